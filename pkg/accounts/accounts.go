@@ -1,0 +1,105 @@
+// Package accounts provisions the per-account dispatch consumers of the
+// EVENTS stream. Ingest ensures an account's consumer exists before it
+// first enqueues an event of that account and announces it on a core NATS
+// subject, so dispatchers start consuming it at once; dispatchers also list
+// the consumers at start-up and periodically to catch anything missed.
+//
+//	p := accounts.NewProvisioner(js, cfg, nc)
+//	err := p.Ensure(ctx, "acme")
+package accounts
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
+)
+
+// Provisioner creates account consumers once per process.
+type Provisioner struct {
+	js   jetstream.JetStream
+	nc   *nats.Conn
+	cfg  *config.Config
+	subj tenaz.Subjects
+	mu   sync.Mutex
+	done map[string]chan struct{}
+	errs map[string]error
+}
+
+// NewProvisioner returns a Provisioner.
+func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config) *Provisioner {
+	return &Provisioner{js: js, nc: nc, cfg: cfg, subj: tenaz.NewSubjects(cfg.Prefix),
+		done: map[string]chan struct{}{}, errs: map[string]error{}}
+}
+
+// ConsumerConfig is the dispatch consumer config of account under cfg.
+func ConsumerConfig(cfg *config.Config, account string) (jetstream.ConsumerConfig, error) {
+	acct := cfg.Account(account)
+	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix}, account, acct.Concurrency)
+}
+
+// Ensure makes sure account's consumer exists. Concurrent callers for one
+// account share one creation; a failure is retried by the next call.
+func (p *Provisioner) Ensure(ctx context.Context, account string) error {
+	p.mu.Lock()
+	ch, ok := p.done[account]
+	if ok {
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		p.mu.Lock()
+		err := p.errs[account]
+		p.mu.Unlock()
+		if err != nil {
+			return p.Ensure(ctx, account)
+		}
+		return nil
+	}
+	ch = make(chan struct{})
+	p.done[account] = ch
+	p.mu.Unlock()
+
+	err := p.create(ctx, account)
+	p.mu.Lock()
+	if err != nil {
+		delete(p.done, account)
+	}
+	p.errs[account] = err
+	p.mu.Unlock()
+	close(ch)
+	return err
+}
+
+func (p *Provisioner) create(ctx context.Context, account string) error {
+	if err := tenaz.ValidateAccount(account); err != nil {
+		return err
+	}
+	cc, err := ConsumerConfig(p.cfg, account)
+	if err != nil {
+		return err
+	}
+	if _, err := p.js.CreateOrUpdateConsumer(ctx, tenaz.StreamEvents, cc); err != nil {
+		return fmt.Errorf("accounts: consumer for %s: %w", account, err)
+	}
+	if p.nc != nil {
+		_ = p.nc.Publish(p.subj.AccountAnnounce(), []byte(account))
+	}
+	return nil
+}
+
+// Forget drops account from the cache (its consumer was deleted).
+func (p *Provisioner) Forget(account string) {
+	p.mu.Lock()
+	delete(p.done, account)
+	delete(p.errs, account)
+	p.mu.Unlock()
+}

@@ -1,0 +1,286 @@
+package config
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error; the message
+// names the offending key (for example "kinds.order.create.target").
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Config is the whole of tenaz.yaml. Every value can be overridden by a
+// TENAZ_… environment variable and any string may reference a secret as
+// ${ENV_NAME}. See docs/configuration.md for every key.
+type Config struct {
+	// Prefix is the first token of every subject. Defaults to "tenaz".
+	Prefix string `yaml:"prefix"`
+	// NATS says how to reach NATS, or how to run it embedded.
+	NATS NATS `yaml:"nats"`
+	// HTTP is the HTTP listener shared by the services of a process.
+	HTTP HTTP `yaml:"http"`
+	// Log selects the log format and level.
+	Log Log `yaml:"log"`
+	// Streams sets replication and placement of the streams and buckets.
+	Streams Streams `yaml:"streams"`
+	// Accounts holds per-account limits; the key "*" gives the defaults
+	// every other account inherits. Defaults to {"*": {}}.
+	Accounts map[string]Account `yaml:"accounts"`
+	// Targets are the external APIs events are delivered to, by name.
+	Targets map[string]Target `yaml:"targets"`
+	// Kinds routes each event kind to its target(s). An event of a kind not
+	// listed here is refused with 422.
+	Kinds map[string]Kind `yaml:"kinds"`
+	// Demo starts the built-in demo provider (tenaz run only).
+	Demo Demo `yaml:"demo"`
+
+	dir          string          // directory of the file given to Load; base of relative schema paths
+	explicitZero map[string]bool // key paths explicitly set to 0 where 0 is not "unset" (jitter, failure_rate)
+	schemas      *schemaCache    // compiled JSON Schemas, see SchemaFor
+}
+
+// NATS is the connection (or embedded server) configuration.
+type NATS struct {
+	// URL of the NATS servers, comma separated. Empty means: run an
+	// embedded server (tenaz run only). Defaults to "". Env: TENAZ_NATS_URL,
+	// and NATS_URL is honoured when TENAZ_NATS_URL is unset.
+	URL string `yaml:"url"`
+	// Creds is a path to a NATS credentials file. Defaults to "".
+	Creds string `yaml:"creds"`
+	// User for user/password auth. Defaults to "".
+	User string `yaml:"user"`
+	// Password for user/password auth. Defaults to "".
+	Password Secret `yaml:"password"`
+	// Token for token auth. Defaults to "".
+	Token Secret `yaml:"token"`
+	// NKeySeedFile is a path to an nkey seed file. Defaults to "".
+	NKeySeedFile string `yaml:"nkey_seed_file"`
+	// TLS configures TLS for the client connection.
+	TLS TLS `yaml:"tls"`
+	// Embedded configures the embedded server used when URL is empty.
+	Embedded Embedded `yaml:"embedded"`
+}
+
+// TLS is client TLS: CA to verify the server, optional client cert.
+type TLS struct {
+	CA   string `yaml:"ca"`   // path to a CA bundle. Defaults to "" (system roots).
+	Cert string `yaml:"cert"` // path to a client certificate. Defaults to "".
+	Key  string `yaml:"key"`  // path to the client key. Defaults to "".
+}
+
+// Embedded configures the in-process nats-server of `tenaz run`.
+type Embedded struct {
+	// StoreDir holds JetStream's files. Defaults to "./.tenaz".
+	StoreDir string `yaml:"store_dir"`
+	// Sync is when JetStream fsyncs: "always" (every write is on disk
+	// before it is acknowledged; durable across power loss) or an interval
+	// such as "1s" or "2m" (faster; up to that much acknowledged data can
+	// be lost on power failure, not on a process crash). Defaults to "always".
+	Sync string `yaml:"sync"`
+	// Listen is the client address of the embedded server. Defaults to
+	// "127.0.0.1:4222".
+	Listen string `yaml:"listen"`
+}
+
+// HTTP is the HTTP listener.
+type HTTP struct {
+	// Addr to listen on. Defaults to ":8080".
+	Addr string `yaml:"addr"`
+	// MaxBodyBytes bounds a submitted event (body of POST /v1/events and an
+	// intake message). Defaults to 1048576 (1 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+// Log selects logging.
+type Log struct {
+	// Format is "json" or "console". Defaults to "json"; LOG_FORMAT overrides.
+	Format string `yaml:"format"`
+	// Level is a zerolog level name. Defaults to "info"; LOG_LEVEL overrides.
+	Level string `yaml:"level"`
+}
+
+// Streams sets replication for every stream and bucket.
+type Streams struct {
+	// Replicas for each stream and bucket (1, 3 or 5). Defaults to 1.
+	Replicas int `yaml:"replicas"`
+	// Cluster places the streams in this cluster. Defaults to "" (none).
+	Cluster string `yaml:"cluster"`
+	// Tags places the streams on servers with these tags. Defaults to none.
+	Tags []string `yaml:"tags"`
+	// Retention is how long done and cancelled events are kept. Defaults to 168h (7 days).
+	Retention Duration `yaml:"retention"`
+}
+
+// Account holds one account's limits. Zero fields inherit from "*".
+type Account struct {
+	// Concurrency is how many of the account's events are in flight at
+	// once (per dispatcher replica). Defaults to 8.
+	Concurrency int `yaml:"concurrency"`
+	// Rate limits calls to the account's targets, e.g. "50/s", "600/m".
+	// Defaults to "" (unlimited).
+	Rate Rate `yaml:"rate"`
+	// Breaker configures the circuit breaker per account + target.
+	Breaker Breaker `yaml:"breaker"`
+	// Targets overrides target settings for this account (credentials).
+	Targets map[string]TargetOverride `yaml:"targets"`
+}
+
+// Rate is "<n>/<unit>" with unit s, m or h. Zero means unlimited.
+type Rate struct {
+	PerSecond float64 // events per second; 0 = unlimited
+	Text      string  // as written
+}
+
+// Breaker configures a circuit breaker.
+type Breaker struct {
+	// Failures in a row that open the breaker. Defaults to 5.
+	Failures int `yaml:"failures"`
+	// Cooldown is how long it stays open before one probe. Defaults to 2m.
+	Cooldown Duration `yaml:"cooldown"`
+}
+
+// TargetOverride is what an account may override of a target.
+type TargetOverride struct {
+	// Headers added to (or replacing) the target's headers.
+	Headers map[string]Secret `yaml:"headers"`
+	// URL replaces the target's URL template. Defaults to "".
+	URL string `yaml:"url"`
+}
+
+// Target is an external API.
+type Target struct {
+	// URL is a Go text/template over the event: {{.Kind}}, {{.Account}},
+	// {{.ID}}, {{.EntityID}}, {{.Reference}}. Required.
+	URL string `yaml:"url"`
+	// Method is the HTTP method. Defaults to "POST".
+	Method string `yaml:"method"`
+	// Timeout of one call. Defaults to 10s.
+	Timeout Duration `yaml:"timeout"`
+	// Headers sent with every call; values may be ${ENV} secrets.
+	Headers map[string]Secret `yaml:"headers"`
+	// SigningSecret ("whsec_…" or raw) signs outbound calls with Standard
+	// Webhooks headers. Defaults to "" (unsigned).
+	SigningSecret Secret `yaml:"signing_secret"`
+	// CallbackSecret verifies this target's webhooks. Defaults to "".
+	CallbackSecret Secret `yaml:"callback_secret"`
+	// Classify maps an HTTP status ("409") to success, transient or
+	// permanent, overriding the defaults (2xx success; 408, 429, 5xx except
+	// 501 transient; other 4xx permanent).
+	Classify map[string]string `yaml:"classify"`
+	// ReferenceField is the JSON field of a 2xx response holding the
+	// provider's job id (callback and poll modes). Defaults to "id".
+	ReferenceField string `yaml:"reference_field"`
+	// Poll configures polling (completion: poll).
+	Poll *Poll `yaml:"poll"`
+}
+
+// Poll configures how the poller asks a target for a result.
+type Poll struct {
+	// URL template of the status request. Required.
+	URL string `yaml:"url"`
+	// Interval between polls. Defaults to 30s.
+	Interval Duration `yaml:"interval"`
+	// DoneWhen says when a poll answer is final.
+	DoneWhen DoneWhen `yaml:"done_when"`
+}
+
+// DoneWhen says when a poll answer is final: when Field's value is one of In.
+type DoneWhen struct {
+	// Field is the JSON field of the poll answer to look at, e.g.
+	// "status". Required when poll is set.
+	Field string `yaml:"field"`
+	// In lists the values of Field that mean "final". Required when poll is set.
+	In []string `yaml:"in"`
+}
+
+// Completion modes of a stage.
+const (
+	CompletionSync     = "sync"
+	CompletionCallback = "callback"
+	CompletionPoll     = "poll"
+)
+
+// Stage is one delivery stage (primary or fallback) of a kind.
+type Stage struct {
+	// Target names an entry of targets. Required.
+	Target string `yaml:"target"`
+	// Completion is sync, callback or poll. Defaults to "sync".
+	Completion string `yaml:"completion"`
+	// Attempts is the most calls to the target. Defaults to 6.
+	Attempts int `yaml:"attempts"`
+	// Backoff between attempts.
+	Backoff Backoff `yaml:"backoff"`
+	// CallbackSLA is how long a callback is awaited. Defaults to 30m.
+	CallbackSLA Duration `yaml:"callback_sla"`
+	// PollSLA is how long polling goes on. Defaults to 2h.
+	PollSLA Duration `yaml:"poll_sla"`
+}
+
+// Backoff is exponential backoff with jitter.
+type Backoff struct {
+	// Initial delay. Defaults to 30s.
+	Initial Duration `yaml:"initial"`
+	// Max delay. Defaults to 1h.
+	Max Duration `yaml:"max"`
+	// Multiplier per attempt. Defaults to 2.
+	Multiplier float64 `yaml:"multiplier"`
+	// Jitter as a fraction (0.2 = ±20%). Defaults to 0.2.
+	Jitter float64 `yaml:"jitter"`
+	// MaxRetryAfter caps a target's Retry-After. Defaults to 1h.
+	MaxRetryAfter Duration `yaml:"max_retry_after"`
+}
+
+// Kind routes one event kind.
+type Kind struct {
+	// Stage is the primary stage (target, completion, attempts, backoff…).
+	Stage `yaml:",inline"`
+	// Entity is the payload field holding the entity id when the caller
+	// gives none. Defaults to "".
+	Entity string `yaml:"entity"`
+	// OrderedBy is the payload field whose value is the ordering key when
+	// the caller gives none. Defaults to "".
+	OrderedBy string `yaml:"ordered_by"`
+	// OnCallbackTimeout is manual_review or fallback. Defaults to "manual_review".
+	OnCallbackTimeout string `yaml:"on_callback_timeout"`
+	// Fallback is the stage used when the primary's attempts are exhausted.
+	Fallback *Stage `yaml:"fallback"`
+	// Schema is a JSON Schema (inline JSON/YAML object or a file path) the
+	// payload must satisfy. Defaults to none.
+	Schema string `yaml:"schema"`
+}
+
+// Demo configures the built-in demo provider of tenaz run.
+type Demo struct {
+	// Provider starts the demo provider on this address, e.g.
+	// "127.0.0.1:9000". Defaults to "" (off).
+	Provider string `yaml:"provider"`
+	// FailureRate is the fraction of calls answered with 503. Defaults to 0.1.
+	FailureRate float64 `yaml:"failure_rate"`
+}
+
+// Duration is a time.Duration written as "30s", "2m", "1h".
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Secret is a string that never prints: String, GoString, MarshalJSON,
+// MarshalText and MarshalYAML redact it. Reveal returns the value.
+type Secret string
+
+// Reveal returns the secret value.
+func (s Secret) Reveal() string { return string(s) }
+
+// String redacts.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// MarshalJSON redacts.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + s.String() + `"`), nil }
+
+// MarshalText redacts (zerolog and fmt use it).
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

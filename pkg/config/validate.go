@@ -1,0 +1,331 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Classes a target's classify map may give a status.
+const (
+	ClassSuccess   = "success"
+	ClassTransient = "transient"
+	ClassPermanent = "permanent"
+)
+
+// Values of Log.Format.
+const (
+	LogFormatJSON    = "json"
+	LogFormatConsole = "console"
+)
+
+// logLevels are zerolog's level names.
+var logLevels = []string{"trace", "debug", "info", "warn", "error", "fatal", "panic", "disabled"}
+
+// MaxAttempts bounds Stage.Attempts.
+const MaxAttempts = 100
+
+// Validate checks c, which should have had WithDefaults applied, and
+// returns every problem at once: an errors.Join of *KeyError values, each
+// wrapping ErrInvalidConfig and naming its key, sorted by key. It returns
+// nil when c is valid. It compiles every kind's schema (see SchemaFor).
+func (c *Config) Validate() error {
+	v := &validator{c: c}
+	v.top()
+	v.accounts()
+	v.targets()
+	v.kinds()
+	return joinSorted(v.errs)
+}
+
+type validator struct {
+	c    *Config
+	errs []error
+}
+
+func (v *validator) add(key, format string, args ...any) {
+	v.errs = append(v.errs, &KeyError{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) addErr(key string, err error) {
+	v.errs = append(v.errs, &KeyError{Key: key, Msg: err.Error(), Err: err})
+}
+
+func sorted[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// token reports whether s is one subject token of [A-Za-z0-9_-], 1-64 bytes.
+func token(s string) bool {
+	return tenaz.ValidateAccount(s) == nil
+}
+
+// httpToken reports whether s is an RFC 9110 token (a method or header name).
+func httpToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) positive(key string, d Duration) {
+	if d <= 0 {
+		v.add(key, "must be a positive duration, got %s", d)
+	}
+}
+
+func (v *validator) notNegative(key string, d Duration) {
+	if d < 0 {
+		v.add(key, "must not be negative, got %s", d)
+	}
+}
+
+func (v *validator) hostPort(key, addr string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		v.add(key, "must be host:port or :port, got %q", addr)
+	}
+}
+
+func (v *validator) top() {
+	c := v.c
+	if !token(c.Prefix) {
+		v.add("prefix", "must be one subject token of 1-64 characters of [A-Za-z0-9_-], got %q", c.Prefix)
+	}
+	if c.NATS.URL != "" {
+		for _, u := range strings.Split(c.NATS.URL, ",") {
+			if strings.TrimSpace(u) == "" {
+				v.add("nats.url", "has an empty entry in its comma-separated list")
+				break
+			}
+		}
+	}
+	if (c.NATS.TLS.Cert == "") != (c.NATS.TLS.Key == "") {
+		if c.NATS.TLS.Cert == "" {
+			v.add("nats.tls.cert", "is required when nats.tls.key is set")
+		} else {
+			v.add("nats.tls.key", "is required when nats.tls.cert is set")
+		}
+	}
+	if s := c.NATS.Embedded.Sync; s != defaultSync {
+		if d, err := time.ParseDuration(s); err != nil || d <= 0 {
+			v.add("nats.embedded.sync", `must be "always" or a positive duration such as "1s", got %q`, s)
+		}
+	}
+	if c.NATS.Embedded.StoreDir == "" {
+		v.add("nats.embedded.store_dir", "is required")
+	}
+	v.hostPort("nats.embedded.listen", c.NATS.Embedded.Listen)
+	v.hostPort("http.addr", c.HTTP.Addr)
+	if c.HTTP.MaxBodyBytes <= 0 {
+		v.add("http.max_body_bytes", "must be positive, got %d", c.HTTP.MaxBodyBytes)
+	}
+	if f := c.Log.Format; f != LogFormatJSON && f != LogFormatConsole {
+		v.add("log.format", `must be "json" or "console", got %q`, f)
+	}
+	if !slices.Contains(logLevels, c.Log.Level) {
+		v.add("log.level", "must be one of %s, got %q", strings.Join(logLevels, ", "), c.Log.Level)
+	}
+	if r := c.Streams.Replicas; r != 1 && r != 3 && r != 5 {
+		v.add("streams.replicas", "must be 1, 3 or 5, got %d", r)
+	}
+	for i, t := range c.Streams.Tags {
+		if strings.TrimSpace(t) == "" {
+			v.add(index("streams.tags", i), "must not be empty")
+		}
+	}
+	v.positive("streams.retention", c.Streams.Retention)
+	if f := c.Demo.FailureRate; math.IsNaN(f) || f < 0 || f > 1 {
+		v.add("demo.failure_rate", "must be between 0 and 1, got %v", f)
+	}
+	if c.Demo.Provider != "" {
+		v.hostPort("demo.provider", c.Demo.Provider)
+	}
+}
+
+func (v *validator) accounts() {
+	c := v.c
+	if _, ok := c.Accounts[DefaultAccountName]; !ok {
+		v.add("accounts", `has no "*" entry (WithDefaults adds it)`)
+	}
+	for _, name := range sorted(c.Accounts) {
+		a := c.Accounts[name]
+		key := join("accounts", name)
+		if name != DefaultAccountName {
+			if err := tenaz.ValidateAccount(name); err != nil {
+				v.addErr(key, err)
+			}
+		}
+		star := name == DefaultAccountName
+		if a.Concurrency < 0 || star && a.Concurrency == 0 {
+			v.add(join(key, "concurrency"), "must be at least 1, got %d", a.Concurrency)
+		}
+		if math.IsNaN(a.Rate.PerSecond) || math.IsInf(a.Rate.PerSecond, 0) || a.Rate.PerSecond < 0 {
+			v.add(join(key, "rate"), "must be unlimited or a positive rate, got %v", a.Rate.PerSecond)
+		}
+		if a.Breaker.Failures < 0 || star && a.Breaker.Failures == 0 {
+			v.add(join(key, "breaker.failures"), "must be at least 1, got %d", a.Breaker.Failures)
+		}
+		if star {
+			v.positive(join(key, "breaker.cooldown"), a.Breaker.Cooldown)
+		} else {
+			v.notNegative(join(key, "breaker.cooldown"), a.Breaker.Cooldown)
+		}
+		for _, tname := range sorted(a.Targets) {
+			o := a.Targets[tname]
+			tkey := join(key, "targets."+tname)
+			if _, ok := c.Targets[tname]; !ok {
+				v.add(tkey, "unknown target %q", tname)
+			}
+			v.headers(join(tkey, "headers"), o.Headers)
+			if o.URL != "" {
+				if err := checkURL(o.URL); err != nil {
+					v.addErr(join(tkey, "url"), err)
+				}
+			}
+		}
+	}
+}
+
+func (v *validator) headers(key string, h map[string]Secret) {
+	for _, name := range sorted(h) {
+		if !httpToken(name) {
+			v.add(join(key, name), "is not a valid header name")
+		}
+		if strings.ContainsAny(h[name].Reveal(), "\r\n\x00") {
+			v.add(join(key, name), "value must not contain CR, LF or NUL")
+		}
+	}
+}
+
+func (v *validator) targets() {
+	for _, name := range sorted(v.c.Targets) {
+		t := v.c.Targets[name]
+		key := join("targets", name)
+		if !token(name) {
+			v.add(key, "a target name must be 1-64 characters of [A-Za-z0-9_-] (it appears in subjects and in /v1/callbacks/{target})")
+		}
+		if err := checkURL(t.URL); err != nil {
+			v.addErr(join(key, "url"), err)
+		}
+		if !httpToken(t.Method) {
+			v.add(join(key, "method"), "must be an HTTP method such as POST, got %q", t.Method)
+		}
+		v.positive(join(key, "timeout"), t.Timeout)
+		v.headers(join(key, "headers"), t.Headers)
+		for _, status := range sorted(t.Classify) {
+			ckey := join(key, "classify."+status)
+			if code, err := strconv.Atoi(status); err != nil || len(status) != 3 || code < 100 || code > 599 {
+				v.add(ckey, "must be a 3-digit HTTP status between 100 and 599")
+			}
+			switch class := t.Classify[status]; class {
+			case ClassSuccess, ClassTransient, ClassPermanent:
+			default:
+				v.add(ckey, "must be success, transient or permanent, got %q", class)
+			}
+		}
+		if t.ReferenceField == "" {
+			v.add(join(key, "reference_field"), "is required")
+		}
+		if p := t.Poll; p != nil {
+			pkey := join(key, "poll")
+			if err := checkURL(p.URL); err != nil {
+				v.addErr(join(pkey, "url"), err)
+			}
+			v.positive(join(pkey, "interval"), p.Interval)
+			if p.DoneWhen.Field == "" {
+				v.add(join(pkey, "done_when.field"), "is required")
+			}
+			if len(p.DoneWhen.In) == 0 {
+				v.add(join(pkey, "done_when.in"), "must list at least one value")
+			}
+		}
+	}
+}
+
+func (v *validator) kinds() {
+	for _, name := range sorted(v.c.Kinds) {
+		k := v.c.Kinds[name]
+		key := join("kinds", name)
+		if err := tenaz.ValidateKind(name); err != nil {
+			v.addErr(key, err)
+		}
+		v.stage(key, k.Stage)
+		switch k.OnCallbackTimeout {
+		case OnCallbackTimeoutManualReview:
+		case OnCallbackTimeoutFallback:
+			if k.Fallback == nil {
+				v.add(join(key, "on_callback_timeout"), "fallback requires %s", join(key, "fallback"))
+			}
+		default:
+			v.add(join(key, "on_callback_timeout"), "must be manual_review or fallback, got %q", k.OnCallbackTimeout)
+		}
+		if k.Fallback != nil {
+			v.stage(join(key, "fallback"), *k.Fallback)
+		}
+		if strings.TrimSpace(k.Schema) != "" {
+			if _, err := v.c.SchemaFor(name); err != nil {
+				v.addErr(join(key, "schema"), err)
+			}
+		}
+	}
+}
+
+func (v *validator) stage(key string, s Stage) {
+	var t Target
+	var known bool
+	if s.Target == "" {
+		v.add(join(key, "target"), "is required")
+	} else if t, known = v.c.Targets[s.Target]; !known {
+		v.add(join(key, "target"), "unknown target %q", s.Target)
+	}
+	switch s.Completion {
+	case CompletionSync:
+	case CompletionCallback:
+		if known && t.CallbackSecret == "" {
+			v.add(join(key, "completion"), "callback requires targets.%s.callback_secret", s.Target)
+		}
+	case CompletionPoll:
+		if known && (t.Poll == nil || t.Poll.URL == "") {
+			v.add(join(key, "completion"), "poll requires targets.%s.poll.url", s.Target)
+		}
+	default:
+		v.add(join(key, "completion"), "must be sync, callback or poll, got %q", s.Completion)
+	}
+	if s.Attempts < 1 || s.Attempts > MaxAttempts {
+		v.add(join(key, "attempts"), "must be between 1 and %d, got %d", MaxAttempts, s.Attempts)
+	}
+	b := s.Backoff
+	bkey := join(key, "backoff")
+	v.positive(join(bkey, "initial"), b.Initial)
+	v.positive(join(bkey, "max"), b.Max)
+	if b.Initial > 0 && b.Max > 0 && b.Initial > b.Max {
+		v.add(join(bkey, "initial"), "%s is more than backoff.max %s", b.Initial, b.Max)
+	}
+	if math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0) || b.Multiplier < 1 {
+		v.add(join(bkey, "multiplier"), "must be at least 1, got %v", b.Multiplier)
+	}
+	if math.IsNaN(b.Jitter) || b.Jitter < 0 || b.Jitter >= 1 {
+		v.add(join(bkey, "jitter"), "must be at least 0 and less than 1, got %v", b.Jitter)
+	}
+	v.positive(join(bkey, "max_retry_after"), b.MaxRetryAfter)
+	v.positive(join(key, "callback_sla"), s.CallbackSLA)
+	v.positive(join(key, "poll_sla"), s.PollSLA)
+}

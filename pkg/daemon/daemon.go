@@ -1,0 +1,105 @@
+// Package daemon is what every tenaz binary does around its service:
+// find and load the config, serve the HTTP routes with /healthz, /readyz
+// and /metrics, and stop under a deadline. Signal handling stays in each
+// main.go (signal.NotifyContext), as the conventions ask.
+//
+//	cfg, err := daemon.LoadConfig(*configFlag)
+//	srv, err := daemon.Serve(cfg.HTTP.Addr, mux)
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/httpapi"
+)
+
+// StopTimeout is how long a service may take to drain on SIGTERM: shorter
+// than Kubernetes' default 30s grace period.
+const StopTimeout = 20 * time.Second
+
+// Component is a service as a binary runs it.
+type Component interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	Ready() error
+	Routes(mux *http.ServeMux)
+}
+
+// LoadConfig reads path, else $TENAZ_CONFIG, else ./tenaz.yaml when it
+// exists; with none of them it uses the defaults (NATS from NATS_URL).
+func LoadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		path = os.Getenv("TENAZ_CONFIG")
+	}
+	if path == "" {
+		if _, err := os.Stat("tenaz.yaml"); err == nil {
+			path = "tenaz.yaml"
+		}
+	}
+	if path == "" {
+		return config.Parse(nil, os.LookupEnv)
+	}
+	return config.Load(path)
+}
+
+// Mux returns a mux with each component's routes, /healthz, /readyz (all
+// components ready) and /metrics.
+func Mux(cs ...Component) *http.ServeMux {
+	mux := http.NewServeMux()
+	checks := make([]httpapi.Check, 0, len(cs))
+	for _, c := range cs {
+		c.Routes(mux)
+		checks = append(checks, c.Ready)
+	}
+	httpapi.Health(mux, checks...)
+	mux.Handle("GET /metrics", promhttp.Handler())
+	return mux
+}
+
+// Server is a running HTTP server.
+type Server struct {
+	*http.Server
+	Addr string // the bound address (useful with port 0)
+	done chan error
+}
+
+// Serve listens on addr and serves h in the background.
+func Serve(addr string, h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: listen %s: %w", addr, err)
+	}
+	s := &Server{
+		Server: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second},
+		Addr:   ln.Addr().String(), done: make(chan error, 1),
+	}
+	go func() {
+		err := s.Server.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return s, nil
+}
+
+// Stop shuts the server down gracefully within ctx.
+func (s *Server) Stop(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	err := s.Shutdown(ctx)
+	if err2 := <-s.done; err == nil {
+		err = err2
+	}
+	return err
+}

@@ -1,0 +1,77 @@
+// Package dead is the dead-letter entry: what is kept in the DEAD stream
+// for an event that failed for good (or a submission that could not be
+// accepted), with its payload, the reason, and its history.
+//
+//	err := dead.Publish(ctx, js, subj, dead.Entry{Event: env, Record: &rec, Reason: "permanent", ...})
+package dead
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Reasons an entry is in DEAD.
+const (
+	ReasonPermanent = "permanent"          // the target rejected it
+	ReasonExhausted = "attempts_exhausted" // transient failures used up the attempts
+	ReasonCrash     = "max_deliveries"     // workers died on it every time
+	ReasonRejected  = "rejected_at_intake" // the submission itself was invalid
+)
+
+// InvalidToken stands in for an account or kind that cannot be a subject token.
+const InvalidToken = "_invalid"
+
+// Entry is one dead letter.
+type Entry struct {
+	ID      string          `json:"id,omitempty"`
+	Account string          `json:"account"`
+	Kind    string          `json:"kind"`
+	Reason  string          `json:"reason"`
+	Class   string          `json:"class,omitempty"`
+	Error   string          `json:"error"`
+	Status  int             `json:"http_status,omitempty"`
+	At      time.Time       `json:"at"`
+	Event   *event.Envelope `json:"event,omitempty"`
+	Record  *state.Record   `json:"record,omitempty"`
+	// Raw is a rejected submission's body and subject, kept as received.
+	Raw        []byte `json:"raw,omitempty"`
+	RawSubject string `json:"raw_subject,omitempty"`
+}
+
+// Publish stores e in DEAD under <p>.dead.<account>.<kind>; msgID dedups
+// re-sends (a crash between this and the state write).
+func Publish(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, e Entry, msgID string) error {
+	acct, kind := e.Account, e.Kind
+	if tenaz.ValidateAccount(acct) != nil {
+		acct = InvalidToken
+	}
+	if tenaz.ValidateKind(kind) != nil {
+		kind = InvalidToken
+	}
+	subj, _ := s.Dead(acct, kind)
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("dead: encode: %w", err)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = b
+	if e.ID != "" {
+		m.Header.Set(tenaz.HeaderEventID, e.ID)
+	}
+	if msgID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("dead: publish: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package event
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Envelope is one event as it travels between services. The payload is kept
+// exactly as submitted.
+type Envelope struct {
+	ID             string          `json:"id"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Account        string          `json:"account"`
+	Kind           string          `json:"kind"`
+	EntityID       string          `json:"entity_id,omitempty"`
+	OrderingKey    string          `json:"ordering_key,omitempty"`
+	NotBefore      *time.Time      `json:"not_before,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	Payload        json.RawMessage `json:"payload"`
+}
+
+// Errors a submission can fail with; HTTP maps them to status codes.
+var (
+	// ErrMalformed: the body or a header cannot be parsed (HTTP 400).
+	ErrMalformed = errors.New("malformed submission")
+	// ErrInvalid: a field is syntactically fine but not allowed (HTTP 400).
+	ErrInvalid = errors.New("invalid submission")
+)
+
+// MaxNotBefore is how far ahead an event may be delayed.
+const MaxNotBefore = 366 * 24 * time.Hour
+
+// Submission is the body of POST /v1/events.
+type Submission struct {
+	Account     string          `json:"account"`
+	Kind        string          `json:"kind"`
+	EntityID    string          `json:"entity_id,omitempty"`
+	OrderingKey string          `json:"ordering_key,omitempty"`
+	NotBefore   string          `json:"not_before,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
+}
+
+// ParseSubmission decodes and checks an HTTP submission body. Unknown
+// fields are refused so that a typo ("ordering-key") is not silently lost.
+func ParseSubmission(body []byte) (Submission, error) {
+	var s Submission
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return s, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if dec.More() {
+		return s, fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
+	}
+	if len(s.Payload) == 0 || string(s.Payload) == "null" {
+		return s, fmt.Errorf("%w: payload is required", ErrInvalid)
+	}
+	return s, nil
+}
+
+// Fields are the submission's parts that are not the payload.
+type Fields struct {
+	Account, Kind, EntityID, OrderingKey, NotBefore, IdempotencyKey string
+}
+
+// New builds a validated Envelope from a submission's fields and payload.
+// entityField and orderField name payload fields that supply the entity id
+// and ordering key when the caller gave none (the kind's config).
+func New(f Fields, payload []byte, entityField, orderField string, now time.Time) (Envelope, error) {
+	if err := tenaz.ValidateAccount(f.Account); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := tenaz.ValidateKind(f.Kind); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if !json.Valid(payload) {
+		return Envelope{}, fmt.Errorf("%w: payload is not valid JSON", ErrMalformed)
+	}
+	env := Envelope{
+		Account:     f.Account,
+		Kind:        f.Kind,
+		EntityID:    f.EntityID,
+		OrderingKey: f.OrderingKey,
+		CreatedAt:   now.UTC(),
+		Payload:     json.RawMessage(payload),
+	}
+	if (env.EntityID == "" && entityField != "") || (env.OrderingKey == "" && orderField != "") {
+		var obj map[string]any
+		if json.Unmarshal(payload, &obj) == nil {
+			if env.EntityID == "" && entityField != "" {
+				env.EntityID = scalar(obj[entityField])
+			}
+			if env.OrderingKey == "" && orderField != "" {
+				env.OrderingKey = scalar(obj[orderField])
+			}
+		}
+	}
+	for _, kv := range [][2]string{{"entity_id", env.EntityID}, {"ordering_key", env.OrderingKey}} {
+		if kv[1] != "" {
+			if err := tenaz.ValidateKey(kv[0], kv[1]); err != nil {
+				return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+			}
+		}
+	}
+	if f.NotBefore != "" {
+		t, err := time.Parse(time.RFC3339, f.NotBefore)
+		if err != nil {
+			return Envelope{}, fmt.Errorf("%w: not_before %q is not RFC 3339", ErrMalformed, f.NotBefore)
+		}
+		if t.After(now.Add(MaxNotBefore)) {
+			return Envelope{}, fmt.Errorf("%w: not_before is more than a year ahead", ErrInvalid)
+		}
+		if t.After(now) {
+			t = t.UTC()
+			env.NotBefore = &t
+		}
+	}
+	key := f.IdempotencyKey
+	if key == "" {
+		canon, err := Canonical(payload)
+		if err != nil {
+			return Envelope{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		key = DerivedKey(f.Kind, env.EntityID, canon)
+	} else if err := tenaz.ValidateKey("idempotency key", key); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	env.IdempotencyKey = key
+	env.ID = ID(f.Account, key)
+	return env, nil
+}
+
+func scalar(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case json.Number:
+		return x.String()
+	case float64:
+		return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%f", x), "0"), ".")
+	case bool:
+		if x {
+			return "true"
+		}
+		return "false"
+	}
+	return ""
+}
+
+// Canonical re-encodes a JSON document with object keys sorted and no
+// insignificant whitespace, numbers kept as written, so that two encodings
+// of the same payload hash alike.
+func Canonical(payload []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after the JSON value")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // maps encode with sorted keys
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// DerivedKey is the idempotency key of a submission that brought none:
+// kind, entity id and the SHA-256 of the canonical payload.
+func DerivedKey(kind, entity string, canonical []byte) string {
+	sum := sha256.Sum256(canonical)
+	return "d:" + kind + ":" + entity + ":" + hex.EncodeToString(sum[:])
+}
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// ID derives the event id from account and idempotency key: "ev_" and 26
+// base32 characters (130 bits) of SHA-256. Keys are per account, so two
+// accounts may use the same key.
+func ID(account, key string) string {
+	h := sha256.New()
+	h.Write([]byte(account))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "ev_" + idEncoding.EncodeToString(h.Sum(nil))[:26]
+}
+
+// Marshal encodes the envelope.
+func (e Envelope) Marshal() []byte {
+	b, _ := json.Marshal(e) // cannot fail: plain fields and valid RawMessage
+	return b
+}
+
+// Unmarshal decodes an envelope and checks its names.
+func Unmarshal(b []byte) (Envelope, error) {
+	var e Envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return e, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
+	}
+	if err := tenaz.ValidateEventID(e.ID); err != nil {
+		return e, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := tenaz.ValidateAccount(e.Account); err != nil {
+		return e, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := tenaz.ValidateKind(e.Kind); err != nil {
+		return e, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,93 @@
+// Package natsd runs an embedded nats-server with JetStream on file
+// storage: the NATS of `tenaz run` and of every test.
+//
+//	srv, err := natsd.Start(natsd.Options{StoreDir: "./.tenaz", Listen: "127.0.0.1:4222", SyncAlways: true})
+//	defer natsd.Shutdown(srv)
+package natsd
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options of the embedded server.
+type Options struct {
+	// StoreDir is where JetStream keeps its files. Required.
+	StoreDir string
+	// Listen is host:port for clients; port -1 picks a free one. Defaults to "127.0.0.1:-1".
+	Listen string
+	// SyncAlways fsyncs every write before acknowledging it. When false,
+	// SyncInterval applies.
+	SyncAlways bool
+	// SyncInterval between fsyncs when SyncAlways is false. Defaults to the
+	// server's 2m.
+	SyncInterval time.Duration
+	// ServerName names the server. Defaults to "tenaz".
+	ServerName string
+	// Configure may adjust the server options last (auth, TLS, cluster).
+	Configure func(*server.Options)
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(o Options) (*server.Server, error) {
+	if o.StoreDir == "" {
+		return nil, errors.New("natsd: StoreDir is required")
+	}
+	host, port := "127.0.0.1", -1
+	if o.Listen != "" {
+		h, p, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("natsd: listen %q: %w", o.Listen, err)
+		}
+		if port, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("natsd: listen %q: bad port", o.Listen)
+		}
+		if h != "" {
+			host = h
+		}
+	}
+	name := o.ServerName
+	if name == "" {
+		name = "tenaz"
+	}
+	opts := &server.Options{
+		ServerName: name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		NoSigs:     true,
+		MaxPayload: 8 << 20,
+		SyncAlways: o.SyncAlways,
+	}
+	if !o.SyncAlways && o.SyncInterval > 0 {
+		opts.SyncInterval = o.SyncInterval
+	}
+	if o.Configure != nil {
+		o.Configure(opts)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsd: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("natsd: server not ready within 10s")
+	}
+	return srv, nil
+}
+
+// Shutdown stops the server and waits for it to finish.
+func Shutdown(s *server.Server) {
+	if s == nil {
+		return
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+}

@@ -1,0 +1,73 @@
+package provider
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// PollAnswer is the JSON body of a poll answer.
+type PollAnswer struct {
+	ID     string `json:"id"`
+	Status string `json:"status"` // "processing", then "approved" or the payload's DecisionField
+}
+
+// servePoll answers GET .../{ref}: 404 for an unknown reference,
+// "processing" for the first PollAfter polls, then the final status for
+// good. Down,
+// outage windows and Latency apply; the random faults do not.
+func (p *Provider) servePoll(w http.ResponseWriter, r *http.Request, ref string) {
+	p.mu.Lock()
+	f := p.faults.withDefaults()
+	down := f.Down || p.inOutageLocked()
+	p.mu.Unlock()
+
+	if !p.wait(r.Context(), f.Latency) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if down {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "service unavailable: down"})
+		return
+	}
+
+	p.mu.Lock()
+	st, ok := p.refs[ref]
+	ans := PollAnswer{ID: ref, Status: "processing"}
+	if ok {
+		st.polls++
+		p.pollCount++
+		if st.polls > f.PollAfter {
+			st.final = true // final stays final, whatever PollAfter becomes
+		}
+		if st.final {
+			ans.Status = st.decision
+		}
+		p.notifyLocked()
+	}
+	p.mu.Unlock()
+
+	if !ok {
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "unknown reference"})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(ans)
+}
+
+// Polls is how many times ref was polled.
+func (p *Provider) Polls(ref string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st, ok := p.refs[ref]; ok {
+		return st.polls
+	}
+	return 0
+}
+
+// PollCount is the number of polls of known references.
+func (p *Provider) PollCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pollCount
+}

@@ -1,0 +1,134 @@
+// Package queue puts events on their way through the EVENTS stream: now
+// (Enqueue), or later through a server-side message schedule on the
+// event's own schedule subject (ScheduleAt), which survives every restart
+// and is cancelled by purging that subject. Messages carry the envelope,
+// so whoever receives one has everything needed to act.
+//
+//	q := queue.New(js, tenaz.NewSubjects(""))
+//	_, err := q.Enqueue(ctx, env, rev, env.ID) // Nats-Msg-Id dedups re-sends
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// HeaderRev carries the state record's revision at the time the message
+// was published: a dispatcher may claim by compare-and-set on it without
+// reading the record first.
+const HeaderRev = "Tenaz-Rev"
+
+// Queue publishes to EVENTS.
+type Queue struct {
+	js   jetstream.JetStream
+	subj tenaz.Subjects
+}
+
+// New returns a Queue.
+func New(js jetstream.JetStream, s tenaz.Subjects) *Queue { return &Queue{js: js, subj: s} }
+
+func (q *Queue) msg(env event.Envelope, subject string, rev uint64, msgID string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = env.Marshal()
+	m.Header.Set(tenaz.HeaderEventID, env.ID)
+	if rev > 0 {
+		m.Header.Set(HeaderRev, strconv.FormatUint(rev, 10))
+	}
+	if msgID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	return m
+}
+
+// Enqueue publishes the event for dispatch now. msgID dedups re-sends
+// within the stream's duplicate window.
+func (q *Queue) Enqueue(ctx context.Context, env event.Envelope, rev uint64, msgID string) (*jetstream.PubAck, error) {
+	subj, err := q.subj.Event(env.Account, env.Kind)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := q.js.PublishMsg(ctx, q.msg(env, subj, rev, msgID))
+	if err != nil {
+		return nil, fmt.Errorf("queue: enqueue %s: %w", env.ID, err)
+	}
+	return ack, nil
+}
+
+// EnqueueAsync is Enqueue without waiting for the server's answer.
+func (q *Queue) EnqueueAsync(env event.Envelope, rev uint64, msgID string) (jetstream.PubAckFuture, error) {
+	subj, err := q.subj.Event(env.Account, env.Kind)
+	if err != nil {
+		return nil, err
+	}
+	return q.js.PublishMsgAsync(q.msg(env, subj, rev, msgID))
+}
+
+// DueTime rounds t up to the whole second: schedules fire with second
+// precision, so the recorded due time is never later than the firing.
+func DueTime(t time.Time) time.Time {
+	r := t.UTC().Truncate(time.Second)
+	if r.Before(t) {
+		r = r.Add(time.Second)
+	}
+	return r
+}
+
+// ScheduleAt makes the server publish the event to its dispatch subject at
+// time at (rounded up to the second). The event's schedule subject holds
+// one schedule: a newer one replaces it (rollup).
+func (q *Queue) ScheduleAt(ctx context.Context, env event.Envelope, at time.Time, msgID string) error {
+	target, err := q.subj.Event(env.Account, env.Kind)
+	if err != nil {
+		return err
+	}
+	m := q.msg(env, q.subj.Schedule(env.ID), 0, msgID)
+	m.Header.Set("Nats-Schedule", "@at "+DueTime(at).Format(time.RFC3339))
+	m.Header.Set("Nats-Schedule-Target", target)
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := q.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("queue: schedule %s: %w", env.ID, err)
+	}
+	return nil
+}
+
+// CancelSchedule purges the event's schedule subject so that it never fires.
+func (q *Queue) CancelSchedule(ctx context.Context, id string) error {
+	s, err := q.js.Stream(ctx, tenaz.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("queue: cancel schedule %s: %w", id, err)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(q.subj.Schedule(id))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("queue: cancel schedule %s: %w", id, err)
+	}
+	return nil
+}
+
+// ActorIngest is the actor of an event's first history entry.
+const ActorIngest = "ingest"
+
+// Initial is the record ingest creates for env. It is a pure function of
+// the envelope, so a dispatcher holding the message and the revision from
+// HeaderRev can rebuild it and claim by compare-and-set without a read.
+func Initial(env event.Envelope) state.Record {
+	base := state.Record{
+		ID: env.ID, IdempotencyKey: env.IdempotencyKey, Account: env.Account, Kind: env.Kind,
+		EntityID: env.EntityID, OrderingKey: env.OrderingKey,
+	}
+	a := state.Action{Name: state.Accept, Actor: ActorIngest}
+	if env.NotBefore != nil {
+		due := DueTime(*env.NotBefore)
+		a = state.Action{Name: state.Delay, Actor: ActorIngest, NextRunAt: &due, Detail: "held until " + due.Format(time.RFC3339)}
+	}
+	r, _, _ := state.New(base, a, env.CreatedAt) // Accept and Delay always create
+	return r
+}

@@ -1,0 +1,200 @@
+// Package store keeps event records in the tenaz_state KV bucket and
+// changes them only by compare-and-set on the revision. A write is a
+// JetStream publish to $KV.tenaz_state.<id> with
+// Nats-Expected-Last-Subject-Sequence, so it can be sent synchronously or
+// pipelined (WriteAsync) without another round trip per write.
+//
+//	rec, rev, effects, err := st.Transition(ctx, id, state.Action{Name: state.Claim, Seq: seq})
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Conditions callers branch on.
+var (
+	ErrNotFound = errors.New("event not found")
+	ErrExists   = errors.New("event already exists")
+	ErrConflict = errors.New("revision conflict")
+)
+
+// jsErrWrongLastSequence is the server's err_code for a failed expectation.
+const jsErrWrongLastSequence = 10071
+
+// Options of a Store.
+type Options struct {
+	// Retention is how long a done or cancelled record stays (per-key TTL).
+	// Defaults to 7 days.
+	Retention time.Duration
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// MaxConflicts bounds the read-modify-write retries of Update. Defaults to 32.
+	MaxConflicts int
+}
+
+// Store reads and writes event records.
+type Store struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	prefix string
+	o      Options
+}
+
+// Open binds the tenaz_state bucket (it must exist: streams.Apply).
+func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
+	kv, err := js.KeyValue(ctx, tenaz.BucketState)
+	if err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", tenaz.BucketState, err)
+	}
+	if o.Retention <= 0 {
+		o.Retention = 7 * 24 * time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxConflicts <= 0 {
+		o.MaxConflicts = 32
+	}
+	return &Store{js: js, kv: kv, prefix: "$KV." + tenaz.BucketState + ".", o: o}, nil
+}
+
+// Now is the store's clock.
+func (s *Store) Now() time.Time { return s.o.Now() }
+
+// KV is the underlying bucket (watchers, listings).
+func (s *Store) KV() jetstream.KeyValue { return s.kv }
+
+// Get returns the record and its revision, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (state.Record, uint64, error) {
+	if err := tenaz.ValidateEventID(id); err != nil {
+		return state.Record{}, 0, fmt.Errorf("%w: %v", ErrNotFound, err)
+	}
+	e, err := s.kv.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return state.Record{}, 0, ErrNotFound
+		}
+		return state.Record{}, 0, fmt.Errorf("store: get %s: %w", id, err)
+	}
+	var r state.Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return state.Record{}, 0, fmt.Errorf("store: decode %s: %w", id, err)
+	}
+	return r, e.Revision(), nil
+}
+
+func (s *Store) msg(r state.Record, rev uint64) *nats.Msg {
+	b, _ := json.Marshal(r) // plain data: cannot fail
+	m := nats.NewMsg(s.prefix + r.ID)
+	m.Data = b
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if r.Status.Terminal() {
+		m.Header.Set("Nats-TTL", s.o.Retention.String())
+	}
+	return m
+}
+
+func mapErr(err error, id string, create bool) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrWrongLastSequence {
+		if create {
+			return ErrExists
+		}
+		return ErrConflict
+	}
+	return fmt.Errorf("store: write %s: %w", id, err)
+}
+
+// Create stores a new record; ErrExists if the id is taken.
+func (s *Store) Create(ctx context.Context, r state.Record) (uint64, error) {
+	ack, err := s.js.PublishMsg(ctx, s.msg(r, 0))
+	if err != nil {
+		return 0, mapErr(err, r.ID, true)
+	}
+	return ack.Sequence, nil
+}
+
+// Write replaces the record if its revision is still rev; ErrConflict if not.
+func (s *Store) Write(ctx context.Context, r state.Record, rev uint64) (uint64, error) {
+	ack, err := s.js.PublishMsg(ctx, s.msg(r, rev))
+	if err != nil {
+		return 0, mapErr(err, r.ID, false)
+	}
+	return ack.Sequence, nil
+}
+
+// Pending is a write in flight (WriteAsync).
+type Pending struct {
+	f  jetstream.PubAckFuture
+	id string
+}
+
+// Wait returns the new revision, ErrConflict, or another error.
+func (p Pending) Wait(ctx context.Context) (uint64, error) {
+	select {
+	case ack := <-p.f.Ok():
+		return ack.Sequence, nil
+	case err := <-p.f.Err():
+		return 0, mapErr(err, p.id, false)
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	}
+}
+
+// WriteAsync sends the compare-and-set write without waiting for it, so
+// that writes of many events share round trips.
+func (s *Store) WriteAsync(r state.Record, rev uint64) (Pending, error) {
+	f, err := s.js.PublishMsgAsync(s.msg(r, rev))
+	if err != nil {
+		return Pending{}, fmt.Errorf("store: write %s: %w", r.ID, err)
+	}
+	return Pending{f: f, id: r.ID}, nil
+}
+
+// Update reads the record, applies fn and writes the result by
+// compare-and-set, re-reading and re-applying on a conflict. An error from
+// fn ends it unchanged.
+func (s *Store) Update(ctx context.Context, id string, fn func(state.Record) (state.Record, error)) (state.Record, uint64, error) {
+	for i := 0; ; i++ {
+		cur, rev, err := s.Get(ctx, id)
+		if err != nil {
+			return state.Record{}, 0, err
+		}
+		next, err := fn(cur)
+		if err != nil {
+			return cur, rev, err
+		}
+		nrev, err := s.Write(ctx, next, rev)
+		if err == nil {
+			return next, nrev, nil
+		}
+		if !errors.Is(err, ErrConflict) || i >= s.o.MaxConflicts {
+			return cur, rev, err
+		}
+	}
+}
+
+// Transition applies one state-machine action to the stored record,
+// retrying on conflicts; it returns the new record and the effects to carry
+// out. An illegal move returns state.ErrInvalidTransition and the current
+// record.
+func (s *Store) Transition(ctx context.Context, id string, a state.Action) (state.Record, uint64, []state.EffectKind, error) {
+	var effects []state.EffectKind
+	r, rev, err := s.Update(ctx, id, func(cur state.Record) (state.Record, error) {
+		next, eff, err := state.Apply(cur, a, s.o.Now())
+		effects = eff
+		return next, err
+	})
+	return r, rev, effects, err
+}

@@ -1,0 +1,206 @@
+// Package target calls an external API for one event: it builds the
+// request from the target's config (URL template, method, headers,
+// timeout, Standard Webhooks signature), sends it, and classifies the
+// answer as an outcome error (nil on success) per the target's rules.
+//
+//	t, err := target.New("erp", cfg.TargetFor("acme", "erp"), nil)
+//	resp, err := t.Call(ctx, target.Request{Event: env, Attempt: 1})
+//	switch outcome.ClassOf(err) { … }
+package target
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/webhook"
+)
+
+// MaxResponse bounds how much of an answer is read.
+const MaxResponse = 1 << 20
+
+// Target is one configured external API.
+type Target struct {
+	Name     string
+	url      *template.Template
+	method   string
+	timeout  time.Duration
+	headers  http.Header
+	signing  string
+	classify map[int]outcome.Class
+	refField string
+	client   *http.Client
+}
+
+// DefaultClient is shared by targets built without a client: keep-alive
+// with enough idle connections per host for concurrent delivery.
+var DefaultClient = &http.Client{Transport: &http.Transport{
+	Proxy:               http.ProxyFromEnvironment,
+	DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	MaxIdleConns:        1024,
+	MaxIdleConnsPerHost: 256,
+	IdleConnTimeout:     90 * time.Second,
+}}
+
+// New builds a target from its (account-resolved) config.
+func New(name string, c config.Target, client *http.Client) (*Target, error) {
+	tpl, err := template.New(name).Option("missingkey=error").Parse(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: url: %w", name, err)
+	}
+	if client == nil {
+		client = DefaultClient
+	}
+	t := &Target{
+		Name: name, url: tpl, method: c.Method, timeout: c.Timeout.D(),
+		headers: http.Header{}, signing: c.SigningSecret.Reveal(),
+		classify: map[int]outcome.Class{}, refField: c.ReferenceField, client: client,
+	}
+	if t.method == "" {
+		t.method = http.MethodPost
+	}
+	if t.timeout <= 0 {
+		t.timeout = 10 * time.Second
+	}
+	if t.refField == "" {
+		t.refField = "id"
+	}
+	for k, v := range c.Headers {
+		t.headers.Set(k, v.Reveal())
+	}
+	for code, cls := range c.Classify {
+		n, err := strconv.Atoi(code)
+		if err != nil {
+			return nil, fmt.Errorf("target %s: classify %q: not a status code", name, code)
+		}
+		t.classify[n] = outcome.Class(cls)
+	}
+	return t, nil
+}
+
+// Request is one call.
+type Request struct {
+	Event     event.Envelope
+	Attempt   int
+	Reference string // provider's job id, for poll URLs
+}
+
+// Response is a target's answer to a call that reached it.
+type Response struct {
+	Status    int
+	Body      []byte
+	Reference string // the reference field of a JSON answer, if any
+}
+
+type urlData struct {
+	ID, Account, Kind, EntityID, Reference string
+}
+
+// URL renders the target URL for r.
+func (t *Target) URL(r Request) (string, error) {
+	var b strings.Builder
+	d := urlData{ID: r.Event.ID, Account: r.Event.Account, Kind: r.Event.Kind, EntityID: r.Event.EntityID, Reference: r.Reference}
+	if err := t.url.Execute(&b, d); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// Classify applies the target's rules to a status: overrides first, then
+// 2xx success; 408, 429 and 5xx except 501 transient; other statuses permanent.
+func (t *Target) Classify(status int) outcome.Class {
+	if c, ok := t.classify[status]; ok {
+		return c
+	}
+	switch {
+	case status >= 200 && status < 300:
+		return outcome.ClassSuccess
+	case status == 408 || status == 429 || (status >= 500 && status != 501):
+		return outcome.ClassTransient
+	}
+	return outcome.ClassPermanent
+}
+
+// Call sends the event and returns the answer and its outcome: nil on
+// success, outcome.Permanent(...) for a permanent rejection, a
+// RetryAfterError when the target asked for a pause, else a transient error.
+func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
+	u, err := t.URL(r)
+	if err != nil {
+		return Response{}, outcome.Permanent(fmt.Errorf("target %s: url: %w", t.Name, err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	body := []byte(r.Event.Payload)
+	req, err := http.NewRequestWithContext(ctx, t.method, u, bytes.NewReader(body))
+	if err != nil {
+		return Response{}, outcome.Permanent(fmt.Errorf("target %s: request: %w", t.Name, err))
+	}
+	for k, v := range t.headers {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(tenaz.HeaderIdempotencyKey, r.Event.IdempotencyKey)
+	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
+	req.Header.Set(tenaz.HeaderAttempt, strconv.Itoa(r.Attempt))
+	if t.signing != "" {
+		for k, v := range webhook.Headers(t.signing, r.Event.ID, time.Now(), body) {
+			req.Header[k] = v
+		}
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return Response{}, fmt.Errorf("%w after %s: %w", outcome.ErrTimeout, t.timeout, err)
+		}
+		return Response{}, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return Response{}, fmt.Errorf("%w reading the answer: %w", outcome.ErrTimeout, err)
+		}
+		return Response{}, fmt.Errorf("target %s: reading answer: %w", t.Name, err)
+	}
+	out := Response{Status: resp.StatusCode, Body: b}
+	switch t.Classify(resp.StatusCode) {
+	case outcome.ClassSuccess:
+		var obj map[string]any
+		if json.Unmarshal(b, &obj) == nil {
+			if s, ok := obj[t.refField].(string); ok {
+				out.Reference = s
+			}
+		}
+		return out, nil
+	case outcome.ClassPermanent:
+		return out, outcome.Permanent(&outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(b)})
+	}
+	herr := &outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(b)}
+	if d, ok := outcome.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+		return out, outcome.RetryAfter(d, herr)
+	}
+	return out, herr
+}
+
+func excerpt(b []byte) string {
+	const max = 1024
+	s := strings.ToValidUTF8(string(b), "?")
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,222 @@
+package tenaz
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Header names on NATS messages and HTTP requests.
+const (
+	HeaderMsgID          = "Nats-Msg-Id"        // NATS: the idempotency key on intake
+	HeaderEntityID       = "Tenaz-Entity-Id"    // NATS intake: entity the event is about
+	HeaderOrderingKey    = "Tenaz-Ordering-Key" // NATS intake: events with one key run in order
+	HeaderNotBefore      = "Tenaz-Not-Before"   // NATS intake: RFC 3339 time before which nothing runs
+	HeaderEventID        = "Tenaz-Event-Id"     // outbound call and internal messages: the event id
+	HeaderAttempt        = "Tenaz-Attempt"      // outbound call: 1-based attempt number
+	HeaderIdempotencyKey = "Idempotency-Key"    // HTTP ingest and outbound call
+)
+
+// Names of the streams and buckets. They are fixed; the subject prefix is not.
+const (
+	StreamIntake   = "INTAKE"
+	StreamEvents   = "EVENTS"
+	StreamDead     = "DEAD"
+	BucketState    = "tenaz_state"
+	BucketBreakers = "tenaz_breakers"
+)
+
+// DefaultPrefix is the subject prefix unless configured otherwise.
+const DefaultPrefix = "tenaz"
+
+// Limits on caller-supplied tokens.
+const (
+	MaxAccountLen = 64
+	MaxKindLen    = 128
+	MaxKindTokens = 8
+	MaxKeyLen     = 255 // idempotency key, entity id, ordering key
+)
+
+// ErrInvalidName is wrapped by every account, kind or key validation error.
+var ErrInvalidName = errors.New("invalid name")
+
+func tokenOK(t string) bool {
+	if t == "" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateAccount checks that a is one subject token of [A-Za-z0-9_-],
+// 1 to 64 bytes: nothing in it can widen (*, >) or split (.) a subject.
+func ValidateAccount(a string) error {
+	if len(a) > MaxAccountLen || !tokenOK(a) {
+		return fmt.Errorf("%w: account %q must be 1-%d characters of [A-Za-z0-9_-]", ErrInvalidName, a, MaxAccountLen)
+	}
+	return nil
+}
+
+// ValidateKind checks that k is 1 to 8 dot-separated tokens of
+// [A-Za-z0-9_-], at most 128 bytes ("order.create").
+func ValidateKind(k string) error {
+	if k == "" || len(k) > MaxKindLen {
+		return fmt.Errorf("%w: kind %q must be 1-%d characters", ErrInvalidName, k, MaxKindLen)
+	}
+	toks := strings.Split(k, ".")
+	if len(toks) > MaxKindTokens {
+		return fmt.Errorf("%w: kind %q has more than %d tokens", ErrInvalidName, k, MaxKindTokens)
+	}
+	for _, t := range toks {
+		if !tokenOK(t) {
+			return fmt.Errorf("%w: kind %q must be dot-separated tokens of [A-Za-z0-9_-]", ErrInvalidName, k)
+		}
+	}
+	return nil
+}
+
+// ValidateKey checks a caller-supplied key (idempotency key, entity id,
+// ordering key): 1 to 255 bytes of printable ASCII. Keys never go into
+// subjects; the limit keeps records and headers bounded.
+func ValidateKey(field, v string) error {
+	if v == "" || len(v) > MaxKeyLen {
+		return fmt.Errorf("%w: %s must be 1-%d characters", ErrInvalidName, field, MaxKeyLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return fmt.Errorf("%w: %s must be printable ASCII without spaces", ErrInvalidName, field)
+		}
+	}
+	return nil
+}
+
+// ValidateEventID checks the shape of an event id as made by the event
+// package ("ev_" and 26 base32 characters); used before an id from a URL
+// becomes a KV key.
+func ValidateEventID(id string) error {
+	if len(id) != 29 || !strings.HasPrefix(id, "ev_") {
+		return fmt.Errorf("%w: event id %q", ErrInvalidName, id)
+	}
+	for i := 3; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return fmt.Errorf("%w: event id %q", ErrInvalidName, id)
+		}
+	}
+	return nil
+}
+
+// Subjects builds every subject under one prefix.
+type Subjects struct{ Prefix string }
+
+// NewSubjects returns subject builders for prefix ("" means DefaultPrefix).
+func NewSubjects(prefix string) Subjects {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Subjects{Prefix: prefix}
+}
+
+func (s Subjects) checked(mid, account, kind string) (string, error) {
+	if err := ValidateAccount(account); err != nil {
+		return "", err
+	}
+	if err := ValidateKind(kind); err != nil {
+		return "", err
+	}
+	return s.Prefix + "." + mid + "." + account + "." + kind, nil
+}
+
+// Intake is where upstream publishes a submission: <p>.intake.<account>.<kind>.
+func (s Subjects) Intake(account, kind string) (string, error) {
+	return s.checked("intake", account, kind)
+}
+
+// IntakeAll is the INTAKE stream's subject filter.
+func (s Subjects) IntakeAll() string { return s.Prefix + ".intake.>" }
+
+// ParseIntake splits an intake subject into account and kind, validating both.
+func (s Subjects) ParseIntake(subject string) (account, kind string, err error) {
+	rest, ok := strings.CutPrefix(subject, s.Prefix+".intake.")
+	if !ok {
+		return "", "", fmt.Errorf("%w: subject %q is not under %s.intake", ErrInvalidName, subject, s.Prefix)
+	}
+	account, kind, ok = strings.Cut(rest, ".")
+	if !ok {
+		return "", "", fmt.Errorf("%w: subject %q has no kind", ErrInvalidName, subject)
+	}
+	if err := ValidateAccount(account); err != nil {
+		return "", "", err
+	}
+	if err := ValidateKind(kind); err != nil {
+		return "", "", err
+	}
+	return account, kind, nil
+}
+
+// Event is the dispatch subject of an event: <p>.events.<account>.<kind>.
+func (s Subjects) Event(account, kind string) (string, error) {
+	return s.checked("events", account, kind)
+}
+
+// EventsAll is the dispatcher-side filter of every account's events.
+func (s Subjects) EventsAll() string { return s.Prefix + ".events.>" }
+
+// EventsOf filters one account's events (its consumer's filter).
+func (s Subjects) EventsOf(account string) string { return s.Prefix + ".events." + account + ".>" }
+
+// Schedule is the subject that holds the server-side schedule (delay,
+// retry, deadline) of one event: <p>.sched.<id>. One per event; a newer
+// schedule replaces an older one, and purging it cancels it.
+func (s Subjects) Schedule(id string) string { return s.Prefix + ".sched." + id }
+
+// SchedulesAll is the filter of every schedule subject.
+func (s Subjects) SchedulesAll() string { return s.Prefix + ".sched.>" }
+
+// Dead is where dead-lettered events are kept: <p>.dead.<account>.<kind>.
+func (s Subjects) Dead(account, kind string) (string, error) {
+	return s.checked("dead", account, kind)
+}
+
+// DeadAll is the DEAD stream's subject filter.
+func (s Subjects) DeadAll() string { return s.Prefix + ".dead.>" }
+
+// AdvisoryDead is published for each dead-lettered event.
+func (s Subjects) AdvisoryDead(account, kind string) string {
+	return s.Prefix + ".advisory.dead." + account + "." + kind
+}
+
+// AdvisoryReview is published for each event moved to manual review.
+func (s Subjects) AdvisoryReview(account, kind string) string {
+	return s.Prefix + ".advisory.review." + account + "." + kind
+}
+
+// AdvisoryBreaker is published when a breaker opens or closes.
+func (s Subjects) AdvisoryBreaker(account, target string) string {
+	return s.Prefix + ".advisory.breaker." + account + "." + target
+}
+
+// AdvisoryDigest carries the nightly dead-letter digest.
+func (s Subjects) AdvisoryDigest() string { return s.Prefix + ".advisory.digest" }
+
+// AccountAnnounce is a core NATS subject on which ingest announces an
+// account it has just provisioned a consumer for, so dispatchers start
+// consuming it without waiting for their periodic listing.
+func (s Subjects) AccountAnnounce() string { return s.Prefix + ".ctl.account" }
+
+// ConsumerName is the durable name of an account's dispatch consumer.
+func ConsumerName(account string) string { return "acct_" + account }
+
+// AccountOfConsumer inverts ConsumerName; ok is false for other consumers.
+func AccountOfConsumer(name string) (string, bool) {
+	a, ok := strings.CutPrefix(name, "acct_")
+	if !ok || ValidateAccount(a) != nil {
+		return "", false
+	}
+	return a, true
+}

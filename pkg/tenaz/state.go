@@ -1,0 +1,52 @@
+package tenaz
+
+import "fmt"
+
+// State is where an event is in its lifecycle (SPEC §3).
+type State string
+
+// The states of an event. See docs/state-machine.md for the diagram.
+const (
+	StateScheduled        State = "scheduled"         // held until not_before by a server-side schedule
+	StatePending          State = "pending"           // accepted, queued for delivery
+	StateRunning          State = "running"           // claimed by one dispatcher, call in flight
+	StateRetrying         State = "retrying"          // a transient failure; next attempt at next_run_at
+	StateAwaitingCallback State = "awaiting_callback" // provider accepted; its webhook is awaited
+	StatePolling          State = "polling"           // provider accepted; the poller asks for the result
+	StateDone             State = "done"              // terminal: delivered / completed
+	StateDead             State = "dead"              // parked: permanent failure or attempts exhausted
+	StateManualReview     State = "manual_review"     // parked: a person must decide
+	StateCancelled        State = "cancelled"         // terminal: cancelled by a caller or operator
+)
+
+// States lists every state, in lifecycle order.
+var States = []State{
+	StateScheduled, StatePending, StateRunning, StateRetrying,
+	StateAwaitingCallback, StatePolling, StateDone, StateDead,
+	StateManualReview, StateCancelled,
+}
+
+// Terminal reports whether no transition leaves s.
+func (s State) Terminal() bool { return s == StateDone || s == StateCancelled }
+
+// Parked reports whether s waits for an operator (dead-letter or review).
+func (s State) Parked() bool { return s == StateDead || s == StateManualReview }
+
+// Valid reports whether s is one of States.
+func (s State) Valid() bool {
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseState returns the State named by v or an error.
+func ParseState(v string) (State, error) {
+	s := State(v)
+	if !s.Valid() {
+		return "", fmt.Errorf("unknown state %q", v)
+	}
+	return s, nil
+}

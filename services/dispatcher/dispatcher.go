@@ -1,0 +1,314 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/target"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
+)
+
+// ErrStopped is the cause of a deliberate stop.
+var ErrStopped = errors.New("dispatcher: stopped")
+
+// Options configure the dispatcher.
+type Options struct {
+	// Conn is the NATS connection. Required.
+	Conn *nats.Conn
+	// Config is the validated tenaz config. Required.
+	Config *config.Config
+	// Logger defaults to a disabled logger.
+	Logger *zerolog.Logger
+	// Instance names this replica in history entries. Defaults to host-pid.
+	Instance string
+	// HTTPClient makes the target calls. Defaults to target.DefaultClient.
+	HTTPClient *http.Client
+	// Relist is how often the account consumers are listed again (to pick
+	// up any that were created while an announcement was missed).
+	// Defaults to 30s.
+	Relist time.Duration
+	// SkipStreams does not apply the stream layout at start.
+	SkipStreams bool
+	// Hooks for crash tests; nil in production.
+	Hooks *Hooks
+}
+
+// Hooks let tests stop the dispatch path at its dangerous points.
+type Hooks struct {
+	// AfterClaim runs after the claim is stored and before the target is
+	// called; an error abandons the message unacked, as a crash would.
+	AfterClaim func(id string, attempt int) error
+	// AfterCall runs after the target answered and before the outcome is
+	// stored; an error abandons the message unacked, as a crash would.
+	AfterCall func(id string, attempt int) error
+}
+
+// Service is the dispatcher.
+type Service struct {
+	o     Options
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cfg   *config.Config
+	subj  tenaz.Subjects
+	log   zerolog.Logger
+	st    *store.Store
+	q     *queue.Queue
+	actor string
+
+	mu       sync.Mutex
+	started  bool
+	stream   jetstream.Stream
+	lanes    map[string]*lane
+	targets  map[string]*target.Target
+	announce *nats.Subscription
+	micro    micro.Service
+	runCtx   context.Context
+	cancel   context.CancelCauseFunc
+	bg       sync.WaitGroup
+
+	rndMu sync.Mutex
+	rnd   *rand.Rand
+}
+
+// New validates the options and builds the dispatcher; it does no I/O.
+func New(o Options) (*Service, error) {
+	if o.Conn == nil || o.Config == nil {
+		return nil, errors.New("dispatcher: Conn and Config are required")
+	}
+	if o.Relist <= 0 {
+		o.Relist = 30 * time.Second
+	}
+	if o.Instance == "" {
+		h, _ := os.Hostname()
+		o.Instance = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	log := zerolog.Nop()
+	if o.Logger != nil {
+		log = o.Logger.With().Str("service", "dispatcher").Logger()
+	}
+	js, err := jetstream.New(o.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	s := &Service{
+		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
+		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, targets: map[string]*target.Target{},
+		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
+	}
+	s.q = queue.New(js, s.subj)
+	return s, nil
+}
+
+// Start binds the stream and store, starts a lane per existing account
+// consumer, and listens for new accounts. It returns once started.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return nil
+	}
+	if !s.o.SkipStreams {
+		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas}); err != nil {
+			return fmt.Errorf("dispatcher: %w", err)
+		}
+	}
+	st, err := store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D()})
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	s.st = st
+	if s.stream, err = s.js.Stream(ctx, tenaz.StreamEvents); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
+	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
+		s.ensureLane(string(m.Data))
+	})
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	s.started = true
+	if err := s.relistLocked(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("listing account consumers")
+	}
+	if s.micro, err = s.registerMicro(); err != nil {
+		s.log.Warn().Err(err).Msg("micro registration failed")
+	}
+	s.bg.Add(1)
+	go s.relistLoop()
+	s.log.Info().Int("accounts", len(s.lanes)).Msg("dispatcher started")
+	return nil
+}
+
+func (s *Service) relistLoop() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.o.Relist)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(s.runCtx, s.o.Relist)
+			s.mu.Lock()
+			if s.started {
+				if err := s.relistLocked(ctx); err != nil && s.runCtx.Err() == nil {
+					s.log.Warn().Err(err).Msg("listing account consumers")
+				}
+			}
+			s.mu.Unlock()
+			cancel()
+		}
+	}
+}
+
+func (s *Service) relistLocked(ctx context.Context) error {
+	names := s.stream.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if acct, ok := tenaz.AccountOfConsumer(name); ok {
+			s.ensureLaneLocked(acct)
+		}
+	}
+	return names.Err()
+}
+
+func (s *Service) ensureLane(account string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		s.ensureLaneLocked(account)
+	}
+}
+
+func (s *Service) ensureLaneLocked(account string) {
+	if tenaz.ValidateAccount(account) != nil {
+		return
+	}
+	if _, ok := s.lanes[account]; ok {
+		return
+	}
+	l, err := s.startLane(account)
+	if err != nil {
+		s.log.Warn().Err(err).Str("account", account).Msg("starting account lane")
+		return
+	}
+	s.lanes[account] = l
+}
+
+// Stop drains every lane: no new messages; in-flight deliveries finish
+// within ctx, after which they are abandoned unacked (redelivered later).
+// Idempotent and safe before Start.
+func (s *Service) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started {
+		s.mu.Unlock()
+		return nil
+	}
+	s.started = false
+	lanes := s.lanes
+	s.lanes = map[string]*lane{}
+	if s.announce != nil {
+		_ = s.announce.Unsubscribe()
+	}
+	s.mu.Unlock()
+	for _, l := range lanes {
+		l.cc.Drain()
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, l := range lanes {
+			<-l.cc.Closed()
+			l.wg.Wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancel(ErrStopped)
+		<-done
+	}
+	s.cancel(ErrStopped)
+	s.bg.Wait()
+	if s.micro != nil {
+		_ = s.micro.Stop()
+	}
+	s.log.Info().Msg("dispatcher stopped")
+	return nil
+}
+
+// Ready reports whether the dispatcher is started and connected.
+func (s *Service) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return errors.New("dispatcher not started")
+	}
+	if !s.nc.IsConnected() {
+		return errors.New("dispatcher: NATS not connected")
+	}
+	return nil
+}
+
+// Accounts returns the accounts this replica consumes.
+func (s *Service) Accounts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.lanes))
+	for a := range s.lanes {
+		out = append(out, a)
+	}
+	return out
+}
+
+func (s *Service) target(account, name string) (*target.Target, error) {
+	key := account + "\x00" + name
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.targets[key]; ok {
+		return t, nil
+	}
+	if _, ok := s.cfg.Target(name); !ok {
+		return nil, fmt.Errorf("unknown target %q", name)
+	}
+	t, err := target.New(name, s.cfg.TargetFor(account, name), s.o.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	s.targets[key] = t
+	return t, nil
+}
+
+func (s *Service) jitter() *rand.Rand {
+	s.rndMu.Lock()
+	defer s.rndMu.Unlock()
+	return rand.New(rand.NewPCG(s.rnd.Uint64(), s.rnd.Uint64()))
+}
+
+func trimErr(err error) string {
+	m := err.Error()
+	if len(m) > 2048 {
+		m = m[:2048] + "…"
+	}
+	return strings.ToValidUTF8(m, "?")
+}
+
+// Routes registers the dispatcher's HTTP routes on mux (none: it serves
+// health and metrics only).
+func (s *Service) Routes(mux *http.ServeMux) {}

@@ -1,0 +1,31 @@
+package dispatcher
+
+import (
+	"encoding/json"
+
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Version is reported by the micro service.
+const Version = "0.1.0"
+
+// registerMicro registers tenaz-dispatcher with an "accounts" endpoint
+// listing the accounts this replica consumes.
+func (s *Service) registerMicro() (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name: "tenaz-dispatcher", Version: Version,
+		Description: "Delivers events to their targets",
+		QueueGroup:  "tenaz-dispatcher",
+	})
+	if err != nil {
+		return nil, err
+	}
+	g := svc.AddGroup(s.cfg.Prefix + ".api.dispatcher")
+	if err := g.AddEndpoint("accounts", micro.HandlerFunc(func(req micro.Request) {
+		b, _ := json.Marshal(s.Accounts())
+		_ = req.Respond(b)
+	})); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}

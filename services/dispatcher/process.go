@@ -1,0 +1,337 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/logging"
+	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/target"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// dueSlack tolerates clock skew between this replica and the server that
+// fired a schedule.
+const dueSlack = 2 * time.Second
+
+// maxResult bounds the target answer kept as an event's result.
+const maxResult = 4096
+
+func (s *Service) process(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	env, err := event.Unmarshal(m.Data())
+	if err != nil {
+		s.poison(ctx, m, err)
+		return
+	}
+	l := s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger()
+	ctx = logging.WithEvent(l.WithContext(ctx), env.ID, env.Account, env.Kind)
+	rec, rev, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
+	if !ok {
+		return
+	}
+	if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
+		if err := h.AfterClaim(env.ID, rec.Attempts); err != nil {
+			return // as if the process died here
+		}
+	}
+	s.deliver(ctx, m, env, rec, rev)
+}
+
+// poison keeps an undecodable message in DEAD and terminates it.
+func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
+	meta, _ := m.Metadata()
+	e := dead.Entry{Reason: dead.ReasonRejected, Class: "malformed_message", Error: cause.Error(),
+		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject()}
+	if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("events-%d", meta.Sequence.Stream)); err != nil {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	s.log.Error().Err(cause).Str("subject", m.Subject()).Msg("undecodable message kept in DEAD")
+	_ = m.TermWithReason("malformed message")
+}
+
+// claim moves the event to running for this message, by compare-and-set.
+// It first tries the revision the message carries (no read needed for a
+// fresh event); on a conflict it reads the record and decides from its
+// state. ok is false when the message was settled (dropped as stale) or
+// must come back later.
+func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, bool) {
+	now := s.st.Now()
+	if h := m.Headers().Get(queue.HeaderRev); h != "" {
+		if rev, err := strconv.ParseUint(h, 10, 64); err == nil {
+			if next, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}, now); err == nil {
+				nrev, err := s.st.Write(ctx, next, rev)
+				if err == nil {
+					return next, nrev, true
+				}
+				if !errors.Is(err, store.ErrConflict) {
+					s.retryLater(ctx, m, err)
+					return state.Record{}, 0, false
+				}
+			}
+		}
+	}
+	for range 16 {
+		rec, rev, err := s.st.Get(ctx, env.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			zerolog.Ctx(ctx).Warn().Msg("no record for this event (expired or removed); dropping the message")
+			_ = m.Ack()
+			return rec, 0, false
+		}
+		if err != nil {
+			s.retryLater(ctx, m, err)
+			return rec, 0, false
+		}
+		var actions []state.Action
+		claim := state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}
+		switch rec.Status {
+		case tenaz.StatePending:
+			actions = []state.Action{claim}
+		case tenaz.StateRetrying, tenaz.StateScheduled:
+			if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
+				s.drop(ctx, m, rec, "not due yet: a stale message")
+				return rec, 0, false
+			}
+			if rec.Status == tenaz.StateScheduled {
+				actions = append(actions, state.Action{Name: state.Due, Actor: s.actor})
+			}
+			actions = append(actions, claim)
+		case tenaz.StateRunning:
+			if rec.RunSeq != seq {
+				s.drop(ctx, m, rec, "another message owns the run")
+				return rec, 0, false
+			}
+			actions = []state.Action{{Name: state.Reclaim, Seq: seq, Actor: s.actor, Detail: "message redelivered: the previous run was lost"}}
+		default:
+			s.drop(ctx, m, rec, "event is "+string(rec.Status))
+			return rec, 0, false
+		}
+		next := rec
+		for _, a := range actions {
+			if next, _, err = state.Apply(next, a, now); err != nil {
+				s.drop(ctx, m, rec, err.Error())
+				return rec, 0, false
+			}
+		}
+		nrev, err := s.st.Write(ctx, next, rev)
+		if err == nil {
+			return next, nrev, true
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			s.retryLater(ctx, m, err)
+			return rec, 0, false
+		}
+	}
+	s.retryLater(ctx, m, errors.New("too many conflicting writes"))
+	return state.Record{}, 0, false
+}
+
+func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {
+	zerolog.Ctx(ctx).Debug().Str("status", string(rec.Status)).Str("why", why).Msg("message dropped")
+	_ = m.Ack()
+}
+
+// retryLater hands the message back for a later redelivery after an
+// infrastructure error (the store or stream did not answer).
+func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
+	if ctx.Err() == nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("store unavailable; message will be redelivered")
+		_ = m.NakWithDelay(2 * time.Second)
+	}
+}
+
+// deliver calls the target and records the outcome.
+func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64) {
+	kind, ok := s.cfg.Kind(env.Kind)
+	if !ok {
+		s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("kind %q is no longer configured", env.Kind)), config.Stage{Attempts: 1}, false, target.Response{})
+		return
+	}
+	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
+	hasFallback := kind.Fallback != nil && rec.Stage == state.StagePrimary
+	tgt, err := s.target(env.Account, stage.Target)
+	if err != nil {
+		s.finish(ctx, m, env, rec, rev, outcome.Permanent(err), stage, hasFallback, target.Response{})
+		return
+	}
+	stop := s.keepAlive(m)
+	resp, callErr := tgt.Call(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference})
+	stop()
+	if ctx.Err() != nil {
+		return // stopping hard: the message comes back
+	}
+	if h := s.o.Hooks; h != nil && h.AfterCall != nil {
+		if err := h.AfterCall(env.ID, rec.Attempts); err != nil {
+			return
+		}
+	}
+	s.finish(ctx, m, env, rec, rev, callErr, stage, hasFallback, resp)
+}
+
+// keepAlive tells the server the message is still being worked on while a
+// slow call runs, so AckWait does not redeliver it meanwhile.
+func (s *Service) keepAlive(m jetstream.Msg) func() {
+	t := time.NewTicker(10 * time.Second)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-t.C:
+				_ = m.InProgress()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { t.Stop(); close(done) }
+}
+
+// finish decides what the outcome means and stores it; the message is
+// acked only once everything the decision needs is durable.
+func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64,
+	callErr error, stage config.Stage, hasFallback bool, resp target.Response) {
+	b := outcome.Backoff{Initial: stage.Backoff.Initial.D(), Max: stage.Backoff.Max.D(), Multiplier: stage.Backoff.Multiplier,
+		Jitter: stage.Backoff.Jitter, MaxRetryAfter: stage.Backoff.MaxRetryAfter.D()}
+	d := outcome.Decide(callErr, rec.Attempts, stage.Attempts, hasFallback, b, s.jitter())
+	log := zerolog.Ctx(ctx)
+	var errInfo *state.ErrorInfo
+	if callErr != nil {
+		errInfo = &state.ErrorInfo{Class: string(d.Class), Message: trimErr(callErr), HTTPStatus: outcome.StatusOf(callErr)}
+	}
+	now := s.st.Now()
+	var a state.Action
+	var reason string
+	switch d.Verdict {
+	case outcome.VerdictDone:
+		a = state.Action{Name: state.Succeed, Actor: s.actor, Detail: fmt.Sprintf("target answered %d", resp.Status), Result: result(resp)}
+	case outcome.VerdictRetry:
+		at := queue.DueTime(now.Add(d.Delay))
+		if err := s.q.ScheduleAt(ctx, env, at, fmt.Sprintf("%s/retry/%d", env.ID, rec.Attempts)); err != nil {
+			s.retryLater(ctx, m, err)
+			return
+		}
+		a = state.Action{Name: state.Retry, Actor: s.actor, Error: errInfo, NextRunAt: &at}
+	case outcome.VerdictFallback:
+		a = state.Action{Name: state.Fallback, Actor: s.actor, Error: errInfo, Detail: fmt.Sprintf("primary failed %d times: %s", rec.Attempts, errInfo.Message)}
+	case outcome.VerdictDead:
+		reason = dead.ReasonExhausted
+		if d.Class == outcome.ClassPermanent {
+			reason = dead.ReasonPermanent
+		}
+		a = state.Action{Name: state.Fail, Actor: s.actor, Error: errInfo, Detail: reason + ": " + errInfo.Message}
+	}
+	next, effects, err := state.Apply(rec, a, now)
+	if err != nil { // cannot happen from running; keep the message for a fresh look
+		s.retryLater(ctx, m, err)
+		return
+	}
+	if d.Verdict == outcome.VerdictDead {
+		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: errInfo.Class,
+			Error: errInfo.Message, Status: errInfo.HTTPStatus, At: now.UTC(), Event: &env, Record: &next}
+		if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/dead/%d", env.ID, rec.Attempts)); err != nil {
+			s.retryLater(ctx, m, err)
+			return
+		}
+	}
+	if _, err := s.st.Write(ctx, next, rev); err != nil {
+		if !errors.Is(err, store.ErrConflict) {
+			s.retryLater(ctx, m, err)
+			return
+		}
+		// Someone moved the event while we called (an operator, the
+		// max-deliveries backstop): re-apply on the current record if it is
+		// still our run, else our outcome is only history.
+		if _, _, err = s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
+			if cur.Status != tenaz.StateRunning || cur.RunSeq != rec.RunSeq {
+				n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + string(a.Name)}, now)
+				return n, err
+			}
+			n, _, err := state.Apply(cur, a, now)
+			return n, err
+		}); err != nil {
+			s.retryLater(ctx, m, err)
+			return
+		}
+	}
+	for _, e := range effects {
+		if e == state.EffectEnqueue {
+			if _, err := s.q.Enqueue(ctx, env, 0, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, len(next.History))); err != nil {
+				// The record is pending and this message unacked: its
+				// redelivery claims the fallback stage itself.
+				s.retryLater(ctx, m, err)
+				return
+			}
+		}
+	}
+	_ = m.Ack()
+	switch d.Verdict {
+	case outcome.VerdictDone:
+		log.Debug().Int("attempt", rec.Attempts).Msg("delivered")
+	case outcome.VerdictRetry:
+		log.Info().Int("attempt", rec.Attempts).Str("class", string(d.Class)).Dur("delay", d.Delay).Msg("will retry")
+	case outcome.VerdictFallback:
+		log.Info().Int("attempt", rec.Attempts).Msg("moving to the fallback stage")
+	case outcome.VerdictDead:
+		log.Warn().Int("attempt", rec.Attempts).Str("class", string(d.Class)).Str("error", errInfo.Message).Msg("dead-lettered")
+		s.adviseDead(next)
+	}
+}
+
+func reasonOf(detail string) string {
+	for i := range len(detail) {
+		if detail[i] == ':' {
+			return detail[:i]
+		}
+	}
+	return detail
+}
+
+func result(r target.Response) json.RawMessage {
+	if len(r.Body) == 0 || len(r.Body) > maxResult || !json.Valid(r.Body) {
+		return nil
+	}
+	return json.RawMessage(r.Body)
+}
+
+// DeadAdvisory is the JSON of <p>.advisory.dead.<account>.<kind>.
+type DeadAdvisory struct {
+	ID         string    `json:"id"`
+	Account    string    `json:"account"`
+	Kind       string    `json:"kind"`
+	Reason     string    `json:"reason"`
+	Class      string    `json:"class,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	HTTPStatus int       `json:"http_status,omitempty"`
+	Attempts   int       `json:"attempts"`
+	At         time.Time `json:"at"`
+}
+
+func (s *Service) adviseDead(r state.Record) {
+	a := DeadAdvisory{ID: r.ID, Account: r.Account, Kind: r.Kind, Attempts: r.Attempts, At: r.UpdatedAt}
+	if r.LastError != nil {
+		a.Class, a.Error, a.HTTPStatus = r.LastError.Class, r.LastError.Message, r.LastError.HTTPStatus
+	}
+	if len(r.History) > 0 {
+		a.Reason = reasonOf(r.History[len(r.History)-1].Detail)
+	}
+	b, _ := json.Marshal(a)
+	_ = s.nc.Publish(s.subj.AdvisoryDead(r.Account, r.Kind), b)
+}

@@ -1,0 +1,178 @@
+package ingest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// View is an event as the API shows it.
+type View struct {
+	ID             string           `json:"id"`
+	Status         tenaz.State      `json:"status"`
+	IdempotencyKey string           `json:"idempotency_key"`
+	StatusURL      string           `json:"status_url"`
+	Account        string           `json:"account,omitempty"`
+	Kind           string           `json:"kind,omitempty"`
+	EntityID       string           `json:"entity_id,omitempty"`
+	OrderingKey    string           `json:"ordering_key,omitempty"`
+	Stage          string           `json:"stage,omitempty"`
+	Attempts       int              `json:"attempts"`
+	LastError      *state.ErrorInfo `json:"last_error,omitempty"`
+	NextRunAt      *time.Time       `json:"next_run_at,omitempty"`
+	Reference      string           `json:"reference,omitempty"`
+	Result         json.RawMessage  `json:"result,omitempty"`
+	CreatedAt      *time.Time       `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time       `json:"updated_at,omitempty"`
+}
+
+func statusURL(r *http.Request, id string) string {
+	scheme := "http"
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + "/v1/events/" + id
+}
+
+func viewOf(rec state.Record, url string) View {
+	v := View{ID: rec.ID, Status: rec.Status, IdempotencyKey: rec.IdempotencyKey, StatusURL: url,
+		Account: rec.Account, Kind: rec.Kind, EntityID: rec.EntityID, OrderingKey: rec.OrderingKey,
+		Stage: rec.Stage, Attempts: rec.Attempts, LastError: rec.LastError, NextRunAt: rec.NextRunAt,
+		Reference: rec.Reference, Result: rec.Result}
+	if !rec.CreatedAt.IsZero() {
+		c, u := rec.CreatedAt, rec.UpdatedAt
+		v.CreatedAt, v.UpdatedAt = &c, &u
+	}
+	return v
+}
+
+// handlePost: POST /v1/events. The submission is validated here (so errors
+// are answered at once), written to INTAKE (durable from then on), and
+// accepted by the intake consumer, whose outcome decides 202 (new) or 200
+// (a duplicate: the existing event). If the outcome takes longer than
+// ReplyTimeout the answer is 202 with status "accepted": the submission is
+// safe in INTAKE.
+func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
+	max := s.cfg.HTTP.MaxBodyBytes
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max+64*1024))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			httpapi.Error(w, http.StatusRequestEntityTooLarge, "too_large", "request body is over the limit")
+			return
+		}
+		httpapi.Error(w, http.StatusBadRequest, "malformed", "reading body: "+err.Error())
+		return
+	}
+	sub, err := event.ParseSubmission(body)
+	if err != nil {
+		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
+		return
+	}
+	f := event.Fields{Account: sub.Account, Kind: sub.Kind, EntityID: sub.EntityID, OrderingKey: sub.OrderingKey,
+		NotBefore: sub.NotBefore, IdempotencyKey: r.Header.Get(tenaz.HeaderIdempotencyKey)}
+	status, v := s.submit(r, f, sub.Payload)
+	httpapi.JSON(w, status, v)
+}
+
+// submit is the shared path of HTTP and micro submissions.
+func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, any) {
+	env, serr := s.build(f, payload, time.Now())
+	if serr != nil {
+		return serr.Status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: serr.Code, Message: serr.Error()}}
+	}
+	subject, _ := s.subj.Intake(env.Account, env.Kind)
+	reply, ch, forget := s.replies.next()
+	defer forget()
+	m := nats.NewMsg(subject)
+	m.Data = payload
+	m.Header.Set(tenaz.HeaderIdempotencyKey, env.IdempotencyKey)
+	m.Header.Set(tenaz.HeaderMsgID, env.ID)
+	m.Header.Set(headerReply, reply)
+	for h, v := range map[string]string{tenaz.HeaderEntityID: f.EntityID, tenaz.HeaderOrderingKey: f.OrderingKey, tenaz.HeaderNotBefore: f.NotBefore} {
+		if v != "" {
+			m.Header.Set(h, v)
+		}
+	}
+	url := statusURL(r, env.ID)
+	ctx := r.Context()
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "unavailable", Message: "could not persist the submission: " + err.Error()}}
+	}
+	accepted := View{ID: env.ID, Status: "accepted", IdempotencyKey: env.IdempotencyKey, StatusURL: url, Account: env.Account, Kind: env.Kind}
+	if ack.Duplicate { // the same submission is being accepted right now
+		if rec, _, err := s.st.Get(ctx, env.ID); err == nil {
+			return http.StatusOK, viewOf(rec, url)
+		}
+		return http.StatusOK, accepted
+	}
+	t := time.NewTimer(s.o.ReplyTimeout)
+	defer t.Stop()
+	select {
+	case b := <-ch:
+		var o outcomeMsg
+		if err := json.Unmarshal(b, &o); err != nil || (o.Record == nil && o.Code == "") {
+			return http.StatusAccepted, accepted
+		}
+		if o.Code != "" {
+			return o.Status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: o.Code, Message: o.Message}}
+		}
+		if o.Created {
+			return http.StatusAccepted, viewOf(*o.Record, url)
+		}
+		return http.StatusOK, viewOf(*o.Record, url)
+	case <-t.C:
+		return http.StatusAccepted, accepted
+	case <-ctx.Done():
+		return http.StatusAccepted, accepted
+	}
+}
+
+func (s *Service) lookup(w http.ResponseWriter, r *http.Request) (state.Record, bool) {
+	id := r.PathValue("id")
+	if err := tenaz.ValidateEventID(id); err != nil {
+		httpapi.Error(w, http.StatusNotFound, "not_found", "no event "+id)
+		return state.Record{}, false
+	}
+	rec, _, err := s.st.Get(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		httpapi.Error(w, http.StatusNotFound, "not_found", "no event "+id)
+		return rec, false
+	}
+	if err != nil {
+		httpapi.Error(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return rec, false
+	}
+	return rec, true
+}
+
+func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
+	if rec, ok := s.lookup(w, r); ok {
+		httpapi.JSON(w, http.StatusOK, viewOf(rec, statusURL(r, rec.ID)))
+	}
+}
+
+// HistoryView is the answer of GET /v1/events/{id}/history.
+type HistoryView struct {
+	ID        string        `json:"id"`
+	Status    tenaz.State   `json:"status"`
+	History   []state.Entry `json:"history"`
+	Truncated int           `json:"history_truncated,omitempty"`
+}
+
+func (s *Service) handleHistory(w http.ResponseWriter, r *http.Request) {
+	if rec, ok := s.lookup(w, r); ok {
+		httpapi.JSON(w, http.StatusOK, HistoryView{ID: rec.ID, Status: rec.Status, History: rec.History, Truncated: rec.Truncated})
+	}
+}

@@ -1,0 +1,217 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
+)
+
+// ErrStopped is the cause of a deliberate stop.
+var ErrStopped = errors.New("ingest: stopped")
+
+// Options configure the service.
+type Options struct {
+	// Conn is the NATS connection. Required.
+	Conn *nats.Conn
+	// Config is the validated tenaz config. Required.
+	Config *config.Config
+	// Logger defaults to a disabled logger.
+	Logger *zerolog.Logger
+	// Workers is how many intake messages are accepted concurrently.
+	// Defaults to 64.
+	Workers int
+	// ReplyTimeout is how long POST /v1/events waits for its submission to
+	// be accepted before answering 202 with status "accepted". Defaults to 5s.
+	ReplyTimeout time.Duration
+	// SkipStreams does not apply the stream layout at start (it is applied
+	// by `tenaz streams apply` or another service).
+	SkipStreams bool
+	// Hooks for crash tests; nil in production.
+	Hooks *Hooks
+}
+
+// Hooks let tests stop the accept path at its dangerous points.
+type Hooks struct {
+	// AfterCreate runs after the record is written and before the EVENTS
+	// publish; returning an error abandons the message unacked, as a crash would.
+	AfterCreate func(id string) error
+}
+
+// Service is the ingest service.
+type Service struct {
+	o       Options
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	cfg     *config.Config
+	subj    tenaz.Subjects
+	log     zerolog.Logger
+	st      *store.Store
+	q       *queue.Queue
+	prov    *accounts.Provisioner
+	replies *replies
+
+	mu      sync.Mutex
+	started bool
+	cc      jetstream.ConsumeContext
+	micro   micro.Service
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	cancel  context.CancelCauseFunc
+}
+
+// New validates the options and builds the service; it does no I/O.
+func New(o Options) (*Service, error) {
+	if o.Conn == nil || o.Config == nil {
+		return nil, errors.New("ingest: Conn and Config are required")
+	}
+	if o.Workers <= 0 {
+		o.Workers = 64
+	}
+	if o.ReplyTimeout <= 0 {
+		o.ReplyTimeout = 5 * time.Second
+	}
+	log := zerolog.Nop()
+	if o.Logger != nil {
+		log = o.Logger.With().Str("service", "ingest").Logger()
+	}
+	js, err := jetstream.New(o.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	s := &Service{
+		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
+		sem: make(chan struct{}, o.Workers),
+	}
+	s.q = queue.New(js, s.subj)
+	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
+	return s, nil
+}
+
+// Start binds the streams, starts consuming INTAKE and registers the micro
+// service. It returns once started.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return nil
+	}
+	if !s.o.SkipStreams {
+		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas}); err != nil {
+			return fmt.Errorf("ingest: %w", err)
+		}
+	}
+	st, err := store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D()})
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	s.st = st
+	if s.replies, err = newReplies(s.nc); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	cons, err := s.js.Consumer(ctx, tenaz.StreamIntake, "ingest")
+	if err != nil {
+		return fmt.Errorf("ingest: intake consumer: %w", err)
+	}
+	runCtx, cancel := context.WithCancelCause(context.Background())
+	s.cancel = cancel
+	s.cc, err = cons.Consume(func(m jetstream.Msg) {
+		s.sem <- struct{}{}
+		s.wg.Add(1)
+		go func() {
+			defer func() { <-s.sem; s.wg.Done() }()
+			s.handleIntake(runCtx, m)
+		}()
+	}, jetstream.PullMaxMessages(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			s.log.Debug().Err(err).Msg("intake consume")
+		}
+	}))
+	if err != nil {
+		cancel(ErrStopped)
+		return fmt.Errorf("ingest: consume: %w", err)
+	}
+	if s.micro, err = s.registerMicro(); err != nil {
+		s.cc.Stop()
+		cancel(ErrStopped)
+		return fmt.Errorf("ingest: micro: %w", err)
+	}
+	s.started = true
+	s.log.Info().Msg("ingest started")
+	return nil
+}
+
+// Stop drains: no new intake messages, in-flight ones finish (or, past
+// ctx's deadline, are abandoned unacked for redelivery). Idempotent.
+func (s *Service) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return nil
+	}
+	s.started = false
+	s.cc.Drain()
+	select {
+	case <-s.cc.Closed():
+	case <-ctx.Done():
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancel(ErrStopped)
+		<-done
+	}
+	s.cancel(ErrStopped)
+	if s.micro != nil {
+		_ = s.micro.Stop()
+	}
+	s.replies.close()
+	s.log.Info().Msg("ingest stopped")
+	return nil
+}
+
+// Ready reports whether the service is started and connected.
+func (s *Service) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return errors.New("ingest not started")
+	}
+	if !s.nc.IsConnected() {
+		return errors.New("ingest: NATS not connected")
+	}
+	return nil
+}
+
+// Routes registers the HTTP API on mux.
+func (s *Service) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/events", s.handlePost)
+	mux.HandleFunc("GET /v1/events/{id}", s.handleGet)
+	mux.HandleFunc("GET /v1/events/{id}/history", s.handleHistory)
+	mux.HandleFunc("DELETE /v1/events/{id}", s.handleCancel)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	if h == "" {
+		return "unknown"
+	}
+	return h
+}

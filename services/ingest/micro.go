@@ -1,0 +1,74 @@
+package ingest
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/httpapi"
+)
+
+// Version is reported by the micro service.
+const Version = "0.1.0"
+
+// microSubmit is the request of the submit endpoint: the HTTP body plus
+// the idempotency key.
+type microSubmit struct {
+	event.Submission
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// registerMicro registers tenaz-ingest with endpoints submit, get and
+// history under <prefix>.api.ingest. Each answers what the HTTP API answers
+// (the body) with the HTTP status in the Tenaz-Status header.
+func (s *Service) registerMicro() (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name: "tenaz-ingest", Version: Version,
+		Description: "Accepts events and answers their status",
+		QueueGroup:  "tenaz-ingest",
+	})
+	if err != nil {
+		return nil, err
+	}
+	g := svc.AddGroup(s.cfg.Prefix + ".api.ingest")
+	add := func(name string, h micro.HandlerFunc) error { return g.AddEndpoint(name, h) }
+	if err := add("submit", func(req micro.Request) {
+		var ms microSubmit
+		if err := json.Unmarshal(req.Data(), &ms); err != nil || len(ms.Payload) == 0 {
+			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want {account, kind, payload, idempotency_key?}"}})
+			return
+		}
+		f := event.Fields{Account: ms.Account, Kind: ms.Kind, EntityID: ms.EntityID, OrderingKey: ms.OrderingKey, NotBefore: ms.NotBefore, IdempotencyKey: ms.IdempotencyKey}
+		r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)
+		r.Host = "nats"
+		status, v := s.submit(r, f, ms.Payload)
+		respond(req, status, v)
+	}); err != nil {
+		return nil, err
+	}
+	for _, ep := range []struct {
+		name string
+		h    http.HandlerFunc
+	}{{"get", s.handleGet}, {"history", s.handleHistory}} {
+		h := ep.h
+		if err := add(ep.name, func(req micro.Request) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.SetPathValue("id", string(req.Data()))
+			rec := httptest.NewRecorder()
+			h(rec, r)
+			_ = req.Respond(rec.Body.Bytes(), micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(rec.Code)}}))
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return svc, nil
+}
+
+func respond(req micro.Request, status int, v any) {
+	b, _ := json.Marshal(v)
+	_ = req.Respond(b, micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(status)}}))
+}

@@ -1,0 +1,92 @@
+// Command tenaz is the binary users meet first: `tenaz run` starts all of
+// tenaz in one process on an embedded nats-server; its other subcommands
+// are the operator CLI.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/daemon"
+	"github.com/tenaz/tenaz/pkg/logging"
+	standalone "github.com/tenaz/tenaz/services/tenaz"
+)
+
+type cli struct {
+	Run    runCmd    `cmd:"" help:"Start everything in one process (embedded NATS unless nats.url is set)."`
+	Config configCmd `cmd:"" help:"Validate a config and print it with secrets redacted."`
+}
+
+type runCmd struct {
+	Config string `short:"c" help:"Config file (default: ./tenaz.yaml if present, else the built-in demo config)." type:"path"`
+}
+
+type configCmd struct {
+	Config string `arg:"" optional:"" help:"Config file (default: ./tenaz.yaml, else the demo config)." type:"path"`
+}
+
+func main() {
+	var c cli
+	k := kong.Parse(&c, kong.Name("tenaz"), kong.Description("Deliver integration events to APIs that fail."), kong.UsageOnError())
+	if err := k.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "tenaz:", err)
+		if errors.Is(err, config.ErrInvalidConfig) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// loadConfig: the flag, else ./tenaz.yaml, else the built-in demo.
+func loadConfig(path string) (*config.Config, string, error) {
+	if path == "" {
+		if _, err := os.Stat("tenaz.yaml"); err == nil {
+			path = "tenaz.yaml"
+		}
+	}
+	if path == "" {
+		cfg, err := standalone.DemoConfig(os.LookupEnv)
+		return cfg, "built-in demo config", err
+	}
+	cfg, err := config.Load(path)
+	return cfg, path, err
+}
+
+func (r *runCmd) Run() error {
+	cfg, from, err := loadConfig(r.Config)
+	if err != nil {
+		return err
+	}
+	log := logging.New(cfg.Log.Format, cfg.Log.Level, nil)
+	log.Info().Str("config", from).Msg("starting tenaz")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	t, err := standalone.New(standalone.Options{Config: cfg, Logger: &log})
+	if err != nil {
+		return err
+	}
+	if err := t.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info().Msg("stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), daemon.StopTimeout)
+	defer cancel()
+	return t.Stop(sctx)
+}
+
+func (c *configCmd) Run() error {
+	cfg, from, err := loadConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("# %s: valid\n%s", from, cfg.Redacted())
+	return nil
+}

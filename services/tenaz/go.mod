@@ -1,0 +1,43 @@
+module github.com/tenaz/tenaz/services/tenaz
+
+go 1.26.8
+
+require (
+	github.com/tenaz/tenaz/pkg v0.0.0
+	github.com/tenaz/tenaz/services/deadletter v0.0.0
+	github.com/tenaz/tenaz/services/dispatcher v0.0.0
+	github.com/tenaz/tenaz/services/ingest v0.0.0
+	github.com/tenaz/tenaz/services/poller v0.0.0
+	github.com/tenaz/tenaz/streams v0.0.0
+)
+
+require (
+	github.com/alecthomas/kong v1.17.0 // indirect
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/mattn/go-colorable v0.1.14 // indirect
+	github.com/mattn/go-isatty v0.0.20 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/rs/zerolog v1.35.1 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
+
+replace github.com/tenaz/tenaz/pkg => ../../pkg
+
+replace github.com/tenaz/tenaz/streams => ../../streams
+
+replace github.com/tenaz/tenaz/services/ingest => ../ingest
+
+replace github.com/tenaz/tenaz/services/dispatcher => ../dispatcher
+
+replace github.com/tenaz/tenaz/services/poller => ../poller
+
+replace github.com/tenaz/tenaz/services/deadletter => ../deadletter

@@ -1,0 +1,182 @@
+package standalone
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/daemon"
+	"github.com/tenaz/tenaz/pkg/natsconn"
+	"github.com/tenaz/tenaz/pkg/natsd"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/services/deadletter"
+	"github.com/tenaz/tenaz/services/dispatcher"
+	"github.com/tenaz/tenaz/services/ingest"
+	"github.com/tenaz/tenaz/services/poller"
+	"github.com/tenaz/tenaz/streams"
+)
+
+//go:embed demo.yaml
+var demoYAML []byte
+
+// DemoConfig returns the built-in demo config (with TENAZ_ overrides).
+func DemoConfig(getenv func(string) (string, bool)) (*config.Config, error) {
+	return config.Parse(demoYAML, getenv)
+}
+
+// DemoYAML is the text of the built-in demo config.
+func DemoYAML() []byte { return demoYAML }
+
+// Options configure a standalone tenaz.
+type Options struct {
+	// Config is the validated config. Required.
+	Config *config.Config
+	// Logger defaults to a disabled logger.
+	Logger *zerolog.Logger
+}
+
+// Tenaz is everything of `tenaz run`.
+type Tenaz struct {
+	o      Options
+	log    zerolog.Logger
+	srv    *server.Server
+	nc     *nats.Conn
+	demo   *provider.Provider
+	demoH  *daemon.Server
+	http   *daemon.Server
+	parts  []daemon.Component
+	Ingest *ingest.Service
+	Disp   *dispatcher.Service
+}
+
+// New checks the options; it does no I/O.
+func New(o Options) (*Tenaz, error) {
+	if o.Config == nil {
+		return nil, errors.New("standalone: Config is required")
+	}
+	log := zerolog.Nop()
+	if o.Logger != nil {
+		log = *o.Logger
+	}
+	return &Tenaz{o: o, log: log}, nil
+}
+
+// HTTPAddr is the bound address of the shared listener.
+func (t *Tenaz) HTTPAddr() string { return t.http.Addr }
+
+// NATSURL is the URL the services use.
+func (t *Tenaz) NATSURL() string { return t.nc.ConnectedUrl() }
+
+// Demo is the demo provider, or nil.
+func (t *Tenaz) Demo() *provider.Provider { return t.demo }
+
+// Start starts NATS (embedded unless configured), applies the streams,
+// starts the demo provider and the four services, then serves HTTP.
+func (t *Tenaz) Start(ctx context.Context) (err error) {
+	cfg := t.o.Config
+	defer func() {
+		if err != nil {
+			_ = t.Stop(context.Background())
+		}
+	}()
+	url := cfg.NATS.URL
+	if url == "" {
+		always, every := cfg.NATS.Embedded.SyncInterval()
+		t.srv, err = natsd.Start(natsd.Options{StoreDir: cfg.NATS.Embedded.StoreDir, Listen: cfg.NATS.Embedded.Listen,
+			SyncAlways: always, SyncInterval: every})
+		if err != nil {
+			return err
+		}
+		url = t.srv.ClientURL()
+		t.log.Info().Str("nats", url).Str("store_dir", cfg.NATS.Embedded.StoreDir).
+			Str("sync", cfg.NATS.Embedded.Sync).Msg("embedded nats-server started")
+	}
+	if t.nc, err = natsconn.Connect(cfg.NATS, "tenaz", url); err != nil {
+		return err
+	}
+	js, err := jetstream.New(t.nc)
+	if err != nil {
+		return err
+	}
+	if err := streams.Apply(ctx, js, streams.Options{Prefix: cfg.Prefix, Replicas: cfg.Streams.Replicas}); err != nil {
+		return err
+	}
+	if cfg.Demo.Provider != "" {
+		f := provider.DemoFaults()
+		if cfg.Demo.FailureRate > 0 {
+			f.ErrorRate = cfg.Demo.FailureRate
+		}
+		t.demo = provider.New(f, provider.WithIdempotent(), provider.WithMaxCalls(10000))
+		if t.demoH, err = daemon.Serve(cfg.Demo.Provider, t.demo); err != nil {
+			return fmt.Errorf("demo provider: %w", err)
+		}
+		t.log.Info().Str("addr", t.demoH.Addr).Msg("demo provider started")
+	}
+	log := t.log
+	if t.Ingest, err = ingest.New(ingest.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
+		return err
+	}
+	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
+		return err
+	}
+	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Logger: &log})
+	if err != nil {
+		return err
+	}
+	dl, err := deadletter.New(deadletter.Options{Conn: t.nc, Config: cfg, Logger: &log})
+	if err != nil {
+		return err
+	}
+	for _, c := range []daemon.Component{dl, pl, t.Disp, t.Ingest} { // consumers of a stage start before its producers
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		t.parts = append(t.parts, c)
+	}
+	if t.http, err = daemon.Serve(cfg.HTTP.Addr, daemon.Mux(t.parts...)); err != nil {
+		return err
+	}
+	t.log.Info().Str("http", t.http.Addr).Msg("tenaz running")
+	return nil
+}
+
+// Stop stops HTTP, then the services (producers first, so in-flight work
+// drains downstream), then NATS. Idempotent.
+func (t *Tenaz) Stop(ctx context.Context) error {
+	var errs []error
+	if t.http != nil {
+		errs = append(errs, t.http.Stop(ctx))
+		t.http = nil
+	}
+	for i := len(t.parts) - 1; i >= 0; i-- {
+		errs = append(errs, t.parts[i].Stop(ctx))
+	}
+	t.parts = nil
+	if t.demoH != nil {
+		_ = t.demo.Close()
+		errs = append(errs, t.demoH.Stop(ctx))
+		t.demoH = nil
+	}
+	if t.nc != nil {
+		_ = t.nc.FlushTimeout(5 * time.Second) // acks still buffered
+		t.nc.Close()
+		t.nc = nil
+	}
+	if t.srv != nil {
+		natsd.Shutdown(t.srv)
+		t.srv = nil
+	}
+	return errors.Join(errs...)
+}
+
+// ServeMux exposes the shared mux's handler (tests).
+func (t *Tenaz) Handler() http.Handler { return t.http.Handler }

@@ -1,0 +1,172 @@
+// Package streams is tenaz's JetStream layout as data: one JSON file per
+// stream, KV bucket and consumer template under data/, in the same form the
+// nats CLI accepts (`nats stream add --config data/stream-events.json`).
+// Apply decodes them straight into the jetstream config structs and applies
+// them idempotently with CreateOrUpdate… at start-up.
+//
+//	err := streams.Apply(ctx, js, streams.Options{Prefix: "tenaz", Replicas: 1})
+package streams
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+//go:embed data/*.json
+var files embed.FS
+
+// FS returns the embedded data files (for `tenaz streams` and tests).
+func FS() fs.FS { sub, _ := fs.Sub(files, "data"); return sub }
+
+// Options adapt the data to a deployment.
+type Options struct {
+	// Prefix replaces the leading "tenaz" token of every subject. Defaults to "tenaz".
+	Prefix string
+	// Replicas for every stream and bucket. Defaults to 1.
+	Replicas int
+	// Placement of every stream and bucket. Defaults to none.
+	Placement *jetstream.Placement
+	// Retention is how long a finished event's state record is kept (the
+	// per-key TTL the services set; the bucket only needs TTLs enabled).
+	// Unused here; listed so the layout's knobs are in one place.
+	Retention time.Duration
+}
+
+func (o Options) prefix() string {
+	if o.Prefix == "" {
+		return "tenaz"
+	}
+	return o.Prefix
+}
+
+func (o Options) subject(s string) string {
+	if rest, ok := strings.CutPrefix(s, "tenaz."); ok {
+		return o.prefix() + "." + rest
+	}
+	return s
+}
+
+func (o Options) replicas() int {
+	if o.Replicas <= 0 {
+		return 1
+	}
+	return o.Replicas
+}
+
+func decode(name string, v any) error {
+	b, err := files.ReadFile(path.Join("data", name))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("streams: %s: %w", name, err)
+	}
+	return nil
+}
+
+func names(prefix string) []string {
+	ents, _ := fs.Glob(files, "data/"+prefix+"-*.json")
+	for i, e := range ents {
+		ents[i] = path.Base(e)
+	}
+	return ents
+}
+
+// Streams returns every stream config, adapted to o.
+func Streams(o Options) ([]jetstream.StreamConfig, error) {
+	var out []jetstream.StreamConfig
+	for _, n := range names("stream") {
+		var c jetstream.StreamConfig
+		if err := decode(n, &c); err != nil {
+			return nil, err
+		}
+		for i, s := range c.Subjects {
+			c.Subjects[i] = o.subject(s)
+		}
+		c.Replicas = o.replicas()
+		c.Placement = o.Placement
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Buckets returns every KV bucket config, adapted to o.
+func Buckets(o Options) ([]jetstream.KeyValueConfig, error) {
+	var out []jetstream.KeyValueConfig
+	for _, n := range names("kv") {
+		var c jetstream.KeyValueConfig
+		if err := decode(n, &c); err != nil {
+			return nil, err
+		}
+		c.Replicas = o.replicas()
+		c.Placement = o.Placement
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// IngestConsumer is the shared durable consumer of INTAKE.
+func IngestConsumer(o Options) (jetstream.ConsumerConfig, error) {
+	var c jetstream.ConsumerConfig
+	if err := decode("consumer-ingest.json", &c); err != nil {
+		return c, err
+	}
+	c.FilterSubject = o.subject(c.FilterSubject)
+	c.Replicas = 0 // inherit the stream's
+	return c, nil
+}
+
+// DispatchConsumer is the durable consumer of one account's events.
+// maxAckPending bounds the account's messages in flight across replicas.
+func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.ConsumerConfig, error) {
+	var c jetstream.ConsumerConfig
+	if err := decode("consumer-dispatch.json", &c); err != nil {
+		return c, err
+	}
+	c.Durable = strings.ReplaceAll(c.Durable, "ACCOUNT", account)
+	c.Description = strings.ReplaceAll(c.Description, "ACCOUNT", account)
+	c.FilterSubject = o.subject(strings.ReplaceAll(c.FilterSubject, "ACCOUNT", account))
+	if maxAckPending > 0 {
+		c.MaxAckPending = maxAckPending
+	}
+	return c, nil
+}
+
+// Apply creates or updates every stream and bucket and the ingest consumer.
+// It is idempotent: running it on every start-up is the intended use.
+func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
+	ss, err := Streams(o)
+	if err != nil {
+		return err
+	}
+	for _, c := range ss {
+		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
+			return fmt.Errorf("streams: apply stream %s: %w", c.Name, err)
+		}
+	}
+	bs, err := Buckets(o)
+	if err != nil {
+		return err
+	}
+	for _, c := range bs {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, c); err != nil {
+			return fmt.Errorf("streams: apply bucket %s: %w", c.Bucket, err)
+		}
+	}
+	ic, err := IngestConsumer(o)
+	if err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "INTAKE", ic); err != nil {
+		return fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
+	}
+	return nil
+}

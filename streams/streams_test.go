@@ -1,0 +1,204 @@
+package streams_test
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/streams"
+)
+
+func setup(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Every data file is strict JSON whose keys all decode into the config
+// struct (a typo would otherwise be silently ignored).
+func TestDataFilesDecodeStrictly(t *testing.T) {
+	t.Parallel()
+	ents, err := fs.ReadDir(streams.FS(), ".")
+	if err != nil || len(ents) < 7 {
+		t.Fatalf("want at least 7 data files, got %d (%v)", len(ents), err)
+	}
+	for _, e := range ents {
+		b, _ := fs.ReadFile(streams.FS(), e.Name())
+		var raw map[string]any
+		if err := json.Unmarshal(b, &raw); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		var v any
+		switch {
+		case strings.HasPrefix(e.Name(), "stream-"):
+			v = &jetstream.StreamConfig{}
+		case strings.HasPrefix(e.Name(), "kv-"):
+			v = &jetstream.KeyValueConfig{}
+		case strings.HasPrefix(e.Name(), "consumer-"):
+			v = &jetstream.ConsumerConfig{}
+		default:
+			t.Fatalf("%s: unknown kind of data file", e.Name())
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			t.Fatalf("%s: unknown or mistyped key: %v", e.Name(), err)
+		}
+	}
+}
+
+// Apply creates every stream and bucket, and applying twice changes nothing.
+func TestApplyIsIdempotent(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	o := streams.Options{Prefix: "acme"}
+	for i := 0; i < 2; i++ {
+		if err := streams.Apply(ctx, js, o); err != nil {
+			t.Fatalf("apply #%d: %v", i+1, err)
+		}
+	}
+	for _, name := range []string{"INTAKE", "EVENTS", "DEAD"} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s missing: %v", name, err)
+		}
+		for _, subj := range s.CachedInfo().Config.Subjects {
+			if !strings.HasPrefix(subj, "acme.") {
+				t.Fatalf("stream %s subject %q does not carry the prefix", name, subj)
+			}
+		}
+	}
+	for _, b := range []string{"tenaz_state", "tenaz_breakers"} {
+		if _, err := js.KeyValue(ctx, b); err != nil {
+			t.Fatalf("bucket %s missing: %v", b, err)
+		}
+	}
+	c, err := streams.DispatchConsumer(o, "shop-1", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Durable != "acct_shop-1" || c.FilterSubject != "acme.events.shop-1.>" || c.MaxAckPending != 16 {
+		t.Fatalf("dispatch consumer = %+v", c)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", c); err != nil {
+		t.Fatalf("dispatch consumer does not apply: %v", err)
+	}
+}
+
+// A schedule in the EVENTS work queue fires onto its target subject, where
+// the account's consumer receives it: the mechanism delays and retries use.
+func TestScheduleFiresIntoWorkQueue(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := streams.DispatchConsumer(streams.Options{}, "a", 8)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Second)
+	if _, err := js.Publish(ctx, "tenaz.sched.ev_x", []byte("hello"),
+		jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget("tenaz.events.a.k")); err != nil {
+		t.Fatalf("publish schedule: %v", err)
+	}
+	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got jetstream.Msg
+	for m := range msgs.Messages() {
+		got = m
+	}
+	if got == nil {
+		t.Fatal("scheduled message did not arrive within 5s")
+	}
+	if string(got.Data()) != "hello" || got.Subject() != "tenaz.events.a.k" {
+		t.Fatalf("got %q on %s", got.Data(), got.Subject())
+	}
+	if time.Now().Before(at.Truncate(time.Second)) {
+		t.Fatalf("fired before due time %s", at)
+	}
+	_ = got.Ack()
+}
+
+// A newer schedule on an event's schedule subject replaces the older one
+// (rollup), and purging the subject cancels it: delays and retries rely on
+// both.
+func TestScheduleReplaceAndCancel(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pub := func(body string, at time.Time, target string) {
+		t.Helper()
+		m := nats.NewMsg("tenaz.sched.ev_y")
+		m.Data = []byte(body)
+		m.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339))
+		m.Header.Set("Nats-Schedule-Target", target)
+		m.Header.Set("Nats-Rollup", "sub")
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatalf("publish %s: %v", body, err)
+		}
+	}
+	c, _ := streams.DispatchConsumer(streams.Options{}, "b", 8)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub("old", time.Now().Add(time.Hour), "tenaz.events.b.k")
+	pub("new", time.Now().Add(time.Second), "tenaz.events.b.k")
+	msgs, err := cons.Fetch(2, jetstream.FetchMaxWait(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for m := range msgs.Messages() {
+		got = append(got, string(m.Data()))
+		_ = m.Ack()
+	}
+	if len(got) != 1 || got[0] != "new" {
+		t.Fatalf("want only the replacing schedule to fire, got %q", got)
+	}
+	s, _ := js.Stream(ctx, "EVENTS")
+	pub("cancelled", time.Now().Add(time.Second), "tenaz.events.b.k")
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject("tenaz.sched.ev_y")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err = cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range msgs.Messages() {
+		t.Fatalf("a purged schedule fired: %q", m.Data())
+	}
+}
