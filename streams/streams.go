@@ -38,6 +38,8 @@ type Options struct {
 	// per-key TTL the services set; the bucket only needs TTLs enabled).
 	// Unused here; listed so the layout's knobs are in one place.
 	Retention time.Duration
+	// AckWait of the dispatch consumers. Defaults to the data file's 30s.
+	AckWait time.Duration
 }
 
 func (o Options) prefix() string {
@@ -126,6 +128,7 @@ func IngestConsumer(o Options) (jetstream.ConsumerConfig, error) {
 
 // DispatchConsumer is the durable consumer of one account's events.
 // maxAckPending bounds the account's messages in flight across replicas.
+// With o.AckWait set, the redelivery backoff becomes AckWait ×1, ×2, ×4, ×10.
 func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
 	if err := decode("consumer-dispatch.json", &c); err != nil {
@@ -136,6 +139,10 @@ func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.C
 	c.FilterSubject = o.subject(strings.ReplaceAll(c.FilterSubject, "ACCOUNT", account))
 	if maxAckPending > 0 {
 		c.MaxAckPending = maxAckPending
+	}
+	if o.AckWait > 0 {
+		c.AckWait = o.AckWait
+		c.BackOff = []time.Duration{o.AckWait, 2 * o.AckWait, 4 * o.AckWait, 10 * o.AckWait}
 	}
 	return c, nil
 }

@@ -41,7 +41,7 @@ func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config) *
 // ConsumerConfig is the dispatch consumer config of account under cfg.
 func ConsumerConfig(cfg *config.Config, account string) (jetstream.ConsumerConfig, error) {
 	acct := cfg.Account(account)
-	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix}, account, acct.Concurrency)
+	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix, AckWait: cfg.Streams.AckWait.D()}, account, acct.Concurrency)
 }
 
 // Ensure makes sure account's consumer exists. Concurrent callers for one

@@ -109,6 +109,12 @@ type Streams struct {
 	Tags []string `yaml:"tags"`
 	// Retention is how long done and cancelled events are kept. Defaults to 168h (7 days).
 	Retention Duration `yaml:"retention"`
+	// AckWait is how long a dispatch message may go unacknowledged before
+	// the server redelivers it (a dispatcher died mid-call); it is also the
+	// first step of the consumer's redelivery backoff (AckWait ×1, ×2, ×4,
+	// ×10). Live calls send progress, so it need not exceed target timeouts.
+	// Defaults to 30s.
+	AckWait Duration `yaml:"ack_wait"`
 }
 
 // Account holds one account's limits. Zero fields inherit from "*".

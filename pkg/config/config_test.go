@@ -412,6 +412,9 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "syntax error", doc: "targets: {erp: [", want: []string{"yaml:"}},
 		{name: "two documents", doc: minimal + "---\nprefix: x\n", want: []string{"more than one YAML document"}},
 		{name: "top level is a list", doc: "- a\n- b\n", want: []string{"the document must be a mapping"}},
+		{name: "alias that contains itself", doc: minimal + "streams: {tags: &a [*a]}", want: []string{"streams.tags[0][0]: alias *a refers to a value that contains it"}},
+		{name: "billion laughs", doc: "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n", want: []string{"the document has more than 100000 values once aliases are expanded"}},
+		{name: "null key", doc: minimal + "accounts: {~: {}}", want: []string{"accounts.~: keys must be strings, got null"}},
 		{name: "merge of a scalar", doc: minimal + "http: {<<: x}", want: []string{"http.<<: can only merge"}},
 		// ${ENV}
 		{name: "unset variable", doc: "targets: {erp: {url: 'http://x/', signing_secret: '${ERP_SIGNING_SECRET}'}}", want: []string{"targets.erp.signing_secret: ${ERP_SIGNING_SECRET} is not set"}},
@@ -449,6 +452,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "url template unknown field", doc: "targets: {erp: {url: 'http://x/{{.Nope}}'}}", want: []string{"targets.erp.url:", "can't evaluate field Nope"}},
 		{name: "url template with range", doc: "targets: {erp: {url: 'http://x/{{range 3}}a{{end}}'}}", want: []string{"targets.erp.url: range is not allowed"}},
 		{name: "url template with define", doc: `targets: {erp: {url: 'http://x/{{define "a"}}b{{end}}'}}`, want: []string{"targets.erp.url: define and block are not allowed"}},
+		{name: "url template with a huge printf width", doc: `targets: {erp: {url: 'http://x/{{printf "%0999999999d" 1}}'}}`, want: []string{"targets.erp.url: printf widths and precisions above 999 are not allowed"}},
+		{name: "url template expanding too far", doc: `targets: {erp: {url: 'http://x/{{printf "%999d%999d%999d%999d%999d%999d%999d%999d%999d" 1 2 3 4 5 6 7 8 9}}'}}`, want: []string{"targets.erp.url: expands to more than 8192 bytes"}},
 		{name: "url not http", doc: "targets: {erp: {url: 'ftp://x/{{.Kind}}'}}", want: []string{`targets.erp.url: must be an http:// or https:// URL, got "ftp://x/order.create"`}},
 		{name: "url without host", doc: "targets: {erp: {url: 'http:///{{.Kind}}'}}", want: []string{"targets.erp.url: has no host"}},
 		{name: "bad poll url", doc: "targets: {erp: {url: 'http://x/', poll: {url: '/jobs/{{.Reference}}', done_when: {field: s, in: [d]}}}}", want: []string{"targets.erp.poll.url: must be an http:// or https:// URL"}},
@@ -487,6 +492,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "schema not a schema", doc: erpTarget + `kinds: {order.create: {target: erp, schema: '{"type": 5}'}}`, want: []string{"kinds.order.create.schema: invalid JSON Schema"}},
 		{name: "schema file missing", doc: erpTarget + "kinds: {order.create: {target: erp, schema: /nonexistent/order.json}}", want: []string{"kinds.order.create.schema: schema file:"}},
 		{name: "schema file is a directory", doc: erpTarget + "kinds: {order.create: {target: erp, schema: /}}", want: []string{"kinds.order.create.schema: schema file / is not a regular file"}},
+		{name: "schema ref to a device", doc: erpTarget + `kinds: {order.create: {target: erp, schema: '{"$ref": "file:///dev/zero"}'}}`, want: []string{"kinds.order.create.schema: invalid JSON Schema", "not a regular file"}},
 		{name: "schema with a remote ref", doc: erpTarget + `kinds: {order.create: {target: erp, schema: '{"$ref": "https://example.com/s.json"}'}}`, want: []string{"kinds.order.create.schema: invalid JSON Schema"}},
 		// environment overrides
 		{name: "bad override value", doc: minimal, env: map[string]string{"TENAZ_STREAMS_REPLICAS": "many"}, want: []string{`streams.replicas: from TENAZ_STREAMS_REPLICAS: expected an integer, got "many"`}},
@@ -560,7 +566,7 @@ targets:
     headers: {Authorization: "Bearer ${TOKEN}", X-Empty: "${EMPTY}", X-Price: "$5 and $$"}
     signing_secret: ${SIGNING}
 kinds:
-  order.create: {target: erp, attempts: ${ATTEMPTS}}
+  order.create: {target: erp, attempts: "${ATTEMPTS}"}
 `
 	env := map[string]string{
 		"PREFIX": "acme", "NATS_HOST": "nats.internal", "NATS_PASSWORD": "p4ss",
@@ -1019,5 +1025,31 @@ func TestParseURLTemplate(t *testing.T) {
 	eq(t, "executed URL", b.String(), "https://x/acme/order.create/a+b")
 	if _, err := config.ParseURLTemplate("{{range .Kind}}{{end}}"); err == nil {
 		t.Error("expected range to be refused")
+	}
+}
+
+func TestSchemaForConcurrent(t *testing.T) {
+	t.Parallel()
+	// A Config built in code, never parsed: the cache is created lazily.
+	cfg := (&config.Config{
+		Targets: map[string]config.Target{"erp": {URL: "https://erp.example.com/"}},
+		Kinds: map[string]config.Kind{
+			"order.create": {Stage: config.Stage{Target: "erp"}, Schema: `{"type": "object"}`},
+		},
+	}).WithDefaults()
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			_, err := cfg.SchemaFor("order.create")
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("SchemaFor: expected no error, got %v", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("expected the built config to be valid, got %v", err)
 	}
 }

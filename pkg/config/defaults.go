@@ -79,6 +79,7 @@ func (c *Config) WithDefaults() *Config {
 		c.Streams.Replicas = defaultReplicas
 	}
 	setDur(&c.Streams.Retention, defaultRetention)
+	setDur(&c.Streams.AckWait, Duration(30*time.Second))
 
 	if c.Accounts == nil {
 		c.Accounts = map[string]Account{}

@@ -108,6 +108,7 @@ func compileSchema(kind, src, dir string) (*jsonschema.Schema, error) {
 // fileLoader loads $ref'd schema files (file:// URLs only).
 type fileLoader struct{}
 
+// Load implements jsonschema.URLLoader.
 func (fileLoader) Load(u string) (any, error) {
 	p, err := jsonschema.FileLoader{}.ToFile(u)
 	if err != nil {

@@ -34,8 +34,9 @@ const maxURLLen = 8192
 
 // ParseURLTemplate parses a URL template the way Validate checks it: a
 // text/template over URLVars that may use fields, pipelines, functions,
-// if and with, but not range, define, template or block (a URL needs no
-// loops, and this keeps every execution short).
+// if and with, but not range, define, template or block, nor printf
+// widths above 999 (a URL needs no loops, and this keeps every execution
+// short and small).
 func ParseURLTemplate(text string) (*template.Template, error) {
 	t, err := template.New("url").Option("missingkey=error").Parse(text)
 	if err != nil {
@@ -63,6 +64,8 @@ func checkTemplateNode(n tparse.Node) error {
 				return err
 			}
 		}
+	case *tparse.ActionNode:
+		return checkTemplateNode(n.Pipe)
 	case *tparse.IfNode:
 		return checkBranch(&n.BranchNode)
 	case *tparse.WithNode:
@@ -71,11 +74,61 @@ func checkTemplateNode(n tparse.Node) error {
 		return errors.New("range is not allowed in a URL template")
 	case *tparse.TemplateNode:
 		return errors.New("template and block are not allowed in a URL template")
+	case *tparse.PipeNode:
+		if n == nil {
+			return nil
+		}
+		for _, cmd := range n.Cmds {
+			if err := checkTemplateNode(cmd); err != nil {
+				return err
+			}
+		}
+	case *tparse.CommandNode:
+		if len(n.Args) > 0 {
+			if id, ok := n.Args[0].(*tparse.IdentifierNode); ok && id.Ident == "printf" {
+				for _, a := range n.Args[1:] {
+					if err := checkPrintfArg(a); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		for _, a := range n.Args {
+			if err := checkTemplateNode(a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkPrintfArg refuses printf widths and precisions that would build a
+// huge string before the output limit could stop it ("%0999999999d").
+func checkPrintfArg(a tparse.Node) error {
+	s, ok := a.(*tparse.StringNode)
+	if !ok {
+		return nil
+	}
+	digits := 0
+	for _, c := range s.Text {
+		if c == '*' {
+			return errors.New("printf with * width or precision is not allowed in a URL template")
+		}
+		if c >= '0' && c <= '9' {
+			if digits++; digits > 3 {
+				return errors.New("printf widths and precisions above 999 are not allowed in a URL template")
+			}
+		} else {
+			digits = 0
+		}
 	}
 	return nil
 }
 
 func checkBranch(b *tparse.BranchNode) error {
+	if err := checkTemplateNode(b.Pipe); err != nil {
+		return err
+	}
 	if err := checkTemplateNode(b.List); err != nil {
 		return err
 	}
@@ -115,6 +168,7 @@ func checkURL(text string) error {
 // limitedBuilder is a strings.Builder that fails past maxURLLen bytes.
 type limitedBuilder struct{ strings.Builder }
 
+// Write appends p, or fails once the result would pass maxURLLen.
 func (b *limitedBuilder) Write(p []byte) (int, error) {
 	if b.Len()+len(p) > maxURLLen {
 		return 0, fmt.Errorf("expands to more than %d bytes", maxURLLen)

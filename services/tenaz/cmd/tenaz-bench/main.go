@@ -1,0 +1,50 @@
+// Command tenaz-bench measures tenaz end to end against a naive JetStream
+// loop on the same machine in the same run (make bench; BENCH_QUICK=1 for
+// a short run). It prints one figure per line: "name value unit".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/tenaz/tenaz/services/tenaz/internal/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "tenaz-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
+	phase := flag.String("phase", "all", "which runs: all, default (server's default sync) or fsync (sync always)")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	sz := bench.Full
+	if os.Getenv("BENCH_QUICK") != "" {
+		sz = bench.Quick
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Printf("# tenaz-bench: %d CPUs, %s, account concurrency %d, naive workers %d\n", runtime.NumCPU(), runtime.Version(), *conc, sz.Workers)
+	return bench.Run(ctx, sz, bench.Report{W: os.Stdout}, *conc,
+		bench.Phases{Default: *phase != "fsync", Fsync: *phase != "default"})
+}

@@ -1,0 +1,414 @@
+// Package bench measures tenaz end to end against a naive JetStream loop
+// doing the same kind of work on the same server in the same run, and
+// prints one figure per line as "name value unit".
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/natsd"
+	standalone "github.com/tenaz/tenaz/services/tenaz"
+)
+
+// Sizes of one run.
+type Sizes struct {
+	Events      int           // events per throughput run (default sync)
+	EventsFsync int           // events per throughput run (fsync always)
+	LatencyFor  time.Duration // duration of the steady-rate run
+	Rate        int           // events/s of the steady-rate run
+	Workers     int           // naive loop's workers
+}
+
+// Full and Quick sizes.
+var (
+	Full  = Sizes{Events: 20000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8}
+	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8}
+)
+
+// Report prints figures.
+type Report struct {
+	W io.Writer
+}
+
+// Figure prints one line.
+func (r Report) Figure(name string, v float64, unit string) {
+	fmt.Fprintf(r.W, "%s %s %s\n", name, strconv.FormatFloat(v, 'f', 2, 64), unit)
+}
+
+// noop is the local target: 200 {} for everything.
+type noop struct {
+	srv   *http.Server
+	url   string
+	calls atomic.Int64
+}
+
+func startNoop() (*noop, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	n := &noop{url: "http://" + ln.Addr().String()}
+	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		n.calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"ok"}`))
+	})}
+	go func() { _ = n.srv.Serve(ln) }()
+	return n, nil
+}
+
+func startServer(dir string, syncAlways bool) (*server.Server, error) {
+	return natsd.Start(natsd.Options{StoreDir: dir, Listen: "127.0.0.1:-1", SyncAlways: syncAlways})
+}
+
+var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}}
+
+// Naive runs the reference loop: async publish of n messages, a pull
+// consumer, workers doing KV create(running) → HTTP POST → KV
+// update(done) with the revision → ack. Returns events/s.
+func Naive(ctx context.Context, url, target string, n, workers int) (float64, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	_ = js.DeleteStream(ctx, "NAIVE")
+	_ = js.DeleteKeyValue(ctx, "naive_state")
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "NAIVE", Subjects: []string{"naive.>"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		return 0, err
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "naive_state"})
+	if err != nil {
+		return 0, err
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 10000})
+	if err != nil {
+		return 0, err
+	}
+	payload := []byte(`{"order_id":"o","total":1990}`)
+	var done atomic.Int64
+	start := time.Now()
+	go func() {
+		for i := range n {
+			_, _ = js.PublishAsync("naive.acct.order", payload, jetstream.WithMsgID("n-"+strconv.Itoa(i)))
+		}
+	}()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	iter, err := cons.Messages(jetstream.PullMaxMessages(workers * 4))
+	if err != nil {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				m, err := iter.Next()
+				if err != nil {
+					return
+				}
+				md, _ := m.Metadata()
+				key := "e" + strconv.FormatUint(md.Sequence.Stream, 10)
+				rev, err := kv.Create(cctx, key, []byte(`{"status":"running"}`))
+				if err != nil {
+					_ = m.Nak()
+					continue
+				}
+				resp, err := httpClient.Post(target, "application/json", bytesReader(payload))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if _, err := kv.Update(cctx, key, []byte(`{"status":"done"}`), rev); err != nil {
+					_ = m.Nak()
+					continue
+				}
+				_ = m.Ack()
+				if done.Add(1) == int64(n) {
+					cancel()
+				}
+			}
+		}()
+	}
+	<-cctx.Done()
+	el := time.Since(start)
+	iter.Stop()
+	wg.Wait()
+	if done.Load() < int64(n) {
+		return 0, fmt.Errorf("naive: only %d of %d done", done.Load(), n)
+	}
+	return float64(n) / el.Seconds(), nil
+}
+
+type byteReader struct {
+	b []byte
+	i int
+}
+
+func (r *byteReader) Read(p []byte) (int, error) {
+	if r.i >= len(r.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.i:])
+	r.i += n
+	return n, nil
+}
+
+func bytesReader(b []byte) io.Reader { return &byteReader{b: b} }
+
+// Tenaz is a running tenaz against an existing server.
+type Tenaz struct {
+	t  *standalone.Tenaz
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// BenchConfig is the tenaz config of the bench: one account, one kind, the
+// no-op target.
+func BenchConfig(natsURL, target string, concurrency int) (*config.Config, error) {
+	y := fmt.Sprintf(`
+nats: {url: %q}
+http: {addr: "127.0.0.1:0"}
+log: {level: error}
+accounts:
+  "*": {concurrency: %d}
+targets:
+  noop: {url: %q, timeout: 5s}
+kinds:
+  order.create: {target: noop, attempts: 3, backoff: {initial: 1s}}
+`, natsURL, concurrency, target+"/api/{{.Kind}}")
+	return config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+}
+
+// StartTenaz starts all of tenaz (no embedded server: it uses url).
+func StartTenaz(ctx context.Context, cfg *config.Config) (*Tenaz, error) {
+	t, err := standalone.New(standalone.Options{Config: cfg})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Start(ctx); err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATS.URL)
+	if err != nil {
+		_ = t.Stop(ctx)
+		return nil, err
+	}
+	js, _ := jetstream.New(nc)
+	return &Tenaz{t: t, nc: nc, js: js}, nil
+}
+
+// Stop stops tenaz.
+func (b *Tenaz) Stop(ctx context.Context) error {
+	b.nc.Close()
+	return b.t.Stop(ctx)
+}
+
+// waitDrained waits until INTAKE and EVENTS hold no messages (work queues:
+// a message leaves once its event is stored done and acked).
+func (b *Tenaz) waitDrained(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		empty := true
+		for _, s := range []string{"INTAKE", "EVENTS"} {
+			st, err := b.js.Stream(ctx, s)
+			if err != nil {
+				return err
+			}
+			if st.CachedInfo().State.Msgs > 0 {
+				empty = false
+			}
+		}
+		if empty {
+			return nil
+		}
+		if os.Getenv("BENCH_DEBUG") != "" {
+			in, _ := b.js.Stream(ctx, "INTAKE")
+			ev, _ := b.js.Stream(ctx, "EVENTS")
+			fmt.Fprintf(os.Stderr, "%s intake=%d events=%d\n", time.Now().Format("15:04:05.000"), in.CachedInfo().State.Msgs, ev.CachedInfo().State.Msgs)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not drained within %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Throughput publishes n submissions to intake (async) and waits until
+// every one is done. Returns events/s.
+func (b *Tenaz) Throughput(ctx context.Context, tag string, n int) (float64, error) {
+	payload := []byte(`{"order_id":"o","total":1990}`)
+	start := time.Now()
+	for i := range n {
+		m := nats.NewMsg("tenaz.intake.bench.order.create")
+		m.Data = payload
+		m.Header.Set("Nats-Msg-Id", tag+"-"+strconv.Itoa(i))
+		if _, err := b.js.PublishMsgAsync(m); err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		return 0, fmt.Errorf("publish did not complete")
+	}
+	if err := b.waitDrained(ctx, 10*time.Minute); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// Latency submits at a steady rate for d and returns the p50 and p99 of
+// submit → done (seen by a watcher of the state bucket), in ms.
+func (b *Tenaz) Latency(ctx context.Context, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
+	kv, err := b.js.KeyValue(ctx, "tenaz_state")
+	if err != nil {
+		return 0, 0, err
+	}
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = w.Stop() }()
+	sent := sync.Map{} // key → time
+	var lats []float64
+	n := int(float64(rate) * d.Seconds())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		seen := 0
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			var r struct {
+				Status         string `json:"status"`
+				IdempotencyKey string `json:"idempotency_key"`
+			}
+			if json.Unmarshal(e.Value(), &r) != nil || r.Status != "done" {
+				continue
+			}
+			if t0, ok := sent.Load(r.IdempotencyKey); ok {
+				lats = append(lats, float64(time.Since(t0.(time.Time)).Microseconds())/1000)
+				seen++
+				if seen == n {
+					return
+				}
+			}
+		}
+	}()
+	payload := []byte(`{"order_id":"o","total":1990}`)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		key := tag + "-" + strconv.Itoa(i)
+		m := nats.NewMsg("tenaz.intake.bench.order.create")
+		m.Data = payload
+		m.Header.Set("Nats-Msg-Id", key)
+		sent.Store(key, time.Now())
+		if _, err := b.js.PublishMsgAsync(m); err != nil {
+			return 0, 0, err
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		return 0, 0, fmt.Errorf("latency run: not all done")
+	}
+	sort.Float64s(lats)
+	return pct(lats, 0.50), pct(lats, 0.99), nil
+}
+
+func pct(s []float64, p float64) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+// Run runs the whole suite and prints figures.
+// Phases selects which server sync modes Run measures.
+type Phases struct{ Default, Fsync bool }
+
+func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) error {
+	target, err := startNoop()
+	if err != nil {
+		return err
+	}
+	defer target.srv.Close()
+	for _, fsync := range []bool{false, true} {
+		if (fsync && !ph.Fsync) || (!fsync && !ph.Default) {
+			continue
+		}
+		dir, err := os.MkdirTemp("", "tenaz-bench-*")
+		if err != nil {
+			return err
+		}
+		srv, err := startServer(dir, fsync)
+		if err != nil {
+			return err
+		}
+		n := sz.Events
+		if fsync {
+			n = sz.EventsFsync
+		}
+		naive, err := Naive(ctx, srv.ClientURL(), target.url, n, sz.Workers)
+		if err != nil {
+			return err
+		}
+		cfg, err := BenchConfig(srv.ClientURL(), target.url, concurrency)
+		if err != nil {
+			return err
+		}
+		tz, err := StartTenaz(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		e2e, err := tz.Throughput(ctx, fmt.Sprintf("t%v", fsync), n)
+		if err != nil {
+			return err
+		}
+		if !fsync {
+			r.Figure("e2e_events_per_s", e2e, "events/s")
+			r.Figure("naive_events_per_s", naive, "events/s")
+			r.Figure("e2e_ratio_vs_naive", e2e/naive, "ratio")
+			p50, p99, err := tz.Latency(ctx, "lat", sz.Rate, sz.LatencyFor)
+			if err != nil {
+				return err
+			}
+			r.Figure(fmt.Sprintf("p50_ms_at_%d", sz.Rate), p50, "ms")
+			r.Figure(fmt.Sprintf("p99_ms_at_%d", sz.Rate), p99, "ms")
+		} else {
+			r.Figure("e2e_events_per_s_fsync_always", e2e, "events/s")
+			r.Figure("naive_events_per_s_fsync_always", naive, "events/s")
+			r.Figure("e2e_ratio_vs_naive_fsync_always", e2e/naive, "ratio")
+		}
+		_ = tz.Stop(ctx)
+		natsd.Shutdown(srv)
+		_ = os.RemoveAll(dir)
+	}
+	return nil
+}
