@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"io"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -58,7 +58,7 @@ func ParseSubmission(body []byte) (Submission, error) {
 	if err := dec.Decode(&s); err != nil {
 		return s, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if dec.More() {
+	if !atEOF(dec) {
 		return s, fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
 	}
 	if len(s.Payload) == 0 || string(s.Payload) == "null" {
@@ -94,8 +94,7 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 		Payload:     json.RawMessage(payload),
 	}
 	if (env.EntityID == "" && entityField != "") || (env.OrderingKey == "" && orderField != "") {
-		var obj map[string]any
-		if json.Unmarshal(payload, &obj) == nil {
+		if obj := payloadFields(payload); obj != nil {
 			if env.EntityID == "" && entityField != "" {
 				env.EntityID = scalar(obj[entityField])
 			}
@@ -139,14 +138,32 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 	return env, nil
 }
 
+// atEOF reports whether nothing but whitespace follows the value dec has
+// just decoded. (Decoder.More is no test for this: it reports false before
+// a stray '}' or ']', so `{...}}` would pass.)
+func atEOF(dec *json.Decoder) bool {
+	_, err := dec.Token()
+	return err == io.EOF
+}
+
+// payloadFields decodes the top-level fields of an object payload with
+// numbers kept as written (nil if the payload is not an object).
+func payloadFields(payload []byte) map[string]any {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var obj map[string]any
+	if dec.Decode(&obj) != nil {
+		return nil
+	}
+	return obj
+}
+
 func scalar(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
-	case json.Number:
+	case json.Number: // as written: 12345678901234567890 stays exact
 		return x.String()
-	case float64:
-		return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%f", x), "0"), ".")
 	case bool:
 		if x {
 			return "true"
@@ -166,7 +183,7 @@ func Canonical(payload []byte) ([]byte, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	if dec.More() {
+	if !atEOF(dec) {
 		return nil, errors.New("trailing data after the JSON value")
 	}
 	var buf bytes.Buffer

@@ -1,0 +1,196 @@
+package standalone_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// tenazBinary builds the real tenaz binary once per test run.
+func tenazBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tenaz-bin-*")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "tenaz")
+		out, err := exec.Command("go", "build", "-o", binPath, "./cmd/tenaz").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// proc is a running `tenaz run` process.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan error
+}
+
+// runTenaz starts `tenaz run --config file` and waits until it serves HTTP.
+func runTenaz(t *testing.T, configFile string) *proc {
+	t.Helper()
+	cmd := exec.Command(tenazBinary(t), "run", "--config", configFile)
+	cmd.Env = append(os.Environ(), "LOG_FORMAT=json", "LOG_LEVEL=info")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan error, 1)}
+	addrCh := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var line struct {
+				Message string `json:"message"`
+				HTTP    string `json:"http"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "tenaz running" {
+				addrCh <- line.HTTP
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	select {
+	case p.addr = <-addrCh:
+	case err := <-p.done:
+		t.Fatalf("tenaz exited before serving: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("tenaz did not start within 30s")
+	}
+	return p
+}
+
+func (p *proc) signal(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err // for Cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("tenaz did not exit within 30s of %v", sig)
+	}
+	return nil
+}
+
+func writeConfig(t *testing.T, dir, targetURL string) string {
+	t.Helper()
+	f := filepath.Join(dir, "tenaz.yaml")
+	if err := os.WriteFile(f, []byte(testConfig(filepath.Join(dir, "data"), targetURL, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func submitN(t *testing.T, base, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		code, v := post(t, base, key, fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":%q}}`, key))
+		if code != http.StatusAccepted {
+			t.Fatalf("submit %s: want 202, got %d", key, code)
+		}
+		ids[i] = v.ID
+	}
+	return ids
+}
+
+// SIGTERM drains: calls in flight finish and are recorded before the
+// process exits 0, so after a restart every event is done and no effect
+// was applied twice, even at a target that does not dedup.
+func TestSIGTERMDrainsInFlight(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{Latency: 300 * time.Millisecond})
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	cfgFile := writeConfig(t, t.TempDir(), target.URL)
+
+	tz := runTenaz(t, cfgFile)
+	ids := submitN(t, "http://"+tz.addr, "term", 30)
+	natstest.Eventually(t, 10*time.Second, func() bool { return p.CallCount() >= 4 }, "calls in flight")
+	if err := tz.signal(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("want exit 0 after SIGTERM, got %v", err)
+	}
+	for _, c := range p.Calls() {
+		if c.Status == provider.StatusClientClosed {
+			t.Fatalf("a call was abandoned mid-flight by the drain: %+v", c)
+		}
+	}
+	tz2 := runTenaz(t, cfgFile)
+	for _, id := range ids {
+		waitStatus(t, "http://"+tz2.addr, id, "done")
+	}
+	if d := p.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("effects applied more than once after a graceful stop: %v", d)
+	}
+	_ = tz2.signal(t, syscall.SIGTERM)
+}
+
+// SIGKILL mid-flight loses nothing: after a restart every accepted event
+// is done, and a target that dedups by Idempotency-Key applied each once
+// (a call cut off by the kill is repeated with the same key).
+func TestSIGKILLLosesNothing(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{Latency: 200 * time.Millisecond}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	cfgFile := writeConfig(t, t.TempDir(), target.URL)
+
+	tz := runTenaz(t, cfgFile)
+	ids := submitN(t, "http://"+tz.addr, "kill", 40)
+	natstest.Eventually(t, 10*time.Second, func() bool { return p.CallCount() >= 8 }, "calls in flight")
+	_ = tz.signal(t, syscall.SIGKILL)
+
+	tz2 := runTenaz(t, cfgFile)
+	for _, id := range ids {
+		waitStatus(t, "http://"+tz2.addr, id, "done")
+	}
+	for i := range ids {
+		key := fmt.Sprintf("kill-%d", i)
+		if n := p.Effects(key); n != 1 {
+			t.Fatalf("%s: want the effect applied exactly once, got %d", key, n)
+		}
+	}
+	_ = tz2.signal(t, syscall.SIGTERM)
+}

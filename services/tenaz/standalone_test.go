@@ -1,0 +1,243 @@
+package standalone_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	standalone "github.com/tenaz/tenaz/services/tenaz"
+)
+
+// testConfig is a standalone config on an embedded server in dir, with the
+// erp target at targetURL.
+func testConfig(dir, targetURL, extra string) string {
+	return fmt.Sprintf(`
+nats:
+  embedded: {store_dir: %q, sync: always, listen: "127.0.0.1:-1"}
+http: {addr: "127.0.0.1:0"}
+log: {level: warn}
+streams: {ack_wait: 2s}
+accounts:
+  "*": {concurrency: 8}
+targets:
+  erp: {url: %q, timeout: 5s}
+kinds:
+  order.create: {target: erp, attempts: 3, backoff: {initial: 1s, max: 2s, jitter: 0}, entity: order_id}
+%s`, dir, targetURL+"/api/{{.Kind}}", extra)
+}
+
+func start(t *testing.T, yaml string) *standalone.Tenaz {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	tz, err := standalone.New(standalone.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tz.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := tz.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return tz
+}
+
+type view struct {
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	StatusURL string `json:"status_url"`
+	Attempts  int    `json:"attempts"`
+	LastError *struct {
+		Class      string `json:"class"`
+		HTTPStatus int    `json:"http_status"`
+	} `json:"last_error"`
+}
+
+func post(t *testing.T, base, key, body string) (int, view) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/events", strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v view
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	return resp.StatusCode, v
+}
+
+func get(t *testing.T, url string) view {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v view
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	return v
+}
+
+func waitStatus(t *testing.T, base, id, want string) view {
+	t.Helper()
+	var v view
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		v = get(t, base+"/v1/events/"+id)
+		return v.Status == want
+	}, "event %s to be %s (last seen %+v)", id, want, &v)
+	return v
+}
+
+// The README tour, as a test: HTTP submit reaches done, a duplicate gets
+// the same event back, a NATS submission reaches done, and a permanent
+// failure is visible in the event's status with the target's answer.
+func TestTour(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	base := "http://" + tz.HTTPAddr()
+
+	body := `{"account":"demo","kind":"order.create","entity_id":"o-1","payload":{"order_id":"o-1","total":1990}}`
+	code, v := post(t, base, "o-1", body)
+	if code != http.StatusAccepted || v.ID == "" || v.StatusURL == "" {
+		t.Fatalf("submit: want 202 with id and status_url, got %d %+v", code, v)
+	}
+	waitStatus(t, base, v.ID, "done")
+	code, dup := post(t, base, "o-1", body)
+	if code != http.StatusOK || dup.ID != v.ID || dup.Status != "done" {
+		t.Fatalf("duplicate: want 200 with the same done event %s, got %d %+v", v.ID, code, dup)
+	}
+	if n := p.Effects("o-1"); n != 1 {
+		t.Fatalf("want the effect of o-1 applied once at the target, got %d", n)
+	}
+
+	nc, err := nats.Connect(tz.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	payload := []byte(`{"order_id":"o-2","total":500}`)
+	if err := nc.Publish("tenaz.intake.demo.order.create", payload); err != nil {
+		t.Fatal(err)
+	}
+	canon, _ := event.Canonical(payload)
+	id2 := event.ID("demo", event.DerivedKey("order.create", "o-2", canon))
+	waitStatus(t, base, id2, "done")
+
+	code, rej := post(t, base, "", `{"account":"demo","kind":"order.create","payload":{"order_id":"o-3","reject":true}}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("submit reject: want 202, got %d", code)
+	}
+	dead := waitStatus(t, base, rej.ID, "dead")
+	if dead.LastError == nil || dead.LastError.Class != "permanent" || dead.LastError.HTTPStatus != 422 || dead.Attempts != 1 {
+		t.Fatalf("want dead after 1 attempt with a permanent 422, got %+v (last_error %+v)", dead, dead.LastError)
+	}
+}
+
+// `tenaz run` with no flag and no ./tenaz.yaml uses the built-in demo
+// config; that config must be valid and route the tour's kinds.
+func TestDemoConfigIsValid(t *testing.T) {
+	t.Parallel()
+	cfg, err := standalone.DemoConfig(func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("demo config: %v", err)
+	}
+	for _, k := range []string{"order.create", "fiscal.adjust", "reward.credit"} {
+		if _, ok := cfg.Kind(k); !ok {
+			t.Errorf("demo config lacks kind %s", k)
+		}
+	}
+	if cfg.NATS.URL != "" || cfg.NATS.Embedded.Sync != "always" || cfg.Demo.Provider == "" {
+		t.Fatalf("demo must run embedded NATS with sync always and the demo provider, got url=%q sync=%q demo=%q",
+			cfg.NATS.URL, cfg.NATS.Embedded.Sync, cfg.Demo.Provider)
+	}
+}
+
+// Events accepted before a full restart (same data directory) finish
+// after it: state lives in JetStream, not in the process.
+func TestRestartKeepsEverything(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{Down: true})
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	dir := t.TempDir()
+	yaml := testConfig(dir, target.URL, "")
+	cfg, _ := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	tz, err := standalone.New(standalone.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := tz.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + tz.HTTPAddr()
+	var ids []string
+	for i := range 10 {
+		_, v := post(t, base, fmt.Sprintf("r-%d", i), fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":"r-%d"}}`, i))
+		ids = append(ids, v.ID)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return p.CallCount() >= 10 }, "first attempts")
+	if err := tz.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.SetDown(false)
+	tz2 := start(t, yaml)
+	base = "http://" + tz2.HTTPAddr()
+	for _, id := range ids {
+		waitStatus(t, base, id, "done")
+	}
+	if d := p.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("effects applied more than once: %v", d)
+	}
+}
+
+// The shared listener serves health, readiness and metrics.
+func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
+	tz := start(t, testConfig(t.TempDir(), "http://127.0.0.1:1", ""))
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get("http://" + tz.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: want 200, got %d", path, resp.StatusCode)
+		}
+	}
+	nc, _ := nats.Connect(tz.NATSURL())
+	defer nc.Close()
+	for _, name := range []string{"tenaz-ingest", "tenaz-dispatcher", "tenaz-poller", "tenaz-deadletter"} {
+		if _, err := nc.Request("$SRV.PING."+name, nil, 2*time.Second); err != nil {
+			t.Fatalf("micro service %s does not answer ping: %v", name, err)
+		}
+	}
+}
