@@ -52,4 +52,3 @@ func (r *replies) close() {
 		_ = r.sub.Unsubscribe()
 	}
 }
-
