@@ -38,10 +38,15 @@ func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config) *
 		done: map[string]chan struct{}{}, errs: map[string]error{}}
 }
 
+// AckPendingPerSlot is how many unacknowledged messages the server lets an
+// account have per unit of concurrency: a dispatcher may start the next
+// call while the previous outcome is still being stored.
+const AckPendingPerSlot = 2
+
 // ConsumerConfig is the dispatch consumer config of account under cfg.
 func ConsumerConfig(cfg *config.Config, account string) (jetstream.ConsumerConfig, error) {
 	acct := cfg.Account(account)
-	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix, AckWait: cfg.Streams.AckWait.D()}, account, acct.Concurrency)
+	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix, AckWait: cfg.Streams.AckWait.D()}, account, AckPendingPerSlot*acct.Concurrency)
 }
 
 // Ensure makes sure account's consumer exists. Concurrent callers for one

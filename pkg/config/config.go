@@ -119,8 +119,9 @@ type Streams struct {
 
 // Account holds one account's limits. Zero fields inherit from "*".
 type Account struct {
-	// Concurrency is how many of the account's events are in flight at
-	// once (per dispatcher replica). Defaults to 8.
+	// Concurrency is how many calls to the account's targets one
+	// dispatcher replica makes at once; the account's consumer also caps its
+	// unacknowledged messages at twice this across replicas. Defaults to 8.
 	Concurrency int `yaml:"concurrency"`
 	// Rate limits calls to the account's targets, e.g. "50/s", "600/m".
 	// Defaults to "" (unlimited).

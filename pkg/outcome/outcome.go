@@ -10,6 +10,7 @@ package outcome
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -105,65 +106,64 @@ func StatusOf(err error) int {
 	return 0
 }
 
-// ParseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
-// ok is false for anything else (then the backoff decides).
+// ParseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
+// (a date in the past is 0). The result is in [0, RetryAfterCap]. ok is
+// false for anything else (then the backoff decides).
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+	// delay-seconds; a number too big for int64 is still a (huge) delay.
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) && n > 0 {
 		if n < 0 {
 			return 0, false
 		}
-		if n > 366*24*3600 {
-			n = 366 * 24 * 3600
-		}
-		return time.Duration(n) * time.Second, true
+		return time.Duration(min(n, int64(RetryAfterCap/time.Second))) * time.Second, true
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	d := t.Sub(now)
-	if d < 0 {
-		d = 0
-	}
-	return d, true
+	return min(max(t.Sub(now), 0), RetryAfterCap), true
 }
+
+// RetryAfterCap is the longest wait ParseRetryAfter returns.
+const RetryAfterCap = 366 * 24 * time.Hour
 
 // Backoff is exponential backoff with jitter.
 type Backoff struct {
-	Initial, Max  time.Duration
-	Multiplier    float64
-	Jitter        float64       // ±fraction
-	MaxRetryAfter time.Duration // cap on a target's Retry-After
+	Initial, Max  time.Duration // Max <= 0: no cap
+	Multiplier    float64       // below 1 counts as 1
+	Jitter        float64       // ±fraction, clamped to [0, 1]
+	MaxRetryAfter time.Duration // cap on a target's Retry-After; <= 0: no cap
 }
 
-// Delay is the wait before attempt n+1 after n failed attempts (n ≥ 1),
-// never less than a Retry-After the target asked for (capped).
+// Delay is the wait before attempt n+1 after n failed attempts (n ≥ 1):
+// Initial·Multiplier^(n-1), capped at Max, then ±Jitter, never negative,
+// and never less than a Retry-After the target asked for (capped).
 func (b Backoff) Delay(n int, err error, rnd *rand.Rand) time.Duration {
-	d := float64(b.Initial)
-	mult := b.Multiplier
-	if mult < 1 {
-		mult = 1
-	}
-	for i := 1; i < n && d < float64(b.Max); i++ {
-		d *= mult
+	d := 0.0
+	if b.Initial > 0 {
+		mult := b.Multiplier
+		if !(mult >= 1) { // also NaN
+			mult = 1
+		}
+		d = float64(b.Initial) * math.Pow(mult, float64(max(n-1, 0))) // +Inf past float64, capped below
 	}
 	if b.Max > 0 && d > float64(b.Max) {
 		d = float64(b.Max)
 	}
-	if b.Jitter > 0 {
+	if j := min(b.Jitter, 1); j > 0 {
 		f := 0.5
 		if rnd != nil {
 			f = rnd.Float64()
 		} else {
 			f = rand.Float64()
 		}
-		d *= 1 + b.Jitter*(2*f-1)
+		d *= 1 + j*(2*f-1)
 	}
-	out := time.Duration(d)
+	out := saturate(d)
 	var ra *RetryAfterError
 	if errors.As(err, &ra) {
 		want := ra.After
@@ -175,6 +175,19 @@ func (b Backoff) Delay(n int, err error, rnd *rand.Rand) time.Duration {
 		}
 	}
 	return out
+}
+
+// saturate converts nanoseconds to a Duration in [0, MaxInt64]: converting
+// a float64 beyond the int64 range is implementation-defined in Go (on
+// amd64 it gives a negative duration).
+func saturate(ns float64) time.Duration {
+	switch {
+	case !(ns > 0): // also NaN
+		return 0
+	case ns >= float64(math.MaxInt64):
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
 
 // Verdict is what happens to an event after an attempt.

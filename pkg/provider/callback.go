@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
 // CallbackFaults says how the provider's webhooks misbehave.
@@ -118,7 +120,9 @@ func (p *Provider) sendCallback(rec CallbackRecord) {
 	req, err := http.NewRequestWithContext(p.ctx, http.MethodPost, p.cb.url, bytes.NewReader(rec.Body))
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json")
-		SignHeaders(req.Header, p.cb.secret, rec.WebhookID, rec.At, rec.Body)
+		for k, v := range webhook.Headers(p.cb.secret, rec.WebhookID, rec.At, rec.Body) {
+			req.Header[k] = v
+		}
 		var resp *http.Response
 		resp, err = p.client.Do(req)
 		if err == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
 const cbSecret = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQ="
@@ -28,7 +29,7 @@ func receiver(t *testing.T) (*httptest.Server, chan received) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		rc := received{at: time.Now(), webhookID: r.Header.Get("webhook-id")}
-		rc.verifyErr = provider.Verify(cbSecret, r.Header, b, time.Minute, time.Now())
+		rc.verifyErr = webhook.Verify(cbSecret, r.Header, b, time.Minute, time.Now())
 		if err := json.Unmarshal(b, &rc.body); err != nil {
 			t.Errorf("callback body: want JSON, got %s", b)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
 // Defaults applied to zero-valued Faults fields.
@@ -22,8 +23,8 @@ const (
 	DefaultHang        = 30 * time.Second
 	DefaultRetryAfter  = time.Second
 	DefaultRejectField = "reject"
-	// DefaultTolerance is the clock skew Verify accepts when given a
-	// tolerance <= 0.
+	// DefaultTolerance is the clock skew a WithSignatureSecret provider
+	// accepts on the webhook-timestamp of a delivery.
 	DefaultTolerance = 5 * time.Minute
 )
 
@@ -408,7 +409,7 @@ func (p *Provider) decideLocked(f Faults, c *Call, body []byte) decision {
 		return decision{kind: outError, status: http.StatusServiceUnavailable, msg: "service unavailable: down"}
 	}
 	if p.verifySecret != "" {
-		if err := Verify(p.verifySecret, c.Header, body, DefaultTolerance, p.now()); err != nil {
+		if err := webhook.Verify(p.verifySecret, c.Header, body, DefaultTolerance, p.now()); err != nil {
 			return decision{kind: outError, status: http.StatusUnauthorized, msg: err.Error()}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
 func TestFaultMix(t *testing.T) {
@@ -345,8 +346,7 @@ func TestSignatureRequired(t *testing.T) {
 		t.Errorf("unsigned: want 401, got %d", r.status)
 	}
 	body := `{"total":1}`
-	h := http.Header{}
-	provider.SignHeaders(h, secret, "msg_1", time.Now(), []byte(body))
+	h := webhook.Headers(secret, "msg_1", time.Now(), []byte(body))
 	signed := func() int {
 		r, err := send(t, srv.Client(), http.MethodPost, srv.URL+"/x", body, "Idempotency-Key", "k",
 			"webhook-id", h.Get("webhook-id"), "webhook-timestamp", h.Get("webhook-timestamp"), "webhook-signature", h.Get("webhook-signature"))

@@ -115,7 +115,7 @@ const (
 // Rule is one row of the transition table.
 type Rule struct {
 	From    []tenaz.State // legal sources; nil for creating actions
-	To      tenaz.State   // destination; "" = unchanged (Note, Fallback decides)
+	To      tenaz.State   // destination; "" = unchanged (Note)
 	Effects []EffectKind
 }
 

@@ -134,19 +134,21 @@ func (s *Store) Write(ctx context.Context, r state.Record, rev uint64) (uint64, 
 	return ack.Sequence, nil
 }
 
-// Pending is a write in flight (WriteAsync).
+// Pending is a write in flight (WriteAsync, CreateAsync).
 type Pending struct {
-	f  jetstream.PubAckFuture
-	id string
+	f      jetstream.PubAckFuture
+	id     string
+	create bool
 }
 
-// Wait returns the new revision, ErrConflict, or another error.
+// Wait returns the new revision, or ErrConflict (ErrExists for a create),
+// or another error.
 func (p Pending) Wait(ctx context.Context) (uint64, error) {
 	select {
 	case ack := <-p.f.Ok():
 		return ack.Sequence, nil
 	case err := <-p.f.Err():
-		return 0, mapErr(err, p.id, false)
+		return 0, mapErr(err, p.id, p.create)
 	case <-ctx.Done():
 		return 0, context.Cause(ctx)
 	}
@@ -160,6 +162,15 @@ func (s *Store) WriteAsync(r state.Record, rev uint64) (Pending, error) {
 		return Pending{}, fmt.Errorf("store: write %s: %w", r.ID, err)
 	}
 	return Pending{f: f, id: r.ID}, nil
+}
+
+// CreateAsync is Create without waiting: many creates share round trips.
+func (s *Store) CreateAsync(r state.Record) (Pending, error) {
+	f, err := s.js.PublishMsgAsync(s.msg(r, 0))
+	if err != nil {
+		return Pending{}, fmt.Errorf("store: create %s: %w", r.ID, err)
+	}
+	return Pending{f: f, id: r.ID, create: true}, nil
 }
 
 // Update reads the record, applies fn and writes the result by

@@ -17,10 +17,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"text/template"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
@@ -57,7 +59,7 @@ var DefaultClient = &http.Client{Transport: &http.Transport{
 
 // New builds a target from its (account-resolved) config.
 func New(name string, c config.Target, client *http.Client) (*Target, error) {
-	tpl, err := template.New(name).Option("missingkey=error").Parse(c.URL)
+	tpl, err := config.ParseURLTemplate(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: url: %w", name, err)
 	}
@@ -105,14 +107,13 @@ type Response struct {
 	Reference string // the reference field of a JSON answer, if any
 }
 
-type urlData struct {
-	ID, Account, Kind, EntityID, Reference string
-}
-
-// URL renders the target URL for r.
+// URL renders the target URL for r. Values a caller or provider chose
+// (entity id, reference) are path-escaped, so "../admin" or "x?y=1" cannot
+// change the path or query of a call that carries credentials.
 func (t *Target) URL(r Request) (string, error) {
 	var b strings.Builder
-	d := urlData{ID: r.Event.ID, Account: r.Event.Account, Kind: r.Event.Kind, EntityID: r.Event.EntityID, Reference: r.Reference}
+	d := config.URLVars{ID: r.Event.ID, Account: r.Event.Account, Kind: r.Event.Kind,
+		EntityID: url.PathEscape(r.Event.EntityID), Reference: url.PathEscape(r.Reference)}
 	if err := t.url.Execute(&b, d); err != nil {
 		return "", err
 	}
@@ -179,12 +180,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	out := Response{Status: resp.StatusCode, Body: b}
 	switch t.Classify(resp.StatusCode) {
 	case outcome.ClassSuccess:
-		var obj map[string]any
-		if json.Unmarshal(b, &obj) == nil {
-			if s, ok := obj[t.refField].(string); ok {
-				out.Reference = s
-			}
-		}
+		out.Reference = reference(b, t.refField)
 		return out, nil
 	case outcome.ClassPermanent:
 		return out, outcome.Permanent(&outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(b)})
@@ -196,11 +192,33 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	return out, herr
 }
 
+// reference is the string or number (as written: a numeric job id such as
+// 12345678901234567890 stays exact) in field of a JSON object answer.
+func reference(b []byte, field string) string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var obj map[string]any
+	if dec.Decode(&obj) != nil {
+		return ""
+	}
+	switch v := obj[field].(type) {
+	case string:
+		return v
+	case json.Number:
+		return v.String()
+	}
+	return ""
+}
+
 func excerpt(b []byte) string {
 	const max = 1024
 	s := strings.ToValidUTF8(string(b), "?")
 	if len(s) > max {
-		s = s[:max] + "…"
+		n := max
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // do not cut a character in two
+		}
+		s = s[:n] + "…"
 	}
 	return strings.TrimSpace(s)
 }

@@ -67,20 +67,27 @@ func Headers(secret, id string, ts time.Time, body []byte) http.Header {
 }
 
 // Verify checks the headers of a received message against secret: the
-// timestamp must be within tolerance of now and one of the space-separated
-// v1 signatures must match (constant-time compare).
+// timestamp must be within tolerance of now (either way) and one of the
+// space-separated v1 signatures must match (constant-time compare). Every
+// failure wraps ErrInvalid and one of ErrHeaders, ErrTimestamp or
+// ErrSignature.
 func Verify(secret string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
 	id, tsv, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
-	if id == "" || tsv == "" || sigs == "" || len(id) > 256 || len(sigs) > 4096 {
-		return ErrHeaders
+	for _, hv := range [...][2]string{{HeaderID, id}, {HeaderTimestamp, tsv}, {HeaderSignature, sigs}} {
+		if hv[1] == "" {
+			return fmt.Errorf("%w: %s is missing", ErrHeaders, hv[0])
+		}
+	}
+	if len(id) > 256 || len(sigs) > 4096 {
+		return fmt.Errorf("%w: too long", ErrHeaders)
 	}
 	sec, err := strconv.ParseInt(tsv, 10, 64)
 	if err != nil {
-		return ErrHeaders
+		return fmt.Errorf("%w: %s is not unix seconds", ErrHeaders, HeaderTimestamp)
 	}
 	ts := time.Unix(sec, 0)
 	if d := now.Sub(ts); d > tolerance || d < -tolerance {
-		return ErrTimestamp
+		return fmt.Errorf("%w: %s away from now, tolerance %s", ErrTimestamp, d.Abs().Truncate(time.Second), tolerance)
 	}
 	want := Sign(secret, id, ts, body)
 	for _, s := range strings.Fields(sigs) {

@@ -227,15 +227,14 @@ func (s *Service) Stop(ctx context.Context) error {
 		_ = s.announce.Unsubscribe()
 	}
 	s.mu.Unlock()
-	for _, l := range lanes {
-		l.cc.Drain()
-	}
 	done := make(chan struct{})
 	go func() {
+		var wg sync.WaitGroup
 		for _, l := range lanes {
-			<-l.cc.Closed()
-			l.wg.Wait()
+			wg.Add(1)
+			go func() { defer wg.Done(); l.stop() }()
 		}
+		wg.Wait()
 		close(done)
 	}()
 	select {

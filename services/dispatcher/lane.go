@@ -4,17 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/logging"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// lane consumes one account's consumer with the account's concurrency.
+// lane consumes one account's consumer with the account's concurrency: at
+// most that many target calls in flight on this replica. A slot is freed as
+// soon as the call returns, while its outcome is still being stored.
 type lane struct {
 	account string
 	cc      jetstream.ConsumeContext
+	in      chan jetstream.Msg
 	sem     chan struct{}
 	wg      sync.WaitGroup
 }
@@ -25,31 +35,128 @@ func (s *Service) startLane(account string) (*lane, error) {
 	if conc <= 0 {
 		conc = 8
 	}
-	ctx, cancel := context.WithTimeout(s.runCtx, 10_000_000_000)
+	ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
 	defer cancel()
 	cons, err := s.stream.Consumer(ctx, tenaz.ConsumerName(account))
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
-	l := &lane{account: account, sem: make(chan struct{}, conc)}
-	l.cc, err = cons.Consume(func(m jetstream.Msg) {
-		select {
-		case l.sem <- struct{}{}:
-		case <-s.runCtx.Done():
-			return // stopping hard: leave it unacked for redelivery
-		}
-		l.wg.Add(1)
-		go func() {
-			defer func() { <-l.sem; l.wg.Done() }()
-			s.process(s.runCtx, m)
-		}()
-	}, jetstream.PullMaxMessages(conc), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, jetstream.ErrNoHeartbeat) && s.runCtx.Err() == nil {
-			s.log.Debug().Err(err).Str("account", account).Msg("consume")
-		}
-	}))
+	l := &lane{account: account, in: make(chan jetstream.Msg, conc), sem: make(chan struct{}, conc)}
+	l.wg.Add(1)
+	go s.laneLoop(l)
+	l.cc, err = cons.Consume(func(m jetstream.Msg) { l.in <- m }, jetstream.PullMaxMessages(conc),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) && s.runCtx.Err() == nil {
+				s.log.Debug().Err(err).Str("account", account).Msg("consume")
+			}
+		}))
 	if err != nil {
+		close(l.in)
+		l.wg.Wait()
 		return nil, fmt.Errorf("consume %s: %w", account, err)
 	}
 	return l, nil
+}
+
+// stop stops taking messages and waits for what was taken to finish.
+func (l *lane) stop() {
+	l.cc.Drain()
+	<-l.cc.Closed()
+	close(l.in)
+	l.wg.Wait()
+}
+
+// laneLoop takes the messages waiting for the lane and claims fresh events
+// together: the claims of a batch are sent pipelined and cost one round
+// trip, not one each. Each claimed event is then delivered in its own
+// goroutine once a concurrency slot is free; anything that is not a fresh
+// claim (a retry, a redelivery, a conflict) takes the one-at-a-time path.
+func (s *Service) laneLoop(l *lane) {
+	defer l.wg.Done()
+	batch := make([]jetstream.Msg, 0, cap(l.in))
+	for m := range l.in {
+		batch = append(batch[:0], m)
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case m, ok := <-l.in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		s.claimBatch(l, batch)
+	}
+}
+
+type claimed struct {
+	m    jetstream.Msg
+	env  event.Envelope
+	next state.Record
+	p    store.Pending
+	err  error
+}
+
+func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
+	ctx := s.runCtx
+	now := s.st.Now()
+	fresh := make([]*claimed, 0, len(msgs))
+	for _, m := range msgs {
+		rev, err := strconv.ParseUint(m.Headers().Get(queue.HeaderRev), 10, 64)
+		meta, merr := m.Metadata()
+		env, eerr := event.Unmarshal(m.Data())
+		if err != nil || merr != nil || eerr != nil {
+			s.spawn(l, m, nil)
+			continue
+		}
+		c := &claimed{m: m, env: env}
+		c.next, _, c.err = state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: meta.Sequence.Stream, Actor: s.actor}, now)
+		if c.err == nil {
+			c.p, c.err = s.st.WriteAsync(c.next, rev)
+		}
+		fresh = append(fresh, c)
+	}
+	for _, c := range fresh {
+		var rev uint64
+		if c.err == nil {
+			rev, c.err = c.p.Wait(ctx)
+		}
+		if c.err != nil {
+			s.spawn(l, c.m, nil) // conflict or error: decide from the stored record
+			continue
+		}
+		s.spawn(l, c.m, func(ctx context.Context, release func()) {
+			l := s.log.With().Str("event_id", c.env.ID).Str("account", c.env.Account).Str("kind", c.env.Kind).Logger()
+			ctx = logging.WithEvent(l.WithContext(ctx), c.env.ID, c.env.Account, c.env.Kind)
+			if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
+				if err := h.AfterClaim(c.env.ID, c.next.Attempts); err != nil {
+					return // as if the process died here
+				}
+			}
+			s.deliver(ctx, c.m, c.env, c.next, rev, release)
+		})
+	}
+}
+
+// spawn runs fn (or the full one-message path) for m in a goroutine once a
+// concurrency slot is free.
+func (s *Service) spawn(l *lane, m jetstream.Msg, fn func(ctx context.Context, release func())) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-s.runCtx.Done():
+		return // stopping hard: leave it unacked for redelivery
+	}
+	if fn == nil {
+		fn = func(ctx context.Context, release func()) { s.process(ctx, m, release) }
+	}
+	l.wg.Add(1)
+	go func() {
+		var once sync.Once
+		release := func() { once.Do(func() { <-l.sem }) }
+		defer func() { release(); l.wg.Done() }()
+		fn(s.runCtx, release)
+	}()
 }

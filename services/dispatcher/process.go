@@ -30,7 +30,7 @@ const dueSlack = 2 * time.Second
 // maxResult bounds the target answer kept as an event's result.
 const maxResult = 4096
 
-func (s *Service) process(ctx context.Context, m jetstream.Msg) {
+func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) {
 	meta, err := m.Metadata()
 	if err != nil {
 		_ = m.Term()
@@ -52,7 +52,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg) {
 			return // as if the process died here
 		}
 	}
-	s.deliver(ctx, m, env, rec, rev)
+	s.deliver(ctx, m, env, rec, rev, release)
 }
 
 // poison keeps an undecodable message in DEAD and terminates it.
@@ -159,7 +159,7 @@ func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
 }
 
 // deliver calls the target and records the outcome.
-func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64) {
+func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, release func()) {
 	kind, ok := s.cfg.Kind(env.Kind)
 	if !ok {
 		s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("kind %q is no longer configured", env.Kind)), config.Stage{Attempts: 1}, false, target.Response{})
@@ -175,6 +175,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	stop := s.keepAlive(m)
 	resp, callErr := tgt.Call(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference})
 	stop()
+	release()
 	if ctx.Err() != nil {
 		return // stopping hard: the message comes back
 	}
@@ -189,7 +190,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 // keepAlive tells the server the message is still being worked on while a
 // slow call runs, so AckWait does not redeliver it meanwhile.
 func (s *Service) keepAlive(m jetstream.Msg) func() {
-	t := time.NewTicker(10 * time.Second)
+	t := time.NewTicker(progressEvery(s.cfg.Streams.AckWait.D()))
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -202,6 +203,18 @@ func (s *Service) keepAlive(m jetstream.Msg) func() {
 		}
 	}()
 	return func() { t.Stop(); close(done) }
+}
+
+// progressEvery is how often a running call reports progress: a third of
+// the consumer's AckWait (the first step of its redelivery backoff), at
+// most every 10s, so that a call slower than AckWait is never taken for a
+// lost one and redelivered (a second, concurrent call to the target).
+func progressEvery(ackWait time.Duration) time.Duration {
+	every := ackWait / 3
+	if every <= 0 || every > 10*time.Second {
+		every = 10 * time.Second
+	}
+	return every
 }
 
 // finish decides what the outcome means and stores it; the message is

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -33,9 +33,11 @@ type Options struct {
 	Config *config.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
-	// Workers is how many intake messages are accepted concurrently.
-	// Defaults to 64.
+	// Workers is how many intake messages are fetched ahead and queued for
+	// the batch loops. Defaults to 256.
 	Workers int
+	// Batchers is how many batches are accepted concurrently. Defaults to 4.
+	Batchers int
 	// ReplyTimeout is how long POST /v1/events waits for its submission to
 	// be accepted before answering 202 with status "accepted". Defaults to 5s.
 	ReplyTimeout time.Duration
@@ -70,8 +72,9 @@ type Service struct {
 	started bool
 	cc      jetstream.ConsumeContext
 	micro   micro.Service
-	sem     chan struct{}
+	in      chan jetstream.Msg
 	wg      sync.WaitGroup
+	bg      sync.WaitGroup
 	cancel  context.CancelCauseFunc
 }
 
@@ -81,7 +84,10 @@ func New(o Options) (*Service, error) {
 		return nil, errors.New("ingest: Conn and Config are required")
 	}
 	if o.Workers <= 0 {
-		o.Workers = 64
+		o.Workers = 256
+	}
+	if o.Batchers <= 0 {
+		o.Batchers = 4
 	}
 	if o.ReplyTimeout <= 0 {
 		o.ReplyTimeout = 5 * time.Second
@@ -96,7 +102,6 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
-		sem: make(chan struct{}, o.Workers),
 	}
 	s.q = queue.New(js, s.subj)
 	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
@@ -130,25 +135,29 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	s.cancel = cancel
-	s.cc, err = cons.Consume(func(m jetstream.Msg) {
-		s.sem <- struct{}{}
+	s.in = make(chan jetstream.Msg, s.o.Workers)
+	for range s.o.Batchers {
 		s.wg.Add(1)
-		go func() {
-			defer func() { <-s.sem; s.wg.Done() }()
-			s.handleIntake(runCtx, m)
-		}()
-	}, jetstream.PullMaxMessages(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		go s.batchLoop(runCtx)
+	}
+	s.cc, err = cons.Consume(func(m jetstream.Msg) { s.in <- m }, jetstream.PullMaxMessages(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			s.log.Debug().Err(err).Msg("intake consume")
 		}
 	}))
 	if err != nil {
+		close(s.in)
 		cancel(ErrStopped)
 		return fmt.Errorf("ingest: consume: %w", err)
 	}
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); keeper.Run(runCtx, s.js, s.subj, time.Second) }()
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.cc.Stop()
+		<-s.cc.Closed()
+		close(s.in)
 		cancel(ErrStopped)
+		s.bg.Wait()
 		return fmt.Errorf("ingest: micro: %w", err)
 	}
 	s.started = true
@@ -169,7 +178,10 @@ func (s *Service) Stop(ctx context.Context) error {
 	select {
 	case <-s.cc.Closed():
 	case <-ctx.Done():
+		s.cc.Stop()
+		<-s.cc.Closed()
 	}
+	close(s.in) // no more callbacks: the batch loops finish what is queued
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -179,6 +191,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		<-done
 	}
 	s.cancel(ErrStopped)
+	s.bg.Wait()
 	if s.micro != nil {
 		_ = s.micro.Stop()
 	}
@@ -206,12 +219,4 @@ func (s *Service) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/events/{id}", s.handleGet)
 	mux.HandleFunc("GET /v1/events/{id}/history", s.handleHistory)
 	mux.HandleFunc("DELETE /v1/events/{id}", s.handleCancel)
-}
-
-func hostname() string {
-	h, _ := os.Hostname()
-	if h == "" {
-		return "unknown"
-	}
-	return h
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,9 +83,13 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 	if err != nil {
 		return event.Fields{}, refuse(http.StatusBadRequest, "invalid_subject", "%v", err)
 	}
+	// The idempotency key: Idempotency-Key, else Nats-Msg-Id. The server
+	// dedups Nats-Msg-Id across the whole INTAKE stream (not per account)
+	// for 100 ms, so publishers that use it should send "<account>:<key>";
+	// that prefix is not part of the key.
 	key := h.Get(tenaz.HeaderIdempotencyKey)
 	if key == "" {
-		key = h.Get(tenaz.HeaderMsgID)
+		key = strings.TrimPrefix(h.Get(tenaz.HeaderMsgID), account+":")
 	}
 	return event.Fields{
 		Account: account, Kind: kind, IdempotencyKey: key,
@@ -102,25 +107,43 @@ type outcomeMsg struct {
 	Message string        `json:"message,omitempty"`
 }
 
-func (s *Service) handleIntake(ctx context.Context, m jetstream.Msg) {
+// parseIntake validates one intake message; a refused one is settled
+// (kept in DEAD or answered) and ok is false.
+func (s *Service) parseIntake(ctx context.Context, m jetstream.Msg) (event.Envelope, bool) {
 	meta, err := m.Metadata()
 	if err != nil {
 		s.log.Error().Err(err).Msg("intake message without metadata")
 		_ = m.Term()
-		return
+		return event.Envelope{}, false
 	}
 	h := m.Headers()
-	reply := h.Get(headerReply)
 	f, serr := s.fieldsOf(m.Subject(), h)
 	var env event.Envelope
 	if serr == nil {
 		env, serr = s.build(f, m.Data(), meta.Timestamp)
 	}
 	if serr != nil {
-		s.reject(ctx, m, f, serr, reply)
+		s.reject(ctx, m, f, serr, h.Get(headerReply))
+		return env, false
+	}
+	return env, true
+}
+
+// handleIntake accepts one intake message on its own (the slow path of a
+// batch: duplicates and anything a batch could not settle).
+func (s *Service) handleIntake(ctx context.Context, m jetstream.Msg) {
+	env, ok := s.parseIntake(ctx, m)
+	if !ok {
 		return
 	}
 	rec, created, err := s.accept(ctx, env)
+	s.settle(ctx, m, env, rec, created, err)
+}
+
+// settle acks (and answers a waiting HTTP handler) or hands the message
+// back for redelivery.
+func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, created bool, err error) {
+	reply := m.Headers().Get(headerReply)
 	if err != nil {
 		if !errors.Is(context.Cause(ctx), ErrStopped) {
 			s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accept failed; will retry")

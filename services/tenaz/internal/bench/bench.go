@@ -11,10 +11,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -225,28 +227,27 @@ func (b *Tenaz) Stop(ctx context.Context) error {
 	return b.t.Stop(ctx)
 }
 
-// waitDrained waits until INTAKE and EVENTS hold no messages (work queues:
-// a message leaves once its event is stored done and acked).
+// waitDrained waits until the ingest consumer and the bench account's
+// dispatch consumer have nothing pending or unacked (a dispatch message is
+// acked once its event is stored done).
 func (b *Tenaz) waitDrained(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		empty := true
-		for _, s := range []string{"INTAKE", "EVENTS"} {
-			st, err := b.js.Stream(ctx, s)
+		left := uint64(0)
+		for _, c := range [][2]string{{"INTAKE", "ingest"}, {"EVENTS", "acct_bench"}} {
+			ci, err := b.js.Consumer(ctx, c[0], c[1])
 			if err != nil {
-				return err
+				left++ // the account consumer appears with the first event
+				continue
 			}
-			if st.CachedInfo().State.Msgs > 0 {
-				empty = false
-			}
+			info := ci.CachedInfo()
+			left += info.NumPending + uint64(info.NumAckPending)
 		}
-		if empty {
+		if left == 0 {
 			return nil
 		}
 		if os.Getenv("BENCH_DEBUG") != "" {
-			in, _ := b.js.Stream(ctx, "INTAKE")
-			ev, _ := b.js.Stream(ctx, "EVENTS")
-			fmt.Fprintf(os.Stderr, "%s intake=%d events=%d\n", time.Now().Format("15:04:05.000"), in.CachedInfo().State.Msgs, ev.CachedInfo().State.Msgs)
+			fmt.Fprintf(os.Stderr, "%s left=%d\n", time.Now().Format("15:04:05.000"), left)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not drained within %s", timeout)
@@ -350,6 +351,14 @@ func pct(s []float64, p float64) float64 {
 }
 
 // Run runs the whole suite and prints figures.
+// cpuTime is the CPU time (user + system) this process has used: the
+// server, tenaz, the load and the target all run in it.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // Phases selects which server sync modes Run measures.
 type Phases struct{ Default, Fsync bool }
 
@@ -375,10 +384,12 @@ func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) er
 		if fsync {
 			n = sz.EventsFsync
 		}
+		c0 := cpuTime()
 		naive, err := Naive(ctx, srv.ClientURL(), target.url, n, sz.Workers)
 		if err != nil {
 			return err
 		}
+		naiveCPU := float64((cpuTime() - c0).Microseconds()) / float64(n)
 		cfg, err := BenchConfig(srv.ClientURL(), target.url, concurrency)
 		if err != nil {
 			return err
@@ -387,14 +398,25 @@ func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) er
 		if err != nil {
 			return err
 		}
+		if f := os.Getenv("BENCH_PROFILE_E2E"); f != "" && !fsync {
+			pf, _ := os.Create(f)
+			_ = pprof.StartCPUProfile(pf)
+		}
+		c0 = cpuTime()
 		e2e, err := tz.Throughput(ctx, fmt.Sprintf("t%v", fsync), n)
+		if os.Getenv("BENCH_PROFILE_E2E") != "" && !fsync {
+			pprof.StopCPUProfile()
+		}
 		if err != nil {
 			return err
 		}
+		e2eCPU := float64((cpuTime() - c0).Microseconds()) / float64(n)
 		if !fsync {
 			r.Figure("e2e_events_per_s", e2e, "events/s")
 			r.Figure("naive_events_per_s", naive, "events/s")
 			r.Figure("e2e_ratio_vs_naive", e2e/naive, "ratio")
+			r.Figure("e2e_cpu_us_per_event", e2eCPU, "us")
+			r.Figure("naive_cpu_us_per_event", naiveCPU, "us")
 			p50, p99, err := tz.Latency(ctx, "lat", sz.Rate, sz.LatencyFor)
 			if err != nil {
 				return err

@@ -1,0 +1,95 @@
+package event_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+func FuzzParseSubmission(f *testing.F) {
+	f.Add([]byte(`{"account":"acme","kind":"order.create","payload":{"a":1}}`))
+	f.Add([]byte(`{"account":"acme","kind":"k","payload":null}`))
+	f.Add([]byte(`{"account":"acme","kind":"k","payload":{}}}`))
+	f.Add([]byte(`{"account":"acme","kind":"k","not_before":"2026-03-02T00:00:00Z","entity_id":"e","ordering_key":"o","payload":[1]}`))
+	f.Add([]byte(`{"payload":{}} {}`))
+	f.Add([]byte(``))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s, err := event.ParseSubmission(body)
+		if err != nil {
+			if !errors.Is(err, event.ErrMalformed) && !errors.Is(err, event.ErrInvalid) {
+				t.Fatalf("ParseSubmission(%q): want ErrMalformed or ErrInvalid, got %v", body, err)
+			}
+			return
+		}
+		if len(s.Payload) == 0 || string(s.Payload) == "null" || !json.Valid(s.Payload) {
+			t.Fatalf("ParseSubmission(%q) accepted payload %q", body, s.Payload)
+		}
+		// What the HTTP ingest does next must not panic either, and hold
+		// New's promises.
+		f := event.Fields{Account: s.Account, Kind: s.Kind, EntityID: s.EntityID, OrderingKey: s.OrderingKey, NotBefore: s.NotBefore}
+		checkNew(t, f, s.Payload, "id", "", now)
+	})
+}
+
+func FuzzNew(f *testing.F) {
+	f.Add("acme", "order.create", "", "", "", "", []byte(`{"id":"o-1"}`), "id", "id")
+	f.Add("acme", "order.create", "e", "o", "2026-03-02T00:00:00Z", "k-1", []byte(`{}`), "", "")
+	f.Add("ac.me", "order.>", "e 1", "", "tomorrow", "k 1", []byte(`{`), "x", "y")
+	f.Add("acme", "k", "", "", "2099-01-01T00:00:00Z", "", []byte(`{"n":12345678901234567890}`), "n", "n")
+	f.Add("acme", "k", "", "", "", "", []byte(`[1,2]`), "n", "")
+	f.Fuzz(func(t *testing.T, account, kind, entity, ordering, notBefore, key string, payload []byte, entityField, orderField string) {
+		checkNew(t, event.Fields{Account: account, Kind: kind, EntityID: entity, OrderingKey: ordering, NotBefore: notBefore, IdempotencyKey: key},
+			payload, entityField, orderField, now)
+	})
+}
+
+// checkNew runs New and checks what a success promises.
+func checkNew(t *testing.T, f event.Fields, payload []byte, entityField, orderField string, now time.Time) {
+	t.Helper()
+	env, err := event.New(f, payload, entityField, orderField, now)
+	if err != nil {
+		if !errors.Is(err, event.ErrMalformed) && !errors.Is(err, event.ErrInvalid) {
+			t.Fatalf("New(%+v, %q): want ErrMalformed or ErrInvalid, got %v", f, payload, err)
+		}
+		return
+	}
+	if err := tenaz.ValidateAccount(env.Account); err != nil || env.Account != f.Account {
+		t.Fatalf("accepted account %q: %v", env.Account, err)
+	}
+	if err := tenaz.ValidateKind(env.Kind); err != nil || env.Kind != f.Kind {
+		t.Fatalf("accepted kind %q: %v", env.Kind, err)
+	}
+	if err := tenaz.ValidateEventID(env.ID); err != nil {
+		t.Fatalf("made id %q: %v", env.ID, err)
+	}
+	if env.ID != event.ID(env.Account, env.IdempotencyKey) {
+		t.Fatalf("id %s is not ID(%q, %q)", env.ID, env.Account, env.IdempotencyKey)
+	}
+	if f.IdempotencyKey != "" && env.IdempotencyKey != f.IdempotencyKey {
+		t.Fatalf("client key %q replaced by %q", f.IdempotencyKey, env.IdempotencyKey)
+	}
+	for name, v := range map[string]string{"entity id": env.EntityID, "ordering key": env.OrderingKey} {
+		if v != "" {
+			if err := tenaz.ValidateKey(name, v); err != nil {
+				t.Fatalf("accepted %s %q: %v", name, v, err)
+			}
+		}
+	}
+	if f.EntityID != "" && env.EntityID != f.EntityID || f.OrderingKey != "" && env.OrderingKey != f.OrderingKey {
+		t.Fatalf("caller's entity/ordering %q/%q replaced by %q/%q", f.EntityID, f.OrderingKey, env.EntityID, env.OrderingKey)
+	}
+	if !json.Valid(env.Payload) {
+		t.Fatalf("accepted invalid payload %q", env.Payload)
+	}
+	if nb := env.NotBefore; nb != nil && (!nb.After(now) || nb.After(now.Add(event.MaxNotBefore))) {
+		t.Fatalf("not_before %v outside (now, now+%s]", nb, event.MaxNotBefore)
+	}
+	back, err := event.Unmarshal(env.Marshal())
+	if err != nil || back.ID != env.ID {
+		t.Fatalf("Unmarshal(Marshal(env)): want id %s back, got %s (%v)", env.ID, back.ID, err)
+	}
+}

@@ -1,0 +1,202 @@
+package state_test
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// deepCopy clones every reference field of r, so
+// that a mutation of the input by Apply is caught.
+func deepCopy(r state.Record) state.Record {
+	c := r
+	c.History = slices.Clone(r.History)
+	if r.LastError != nil {
+		e := *r.LastError
+		c.LastError = &e
+	}
+	if r.NextRunAt != nil {
+		n := *r.NextRunAt
+		c.NextRunAt = &n
+	}
+	c.Result = slices.Clone(r.Result)
+	return c
+}
+
+func genAction(t *rapid.T, now time.Time) state.Action {
+	a := state.Action{
+		Name:   rapid.SampledFrom(actions()).Draw(t, "action"),
+		Seq:    rapid.Uint64().Draw(t, "seq"),
+		Actor:  rapid.SampledFrom([]string{"", "dispatcher/a", "operator:alice"}).Draw(t, "actor"),
+		Detail: rapid.SampledFrom([]string{"", "why"}).Draw(t, "detail"),
+	}
+	if rapid.Bool().Draw(t, "has error") {
+		a.Error = &state.ErrorInfo{Class: "transient", Message: "boom", HTTPStatus: rapid.SampledFrom([]int{0, 429, 503}).Draw(t, "status")}
+	}
+	if rapid.Bool().Draw(t, "has next run") {
+		n := now.Add(time.Duration(rapid.IntRange(1, 3600).Draw(t, "in")) * time.Second)
+		a.NextRunAt = &n
+	}
+	a.Reference = rapid.SampledFrom([]string{"", "ref_1"}).Draw(t, "reference")
+	if rapid.Bool().Draw(t, "has result") {
+		a.Result = json.RawMessage(`{"ok":true}`)
+	}
+	a.Stage = rapid.SampledFrom([]string{"", state.StagePrimary, state.StageFallback}).Draw(t, "stage")
+	return a
+}
+
+// TestApplyProperties walks random action sequences from a fresh record and
+// checks the invariants of every step.
+func TestApplyProperties(t *testing.T) {
+	t.Parallel()
+	zones := []*time.Location{time.UTC, time.FixedZone("BRT", -3*3600), time.FixedZone("IST", 5*3600+1800)}
+	rapid.Check(t, func(t *rapid.T) {
+		now := t0
+		create := rapid.SampledFrom([]state.ActionName{state.Accept, state.Delay}).Draw(t, "create")
+		r, _, err := state.New(state.Record{ID: "ev_0123456789abcdefghijklmnop", Account: "acme", Kind: "k"}, state.Action{Name: create}, now)
+		if err != nil {
+			t.Fatalf("New(%s): %v", create, err)
+		}
+		// Optionally fill the history close to or past MaxHistory with
+		// notes, so the truncation rule is exercised.
+		for range rapid.SampledFrom([]int{0, 0, state.MaxHistory - 3, state.MaxHistory + 2}).Draw(t, "notes") {
+			if r, _, err = state.Apply(r, state.Action{Name: state.Note}, now); err != nil {
+				t.Fatalf("note from %s: %v", r.Status, err)
+			}
+		}
+		first := r.History[0]
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for range steps {
+			now = now.Add(time.Duration(rapid.IntRange(0, 7200).Draw(t, "dt")) * time.Second)
+			given := now.In(rapid.SampledFrom(zones).Draw(t, "zone"))
+			a := genAction(t, now)
+			before := deepCopy(r)
+			next, effects, err := state.Apply(r, a, given)
+
+			if !reflect.DeepEqual(r, before) {
+				t.Fatalf("Apply(%s) mutated its input:\nbefore %+v\nafter  %+v", a.Name, before, r)
+			}
+			legal := state.Can(before.Status, a.Name)
+			if before.Status.Terminal() && a.Name != state.Note && legal {
+				t.Fatalf("%s is legal from terminal %s", a.Name, before.Status)
+			}
+			if !legal {
+				if !errors.Is(err, state.ErrInvalidTransition) {
+					t.Fatalf("%s from %s: want ErrInvalidTransition, got %v", a.Name, before.Status, err)
+				}
+				if !reflect.DeepEqual(next, before) || effects != nil {
+					t.Fatalf("%s from %s: want the record unchanged, got %+v", a.Name, before.Status, next)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s from %s: want legal, got %v", a.Name, before.Status, err)
+			}
+			rule := state.Table[a.Name]
+			want := rule.To
+			if want == "" {
+				want = before.Status
+			}
+			if next.Status != want {
+				t.Fatalf("%s from %s: want %s, got %s", a.Name, before.Status, want, next.Status)
+			}
+			if before.Status.Terminal() && next.Status != before.Status {
+				t.Fatalf("terminal %s left for %s by %s", before.Status, next.Status, a.Name)
+			}
+			if !slices.Equal(effects, rule.Effects) {
+				t.Fatalf("%s: want effects %v, got %v", a.Name, rule.Effects, effects)
+			}
+			// History: exactly one more entry until MaxHistory, then the
+			// length stays, Truncated grows and the first entry is kept.
+			switch {
+			case len(before.History) < state.MaxHistory:
+				if len(next.History) != len(before.History)+1 || next.Truncated != before.Truncated {
+					t.Fatalf("%s: want history %d -> %d, truncated %d, got %d, %d", a.Name, len(before.History), len(before.History)+1, before.Truncated, len(next.History), next.Truncated)
+				}
+			default:
+				if len(next.History) != state.MaxHistory || next.Truncated != before.Truncated+1 {
+					t.Fatalf("%s at the cap: want history %d and truncated %d, got %d and %d", a.Name, state.MaxHistory, before.Truncated+1, len(next.History), next.Truncated)
+				}
+				if !reflect.DeepEqual(next.History[1:state.MaxHistory-1], before.History[2:]) {
+					t.Fatalf("%s at the cap: want the oldest entry after the first dropped", a.Name)
+				}
+			}
+			if !reflect.DeepEqual(next.History[0], first) {
+				t.Fatalf("first history entry changed: %+v -> %+v", first, next.History[0])
+			}
+			last := next.History[len(next.History)-1]
+			if last.Action != a.Name || last.To != next.Status || !last.At.Equal(now) || last.Attempt != next.Attempts || last.Stage != next.Stage {
+				t.Fatalf("%s: last entry %+v does not describe the step", a.Name, last)
+			}
+			// Attempts.
+			wantAttempts := before.Attempts
+			switch a.Name {
+			case state.Claim, state.Reclaim:
+				wantAttempts++
+			case state.Fallback, state.Replay:
+				wantAttempts = 0
+			}
+			if next.Attempts != wantAttempts {
+				t.Fatalf("%s: want attempts %d -> %d, got %d", a.Name, before.Attempts, wantAttempts, next.Attempts)
+			}
+			// Clock: UpdatedAt is the given now, in UTC; CreatedAt never moves.
+			if !next.UpdatedAt.Equal(given) || next.UpdatedAt.Location() != time.UTC {
+				t.Fatalf("%s: want updated_at %v in UTC, got %v", a.Name, given, next.UpdatedAt)
+			}
+			if !next.CreatedAt.Equal(before.CreatedAt) || next.ID != before.ID {
+				t.Fatalf("%s changed created_at or id", a.Name)
+			}
+			if next.Stage != state.StagePrimary && next.Stage != state.StageFallback {
+				t.Fatalf("%s: stage %q", a.Name, next.Stage)
+			}
+			r = next
+		}
+	})
+}
+
+// TestTerminalAbsorbs drives records into each terminal state and checks
+// that no sequence of actions leaves it.
+func TestTerminalAbsorbs(t *testing.T) {
+	t.Parallel()
+	paths := map[tenaz.State][]state.ActionName{
+		tenaz.StateDone:      {state.Claim, state.Succeed},
+		tenaz.StateCancelled: {state.Cancel},
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		target := rapid.SampledFrom([]tenaz.State{tenaz.StateDone, tenaz.StateCancelled}).Draw(t, "terminal")
+		r, _, err := state.New(state.Record{ID: "ev_x"}, state.Action{Name: state.Accept}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range paths[target] {
+			if r, _, err = state.Apply(r, state.Action{Name: a}, t0); err != nil {
+				t.Fatalf("%s: %v", a, err)
+			}
+		}
+		if r.Status != target {
+			t.Fatalf("setup: want %s, got %s", target, r.Status)
+		}
+		for range rapid.IntRange(1, 30).Draw(t, "steps") {
+			a := genAction(t, t0)
+			next, _, err := state.Apply(r, a, t0)
+			if a.Name == state.Note {
+				if err != nil || next.Status != target {
+					t.Fatalf("note on %s: want allowed and unchanged, got %s, %v", target, next.Status, err)
+				}
+				r = next
+				continue
+			}
+			if !errors.Is(err, state.ErrInvalidTransition) || next.Status != target {
+				t.Fatalf("%s on %s: want ErrInvalidTransition and no move, got %s, %v", a.Name, target, next.Status, err)
+			}
+		}
+	})
+}

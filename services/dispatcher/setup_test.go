@@ -1,0 +1,376 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/dispatcher"
+	"github.com/tenaz/tenaz/services/ingest"
+)
+
+// TestMain checks that every test stopped what it started: dispatchers,
+// ingest, connections, the embedded server and the HTTP servers.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitFor bounds a wait on an outcome that needs no retry.
+const waitFor = 10 * time.Second
+
+// yamlFor is a config with one target (the provider, ${TARGET}) and the
+// kind order.create as given by kind (a flow mapping without target).
+// streams.ack_wait is 1s so that a message abandoned by a simulated crash
+// comes back fast.
+func yamlFor(concurrency int, kind string) string {
+	return fmt.Sprintf(`
+streams: {ack_wait: 1s}
+accounts:
+  "*": {concurrency: %d}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp, entity: order_id, %s}
+`, concurrency, kind)
+}
+
+// harness is one test's world: a real nats-server, a real provider behind
+// a real HTTP server, an ingest service, and the dispatchers the test
+// starts.
+type harness struct {
+	t      *testing.T
+	srv    *natstest.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	cfg    *config.Config
+	prov   *provider.Provider
+	target *httptest.Server
+	st     *store.Store
+
+	c context.Context // ends with the test
+
+	mu      sync.Mutex
+	arrived int           // deliveries that reached the provider (answered or not)
+	changed chan struct{} // closed and replaced when arrived changes
+}
+
+// setup starts the server, the provider (with faults f and opts) and an
+// ingest service for config yaml. Everything stops when the test ends, in
+// reverse order.
+func setup(t *testing.T, yaml string, f provider.Faults, opts ...provider.Option) *harness {
+	t.Helper()
+	h := &harness{t: t, changed: make(chan struct{})}
+	var cancel context.CancelFunc
+	h.c, cancel = context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	h.srv = natstest.Start(t)
+	h.prov = provider.New(f, opts...)
+	h.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.arrived++
+		close(h.changed)
+		h.changed = make(chan struct{})
+		h.mu.Unlock()
+		h.prov.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.target.Close)
+	t.Cleanup(func() { _ = h.prov.Close() })
+	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) {
+		if k == "TARGET" {
+			return h.target.URL, true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatalf("config: want a valid config, got %v", err)
+	}
+	h.cfg = cfg
+	h.nc, h.js = h.srv.Conn(t)
+	if h.st, err = store.Open(h.ctx(), h.js, store.Options{}); err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	nc, _ := h.srv.Conn(t)
+	ing, err := ingest.New(ingest.Options{Conn: nc, Config: cfg})
+	if err != nil {
+		t.Fatalf("ingest.New: %v", err)
+	}
+	if err := ing.Start(h.ctx()); err != nil {
+		t.Fatalf("ingest.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ing.Stop(ctx); err != nil {
+			t.Errorf("ingest.Stop: %v", err)
+		}
+	})
+	return h
+}
+
+// ctx is the context of calls to NATS: it ends with the test.
+func (h *harness) ctx() context.Context { return h.c }
+
+// waitCtx bounds one wait by waitFor.
+func (h *harness) waitCtx() context.Context {
+	ctx, cancel := context.WithTimeout(h.c, waitFor)
+	h.t.Cleanup(cancel)
+	return ctx
+}
+
+// dispatcher starts a dispatcher named instance on its own connection, as
+// a separate process would, with its own HTTP client; it is stopped when
+// the test ends (again, if the test stopped it: Stop is idempotent).
+func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks) *dispatcher.Service {
+	h.t.Helper()
+	nc, _ := h.srv.Conn(h.t)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: h.cfg, Instance: instance, Hooks: hooks, HTTPClient: client})
+	if err != nil {
+		h.t.Fatalf("dispatcher.New: %v", err)
+	}
+	if err := d.Start(h.ctx()); err != nil {
+		h.t.Fatalf("dispatcher.Start: %v", err)
+	}
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.Stop(ctx); err != nil {
+			h.t.Errorf("dispatcher %s Stop: %v", instance, err)
+		}
+		client.CloseIdleConnections()
+	})
+	return d
+}
+
+// submit publishes one submission per key to INTAKE (account acme, kind
+// order.create, Idempotency-Key = key), waits for every publish to be
+// stored, and returns the event ids in key order.
+func (h *harness) submit(keys []string, payload func(key string) string) []string {
+	h.t.Helper()
+	ids := make([]string, len(keys))
+	futs := make([]jetstream.PubAckFuture, len(keys))
+	for i, k := range keys {
+		m := nats.NewMsg("tenaz.intake.acme.order.create")
+		m.Data = []byte(payload(k))
+		m.Header.Set(tenaz.HeaderIdempotencyKey, k)
+		f, err := h.js.PublishMsgAsync(m)
+		if err != nil {
+			h.t.Fatalf("publish %s: %v", k, err)
+		}
+		futs[i] = f
+		ids[i] = event.ID("acme", k)
+	}
+	for i, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			h.t.Fatalf("publish %s: %v", keys[i], err)
+		case <-time.After(waitFor):
+			h.t.Fatalf("publish %s: no answer within %s", keys[i], waitFor)
+		}
+	}
+	return ids
+}
+
+// orderPayload is a plain order for key.
+func orderPayload(key string) string { return `{"order_id":"` + key + `","total":1990}` }
+
+// keys returns n keys prefix-0 … prefix-(n-1).
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+// waitAll watches the state bucket until every event of ids has status
+// want, and returns their records. It fails at once if one ends parked or
+// terminal in another status, and after timeout with the stragglers.
+func (h *harness) waitAll(ids []string, want tenaz.State, timeout time.Duration) map[string]state.Record {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	w, err := h.st.KV().WatchAll(ctx)
+	if err != nil {
+		h.t.Fatalf("watch state: %v", err)
+	}
+	defer func() { _ = w.Stop() }()
+	wanted := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		wanted[id] = true
+	}
+	recs := map[string]state.Record{}
+	remaining := len(ids)
+	for remaining > 0 {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				h.t.Fatalf("state watch ended early")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut || !wanted[e.Key()] {
+				continue
+			}
+			var r state.Record
+			if err := json.Unmarshal(e.Value(), &r); err != nil {
+				h.t.Fatalf("record %s: %v", e.Key(), err)
+			}
+			prev, seen := recs[r.ID]
+			recs[r.ID] = r
+			if r.Status == want && (!seen || prev.Status != want) {
+				remaining--
+			} else if r.Status != want && seen && prev.Status == want {
+				h.t.Fatalf("event %s left %s for %s: %+v", r.ID, want, r.Status, r.History)
+			}
+			if r.Status != want && (r.Status.Terminal() || r.Status.Parked()) {
+				h.t.Fatalf("event %s: want %s, got %s (last error %+v, history %s)", r.ID, want, r.Status, r.LastError, actions(r))
+			}
+		case <-ctx.Done():
+			var late []string
+			for _, id := range ids {
+				if r, ok := recs[id]; !ok || r.Status != want {
+					late = append(late, fmt.Sprintf("%s=%s", id, r.Status))
+				}
+			}
+			sort.Strings(late)
+			if len(late) > 10 {
+				late = append(late[:10], "…")
+			}
+			h.t.Fatalf("want %d events %s within %s, %d are not: %s", len(ids), want, timeout, len(ids)-countStatus(recs, want), strings.Join(late, " "))
+		}
+	}
+	h.quiesce()
+	return recs
+}
+
+// quiesce waits until every delivery that reached the provider has been
+// answered and logged: the provider logs a call just after writing its
+// answer, so a dispatcher can store the outcome a moment before the call
+// shows in Calls.
+func (h *harness) quiesce() {
+	h.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for h.arrivals() != h.prov.CallCount() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("provider: %d deliveries arrived but %d were answered within %s", h.arrivals(), h.prov.CallCount(), waitFor)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_ = h.prov.WaitCalls(ctx, h.arrivals())
+		cancel()
+	}
+}
+
+func countStatus(recs map[string]state.Record, want tenaz.State) int {
+	n := 0
+	for _, r := range recs {
+		if r.Status == want {
+			n++
+		}
+	}
+	return n
+}
+
+// record reads one event's record.
+func (h *harness) record(id string) state.Record {
+	h.t.Helper()
+	rec, _, err := h.st.Get(h.ctx(), id)
+	if err != nil {
+		h.t.Fatalf("record %s: %v", id, err)
+	}
+	return rec
+}
+
+// actions is a record's history as "accept>claim>…".
+func actions(r state.Record) string {
+	var b strings.Builder
+	for i, e := range r.History {
+		if i > 0 {
+			b.WriteByte('>')
+		}
+		b.WriteString(string(e.Action))
+	}
+	return b.String()
+}
+
+// arrivals is how many deliveries reached the provider so far, including
+// those still being answered.
+func (h *harness) arrivals() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.arrived
+}
+
+// waitArrivals waits until at least n deliveries reached the provider.
+func (h *harness) waitArrivals(n int, timeout time.Duration) {
+	h.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		h.mu.Lock()
+		got, ch := h.arrived, h.changed
+		h.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			h.t.Fatalf("want %d deliveries to reach the provider within %s, got %d", n, timeout, got)
+		}
+	}
+}
+
+// failOnce returns a hook that fails (a simulated crash) the first time it
+// runs for id at attempt 1, and counts its runs for id.
+func failOnce(id string, runs *int, mu *sync.Mutex) func(string, int) error {
+	return func(got string, attempt int) error {
+		if got != id {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		*runs++
+		if *runs == 1 && attempt == 1 {
+			return errCrash
+		}
+		return nil
+	}
+}
+
+var errCrash = errors.New("simulated crash")
+
+// mustCalls checks the provider received exactly n calls for key.
+func (h *harness) mustCalls(key string, n int) []provider.Call {
+	h.t.Helper()
+	calls := h.prov.CallsFor(key)
+	if len(calls) != n {
+		h.t.Fatalf("provider: want %d calls for %s, got %d: %s", n, key, len(calls), describeCalls(calls))
+	}
+	return calls
+}
+
+func describeCalls(calls []provider.Call) string {
+	var parts []string
+	for _, c := range calls {
+		parts = append(parts, fmt.Sprintf("{attempt %d status %d at %s applied %v}", c.Attempt, c.Status, c.At.Format("15:04:05.000"), c.Applied))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}

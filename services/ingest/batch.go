@@ -1,0 +1,105 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+)
+
+// maxBatch bounds how many intake messages one batch accepts together.
+const maxBatch = 128
+
+// batchLoop takes whatever intake messages are waiting (up to maxBatch)
+// and accepts them together: all record creates are sent pipelined, then
+// all EVENTS publishes, so a batch costs two round trips instead of two
+// per message. Each message is still acked only after its record and its
+// EVENTS message are stored; anything unusual (a duplicate, a delay, an
+// error) takes the one-at-a-time path.
+func (s *Service) batchLoop(ctx context.Context) {
+	defer s.wg.Done()
+	batch := make([]jetstream.Msg, 0, maxBatch)
+	for m := range s.in {
+		batch = append(batch[:0], m)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case m, ok := <-s.in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		s.acceptBatch(ctx, batch)
+	}
+}
+
+type item struct {
+	m       jetstream.Msg
+	env     event.Envelope
+	rec     state.Record
+	rev     uint64
+	pending store.Pending
+	fut     jetstream.PubAckFuture
+	err     error
+}
+
+func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
+	items := make([]*item, 0, len(msgs))
+	for _, m := range msgs {
+		env, ok := s.parseIntake(ctx, m)
+		if !ok {
+			continue
+		}
+		if env.NotBefore != nil {
+			s.handleIntake(ctx, m)
+			continue
+		}
+		it := &item{m: m, env: env, rec: queue.Initial(env)}
+		it.pending, it.err = s.st.CreateAsync(it.rec)
+		items = append(items, it)
+	}
+	fresh := items[:0]
+	for _, it := range items {
+		if it.err == nil {
+			it.rev, it.err = it.pending.Wait(ctx)
+		}
+		switch {
+		case errors.Is(it.err, store.ErrExists):
+			s.handleIntake(ctx, it.m) // a duplicate: answer with the existing event
+		case it.err != nil:
+			s.settle(ctx, it.m, it.env, it.rec, false, it.err)
+		default:
+			fresh = append(fresh, it)
+		}
+	}
+	for _, it := range fresh {
+		if h := s.o.Hooks; h != nil && h.AfterCreate != nil {
+			if it.err = h.AfterCreate(it.env.ID); it.err != nil {
+				continue
+			}
+		}
+		if it.err = s.prov.Ensure(ctx, it.env.Account); it.err == nil {
+			it.fut, it.err = s.q.EnqueueAsync(it.env, it.rev, it.env.ID)
+		}
+	}
+	for _, it := range fresh {
+		if it.err == nil {
+			select {
+			case <-it.fut.Ok():
+			case it.err = <-it.fut.Err():
+			case <-ctx.Done():
+				it.err = context.Cause(ctx)
+			}
+		}
+		s.settle(ctx, it.m, it.env, it.rec, true, it.err)
+	}
+}

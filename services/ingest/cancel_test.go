@@ -1,0 +1,65 @@
+package ingest_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// DELETE cancels a pending event (200, cancelled), refuses a second time
+// (409), and a dispatcher started afterwards drops the event's message
+// without calling the target.
+func TestCancelPendingEvent(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-c"}}`, "Idempotency-Key", "cancel-1")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
+	}
+	var v view
+	r.json(t, &v)
+
+	r = h.do(http.MethodDelete, "/v1/events/"+v.ID, "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("DELETE pending: want 200, got %d %s", r.Status, r.Body)
+	}
+	var c view
+	r.json(t, &c)
+	if c.ID != v.ID || c.Status != tenaz.StateCancelled {
+		t.Fatalf("DELETE pending: want {id %s, status cancelled}, got %s", v.ID, r.Body)
+	}
+	r = h.do(http.MethodDelete, "/v1/events/"+v.ID, "")
+	if r.Status != http.StatusConflict {
+		t.Fatalf("DELETE cancelled: want 409, got %d %s", r.Status, r.Body)
+	}
+	if code := r.errorCode(t); code != "not_cancellable" {
+		t.Fatalf("DELETE cancelled: want code not_cancellable, got %q", code)
+	}
+	if r = h.do(http.MethodDelete, "/v1/events/ev_00000000000000000000000000", ""); r.Status != http.StatusNotFound {
+		t.Fatalf("DELETE unknown: want 404, got %d %s", r.Status, r.Body)
+	}
+
+	// The event's message is still queued; a dispatcher must drop it.
+	if info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme")); info.NumPending != 1 {
+		t.Fatalf("acme's dispatch consumer: want the event's message still queued, got %d pending", info.NumPending)
+	}
+	h.startDispatcher("d1")
+	natstest.Eventually(t, waitFor, func() bool {
+		info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme"))
+		return info.Delivered.Stream >= 1 && info.NumPending == 0 && info.NumAckPending == 0
+	}, "the dispatcher did not settle the cancelled event's message")
+	if n := h.arrived.Load(); n != 0 {
+		t.Fatalf("provider: want no call for a cancelled event, got %d: %+v", n, h.prov.Calls())
+	}
+	rec, _ := h.record(v.ID)
+	if rec.Status != tenaz.StateCancelled || rec.Attempts != 0 {
+		t.Fatalf("record: want cancelled with 0 attempts, got %s with %d", rec.Status, rec.Attempts)
+	}
+	last := rec.History[len(rec.History)-1]
+	if last.Action != state.Cancel || last.From != tenaz.StatePending || last.Actor != "api" {
+		t.Fatalf("history: want the last entry {cancel, from pending, actor api}, got %+v", last)
+	}
+}

@@ -1,0 +1,196 @@
+package ingest_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// view is the part of an event's JSON the tests read.
+type view struct {
+	ID             string      `json:"id"`
+	Status         tenaz.State `json:"status"`
+	IdempotencyKey string      `json:"idempotency_key"`
+	StatusURL      string      `json:"status_url"`
+	Account        string      `json:"account"`
+	Kind           string      `json:"kind"`
+	EntityID       string      `json:"entity_id"`
+}
+
+// POST answers 202 with the new event; the same submission again (same
+// Idempotency-Key, or no key and the same payload written differently)
+// answers 200 with the same event; GET and GET …/history read it.
+func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+
+	const body = `{"account":"acme","kind":"order.create","payload":{"order_id":"o-1","total":1990}}`
+	r := h.do(http.MethodPost, "/v1/events", body, "Idempotency-Key", "o-1")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
+	}
+	var first view
+	r.json(t, &first)
+	wantID := event.ID("acme", "o-1")
+	if first.ID != wantID || first.Status != tenaz.StatePending || first.IdempotencyKey != "o-1" ||
+		first.StatusURL != h.api.URL+"/v1/events/"+wantID {
+		t.Fatalf("POST: want {id %s, status pending, idempotency_key o-1, status_url %s/v1/events/%s}, got %s",
+			wantID, h.api.URL, wantID, r.Body)
+	}
+
+	r = h.do(http.MethodPost, "/v1/events", body, "Idempotency-Key", "o-1")
+	if r.Status != http.StatusOK {
+		t.Fatalf("POST again with the same Idempotency-Key: want 200, got %d %s", r.Status, r.Body)
+	}
+	var again view
+	r.json(t, &again)
+	if again.ID != first.ID {
+		t.Fatalf("POST again: want the existing event %s, got %s", first.ID, again.ID)
+	}
+
+	// No key: the key is derived from kind, entity and the canonical
+	// payload, so the same payload with another key order and spacing is
+	// the same event.
+	const derived1 = `{"account":"acme","kind":"order.create","payload":{"order_id":"o-2","total":500,"lines":[{"sku":"a","qty":1}]}}`
+	const derived2 = `{ "kind": "order.create", "account": "acme",
+		"payload": { "lines": [ { "qty": 1, "sku": "a" } ], "total": 500, "order_id": "o-2" } }`
+	canon, err := event.Canonical([]byte(`{"order_id":"o-2","total":500,"lines":[{"sku":"a","qty":1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKey := event.DerivedKey("order.create", "o-2", canon)
+	r = h.do(http.MethodPost, "/v1/events", derived1)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST without a key: want 202, got %d %s", r.Status, r.Body)
+	}
+	var d1 view
+	r.json(t, &d1)
+	if d1.IdempotencyKey != wantKey || d1.ID != event.ID("acme", wantKey) {
+		t.Fatalf("POST without a key: want derived key %s (id %s), got key %s id %s", wantKey, event.ID("acme", wantKey), d1.IdempotencyKey, d1.ID)
+	}
+	r = h.do(http.MethodPost, "/v1/events", derived2)
+	if r.Status != http.StatusOK {
+		t.Fatalf("POST the same payload reordered and respaced: want 200 (a duplicate), got %d %s", r.Status, r.Body)
+	}
+	var d2 view
+	r.json(t, &d2)
+	if d2.ID != d1.ID {
+		t.Fatalf("derived-key duplicate: want the existing event %s, got %s", d1.ID, d2.ID)
+	}
+
+	// Two events, each enqueued once: the duplicates added nothing.
+	if info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme")); info.NumPending != 2 {
+		t.Fatalf("EVENTS for acme: want 2 messages (one per event), got %d", info.NumPending)
+	}
+
+	r = h.do(http.MethodGet, "/v1/events/"+first.ID, "")
+	var got view
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET: want 200, got %d %s", r.Status, r.Body)
+	}
+	r.json(t, &got)
+	if got.ID != first.ID || got.Status != tenaz.StatePending || got.Account != "acme" || got.Kind != "order.create" || got.EntityID != "o-1" {
+		t.Fatalf("GET: want {id %s, status pending, account acme, kind order.create, entity_id o-1}, got %s", first.ID, r.Body)
+	}
+
+	r = h.do(http.MethodGet, "/v1/events/"+first.ID+"/history", "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET history: want 200, got %d %s", r.Status, r.Body)
+	}
+	var hist struct {
+		ID      string        `json:"id"`
+		Status  tenaz.State   `json:"status"`
+		History []state.Entry `json:"history"`
+	}
+	r.json(t, &hist)
+	if hist.ID != first.ID || len(hist.History) != 1 || hist.History[0].Action != state.Accept ||
+		hist.History[0].To != tenaz.StatePending || hist.History[0].Actor != "ingest" {
+		t.Fatalf("GET history: want one entry {action accept, to pending, actor ingest}, got %s", r.Body)
+	}
+
+	for _, id := range []string{event.ID("acme", "never-submitted"), "ev_nope", "not-an-id"} {
+		r = h.do(http.MethodGet, "/v1/events/"+id, "")
+		if r.Status != http.StatusNotFound {
+			t.Fatalf("GET unknown %s: want 404, got %d %s", id, r.Status, r.Body)
+		}
+		if code := r.errorCode(t); code != "not_found" {
+			t.Fatalf("GET unknown %s: want code not_found, got %q", id, code)
+		}
+		r = h.do(http.MethodGet, "/v1/events/"+id+"/history", "")
+		if r.Status != http.StatusNotFound {
+			t.Fatalf("GET unknown %s/history: want 404, got %d %s", id, r.Status, r.Body)
+		}
+	}
+}
+
+// schemaYAML adds a kind with an inline JSON Schema.
+const schemaYAML = baseYAML + `  invoice.send:
+    target: erp
+    schema: '{"type": "object", "required": ["invoice_id"], "properties": {"invoice_id": {"type": "string"}}}'
+`
+
+// Every refused submission is answered with its code and leaves no trace:
+// no record, nothing in INTAKE, EVENTS or DEAD.
+func TestHTTPRefusals(t *testing.T) {
+	t.Parallel()
+	h := setup(t, schemaYAML)
+
+	sub := func(account, kind, payload string) string {
+		return `{"account":"` + account + `","kind":"` + kind + `","payload":` + payload + `}`
+	}
+	big := `{"order_id":"o-big","pad":"` + strings.Repeat("x", 5000) + `"}` // over max_body_bytes (4096)
+	huge := `{"order_id":"o-huge","pad":"` + strings.Repeat("x", 80*1024) + `"}`
+	cases := []struct {
+		name, account, body string
+		status              int
+		code                string
+	}{
+		{"malformed JSON", "acme", `{"account":"acme","kind":`, 400, "malformed"},
+		{"trailing data", "acme", sub("acme", "order.create", `{"order_id":"o"}`) + `{}`, 400, "malformed"},
+		{"unknown field", "acme", `{"account":"acme","kind":"order.create","ordering-key":"x","payload":{"order_id":"o"}}`, 400, "malformed"},
+		{"no payload", "acme", `{"account":"acme","kind":"order.create"}`, 400, "malformed"},
+		{"payload over max_body_bytes", "acme", sub("acme", "order.create", big), 413, "too_large"},
+		{"body far over max_body_bytes", "acme", sub("acme", "order.create", huge), 413, "too_large"},
+		{"unknown kind", "acme", sub("acme", "order.nope", `{"order_id":"o"}`), 422, "unknown_kind"},
+		{"schema violation", "acme", sub("acme", "invoice.send", `{"invoice_id":5}`), 422, "schema_violation"},
+		{"schema: missing field", "acme", sub("acme", "invoice.send", `{"total":5}`), 422, "schema_violation"},
+		{"account with a dot", "a.b", sub("a.b", "order.create", `{"order_id":"o"}`), 400, "invalid_account"},
+		{"account with a wildcard", "a*", sub("a*", "order.create", `{"order_id":"o"}`), 400, "invalid_account"},
+		{"empty account", "", sub("", "order.create", `{"order_id":"o"}`), 400, "invalid_account"},
+	}
+	before := h.footprint()
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key := "refused-" + string(rune('a'+i))
+			r := h.do(http.MethodPost, "/v1/events", c.body, "Idempotency-Key", key)
+			if r.Status != c.status {
+				t.Fatalf("want %d, got %d %s", c.status, r.Status, r.Body)
+			}
+			if code := r.errorCode(t); code != c.code {
+				t.Fatalf("want code %q, got %q (%s)", c.code, code, r.Body)
+			}
+			if rec, ok := h.record(event.ID(c.account, key)); ok {
+				t.Fatalf("want no event, got record %+v", rec)
+			}
+			if got := h.footprint(); got != before {
+				t.Fatalf("want INTAKE, EVENTS, DEAD and the state bucket untouched %+v, got %+v", before, got)
+			}
+		})
+	}
+
+	// The same API still accepts a valid submission of the schema'd kind.
+	r := h.do(http.MethodPost, "/v1/events", sub("acme", "invoice.send", `{"invoice_id":"i-1"}`), "Idempotency-Key", "ok")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("valid submission after the refusals: want 202, got %d %s", r.Status, r.Body)
+	}
+	if got := h.streamState(tenaz.StreamDead).Msgs; got != 0 {
+		t.Fatalf("DEAD: HTTP refusals are answered, not kept: want 0 entries, got %d", got)
+	}
+	if got := h.streamState("KV_" + tenaz.BucketState).Msgs; got != 1 {
+		t.Fatalf("state bucket: want exactly the one valid event, got %d records", got)
+	}
+}

@@ -1,0 +1,166 @@
+package ingest_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+const intakeOrderCreate = "tenaz.intake.acme.order.create"
+
+// A submission published to INTAKE with Nats-Msg-Id becomes the event
+// whose id is derived from account and that key; the same submission again,
+// after INTAKE's 100ms duplicate window, is the same event and reaches
+// EVENTS only once.
+func TestNATSIntakeDuplicateAfterWindow(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	body := []byte(`{"order_id":"o-1","total":1990}`)
+	id := event.ID("acme", "k1")
+
+	ack1 := h.publishIntake(intakeOrderCreate, body, "Nats-Msg-Id", "k1")
+	rec := h.waitStatus(id, tenaz.StatePending)
+	if rec.IdempotencyKey != "k1" || rec.Account != "acme" || rec.Kind != "order.create" || rec.EntityID != "o-1" {
+		t.Fatalf("record: want {key k1, account acme, kind order.create, entity o-1}, got %+v", rec)
+	}
+
+	// Publish again until INTAKE takes the copy (its window has passed):
+	// only then is the second copy really submitted to ingest.
+	var ack2 *jetstream.PubAck
+	natstest.Eventually(t, waitFor, func() bool {
+		ack2 = h.publishIntake(intakeOrderCreate, body, "Nats-Msg-Id", "k1")
+		return !ack2.Duplicate
+	}, "INTAKE kept deduplicating k1 past its 100ms window")
+	if ack2.Sequence <= ack1.Sequence {
+		t.Fatalf("second copy: want a new INTAKE sequence after %d, got %d", ack1.Sequence, ack2.Sequence)
+	}
+	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack2.Sequence) },
+		"ingest did not settle the second copy (INTAKE seq %d)", ack2.Sequence)
+
+	rec, _ = h.record(id)
+	if rec.Status != tenaz.StatePending || len(rec.History) != 1 {
+		t.Fatalf("after the duplicate: want the untouched pending record with one history entry, got status %s, history %+v", rec.Status, rec.History)
+	}
+	if n := h.streamState("KV_" + tenaz.BucketState).Msgs; n != 1 {
+		t.Fatalf("state bucket: want 1 record, got %d", n)
+	}
+	info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme"))
+	if info.NumPending != 1 || info.NumAckPending != 0 {
+		t.Fatalf("acme's dispatch consumer: want exactly 1 message waiting (no dispatcher runs), got pending %d, ack pending %d", info.NumPending, info.NumAckPending)
+	}
+	if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 1 {
+		t.Fatalf("EVENTS: want 1 message for the event, got %d", n)
+	}
+	if n := h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>"); n != 0 {
+		t.Fatalf("INTAKE: want both copies acked (0 messages left), got %d", n)
+	}
+}
+
+// Idempotency keys are per account: two accounts submitting the same key a
+// few milliseconds apart get two events. The server dedups Nats-Msg-Id per
+// stream, not per account, so the contract is: send the key as
+// Idempotency-Key, or as Nats-Msg-Id in the form "<account>:<key>" (the
+// prefix is not part of the key).
+func TestNATSIntakeSameKeyTwoAccounts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ header, a, b string }{
+		{"Idempotency-Key", "k1", "k1"},
+		{"Nats-Msg-Id", "acme:k1", "globex:k1"},
+	} {
+		t.Run(c.header, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, baseYAML)
+			body := []byte(`{"order_id":"o-1"}`)
+			ackA := h.publishIntake("tenaz.intake.acme.order.create", body, c.header, c.a)
+			ackB := h.publishIntake("tenaz.intake.globex.order.create", body, c.header, c.b)
+			if ackB.Duplicate {
+				t.Fatalf("INTAKE answered globex's submission as a duplicate of acme's (seq %d): the server dropped it", ackA.Sequence)
+			}
+			idA, idB := event.ID("acme", "k1"), event.ID("globex", "k1")
+			if idA == idB {
+				t.Fatalf("event ids of two accounts with one key: want distinct, got %s twice", idA)
+			}
+			for _, id := range []string{idA, idB} {
+				rec := h.waitStatus(id, tenaz.StatePending)
+				if rec.IdempotencyKey != "k1" {
+					t.Fatalf("%s: want idempotency key k1 (account prefix stripped), got %q", id, rec.IdempotencyKey)
+				}
+			}
+			natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ackB.Sequence) }, "INTAKE not settled")
+			if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 2 {
+				t.Fatalf("EVENTS: want one message per account, got %d", n)
+			}
+		})
+	}
+}
+
+// An invalid NATS submission is not lost: it is kept in DEAD with reason
+// rejected_at_intake and its raw body, and its INTAKE message is gone.
+func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, subject, deadSubject, code string
+		body                             []byte
+	}{
+		{"unknown kind", "tenaz.intake.acme.order.nope", "tenaz.dead.acme.order.nope", "unknown_kind", []byte(`{"order_id":"o-1"}`)},
+		{"not JSON", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", []byte(`order o-1, total 1990`)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := setup(t, baseYAML)
+			ack := h.publishIntake(c.subject, c.body, "Nats-Msg-Id", "bad-1")
+			ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw *jetstream.RawStreamMsg
+			natstest.Eventually(t, waitFor, func() bool {
+				raw, err = ds.GetLastMsgForSubject(h.ctx(), c.deadSubject)
+				return err == nil
+			}, "DEAD: want an entry on %s, last error %v", c.deadSubject, lazy(func() string { return errString(err) }))
+			var e dead.Entry
+			if err := json.Unmarshal(raw.Data, &e); err != nil {
+				t.Fatalf("DEAD entry: want JSON, got %q: %v", raw.Data, err)
+			}
+			if e.Reason != dead.ReasonRejected || e.Class != c.code || string(e.Raw) != string(c.body) || e.RawSubject != c.subject || e.Error == "" {
+				t.Fatalf("DEAD entry: want {reason %s, class %s, raw %q, raw_subject %s, error set}, got %s",
+					dead.ReasonRejected, c.code, c.body, c.subject, raw.Data)
+			}
+			natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
+			is, err := h.js.Stream(h.ctx(), tenaz.StreamIntake)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := is.GetMsg(h.ctx(), ack.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				t.Fatalf("INTAKE seq %d: want it gone (terminated), got %v", ack.Sequence, err)
+			}
+			if info := h.consumerInfo(tenaz.StreamIntake, "ingest"); info.NumRedelivered != 0 {
+				t.Fatalf("ingest consumer: want the rejection settled at once, got %d redeliveries", info.NumRedelivered)
+			}
+			if rec, ok := h.record(event.ID("acme", "bad-1")); ok {
+				t.Fatalf("want no event, got %+v", rec)
+			}
+			if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 0 {
+				t.Fatalf("EVENTS: want nothing enqueued, got %d messages", n)
+			}
+			if n := h.streamState(tenaz.StreamDead).Msgs; n != 1 {
+				t.Fatalf("DEAD: want exactly 1 entry, got %d", n)
+			}
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
