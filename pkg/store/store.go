@@ -95,9 +95,8 @@ func (s *Store) Get(ctx context.Context, id string) (state.Record, uint64, error
 }
 
 func (s *Store) msg(r state.Record, rev uint64) *nats.Msg {
-	b, _ := json.Marshal(r) // plain data: cannot fail
 	m := nats.NewMsg(s.prefix + r.ID)
-	m.Data = b
+	m.Data = r.AppendJSON(make([]byte, 0, 512+256*len(r.History)))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if r.Status.Terminal() {
 		m.Header.Set("Nats-TTL", s.o.Retention.String())

@@ -24,6 +24,9 @@ import (
 	"github.com/tenaz/tenaz/streams"
 )
 
+// poolIdle is how long an idle delivery worker waits for work before it exits.
+const poolIdle = 2 * time.Second
+
 // ErrStopped is the cause of a deliberate stop.
 var ErrStopped = errors.New("dispatcher: stopped")
 
@@ -82,6 +85,8 @@ type Service struct {
 	cancel   context.CancelCauseFunc
 	bg       sync.WaitGroup
 
+	pool *pool
+
 	rndMu sync.Mutex
 	rnd   *rand.Rand
 }
@@ -137,6 +142,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
+	s.pool = newPool(poolIdle)
 	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
 		s.ensureLane(string(m.Data))
 	})
@@ -223,6 +229,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.started = false
 	lanes := s.lanes
 	s.lanes = map[string]*lane{}
+	workers := s.pool
 	if s.announce != nil {
 		_ = s.announce.Unsubscribe()
 	}
@@ -245,6 +252,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.cancel(ErrStopped)
 	s.bg.Wait()
+	workers.stop()
 	if s.micro != nil {
 		_ = s.micro.Stop()
 	}

@@ -153,10 +153,10 @@ func (s *Service) spawn(l *lane, m jetstream.Msg, fn func(ctx context.Context, r
 		fn = func(ctx context.Context, release func()) { s.process(ctx, m, release) }
 	}
 	l.wg.Add(1)
-	go func() {
+	s.pool.Go(func() {
 		var once sync.Once
 		release := func() { once.Do(func() { <-l.sem }) }
 		defer func() { release(); l.wg.Done() }()
 		fn(s.runCtx, release)
-	}()
+	})
 }

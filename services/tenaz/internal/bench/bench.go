@@ -35,12 +35,13 @@ type Sizes struct {
 	LatencyFor  time.Duration // duration of the steady-rate run
 	Rate        int           // events/s of the steady-rate run
 	Workers     int           // naive loop's workers
+	Rounds      int           // throughput rounds per mode (medians reported)
 }
 
 // Full and Quick sizes.
 var (
-	Full  = Sizes{Events: 20000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8}
-	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8}
+	Full  = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3}
+	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3}
 )
 
 // Report prints figures.
@@ -372,65 +373,93 @@ func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) er
 		if (fsync && !ph.Fsync) || (!fsync && !ph.Default) {
 			continue
 		}
-		dir, err := os.MkdirTemp("", "tenaz-bench-*")
-		if err != nil {
+		if err := runMode(ctx, sz, r, concurrency, target.url, fsync); err != nil {
 			return err
 		}
-		srv, err := startServer(dir, fsync)
-		if err != nil {
-			return err
-		}
-		n := sz.Events
-		if fsync {
-			n = sz.EventsFsync
-		}
+	}
+	return nil
+}
+
+// runMode measures one sync mode: rounds of naive then tenaz on the same
+// server (medians of each; the machine is noisy, the ratio of medians is
+// the figure), then latency at a steady rate.
+func runMode(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL string, fsync bool) error {
+	dir, err := os.MkdirTemp("", "tenaz-bench-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(dir, fsync)
+	if err != nil {
+		return err
+	}
+	defer natsd.Shutdown(srv)
+	cfg, err := BenchConfig(srv.ClientURL(), targetURL, concurrency)
+	if err != nil {
+		return err
+	}
+	tz, err := StartTenaz(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tz.Stop(ctx) }()
+	n := sz.Events
+	if fsync {
+		n = sz.EventsFsync
+	}
+	var naive, e2e, naiveCPU, e2eCPU []float64
+	for round := range sz.Rounds {
 		c0 := cpuTime()
-		naive, err := Naive(ctx, srv.ClientURL(), target.url, n, sz.Workers)
+		v, err := Naive(ctx, srv.ClientURL(), targetURL, n, sz.Workers)
 		if err != nil {
 			return err
 		}
-		naiveCPU := float64((cpuTime() - c0).Microseconds()) / float64(n)
-		cfg, err := BenchConfig(srv.ClientURL(), target.url, concurrency)
-		if err != nil {
-			return err
-		}
-		tz, err := StartTenaz(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if f := os.Getenv("BENCH_PROFILE_E2E"); f != "" && !fsync {
+		naive = append(naive, v)
+		naiveCPU = append(naiveCPU, float64((cpuTime()-c0).Microseconds())/float64(n))
+		if f := os.Getenv("BENCH_PROFILE_E2E"); f != "" && !fsync && round == 0 {
 			pf, _ := os.Create(f)
 			_ = pprof.StartCPUProfile(pf)
 		}
 		c0 = cpuTime()
-		e2e, err := tz.Throughput(ctx, fmt.Sprintf("t%v", fsync), n)
-		if os.Getenv("BENCH_PROFILE_E2E") != "" && !fsync {
+		v, err = tz.Throughput(ctx, fmt.Sprintf("t%v-%d", fsync, round), n)
+		if os.Getenv("BENCH_PROFILE_E2E") != "" && !fsync && round == 0 {
 			pprof.StopCPUProfile()
 		}
 		if err != nil {
 			return err
 		}
-		e2eCPU := float64((cpuTime() - c0).Microseconds()) / float64(n)
-		if !fsync {
-			r.Figure("e2e_events_per_s", e2e, "events/s")
-			r.Figure("naive_events_per_s", naive, "events/s")
-			r.Figure("e2e_ratio_vs_naive", e2e/naive, "ratio")
-			r.Figure("e2e_cpu_us_per_event", e2eCPU, "us")
-			r.Figure("naive_cpu_us_per_event", naiveCPU, "us")
-			p50, p99, err := tz.Latency(ctx, "lat", sz.Rate, sz.LatencyFor)
-			if err != nil {
-				return err
-			}
-			r.Figure(fmt.Sprintf("p50_ms_at_%d", sz.Rate), p50, "ms")
-			r.Figure(fmt.Sprintf("p99_ms_at_%d", sz.Rate), p99, "ms")
-		} else {
-			r.Figure("e2e_events_per_s_fsync_always", e2e, "events/s")
-			r.Figure("naive_events_per_s_fsync_always", naive, "events/s")
-			r.Figure("e2e_ratio_vs_naive_fsync_always", e2e/naive, "ratio")
-		}
-		_ = tz.Stop(ctx)
-		natsd.Shutdown(srv)
-		_ = os.RemoveAll(dir)
+		e2e = append(e2e, v)
+		e2eCPU = append(e2eCPU, float64((cpuTime()-c0).Microseconds())/float64(n))
 	}
+	suffix := ""
+	if fsync {
+		suffix = "_fsync_always"
+	}
+	r.Figure("e2e_events_per_s"+suffix, median(e2e), "events/s")
+	r.Figure("naive_events_per_s"+suffix, median(naive), "events/s")
+	r.Figure("e2e_ratio_vs_naive"+suffix, median(e2e)/median(naive), "ratio")
+	r.Figure("e2e_cpu_us_per_event"+suffix, median(e2eCPU), "us")
+	r.Figure("naive_cpu_us_per_event"+suffix, median(naiveCPU), "us")
+	if fsync {
+		return nil
+	}
+	p50, p99, err := tz.Latency(ctx, "lat", sz.Rate, sz.LatencyFor)
+	if err != nil {
+		return err
+	}
+	r.Figure(fmt.Sprintf("p50_ms_at_%d", sz.Rate), p50, "ms")
+	r.Figure(fmt.Sprintf("p99_ms_at_%d", sz.Rate), p99, "ms")
 	return nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -1,0 +1,88 @@
+package state
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+func genString(t *rapid.T, label string) string {
+	return rapid.OneOf(
+		rapid.StringMatching(`[a-z0-9_.:-]{0,12}`),
+		rapid.String(),
+		rapid.SampledFrom([]string{"", "<a&b>", "\"q\"\\", "\u2028\u2029", "tab\tnl\ncr\r", "\x00\x1f\x7f", "\xff\xfe bad utf8", "é中🙂"}),
+	).Draw(t, label)
+}
+
+func genTime(t *rapid.T, label string) time.Time {
+	sec := rapid.Int64Range(0, 4102444800).Draw(t, label+".s")
+	ns := rapid.Int64Range(0, 999999999).Draw(t, label+".ns")
+	loc := rapid.SampledFrom([]*time.Location{time.UTC, time.FixedZone("x", 3*3600+1800)}).Draw(t, label+".loc")
+	return time.Unix(sec, ns).In(loc)
+}
+
+// AppendJSON writes exactly what encoding/json writes for any record.
+func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := Record{
+			ID: genString(t, "id"), IdempotencyKey: genString(t, "key"), Account: genString(t, "acct"),
+			Kind: genString(t, "kind"), EntityID: genString(t, "entity"), OrderingKey: genString(t, "ok"),
+			Status: tenaz.State(genString(t, "status")), Stage: genString(t, "stage"),
+			Attempts: rapid.IntRange(-3, 1000).Draw(t, "attempts"), Reference: genString(t, "ref"),
+			CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
+			RunSeq: rapid.Uint64().Draw(t, "runseq"), Truncated: rapid.IntRange(0, 50).Draw(t, "trunc"),
+		}
+		if rapid.Bool().Draw(t, "err") {
+			r.LastError = &ErrorInfo{Class: genString(t, "class"), Message: genString(t, "msg"), HTTPStatus: rapid.IntRange(0, 599).Draw(t, "status")}
+		}
+		if rapid.Bool().Draw(t, "next") {
+			n := genTime(t, "next")
+			r.NextRunAt = &n
+		}
+		if rapid.Bool().Draw(t, "result") {
+			r.Result = json.RawMessage(rapid.SampledFrom([]string{`{"id":"ref_1","ok":true}`, `[1,2]`, `"s"`, `null`}).Draw(t, "res"))
+		}
+		if rapid.Bool().Draw(t, "hasHistory") {
+			r.History = []Entry{}
+			for range rapid.IntRange(0, 5).Draw(t, "n") {
+				r.History = append(r.History, Entry{
+					At: genTime(t, "at"), Action: ActionName(genString(t, "action")), From: tenaz.State(genString(t, "from")),
+					To: tenaz.State(genString(t, "to")), Attempt: rapid.IntRange(0, 9).Draw(t, "attempt"),
+					Stage: genString(t, "estage"), Actor: genString(t, "actor"), Detail: genString(t, "detail"),
+					HTTPStatus: rapid.IntRange(0, 599).Draw(t, "hs"),
+				})
+			}
+		}
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.AppendJSON(nil); string(got) != string(want) {
+			t.Fatalf("AppendJSON differs from encoding/json\n got: %s\nwant: %s", got, want)
+		}
+	})
+}
+
+func BenchmarkEncodeRecord(b *testing.B) {
+	now := time.Now()
+	r := Record{ID: "ev_0123456789abcdefghijklmnop", IdempotencyKey: "o-1", Account: "acme", Kind: "order.create",
+		Status: tenaz.StateDone, Stage: StagePrimary, Attempts: 1, CreatedAt: now, UpdatedAt: now, RunSeq: 42,
+		History: []Entry{{At: now, Action: Accept, To: tenaz.StatePending, Stage: StagePrimary, Actor: "ingest"},
+			{At: now, Action: Claim, From: tenaz.StatePending, To: tenaz.StateRunning, Attempt: 1, Stage: StagePrimary, Actor: "dispatcher/x"},
+			{At: now, Action: Succeed, From: tenaz.StateRunning, To: tenaz.StateDone, Attempt: 1, Stage: StagePrimary, Actor: "dispatcher/x", Detail: "target answered 200"}}}
+	b.Run("AppendJSON", func(b *testing.B) {
+		buf := make([]byte, 0, 1024)
+		for b.Loop() {
+			buf = r.AppendJSON(buf[:0])
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = json.Marshal(r)
+		}
+	})
+}
