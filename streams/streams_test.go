@@ -43,8 +43,8 @@ func setup(t *testing.T) jetstream.JetStream {
 func TestDataFilesDecodeStrictly(t *testing.T) {
 	t.Parallel()
 	ents, err := fs.ReadDir(streams.FS(), ".")
-	if err != nil || len(ents) < 7 {
-		t.Fatalf("want at least 7 data files, got %d (%v)", len(ents), err)
+	if err != nil || len(ents) < 8 {
+		t.Fatalf("want at least 8 data files, got %d (%v)", len(ents), err)
 	}
 	for _, e := range ents {
 		b, _ := fs.ReadFile(streams.FS(), e.Name())
@@ -93,9 +93,20 @@ func TestApplyIsIdempotent(t *testing.T) {
 			}
 		}
 	}
-	for _, b := range []string{"tenaz_state", "tenaz_breakers"} {
+	for _, b := range []string{"tenaz_state", "tenaz_breakers", "tenaz_effects"} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
 			t.Fatalf("bucket %s missing: %v", b, err)
+		}
+	}
+	// Records that expire one by one (finished events, recorded effects)
+	// need per-message TTLs on the bucket's stream.
+	for _, b := range []string{"tenaz_state", "tenaz_effects"} {
+		s, err := js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatalf("stream of bucket %s: %v", b, err)
+		}
+		if !s.CachedInfo().Config.AllowMsgTTL {
+			t.Fatalf("bucket %s: want per-key TTLs allowed (limit_marker_ttl), got a stream without them", b)
 		}
 	}
 	c, err := streams.DispatchConsumer(o, "shop-1", 16)

@@ -209,8 +209,12 @@ const (
 
 // Stage is one delivery stage (primary or fallback) of a kind.
 type Stage struct {
-	// Target names an entry of targets. Required.
+	// Target names an entry of targets. Required unless Handler is set.
 	Target string `yaml:"target"`
+	// Handler names a Go handler registered with an embedded dispatcher
+	// (dispatcher.Options.Handlers) that delivers this stage instead of an
+	// HTTP call. Exactly one of Target and Handler is set. Defaults to "".
+	Handler string `yaml:"handler"`
 	// Completion is sync, callback or poll. Defaults to "sync".
 	Completion string `yaml:"completion"`
 	// Attempts is the most calls to the target. Defaults to 6.

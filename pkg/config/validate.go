@@ -292,10 +292,23 @@ func (v *validator) kinds() {
 func (v *validator) stage(key string, s Stage) {
 	var t Target
 	var known bool
-	if s.Target == "" {
+	switch {
+	case s.Handler != "" && s.Target != "":
+		v.add(join(key, "handler"), "set either target or handler, not both")
+	case s.Handler != "":
+		if !token(s.Handler) {
+			v.add(join(key, "handler"), "must be one token of [A-Za-z0-9_-], got %q", s.Handler)
+		}
+		if s.Completion != CompletionSync {
+			v.add(join(key, "completion"), "a handler stage completes synchronously; got %q", s.Completion)
+		}
+	case s.Target == "":
 		v.add(join(key, "target"), "is required")
-	} else if t, known = v.c.Targets[s.Target]; !known {
-		v.add(join(key, "target"), "unknown target %q", s.Target)
+	}
+	if s.Target != "" {
+		if t, known = v.c.Targets[s.Target]; !known {
+			v.add(join(key, "target"), "unknown target %q", s.Target)
+		}
 	}
 	switch s.Completion {
 	case CompletionSync:

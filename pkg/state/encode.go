@@ -64,6 +64,14 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, `,"run_seq":`...)
 		b = strconv.AppendUint(b, r.RunSeq, 10)
 	}
+	if r.After != "" {
+		b = append(b, `,"after":`...)
+		b = appendString(b, r.After)
+	}
+	if r.Next != "" {
+		b = append(b, `,"next":`...)
+		b = appendString(b, r.Next)
+	}
 	b = append(b, `,"history":`...)
 	if r.History == nil {
 		b = append(b, "null"...)

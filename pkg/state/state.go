@@ -65,7 +65,12 @@ type Record struct {
 	UpdatedAt      time.Time       `json:"updated_at"`
 	// RunSeq is the EVENTS stream sequence of the message that owns the
 	// current run; a redelivery of that message may take the run over.
-	RunSeq    uint64  `json:"run_seq,omitempty"`
+	RunSeq uint64 `json:"run_seq,omitempty"`
+	// After is the event this one waits for in its ordered lane (same
+	// account and ordering key, accepted just before it); Next is the one
+	// waiting for this. Both empty for unordered events.
+	After     string  `json:"after,omitempty"`
+	Next      string  `json:"next,omitempty"`
 	History   []Entry `json:"history"`
 	Truncated int     `json:"history_truncated,omitempty"`
 }
@@ -246,6 +251,10 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	}
 	return n, rule.Effects, nil
 }
+
+// Finished reports whether an ordered lane may move past an event in
+// state s: it is done, dead, in manual review or cancelled.
+func Finished(s tenaz.State) bool { return s.Terminal() || s.Parked() }
 
 // Can reports whether action a is legal from state s.
 func Can(s tenaz.State, a ActionName) bool {

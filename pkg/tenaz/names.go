@@ -24,6 +24,7 @@ const (
 	StreamDead     = "DEAD"
 	BucketState    = "tenaz_state"
 	BucketBreakers = "tenaz_breakers"
+	BucketEffects  = "tenaz_effects"
 )
 
 // DefaultPrefix is the subject prefix unless configured otherwise.

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	ordered "github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -48,6 +49,9 @@ type Options struct {
 	Relist time.Duration
 	// SkipStreams does not apply the stream layout at start.
 	SkipStreams bool
+	// Handlers are Go handlers by name, for kinds whose config says
+	// `handler: <name>` instead of a target. Start fails if one is missing.
+	Handlers map[string]Handler
 	// Hooks for crash tests; nil in production.
 	Hooks *Hooks
 }
@@ -72,6 +76,7 @@ type Service struct {
 	log   zerolog.Logger
 	st    *store.Store
 	q     *queue.Queue
+	order *ordered.Lanes
 	actor string
 
 	mu       sync.Mutex
@@ -128,6 +133,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.started {
 		return nil
 	}
+	if err := s.checkHandlers(); err != nil {
+		return err
+	}
 	if !s.o.SkipStreams {
 		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas}); err != nil {
 			return fmt.Errorf("dispatcher: %w", err)
@@ -138,6 +146,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.st = st
+	if s.order, err = ordered.Open(ctx, s.js); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
 	if s.stream, err = s.js.Stream(ctx, tenaz.StreamEvents); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}

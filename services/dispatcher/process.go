@@ -102,6 +102,11 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		}
 		var actions []state.Action
 		claim := state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}
+		if rec.After != "" && rec.Attempts == 0 && (rec.Status == tenaz.StatePending || rec.Status == tenaz.StateScheduled) {
+			if s.waitInLane(ctx, m, env, rec, rev) {
+				return rec, 0, false
+			}
+		}
 		switch rec.Status {
 		case tenaz.StatePending:
 			actions = []state.Action{claim}
@@ -121,6 +126,9 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			}
 			actions = []state.Action{{Name: state.Reclaim, Seq: seq, Actor: s.actor, Detail: "message redelivered: the previous run was lost"}}
 		default:
+			if state.Finished(rec.Status) {
+				s.advanceLane(ctx, rec) // in case its finisher died before waking the next
+			}
 			s.drop(ctx, m, rec, "event is "+string(rec.Status))
 			return rec, 0, false
 		}
@@ -167,13 +175,26 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	}
 	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
 	hasFallback := kind.Fallback != nil && rec.Stage == state.StagePrimary
-	tgt, err := s.target(env.Account, stage.Target)
-	if err != nil {
-		s.finish(ctx, m, env, rec, rev, outcome.Permanent(err), stage, hasFallback, target.Response{})
-		return
+	var call func(context.Context) (target.Response, error)
+	if stage.Handler != "" {
+		h := s.o.Handlers[stage.Handler]
+		if h == nil {
+			s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("%w: %q", ErrHandlerNotRegistered, stage.Handler)), stage, hasFallback, target.Response{})
+			return
+		}
+		d := Delivery{Event: env, Attempt: rec.Attempts, Stage: rec.Stage, Reference: rec.Reference}
+		call = func(ctx context.Context) (target.Response, error) { return s.callHandler(ctx, h, d) }
+	} else {
+		tgt, err := s.target(env.Account, stage.Target)
+		if err != nil {
+			s.finish(ctx, m, env, rec, rev, outcome.Permanent(err), stage, hasFallback, target.Response{})
+			return
+		}
+		req := target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference}
+		call = func(ctx context.Context) (target.Response, error) { return tgt.Call(ctx, req) }
 	}
 	stop := s.keepAlive(m)
-	resp, callErr := tgt.Call(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference})
+	resp, callErr := call(ctx)
 	stop()
 	release()
 	if ctx.Err() != nil {
@@ -270,9 +291,10 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 			return
 		}
 		// Someone moved the event while we called (an operator, the
-		// max-deliveries backstop): re-apply on the current record if it is
-		// still our run, else our outcome is only history.
-		if _, _, err = s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
+		// max-deliveries backstop, ingest linking a successor in its lane):
+		// re-apply on the current record if it is still our run, else our
+		// outcome is only history.
+		if next, _, err = s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
 			if cur.Status != tenaz.StateRunning || cur.RunSeq != rec.RunSeq {
 				n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + string(a.Name)}, now)
 				return n, err
@@ -295,6 +317,9 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		}
 	}
 	_ = m.Ack()
+	if state.Finished(next.Status) {
+		s.advanceLane(ctx, next)
+	}
 	switch d.Verdict {
 	case outcome.VerdictDone:
 		log.Debug().Int("attempt", rec.Attempts).Msg("delivered")

@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"errors"
+	"hash/fnv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // maxBatch bounds how many intake messages one batch accepts together.
@@ -101,5 +104,61 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 			}
 		}
 		s.settle(ctx, it.m, it.env, it.rec, true, it.err)
+	}
+}
+
+// route sends an intake message to the batch loops, or — if it may belong
+// to an ordered lane — to the ordered loop of its account, which accepts
+// one message at a time in stream order, so that a lane's events are
+// appended in the order they were submitted.
+func (s *Service) route(m jetstream.Msg) {
+	account, kind, err := s.subj.ParseIntake(m.Subject())
+	ordered := m.Headers().Get(tenaz.HeaderOrderingKey) != ""
+	if err == nil && !ordered {
+		k, ok := s.cfg.Kind(kind)
+		ordered = ok && k.OrderedBy != ""
+	}
+	if !ordered {
+		s.in <- m
+		return
+	}
+	h := fnv.New32a()
+	h.Write([]byte(account))
+	s.ordered[h.Sum32()%uint32(len(s.ordered))] <- m
+}
+
+func (s *Service) closeIn() {
+	close(s.in)
+	for _, ch := range s.ordered {
+		close(ch)
+	}
+}
+
+// orderedLoop accepts ordered submissions one at a time, in order. A
+// failure is retried in place (with progress sent, so the message is not
+// redelivered meanwhile) rather than handed back, which would let the next
+// submission overtake it.
+func (s *Service) orderedLoop(ctx context.Context, in <-chan jetstream.Msg) {
+	defer s.wg.Done()
+	for m := range in {
+		env, ok := s.parseIntake(ctx, m)
+		if !ok {
+			continue
+		}
+		wait := 100 * time.Millisecond
+		for {
+			rec, created, err := s.accept(ctx, env)
+			if err == nil || ctx.Err() != nil {
+				s.settle(ctx, m, env, rec, created, err)
+				break
+			}
+			s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accepting an ordered event failed; retrying in place")
+			_ = m.InProgress()
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
 	}
 }

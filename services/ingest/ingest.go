@@ -16,6 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/keeper"
+	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -66,6 +67,7 @@ type Service struct {
 	st      *store.Store
 	q       *queue.Queue
 	prov    *accounts.Provisioner
+	lanes   *lane.Lanes
 	replies *replies
 
 	mu      sync.Mutex
@@ -73,6 +75,7 @@ type Service struct {
 	cc      jetstream.ConsumeContext
 	micro   micro.Service
 	in      chan jetstream.Msg
+	ordered []chan jetstream.Msg
 	wg      sync.WaitGroup
 	bg      sync.WaitGroup
 	cancel  context.CancelCauseFunc
@@ -126,6 +129,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	s.st = st
+	if s.lanes, err = lane.Open(ctx, s.js); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
 	if s.replies, err = newReplies(s.nc); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -140,13 +146,19 @@ func (s *Service) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.batchLoop(runCtx)
 	}
-	s.cc, err = cons.Consume(func(m jetstream.Msg) { s.in <- m }, jetstream.PullMaxMessages(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	s.ordered = make([]chan jetstream.Msg, s.o.Batchers)
+	for i := range s.ordered {
+		s.ordered[i] = make(chan jetstream.Msg, s.o.Workers/len(s.ordered)+1)
+		s.wg.Add(1)
+		go s.orderedLoop(runCtx, s.ordered[i])
+	}
+	s.cc, err = cons.Consume(s.route, jetstream.PullMaxMessages(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			s.log.Debug().Err(err).Msg("intake consume")
 		}
 	}))
 	if err != nil {
-		close(s.in)
+		s.closeIn()
 		cancel(ErrStopped)
 		return fmt.Errorf("ingest: consume: %w", err)
 	}
@@ -155,7 +167,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.cc.Stop()
 		<-s.cc.Closed()
-		close(s.in)
+		s.closeIn()
 		cancel(ErrStopped)
 		s.bg.Wait()
 		return fmt.Errorf("ingest: micro: %w", err)
@@ -181,7 +193,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.cc.Stop()
 		<-s.cc.Closed()
 	}
-	close(s.in) // no more callbacks: the batch loops finish what is queued
+	s.closeIn() // no more callbacks: the loops finish what is queued
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

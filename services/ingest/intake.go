@@ -196,7 +196,24 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, s
 // deduplicated by the stream, or dropped by the dispatcher's claim).
 func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record, bool, error) {
 	rec := queue.Initial(env)
-	rev, err := s.st.Create(ctx, rec)
+	var rev uint64
+	var err error
+	if env.OrderingKey != "" {
+		// An ordered event joins its lane before its record exists, so the
+		// record carries its predecessor from the start. A duplicate must not
+		// join: look first (a racing duplicate re-appends the same id, which
+		// Append answers with the same predecessor).
+		if cur, crev, gerr := s.st.Get(ctx, env.ID); gerr == nil {
+			rec, rev, err = cur, crev, store.ErrExists
+		} else if !errors.Is(gerr, store.ErrNotFound) {
+			return rec, false, gerr
+		} else if rec.After, err = s.lanes.Append(ctx, env.Account, env.OrderingKey, env.ID); err != nil {
+			return rec, false, err
+		}
+	}
+	if err == nil {
+		rev, err = s.st.Create(ctx, rec)
+	}
 	created := true
 	switch {
 	case errors.Is(err, store.ErrExists):
@@ -215,6 +232,12 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		if err := s.o.Hooks.AfterCreate(env.ID); err != nil {
 			return rec, false, err
 		}
+	}
+	if rec.After != "" {
+		if err := s.link(ctx, rec.After, env.ID); err != nil {
+			return rec, false, err
+		}
+		rev = 0 // no read-free claim: the record is not queue.Initial(env)
 	}
 	if err := s.prov.Ensure(ctx, env.Account); err != nil {
 		return rec, false, err
@@ -237,4 +260,24 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 // be missing.
 func notStarted(r state.Record) bool {
 	return (r.Status == tenaz.StatePending || r.Status == tenaz.StateScheduled) && len(r.History) == 1
+}
+
+// errUnchanged ends a store.Update without a write.
+var errUnchanged = errors.New("unchanged")
+
+// link points the predecessor's record at its successor, so that whoever
+// finishes the predecessor wakes the successor. A predecessor whose record
+// is gone (expired) has nothing to hold.
+func (s *Service) link(ctx context.Context, prev, next string) error {
+	_, _, err := s.st.Update(ctx, prev, func(p state.Record) (state.Record, error) {
+		if p.Next == next {
+			return p, errUnchanged
+		}
+		p.Next = next
+		return p, nil
+	})
+	if errors.Is(err, errUnchanged) || errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
 }

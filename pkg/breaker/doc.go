@@ -1,0 +1,29 @@
+// Package breaker is the circuit breaker per account and target that every
+// dispatcher replica shares. The shared state (closed, open until a time,
+// half-open with one prober) lives in the tenaz_breakers KV bucket under
+// "<account>.<target>" and changes only by compare-and-set; each replica
+// counts consecutive failures in a local failsafe-go CircuitBreaker, writes
+// "open" when its count trips, and mirrors every shared change it watches
+// into that local breaker without ever writing back.
+//
+// After the cooldown exactly one call across all replicas is the probe: the
+// replica whose compare-and-set from open to half_open wins makes it, and the
+// others are refused until its outcome closes or re-opens the breaker, or
+// until its claim expires (Config.ProbeTimeout) so that a prober that crashed
+// does not wedge the breaker.
+//
+//	reg, err := breaker.New(ctx, js, breaker.Options{Instance: host, OnChange: pauseOrResume, Publish: publish})
+//	defer reg.Stop()
+//	b := reg.For("acme", "erp", breaker.Config{Failures: 5, Cooldown: 2 * time.Minute})
+//	p, err := b.Allow(ctx)
+//	if !p.OK {
+//		return nakUntil(p.RetryAt) // no call leaves while open
+//	}
+//	err = callTarget(ctx)
+//	_ = b.Record(ctx, p, !isTransient(err))
+//
+// Advisories: the replica that writes a transition (open, half_open, closed)
+// publishes Advisory(change) on tenaz.advisory.breaker.<account>.<target>
+// through Options.Publish, so each transition is advertised once across all
+// replicas; OnChange, by contrast, runs on every replica.
+package breaker

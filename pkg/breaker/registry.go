@@ -1,0 +1,210 @@
+package breaker
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Options of a Registry.
+type Options struct {
+	// Instance names this replica in the records it writes (updated_by,
+	// prober) and in advisories. Defaults to "<hostname>-<random>".
+	Instance string
+	// Now is the clock that open_until and probe claims are read and written
+	// with. Defaults to time.Now.
+	Now func() time.Time
+	// OnChange is called from the watcher, on every replica, once for every
+	// transition of any breaker that this replica sees (open, half_open,
+	// closed; a re-open after a failed probe is a transition too, a new
+	// prober taking over an expired claim is not), in order per breaker.
+	// The initial values count as transitions from closed, so a replica that
+	// starts while a breaker is open is told. It must not block for long nor
+	// call Stop. Defaults to nil (nothing).
+	OnChange func(Change)
+	// Publish sends a core NATS message. The replica that writes a
+	// transition publishes Advisory(change) to
+	// <prefix>.advisory.breaker.<account>.<target> with it. It must not
+	// block for long. Defaults to nil (no advisories).
+	Publish func(subject string, data []byte)
+	// Prefix is the subject prefix of advisories. Defaults to "tenaz".
+	Prefix string
+	// Logger receives transitions (info) and watcher problems (warn).
+	// Defaults to a no-op logger.
+	Logger *zerolog.Logger
+}
+
+// Registry holds this replica's breakers and keeps them in step with the
+// tenaz_breakers bucket through one watcher. Safe for concurrent use.
+type Registry struct {
+	kv       jetstream.KeyValue
+	instance string
+	now      func() time.Time
+	onChange func(Change)
+	pub      func(string, []byte)
+	subjects tenaz.Subjects
+	log      zerolog.Logger
+
+	mu       sync.Mutex
+	breakers map[string]*Breaker
+
+	w        jetstream.KeyWatcher
+	cancel   context.CancelFunc
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// New binds the tenaz_breakers bucket (it must exist: streams.Apply),
+// starts watching it and returns once the current value of every breaker
+// has been loaded (and reported to OnChange when not closed). Call Stop to
+// end the watcher.
+func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, error) {
+	kv, err := js.KeyValue(ctx, tenaz.BucketBreakers)
+	if err != nil {
+		return nil, fmt.Errorf("breaker: bucket %s: %w", tenaz.BucketBreakers, err)
+	}
+	r := &Registry{
+		kv:       kv,
+		instance: opts.Instance,
+		now:      opts.Now,
+		onChange: opts.OnChange,
+		pub:      opts.Publish,
+		subjects: tenaz.NewSubjects(opts.Prefix),
+		log:      zerolog.Nop(),
+		breakers: map[string]*Breaker{},
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if r.instance == "" {
+		r.instance = defaultInstance()
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if opts.Logger != nil {
+		r.log = *opts.Logger
+	}
+	// The watcher outlives ctx (which only bounds start-up).
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := kv.WatchAll(wctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("breaker: watch %s: %w", tenaz.BucketBreakers, err)
+	}
+	r.w, r.cancel = w, cancel
+	ready := make(chan struct{})
+	go r.watch(ready)
+	select {
+	case <-ready:
+		return r, nil
+	case <-r.done:
+		return nil, fmt.Errorf("breaker: watch %s: ended before the initial values", tenaz.BucketBreakers)
+	case <-ctx.Done():
+		r.Stop()
+		return nil, fmt.Errorf("breaker: watch %s: %w", tenaz.BucketBreakers, context.Cause(ctx))
+	}
+}
+
+func defaultInstance() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "breaker"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + hex.EncodeToString(b[:])
+}
+
+// Stop stops the watcher and waits for it to end. The breakers keep
+// working on what they knew but no longer learn other replicas' changes.
+// Idempotent.
+func (r *Registry) Stop() {
+	r.stopOnce.Do(func() { close(r.stop) })
+	<-r.done
+}
+
+// Instance is the name this replica writes in records and advisories.
+func (r *Registry) Instance() string { return r.instance }
+
+// breaker returns the breaker of account.target, making it (with the
+// default Config) if this replica does not know it yet.
+func (r *Registry) breaker(account, target string) *Breaker {
+	key := account + "." + target
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.breakers[key]
+	if !ok {
+		b = newBreaker(r, account, target)
+		r.breakers[key] = b
+	}
+	return b
+}
+
+// For returns the breaker of account and target, the same one on every
+// call. A Config different from the previous call's (after defaults)
+// replaces it, restarting the local failure count. An account or target
+// that is not one subject token of [A-Za-z0-9_-] gives a breaker whose
+// methods return an error wrapping ErrInvalidName.
+func (r *Registry) For(account, target string, c Config) *Breaker {
+	b := r.breaker(account, target)
+	c = c.WithDefaults()
+	b.mu.Lock()
+	if b.cfg != c {
+		b.setConfigLocked(c)
+	}
+	b.mu.Unlock()
+	return b
+}
+
+// List returns every breaker this replica knows (from the bucket or from
+// For), sorted by account and target, each with its current shared state.
+func (r *Registry) List() []Change {
+	r.mu.Lock()
+	bs := make([]*Breaker, 0, len(r.breakers))
+	for _, b := range r.breakers {
+		if b.err == nil {
+			bs = append(bs, b)
+		}
+	}
+	r.mu.Unlock()
+	out := make([]Change, 0, len(bs))
+	for _, b := range bs {
+		b.mu.Lock()
+		out = append(out, b.change(b.rec, ""))
+		b.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Change) int {
+		return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.Target, b.Target))
+	})
+	return out
+}
+
+// Close closes the breaker of account and target for everyone (an
+// operator's decision; actor is recorded in the reason), whatever state it
+// is in. Closing a closed breaker writes nothing.
+func (r *Registry) Close(ctx context.Context, account, target, actor string) error {
+	b := r.breaker(account, target)
+	if b.err != nil {
+		return b.err
+	}
+	return b.close(ctx, actor)
+}
+
+func (r *Registry) publish(c Change) {
+	if r.pub == nil {
+		return
+	}
+	r.pub(r.subjects.AdvisoryBreaker(c.Account, c.Target), Advisory(c))
+}

@@ -1,0 +1,80 @@
+package breaker
+
+import (
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// drainTimeout bounds how long Stop waits for the watcher's channel to close
+// after unsubscribing.
+const drainTimeout = 5 * time.Second
+
+// watch applies every value of the bucket to the local breakers and reports
+// transitions to OnChange. It never writes to the bucket.
+func (r *Registry) watch(ready chan<- struct{}) {
+	defer close(r.done)
+	defer r.cancel()
+	defer r.drain()
+	updates := r.w.Updates()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case e, ok := <-updates:
+			if !ok {
+				r.log.Warn().Msg("breaker watcher closed (connection closed?)")
+				return
+			}
+			if e == nil {
+				if ready != nil {
+					close(ready)
+					ready = nil
+				}
+				continue
+			}
+			r.apply(e)
+		}
+	}
+}
+
+// drain unsubscribes and empties the watcher's channel until the client
+// closes it, so the subscription's delivery goroutine is never left blocked
+// on a full channel.
+func (r *Registry) drain() {
+	_ = r.w.Stop()
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-r.w.Updates():
+			if !ok {
+				return
+			}
+		case <-t.C:
+			r.log.Warn().Msg("breaker watcher did not close")
+			return
+		}
+	}
+}
+
+func (r *Registry) apply(e jetstream.KeyValueEntry) {
+	account, target, ok := strings.Cut(e.Key(), ".")
+	if !ok || validToken(account) != nil || validToken(target) != nil {
+		r.log.Warn().Str("key", e.Key()).Msg("breaker: ignoring a key that is not <account>.<target>")
+		return
+	}
+	rec := record{State: Closed, Reason: "deleted", UpdatedAt: e.Created()}
+	if e.Operation() == jetstream.KeyValuePut {
+		var err error
+		if rec, err = decode(e.Value()); err != nil {
+			r.log.Warn().Err(err).Str("key", e.Key()).Uint64("revision", e.Revision()).Msg("breaker: ignoring a value")
+			return
+		}
+	}
+	c, changed := r.breaker(account, target).seen(rec, e.Revision())
+	if changed && r.onChange != nil {
+		r.onChange(c)
+	}
+}

@@ -1,0 +1,134 @@
+// Package lane orders events that share an ordering key: each is delivered
+// only after its predecessor (the one accepted before it with the same
+// account and key) is finished — done, dead, in manual review or
+// cancelled — so a failing event holds its lane until it is done or dead,
+// and different keys run in parallel.
+//
+// The lane itself is one KV entry per account + key (bucket tenaz_lanes)
+// holding its tail; each event record points back to its predecessor
+// (After) and forward to its successor (Next). Ingest appends (Append),
+// the dispatcher checks the predecessor before claiming, parks a waiting
+// event on its own server-side schedule, and wakes the successor when it
+// finishes an event; the lane entry is removed when its last event
+// finishes (Release).
+//
+//	prev, err := lanes.Append(ctx, "acme", "order-7", id)
+package lane
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Bucket is the KV bucket of the lanes.
+const Bucket = "tenaz_lanes"
+
+// Lanes appends to and releases lanes.
+type Lanes struct{ kv jetstream.KeyValue }
+
+// Open binds the bucket (it must exist: streams.Apply).
+func Open(ctx context.Context, js jetstream.JetStream) (*Lanes, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("lane: bucket %s: %w", Bucket, err)
+	}
+	return &Lanes{kv: kv}, nil
+}
+
+type entry struct {
+	Tail string `json:"tail"`
+	Prev string `json:"prev,omitempty"` // the tail's predecessor, for a retried Append
+}
+
+// Key is the KV key of an account's lane for an ordering key.
+func Key(account, orderingKey string) string {
+	sum := sha256.Sum256([]byte(orderingKey))
+	return account + "." + hex.EncodeToString(sum[:16])
+}
+
+// Append makes id the tail of the lane and returns its predecessor ("" if
+// the lane was empty). Appending the same id again (a retried accept)
+// returns the same predecessor.
+func (l *Lanes) Append(ctx context.Context, account, orderingKey, id string) (string, error) {
+	if err := tenaz.ValidateAccount(account); err != nil {
+		return "", err
+	}
+	key := Key(account, orderingKey)
+	for range 64 {
+		e, err := l.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			b, _ := json.Marshal(entry{Tail: id})
+			if _, err := l.kv.Create(ctx, key, b); err == nil {
+				return "", nil
+			} else if !errors.Is(err, jetstream.ErrKeyExists) {
+				return "", fmt.Errorf("lane: append %s: %w", key, err)
+			}
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("lane: append %s: %w", key, err)
+		}
+		var cur entry
+		_ = json.Unmarshal(e.Value(), &cur)
+		if cur.Tail == id {
+			return cur.Prev, nil
+		}
+		b, _ := json.Marshal(entry{Tail: id, Prev: cur.Tail})
+		if _, err := l.kv.Update(ctx, key, b, e.Revision()); err == nil {
+			return cur.Tail, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
+			return "", fmt.Errorf("lane: append %s: %w", key, err)
+		}
+	}
+	return "", fmt.Errorf("lane: append %s: too many conflicting writers", key)
+}
+
+// Release removes the lane if id is still its tail: the lane's last event
+// has finished. A concurrent Append wins; then the appended event finds id
+// finished and goes ahead.
+func (l *Lanes) Release(ctx context.Context, account, orderingKey, id string) error {
+	key := Key(account, orderingKey)
+	e, err := l.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("lane: release %s: %w", key, err)
+	}
+	var cur entry
+	_ = json.Unmarshal(e.Value(), &cur)
+	if cur.Tail != id {
+		return nil
+	}
+	if err := l.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isWrongSeq(err) {
+		return fmt.Errorf("lane: release %s: %w", key, err)
+	}
+	return nil
+}
+
+// Tail returns the lane's current tail ("" when the lane is empty).
+func (l *Lanes) Tail(ctx context.Context, account, orderingKey string) (string, error) {
+	e, err := l.kv.Get(ctx, Key(account, orderingKey))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var cur entry
+	_ = json.Unmarshal(e.Value(), &cur)
+	return cur.Tail, nil
+}
+
+func isWrongSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10071
+}
