@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -84,6 +85,8 @@ type Service struct {
 	stream   jetstream.Stream
 	lanes    map[string]*lane
 	targets  map[string]*target.Target
+	guards   map[string]*guard
+	limiters map[string]ratelimiter.RateLimiter[target.Response]
 	announce *nats.Subscription
 	micro    micro.Service
 	runCtx   context.Context
@@ -119,6 +122,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
 		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, targets: map[string]*target.Target{},
+		guards: map[string]*guard{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
 	s.q = queue.New(js, s.subj)

@@ -176,7 +176,9 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
 	hasFallback := kind.Fallback != nil && rec.Stage == state.StagePrimary
 	var call func(context.Context) (target.Response, error)
+	guardName := stage.Target
 	if stage.Handler != "" {
+		guardName = "handler:" + stage.Handler
 		h := s.o.Handlers[stage.Handler]
 		if h == nil {
 			s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("%w: %q", ErrHandlerNotRegistered, stage.Handler)), stage, hasFallback, target.Response{})
@@ -194,7 +196,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		call = func(ctx context.Context) (target.Response, error) { return tgt.Call(ctx, req) }
 	}
 	stop := s.keepAlive(m)
-	resp, callErr := call(ctx)
+	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
 	stop()
 	release()
 	if ctx.Err() != nil {
