@@ -10,6 +10,8 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // State is the shared state of a breaker as stored in the bucket.
@@ -46,7 +48,8 @@ const forever = 100 * 365 * 24 * time.Hour
 
 // ErrInvalidName is wrapped by the errors of a breaker whose account or
 // target is not one subject token of [A-Za-z0-9_-] (1 to 64 characters).
-var ErrInvalidName = errors.New("breaker: invalid name")
+// It wraps tenaz.ErrInvalidName.
+var ErrInvalidName = fmt.Errorf("breaker: %w", tenaz.ErrInvalidName)
 
 // errConflict is a failed compare-and-set.
 var errConflict = errors.New("breaker: revision conflict")
@@ -333,6 +336,7 @@ func decode(data []byte) (record, error) {
 // the transition and logs it.
 func (b *Breaker) committed(rec record, rev uint64, from State) {
 	b.adopt(rec, rev)
+	b.r.wrote(b, rec, rev)
 	c := b.change(rec, from)
 	b.r.publish(c)
 	b.r.log.Info().Str("account", b.account).Str("target", b.target).
@@ -434,6 +438,7 @@ func (b *Breaker) claim(ctx context.Context, rev uint64, now time.Time) (Permit,
 	}
 	if cur.state() == HalfOpen {
 		b.adopt(next, nrev) // a new prober, not a transition
+		b.r.wrote(b, next, nrev)
 	} else {
 		b.committed(next, nrev, cur.state())
 	}
@@ -577,6 +582,9 @@ func (b *Breaker) close(ctx context.Context, actor string) error {
 			return nil
 		}
 		b.mu.Unlock()
+		if actor == "" {
+			actor = "an operator"
+		}
 		now := b.r.now()
 		next := record{State: Closed, UpdatedBy: b.r.instance, UpdatedAt: now, Reason: "closed by " + actor}
 		nrev, err := b.write(ctx, next, rev)

@@ -25,13 +25,17 @@ type Options struct {
 	// Now is the clock that open_until and probe claims are read and written
 	// with. Defaults to time.Now.
 	Now func() time.Time
-	// OnChange is called from the watcher, on every replica, once for every
-	// transition of any breaker that this replica sees (open, half_open,
-	// closed; a re-open after a failed probe is a transition too, a new
-	// prober taking over an expired claim is not), in order per breaker.
+	// OnChange is called on every replica, from its watcher goroutine (one
+	// call at a time, in revision order per breaker), once per transition of
+	// any breaker: open, half_open, closed. A re-open after a failed probe
+	// is a transition; a new prober taking over an expired claim is not.
 	// The initial values count as transitions from closed, so a replica that
-	// starts while a breaker is open is told. It must not block for long nor
-	// call Stop. Defaults to nil (nothing).
+	// starts while a breaker is open is told before New returns. The
+	// replica's own writes reach its watcher directly, so it never misses
+	// its own transitions; a value written elsewhere that the bucket
+	// (history 1) replaces before this replica's watch reads it is not
+	// reported, and the next one is, with From as this replica saw it. It
+	// must not block for long nor call Stop. Defaults to nil (nothing).
 	OnChange func(Change)
 	// Publish sends a core NATS message. The replica that writes a
 	// transition publishes Advisory(change) to
@@ -60,6 +64,7 @@ type Registry struct {
 	breakers map[string]*Breaker
 
 	w        jetstream.KeyWatcher
+	own      chan ownWrite // values this replica wrote, for the watcher
 	cancel   context.CancelFunc
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -84,6 +89,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 		subjects: tenaz.NewSubjects(opts.Prefix),
 		log:      zerolog.Nop(),
 		breakers: map[string]*Breaker{},
+		own:      make(chan ownWrite, 64),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}

@@ -11,8 +11,9 @@ import (
 // after unsubscribing.
 const drainTimeout = 5 * time.Second
 
-// watch applies every value of the bucket to the local breakers and reports
-// transitions to OnChange. It never writes to the bucket.
+// watch applies every value of the bucket (and every value this replica
+// wrote) to the local breakers and reports transitions to OnChange. It never
+// writes to the bucket.
 func (r *Registry) watch(ready chan<- struct{}) {
 	defer close(r.done)
 	defer r.cancel()
@@ -22,6 +23,8 @@ func (r *Registry) watch(ready chan<- struct{}) {
 		select {
 		case <-r.stop:
 			return
+		case ow := <-r.own:
+			r.report(ow.b, ow.rec, ow.rev)
 		case e, ok := <-updates:
 			if !ok {
 				r.log.Warn().Msg("breaker watcher closed (connection closed?)")
@@ -73,8 +76,33 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) {
 			return
 		}
 	}
-	c, changed := r.breaker(account, target).seen(rec, e.Revision())
+	r.report(r.breaker(account, target), rec, e.Revision())
+}
+
+// report adopts a value and calls OnChange if it is a transition not
+// reported yet. Only the watcher goroutine calls it, so OnChange runs on one
+// goroutine, in revision order per breaker.
+func (r *Registry) report(b *Breaker, rec record, rev uint64) {
+	c, changed := b.seen(rec, rev)
 	if changed && r.onChange != nil {
 		r.onChange(c)
+	}
+}
+
+// ownWrite is a value this replica wrote, handed to the watcher directly.
+type ownWrite struct {
+	b   *Breaker
+	rec record
+	rev uint64
+}
+
+// wrote hands a value this replica has just written to the watcher, so
+// that its transition is reported even if the bucket replaces the value
+// before the watch delivers it. It never blocks (OnChange may itself lead
+// to a write); if the queue is full the watch still delivers the value.
+func (r *Registry) wrote(b *Breaker, rec record, rev uint64) {
+	select {
+	case r.own <- ownWrite{b, rec, rev}:
+	default:
 	}
 }

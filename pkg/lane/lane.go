@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
@@ -128,7 +129,4 @@ func (l *Lanes) Tail(ctx context.Context, account, orderingKey string) (string, 
 	return cur.Tail, nil
 }
 
-func isWrongSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10071
-}
+func isWrongSeq(err error) bool { return store.IsWrongSequence(err) }

@@ -83,10 +83,26 @@ func DueTime(t time.Time) time.Time {
 	return r
 }
 
+// HeaderParked marks a schedule that parks an event waiting in its ordered
+// lane (as opposed to a delay or a retry): only such a schedule may be
+// fired early by the event's predecessor.
+const HeaderParked = "Tenaz-Parked"
+
+// Park is ScheduleAt for an event waiting in its ordered lane: the
+// schedule is the safety net that fires at time at; the predecessor's
+// finisher normally fires it early (queue users check HeaderParked).
+func (q *Queue) Park(ctx context.Context, env event.Envelope, at time.Time) error {
+	return q.schedule(ctx, env, at, "", true)
+}
+
 // ScheduleAt makes the server publish the event to its dispatch subject at
 // time at (rounded up to the second). The event's schedule subject holds
 // one schedule: a newer one replaces it (rollup).
 func (q *Queue) ScheduleAt(ctx context.Context, env event.Envelope, at time.Time, msgID string) error {
+	return q.schedule(ctx, env, at, msgID, false)
+}
+
+func (q *Queue) schedule(ctx context.Context, env event.Envelope, at time.Time, msgID string, parked bool) error {
 	target, err := q.subj.Event(env.Account, env.Kind)
 	if err != nil {
 		return err
@@ -95,6 +111,9 @@ func (q *Queue) ScheduleAt(ctx context.Context, env event.Envelope, at time.Time
 	m.Header.Set("Nats-Schedule", "@at "+DueTime(at).Format(time.RFC3339))
 	m.Header.Set("Nats-Schedule-Target", target)
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if parked {
+		m.Header.Set(HeaderParked, "lane")
+	}
 	if _, err := q.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("queue: schedule %s: %w", env.ID, err)
 	}

@@ -228,6 +228,9 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 		if a.Result != nil {
 			n.Result = a.Result
 		}
+		if a.Reference != "" {
+			n.Reference = a.Reference
+		}
 	case Escalate, Discard, Cancel, Due:
 		n.NextRunAt = nil
 	}

@@ -29,8 +29,18 @@ var (
 	ErrConflict = errors.New("revision conflict")
 )
 
-// jsErrWrongLastSequence is the server's err_code for a failed expectation.
-const jsErrWrongLastSequence = 10071
+// The server's err_codes for a failed last-sequence expectation: 10071 on a
+// single server, 10164 from a replicated (clustered) stream.
+const (
+	jsErrWrongLastSequence        = 10071
+	jsErrWrongLastSequenceCluster = 10164
+)
+
+// IsWrongSequence reports whether err is a failed compare-and-set.
+func IsWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrWrongLastSequence || apiErr.ErrorCode == jsErrWrongLastSequenceCluster)
+}
 
 // Options of a Store.
 type Options struct {
@@ -105,8 +115,7 @@ func (s *Store) msg(r state.Record, rev uint64) *nats.Msg {
 }
 
 func mapErr(err error, id string, create bool) error {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrWrongLastSequence {
+	if IsWrongSequence(err) {
 		if create {
 			return ErrExists
 		}

@@ -3,6 +3,7 @@ module github.com/tenaz/tenaz/services/dispatcher
 go 1.26.8
 
 require (
+	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/tenaz/tenaz/pkg v0.0.0
 	github.com/tenaz/tenaz/streams v0.0.0
 	go.uber.org/goleak v1.3.0
@@ -11,6 +12,7 @@ require (
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect

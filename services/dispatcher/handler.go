@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/target"
 )
 
@@ -64,11 +67,19 @@ func (s *Service) checkHandlers() error {
 	return errors.Join(errs...)
 }
 
-// callHandler runs a registered handler as a delivery attempt.
+// HandlerTimeout bounds one handler call, as a target's timeout bounds an
+// HTTP call: a hung handler is a transient failure, not a slot held forever.
+const HandlerTimeout = 5 * time.Minute
+
+// callHandler runs a registered handler as a delivery attempt. A panic is
+// a transient failure (logged with its stack), never a dead dispatcher.
 func (s *Service) callHandler(ctx context.Context, h Handler, d Delivery) (target.Response, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, HandlerTimeout, outcome.ErrTimeout)
+	defer cancel()
 	res, err := func() (res Result, err error) {
 		defer func() {
 			if p := recover(); p != nil {
+				s.log.Error().Str("event_id", d.Event.ID).Str("stack", string(debug.Stack())).Msgf("handler panicked: %v", p)
 				err = fmt.Errorf("handler panicked: %v", p)
 			}
 		}()

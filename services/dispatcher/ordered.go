@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 )
@@ -30,7 +31,7 @@ func (s *Service) waitInLane(ctx context.Context, m jetstream.Msg, env event.Env
 	if s.predecessorFinished(ctx, rec.After) {
 		return false
 	}
-	if err := s.q.ScheduleAt(ctx, env, s.st.Now().Add(laneRecheck), ""); err != nil {
+	if err := s.q.Park(ctx, env, s.st.Now().Add(laneRecheck)); err != nil {
 		s.retryLater(ctx, m, err)
 		return true
 	}
@@ -70,14 +71,19 @@ func (s *Service) advanceLane(ctx context.Context, rec state.Record) {
 }
 
 // wake re-publishes a parked event from its schedule subject now and
-// cancels the schedule. An event that has not parked yet needs nothing: its
-// own message finds the predecessor finished.
+// cancels the schedule. Only a parking schedule is touched: the event may
+// have moved on and hold a retry schedule there, which must keep its time
+// (TestWakeLeavesRetryScheduleAlone). An event that has not parked yet
+// needs nothing: its own message finds the predecessor finished.
 func (s *Service) wake(ctx context.Context, id string) {
 	sm, err := s.stream.GetLastMsgForSubject(ctx, s.subj.Schedule(id))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
 			zerolog.Ctx(ctx).Warn().Err(err).Str("next", id).Msg("waking the next event in the lane")
 		}
+		return
+	}
+	if sm.Header.Get(queue.HeaderParked) == "" {
 		return
 	}
 	env, err := event.Unmarshal(sm.Data)
@@ -95,5 +101,8 @@ func (s *Service) wake(ctx context.Context, id string) {
 		zerolog.Ctx(ctx).Warn().Err(err).Str("next", id).Msg("waking the next event in the lane")
 		return
 	}
-	_ = s.q.CancelSchedule(ctx, id)
+	// Delete exactly the parking schedule that was fired: by now the event
+	// may have run, failed and stored a retry schedule on the same subject,
+	// which purging the subject would lose.
+	_ = s.stream.DeleteMsg(ctx, sm.Sequence)
 }

@@ -257,7 +257,11 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	var reason string
 	switch d.Verdict {
 	case outcome.VerdictDone:
-		a = state.Action{Name: state.Succeed, Actor: s.actor, Detail: fmt.Sprintf("target answered %d", resp.Status), Result: result(resp)}
+		detail := fmt.Sprintf("target answered %d", resp.Status)
+		if stage.Handler != "" {
+			detail = "handler " + stage.Handler + " succeeded"
+		}
+		a = state.Action{Name: state.Succeed, Actor: s.actor, Detail: detail, Result: result(resp), Reference: resp.Reference}
 	case outcome.VerdictRetry:
 		at := queue.DueTime(now.Add(d.Delay))
 		if err := s.q.ScheduleAt(ctx, env, at, fmt.Sprintf("%s/retry/%d", env.ID, rec.Attempts)); err != nil {

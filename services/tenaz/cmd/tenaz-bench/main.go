@@ -24,9 +24,17 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) == 3 { // child processes of the accounts run
+		switch os.Args[1] {
+		case "serve-nats":
+			return bench.ServeNATS(os.Args[2])
+		case "serve-tenaz":
+			return bench.ServeTenaz(os.Args[2])
+		}
+	}
 	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
-	phase := flag.String("phase", "all", "which runs: all, default (server's default sync) or fsync (sync always)")
+	phase := flag.String("phase", "all", "which runs: all, default (server's default sync), fsync (sync always), accounts (many accounts)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -45,6 +53,14 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Printf("# tenaz-bench: %d CPUs, %s, account concurrency %d, naive workers %d\n", runtime.NumCPU(), runtime.Version(), *conc, sz.Workers)
-	return bench.Run(ctx, sz, bench.Report{W: os.Stdout}, *conc,
-		bench.Phases{Default: *phase != "fsync", Fsync: *phase != "default"})
+	r := bench.Report{W: os.Stdout}
+	if *phase != "accounts" {
+		if err := bench.Run(ctx, sz, r, *conc, bench.Phases{Default: *phase == "all" || *phase == "default", Fsync: *phase == "all" || *phase == "fsync"}); err != nil {
+			return err
+		}
+	}
+	if *phase == "all" || *phase == "accounts" {
+		return bench.Accounts(ctx, sz.Accounts, r)
+	}
+	return nil
 }

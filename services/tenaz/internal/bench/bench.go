@@ -36,12 +36,13 @@ type Sizes struct {
 	Rate        int           // events/s of the steady-rate run
 	Workers     int           // naive loop's workers
 	Rounds      int           // throughput rounds per mode (medians reported)
+	Accounts    int           // accounts of the many-accounts run
 }
 
 // Full and Quick sizes.
 var (
-	Full  = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3}
-	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3}
+	Full  = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 10000}
+	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 2000}
 )
 
 // Report prints figures.

@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// child is a process of this binary in a serve mode (ServeNATS, ServeTenaz),
+// so that the server's and the services' memory are measured apart.
+type child struct {
+	cmd   *exec.Cmd
+	ready string
+	done  chan error
+}
+
+func startChild(args ...string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "READY"); ok {
+				ready <- strings.TrimSpace(rest)
+			}
+		}
+	}()
+	go func() { c.done <- cmd.Wait() }()
+	select {
+	case c.ready = <-ready:
+		return c, nil
+	case err := <-c.done:
+		return nil, fmt.Errorf("%s exited before ready: %v", args[0], err)
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s not ready within 2m", args[0])
+	}
+}
+
+// rssMB is the resident memory of the child.
+func (c *child) rssMB() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// stop sends SIGTERM and returns how long the child took to exit.
+func (c *child) stop(timeout time.Duration) (time.Duration, error) {
+	t0 := time.Now()
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.done:
+		return time.Since(t0), err
+	case <-time.After(timeout):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return time.Since(t0), fmt.Errorf("did not exit within %s of SIGTERM", timeout)
+	}
+}
+
+// Accounts sends one event for each of n accounts through a tenaz running
+// in its own process against a nats-server in another, and reports
+// throughput, both processes' memory, and how long tenaz takes to stop.
+func Accounts(ctx context.Context, n int, r Report) error {
+	dir, err := os.MkdirTemp("", "tenaz-bench-accounts-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startChild("serve-nats", filepath.Join(dir, "nats"))
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = srv.stop(5 * time.Minute) }()
+	target, err := startNoop()
+	if err != nil {
+		return err
+	}
+	defer target.srv.Close()
+	cfgFile := filepath.Join(dir, "tenaz.yaml")
+	yaml := fmt.Sprintf(`
+nats: {url: %q}
+http: {addr: "127.0.0.1:0"}
+log: {level: error}
+accounts:
+  "*": {concurrency: 2}
+targets:
+  noop: {url: %q, timeout: 5s}
+kinds:
+  order.create: {target: noop, attempts: 3, backoff: {initial: 1s}}
+`, srv.ready, target.url+"/api/{{.Kind}}")
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		return err
+	}
+	tz, err := startChild("serve-tenaz", cfgFile)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(srv.ready)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	start := time.Now()
+	for i := range n {
+		m := nats.NewMsg(fmt.Sprintf("tenaz.intake.acct%05d.order.create", i))
+		m.Data = []byte(`{"order_id":"o","total":1}`)
+		m.Header.Set("Idempotency-Key", "k")
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			return err
+		}
+	}
+	<-js.PublishAsyncComplete()
+	deadline := time.Now().Add(15 * time.Minute)
+	for target.calls.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("accounts: %d of %d delivered within 15m", target.calls.Load(), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		st, err := js.Stream(ctx, "EVENTS")
+		if err != nil {
+			return err
+		}
+		if st.CachedInfo().State.Msgs <= 8 { // keeper messages only
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("accounts: EVENTS not drained")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	el := time.Since(start)
+	r.Figure("accounts_10k_events_per_s", float64(n)/el.Seconds(), "events/s")
+	r.Figure("accounts_10k_server_rss_mb", srv.rssMB(), "MB")
+	r.Figure("accounts_10k_service_rss_mb", tz.rssMB(), "MB")
+	d, err := tz.stop(2 * time.Minute)
+	r.Figure("accounts_10k_shutdown_s", d.Seconds(), "s")
+	if err != nil {
+		return fmt.Errorf("accounts: tenaz stop: %w", err)
+	}
+	d, _ = srv.stop(5 * time.Minute)
+	r.Figure("accounts_10k_server_shutdown_s", d.Seconds(), "s")
+	r.Figure("accounts_10k_accounts", float64(n), "accounts")
+	return nil
+}
