@@ -19,9 +19,10 @@ import (
 // child is a process of this binary in a serve mode (ServeNATS, ServeTenaz),
 // so that the server's and the services' memory are measured apart.
 type child struct {
-	cmd   *exec.Cmd
-	ready string
-	done  chan error
+	cmd    *exec.Cmd
+	ready  string
+	exited chan struct{} // closed once the process has exited
+	err    error         // its exit error, valid after exited
 }
 
 func startChild(args ...string) (*child, error) {
@@ -38,7 +39,7 @@ func startChild(args ...string) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, done: make(chan error, 1)}
+	c := &child{cmd: cmd, exited: make(chan struct{})}
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -48,12 +49,12 @@ func startChild(args ...string) (*child, error) {
 			}
 		}
 	}()
-	go func() { c.done <- cmd.Wait() }()
+	go func() { c.err = cmd.Wait(); close(c.exited) }()
 	select {
 	case c.ready = <-ready:
 		return c, nil
-	case err := <-c.done:
-		return nil, fmt.Errorf("%s exited before ready: %v", args[0], err)
+	case <-c.exited:
+		return nil, fmt.Errorf("%s exited before ready: %v", args[0], c.err)
 	case <-time.After(2 * time.Minute):
 		_ = cmd.Process.Kill()
 		return nil, fmt.Errorf("%s not ready within 2m", args[0])
@@ -75,16 +76,17 @@ func (c *child) rssMB() float64 {
 	return 0
 }
 
-// stop sends SIGTERM and returns how long the child took to exit.
+// stop sends SIGTERM and returns how long the child took to exit
+// (idempotent: a stopped child returns at once).
 func (c *child) stop(timeout time.Duration) (time.Duration, error) {
 	t0 := time.Now()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-c.done:
-		return time.Since(t0), err
+	case <-c.exited:
+		return time.Since(t0), c.err
 	case <-time.After(timeout):
 		_ = c.cmd.Process.Kill()
-		<-c.done
+		<-c.exited
 		return time.Since(t0), fmt.Errorf("did not exit within %s of SIGTERM", timeout)
 	}
 }
@@ -145,6 +147,9 @@ kinds:
 	<-js.PublishAsyncComplete()
 	deadline := time.Now().Add(15 * time.Minute)
 	for target.calls.Load() < int64(n) {
+		if os.Getenv("BENCH_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "%s delivered %d of %d\n", time.Now().Format(time.TimeOnly), target.calls.Load(), n)
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("accounts: %d of %d delivered within 15m", target.calls.Load(), n)
 		}
