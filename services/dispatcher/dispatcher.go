@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -78,7 +79,9 @@ type Service struct {
 	st    *store.Store
 	q     *queue.Queue
 	order *ordered.Lanes
-	actor string
+
+	breakers *breaker.Registry
+	actor    string
 
 	mu       sync.Mutex
 	started  bool
@@ -158,6 +161,14 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
 	s.pool = newPool(poolIdle)
+	log := s.log
+	if s.breakers, err = breaker.New(ctx, s.js, breaker.Options{
+		Instance: s.o.Instance, OnChange: s.onBreaker, Prefix: s.cfg.Prefix, Logger: &log,
+		Publish: func(subject string, data []byte) { _ = s.nc.Publish(subject, data) },
+	}); err != nil {
+		s.cancel(ErrStopped)
+		return fmt.Errorf("dispatcher: breakers: %w", err)
+	}
 	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
 		s.ensureLane(string(m.Data))
 	})
@@ -265,6 +276,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		<-done
 	}
+	s.breakers.Stop()
 	s.cancel(ErrStopped)
 	s.bg.Wait()
 	workers.stop()

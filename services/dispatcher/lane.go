@@ -93,6 +93,7 @@ func (s *Service) laneLoop(l *lane) {
 }
 
 type claimed struct {
+	adm  admission
 	m    jetstream.Msg
 	env  event.Envelope
 	next state.Record
@@ -112,7 +113,11 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 			s.spawn(l, m, nil)
 			continue
 		}
-		c := &claimed{m: m, env: env}
+		adm, ok := s.admit(ctx, m, env, false)
+		if !ok {
+			continue
+		}
+		c := &claimed{m: m, env: env, adm: adm}
 		c.next, _, c.err = state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: meta.Sequence.Stream, Actor: s.actor}, now)
 		if c.err == nil {
 			c.p, c.err = s.st.WriteAsync(c.next, rev)
@@ -136,7 +141,7 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 					return // as if the process died here
 				}
 			}
-			s.deliver(ctx, c.m, c.env, c.next, rev, release)
+			s.deliver(ctx, c.m, c.env, c.next, rev, c.adm, release)
 		})
 	}
 }

@@ -43,7 +43,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 	}
 	l := s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger()
 	ctx = logging.WithEvent(l.WithContext(ctx), env.ID, env.Account, env.Kind)
-	rec, rev, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
+	rec, rev, adm, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
 	if !ok {
 		return
 	}
@@ -52,7 +52,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 			return // as if the process died here
 		}
 	}
-	s.deliver(ctx, m, env, rec, rev, release)
+	s.deliver(ctx, m, env, rec, rev, adm, release)
 }
 
 // poison keeps an undecodable message in DEAD and terminates it.
@@ -73,18 +73,25 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 // fresh event); on a conflict it reads the record and decides from its
 // state. ok is false when the message was settled (dropped as stale) or
 // must come back later.
-func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, bool) {
+func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, admission, bool) {
+	var adm admission
+	admitted := false
 	now := s.st.Now()
 	if h := m.Headers().Get(queue.HeaderRev); h != "" {
 		if rev, err := strconv.ParseUint(h, 10, 64); err == nil {
 			if next, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}, now); err == nil {
+				var ok bool
+				if adm, ok = s.admit(ctx, m, env, false); !ok {
+					return next, 0, admission{}, false
+				}
+				admitted = true
 				nrev, err := s.st.Write(ctx, next, rev)
 				if err == nil {
-					return next, nrev, true
+					return next, nrev, adm, true
 				}
 				if !errors.Is(err, store.ErrConflict) {
 					s.retryLater(ctx, m, err)
-					return state.Record{}, 0, false
+					return state.Record{}, 0, admission{}, false
 				}
 			}
 		}
@@ -94,17 +101,17 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		if errors.Is(err, store.ErrNotFound) {
 			zerolog.Ctx(ctx).Warn().Msg("no record for this event (expired or removed); dropping the message")
 			_ = m.Ack()
-			return rec, 0, false
+			return rec, 0, admission{}, false
 		}
 		if err != nil {
 			s.retryLater(ctx, m, err)
-			return rec, 0, false
+			return rec, 0, admission{}, false
 		}
 		var actions []state.Action
 		claim := state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}
 		if rec.After != "" && rec.Attempts == 0 && (rec.Status == tenaz.StatePending || rec.Status == tenaz.StateScheduled) {
 			if s.waitInLane(ctx, m, env, rec, rev) {
-				return rec, 0, false
+				return rec, 0, admission{}, false
 			}
 		}
 		switch rec.Status {
@@ -113,7 +120,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		case tenaz.StateRetrying, tenaz.StateScheduled:
 			if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
 				s.drop(ctx, m, rec, "not due yet: a stale message")
-				return rec, 0, false
+				return rec, 0, admission{}, false
 			}
 			if rec.Status == tenaz.StateScheduled {
 				actions = append(actions, state.Action{Name: state.Due, Actor: s.actor})
@@ -122,7 +129,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		case tenaz.StateRunning:
 			if rec.RunSeq != seq {
 				s.drop(ctx, m, rec, "another message owns the run")
-				return rec, 0, false
+				return rec, 0, admission{}, false
 			}
 			actions = []state.Action{{Name: state.Reclaim, Seq: seq, Actor: s.actor, Detail: "message redelivered: the previous run was lost"}}
 		default:
@@ -130,26 +137,33 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				s.advanceLane(ctx, rec) // in case its finisher died before waking the next
 			}
 			s.drop(ctx, m, rec, "event is "+string(rec.Status))
-			return rec, 0, false
+			return rec, 0, admission{}, false
+		}
+		if !admitted {
+			var ok bool
+			if adm, ok = s.admit(ctx, m, env, rec.Stage == state.StageFallback); !ok {
+				return rec, 0, admission{}, false
+			}
+			admitted = true
 		}
 		next := rec
 		for _, a := range actions {
 			if next, _, err = state.Apply(next, a, now); err != nil {
 				s.drop(ctx, m, rec, err.Error())
-				return rec, 0, false
+				return rec, 0, admission{}, false
 			}
 		}
 		nrev, err := s.st.Write(ctx, next, rev)
 		if err == nil {
-			return next, nrev, true
+			return next, nrev, adm, true
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			s.retryLater(ctx, m, err)
-			return rec, 0, false
+			return rec, 0, admission{}, false
 		}
 	}
 	s.retryLater(ctx, m, errors.New("too many conflicting writes"))
-	return state.Record{}, 0, false
+	return state.Record{}, 0, admission{}, false
 }
 
 func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {
@@ -167,7 +181,7 @@ func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
 }
 
 // deliver calls the target and records the outcome.
-func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, release func()) {
+func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, adm admission, release func()) {
 	kind, ok := s.cfg.Kind(env.Kind)
 	if !ok {
 		s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("kind %q is no longer configured", env.Kind)), config.Stage{Attempts: 1}, false, target.Response{})
@@ -198,6 +212,9 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	stop := s.keepAlive(m)
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
 	stop()
+	if ctx.Err() == nil {
+		adm.record(ctx, callErr)
+	}
 	release()
 	if ctx.Err() != nil {
 		return // stopping hard: the message comes back

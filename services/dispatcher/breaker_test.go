@@ -1,0 +1,116 @@
+package dispatcher_test
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// A target down for everyone: the breaker opens after the threshold and is
+// shared by both dispatchers; while open no call leaves and events wait
+// without burning attempts; after each cooldown exactly one probe goes out;
+// when the target is back the probe closes it and every event is done,
+// each with attempts equal to the calls it really made.
+func TestBreakerOutage(t *testing.T) {
+	t.Parallel()
+	yaml := `
+streams: {ack_wait: 2s}
+accounts:
+  "*": {concurrency: 1, breaker: {failures: 3, cooldown: 2s}}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
+`
+	h := setup(t, yaml, provider.Faults{Down: true})
+
+	type adv struct {
+		State     string    `json:"state"`
+		OpenUntil time.Time `json:"open_until"`
+		calls     int
+	}
+	var mu sync.Mutex
+	var advs []adv
+	sub, err := h.nc.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
+		var a adv
+		if json.Unmarshal(m.Data, &a) == nil {
+			a.calls = h.prov.CallCount()
+			mu.Lock()
+			advs = append(advs, a)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	h.dispatcher("d1", nil)
+	h.dispatcher("d2", nil)
+	ids := h.submit(keys("b", 10), orderPayload)
+
+	opens := func() []adv {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []adv
+		for _, a := range advs {
+			if a.State == "open" {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	waitOpens := func(n int) []adv {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for len(opens()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("want %d breaker openings, got %d (advisories %+v)", n, len(opens()), advs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return opens()
+	}
+	o := waitOpens(3) // opened, then re-opened by two failed probes
+	if o[0].calls > 2*3 {
+		t.Fatalf("want the breaker open after at most 3 failures per replica, it opened after %d calls", o[0].calls)
+	}
+	// Between one opening and the next, only the calls in flight at the
+	// opening (≤ 1 per replica) and exactly one probe went out.
+	for i := 1; i < len(o); i++ {
+		if d := o[i].calls - o[i-1].calls; d < 1 || d > 3 {
+			t.Fatalf("between openings %d and %d: want one probe (plus at most 2 calls already in flight), got %d calls", i, i+1, d)
+		}
+		if !o[i].OpenUntil.After(o[i-1].OpenUntil) {
+			t.Fatalf("a failed probe must re-open with a later open_until: %s then %s", o[i-1].OpenUntil, o[i].OpenUntil)
+		}
+	}
+	h.prov.SetDown(false)
+	recs := h.waitAll(ids, tenaz.StateDone, 30*time.Second)
+	mu.Lock()
+	closed := advs[len(advs)-1].State == "closed"
+	mu.Unlock()
+	if !closed {
+		t.Fatalf("want a closed advisory after recovery, got %+v", advs)
+	}
+	total := 0
+	for i, id := range ids {
+		k := keys("b", 10)[i]
+		calls := len(h.prov.CallsFor(k))
+		total += calls
+		if recs[id].Attempts != calls {
+			t.Fatalf("%s: attempts must count only real calls: attempts %d, calls %d", k, recs[id].Attempts, calls)
+		}
+	}
+	if total != h.prov.CallCount() {
+		t.Fatalf("calls by key %d != calls %d", total, h.prov.CallCount())
+	}
+	if d := h.prov.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("effects applied more than once: %v", d)
+	}
+}

@@ -1,0 +1,92 @@
+package dispatcher
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// admission is a breaker's permission for one call (zero: no breaker).
+type admission struct {
+	b *breaker.Breaker
+	p breaker.Permit
+}
+
+// admit asks the breaker of the event's account + target whether a call
+// may go. While it is open (or another replica probes it) the event waits
+// without burning an attempt: its message is re-entered through its
+// schedule at the time the breaker names, and acked. ok is false then.
+func (s *Service) admit(ctx context.Context, m jetstream.Msg, env event.Envelope, fallback bool) (admission, bool) {
+	kind, ok := s.cfg.Kind(env.Kind)
+	if !ok {
+		return admission{}, true
+	}
+	stage, _ := kind.StageFor(fallback)
+	if stage.Target == "" { // a Go handler: no remote to protect
+		return admission{}, true
+	}
+	acct := s.cfg.Account(env.Account)
+	t, _ := s.cfg.Target(stage.Target)
+	b := s.breakers.For(env.Account, stage.Target, breaker.Config{
+		Failures: acct.Breaker.Failures, Cooldown: acct.Breaker.Cooldown.D(), ProbeTimeout: t.Timeout.D() + 10*time.Second,
+	})
+	p, err := b.Allow(ctx)
+	if err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("breaker unavailable; calling anyway")
+		return admission{}, true
+	}
+	if p.OK {
+		return admission{b: b, p: p}, true
+	}
+	if err := s.q.ScheduleAt(ctx, env, p.RetryAt, ""); err != nil {
+		s.retryLater(ctx, m, err)
+		return admission{}, false
+	}
+	_ = m.Ack()
+	zerolog.Ctx(ctx).Debug().Time("until", p.RetryAt).Msg("breaker open: waiting")
+	return admission{}, false
+}
+
+// record tells the breaker how the call went: transient failures and
+// timeouts count against the target; a success or a permanent rejection
+// shows it is up.
+func (a admission) record(ctx context.Context, callErr error) {
+	if a.b == nil {
+		return
+	}
+	c := outcome.ClassOf(callErr)
+	_ = a.b.Record(ctx, a.p, c == outcome.ClassSuccess || c == outcome.ClassPermanent)
+}
+
+// onBreaker pauses an account's consumer while one of its breakers is open
+// (the server then delivers nothing: no deliveries, no attempts burnt) and
+// resumes it when the breaker closes. Every replica does it; both calls
+// are idempotent.
+func (s *Service) onBreaker(c breaker.Change) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
+		defer cancel()
+		name := tenaz.ConsumerName(c.Account)
+		var err error
+		switch c.State {
+		case breaker.Open:
+			_, err = s.js.PauseConsumer(ctx, tenaz.StreamEvents, name, c.OpenUntil)
+		case breaker.Closed:
+			_, err = s.js.ResumeConsumer(ctx, tenaz.StreamEvents, name)
+		}
+		l := s.log.Info()
+		if err != nil {
+			l = s.log.Warn().Err(err)
+		}
+		l.Str("account", c.Account).Str("target", c.Target).Str("state", string(c.State)).Time("open_until", c.OpenUntil).Msg("breaker")
+	}()
+}
