@@ -147,6 +147,13 @@ func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.C
 	return c, nil
 }
 
+// DeadletterConsumer is the durable consumer of TENAZ_ADVISORIES.
+func DeadletterConsumer() (jetstream.ConsumerConfig, error) {
+	var c jetstream.ConsumerConfig
+	err := decode("consumer-deadletter.json", &c)
+	return c, err
+}
+
 // Apply creates or updates every stream and bucket and the ingest consumer.
 // It is idempotent: running it on every start-up is the intended use.
 func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
@@ -174,6 +181,13 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, "INTAKE", ic); err != nil {
 		return fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
+	}
+	dc, err := DeadletterConsumer()
+	if err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "TENAZ_ADVISORIES", dc); err != nil {
+		return fmt.Errorf("streams: apply consumer %s: %w", dc.Durable, err)
 	}
 	return nil
 }

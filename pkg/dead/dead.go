@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -74,4 +75,32 @@ func Publish(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, e En
 		return fmt.Errorf("dead: publish: %w", err)
 	}
 	return nil
+}
+
+// Advisory is the JSON of <p>.advisory.dead.<account>.<kind>, published
+// (core NATS) for each event that arrives in DEAD.
+type Advisory struct {
+	ID         string    `json:"id"`
+	Account    string    `json:"account"`
+	Kind       string    `json:"kind"`
+	Reason     string    `json:"reason"`
+	Class      string    `json:"class,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	HTTPStatus int       `json:"http_status,omitempty"`
+	Attempts   int       `json:"attempts"`
+	At         time.Time `json:"at"`
+}
+
+// Advise publishes the dead advisory of r (best effort: advisories are
+// for people watching; DEAD is the record).
+func Advise(nc *nats.Conn, s tenaz.Subjects, r state.Record) {
+	a := Advisory{ID: r.ID, Account: r.Account, Kind: r.Kind, Attempts: r.Attempts, At: r.UpdatedAt}
+	if r.LastError != nil {
+		a.Class, a.Error, a.HTTPStatus = r.LastError.Class, r.LastError.Message, r.LastError.HTTPStatus
+	}
+	if len(r.History) > 0 {
+		a.Reason, _, _ = strings.Cut(r.History[len(r.History)-1].Detail, ":")
+	}
+	b, _ := json.Marshal(a)
+	_ = nc.Publish(s.AdvisoryDead(r.Account, r.Kind), b)
 }

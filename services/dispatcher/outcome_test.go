@@ -11,7 +11,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
 // wantHistory fails unless r's history is exactly the actions given.
@@ -158,7 +157,7 @@ func TestDeliverPermanentGoesDead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("advisory on tenaz.advisory.dead.acme.order.create: want one, got %v", err)
 	}
-	var a dispatcher.DeadAdvisory
+	var a dead.Advisory
 	if err := json.Unmarshal(m.Data, &a); err != nil {
 		t.Fatalf("advisory: %v", err)
 	}

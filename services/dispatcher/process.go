@@ -356,15 +356,6 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	}
 }
 
-func reasonOf(detail string) string {
-	for i := range len(detail) {
-		if detail[i] == ':' {
-			return detail[:i]
-		}
-	}
-	return detail
-}
-
 func result(r target.Response) json.RawMessage {
 	if len(r.Body) == 0 || len(r.Body) > maxResult || !json.Valid(r.Body) {
 		return nil
@@ -372,27 +363,6 @@ func result(r target.Response) json.RawMessage {
 	return json.RawMessage(r.Body)
 }
 
-// DeadAdvisory is the JSON of <p>.advisory.dead.<account>.<kind>.
-type DeadAdvisory struct {
-	ID         string    `json:"id"`
-	Account    string    `json:"account"`
-	Kind       string    `json:"kind"`
-	Reason     string    `json:"reason"`
-	Class      string    `json:"class,omitempty"`
-	Error      string    `json:"error,omitempty"`
-	HTTPStatus int       `json:"http_status,omitempty"`
-	Attempts   int       `json:"attempts"`
-	At         time.Time `json:"at"`
-}
-
 func (s *Service) adviseDead(r state.Record) {
-	a := DeadAdvisory{ID: r.ID, Account: r.Account, Kind: r.Kind, Attempts: r.Attempts, At: r.UpdatedAt}
-	if r.LastError != nil {
-		a.Class, a.Error, a.HTTPStatus = r.LastError.Class, r.LastError.Message, r.LastError.HTTPStatus
-	}
-	if len(r.History) > 0 {
-		a.Reason = reasonOf(r.History[len(r.History)-1].Detail)
-	}
-	b, _ := json.Marshal(a)
-	_ = s.nc.Publish(s.subj.AdvisoryDead(r.Account, r.Kind), b)
+	dead.Advise(s.nc, s.subj, r)
 }

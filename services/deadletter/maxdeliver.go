@@ -1,0 +1,118 @@
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// maxDeliveries is the server's advisory that a consumer gave up on a
+// message (io.nats.jetstream.advisory.v1.max_deliver).
+type maxDeliveries struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// handleAdvisory moves a message the server gave up on to DEAD: the
+// event's record goes to dead (class crash), its DEAD entry keeps the
+// payload and history, and the message is deleted from its work queue.
+// Everything is idempotent, so a redelivered advisory changes nothing.
+func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
+	var a maxDeliveries
+	if err := json.Unmarshal(m.Data(), &a); err != nil || a.StreamSeq == 0 {
+		_ = m.Term()
+		return
+	}
+	if err := s.moveToDead(ctx, a); err != nil {
+		s.log.Warn().Err(err).Str("stream", a.Stream).Uint64("seq", a.StreamSeq).Msg("moving a max-deliveries message to DEAD; will retry")
+		_ = m.NakWithDelay(2 * time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
+	if a.Stream != tenaz.StreamEvents && a.Stream != tenaz.StreamIntake {
+		return nil
+	}
+	st, err := s.js.Stream(ctx, a.Stream)
+	if err != nil {
+		return err
+	}
+	raw, err := st.GetMsg(ctx, a.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // already moved (or acked at the last moment)
+	}
+	if err != nil {
+		return err
+	}
+	why := fmt.Sprintf("workers failed on it %d times (consumer %s gave up)", a.Deliveries, a.Consumer)
+	msgID := fmt.Sprintf("maxdeliver/%s/%d", a.Stream, a.StreamSeq)
+	now := time.Now().UTC()
+	env, eerr := event.Unmarshal(raw.Data)
+	if a.Stream == tenaz.StreamIntake || eerr != nil {
+		e := dead.Entry{Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash), Error: why, At: now, Raw: raw.Data, RawSubject: raw.Subject}
+		if acct, kind, err := s.subj.ParseIntake(raw.Subject); err == nil {
+			e.Account, e.Kind = acct, kind
+		}
+		if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
+			return err
+		}
+		return deleteMsg(ctx, st, a.StreamSeq)
+	}
+	for range 16 {
+		rec, rev, err := s.st.Get(ctx, env.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if !state.Can(rec.Status, state.DeliveriesMaxed) {
+			break // it finished meanwhile: the message is only a stale copy
+		}
+		next, _, err := state.Apply(rec, state.Action{Name: state.DeliveriesMaxed, Actor: "deadletter",
+			Error: &state.ErrorInfo{Class: string(outcome.ClassCrash), Message: why}, Detail: dead.ReasonCrash + ": " + why}, now)
+		if err != nil {
+			return err
+		}
+		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash),
+			Error: why, At: now, Event: &env, Record: &next}
+		if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
+			return err
+		}
+		if _, err := s.st.Write(ctx, next, rev); errors.Is(err, store.ErrConflict) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		dead.Advise(s.o.Conn, s.subj, next)
+		s.log.Warn().Str("event_id", env.ID).Str("reason", why).Msg("dead-lettered after max deliveries")
+		break
+	}
+	return deleteMsg(ctx, st, a.StreamSeq)
+}
+
+func deleteMsg(ctx context.Context, st jetstream.Stream, seq uint64) error {
+	if err := st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
