@@ -50,7 +50,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 10s)
 
 .PHONY: bench
 bench: ## Benchmarks: tenaz end to end against raw JetStream (BENCH_QUICK=1: short run)
-	cd services/tenaz && $(GO) run ./cmd/tenaz-bench
+	cd services/tenaz && $(GO) run ./cmd/tenaz-bench -out $(CURDIR)/docs/performance.md
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck on every module

@@ -33,8 +33,9 @@ func run() error {
 		}
 	}
 	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
+	out := flag.String("out", "", "write the markdown report here (full runs of every phase only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
-	phase := flag.String("phase", "all", "which runs: all, default (server's default sync), fsync (sync always), accounts (many accounts)")
+	phase := flag.String("phase", "all", "which runs: all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -53,14 +54,26 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Printf("# tenaz-bench: %d CPUs, %s, account concurrency %d, naive workers %d\n", runtime.NumCPU(), runtime.Version(), *conc, sz.Workers)
-	r := bench.Report{W: os.Stdout}
+	var figs []bench.Fig
+	r := bench.Report{W: os.Stdout, Figures: &figs}
 	if *phase != "accounts" {
-		if err := bench.Run(ctx, sz, r, *conc, bench.Phases{Default: *phase == "all" || *phase == "default", Fsync: *phase == "all" || *phase == "fsync"}); err != nil {
+		if err := bench.Run(ctx, sz, r, *conc, bench.Phases{Default: *phase == "all" || *phase == "default", Fsync: *phase == "all" || *phase == "fsync", Noisy: *phase == "all" || *phase == "noisy"}); err != nil {
 			return err
 		}
 	}
 	if *phase == "all" || *phase == "accounts" {
-		return bench.Accounts(ctx, sz.Accounts, r)
+		if err := bench.Accounts(ctx, sz.Accounts, r); err != nil {
+			return err
+		}
+	}
+	if *out != "" && *phase == "all" && os.Getenv("BENCH_QUICK") == "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		bench.Markdown(f, figs, sz, *conc)
+		fmt.Println("# wrote", *out)
 	}
 	return nil
 }

@@ -37,22 +37,35 @@ type Sizes struct {
 	Workers     int           // naive loop's workers
 	Rounds      int           // throughput rounds per mode (medians reported)
 	Accounts    int           // accounts of the many-accounts run
+	Backlog     int           // the broken account's backlog in the noisy-neighbour run
+	NoisyFor    time.Duration // each steady-rate run of the noisy-neighbour run
 }
 
 // Full and Quick sizes.
 var (
-	Full  = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 10000}
-	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 2000}
+	Full  = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 10000, Backlog: 10000, NoisyFor: 15 * time.Second}
+	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 2000, Backlog: 10000, NoisyFor: 5 * time.Second}
 )
 
-// Report prints figures.
+// Report prints figures, one per line, and keeps them for the markdown
+// report.
 type Report struct {
-	W io.Writer
+	W       io.Writer
+	Figures *[]Fig
+}
+
+// Fig is one figure.
+type Fig struct {
+	Name, Unit string
+	Value      float64
 }
 
 // Figure prints one line.
 func (r Report) Figure(name string, v float64, unit string) {
 	fmt.Fprintf(r.W, "%s %s %s\n", name, strconv.FormatFloat(v, 'f', 2, 64), unit)
+	if r.Figures != nil {
+		*r.Figures = append(*r.Figures, Fig{Name: name, Unit: unit, Value: v})
+	}
 }
 
 // noop is the local target: 200 {} for everything.
@@ -285,6 +298,11 @@ func (b *Tenaz) Throughput(ctx context.Context, tag string, n int) (float64, err
 // Latency submits at a steady rate for d and returns the p50 and p99 of
 // submit → done (seen by a watcher of the state bucket), in ms.
 func (b *Tenaz) Latency(ctx context.Context, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
+	return b.LatencyOf(ctx, "bench", tag, rate, d)
+}
+
+// LatencyOf is Latency for the given account.
+func (b *Tenaz) LatencyOf(ctx context.Context, account, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
 	kv, err := b.js.KeyValue(ctx, "tenaz_state")
 	if err != nil {
 		return 0, 0, err
@@ -327,7 +345,7 @@ func (b *Tenaz) Latency(ctx context.Context, tag string, rate int, d time.Durati
 	for i := range n {
 		<-tick.C
 		key := tag + "-" + strconv.Itoa(i)
-		m := nats.NewMsg("tenaz.intake.bench.order.create")
+		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
 		m.Data = payload
 		m.Header.Set("Nats-Msg-Id", key)
 		sent.Store(key, time.Now())
@@ -361,8 +379,8 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// Phases selects which server sync modes Run measures.
-type Phases struct{ Default, Fsync bool }
+// Phases selects the runs.
+type Phases struct{ Default, Fsync, Noisy bool }
 
 func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) error {
 	target, err := startNoop()
@@ -377,6 +395,9 @@ func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) er
 		if err := runMode(ctx, sz, r, concurrency, target.url, fsync); err != nil {
 			return err
 		}
+	}
+	if ph.Noisy {
+		return Noisy(ctx, sz, r, target.url)
 	}
 	return nil
 }

@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/natsd"
+)
+
+// Noisy measures one account's latency at a steady rate alone, then again
+// while another account's target is down with a 10,000-event backlog, and
+// reports the ratio of the p99s (goal ≤ 1.2).
+func Noisy(ctx context.Context, sz Sizes, r Report, targetURL string) error {
+	dir, err := os.MkdirTemp("", "tenaz-bench-noisy-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(dir, false)
+	if err != nil {
+		return err
+	}
+	defer natsd.Shutdown(srv)
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer down.Close()
+	y := fmt.Sprintf(`
+nats: {url: %q}
+http: {addr: "127.0.0.1:0"}
+log: {level: error}
+accounts:
+  "*": {concurrency: 16, breaker: {failures: 5, cooldown: 30s}}
+  broken: {targets: {noop: {url: %q}}}
+targets:
+  noop: {url: %q, timeout: 5s}
+kinds:
+  order.create: {target: noop, attempts: 6, backoff: {initial: 30s}}
+`, srv.ClientURL(), down.URL+"/api/{{.Kind}}", targetURL+"/api/{{.Kind}}")
+	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	if err != nil {
+		return err
+	}
+	tz, err := StartTenaz(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tz.Stop(ctx) }()
+	// Warm up the healthy account (its consumer, connections).
+	if _, _, err := tz.LatencyOf(ctx, "healthy", "warm", sz.Rate, time.Second); err != nil {
+		return err
+	}
+	_, alone, err := tz.LatencyOf(ctx, "healthy", "alone", sz.Rate, sz.NoisyFor)
+	if err != nil {
+		return err
+	}
+	for i := range sz.Backlog {
+		m := nats.NewMsg("tenaz.intake.broken.order.create")
+		m.Data = []byte(`{"order_id":"o","total":1}`)
+		m.Header.Set("Idempotency-Key", "n-"+strconv.Itoa(i))
+		if _, err := tz.js.PublishMsgAsync(m); err != nil {
+			return err
+		}
+	}
+	<-tz.js.PublishAsyncComplete()
+	// The backlog is in: accepted by ingest and waiting in the broken
+	// account's consumer (its breaker open). Measure from here.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ci, err := tz.js.Consumer(ctx, "INTAKE", "ingest")
+		if err != nil {
+			return err
+		}
+		if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("noisy: backlog not accepted within 2m")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, noisy, err := tz.LatencyOf(ctx, "healthy", "noisy", sz.Rate, sz.NoisyFor)
+	if err != nil {
+		return err
+	}
+	r.Figure("noisy_neighbour_p99_alone_ms", alone, "ms")
+	r.Figure("noisy_neighbour_p99_with_broken_ms", noisy, "ms")
+	r.Figure("noisy_neighbour_p99_ratio", noisy/alone, "ratio")
+	return nil
+}
