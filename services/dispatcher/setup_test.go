@@ -40,12 +40,14 @@ const waitFor = 10 * time.Second
 // yamlFor is a config with one target (the provider, ${TARGET}) and the
 // kind order.create as given by kind (a flow mapping without target).
 // streams.ack_wait is 1s so that a message abandoned by a simulated crash
-// comes back fast.
+// comes back fast. The breaker's threshold is high: these tests are about
+// other things, and 20% random failures can be 5 in a row (the breaker
+// has its own tests).
 func yamlFor(concurrency int, kind string) string {
 	return fmt.Sprintf(`
 streams: {ack_wait: 1s}
 accounts:
-  "*": {concurrency: %d}
+  "*": {concurrency: %d, breaker: {failures: 100}}
 targets:
   erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
 kinds:

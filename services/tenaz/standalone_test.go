@@ -29,7 +29,7 @@ http: {addr: "127.0.0.1:0"}
 log: {level: warn}
 streams: {ack_wait: 2s}
 accounts:
-  "*": {concurrency: 8}
+  "*": {concurrency: 8, breaker: {failures: 100}}
 targets:
   erp: {url: %q, timeout: 5s}
 kinds:
