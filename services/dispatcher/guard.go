@@ -46,12 +46,18 @@ func (s *Service) guardFor(account, name string) *guard {
 	if rl := s.rateLimiterLocked(account); rl != nil {
 		policies = append(policies, rl)
 	}
-	g := &guard{exec: failsafe.With(policies...)}
+	g := &guard{}
+	if len(policies) > 0 {
+		g.exec = failsafe.With(policies...)
+	}
 	s.guards[key] = g
 	return g
 }
 
-// run calls fn under the guard's policies.
+// run calls fn under the guard's policies (directly when there are none).
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
+	if g.exec == nil {
+		return fn(ctx)
+	}
 	return g.exec.WithContext(ctx).Get(func() (target.Response, error) { return fn(ctx) })
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -229,20 +230,26 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 
 // keepAlive tells the server the message is still being worked on while a
 // slow call runs, so AckWait does not redeliver it meanwhile.
+// A timer, not a goroutine: most calls end long before the first tick.
 func (s *Service) keepAlive(m jetstream.Msg) func() {
-	t := time.NewTicker(progressEvery(s.cfg.Streams.AckWait.D()))
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-t.C:
-				_ = m.InProgress()
-			case <-done:
-				return
-			}
+	every := progressEvery(s.cfg.Streams.AckWait.D())
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			_ = m.InProgress()
+			t.Reset(every)
 		}
-	}()
-	return func() { t.Stop(); close(done) }
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		t.Stop()
+	}
 }
 
 // progressEvery is how often a running call reports progress: a third of

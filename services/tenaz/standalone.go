@@ -50,6 +50,7 @@ type Tenaz struct {
 	log    zerolog.Logger
 	srv    *server.Server
 	nc     *nats.Conn
+	conns  []*nats.Conn
 	demo   *provider.Provider
 	demoH  *daemon.Server
 	http   *daemon.Server
@@ -122,10 +123,21 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 		t.log.Info().Str("addr", t.demoH.Addr).Msg("demo provider started")
 	}
 	log := t.log
-	if t.Ingest, err = ingest.New(ingest.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
+	// Ingest and the dispatcher get their own connections, as they would as
+	// separate processes: the server reads each connection on one goroutine,
+	// so one shared connection would serialise their traffic on one core.
+	inc, err := t.connect(cfg, url, "tenaz-ingest")
+	if err != nil {
 		return err
 	}
-	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
+	dnc, err := t.connect(cfg, url, "tenaz-dispatcher")
+	if err != nil {
+		return err
+	}
+	if t.Ingest, err = ingest.New(ingest.Options{Conn: inc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
+		return err
+	}
+	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: dnc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
 		return err
 	}
 	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Logger: &log})
@@ -166,11 +178,13 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 		errs = append(errs, t.demoH.Stop(ctx))
 		t.demoH = nil
 	}
-	if t.nc != nil {
-		_ = t.nc.FlushTimeout(5 * time.Second) // acks still buffered
-		t.nc.Close()
-		t.nc = nil
+	for _, nc := range append(t.conns, t.nc) {
+		if nc != nil {
+			_ = nc.FlushTimeout(5 * time.Second) // acks still buffered
+			nc.Close()
+		}
 	}
+	t.conns, t.nc = nil, nil
 	if t.srv != nil {
 		natsd.Shutdown(t.srv)
 		t.srv = nil
@@ -180,3 +194,12 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 
 // ServeMux exposes the shared mux's handler (tests).
 func (t *Tenaz) Handler() http.Handler { return t.http.Handler }
+
+func (t *Tenaz) connect(cfg *config.Config, url, name string) (*nats.Conn, error) {
+	nc, err := natsconn.Connect(cfg.NATS, name, url)
+	if err != nil {
+		return nil, err
+	}
+	t.conns = append(t.conns, nc)
+	return nc, nil
+}
