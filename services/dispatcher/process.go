@@ -233,9 +233,10 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 // A timer, not a goroutine: most calls end long before the first tick.
 func (s *Service) keepAlive(m jetstream.Msg) func() {
 	every := progressEvery(s.cfg.Streams.AckWait.D())
-	var mu sync.Mutex
+	var mu sync.Mutex // guards t and stopped, also against the first tick
 	stopped := false
 	var t *time.Timer
+	mu.Lock()
 	t = time.AfterFunc(every, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -244,10 +245,11 @@ func (s *Service) keepAlive(m jetstream.Msg) func() {
 			t.Reset(every)
 		}
 	})
+	mu.Unlock()
 	return func() {
 		mu.Lock()
+		defer mu.Unlock()
 		stopped = true
-		mu.Unlock()
 		t.Stop()
 	}
 }
