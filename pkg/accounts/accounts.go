@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,12 +31,18 @@ type Provisioner struct {
 	mu   sync.Mutex
 	done map[string]chan struct{}
 	errs map[string]error
+	at   map[string]time.Time
 }
+
+// Refresh is how long an ensured consumer is trusted without asking the
+// server again: a dispatcher may delete an idle account's consumer, and
+// the announcement of that (AccountGone) is best effort.
+const Refresh = 5 * time.Minute
 
 // NewProvisioner returns a Provisioner.
 func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config) *Provisioner {
 	return &Provisioner{js: js, nc: nc, cfg: cfg, subj: tenaz.NewSubjects(cfg.Prefix),
-		done: map[string]chan struct{}{}, errs: map[string]error{}}
+		done: map[string]chan struct{}{}, errs: map[string]error{}, at: map[string]time.Time{}}
 }
 
 // AckPendingPerSlot is how many unacknowledged messages the server lets an
@@ -54,6 +61,14 @@ func ConsumerConfig(cfg *config.Config, account string) (jetstream.ConsumerConfi
 func (p *Provisioner) Ensure(ctx context.Context, account string) error {
 	p.mu.Lock()
 	ch, ok := p.done[account]
+	if ok && p.errs[account] == nil && time.Since(p.at[account]) > Refresh {
+		select {
+		case <-ch: // settled and stale: ask the server again
+			delete(p.done, account)
+			ok = false
+		default:
+		}
+	}
 	if ok {
 		p.mu.Unlock()
 		select {
@@ -79,6 +94,7 @@ func (p *Provisioner) Ensure(ctx context.Context, account string) error {
 		delete(p.done, account)
 	}
 	p.errs[account] = err
+	p.at[account] = time.Now()
 	p.mu.Unlock()
 	close(ch)
 	return err
@@ -106,5 +122,6 @@ func (p *Provisioner) Forget(account string) {
 	p.mu.Lock()
 	delete(p.done, account)
 	delete(p.errs, account)
+	delete(p.at, account)
 	p.mu.Unlock()
 }

@@ -210,6 +210,11 @@ func (s Subjects) AdvisoryDigest() string { return s.Prefix + ".advisory.digest"
 // consuming it without waiting for their periodic listing.
 func (s Subjects) AccountAnnounce() string { return s.Prefix + ".ctl.account" }
 
+// AccountGone is a core NATS subject on which a dispatcher announces that
+// it deleted an idle account's consumer, so ingest provisions it again
+// before the account's next event.
+func (s Subjects) AccountGone() string { return s.Prefix + ".ctl.account.gone" }
+
 // ConsumerName is the durable name of an account's dispatch consumer.
 func ConsumerName(account string) string { return "acct_" + account }
 

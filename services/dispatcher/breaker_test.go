@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -67,13 +68,8 @@ kinds:
 	}
 	waitOpens := func(n int) []adv {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for len(opens()) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("want %d breaker openings, got %d (advisories %+v)", n, len(opens()), advs)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		natstest.Eventually(t, 20*time.Second, func() bool { return len(opens()) >= n },
+			"want %d breaker openings (advisories so far: %d)", n, len(opens()))
 		return opens()
 	}
 	o := waitOpens(3) // opened, then re-opened by two failed probes

@@ -49,6 +49,9 @@ type Options struct {
 	// up any that were created while an announcement was missed).
 	// Defaults to 30s.
 	Relist time.Duration
+	// IdleAfter retires an account's lane and consumer after this long
+	// without events (nothing pending). Defaults to 10m; negative: never.
+	IdleAfter time.Duration
 	// SkipStreams does not apply the stream layout at start.
 	SkipStreams bool
 	// Handlers are Go handlers by name, for kinds whose config says
@@ -109,6 +112,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.Relist <= 0 {
 		o.Relist = 30 * time.Second
+	}
+	if o.IdleAfter == 0 {
+		o.IdleAfter = 10 * time.Minute
 	}
 	if o.Instance == "" {
 		h, _ := os.Hostname()
@@ -197,11 +203,21 @@ func (s *Service) relistLoop() {
 		case <-s.runCtx.Done():
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(s.runCtx, s.o.Relist)
+			ctx, cancel := context.WithTimeout(s.runCtx, max(s.o.Relist, 10*time.Second))
+			var idle []*lane
 			s.mu.Lock()
 			if s.started {
 				if err := s.relistLocked(ctx); err != nil && s.runCtx.Err() == nil {
 					s.log.Warn().Err(err).Msg("listing account consumers")
+				}
+				idle = s.idleLocked(ctx)
+			}
+			s.mu.Unlock()
+			s.retire(ctx, idle)
+			s.mu.Lock()
+			if s.started {
+				if err := s.adoptOrphansLocked(ctx); err != nil && s.runCtx.Err() == nil {
+					s.log.Warn().Err(err).Msg("looking for accounts with waiting events")
 				}
 			}
 			s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,7 @@ type lane struct {
 	account string
 	cc      jetstream.ConsumeContext
 	in      chan jetstream.Msg
+	last    atomic.Int64 // unix nanos of the last message taken
 	sem     chan struct{}
 	wg      sync.WaitGroup
 }
@@ -42,10 +44,15 @@ func (s *Service) startLane(account string) (*lane, error) {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
 	l := &lane{account: account, in: make(chan jetstream.Msg, conc), sem: make(chan struct{}, conc)}
+	l.last.Store(time.Now().UnixNano())
 	l.wg.Add(1)
 	go s.laneLoop(l)
-	l.cc, err = cons.Consume(func(m jetstream.Msg) { l.in <- m }, jetstream.PullMaxMessages(conc),
+	l.cc, err = cons.Consume(func(m jetstream.Msg) { l.last.Store(time.Now().UnixNano()); l.in <- m }, jetstream.PullMaxMessages(conc),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if errors.Is(err, jetstream.ErrConsumerDeleted) && s.runCtx.Err() == nil {
+				go s.laneGone(account, l)
+				return
+			}
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) && s.runCtx.Err() == nil {
 				s.log.Debug().Err(err).Str("account", account).Msg("consume")
 			}

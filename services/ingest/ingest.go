@@ -69,6 +69,7 @@ type Service struct {
 	prov    *accounts.Provisioner
 	lanes   *lane.Lanes
 	replies *replies
+	gone    *nats.Subscription // a dispatcher deleted an idle account's consumer
 
 	mu      sync.Mutex
 	started bool
@@ -133,6 +134,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	if s.replies, err = newReplies(s.nc); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.gone, err = s.nc.Subscribe(s.subj.AccountGone(), func(m *nats.Msg) { s.prov.Forget(string(m.Data)) }); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	cons, err := s.js.Consumer(ctx, tenaz.StreamIntake, "ingest")
@@ -208,6 +212,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		_ = s.micro.Stop()
 	}
 	s.replies.close()
+	_ = s.gone.Unsubscribe()
 	s.log.Info().Msg("ingest stopped")
 	return nil
 }

@@ -1,0 +1,99 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Many accounts: a lane whose account has been idle for IdleAfter (nothing
+// received, nothing pending or unacked) is stopped and its consumer
+// deleted, so 10,000 mostly quiet accounts do not keep 10,000 consumers
+// and pull loops. Ingest is told (AccountGone) and provisions the consumer
+// again before the account's next event; as a backstop every sweep adopts
+// any account with messages waiting in EVENTS and no consumer.
+
+// idleLocked takes the idle lanes out of service and returns them; the
+// caller retires them (retire) after releasing s.mu. Callers hold s.mu.
+func (s *Service) idleLocked(ctx context.Context) []*lane {
+	if s.o.IdleAfter < 0 {
+		return nil
+	}
+	var idle []*lane
+	for account, l := range s.lanes {
+		if time.Since(time.Unix(0, l.last.Load())) < s.o.IdleAfter {
+			continue
+		}
+		name := tenaz.ConsumerName(account)
+		c, err := s.stream.Consumer(ctx, name)
+		if err != nil {
+			continue
+		}
+		if info := c.CachedInfo(); info.NumPending > 0 || info.NumAckPending > 0 {
+			continue
+		}
+		delete(s.lanes, account)
+		idle = append(idle, l)
+	}
+	return idle
+}
+
+// retire stops idle lanes, deletes their consumers and tells ingest.
+func (s *Service) retire(ctx context.Context, idle []*lane) {
+	for _, l := range idle {
+		l.stop()
+		err := s.stream.DeleteConsumer(ctx, tenaz.ConsumerName(l.account))
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			s.log.Warn().Err(err).Str("account", l.account).Msg("deleting an idle consumer")
+			continue
+		}
+		_ = s.nc.Publish(s.subj.AccountGone(), []byte(l.account))
+		s.log.Debug().Str("account", l.account).Msg("idle account retired")
+	}
+}
+
+// adoptOrphansLocked gives every account with events waiting in EVENTS a
+// consumer and a lane: an event published while its account's consumer was
+// being retired is never stranded. Callers hold s.mu.
+func (s *Service) adoptOrphansLocked(ctx context.Context) error {
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subj.EventsAll()))
+	if err != nil {
+		return err
+	}
+	prefix := s.subj.Prefix + ".events."
+	for subject := range info.State.Subjects {
+		account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
+		if _, ok := s.lanes[account]; ok || tenaz.ValidateAccount(account) != nil {
+			continue
+		}
+		cc, err := accounts.ConsumerConfig(s.cfg, account)
+		if err != nil {
+			continue
+		}
+		if _, err := s.stream.CreateOrUpdateConsumer(ctx, cc); err != nil {
+			s.log.Warn().Err(err).Str("account", account).Msg("adopting an account with waiting events")
+			continue
+		}
+		s.ensureLaneLocked(account)
+	}
+	return nil
+}
+
+// laneGone forgets a lane whose consumer was deleted (by another replica
+// retiring it); the next announcement or sweep starts it again.
+func (s *Service) laneGone(account string, l *lane) {
+	s.mu.Lock()
+	if s.lanes[account] != l {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.lanes, account)
+	s.mu.Unlock()
+	l.stop()
+}

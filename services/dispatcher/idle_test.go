@@ -1,0 +1,56 @@
+package dispatcher_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/dispatcher"
+)
+
+// An idle account's lane and consumer are retired (so many quiet accounts
+// cost nothing), and its next event still gets delivered: ingest is told
+// and provisions the consumer again. An event that lands while no consumer
+// exists is adopted by the sweep.
+func TestIdleAccountRetiredAndRevived(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(4, `attempts: 3`), provider.Faults{})
+	nc, _ := h.srv.Conn(t)
+	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: h.cfg, Instance: "d1", IdleAfter: 500 * time.Millisecond, Relist: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(h.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop(h.ctx()) })
+
+	consumerGone := func() bool {
+		_, err := h.js.Consumer(h.ctx(), tenaz.StreamEvents, "acct_acme")
+		return errors.Is(err, jetstream.ErrConsumerNotFound)
+	}
+	ids := h.submit([]string{"i-1"}, orderPayload)
+	h.waitAll(ids, tenaz.StateDone, waitFor)
+	natstest.Eventually(t, waitFor, consumerGone, "idle consumer to be deleted")
+	natstest.Eventually(t, waitFor, func() bool { return len(d.Accounts()) == 0 }, "idle lane to stop")
+
+	ids = h.submit([]string{"i-2"}, orderPayload)
+	h.waitAll(ids, tenaz.StateDone, waitFor)
+
+	// A consumer lost without ingest hearing of it: the event waits in
+	// EVENTS with no consumer until the sweep adopts the account.
+	natstest.Eventually(t, waitFor, consumerGone, "idle consumer to be deleted again")
+	if err := h.js.DeleteConsumer(h.ctx(), tenaz.StreamEvents, "acct_acme"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatal(err)
+	}
+	ids = h.submit([]string{"i-3"}, orderPayload)
+	h.waitAll(ids, tenaz.StateDone, waitFor)
+	if d := h.prov.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("effects applied more than once: %v", d)
+	}
+}
