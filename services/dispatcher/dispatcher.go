@@ -214,13 +214,9 @@ func (s *Service) relistLoop() {
 			}
 			s.mu.Unlock()
 			s.retire(ctx, idle)
-			s.mu.Lock()
-			if s.started {
-				if err := s.adoptOrphansLocked(ctx); err != nil && s.runCtx.Err() == nil {
-					s.log.Warn().Err(err).Msg("looking for accounts with waiting events")
-				}
+			if err := s.adoptOrphans(ctx); err != nil && s.runCtx.Err() == nil {
+				s.log.Warn().Err(err).Msg("looking for accounts with waiting events")
 			}
-			s.mu.Unlock()
 			cancel()
 		}
 	}

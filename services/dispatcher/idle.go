@@ -58,20 +58,29 @@ func (s *Service) retire(ctx context.Context, idle []*lane) {
 	}
 }
 
-// adoptOrphansLocked gives every account with events waiting in EVENTS a
+// adoptOrphans gives every account with events waiting in EVENTS a
 // consumer and a lane: an event published while its account's consumer was
-// being retired is never stranded. Callers hold s.mu.
-func (s *Service) adoptOrphansLocked(ctx context.Context) error {
+// being retired is never stranded. It holds s.mu only to read and update
+// the lanes, not across the server calls.
+func (s *Service) adoptOrphans(ctx context.Context) error {
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subj.EventsAll()))
 	if err != nil {
 		return err
 	}
 	prefix := s.subj.Prefix + ".events."
+	seen := map[string]bool{}
+	var orphans []string
+	s.mu.Lock()
 	for subject := range info.State.Subjects {
 		account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
-		if _, ok := s.lanes[account]; ok || tenaz.ValidateAccount(account) != nil {
+		if _, ok := s.lanes[account]; ok || seen[account] || tenaz.ValidateAccount(account) != nil {
 			continue
 		}
+		seen[account] = true
+		orphans = append(orphans, account)
+	}
+	s.mu.Unlock()
+	for _, account := range orphans {
 		cc, err := accounts.ConsumerConfig(s.cfg, account)
 		if err != nil {
 			continue
@@ -80,7 +89,7 @@ func (s *Service) adoptOrphansLocked(ctx context.Context) error {
 			s.log.Warn().Err(err).Str("account", account).Msg("adopting an account with waiting events")
 			continue
 		}
-		s.ensureLaneLocked(account)
+		s.ensureLane(account)
 	}
 	return nil
 }
