@@ -16,10 +16,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/logging"
+	"github.com/tenaz/tenaz/pkg/natsconn"
 )
 
 // StopTimeout is how long a service may take to drain on SIGTERM: shorter
@@ -101,5 +105,45 @@ func (s *Server) Stop(ctx context.Context) error {
 	if err2 := <-s.done; err == nil {
 		err = err2
 	}
+	return err
+}
+
+// Build makes a service from its connection, config and logger.
+type Build func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (Component, error)
+
+// Run is the body of a service binary once its main has installed signal
+// handling: load the config (path, else $TENAZ_CONFIG, else ./tenaz.yaml),
+// connect to NATS as name, build and start the service, serve HTTP, wait
+// for ctx, then stop within StopTimeout (draining in-flight work).
+func Run(ctx context.Context, name, configPath string, build Build) error {
+	cfg, err := LoadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	log := logging.New(cfg.Log.Format, cfg.Log.Level, nil)
+	nc, err := natsconn.Connect(cfg.NATS, name, "")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	svc, err := build(nc, cfg, &log)
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	srv, err := Serve(cfg.HTTP.Addr, Mux(svc))
+	if err != nil {
+		_ = svc.Stop(context.Background())
+		return err
+	}
+	log.Info().Str("http", srv.Addr).Msg(name + " running")
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancel()
+	_ = srv.Stop(sctx)
+	err = svc.Stop(sctx)
+	_ = nc.Drain()
 	return err
 }
