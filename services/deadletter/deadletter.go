@@ -29,6 +29,9 @@ type Options struct {
 	Config *config.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// SkipStreams does not apply the stream layout at start (tenaz run
+	// applies it once for every service).
+	SkipStreams bool
 }
 
 // Service is the deadletter service.
@@ -69,8 +72,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.started {
 		return nil
 	}
-	if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.o.Config.Prefix, Replicas: s.o.Config.Streams.Replicas}); err != nil {
-		return fmt.Errorf("deadletter: %w", err)
+	if !s.o.SkipStreams {
+		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.o.Config.Prefix, Replicas: s.o.Config.Streams.Replicas}); err != nil {
+			return fmt.Errorf("deadletter: %w", err)
+		}
 	}
 	st, err := store.Open(ctx, s.js, store.Options{Retention: s.o.Config.Streams.Retention.D()})
 	if err != nil {

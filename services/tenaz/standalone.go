@@ -144,7 +144,7 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	dl, err := deadletter.New(deadletter.Options{Conn: t.nc, Config: cfg, Logger: &log})
+	dl, err := deadletter.New(deadletter.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true})
 	if err != nil {
 		return err
 	}
