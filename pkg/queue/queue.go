@@ -151,3 +151,27 @@ func Initial(env event.Envelope) state.Record {
 	r, _, _ := state.New(base, a, env.CreatedAt) // Accept and Delay always create
 	return r
 }
+
+// Batches calls fn with each message received from in together with
+// whatever more is already waiting there (up to max in all), until in is
+// closed: a consumer handles a burst in one go (pipelined writes, one
+// round trip) without ever waiting to fill a batch.
+func Batches(in <-chan jetstream.Msg, max int, fn func([]jetstream.Msg)) {
+	batch := make([]jetstream.Msg, 0, max)
+	for m := range in {
+		batch = append(batch[:0], m)
+	fill:
+		for len(batch) < max {
+			select {
+			case m, ok := <-in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		fn(batch)
+	}
+}

@@ -80,23 +80,7 @@ func (l *lane) stop() {
 // claim (a retry, a redelivery, a conflict) takes the one-at-a-time path.
 func (s *Service) laneLoop(l *lane) {
 	defer l.wg.Done()
-	batch := make([]jetstream.Msg, 0, cap(l.in))
-	for m := range l.in {
-		batch = append(batch[:0], m)
-	fill:
-		for len(batch) < cap(batch) {
-			select {
-			case m, ok := <-l.in:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, m)
-			default:
-				break fill
-			}
-		}
-		s.claimBatch(l, batch)
-	}
+	queue.Batches(l.in, cap(l.in), func(batch []jetstream.Msg) { s.claimBatch(l, batch) })
 }
 
 type claimed struct {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -69,34 +68,15 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 	_ = m.TermWithReason("malformed message")
 }
 
-// claim moves the event to running for this message, by compare-and-set.
-// It first tries the revision the message carries (no read needed for a
-// fresh event); on a conflict it reads the record and decides from its
-// state. ok is false when the message was settled (dropped as stale) or
-// must come back later.
+// claim moves the event to running for this message, by compare-and-set,
+// reading the record and deciding from its state. (Fresh events are
+// claimed without a read, in batches, by claimBatch; this is the path for
+// everything else: retries, redeliveries, conflicts.) ok is false when the
+// message was settled (dropped as stale) or must come back later.
 func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, admission, bool) {
 	var adm admission
 	admitted := false
 	now := s.st.Now()
-	if h := m.Headers().Get(queue.HeaderRev); h != "" {
-		if rev, err := strconv.ParseUint(h, 10, 64); err == nil {
-			if next, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}, now); err == nil {
-				var ok bool
-				if adm, ok = s.admit(ctx, m, env, false); !ok {
-					return next, 0, admission{}, false
-				}
-				admitted = true
-				nrev, err := s.st.Write(ctx, next, rev)
-				if err == nil {
-					return next, nrev, adm, true
-				}
-				if !errors.Is(err, store.ErrConflict) {
-					s.retryLater(ctx, m, err)
-					return state.Record{}, 0, admission{}, false
-				}
-			}
-		}
-	}
 	for range 16 {
 		rec, rev, err := s.st.Get(ctx, env.ID)
 		if errors.Is(err, store.ErrNotFound) {

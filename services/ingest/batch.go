@@ -26,23 +26,7 @@ const maxBatch = 128
 // error) takes the one-at-a-time path.
 func (s *Service) batchLoop(ctx context.Context) {
 	defer s.wg.Done()
-	batch := make([]jetstream.Msg, 0, maxBatch)
-	for m := range s.in {
-		batch = append(batch[:0], m)
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case m, ok := <-s.in:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, m)
-			default:
-				break fill
-			}
-		}
-		s.acceptBatch(ctx, batch)
-	}
+	queue.Batches(s.in, maxBatch, func(batch []jetstream.Msg) { s.acceptBatch(ctx, batch) })
 }
 
 type item struct {
