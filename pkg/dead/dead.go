@@ -26,6 +26,10 @@ const (
 	ReasonExhausted = "attempts_exhausted" // transient failures used up the attempts
 	ReasonCrash     = "max_deliveries"     // workers died on it every time
 	ReasonRejected  = "rejected_at_intake" // the submission itself was invalid
+	// ReasonReview marks an event moved to manual_review (a callback or
+	// poll deadline passed): it is kept in DEAD like a dead letter, so the
+	// deadletter service and the screen have one durable feed for both.
+	ReasonReview = "manual_review"
 )
 
 // InvalidToken stands in for an account or kind that cannot be a subject token.
@@ -103,4 +107,15 @@ func Advise(nc *nats.Conn, s tenaz.Subjects, r state.Record) {
 	}
 	b, _ := json.Marshal(a)
 	_ = nc.Publish(s.AdvisoryDead(r.Account, r.Kind), b)
+}
+
+// AdviseReview publishes <p>.advisory.review.<account>.<kind> for an event
+// that moved to manual_review; Reason is "manual_review" and Error says why.
+func AdviseReview(nc *nats.Conn, s tenaz.Subjects, r state.Record, why string) {
+	a := Advisory{ID: r.ID, Account: r.Account, Kind: r.Kind, Attempts: r.Attempts, At: r.UpdatedAt, Reason: ReasonReview, Error: why}
+	if r.LastError != nil {
+		a.Class, a.HTTPStatus = r.LastError.Class, r.LastError.HTTPStatus
+	}
+	b, _ := json.Marshal(a)
+	_ = nc.Publish(s.AdvisoryReview(r.Account, r.Kind), b)
 }
