@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -20,17 +21,34 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if u := r.Header.Get("X-Tenaz-Actor"); u != "" {
 		actor = "api:" + u
 	}
-	next, _, _, err := s.st.Transition(r.Context(), rec.ID, state.Action{Name: state.Cancel, Actor: actor, Detail: "cancelled by caller"})
-	if errors.Is(err, state.ErrInvalidTransition) {
-		httpapi.Error(w, http.StatusConflict, "not_cancellable", "event is "+string(next.Status)+"; only scheduled, pending or retrying events can be cancelled")
+	next, errBody := s.cancelEvent(r.Context(), rec, actor, "cancelled by caller")
+	if errBody != nil {
+		httpapi.Error(w, errBody.status, errBody.Code, errBody.Message)
 		return
-	}
-	if err != nil {
-		httpapi.Error(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-		return
-	}
-	if err := s.q.CancelSchedule(r.Context(), rec.ID); err != nil {
-		s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("cancel: purge schedule failed; the dispatcher will drop it when it fires")
 	}
 	httpapi.JSON(w, http.StatusOK, viewOf(next, statusURL(r, next.ID)))
+}
+
+// cancelError is a refused cancel: the HTTP status and the coded error.
+type cancelError struct {
+	status int
+	httpapi.ErrorDetail
+}
+
+// cancelEvent moves rec to cancelled, recording actor and detail in its history,
+// and purges its schedule. It is shared by the HTTP API and the micro
+// endpoint: 409 not_cancellable unless scheduled, pending or retrying.
+func (s *Service) cancelEvent(ctx context.Context, rec state.Record, actor, detail string) (state.Record, *cancelError) {
+	next, _, _, err := s.st.Transition(ctx, rec.ID, state.Action{Name: state.Cancel, Actor: actor, Detail: detail})
+	if errors.Is(err, state.ErrInvalidTransition) {
+		return next, &cancelError{http.StatusConflict, httpapi.ErrorDetail{Code: "not_cancellable",
+			Message: "event is " + string(next.Status) + "; only scheduled, pending or retrying events can be cancelled"}}
+	}
+	if err != nil {
+		return next, &cancelError{http.StatusServiceUnavailable, httpapi.ErrorDetail{Code: "unavailable", Message: err.Error()}}
+	}
+	if err := s.q.CancelSchedule(ctx, rec.ID); err != nil {
+		s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("cancel: purge schedule failed; the dispatcher will drop it when it fires")
+	}
+	return next, nil
 }

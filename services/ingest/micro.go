@@ -22,8 +22,8 @@ type microSubmit struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
-// registerMicro registers tenaz-ingest with endpoints submit, get and
-// history under <prefix>.api.ingest. Each answers what the HTTP API answers
+// registerMicro registers tenaz-ingest with endpoints submit, get, history
+// and cancel under <prefix>.api.ingest. Each answers what the HTTP API answers
 // (the body) with the HTTP status in the Tenaz-Status header.
 func (s *Service) registerMicro() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
@@ -65,7 +65,54 @@ func (s *Service) registerMicro() (micro.Service, error) {
 			return nil, err
 		}
 	}
+	if err := add("cancel", s.microCancel); err != nil {
+		return nil, err
+	}
 	return svc, nil
+}
+
+// CancelRequest is the request of the cancel endpoint. A bare event id
+// (not JSON) is accepted too, with actor "nats".
+type CancelRequest struct {
+	ID string `json:"id"`
+	// Actor is recorded in the event's history ("operator:alice"). Defaults to "nats".
+	Actor string `json:"actor,omitempty"`
+	// Reason is recorded in the event's history. Defaults to "cancelled by caller".
+	Reason string `json:"reason,omitempty"`
+}
+
+// microCancel answers what DELETE /v1/events/{id} answers: 200 and the
+// cancelled event, 404, or 409 not_cancellable.
+func (s *Service) microCancel(req micro.Request) {
+	cr := CancelRequest{ID: string(req.Data())}
+	if d := req.Data(); len(d) > 0 && d[0] == '{' {
+		cr = CancelRequest{}
+		if err := json.Unmarshal(d, &cr); err != nil {
+			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want an event id or {id, actor?, reason?}: " + err.Error()}})
+			return
+		}
+	}
+	if cr.Actor == "" {
+		cr.Actor = "nats"
+	}
+	if cr.Reason == "" {
+		cr.Reason = "cancelled by caller"
+	}
+	r := httptest.NewRequest(http.MethodDelete, "/", nil)
+	r.Host = "nats"
+	r.SetPathValue("id", cr.ID)
+	w := httptest.NewRecorder()
+	rec, ok := s.lookup(w, r)
+	if !ok {
+		_ = req.Respond(w.Body.Bytes(), micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(w.Code)}}))
+		return
+	}
+	next, cerr := s.cancelEvent(r.Context(), rec, cr.Actor, cr.Reason)
+	if cerr != nil {
+		respond(req, cerr.status, httpapi.ErrorBody{Error: cerr.ErrorDetail})
+		return
+	}
+	respond(req, http.StatusOK, viewOf(next, statusURL(r, next.ID)))
 }
 
 func respond(req micro.Request, status int, v any) {
