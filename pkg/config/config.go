@@ -33,6 +33,8 @@ type Config struct {
 	Kinds map[string]Kind `yaml:"kinds"`
 	// Demo starts the built-in demo provider (tenaz run only).
 	Demo Demo `yaml:"demo"`
+	// Auth guards the HTTP API with API keys and operator credentials.
+	Auth Auth `yaml:"auth"`
 
 	dir          string          // directory of the file given to Load; base of relative schema paths
 	explicitZero map[string]bool // key paths explicitly set to 0 where 0 is not "unset" (jitter, failure_rate)

@@ -9,11 +9,13 @@ import (
 
 // placeholders name the map keys of each map-valued key in the docs.
 var placeholders = map[string]string{
-	"accounts": "<account>",
-	"targets":  "<target>",
-	"kinds":    "<kind>",
-	"headers":  "<header>",
-	"classify": "<status>",
+	"accounts":  "<account>",
+	"targets":   "<target>",
+	"kinds":     "<kind>",
+	"headers":   "<header>",
+	"classify":  "<status>",
+	"keys":      "<id>",
+	"operators": "<operator>",
 }
 
 type docKey struct{ path, env string }
@@ -79,8 +81,12 @@ func TestDocsFullExample(t *testing.T) {
 	if !ok || !ok2 {
 		t.Fatal("expected a yaml code block in the full example")
 	}
+	fallback := map[string]bool{}
+	for _, fb := range envFallbacks {
+		fallback[fb] = true
+	}
 	getenv := func(name string) (string, bool) { // every ${…} is set, no override
-		return "from-env", !strings.HasPrefix(name, "TENAZ_") && envFallbacks["TENAZ_"+name] == ""
+		return "from-env", !strings.HasPrefix(name, "TENAZ_") && !fallback[name]
 	}
 	cfg, err := Parse([]byte(example), getenv)
 	if err != nil {

@@ -17,9 +17,17 @@ const EnvPrefix = "TENAZ"
 // envFallbacks are conventional variables honoured when their TENAZ_
 // twin is unset.
 var envFallbacks = map[string]string{
-	"TENAZ_NATS_URL":   "NATS_URL",
-	"TENAZ_LOG_FORMAT": "LOG_FORMAT",
-	"TENAZ_LOG_LEVEL":  "LOG_LEVEL",
+	"TENAZ_NATS_URL": "NATS_URL",
+	// The nats CLI's variables, so one environment serves both.
+	"TENAZ_NATS_CREDS":          "NATS_CREDS",
+	"TENAZ_NATS_USER":           "NATS_USER",
+	"TENAZ_NATS_PASSWORD":       "NATS_PASSWORD",
+	"TENAZ_NATS_NKEY_SEED_FILE": "NATS_NKEY",
+	"TENAZ_NATS_TLS_CA":         "NATS_CA",
+	"TENAZ_NATS_TLS_CERT":       "NATS_CERT",
+	"TENAZ_NATS_TLS_KEY":        "NATS_KEY",
+	"TENAZ_LOG_FORMAT":          "LOG_FORMAT",
+	"TENAZ_LOG_LEVEL":           "LOG_LEVEL",
 }
 
 // expandEnv replaces every ${NAME} in s with the value of NAME; "$${"

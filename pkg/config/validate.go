@@ -42,6 +42,7 @@ func (c *Config) Validate() error {
 	v.accounts()
 	v.targets()
 	v.kinds()
+	v.auth()
 	return joinSorted(v.errs)
 }
 
