@@ -95,7 +95,7 @@ func Subject(prefix, name string) string {
 type ListRequest struct {
 	// Account, Kind, Class (error class: permanent, transient, timeout,
 	// crash, …) and Reason (permanent, attempts_exhausted, max_deliveries,
-	// rejected_at_intake, manual_review) match exactly.
+	// terminated, rejected_at_intake, manual_review) match exactly.
 	Account string `json:"account,omitempty"`
 	Kind    string `json:"kind,omitempty"`
 	Class   string `json:"class,omitempty"`
@@ -234,8 +234,11 @@ type JobReply struct {
 }
 
 // DiscardRequest discards dead or reviewed events (they become cancelled).
+// Seqs names DEAD entries without an event (rejected submissions, Item.ID
+// "") by their Item.Seq; discarding one drops it from the list.
 type DiscardRequest struct {
-	IDs    []string `json:"ids"`
+	IDs    []string `json:"ids,omitempty"`
+	Seqs   []uint64 `json:"seqs,omitempty"`
 	Actor  string   `json:"actor"`
 	Reason string   `json:"reason"`
 }
