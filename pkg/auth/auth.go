@@ -1,0 +1,313 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/httpapi"
+)
+
+// Scope is what a key may do.
+type Scope string
+
+// The scopes of an API key.
+const (
+	// Submit: POST /v1/events for the key's account.
+	Submit Scope = config.ScopeSubmit
+	// Read: GET /v1/events/{id} and /history of the key's account's events.
+	Read Scope = config.ScopeRead
+	// Operate: DELETE /v1/events/{id} (cancel) of the key's account's events.
+	Operate Scope = config.ScopeOperate
+)
+
+// Errors of Authenticate.
+var (
+	// ErrNoCredentials: the request carries no Authorization header.
+	ErrNoCredentials = errors.New("auth: no credentials")
+	// ErrBadCredentials: the credentials match no configured key.
+	ErrBadCredentials = errors.New("auth: invalid credentials")
+)
+
+// ErrNotConfigured is returned by New for a config with no keys and no
+// operators whose auth.disabled is not true.
+var ErrNotConfigured = errors.New(`auth.keys: no API keys or operators are configured; add them (docs/security.md) or set auth.disabled: true to serve the HTTP API without authentication`)
+
+// Principal is who a request comes from.
+type Principal struct {
+	// ID is the key id, or the operator name.
+	ID string
+	// Account is the key's account; "" for an operator.
+	Account string
+	// Operator is true for an operator credential.
+	Operator bool
+	// Anonymous is true when auth is disabled: the principal may do anything.
+	Anonymous bool
+
+	scopes map[Scope]bool
+	limit  *bucket
+}
+
+// Has reports whether p may do s. Operators may read and operate on any
+// account, but do not submit; anonymous (auth disabled) may do anything.
+func (p Principal) Has(s Scope) bool {
+	switch {
+	case p.Anonymous:
+		return true
+	case p.Operator:
+		return s == Read || s == Operate
+	}
+	return p.scopes[s]
+}
+
+// MayAccess reports whether p may see or act on an event of account.
+func (p Principal) MayAccess(account string) bool {
+	return p.Anonymous || p.Operator || p.Account == account
+}
+
+// String names p for logs and histories: "key:<id>", "operator:<name>" or
+// "anonymous". It never contains a secret.
+func (p Principal) String() string {
+	switch {
+	case p.Anonymous:
+		return "anonymous"
+	case p.Operator:
+		return "operator:" + p.ID
+	}
+	return "key:" + p.ID
+}
+
+type ctxKey struct{}
+
+// From returns the principal a Guard or Require stored in ctx. ok is false
+// when the request went through neither (a handler mounted without auth):
+// handlers then apply no account restriction.
+func From(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(ctxKey{}).(Principal)
+	return p, ok
+}
+
+// WithPrincipal returns ctx carrying p (tests, and handlers that call
+// others).
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// credential is one configured key or operator, by hash.
+type credential struct {
+	sum  [32]byte
+	name string // operator name (Basic auth user); "" for keys
+	p    Principal
+}
+
+// Authenticator checks requests against the configured keys. A nil
+// *Authenticator guards nothing (Require and Guard return the handler as
+// is), which is what a service mounted without auth gets.
+type Authenticator struct {
+	disabled bool
+	creds    []credential
+	now      func() time.Time
+}
+
+// New builds the authenticator of cfg.Auth. It refuses a config with no
+// keys and no operators unless auth.disabled is true (ErrNotConfigured).
+func New(cfg *config.Config) (*Authenticator, error) {
+	a := &Authenticator{now: time.Now}
+	c := cfg.Auth
+	if c.Disabled {
+		if c.Configured() {
+			return nil, errors.New("auth.disabled: is true while keys or operators are configured")
+		}
+		a.disabled = true
+		return a, nil
+	}
+	if !c.Configured() {
+		return nil, ErrNotConfigured
+	}
+	for id, k := range c.Keys {
+		sum, err := parseHash(k.Hash)
+		if err != nil {
+			return nil, fmt.Errorf("auth.keys.%s.hash: %w", id, err)
+		}
+		scopes := map[Scope]bool{}
+		for _, s := range k.Scopes {
+			scopes[Scope(s)] = true
+		}
+		a.creds = append(a.creds, credential{sum: sum, p: Principal{ID: id, Account: k.Account, scopes: scopes,
+			limit: newBucket(k.Rate.PerSecond, k.Burst)}})
+	}
+	for name, o := range c.Operators {
+		sum, err := parseHash(o.Hash)
+		if err != nil {
+			return nil, fmt.Errorf("auth.operators.%s.hash: %w", name, err)
+		}
+		a.creds = append(a.creds, credential{sum: sum, name: name, p: Principal{ID: name, Operator: true}})
+	}
+	return a, nil
+}
+
+// Disabled reports whether authentication is off.
+func (a *Authenticator) Disabled() bool { return a == nil || a.disabled }
+
+// Authenticate finds the principal of r: "Authorization: Bearer <key>"
+// (an API key or an operator key) or HTTP Basic (an operator's name and
+// key). Every configured hash is compared, in constant time, whichever
+// matches; keys shorter than MinKeyLen are refused unhashed.
+func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
+	if a.Disabled() {
+		return Principal{Anonymous: true}, nil
+	}
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return Principal{}, ErrNoCredentials
+	}
+	var user, key string
+	if scheme, rest, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		key = strings.TrimSpace(rest)
+	} else if u, pw, ok := r.BasicAuth(); ok {
+		user, key = u, pw
+	} else {
+		return Principal{}, ErrBadCredentials
+	}
+	if len(key) < MinKeyLen {
+		return Principal{}, ErrBadCredentials
+	}
+	sum := sha256.Sum256([]byte(key))
+	found := -1
+	for i := range a.creds {
+		c := &a.creds[i]
+		match := subtle.ConstantTimeCompare(sum[:], c.sum[:])
+		if user != "" { // Basic: the operator's name must match too
+			match &= subtle.ConstantTimeCompare([]byte(user), []byte(c.name))
+		}
+		if match == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Principal{}, ErrBadCredentials
+	}
+	return a.creds[found].p, nil
+}
+
+// principal returns the principal of r: the one a Guard stored, else
+// Authenticate's.
+func (a *Authenticator) principal(r *http.Request) (Principal, error) {
+	if p, ok := From(r.Context()); ok {
+		return p, nil
+	}
+	return a.Authenticate(r)
+}
+
+// Require serves h only to a principal with scope s; for Submit it also
+// spends one token of the key's rate limit (429 with Retry-After when
+// none is left). No credential: 401; the wrong scope: 403. h finds the
+// principal with From. A nil or disabled Authenticator passes every
+// request (as anonymous).
+func (a *Authenticator) Require(s Scope, h http.Handler) http.Handler {
+	if a == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := a.principal(r)
+		if err != nil {
+			unauthorized(w, err, false)
+			return
+		}
+		if !p.Has(s) {
+			httpapi.Error(w, http.StatusForbidden, "forbidden", fmt.Sprintf("%s does not have the %s scope", p, s))
+			return
+		}
+		if s == Submit {
+			if ok, wait := p.limit.take(a.now()); !ok {
+				secs := int((wait + time.Second - 1) / time.Second)
+				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+				httpapi.Error(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("%s is over its submission rate; retry after %ds", p, max(secs, 1)))
+				return
+			}
+		}
+		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	})
+}
+
+// Route classes of Guard.
+const (
+	routeOpen     = iota // no credential asked
+	routeOperator        // an operator credential
+	routeKey             // any valid credential; handlers check scopes
+)
+
+// classify says which credential a path needs. It looks at the cleaned
+// path, as the mux routes it.
+func classify(p string) int {
+	if p == "" {
+		p = "/"
+	}
+	clean := path.Clean(p)
+	switch {
+	case clean == "/healthz", clean == "/readyz", clean == "/metrics":
+		return routeOpen
+	case strings.HasPrefix(clean, "/v1/callbacks/"):
+		return routeOpen // authenticated by its Standard Webhooks signature
+	case clean == "/", clean == "/ui", strings.HasPrefix(clean, "/ui/"),
+		clean == "/v1/dead", strings.HasPrefix(clean, "/v1/dead/"),
+		clean == "/v1/review", strings.HasPrefix(clean, "/v1/review/"):
+		return routeOperator
+	}
+	return routeKey
+}
+
+// Guard wraps a process's whole handler:
+//   - /healthz, /readyz, /metrics and /v1/callbacks/{target} are open (a
+//     webhook proves itself by its signature);
+//   - /, /ui/…, /v1/dead… and /v1/review… need an operator (HTTP Basic
+//     or Bearer); without one the answer is 401 with a Basic challenge, so
+//     a browser asks for the operator's name and key;
+//   - every other route needs a valid key or operator credential (401
+//     otherwise); the route's own Require checks the scope.
+//
+// The principal is stored in the request's context. A nil or disabled
+// Authenticator returns h as is.
+func (a *Authenticator) Guard(h http.Handler) http.Handler {
+	if a.Disabled() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		class := classify(r.URL.Path)
+		if class == routeOpen {
+			h.ServeHTTP(w, r)
+			return
+		}
+		p, err := a.Authenticate(r)
+		if err != nil {
+			unauthorized(w, err, class == routeOperator)
+			return
+		}
+		if class == routeOperator && !p.Operator {
+			httpapi.Error(w, http.StatusForbidden, "forbidden", "this route needs an operator credential")
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	})
+}
+
+func unauthorized(w http.ResponseWriter, err error, operator bool) {
+	if operator {
+		w.Header().Set("WWW-Authenticate", `Basic realm="tenaz operator", charset="UTF-8"`)
+	} else {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tenaz"`)
+	}
+	msg := "send Authorization: Bearer <key>"
+	if errors.Is(err, ErrBadCredentials) {
+		msg = "the credentials are not valid"
+	}
+	httpapi.Error(w, http.StatusUnauthorized, "unauthorized", msg)
+}

@@ -1,0 +1,322 @@
+package auth_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/config"
+)
+
+// keys made once for the whole file: an acme submitter/reader, a globex
+// reader, and the operator alice.
+var (
+	acmeKey, acmeHash     = mustKey()
+	globexKey, globexHash = mustKey()
+	aliceKey, aliceHash   = mustKey()
+)
+
+func mustKey() (string, string) {
+	k, h, err := auth.NewKey()
+	if err != nil {
+		panic(err)
+	}
+	return k, h
+}
+
+func parse(t testing.TB, doc string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(doc), func(k string) (string, bool) {
+		v, ok := map[string]string{"ACME": acmeHash, "GLOBEX": globexHash, "ALICE": aliceHash}[k]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+const authYAML = `
+auth:
+  keys:
+    acme-shop: {account: acme, scopes: [submit, read], hash: "${ACME}", rate: 1/m, burst: 2}
+    globex-ro: {account: globex, scopes: [read], hash: "${GLOBEX}"}
+  operators:
+    alice: {hash: "${ALICE}"}
+`
+
+func newAuth(t testing.TB) *auth.Authenticator {
+	t.Helper()
+	a, err := auth.New(parse(t, authYAML))
+	if err != nil {
+		t.Fatalf("auth.New: %v", err)
+	}
+	return a
+}
+
+func TestNewKeyAndHash(t *testing.T) {
+	t.Parallel()
+	k, h, err := auth.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(k, auth.KeyPrefix) || len(k) != len(auth.KeyPrefix)+43 {
+		t.Fatalf("want %s and 43 base64url characters, got %q", auth.KeyPrefix, k)
+	}
+	sum := sha256.Sum256([]byte(k))
+	if want := "sha256:" + hex.EncodeToString(sum[:]); h != want || auth.Hash(k) != want {
+		t.Fatalf("want the hash %s (as sha256sum prints), got %s and %s", want, h, auth.Hash(k))
+	}
+	if !config.ValidHash(h) {
+		t.Fatalf("want a hash config accepts, got %s", h)
+	}
+	if k2, _, _ := auth.NewKey(); k2 == k {
+		t.Fatal("want a new key every time")
+	}
+}
+
+// With no keys, a process refuses to start unless auth is disabled
+// explicitly, and the error names the key to set.
+func TestNewRefusesNoKeys(t *testing.T) {
+	t.Parallel()
+	_, err := auth.New(parse(t, ""))
+	if !errors.Is(err, auth.ErrNotConfigured) || !strings.Contains(err.Error(), "auth.disabled: true") || !strings.Contains(err.Error(), "auth.keys") {
+		t.Fatalf("want ErrNotConfigured naming auth.keys and auth.disabled, got %v", err)
+	}
+	a, err := auth.New(parse(t, "auth: {disabled: true}\n"))
+	if err != nil || !a.Disabled() {
+		t.Fatalf("want a disabled authenticator, got %v, %v", a, err)
+	}
+}
+
+func req(target string, headers ...string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Set(headers[i], headers[i+1])
+	}
+	return r
+}
+
+func basic(r *http.Request, user, pw string) *http.Request { r.SetBasicAuth(user, pw); return r }
+
+func TestAuthenticate(t *testing.T) {
+	t.Parallel()
+	a := newAuth(t)
+	cases := []struct {
+		name    string
+		r       *http.Request
+		want    string // Principal.String(), or "" for an error
+		wantErr error
+	}{
+		{"api key", req("/", "Authorization", "Bearer "+acmeKey), "key:acme-shop", nil},
+		{"scheme is case-insensitive", req("/", "Authorization", "bearer "+globexKey), "key:globex-ro", nil},
+		{"operator key as bearer", req("/", "Authorization", "Bearer "+aliceKey), "operator:alice", nil},
+		{"operator basic", basic(req("/"), "alice", aliceKey), "operator:alice", nil},
+		{"no header", req("/"), "", auth.ErrNoCredentials},
+		{"wrong key", req("/", "Authorization", "Bearer "+acmeKey+"x"), "", auth.ErrBadCredentials},
+		{"forged key of the right shape", req("/", "Authorization", "Bearer "+auth.KeyPrefix+strings.Repeat("A", 43)), "", auth.ErrBadCredentials},
+		{"short key refused unhashed", req("/", "Authorization", "Bearer short"), "", auth.ErrBadCredentials},
+		{"the hash is not the key", req("/", "Authorization", "Bearer "+acmeHash), "", auth.ErrBadCredentials},
+		{"basic with another operator's name", basic(req("/"), "bob", aliceKey), "", auth.ErrBadCredentials},
+		{"basic with an api key", basic(req("/"), "acme-shop", acmeKey), "", auth.ErrBadCredentials},
+		{"unknown scheme", req("/", "Authorization", "Token "+acmeKey), "", auth.ErrBadCredentials},
+	}
+	for _, c := range cases {
+		p, err := a.Authenticate(c.r)
+		if c.wantErr != nil {
+			if !errors.Is(err, c.wantErr) {
+				t.Errorf("%s: want %v, got %v (%s)", c.name, c.wantErr, err, p)
+			}
+			continue
+		}
+		if err != nil || p.String() != c.want {
+			t.Errorf("%s: want %s, got %s, %v", c.name, c.want, p, err)
+		}
+	}
+}
+
+func TestPrincipal(t *testing.T) {
+	t.Parallel()
+	a := newAuth(t)
+	acme, _ := a.Authenticate(req("/", "Authorization", "Bearer "+acmeKey))
+	alice, _ := a.Authenticate(req("/", "Authorization", "Bearer "+aliceKey))
+	anon := auth.Principal{Anonymous: true}
+	for _, c := range []struct {
+		p    auth.Principal
+		s    auth.Scope
+		want bool
+	}{
+		{acme, auth.Submit, true}, {acme, auth.Read, true}, {acme, auth.Operate, false},
+		{alice, auth.Submit, false}, {alice, auth.Read, true}, {alice, auth.Operate, true},
+		{anon, auth.Submit, true}, {anon, auth.Operate, true},
+	} {
+		if got := c.p.Has(c.s); got != c.want {
+			t.Errorf("%s has %s: want %v, got %v", c.p, c.s, c.want, got)
+		}
+	}
+	if !acme.MayAccess("acme") || acme.MayAccess("globex") || !alice.MayAccess("globex") || !anon.MayAccess("x") {
+		t.Error("want a key limited to its account, an operator and anonymous to any")
+	}
+}
+
+// serve runs h behind a real HTTP server and returns a client call.
+func serve(t *testing.T, h http.Handler) func(method, path string, headers ...string) *http.Response {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return func(method, path string, headers ...string) *http.Response {
+		t.Helper()
+		r, _ := http.NewRequest(method, srv.URL+path, nil)
+		for i := 0; i+1 < len(headers); i += 2 {
+			if headers[i] == "basic" {
+				r.SetBasicAuth(headers[i+1], headers[i+2])
+				i++
+				continue
+			}
+			r.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+}
+
+// echo answers 200 with the principal it was given.
+var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p, ok := auth.From(r.Context())
+	if ok {
+		w.Header().Set("X-Principal", p.String())
+	}
+	w.WriteHeader(http.StatusOK)
+})
+
+func TestRequire(t *testing.T) {
+	t.Parallel()
+	a := newAuth(t)
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/events", a.Require(auth.Submit, echo))
+	mux.Handle("GET /v1/events/{id}", a.Require(auth.Read, echo))
+	mux.Handle("DELETE /v1/events/{id}", a.Require(auth.Operate, echo))
+	do := serve(t, mux)
+	bearer := func(k string) []string { return []string{"Authorization", "Bearer " + k} }
+	for _, c := range []struct {
+		method, path string
+		headers      []string
+		want         int
+	}{
+		{"POST", "/v1/events", nil, 401},
+		{"POST", "/v1/events", bearer("not-a-valid-key-but-long-enough-to-hash"), 401},
+		{"POST", "/v1/events", bearer(globexKey), 403}, // read-only key
+		{"POST", "/v1/events", bearer(aliceKey), 403},  // operators do not submit
+		{"GET", "/v1/events/x", bearer(globexKey), 200},
+		{"GET", "/v1/events/x", bearer(aliceKey), 200},
+		{"DELETE", "/v1/events/x", bearer(acmeKey), 403}, // no operate scope
+		{"DELETE", "/v1/events/x", bearer(aliceKey), 200},
+	} {
+		resp := do(c.method, c.path, c.headers...)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %s %v: want %d, got %d", c.method, c.path, c.headers, c.want, resp.StatusCode)
+		}
+		if c.want == 401 && resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s %s: want a WWW-Authenticate challenge with 401", c.method, c.path)
+		}
+	}
+	// A nil authenticator guards nothing.
+	var none *auth.Authenticator
+	if h := none.Require(auth.Submit, echo); serve(t, h)("POST", "/").StatusCode != 200 {
+		t.Error("want a nil Authenticator to pass requests")
+	}
+}
+
+// The rate limit is per key: a token bucket of rate 1/m, burst 2. The
+// third submission at once is 429 with Retry-After (about a minute).
+func TestRequireRateLimit(t *testing.T) {
+	t.Parallel()
+	a := newAuth(t)
+	do := serve(t, a.Require(auth.Submit, echo))
+	for i := range 2 {
+		if got := do("POST", "/", "Authorization", "Bearer "+acmeKey).StatusCode; got != 200 {
+			t.Fatalf("submission %d within the burst: want 200, got %d", i, got)
+		}
+	}
+	resp := do("POST", "/", "Authorization", "Bearer "+acmeKey)
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusTooManyRequests || ra < 50 || ra > 60 {
+		t.Fatalf("over the burst: want 429 with Retry-After about 60, got %d %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// Reads do not spend submission tokens.
+	do2 := serve(t, a.Require(auth.Read, echo))
+	if got := do2("GET", "/", "Authorization", "Bearer "+acmeKey).StatusCode; got != 200 {
+		t.Fatalf("a read while submissions are limited: want 200, got %d", got)
+	}
+}
+
+func TestGuard(t *testing.T) {
+	t.Parallel()
+	a := newAuth(t)
+	do := serve(t, a.Guard(echo))
+	bearer := func(k string) []string { return []string{"Authorization", "Bearer " + k} }
+	for _, c := range []struct {
+		method, path string
+		headers      []string
+		want         int
+		principal    string
+	}{
+		{"GET", "/healthz", nil, 200, ""},
+		{"GET", "/readyz", nil, 200, ""},
+		{"GET", "/metrics", nil, 200, ""},
+		{"POST", "/v1/callbacks/erp", nil, 200, ""},
+		{"POST", "/v1/callbacks/erp", bearer(acmeKey), 200, ""}, // open routes ignore credentials
+		{"GET", "/ui/", nil, 401, ""},
+		{"GET", "/ui/", bearer(acmeKey), 403, ""},
+		{"GET", "/ui/", []string{"basic", "alice", aliceKey}, 200, "operator:alice"},
+		{"GET", "/ui/", []string{"basic", "alice", acmeKey}, 401, ""},
+		{"GET", "/ui", bearer(aliceKey), 200, "operator:alice"},
+		{"GET", "/", nil, 401, ""},
+		{"GET", "/v1/dead", bearer(globexKey), 403, ""},
+		{"POST", "/v1/dead/abc/replay", bearer(aliceKey), 200, "operator:alice"},
+		{"GET", "/v1/review", nil, 401, ""},
+		{"GET", "/v1/events/x", nil, 401, ""},
+		{"GET", "/v1/events/x", bearer(globexKey), 200, "key:globex-ro"},
+		{"GET", "/anything/new", nil, 401, ""}, // default deny
+		// A path that only looks open is judged as the mux would route it.
+		{"GET", "/v1/callbacks/../dead", nil, 401, ""},
+	} {
+		resp := do(c.method, c.path, c.headers...)
+		if resp.StatusCode != c.want || resp.Header.Get("X-Principal") != c.principal {
+			t.Errorf("%s %s %v: want %d as %q, got %d as %q", c.method, c.path, c.headers, c.want, c.principal,
+				resp.StatusCode, resp.Header.Get("X-Principal"))
+		}
+	}
+	// A browser is asked for the operator's name and key on the screen.
+	if ch := do("GET", "/ui/").Header.Get("WWW-Authenticate"); !strings.HasPrefix(ch, "Basic ") {
+		t.Errorf("want a Basic challenge on /ui/, got %q", ch)
+	}
+	if ch := do("GET", "/v1/events/x").Header.Get("WWW-Authenticate"); !strings.HasPrefix(ch, "Bearer ") {
+		t.Errorf("want a Bearer challenge on the API, got %q", ch)
+	}
+}
+
+// Disabled auth opens everything and marks nobody.
+func TestGuardDisabled(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New(parse(t, "auth: {disabled: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := serve(t, a.Guard(a.Require(auth.Submit, echo)))
+	if resp := do("POST", "/ui/"); resp.StatusCode != 200 || resp.Header.Get("X-Principal") != "anonymous" {
+		t.Fatalf("want 200 as anonymous, got %d %q", resp.StatusCode, resp.Header.Get("X-Principal"))
+	}
+}
