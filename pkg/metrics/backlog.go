@@ -1,0 +1,216 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Defaults of BacklogOptions.
+const (
+	DefaultBacklogTimeout = 2 * time.Second
+	DefaultBacklogTTL     = 5 * time.Second
+)
+
+// BacklogOptions configure WatchBacklog.
+type BacklogOptions struct {
+	// Stream is the stream whose acct_<account> consumers are read.
+	// Defaults to EVENTS.
+	Stream string
+	// Timeout bounds one read of the consumers (a scrape waits at most
+	// this long for it). Defaults to 2s.
+	Timeout time.Duration
+	// TTL is how long a read is reused before a scrape reads again, so
+	// that several scrapers (Prometheus replicas, KEDA) cost one read.
+	// Defaults to 5s.
+	TTL time.Duration
+	// Now is the clock of the cache. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// backlogRow is one account's consumer backlog.
+type backlogRow struct {
+	pending, ackPending float64
+	paused              float64
+	pausedKnown         bool
+}
+
+// backlog is the collector of the per-account consumer backlog. Its rows
+// come from ConsumerBacklog (pushed) or, when a source is watched, from a
+// read of the stream's consumers at scrape time, cached for TTL.
+type backlog struct {
+	pendingDesc, ackDesc, pausedDesc, upDesc *prometheus.Desc
+
+	mu     sync.Mutex // held across a read, so concurrent scrapes share it
+	rows   map[string]backlogRow
+	src    *backlogSource
+	readAt time.Time
+	up     bool
+}
+
+type backlogSource struct {
+	js     jetstream.JetStream
+	o      BacklogOptions
+	stream jetstream.Stream // cached after the first successful lookup
+}
+
+func newBacklog() *backlog {
+	desc := func(name string) *prometheus.Desc {
+		i, _ := Lookup(name)
+		return prometheus.NewDesc(i.Name, i.Help, i.Labels, nil)
+	}
+	return &backlog{
+		pendingDesc: desc(NamePending), ackDesc: desc(NameAckPending),
+		pausedDesc: desc(NamePaused), upDesc: desc(NameBacklogUp),
+		rows: map[string]backlogRow{},
+	}
+}
+
+func (b *backlog) push(account string, pending, ackPending int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.rows[account]
+	r.pending, r.ackPending = float64(max(pending, 0)), float64(max(ackPending, 0))
+	b.rows[account] = r
+}
+
+// WatchBacklog makes the Set report the backlog of every acct_<account>
+// consumer of the EVENTS stream (tenaz_consumer_pending_messages,
+// tenaz_consumer_ack_pending_messages, tenaz_consumer_paused,
+// tenaz_consumer_backlog_up), read through js when scraped: one listing of
+// the stream's consumers, bounded by o.Timeout and reused for o.TTL. A
+// failed read reports up 0 and no backlog series (absent rather than
+// stale), and is itself reused for o.TTL. Call the returned stop when the
+// connection goes away: it ends the watch and drops the series. A later
+// WatchBacklog replaces an earlier one.
+func (s *Set) WatchBacklog(js jetstream.JetStream, o BacklogOptions) (stop func()) {
+	if o.Stream == "" {
+		o.Stream = tenaz.StreamEvents
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultBacklogTimeout
+	}
+	if o.TTL <= 0 {
+		o.TTL = DefaultBacklogTTL
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	src := &backlogSource{js: js, o: o}
+	b := s.backlog
+	b.mu.Lock()
+	b.src, b.readAt, b.up = src, time.Time{}, false
+	b.rows = map[string]backlogRow{}
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.src == src {
+			b.src, b.readAt, b.up = nil, time.Time{}, false
+			b.rows = map[string]backlogRow{}
+		}
+	}
+}
+
+// WatchBacklog watches the consumers' backlog on Default.
+func WatchBacklog(js jetstream.JetStream, o BacklogOptions) (stop func()) {
+	return Default.WatchBacklog(js, o)
+}
+
+// refreshLocked reads the consumers if a source is watched and the last
+// read is older than its TTL.
+func (b *backlog) refreshLocked() {
+	src := b.src
+	if src == nil {
+		return
+	}
+	now := src.o.Now()
+	if !b.readAt.IsZero() && now.Sub(b.readAt) < src.o.TTL {
+		return
+	}
+	b.readAt = now
+	rows, err := src.read()
+	if err != nil {
+		b.up = false
+		b.rows = map[string]backlogRow{}
+		return
+	}
+	b.up = true
+	b.rows = rows
+}
+
+func (src *backlogSource) read() (map[string]backlogRow, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), src.o.Timeout)
+	defer cancel()
+	if src.stream == nil {
+		st, err := src.js.Stream(ctx, src.o.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: stream %s: %w", src.o.Stream, err)
+		}
+		src.stream = st
+	}
+	l := src.stream.ListConsumers(ctx)
+	rows := map[string]backlogRow{}
+	for ci := range l.Info() {
+		account, ok := tenaz.AccountOfConsumer(ci.Name)
+		if !ok {
+			continue
+		}
+		r := backlogRow{pending: float64(ci.NumPending), ackPending: float64(ci.NumAckPending), pausedKnown: true}
+		if ci.Paused {
+			r.paused = 1
+		}
+		rows[account] = r
+	}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("metrics: consumers of %s: %w", src.o.Stream, err)
+	}
+	return rows, nil
+}
+
+// totals sums the cached rows (no read).
+func (b *backlog) totals() (pending, ackPending float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range b.rows {
+		pending += r.pending
+		ackPending += r.ackPending
+	}
+	return pending, ackPending
+}
+
+// Describe implements prometheus.Collector.
+func (b *backlog) Describe(ch chan<- *prometheus.Desc) {
+	ch <- b.pendingDesc
+	ch <- b.ackDesc
+	ch <- b.pausedDesc
+	ch <- b.upDesc
+}
+
+// Collect implements prometheus.Collector: it reads the consumers first
+// when the cached read is stale.
+func (b *backlog) Collect(ch chan<- prometheus.Metric) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refreshLocked()
+	if b.src != nil {
+		up := 0.0
+		if b.up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(b.upDesc, prometheus.GaugeValue, up)
+	}
+	for account, r := range b.rows {
+		ch <- prometheus.MustNewConstMetric(b.pendingDesc, prometheus.GaugeValue, r.pending, account)
+		ch <- prometheus.MustNewConstMetric(b.ackDesc, prometheus.GaugeValue, r.ackPending, account)
+		if r.pausedKnown {
+			ch <- prometheus.MustNewConstMetric(b.pausedDesc, prometheus.GaugeValue, r.paused, account)
+		}
+	}
+}

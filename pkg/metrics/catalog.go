@@ -1,0 +1,169 @@
+package metrics
+
+import "time"
+
+// Type is a metric's Prometheus type.
+type Type string
+
+// The types used.
+const (
+	Counter   Type = "counter"
+	Gauge     Type = "gauge"
+	Histogram Type = "histogram"
+)
+
+// Info describes one metric of the catalog.
+type Info struct {
+	// Name is the full metric name (tenaz_…); histograms add _bucket, _sum
+	// and _count.
+	Name string
+	// Type is counter, gauge or histogram.
+	Type Type
+	// Labels are the metric's label names, all bounded.
+	Labels []string
+	// Help is the one-line meaning (the HELP text).
+	Help string
+	// Emitter names the service or package that records it.
+	Emitter string
+	// Buckets are a histogram's upper bounds, in seconds.
+	Buckets []float64
+}
+
+// Series is how many series a histogram has per label set: one per
+// bucket, +Inf, _sum and _count.
+func (i Info) Series() int {
+	if i.Type == Histogram {
+		return len(i.Buckets) + 3
+	}
+	return 1
+}
+
+// Objectives the alert rules (deploy/prometheus/tenaz-rules.yaml) hold the
+// metrics to. A test checks that the rules use these values.
+const (
+	// WaitObjective is the objective of the 95th percentile of the wait
+	// from accept (or due time) to the first attempt, per account and kind,
+	// over 10 minutes.
+	WaitObjective = 10 * time.Second
+	// RetryRateObjective is the highest acceptable share of attempts that
+	// end in a retry, per account and kind, over one hour.
+	RetryRateObjective = 0.02
+	// BreakerOpenLimit is how long a breaker may stay open (or half-open)
+	// before it alerts.
+	BreakerOpenLimit = 10 * time.Minute
+)
+
+// Label values with a fixed meaning.
+const (
+	// ClassOK is the class label of a successful attempt (outcome.ClassSuccess).
+	ClassOK = "ok"
+	// Other replaces a label value outside the expected shape, so that an
+	// unexpected value never adds unbounded series.
+	Other = "other"
+	// Invalid replaces an account, kind or target that is not a valid name.
+	Invalid = "invalid"
+)
+
+// Results of tenaz_callbacks_total.
+const (
+	CallbackApplied = "applied" // the result was applied to a waiting event
+	CallbackNoop    = "noop"    // verified, but the event no longer waited (duplicate, late, out of order): recorded, nothing changed
+	CallbackUnknown = "unknown" // verified, but no event matches
+	CallbackForged  = "forged"  // the signature did not verify (answered 401)
+)
+
+// Results of tenaz_polls_total.
+const (
+	PollDone    = "done"    // the provider's answer met done_when
+	PollPending = "pending" // not done yet; polled again later
+	PollError   = "error"   // the poll call failed
+	PollExpired = "expired" // poll_sla passed: moved to manual review
+)
+
+// The metric names.
+const (
+	NameAccepted     = "tenaz_events_accepted_total"
+	NameRejected     = "tenaz_events_rejected_total"
+	NameWait         = "tenaz_wait_seconds"
+	NameDelivery     = "tenaz_delivery_duration_seconds"
+	NameAttempts     = "tenaz_attempts_total"
+	NameRetries      = "tenaz_retries_total"
+	NameOutcomes     = "tenaz_outcomes_total"
+	NameBreakerState = "tenaz_breaker_state"
+	NameDead         = "tenaz_dead_total"
+	NameReview       = "tenaz_review_total"
+	NameRepairs      = "tenaz_reconciler_repairs_total"
+	NameEvents       = "tenaz_events"
+	NamePending      = "tenaz_consumer_pending_messages"
+	NameAckPending   = "tenaz_consumer_ack_pending_messages"
+	NamePaused       = "tenaz_consumer_paused"
+	NameBacklogUp    = "tenaz_consumer_backlog_up"
+	NameCallbacks    = "tenaz_callbacks_total"
+	NamePolls        = "tenaz_polls_total"
+)
+
+// Catalog is every tenaz metric. docs/metrics.md documents each one.
+var Catalog = []Info{
+	{Name: NameAccepted, Type: Counter, Labels: []string{"account", "kind"}, Emitter: "ingest",
+		Help: "Events accepted (created; duplicates not counted)."},
+	{Name: NameRejected, Type: Counter, Labels: []string{"reason"}, Emitter: "ingest",
+		Help: "Submissions refused, by error code (malformed, too_large, unknown_kind, schema_violation, ...)."},
+	{Name: NameWait, Type: Histogram, Labels: []string{"account", "kind"}, Emitter: "dispatcher",
+		Help:    "Seconds from when an event became due (accepted, or its not_before) to the start of its first attempt.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}},
+	{Name: NameDelivery, Type: Histogram, Labels: []string{"account", "kind", "target"}, Emitter: "dispatcher, poller",
+		Help:    "Seconds one outbound call to a target took (delivery attempt or poll), whatever its outcome.",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}},
+	{Name: NameAttempts, Type: Counter, Labels: []string{"account", "kind", "class"}, Emitter: "dispatcher",
+		Help: "Delivery attempts, by outcome class (ok, transient, timeout, permanent, crash)."},
+	{Name: NameRetries, Type: Counter, Labels: []string{"account", "kind", "class"}, Emitter: "dispatcher",
+		Help: "Attempts whose outcome scheduled another attempt, by the class that caused it."},
+	{Name: NameOutcomes, Type: Counter, Labels: []string{"account", "kind", "state"}, Emitter: "dispatcher, poller",
+		Help: "Attempts and polls by the state the event moved to (done, retrying, awaiting_callback, polling, dead, manual_review, ...)."},
+	{Name: NameBreakerState, Type: Gauge, Labels: []string{"account", "target"}, Emitter: "pkg/breaker (dispatcher)",
+		Help: "Circuit breaker state per account and target as this replica sees it: 0 closed, 1 half-open, 2 open."},
+	{Name: NameDead, Type: Counter, Labels: []string{"account", "kind", "reason"}, Emitter: "deadletter",
+		Help: "Entries arrived in DEAD, by reason (permanent, attempts_exhausted, max_deliveries, rejected_at_intake)."},
+	{Name: NameReview, Type: Counter, Labels: []string{"account", "kind"}, Emitter: "deadletter",
+		Help: "Events moved to manual_review."},
+	{Name: NameRepairs, Type: Counter, Labels: []string{"repair"}, Emitter: "poller (reconciler)",
+		Help: "Events the reconciler found stuck and put back on their path or escalated, by kind of repair."},
+	{Name: NameEvents, Type: Gauge, Labels: []string{"state", "account", "kind"}, Emitter: "poller (periodic sweep)",
+		Help: "Events in each state, as counted by the last sweep of tenaz_state."},
+	{Name: NamePending, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (backlog collector)",
+		Help: "Messages waiting in the account's dispatch consumer (acct_<account> on EVENTS), not yet delivered."},
+	{Name: NameAckPending, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (backlog collector)",
+		Help: "Messages of the account's dispatch consumer delivered and not yet acknowledged (in flight)."},
+	{Name: NamePaused, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (backlog collector)",
+		Help: "1 while the account's dispatch consumer is paused (an open breaker), else 0."},
+	{Name: NameBacklogUp, Type: Gauge, Emitter: "ingest (backlog collector)",
+		Help: "1 if the last read of the consumers' backlog succeeded, else 0."},
+	{Name: NameCallbacks, Type: Counter, Labels: []string{"target", "result"}, Emitter: "ingest (callback receiver)",
+		Help: "Provider callbacks received, by result (applied, noop, unknown, forged); their sum is every callback received."},
+	{Name: NamePolls, Type: Counter, Labels: []string{"target", "result"}, Emitter: "poller",
+		Help: "Polls of providers, by result (done, pending, error, expired)."},
+}
+
+// Lookup returns the catalog entry of name.
+func Lookup(name string) (Info, bool) {
+	for _, i := range Catalog {
+		if i.Name == name {
+			return i, true
+		}
+	}
+	return Info{}, false
+}
+
+// SeriesNames returns every series name the catalog exposes: each name,
+// and for histograms its _bucket, _sum and _count series.
+func SeriesNames() []string {
+	var out []string
+	for _, i := range Catalog {
+		if i.Type == Histogram {
+			out = append(out, i.Name+"_bucket", i.Name+"_sum", i.Name+"_count")
+			continue
+		}
+		out = append(out, i.Name)
+	}
+	return out
+}
