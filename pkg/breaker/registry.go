@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
@@ -47,6 +48,10 @@ type Options struct {
 	// Logger receives transitions (info) and watcher problems (warn).
 	// Defaults to a no-op logger.
 	Logger *zerolog.Logger
+	// Metrics receives the state of every breaker this replica watches
+	// (tenaz_breaker_state), on every value the watcher sees. Defaults to
+	// metrics.Default.
+	Metrics *metrics.Set
 }
 
 // Registry holds this replica's breakers and keeps them in step with the
@@ -59,6 +64,7 @@ type Registry struct {
 	pub      func(string, []byte)
 	subjects tenaz.Subjects
 	log      zerolog.Logger
+	metrics  *metrics.Set
 
 	mu       sync.Mutex
 	breakers map[string]*Breaker
@@ -88,6 +94,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 		pub:      opts.Publish,
 		subjects: tenaz.NewSubjects(opts.Prefix),
 		log:      zerolog.Nop(),
+		metrics:  opts.Metrics,
 		breakers: map[string]*Breaker{},
 		own:      make(chan ownWrite, 64),
 		stop:     make(chan struct{}),
@@ -98,6 +105,9 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 	}
 	if r.now == nil {
 		r.now = time.Now
+	}
+	if r.metrics == nil {
+		r.metrics = metrics.Default
 	}
 	if opts.Logger != nil {
 		r.log = *opts.Logger

@@ -79,11 +79,15 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) {
 	r.report(r.breaker(account, target), rec, e.Revision())
 }
 
-// report adopts a value and calls OnChange if it is a transition not
-// reported yet. Only the watcher goroutine calls it, so OnChange runs on one
-// goroutine, in revision order per breaker.
+// report adopts a value, sets the breaker's gauge (tenaz_breaker_state) and
+// calls OnChange if it is a transition not reported yet. Only the watcher
+// goroutine calls it, so OnChange runs on one goroutine, in revision order
+// per breaker.
 func (r *Registry) report(b *Breaker, rec record, rev uint64) {
 	c, changed := b.seen(rec, rev)
+	if c.State != "" { // "": an older revision than one already seen
+		r.metrics.BreakerState(b.account, b.target, string(c.State))
+	}
 	if changed && r.onChange != nil {
 		r.onChange(c)
 	}
