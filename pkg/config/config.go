@@ -33,6 +33,8 @@ type Config struct {
 	Kinds map[string]Kind `yaml:"kinds"`
 	// Demo starts the built-in demo provider (tenaz run only).
 	Demo Demo `yaml:"demo"`
+	// Deadletter sets the operator screen, replay jobs and the nightly digest.
+	Deadletter Deadletter `yaml:"deadletter"`
 	// Auth guards the HTTP API with API keys and operator credentials.
 	Auth Auth `yaml:"auth"`
 

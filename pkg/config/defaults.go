@@ -110,6 +110,7 @@ func (c *Config) WithDefaults() *Config {
 		c.Kinds[name] = k
 	}
 
+	c.Deadletter.withDefaults()
 	if c.Demo.FailureRate == 0 && !c.explicitZero["demo.failure_rate"] {
 		c.Demo.FailureRate = defaultFailureRate
 	}

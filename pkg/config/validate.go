@@ -43,6 +43,7 @@ func (c *Config) Validate() error {
 	v.targets()
 	v.kinds()
 	v.auth()
+	v.deadletter()
 	return joinSorted(v.errs)
 }
 

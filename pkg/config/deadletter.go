@@ -1,0 +1,107 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Deadletter sets the deadletter service: the operator screen's counts,
+// replay jobs and the nightly digest.
+type Deadletter struct {
+	// CountsEvery is how often, at most, the screen's retrying and
+	// scheduled counts rescan the state bucket (the counts are cached in
+	// between; the dead and review counts are always live). Defaults to 30s.
+	CountsEvery Duration `yaml:"counts_every"`
+	// ReplayRate is how many events per second a replay-matching job
+	// replays unless the request says otherwise. Defaults to 100.
+	ReplayRate float64 `yaml:"replay_rate"`
+	// Digest is the nightly digest of what died. Off unless At or
+	// Schedule is set.
+	Digest Digest `yaml:"digest"`
+}
+
+// Digest configures the digest: a server-side JetStream message schedule
+// fires it (never a process timer), it is published on
+// <prefix>.advisory.digest and optionally POSTed to a webhook.
+type Digest struct {
+	// At is the daily time of the digest, "HH:MM" (24 h) in Timezone.
+	// Defaults to "" (no digest unless Schedule is set).
+	At string `yaml:"at"`
+	// Schedule is a six-field cron expression (seconds first, as the
+	// NATS server's message schedules take it: "0 30 6 * * 1-5") used
+	// instead of At. Defaults to "".
+	Schedule string `yaml:"schedule"`
+	// Timezone is the IANA zone At and Schedule are read in. Defaults
+	// to "UTC".
+	Timezone string `yaml:"timezone"`
+	// Webhook is a Slack-compatible incoming webhook URL that receives
+	// {"text": "..."} with each digest. Defaults to "" (advisory only).
+	Webhook Secret `yaml:"webhook"`
+}
+
+const (
+	defaultCountsEvery = Duration(30 * time.Second)
+	defaultReplayRate  = 100.0
+	defaultTimezone    = "UTC"
+)
+
+func (d *Deadletter) withDefaults() {
+	setDur(&d.CountsEvery, defaultCountsEvery)
+	if d.ReplayRate == 0 {
+		d.ReplayRate = defaultReplayRate
+	}
+	setStr(&d.Digest.Timezone, defaultTimezone)
+}
+
+// Enabled reports whether a digest is configured.
+func (d Digest) Enabled() bool { return d.At != "" || d.Schedule != "" }
+
+// Cron is the six-field cron expression of the digest ("" when off).
+func (d Digest) Cron() string {
+	if d.Schedule != "" {
+		return d.Schedule
+	}
+	if d.At == "" {
+		return ""
+	}
+	t, err := time.Parse("15:04", d.At)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("0 %d %d * * *", t.Minute(), t.Hour())
+}
+
+func (v *validator) deadletter() {
+	d := v.c.Deadletter
+	v.positive("deadletter.counts_every", d.CountsEvery)
+	if d.ReplayRate <= 0 {
+		v.add("deadletter.replay_rate", "must be a positive number of events per second, got %g", d.ReplayRate)
+	}
+	g := d.Digest
+	if g.At != "" {
+		if _, err := time.Parse("15:04", g.At); err != nil || len(g.At) != 5 {
+			v.add("deadletter.digest.at", `must be a time of day "HH:MM" (24 h), got %q`, g.At)
+		}
+	}
+	if g.Schedule != "" {
+		if g.At != "" {
+			v.add("deadletter.digest.schedule", "set either at or schedule, not both")
+		}
+		if n := len(strings.Fields(g.Schedule)); n != 6 && !strings.HasPrefix(g.Schedule, "@") {
+			v.add("deadletter.digest.schedule", "must be a cron expression of 6 fields (seconds first, e.g. \"0 0 6 * * *\"), got %d fields in %q", n, g.Schedule)
+		}
+	}
+	if strings.HasPrefix(g.Schedule, "@every") && g.Timezone != defaultTimezone {
+		v.add("deadletter.digest.schedule", "an @every schedule takes no time zone; leave timezone at UTC")
+	}
+	if _, err := time.LoadLocation(g.Timezone); err != nil || g.Timezone == "" || g.Timezone == "Local" {
+		v.add("deadletter.digest.timezone", "must be an IANA time zone such as UTC or Europe/Madrid, got %q", g.Timezone)
+	}
+	if w := g.Webhook.Reveal(); w != "" {
+		if u, err := url.Parse(w); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add("deadletter.digest.webhook", "must be an http(s) URL") // the URL is a secret: never echoed
+		}
+	}
+}

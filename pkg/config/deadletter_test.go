@@ -1,0 +1,53 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tenaz/tenaz/pkg/config"
+)
+
+func TestDeadletterDefaultsAndCron(t *testing.T) {
+	t.Parallel()
+	cfg := mustParse(t, `deadletter: {digest: {at: "06:30", webhook: "${SLACK_URL}"}}`, map[string]string{"SLACK_URL": "https://hooks.example.com/x"})
+	d := cfg.Deadletter
+	if d.CountsEvery.D().String() != "30s" || d.ReplayRate != 100 || d.Digest.Timezone != "UTC" {
+		t.Fatalf("defaults: want counts_every 30s, replay_rate 100, timezone UTC, got %+v", d)
+	}
+	if !d.Digest.Enabled() || d.Digest.Cron() != "0 30 6 * * *" {
+		t.Fatalf("at 06:30: want cron %q, got %q", "0 30 6 * * *", d.Digest.Cron())
+	}
+	if d.Digest.Webhook.Reveal() != "https://hooks.example.com/x" || strings.Contains(d.Digest.Webhook.String(), "hooks") {
+		t.Fatalf("webhook: want the URL from the env, redacted when printed, got %q", d.Digest.Webhook.String())
+	}
+	off := mustParse(t, ``, nil)
+	if off.Deadletter.Digest.Enabled() || off.Deadletter.Digest.Cron() != "" {
+		t.Fatal("no at and no schedule: the digest must be off")
+	}
+	sched := mustParse(t, `deadletter: {digest: {schedule: "0 0 7 * * 1-5", timezone: Europe/Madrid}}`, nil)
+	if sched.Deadletter.Digest.Cron() != "0 0 7 * * 1-5" {
+		t.Fatalf("schedule: want it as the cron, got %q", sched.Deadletter.Digest.Cron())
+	}
+}
+
+func TestDeadletterInvalid(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ doc, key string }{
+		{`deadletter: {digest: {at: "6am"}}`, "deadletter.digest.at"},
+		{`deadletter: {digest: {at: "25:00"}}`, "deadletter.digest.at"},
+		{`deadletter: {digest: {schedule: "0 6 * * *"}}`, "deadletter.digest.schedule"},
+		{`deadletter: {digest: {at: "06:00", schedule: "0 0 6 * * *"}}`, "deadletter.digest.schedule"},
+		{`deadletter: {digest: {schedule: "@every 1h", timezone: Europe/Madrid}}`, "deadletter.digest.schedule"},
+		{`deadletter: {digest: {at: "06:00", timezone: Mars/Olympus}}`, "deadletter.digest.timezone"},
+		{`deadletter: {digest: {at: "06:00", webhook: "hooks.slack.com/x"}}`, "deadletter.digest.webhook"},
+		{`deadletter: {replay_rate: -1}`, "deadletter.replay_rate"},
+		{`deadletter: {counts_every: -1s}`, "deadletter.counts_every"},
+	} {
+		_, err := config.Parse([]byte(tc.doc), func(string) (string, bool) { return "", false })
+		var ke *config.KeyError
+		if !errors.As(err, &ke) || !errors.Is(err, config.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.key+":") {
+			t.Errorf("%s: want an error naming %s, got %v", tc.doc, tc.key, err)
+		}
+	}
+}
