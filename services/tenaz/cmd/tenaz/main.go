@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,11 +16,14 @@ import (
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/logging"
 	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
-type cli struct {
+type root struct {
 	Run    runCmd    `cmd:"" help:"Start everything in one process (embedded NATS unless nats.url is set)."`
 	Config configCmd `cmd:"" help:"Validate a config and print it with secrets redacted."`
+
+	cli.Commands `embed:""`
 }
 
 type runCmd struct {
@@ -33,15 +35,10 @@ type configCmd struct {
 }
 
 func main() {
-	var c cli
-	k := kong.Parse(&c, kong.Name("tenaz"), kong.Description("Deliver integration events to APIs that fail."), kong.UsageOnError())
-	if err := k.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "tenaz:", err)
-		if errors.Is(err, config.ErrInvalidConfig) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	os.Exit(cli.Main(&root{}, os.Args[1:], cli.OSEnv(), kong.Name("tenaz"),
+		kong.Description("Deliver integration events to APIs that fail.\n\n"+
+			"The operator commands (events, dead, review, breakers, streams) talk to tenaz over NATS "+
+			"and take the nats CLI's connection flags, NATS_* variables and contexts.\n\n"+cli.ExitCodesHelp)))
 }
 
 // loadConfig: the flag, else ./tenaz.yaml, else the built-in demo.

@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"io"
+
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// BreakersCmd is `tenaz breakers`.
+type BreakersCmd struct {
+	Client `embed:""`
+
+	Ls    BreakersLsCmd    `cmd:"" help:"List every breaker (account + target) with its shared state."`
+	Close BreakersCloseCmd `cmd:"" help:"Close one breaker for every dispatcher replica (the target is back)."`
+}
+
+// BreakersLsCmd is `tenaz breakers ls`.
+type BreakersLsCmd struct {
+	Account string `help:"Only this account's breakers."`
+}
+
+// Run lists breakers.
+func (c *BreakersLsCmd) Run(cl *Client, env *Env) error {
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var rep ops.BreakersReply
+	if _, err := s.request(ops.BreakersList, ops.BreakersRequest{Account: c.Account}, &rep); err != nil {
+		return err
+	}
+	if rep.Items == nil {
+		rep.Items = []ops.BreakerItem{}
+	}
+	return s.emit(rep, func(w io.Writer) {
+		row(w, "ACCOUNT", "TARGET", "STATE", "FAILURES", "OPEN UNTIL", "BY", "AT", "REASON")
+		for _, b := range rep.Items {
+			row(w, b.Account, b.Target, b.State, b.Failures, b.OpenUntil, b.By, b.At, short(b.Reason, 60))
+		}
+	})
+}
+
+// BreakersCloseCmd is `tenaz breakers close <account> <target>`.
+type BreakersCloseCmd struct {
+	Account     string `arg:"" help:"Account."`
+	Target      string `arg:"" help:"Target name (as in the config's targets)."`
+	actionFlags `embed:""`
+}
+
+// Run closes a breaker.
+func (c *BreakersCloseCmd) Run(cl *Client, env *Env) error {
+	if err := tenaz.ValidateAccount(c.Account); err != nil {
+		return failf(ErrUsage, "%v", err)
+	}
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var b ops.BreakerItem
+	if _, err := s.request(ops.BreakersClose, ops.CloseBreakerRequest{Account: c.Account, Target: c.Target, Actor: c.name(env)}, &b); err != nil {
+		return err
+	}
+	return s.emit(b, func(w io.Writer) {
+		row(w, "ACCOUNT", "TARGET", "STATE", "FAILURES", "BY", "AT")
+		row(w, b.Account, b.Target, b.State, b.Failures, b.By, b.At)
+	})
+}

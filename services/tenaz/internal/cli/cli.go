@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/tenaz/tenaz/pkg/ops"
+)
+
+// Commands are the operator commands; the tenaz binary embeds them next to
+// `run` and `config`.
+type Commands struct {
+	Events   EventsCmd   `cmd:"" help:"Read an event, its history, or cancel it (tenaz-ingest)."`
+	Dead     DeadCmd     `cmd:"" help:"Dead letters: list, show, replay, discard (tenaz-deadletter)."`
+	Review   ReviewCmd   `cmd:"" help:"The manual review queue: list, resolve (tenaz-deadletter)."`
+	Breakers BreakersCmd `cmd:"" help:"Circuit breakers per account and target: list, close (tenaz-deadletter)."`
+	Streams  StreamsCmd  `cmd:"" help:"The JetStream layout: apply it, or show its streams, consumers and buckets."`
+}
+
+// Env is the outside world of a command: its output streams, environment
+// and whether stderr is a terminal (for the progress bar).
+type Env struct {
+	Stdout, Stderr io.Writer
+	// Stdin is read by --payload -. Defaults to os.Stdin.
+	Stdin  io.Reader
+	Getenv func(string) string
+	// StderrTTY draws progress bars on Stderr when true.
+	StderrTTY bool
+}
+
+// OSEnv is the process's environment.
+func OSEnv() *Env {
+	return &Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin, Getenv: os.Getenv, StderrTTY: isTerminal(os.Stderr)}
+}
+
+// isTerminal reports whether f is a character device (a terminal), using
+// only the standard library.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// exitPanic carries kong's exit (after --help) out of Parse.
+type exitPanic int
+
+// Main parses args into root (a struct with Commands embedded, or
+// *Commands itself), runs the selected command, prints any error on
+// env.Stderr, and returns the exit code. It never calls os.Exit.
+func Main(root any, args []string, env *Env, opts ...kong.Option) (code int) {
+	opts = append([]kong.Option{
+		kong.Writers(env.Stdout, env.Stderr),
+		kong.Exit(func(c int) { panic(exitPanic(c)) }),
+		kong.Vars{"default_server": DefaultServer, "max_limit": strconv.Itoa(ops.MaxLimit),
+			"max_selection": strconv.Itoa(ops.MaxSelection), "default_rate": strconv.FormatFloat(ops.DefaultRate, 'f', -1, 64)},
+		kong.Bind(env),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	}, opts...)
+	defer func() {
+		if r := recover(); r != nil {
+			c, ok := r.(exitPanic)
+			if !ok {
+				panic(r)
+			}
+			code = int(c)
+		}
+	}()
+	parser, err := kong.New(root, opts...)
+	if err != nil {
+		fmt.Fprintln(env.Stderr, "tenaz: internal error:", err)
+		return ExitError
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintln(env.Stderr, "tenaz:", err)
+		var pe *kong.ParseError
+		if errors.As(err, &pe) && pe.Context != nil {
+			parser.Stdout = env.Stderr // the usage hint goes with the error
+			_ = pe.Context.PrintUsage(true)
+		}
+		return ExitUsage
+	}
+	err = kctx.Run()
+	if err == nil {
+		return ExitOK
+	}
+	code = ExitCode(err)
+	if jsonWanted(kctx) {
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": errorCode(err), "message": err.Error(), "exit": code}})
+		fmt.Fprintln(env.Stderr, string(b))
+	} else {
+		fmt.Fprintln(env.Stderr, "tenaz:", err)
+	}
+	return code
+}
+
+// jsonWanted reports whether the selected command asked for --json.
+func jsonWanted(kctx *kong.Context) bool {
+	for _, p := range kctx.Path {
+		if p.Flag != nil && p.Flag.Name == "json" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/ingest"
+)
+
+// EventsCmd is `tenaz events`.
+type EventsCmd struct {
+	Client `embed:""`
+
+	Get     EventsGetCmd     `cmd:"" help:"Show an event's status (what GET /v1/events/{id} answers)."`
+	History EventsHistoryCmd `cmd:"" help:"Show everything that happened to an event, in order."`
+	Cancel  EventsCancelCmd  `cmd:"" help:"Cancel a scheduled, pending or retrying event (exit 4 otherwise)."`
+}
+
+// EventsGetCmd is `tenaz events get <id>`.
+type EventsGetCmd struct {
+	ID string `arg:"" help:"Event id (ev_…)."`
+}
+
+// EventsHistoryCmd is `tenaz events history <id>`.
+type EventsHistoryCmd struct {
+	ID string `arg:"" help:"Event id (ev_…)."`
+}
+
+// EventsCancelCmd is `tenaz events cancel <id>`.
+type EventsCancelCmd struct {
+	ID      string `arg:"" help:"Event id (ev_…)."`
+	Message string `short:"m" help:"Why, recorded in the event's history." default:"cancelled by operator"`
+	Actor   string `help:"Who, recorded in the event's history. Defaults to operator:$USER."`
+}
+
+func checkID(id string) error {
+	if err := tenaz.ValidateEventID(id); err != nil {
+		return failf(ErrUsage, "%q is not an event id (want ev_ followed by 26 characters)", id)
+	}
+	return nil
+}
+
+// Run gets the event.
+func (c *EventsGetCmd) Run(cl *Client, env *Env) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var v ingest.View
+	if _, err := s.request("ingest.get", []byte(c.ID), &v); err != nil {
+		return err
+	}
+	return s.emit(v, func(w io.Writer) { printEvent(w, v) })
+}
+
+func printEvent(w io.Writer, v ingest.View) {
+	row(w, "ID", v.ID)
+	row(w, "STATUS", v.Status)
+	row(w, "ACCOUNT", v.Account)
+	row(w, "KIND", v.Kind)
+	row(w, "ENTITY", v.EntityID)
+	if v.OrderingKey != "" {
+		row(w, "ORDERING KEY", v.OrderingKey)
+	}
+	row(w, "IDEMPOTENCY KEY", v.IdempotencyKey)
+	row(w, "STAGE", v.Stage)
+	row(w, "ATTEMPTS", v.Attempts)
+	if v.LastError != nil {
+		e := v.LastError.Class
+		if v.LastError.HTTPStatus != 0 {
+			e += " " + strconv.Itoa(v.LastError.HTTPStatus)
+		}
+		row(w, "LAST ERROR", e+": "+short(v.LastError.Message, 120))
+	}
+	if v.NextRunAt != nil {
+		row(w, "NEXT RUN", v.NextRunAt)
+	}
+	if v.Reference != "" {
+		row(w, "REFERENCE", v.Reference)
+	}
+	if len(v.Result) > 0 {
+		row(w, "RESULT", short(string(v.Result), 120))
+	}
+	row(w, "CREATED", v.CreatedAt)
+	row(w, "UPDATED", v.UpdatedAt)
+}
+
+// Run prints the history.
+func (c *EventsHistoryCmd) Run(cl *Client, env *Env) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var h ingest.HistoryView
+	if _, err := s.request("ingest.history", []byte(c.ID), &h); err != nil {
+		return err
+	}
+	return s.emit(h, func(w io.Writer) {
+		row(w, "AT", "ACTION", "FROM", "TO", "ATTEMPT", "STAGE", "ACTOR", "HTTP", "DETAIL")
+		for _, e := range h.History {
+			attempt, httpStatus := "", ""
+			if e.Attempt > 0 {
+				attempt = strconv.Itoa(e.Attempt)
+			}
+			if e.HTTPStatus > 0 {
+				httpStatus = strconv.Itoa(e.HTTPStatus)
+			}
+			row(w, e.At, e.Action, e.From, e.To, attempt, e.Stage, e.Actor, httpStatus, short(e.Detail, 80))
+		}
+		if h.Truncated > 0 {
+			fmt.Fprintf(w, "(%d older entries dropped)\n", h.Truncated)
+		}
+	})
+}
+
+// Run cancels the event.
+func (c *EventsCancelCmd) Run(cl *Client, env *Env) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var v ingest.View
+	req := ingest.CancelRequest{ID: c.ID, Actor: actor(c.Actor, env), Reason: c.Message}
+	if _, err := s.request("ingest.cancel", req, &v); err != nil {
+		return err
+	}
+	return s.emit(v, func(w io.Writer) { printEvent(w, v) })
+}
+
+// actor is the --actor flag, else operator:$USER.
+func actor(flag string, env *Env) string {
+	if flag != "" {
+		return flag
+	}
+	u := env.Getenv("USER")
+	if u == "" {
+		u = env.Getenv("LOGNAME")
+	}
+	if u == "" {
+		u = "unknown"
+	}
+	return "operator:" + u
+}

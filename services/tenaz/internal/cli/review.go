@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"strings"
+
+	"github.com/tenaz/tenaz/pkg/ops"
+)
+
+// ReviewCmd is `tenaz review`.
+type ReviewCmd struct {
+	Client `embed:""`
+
+	Ls      ReviewLsCmd      `cmd:"" help:"List events waiting for manual review, newest first."`
+	Resolve ReviewResolveCmd `cmd:"" help:"Decide a manual review: done (with a result), discard, or requeue to the primary or fallback."`
+}
+
+// ReviewLsCmd is `tenaz review ls`.
+type ReviewLsCmd struct {
+	Filter `embed:""`
+	Limit  int    `default:"50" help:"Page size (1-${max_limit})."`
+	Cursor string `help:"Page to show: the next_cursor of the previous page."`
+	All    bool   `help:"Fetch every page (the JSON is one list)."`
+}
+
+// Run lists reviews.
+func (c *ReviewLsCmd) Run(cl *Client, env *Env) error {
+	return list(cl, env, ops.ReviewList, c.Filter, c.Limit, c.Cursor, c.All)
+}
+
+// ReviewResolveCmd is `tenaz review resolve <id>`.
+type ReviewResolveCmd struct {
+	ID          string `arg:"" help:"Event id (ev_…)."`
+	Outcome     string `required:"" enum:"done,discard,requeue_primary,requeue_fallback" help:"done (the operator completed it; --result is stored), discard (cancelled), requeue_primary or requeue_fallback (a fresh attempt cycle at that stage)."`
+	Result      string `placeholder:"JSON|@FILE|-" help:"With --outcome done: the result to store, as JSON (inline, @file or - for stdin)."`
+	Message     string `short:"m" help:"Why, recorded in the event's history." default:"resolved by operator"`
+	actionFlags `embed:""`
+}
+
+// Run resolves a review.
+func (c *ReviewResolveCmd) Run(cl *Client, env *Env) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	req := ops.ResolveRequest{ID: c.ID, Outcome: c.Outcome, Actor: c.name(env), Reason: c.Message}
+	if c.Result != "" {
+		if c.Outcome != ops.OutcomeDone {
+			return failf(ErrUsage, "--result goes with --outcome done")
+		}
+		r, err := readPayload(c.Result, env)
+		if err != nil {
+			return failf(ErrUsage, "%s", strings.Replace(err.Error(), "--payload", "--result", 1))
+		}
+		req.Result = json.RawMessage(r)
+	}
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var rep ops.ActionReply
+	if _, err := s.request(ops.ReviewResolve, req, &rep); err != nil {
+		return err
+	}
+	if err := s.emit(rep, func(w io.Writer) { printCounts(w, "resolved ("+c.Outcome+")", rep.Done, rep.Skipped, rep.Errors) }); err != nil {
+		return err
+	}
+	return countsError("resolve", rep.Done, rep.Skipped, rep.Errors)
+}
