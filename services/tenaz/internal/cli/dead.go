@@ -29,7 +29,7 @@ type Filter struct {
 	Account string `help:"Only this account."`
 	Kind    string `help:"Only this kind."`
 	Class   string `help:"Only this error class (permanent, transient, timeout, crash, …)."`
-	Reason  string `help:"Only this reason (permanent, attempts_exhausted, max_deliveries, rejected_at_intake, manual_review)."`
+	Reason  string `help:"Only this reason (permanent, attempts_exhausted, max_deliveries, terminated, rejected_at_intake, manual_review)."`
 	Since   string `placeholder:"TIME" help:"Only entries that arrived at or after TIME: RFC 3339 (2026-11-30T08:00:00Z), a date (2026-11-30) or a duration ago (24h)."`
 	Until   string `placeholder:"TIME" help:"Only entries that arrived before TIME (same forms as --since)."`
 }
@@ -134,21 +134,29 @@ func list(cl *Client, env *Env, endpoint string, f Filter, limit int, cursor str
 	})
 }
 
+// parseRef reads a dead letter's reference as `dead ls` prints it: an
+// event id, or seq:N for an entry without an event (a rejected submission).
+func parseRef(ref string) (id string, seq uint64, err error) {
+	if n, ok := strings.CutPrefix(ref, "seq:"); ok {
+		seq, err := strconv.ParseUint(n, 10, 64)
+		if err != nil || seq == 0 {
+			return "", 0, failf(ErrUsage, "%q: want seq:N with N a DEAD stream sequence", ref)
+		}
+		return "", seq, nil
+	}
+	return ref, 0, checkID(ref)
+}
+
 // DeadShowCmd is `tenaz dead show <id>`.
 type DeadShowCmd struct {
-	ID  string `arg:"" optional:"" help:"Event id (ev_…)."`
-	Seq uint64 `help:"Show the DEAD entry with this stream sequence instead (a rejected submission has no event id)."`
+	Ref string `arg:"" name:"id" help:"Event id (ev_…), or seq:N for an entry without an event (as dead ls prints it)."`
 }
 
 // Run shows one dead letter.
 func (c *DeadShowCmd) Run(cl *Client, env *Env) error {
-	if (c.ID == "") == (c.Seq == 0) {
-		return failf(ErrUsage, "give an event id or --seq, not both")
-	}
-	if c.ID != "" {
-		if err := checkID(c.ID); err != nil {
-			return err
-		}
+	id, seq, err := parseRef(c.Ref)
+	if err != nil {
+		return err
 	}
 	s, err := cl.open(env)
 	if err != nil {
@@ -156,7 +164,7 @@ func (c *DeadShowCmd) Run(cl *Client, env *Env) error {
 	}
 	defer s.close()
 	var rep ops.ShowReply
-	if _, err := s.request(ops.DeadShow, ops.ShowRequest{ID: c.ID, Seq: c.Seq}, &rep); err != nil {
+	if _, err := s.request(ops.DeadShow, ops.ShowRequest{ID: id, Seq: seq}, &rep); err != nil {
 		return err
 	}
 	return s.emit(rep, func(w io.Writer) { printShow(w, rep) })
@@ -361,19 +369,26 @@ func countsError(verb string, done, skipped int, errs []ops.ItemError) error {
 
 // DeadDiscardCmd is `tenaz dead discard`.
 type DeadDiscardCmd struct {
-	IDs         []string `arg:"" name:"id" help:"Event ids to discard (up to ${max_selection})."`
+	Refs        []string `arg:"" name:"id" help:"Event ids to discard, or seq:N for entries without an event (up to ${max_selection})."`
 	Message     string   `short:"m" required:"" help:"Why, recorded in each event's history (required)."`
 	actionFlags `embed:""`
 }
 
 // Run discards.
 func (c *DeadDiscardCmd) Run(cl *Client, env *Env) error {
-	if len(c.IDs) > ops.MaxSelection {
-		return failf(ErrUsage, "%d ids: at most %d per call", len(c.IDs), ops.MaxSelection)
+	if len(c.Refs) > ops.MaxSelection {
+		return failf(ErrUsage, "%d ids: at most %d per call", len(c.Refs), ops.MaxSelection)
 	}
-	for _, id := range c.IDs {
-		if err := checkID(id); err != nil {
+	req := ops.DiscardRequest{Actor: c.name(env), Reason: c.Message}
+	for _, ref := range c.Refs {
+		id, seq, err := parseRef(ref)
+		if err != nil {
 			return err
+		}
+		if seq != 0 {
+			req.Seqs = append(req.Seqs, seq)
+		} else {
+			req.IDs = append(req.IDs, id)
 		}
 	}
 	if strings.TrimSpace(c.Message) == "" {
@@ -385,7 +400,7 @@ func (c *DeadDiscardCmd) Run(cl *Client, env *Env) error {
 	}
 	defer s.close()
 	var rep ops.ActionReply
-	if _, err := s.request(ops.DeadDiscard, ops.DiscardRequest{IDs: c.IDs, Actor: c.name(env), Reason: c.Message}, &rep); err != nil {
+	if _, err := s.request(ops.DeadDiscard, req, &rep); err != nil {
 		return err
 	}
 	if err := s.emit(rep, func(w io.Writer) { printCounts(w, "discarded", rep.Done, rep.Skipped, rep.Errors) }); err != nil {
