@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/state"
 )
@@ -18,7 +19,9 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	actor := "api"
-	if u := r.Header.Get("X-Tenaz-Actor"); u != "" {
+	if p, ok := auth.From(r.Context()); ok && !p.Anonymous {
+		actor = "api:" + p.String() // who the credential says, not what a header claims
+	} else if u := r.Header.Get("X-Tenaz-Actor"); u != "" {
 		actor = "api:" + u
 	}
 	next, errBody := s.cancelEvent(r.Context(), rec, actor, "cancelled by caller")

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -77,6 +79,10 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 	sub, err := event.ParseSubmission(body)
 	if err != nil {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
+		return
+	}
+	if p, ok := auth.From(r.Context()); ok && !p.MayAccess(sub.Account) {
+		httpapi.Error(w, http.StatusForbidden, "forbidden", p.String()+" may not submit for account "+strconv.Quote(sub.Account))
 		return
 	}
 	f := event.Fields{Account: sub.Account, Kind: sub.Kind, EntityID: sub.EntityID, OrderingKey: sub.OrderingKey,
@@ -152,6 +158,12 @@ func (s *Service) lookup(w http.ResponseWriter, r *http.Request) (state.Record, 
 	}
 	if err != nil {
 		httpapi.Error(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return rec, false
+	}
+	if p, ok := auth.From(r.Context()); ok && !p.MayAccess(rec.Account) {
+		// Another account's event is answered as one that does not
+		// exist: a key learns nothing of other accounts' ids.
+		httpapi.Error(w, http.StatusNotFound, "not_found", "no event "+id)
 		return rec, false
 	}
 	return rec, true

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/lane"
@@ -47,6 +48,10 @@ type Options struct {
 	SkipStreams bool
 	// Hooks for crash tests; nil in production.
 	Hooks *Hooks
+	// Auth checks the HTTP routes' credentials: the scope each route
+	// needs, the key's account, its submission rate. Nil serves them
+	// without authentication (tests, embedded use); binaries set it.
+	Auth *auth.Authenticator
 }
 
 // Hooks let tests stop the accept path at its dangerous points.
@@ -232,8 +237,9 @@ func (s *Service) Ready() error {
 
 // Routes registers the HTTP API on mux.
 func (s *Service) Routes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/events", s.handlePost)
-	mux.HandleFunc("GET /v1/events/{id}", s.handleGet)
-	mux.HandleFunc("GET /v1/events/{id}/history", s.handleHistory)
-	mux.HandleFunc("DELETE /v1/events/{id}", s.handleCancel)
+	a := s.o.Auth // POST /v1/callbacks/{target} is authenticated by its signature instead
+	mux.Handle("POST /v1/events", a.Require(auth.Submit, http.HandlerFunc(s.handlePost)))
+	mux.Handle("GET /v1/events/{id}", a.Require(auth.Read, http.HandlerFunc(s.handleGet)))
+	mux.Handle("GET /v1/events/{id}/history", a.Require(auth.Read, http.HandlerFunc(s.handleHistory)))
+	mux.Handle("DELETE /v1/events/{id}", a.Require(auth.Operate, http.HandlerFunc(s.handleCancel)))
 }
