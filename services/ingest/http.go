@@ -70,14 +70,17 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
+			s.metrics.Rejected("too_large")
 			httpapi.Error(w, http.StatusRequestEntityTooLarge, "too_large", "request body is over the limit")
 			return
 		}
+		s.metrics.Rejected("malformed")
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "reading body: "+err.Error())
 		return
 	}
 	sub, err := event.ParseSubmission(body)
 	if err != nil {
+		s.metrics.Rejected("malformed")
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
 		return
 	}
@@ -95,6 +98,7 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, any) {
 	env, serr := s.build(f, payload, time.Now())
 	if serr != nil {
+		s.metrics.Rejected(serr.Code)
 		return serr.Status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: serr.Code, Message: serr.Error()}}
 	}
 	subject, _ := s.subj.Intake(env.Account, env.Kind)
@@ -114,6 +118,7 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	ctx := r.Context()
 	ack, err := s.js.PublishMsg(ctx, m)
 	if err != nil {
+		s.metrics.Rejected("unavailable")
 		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "unavailable", Message: "could not persist the submission: " + err.Error()}}
 	}
 	accepted := View{ID: env.ID, Status: "accepted", IdempotencyKey: env.IdempotencyKey, StatusURL: url, Account: env.Account, Kind: env.Kind}

@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/lane"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -48,6 +49,10 @@ type Options struct {
 	SkipStreams bool
 	// Hooks for crash tests; nil in production.
 	Hooks *Hooks
+	// Metrics records accepted and rejected submissions and the dispatch
+	// consumers' backlog (read when /metrics is scraped). Defaults to
+	// metrics.Default.
+	Metrics *metrics.Set
 	// Auth checks the HTTP routes' credentials: the scope each route
 	// needs, the key's account, its submission rate. Nil serves them
 	// without authentication (tests, embedded use); binaries set it.
@@ -75,6 +80,9 @@ type Service struct {
 	lanes   *lane.Lanes
 	replies *replies
 	gone    *nats.Subscription // a dispatcher deleted an idle account's consumer
+
+	metrics     *metrics.Set
+	stopBacklog func() // ends the consumer backlog watch
 
 	mu      sync.Mutex
 	started bool
@@ -114,6 +122,10 @@ func New(o Options) (*Service, error) {
 	}
 	s.q = queue.New(js, s.subj)
 	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
+	s.metrics = o.Metrics
+	if s.metrics == nil {
+		s.metrics = metrics.Default
+	}
 	return s, nil
 }
 
@@ -181,6 +193,9 @@ func (s *Service) Start(ctx context.Context) error {
 		s.bg.Wait()
 		return fmt.Errorf("ingest: micro: %w", err)
 	}
+	// ingest always runs (it is never scaled to zero), so it reports the
+	// dispatch backlog that the dispatcher's autoscaler reads.
+	s.stopBacklog = s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Stream: tenaz.StreamEvents})
 	s.started = true
 	s.log.Info().Msg("ingest started")
 	return nil
@@ -213,6 +228,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.cancel(ErrStopped)
 	s.bg.Wait()
+	s.stopBacklog()
 	if s.micro != nil {
 		_ = s.micro.Stop()
 	}

@@ -154,6 +154,9 @@ func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelop
 	if err := m.Ack(); err != nil {
 		s.log.Debug().Err(err).Str("event_id", env.ID).Msg("intake ack")
 	}
+	if created { // a redelivery finds the record: counted once
+		s.metrics.Accepted(env.Account, env.Kind)
+	}
 	s.log.Debug().Str("event_id", env.ID).Bool("created", created).Msg("accepted")
 	if reply != "" {
 		s.publishReply(reply, outcomeMsg{Created: created, Record: &rec})
@@ -169,6 +172,7 @@ func (s *Service) publishReply(reply string, o outcomeMsg) {
 // operator sees why) and terminates the message.
 func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, serr *submitError, reply string) {
 	if reply != "" { // HTTP already answered the caller with the error; nothing to keep
+		s.metrics.Rejected(serr.Code)
 		s.publishReply(reply, outcomeMsg{Status: serr.Status, Code: serr.Code, Message: serr.Error()})
 		_ = m.Term()
 		return
@@ -185,6 +189,7 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, s
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
+	s.metrics.Rejected(serr.Code) // after the publish: a retried one counts once
 	s.log.Warn().Str("subject", m.Subject()).Str("code", serr.Code).Str("reason", serr.Error()).Msg("submission rejected; kept in DEAD")
 	_ = m.TermWithReason(serr.Code)
 }

@@ -30,6 +30,8 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		Name: "tenaz-ingest", Version: Version,
 		Description: "Accepts events and answers their status",
 		QueueGroup:  "tenaz-ingest",
+		// Every endpoint's stats carry the same essentials as /metrics.
+		StatsHandler: s.metrics.StatsHandler,
 	})
 	if err != nil {
 		return nil, err
@@ -39,6 +41,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 	if err := add("submit", func(req micro.Request) {
 		var ms microSubmit
 		if err := json.Unmarshal(req.Data(), &ms); err != nil || len(ms.Payload) == 0 {
+			s.metrics.Rejected("malformed")
 			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want {account, kind, payload, idempotency_key?}"}})
 			return
 		}
