@@ -63,6 +63,15 @@ func (o Options) replicas() int {
 	return o.Replicas
 }
 
+// Place is the placement of config's streams.cluster and streams.tags:
+// nil when both are empty (the server places the streams).
+func Place(cluster string, tags []string) *jetstream.Placement {
+	if cluster == "" && len(tags) == 0 {
+		return nil
+	}
+	return &jetstream.Placement{Cluster: cluster, Tags: tags}
+}
+
 func decode(name string, v any) error {
 	b, err := files.ReadFile(path.Join("data", name))
 	if err != nil {

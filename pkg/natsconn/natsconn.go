@@ -8,6 +8,10 @@ package natsconn
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,7 +32,6 @@ func Connect(c config.NATS, name, url string, extra ...nats.Option) (*nats.Conn,
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(64 << 20),
-		nats.RetryOnFailedConnect(true),
 	}
 	if c.Creds != "" {
 		opts = append(opts, nats.UserCredentials(c.Creds))
@@ -53,9 +56,38 @@ func Connect(c config.NATS, name, url string, extra ...nats.Option) (*nats.Conn,
 		opts = append(opts, nats.ClientCert(c.TLS.Cert, c.TLS.Key))
 	}
 	opts = append(opts, extra...)
+	// The first attempt fails fast on what waiting cannot fix (refused
+	// credentials, a certificate that does not verify); a server that is
+	// not up yet is waited for, in the background, as on a reconnect.
 	nc, err := nats.Connect(url, opts...)
+	if err != nil && retryable(err) {
+		nc, err = nats.Connect(url, append(opts, nats.RetryOnFailedConnect(true))...)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("natsconn: connect %s: %w", url, err)
+		return nil, fmt.Errorf("natsconn: connect %s: %w", redact(url), err)
 	}
 	return nc, nil
+}
+
+// retryable reports whether a failed first connect may succeed later
+// without a change of configuration: no server answered (yet).
+func retryable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// redact hides the passwords and tokens of URLs such as
+// nats://user:pass@host:4222 (a comma-separated list).
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+			if _, hasPw := u.User.Password(); !hasPw { // a token in the user part
+				parts[i] = strings.Replace(parts[i], u.User.Username()+"@", "xxxxx@", 1)
+			}
+		}
+	}
+	return strings.Join(parts, ",")
 }

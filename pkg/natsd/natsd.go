@@ -6,13 +6,18 @@
 package natsd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/tenaz/tenaz/pkg/config"
 )
 
 // Options of the embedded server.
@@ -29,8 +34,46 @@ type Options struct {
 	SyncInterval time.Duration
 	// ServerName names the server. Defaults to "tenaz".
 	ServerName string
+	// Auth is the client authentication the server requires. Defaults to
+	// none (keep Listen on loopback then).
+	Auth Auth
 	// Configure may adjust the server options last (auth, TLS, cluster).
 	Configure func(*server.Options)
+}
+
+// Auth is one kind of client authentication for the embedded server:
+// user and password, a token, or an nkey (its public key). The zero
+// value requires none.
+type Auth struct {
+	User     string
+	Password string
+	Token    string
+	NKey     string // public user nkey ("U…")
+}
+
+// IsZero reports whether a requires no authentication.
+func (a Auth) IsZero() bool { return a == Auth{} }
+
+// ClientAuth is the Auth that makes the embedded server require the
+// credentials tenaz's own clients present (config nats.user/password,
+// nats.token or nats.nkey_seed_file), so that one setting serves both.
+func ClientAuth(c config.NATS) (Auth, error) {
+	a := Auth{User: c.User, Password: c.Password.Reveal(), Token: c.Token.Reveal()}
+	if c.NKeySeedFile != "" {
+		seed, err := os.ReadFile(c.NKeySeedFile)
+		if err != nil {
+			return Auth{}, fmt.Errorf("natsd: nats.nkey_seed_file: %w", err)
+		}
+		kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+		if err != nil {
+			return Auth{}, fmt.Errorf("natsd: nats.nkey_seed_file %s: %w", c.NKeySeedFile, err)
+		}
+		defer kp.Wipe()
+		if a.NKey, err = kp.PublicKey(); err != nil {
+			return Auth{}, fmt.Errorf("natsd: nats.nkey_seed_file %s: %w", c.NKeySeedFile, err)
+		}
+	}
+	return a, nil
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -67,6 +110,14 @@ func Start(o Options) (*server.Server, error) {
 	}
 	if !o.SyncAlways && o.SyncInterval > 0 {
 		opts.SyncInterval = o.SyncInterval
+	}
+	switch a := o.Auth; {
+	case a.NKey != "":
+		opts.Nkeys = []*server.NkeyUser{{Nkey: a.NKey}}
+	case a.Token != "":
+		opts.Authorization = a.Token
+	case a.User != "":
+		opts.Users = []*server.User{{Username: a.User, Password: a.Password}}
 	}
 	if o.Configure != nil {
 		o.Configure(opts)
