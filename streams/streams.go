@@ -156,6 +156,18 @@ func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.C
 	return c, nil
 }
 
+// PollerConsumer is the poller's shared durable consumer of the timers
+// (callback deadlines and polls) on EVENTS.
+func PollerConsumer(o Options) (jetstream.ConsumerConfig, error) {
+	var c jetstream.ConsumerConfig
+	if err := decode("consumer-poller.json", &c); err != nil {
+		return c, err
+	}
+	c.FilterSubject = o.subject(c.FilterSubject)
+	c.Replicas = 0 // inherit the stream's
+	return c, nil
+}
+
 // DeadletterConsumer is the durable consumer of TENAZ_ADVISORIES.
 func DeadletterConsumer() (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
@@ -190,6 +202,13 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, "INTAKE", ic); err != nil {
 		return fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
+	}
+	pc, err := PollerConsumer(o)
+	if err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", pc); err != nil {
+		return fmt.Errorf("streams: apply consumer %s: %w", pc.Durable, err)
 	}
 	dc, err := DeadletterConsumer()
 	if err != nil {

@@ -37,6 +37,8 @@ type Config struct {
 	Deadletter Deadletter `yaml:"deadletter"`
 	// Auth guards the HTTP API with API keys and operator credentials.
 	Auth Auth `yaml:"auth"`
+	// Poller sets how the poller service polls and reconciles.
+	Poller Poller `yaml:"poller"`
 
 	dir          string          // directory of the file given to Load; base of relative schema paths
 	explicitZero map[string]bool // key paths explicitly set to 0 where 0 is not "unset" (jitter, failure_rate)
@@ -174,6 +176,8 @@ type Target struct {
 	SigningSecret Secret `yaml:"signing_secret"`
 	// CallbackSecret verifies this target's webhooks. Defaults to "".
 	CallbackSecret Secret `yaml:"callback_secret"`
+	// Callback says how to read this target's webhooks.
+	Callback Callback `yaml:"callback"`
 	// Classify maps an HTTP status ("409") to success, transient or
 	// permanent, overriding the defaults (2xx success; 408, 429, 5xx except
 	// 501 transient; other 4xx permanent).
@@ -183,6 +187,41 @@ type Target struct {
 	ReferenceField string `yaml:"reference_field"`
 	// Poll configures polling (completion: poll).
 	Poll *Poll `yaml:"poll"`
+}
+
+// Callback says how the webhook receiver reads a target's callbacks.
+type Callback struct {
+	// EventField is the JSON field of a callback holding the tenaz event
+	// id (sent to the target as Tenaz-Event-Id). Defaults to "event_id".
+	EventField string `yaml:"event_field"`
+	// ReferenceField is the JSON field of a callback holding the
+	// provider's reference, used when the event id is absent. Defaults
+	// to "reference".
+	ReferenceField string `yaml:"reference_field"`
+	// DoneWhen, when set, says which callbacks carry the result; others
+	// (e.g. "processing") are recorded in the history and change nothing.
+	// Defaults to unset: every verified callback carries the result.
+	DoneWhen DoneWhen `yaml:"done_when"`
+	// Tolerance is how far a webhook-timestamp may be from now. Defaults
+	// to 5m.
+	Tolerance Duration `yaml:"tolerance"`
+}
+
+// Poller sets how the poller service polls and reconciles.
+type Poller struct {
+	// Concurrency is how many polls and deadlines one poller replica
+	// handles at once. Defaults to 32.
+	Concurrency int `yaml:"concurrency"`
+	// ReconcileEvery is how often the reconciler sweeps the state bucket.
+	// Defaults to 1m.
+	ReconcileEvery Duration `yaml:"reconcile_every"`
+	// Grace is how long past its due time an event's next step may be
+	// late before the reconciler acts. Defaults to 2m.
+	Grace Duration `yaml:"grace"`
+	// RunningGrace is how long an event may stay running before the
+	// reconciler takes the run for lost. Defaults to 1h (longer than the
+	// consumer's whole redelivery backoff and any call timeout).
+	RunningGrace Duration `yaml:"running_grace"`
 }
 
 // Poll configures how the poller asks a target for a result.

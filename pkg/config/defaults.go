@@ -35,6 +35,13 @@ const (
 	defaultPollSLA         = Duration(2 * time.Hour)
 	defaultOnTimeout       = OnCallbackTimeoutManualReview
 	defaultFailureRate     = 0.1
+	defaultCallbackEvent   = "event_id"
+	defaultCallbackRef     = "reference"
+	defaultTolerance       = Duration(5 * time.Minute)
+	defaultPollerConc      = 32
+	defaultReconcileEvery  = Duration(time.Minute)
+	defaultGrace           = Duration(2 * time.Minute)
+	defaultRunningGrace    = Duration(time.Hour)
 )
 
 // Values of Kind.OnCallbackTimeout.
@@ -90,6 +97,9 @@ func (c *Config) WithDefaults() *Config {
 		setStr(&t.Method, defaultMethod)
 		setDur(&t.Timeout, defaultTimeout)
 		setStr(&t.ReferenceField, defaultReferenceField)
+		setStr(&t.Callback.EventField, defaultCallbackEvent)
+		setStr(&t.Callback.ReferenceField, defaultCallbackRef)
+		setDur(&t.Callback.Tolerance, defaultTolerance)
 		if t.Poll != nil {
 			p := *t.Poll
 			setDur(&p.Interval, defaultPollInterval)
@@ -110,6 +120,12 @@ func (c *Config) WithDefaults() *Config {
 		c.Kinds[name] = k
 	}
 
+	if c.Poller.Concurrency == 0 {
+		c.Poller.Concurrency = defaultPollerConc
+	}
+	setDur(&c.Poller.ReconcileEvery, defaultReconcileEvery)
+	setDur(&c.Poller.Grace, defaultGrace)
+	setDur(&c.Poller.RunningGrace, defaultRunningGrace)
 	c.Deadletter.withDefaults()
 	if c.Demo.FailureRate == 0 && !c.explicitZero["demo.failure_rate"] {
 		c.Demo.FailureRate = defaultFailureRate

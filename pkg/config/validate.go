@@ -108,6 +108,12 @@ func (v *validator) hostPort(key, addr string) {
 
 func (v *validator) top() {
 	c := v.c
+	if c.Poller.Concurrency < 1 {
+		v.add("poller.concurrency", "must be at least 1, got %d", c.Poller.Concurrency)
+	}
+	v.positive("poller.reconcile_every", c.Poller.ReconcileEvery)
+	v.positive("poller.grace", c.Poller.Grace)
+	v.positive("poller.running_grace", c.Poller.RunningGrace)
 	if !token(c.Prefix) {
 		v.add("prefix", "must be one subject token of 1-64 characters of [A-Za-z0-9_-], got %q", c.Prefix)
 	}
@@ -246,6 +252,14 @@ func (v *validator) targets() {
 		}
 		if t.ReferenceField == "" {
 			v.add(join(key, "reference_field"), "is required")
+		}
+		ckey := join(key, "callback")
+		v.positive(join(ckey, "tolerance"), t.Callback.Tolerance)
+		if t.Callback.EventField == "" && t.Callback.ReferenceField == "" {
+			v.add(ckey, "event_field or reference_field is required")
+		}
+		if dw := t.Callback.DoneWhen; (dw.Field == "") != (len(dw.In) == 0) {
+			v.add(join(ckey, "done_when"), "needs both field and in")
 		}
 		if p := t.Poll; p != nil {
 			pkey := join(key, "poll")

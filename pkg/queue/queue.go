@@ -5,7 +5,7 @@
 // so whoever receives one has everything needed to act.
 //
 //	q := queue.New(js, tenaz.NewSubjects(""))
-//	_, err := q.Enqueue(ctx, env, rev, env.ID) // Nats-Msg-Id dedups re-sends
+//	_, err := q.EnqueueFresh(ctx, env, rev, env.ID) // a just-accepted event; Nats-Msg-Id dedups re-sends
 package queue
 
 import (
@@ -50,9 +50,23 @@ func (q *Queue) msg(env event.Envelope, subject string, rev uint64, msgID string
 	return m
 }
 
-// Enqueue publishes the event for dispatch now. msgID dedups re-sends
-// within the stream's duplicate window.
-func (q *Queue) Enqueue(ctx context.Context, env event.Envelope, rev uint64, msgID string) (*jetstream.PubAck, error) {
+// Enqueue publishes the event for dispatch now, for any record but a
+// fresh one (a fallback, a replay, a repair): the dispatcher reads the
+// record before it claims. msgID dedups re-sends within the stream's
+// duplicate window.
+func (q *Queue) Enqueue(ctx context.Context, env event.Envelope, msgID string) (*jetstream.PubAck, error) {
+	return q.publish(ctx, env, 0, msgID)
+}
+
+// EnqueueFresh publishes a just-accepted event whose record is exactly
+// Initial(env) at revision rev: the dispatcher may claim it by
+// compare-and-set on rev without reading it. Never use it for a record
+// that moved on: the claim would overwrite that record with Initial(env).
+func (q *Queue) EnqueueFresh(ctx context.Context, env event.Envelope, rev uint64, msgID string) (*jetstream.PubAck, error) {
+	return q.publish(ctx, env, rev, msgID)
+}
+
+func (q *Queue) publish(ctx context.Context, env event.Envelope, rev uint64, msgID string) (*jetstream.PubAck, error) {
 	subj, err := q.subj.Event(env.Account, env.Kind)
 	if err != nil {
 		return nil, err
@@ -64,7 +78,8 @@ func (q *Queue) Enqueue(ctx context.Context, env event.Envelope, rev uint64, msg
 	return ack, nil
 }
 
-// EnqueueAsync is Enqueue without waiting for the server's answer.
+// EnqueueAsync is EnqueueFresh without waiting for the server's answer
+// (the same rule: only for a record exactly as Initial(env) built it).
 func (q *Queue) EnqueueAsync(env event.Envelope, rev uint64, msgID string) (jetstream.PubAckFuture, error) {
 	subj, err := q.subj.Event(env.Account, env.Kind)
 	if err != nil {
@@ -120,6 +135,44 @@ func (q *Queue) schedule(ctx context.Context, env event.Envelope, at time.Time, 
 	return nil
 }
 
+// Timer kinds (the value of tenaz.HeaderTimer).
+const (
+	TimerDeadline = "deadline" // a callback is awaited until then
+	TimerPoll     = "poll"     // the poller asks the target then
+)
+
+// Timer makes the server publish the event onto its timer subject (the
+// poller's) at time at: a callback deadline or the next poll. It shares
+// the event's schedule subject, so it replaces any earlier schedule.
+func (q *Queue) Timer(ctx context.Context, env event.Envelope, at time.Time, what, msgID string) error {
+	target, err := q.subj.Timer(env.Account, env.Kind)
+	if err != nil {
+		return err
+	}
+	m := q.msg(env, q.subj.Schedule(env.ID), 0, msgID)
+	m.Header.Set("Nats-Schedule", "@at "+DueTime(at).Format(time.RFC3339))
+	m.Header.Set("Nats-Schedule-Target", target)
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(tenaz.HeaderTimer, what)
+	if _, err := q.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("queue: timer %s: %w", env.ID, err)
+	}
+	return nil
+}
+
+// HasSchedule reports whether the event has a schedule waiting to fire.
+func (q *Queue) HasSchedule(ctx context.Context, id string) (bool, error) {
+	s, err := q.js.Stream(ctx, tenaz.StreamEvents)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, q.subj.Schedule(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // CancelSchedule purges the event's schedule subject so that it never fires.
 func (q *Queue) CancelSchedule(ctx context.Context, id string) error {
 	s, err := q.js.Stream(ctx, tenaz.StreamEvents)
@@ -141,7 +194,7 @@ const ActorIngest = "ingest"
 func Initial(env event.Envelope) state.Record {
 	base := state.Record{
 		ID: env.ID, IdempotencyKey: env.IdempotencyKey, Account: env.Account, Kind: env.Kind,
-		EntityID: env.EntityID, OrderingKey: env.OrderingKey,
+		EntityID: env.EntityID, OrderingKey: env.OrderingKey, Payload: env.Payload,
 	}
 	a := state.Action{Name: state.Accept, Actor: ActorIngest}
 	if env.NotBefore != nil {

@@ -48,6 +48,14 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, `,"next_run_at":`...)
 		b = appendTime(b, *r.NextRunAt)
 	}
+	if r.Deadline != nil {
+		b = append(b, `,"deadline":`...)
+		b = appendTime(b, *r.Deadline)
+	}
+	if r.Polls != 0 {
+		b = append(b, `,"polls":`...)
+		b = strconv.AppendInt(b, int64(r.Polls), 10)
+	}
 	if r.Reference != "" {
 		b = append(b, `,"reference":`...)
 		b = appendString(b, r.Reference)
@@ -55,6 +63,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	if len(r.Result) > 0 {
 		b = append(b, `,"result":`...)
 		b = append(b, r.Result...)
+	}
+	if len(r.Payload) > 0 {
+		b = append(b, `,"payload":`...)
+		b = append(b, r.Payload...)
 	}
 	b = append(b, `,"created_at":`...)
 	b = appendTime(b, r.CreatedAt)

@@ -44,6 +44,14 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			n := genTime(t, "next")
 			r.NextRunAt = &n
 		}
+		if rapid.Bool().Draw(t, "deadline") {
+			d := genTime(t, "deadline")
+			r.Deadline = &d
+		}
+		r.Polls = rapid.IntRange(0, 300).Draw(t, "polls")
+		if rapid.Bool().Draw(t, "payload") {
+			r.Payload = json.RawMessage(rapid.SampledFrom([]string{`{"order_id":"o-1","total":1990}`, `[]`, `{"a":{"history":[1]},"b":1}`}).Draw(t, "payload"))
+		}
 		if rapid.Bool().Draw(t, "result") {
 			r.Result = json.RawMessage(rapid.SampledFrom([]string{`{"id":"ref_1","ok":true}`, `[1,2]`, `"s"`, `null`}).Draw(t, "res"))
 		}

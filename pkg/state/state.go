@@ -48,21 +48,32 @@ type Entry struct {
 // its id. Its History is the audit trail: every transition and every
 // recorded no-op, in order.
 type Record struct {
-	ID             string          `json:"id"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Account        string          `json:"account"`
-	Kind           string          `json:"kind"`
-	EntityID       string          `json:"entity_id,omitempty"`
-	OrderingKey    string          `json:"ordering_key,omitempty"`
-	Status         tenaz.State     `json:"status"`
-	Stage          string          `json:"stage"`
-	Attempts       int             `json:"attempts"`
-	LastError      *ErrorInfo      `json:"last_error,omitempty"`
-	NextRunAt      *time.Time      `json:"next_run_at,omitempty"`
-	Reference      string          `json:"reference,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
+	ID             string      `json:"id"`
+	IdempotencyKey string      `json:"idempotency_key"`
+	Account        string      `json:"account"`
+	Kind           string      `json:"kind"`
+	EntityID       string      `json:"entity_id,omitempty"`
+	OrderingKey    string      `json:"ordering_key,omitempty"`
+	Status         tenaz.State `json:"status"`
+	Stage          string      `json:"stage"`
+	Attempts       int         `json:"attempts"`
+	LastError      *ErrorInfo  `json:"last_error,omitempty"`
+	NextRunAt      *time.Time  `json:"next_run_at,omitempty"`
+	// Deadline bounds the wait of awaiting_callback (callback SLA) and
+	// polling (poll SLA); NextRunAt is the next step (the next poll, or the
+	// deadline itself while a callback is awaited).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Polls counts the polls of the current polling stage.
+	Polls     int             `json:"polls,omitempty"`
+	Reference string          `json:"reference,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	// Payload is the event's payload as accepted (or as an operator's
+	// replay replaced it). Kept with the record so that whoever must put
+	// the event back on its way (the reconciler, a replay) has it even
+	// when every message of the event is gone.
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 	// RunSeq is the EVENTS stream sequence of the message that owns the
 	// current run; a redelivery of that message may take the run over.
 	RunSeq uint64 `json:"run_seq,omitempty"`
@@ -99,6 +110,8 @@ const (
 	Cancel          ActionName = "cancel"         // caller: cancel before it runs
 	Note            ActionName = "note"           // record something that changes nothing
 	DeliveriesMaxed ActionName = "max_deliveries" // the server gave up on the message
+	Repoll          ActionName = "repoll"         // a poll brought no result yet: ask again later
+	Recover         ActionName = "recover"        // reconciler: a run was lost, put it back on its path
 )
 
 // EffectKind is something the caller must do after a transition commits.
@@ -128,18 +141,21 @@ var active = []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.State
 
 // Table is every legal transition. It is the only place that knows.
 var Table = map[ActionName]Rule{
-	Accept:          {From: nil, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
-	Delay:           {From: nil, To: tenaz.StateScheduled, Effects: []EffectKind{EffectScheduleDue}},
-	Due:             {From: []tenaz.State{tenaz.StateScheduled}, To: tenaz.StatePending, Effects: []EffectKind{EffectDeliver}},
-	Claim:           {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
-	Reclaim:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
-	Succeed:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateDone},
-	AwaitCallback:   {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateAwaitingCallback, Effects: []EffectKind{EffectSetDeadline}},
-	Poll:            {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StatePolling, Effects: []EffectKind{EffectSchedulePoll}},
-	Retry:           {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectScheduleRetry}},
-	Fail:            {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
-	Fallback:        {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
-	Complete:        {From: []tenaz.State{tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateDone, Effects: []EffectKind{EffectCancelSchedule}},
+	Accept:        {From: nil, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
+	Delay:         {From: nil, To: tenaz.StateScheduled, Effects: []EffectKind{EffectScheduleDue}},
+	Due:           {From: []tenaz.State{tenaz.StateScheduled}, To: tenaz.StatePending, Effects: []EffectKind{EffectDeliver}},
+	Claim:         {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
+	Reclaim:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
+	Succeed:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateDone},
+	AwaitCallback: {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateAwaitingCallback, Effects: []EffectKind{EffectSetDeadline}},
+	Poll:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StatePolling, Effects: []EffectKind{EffectSchedulePoll}},
+	Retry:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectScheduleRetry}},
+	Fail:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
+	Fallback:      {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
+	// Complete is legal from running too: a fast provider's callback can
+	// arrive before the dispatcher has stored its await_callback; the run's
+	// own late outcome is then recorded as a no-op.
+	Complete:        {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateDone, Effects: []EffectKind{EffectCancelSchedule}},
 	Escalate:        {From: []tenaz.State{tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateManualReview, Effects: []EffectKind{EffectReview}},
 	Replay:          {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
 	Resolve:         {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StateDone},
@@ -147,6 +163,8 @@ var Table = map[ActionName]Rule{
 	Cancel:          {From: []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateCancelled, Effects: []EffectKind{EffectCancelSchedule}},
 	Note:            {From: tenaz.States, To: ""},
 	DeliveriesMaxed: {From: active, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
+	Repoll:          {From: []tenaz.State{tenaz.StatePolling}, To: tenaz.StatePolling, Effects: []EffectKind{EffectSchedulePoll}},
+	Recover:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectEnqueue}},
 }
 
 // Action is one input to Apply.
@@ -156,10 +174,12 @@ type Action struct {
 	Actor     string     // who: "dispatcher/<host>", "operator:alice", …
 	Detail    string     // why, in words
 	Error     *ErrorInfo // Retry/Fail: what went wrong
-	NextRunAt *time.Time // Retry, Delay, AwaitCallback, Poll: when the next step is due
+	NextRunAt *time.Time // Retry, Delay, AwaitCallback, Poll, Repoll, Recover: when the next step is due
+	Deadline  *time.Time // AwaitCallback, Poll: the callback or poll SLA
 	Reference string     // AwaitCallback/Poll: provider's job id
 	Result    json.RawMessage
-	Stage     string // Fallback / Replay: which stage to (re)start; "" keeps
+	Stage     string          // Fallback / Replay: which stage to (re)start; "" keeps
+	Payload   json.RawMessage // Replay: an operator's corrected payload; nil keeps
 }
 
 // New creates the record of a freshly accepted event (action Accept or Delay).
@@ -205,26 +225,39 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 		n.NextRunAt = a.NextRunAt
 	case Fail, DeliveriesMaxed:
 		n.LastError = a.Error
-		n.NextRunAt = nil
+		n.NextRunAt, n.Deadline = nil, nil
 	case AwaitCallback, Poll:
 		n.Reference = a.Reference
 		n.NextRunAt = a.NextRunAt
+		n.Deadline = a.Deadline
+		n.Polls = 0
+	case Repoll:
+		n.Polls++
+		n.NextRunAt = a.NextRunAt
+	case Recover:
+		n.NextRunAt = a.NextRunAt
+		n.RunSeq = 0
 	case Fallback:
 		n.Stage = StageFallback
 		n.Attempts = 0
-		n.NextRunAt = nil
+		n.NextRunAt, n.Deadline = nil, nil
 		n.RunSeq = 0
 		n.Reference = ""
+		n.Polls = 0
 	case Replay:
 		n.Attempts = 0
-		n.NextRunAt = nil
+		n.NextRunAt, n.Deadline = nil, nil
 		n.RunSeq = 0
 		n.Reference = ""
+		n.Polls = 0
+		if a.Payload != nil {
+			n.Payload = a.Payload
+		}
 		if a.Stage != "" {
 			n.Stage = a.Stage
 		}
 	case Complete, Succeed, Resolve:
-		n.NextRunAt = nil
+		n.NextRunAt, n.Deadline = nil, nil
 		if a.Result != nil {
 			n.Result = a.Result
 		}
@@ -232,7 +265,7 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 			n.Reference = a.Reference
 		}
 	case Escalate, Discard, Cancel, Due:
-		n.NextRunAt = nil
+		n.NextRunAt, n.Deadline = nil, nil
 	}
 	n.Status = to
 	n.UpdatedAt = now
@@ -245,6 +278,12 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 		if e.Detail == "" {
 			e.Detail = a.Error.Message
 		}
+	}
+	if a.Name == Repoll && len(n.History) > 0 && n.History[len(n.History)-1].Action == Repoll {
+		// One line for a run of polls: the last answer and the count,
+		// so a 2-hour poll SLA does not push the timeline out.
+		n.History[len(n.History)-1] = e
+		return n, rule.Effects, nil
 	}
 	n.History = append(n.History, e)
 	if len(n.History) > MaxHistory {

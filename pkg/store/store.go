@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenaz/tenaz/pkg/event"
 	"strconv"
 	"time"
 
@@ -216,4 +217,14 @@ func (s *Store) Transition(ctx context.Context, id string, a state.Action) (stat
 		return next, err
 	})
 	return r, rev, effects, err
+}
+
+// Envelope rebuilds the envelope of rec's event from the record (which
+// keeps the payload): what a message of the event carries.
+func (s *Store) Envelope(_ context.Context, rec state.Record) (event.Envelope, error) {
+	if len(rec.Payload) == 0 {
+		return event.Envelope{}, fmt.Errorf("store: record %s has no payload (written before payloads were kept)", rec.ID)
+	}
+	return event.Envelope{ID: rec.ID, IdempotencyKey: rec.IdempotencyKey, Account: rec.Account, Kind: rec.Kind,
+		EntityID: rec.EntityID, OrderingKey: rec.OrderingKey, CreatedAt: rec.CreatedAt, Payload: rec.Payload}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -45,6 +46,8 @@ type Target struct {
 	classify map[int]outcome.Class
 	refField string
 	client   *http.Client
+	pollURL  *template.Template // nil: the target is not polled
+	doneWhen config.DoneWhen
 }
 
 // DefaultClient is shared by targets built without a client: keep-alive
@@ -70,6 +73,12 @@ func New(name string, c config.Target, client *http.Client) (*Target, error) {
 		Name: name, url: tpl, method: c.Method, timeout: c.Timeout.D(),
 		headers: http.Header{}, signing: c.SigningSecret.Reveal(),
 		classify: map[int]outcome.Class{}, refField: c.ReferenceField, client: client,
+	}
+	if c.Poll != nil {
+		if t.pollURL, err = config.ParseURLTemplate(c.Poll.URL); err != nil {
+			return nil, fmt.Errorf("target %s: poll.url: %w", name, err)
+		}
+		t.doneWhen = c.Poll.DoneWhen
 	}
 	if t.method == "" {
 		t.method = http.MethodPost
@@ -107,14 +116,17 @@ type Response struct {
 	Reference string // the reference field of a JSON answer, if any
 }
 
+func vars(r Request) config.URLVars {
+	return config.URLVars{ID: r.Event.ID, Account: r.Event.Account, Kind: r.Event.Kind,
+		EntityID: url.PathEscape(r.Event.EntityID), Reference: url.PathEscape(r.Reference)}
+}
+
 // URL renders the target URL for r. Values a caller or provider chose
 // (entity id, reference) are path-escaped, so "../admin" or "x?y=1" cannot
 // change the path or query of a call that carries credentials.
 func (t *Target) URL(r Request) (string, error) {
 	var b strings.Builder
-	d := config.URLVars{ID: r.Event.ID, Account: r.Event.Account, Kind: r.Event.Kind,
-		EntityID: url.PathEscape(r.Event.EntityID), Reference: url.PathEscape(r.Reference)}
-	if err := t.url.Execute(&b, d); err != nil {
+	if err := t.url.Execute(&b, vars(r)); err != nil {
 		return "", err
 	}
 	return b.String(), nil
@@ -222,3 +234,61 @@ func excerpt(b []byte) string {
 	}
 	return strings.TrimSpace(s)
 }
+
+// PollAnswer is a poll's answer.
+type PollAnswer struct {
+	Status int
+	Body   []byte
+	Value  string // the done_when field's value ("" when absent)
+	Done   bool   // Value is one of done_when.in: Body is the result
+}
+
+// Poll asks the target's poll URL (GET, with the target's headers) for
+// r's result. A 2xx JSON answer is judged by done_when; any other answer
+// is an error classified like a delivery's (transient or permanent).
+func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
+	if t.pollURL == nil {
+		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s has no poll url", t.Name))
+	}
+	var b strings.Builder
+	if err := t.pollURL.Execute(&b, vars(r)); err != nil {
+		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll url: %w", t.Name, err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.String(), nil)
+	if err != nil {
+		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll request: %w", t.Name, err))
+	}
+	for k, v := range t.headers {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
+	resp, err := t.client.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return PollAnswer{}, fmt.Errorf("%w after %s: %w", outcome.ErrTimeout, t.timeout, err)
+		}
+		return PollAnswer{}, fmt.Errorf("target %s: poll: %w", t.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
+	if err != nil {
+		return PollAnswer{}, fmt.Errorf("target %s: reading poll answer: %w", t.Name, err)
+	}
+	a := PollAnswer{Status: resp.StatusCode, Body: body}
+	switch t.Classify(resp.StatusCode) {
+	case outcome.ClassSuccess:
+	case outcome.ClassPermanent:
+		return a, outcome.Permanent(&outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(body)})
+	default:
+		return a, &outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(body)}
+	}
+	a.Value = reference(body, t.doneWhen.Field)
+	a.Done = a.Value != "" && slices.Contains(t.doneWhen.In, a.Value)
+	return a, nil
+}
+
+// DoneField is the poll answer's field that done_when looks at.
+func (t *Target) DoneField() string { return t.doneWhen.Field }

@@ -25,6 +25,13 @@ const (
 	BucketState    = "tenaz_state"
 	BucketBreakers = "tenaz_breakers"
 	BucketEffects  = "tenaz_effects"
+	// BucketCallbacks maps provider references to events and remembers
+	// webhook-ids (replay protection).
+	BucketCallbacks = "tenaz_callbacks"
+	// ConsumerPoller is the poller's shared consumer of the timers.
+	ConsumerPoller = "poller"
+	// HeaderTimer says what a timer message is for ("deadline" or "poll").
+	HeaderTimer = "Tenaz-Timer"
 )
 
 // DefaultPrefix is the subject prefix unless configured otherwise.
@@ -175,6 +182,15 @@ func (s Subjects) EventsOf(account string) string { return s.Prefix + ".events."
 // retry, deadline) of one event: <p>.sched.<id>. One per event; a newer
 // schedule replaces an older one, and purging it cancels it.
 func (s Subjects) Schedule(id string) string { return s.Prefix + ".sched." + id }
+
+// Timer is the subject a callback deadline or a poll of an event of
+// account and kind fires onto (the poller consumes <p>.timers.>).
+func (s Subjects) Timer(account, kind string) (string, error) {
+	return s.checked("timers", account, kind)
+}
+
+// TimersAll matches every timer subject.
+func (s Subjects) TimersAll() string { return s.Prefix + ".timers.>" }
 
 // SchedulesAll is the filter of every schedule subject.
 func (s Subjects) SchedulesAll() string { return s.Prefix + ".sched.>" }

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -82,6 +83,7 @@ type Service struct {
 	st    *store.Store
 	q     *queue.Queue
 	order *ordered.Lanes
+	refs  *callbacks.Index
 
 	breakers *breaker.Registry
 	actor    string
@@ -160,6 +162,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.st = st
 	if s.order, err = ordered.Open(ctx, s.js); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	if s.refs, err = callbacks.Open(ctx, s.js); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	if s.stream, err = s.js.Stream(ctx, tenaz.StreamEvents); err != nil {

@@ -263,11 +263,11 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	var reason string
 	switch d.Verdict {
 	case outcome.VerdictDone:
-		detail := fmt.Sprintf("target answered %d", resp.Status)
-		if stage.Handler != "" {
-			detail = "handler " + stage.Handler + " succeeded"
+		var err error
+		if a, err = s.accepted(ctx, env, rec, stage, resp, now); err != nil {
+			s.retryLater(ctx, m, err)
+			return
 		}
-		a = state.Action{Name: state.Succeed, Actor: s.actor, Detail: detail, Result: result(resp), Reference: resp.Reference}
 	case outcome.VerdictRetry:
 		at := queue.DueTime(now.Add(d.Delay))
 		if err := s.q.ScheduleAt(ctx, env, at, fmt.Sprintf("%s/retry/%d", env.ID, rec.Attempts)); err != nil {
@@ -320,7 +320,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	}
 	for _, e := range effects {
 		if e == state.EffectEnqueue {
-			if _, err := s.q.Enqueue(ctx, env, 0, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, len(next.History))); err != nil {
+			if _, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, len(next.History))); err != nil {
 				// The record is pending and this message unacked: its
 				// redelivery claims the fallback stage itself.
 				s.retryLater(ctx, m, err)
@@ -343,6 +343,44 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		log.Warn().Int("attempt", rec.Attempts).Str("class", string(d.Class)).Str("error", errInfo.Message).Msg("dead-lettered")
 		s.adviseDead(next)
 	}
+}
+
+// accepted is the action for a 2xx answer: done for a sync stage; for a
+// callback or poll stage, the wait for the result, whose next step (the
+// callback deadline or the first poll) is scheduled before the record
+// says so, so that no event ever waits without a pending next step.
+func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Record, stage config.Stage, resp target.Response, now time.Time) (state.Action, error) {
+	detail := fmt.Sprintf("target answered %d", resp.Status)
+	switch {
+	case stage.Handler != "":
+		return state.Action{Name: state.Succeed, Actor: s.actor, Detail: "handler " + stage.Handler + " succeeded", Result: result(resp), Reference: resp.Reference}, nil
+	case stage.Completion == config.CompletionCallback:
+		deadline := queue.DueTime(now.Add(stage.CallbackSLA.D()))
+		if resp.Reference != "" {
+			ttl := stage.CallbackSLA.D() + s.cfg.Streams.Retention.D()
+			if err := s.refs.PutRef(ctx, stage.Target, resp.Reference, env.ID, ttl); err != nil {
+				return state.Action{}, err
+			}
+		}
+		if err := s.q.Timer(ctx, env, deadline, queue.TimerDeadline, fmt.Sprintf("%s/deadline/%s/%d", env.ID, rec.Stage, rec.Attempts)); err != nil {
+			return state.Action{}, err
+		}
+		return state.Action{Name: state.AwaitCallback, Actor: s.actor, Reference: resp.Reference, NextRunAt: &deadline, Deadline: &deadline,
+			Detail: detail + "; callback awaited until " + deadline.Format(time.RFC3339)}, nil
+	case stage.Completion == config.CompletionPoll:
+		every := config.Duration(30 * time.Second)
+		if t := s.cfg.TargetFor(env.Account, stage.Target); t.Poll != nil {
+			every = t.Poll.Interval
+		}
+		next := queue.DueTime(now.Add(every.D()))
+		deadline := now.Add(stage.PollSLA.D()).UTC()
+		if err := s.q.Timer(ctx, env, next, queue.TimerPoll, fmt.Sprintf("%s/poll/%s/%d", env.ID, rec.Stage, rec.Attempts)); err != nil {
+			return state.Action{}, err
+		}
+		return state.Action{Name: state.Poll, Actor: s.actor, Reference: resp.Reference, NextRunAt: &next, Deadline: &deadline,
+			Detail: detail + "; polling every " + every.String() + " until " + deadline.Format(time.RFC3339)}, nil
+	}
+	return state.Action{Name: state.Succeed, Actor: s.actor, Detail: detail, Result: result(resp), Reference: resp.Reference}, nil
 }
 
 func result(r target.Response) json.RawMessage {

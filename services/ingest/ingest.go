@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/lane"
@@ -78,6 +79,7 @@ type Service struct {
 	q       *queue.Queue
 	prov    *accounts.Provisioner
 	lanes   *lane.Lanes
+	refs    *callbacks.Index
 	replies *replies
 	gone    *nats.Subscription // a dispatcher deleted an idle account's consumer
 
@@ -148,6 +150,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.st = st
 	if s.lanes, err = lane.Open(ctx, s.js); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.refs, err = callbacks.Open(ctx, s.js); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	if s.replies, err = newReplies(s.nc); err != nil {
@@ -258,4 +263,5 @@ func (s *Service) Routes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/events/{id}", a.Require(auth.Read, http.HandlerFunc(s.handleGet)))
 	mux.Handle("GET /v1/events/{id}/history", a.Require(auth.Read, http.HandlerFunc(s.handleHistory)))
 	mux.Handle("DELETE /v1/events/{id}", a.Require(auth.Operate, http.HandlerFunc(s.handleCancel)))
+	mux.HandleFunc("POST /v1/callbacks/{target}", s.handleCallback)
 }

@@ -250,7 +250,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 	if rec.Status == tenaz.StateScheduled && rec.NextRunAt != nil {
 		err = s.q.ScheduleAt(ctx, env, *rec.NextRunAt, "")
 	} else {
-		_, err = s.q.Enqueue(ctx, env, rev, env.ID)
+		_, err = s.q.EnqueueFresh(ctx, env, rev, env.ID)
 	}
 	if err != nil {
 		return rec, false, err

@@ -6,12 +6,18 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
 	github.com/tenaz/tenaz/pkg v0.0.0
+	github.com/tenaz/tenaz/services/dispatcher v0.0.0
+	github.com/tenaz/tenaz/services/ingest v0.0.0
+	github.com/tenaz/tenaz/streams v0.0.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/failsafe-go/failsafe-go v0.9.8 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
@@ -27,7 +33,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
-	github.com/tenaz/tenaz/streams v0.0.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -37,5 +42,9 @@ require (
 )
 
 replace github.com/tenaz/tenaz/pkg => ../../pkg
+
+replace github.com/tenaz/tenaz/services/ingest => ../ingest
+
+replace github.com/tenaz/tenaz/services/dispatcher => ../dispatcher
 
 replace github.com/tenaz/tenaz/streams => ../../streams

@@ -3,18 +3,28 @@ package poller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/target"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // Version is reported by the micro service.
-const Version = "0.1.0"
+const Version = "0.2.0"
 
 // Options configure the service.
 type Options struct {
@@ -24,15 +34,48 @@ type Options struct {
 	Config *config.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// SkipStreams does not apply the stream layout at start (tenaz run
+	// applies it once for every service).
+	SkipStreams bool
+	// HTTPClient polls targets. Defaults to target.DefaultClient.
+	HTTPClient *http.Client
+	// Instance names this replica in history entries ("poller/<Instance>").
+	// Defaults to the host name.
+	Instance string
+	// NoReconciler leaves the periodic sweep off (Reconcile can still be
+	// called, e.g. by the micro endpoint).
+	NoReconciler bool
+	// OnSweep, if set, receives the report of every reconciler sweep
+	// (metrics, tests).
+	OnSweep func(Report)
 }
 
-// Service is the poller service.
+// Service is the poller: it handles the timers the dispatcher schedules
+// (callback deadlines and polls, fired by the server onto
+// <prefix>.timers.> and shared by every replica through one durable
+// consumer) and runs the reconciler.
 type Service struct {
-	o       Options
-	log     zerolog.Logger
+	o     Options
+	log   zerolog.Logger
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cfg   *config.Config
+	subj  tenaz.Subjects
+	st    *store.Store
+	q     *queue.Queue
+	prov  *accounts.Provisioner
+	actor string
+
 	mu      sync.Mutex
 	started bool
 	micro   micro.Service
+	cc      jetstream.ConsumeContext
+	targets map[string]*target.Target
+	sem     chan struct{}
+	wg      sync.WaitGroup // timers in flight
+	bg      sync.WaitGroup // reconciler loop
+	runCtx  context.Context
+	cancel  context.CancelFunc
 }
 
 // New validates the options; it does no I/O.
@@ -44,38 +87,127 @@ func New(o Options) (*Service, error) {
 	if o.Logger != nil {
 		log = o.Logger.With().Str("service", "poller").Logger()
 	}
-	return &Service{o: o, log: log}, nil
+	if o.Instance == "" {
+		o.Instance, _ = os.Hostname()
+	}
+	js, err := jetstream.New(o.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("poller: %w", err)
+	}
+	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix),
+		actor: "poller/" + o.Instance, targets: map[string]*target.Target{}}
+	s.q = queue.New(js, s.subj)
+	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
+	return s, nil
 }
 
-// Start registers the micro service. It returns once started.
+// Start binds to the streams, starts consuming timers and the reconciler,
+// and registers the micro service. It returns once started.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return nil
 	}
-	m, err := micro.AddService(s.o.Conn, micro.Config{Name: "tenaz-poller", Version: Version, Description: "Polls providers, fires deadlines, reconciles stuck events", QueueGroup: "tenaz-poller"})
+	if !s.o.SkipStreams {
+		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas}); err != nil {
+			return fmt.Errorf("poller: %w", err)
+		}
+	}
+	st, err := store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D()})
 	if err != nil {
+		return fmt.Errorf("poller: %w", err)
+	}
+	s.st = st
+	cons, err := s.js.Consumer(ctx, tenaz.StreamEvents, tenaz.ConsumerPoller)
+	if err != nil {
+		return fmt.Errorf("poller: timers consumer: %w", err)
+	}
+	s.runCtx, s.cancel = context.WithCancel(context.Background())
+	n := s.cfg.Poller.Concurrency
+	s.sem = make(chan struct{}, n)
+	cc, err := cons.Consume(s.receive, jetstream.PullMaxMessages(n))
+	if err != nil {
+		s.cancel()
+		return fmt.Errorf("poller: consume timers: %w", err)
+	}
+	m, err := s.addMicro()
+	if err != nil {
+		cc.Stop()
+		s.cancel()
 		return err
 	}
-	g := m.AddGroup(s.o.Config.Prefix + ".api.poller")
-	if err := g.AddEndpoint("ping", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond([]byte("pong")) })); err != nil {
-		_ = m.Stop()
-		return err
+	s.cc, s.micro, s.started = cc, m, true
+	if !s.o.NoReconciler {
+		s.bg.Add(1)
+		go s.reconcileLoop()
 	}
-	s.micro, s.started = m, true
-	s.log.Info().Msg("poller started")
+	s.log.Info().Int("concurrency", n).Msg("poller started")
 	return nil
 }
 
-// Stop deregisters. Idempotent and safe before Start.
+// receive hands a timer to a worker, waiting for a free one (backpressure
+// on the consumer).
+func (s *Service) receive(m jetstream.Msg) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-s.runCtx.Done():
+		return // stopping: the message is redelivered to another replica
+	}
+	s.wg.Add(1)
+	go func() {
+		defer func() { <-s.sem; s.wg.Done() }()
+		s.handle(s.runCtx, m)
+	}()
+}
+
+func (s *Service) addMicro() (micro.Service, error) {
+	m, err := micro.AddService(s.nc, micro.Config{Name: "tenaz-poller", Version: Version,
+		Description: "Polls providers, fires callback deadlines, reconciles stuck events", QueueGroup: "tenaz-poller"})
+	if err != nil {
+		return nil, err
+	}
+	g := m.AddGroup(s.cfg.Prefix + ".api.poller")
+	if err := g.AddEndpoint("ping", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond([]byte("pong")) })); err != nil {
+		_ = m.Stop()
+		return nil, err
+	}
+	// reconcile runs one sweep now and answers its report.
+	if err := g.AddEndpoint("reconcile", micro.HandlerFunc(func(r micro.Request) {
+		ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Minute)
+		defer cancel()
+		rep, err := s.Reconcile(ctx)
+		if err != nil {
+			_ = r.Error("500", err.Error(), nil)
+			return
+		}
+		_ = r.RespondJSON(rep)
+	})); err != nil {
+		_ = m.Stop()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Stop stops taking timers, lets those in flight finish (bounded by ctx)
+// and deregisters. Idempotent and safe before Start.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.started {
+		s.mu.Unlock()
 		return nil
 	}
 	s.started = false
+	s.mu.Unlock()
+	s.cc.Drain()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	s.cancel()
+	s.bg.Wait()
 	s.log.Info().Msg("poller stopped")
 	return s.micro.Stop()
 }
@@ -87,11 +219,29 @@ func (s *Service) Ready() error {
 	if !s.started {
 		return errors.New("poller not started")
 	}
-	if !s.o.Conn.IsConnected() {
+	if !s.nc.IsConnected() {
 		return errors.New("poller: NATS not connected")
 	}
 	return nil
 }
 
-// Routes registers the service's HTTP routes on mux (none yet).
+// Routes registers the service's HTTP routes on mux (none).
 func (s *Service) Routes(mux *http.ServeMux) {}
+
+func (s *Service) target(account, name string) (*target.Target, error) {
+	key := account + "\x00" + name
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.targets[key]; ok {
+		return t, nil
+	}
+	if _, ok := s.cfg.Target(name); !ok {
+		return nil, fmt.Errorf("unknown target %q", name)
+	}
+	t, err := target.New(name, s.cfg.TargetFor(account, name), s.o.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	s.targets[key] = t
+	return t, nil
+}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/natsconn"
@@ -55,6 +57,7 @@ type Tenaz struct {
 	demoH  *daemon.Server
 	http   *daemon.Server
 	parts  []daemon.Component
+	auth   *auth.Authenticator
 	Ingest *ingest.Service
 	Disp   *dispatcher.Service
 }
@@ -89,13 +92,23 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 			_ = t.Stop(context.Background())
 		}
 	}()
+	if t.auth, err = auth.New(cfg); err != nil { // no keys: refuse unless auth.disabled
+		return err
+	}
 	url := cfg.NATS.URL
 	if url == "" {
 		always, every := cfg.NATS.Embedded.SyncInterval()
-		t.srv, err = natsd.Start(natsd.Options{StoreDir: cfg.NATS.Embedded.StoreDir, Listen: cfg.NATS.Embedded.Listen,
-			SyncAlways: always, SyncInterval: every})
+		na, err := natsd.ClientAuth(cfg.NATS) // the embedded server requires what tenaz's clients present
 		if err != nil {
 			return err
+		}
+		t.srv, err = natsd.Start(natsd.Options{StoreDir: cfg.NATS.Embedded.StoreDir, Listen: cfg.NATS.Embedded.Listen,
+			SyncAlways: always, SyncInterval: every, Auth: na})
+		if err != nil {
+			return err
+		}
+		if host, _, _ := net.SplitHostPort(cfg.NATS.Embedded.Listen); na.IsZero() && !isLoopback(host) {
+			t.log.Warn().Str("listen", cfg.NATS.Embedded.Listen).Msg("the embedded nats-server listens beyond loopback without auth: set nats.user/password, nats.token or nats.nkey_seed_file")
 		}
 		url = t.srv.ClientURL()
 		t.log.Info().Str("nats", url).Str("store_dir", cfg.NATS.Embedded.StoreDir).
@@ -108,7 +121,8 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := streams.Apply(ctx, js, streams.Options{Prefix: cfg.Prefix, Replicas: cfg.Streams.Replicas}); err != nil {
+	if err := streams.Apply(ctx, js, streams.Options{Prefix: cfg.Prefix, Replicas: cfg.Streams.Replicas,
+		Placement: streams.Place(cfg.Streams.Cluster, cfg.Streams.Tags)}); err != nil {
 		return err
 	}
 	if cfg.Demo.Provider != "" {
@@ -134,13 +148,13 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if t.Ingest, err = ingest.New(ingest.Options{Conn: inc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
+	if t.Ingest, err = ingest.New(ingest.Options{Conn: inc, Config: cfg, Logger: &log, SkipStreams: true, Auth: t.auth}); err != nil {
 		return err
 	}
 	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: dnc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
 		return err
 	}
-	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Logger: &log})
+	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true})
 	if err != nil {
 		return err
 	}
@@ -154,7 +168,7 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 		}
 		t.parts = append(t.parts, c)
 	}
-	if t.http, err = daemon.Serve(cfg.HTTP.Addr, daemon.Mux(t.parts...)); err != nil {
+	if t.http, err = daemon.Serve(cfg.HTTP.Addr, daemon.Handler(cfg, t.auth, daemon.Mux(t.parts...))); err != nil {
 		return err
 	}
 	t.log.Info().Str("http", t.http.Addr).Msg("tenaz running")
@@ -194,6 +208,15 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 
 // ServeMux exposes the shared mux's handler (tests).
 func (t *Tenaz) Handler() http.Handler { return t.http.Handler }
+
+// isLoopback reports whether host is a loopback address or localhost.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 func (t *Tenaz) connect(cfg *config.Config, url, name string) (*nats.Conn, error) {
 	nc, err := natsconn.Connect(cfg.NATS, name, url)

@@ -1,0 +1,307 @@
+package poller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Repairs the reconciler makes (Report.Repaired keys).
+const (
+	RepairRequeued        = "requeued"         // pending/scheduled/retrying with no message on its way: published again
+	RepairLostRun         = "lost_run"         // running far past any call: put back to retrying and requeued
+	RepairDeadlineMissed  = "deadline_missed"  // awaiting_callback past its deadline with no timer: deadline handled now
+	RepairPollRescheduled = "poll_rescheduled" // polling past its next poll with no timer: poll scheduled now
+)
+
+// CountKey is one cell of the events-by-state census.
+type CountKey struct {
+	Account string      `json:"account"`
+	Kind    string      `json:"kind"`
+	State   tenaz.State `json:"state"`
+}
+
+// Count is a census cell with its value (JSON-friendly).
+type Count struct {
+	CountKey
+	N int `json:"n"`
+}
+
+// Report is what one sweep saw and did.
+type Report struct {
+	Started  time.Time      `json:"started"`
+	Took     time.Duration  `json:"took_ns"`
+	Scanned  int            `json:"scanned"`
+	Overdue  int            `json:"overdue"`  // next step late by more than the grace
+	Repaired map[string]int `json:"repaired"` // by kind of repair
+	Failed   int            `json:"failed"`   // repairs that could not be made (next sweep tries again)
+	Counts   []Count        `json:"counts"`   // events by account, kind and state
+	Skipped  bool           `json:"skipped,omitempty"`
+}
+
+// Repairs is the total of r.Repaired.
+func (r Report) Repairs() int {
+	n := 0
+	for _, v := range r.Repaired {
+		n += v
+	}
+	return n
+}
+
+// head is the part of a record the reconciler needs: everything but the
+// history (which comes last in the stored JSON and dominates its size).
+type head struct {
+	ID        string      `json:"id"`
+	Account   string      `json:"account"`
+	Kind      string      `json:"kind"`
+	Status    tenaz.State `json:"status"`
+	Stage     string      `json:"stage"`
+	NextRunAt *time.Time  `json:"next_run_at"`
+	Deadline  *time.Time  `json:"deadline"`
+	UpdatedAt time.Time   `json:"updated_at"`
+}
+
+var historyKey = []byte(`,"history":`)
+
+// decodeHead decodes a stored record without its history: the history
+// key is the last of the record's own keys (a "history" key inside the
+// result or a history string would come before it, or be escaped).
+func decodeHead(b []byte) (head, error) {
+	var h head
+	if i := bytes.LastIndex(b, historyKey); i > 0 {
+		cut := make([]byte, 0, i+1)
+		cut = append(append(cut, b[:i]...), '}')
+		if json.Unmarshal(cut, &h) == nil {
+			return h, nil
+		}
+	}
+	err := json.Unmarshal(b, &h)
+	return h, err
+}
+
+func (s *Service) reconcileLoop() {
+	defer s.bg.Done()
+	every := s.cfg.Poller.ReconcileEvery.D()
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		if s.lease(every) {
+			if _, err := s.Reconcile(s.runCtx); err != nil && s.runCtx.Err() == nil {
+				s.log.Warn().Err(err).Msg("reconciler sweep failed")
+			}
+		}
+		t.Reset(every)
+	}
+}
+
+// lease lets one poller replica sweep per period: the first to create the
+// lease key (per-key TTL of one period) sweeps, the others skip.
+func (s *Service) lease(ttl time.Duration) bool {
+	kv, err := s.js.KeyValue(s.runCtx, tenaz.BucketCallbacks)
+	if err != nil {
+		return true // sweeping twice is safe; not sweeping is not
+	}
+	_, err = kv.Create(s.runCtx, "lease.reconciler", []byte(s.actor), jetstream.KeyTTL(max(ttl-time.Second, time.Second)))
+	return !errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// Reconcile sweeps every record once. It counts events by account, kind
+// and state, and puts every non-terminal event whose next step is overdue
+// by more than poller.grace back on its path: the invariant it keeps is
+// that no event sits in a non-terminal state without a pending next step.
+// Every repair is logged and counted. Repairs are safe to race with the
+// normal path (compare-and-set, and a duplicate message is dropped by the
+// dispatcher's claim).
+func (s *Service) Reconcile(ctx context.Context) (Report, error) {
+	rep := Report{Started: time.Now().UTC(), Repaired: map[string]int{}}
+	kv := s.st.KV()
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: %w", err)
+	}
+	defer w.Stop()
+	counts := map[CountKey]int{}
+	c := &sweep{s: s, backlog: map[string]int{}}
+	now := s.st.Now()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case e = <-w.Updates():
+		}
+		if e == nil {
+			break // the initial values are all in
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		rep.Scanned++
+		h, err := decodeHead(e.Value())
+		if err != nil {
+			continue
+		}
+		counts[CountKey{h.Account, h.Kind, h.Status}]++
+		kind, due := c.overdue(h, now)
+		if kind == "" {
+			continue
+		}
+		rep.Overdue++
+		ok, err := c.repair(ctx, kind, h, e.Revision(), due)
+		switch {
+		case err != nil:
+			rep.Failed++
+			s.log.Warn().Err(err).Str("event_id", h.ID).Str("repair", kind).Msg("reconciler could not repair")
+		case ok:
+			rep.Repaired[kind]++
+			s.log.Warn().Str("event_id", h.ID).Str("account", h.Account).Str("status", string(h.Status)).
+				Str("repair", kind).Time("was_due", due).Msg("reconciler repaired a stuck event")
+		}
+	}
+	for k, n := range counts {
+		rep.Counts = append(rep.Counts, Count{k, n})
+	}
+	rep.Took = time.Since(rep.Started)
+	if f := s.o.OnSweep; f != nil {
+		f(rep)
+	}
+	s.log.Info().Int("scanned", rep.Scanned).Int("overdue", rep.Overdue).Int("repaired", rep.Repairs()).
+		Dur("took", rep.Took).Msg("reconciler sweep")
+	return rep, nil
+}
+
+// sweep caches per-account facts for one pass.
+type sweep struct {
+	s       *Service
+	backlog map[string]int // account → messages pending or in flight on its consumer; -1 = no consumer
+}
+
+// overdue says which repair h may need (checked further by repair), and
+// when its next step was due.
+func (c *sweep) overdue(h head, now time.Time) (string, time.Time) {
+	grace := c.s.cfg.Poller.Grace.D()
+	late := func(t *time.Time) bool { return t != nil && now.After(t.Add(grace)) }
+	switch h.Status {
+	case tenaz.StatePending:
+		if now.After(h.UpdatedAt.Add(grace)) {
+			return RepairRequeued, h.UpdatedAt
+		}
+	case tenaz.StateScheduled, tenaz.StateRetrying:
+		if late(h.NextRunAt) {
+			return RepairRequeued, *h.NextRunAt
+		}
+	case tenaz.StateRunning:
+		if now.After(h.UpdatedAt.Add(c.s.cfg.Poller.RunningGrace.D())) {
+			return RepairLostRun, h.UpdatedAt
+		}
+	case tenaz.StateAwaitingCallback:
+		if late(h.NextRunAt) {
+			return RepairDeadlineMissed, *h.NextRunAt
+		}
+	case tenaz.StatePolling:
+		if late(h.NextRunAt) {
+			return RepairPollRescheduled, *h.NextRunAt
+		}
+	}
+	return "", time.Time{}
+}
+
+// consumerBacklog is the account's messages waiting or in flight.
+func (c *sweep) consumerBacklog(ctx context.Context, account string) int {
+	if n, ok := c.backlog[account]; ok {
+		return n
+	}
+	n := -1
+	if cons, err := c.s.js.Consumer(ctx, tenaz.StreamEvents, tenaz.ConsumerName(account)); err == nil {
+		if info, err := cons.Info(ctx); err == nil {
+			n = int(info.NumPending) + info.NumAckPending
+		}
+	}
+	c.backlog[account] = n
+	return n
+}
+
+// repair makes the repair if the event really has no next step on its
+// way; ok is false when it turned out to have one.
+func (c *sweep) repair(ctx context.Context, kind string, h head, rev uint64, due time.Time) (bool, error) {
+	s := c.s
+	now := s.st.Now()
+	if kind != RepairLostRun {
+		// A pending schedule (delay, retry, lane park, deadline, poll)
+		// is a next step on its way, however late the server is.
+		if has, err := s.q.HasSchedule(ctx, h.ID); err != nil || has {
+			return false, err
+		}
+	}
+	rec, rev, err := s.st.Get(ctx, h.ID)
+	if err != nil {
+		return false, err
+	}
+	if rec.Status != h.Status {
+		return false, nil // moved on since the sweep read it
+	}
+	env, err := envelopeOf(ctx, s, rec)
+	if err != nil {
+		return false, err
+	}
+	switch kind {
+	case RepairRequeued:
+		// A message may be queued behind others on a busy or paused
+		// account; only once the account has nothing on its way, or the
+		// event is late beyond the running grace, is it taken for lost.
+		if b := c.consumerBacklog(ctx, h.Account); b > 0 && now.Sub(due) < s.cfg.Poller.RunningGrace.D() {
+			return false, nil
+		}
+		if err := s.prov.Ensure(ctx, h.Account); err != nil {
+			return false, err
+		}
+		_, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/reconcile/%d", h.ID, rev))
+		return err == nil, err
+	case RepairLostRun:
+		at := now.UTC()
+		next, _, err := state.Apply(rec, state.Action{Name: state.Recover, Actor: "reconciler", NextRunAt: &at,
+			Detail: fmt.Sprintf("running since %s with no outcome: the run is taken for lost", rec.UpdatedAt.Format(time.RFC3339))}, now)
+		if err != nil {
+			return false, err
+		}
+		nrev, err := s.write(ctx, next, rev)
+		if err != nil {
+			return false, err
+		}
+		if err := s.prov.Ensure(ctx, h.Account); err != nil {
+			return false, err
+		}
+		_, err = s.q.Enqueue(ctx, env, fmt.Sprintf("%s/reconcile/%d", h.ID, nrev))
+		return err == nil, err
+	case RepairDeadlineMissed:
+		err := s.deadlinePassed(ctx, env, rec, rev, now)
+		return err == nil, err
+	case RepairPollRescheduled:
+		err := s.q.Timer(ctx, env, now, queue.TimerPoll, fmt.Sprintf("%s/reconcile/%d", h.ID, rev))
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// envelopeOf rebuilds the event's envelope. The payload is not in the
+// record: it travels in the event's messages. The reconciler finds it in
+// the event's schedule or DEAD entry when one exists; otherwise it reads
+// the last copy the store keeps alongside the record.
+func envelopeOf(ctx context.Context, s *Service, rec state.Record) (event.Envelope, error) {
+	return s.st.Envelope(ctx, rec)
+}

@@ -1,0 +1,230 @@
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/target"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// dueSlack tolerates clock skew between this replica and the server that
+// fired a timer.
+const dueSlack = 2 * time.Second
+
+// maxResult bounds the poll answer kept as an event's result.
+const maxResult = 4096
+
+// errConflict asks handle to look at the record again: it changed while
+// this replica decided.
+var errConflict = errors.New("record changed meanwhile")
+
+// handle acts on one fired timer. The record decides, not the message: a
+// timer for an event that moved on (a callback arrived, an operator
+// acted) is dropped. The message is acked only once the next step is
+// durable (the next poll's schedule, the fallback's message, the review).
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	env, err := event.Unmarshal(m.Data())
+	if err != nil {
+		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable timer dropped")
+		_ = m.TermWithReason("malformed timer")
+		return
+	}
+	log := s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger()
+	ctx = log.WithContext(ctx)
+	for range 8 {
+		err = s.step(ctx, env)
+		if !errors.Is(err, errConflict) {
+			break
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn().Err(err).Msg("timer not handled; it will be redelivered")
+			_ = m.NakWithDelay(2 * time.Second)
+		}
+		return
+	}
+	_ = m.Ack()
+}
+
+// step reads the record and takes the step its state asks for.
+func (s *Service) step(ctx context.Context, env event.Envelope) error {
+	rec, rev, err := s.st.Get(ctx, env.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // expired or removed: nothing waits
+	}
+	if err != nil {
+		return err
+	}
+	now := s.st.Now()
+	switch rec.Status {
+	case tenaz.StateAwaitingCallback:
+		if rec.Deadline != nil && now.Before(rec.Deadline.Add(-dueSlack)) {
+			// Fired early (a stale copy): make sure the real deadline waits.
+			return s.q.Timer(ctx, env, *rec.Deadline, queue.TimerDeadline, "")
+		}
+		return s.deadlinePassed(ctx, env, rec, rev, now)
+	case tenaz.StatePolling:
+		if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
+			return nil // a stale copy: the newer poll's timer is pending
+		}
+		return s.poll(ctx, env, rec, rev)
+	}
+	zerolog.Ctx(ctx).Debug().Str("status", string(rec.Status)).Msg("timer for an event that moved on: dropped")
+	return nil
+}
+
+// deadlinePassed: no callback came in time. The kind says what next:
+// manual review (default) or the fallback stage.
+func (s *Service) deadlinePassed(ctx context.Context, env event.Envelope, rec state.Record, rev uint64, now time.Time) error {
+	kind, _ := s.cfg.Kind(rec.Kind)
+	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
+	why := fmt.Sprintf("no callback from %s by the deadline %s", stage.Target, rec.Deadline.Format(time.RFC3339))
+	if kind.OnCallbackTimeout == config.OnCallbackTimeoutFallback && rec.Stage == state.StagePrimary && kind.Fallback != nil {
+		return s.toFallback(ctx, env, rec, rev, now, why+": moving to the fallback stage")
+	}
+	return s.escalate(ctx, env, rec, rev, now, why, nil)
+}
+
+func (s *Service) toFallback(ctx context.Context, env event.Envelope, rec state.Record, rev uint64, now time.Time, why string) error {
+	next, _, err := state.Apply(rec, state.Action{Name: state.Fallback, Actor: s.actor, Detail: why}, now)
+	if err != nil {
+		return err
+	}
+	_, err = s.write(ctx, next, rev)
+	if err != nil {
+		return err
+	}
+	if err := s.prov.Ensure(ctx, env.Account); err != nil {
+		return err
+	}
+	// The record says pending at the fallback stage; if this publish is
+	// lost, the timer comes back, finds it pending and the reconciler
+	// puts it on its way.
+	_, err = s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, len(next.History)))
+	if err == nil {
+		zerolog.Ctx(ctx).Info().Str("why", why).Msg("moved to the fallback stage")
+	}
+	return err
+}
+
+// escalate moves the event to manual_review, keeps it in DEAD (the
+// operators' feed, with payload and history) and advises.
+func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Record, rev uint64, now time.Time, why string, errInfo *state.ErrorInfo) error {
+	a := state.Action{Name: state.Escalate, Actor: s.actor, Detail: why}
+	next, _, err := state.Apply(rec, a, now)
+	if err != nil {
+		return err
+	}
+	if errInfo != nil {
+		next.LastError = errInfo
+	}
+	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonReview, Error: why,
+		At: now.UTC(), Event: &env, Record: &next}
+	if next.LastError != nil {
+		e.Class, e.Status = next.LastError.Class, next.LastError.HTTPStatus
+	}
+	if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/review/%d", env.ID, len(next.History))); err != nil {
+		return err
+	}
+	if _, err := s.write(ctx, next, rev); err != nil {
+		return err
+	}
+	dead.AdviseReview(s.nc, s.subj, next, why)
+	zerolog.Ctx(ctx).Warn().Str("why", why).Msg("moved to manual review")
+	return nil
+}
+
+// poll asks the target once and moves the event: done on a final answer,
+// manual review past the poll SLA or on a permanent refusal, else the
+// next poll.
+func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record, rev uint64) error {
+	kind, ok := s.cfg.Kind(rec.Kind)
+	if !ok {
+		return s.escalate(ctx, env, rec, rev, s.st.Now(), fmt.Sprintf("kind %q is no longer configured", rec.Kind), nil)
+	}
+	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
+	tgt, err := s.target(env.Account, stage.Target)
+	if err != nil {
+		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), nil)
+	}
+	ans, perr := tgt.Poll(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	now := s.st.Now()
+	n := rec.Polls + 1
+	if perr == nil && ans.Done {
+		a := state.Action{Name: state.Complete, Actor: s.actor, Detail: fmt.Sprintf("poll %d: %s", n, ans.Value)}
+		if len(ans.Body) <= maxResult && json.Valid(ans.Body) {
+			a.Result = json.RawMessage(ans.Body)
+		}
+		next, _, err := state.Apply(rec, a, now)
+		if err != nil {
+			return err
+		}
+		_, err = s.write(ctx, next, rev)
+		if err == nil {
+			zerolog.Ctx(ctx).Debug().Int("polls", n).Msg("poll brought the result")
+		}
+		return err
+	}
+	answer := "not final"
+	var errInfo *state.ErrorInfo
+	switch {
+	case perr != nil:
+		cls := outcome.ClassOf(perr)
+		errInfo = &state.ErrorInfo{Class: string(cls), Message: perr.Error(), HTTPStatus: outcome.StatusOf(perr)}
+		answer = "error: " + perr.Error()
+		if cls == outcome.ClassPermanent {
+			return s.escalate(ctx, env, rec, rev, now, fmt.Sprintf("poll %d refused: %s", n, perr), errInfo)
+		}
+	case ans.Value != "":
+		answer = fmt.Sprintf("%s is %q", tgt.DoneField(), ans.Value)
+	}
+	if rec.Deadline != nil && !now.Before(*rec.Deadline) {
+		return s.escalate(ctx, env, rec, rev, now,
+			fmt.Sprintf("poll SLA passed (%s) after %d polls; last answer: %s", rec.Deadline.Format(time.RFC3339), n, answer), errInfo)
+	}
+	every := 30 * time.Second
+	if t := s.cfg.TargetFor(env.Account, stage.Target); t.Poll != nil {
+		every = t.Poll.Interval.D()
+	}
+	at := queue.DueTime(now.Add(every))
+	if rec.Deadline != nil && at.After(*rec.Deadline) {
+		at = queue.DueTime(*rec.Deadline) // one last poll at the SLA
+	}
+	if err := s.q.Timer(ctx, env, at, queue.TimerPoll, fmt.Sprintf("%s/poll/%d", env.ID, n)); err != nil {
+		return err
+	}
+	next, _, err := state.Apply(rec, state.Action{Name: state.Repoll, Actor: s.actor, NextRunAt: &at,
+		Detail: fmt.Sprintf("poll %d: %s; next at %s", n, answer, at.Format(time.RFC3339))}, now)
+	if err != nil {
+		return err
+	}
+	_, err = s.write(ctx, next, rev)
+	return err
+}
+
+// write stores next by compare-and-set; a conflict is errConflict.
+func (s *Service) write(ctx context.Context, next state.Record, rev uint64) (uint64, error) {
+	nrev, err := s.st.Write(ctx, next, rev)
+	if errors.Is(err, store.ErrConflict) {
+		return 0, errConflict
+	}
+	return nrev, err
+}
