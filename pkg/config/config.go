@@ -310,6 +310,14 @@ type Demo struct {
 	Provider string `yaml:"provider"`
 	// FailureRate is the fraction of calls answered with 503. Defaults to 0.1.
 	FailureRate float64 `yaml:"failure_rate"`
+	// BureauA starts a demo credit bureau (tenaz run only) on this address
+	// that accepts evaluations and answers later by a signed webhook to
+	// /v1/callbacks/bureau_a: sometimes twice, sometimes late, sometimes
+	// never. Defaults to "" (off).
+	BureauA string `yaml:"bureau_a"`
+	// BureauB starts a demo fallback bureau (tenaz run only) on this
+	// address whose evaluations must be polled. Defaults to "" (off).
+	BureauB string `yaml:"bureau_b"`
 }
 
 // Duration is a time.Duration written as "30s", "2m", "1h".

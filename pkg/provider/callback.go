@@ -19,9 +19,13 @@ type CallbackFaults struct {
 	DuplicateRate float64
 	// DropRate is the fraction of callbacks never sent.
 	DropRate float64
-	// LateBy is added to the WithCallbacks delay of every callback, e.g. to
-	// land after tenaz's callback deadline.
+	// LateBy is added to the WithCallbacks delay of every callback (or,
+	// with LateRate set, of that fraction of them), e.g. to land after
+	// tenaz's callback deadline.
 	LateBy time.Duration
+	// LateRate, when non-zero, is the fraction of callbacks LateBy applies
+	// to; the others keep the plain delay.
+	LateRate float64
 }
 
 type callbackConfig struct {
@@ -88,7 +92,10 @@ func (p *Provider) scheduleCallbackLocked(eventID, ref, final string) {
 		p.callbacks = append(p.callbacks, rec)
 		return // the caller notifies
 	}
-	job := callbackJob{rec: rec, delay: p.cb.delay + f.LateBy}
+	job := callbackJob{rec: rec, delay: p.cb.delay}
+	if f.LateRate == 0 || p.cbRng.Float64() < f.LateRate {
+		job.delay += f.LateBy
+	}
 	job.dup = f.DuplicateRate > 0 && p.cbRng.Float64() < f.DuplicateRate
 	p.wg.Add(1)
 	go p.runCallback(job)

@@ -433,6 +433,40 @@ func TestTerminalRecordExpires(t *testing.T) {
 	}, "the cancelled record to expire after its 1s TTL")
 }
 
+// Retention: done records (and their history, which lives in them)
+// expire; dead and manual_review records stay until an operator acts.
+func TestRetentionExpiresDoneKeepsParked(t *testing.T) {
+	t.Parallel()
+	st, _ := setup(t, store.Options{Retention: time.Second})
+	move := func(id string, as ...state.ActionName) {
+		for _, a := range as {
+			if _, _, _, err := st.Transition(ctx(t), id, state.Action{Name: a, Seq: 1}); err != nil {
+				t.Fatalf("%s: %v", a, err)
+			}
+		}
+	}
+	done, deadR, review := record(t), record(t), record(t)
+	for _, r := range []state.Record{done, deadR, review} {
+		create(t, st, r)
+	}
+	move(deadR.ID, state.Claim, state.Fail)
+	move(review.ID, state.Claim, state.AwaitCallback, state.Escalate)
+	move(done.ID, state.Claim, state.Succeed)
+	eventually(t, func() bool {
+		_, _, err := st.Get(ctx(t), done.ID)
+		return errors.Is(err, store.ErrNotFound)
+	}, "the done record to expire after its 1s TTL")
+	for _, id := range []string{deadR.ID, review.ID} {
+		r, _, err := st.Get(ctx(t), id)
+		if err != nil {
+			t.Fatalf("parked record %s: want it kept, got %v", id, err)
+		}
+		if len(r.History) < 3 {
+			t.Errorf("parked record %s: want its history kept, got %d entries", id, len(r.History))
+		}
+	}
+}
+
 func TestOpenWithoutBucket(t *testing.T) {
 	t.Parallel()
 	s := natstest.Start(t)

@@ -32,6 +32,8 @@ type View struct {
 	Attempts       int              `json:"attempts"`
 	LastError      *state.ErrorInfo `json:"last_error,omitempty"`
 	NextRunAt      *time.Time       `json:"next_run_at,omitempty"`
+	Deadline       *time.Time       `json:"deadline,omitempty"`
+	Polls          int              `json:"polls,omitempty"`
 	Reference      string           `json:"reference,omitempty"`
 	Result         json.RawMessage  `json:"result,omitempty"`
 	CreatedAt      *time.Time       `json:"created_at,omitempty"`
@@ -50,6 +52,7 @@ func viewOf(rec state.Record, url string) View {
 	v := View{ID: rec.ID, Status: rec.Status, IdempotencyKey: rec.IdempotencyKey, StatusURL: url,
 		Account: rec.Account, Kind: rec.Kind, EntityID: rec.EntityID, OrderingKey: rec.OrderingKey,
 		Stage: rec.Stage, Attempts: rec.Attempts, LastError: rec.LastError, NextRunAt: rec.NextRunAt,
+		Deadline: rec.Deadline, Polls: rec.Polls,
 		Reference: rec.Reference, Result: rec.Result}
 	if !rec.CreatedAt.IsZero() {
 		c, u := rec.CreatedAt, rec.UpdatedAt
