@@ -1,16 +1,23 @@
 // Package natstest starts a real embedded nats-server with JetStream on a
 // random port and a temporary file store for tests, applies tenaz's
-// streams, and cleans everything up when the test ends.
+// streams, and cleans everything up when the test ends. StartCluster
+// starts a JetStream cluster of in-process servers on loopback routes.
 //
 //	s := natstest.Start(t)
 //	nc, js := s.Conn(t)
+//	c := natstest.StartCluster(t, 3) // c.URLs() for nats.url
 package natstest
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,4 +97,127 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg stri
 		}
 		<-tick.C
 	}
+}
+
+// Cluster is a JetStream cluster of in-process servers with routes on
+// loopback. Every server has the tags ClusterTag and "node:<name>".
+type Cluster struct {
+	// Name is the cluster's name (for streams.cluster placement).
+	Name    string
+	Servers []*Server
+	opts    []natsd.Options
+}
+
+// ClusterTag is the server tag every server of StartCluster has (for
+// streams.tags placement).
+const ClusterTag = "tenaz-test"
+
+// StartCluster starts n servers (file store in temp dirs, fixed loopback
+// client and route ports, so that a restarted server keeps its address)
+// and waits until the JetStream meta group has a leader and knows every
+// server. It applies no streams. Everything stops when the test ends.
+func StartCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	ports := freePorts(tb, 2*n)
+	c := &Cluster{Name: "tenaz-test"}
+	var routes []*url.URL
+	for i := range n {
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[n+i])})
+	}
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		clusterPort := ports[n+i]
+		o := natsd.Options{StoreDir: tb.TempDir(), Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]), ServerName: name,
+			Configure: func(so *server.Options) {
+				so.Cluster.Name = c.Name
+				so.Cluster.Host = "127.0.0.1"
+				so.Cluster.Port = clusterPort
+				so.Routes = routes
+				so.Tags = jwt.TagList{ClusterTag, "node:" + name}
+			}}
+		c.opts = append(c.opts, o)
+		srv, err := natsd.Start(o)
+		if err != nil {
+			tb.Fatalf("natstest: start cluster server %s: %v", name, err)
+		}
+		s := &Server{Server: srv, Dir: o.StoreDir}
+		tb.Cleanup(s.Stop)
+		c.Servers = append(c.Servers, s)
+	}
+	Eventually(tb, 30*time.Second, func() bool {
+		for _, s := range c.Servers {
+			if s.Running() && s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == n {
+				return true
+			}
+		}
+		return false
+	}, "a JetStream meta leader that knows all %d servers", n)
+	return c
+}
+
+// freePorts returns n distinct free loopback ports.
+func freePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	var lns []net.Listener
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("natstest: free port: %v", err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// URLs is the client URLs of every server, comma separated (nats.url).
+func (c *Cluster) URLs() string {
+	var us []string
+	for _, o := range c.opts {
+		us = append(us, "nats://"+o.Listen)
+	}
+	return strings.Join(us, ",")
+}
+
+// Conn connects to the cluster (any server); the connection closes when
+// the test ends.
+func (c *Cluster) Conn(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
+	tb.Helper()
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		tb.Fatalf("natstest: connect cluster: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("natstest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// StreamLeader returns the index of the server leading stream (of the
+// default account), or -1 when none does (an election is under way).
+func (c *Cluster) StreamLeader(stream string) int {
+	for i, s := range c.Servers {
+		if s.Running() && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Restart starts server i again on its store and addresses (after Stop).
+func (c *Cluster) Restart(tb testing.TB, i int) {
+	tb.Helper()
+	srv, err := natsd.Start(c.opts[i])
+	if err != nil {
+		tb.Fatalf("natstest: restart %s: %v", c.opts[i].ServerName, err)
+	}
+	s := &Server{Server: srv, Dir: c.opts[i].StoreDir}
+	tb.Cleanup(s.Stop)
+	c.Servers[i] = s
 }

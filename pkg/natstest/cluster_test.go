@@ -1,0 +1,193 @@
+package natstest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
+)
+
+// The stream layout applied with replicas 3 and a placement lands on the
+// cluster as asked: every stream and bucket has 3 replicas in the named
+// cluster on tagged servers, and the consumers inherit them.
+func TestClusterPlacement(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t, 3)
+	_, js := c.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	o := streams.Options{Replicas: 3, Placement: streams.Place(c.Name, []string{natstest.ClusterTag})}
+	if err := streams.Apply(ctx, js, o); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	// Applying again (every service does at start) changes nothing.
+	if err := streams.Apply(ctx, js, o); err != nil {
+		t.Fatalf("apply again: %v", err)
+	}
+	ss, _ := streams.Streams(o)
+	bs, _ := streams.Buckets(o)
+	names := []string{}
+	for _, s := range ss {
+		names = append(names, s.Name)
+	}
+	for _, b := range bs {
+		names = append(names, "KV_"+b.Bucket)
+	}
+	for _, name := range names {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatalf("stream %s info: %v", name, err)
+		}
+		p := info.Config.Placement
+		if info.Config.Replicas != 3 || p == nil || p.Cluster != c.Name || len(p.Tags) != 1 || p.Tags[0] != natstest.ClusterTag {
+			t.Errorf("%s: want 3 replicas placed in %s on %s, got %d replicas, placement %+v", name, c.Name, natstest.ClusterTag, info.Config.Replicas, p)
+		}
+		if info.Cluster == nil || info.Cluster.Name != c.Name || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("%s: want a leader and 2 replicas in %s, got %+v", name, c.Name, info.Cluster)
+		}
+	}
+	for _, cons := range []struct{ stream, name string }{{tenaz.StreamIntake, "ingest"}, {"TENAZ_ADVISORIES", "deadletter"}} {
+		cc, err := js.Consumer(ctx, cons.stream, cons.name)
+		if err != nil {
+			t.Fatalf("consumer %s/%s: %v", cons.stream, cons.name, err)
+		}
+		info, err := cc.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("consumer %s/%s: want it replicated as its stream (3), got %+v", cons.stream, cons.name, info.Cluster)
+		}
+	}
+}
+
+// Compare-and-set conflicts on a replicated bucket come back with the
+// clustered error code (10164) as well as 10071; the store recognises
+// both, before and after the bucket's leader changes.
+func TestClusterCompareAndSet(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t, 3)
+	_, js := c.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	if err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	st, err := store.Open(ctx, js, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(round string) {
+		rec := state.Record{ID: event.ID("acme", round), Account: "acme", Kind: "order.create", Status: tenaz.StatePending, CreatedAt: time.Now(), UpdatedAt: time.Now()}
+		rev, err := st.Create(ctx, rec)
+		if err != nil {
+			t.Fatalf("%s: create: %v", round, err)
+		}
+		if _, err := st.Create(ctx, rec); !errors.Is(err, store.ErrExists) {
+			t.Fatalf("%s: create twice: want ErrExists, got %v", round, err)
+		}
+		if _, err := st.Write(ctx, rec, rev); err != nil {
+			t.Fatalf("%s: write at the current revision: %v", round, err)
+		}
+		if _, err := st.Write(ctx, rec, rev); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("%s: write at a stale revision: want ErrConflict, got %v", round, err)
+		}
+		p, err := st.WriteAsync(rec, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(ctx); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("%s: async write at a stale revision: want ErrConflict, got %v", round, err)
+		}
+		// The raw error is the clustered code on a replicated bucket.
+		_, err = js.Publish(ctx, "$KV."+tenaz.BucketState+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || !store.IsWrongSequence(err) {
+			t.Fatalf("%s: want a wrong-sequence API error, got %v", round, err)
+		}
+		t.Logf("%s: compare-and-set conflict code %d", round, apiErr.ErrorCode)
+
+		// Many writes in flight at once at the same revision: one wins,
+		// every other is a conflict, whatever code the leader answers
+		// (10164 when it judges against writes still being proposed).
+		cur, rev, err := st.Get(ctx, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pend []store.Pending
+		for range 32 {
+			p, err := st.WriteAsync(cur, rev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pend = append(pend, p)
+		}
+		won := 0
+		for _, p := range pend {
+			_, err := p.Wait(ctx)
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, store.ErrConflict):
+				t.Fatalf("%s: a concurrent write at the same revision: want ErrConflict, got %v", round, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%s: want exactly one of 32 concurrent writes at one revision to win, got %d", round, won)
+		}
+		// The same, raw, to see the codes.
+		_, rev, err = st.Get(ctx, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes := map[jetstream.ErrorCode]int{}
+		var acks []jetstream.PubAckFuture
+		for range 32 {
+			f, err := js.PublishAsync("$KV."+tenaz.BucketState+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks = append(acks, f)
+		}
+		for _, f := range acks {
+			select {
+			case <-f.Ok():
+				codes[0]++
+			case err := <-f.Err():
+				if !store.IsWrongSequence(err) {
+					t.Fatalf("%s: want a wrong-sequence error, got %v", round, err)
+				}
+				errors.As(err, &apiErr)
+				codes[apiErr.ErrorCode]++
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			}
+		}
+		if codes[0] != 1 {
+			t.Fatalf("%s: want exactly one of 32 raw concurrent writes to win, got %v", round, codes)
+		}
+		t.Logf("%s: codes of 32 concurrent writes at one revision (0 = won): %v", round, codes)
+	}
+	check("before")
+	bucket := "KV_" + tenaz.BucketState
+	leader := c.StreamLeader(bucket)
+	if leader < 0 {
+		t.Fatal("want a leader of the state bucket")
+	}
+	c.Servers[leader].Stop()
+	natstest.Eventually(t, 30*time.Second, func() bool { return c.StreamLeader(bucket) >= 0 }, "a new leader of %s", bucket)
+	check("after")
+}
