@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/logging"
@@ -67,6 +68,18 @@ func Mux(cs ...Component) *http.ServeMux {
 	httpapi.Health(mux, checks...)
 	mux.Handle("GET /metrics", promhttp.Handler())
 	return mux
+}
+
+// BodySlack is what a request body may hold beyond http.max_body_bytes
+// (the submission's envelope around its payload).
+const BodySlack = 64 << 10
+
+// Handler is what a process serves: h behind a.Guard (open health,
+// metrics and webhook routes, operator-only screen and dead-letter routes,
+// a valid credential everywhere else; see package auth) with every request
+// body bounded by http.max_body_bytes plus BodySlack, on every route.
+func Handler(cfg *config.Config, a *auth.Authenticator, h http.Handler) http.Handler {
+	return a.Guard(http.MaxBytesHandler(h, cfg.HTTP.MaxBodyBytes+BodySlack))
 }
 
 // Server is a running HTTP server.
@@ -121,6 +134,10 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 		return err
 	}
 	log := logging.New(cfg.Log.Format, cfg.Log.Level, nil)
+	a, err := auth.New(cfg) // refuses no keys unless auth.disabled
+	if err != nil {
+		return err
+	}
 	nc, err := natsconn.Connect(cfg.NATS, name, "")
 	if err != nil {
 		return err
@@ -133,7 +150,7 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	srv, err := Serve(cfg.HTTP.Addr, Mux(svc))
+	srv, err := Serve(cfg.HTTP.Addr, Handler(cfg, a, Mux(svc)))
 	if err != nil {
 		_ = svc.Stop(context.Background())
 		return err

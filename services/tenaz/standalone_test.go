@@ -28,6 +28,7 @@ nats:
 http: {addr: "127.0.0.1:0"}
 log: {level: warn}
 streams: {ack_wait: 2s}
+auth: {disabled: true}
 accounts:
   "*": {concurrency: 8, breaker: {failures: 100}}
 targets:

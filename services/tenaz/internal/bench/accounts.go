@@ -115,6 +115,7 @@ func Accounts(ctx context.Context, n int, r Report) error {
 nats: {url: %q}
 http: {addr: "127.0.0.1:0"}
 log: {level: error}
+auth: {disabled: true}
 accounts:
   "*": {concurrency: 2}
 targets:

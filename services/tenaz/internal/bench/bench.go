@@ -208,6 +208,7 @@ func BenchConfig(natsURL, target string, concurrency int) (*config.Config, error
 nats: {url: %q}
 http: {addr: "127.0.0.1:0"}
 log: {level: error}
+auth: {disabled: true}
 accounts:
   "*": {concurrency: %d}
 targets:

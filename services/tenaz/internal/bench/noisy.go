@@ -37,6 +37,7 @@ func Noisy(ctx context.Context, sz Sizes, r Report, targetURL string) error {
 nats: {url: %q}
 http: {addr: "127.0.0.1:0"}
 log: {level: error}
+auth: {disabled: true}
 accounts:
   "*": {concurrency: 16, breaker: {failures: 5, cooldown: 30s}}
   broken: {targets: {noop: {url: %q}}}
