@@ -223,7 +223,9 @@ type JobReply struct {
 	Failed  int    `json:"failed"`
 	State   string `json:"state"`
 	// Error is why a failed job stopped.
-	Error         string      `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// LastErrors are the latest per-event failures (up to 20).
+	LastErrors    []ItemError `json:"last_errors,omitempty"`
 	Filter        ListRequest `json:"filter"`
 	Stage         string      `json:"stage,omitempty"`
 	Actor         string      `json:"actor"`
@@ -354,4 +356,31 @@ func Call(ctx context.Context, nc *nats.Conn, subject string, req, rep any) erro
 		return fmt.Errorf("ops: decode %s reply: %w", subject, err)
 	}
 	return nil
+}
+
+// Digest is the JSON of <prefix>.advisory.digest: what arrived in DEAD
+// (dead letters and manual reviews) since the previous digest, counted by
+// account, kind and reason, and what is still open.
+type Digest struct {
+	// From and To bound the period: arrivals after From up to To.
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// Total is how many entries arrived in the period.
+	Total     int            `json:"total"`
+	ByAccount map[string]int `json:"by_account"`
+	ByKind    map[string]int `json:"by_kind"`
+	ByReason  map[string]int `json:"by_reason"`
+	// Rows count each account + kind + reason, largest first.
+	Rows []DigestRow `json:"rows"`
+	// OpenDead and OpenReview are what waits for an operator now.
+	OpenDead   int `json:"open_dead"`
+	OpenReview int `json:"open_review"`
+}
+
+// DigestRow is one account + kind + reason count of a Digest.
+type DigestRow struct {
+	Account string `json:"account"`
+	Kind    string `json:"kind"`
+	Reason  string `json:"reason"`
+	Count   int    `json:"count"`
 }

@@ -2,24 +2,39 @@ package deadletter
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/deadletter/internal/index"
 	"github.com/tenaz/tenaz/streams"
 )
 
 // Version is reported by the micro service.
-const Version = "0.1.0"
+const Version = "0.2.0"
+
+// Buckets and stream of the deadletter service (see streams/data).
+const (
+	BucketIndex  = "tenaz_deadindex"
+	BucketOps    = "tenaz_ops"
+	StreamDigest = "TENAZ_DIGEST"
+)
 
 // Options configure the service.
 type Options struct {
@@ -32,22 +47,56 @@ type Options struct {
 	// SkipStreams does not apply the stream layout at start (tenaz run
 	// applies it once for every service).
 	SkipStreams bool
+	// Operator names the operator behind an HTTP request (recorded as
+	// "operator:<name>"); "" when unknown. Authentication in front of the
+	// routes sets it. Defaults to the HTTP Basic user name, else "" — then
+	// the request's own actor field (JSON "actor", the screen's name
+	// field) is used, and an action without any is refused.
+	Operator func(*http.Request) string
+	// Instance names this replica in job leases and breaker records.
+	// Defaults to "<hostname>-<random>".
+	Instance string
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// HTTPClient posts the digest webhook. Defaults to a client with a 10s timeout.
+	HTTPClient *http.Client
 }
 
 // Service is the deadletter service.
 type Service struct {
-	o       Options
-	log     zerolog.Logger
-	js      jetstream.JetStream
-	st      *store.Store
-	subj    tenaz.Subjects
-	mu      sync.Mutex
-	started bool
-	micro   micro.Service
-	cc      jetstream.ConsumeContext
-	wg      sync.WaitGroup
-	cancel  context.CancelCauseFunc
+	o    Options
+	cfg  *config.Config
+	log  zerolog.Logger
+	js   jetstream.JetStream
+	subj tenaz.Subjects
+	now  func() time.Time
+
+	st    *store.Store
+	q     *queue.Queue
+	prov  *accounts.Provisioner
+	kvIdx jetstream.KeyValue
+	kvOps jetstream.KeyValue
+	dead  jetstream.Stream
+	x     *index.Index
+	brk   *breaker.Registry
+	ui    *ui
+	tabs  *tabCounts
+
+	mu       sync.Mutex
+	started  bool
+	micro    micro.Service
+	ccs      []jetstream.ConsumeContext
+	watch    jetstream.KeyWatcher
+	wg       sync.WaitGroup // message handlers in flight
+	bg       sync.WaitGroup // background loops
+	runCtx   context.Context
+	cancel   context.CancelCauseFunc
+	jobKick  chan struct{}
+	watchEnd chan struct{}
 }
+
+// ErrStopped is the cause of the service's context once Stop is called.
+var ErrStopped = errors.New("deadletter: stopped")
 
 // New validates the options; it does no I/O.
 func New(o Options) (*Service, error) {
@@ -62,60 +111,130 @@ func New(o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{o: o, log: log, js: js, subj: tenaz.NewSubjects(o.Config.Prefix)}, nil
+	if o.Instance == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		o.Instance = host + "-" + hex.EncodeToString(b[:])
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if o.Operator == nil {
+		o.Operator = func(r *http.Request) string { u, _, _ := r.BasicAuth(); return u }
+	}
+	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: tenaz.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
+	s.q = queue.New(js, s.subj)
+	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
+	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
+	if s.ui, err = newUI(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-// Start registers the micro service. It returns once started.
-func (s *Service) Start(ctx context.Context) error {
+// Start loads the index, starts the consumers (advisories, DEAD arrivals,
+// digest ticks), the replay-job runner and the micro service. It returns
+// once the index holds everything dead or in review.
+func (s *Service) Start(ctx context.Context) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return nil
 	}
+	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
+	s.jobKick = make(chan struct{}, 1)
+	defer func() {
+		if err != nil {
+			s.stopLocked(context.Background())
+		}
+	}()
+	p := s.cfg.Prefix
 	if !s.o.SkipStreams {
-		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.o.Config.Prefix, Replicas: s.o.Config.Streams.Replicas}); err != nil {
+		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: p, Replicas: s.cfg.Streams.Replicas}); err != nil {
 			return fmt.Errorf("deadletter: %w", err)
 		}
 	}
-	st, err := store.Open(ctx, s.js, store.Options{Retention: s.o.Config.Streams.Retention.D()})
-	if err != nil {
+	if s.st, err = store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D(), Now: s.now}); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
-	s.st = st
-	cons, err := s.js.Consumer(ctx, "TENAZ_ADVISORIES", "deadletter")
-	if err != nil {
-		return fmt.Errorf("deadletter: advisories consumer: %w", err)
+	if s.kvIdx, err = s.js.KeyValue(ctx, BucketIndex); err != nil {
+		return fmt.Errorf("deadletter: bucket %s: %w", BucketIndex, err)
 	}
-	runCtx, cancel := context.WithCancelCause(context.Background())
-	s.cancel = cancel
-	s.cc, err = cons.Consume(func(m jetstream.Msg) {
-		s.wg.Add(1)
-		defer s.wg.Done()
-		s.handleAdvisory(runCtx, m)
-	}, jetstream.ConsumeErrHandler(func(jetstream.ConsumeContext, error) {}))
-	if err != nil {
-		cancel(nil)
-		return fmt.Errorf("deadletter: consume: %w", err)
+	if s.kvOps, err = s.js.KeyValue(ctx, BucketOps); err != nil {
+		return fmt.Errorf("deadletter: bucket %s: %w", BucketOps, err)
 	}
-	m, err := micro.AddService(s.o.Conn, micro.Config{Name: "tenaz-deadletter", Version: Version, Description: "Dead letters, manual review, operator actions", QueueGroup: "tenaz-deadletter"})
-	if err != nil {
-		s.cc.Stop()
-		cancel(nil)
+	if s.dead, err = s.js.Stream(ctx, tenaz.StreamDead); err != nil {
+		return fmt.Errorf("deadletter: stream %s: %w", tenaz.StreamDead, err)
+	}
+	if err := s.startView(ctx); err != nil {
 		return err
 	}
-	g := m.AddGroup(s.o.Config.Prefix + ".api.deadletter")
-	if err := g.AddEndpoint("ping", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond([]byte("pong")) })); err != nil {
-		_ = m.Stop()
-		s.cc.Stop()
-		cancel(nil)
+	if err := s.consume(ctx, "TENAZ_ADVISORIES", "deadletter", nil, s.handleAdvisory); err != nil {
 		return err
 	}
-	s.micro, s.started = m, true
-	s.log.Info().Msg("deadletter started")
+	if err := s.consume(ctx, tenaz.StreamDead, "", s.dataConsumer("consumer-deadletter-index.json"), s.handleArrival); err != nil {
+		return err
+	}
+	if s.brk, err = breaker.New(ctx, s.js, breaker.Options{
+		Instance: s.o.Instance, Now: s.now, Prefix: p, Logger: &s.log,
+		Publish: func(subj string, data []byte) { _ = s.o.Conn.Publish(subj, data) },
+	}); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
+	if err := s.startDigest(ctx); err != nil {
+		return err
+	}
+	s.bg.Add(1)
+	go s.runJobs()
+	if s.micro, err = s.registerMicro(); err != nil {
+		return fmt.Errorf("deadletter: micro: %w", err)
+	}
+	s.started = true
+	s.log.Info().Int("dead", s.x.Count(tenaz.StateDead)).Int("manual_review", s.x.Count(tenaz.StateManualReview)).Msg("deadletter started")
 	return nil
 }
 
-// Stop deregisters. Idempotent and safe before Start.
+// consume starts a consumer: the durable name of an existing one, or the
+// config to create or update.
+func (s *Service) consume(ctx context.Context, stream, durable string, cfg func() (jetstream.ConsumerConfig, error), h func(context.Context, jetstream.Msg)) error {
+	var cons jetstream.Consumer
+	var err error
+	if cfg != nil {
+		c, cerr := cfg()
+		if cerr != nil {
+			return fmt.Errorf("deadletter: %w", cerr)
+		}
+		durable = c.Durable
+		cons, err = s.js.CreateOrUpdateConsumer(ctx, stream, c)
+	} else {
+		cons, err = s.js.Consumer(ctx, stream, durable)
+	}
+	if err != nil {
+		return fmt.Errorf("deadletter: consumer %s on %s: %w", durable, stream, err)
+	}
+	ctx = s.runCtx
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		s.wg.Add(1)
+		defer s.wg.Done()
+		h(ctx, m)
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			s.log.Debug().Err(err).Str("consumer", durable).Msg("consume")
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("deadletter: consume %s: %w", durable, err)
+	}
+	s.ccs = append(s.ccs, cc)
+	return nil
+}
+
+// Stop drains the consumers, ends the background loops and deregisters.
+// Idempotent and safe before Start.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -123,17 +242,43 @@ func (s *Service) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.started = false
-	s.cc.Drain()
-	select {
-	case <-s.cc.Closed():
-	case <-ctx.Done():
-		s.cc.Stop()
-		<-s.cc.Closed()
+	return s.stopLocked(ctx)
+}
+
+func (s *Service) stopLocked(ctx context.Context) error {
+	var err error
+	if s.micro != nil {
+		err = s.micro.Stop()
+		s.micro = nil
 	}
+	for _, cc := range s.ccs {
+		cc.Drain()
+	}
+	for _, cc := range s.ccs {
+		select {
+		case <-cc.Closed():
+		case <-ctx.Done():
+			cc.Stop()
+			<-cc.Closed()
+		}
+	}
+	s.ccs = nil
 	s.wg.Wait()
-	s.cancel(nil)
+	if s.cancel != nil {
+		s.cancel(ErrStopped)
+	}
+	s.bg.Wait()
+	if s.watch != nil {
+		_ = s.watch.Stop()
+		<-s.watchEnd
+		s.watch = nil
+	}
+	if s.brk != nil {
+		s.brk.Stop()
+		s.brk = nil
+	}
 	s.log.Info().Msg("deadletter stopped")
-	return s.micro.Stop()
+	return err
 }
 
 // Ready reports whether the service is started and connected.
@@ -149,5 +294,17 @@ func (s *Service) Ready() error {
 	return nil
 }
 
-// Routes registers the service's HTTP routes on mux (none yet).
-func (s *Service) Routes(mux *http.ServeMux) {}
+// Routes registers the screen (/ui/) and the JSON API (/v1/dead,
+// /v1/review, /v1/breakers) on mux.
+func (s *Service) Routes(mux *http.ServeMux) {
+	s.apiRoutes(mux)
+	s.ui.routes(mux)
+}
+
+// Handler is the service's HTTP routes alone (for mounting behind
+// authentication).
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	s.Routes(mux)
+	return mux
+}

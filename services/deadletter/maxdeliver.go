@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,24 +19,36 @@ import (
 )
 
 // maxDeliveries is the server's advisory that a consumer gave up on a
-// message (io.nats.jetstream.advisory.v1.max_deliver).
+// message (io.nats.jetstream.advisory.v1.max_deliver), or, with Reason,
+// that a client terminated one (io.nats.jetstream.advisory.v1.terminated).
 type maxDeliveries struct {
 	Stream     string `json:"stream"`
 	Consumer   string `json:"consumer"`
 	StreamSeq  uint64 `json:"stream_seq"`
 	Deliveries uint64 `json:"deliveries"`
+	Reason     string `json:"reason,omitempty"`
+	terminated bool
 }
+
+// advisoryTerminated is the subject prefix of terminated advisories.
+const advisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED."
 
 // handleAdvisory moves a message the server gave up on to DEAD: the
 // event's record goes to dead (class crash), its DEAD entry keeps the
 // payload and history, and the message is deleted from its work queue.
-// Everything is idempotent, so a redelivered advisory changes nothing.
+// A terminated EVENTS message is moved the same way (class and reason
+// "terminated") if it is still there and its event still active: tenaz
+// itself terminates only what it already kept in DEAD, and in a work
+// queue a terminated message is normally gone, so this catches a client
+// that terminated an event's message by hand. Everything is idempotent, so
+// a redelivered advisory changes nothing.
 func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 	var a maxDeliveries
 	if err := json.Unmarshal(m.Data(), &a); err != nil || a.StreamSeq == 0 {
 		_ = m.Term()
 		return
 	}
+	a.terminated = strings.HasPrefix(m.Subject(), advisoryTerminated)
 	if err := s.moveToDead(ctx, a); err != nil {
 		s.log.Warn().Err(err).Str("stream", a.Stream).Uint64("seq", a.StreamSeq).Msg("moving a max-deliveries message to DEAD; will retry")
 		_ = m.NakWithDelay(2 * time.Second)
@@ -45,7 +58,7 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 }
 
 func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
-	if a.Stream != tenaz.StreamEvents && a.Stream != tenaz.StreamIntake {
+	if a.Stream != tenaz.StreamEvents && (a.Stream != tenaz.StreamIntake || a.terminated) {
 		return nil
 	}
 	st, err := s.js.Stream(ctx, a.Stream)
@@ -54,6 +67,9 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 	}
 	raw, err := st.GetMsg(ctx, a.StreamSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		if a.terminated {
+			s.log.Debug().Uint64("seq", a.StreamSeq).Str("consumer", a.Consumer).Str("reason", a.Reason).Msg("terminated message already gone")
+		}
 		return nil // already moved (or acked at the last moment)
 	}
 	if err != nil {
@@ -61,8 +77,20 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 	}
 	why := fmt.Sprintf("workers failed on it %d times (consumer %s gave up)", a.Deliveries, a.Consumer)
 	msgID := fmt.Sprintf("maxdeliver/%s/%d", a.Stream, a.StreamSeq)
-	now := time.Now().UTC()
+	reason, class := dead.ReasonCrash, string(outcome.ClassCrash)
+	if a.terminated {
+		why = fmt.Sprintf("consumer %s terminated its message after %d deliveries", a.Consumer, a.Deliveries)
+		if a.Reason != "" {
+			why += ": " + a.Reason
+		}
+		msgID = fmt.Sprintf("terminated/%s/%d", a.Stream, a.StreamSeq)
+		reason, class = ReasonTerminated, ReasonTerminated
+	}
+	now := s.now().UTC()
 	env, eerr := event.Unmarshal(raw.Data)
+	if a.terminated && eerr != nil {
+		return nil // an undecodable message is kept in DEAD by whoever terminated it
+	}
 	if a.Stream == tenaz.StreamIntake || eerr != nil {
 		e := dead.Entry{Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash), Error: why, At: now, Raw: raw.Data, RawSubject: raw.Subject}
 		if acct, kind, err := s.subj.ParseIntake(raw.Subject); err == nil {
@@ -85,11 +113,11 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 			break // it finished meanwhile: the message is only a stale copy
 		}
 		next, _, err := state.Apply(rec, state.Action{Name: state.DeliveriesMaxed, Actor: "deadletter",
-			Error: &state.ErrorInfo{Class: string(outcome.ClassCrash), Message: why}, Detail: dead.ReasonCrash + ": " + why}, now)
+			Error: &state.ErrorInfo{Class: class, Message: why}, Detail: reason + ": " + why}, now)
 		if err != nil {
 			return err
 		}
-		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash),
+		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: class,
 			Error: why, At: now, Event: &env, Record: &next}
 		if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
 			return err
@@ -100,7 +128,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 			return err
 		}
 		dead.Advise(s.o.Conn, s.subj, next)
-		s.log.Warn().Str("event_id", env.ID).Str("reason", why).Msg("dead-lettered after max deliveries")
+		s.log.Warn().Str("event_id", env.ID).Str("reason", why).Msg("dead-lettered by the server's advisory")
 		break
 	}
 	return deleteMsg(ctx, st, a.StreamSeq)

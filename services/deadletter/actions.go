@@ -1,0 +1,397 @@
+package deadletter
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// apiError is a refusal with an HTTP-like status and a machine code; every
+// surface (HTTP, micro, the screen) answers it as it is.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func fail(status int, code, format string, args ...any) error {
+	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps err to its status, code and message (500 for the unexpected).
+func statusOf(err error) (int, string, string) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.status, ae.code, ae.msg
+	}
+	return http.StatusInternalServerError, "internal", err.Error()
+}
+
+// actorOf validates an operator name and returns the history actor.
+func actorOf(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return "", fail(http.StatusBadRequest, "actor_required", "say who acts: actor (the operator's name) is required")
+	}
+	if len(name) > 64 || strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || r == ':' }) >= 0 {
+		return "", fail(http.StatusBadRequest, "invalid_actor", "actor must be 1-64 printable characters without ':', got %q", name)
+	}
+	return "operator:" + name, nil
+}
+
+// lookup returns the indexed item of an event, or why it cannot be acted on.
+func (s *Service) lookup(ctx context.Context, id string) (ops.Item, error) {
+	if err := tenaz.ValidateEventID(id); err != nil {
+		return ops.Item{}, fail(http.StatusBadRequest, "invalid_id", "%v", err)
+	}
+	if it, _, ok := s.x.Get(id); ok {
+		return it, nil
+	}
+	rec, _, err := s.st.Get(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return ops.Item{}, fail(http.StatusNotFound, "not_found", "event %s not found", id)
+	case err != nil:
+		return ops.Item{}, err
+	case rec.Status.Parked():
+		return ops.Item{}, fail(http.StatusConflict, "not_indexed", "event %s is %s but its DEAD entry is not indexed yet; try again in a moment", id, rec.Status)
+	}
+	return ops.Item{}, notParked(id, rec.Status)
+}
+
+func notParked(id string, st tenaz.State) error {
+	return fail(http.StatusConflict, "not_parked", "event %s is %s: only dead or manual_review events can be acted on", id, st)
+}
+
+// entry reads the DEAD entry of an item.
+func (s *Service) entry(ctx context.Context, it ops.Item) (dead.Entry, error) {
+	raw, err := s.dead.GetMsg(ctx, it.Seq)
+	if err != nil {
+		return dead.Entry{}, fmt.Errorf("DEAD entry %d: %w", it.Seq, err)
+	}
+	var e dead.Entry
+	if err := json.Unmarshal(raw.Data, &e); err != nil {
+		e = dead.Entry{Account: it.Account, Kind: it.Kind, Reason: it.Reason, Error: it.Error, Raw: raw.Data, RawSubject: raw.Subject}
+	}
+	return e, nil
+}
+
+// show returns an entry in full: the event as it died and its current record.
+func (s *Service) show(ctx context.Context, req ops.ShowRequest) (ops.ShowReply, error) {
+	var it ops.Item
+	switch {
+	case req.ID != "":
+		var err error
+		if it, err = s.lookup(ctx, req.ID); err != nil {
+			return ops.ShowReply{}, err
+		}
+	case req.Seq != 0:
+		var ok bool
+		if it, _, ok = s.x.Get(seqKey(req.Seq)); !ok {
+			return ops.ShowReply{}, fail(http.StatusNotFound, "not_found", "no listed DEAD entry without an event at sequence %d", req.Seq)
+		}
+	default:
+		return ops.ShowReply{}, fail(http.StatusBadRequest, "id_required", "give id (or seq for an entry without an event)")
+	}
+	e, err := s.entry(ctx, it)
+	if err != nil {
+		return ops.ShowReply{}, err
+	}
+	rep := ops.ShowReply{Item: it, Event: e.Event, Record: e.Record, Raw: e.Raw, RawSubject: e.RawSubject}
+	if it.ID != "" {
+		if rec, _, err := s.st.Get(ctx, it.ID); err == nil {
+			rep.Record = &rec
+			rep.Item.Status = rec.Status
+		}
+	}
+	return rep, nil
+}
+
+// checkPayload validates an edited payload as ingest validates a submission.
+func (s *Service) checkPayload(kind string, p json.RawMessage) error {
+	if max := s.cfg.HTTP.MaxBodyBytes; max > 0 && int64(len(p)) > max {
+		return fail(http.StatusRequestEntityTooLarge, "too_large", "payload is %d bytes; the limit is %d", len(p), max)
+	}
+	var doc any
+	if err := json.Unmarshal(p, &doc); err != nil {
+		return fail(http.StatusBadRequest, "malformed", "payload is not JSON: %v", err)
+	}
+	sch, err := s.cfg.SchemaFor(kind)
+	if err != nil {
+		return fmt.Errorf("schema of %q: %w", kind, err)
+	}
+	if sch != nil {
+		if err := sch.Validate(doc); err != nil {
+			return fail(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %v", kind, err)
+		}
+	}
+	return nil
+}
+
+// replay starts a fresh attempt cycle of a dead or reviewed event, in stage
+// ("" keeps its stage), optionally with an edited payload. The transition
+// is a compare-and-set from dead/manual_review, so an event that is
+// already pending or running is refused (409), never run twice.
+func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage, stage, actor, why string) error {
+	switch stage {
+	case "", state.StagePrimary, state.StageFallback:
+	default:
+		return fail(http.StatusBadRequest, "invalid_stage", "stage must be primary, fallback or empty, got %q", stage)
+	}
+	it, err := s.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	if stage == state.StageFallback {
+		if k, ok := s.cfg.Kind(it.Kind); !ok || k.Fallback == nil {
+			return fail(http.StatusBadRequest, "no_fallback", "kind %q has no fallback stage", it.Kind)
+		}
+	}
+	e, err := s.entry(ctx, it)
+	if err != nil {
+		return err
+	}
+	if e.Event == nil {
+		return fail(http.StatusConflict, "no_envelope", "the DEAD entry of %s keeps no event to replay", id)
+	}
+	env := *e.Event
+	detail := why
+	if payload != nil {
+		if err := s.checkPayload(env.Kind, payload); err != nil {
+			return err
+		}
+		env.Payload = append(json.RawMessage(nil), payload...)
+		sum := sha256.Sum256(payload)
+		detail = strings.TrimSpace(why + " (payload edited, sha256 " + hex.EncodeToString(sum[:6]) + ")")
+	}
+	if _, ok := s.cfg.Kind(env.Kind); !ok {
+		return fail(http.StatusUnprocessableEntity, "unknown_kind", "kind %q is no longer configured", env.Kind)
+	}
+	if err := s.prov.Ensure(ctx, env.Account); err != nil {
+		return err
+	}
+	rec, _, effects, err := s.st.Transition(ctx, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage})
+	if errors.Is(err, state.ErrInvalidTransition) {
+		if !rec.Status.Parked() {
+			s.forget(ctx, id)
+		}
+		return notParked(id, rec.Status)
+	}
+	if err != nil {
+		return err
+	}
+	s.forget(ctx, id)
+	for _, ef := range effects {
+		if ef != state.EffectEnqueue {
+			continue
+		}
+		if err := s.enqueue(ctx, env, rec); err != nil {
+			return fmt.Errorf("event %s is pending but its message could not be published (the reconciler will put it back on its path): %w", id, err)
+		}
+	}
+	s.log.Info().Str("event_id", id).Str("actor", actor).Str("stage", rec.Stage).Bool("edited", payload != nil).Msg("replayed")
+	return nil
+}
+
+// enqueue publishes a replayed event with Enqueue, never EnqueueFresh: a
+// replayed record is not queue.Initial(env), so the dispatcher must claim
+// it by reading it (a read-free claim would overwrite its history).
+func (s *Service) enqueue(ctx context.Context, env event.Envelope, rec state.Record) error {
+	msgID := fmt.Sprintf("%s/replay/%d", env.ID, rec.Truncated+len(rec.History))
+	var err error
+	for i := range 3 {
+		if _, err = s.q.Enqueue(ctx, env, msgID); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(i+1) * 200 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// discard cancels a dead or reviewed event.
+func (s *Service) discard(ctx context.Context, id, actor, why string) error {
+	if _, err := s.lookup(ctx, id); err != nil {
+		return err
+	}
+	return s.settle(ctx, id, state.Action{Name: state.Discard, Actor: actor, Detail: why})
+}
+
+// settle applies a transition that ends a dead or reviewed event's stay.
+func (s *Service) settle(ctx context.Context, id string, a state.Action) error {
+	rec, _, _, err := s.st.Transition(ctx, id, a)
+	if errors.Is(err, state.ErrInvalidTransition) {
+		if !rec.Status.Parked() {
+			s.forget(ctx, id)
+		}
+		return notParked(id, rec.Status)
+	}
+	if err != nil {
+		return err
+	}
+	s.forget(ctx, id)
+	s.log.Info().Str("event_id", id).Str("actor", a.Actor).Str("action", string(a.Name)).Msg("settled by an operator")
+	return nil
+}
+
+// discardSeq drops an entry without an event from the lists.
+func (s *Service) discardSeq(ctx context.Context, seq uint64, actor, why string) error {
+	key := seqKey(seq)
+	if _, _, ok := s.x.Get(key); !ok {
+		return fail(http.StatusNotFound, "not_found", "no listed DEAD entry without an event at sequence %d", seq)
+	}
+	s.forget(ctx, key)
+	s.log.Info().Uint64("seq", seq).Str("actor", actor).Str("reason", why).Msg("DEAD entry discarded")
+	return nil
+}
+
+// resolve decides a review (or a dead event).
+func (s *Service) resolve(ctx context.Context, req ops.ResolveRequest) error {
+	actor, err := actorOf(req.Actor)
+	if err != nil {
+		return err
+	}
+	switch req.Outcome {
+	case ops.OutcomeDone:
+		if req.Result != nil && !json.Valid(req.Result) {
+			return fail(http.StatusBadRequest, "malformed", "result is not JSON")
+		}
+		if _, err := s.lookup(ctx, req.ID); err != nil {
+			return err
+		}
+		return s.settle(ctx, req.ID, state.Action{Name: state.Resolve, Actor: actor, Detail: req.Reason, Result: req.Result})
+	case ops.OutcomeDiscard:
+		return s.discard(ctx, req.ID, actor, req.Reason)
+	case ops.OutcomeRequeuePrimary:
+		return s.replay(ctx, req.ID, nil, state.StagePrimary, actor, req.Reason)
+	case ops.OutcomeRequeueFallback:
+		return s.replay(ctx, req.ID, nil, state.StageFallback, actor, req.Reason)
+	}
+	return fail(http.StatusBadRequest, "invalid_outcome", "outcome must be done, discard, requeue_primary or requeue_fallback, got %q", req.Outcome)
+}
+
+// forEach runs fn on each id with a few at a time and collects the counts.
+func forEach(ids []string, fn func(id string) error) (done, skipped int, errs []ops.ItemError) {
+	var mu sync.Mutex
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := fn(id)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				done++
+				return
+			}
+			status, code, msg := statusOf(err)
+			if code == "not_parked" {
+				skipped++
+				return
+			}
+			errs = append(errs, ops.ItemError{ID: id, Code: status, Message: msg})
+		}()
+	}
+	wg.Wait()
+	return done, skipped, errs
+}
+
+func checkSelection(n int) error {
+	if n == 0 {
+		return fail(http.StatusBadRequest, "ids_required", "give ids (or a filter)")
+	}
+	if n > ops.MaxSelection {
+		return fail(http.StatusBadRequest, "too_many", "at most %d ids at once, got %d; replay by filter instead", ops.MaxSelection, n)
+	}
+	return nil
+}
+
+// replayRequest replays ids now, or starts a job for a filter.
+func (s *Service) replayRequest(ctx context.Context, req ops.ReplayRequest) (ops.ReplayReply, error) {
+	actor, err := actorOf(req.Actor)
+	if err != nil {
+		return ops.ReplayReply{}, err
+	}
+	if req.Filter != nil {
+		if len(req.IDs) > 0 || req.Payload != nil {
+			return ops.ReplayReply{}, fail(http.StatusBadRequest, "bad_request", "give either ids or a filter, and an edited payload only with one id")
+		}
+		j, err := s.createJob(ctx, *req.Filter, req.Stage, actor, req.Reason, req.RatePerSecond)
+		if err != nil {
+			return ops.ReplayReply{}, err
+		}
+		return ops.ReplayReply{JobID: j.JobID}, nil
+	}
+	if err := checkSelection(len(req.IDs)); err != nil {
+		return ops.ReplayReply{}, err
+	}
+	if req.Payload != nil && len(req.IDs) != 1 {
+		return ops.ReplayReply{}, fail(http.StatusBadRequest, "bad_request", "an edited payload goes with exactly one id, got %d", len(req.IDs))
+	}
+	if len(req.IDs) == 1 { // one id: its error is the answer
+		if err := s.replay(ctx, req.IDs[0], req.Payload, req.Stage, actor, req.Reason); err != nil {
+			return ops.ReplayReply{}, err
+		}
+		return ops.ReplayReply{Replayed: 1}, nil
+	}
+	done, skipped, errs := forEach(req.IDs, func(id string) error { return s.replay(ctx, id, nil, req.Stage, actor, req.Reason) })
+	return ops.ReplayReply{Replayed: done, Skipped: skipped, Errors: errs}, nil
+}
+
+// discardRequest discards ids and event-less entries.
+func (s *Service) discardRequest(ctx context.Context, req ops.DiscardRequest) (ops.ActionReply, error) {
+	actor, err := actorOf(req.Actor)
+	if err != nil {
+		return ops.ActionReply{}, err
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		return ops.ActionReply{}, fail(http.StatusBadRequest, "reason_required", "say why: a discard needs a reason")
+	}
+	if err := checkSelection(len(req.IDs) + len(req.Seqs)); err != nil {
+		return ops.ActionReply{}, err
+	}
+	if len(req.IDs)+len(req.Seqs) == 1 {
+		if len(req.IDs) == 1 {
+			err = s.discard(ctx, req.IDs[0], actor, req.Reason)
+		} else {
+			err = s.discardSeq(ctx, req.Seqs[0], actor, req.Reason)
+		}
+		if err != nil {
+			return ops.ActionReply{}, err
+		}
+		return ops.ActionReply{Done: 1}, nil
+	}
+	done, skipped, errs := forEach(req.IDs, func(id string) error { return s.discard(ctx, id, actor, req.Reason) })
+	for _, seq := range req.Seqs {
+		if err := s.discardSeq(ctx, seq, actor, req.Reason); err != nil {
+			status, _, msg := statusOf(err)
+			errs = append(errs, ops.ItemError{ID: seqKey(seq), Code: status, Message: msg})
+			continue
+		}
+		done++
+	}
+	return ops.ActionReply{Done: done, Skipped: skipped, Errors: errs}, nil
+}

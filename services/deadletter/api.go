@@ -1,0 +1,270 @@
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/deadletter/internal/index"
+)
+
+// apiRoutes registers the JSON API. Bodies and answers are the pkg/ops
+// types; errors are {"error":{"code","message"}}.
+//
+//	GET  /v1/dead                       list (query: account kind class reason since until cursor limit)
+//	GET  /v1/dead/{id}                  show (seq_<n> for an entry without an event)
+//	POST /v1/dead/replay                ReplayRequest → ReplayReply (202 with job_id for a filter)
+//	POST /v1/dead/{id}/replay           {payload?, stage?, actor, reason} → ReplayReply
+//	POST /v1/dead/discard               DiscardRequest → ActionReply
+//	GET  /v1/dead/jobs/{job}            JobReply
+//	GET  /v1/review                     list of manual reviews
+//	GET  /v1/review/{id}                show
+//	POST /v1/review/{id}/resolve        {outcome, result?, actor, reason} → ActionReply
+//	GET  /v1/breakers                   BreakersReply (query: account)
+//	POST /v1/breakers/{account}/{target}/close  {actor} → BreakerItem
+func (s *Service) apiRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/dead", s.apiList(tenaz.StateDead))
+	mux.HandleFunc("GET /v1/review", s.apiList(tenaz.StateManualReview))
+	mux.HandleFunc("GET /v1/dead/{id}", s.apiShow)
+	mux.HandleFunc("GET /v1/review/{id}", s.apiShow)
+	mux.HandleFunc("POST /v1/dead/replay", func(w http.ResponseWriter, r *http.Request) {
+		var req ops.ReplayRequest
+		if !s.decode(w, r, &req, &req.Actor) {
+			return
+		}
+		s.answerReplay(w, r, req)
+	})
+	mux.HandleFunc("POST /v1/dead/{id}/replay", func(w http.ResponseWriter, r *http.Request) {
+		var req ops.ReplayRequest
+		if !s.decode(w, r, &req, &req.Actor) {
+			return
+		}
+		req.IDs, req.Filter = []string{r.PathValue("id")}, nil
+		s.answerReplay(w, r, req)
+	})
+	mux.HandleFunc("POST /v1/dead/discard", func(w http.ResponseWriter, r *http.Request) {
+		var req ops.DiscardRequest
+		if !s.decode(w, r, &req, &req.Actor) {
+			return
+		}
+		rep, err := s.discardRequest(r.Context(), req)
+		s.answer(w, http.StatusOK, rep, err)
+	})
+	mux.HandleFunc("GET /v1/dead/jobs/{job}", func(w http.ResponseWriter, r *http.Request) {
+		rep, err := s.getJob(r.Context(), r.PathValue("job"))
+		s.answer(w, http.StatusOK, rep, err)
+	})
+	mux.HandleFunc("POST /v1/review/{id}/resolve", func(w http.ResponseWriter, r *http.Request) {
+		var req ops.ResolveRequest
+		if !s.decode(w, r, &req, &req.Actor) {
+			return
+		}
+		req.ID = r.PathValue("id")
+		err := s.resolve(r.Context(), req)
+		s.answer(w, http.StatusOK, ops.ActionReply{Done: 1}, err)
+	})
+	mux.HandleFunc("GET /v1/breakers", func(w http.ResponseWriter, r *http.Request) {
+		httpapi.JSON(w, http.StatusOK, s.breakers(r.URL.Query().Get("account")))
+	})
+	mux.HandleFunc("POST /v1/breakers/{account}/{target}/close", func(w http.ResponseWriter, r *http.Request) {
+		var req ops.CloseBreakerRequest
+		if !s.decode(w, r, &req, &req.Actor) {
+			return
+		}
+		req.Account, req.Target = r.PathValue("account"), r.PathValue("target")
+		item, err := s.closeBreaker(r.Context(), req)
+		s.answer(w, http.StatusOK, item, err)
+	})
+}
+
+func (s *Service) answerReplay(w http.ResponseWriter, r *http.Request, req ops.ReplayRequest) {
+	rep, err := s.replayRequest(r.Context(), req)
+	status := http.StatusOK
+	if rep.JobID != "" {
+		status = http.StatusAccepted
+		w.Header().Set("Location", "/v1/dead/jobs/"+rep.JobID)
+	}
+	s.answer(w, status, rep, err)
+}
+
+// answer writes v, or err as a coded error.
+func (s *Service) answer(w http.ResponseWriter, status int, v any, err error) {
+	if err != nil {
+		st, code, msg := statusOf(err)
+		if st == http.StatusInternalServerError {
+			s.log.Error().Err(err).Msg("operator request failed")
+		}
+		httpapi.Error(w, st, code, msg)
+		return
+	}
+	httpapi.JSON(w, status, v)
+}
+
+// decode reads a JSON body into v (strictly) and sets *actor to the
+// authenticated operator when there is one.
+func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any, actor *string) bool {
+	limit := s.cfg.HTTP.MaxBodyBytes + 64<<10
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		httpapi.Error(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body over %d bytes", limit))
+		return false
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			httpapi.Error(w, http.StatusBadRequest, "malformed", "body: "+err.Error())
+			return false
+		}
+	}
+	if op := s.o.Operator(r); op != "" {
+		*actor = op
+	}
+	return true
+}
+
+func (s *Service) apiList(st tenaz.State) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q, err := listQuery(r.URL.Query())
+		if err != nil {
+			s.answer(w, 0, nil, err)
+			return
+		}
+		rep, err := s.list(st, q)
+		s.answer(w, http.StatusOK, rep, err)
+	}
+}
+
+func (s *Service) apiShow(w http.ResponseWriter, r *http.Request) {
+	req, err := showRequest(r.PathValue("id"))
+	if err != nil {
+		s.answer(w, 0, nil, err)
+		return
+	}
+	rep, err := s.show(r.Context(), req)
+	s.answer(w, http.StatusOK, rep, err)
+}
+
+// showRequest reads an id, or seq_<n> for an entry without an event.
+func showRequest(id string) (ops.ShowRequest, error) {
+	if n, ok := strings.CutPrefix(id, "seq_"); ok {
+		seq, err := strconv.ParseUint(n, 10, 64)
+		if err != nil || seq == 0 {
+			return ops.ShowRequest{}, fail(http.StatusBadRequest, "invalid_id", "invalid entry %q: want seq_<sequence>", id)
+		}
+		return ops.ShowRequest{Seq: seq}, nil
+	}
+	return ops.ShowRequest{ID: id}, nil
+}
+
+// list serves one page of a list.
+func (s *Service) list(st tenaz.State, q ops.ListRequest) (ops.ListReply, error) {
+	rep, err := s.x.List(st, q)
+	if errors.Is(err, index.ErrBadCursor) {
+		return rep, fail(http.StatusBadRequest, "invalid_cursor", "%v", err)
+	}
+	if err != nil {
+		return rep, fail(http.StatusBadRequest, "bad_request", "%v", err)
+	}
+	return rep, nil
+}
+
+// listQuery reads a ListRequest from query parameters.
+func listQuery(v url.Values) (ops.ListRequest, error) {
+	q := ops.ListRequest{Account: v.Get("account"), Kind: v.Get("kind"), Class: v.Get("class"), Reason: v.Get("reason"), Cursor: v.Get("cursor")}
+	for _, p := range []struct {
+		name string
+		dst  **time.Time
+	}{{"since", &q.Since}, {"until", &q.Until}} {
+		raw := v.Get(p.name)
+		if raw == "" {
+			continue
+		}
+		t, err := parseTime(raw)
+		if err != nil {
+			return q, fail(http.StatusBadRequest, "invalid_"+p.name, "%s: want RFC 3339 (2026-03-01T06:00:00Z) or a date (2026-03-01), got %q", p.name, raw)
+		}
+		*p.dst = &t
+	}
+	if raw := v.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > ops.MaxLimit {
+			return q, fail(http.StatusBadRequest, "invalid_limit", "limit: want 1..%d, got %q", ops.MaxLimit, raw)
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// parseTime reads RFC 3339, a datetime-local input value or a date (UTC).
+func parseTime(raw string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, raw); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, errors.New("bad time")
+}
+
+// breakers lists the breakers (of one account when given).
+func (s *Service) breakers(account string) ops.BreakersReply {
+	rep := ops.BreakersReply{Items: []ops.BreakerItem{}}
+	for _, c := range s.brk.List() {
+		if account != "" && c.Account != account {
+			continue
+		}
+		rep.Items = append(rep.Items, breakerItem(c))
+	}
+	return rep
+}
+
+func breakerItem(c breaker.Change) ops.BreakerItem {
+	it := ops.BreakerItem{Account: c.Account, Target: c.Target, State: string(c.State), Reason: c.Reason, Failures: c.Failures, By: c.By, At: c.At}
+	if !c.OpenUntil.IsZero() {
+		t := c.OpenUntil
+		it.OpenUntil = &t
+	}
+	return it
+}
+
+// closeBreaker closes one breaker for every replica (an operator's call).
+func (s *Service) closeBreaker(ctx context.Context, req ops.CloseBreakerRequest) (ops.BreakerItem, error) {
+	actor, err := actorOf(req.Actor)
+	if err != nil {
+		return ops.BreakerItem{}, err
+	}
+	if tenaz.ValidateAccount(req.Account) != nil || req.Target == "" {
+		return ops.BreakerItem{}, fail(http.StatusBadRequest, "invalid_breaker", "give a valid account and target, got %q and %q", req.Account, req.Target)
+	}
+	known := false
+	for _, c := range s.brk.List() {
+		known = known || c.Account == req.Account && c.Target == req.Target
+	}
+	if !known {
+		return ops.BreakerItem{}, fail(http.StatusNotFound, "not_found", "no breaker for account %s and target %s", req.Account, req.Target)
+	}
+	if err := s.brk.Close(ctx, req.Account, req.Target, actor); err != nil {
+		if errors.Is(err, breaker.ErrInvalidName) {
+			return ops.BreakerItem{}, fail(http.StatusBadRequest, "invalid_breaker", "%v", err)
+		}
+		return ops.BreakerItem{}, err
+	}
+	s.log.Info().Str("account", req.Account).Str("target", req.Target).Str("actor", actor).Msg("breaker closed by an operator")
+	for _, c := range s.brk.List() {
+		if c.Account == req.Account && c.Target == req.Target {
+			return breakerItem(c), nil
+		}
+	}
+	return ops.BreakerItem{Account: req.Account, Target: req.Target, State: string(breaker.Closed)}, nil
+}

@@ -1,0 +1,272 @@
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
+)
+
+// The index: DEAD is the durable feed of everything dead or in manual
+// review; the bucket tenaz_deadindex holds one small item per event that
+// is still dead or in review; every replica watches the bucket into an
+// in-memory index.Index that serves the lists.
+//
+// Why a bucket and not an index rebuilt by each replica from DEAD: an
+// arrival is confirmed against the event's record once (by whichever
+// replica the durable consumer hands it to), not once per replica; an
+// operator's action on any replica removes the item from every replica's
+// lists through the watch; and a replica starts by loading only what is
+// still dead (small items), not every DEAD entry ever written with its
+// payload and history. The bucket is derived data: deleting it together
+// with the consumer deadletter-index rebuilds it from DEAD.
+
+// pendingWrite is how long after its arrival in DEAD an entry whose record
+// is still active is waited for: the dispatcher publishes the entry before
+// it writes the record, so the record may still read running for a moment.
+const pendingWrite = 2 * time.Minute
+
+// markerTTL is how long the purge marker of an item that left stays.
+const markerTTL = 10 * time.Minute
+
+// ReasonTerminated is the reason of an entry moved to DEAD because a
+// client terminated its EVENTS message while the event was still active.
+const ReasonTerminated = "terminated"
+
+// dataConsumer returns the consumer config of a streams/data file with the
+// subject prefix applied.
+func (s *Service) dataConsumer(name string) func() (jetstream.ConsumerConfig, error) {
+	return func() (jetstream.ConsumerConfig, error) {
+		var c jetstream.ConsumerConfig
+		b, err := fs.ReadFile(streams.FS(), name)
+		if err != nil {
+			return c, err
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			return c, fmt.Errorf("%s: %w", name, err)
+		}
+		if rest, ok := strings.CutPrefix(c.FilterSubject, "tenaz."); ok {
+			c.FilterSubject = s.cfg.Prefix + "." + rest
+		}
+		return c, nil
+	}
+}
+
+// startView watches the index bucket into s.x and returns once the
+// current items are loaded.
+func (s *Service) startView(ctx context.Context) error {
+	w, err := s.kvIdx.WatchAll(s.runCtx)
+	if err != nil {
+		return fmt.Errorf("deadletter: watch %s: %w", BucketIndex, err)
+	}
+	s.watch, s.watchEnd = w, make(chan struct{})
+	ready := make(chan struct{})
+	go func(ready chan struct{}) {
+		defer close(s.watchEnd)
+		for e := range w.Updates() {
+			if e == nil {
+				if ready != nil {
+					close(ready)
+					ready = nil
+				}
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				s.x.Delete(e.Key())
+				continue
+			}
+			var it ops.Item
+			if err := json.Unmarshal(e.Value(), &it); err != nil {
+				s.log.Warn().Err(err).Str("key", e.Key()).Msg("undecodable index item ignored")
+				continue
+			}
+			s.x.Put(e.Key(), e.Revision(), it)
+		}
+	}(ready)
+	select {
+	case <-ready:
+		return nil
+	case <-s.watchEnd:
+		return fmt.Errorf("deadletter: watch %s ended before the initial values", BucketIndex)
+	case <-ctx.Done():
+		return fmt.Errorf("deadletter: loading the index: %w", context.Cause(ctx))
+	}
+}
+
+// seqKey is the index key of a DEAD entry without an event.
+func seqKey(seq uint64) string { return "seq_" + strconv.FormatUint(seq, 10) }
+
+// keyOf is the index key of an item.
+func keyOf(it ops.Item) string {
+	if it.ID != "" {
+		return it.ID
+	}
+	return seqKey(it.Seq)
+}
+
+// handleArrival confirms one DEAD entry against its event's record and
+// indexes it while the event is dead or in review.
+func (s *Service) handleArrival(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	it := ops.Item{Seq: meta.Sequence.Stream, At: meta.Timestamp.UTC(), Status: tenaz.StateDead}
+	var e dead.Entry
+	if err := json.Unmarshal(m.Data(), &e); err != nil {
+		// Kept as it is: an operator sees it and may discard it.
+		it.Reason, it.Class, it.Error = dead.ReasonRejected, "malformed_entry", "undecodable DEAD entry: "+err.Error()
+		if acct, kind, ok := s.parseDead(m.Subject()); ok {
+			it.Account, it.Kind = acct, kind
+		}
+		s.settleArrival(ctx, m, it, nil)
+		return
+	}
+	it.ID, it.Account, it.Kind, it.Reason = e.ID, e.Account, e.Kind, e.Reason
+	it.Class, it.Error, it.HTTPStatus = e.Class, e.Error, e.Status
+	if e.Record != nil {
+		it.Attempts, it.Stage = e.Record.Attempts, e.Record.Stage
+	}
+	if e.ID == "" {
+		s.settleArrival(ctx, m, it, nil)
+		if e.Reason == dead.ReasonRejected { // nobody else advises a refused submission
+			s.adviseRaw(it)
+		}
+		return
+	}
+	rec, _, err := s.st.Get(ctx, e.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		_ = m.Ack() // the record is gone (expired after it was resolved)
+		return
+	case err != nil:
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if !rec.Status.Parked() {
+		if !rec.Status.Terminal() && s.now().Sub(it.At) < pendingWrite {
+			_ = m.NakWithDelay(500 * time.Millisecond) // the writer has not stored the record yet
+			return
+		}
+		_ = m.Ack() // replayed, resolved or discarded since: nothing to list
+		return
+	}
+	it.Status, it.Attempts, it.Stage = rec.Status, rec.Attempts, rec.Stage
+	if it.Class == "" && rec.LastError != nil {
+		it.Class, it.Error, it.HTTPStatus = rec.LastError.Class, rec.LastError.Message, rec.LastError.HTTPStatus
+	}
+	s.settleArrival(ctx, m, it, &rec)
+}
+
+// settleArrival puts it in the index bucket unless a newer entry of the
+// same event is there, then acks m.
+func (s *Service) settleArrival(ctx context.Context, m jetstream.Msg, it ops.Item, rec *state.Record) {
+	rev, err := s.putItem(ctx, it)
+	if err != nil {
+		s.log.Warn().Err(err).Uint64("seq", it.Seq).Msg("indexing a DEAD entry; will retry")
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if rec != nil && rev != 0 {
+		// An operator may have acted between the read above and the write:
+		// the action purges the item after its transition, so read again.
+		if cur, _, err := s.st.Get(ctx, it.ID); err == nil && !cur.Status.Parked() {
+			s.purge(ctx, it.ID, rev)
+		}
+	}
+	_ = m.Ack()
+}
+
+// putItem writes it under its key by compare-and-set, unless the key holds
+// an entry at least as new; rev is the revision written (0 if none).
+func (s *Service) putItem(ctx context.Context, it ops.Item) (uint64, error) {
+	key := keyOf(it)
+	val, err := json.Marshal(it)
+	if err != nil {
+		return 0, err
+	}
+	for range 16 {
+		cur, err := s.kvIdx.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			rev, err := s.kvIdx.Create(ctx, key, val)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			return rev, err
+		}
+		if err != nil {
+			return 0, err
+		}
+		var old ops.Item
+		if json.Unmarshal(cur.Value(), &old) == nil && old.Seq > it.Seq {
+			return 0, nil // a newer death of the same event is indexed
+		}
+		rev, err := s.kvIdx.Update(ctx, key, val, cur.Revision())
+		if isWrongLast(err) {
+			continue
+		}
+		return rev, err
+	}
+	return 0, fmt.Errorf("index %s: too many conflicting writers", key)
+}
+
+func isWrongLast(err error) bool { return store.IsWrongSequence(err) }
+
+// forget removes key from the index (every replica's view), unless it was
+// rewritten since this replica saw it.
+func (s *Service) forget(ctx context.Context, key string) {
+	_, rev, ok := s.x.Get(key)
+	if !ok {
+		e, err := s.kvIdx.Get(ctx, key)
+		if err != nil {
+			return
+		}
+		rev = e.Revision()
+	}
+	s.purge(ctx, key, rev)
+}
+
+// purge removes key if its revision is still rev.
+func (s *Service) purge(ctx context.Context, key string, rev uint64) {
+	if err := s.kvIdx.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(rev)); err != nil {
+		s.log.Debug().Err(err).Str("key", key).Msg("index purge skipped (rewritten meanwhile)")
+	}
+}
+
+// parseDead splits <prefix>.dead.<account>.<kind>.
+func (s *Service) parseDead(subject string) (string, string, bool) {
+	rest, ok := strings.CutPrefix(subject, s.cfg.Prefix+".dead.")
+	if !ok {
+		return "", "", false
+	}
+	acct, kind, ok := strings.Cut(rest, ".")
+	return acct, kind, ok
+}
+
+// adviseRaw publishes the dead advisory of an entry without an event.
+func (s *Service) adviseRaw(it ops.Item) {
+	acct, kind := it.Account, it.Kind
+	if tenaz.ValidateAccount(acct) != nil {
+		acct = dead.InvalidToken
+	}
+	if tenaz.ValidateKind(kind) != nil {
+		kind = dead.InvalidToken
+	}
+	b, _ := json.Marshal(dead.Advisory{Account: it.Account, Kind: it.Kind, Reason: it.Reason, Class: it.Class,
+		Error: it.Error, HTTPStatus: it.HTTPStatus, At: it.At})
+	_ = s.o.Conn.Publish(s.subj.AdvisoryDead(acct, kind), b)
+}

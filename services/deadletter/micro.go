@@ -1,0 +1,152 @@
+package deadletter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// microTimeout bounds one request's work.
+const microTimeout = 30 * time.Second
+
+// registerMicro registers tenaz-deadletter with the endpoints of pkg/ops
+// on <prefix>.api.<name>, plus the old ping on <prefix>.api.deadletter.ping.
+func (s *Service) registerMicro() (micro.Service, error) {
+	m, err := micro.AddService(s.o.Conn, micro.Config{
+		Name: ops.ServiceName, Version: Version,
+		Description: "Dead letters, manual review, replay, breakers: the operator endpoints (see pkg/ops)",
+		QueueGroup:  ops.ServiceName,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.AddGroup(s.cfg.Prefix+".api.deadletter").AddEndpoint("ping", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond([]byte("pong")) })); err != nil {
+		_ = m.Stop()
+		return nil, err
+	}
+	eps := []struct {
+		name string
+		h    func(ctx context.Context, data []byte) (any, error)
+	}{
+		{ops.DeadList, listEndpoint(s, tenaz.StateDead)},
+		{ops.ReviewList, listEndpoint(s, tenaz.StateManualReview)},
+		{ops.DeadShow, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.ShowRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			return s.show(ctx, req)
+		}},
+		{ops.DeadReplay, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.ReplayRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			return s.replayRequest(ctx, req)
+		}},
+		{ops.DeadDiscard, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.DiscardRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			return s.discardRequest(ctx, req)
+		}},
+		{ops.DeadJob, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.JobRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			return s.getJob(ctx, req.JobID)
+		}},
+		{ops.ReviewResolve, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.ResolveRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			if err := s.resolve(ctx, req); err != nil {
+				return nil, err
+			}
+			return ops.ActionReply{Done: 1}, nil
+		}},
+		{ops.BreakersList, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.BreakersRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			return s.breakers(req.Account), nil
+		}},
+		{ops.BreakersClose, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.CloseBreakerRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			return s.closeBreaker(ctx, req)
+		}},
+	}
+	for _, ep := range eps {
+		h := ep.h
+		name := microName(ep.name)
+		if err := m.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+			ctx, cancel := context.WithTimeout(s.runCtx, microTimeout)
+			defer cancel()
+			v, err := h(ctx, r.Data())
+			if err != nil {
+				status, code, msg := statusOf(err)
+				if status == http.StatusInternalServerError {
+					s.log.Error().Err(err).Str("endpoint", name).Msg("operator request failed")
+				}
+				body, _ := json.Marshal(ops.ErrorBody{Error: ops.ErrorDetail{Code: code, Message: msg}})
+				_ = r.Error(strconv.Itoa(status), msg, body)
+				return
+			}
+			_ = r.RespondJSON(v)
+		}), micro.WithEndpointSubject(ops.Subject(s.cfg.Prefix, ep.name))); err != nil {
+			_ = m.Stop()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// microName is an endpoint's name in micro's info ("dead.list" → "dead-list").
+func microName(ep string) string {
+	b := []byte(ep)
+	for i, c := range b {
+		if c == '.' {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+func listEndpoint(s *Service, st tenaz.State) func(context.Context, []byte) (any, error) {
+	return func(_ context.Context, data []byte) (any, error) {
+		var req ops.ListRequest
+		if err := strict(data, &req); err != nil {
+			return nil, err
+		}
+		return s.list(st, req)
+	}
+}
+
+// strict decodes a request body (empty means all defaults), refusing
+// unknown fields so a typo is not silently ignored.
+func strict(data []byte, v any) error {
+	if len(data) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fail(http.StatusBadRequest, "malformed", "request body: %v", err)
+	}
+	return nil
+}
