@@ -21,6 +21,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -38,6 +39,9 @@ var ErrStopped = errors.New("dispatcher: stopped")
 type Options struct {
 	// Conn is the NATS connection. Required.
 	Conn *nats.Conn
+	// Metrics records attempts, retries, outcomes and latencies. Defaults
+	// to metrics.Default.
+	Metrics *metrics.Set
 	// Config is the validated tenaz config. Required.
 	Config *config.Config
 	// Logger defaults to a disabled logger.
@@ -111,6 +115,9 @@ type Service struct {
 func New(o Options) (*Service, error) {
 	if o.Conn == nil || o.Config == nil {
 		return nil, errors.New("dispatcher: Conn and Config are required")
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
 	}
 	if o.Relist <= 0 {
 		o.Relist = 30 * time.Second

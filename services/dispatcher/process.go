@@ -190,9 +190,27 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		req := target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference}
 		call = func(ctx context.Context) (target.Response, error) { return tgt.Call(ctx, req) }
 	}
+	mx := s.o.Metrics
+	if rec.Attempts == 1 && rec.Stage == state.StagePrimary {
+		due := env.CreatedAt
+		if env.NotBefore != nil && env.NotBefore.After(due) {
+			due = *env.NotBefore
+		}
+		mx.WaitTime(env.Account, env.Kind, s.st.Now().Sub(due))
+	}
 	stop := s.keepAlive(m)
+	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
+	took := time.Since(began)
 	stop()
+	if ctx.Err() == nil {
+		mx.DeliveryLatency(env.Account, env.Kind, guardName, took)
+		cls := outcome.ClassSuccess
+		if callErr != nil {
+			cls = outcome.ClassOf(callErr)
+		}
+		mx.Attempt(env.Account, env.Kind, cls)
+	}
 	if ctx.Err() == nil {
 		adm.record(ctx, callErr)
 	}
@@ -329,6 +347,10 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		}
 	}
 	_ = m.Ack()
+	s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
+	if d.Verdict == outcome.VerdictRetry {
+		s.o.Metrics.Retry(env.Account, env.Kind, d.Class)
+	}
 	if state.Finished(next.Status) {
 		s.advanceLane(ctx, next)
 	}

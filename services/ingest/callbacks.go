@@ -12,6 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -60,6 +61,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := webhook.Verify(t.CallbackSecret.Reveal(), r.Header, body, t.Callback.Tolerance.D(), s.st.Now()); err != nil {
 		s.log.Warn().Str("target", name).Err(err).Msg("webhook refused")
+		s.metrics.Callback(name, metrics.CallbackForged)
 		httpapi.Error(w, http.StatusUnauthorized, "invalid_signature", err.Error())
 		return
 	}
@@ -73,6 +75,14 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		s.log.Error().Err(err).Str("target", name).Msg("callback not applied: store unavailable")
 		httpapi.Error(w, http.StatusServiceUnavailable, "unavailable", "the callback could not be stored; send it again")
 		return
+	}
+	switch reply.Outcome {
+	case CallbackApplied:
+		s.metrics.Callback(name, metrics.CallbackApplied)
+	case CallbackUnknown:
+		s.metrics.Callback(name, metrics.CallbackUnknown)
+	default:
+		s.metrics.Callback(name, metrics.CallbackNoop)
 	}
 	httpapi.JSON(w, http.StatusOK, reply)
 }

@@ -65,6 +65,8 @@ func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 	if n := w.a.Effects("c-1"); n != 1 {
 		t.Errorf("bureau A effects: want 1, got %d", n)
 	}
+	w.wantMetric("tenaz_callbacks_total", map[string]string{"target": "bureau_a", "result": "applied"}, 1)
+	w.wantMetric("tenaz_callbacks_total", map[string]string{"target": "bureau_a", "result": "noop"}, 3)
 }
 
 // The provider's own signed callbacks, each sent twice, complete the
@@ -145,6 +147,7 @@ func TestForgedCallbackRefused(t *testing.T) {
 	if code, _ := w.callback("nosuch", cbSecret, "msg_x", time.Now(), body); code != http.StatusNotFound {
 		t.Errorf("unknown target: want 404, got %d", code)
 	}
+	w.wantMetric("tenaz_callbacks_total", map[string]string{"target": "bureau_a", "result": "forged"}, 4)
 }
 
 // No callback by the deadline: manual review, kept in DEAD with the
@@ -248,6 +251,21 @@ func TestFallbackAfterThreeFailuresThenPollToDone(t *testing.T) {
 	if rec.Polls != 2 {
 		t.Errorf("polls before the final one: want 2, got %d", rec.Polls)
 	}
+	acme := func(kv ...string) map[string]string {
+		m := map[string]string{"account": "acme", "kind": "credit.evaluate"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	w.wantMetric("tenaz_polls_total", map[string]string{"target": "bureau_b", "result": "pending"}, 2)
+	w.wantMetric("tenaz_polls_total", map[string]string{"target": "bureau_b", "result": "done"}, 1)
+	w.wantMetric("tenaz_attempts_total", acme("class", "transient"), 3)
+	w.wantMetric("tenaz_attempts_total", acme("class", "ok"), 1)
+	w.wantMetric("tenaz_retries_total", acme("class", "transient"), 2)
+	w.wantMetric("tenaz_outcomes_total", acme("state", "done"), 1)
+	w.wantMetric("tenaz_outcomes_total", acme("state", "polling"), 1)
+	w.wantMetric("tenaz_wait_seconds", acme(), 1)
 }
 
 // Polling that never brings a result ends in manual review at the poll
@@ -301,6 +319,8 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 	if rep.Repaired["requeued"] != 1 {
 		t.Fatalf("want one requeue, got %+v", rep)
 	}
+	w.wantMetric("tenaz_reconciler_repairs_total", map[string]string{"repair": "requeued"}, 1)
+	w.wantMetric("tenaz_events", map[string]string{"state": "pending", "account": "acme", "kind": "credit.evaluate"}, 1)
 	found := false
 	for _, c := range rep.Counts {
 		if c.Account == "acme" && c.Kind == "credit.evaluate" && c.State == tenaz.StatePending && c.N == 1 {

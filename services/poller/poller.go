@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -45,6 +46,9 @@ type Options struct {
 	// NoReconciler leaves the periodic sweep off (Reconcile can still be
 	// called, e.g. by the micro endpoint).
 	NoReconciler bool
+	// Metrics records polls, outcomes, repairs and the events census.
+	// Defaults to metrics.Default.
+	Metrics *metrics.Set
 	// OnSweep, if set, receives the report of every reconciler sweep
 	// (metrics, tests).
 	OnSweep func(Report)
@@ -86,6 +90,9 @@ func New(o Options) (*Service, error) {
 	log := zerolog.Nop()
 	if o.Logger != nil {
 		log = o.Logger.With().Str("service", "poller").Logger()
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
 	}
 	if o.Instance == "" {
 		o.Instance, _ = os.Hostname()

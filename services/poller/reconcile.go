@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -169,13 +170,17 @@ func (s *Service) Reconcile(ctx context.Context) (Report, error) {
 			s.log.Warn().Err(err).Str("event_id", h.ID).Str("repair", kind).Msg("reconciler could not repair")
 		case ok:
 			rep.Repaired[kind]++
+			s.o.Metrics.ReconcilerRepair(kind)
 			s.log.Warn().Str("event_id", h.ID).Str("account", h.Account).Str("status", string(h.Status)).
 				Str("repair", kind).Time("was_due", due).Msg("reconciler repaired a stuck event")
 		}
 	}
+	census := make(map[metrics.EventsKey]int, len(counts))
 	for k, n := range counts {
 		rep.Counts = append(rep.Counts, Count{k, n})
+		census[metrics.EventsKey{State: k.State, Account: k.Account, Kind: k.Kind}] = n
 	}
+	s.o.Metrics.SetEventsByState(census)
 	rep.Took = time.Since(rep.Started)
 	if f := s.o.OnSweep; f != nil {
 		f(rep)

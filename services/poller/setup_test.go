@@ -16,7 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -72,6 +75,8 @@ type world struct {
 	poll  *poller.Service
 	c     context.Context
 	sweep chan poller.Report
+	reg   *prometheus.Registry
+	mx    *metrics.Set
 }
 
 type worldOpts struct {
@@ -86,7 +91,11 @@ type worldOpts struct {
 
 func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Helper()
-	w := &world{t: t, sweep: make(chan poller.Report, 16)}
+	w := &world{t: t, sweep: make(chan poller.Report, 16), reg: prometheus.NewRegistry()}
+	var err error
+	if w.mx, err = metrics.New(w.reg); err != nil {
+		t.Fatal(err)
+	}
 	var cancel context.CancelFunc
 	w.c, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -112,7 +121,8 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Cleanup(sb.Close)
 	t.Cleanup(func() { _ = w.a.Close(); _ = w.b.Close() })
 
-	cfg, err := config.Parse([]byte(flow(kind)+o.extraConfig), func(k string) (string, bool) {
+	var cfg *config.Config
+	cfg, err = config.Parse([]byte(flow(kind)+o.extraConfig), func(k string) (string, bool) {
 		switch k {
 		case "A":
 			return sa.URL, true
@@ -129,7 +139,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 		t.Fatal(err)
 	}
 	nc, _ := w.srv.Conn(t)
-	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: cfg}); err != nil {
+	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: cfg, Metrics: w.mx}); err != nil {
 		t.Fatal(err)
 	}
 	w.start(w.ing)
@@ -167,7 +177,7 @@ func (w *world) start(c component) {
 func (w *world) dispatcher() {
 	w.t.Helper()
 	nc, _ := w.srv.Conn(w.t)
-	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: w.cfg, Instance: "d1"})
+	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: w.cfg, Instance: "d1", Metrics: w.mx})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -177,7 +187,7 @@ func (w *world) dispatcher() {
 func (w *world) poller(reconciler bool) *poller.Service {
 	w.t.Helper()
 	nc, _ := w.srv.Conn(w.t)
-	p, err := poller.New(poller.Options{Conn: nc, Config: w.cfg, Instance: "p1", NoReconciler: !reconciler,
+	p, err := poller.New(poller.Options{Conn: nc, Config: w.cfg, Instance: "p1", NoReconciler: !reconciler, Metrics: w.mx,
 		OnSweep: func(r poller.Report) {
 			select {
 			case w.sweep <- r:
@@ -298,4 +308,46 @@ func notes(r state.Record, s string) int {
 		}
 	}
 	return n
+}
+
+// metric is the value of the series of name with exactly these labels
+// (0 when absent).
+func (w *world) metric(name string, labels map[string]string) float64 {
+	w.t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+func (w *world) wantMetric(name string, labels map[string]string, want float64) {
+	w.t.Helper()
+	if got := w.metric(name, labels); got != want {
+		w.t.Errorf("%s%v: want %v, got %v", name, labels, want, got)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -117,6 +118,7 @@ func (s *Service) toFallback(ctx context.Context, env event.Envelope, rec state.
 	// puts it on its way.
 	_, err = s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, len(next.History)))
 	if err == nil {
+		s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
 		zerolog.Ctx(ctx).Info().Str("why", why).Msg("moved to the fallback stage")
 	}
 	return err
@@ -145,6 +147,7 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 		return err
 	}
 	dead.AdviseReview(s.nc, s.subj, next, why)
+	s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
 	zerolog.Ctx(ctx).Warn().Str("why", why).Msg("moved to manual review")
 	return nil
 }
@@ -166,6 +169,15 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	mx := s.o.Metrics
+	switch {
+	case perr != nil:
+		mx.Poll(stage.Target, metrics.PollError)
+	case ans.Done:
+		mx.Poll(stage.Target, metrics.PollDone)
+	default:
+		mx.Poll(stage.Target, metrics.PollPending)
+	}
 	now := s.st.Now()
 	n := rec.Polls + 1
 	if perr == nil && ans.Done {
@@ -179,6 +191,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		}
 		_, err = s.write(ctx, next, rev)
 		if err == nil {
+			mx.Outcome(env.Account, env.Kind, next.Status)
 			zerolog.Ctx(ctx).Debug().Int("polls", n).Msg("poll brought the result")
 		}
 		return err
@@ -197,6 +210,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		answer = fmt.Sprintf("%s is %q", tgt.DoneField(), ans.Value)
 	}
 	if rec.Deadline != nil && !now.Before(*rec.Deadline) {
+		mx.Poll(stage.Target, metrics.PollExpired)
 		return s.escalate(ctx, env, rec, rev, now,
 			fmt.Sprintf("poll SLA passed (%s) after %d polls; last answer: %s", rec.Deadline.Format(time.RFC3339), n, answer), errInfo)
 	}
