@@ -1,0 +1,202 @@
+package standalone_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	standalone "github.com/tenaz/tenaz/services/tenaz"
+)
+
+// clusterConfig runs tenaz against the cluster's servers with R3 streams
+// and buckets placed in the cluster on its tagged servers.
+func clusterConfig(c *natstest.Cluster, targetURL string) string {
+	return fmt.Sprintf(`
+nats: {url: %q}
+http: {addr: "127.0.0.1:0"}
+log: {level: warn}
+streams: {replicas: 3, cluster: %q, tags: [%q], ack_wait: 2s}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 8, breaker: {failures: 1000}}
+targets:
+  erp: {url: %q, timeout: 5s}
+kinds:
+  order.create: {target: erp, attempts: 5, backoff: {initial: 1s, max: 2s, jitter: 0}, entity: order_id}
+  fiscal.adjust: {target: erp, attempts: 5, backoff: {initial: 1s, max: 2s, jitter: 0}, ordered_by: order_id}
+`, c.URLs(), c.Name, natstest.ClusterTag, targetURL+"/api/{{.Kind}}")
+}
+
+// submitter posts events to the given tenaz instances in turn, as a
+// client would: a submission that fails (a server is failing over) is
+// sent again with the same Idempotency-Key until it is accepted.
+type submitter struct {
+	t     *testing.T
+	bases []string
+
+	mu       sync.Mutex
+	accepted map[string]string // idempotency key → event id
+	retries  int
+}
+
+func (s *submitter) submit(key, kind string) {
+	body := fmt.Sprintf(`{"account":"acme","kind":%q,"payload":{"order_id":%q}}`, kind, key)
+	deadline := time.Now().Add(40 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		req, _ := http.NewRequest(http.MethodPost, s.bases[i%len(s.bases)]+"/v1/events", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var v view
+			_ = decodeJSON(resp, &v)
+			if (resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusOK) && v.ID != "" {
+				s.mu.Lock()
+				s.accepted[key] = v.ID
+				s.mu.Unlock()
+				return
+			}
+		}
+		s.mu.Lock()
+		s.retries++
+		s.mu.Unlock()
+		<-time.After(100 * time.Millisecond)
+	}
+	s.t.Errorf("submission %s was never accepted", key)
+}
+
+func (s *submitter) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.accepted)
+}
+
+// failover shuts down the leader of stream mid-run, waits for a new
+// leader, brings the old server back and waits until it has caught up.
+func failover(t *testing.T, c *natstest.Cluster, stream string) {
+	t.Helper()
+	var leader int
+	natstest.Eventually(t, 20*time.Second, func() bool { leader = c.StreamLeader(stream); return leader >= 0 }, "a leader of %s", stream)
+	t.Logf("shutting down n%d, leader of %s", leader+1, stream)
+	c.Servers[leader].Stop()
+	natstest.Eventually(t, 20*time.Second, func() bool { return c.StreamLeader(stream) >= 0 }, "a new leader of %s", stream)
+	c.Restart(t, leader)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return c.Servers[leader].JetStreamIsStreamCurrent("$G", stream)
+	}, "n%d to catch up on %s", leader+1, stream)
+}
+
+// The pipeline on a 3-node cluster with R3 streams and buckets, two
+// replicas of every service side by side, while the leader of EVENTS and
+// then the leader of the state bucket are shut down mid-run: every
+// accepted event ends done, exactly once in its history; the target's
+// Idempotency-Key records show each effect applied once, and every call
+// (at least once) is matched by an attempt in the record.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t, 3)
+	p := provider.New(provider.Faults{Latency: 5 * time.Millisecond}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	yaml := clusterConfig(c, target.URL)
+	a := startWith(t, yaml, standalone.Options{})
+	b := startWith(t, yaml, standalone.Options{})
+	sub := &submitter{t: t, bases: []string{"http://" + a.HTTPAddr(), "http://" + b.HTTPAddr()}, accepted: map[string]string{}}
+
+	const n = 240
+	var wg sync.WaitGroup
+	keys := make(chan int)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys {
+				kind := "order.create"
+				if i%4 == 0 {
+					kind = "fiscal.adjust" // ordered lanes (their own bucket) on R3 too
+				}
+				sub.submit(fmt.Sprintf("cl-%03d", i), kind)
+			}
+		}()
+	}
+	go func() {
+		for i := range n {
+			keys <- i
+			<-time.After(10 * time.Millisecond)
+		}
+		close(keys)
+	}()
+	natstest.Eventually(t, 30*time.Second, func() bool { return sub.count() >= n/3 }, "a third of the events accepted")
+	failover(t, c, tenaz.StreamEvents)
+	natstest.Eventually(t, 30*time.Second, func() bool { return sub.count() >= 2*n/3 }, "two thirds of the events accepted")
+	failover(t, c, "KV_"+tenaz.BucketState)
+	wg.Wait()
+	if sub.count() != n {
+		t.Fatalf("want all %d submissions accepted, got %d", n, sub.count())
+	}
+
+	_, js := c.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, js, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := map[string]state.Record{}
+	natstest.Eventually(t, 45*time.Second, func() bool {
+		for key, id := range sub.accepted {
+			if r, ok := recs[key]; ok && r.Status == tenaz.StateDone {
+				continue
+			}
+			r, _, err := st.Get(ctx, id)
+			if err != nil || r.Status != tenaz.StateDone {
+				return false
+			}
+			recs[key] = r
+		}
+		return true
+	}, "every accepted event done (%d of %d so far)", lazyCount(func() int { return len(recs) }), n)
+
+	dupCalls := 0
+	for key, r := range recs {
+		if e := p.Effects(key); e != 1 {
+			t.Errorf("%s: want the effect applied once, got %d", key, e)
+		}
+		done := 0
+		for _, h := range r.History {
+			if h.To == tenaz.StateDone {
+				done++
+			}
+		}
+		if done != 1 {
+			t.Errorf("%s: want one transition to done in the history, got %d", key, done)
+		}
+		calls := len(p.CallsFor(key))
+		if calls < 1 || calls > r.Attempts {
+			t.Errorf("%s: want between 1 and its %d recorded attempts calls (at least once), got %d", key, r.Attempts, calls)
+		}
+		dupCalls += calls - 1
+	}
+	t.Logf("%d events, %d submission retries during failover, %d repeated calls (answered from the target's Idempotency-Key records)",
+		n, sub.retries, dupCalls)
+}
+
+type lazyCount func() int
+
+func (l lazyCount) String() string { return fmt.Sprint(l()) }
+
+func decodeJSON(resp *http.Response, v any) error {
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
