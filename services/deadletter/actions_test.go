@@ -1,0 +1,287 @@
+package deadletter_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/dispatcher"
+	"github.com/tenaz/tenaz/services/ingest"
+)
+
+func submit(t *testing.T, e *env, account, kind, key, payload string) string {
+	t.Helper()
+	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
+	m.Data = []byte(payload)
+	m.Header.Set("Idempotency-Key", key)
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return event.ID(account, key)
+}
+
+func startIngest(t *testing.T, e *env) {
+	t.Helper()
+	nc, _ := e.srv.Conn(t)
+	ing, err := ingest.New(ingest.Options{Conn: nc, Config: e.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, ing)
+}
+
+func lastEntry(r state.Record) state.Entry { return r.History[len(r.History)-1] }
+
+// A payload the target refuses (422) is dead at once; the operator fixes
+// the data and replays it with the edited payload: it reaches done, the
+// target got the edited payload, the history says who replayed and why,
+// and the event leaves the list. A second replay is refused (409): a
+// replay never runs an event that is already on its way.
+func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	startIngest(t, e)
+	e.startDispatcher(nil)
+	id := submit(t, e, "acme", "order.create", "o-1", `{"order_id":"o-1","reject":true}`)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		r, _, err := e.st.Get(context.Background(), id)
+		return err == nil && r.Status == tenaz.StateDead
+	}, "the rejected event to be dead")
+	f := url.Values{"account": {"acme"}, "kind": {"order.create"}}
+	e.waitListed(tenaz.StateDead, f, 1)
+
+	var show ops.ShowReply
+	if err := e.call(ops.DeadShow, ops.ShowRequest{ID: id}, &show); err != nil {
+		t.Fatal(err)
+	}
+	if show.Event == nil || !strings.Contains(string(show.Event.Payload), `"reject":true`) || show.Item.Reason != dead.ReasonPermanent ||
+		show.Item.HTTPStatus != 422 || show.Record == nil || lastEntry(*show.Record).HTTPStatus != 422 {
+		t.Fatalf("show: want the payload, reason permanent, HTTP 422 in the item and the timeline, got %+v", show)
+	}
+
+	fixed := json.RawMessage(`{"order_id":"o-1","reject":false,"note":"fixed by ops"}`)
+	var rep ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}, Payload: fixed, Actor: "alice", Reason: "customer fixed the address"}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Replayed != 1 {
+		t.Fatalf("want 1 replayed, got %+v", rep)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == tenaz.StateDone }, "the replayed event to be done")
+	calls := e.p.CallsFor("o-1")
+	last := calls[len(calls)-1]
+	if !strings.Contains(string(last.Body), "fixed by ops") || last.Status != http.StatusOK {
+		t.Fatalf("the target must get the edited payload and answer 200, got %d %s", last.Status, last.Body)
+	}
+	r := e.record(id)
+	var replay *state.Entry
+	for i := range r.History {
+		if r.History[i].Action == state.Replay {
+			replay = &r.History[i]
+		}
+	}
+	if replay == nil || replay.Actor != "operator:alice" || !strings.Contains(replay.Detail, "customer fixed the address") || !strings.Contains(replay.Detail, "payload edited") {
+		t.Fatalf("history: want a replay by operator:alice with the reason and the edit noted, got %+v", r.History)
+	}
+	e.waitListed(tenaz.StateDead, f, 0)
+
+	err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}, Actor: "alice"}, &rep)
+	var oe *ops.Error
+	if !errors.As(err, &oe) || oe.Status != http.StatusConflict || oe.Code != "not_parked" {
+		t.Fatalf("replaying a done event: want 409 not_parked, got %v", err)
+	}
+}
+
+// A message that crashes its worker every time ends dead through the
+// server's max-deliveries advisory, shows in the list with reason
+// max_deliveries, and once the handler is fixed a replay brings it to done.
+func TestCrashedEventDeadThroughAdvisoryThenReplayed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "streams: {ack_wait: 100ms}")
+	startIngest(t, e)
+	poison := event.ID("acme", "poison")
+	var fixed atomic.Bool
+	e.startDispatcher(&dispatcher.Hooks{AfterClaim: func(id string, _ int) error {
+		if id == poison && !fixed.Load() {
+			return errors.New("worker died")
+		}
+		return nil
+	}})
+	submit(t, e, "acme", "order.create", "poison", `{"order_id":"poison"}`)
+	e.waitListed(tenaz.StateDead, url.Values{"reason": {dead.ReasonCrash}}, 1)
+	var list ops.ListReply
+	if err := e.call(ops.DeadList, ops.ListRequest{Account: "acme", Reason: dead.ReasonCrash}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].ID != poison || list.Items[0].Class != "crash" {
+		t.Fatalf("want the poison event listed with class crash, got %+v", list.Items)
+	}
+	fixed.Store(true)
+	var rep ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{poison}, Actor: "bob", Reason: "handler fixed in v2"}, &rep); err != nil || rep.Replayed != 1 {
+		t.Fatalf("replay: %+v, %v", rep, err)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool { return e.record(poison).Status == tenaz.StateDone }, "the replayed poison event to be done")
+	if n := e.p.Effects("poison"); n != 1 {
+		t.Fatalf("want the effect applied once, got %d", n)
+	}
+}
+
+// Manual reviews: listed under review (not dead), resolved as done with a
+// result by one operator, requeued to the primary by another (which
+// delivers it), discarded by a third; each leaves the list and its
+// history names who and why.
+func TestResolveReviews(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.startDispatcher(nil)
+	ids := e.seed(3, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(i int) string { return `{"applicant":"a` + string(rune('0'+i)) + `"}` })
+	e.waitListed(tenaz.StateManualReview, url.Values{}, 3)
+	if n := e.listed(tenaz.StateDead, url.Values{}); n != 0 {
+		t.Fatalf("reviews must not be listed as dead, got %d", n)
+	}
+
+	code, body := e.post("/v1/review/"+ids[0]+"/resolve", map[string]any{"outcome": "done", "result": map[string]string{"decision": "approved"}, "actor": "carol", "reason": "bureau confirmed by phone"}, nil)
+	if code != http.StatusOK {
+		t.Fatalf("resolve done: %d %s", code, body)
+	}
+	r := e.record(ids[0])
+	if r.Status != tenaz.StateDone || string(r.Result) != `{"decision":"approved"}` || lastEntry(r).Actor != "operator:carol" || lastEntry(r).Detail != "bureau confirmed by phone" {
+		t.Fatalf("resolved: want done with the result and carol's reason, got %s %s %+v", r.Status, r.Result, lastEntry(r))
+	}
+	if err := e.call(ops.ReviewResolve, ops.ResolveRequest{ID: ids[1], Outcome: ops.OutcomeRequeuePrimary, Actor: "dave", Reason: "bureau back up"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ids[1]).Status == tenaz.StateDone }, "the requeued review to be delivered")
+	if err := e.call(ops.ReviewResolve, ops.ResolveRequest{ID: ids[2], Outcome: ops.OutcomeDiscard, Actor: "erin", Reason: "applicant withdrew"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.record(ids[2]); r.Status != tenaz.StateCancelled || lastEntry(r).Actor != "operator:erin" {
+		t.Fatalf("discarded: want cancelled by operator:erin, got %s %+v", r.Status, lastEntry(r))
+	}
+	e.waitListed(tenaz.StateManualReview, url.Values{}, 0)
+}
+
+// Bad requests answer with a code and a message that say what is wrong,
+// over micro (error headers + JSON body) and HTTP alike.
+func TestRequestErrors(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ids := e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
+	e.waitListed(tenaz.StateDead, url.Values{}, 1)
+	for _, tc := range []struct {
+		name   string
+		ep     string
+		req    any
+		status int
+		code   string
+	}{
+		{"unknown id", ops.DeadShow, ops.ShowRequest{ID: event.ID("acme", "nope")}, 404, "not_found"},
+		{"no actor", ops.DeadReplay, ops.ReplayRequest{IDs: ids}, 400, "actor_required"},
+		{"bad stage", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Actor: "a", Stage: "third"}, 400, "invalid_stage"},
+		{"no fallback", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Actor: "a", Stage: "fallback"}, 400, "no_fallback"},
+		{"payload against the schema", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Actor: "a", Payload: json.RawMessage(`{"x":1}`)}, 422, "schema_violation"},
+		{"payload with two ids", ops.DeadReplay, ops.ReplayRequest{IDs: []string{ids[0], ids[0]}, Actor: "a", Payload: json.RawMessage(`{"n":2}`)}, 400, "bad_request"},
+		{"discard without reason", ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Actor: "a"}, 400, "reason_required"},
+		{"bad cursor", ops.DeadList, ops.ListRequest{Cursor: "zzz"}, 400, "invalid_cursor"},
+		{"unknown field", ops.DeadList, map[string]any{"acount": "acme"}, 400, "malformed"},
+		{"bad outcome", ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: "maybe", Actor: "a"}, 400, "invalid_outcome"},
+		{"unknown job", ops.DeadJob, ops.JobRequest{JobID: "job_nope"}, 404, "not_found"},
+		{"unknown breaker", ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp", Actor: "a"}, 404, "not_found"},
+	} {
+		err := e.call(tc.ep, tc.req, nil)
+		var oe *ops.Error
+		if !errors.As(err, &oe) || oe.Status != tc.status || oe.Code != tc.code || oe.Message == "" {
+			t.Errorf("%s: want %d %s with a message, got %v", tc.name, tc.status, tc.code, err)
+		}
+	}
+	if code, body := e.post("/v1/dead/replay", map[string]any{"ids": ids}, nil); code != 400 || !strings.Contains(body, `"actor_required"`) {
+		t.Errorf("HTTP replay without actor: want 400 actor_required, got %d %s", code, body)
+	}
+	if code := e.get("/v1/dead?since=yesterday", nil); code != 400 {
+		t.Errorf("HTTP list with a bad since: want 400, got %d", code)
+	}
+	if e.record(ids[0]).Status != tenaz.StateDead {
+		t.Fatal("refused requests must change nothing")
+	}
+}
+
+// Discard by selection: each event is cancelled with the reason, one that
+// is no longer dead is counted as skipped, and the list empties.
+func TestDiscardSelection(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ids := e.seed(5, "acme", "invoice.send", dead.ReasonExhausted, "transient", func(int) string { return `{"n":1}` })
+	e.waitListed(tenaz.StateDead, url.Values{"kind": {"invoice.send"}}, 5)
+	var first ops.ActionReply
+	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{IDs: ids[:1], Actor: "frank", Reason: "duplicate invoice"}, &first); err != nil || first.Done != 1 {
+		t.Fatalf("discard one: %+v %v", first, err)
+	}
+	var rep ops.ActionReply
+	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Actor: "frank", Reason: "duplicate invoice"}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Done != 4 || rep.Skipped != 1 || len(rep.Errors) != 0 {
+		t.Fatalf("want 4 discarded and 1 skipped, got %+v", rep)
+	}
+	for _, id := range ids {
+		if r := e.record(id); r.Status != tenaz.StateCancelled || lastEntry(r).Detail != "duplicate invoice" {
+			t.Fatalf("%s: want cancelled with the reason, got %s %+v", id, r.Status, lastEntry(r))
+		}
+	}
+	e.waitListed(tenaz.StateDead, url.Values{}, 0)
+}
+
+// A submission refused at intake has no event: it is listed (by its DEAD
+// sequence), advised once, shown with the raw body, and can be discarded.
+func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	adv := make(chan dead.Advisory, 4)
+	sub, _ := e.nc.Subscribe("tenaz.advisory.dead.>", func(m *nats.Msg) {
+		var a dead.Advisory
+		_ = json.Unmarshal(m.Data, &a)
+		adv <- a
+	})
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	startIngest(t, e)
+	submit(t, e, "acme", "no.such.kind", "k1", `{"x":1}`)
+	e.waitListed(tenaz.StateDead, url.Values{"reason": {dead.ReasonRejected}}, 1)
+	var list ops.ListReply
+	_ = e.call(ops.DeadList, ops.ListRequest{Reason: dead.ReasonRejected}, &list)
+	it := list.Items[0]
+	if it.ID != "" || it.Seq == 0 || it.Account != "acme" {
+		t.Fatalf("want an event-less item with its sequence, got %+v", it)
+	}
+	select {
+	case a := <-adv:
+		if a.Reason != dead.ReasonRejected || a.Account != "acme" {
+			t.Fatalf("advisory: want rejected_at_intake for acme, got %+v", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dead advisory for the rejected submission")
+	}
+	var show ops.ShowReply
+	if err := e.call(ops.DeadShow, ops.ShowRequest{Seq: it.Seq}, &show); err != nil || string(show.Raw) != `{"x":1}` {
+		t.Fatalf("show: want the raw body, got %+v %v", show, err)
+	}
+	var rep ops.ActionReply
+	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{Seqs: []uint64{it.Seq}, Actor: "gina", Reason: "test traffic"}, &rep); err != nil || rep.Done != 1 {
+		t.Fatalf("discard by seq: %+v %v", rep, err)
+	}
+	e.waitListed(tenaz.StateDead, url.Values{}, 0)
+}

@@ -1,0 +1,252 @@
+package deadletter_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/deadletter"
+	"github.com/tenaz/tenaz/services/dispatcher"
+)
+
+// env is one test's tenaz: an embedded server, a fake provider behind a
+// real HTTP server, and the deadletter service behind another.
+type env struct {
+	t    *testing.T
+	srv  *natstest.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	st   *store.Store
+	p    *provider.Provider
+	cfg  *config.Config
+	dl   *deadletter.Service
+	http *httptest.Server
+}
+
+// baseYAML routes order.create and invoice.send to the provider (one
+// attempt: a 422 is dead at once) and credit.evaluate with a fallback.
+const baseYAML = `
+targets:
+  erp: {url: "%[1]s/erp", timeout: 5s}
+  bureau_b: {url: "%[1]s/bureau", timeout: 5s}
+kinds:
+  order.create: {target: erp, attempts: 1}
+  invoice.send: {target: erp, attempts: 1, schema: '{"type": "object", "required": ["n"]}'}
+  credit.evaluate: {target: erp, attempts: 1, fallback: {target: bureau_b, attempts: 1}}
+%[2]s
+`
+
+func setup(t *testing.T, extraYAML string) *env {
+	t.Helper()
+	e := &env{t: t, srv: natstest.Start(t)}
+	e.p = provider.New(provider.Faults{})
+	target := httptest.NewServer(e.p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = e.p.Close() })
+	cfg, err := config.Parse(fmt.Appendf(nil, baseYAML, target.URL, extraYAML), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg = cfg
+	e.nc, e.js = e.srv.Conn(t)
+	if e.st, err = store.Open(context.Background(), e.js, store.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e.dl = e.startDeadletter("")
+	e.http = httptest.NewServer(e.dl.Handler())
+	t.Cleanup(e.http.Close)
+	return e
+}
+
+// startDeadletter starts a deadletter replica on its own connection.
+func (e *env) startDeadletter(instance string) *deadletter.Service {
+	e.t.Helper()
+	nc, _ := e.srv.Conn(e.t)
+	dl, err := deadletter.New(deadletter.Options{Conn: nc, Config: e.cfg, Instance: instance})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	run(e.t, dl)
+	return dl
+}
+
+// startDispatcher starts a dispatcher with the given hooks.
+func (e *env) startDispatcher(h *dispatcher.Hooks) {
+	e.t.Helper()
+	nc, _ := e.srv.Conn(e.t)
+	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: e.cfg, Hooks: h})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	run(e.t, d)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// seed makes n events dead (or in manual review, with reason
+// dead.ReasonReview) the way the dispatcher and the poller do: the record
+// goes to its parked state and an entry with the envelope goes to DEAD.
+// Writes are pipelined so that thousands take a moment. It returns the ids.
+func (e *env) seed(n int, account, kind, reason, class string, payload func(i int) string) []string {
+	e.t.Helper()
+	c := ctx(e.t)
+	ids := make([]string, n)
+	type pend struct {
+		p   store.Pending
+		rec state.Record
+		env event.Envelope
+	}
+	pends := make([]pend, 0, n)
+	now := time.Now().UTC()
+	for i := range n {
+		key := fmt.Sprintf("%s-%s-%s-%d-%d", account, kind, reason, i, now.UnixNano())
+		ev, err := event.New(event.Fields{Account: account, Kind: kind, IdempotencyKey: key}, []byte(payload(i)), "", "", now)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rec := queue.Initial(ev)
+		must := func(r state.Record, _ []state.EffectKind, err error) state.Record {
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			return r
+		}
+		rec = must(state.Apply(rec, state.Action{Name: state.Claim, Seq: 1, Actor: "dispatcher/test"}, now))
+		info := &state.ErrorInfo{Class: class, Message: "target answered 422: rejected by rule", HTTPStatus: 422}
+		if reason == dead.ReasonReview {
+			rec = must(state.Apply(rec, state.Action{Name: state.AwaitCallback, Actor: "dispatcher/test", Reference: "ref_1"}, now))
+			rec = must(state.Apply(rec, state.Action{Name: state.Escalate, Actor: "poller/test", Detail: "no callback within 30m"}, now))
+			rec.LastError = info
+		} else {
+			rec = must(state.Apply(rec, state.Action{Name: state.Fail, Actor: "dispatcher/test", Error: info, Detail: reason + ": " + info.Message}, now))
+		}
+		p, err := e.st.CreateAsync(rec)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		pends = append(pends, pend{p, rec, ev})
+		ids[i] = ev.ID
+	}
+	var futs []jetstream.PubAckFuture
+	for _, pd := range pends {
+		if _, err := pd.p.Wait(c); err != nil {
+			e.t.Fatal(err)
+		}
+		en := dead.Entry{ID: pd.env.ID, Account: account, Kind: kind, Reason: reason, Class: class, Error: pd.rec.LastError.Message,
+			Status: 422, At: now, Event: &pd.env, Record: &pd.rec}
+		b, _ := json.Marshal(en)
+		m := nats.NewMsg(fmt.Sprintf("tenaz.dead.%s.%s", account, kind))
+		m.Data = b
+		f, err := e.js.PublishMsgAsync(m)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		futs = append(futs, f)
+	}
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			e.t.Fatal(err)
+		case <-c.Done():
+			e.t.Fatal("publishing DEAD entries timed out")
+		}
+	}
+	return ids
+}
+
+// call requests a micro endpoint of the service.
+func (e *env) call(name string, req, rep any) error {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return ops.Call(c, e.nc, ops.Subject("tenaz", name), req, rep)
+}
+
+// get does a GET of the JSON API and decodes the answer.
+func (e *env) get(path string, v any) int {
+	e.t.Helper()
+	resp, err := http.Get(e.http.URL + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, v); err != nil {
+			e.t.Fatalf("GET %s: %v in %s", path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// post does a POST of the JSON API with body and returns status and body.
+func (e *env) post(path string, body any, v any) (int, string) {
+	e.t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(e.http.URL+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if v != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(out, v); err != nil {
+			e.t.Fatalf("POST %s: %v in %s", path, err, out)
+		}
+	}
+	return resp.StatusCode, string(out)
+}
+
+// listed counts the items of a list for a filter (one request).
+func (e *env) listed(status tenaz.State, q url.Values) int {
+	e.t.Helper()
+	path := "/v1/dead"
+	if status == tenaz.StateManualReview {
+		path = "/v1/review"
+	}
+	var rep ops.ListReply
+	if code := e.get(path+"?"+q.Encode(), &rep); code != http.StatusOK {
+		e.t.Fatalf("GET %s: %d", path, code)
+	}
+	return rep.Total
+}
+
+// record reads an event's record.
+func (e *env) record(id string) state.Record {
+	e.t.Helper()
+	r, _, err := e.st.Get(context.Background(), id)
+	if err != nil {
+		e.t.Fatalf("record %s: %v", id, err)
+	}
+	return r
+}
+
+// waitListed waits until the list holds n items for the filter.
+func (e *env) waitListed(status tenaz.State, q url.Values, n int) {
+	e.t.Helper()
+	natstest.Eventually(e.t, time.Minute, func() bool { return e.listed(status, q) == n }, "%d %s items for %v (have %d)", n, status, q, e.listed(status, q))
+}
