@@ -1,0 +1,97 @@
+package standalone_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+)
+
+// SIGTERM while clients are still submitting and calls are in flight:
+// the process exits 0; no call is abandoned; every submission that was
+// answered 202/200 (accepted, possibly still in INTAKE) ends done after a
+// restart, and a target that does not dedup saw each effect once.
+func TestSIGTERMUnderLoad(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{Latency: 100 * time.Millisecond})
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	cfgFile := writeConfig(t, t.TempDir(), target.URL)
+	tz := runTenaz(t, cfgFile)
+	base := "http://" + tz.addr
+
+	var (
+		mu       sync.Mutex
+		accepted = map[string]string{} // key → id
+		next     atomic.Int64
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+	)
+	client := &http.Client{Timeout: 10 * time.Second}
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() && next.Load() < 2000 { // bounded, stops by itself
+				key := fmt.Sprintf("load-%d", next.Add(1))
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/events",
+					strings.NewReader(fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":%q}}`, key)))
+				req.Header.Set("Idempotency-Key", key)
+				resp, err := client.Do(req)
+				if err != nil {
+					return // the listener is closed: the process is going down
+				}
+				var v view
+				_ = decodeJSON(resp, &v)
+				if (resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusOK) && v.ID != "" {
+					mu.Lock()
+					accepted[key] = v.ID
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	natstest.Eventually(t, 15*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(accepted) >= 60 && p.CallCount() >= 8
+	}, "load: accepted submissions and calls in flight")
+	if err := tz.signal(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("want exit 0 after SIGTERM under load, got %v", err)
+	}
+	stop.Store(true)
+	wg.Wait()
+	for _, c := range p.Calls() {
+		if c.Status == provider.StatusClientClosed {
+			t.Fatalf("a call was abandoned mid-flight by the drain: %+v", c)
+		}
+	}
+	mu.Lock()
+	n := len(accepted)
+	mu.Unlock()
+	calledBefore := p.CallCount()
+
+	tz2 := runTenaz(t, cfgFile)
+	for _, id := range accepted {
+		waitStatus(t, "http://"+tz2.addr, id, "done")
+	}
+	for key := range accepted {
+		if e := p.Effects(key); e != 1 {
+			t.Errorf("%s: want the effect applied once, got %d", key, e)
+		}
+	}
+	if d := p.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("effects applied more than once after a graceful stop under load: %v", d)
+	}
+	t.Logf("%d submissions accepted under load; %d calls before SIGTERM's exit, %d in all", n, calledBefore, p.CallCount())
+	_ = tz2.signal(t, syscall.SIGTERM)
+}
