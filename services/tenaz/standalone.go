@@ -48,18 +48,19 @@ type Options struct {
 
 // Tenaz is everything of `tenaz run`.
 type Tenaz struct {
-	o      Options
-	log    zerolog.Logger
-	srv    *server.Server
-	nc     *nats.Conn
-	conns  []*nats.Conn
-	demo   *provider.Provider
-	demoH  *daemon.Server
-	http   *daemon.Server
-	parts  []daemon.Component
-	auth   *auth.Authenticator
-	Ingest *ingest.Service
-	Disp   *dispatcher.Service
+	o       Options
+	log     zerolog.Logger
+	srv     *server.Server
+	nc      *nats.Conn
+	conns   []*nats.Conn
+	demo    *provider.Provider
+	demoH   *daemon.Server
+	bureaus []*bureau
+	http    *daemon.Server
+	parts   []daemon.Component
+	auth    *auth.Authenticator
+	Ingest  *ingest.Service
+	Disp    *dispatcher.Service
 }
 
 // New checks the options; it does no I/O.
@@ -171,6 +172,9 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if t.http, err = daemon.Serve(cfg.HTTP.Addr, daemon.Handler(cfg, t.auth, daemon.Mux(t.parts...))); err != nil {
 		return err
 	}
+	if err := t.startBureaus(); err != nil {
+		return err
+	}
 	t.log.Info().Str("http", t.http.Addr).Msg("tenaz running")
 	return nil
 }
@@ -187,6 +191,11 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 		errs = append(errs, t.parts[i].Stop(ctx))
 	}
 	t.parts = nil
+	for _, b := range t.bureaus {
+		_ = b.p.Close()
+		errs = append(errs, b.h.Stop(ctx))
+	}
+	t.bureaus = nil
 	if t.demoH != nil {
 		_ = t.demo.Close()
 		errs = append(errs, t.demoH.Stop(ctx))

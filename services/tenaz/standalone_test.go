@@ -67,6 +67,7 @@ type view struct {
 	ID        string `json:"id"`
 	Status    string `json:"status"`
 	StatusURL string `json:"status_url"`
+	Stage     string `json:"stage"`
 	Attempts  int    `json:"attempts"`
 	LastError *struct {
 		Class      string `json:"class"`
