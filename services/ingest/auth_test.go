@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -93,7 +94,7 @@ func secureAPI(t *testing.T, h *harness, log *zerolog.Logger) string {
 	})
 	mux := http.NewServeMux()
 	svc.Routes(mux)
-	api := httptest.NewServer(a.Guard(http.MaxBytesHandler(mux, h.cfg.HTTP.MaxBodyBytes+64<<10)))
+	api := httptest.NewServer(daemon.Handler(h.cfg, a, mux))
 	t.Cleanup(api.Close)
 	return api.URL
 }
