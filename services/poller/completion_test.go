@@ -2,17 +2,20 @@ package poller_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -363,4 +366,87 @@ func TestReconcilerReschedulesLostPoll(t *testing.T) {
 		t.Fatalf("want one poll rescheduled, got %+v", rep)
 	}
 	w.waitStatus(id, tenaz.StateDone, 10*time.Second)
+}
+
+// With callback.done_when, a not-final callback ("processing") is
+// recorded and the event keeps waiting; the final one completes it; one
+// arriving out of order after that is a recorded no-op.
+func TestCallbackProgressAndOutOfOrder(t *testing.T) {
+	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{
+		bureauA: "    callback: {done_when: {field: status, in: [approved, rejected]}}"})
+	id := w.submit("c-10", `{"applicant":"a-10"}`)
+	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	cb := func(wid, status string, ts time.Time) string {
+		code, rep := w.callback("bureau_a", cbSecret, wid, ts, `{"event_id":"`+id+`","status":"`+status+`"}`)
+		if code != http.StatusOK {
+			t.Fatalf("callback %s: want 200, got %d", wid, code)
+		}
+		return rep.Outcome
+	}
+	t0 := time.Now()
+	if o := cb("msg_p1", "processing", t0); o != ingest.CallbackProgress {
+		t.Fatalf("processing: want progress, got %q", o)
+	}
+	if s := w.get(id).Status; s != tenaz.StateAwaitingCallback {
+		t.Fatalf("after a not-final callback: want awaiting_callback, got %s", s)
+	}
+	if o := cb("msg_p3", "rejected", t0.Add(2*time.Second)); o != ingest.CallbackApplied {
+		t.Fatalf("final: want applied, got %q", o)
+	}
+	if o := cb("msg_p2", "processing", t0.Add(time.Second)); o != ingest.CallbackLate {
+		t.Fatalf("out of order after the final one: want late, got %q", o)
+	}
+	rec := w.get(id)
+	var res struct{ Status string }
+	_ = json.Unmarshal(rec.Result, &res)
+	if rec.Status != tenaz.StateDone || res.Status != "rejected" || notes(rec, "callback") != 2 {
+		t.Errorf("want done with the final result and two recorded callbacks, got %s %s %v", rec.Status, rec.Result, actions(rec))
+	}
+}
+
+// A run whose message vanished (claimed, then the message deleted: no
+// redelivery will ever come) is found by the reconciler after
+// running_grace, put back to retrying and delivered.
+func TestReconcilerRecoversLostRun(t *testing.T) {
+	claimed := make(chan string, 1)
+	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{
+		noPoller:    true,
+		hooks: &dispatcher.Hooks{AfterClaim: func(id string, attempt int) error {
+			if attempt == 1 {
+				claimed <- id
+				return errors.New("simulated crash after the claim")
+			}
+			return nil
+		}},
+	})
+	w.cfg.Poller.RunningGrace = config.Duration(time.Second)
+	id := w.submit("c-11", `{"applicant":"a-11"}`)
+	select {
+	case <-claimed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no claim")
+	}
+	w.waitStatus(id, tenaz.StateRunning, 5*time.Second)
+	s, _ := w.js.Stream(w.c, tenaz.StreamEvents)
+	m, err := s.GetLastMsgForSubject(w.c, "tenaz.events.acme.credit.evaluate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteMsg(w.c, m.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return time.Since(w.get(id).UpdatedAt) > 1100*time.Millisecond },
+		"the running grace to pass")
+	p := w.poller(false)
+	rep, err := p.Reconcile(w.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Repaired["lost_run"] != 1 {
+		t.Fatalf("want one lost run recovered, got %+v", rep)
+	}
+	rec := w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	if count(rec, state.Recover) != 1 || w.a.Effects("c-11") != 1 {
+		t.Errorf("want one recover and one effect, got %v and %d", actions(rec), w.a.Effects("c-11"))
+	}
 }

@@ -39,7 +39,10 @@ const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 // flow is the credit-evaluation config of these tests: bureau_a answers
 // by callback, bureau_b must be polled. kind is the rest of the
 // credit.evaluate mapping.
-func flow(kind string) string {
+func flow(kind string) string { return flowWith(kind, "") }
+
+// flowWith adds more keys to bureau A's target mapping.
+func flowWith(kind, bureauA string) string {
 	return `
 streams: {ack_wait: 2s}
 poller: {grace: 1s, reconcile_every: 1h}
@@ -50,6 +53,7 @@ targets:
     url: "${A}/proposals"
     timeout: 3s
     callback_secret: "` + cbSecret + `"
+` + bureauA + `
   bureau_b:
     url: "${B}/evaluations"
     timeout: 3s
@@ -87,6 +91,8 @@ type worldOpts struct {
 	noPoller    bool
 	reconciler  bool
 	extraConfig string
+	bureauA     string // more keys of bureau A's target, indented 4
+	hooks       *dispatcher.Hooks
 }
 
 func newWorld(t *testing.T, kind string, o worldOpts) *world {
@@ -122,7 +128,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Cleanup(func() { _ = w.a.Close(); _ = w.b.Close() })
 
 	var cfg *config.Config
-	cfg, err = config.Parse([]byte(flow(kind)+o.extraConfig), func(k string) (string, bool) {
+	cfg, err = config.Parse([]byte(flowWith(kind, o.bureauA)+o.extraConfig), func(k string) (string, bool) {
 		switch k {
 		case "A":
 			return sa.URL, true
@@ -147,7 +153,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	w.ing.Routes(m)
 	mux = m
 	if !o.noDispatch {
-		w.dispatcher()
+		w.dispatcherWith(o.hooks)
 	}
 	if !o.noPoller {
 		w.poller(o.reconciler)
@@ -174,10 +180,12 @@ func (w *world) start(c component) {
 	})
 }
 
-func (w *world) dispatcher() {
+func (w *world) dispatcher() { w.dispatcherWith(nil) }
+
+func (w *world) dispatcherWith(hooks *dispatcher.Hooks) {
 	w.t.Helper()
 	nc, _ := w.srv.Conn(w.t)
-	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: w.cfg, Instance: "d1", Metrics: w.mx})
+	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: w.cfg, Instance: "d1", Metrics: w.mx, Hooks: hooks})
 	if err != nil {
 		w.t.Fatal(err)
 	}
