@@ -16,6 +16,8 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		Name: "tenaz-dispatcher", Version: Version,
 		Description: "Delivers events to their targets",
 		QueueGroup:  "tenaz-dispatcher",
+		// Every endpoint's stats carry the same essentials as /metrics.
+		StatsHandler: s.o.Metrics.StatsHandler,
 	})
 	if err != nil {
 		return nil, err

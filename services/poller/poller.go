@@ -170,7 +170,8 @@ func (s *Service) receive(m jetstream.Msg) {
 
 func (s *Service) addMicro() (micro.Service, error) {
 	m, err := micro.AddService(s.nc, micro.Config{Name: "tenaz-poller", Version: Version,
-		Description: "Polls providers, fires callback deadlines, reconciles stuck events", QueueGroup: "tenaz-poller"})
+		Description: "Polls providers, fires callback deadlines, reconciles stuck events", QueueGroup: "tenaz-poller",
+		StatsHandler: s.o.Metrics.StatsHandler})
 	if err != nil {
 		return nil, err
 	}
