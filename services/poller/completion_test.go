@@ -410,7 +410,7 @@ func TestCallbackProgressAndOutOfOrder(t *testing.T) {
 func TestReconcilerRecoversLostRun(t *testing.T) {
 	claimed := make(chan string, 1)
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{
-		noPoller:    true,
+		noPoller: true,
 		hooks: &dispatcher.Hooks{AfterClaim: func(id string, attempt int) error {
 			if attempt == 1 {
 				claimed <- id
