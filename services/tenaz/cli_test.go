@@ -3,9 +3,11 @@ package standalone_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -270,3 +272,42 @@ func TestCLIStreamsWithContext(t *testing.T) {
 type lazyText func() string
 
 func (l lazyText) String() string { return l() }
+
+// The built binary wires the operator commands: --help documents the exit
+// codes, and the process exits with them (3 for an unknown event, 2 for a
+// bad argument, 0 with JSON for a known one).
+func TestCLIBinaryExitCodes(t *testing.T) {
+	t.Parallel()
+	bin := tenazBinary(t)
+	tz := start(t, testConfig(t.TempDir(), "http://127.0.0.1:1", ""))
+	_, v := post(t, "http://"+tz.HTTPAddr(), "bin-1", `{"account":"acme","kind":"order.create","payload":{"order_id":"bin-1"}}`)
+
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{"NATS_URL=" + tz.NATSURL(), "XDG_CONFIG_HOME=" + t.TempDir(), "HOME=" + t.TempDir(), "USER=alice"}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("tenaz %v: %v", args, err)
+		}
+		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+	}
+	code, out, _ := run("--help")
+	if code != 0 || !strings.Contains(out, "Exit codes: 0 ok, 1 error, 2 usage") || !strings.Contains(out, "dead replay") {
+		t.Fatalf("--help: want exit 0 with the exit codes and the commands, got %d\n%s", code, out)
+	}
+	if code, _, errOut := run("events", "get", "ev_"+strings.Repeat("0", 26)); code != cli.ExitNotFound || !strings.Contains(errOut, "no event") {
+		t.Fatalf("unknown event: want exit 3 and the reason, got %d: %s", code, errOut)
+	}
+	if code, _, _ := run("events", "get", "nope"); code != cli.ExitUsage {
+		t.Fatalf("bad id: want exit 2, got %d", code)
+	}
+	code, out, errOut := run("events", "get", v.ID, "--json")
+	var got ingest.View
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.ID != v.ID {
+		t.Fatalf("known event: want exit 0 and its JSON, got %d\n%s\n%s", code, out, errOut)
+	}
+}

@@ -56,7 +56,7 @@ func Main(root any, args []string, env *Env, opts ...kong.Option) (code int) {
 	opts = append([]kong.Option{
 		kong.Writers(env.Stdout, env.Stderr),
 		kong.Exit(func(c int) { panic(exitPanic(c)) }),
-		kong.Vars{"default_server": DefaultServer, "max_limit": strconv.Itoa(ops.MaxLimit),
+		kong.Vars{"default_server": DefaultServer, "max_limit": strconv.Itoa(ops.MaxLimit), "default_limit": strconv.Itoa(ops.DefaultLimit),
 			"max_selection": strconv.Itoa(ops.MaxSelection), "default_rate": strconv.FormatFloat(ops.DefaultRate, 'f', -1, 64)},
 		kong.Bind(env),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),

@@ -72,7 +72,7 @@ func parseWhen(flag, v string, now time.Time) (*time.Time, error) {
 // DeadLsCmd is `tenaz dead ls`.
 type DeadLsCmd struct {
 	Filter `embed:""`
-	Limit  int    `default:"50" help:"Page size (1-${max_limit})."`
+	Limit  int    `help:"Page size, 1-${max_limit} (default ${default_limit}, or ${max_limit} with --all)."`
 	Cursor string `help:"Page to show: the next_cursor of the previous page."`
 	All    bool   `help:"Fetch every page (the JSON is one list)."`
 }
@@ -84,7 +84,12 @@ func (c *DeadLsCmd) Run(cl *Client, env *Env) error {
 
 // list pages through dead.list or review.list.
 func list(cl *Client, env *Env, endpoint string, f Filter, limit int, cursor string, all bool) error {
-	if limit < 1 || limit > ops.MaxLimit {
+	switch {
+	case limit == 0 && all:
+		limit = ops.MaxLimit
+	case limit == 0:
+		limit = ops.DefaultLimit
+	case limit < 1 || limit > ops.MaxLimit:
 		return failf(ErrUsage, "--limit %d: want 1-%d", limit, ops.MaxLimit)
 	}
 	req, err := f.request(time.Now())

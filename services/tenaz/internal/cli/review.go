@@ -19,7 +19,7 @@ type ReviewCmd struct {
 // ReviewLsCmd is `tenaz review ls`.
 type ReviewLsCmd struct {
 	Filter `embed:""`
-	Limit  int    `default:"50" help:"Page size (1-${max_limit})."`
+	Limit  int    `help:"Page size, 1-${max_limit} (default ${default_limit}, or ${max_limit} with --all)."`
 	Cursor string `help:"Page to show: the next_cursor of the previous page."`
 	All    bool   `help:"Fetch every page (the JSON is one list)."`
 }
