@@ -35,7 +35,7 @@ func run() error {
 	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
 	out := flag.String("out", "", "write the markdown report here (full runs of every phase only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
-	phase := flag.String("phase", "all", "which runs: all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts)")
+	phase := flag.String("phase", "all", "which runs: all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -56,13 +56,26 @@ func run() error {
 	fmt.Printf("# tenaz-bench: %d CPUs, %s, account concurrency %d, naive workers %d\n", runtime.NumCPU(), runtime.Version(), *conc, sz.Workers)
 	var figs []bench.Fig
 	r := bench.Report{W: os.Stdout, Figures: &figs}
-	if *phase != "accounts" {
+	switch *phase {
+	case "all", "default", "fsync", "noisy", "accounts", "delayed":
+	default:
+		return fmt.Errorf("unknown -phase %q", *phase)
+	}
+	if *phase != "accounts" && *phase != "delayed" {
 		if err := bench.Run(ctx, sz, r, *conc, bench.Phases{Default: *phase == "all" || *phase == "default", Fsync: *phase == "all" || *phase == "fsync", Noisy: *phase == "all" || *phase == "noisy"}); err != nil {
 			return err
 		}
 	}
 	if *phase == "all" || *phase == "accounts" {
 		if err := bench.Accounts(ctx, sz.Accounts, r); err != nil {
+			return err
+		}
+	}
+	if *phase == "all" || *phase == "delayed" {
+		if err := bench.Delayed(ctx, sz, r, *conc); err != nil {
+			return err
+		}
+		if err := bench.Callbacks(ctx, sz, r, *conc); err != nil {
 			return err
 		}
 	}

@@ -39,12 +39,19 @@ type Sizes struct {
 	Accounts    int           // accounts of the many-accounts run
 	Backlog     int           // the broken account's backlog in the noisy-neighbour run
 	NoisyFor    time.Duration // each steady-rate run of the noisy-neighbour run
+	Delayed     int           // delayed events held (delayed_1m_*)
+	Burst       int           // delayed events due at the same second (delayed_burst_*)
+	Callbacks   int           // webhooks applied (callbacks_*)
+	// CallbackWorkers is how many goroutines send the webhooks.
+	CallbackWorkers int
 }
 
 // Full and Quick sizes.
 var (
-	Full  = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 10000, Backlog: 10000, NoisyFor: 15 * time.Second}
-	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 2000, Backlog: 10000, NoisyFor: 5 * time.Second}
+	Full = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 10000, Backlog: 10000, NoisyFor: 15 * time.Second,
+		Delayed: 1000000, Burst: 10000, Callbacks: 20000, CallbackWorkers: 16}
+	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 2000, Backlog: 10000, NoisyFor: 5 * time.Second,
+		Delayed: 50000, Burst: 10000, Callbacks: 5000, CallbackWorkers: 16}
 )
 
 // Report prints figures, one per line, and keeps them for the markdown
@@ -65,6 +72,11 @@ func (r Report) Figure(name string, v float64, unit string) {
 	fmt.Fprintf(r.W, "%s %s %s\n", name, strconv.FormatFloat(v, 'f', 2, 64), unit)
 	if r.Figures != nil {
 		*r.Figures = append(*r.Figures, Fig{Name: name, Unit: unit, Value: v})
+	}
+	for _, g := range Goals {
+		if g.Name == name && !g.Met(v) {
+			fmt.Fprintf(r.W, "# %s misses its goal: %s %s\n", name, g.Op, strconv.FormatFloat(g.Value, 'f', -1, 64))
+		}
 	}
 }
 

@@ -53,6 +53,7 @@ does not rewrite this file).
 	for _, f := range figs {
 		fmt.Fprintf(w, "| `%s` | %s | %s |\n", f.Name, strconv.FormatFloat(f.Value, 'f', 2, 64), f.Unit)
 	}
+	writeGoals(w, figs)
 	fmt.Fprintf(w, `
 ## What is measured
 
@@ -77,6 +78,39 @@ does not rewrite this file).
   accounts through tenaz in its own process against nats-server in
   another; resident memory of each; the time tenaz takes to stop on
   SIGTERM, and the server's.
+- **Delayed events held** (`+"`delayed_1m_*`"+`): %d events (`+"`delayed_1m_events`"+`;
+  the name keeps "1m" whatever the count) published to
+  `+"`tenaz.intake.delayed.order.create`"+` with `+"`Tenaz-Not-Before`"+` a day ahead
+  (spread over an hour of due times), through tenaz in its own process
+  against nats-server in another, as above. Once ingest has taken every
+  submission and the state bucket holds every record (a sample of 200
+  read back `+"`scheduled`"+`): the tenaz process's resident memory
+  (`+"`delayed_1m_service_rss_mb`"+`; its peak over the run in
+  `+"`*_peak_rss_mb`"+`), the server's, and the server's store per event:
+  `+"`delayed_1m_disk_bytes_per_event`"+` is the disk space allocated under
+  its store directory (as du), `+"`delayed_1m_stored_bytes_per_event`"+`
+  the bytes JetStream accounts for (both less what was there before).
+  `+"`delayed_1m_accept_s`"+` is the time from the first publish until all
+  were scheduled.
+- **Burst** (`+"`delayed_burst_*`"+`): then, on top of the held ones, %d
+  events due at the same whole second ~20 s ahead; for each, the time its
+  delivery arrived at the target (the fake provider, `+"`pkg/provider`"+`,
+  records it) minus the due time; max, p99 and p50. Account concurrency
+  %d.
+- **Callbacks** (`+"`callbacks_per_s`"+` vs `+"`naive_callbacks_per_s`"+`): %d
+  events of a kind with `+"`completion: callback`"+` delivered to a provider
+  that does not call back; once all are `+"`awaiting_callback`"+`, %d
+  goroutines POST one signed webhook each (Standard Webhooks,
+  `+"`pkg/webhook`"+`) to `+"`/v1/callbacks/<target>`"+` over keep-alive
+  connections, until every one is answered `+"`applied`"+`; first send to
+  last answer. tenaz verifies the signature, checks the webhook-id was
+  not applied before, moves the record to done by compare-and-set,
+  remembers the webhook-id and cancels the deadline timer. *naive*: the
+  same webhooks to a minimal handler on the same server that verifies the
+  signature, reads a record (a copy of a real tenaz record awaiting its
+  callback) from a plain KV bucket and writes it back done by
+  compare-and-set: the least any receiver must do. Both in this process
+  with an embedded server; CPU per callback as for events.
 
 ## Where the time goes
 
@@ -106,5 +140,52 @@ throughput round):
   bucket takes three writes per event (create, claim, done) against the
   naive loop's two, which is the ratio you see. Different streams fsync in
   parallel, so INTAKE and EVENTS cost latency, not throughput.
-`, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts)
+`, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
+		sz.Delayed, sz.Burst, concurrency, sz.Callbacks, sz.CallbackWorkers)
+}
+
+// Goal is a figure's target: Value with Op "<" (under) or "<=".
+type Goal struct {
+	Name, Op, Source string
+	Value            float64
+}
+
+// Goals are the targets the issues set for figures of this report.
+var Goals = []Goal{
+	{Name: "noisy_neighbour_p99_ratio", Op: "<=", Value: 1.2, Source: "issue 3"},
+	{Name: "delayed_1m_service_rss_mb", Op: "<", Value: 200, Source: "issue 4"},
+	{Name: "delayed_burst_max_lateness_ms", Op: "<", Value: 1000, Source: "issue 4"},
+}
+
+// Met reports whether v meets the goal.
+func (g Goal) Met(v float64) bool {
+	if g.Op == "<=" {
+		return v <= g.Value
+	}
+	return v < g.Value
+}
+
+// writeGoals writes the goals of the figures present, and whether each
+// was met in this run.
+func writeGoals(w io.Writer, figs []Fig) {
+	byName := map[string]float64{}
+	for _, f := range figs {
+		byName[f.Name] = f.Value
+	}
+	first := true
+	for _, g := range Goals {
+		v, ok := byName[g.Name]
+		if !ok {
+			continue
+		}
+		if first {
+			fmt.Fprint(w, "\n## Goals\n\n| figure | goal | this run | met |\n|---|---|---:|---|\n")
+			first = false
+		}
+		met := "yes"
+		if !g.Met(v) {
+			met = "**no**"
+		}
+		fmt.Fprintf(w, "| `%s` | %s %s (%s) | %s | %s |\n", g.Name, g.Op, strconv.FormatFloat(g.Value, 'f', -1, 64), g.Source, strconv.FormatFloat(v, 'f', 2, 64), met)
+	}
 }

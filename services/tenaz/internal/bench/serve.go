@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 func ServeNATS(dir string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	profileOnSignal("nats")
 	srv, err := natsd.Start(natsd.Options{StoreDir: dir, Listen: "127.0.0.1:-1"})
 	if err != nil {
 		return err
@@ -33,6 +36,7 @@ func ServeNATS(dir string) error {
 func ServeTenaz(file string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	profileOnSignal("tenaz")
 	cfg, err := config.Load(file)
 	if err != nil {
 		return err
@@ -49,4 +53,45 @@ func ServeTenaz(file string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	return t.Stop(sctx)
+}
+
+// profileOnSignal lets the parent profile a window of this child's life:
+// with BENCH_CHILD_PROFILE=<dir> set, each SIGUSR1 starts or stops a CPU
+// profile written to <dir>/<name>-<n>.cpu.prof.
+func profileOnSignal(name string) {
+	dir := os.Getenv("BENCH_CHILD_PROFILE")
+	if dir == "" {
+		return
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR1)
+	go func() {
+		var f *os.File
+		for n := 1; ; n++ {
+			<-ch
+			if f != nil {
+				pprof.StopCPUProfile()
+				_ = f.Close()
+				f = nil
+				continue
+			}
+			var err error
+			if f, err = os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.cpu.prof", name, n))); err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+				continue
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+				_ = f.Close()
+				f = nil
+			}
+		}
+	}()
+}
+
+// toggleProfile starts or stops the child's CPU profile (BENCH_CHILD_PROFILE).
+func (c *child) toggleProfile() {
+	if os.Getenv("BENCH_CHILD_PROFILE") != "" {
+		_ = c.cmd.Process.Signal(syscall.SIGUSR1)
+	}
 }

@@ -1,0 +1,362 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/natsd"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/webhook"
+)
+
+// callbackSecret signs the bench's webhooks (Standard Webhooks form).
+const callbackSecret = "whsec_dGVuYXotYmVuY2gtY2FsbGJhY2stc2VjcmV0LTMyYnl0ZXM="
+
+// callbackAccount is the account of the callback run.
+const callbackAccount = "cb"
+
+// Callbacks measures webhooks applied per second: sz.Callbacks events of a
+// kind with completion: callback are delivered to a provider that does not
+// call back; once all are awaiting_callback, signed webhooks for them are
+// POSTed to /v1/callbacks/<target> by sz.CallbackWorkers goroutines over
+// keep-alive connections until every one is applied. The naive side is a
+// minimal receiver on the same server doing what any such receiver must:
+// verify the signature, read the record, compare-and-set it done.
+func Callbacks(ctx context.Context, sz Sizes, r Report, concurrency int) error {
+	dir, err := os.MkdirTemp("", "tenaz-bench-callbacks-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(dir, false)
+	if err != nil {
+		return err
+	}
+	defer natsd.Shutdown(srv)
+	prov := provider.New(provider.Faults{})
+	defer prov.Close()
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	phs := &http.Server{Handler: prov}
+	go func() { _ = phs.Serve(pln) }()
+	defer phs.Close()
+	y := fmt.Sprintf(`
+nats: {url: %q}
+http: {addr: "127.0.0.1:0"}
+log: {level: error}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: %d}
+targets:
+  bureau: {url: %q, timeout: 5s, callback_secret: %q}
+kinds:
+  credit.check: {target: bureau, completion: callback, callback_sla: 1h, attempts: 3, backoff: {initial: 1s}}
+`, srv.ClientURL(), concurrency, "http://"+pln.Addr().String()+"/evaluations", callbackSecret)
+	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	if err != nil {
+		return err
+	}
+	n, workers := sz.Callbacks, sz.CallbackWorkers
+	tz, err := StartTenaz(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tz.Stop(ctx) }()
+	ids, err := tz.awaitingCallbacks(ctx, prov, n)
+	if err != nil {
+		return err
+	}
+	sample, err := tz.record(ctx, ids[0])
+	if err != nil {
+		return err
+	}
+	url := "http://" + tz.t.HTTPAddr() + "/v1/callbacks/bureau"
+	if f := os.Getenv("BENCH_PROFILE_CALLBACKS"); f != "" {
+		pf, err := os.Create(f)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+	}
+	c0 := cpuTime()
+	res, err := fireCallbacks(ctx, url, ids, workers, func(status int, body []byte) error {
+		var rep struct{ Outcome string }
+		if status != http.StatusOK || json.Unmarshal(body, &rep) != nil || rep.Outcome != "applied" {
+			return fmt.Errorf("answered %d %s", status, bytes.TrimSpace(body))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("callbacks: %w", err)
+	}
+	res.cpu = float64((cpuTime() - c0).Microseconds()) / float64(n)
+	if os.Getenv("BENCH_PROFILE_CALLBACKS") != "" {
+		pprof.StopCPUProfile()
+	}
+	if err := tz.checkStatus(ctx, ids, tenaz.StateDone); err != nil {
+		return err
+	}
+	if err := tz.Stop(ctx); err != nil {
+		return err
+	}
+	naive, err := naiveCallbacks(ctx, srv.ClientURL(), sample, n, workers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.W, "# callbacks: %d webhooks from %d goroutines, the naive side's record %d bytes\n", n, workers, len(sample))
+	r.Figure("callbacks_events", float64(n), "events")
+	r.Figure("callbacks_per_s", res.perS, "callbacks/s")
+	r.Figure("naive_callbacks_per_s", naive.perS, "callbacks/s")
+	r.Figure("callbacks_ratio_vs_naive", res.perS/naive.perS, "ratio")
+	r.Figure("callbacks_p99_ms", res.p99, "ms")
+	r.Figure("naive_callbacks_p99_ms", naive.p99, "ms")
+	r.Figure("callbacks_cpu_us_per_callback", res.cpu, "us")
+	r.Figure("naive_callbacks_cpu_us_per_callback", naive.cpu, "us")
+	return nil
+}
+
+// awaitingCallbacks submits n events of credit.check and waits until each
+// was delivered and its record moved to awaiting_callback (the dispatch
+// message is acked only after that is stored). It returns their ids.
+func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, n int) ([]string, error) {
+	for i := range n {
+		m := nats.NewMsg("tenaz.intake." + callbackAccount + ".credit.check")
+		m.Data = fmt.Appendf(nil, `{"applicant":"a-%d","amount":2500}`, i)
+		m.Header.Set(tenaz.HeaderIdempotencyKey, "c-"+strconv.Itoa(i))
+		for {
+			_, err := b.js.PublishMsgAsync(m)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return nil, err
+			}
+			<-b.js.PublishAsyncComplete()
+		}
+	}
+	<-b.js.PublishAsyncComplete()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := prov.WaitCalls(wctx, n); err != nil {
+		return nil, fmt.Errorf("callbacks: %d of %d delivered: %w", prov.CallCount(), n, err)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		ci, err := b.js.Consumer(ctx, tenaz.StreamEvents, "acct_"+callbackAccount)
+		if err != nil {
+			return nil, err
+		}
+		if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.New("callbacks: dispatch not drained within 5m")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	seen := map[string]bool{}
+	ids := make([]string, 0, n)
+	for _, c := range prov.Calls() {
+		if !seen[c.EventID] {
+			seen[c.EventID] = true
+			ids = append(ids, c.EventID)
+		}
+	}
+	if len(ids) != n {
+		return nil, fmt.Errorf("callbacks: %d distinct events delivered, want %d", len(ids), n)
+	}
+	return ids, b.checkStatus(ctx, ids, tenaz.StateAwaitingCallback)
+}
+
+// record is the stored value of the event's record.
+func (b *Tenaz) record(ctx context.Context, id string) ([]byte, error) {
+	kv, err := b.js.KeyValue(ctx, tenaz.BucketState)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
+}
+
+// checkStatus checks that every event's record is in state want.
+func (b *Tenaz) checkStatus(ctx context.Context, ids []string, want tenaz.State) error {
+	kv, err := b.js.KeyValue(ctx, tenaz.BucketState)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		e, err := kv.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("callbacks: record %s: %w", id, err)
+		}
+		var rec struct {
+			Status tenaz.State `json:"status"`
+		}
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return err
+		}
+		if rec.Status != want {
+			return fmt.Errorf("callbacks: event %s is %s, want %s", id, rec.Status, want)
+		}
+	}
+	return nil
+}
+
+type fireResult struct {
+	perS, p99, cpu float64
+}
+
+var webhookClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}, Timeout: 30 * time.Second}
+
+// fireCallbacks POSTs one signed webhook per id from workers goroutines
+// (webhook-id msg_<i>, signed with callbackSecret at the time of sending)
+// and checks every answer with check. It returns callbacks/s from the
+// first send to the last answer, and the p99 of one request.
+func fireCallbacks(ctx context.Context, url string, ids []string, workers int, check func(status int, body []byte) error) (fireResult, error) {
+	var next atomic.Int64
+	lat := make([]float64, len(ids))
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ids) || ctx.Err() != nil {
+					return
+				}
+				b := fmt.Appendf(nil, `{"event_id":%q,"reference":"ref_%d","status":"approved"}`, ids[i], i)
+				t0 := time.Now()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+				req.Header = webhook.Headers(callbackSecret, "msg_"+strconv.Itoa(i), t0, b)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := webhookClient.Do(req)
+				if err == nil {
+					var rb []byte
+					rb, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err == nil {
+						err = check(resp.StatusCode, rb)
+					}
+				}
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("webhook %d (%s): %w", i, ids[i], err) })
+					next.Store(int64(len(ids))) // stop the others
+					return
+				}
+				lat[i] = float64(time.Since(t0).Microseconds()) / 1000
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if firstErr != nil {
+		return fireResult{}, firstErr
+	}
+	sort.Float64s(lat)
+	return fireResult{perS: float64(len(ids)) / el.Seconds(), p99: pct(lat, 0.99)}, nil
+}
+
+// naiveCallbacks is the reference receiver: a plain HTTP handler that
+// verifies the Standard Webhooks signature, reads the record named by
+// event_id from a plain KV bucket and writes it back done by
+// compare-and-set on the revision it read. The n records (copies of a
+// real tenaz record awaiting its callback) are written first, untimed.
+func naiveCallbacks(ctx context.Context, natsURL string, rec []byte, n, workers int) (fireResult, error) {
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return fireResult{}, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	_ = js.DeleteKeyValue(ctx, "naive_callbacks")
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "naive_callbacks"})
+	if err != nil {
+		return fireResult{}, err
+	}
+	defer func() { _ = js.DeleteKeyValue(context.WithoutCancel(ctx), "naive_callbacks") }()
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = "ev" + strconv.Itoa(i)
+		if _, err := kv.Put(ctx, ids[i], rec); err != nil {
+			return fireResult{}, err
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fireResult{}, err
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := webhook.Verify(callbackSecret, r.Header, body, 5*time.Minute, time.Now()); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		var doc struct {
+			EventID string `json:"event_id"`
+		}
+		if err := json.Unmarshal(body, &doc); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		e, err := kv.Get(r.Context(), doc.EventID)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		done := bytes.Replace(e.Value(), []byte(`"awaiting_callback"`), []byte(`"done"`), 1)
+		if _, err := kv.Update(r.Context(), doc.EventID, done, e.Revision()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"outcome":"applied"}`))
+	})}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	c0 := cpuTime()
+	res, err := fireCallbacks(ctx, "http://"+ln.Addr().String()+"/", ids, workers, func(status int, body []byte) error {
+		if status != http.StatusOK {
+			return fmt.Errorf("answered %d %s", status, bytes.TrimSpace(body))
+		}
+		return nil
+	})
+	if err != nil {
+		return fireResult{}, fmt.Errorf("naive callbacks: %w", err)
+	}
+	res.cpu = float64((cpuTime() - c0).Microseconds()) / float64(n)
+	return res, nil
+}
