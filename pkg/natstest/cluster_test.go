@@ -189,5 +189,17 @@ func TestClusterCompareAndSet(t *testing.T) {
 	}
 	c.Servers[leader].Stop()
 	natstest.Eventually(t, 30*time.Second, func() bool { return c.StreamLeader(bucket) >= 0 }, "a new leader of %s", bucket)
+	// A write sent while the leadership moved may get no answer at all:
+	// wait until the bucket takes writes again, each try bounded.
+	kv, err := js.KeyValue(ctx, tenaz.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := kv.Put(pctx, "probe", []byte("x"))
+		return err == nil
+	}, "the state bucket to take writes after the failover")
 	check("after")
 }

@@ -50,13 +50,17 @@ type submitter struct {
 	retries  int
 }
 
+// submitClient gives up on a submission that gets no answer (one lost in
+// a failover), so that it is sent again.
+var submitClient = &http.Client{Timeout: 10 * time.Second}
+
 func (s *submitter) submit(key, kind string) {
 	body := fmt.Sprintf(`{"account":"acme","kind":%q,"payload":{"order_id":%q}}`, kind, key)
 	deadline := time.Now().Add(40 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		req, _ := http.NewRequest(http.MethodPost, s.bases[i%len(s.bases)]+"/v1/events", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := submitClient.Do(req)
 		if err == nil {
 			var v view
 			_ = decodeJSON(resp, &v)
@@ -159,7 +163,9 @@ func TestClusterFailover(t *testing.T) {
 			if r, ok := recs[key]; ok && r.Status == tenaz.StateDone {
 				continue
 			}
-			r, _, err := st.Get(ctx, id)
+			gctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a read lost in a failover is tried again
+			r, _, err := st.Get(gctx, id)
+			cancel()
 			if err != nil || r.Status != tenaz.StateDone {
 				return false
 			}
