@@ -1,0 +1,332 @@
+package standalone_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/ingest"
+	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
+)
+
+// dead ls, show, replay with a fixed payload, discard, and review resolve
+// against tenaz-deadletter in `tenaz run`: the event the target rejected
+// is listed with why, shown with its payload, replayed with the payload
+// the operator fixed until done, and every action is in its history with
+// the operator's name. Acting twice is a conflict (4), an unknown id is 3.
+func TestCLIDeadLetters(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	base := "http://" + tz.HTTPAddr()
+	op := newOperator(t, tz.NATSURL())
+
+	var ids []string
+	for _, key := range []string{"fix-1", "drop-1", "hand-1"} {
+		_, v := post(t, base, key, fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":%q,"reject":true}}`, key))
+		waitStatus(t, base, v.ID, "dead")
+		ids = append(ids, v.ID)
+	}
+	fix, drop, hand := ids[0], ids[1], ids[2]
+
+	var list ops.ListReply
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		op.must(cli.ExitOK, "dead", "ls", "--account", "acme", "--kind", "order.create", "--json").decode(t, &list)
+		return list.Total == 3
+	}, "dead ls: want the 3 rejected events, got %+v", &list)
+	for _, it := range list.Items {
+		if it.Reason != "permanent" || it.Class != "permanent" || it.HTTPStatus != 422 || it.Status != tenaz.StateDead {
+			t.Fatalf("dead ls: want reason and class permanent, HTTP 422, status dead, got %+v", it)
+		}
+	}
+	op.must(cli.ExitOK, "dead", "ls", "--account", "other", "--json").decode(t, &list)
+	if list.Total != 0 || len(list.Items) != 0 {
+		t.Fatalf("dead ls --account other: want nothing, got %+v", list)
+	}
+	r := op.must(cli.ExitOK, "dead", "ls", "--limit", "2")
+	if !strings.HasPrefix(r.stdout, "ID ") || strings.Count(r.stdout, "ev_") != 2 || !strings.Contains(r.stdout, "2 shown, 3 matching; next page: --cursor ") {
+		t.Fatalf("dead ls --limit 2: want a table of 2 and the next page's cursor, got\n%s", r)
+	}
+	op.must(cli.ExitOK, "dead", "ls", "--limit", "1", "--all", "--json").decode(t, &list)
+	if len(list.Items) != 3 || list.NextCursor != "" {
+		t.Fatalf("dead ls --all: want all 3 pages in one list, got %+v", list)
+	}
+
+	var show ops.ShowReply
+	op.must(cli.ExitOK, "dead", "show", fix, "--json").decode(t, &show)
+	var payload struct {
+		OrderID string `json:"order_id"`
+		Reject  bool   `json:"reject"`
+	}
+	if show.Item.ID != fix || show.Event == nil || json.Unmarshal(show.Event.Payload, &payload) != nil || payload != struct {
+		OrderID string `json:"order_id"`
+		Reject  bool   `json:"reject"`
+	}{"fix-1", true} || show.Record == nil {
+		t.Fatalf("dead show: want %s with its payload and record, got %+v", fix, show)
+	}
+	r = op.must(cli.ExitOK, "dead", "show", fix)
+	for _, want := range []string{"LAST ERROR", "permanent 422", "PAYLOAD", `"reject":true`, "accept", "fail"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("dead show: want %q, got\n%s", want, r)
+		}
+	}
+	op.must(cli.ExitNotFound, "dead", "show", "ev_"+strings.Repeat("0", 26))
+
+	// Replay with the payload fixed: done, once, and the history says who.
+	var rep ops.ReplayReply
+	op.must(cli.ExitOK, "dead", "replay", fix, "--payload", `{"order_id":"fix-1"}`, "-m", "fixed the order", "--json").decode(t, &rep)
+	if rep.Replayed != 1 || rep.JobID != "" {
+		t.Fatalf("dead replay: want 1 replayed, got %+v", rep)
+	}
+	waitStatus(t, base, fix, "done")
+	if n := p.Effects("fix-1"); n != 1 {
+		t.Fatalf("replayed event: want its effect applied once, got %d", n)
+	}
+	var h ingest.HistoryView
+	op.must(cli.ExitOK, "events", "history", fix, "--json").decode(t, &h)
+	if !hasEntry(h.History, state.Replay, "operator:alice", "fixed the order") {
+		t.Fatalf("history: want a replay by operator:alice saying why, got %+v", h.History)
+	}
+	op.must(cli.ExitConflict, "dead", "replay", fix)
+	op.must(cli.ExitUsage, "dead", "replay", fix, drop, "--payload", `{}`)
+	op.must(cli.ExitUsage, "dead", "replay", fix, "--payload", `{not json`)
+	op.must(cli.ExitUsage, "dead", "replay")
+
+	// Discard with a reason; twice is a conflict.
+	var act ops.ActionReply
+	op.must(cli.ExitOK, "dead", "discard", drop, "-m", "duplicate order", "--json").decode(t, &act)
+	if act.Done != 1 {
+		t.Fatalf("dead discard: want 1 done, got %+v", act)
+	}
+	waitStatus(t, base, drop, "cancelled")
+	op.must(cli.ExitOK, "events", "history", drop, "--json").decode(t, &h)
+	if !hasEntry(h.History, state.Discard, "operator:alice", "duplicate order") {
+		t.Fatalf("history: want a discard by operator:alice saying why, got %+v", h.History)
+	}
+	op.must(cli.ExitConflict, "dead", "discard", drop, "-m", "again")
+	op.must(cli.ExitUsage, "dead", "discard", drop) // no reason
+
+	// A person did it by hand: resolve as done with a result.
+	op.must(cli.ExitOK, "review", "resolve", hand, "--outcome", "done", "--result", `{"ref":"by-phone"}`, "-m", "booked by phone", "--actor", "bob", "--json").decode(t, &act)
+	waitStatus(t, base, hand, "done")
+	op.must(cli.ExitOK, "events", "history", hand, "--json").decode(t, &h)
+	if !hasEntry(h.History, state.Resolve, "operator:bob", "booked by phone") {
+		t.Fatalf("history: want a resolve by operator:bob saying why, got %+v", h.History)
+	}
+	op.must(cli.ExitConflict, "review", "resolve", hand, "--outcome", "discard")
+	op.must(cli.ExitUsage, "review", "resolve", hand, "--outcome", "maybe")
+
+	op.must(cli.ExitOK, "dead", "ls", "--json").decode(t, &list)
+	if list.Total != 0 {
+		t.Fatalf("dead ls after acting on all three: want none, got %+v", list)
+	}
+	var rl ops.ListReply
+	op.must(cli.ExitOK, "review", "ls", "--json").decode(t, &rl)
+	if rl.Total != 0 || rl.Items == nil {
+		t.Fatalf("review ls: want an empty list, got %+v", rl)
+	}
+
+}
+
+// hasEntry reports whether history has an action by actor whose detail
+// starts with detail (the service may add to it, e.g. "payload edited").
+func hasEntry(history []state.Entry, action state.ActionName, actor, detail string) bool {
+	for _, e := range history {
+		if e.Action == action && e.Actor == actor && strings.HasPrefix(e.Detail, detail) {
+			return true
+		}
+	}
+	return false
+}
+
+// breakers ls shows the breaker a failing target opened, and breakers
+// close closes it for every replica: the waiting event is then delivered.
+func TestCLIBreakers(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{Down: true}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	yaml := strings.Replace(testConfig(t.TempDir(), target.URL, ""),
+		`"*": {concurrency: 8, breaker: {failures: 100}}`, `"*": {concurrency: 8, breaker: {failures: 2, cooldown: 10m}}`, 1)
+	yaml = strings.Replace(yaml, "attempts: 3,", "attempts: 20,", 1)
+	tz := start(t, yaml)
+	base := "http://" + tz.HTTPAddr()
+	op := newOperator(t, tz.NATSURL())
+
+	_, v := post(t, base, "brk-1", `{"account":"acme","kind":"order.create","payload":{"order_id":"brk-1"}}`)
+	var br ops.BreakersReply
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		op.must(cli.ExitOK, "breakers", "ls", "--account", "acme", "--json").decode(t, &br)
+		return len(br.Items) == 1 && br.Items[0].State == "open"
+	}, "breakers ls: want acme/erp open after 2 failures, got %+v", &br)
+	if it := br.Items[0]; it.Account != "acme" || it.Target != "erp" || it.OpenUntil == nil {
+		t.Fatalf("breakers ls: want acme/erp open until a time, got %+v", it)
+	}
+	r := op.must(cli.ExitOK, "breakers", "ls")
+	if !strings.Contains(r.stdout, "ACCOUNT") || !strings.Contains(r.stdout, "open") {
+		t.Fatalf("breakers ls: want a table with the open breaker, got\n%s", r)
+	}
+
+	p.SetDown(false)
+	var closed ops.BreakerItem
+	op.must(cli.ExitOK, "breakers", "close", "acme", "erp", "--json").decode(t, &closed)
+	if closed.Account != "acme" || closed.Target != "erp" || closed.State != "closed" || !strings.Contains(closed.Reason, "operator:alice") {
+		t.Fatalf("breakers close: want acme/erp closed, saying by operator:alice, got %+v", closed)
+	}
+	waitStatus(t, base, v.ID, "done")
+	op.must(cli.ExitNotFound, "breakers", "close", "nosuch", "erp")
+	op.must(cli.ExitUsage, "breakers", "close", "bad.account", "erp")
+}
+
+// dead replay --all replays every match as a job and follows it with a
+// progress bar on a terminal until done: every event ends done, each
+// effect applied once, and none is left dead.
+func TestCLIBulkReplay(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	p := provider.New(provider.Faults{Status: http.StatusUnprocessableEntity}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	base := "http://" + tz.HTTPAddr()
+	op := newOperator(t, tz.NATSURL())
+
+	ids := submitN(t, base, "bulk", n)
+	_, other := post(t, base, "other-kind", `{"account":"globex","kind":"order.create","payload":{"order_id":"other-kind"}}`)
+	var list ops.ListReply
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		op.must(cli.ExitOK, "dead", "ls", "--account", "acme", "--limit", "1", "--json").decode(t, &list)
+		return list.Total == n
+	}, "want %d dead events of acme, got %v", n, lazyText(func() string { return fmt.Sprint(list.Total) }))
+	waitStatus(t, base, other.ID, "dead")
+
+	p.SetFaults(provider.Faults{})
+	var out, errb bytes.Buffer
+	env := &cli.Env{Stdout: &out, Stderr: &errb, StderrTTY: true, Getenv: func(k string) string { return op.env[k] }}
+	args := []string{"dead", "replay", "--all", "--account", "acme", "--kind", "order.create", "--rate", "1000", "--json"}
+	if code := cli.Main(&cli.Commands{}, args, env); code != cli.ExitOK {
+		t.Fatalf("dead replay --all: want exit 0, got %d\nstdout:\n%s\nstderr:\n%q", code, out.String(), errb.String())
+	}
+	r := cliRun{args: args, stdout: out.String(), stderr: errb.String()}
+	var job ops.JobReply
+	r.decode(t, &job)
+	if job.State != ops.JobDone || job.Total != n || job.Done != n || job.Failed != 0 || job.Filter.Account != "acme" || job.Actor != "operator:alice" {
+		t.Fatalf("replay job: want done with %d of %d replayed by operator:alice, got %+v", n, n, job)
+	}
+	if !strings.Contains(r.stderr, "\r[") || !strings.Contains(r.stderr, fmt.Sprintf("] %d/%d 100%%", n, n)) || !strings.HasSuffix(r.stderr, "\x1b[K\n") {
+		t.Fatalf("progress: want a bar redrawn on stderr ending at %d/%d 100%%, got %q", n, n, r.stderr)
+	}
+	for i, id := range ids {
+		waitStatus(t, base, id, "done")
+		if e := p.Effects(fmt.Sprintf("bulk-%d", i)); e != 1 {
+			t.Fatalf("bulk-%d: want its effect applied once, got %d", i, e)
+		}
+	}
+	if d := p.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("want no effect applied twice, got %v", d)
+	}
+	op.must(cli.ExitOK, "dead", "ls", "--account", "acme", "--json").decode(t, &list)
+	if list.Total != 0 {
+		t.Fatalf("dead ls after the job: want none of acme, got %d", list.Total)
+	}
+	if s := get(t, base+"/v1/events/"+other.ID).Status; s != "dead" {
+		t.Fatalf("an event outside the filter: want it still dead, got %s", s)
+	}
+
+	// The job can be read again; an unknown job is 3.
+	var again ops.JobReply
+	op.must(cli.ExitOK, "dead", "job", job.JobID, "--no-wait", "--json").decode(t, &again)
+	if again.JobID != job.JobID || again.State != ops.JobDone || again.Done != n {
+		t.Fatalf("dead job --no-wait: want the finished job, got %+v", again)
+	}
+	op.must(cli.ExitNotFound, "dead", "job", "nosuchjob")
+}
+
+// review ls lists the events whose callback never came; review resolve
+// requeues one to the primary (it is sent again and waits for its
+// callback) and resolves the other as done with the operator's result.
+func TestCLIReview(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	yaml := testConfig(t.TempDir(), target.URL,
+		"  credit.check: {target: erp, completion: callback, callback_sla: 1s, attempts: 3, backoff: {initial: 1s, jitter: 0}}\n")
+	yaml = strings.Replace(yaml, "timeout: 5s}", `timeout: 5s, callback_secret: "whsec_dGVuYXotY2xpLXRlc3Qtc2VjcmV0"}`, 1)
+	tz := start(t, yaml)
+	base := "http://" + tz.HTTPAddr()
+	op := newOperator(t, tz.NATSURL())
+
+	_, requeue := post(t, base, "rev-1", `{"account":"acme","kind":"credit.check","payload":{"applicant":"rev-1"}}`)
+	_, byHand := post(t, base, "rev-2", `{"account":"acme","kind":"credit.check","payload":{"applicant":"rev-2"}}`)
+	waitStatus(t, base, requeue.ID, "manual_review")
+	waitStatus(t, base, byHand.ID, "manual_review")
+	var list ops.ListReply
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		op.must(cli.ExitOK, "review", "ls", "--kind", "credit.check", "--json").decode(t, &list)
+		return list.Total == 2
+	}, "review ls: want the 2 events whose callback never came, got %+v", &list)
+	for _, it := range list.Items {
+		if (it.ID != requeue.ID && it.ID != byHand.ID) || it.Status != tenaz.StateManualReview || it.Account != "acme" {
+			t.Fatalf("review ls: want %s and %s in manual_review for acme, got %+v", requeue.ID, byHand.ID, it)
+		}
+	}
+	r := op.must(cli.ExitOK, "review", "ls")
+	if !strings.Contains(r.stdout, requeue.ID) || !strings.Contains(r.stdout, "manual_review") {
+		t.Fatalf("review ls: want the events in the table, got\n%s", r)
+	}
+	op.must(cli.ExitOK, "dead", "ls", "--kind", "credit.check", "--json").decode(t, &list)
+	if list.Total != 0 {
+		t.Fatalf("dead ls: want no manual reviews among dead letters, got %+v", list)
+	}
+
+	var act ops.ActionReply
+	op.must(cli.ExitOK, "review", "resolve", requeue.ID, "--outcome", "requeue_primary", "-m", "bureau says resend", "--json").decode(t, &act)
+	if act.Done != 1 {
+		t.Fatalf("resolve requeue_primary: want 1 done, got %+v", act)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(p.CallsFor("rev-1")) == 2 }, "the requeued event to be sent to the primary again")
+	waitStatus(t, base, requeue.ID, "awaiting_callback")
+	var h ingest.HistoryView
+	op.must(cli.ExitOK, "events", "history", requeue.ID, "--json").decode(t, &h)
+	var requeued bool
+	for _, e := range h.History {
+		requeued = requeued || (e.Actor == "operator:alice" && strings.HasPrefix(e.Detail, "bureau says resend") &&
+			e.From == tenaz.StateManualReview && e.To == tenaz.StatePending)
+	}
+	if !requeued {
+		t.Fatalf("history: want the requeue by operator:alice from manual_review to pending, got %+v", h.History)
+	}
+
+	op.must(cli.ExitOK, "review", "resolve", byHand.ID, "--outcome", "done", "--result", `{"score":710}`, "-m", "score by phone", "--json").decode(t, &act)
+	waitStatus(t, base, byHand.ID, "done")
+	var ev ingest.View
+	op.must(cli.ExitOK, "events", "get", byHand.ID, "--json").decode(t, &ev)
+	var result struct{ Score int }
+	if err := json.Unmarshal(ev.Result, &result); err != nil || result.Score != 710 {
+		t.Fatalf("resolved event: want the operator's result {score 710}, got %s (%v)", ev.Result, err)
+	}
+	op.must(cli.ExitOK, "events", "history", byHand.ID, "--json").decode(t, &h)
+	if !hasEntry(h.History, state.Resolve, "operator:alice", "score by phone") {
+		t.Fatalf("history: want the resolve by operator:alice, got %+v", h.History)
+	}
+	if len(p.CallsFor("rev-2")) != 1 {
+		t.Fatalf("resolved by hand: want no second call to the target, got %d", len(p.CallsFor("rev-2")))
+	}
+}
