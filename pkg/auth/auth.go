@@ -271,6 +271,8 @@ func classify(p string) int {
 //   - /, /ui/…, /v1/dead… and /v1/review… need an operator (HTTP Basic
 //     or Bearer); without one the answer is 401 with a Basic challenge, so
 //     a browser asks for the operator's name and key;
+//   - a state-changing request from a browser on another origin (a forged
+//     form post carrying the operator's cached Basic credentials) is 403;
 //   - every other route needs a valid key or operator credential (401
 //     otherwise); the route's own Require checks the scope.
 //
@@ -286,6 +288,13 @@ func (a *Authenticator) Guard(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
+		// A browser sends cached Basic credentials with any request, a
+		// forged cross-site form post too: refuse unsafe cross-origin
+		// browser requests (non-browser clients send no Origin).
+		if err := sameOrigin.Check(r); err != nil {
+			httpapi.Error(w, http.StatusForbidden, "cross_origin", "cross-origin requests that change state are refused")
+			return
+		}
 		p, err := a.Authenticate(r)
 		if err != nil {
 			unauthorized(w, err, class == routeOperator)
@@ -298,6 +307,10 @@ func (a *Authenticator) Guard(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 	})
 }
+
+// sameOrigin rejects unsafe (non GET/HEAD/OPTIONS) cross-origin browser
+// requests, by Sec-Fetch-Site or Origin.
+var sameOrigin = http.NewCrossOriginProtection()
 
 func unauthorized(w http.ResponseWriter, err error, operator bool) {
 	if operator {

@@ -299,6 +299,18 @@ func TestGuard(t *testing.T) {
 				resp.StatusCode, resp.Header.Get("X-Principal"))
 		}
 	}
+	// A forged cross-site form post from the operator's browser (which
+	// sends the cached Basic credentials) is refused; the same request
+	// from the screen's own origin, or from a non-browser client, is not.
+	if r := do("POST", "/v1/dead/abc/discard", "basic", "alice", aliceKey, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"); r.StatusCode != 403 {
+		t.Errorf("a cross-site POST with the operator's credentials: want 403, got %d", r.StatusCode)
+	}
+	if r := do("POST", "/v1/dead/abc/discard", "basic", "alice", aliceKey, "Sec-Fetch-Site", "same-origin"); r.StatusCode != 200 {
+		t.Errorf("a same-origin POST with the operator's credentials: want 200, got %d", r.StatusCode)
+	}
+	if r := do("GET", "/ui/", "basic", "alice", aliceKey, "Sec-Fetch-Site", "cross-site"); r.StatusCode != 200 {
+		t.Errorf("a cross-site GET (a link to the screen): want 200, got %d", r.StatusCode)
+	}
 	// A browser is asked for the operator's name and key on the screen.
 	if ch := do("GET", "/ui/").Header.Get("WWW-Authenticate"); !strings.HasPrefix(ch, "Basic ") {
 		t.Errorf("want a Basic challenge on /ui/, got %q", ch)
