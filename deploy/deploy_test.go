@@ -8,6 +8,8 @@ package deploy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,27 +25,37 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/daemon"
 )
 
 // services are the Deployments, each named tenaz-<service>.
 var services = []string{"ingest", "dispatcher", "poller", "deadletter"}
 
-// withService are the services that also get a Service.
-var withService = []string{"ingest", "deadletter"}
+// withService are the services that also get a Service (all of them:
+// /metrics is scraped through it).
+var withService = services
+
+// scaled are the services KEDA scales (components/keda): their Deployments
+// set no replica count.
+var scaled = []string{"dispatcher", "poller"}
 
 const (
 	port        = 8080
 	configPath  = "/etc/tenaz/tenaz.yaml"
 	gracePeriod = 30 // terminationGracePeriodSeconds
-	drain       = 20 // seconds a service takes to drain after SIGTERM
 	nonrootUID  = 65532
 )
+
+// drain is how many seconds a service takes to drain after SIGTERM: the
+// deadline daemon.Run gives Stop.
+var drain = int(daemon.StopTimeout / time.Second)
 
 // obj is one decoded manifest.
 type obj = map[string]any
@@ -244,7 +256,7 @@ func TestYAMLParses(t *testing.T) {
 			if str(doc, "apiVersion") == "" || str(doc, "kind") == "" {
 				t.Errorf("%s: document %d has no apiVersion or kind", path, i+1)
 			}
-			if str(doc, "kind") != "Kustomization" && str(doc, "metadata", "name") == "" {
+			if k := str(doc, "kind"); k != "Kustomization" && k != "Component" && str(doc, "metadata", "name") == "" {
 				t.Errorf("%s: document %d (%s) has no metadata.name", path, i+1, str(doc, "kind"))
 			}
 		}
@@ -269,7 +281,7 @@ func TestKustomizationReferences(t *testing.T) {
 		}
 		return err
 	})
-	for _, want := range []string{"kustomize/base", "kustomize/overlays/example"} {
+	for _, want := range []string{"kustomize/base", "kustomize/overlays/example", "kustomize/components/keda"} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("%s/kustomization.yaml is missing", want)
 		}
@@ -297,6 +309,18 @@ func TestKustomizationReferences(t *testing.T) {
 				}
 			}
 			used[filepath.Clean(ref)] = true
+		}
+		for _, c := range list(k, "components") {
+			ref, _ := c.(string)
+			data, err := os.ReadFile(filepath.Join(dir, ref, "kustomization.yaml"))
+			if err != nil {
+				t.Errorf("%s/kustomization.yaml: component %q: %v", dir, ref, err)
+				continue
+			}
+			var ck obj
+			if err := yaml.Unmarshal(data, &ck); err != nil || str(ck, "kind") != "Component" {
+				t.Errorf("%s/kustomization.yaml: component %q is not a kind: Component kustomization (%v)", dir, ref, err)
+			}
 		}
 		for _, g := range list(k, "configMapGenerator") {
 			for _, f := range list(g, "files") {
@@ -341,7 +365,11 @@ func TestManifests(t *testing.T) {
 			// Nothing that deploys pods beyond the four services.
 			for _, d := range r.docs {
 				switch str(d, "kind") {
-				case "Deployment", "PodDisruptionBudget", "Service", "ConfigMap":
+				case "Deployment", "PodDisruptionBudget", "Service", "ConfigMap", "ServiceMonitor", "PrometheusRule":
+				case "ScaledObject":
+					if dir == "kustomize/base" {
+						t.Errorf("ScaledObject %s in the base: KEDA objects belong in components/keda", str(d, "metadata", "name"))
+					}
 				default:
 					t.Errorf("unexpected %s %s", str(d, "kind"), str(d, "metadata", "name"))
 				}
@@ -356,14 +384,19 @@ func TestManifests(t *testing.T) {
 // TestExampleOverlay checks what the example overlay sets.
 func TestExampleOverlay(t *testing.T) {
 	r := rendered{render(t, "kustomize/overlays/example")}
-	wantReplicas := map[string]int{"ingest": 2, "dispatcher": 2, "poller": 1, "deadletter": 1}
+	// dispatcher and poller: no count, KEDA decides (TestKEDA).
+	wantReplicas := map[string]int{"ingest": 2, "deadletter": 1}
 	tag := ""
 	for _, svc := range services {
 		d := r.find("Deployment", "tenaz-"+svc)
 		if d == nil {
 			t.Fatalf("no Deployment tenaz-%s", svc)
 		}
-		if n, _ := intOf(get(d, "spec", "replicas")); n != wantReplicas[svc] {
+		if slices.Contains(scaled, svc) {
+			if r := get(d, "spec", "replicas"); r != nil {
+				t.Errorf("tenaz-%s: replicas %v: KEDA owns this count; a count in the manifest would undo its scaling at every apply", svc, r)
+			}
+		} else if n, _ := intOf(get(d, "spec", "replicas")); n != wantReplicas[svc] {
 			t.Errorf("tenaz-%s: replicas %v, want %d", svc, get(d, "spec", "replicas"), wantReplicas[svc])
 		}
 		image := str(d, "spec", "template", "spec", "containers", 0, "image")
@@ -628,12 +661,23 @@ func podEnv(t *testing.T, r rendered, d obj) func(string) (string, bool) {
 			env[name] = v
 		case get(e, "valueFrom", "secretKeyRef") != nil:
 			env[name] = "from-a-secret"
+			if strings.HasSuffix(str(e, "valueFrom", "secretKeyRef", "key"), "-hash") {
+				sum := sha256.Sum256([]byte(name)) // the shape of a key's hash, different per key
+				env[name] = "sha256:" + hex.EncodeToString(sum[:])
+			}
+		case get(e, "valueFrom", "resourceFieldRef") != nil:
+			env[name] = "536870912"
 		default:
 			env[name] = str(e, "value")
 		}
 	}
-	if len(list(d, "spec", "template", "spec", "containers", 0, "envFrom")) > 0 {
-		t.Errorf("%s: envFrom is not resolved by this test; list the variables under env", str(d, "metadata", "name"))
+	// envFrom may only bring optional TENAZ_* overrides (NATS credentials):
+	// whatever tenaz.yaml references must be listed under env, or a pod
+	// could start without it.
+	for _, ef := range list(d, "spec", "template", "spec", "containers", 0, "envFrom") {
+		if get(ef, "secretRef", "optional") != true || get(ef, "configMapRef") != nil || str(ef, "prefix") != "" {
+			t.Errorf("%s: envFrom %v: only optional secretRefs (TENAZ_* overrides) are expected; list what tenaz.yaml needs under env", str(d, "metadata", "name"), ef)
+		}
 	}
 	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 }
@@ -872,13 +916,23 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("SERVICE=%s: %s is not a main package in the repository", svc, pkg)
 		}
 	}
-	// Every command directory of a service has a SERVICE that builds it
-	// (tenaz-bench is a benchmark, not an image).
+	// Every service's own command (services/<svc>/cmd/tenaz-<svc>) has a
+	// SERVICE that builds it; other commands (tenaz-bench, tenaz-chaos) are
+	// tools, not images.
 	dirs, _ := filepath.Glob(filepath.Join(repo, "services", "*", "cmd", "*"))
 	for _, d := range dirs {
+		svc := filepath.Base(filepath.Dir(filepath.Dir(d)))
 		b := filepath.Base(d)
-		if b != "tenaz-bench" && !slices.Contains(slices.Collect(maps.Values(want)), b) {
+		if b != "tenaz-"+svc && !(svc == "tenaz" && b == "tenaz") {
+			continue
+		}
+		if !slices.Contains(slices.Collect(maps.Values(want)), b) {
 			t.Errorf("%s has no SERVICE in the Dockerfile", d)
+		}
+	}
+	for _, svc := range services {
+		if _, err := os.Stat(filepath.Join(repo, "services", svc, "cmd", "tenaz-"+svc)); err != nil {
+			t.Errorf("services/%s/cmd/tenaz-%s: %v", svc, svc, err)
 		}
 	}
 	if out, err := runScript("nope"); err == nil {
