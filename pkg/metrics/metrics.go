@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,12 +116,15 @@ func kindLabel(k string) string {
 	return k
 }
 
+// targetLabel also accepts "handler:<name>", the dispatcher's name for a
+// kind delivered by a registered Go handler.
 func targetLabel(t string) string {
-	if t == "" || len(t) > 64 {
+	name := strings.TrimPrefix(t, "handler:")
+	if name == "" || len(name) > 64 {
 		return Invalid
 	}
-	for i := 0; i < len(t); i++ {
-		if !tokenByte(t[i]) {
+	for i := 0; i < len(name); i++ {
+		if !tokenByte(name[i]) {
 			return Invalid
 		}
 	}

@@ -186,6 +186,9 @@ func TestLabelsBounded(t *testing.T) {
 	s.Outcome("acme", "k", "flying")
 	s.Callback("", metrics.CallbackUnknown)
 	s.Callback("no/such target", metrics.CallbackForged)
+	s.Callback("handler:", metrics.CallbackForged)
+	s.DeliveryLatency("acme", "k", "handler:credit_check", time.Second)
+	s.DeliveryLatency("acme", "k", "handler:no good", time.Second)
 	compare(t, reg, `
 		tenaz_events_accepted_total{account="invalid",kind="order.create"} 1
 		tenaz_events_accepted_total{account="invalid",kind="invalid"} 1
@@ -194,8 +197,31 @@ func TestLabelsBounded(t *testing.T) {
 		tenaz_attempts_total{account="acme",class="other",kind="k"} 1
 		tenaz_outcomes_total{account="acme",kind="k",state="other"} 1
 		tenaz_callbacks_total{result="unknown",target="invalid"} 1
-		tenaz_callbacks_total{result="forged",target="invalid"} 1
+		tenaz_callbacks_total{result="forged",target="invalid"} 2
 	`, metrics.NameAccepted, metrics.NameRejected, metrics.NameAttempts, metrics.NameOutcomes, metrics.NameCallbacks)
+	// A Go handler's name is a target label too (the dispatcher's
+	// "handler:<name>").
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []string
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.NameDelivery {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "target" {
+					targets = append(targets, l.GetValue())
+				}
+			}
+		}
+	}
+	slices.Sort(targets)
+	if want := []string{"handler:credit_check", "invalid"}; !slices.Equal(targets, want) {
+		t.Errorf("delivery targets %v, want %v", targets, want)
+	}
 }
 
 func TestEventsByStateReplaces(t *testing.T) {
