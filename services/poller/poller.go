@@ -117,7 +117,8 @@ func (s *Service) Start(ctx context.Context) error {
 		return nil
 	}
 	if !s.o.SkipStreams {
-		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas}); err != nil {
+		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas,
+			Placement: streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags)}); err != nil {
 			return fmt.Errorf("poller: %w", err)
 		}
 	}
