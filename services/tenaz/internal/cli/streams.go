@@ -25,13 +25,17 @@ type StreamsCmd struct {
 
 // StreamsApplyCmd is `tenaz streams apply`.
 type StreamsApplyCmd struct {
-	Replicas int `help:"Replicas of every stream and bucket (1, 3 or 5). Default: what INTAKE has now, else 1."`
+	Replicas int      `help:"Replicas of every stream and bucket (1, 3 or 5). Default: what INTAKE has now, else 1."`
+	Cluster  string   `help:"Place every stream and bucket in this cluster (config streams.cluster). Default: INTAKE's placement now, else none."`
+	Tag      []string `help:"Place on servers with this tag (repeatable; config streams.tags). Default: INTAKE's placement now, else none."`
 }
 
 // AppliedLayout is the JSON of `streams apply`.
 type AppliedLayout struct {
 	Prefix   string   `json:"prefix"`
 	Replicas int      `json:"replicas"`
+	Cluster  string   `json:"cluster,omitempty"`
+	Tags     []string `json:"tags,omitempty"`
 	Streams  []string `json:"streams"`
 	Buckets  []string `json:"buckets"`
 }
@@ -54,20 +58,28 @@ func (c *StreamsApplyCmd) Run(cl *Client, env *Env) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*cl.Timeout)
 	defer cancel()
-	replicas := c.Replicas
-	if replicas == 0 {
-		replicas = 1
-		if st, err := js.Stream(ctx, tenaz.StreamIntake); err == nil {
-			replicas = max(st.CachedInfo().Config.Replicas, 1)
-		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return jsError("read stream "+tenaz.StreamIntake, err)
-		}
+	// Unless told otherwise, keep the replicas and placement the layout has
+	// now (INTAKE's), so that applying never moves or shrinks it.
+	replicas, placement := 1, (*jetstream.Placement)(nil)
+	if st, err := js.Stream(ctx, tenaz.StreamIntake); err == nil {
+		replicas, placement = max(st.CachedInfo().Config.Replicas, 1), st.CachedInfo().Config.Placement
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return jsError("read stream "+tenaz.StreamIntake, err)
 	}
-	o := streams.Options{Prefix: cl.Prefix, Replicas: replicas}
+	if c.Replicas != 0 {
+		replicas = c.Replicas
+	}
+	if c.Cluster != "" || len(c.Tag) > 0 {
+		placement = streams.Place(c.Cluster, c.Tag)
+	}
+	o := streams.Options{Prefix: cl.Prefix, Replicas: replicas, Placement: placement}
 	if err := streams.Apply(ctx, js, o); err != nil {
 		return jsError("apply", err)
 	}
 	out := AppliedLayout{Prefix: cl.Prefix, Replicas: replicas}
+	if placement != nil {
+		out.Cluster, out.Tags = placement.Cluster, placement.Tags
+	}
 	ss, _ := streams.Streams(o)
 	for _, sc := range ss {
 		out.Streams = append(out.Streams, sc.Name)
@@ -77,7 +89,11 @@ func (c *StreamsApplyCmd) Run(cl *Client, env *Env) error {
 		out.Buckets = append(out.Buckets, b.Bucket)
 	}
 	return s.emit(out, func(w io.Writer) {
-		fmt.Fprintf(w, "applied with prefix %q and %d replica(s)\n", out.Prefix, out.Replicas)
+		fmt.Fprintf(w, "applied with prefix %q and %d replica(s)", out.Prefix, out.Replicas)
+		if out.Cluster != "" || len(out.Tags) > 0 {
+			fmt.Fprintf(w, ", placed in cluster %q tags %v", out.Cluster, out.Tags)
+		}
+		fmt.Fprintln(w)
 		row(w, "streams:", strings.Join(out.Streams, " "))
 		row(w, "buckets:", strings.Join(out.Buckets, " "))
 	})
