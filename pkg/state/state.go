@@ -294,6 +294,13 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	return n, rule.Effects, nil
 }
 
+// Step counts the record's history entries ever written (kept plus
+// truncated): it grows with every transition, across replays, so it makes
+// message ids unique per step of the event (a replayed event's first
+// retry must not be taken for a duplicate of its earlier first retry).
+// Consecutive repolls share one history line: pair it with Polls.
+func (r Record) Step() int { return len(r.History) + r.Truncated }
+
 // Finished reports whether an ordered lane may move past an event in
 // state s: it is done, dead, in manual review or cancelled.
 func Finished(s tenaz.State) bool { return s.Terminal() || s.Parked() }

@@ -196,6 +196,12 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		if env.NotBefore != nil && env.NotBefore.After(due) {
 			due = *env.NotBefore
 		}
+		for i := len(rec.History) - 1; i >= 0; i-- {
+			if e := rec.History[i]; e.Action == state.Replay {
+				due = e.At // a replayed cycle waits from the replay, not from the accept
+				break
+			}
+		}
 		mx.WaitTime(env.Account, env.Kind, s.st.Now().Sub(due))
 	}
 	stop := s.keepAlive(m)
@@ -288,7 +294,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		}
 	case outcome.VerdictRetry:
 		at := queue.DueTime(now.Add(d.Delay))
-		if err := s.q.ScheduleAt(ctx, env, at, fmt.Sprintf("%s/retry/%d", env.ID, rec.Attempts)); err != nil {
+		if err := s.q.ScheduleAt(ctx, env, at, fmt.Sprintf("%s/retry/%d", env.ID, rec.Step())); err != nil {
 			s.retryLater(ctx, m, err)
 			return
 		}
@@ -310,7 +316,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	if d.Verdict == outcome.VerdictDead {
 		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: errInfo.Class,
 			Error: errInfo.Message, Status: errInfo.HTTPStatus, At: now.UTC(), Event: &env, Record: &next}
-		if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/dead/%d", env.ID, rec.Attempts)); err != nil {
+		if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/dead/%d", env.ID, rec.Step())); err != nil {
 			s.retryLater(ctx, m, err)
 			return
 		}
@@ -338,7 +344,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	}
 	for _, e := range effects {
 		if e == state.EffectEnqueue {
-			if _, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, len(next.History))); err != nil {
+			if _, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, next.Step())); err != nil {
 				// The record is pending and this message unacked: its
 				// redelivery claims the fallback stage itself.
 				s.retryLater(ctx, m, err)
@@ -384,7 +390,7 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 				return state.Action{}, err
 			}
 		}
-		if err := s.q.Timer(ctx, env, deadline, queue.TimerDeadline, fmt.Sprintf("%s/deadline/%s/%d", env.ID, rec.Stage, rec.Attempts)); err != nil {
+		if err := s.q.Timer(ctx, env, deadline, queue.TimerDeadline, fmt.Sprintf("%s/deadline/%d", env.ID, rec.Step())); err != nil {
 			return state.Action{}, err
 		}
 		return state.Action{Name: state.AwaitCallback, Actor: s.actor, Reference: resp.Reference, NextRunAt: &deadline, Deadline: &deadline,
@@ -396,7 +402,7 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 		}
 		next := queue.DueTime(now.Add(every.D()))
 		deadline := now.Add(stage.PollSLA.D()).UTC()
-		if err := s.q.Timer(ctx, env, next, queue.TimerPoll, fmt.Sprintf("%s/poll/%s/%d", env.ID, rec.Stage, rec.Attempts)); err != nil {
+		if err := s.q.Timer(ctx, env, next, queue.TimerPoll, fmt.Sprintf("%s/poll/%d/0", env.ID, rec.Step())); err != nil {
 			return state.Action{}, err
 		}
 		return state.Action{Name: state.Poll, Actor: s.actor, Reference: resp.Reference, NextRunAt: &next, Deadline: &deadline,

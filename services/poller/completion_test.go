@@ -13,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
@@ -448,5 +449,31 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 	rec := w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
 	if count(rec, state.Recover) != 1 || w.a.Effects("c-11") != 1 {
 		t.Errorf("want one recover and one effect, got %v and %d", actions(rec), w.a.Effects("c-11"))
+	}
+}
+
+// Regression: a replayed event's new callback deadline was dropped as a
+// duplicate of its first one (same message id within the stream's
+// duplicate window), so the replayed event waited in awaiting_callback
+// forever. Every step's message id now carries the record's step count.
+func TestReplayedEventGetsFreshDeadline(t *testing.T) {
+	w := newWorld(t, "attempts: 3, callback_sla: 2s", worldOpts{})
+	id := w.submit("c-12", `{"applicant":"a-12"}`)
+	w.waitStatus(id, tenaz.StateManualReview, 15*time.Second)
+	rec, _, _, err := w.st.Transition(w.c, id, state.Action{Name: state.Replay, Actor: "operator:test", Detail: "try again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := w.st.Envelope(w.c, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.New(w.js, tenaz.NewSubjects("")).Enqueue(w.c, env, id+"/replay/test"); err != nil {
+		t.Fatal(err)
+	}
+	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	rec = w.waitStatus(id, tenaz.StateManualReview, 15*time.Second)
+	if count(rec, state.Escalate) != 2 {
+		t.Errorf("want two escalations (before and after the replay), got %v", actions(rec))
 	}
 }

@@ -116,7 +116,7 @@ func (s *Service) toFallback(ctx context.Context, env event.Envelope, rec state.
 	// The record says pending at the fallback stage; if this publish is
 	// lost, the timer comes back, finds it pending and the reconciler
 	// puts it on its way.
-	_, err = s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, len(next.History)))
+	_, err = s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, next.Stage, next.Step()))
 	if err == nil {
 		s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
 		zerolog.Ctx(ctx).Info().Str("why", why).Msg("moved to the fallback stage")
@@ -140,7 +140,7 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 	if next.LastError != nil {
 		e.Class, e.Status = next.LastError.Class, next.LastError.HTTPStatus
 	}
-	if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/review/%d", env.ID, len(next.History))); err != nil {
+	if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/review/%d", env.ID, next.Step())); err != nil {
 		return err
 	}
 	if _, err := s.write(ctx, next, rev); err != nil {
@@ -165,11 +165,13 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if err != nil {
 		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), nil)
 	}
+	began := time.Now()
 	ans, perr := tgt.Poll(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	mx := s.o.Metrics
+	mx.DeliveryLatency(env.Account, env.Kind, stage.Target, time.Since(began))
 	switch {
 	case perr != nil:
 		mx.Poll(stage.Target, metrics.PollError)
@@ -222,7 +224,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if rec.Deadline != nil && at.After(*rec.Deadline) {
 		at = queue.DueTime(*rec.Deadline) // one last poll at the SLA
 	}
-	if err := s.q.Timer(ctx, env, at, queue.TimerPoll, fmt.Sprintf("%s/poll/%d", env.ID, n)); err != nil {
+	if err := s.q.Timer(ctx, env, at, queue.TimerPoll, fmt.Sprintf("%s/poll/%d/%d", env.ID, rec.Step(), n)); err != nil {
 		return err
 	}
 	next, _, err := state.Apply(rec, state.Action{Name: state.Repoll, Actor: s.actor, NextRunAt: &at,
