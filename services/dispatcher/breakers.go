@@ -24,13 +24,23 @@ type admission struct {
 // without burning an attempt: its message is re-entered through its
 // schedule at the time the breaker names, and acked. ok is false then.
 func (s *Service) admit(ctx context.Context, m jetstream.Msg, env event.Envelope, fallback bool) (admission, bool) {
+	adm, retryAt, ok := s.ask(ctx, env, fallback)
+	if !ok {
+		s.waitForBreaker(ctx, m, env, retryAt)
+	}
+	return adm, ok
+}
+
+// ask asks the breaker of the event's account + target whether a call may
+// go; when it may not, retryAt is when to ask again.
+func (s *Service) ask(ctx context.Context, env event.Envelope, fallback bool) (adm admission, retryAt time.Time, ok bool) {
 	kind, ok := s.cfg.Kind(env.Kind)
 	if !ok {
-		return admission{}, true
+		return admission{}, time.Time{}, true
 	}
 	stage, _ := kind.StageFor(fallback)
 	if stage.Target == "" { // a Go handler: no remote to protect
-		return admission{}, true
+		return admission{}, time.Time{}, true
 	}
 	acct := s.cfg.Account(env.Account)
 	t, _ := s.cfg.Target(stage.Target)
@@ -40,18 +50,23 @@ func (s *Service) admit(ctx context.Context, m jetstream.Msg, env event.Envelope
 	p, err := b.Allow(ctx)
 	if err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("breaker unavailable; calling anyway")
-		return admission{}, true
+		return admission{}, time.Time{}, true
 	}
 	if p.OK {
-		return admission{b: b, p: p}, true
+		return admission{b: b, p: p}, time.Time{}, true
 	}
-	if err := s.q.ScheduleAt(ctx, env, p.RetryAt, ""); err != nil {
+	return admission{}, p.RetryAt, false
+}
+
+// waitForBreaker re-enters the event through its schedule at retryAt and
+// acks m.
+func (s *Service) waitForBreaker(ctx context.Context, m jetstream.Msg, env event.Envelope, retryAt time.Time) {
+	if err := s.q.ScheduleAt(ctx, env, retryAt, ""); err != nil {
 		s.retryLater(ctx, m, err)
-		return admission{}, false
+		return
 	}
 	_ = m.Ack()
-	zerolog.Ctx(ctx).Debug().Time("until", p.RetryAt).Msg("breaker open: waiting")
-	return admission{}, false
+	zerolog.Ctx(ctx).Debug().Time("until", retryAt).Msg("breaker open: waiting")
 }
 
 // record tells the breaker how the call went: transient failures and

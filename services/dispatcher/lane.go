@@ -100,12 +100,18 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 		rev, err := strconv.ParseUint(m.Headers().Get(queue.HeaderRev), 10, 64)
 		meta, merr := m.Metadata()
 		env, eerr := event.Unmarshal(m.Data())
-		if err != nil || merr != nil || eerr != nil {
+		if err != nil || merr != nil || eerr != nil || meta.NumDelivered > 1 {
+			// A redelivery is no fresh event: its run may have been
+			// claimed and lost. The one-message path reads the record.
 			s.spawn(l, m, nil)
 			continue
 		}
-		adm, ok := s.admit(ctx, m, env, false)
+		adm, _, ok := s.ask(ctx, env, false)
 		if !ok {
+			// The breaker refuses: the one-message path asks again and,
+			// knowing the record, puts the event on its schedule to wait
+			// (never replacing a schedule this message does not own).
+			s.spawn(l, m, nil)
 			continue
 		}
 		c := &claimed{m: m, env: env, adm: adm}

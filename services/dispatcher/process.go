@@ -122,7 +122,14 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		}
 		if !admitted {
 			var ok bool
-			if adm, ok = s.admit(ctx, m, env, rec.Stage == state.StageFallback); !ok {
+			var retryAt time.Time
+			if adm, retryAt, ok = s.ask(ctx, env, rec.Stage == state.StageFallback); !ok {
+				if rec.Status == tenaz.StateRunning && s.giveUpLostRun(ctx, m, env, rec, rev, retryAt) {
+					continue // the record moved meanwhile: decide again
+				}
+				if rec.Status != tenaz.StateRunning {
+					s.waitForBreaker(ctx, m, env, retryAt)
+				}
 				return rec, 0, admission{}, false
 			}
 			admitted = true
@@ -145,6 +152,39 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 	}
 	s.retryLater(ctx, m, errors.New("too many conflicting writes"))
 	return state.Record{}, 0, admission{}, false
+}
+
+// giveUpLostRun handles the message that owns a lost run (rec is running
+// with its sequence: its dispatcher died) when the breaker refuses the
+// call: the event waits for the breaker on its schedule like any other,
+// but first the run is given up (running → retrying, due at retryAt) and
+// only then is m acked. The copy the schedule brings back has another
+// sequence and would otherwise be dropped as a stale message, leaving the
+// event running with no message at all (found by make chaos). It reports
+// true when the record changed meanwhile (decide again), false when m was
+// settled (acked, or handed back for a redelivery).
+func (s *Service) giveUpLostRun(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, retryAt time.Time) bool {
+	if err := s.q.ScheduleAt(ctx, env, retryAt, ""); err != nil {
+		s.retryLater(ctx, m, err)
+		return false
+	}
+	at := queue.DueTime(retryAt)
+	next, _, err := state.Apply(rec, state.Action{Name: state.Recover, Actor: s.actor, NextRunAt: &at,
+		Detail: "message redelivered: the previous run was lost; waiting for the breaker until " + at.Format(time.RFC3339)}, s.st.Now())
+	if err != nil {
+		s.retryLater(ctx, m, err)
+		return false
+	}
+	if _, err := s.st.Write(ctx, next, rev); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return true
+		}
+		s.retryLater(ctx, m, err)
+		return false
+	}
+	_ = m.Ack()
+	zerolog.Ctx(ctx).Debug().Time("until", at).Msg("lost run given up; breaker open: waiting")
+	return false
 }
 
 func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {
