@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"syscall"
+	"time"
 
 	"github.com/tenaz/tenaz/services/tenaz/internal/bench"
 )
@@ -54,6 +55,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Printf("# tenaz-bench: %d CPUs, %s, account concurrency %d, naive workers %d\n", runtime.NumCPU(), runtime.Version(), *conc, sz.Workers)
+	start := time.Now()
 	var figs []bench.Fig
 	r := bench.Report{W: os.Stdout, Figures: &figs}
 	switch *phase {
@@ -85,7 +87,7 @@ func run() error {
 			return err
 		}
 		defer f.Close()
-		bench.Markdown(f, figs, sz, *conc)
+		bench.Markdown(f, figs, sz, *conc, time.Since(start))
 		fmt.Println("# wrote", *out)
 	}
 	return nil

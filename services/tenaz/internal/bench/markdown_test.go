@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestGoalsInReport(t *testing.T) {
@@ -13,12 +14,13 @@ func TestGoalsInReport(t *testing.T) {
 		{Name: "e2e_events_per_s", Unit: "events/s", Value: 1},
 	}
 	var b bytes.Buffer
-	Markdown(&b, figs, Full, 64)
+	Markdown(&b, figs, Full, 64, 11*time.Minute)
 	out := b.String()
 	for _, want := range []string{
 		"| `delayed_1m_service_rss_mb` | < 200 (issue 4) | 150.00 | yes |",
 		"| `delayed_burst_max_lateness_ms` | < 1000 (issue 4) | 1000.00 | **no** |",
 		"1000000 events (`delayed_1m_events`",
+		"(full; this run took 11m0s)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
