@@ -187,6 +187,11 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	if err := s.prov.Ensure(ctx, env.Account); err != nil {
 		return err
 	}
+	// From the transition on, finish even if the caller goes away (a
+	// stopping job, a closed connection): a replayed record without its
+	// EVENTS message would wait for the reconciler.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	rec, _, effects, err := s.st.Transition(ctx, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage})
 	if errors.Is(err, state.ErrInvalidTransition) {
 		if !rec.Status.Parked() {

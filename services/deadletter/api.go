@@ -33,7 +33,7 @@ import (
 //	POST /v1/review/{id}/resolve        {outcome, result?, actor, reason} → ActionReply
 //	GET  /v1/breakers                   BreakersReply (query: account)
 //	POST /v1/breakers/{account}/{target}/close  {actor} → BreakerItem
-func (s *Service) apiRoutes(mux *http.ServeMux) {
+func (s *Service) apiRoutes(mux readyMux) {
 	mux.HandleFunc("GET /v1/dead", s.apiList(tenaz.StateDead))
 	mux.HandleFunc("GET /v1/review", s.apiList(tenaz.StateManualReview))
 	mux.HandleFunc("GET /v1/dead/{id}", s.apiShow)

@@ -19,6 +19,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -173,10 +174,10 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	if err := s.startView(ctx); err != nil {
 		return err
 	}
-	if err := s.consume(ctx, "TENAZ_ADVISORIES", "deadletter", nil, s.handleAdvisory); err != nil {
+	if err := s.consume(ctx, "TENAZ_ADVISORIES", "deadletter", nil, 1, s.handleAdvisory); err != nil {
 		return err
 	}
-	if err := s.consume(ctx, tenaz.StreamDead, "", s.dataConsumer("consumer-deadletter-index.json"), s.handleArrival); err != nil {
+	if err := s.consume(ctx, tenaz.StreamDead, "", s.dataConsumer("consumer-deadletter-index.json"), arrivalWorkers, s.handleArrival); err != nil {
 		return err
 	}
 	if s.brk, err = breaker.New(ctx, s.js, breaker.Options{
@@ -199,8 +200,8 @@ func (s *Service) Start(ctx context.Context) (err error) {
 }
 
 // consume starts a consumer: the durable name of an existing one, or the
-// config to create or update.
-func (s *Service) consume(ctx context.Context, stream, durable string, cfg func() (jetstream.ConsumerConfig, error), h func(context.Context, jetstream.Msg)) error {
+// config to create or update; workers > 1 handles that many messages at once.
+func (s *Service) consume(ctx context.Context, stream, durable string, cfg func() (jetstream.ConsumerConfig, error), workers int, h func(context.Context, jetstream.Msg)) error {
 	var cons jetstream.Consumer
 	var err error
 	if cfg != nil {
@@ -217,10 +218,19 @@ func (s *Service) consume(ctx context.Context, stream, durable string, cfg func(
 		return fmt.Errorf("deadletter: consumer %s on %s: %w", durable, stream, err)
 	}
 	ctx = s.runCtx
+	sem := make(chan struct{}, max(1, workers))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		s.wg.Add(1)
-		defer s.wg.Done()
-		h(ctx, m)
+		if workers <= 1 {
+			defer s.wg.Done()
+			h(ctx, m)
+			return
+		}
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; s.wg.Done() }()
+			h(ctx, m)
+		}()
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			s.log.Debug().Err(err).Str("consumer", durable).Msg("consume")
@@ -295,10 +305,33 @@ func (s *Service) Ready() error {
 }
 
 // Routes registers the screen (/ui/) and the JSON API (/v1/dead,
-// /v1/review, /v1/breakers) on mux.
+// /v1/review, /v1/breakers) on mux. While the service is not started
+// they answer 503.
 func (s *Service) Routes(mux *http.ServeMux) {
-	s.apiRoutes(mux)
-	s.ui.routes(mux)
+	m := readyMux{mux: mux, s: s}
+	s.apiRoutes(m)
+	s.ui.routes(m)
+}
+
+// readyMux registers handlers that answer 503 unless the service runs (a
+// stopped replica's index no longer follows the bucket).
+type readyMux struct {
+	mux *http.ServeMux
+	s   *Service
+}
+
+func (m readyMux) Handle(pattern string, h http.Handler) {
+	m.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := m.s.Ready(); err != nil {
+			httpapi.Error(w, http.StatusServiceUnavailable, "not_ready", err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+func (m readyMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
 }
 
 // Handler is the service's HTTP routes alone (for mounting behind

@@ -86,7 +86,7 @@ func (s *Service) startDigest(ctx context.Context) error {
 		}
 		s.log.Info().Str("cron", d.Cron()).Str("timezone", d.Timezone).Msg("digest schedule set")
 	}
-	return s.consume(ctx, StreamDigest, "", s.dataConsumer("consumer-deadletter-digest.json"), s.handleTick)
+	return s.consume(ctx, StreamDigest, "", s.dataConsumer("consumer-deadletter-digest.json"), 1, s.handleTick)
 }
 
 // loadDigestState reads the state and its revision (0 when absent).

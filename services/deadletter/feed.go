@@ -39,6 +39,10 @@ import (
 // it writes the record, so the record may still read running for a moment.
 const pendingWrite = 2 * time.Minute
 
+// arrivalWorkers is how many DEAD arrivals one replica confirms at once
+// (each is a few round trips; the consumer allows 256 in flight).
+const arrivalWorkers = 32
+
 // markerTTL is how long the purge marker of an item that left stays.
 const markerTTL = 10 * time.Minute
 
@@ -200,13 +204,14 @@ func (s *Service) putItem(ctx context.Context, it ops.Item) (uint64, error) {
 		return 0, err
 	}
 	for range 16 {
+		// Most arrivals are an event's first: try to create first.
+		rev, err := s.kvIdx.Create(ctx, key, val)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return rev, err
+		}
 		cur, err := s.kvIdx.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			rev, err := s.kvIdx.Create(ctx, key, val)
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue
-			}
-			return rev, err
+			continue // purged meanwhile
 		}
 		if err != nil {
 			return 0, err
@@ -215,7 +220,7 @@ func (s *Service) putItem(ctx context.Context, it ops.Item) (uint64, error) {
 		if json.Unmarshal(cur.Value(), &old) == nil && old.Seq > it.Seq {
 			return 0, nil // a newer death of the same event is indexed
 		}
-		rev, err := s.kvIdx.Update(ctx, key, val, cur.Revision())
+		rev, err = s.kvIdx.Update(ctx, key, val, cur.Revision())
 		if isWrongLast(err) {
 			continue
 		}

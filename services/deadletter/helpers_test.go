@@ -221,16 +221,18 @@ func (e *env) post(path string, body any, v any) (int, string) {
 	return resp.StatusCode, string(out)
 }
 
-// listed counts the items of a list for a filter (one request).
+// listed counts the items of a list for a filter (one request to
+// whichever replica answers the micro endpoint).
 func (e *env) listed(status tenaz.State, q url.Values) int {
 	e.t.Helper()
-	path := "/v1/dead"
+	ep := ops.DeadList
 	if status == tenaz.StateManualReview {
-		path = "/v1/review"
+		ep = ops.ReviewList
 	}
+	req := ops.ListRequest{Account: q.Get("account"), Kind: q.Get("kind"), Class: q.Get("class"), Reason: q.Get("reason"), Limit: 1}
 	var rep ops.ListReply
-	if code := e.get(path+"?"+q.Encode(), &rep); code != http.StatusOK {
-		e.t.Fatalf("GET %s: %d", path, code)
+	if err := e.call(ep, req, &rep); err != nil {
+		e.t.Fatalf("%s: %v", ep, err)
 	}
 	return rep.Total
 }
@@ -248,5 +250,5 @@ func (e *env) record(id string) state.Record {
 // waitListed waits until the list holds n items for the filter.
 func (e *env) waitListed(status tenaz.State, q url.Values, n int) {
 	e.t.Helper()
-	natstest.Eventually(e.t, time.Minute, func() bool { return e.listed(status, q) == n }, "%d %s items for %v (have %d)", n, status, q, e.listed(status, q))
+	natstest.Eventually(e.t, 3*time.Minute, func() bool { return e.listed(status, q) == n }, "%d %s items for %v (have %d)", n, status, q, e.listed(status, q))
 }

@@ -32,7 +32,7 @@ import (
 const (
 	jobLease    = 30 * time.Second // a runner's claim on a job, renewed every page
 	jobPage     = 100              // events per page (and per progress write)
-	jobWorkers  = 4                // replays in flight per job
+	jobWorkers  = 16               // replays in flight per job
 	jobPoll     = time.Second      // how often idle runners look for work
 	maxJobRate  = 10000.0
 	maxJobError = 20

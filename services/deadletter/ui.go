@@ -114,7 +114,7 @@ func newUI(s *Service) (*ui, error) {
 	return u, nil
 }
 
-func (u *ui) routes(mux *http.ServeMux) {
+func (u *ui) routes(mux readyMux) {
 	static, _ := fs.Sub(uiFiles, "ui/static")
 	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", staticFiles(http.FileServerFS(static))))
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
