@@ -1,0 +1,183 @@
+package deadletter_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/deadletter"
+)
+
+// An open breaker is listed with its state; an operator closes it for
+// everyone, the close is advised, and the list shows it closed.
+func TestBreakerListAndManualClose(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	reg, err := breaker.New(context.Background(), e.js, breaker.Options{Instance: "dispatcher-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	b := reg.For("acme", "erp", breaker.Config{Failures: 1, Cooldown: time.Hour})
+	p, err := b.Allow(context.Background())
+	if err != nil || !p.OK {
+		t.Fatalf("allow: %+v %v", p, err)
+	}
+	if err := b.Record(context.Background(), p, false); err != nil {
+		t.Fatal(err)
+	}
+	var list ops.BreakersReply
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		_ = e.call(ops.BreakersList, ops.BreakersRequest{Account: "acme"}, &list)
+		return len(list.Items) == 1 && list.Items[0].State == string(breaker.Open)
+	}, "the open breaker to be listed (have %+v)", list)
+	if it := list.Items[0]; it.Target != "erp" || it.OpenUntil == nil || it.Failures != 1 {
+		t.Fatalf("want acme/erp open until a time with 1 failure, got %+v", it)
+	}
+	adv := make(chan map[string]any, 4)
+	sub, _ := e.nc.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
+		var a map[string]any
+		_ = json.Unmarshal(m.Data, &a)
+		adv <- a
+	})
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	var closed ops.BreakerItem
+	if err := e.call(ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp", Actor: "ivan"}, &closed); err != nil {
+		t.Fatal(err)
+	}
+	if closed.State != string(breaker.Closed) || !strings.Contains(closed.Reason, "operator:ivan") {
+		t.Fatalf("want closed by operator:ivan, got %+v", closed)
+	}
+	select {
+	case a := <-adv:
+		if a["state"] != "closed" {
+			t.Fatalf("want a closed advisory, got %v", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no breaker advisory")
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { st, _ := b.State(); return st == breaker.Closed }, "the dispatcher's breaker to close too")
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// Forms are refused without the token that matches the cookie, and from
+// another site even with it; with both, the action asks for confirmation
+// first and acts only on the confirmed post.
+func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ids := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
+	e.waitListed(tenaz.StateDead, url.Values{}, 1)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(e.http.URL + "/ui/dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := csrfField.FindSubmatch(page)
+	if resp.StatusCode != 200 || m == nil || !strings.Contains(string(page), ids[0]) {
+		t.Fatalf("the list page must show the event and carry a token, got %d", resp.StatusCode)
+	}
+	token := string(m[1])
+	form := func(extra url.Values) url.Values {
+		v := url.Values{"action": {"discard"}, "id": {ids[0]}, "actor": {"judy"}, "reason": {"spam"}, "back": {"/ui/dead"}}
+		for k, x := range extra {
+			v[k] = x
+		}
+		return v
+	}
+	post := func(v url.Values, site string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/ui/actions", strings.NewReader(v.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if site != "" {
+			req.Header.Set("Sec-Fetch-Site", site)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := post(form(nil), "same-origin"); code != http.StatusForbidden {
+		t.Fatalf("no token: want 403, got %d", code)
+	}
+	if code, _ := post(form(url.Values{"csrf": {"forged"}}), "same-origin"); code != http.StatusForbidden {
+		t.Fatalf("wrong token: want 403, got %d", code)
+	}
+	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}}), "cross-site"); code != http.StatusForbidden {
+		t.Fatalf("cross-site post: want 403, got %d", code)
+	}
+	code, body := post(form(url.Values{"csrf": {token}}), "same-origin")
+	if code != http.StatusOK || !strings.Contains(body, "Discard 1 entr") || !strings.Contains(body, `name="confirm" value="yes"`) {
+		t.Fatalf("first post: want the confirmation page, got %d", code)
+	}
+	if r := e.record(ids[0]); r.Status != tenaz.StateDead {
+		t.Fatalf("nothing may happen before the confirmation, got %s", r.Status)
+	}
+	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}}), "same-origin"); code != http.StatusSeeOther {
+		t.Fatalf("confirmed post: want 303 back to the list, got %d", code)
+	}
+	if r := e.record(ids[0]); r.Status != tenaz.StateCancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
+		t.Fatalf("want cancelled by operator:judy for spam, got %s %+v", r.Status, lastEntry(r))
+	}
+}
+
+// A message of an active event that a client terminated by hand (still in
+// the stream, as in a cluster before the ack is applied) is moved to DEAD
+// by the terminated advisory: the event is dead with reason terminated and
+// the message is gone. One that is already gone changes nothing.
+func TestTerminatedAdvisoryMovesMessageToDead(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ev, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "t-1"}, []byte(`{"n":1}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Create(context.Background(), queue.Initial(ev)); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := queue.New(e.js, tenaz.NewSubjects("")).Enqueue(context.Background(), ev, ev.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	advise := func(seq uint64) {
+		b := fmt.Appendf(nil, `{"type":"io.nats.jetstream.advisory.v1.terminated","stream":"EVENTS","consumer":"dispatch-acme","stream_seq":%d,"deliveries":1,"reason":"by hand"}`, seq)
+		if err := e.nc.Publish("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.EVENTS.dispatch-acme", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advise(ack.Sequence + 1000) // gone: nothing happens
+	advise(ack.Sequence)
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ev.ID).Status == tenaz.StateDead }, "the terminated event to be dead")
+	r := e.record(ev.ID)
+	if r.LastError == nil || r.LastError.Class != deadletter.ReasonTerminated || !strings.Contains(r.LastError.Message, "by hand") {
+		t.Fatalf("want class terminated naming the reason, got %+v", r.LastError)
+	}
+	e.waitListed(tenaz.StateDead, url.Values{"reason": {deadletter.ReasonTerminated}}, 1)
+	s, _ := e.js.Stream(context.Background(), "EVENTS")
+	if _, err := s.GetMsg(context.Background(), ack.Sequence); err == nil {
+		t.Fatal("the terminated message must be gone from EVENTS")
+	}
+}
