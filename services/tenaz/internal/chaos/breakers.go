@@ -1,0 +1,199 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// breakerOpen is one opening of a breaker as stored in tenaz_breakers.
+type breakerOpen struct {
+	openedAt, openUntil time.Time
+	reason              string
+}
+
+// breakerLog watches every account + target breaker by reading the
+// bucket twice a second (a read loop, not a watch, so that nats-server
+// restarts need no special care): an open lasts a whole cooldown, so no
+// opening goes unseen unless nats-server is down for longer than that,
+// and then no breaker can change either.
+type breakerLog struct {
+	mu    sync.Mutex
+	opens map[string][]breakerOpen // "<account>.<target>" → openings, in order
+	reads int
+	fails int
+}
+
+type breakerRecord struct {
+	State     string    `json:"state"`
+	OpenedAt  time.Time `json:"opened_at"`
+	OpenUntil time.Time `json:"open_until"`
+	Reason    string    `json:"reason"`
+}
+
+func (b *breakerLog) run(ctx context.Context, js jetstream.JetStream, accounts []string) {
+	b.mu.Lock()
+	b.opens = map[string][]breakerOpen{}
+	b.mu.Unlock()
+	var kv jetstream.KeyValue
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if kv == nil {
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			kv, _ = js.KeyValue(c, tenaz.BucketBreakers)
+			cancel()
+			if kv == nil {
+				continue
+			}
+		}
+		for _, a := range accounts {
+			for _, tg := range targets {
+				key := a + "." + tg
+				c, cancel := context.WithTimeout(ctx, 2*time.Second)
+				e, err := kv.Get(c, key)
+				cancel()
+				b.mu.Lock()
+				b.reads++
+				if err != nil {
+					if err != jetstream.ErrKeyNotFound {
+						b.fails++
+					}
+					b.mu.Unlock()
+					continue
+				}
+				var r breakerRecord
+				if json.Unmarshal(e.Value(), &r) == nil && r.State == "open" && !r.OpenedAt.IsZero() {
+					os := b.opens[key]
+					if len(os) == 0 || !os[len(os)-1].openedAt.Equal(r.OpenedAt) {
+						b.opens[key] = append(os, breakerOpen{openedAt: r.OpenedAt, openUntil: r.OpenUntil, reason: r.Reason})
+					}
+				}
+				b.mu.Unlock()
+			}
+		}
+	}
+}
+
+func (b *breakerLog) snapshot() map[string][]breakerOpen {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string][]breakerOpen, len(b.opens))
+	for k, v := range b.opens {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+// inFlightSlack is how long after a breaker opens a call may still arrive
+// that was allowed just before (its permit predates the open; the other
+// replica learns of the open through its watch a moment later).
+const inFlightSlack = time.Second
+
+// breakerReport is what the breaker checks found.
+type breakerReport struct {
+	opens          int // openings seen
+	opensInOutage  int
+	callsWhileOpen int      // calls that arrived while a breaker was open, past the slack: must be 0
+	probes         int      // calls at a down account + target after its breaker first opened
+	maxPerCooldown int      // most such calls within one cooldown
+	tooMany        int      // windows with more than one: must be 0
+	neverOpened    []string // account + targets with enough failures in an outage and no open: must be none
+	details        []string
+}
+
+// checkBreakers compares the deliveries with the breakers' openings.
+// While a breaker is open no call may arrive (past inFlightSlack); during
+// an outage, once the breaker has opened, calls are probes, at most one
+// per cooldown: in any window of one cooldown there is at most one call
+// (the probe claim's expiry, probeTimeout, is longer than the cooldowns
+// used, so a killed prober's successor does not break this either).
+func checkBreakers(calls []callRec, opens map[string][]breakerOpen, outages map[string]window, cooldown time.Duration) breakerReport {
+	var rep breakerReport
+	byKey := map[string][]time.Time{}
+	downByKey := map[string][]time.Time{}
+	for _, c := range calls {
+		k := c.account + "." + c.target
+		byKey[k] = append(byKey[k], c.at)
+		if c.down {
+			downByKey[k] = append(downByKey[k], c.at)
+		}
+	}
+	for k, os := range opens {
+		rep.opens += len(os)
+		for _, o := range os {
+			for _, at := range byKey[k] {
+				if at.After(o.openedAt.Add(inFlightSlack)) && at.Before(o.openUntil) {
+					rep.callsWhileOpen++
+					if len(rep.details) < 10 {
+						rep.details = append(rep.details, fmt.Sprintf("%s: call at %s while open %s–%s (%s)",
+							k, at.Format("15:04:05.000"), o.openedAt.Format("15:04:05.000"), o.openUntil.Format("15:04:05.000"), o.reason))
+					}
+				}
+			}
+		}
+	}
+	for account, w := range outages {
+		for _, tg := range targets {
+			k := account + "." + tg
+			var first time.Time
+			for _, o := range opens[k] {
+				if w.has(o.openedAt) {
+					rep.opensInOutage++
+					if first.IsZero() {
+						first = o.openedAt
+					}
+				}
+			}
+			down := downByKey[k]
+			if first.IsZero() {
+				// Two dispatchers count failures each on their own:
+				// 2*failures-1 in a row may leave it closed.
+				if len(down) >= 2*breakerFailures+16 {
+					rep.neverOpened = append(rep.neverOpened, fmt.Sprintf("%s (%d failed calls in the outage)", k, len(down)))
+				}
+				continue
+			}
+			var probes []time.Time
+			for _, at := range down {
+				if at.After(first.Add(inFlightSlack)) {
+					probes = append(probes, at)
+				}
+			}
+			slices.SortFunc(probes, func(a, b time.Time) int { return a.Compare(b) })
+			rep.probes += len(probes)
+			// Most calls within one cooldown (a little less: the timers of
+			// two processes on one clock).
+			win := cooldown - 200*time.Millisecond
+			j := 0
+			for i := range probes {
+				for probes[i].Sub(probes[j]) >= win {
+					j++
+				}
+				if n := i - j + 1; n > rep.maxPerCooldown {
+					rep.maxPerCooldown = n
+				}
+				if i > 0 && probes[i].Sub(probes[i-1]) < win {
+					rep.tooMany++
+					if len(rep.details) < 20 {
+						rep.details = append(rep.details, fmt.Sprintf("%s: probes at %s and %s, less than a cooldown (%s) apart",
+							k, probes[i-1].Format("15:04:05.000"), probes[i].Format("15:04:05.000"), cooldown))
+					}
+				}
+			}
+		}
+	}
+	return rep
+}

@@ -1,0 +1,93 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/config"
+)
+
+// The generated tenaz.yaml is a valid config with every kind the plan
+// submits.
+func TestConfigIsValid(t *testing.T) {
+	for _, o := range []Options{Full(), Short()} {
+		y := tenazYAML(configParams{providers: "http://127.0.0.1:1", cooldown: o.Cooldown, callbackSLA: o.CallbackSLA, pollSLA: o.PollSLA, logLevel: "info"})
+		cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatalf("%s: want a valid config, got %v\n%s", o.Name, err, y)
+		}
+		for k := range stageTargets {
+			if _, ok := cfg.Kind(k); !ok {
+				t.Errorf("%s: kind %s is not configured", o.Name, k)
+			}
+		}
+		if err := o.validate(); err != nil {
+			t.Errorf("%s: %v", o.Name, err)
+		}
+	}
+}
+
+// The plan submits at least the events asked for, every kind, lanes of
+// four in one job, and ids derived from account and key.
+func TestPlan(t *testing.T) {
+	jobs := plan(2000, []string{"a", "b"}, rand.New(rand.NewPCG(1, 1)))
+	n, kinds, delayed := 0, map[string]int{}, 0
+	for _, j := range jobs {
+		for _, e := range j {
+			n++
+			kinds[e.kind]++
+			if e.delay > 0 {
+				delayed++
+			}
+			if len(j) > 1 && (e.kind != kindLane || e.lane != j[0].lane) {
+				t.Fatalf("a job of %d events must be one lane, got %+v", len(j), e)
+			}
+		}
+	}
+	if n < 2000 || n > 2003 {
+		t.Fatalf("want 2000 events (a lane may add up to 3), got %d", n)
+	}
+	for k := range stageTargets {
+		if kinds[k] == 0 {
+			t.Errorf("kind %s never planned", k)
+		}
+	}
+	if delayed == 0 {
+		t.Error("want delayed events")
+	}
+}
+
+// checkBreakers: a call while open is counted, as are two probes within
+// one cooldown; an outage with enough failures and no opening is named.
+func TestCheckBreakers(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	cooldown := 5 * time.Second
+	outages := map[string]window{"a": {at(0), at(30)}, "b": {at(0), at(30)}}
+	var calls []callRec
+	down := func(acct, target string, s float64) {
+		calls = append(calls, callRec{at: at(s), account: acct, target: target, down: true})
+	}
+	for i := range 12 { // opening burst
+		down("a", targetERP, 0.1*float64(i))
+	}
+	down("a", targetERP, 6.5)  // probe
+	down("a", targetERP, 12.0) // probe, ≥ cooldown after
+	down("a", targetERP, 14.0) // second call within a cooldown of the last probe (and while open)
+	for i := range 40 {        // b never opens
+		down("b", targetERP, 0.5*float64(i))
+	}
+	opens := map[string][]breakerOpen{"a." + targetERP: {
+		{openedAt: at(1.2), openUntil: at(6.2)},
+		{openedAt: at(6.6), openUntil: at(11.6)},
+		{openedAt: at(12.1), openUntil: at(17.1)},
+	}}
+	r := checkBreakers(calls, opens, outages, cooldown)
+	if r.callsWhileOpen != 1 || r.tooMany != 1 || r.probes != 3 || r.maxPerCooldown != 2 {
+		t.Fatalf("want 1 call while open, 1 pair of probes too close, 3 probes, at most 2 per cooldown; got %+v", r)
+	}
+	if len(r.neverOpened) != 1 || r.opens != 3 || r.opensInOutage != 3 {
+		t.Fatalf("want b.erp named as never opened and 3 openings in the outage, got %+v", r)
+	}
+}
