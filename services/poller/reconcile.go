@@ -101,12 +101,17 @@ func (s *Service) reconcileLoop() {
 			return
 		case <-t.C:
 		}
+		wait := every
 		if s.lease(every) {
-			if _, err := s.Reconcile(s.runCtx); err != nil && s.runCtx.Err() == nil {
+			rep, err := s.Reconcile(s.runCtx)
+			if err != nil && s.runCtx.Err() == nil {
 				s.log.Warn().Err(err).Msg("reconciler sweep failed")
 			}
+			// A sweep reads every record: on a very large bucket, keep it
+			// to at most a tenth of the time.
+			wait = max(every, 10*rep.Took)
 		}
-		t.Reset(every)
+		t.Reset(wait)
 	}
 }
 
