@@ -40,6 +40,12 @@ test: ## Unit, property and integration tests of every module, with the race det
 	  echo "== $${m#$(CURDIR)/}"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); \
 	done
 
+.PHONY: test-deps
+test-deps: ## Install what the tests need and Go cannot fetch: Debian's chromium (root or sudo)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  s=""; [ "$$(id -u)" -eq 0 ] || s="sudo"; \
+	  $$s apt-get update -q && $$s env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10s)
 	@set -e; for m in $(MODULES); do (cd $$m; \

@@ -157,15 +157,17 @@ kinds:
 		time.Sleep(50 * time.Millisecond)
 	}
 	for {
+		// A busy server may not answer one stream info in time: ask again
+		// until the deadline.
 		st, err := js.Stream(ctx, "EVENTS")
-		if err != nil {
-			return err
-		}
-		if st.CachedInfo().State.Msgs <= 8 { // keeper messages only
+		if err == nil && st.CachedInfo().State.Msgs <= 8 { // keeper messages only
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("accounts: EVENTS not drained")
+			return fmt.Errorf("accounts: EVENTS not drained within 15m (last stream info: %v)", err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

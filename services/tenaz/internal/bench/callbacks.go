@@ -166,14 +166,13 @@ func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, 
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ci, err := b.js.Consumer(ctx, tenaz.StreamEvents, "acct_"+callbackAccount)
-		if err != nil {
-			return nil, err
-		}
-		if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
-			break
+		if err == nil {
+			if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			return nil, errors.New("callbacks: dispatch not drained within 5m")
+			return nil, fmt.Errorf("callbacks: dispatch not drained within 5m (last consumer info: %v)", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -125,7 +125,12 @@ kinds:
 	if err != nil {
 		return err
 	}
-	if ai, err = js.AccountInfo(ctx); err != nil {
+	for try := 0; ; try++ { // a busy server may not answer in time
+		if ai, err = js.AccountInfo(ctx); err == nil || try == 5 {
+			break
+		}
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(r.W, "# delayed: %d events published to intake in %.1fs, all scheduled after %.1fs\n", n, published.Seconds(), accepted.Seconds())
@@ -277,25 +282,26 @@ func (d *delayedRun) waitScheduled(ctx context.Context, want uint64, timeout tim
 	deadline := time.Now().Add(timeout)
 	lastLog := time.Now()
 	for {
+		// A busy server may not answer in time: ask again until the deadline.
+		var have, pending uint64
 		st, err := d.kv.Status(ctx)
-		if err != nil {
-			return err
+		if err == nil {
+			have = st.Values()
+			var ci jetstream.Consumer
+			if ci, err = d.js.Consumer(ctx, tenaz.StreamIntake, "ingest"); err == nil {
+				info := ci.CachedInfo()
+				pending = info.NumPending + uint64(info.NumAckPending)
+			}
 		}
-		ci, err := d.js.Consumer(ctx, tenaz.StreamIntake, "ingest")
-		if err != nil {
-			return err
-		}
-		info := ci.CachedInfo()
-		have := st.Values()
-		if have >= want && info.NumPending == 0 && info.NumAckPending == 0 {
+		if err == nil && have >= want && pending == 0 {
 			return nil
 		}
 		if time.Since(lastLog) >= 15*time.Second || os.Getenv("BENCH_DEBUG") != "" {
 			lastLog = time.Now()
-			fmt.Fprintf(os.Stderr, "# delayed: %d of %d records after %s (intake pending %d)\n", have, want, time.Since(since).Truncate(time.Second), info.NumPending+uint64(info.NumAckPending))
+			fmt.Fprintf(os.Stderr, "# delayed: %d of %d records after %s (intake pending %d, err %v)\n", have, want, time.Since(since).Truncate(time.Second), pending, err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("delayed: %d of %d records within %s", have, want, timeout)
+			return fmt.Errorf("delayed: %d of %d records within %s (last error: %v)", have, want, timeout, err)
 		}
 		select {
 		case <-ctx.Done():
