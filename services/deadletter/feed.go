@@ -249,7 +249,10 @@ func (s *Service) forget(ctx context.Context, key string) {
 func (s *Service) purge(ctx context.Context, key string, rev uint64) {
 	if err := s.kvIdx.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(rev)); err != nil {
 		s.log.Debug().Err(err).Str("key", key).Msg("index purge skipped (rewritten meanwhile)")
+		return
 	}
+	s.x.DeleteAt(key, rev) // this replica's lists change at once; the watch confirms
+
 }
 
 // parseDead splits <prefix>.dead.<account>.<kind>.

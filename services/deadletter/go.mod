@@ -3,13 +3,18 @@ module github.com/tenaz/tenaz/services/deadletter
 go 1.26.8
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
 	github.com/tenaz/tenaz/pkg v0.0.0
 )
 
-require github.com/bits-and-blooms/bitset v1.24.4 // indirect
+require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+)
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect

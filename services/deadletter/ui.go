@@ -289,6 +289,7 @@ func (u *ui) list(st tenaz.State) http.HandlerFunc {
 
 // detailData is the detail page.
 type detailData struct {
+	Back     string // the list it was opened from
 	Show     ops.ShowReply
 	Key      string // id, or seq_<n>
 	Payload  string
@@ -314,6 +315,11 @@ func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := detailData{Show: sh, Key: keyOf(sh.Item), Parked: sh.Item.Status.Parked(), Review: sh.Item.Status == tenaz.StateManualReview}
+	d.Back = "/ui/dead"
+	if d.Review {
+		d.Back = "/ui/review"
+	}
+	d.Back = backTo(r.URL.Query().Get("back"), d.Back)
 	if sh.Event != nil {
 		d.Payload = uiFuncs["pretty"].(func([]byte) string)(sh.Event.Payload)
 	}
@@ -385,6 +391,25 @@ type confirmData struct {
 
 func why0(f url.Values) string { return strings.TrimSpace(f.Get("reason")) }
 
+// formFilter reads the list filter of a form, whose own "reason" is the
+// operator's why: the filter's reason comes as reason_filter.
+func formFilter(f url.Values) (ops.ListRequest, error) {
+	v := url.Values{}
+	for _, k := range []string{"account", "kind", "class", "since", "until"} {
+		v.Set(k, f.Get(k))
+	}
+	v.Set("reason", f.Get("reason_filter"))
+	return listQuery(v)
+}
+
+// backTo is a safe place to return to: a path of the screen, else def.
+func backTo(raw, def string) string {
+	if strings.HasPrefix(raw, "/ui/") && !strings.HasPrefix(raw, "/ui//") {
+		return raw
+	}
+	return def
+}
+
 // Actions of the screen's form.
 const (
 	actReplay        = "replay"
@@ -422,10 +447,7 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 			seqs = append(seqs, n)
 		}
 	}
-	back := f.Get("back")
-	if !strings.HasPrefix(back, "/ui/") {
-		back = "/ui/dead"
-	}
+	back := backTo(f.Get("back"), "/ui/dead")
 	var summary string
 	danger := false
 	n := len(ids) + len(seqs)
@@ -443,7 +465,7 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 			summary += ", with the edited payload below"
 		}
 	case actReplayMatch:
-		q, err := listQuery(f)
+		q, err := formFilter(f)
 		if err != nil {
 			u.fail(w, r, err)
 			return
@@ -518,7 +540,7 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		rep, err = s.replayRequest(ctx, ops.ReplayRequest{IDs: ids, Payload: payload, Stage: f.Get("stage"), Actor: name, Reason: why})
 		flash = fmt.Sprintf("Replayed %d, skipped %d (no longer dead), failed %d.", rep.Replayed, rep.Skipped, len(rep.Errors))
 	case actReplayMatch:
-		q, _ := listQuery(f)
+		q, _ := formFilter(f)
 		var rep ops.ReplayReply
 		if rep, err = s.replayRequest(ctx, ops.ReplayRequest{Filter: &q, Stage: f.Get("stage"), Actor: name, Reason: why}); err == nil {
 			http.Redirect(w, r, "/ui/jobs/"+rep.JobID, http.StatusSeeOther)

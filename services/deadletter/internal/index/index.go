@@ -129,6 +129,18 @@ func (x *Index) Delete(key string) {
 	}
 }
 
+// DeleteAt removes key if the revision held is at most rev (a purge this
+// replica made at rev, applied before its watch delivers it; a newer value
+// already delivered stays).
+func (x *Index) DeleteAt(key string, rev uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e, ok := x.byKey[key]; ok && e.rev <= rev {
+		x.removeLocked(e)
+		x.changed()
+	}
+}
+
 func (x *Index) changed() {
 	x.version++
 	clear(x.totals)

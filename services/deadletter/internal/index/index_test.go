@@ -275,3 +275,18 @@ func BenchmarkListPage100k(b *testing.B) {
 		}
 	}
 }
+
+// DeleteAt removes only what is not newer than the purge.
+func TestDeleteAt(t *testing.T) {
+	t.Parallel()
+	x := index.New()
+	x.Put("ev_1", 5, ops.Item{ID: "ev_1", Status: tenaz.StateDead, Seq: 1})
+	x.DeleteAt("ev_1", 4)
+	if _, _, ok := x.Get("ev_1"); !ok {
+		t.Fatal("a newer value than the purge must stay")
+	}
+	x.DeleteAt("ev_1", 5)
+	if _, _, ok := x.Get("ev_1"); ok || x.Count(tenaz.StateDead) != 0 {
+		t.Fatal("the purged value must go")
+	}
+}
