@@ -130,6 +130,7 @@ kinds:
 	if err != nil {
 		return err
 	}
+	defer func() { _, _ = tz.stop(2 * time.Minute) }() // on an error below: never leave it running
 	nc, err := nats.Connect(srv.ready)
 	if err != nil {
 		return err
