@@ -1,12 +1,20 @@
-// Package deadletter keeps what failed for good findable and fixable. So
-// far it closes the crash backstop: the server's max-deliveries advisories
-// for INTAKE and EVENTS (kept in the TENAZ_ADVISORIES stream, so none is
-// missed while the service is down) move each message a worker died on
-// every time to DEAD — the event's record goes to dead with class "crash",
-// its DEAD entry keeps the payload and history, the message leaves its
-// work queue, and tenaz.advisory.dead.<account>.<kind> is published. The
-// screen, API and replay come with the operators issue.
+// Package deadletter keeps what failed for good — and what waits for a
+// person — findable and fixable. DEAD is the one durable feed: dead letters
+// (permanent errors, exhausted attempts, crashes the server gave up on,
+// refused submissions) and manual reviews all arrive there. The service
+// confirms each arrival against the event's record and keeps an index of
+// what is still dead or in review (the bucket tenaz_deadindex, watched by
+// every replica into memory), serves it as filtered, cursor-paginated
+// lists, and carries out the operators' actions — replay (optionally with
+// an edited payload, or everything matching a filter as a durable job),
+// discard, resolve a review, requeue to the primary or fallback stage,
+// close a breaker — each recorded in the event's history with who and
+// why. It serves them as the screen at /ui/, the JSON API under /v1/dead,
+// /v1/review and /v1/breakers, and the NATS micro service tenaz-deadletter
+// whose wire types are in pkg/ops. A server-side cron schedule fires the
+// nightly digest.
 //
 //	svc, err := deadletter.New(deadletter.Options{Conn: nc, Config: cfg})
 //	err = svc.Start(ctx)
+//	svc.Routes(mux) // the screen and the JSON API
 package deadletter

@@ -54,7 +54,7 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 		return job.State != ops.JobRunning
 	}, "the replay job to end (last progress %+v)", job)
 	took := job.UpdatedAt.Sub(job.CreatedAt)
-	t.Logf("replay job: %d replayed, %d skipped in %v (%.0f replays/s, race detector on); progress seen: %d distinct values", job.Done, job.Skipped, took, float64(job.Done)/took.Seconds(), len(seen))
+	t.Logf("replay job: %d replayed, %d skipped in %v (%.0f replays/s); progress seen: %d distinct values", job.Done, job.Skipped, took, float64(job.Done)/took.Seconds(), len(seen))
 	if job.State != ops.JobDone || job.Total != n || job.Failed != 0 || job.Done+job.Skipped < n || job.Done > n || job.Actor != "operator:hana" {
 		t.Fatalf("job: want done with %d replayed or skipped, none failed, got %+v", n, job)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -240,8 +241,14 @@ func TestPutOrder(t *testing.T) {
 // TestPageAt100k logs how long one filtered page takes at 100,000 items (a
 // figure for the README and the report; no timing is asserted).
 func TestPageAt100k(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	x := index.New()
 	fill(x, 100000, rand.New(rand.NewPCG(5, 6)))
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	t.Logf("100,000 items: %d bytes of heap per item", (after.HeapAlloc-before.HeapAlloc)/100000)
 	for _, q := range []ops.ListRequest{
 		{}, {Account: "acme", Kind: "order.create"}, {Account: "hooli", Class: "crash"},
 		{Kind: "invoice.send", Since: ptr(t0.Add(10 * time.Hour))},
