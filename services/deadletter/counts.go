@@ -50,6 +50,7 @@ type tabCounts struct {
 	mu      sync.Mutex
 	last    *scan
 	running bool
+	closed  bool // the service is stopping: start no scan
 }
 
 // scanned returns the last scan, starting a new one in the background if
@@ -60,14 +61,14 @@ func (s *Service) scanned(ctx context.Context, wait time.Duration) *scan {
 	t.mu.Lock()
 	last := t.last
 	stale := last == nil || s.now().Sub(last.At) >= t.every
-	start := stale && !t.running
+	start := stale && !t.running && !t.closed
 	if start {
 		t.running = true
+		s.bg.Add(1) // under t.mu: Stop closes t before it waits for s.bg
 	}
 	t.mu.Unlock()
 	if start {
 		done := make(chan struct{})
-		s.bg.Add(1)
 		go func() {
 			defer s.bg.Done()
 			defer close(done)

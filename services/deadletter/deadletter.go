@@ -148,6 +148,9 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
 	s.jobKick = make(chan struct{}, 1)
+	s.tabs.mu.Lock()
+	s.tabs.closed = false
+	s.tabs.mu.Unlock()
 	defer func() {
 		if err != nil {
 			s.stopLocked(context.Background())
@@ -277,6 +280,9 @@ func (s *Service) stopLocked(ctx context.Context) error {
 	if s.cancel != nil {
 		s.cancel(ErrStopped)
 	}
+	s.tabs.mu.Lock()
+	s.tabs.closed = true
+	s.tabs.mu.Unlock()
 	s.bg.Wait()
 	if s.watch != nil {
 		_ = s.watch.Stop()

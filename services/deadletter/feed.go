@@ -72,6 +72,7 @@ func (s *Service) dataConsumer(name string) func() (jetstream.ConsumerConfig, er
 // startView watches the index bucket into s.x and returns once the
 // current items are loaded.
 func (s *Service) startView(ctx context.Context) error {
+	s.x.Reset() // a restart must not keep what was purged while stopped
 	w, err := s.kvIdx.WatchAll(s.runCtx)
 	if err != nil {
 		return fmt.Errorf("deadletter: watch %s: %w", BucketIndex, err)

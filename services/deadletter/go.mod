@@ -8,6 +8,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
 	github.com/tenaz/tenaz/pkg v0.0.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -181,3 +181,84 @@ func TestTerminatedAdvisoryMovesMessageToDead(t *testing.T) {
 		t.Fatal("the terminated message must be gone from EVENTS")
 	}
 }
+
+// Paging the JSON API by cursor with a filter returns every matching event
+// exactly once, newest first, and nothing else.
+func TestAPIPagesByCursor(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	payload := func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) }
+	want := map[string]bool{}
+	for _, id := range e.seed(700, "acme", "order.create", dead.ReasonExhausted, "transient", payload) {
+		want[id] = true
+	}
+	e.seed(300, "acme", "invoice.send", dead.ReasonExhausted, "transient", payload)
+	e.seed(300, "globex", "order.create", dead.ReasonPermanent, "permanent", payload)
+	e.waitListed(tenaz.StateDead, url.Values{}, 1300)
+	seen := map[string]bool{}
+	var lastSeq uint64
+	cursor, pages := "", 0
+	for {
+		var rep ops.ListReply
+		path := "/v1/dead?account=acme&kind=order.create&limit=64"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		if code := e.get(path, &rep); code != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, code)
+		}
+		if rep.Total != 700 {
+			t.Fatalf("total: want 700, got %d", rep.Total)
+		}
+		for _, it := range rep.Items {
+			if !want[it.ID] || seen[it.ID] || (lastSeq != 0 && it.Seq >= lastSeq) {
+				t.Fatalf("page %d: %s is foreign, repeated or out of order (seq %d after %d)", pages, it.ID, it.Seq, lastSeq)
+			}
+			seen[it.ID], lastSeq = true, it.Seq
+		}
+		pages++
+		if cursor = rep.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(seen) != 700 || pages != 11 {
+		t.Fatalf("want 700 events in 11 pages, got %d in %d", len(seen), pages)
+	}
+}
+
+// The retrying and scheduled tabs count from a scan of the state bucket.
+func TestRetryingAndScheduledCounts(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	now := time.Now().UTC()
+	for i := range 4 {
+		ev, _ := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: fmt.Sprint("r", i)}, []byte(`{"n":1}`), "", "", now)
+		rec := queue.Initial(ev)
+		rec.Status = tenaz.StateRetrying
+		next := now.Add(time.Duration(i+1) * time.Minute)
+		rec.NextRunAt = &next
+		if _, err := e.st.Create(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now.Add(24 * time.Hour)
+	ev, _ := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "s0", NotBefore: later.Format(time.RFC3339)}, []byte(`{"n":1}`), "", "", now)
+	if _, err := e.st.Create(context.Background(), queue.Initial(ev)); err != nil {
+		t.Fatal(err)
+	}
+	body := func(path string) string {
+		resp, err := http.Get(e.http.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if b := body("/ui/retrying"); !strings.Contains(b, "<small>4 events</small>") || strings.Count(b, "<code>ev_") != 4 {
+		t.Fatalf("retrying tab: want 4 events listed, got\n%s", b)
+	}
+	if b := body("/ui/scheduled"); !strings.Contains(b, "<small>1 events</small>") || !strings.Contains(b, ev.ID) {
+		t.Fatalf("scheduled tab: want the delayed event, got\n%s", b)
+	}
+}

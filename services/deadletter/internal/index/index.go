@@ -90,6 +90,14 @@ func listKeys(it ops.Item) [6]string {
 	}
 }
 
+// Reset empties the index (a restarted watch loads it again).
+func (x *Index) Reset() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.byKey, x.lists, x.gone = map[string]*entry{}, map[string]*posting{}, 0
+	x.changed()
+}
+
 // Put sets key's item (at revision rev of the index bucket), replacing the
 // one it had. An older value (lower rev) than the one held is ignored.
 func (x *Index) Put(key string, rev uint64, it ops.Item) {
