@@ -21,10 +21,12 @@
 //
 // An error is answered with the micro error headers — Nats-Service-Error-Code
 // holds an HTTP-like code (400 bad request, 404 not found, 409 conflict:
-// the event is not in a state the action is legal from, 500 internal) and
-// Nats-Service-Error the message — and the body ErrorBody,
-// {"error":{"code":"not_found","message":"..."}}. Call does a request and
-// turns such an answer into an *Error.
+// the event is not in a state the action is legal from (code
+// "not_parked") or not indexed yet, 413/422 an edited payload refused like
+// a submission, 500 internal) and Nats-Service-Error the message — and the
+// body ErrorBody, {"error":{"code":"not_found","message":"..."}}. A request
+// with an unknown field is refused (400 "malformed"). Call does a request
+// and turns such an answer into an *Error.
 //
 // # Who and why
 //
