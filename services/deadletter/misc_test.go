@@ -258,7 +258,7 @@ func TestRetryingAndScheduledCounts(t *testing.T) {
 	if b := body("/ui/retrying"); !strings.Contains(b, "<small>4 events</small>") || strings.Count(b, "<code>ev_") != 4 {
 		t.Fatalf("retrying tab: want 4 events listed, got\n%s", b)
 	}
-	if b := body("/ui/scheduled"); !strings.Contains(b, "<small>1 events</small>") || !strings.Contains(b, ev.ID) {
+	if b := body("/ui/scheduled"); !strings.Contains(b, "<small>1 event</small>") || !strings.Contains(b, ev.ID) {
 		t.Fatalf("scheduled tab: want the delayed event, got\n%s", b)
 	}
 }
