@@ -106,6 +106,7 @@ type Service struct {
 	bg       sync.WaitGroup
 
 	pool *pool
+	runs inflight
 
 	rndMu sync.Mutex
 	rnd   *rand.Rand

@@ -47,6 +47,8 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 	if !ok {
 		return
 	}
+	s.runs.add(env.ID, s.nc.Stats().Reconnects)
+	defer s.runs.done(env.ID)
 	if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
 		if err := h.AfterClaim(env.ID, rec.Attempts); err != nil {
 			return // as if the process died here
@@ -74,6 +76,13 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 // everything else: retries, redeliveries, conflicts.) ok is false when the
 // message was settled (dropped as stale) or must come back later.
 func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, admission, bool) {
+	if _, ok := s.runs.get(env.ID); ok {
+		// A copy of a message whose run is in flight here (the server
+		// missed its in-progress signals): the run settles the message;
+		// reclaiming would run the event twice at once.
+		zerolog.Ctx(ctx).Debug().Msg("a run of this event is in flight here: copy left alone")
+		return state.Record{}, 0, admission{}, false
+	}
 	var adm admission
 	admitted := false
 	now := s.st.Now()
@@ -322,6 +331,21 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	if callErr != nil {
 		errInfo = &state.ErrorInfo{Class: string(d.Class), Message: trimErr(callErr), HTTPStatus: outcome.StatusOf(callErr)}
 	}
+	if s.contested(env.ID) {
+		// The server may have handed this message to another replica
+		// meanwhile (this connection reconnected, or the run is old):
+		// the outcome's side effects (a schedule that replaces the
+		// event's, a DEAD entry) only if the run is still this one.
+		cur, _, err := s.st.Get(ctx, env.ID)
+		if err != nil {
+			s.retryLater(ctx, m, err)
+			return
+		}
+		if !sameRun(cur, rec) {
+			s.lateOutcome(ctx, m, env, fmt.Sprint(d.Verdict))
+			return
+		}
+	}
 	now := s.st.Now()
 	var a state.Action
 	var reason string
@@ -371,7 +395,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		// re-apply on the current record if it is still our run, else our
 		// outcome is only history.
 		if next, _, err = s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
-			if cur.Status != tenaz.StateRunning || cur.RunSeq != rec.RunSeq {
+			if !sameRun(cur, rec) {
 				n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + string(a.Name)}, now)
 				return n, err
 			}
@@ -411,6 +435,36 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		log.Warn().Int("attempt", rec.Attempts).Str("class", string(d.Class)).Str("error", errInfo.Message).Msg("dead-lettered")
 		s.adviseDead(next)
 	}
+}
+
+// contested reports whether the message of the event's run here may have
+// been redelivered to another replica since the claim: this connection
+// reconnected (the server missed in-progress signals while it was away),
+// or the run is older than half the AckWait (it waited long before its
+// call). Unknown runs count as contested.
+func (s *Service) contested(id string) bool {
+	r, ok := s.runs.get(id)
+	return !ok || s.nc.Stats().Reconnects != r.reconnects || time.Since(r.claimedAt) > s.cfg.Streams.AckWait.D()/2
+}
+
+// sameRun reports whether cur is still the run rec was claimed for: a
+// reclaim (a redelivery that took the run over) keeps the message's
+// sequence but counts a new attempt.
+func sameRun(cur, rec state.Record) bool {
+	return cur.Status == tenaz.StateRunning && cur.RunSeq == rec.RunSeq && cur.Attempts == rec.Attempts
+}
+
+// lateOutcome records the outcome of a run that is no longer the event's
+// (another replica took it over) as a no-op, and settles the message.
+func (s *Service) lateOutcome(ctx context.Context, m jetstream.Msg, env event.Envelope, what string) {
+	if _, _, err := s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
+		n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + what + " (the run was taken over)"}, s.st.Now())
+		return n, err
+	}); err != nil {
+		s.retryLater(ctx, m, err)
+		return
+	}
+	_ = m.Ack()
 }
 
 // accepted is the action for a 2xx answer: done for a sync stage; for a
