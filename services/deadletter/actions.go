@@ -169,6 +169,15 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 		return err
 	}
 	if e.Event == nil {
+		// The record keeps the payload too (records written since payloads
+		// are kept): rebuild the envelope from it.
+		if rec, _, err := s.st.Get(ctx, id); err == nil {
+			if env, err := s.st.Envelope(ctx, rec); err == nil {
+				e.Event = &env
+			}
+		}
+	}
+	if e.Event == nil {
 		return fail(http.StatusConflict, "no_envelope", "the DEAD entry of %s keeps no event to replay", id)
 	}
 	env := *e.Event
@@ -192,7 +201,7 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	// EVENTS message would wait for the reconciler.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	rec, _, effects, err := s.st.Transition(ctx, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage})
+	rec, _, effects, err := s.st.Transition(ctx, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
 	if errors.Is(err, state.ErrInvalidTransition) {
 		if !rec.Status.Parked() {
 			s.forget(ctx, id)

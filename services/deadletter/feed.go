@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -185,6 +186,13 @@ func (s *Service) settleArrival(ctx context.Context, m jetstream.Msg, it ops.Ite
 		s.log.Warn().Err(err).Uint64("seq", it.Seq).Msg("indexing a DEAD entry; will retry")
 		_ = m.NakWithDelay(time.Second)
 		return
+	}
+	if rev != 0 { // a new arrival (a redelivered one finds its entry in place)
+		if it.Reason == dead.ReasonReview {
+			metrics.Review(it.Account, it.Kind)
+		} else {
+			metrics.Dead(it.Account, it.Kind, it.Reason)
+		}
 	}
 	if rec != nil && rev != 0 {
 		// An operator may have acted between the read above and the write:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"net/http"
 	"strconv"
 	"time"
@@ -24,6 +25,8 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		Name: ops.ServiceName, Version: Version,
 		Description: "Dead letters, manual review, replay, breakers: the operator endpoints (see pkg/ops)",
 		QueueGroup:  ops.ServiceName,
+		// Every endpoint's stats carry the same essentials as /metrics.
+		StatsHandler: metrics.Default.StatsHandler,
 	})
 	if err != nil {
 		return nil, err
