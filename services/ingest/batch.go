@@ -131,7 +131,12 @@ func (s *Service) orderedLoop(ctx context.Context, in <-chan jetstream.Msg) {
 		}
 		wait := 100 * time.Millisecond
 		for {
-			rec, created, err := s.accept(ctx, env)
+			err := s.acceptOlder(ctx, m, env)
+			var rec state.Record
+			var created bool
+			if err == nil {
+				rec, created, err = s.accept(ctx, env)
+			}
 			if err == nil || ctx.Err() != nil {
 				s.settle(ctx, m, env, rec, created, err)
 				break
@@ -145,4 +150,61 @@ func (s *Service) orderedLoop(ctx context.Context, in <-chan jetstream.Msg) {
 			wait = min(2*wait, 5*time.Second)
 		}
 	}
+}
+
+// acceptOlder accepts, before an ordered submission, the older ordered
+// submissions of its account that are still in INTAKE and not accepted
+// yet: taken by an ingest that died (they come back only after the
+// consumer's AckWait, 30s) or by another replica that has not got to them.
+// Without it a lane's later submission overtook them and they joined the
+// lane at its tail (found by make chaos). INTAKE is a work queue, so what
+// it still holds of the account below this submission is exactly what is
+// not settled; the next scan of the account starts where this one ended.
+func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.Envelope) error {
+	meta, err := m.Metadata()
+	if err != nil {
+		return nil
+	}
+	seq := meta.Sequence.Stream
+	s.scanMu.Lock()
+	from := s.scanned[env.Account] + 1
+	s.scanMu.Unlock()
+	filter := s.subj.Prefix + ".intake." + env.Account + ".>"
+	for from < seq {
+		raw, err := s.intake.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if raw.Sequence >= seq {
+			break
+		}
+		from = raw.Sequence + 1
+		f, serr := s.fieldsOf(raw.Subject, raw.Header)
+		var older event.Envelope
+		if serr == nil {
+			older, serr = s.build(f, raw.Data, raw.Time)
+		}
+		if serr != nil || older.OrderingKey == "" {
+			continue // not ordered, or refused: its own delivery settles it
+		}
+		if _, _, err := s.st.Get(ctx, older.ID); err == nil {
+			continue
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if _, _, err := s.accept(ctx, older); err != nil {
+			return err
+		}
+		s.log.Info().Str("event_id", older.ID).Uint64("intake_seq", raw.Sequence).Str("before", env.ID).
+			Msg("accepted an older ordered submission still waiting in INTAKE first")
+	}
+	s.scanMu.Lock()
+	if s.scanned[env.Account] < seq-1 {
+		s.scanned[env.Account] = seq - 1
+	}
+	s.scanMu.Unlock()
+	return nil
 }

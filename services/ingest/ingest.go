@@ -92,6 +92,9 @@ type Service struct {
 	micro   micro.Service
 	in      chan jetstream.Msg
 	ordered []chan jetstream.Msg
+	intake  jetstream.Stream
+	scanMu  sync.Mutex
+	scanned map[string]uint64 // account → INTAKE sequence up to which its ordered submissions are accepted
 	wg      sync.WaitGroup
 	bg      sync.WaitGroup
 	cancel  context.CancelCauseFunc
@@ -166,6 +169,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ingest: intake consumer: %w", err)
 	}
+	if s.intake, err = s.js.Stream(ctx, tenaz.StreamIntake); err != nil {
+		return fmt.Errorf("ingest: intake stream: %w", err)
+	}
+	s.scanned = map[string]uint64{}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	s.cancel = cancel
 	s.in = make(chan jetstream.Msg, s.o.Workers)

@@ -1,0 +1,55 @@
+package ingest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Found by make chaos: an ingest died holding a lane's first submission
+// (taken from INTAKE, not yet accepted); the next ingest accepted the
+// lane's later submissions at once, while the first came back only after
+// the consumer's AckWait (30s) and joined the lane at its tail: the lane
+// ran out of submission order. An ordered submission now first accepts
+// the older submissions of its account still waiting in INTAKE.
+func TestOrderedSubmissionHeldByADeadIngestKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.ing.Stop(stop); err != nil {
+		t.Fatal(err)
+	}
+	lane := []string{"Tenaz-Ordering-Key", "lane-1"}
+	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), append([]string{"Idempotency-Key", "first"}, lane...)...)
+	// The dead ingest: it took the first submission and never settled it.
+	cons, err := h.js.Consumer(h.ctx(), tenaz.StreamIntake, "ingest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(waitFor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range batch.Messages() {
+	}
+	if err := batch.Error(); err != nil {
+		t.Fatal(err)
+	}
+
+	h.startIngest(nil)
+	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-2"}`), append([]string{"Idempotency-Key", "second"}, lane...)...)
+	first, second := event.ID("acme", "first"), event.ID("acme", "second")
+	natstest.Eventually(t, waitFor, func() bool { _, ok := h.record(second); return ok }, "want the second submission accepted")
+	r2, _ := h.record(second)
+	r1, ok := h.record(first)
+	if !ok || r2.After != first || r1.Next != second {
+		t.Fatalf("want the first submission accepted first and the second behind it; got first exists %v (next %q), second after %q", ok, r1.Next, r2.After)
+	}
+}
