@@ -1,0 +1,99 @@
+package ingest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/webhook"
+	"github.com/tenaz/tenaz/services/ingest"
+)
+
+const fuzzSecret = "whsec_dGVuYXotZnV6ei1jYWxsYmFjay1zZWNyZXQ="
+
+// FuzzCallback sends any body to POST /v1/callbacks/bureau_a, signed with
+// the target's secret or not at all. An unsigned one is refused with 401;
+// a signed one is answered 200 with a known outcome, or 400 when it is not
+// a JSON object; nothing else (no 5xx, no panic), whatever the body names.
+func FuzzCallback(f *testing.F) {
+	for _, s := range []string{
+		`{"event_id":"ev_00000000000000000000000000","reference":"ref_1","status":"approved"}`,
+		`{"reference":"ref_404","status":"rejected"}`,
+		`{"event_id":"ev_","status":"processing"}`,
+		`{"event_id":{"nested":true},"reference":7}`,
+		`[]`, `null`, `"approved"`, `{}`, ``, `{"event_id":"ev_00000000000000000000000000"`,
+	} {
+		f.Add([]byte(s), true)
+	}
+	f.Add([]byte(`{"event_id":"ev_00000000000000000000000000","status":"approved"}`), false)
+	srv := natstest.Start(f)
+	nc, _ := srv.Conn(f)
+	cfg, err := config.Parse([]byte(`
+targets:
+  bureau_a: {url: "http://127.0.0.1:1/proposals", callback_secret: "`+fuzzSecret+`",
+             callback: {done_when: {field: status, in: [approved, rejected]}}}
+kinds:
+  credit.evaluate: {target: bureau_a, completion: callback}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = svc.Stop(ctx)
+	})
+	mux := http.NewServeMux()
+	svc.Routes(mux)
+	f.Fuzz(func(t *testing.T, body []byte, signed bool) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/callbacks/bureau_a", bytes.NewReader(body))
+		if signed {
+			for k, v := range webhook.Headers(fuzzSecret, "msg_fuzz_"+time.Now().Format("150405.000000000"), time.Now(), body) {
+				r.Header[k] = v
+			}
+		}
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		switch {
+		case !signed:
+			if w.Code != http.StatusUnauthorized {
+				t.Fatalf("unsigned callback %q: want 401, got %d %s", body, w.Code, w.Body)
+			}
+		case w.Code == http.StatusOK:
+			var ans ingest.CallbackReply
+			if err := json.Unmarshal(w.Body.Bytes(), &ans); err != nil {
+				t.Fatalf("callback %q: 200 with a body that is not a reply: %s", body, w.Body)
+			}
+			known := []string{ingest.CallbackApplied, ingest.CallbackDuplicate, ingest.CallbackLate, ingest.CallbackProgress, ingest.CallbackUnknown}
+			if !slices.Contains(known, ans.Outcome) {
+				t.Fatalf("callback %q: unknown outcome %q", body, ans.Outcome)
+			}
+			if ans.Outcome == ingest.CallbackApplied {
+				t.Fatalf("callback %q applied, but no event waits for one", body)
+			}
+		case w.Code == http.StatusBadRequest:
+			var doc map[string]any
+			if json.Unmarshal(body, &doc) == nil && doc != nil {
+				t.Fatalf("callback %q is a JSON object but was answered 400: %s", body, w.Body)
+			}
+		default:
+			t.Fatalf("signed callback %q: want 200 or 400, got %d %s", body, w.Code, w.Body)
+		}
+	})
+}
