@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -70,6 +71,9 @@ type Registry struct {
 	breakers map[string]*Breaker
 
 	w        jetstream.KeyWatcher
+	wctx     context.Context  // the watches' context (ends with Stop)
+	status   chan nats.Status // the connection's reconnects
+	nc       *nats.Conn
 	own      chan ownWrite // values this replica wrote, for the watcher
 	cancel   context.CancelFunc
 	stop     chan struct{}
@@ -119,7 +123,13 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 		cancel()
 		return nil, fmt.Errorf("breaker: watch %s: %w", tenaz.BucketBreakers, err)
 	}
-	r.w, r.cancel = w, cancel
+	r.w, r.wctx, r.cancel = w, wctx, cancel
+	// After a server restart the watch's consumer is gone and the client
+	// notices only when heartbeats are missed (10-20s): the watcher
+	// watches again on every reconnect instead.
+	if r.nc = js.Conn(); r.nc != nil {
+		r.status = r.nc.StatusChanged(nats.CONNECTED)
+	}
 	ready := make(chan struct{})
 	go r.watch(ready)
 	select {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // drainTimeout bounds how long Stop waits for the watcher's channel to close
@@ -18,6 +19,9 @@ func (r *Registry) watch(ready chan<- struct{}) {
 	defer close(r.done)
 	defer r.cancel()
 	defer r.drain()
+	if r.status != nil {
+		defer r.nc.RemoveStatusListener(r.status)
+	}
 	updates := r.w.Updates()
 	for {
 		select {
@@ -25,6 +29,19 @@ func (r *Registry) watch(ready chan<- struct{}) {
 			return
 		case ow := <-r.own:
 			r.report(ow.b, ow.rec, ow.rev)
+		case <-r.status:
+			// Reconnected: the server may have lost the watch's consumer
+			// (a restart). Watch again: the new watch delivers every
+			// current value, and values already seen are not reported
+			// twice (revisions).
+			w, err := r.kv.WatchAll(r.wctx)
+			if err != nil {
+				r.log.Warn().Err(err).Msg("breaker: watching again after a reconnect failed; the old watch recovers on its own")
+				continue
+			}
+			old := r.w
+			r.w, updates = w, w.Updates()
+			go drainWatcher(old, r.log)
 		case e, ok := <-updates:
 			if !ok {
 				r.log.Warn().Msg("breaker watcher closed (connection closed?)")
@@ -45,18 +62,20 @@ func (r *Registry) watch(ready chan<- struct{}) {
 // drain unsubscribes and empties the watcher's channel until the client
 // closes it, so the subscription's delivery goroutine is never left blocked
 // on a full channel.
-func (r *Registry) drain() {
-	_ = r.w.Stop()
+func (r *Registry) drain() { drainWatcher(r.w, r.log) }
+
+func drainWatcher(w jetstream.KeyWatcher, log zerolog.Logger) {
+	_ = w.Stop()
 	t := time.NewTimer(drainTimeout)
 	defer t.Stop()
 	for {
 		select {
-		case _, ok := <-r.w.Updates():
+		case _, ok := <-w.Updates():
 			if !ok {
 				return
 			}
 		case <-t.C:
-			r.log.Warn().Msg("breaker watcher did not close")
+			log.Warn().Msg("breaker watcher did not close")
 			return
 		}
 	}
