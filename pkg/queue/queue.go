@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,24 @@ const HeaderRev = "Tenaz-Rev"
 type Queue struct {
 	js   jetstream.JetStream
 	subj tenaz.Subjects
+
+	mu     sync.Mutex
+	events jetstream.Stream // cached: CancelSchedule runs once per completed callback
+}
+
+// stream returns the EVENTS stream handle, looked up once.
+func (q *Queue) stream(ctx context.Context) (jetstream.Stream, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.events != nil {
+		return q.events, nil
+	}
+	s, err := q.js.Stream(ctx, tenaz.StreamEvents)
+	if err != nil {
+		return nil, err
+	}
+	q.events = s
+	return s, nil
 }
 
 // New returns a Queue.
@@ -107,22 +126,30 @@ const HeaderParked = "Tenaz-Parked"
 // schedule is the safety net that fires at time at; the predecessor's
 // finisher normally fires it early (queue users check HeaderParked).
 func (q *Queue) Park(ctx context.Context, env event.Envelope, at time.Time) error {
-	return q.schedule(ctx, env, at, "", true)
+	return q.schedule(ctx, env, at, 0, "", true)
 }
 
 // ScheduleAt makes the server publish the event to its dispatch subject at
 // time at (rounded up to the second). The event's schedule subject holds
 // one schedule: a newer one replaces it (rollup).
 func (q *Queue) ScheduleAt(ctx context.Context, env event.Envelope, at time.Time, msgID string) error {
-	return q.schedule(ctx, env, at, msgID, false)
+	return q.schedule(ctx, env, at, 0, msgID, false)
 }
 
-func (q *Queue) schedule(ctx context.Context, env event.Envelope, at time.Time, msgID string, parked bool) error {
+// ScheduleFresh is ScheduleAt for a just-accepted delayed event whose
+// record is exactly Initial(env) at revision rev: the fired message
+// carries rev, so the dispatcher claims it (due, then claim) without a
+// read, as it does a fresh event. The rule of EnqueueFresh applies.
+func (q *Queue) ScheduleFresh(ctx context.Context, env event.Envelope, at time.Time, rev uint64) error {
+	return q.schedule(ctx, env, at, rev, "", false)
+}
+
+func (q *Queue) schedule(ctx context.Context, env event.Envelope, at time.Time, rev uint64, msgID string, parked bool) error {
 	target, err := q.subj.Event(env.Account, env.Kind)
 	if err != nil {
 		return err
 	}
-	m := q.msg(env, q.subj.Schedule(env.ID), 0, msgID)
+	m := q.msg(env, q.subj.Schedule(env.ID), rev, msgID)
 	m.Header.Set("Nats-Schedule", "@at "+DueTime(at).Format(time.RFC3339))
 	m.Header.Set("Nats-Schedule-Target", target)
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
@@ -162,7 +189,7 @@ func (q *Queue) Timer(ctx context.Context, env event.Envelope, at time.Time, wha
 
 // HasSchedule reports whether the event has a schedule waiting to fire.
 func (q *Queue) HasSchedule(ctx context.Context, id string) (bool, error) {
-	s, err := q.js.Stream(ctx, tenaz.StreamEvents)
+	s, err := q.stream(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -175,7 +202,7 @@ func (q *Queue) HasSchedule(ctx context.Context, id string) (bool, error) {
 
 // CancelSchedule purges the event's schedule subject so that it never fires.
 func (q *Queue) CancelSchedule(ctx context.Context, id string) error {
-	s, err := q.js.Stream(ctx, tenaz.StreamEvents)
+	s, err := q.stream(ctx)
 	if err != nil {
 		return fmt.Errorf("queue: cancel schedule %s: %w", id, err)
 	}

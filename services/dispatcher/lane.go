@@ -115,7 +115,7 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 			continue
 		}
 		c := &claimed{m: m, env: env, adm: adm}
-		c.next, _, c.err = state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: meta.Sequence.Stream, Actor: s.actor}, now)
+		c.next, c.err = freshClaim(queue.Initial(env), meta.Sequence.Stream, s.actor, now)
 		if c.err == nil {
 			c.p, c.err = s.st.WriteAsync(c.next, rev)
 		}
@@ -164,3 +164,22 @@ func (s *Service) spawn(l *lane, m jetstream.Msg, fn func(ctx context.Context, r
 		fn(s.runCtx, release)
 	})
 }
+
+// freshClaim is the claim of a record as ingest created it: pending, or
+// scheduled and fired by its schedule (due, then claim). A scheduled one
+// not due yet is refused, for the full path to look at.
+func freshClaim(r state.Record, seq uint64, actor string, now time.Time) (state.Record, error) {
+	if r.Status == tenaz.StateScheduled {
+		if r.NextRunAt != nil && now.Before(r.NextRunAt.Add(-dueSlack)) {
+			return r, errNotDue
+		}
+		var err error
+		if r, _, err = state.Apply(r, state.Action{Name: state.Due, Actor: actor}, now); err != nil {
+			return r, err
+		}
+	}
+	r, _, err := state.Apply(r, state.Action{Name: state.Claim, Seq: seq, Actor: actor}, now)
+	return r, err
+}
+
+var errNotDue = errors.New("not due yet")

@@ -248,7 +248,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		return rec, false, err
 	}
 	if rec.Status == tenaz.StateScheduled && rec.NextRunAt != nil {
-		err = s.q.ScheduleAt(ctx, env, *rec.NextRunAt, "")
+		err = s.q.ScheduleFresh(ctx, env, *rec.NextRunAt, rev)
 	} else {
 		_, err = s.q.EnqueueFresh(ctx, env, rev, env.ID)
 	}
