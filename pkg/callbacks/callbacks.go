@@ -1,9 +1,9 @@
 // Package callbacks is the webhook receiver's memory in the
 // tenaz_callbacks bucket: which event a provider's reference belongs to
 // (written by the dispatcher when a target accepts work it will answer by
-// webhook), and which webhook-ids were already applied (replay
-// protection). Every key carries a per-key TTL, so the bucket never grows
-// past the events that can still be answered.
+// webhook). Every key carries a per-key TTL, so the bucket never grows
+// past the events that can still be answered. (Which webhook-ids were
+// applied is in each event's own history, written with the result.)
 //
 //	x, _ := callbacks.Open(ctx, js)
 //	_ = x.PutRef(ctx, "bureau_a", "ref_7", rec.ID, sla+retention)
@@ -70,27 +70,4 @@ func (x *Index) Lookup(ctx context.Context, target, ref string) (string, error) 
 		return "", fmt.Errorf("callbacks: look up reference: %w", err)
 	}
 	return string(e.Value()), nil
-}
-
-// Seen reports whether target's webhook-id was applied before, and to
-// which event.
-func (x *Index) Seen(ctx context.Context, target, webhookID string) (string, bool, error) {
-	e, err := x.kv.Get(ctx, key("seen", target, webhookID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("callbacks: check webhook-id: %w", err)
-	}
-	return string(e.Value()), true, nil
-}
-
-// MarkSeen remembers target's webhook-id for ttl (at least twice the
-// timestamp tolerance: an older copy is refused by its timestamp anyway).
-func (x *Index) MarkSeen(ctx context.Context, target, webhookID, id string, ttl time.Duration) error {
-	_, err := x.kv.Create(ctx, key("seen", target, webhookID), []byte(id), jetstream.KeyTTL(max(ttl, minTTL)))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("callbacks: remember webhook-id: %w", err)
-	}
-	return nil
 }

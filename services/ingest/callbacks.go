@@ -109,10 +109,6 @@ func (s *Service) ApplyCallback(ctx context.Context, target, webhookID string, d
 		log.Warn().Msg("callback for an unknown event")
 		return CallbackReply{Outcome: CallbackUnknown}, nil
 	}
-	seenBy, seen, err := s.refs.Seen(ctx, target, webhookID)
-	if err != nil {
-		return CallbackReply{}, err
-	}
 	final, status := true, ""
 	if dw := t.Callback.DoneWhen; dw.Field != "" {
 		status = fmt.Sprint(doc[dw.Field])
@@ -129,15 +125,15 @@ func (s *Service) ApplyCallback(ctx context.Context, target, webhookID string, d
 		}
 		waiting := (cur.Status == tenaz.StateAwaitingCallback || cur.Status == tenaz.StateRunning) && s.awaits(cur, target)
 		switch {
-		case seen:
-			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied to %s before) ignored", webhookID, seenBy))
+		case webhookID != "" && applied(cur, actor, webhookID):
+			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))
 		case !waiting:
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, target, cur.Status, cur.Stage))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}
 		outcome = CallbackApplied
-		a := state.Action{Name: state.Complete, Actor: actor, Detail: "callback " + webhookID + " applied", Reference: ref}
+		a := state.Action{Name: state.Complete, Actor: actor, Detail: appliedDetail(webhookID), Reference: ref}
 		if len(body) <= maxCallbackResult && json.Valid(body) {
 			a.Result = json.RawMessage(body)
 		}
@@ -152,11 +148,6 @@ func (s *Service) ApplyCallback(ctx context.Context, target, webhookID string, d
 		return CallbackReply{}, err
 	}
 	if outcome == CallbackApplied {
-		// Remembered after the event moved: a crash in between makes the
-		// provider's retry a recorded "late" no-op, never a lost result.
-		if err := s.refs.MarkSeen(ctx, target, webhookID, id, s.cfg.Streams.Retention.D()); err != nil {
-			log.Warn().Err(err).Msg("webhook-id not remembered")
-		}
 		if err := s.q.CancelSchedule(ctx, id); err != nil {
 			log.Warn().Err(err).Msg("deadline not cancelled; it will find the event done")
 		}
@@ -173,4 +164,21 @@ func (s *Service) awaits(rec state.Record, target string) bool {
 	}
 	st, ok := k.StageFor(rec.Stage == state.StageFallback)
 	return ok && st.Target == target && st.Completion == config.CompletionCallback
+}
+
+// appliedDetail is the history detail of an applied callback; applied
+// finds it again, so a copy of the same webhook is known for a duplicate
+// from the event's own history (the webhook-id's replay protection: one
+// result per webhook-id, written in the same compare-and-set as the
+// result, so no crash can separate them).
+func appliedDetail(webhookID string) string { return "callback " + webhookID + " applied" }
+
+func applied(r state.Record, actor, webhookID string) bool {
+	d := appliedDetail(webhookID)
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if e := r.History[i]; e.Action == state.Complete && e.Actor == actor && e.Detail == d {
+			return true
+		}
+	}
+	return false
 }
