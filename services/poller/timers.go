@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,9 +85,40 @@ func (s *Service) step(ctx context.Context, env event.Envelope) error {
 			return nil // a stale copy: the newer poll's timer is pending
 		}
 		return s.poll(ctx, env, rec, rev)
+	case tenaz.StatePending:
+		if step, ok := fallbackWithoutRun(rec); ok {
+			// This timer's deadline moved the event to its fallback stage,
+			// and the fallback's message may never have been published (a
+			// crash, or nats-server down, between the write and the
+			// publish): publish it again under the same message id (a copy
+			// within the stream's duplicate window is dropped, a later one
+			// by the dispatcher's claim).
+			if err := s.prov.Ensure(ctx, env.Account); err != nil {
+				return err
+			}
+			_, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, state.StageFallback, step))
+			return err
+		}
 	}
 	zerolog.Ctx(ctx).Debug().Str("status", string(rec.Status)).Msg("timer for an event that moved on: dropped")
 	return nil
+}
+
+// fallbackWithoutRun reports whether rec's last step (notes aside) is a
+// poller's move to the fallback stage, with no run since, and the step
+// count the record had right after it (the message id's).
+func fallbackWithoutRun(rec state.Record) (int, bool) {
+	for i := len(rec.History) - 1; i >= 0; i-- {
+		e := rec.History[i]
+		if e.Action == state.Note {
+			continue
+		}
+		if e.Action == state.Fallback && strings.HasPrefix(e.Actor, "poller/") && rec.Stage == state.StageFallback {
+			return i + 1 + rec.Truncated, true
+		}
+		return 0, false
+	}
+	return 0, false
 }
 
 // deadlinePassed: no callback came in time. The kind says what next:

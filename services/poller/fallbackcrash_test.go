@@ -1,0 +1,48 @@
+package poller_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Found by make chaos: the callback deadline moved an event to its
+// fallback stage (the record written: pending at the fallback stage), and
+// nats-server went down before the fallback's dispatch message was
+// published. The timer came back, found the event pending and dropped
+// itself as "moved on": the event stayed pending with nothing on its way
+// until the reconciler's sweep. The timer now publishes the fallback's
+// message again (under the same message id).
+func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
+	w := newWorld(t, `attempts: 3, callback_sla: 2s, on_callback_timeout: fallback,
+    fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`, worldOpts{b: provider.Faults{PollAfter: 1}, noPoller: true})
+	id := w.submit("fb-1", `{"applicant":"a-1"}`)
+	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+
+	// What the poller's deadline did before it died: the fallback is
+	// written, its message never published; the deadline's timer waits in
+	// the poller's consumer.
+	rec, rev, err := w.st.Get(w.c, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := state.Apply(rec, state.Action{Name: state.Fallback, Actor: "poller/p0", Detail: "no callback by the deadline"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.Write(w.c, next, rev); err != nil {
+		t.Fatal(err)
+	}
+
+	w.poller(false)
+	done := w.waitStatus(id, tenaz.StateDone, 20*time.Second)
+	if done.Stage != state.StageFallback || count(done, state.Fallback) != 1 {
+		t.Fatalf("want done at the fallback stage after one fallback, got %s %v", done.Stage, actions(done))
+	}
+	if w.b.Effects("fb-1") != 1 {
+		t.Fatalf("want the fallback's effect applied once, got %d", w.b.Effects("fb-1"))
+	}
+}
