@@ -8,6 +8,8 @@ MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 NATSCLI_VERSION := v0.5.0
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME ?= 10s
+SOAK_DURATION ?= 30m
+CHAOS_FLAGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -57,6 +59,18 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 10s)
 .PHONY: bench
 bench: ## Benchmarks: tenaz end to end against raw JetStream (BENCH_QUICK=1: short run)
 	cd services/tenaz && $(GO) run ./cmd/tenaz-bench -out $(CURDIR)/docs/performance.md
+
+.PHONY: chaos
+chaos: ## Crash suite, full run (~10 min): kills services and nats-server under load, prints every invariant
+	cd services/tenaz && $(GO) run ./cmd/tenaz-chaos $(CHAOS_FLAGS)
+
+.PHONY: chaos-short
+chaos-short: ## Crash suite, short run (< 3 min; CI runs it)
+	cd services/tenaz && $(GO) run ./cmd/tenaz-chaos -short $(CHAOS_FLAGS)
+
+.PHONY: soak
+soak: ## Soak for SOAK_DURATION (default 30m): RSS and goroutines of every process; fails on growth
+	cd services/tenaz && $(GO) run ./cmd/tenaz-chaos -soak $(SOAK_DURATION) $(CHAOS_FLAGS)
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck on every module

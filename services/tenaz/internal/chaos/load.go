@@ -47,9 +47,10 @@ type job []*ev
 
 // plan makes the run's events: every completion mode, spread over the
 // accounts. The mix, by job: 30 % order.create (2 % of them rejected by
-// the provider: dead), 6 % delayed order.create (half cancelled), 14 %
-// lanes of four order.update, 22 % credit.evaluate, 12 % credit.check,
-// 16 % report.fetch. 40 % go over NATS, the rest over HTTP.
+// the provider: dead), 6 % delayed order.create (half cancelled), 7 %
+// lanes of four order.update (about a fifth of the events), 25 %
+// credit.evaluate, 14 % credit.check, 18 % report.fetch. 40 % go over
+// NATS, the rest over HTTP.
 func plan(n int, accounts []string, rng *rand.Rand) []job {
 	var jobs []job
 	count, lanes := 0, 0
@@ -72,7 +73,7 @@ func plan(n int, accounts []string, rng *rand.Rand) []job {
 			e.delay = time.Duration(5+rng.IntN(16)) * time.Second
 			e.cancel = rng.Float64() < 0.5
 			j = job{e}
-		case r < 0.50:
+		case r < 0.43:
 			lanes++
 			lane := fmt.Sprintf("lane-%d", lanes)
 			for range 4 {
@@ -80,9 +81,9 @@ func plan(n int, accounts []string, rng *rand.Rand) []job {
 				e.lane = lane
 				j = append(j, e)
 			}
-		case r < 0.72:
+		case r < 0.68:
 			j = job{next(account, kindEvaluate)}
-		case r < 0.84:
+		case r < 0.82:
 			j = job{next(account, kindCheck)}
 		default:
 			j = job{next(account, kindReport)}

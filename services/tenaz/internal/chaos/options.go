@@ -45,7 +45,7 @@ type Options struct {
 // Full is make chaos: about ten minutes.
 func Full() Options {
 	return Options{
-		Name: "full", Events: 30000, Accounts: 16, Load: 5 * time.Minute, Outage: 2 * time.Minute,
+		Name: "full", Events: 20000, Accounts: 16, Load: 5 * time.Minute, Outage: 2 * time.Minute,
 		KillEvery: 4 * time.Second, NATSEvery: 40 * time.Second, Settle: 5 * time.Minute,
 		Cooldown: 10 * time.Second, CallbackSLA: 20 * time.Second, PollSLA: 60 * time.Second,
 		DispatcherReplicas: 2, PollerReplicas: 2, Seed: 1,
@@ -55,7 +55,7 @@ func Full() Options {
 // Short is make chaos-short, the CI run: under three minutes.
 func Short() Options {
 	return Options{
-		Name: "short", Events: 3000, Accounts: 6, Load: 60 * time.Second, Outage: 20 * time.Second,
+		Name: "short", Events: 2500, Accounts: 6, Load: 50 * time.Second, Outage: 20 * time.Second,
 		KillEvery: 4 * time.Second, NATSEvery: 25 * time.Second, Settle: 90 * time.Second,
 		Cooldown: 5 * time.Second, CallbackSLA: 10 * time.Second, PollSLA: 30 * time.Second,
 		DispatcherReplicas: 2, PollerReplicas: 1, Seed: 1,
