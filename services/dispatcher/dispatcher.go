@@ -74,6 +74,10 @@ type Hooks struct {
 	// AfterCall runs after the target answered and before the outcome is
 	// stored; an error abandons the message unacked, as a crash would.
 	AfterCall func(id string, attempt int) error
+	// AfterStore runs after the outcome is stored and before the ordered
+	// lane advances and the message is acked; an error abandons the
+	// message unacked, as a crash would.
+	AfterStore func(id string, status tenaz.State) error
 }
 
 // Service is the dispatcher.

@@ -42,7 +42,7 @@ func (s *Service) waitInLane(ctx context.Context, m jetstream.Msg, env event.Env
 		}
 	}
 	if s.predecessorFinished(ctx, rec.After) {
-		s.wake(ctx, env.ID)
+		_ = s.wake(ctx, env.ID) // if it fails, the parking schedule fires later
 	}
 	_ = m.Ack()
 	zerolog.Ctx(ctx).Debug().Str("after", rec.After).Msg("waiting in its lane")
@@ -58,16 +58,21 @@ func (s *Service) predecessorFinished(ctx context.Context, id string) bool {
 }
 
 // advanceLane runs after rec finished: it wakes the event waiting behind
-// it, or releases the lane if rec was its last event.
-func (s *Service) advanceLane(ctx context.Context, rec state.Record) {
+// it, or releases the lane if rec was its last event. An error means the
+// wake may not have happened: the caller keeps its message unacked, and
+// the redelivery, finding rec finished, advances the lane again.
+func (s *Service) advanceLane(ctx context.Context, rec state.Record) error {
 	switch {
 	case rec.Next != "":
-		s.wake(ctx, rec.Next)
+		return s.wake(ctx, rec.Next)
 	case rec.OrderingKey != "":
 		if err := s.order.Release(ctx, rec.Account, rec.OrderingKey, rec.ID); err != nil {
+			// A lane left behind costs nothing: the next event appended
+			// finds its predecessor finished and goes ahead.
 			zerolog.Ctx(ctx).Warn().Err(err).Msg("releasing the lane")
 		}
 	}
+	return nil
 }
 
 // wake re-publishes a parked event from its schedule subject now and
@@ -75,34 +80,36 @@ func (s *Service) advanceLane(ctx context.Context, rec state.Record) {
 // have moved on and hold a retry schedule there, which must keep its time
 // (TestWakeLeavesRetryScheduleAlone). An event that has not parked yet
 // needs nothing: its own message finds the predecessor finished.
-func (s *Service) wake(ctx context.Context, id string) {
+func (s *Service) wake(ctx context.Context, id string) error {
 	sm, err := s.stream.GetLastMsgForSubject(ctx, s.subj.Schedule(id))
 	if err != nil {
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			zerolog.Ctx(ctx).Warn().Err(err).Str("next", id).Msg("waking the next event in the lane")
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
 		}
-		return
+		zerolog.Ctx(ctx).Warn().Err(err).Str("next", id).Msg("waking the next event in the lane")
+		return err
 	}
 	if sm.Header.Get(queue.HeaderParked) == "" {
-		return
+		return nil
 	}
 	env, err := event.Unmarshal(sm.Data)
 	if err != nil {
-		return
+		return nil
 	}
 	subj, err := s.subj.Event(env.Account, env.Kind)
 	if err != nil {
-		return
+		return nil
 	}
 	msg := nats.NewMsg(subj)
 	msg.Data = sm.Data
 	msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/wake/%d", id, sm.Sequence))
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Str("next", id).Msg("waking the next event in the lane")
-		return
+		return err
 	}
 	// Delete exactly the parking schedule that was fired: by now the event
 	// may have run, failed and stored a retry schedule on the same subject,
 	// which purging the subject would lose.
 	_ = s.stream.DeleteMsg(ctx, sm.Sequence)
+	return nil
 }

@@ -124,7 +124,15 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			actions = []state.Action{{Name: state.Reclaim, Seq: seq, Actor: s.actor, Detail: "message redelivered: the previous run was lost"}}
 		default:
 			if state.Finished(rec.Status) {
-				s.advanceLane(ctx, rec) // in case its finisher died before waking the next
+				// In case its finisher died before waking the next.
+				if err := s.advanceLane(ctx, rec); err != nil {
+					s.retryLater(ctx, m, err)
+					return rec, 0, admission{}, false
+				}
+			}
+			if err := s.healTimer(ctx, env, rec); err != nil {
+				s.retryLater(ctx, m, err)
+				return rec, 0, admission{}, false
 			}
 			s.drop(ctx, m, rec, "event is "+string(rec.Status))
 			return rec, 0, admission{}, false
@@ -194,6 +202,37 @@ func (s *Service) giveUpLostRun(ctx context.Context, m jetstream.Msg, env event.
 	_ = m.Ack()
 	zerolog.Ctx(ctx).Debug().Time("until", at).Msg("lost run given up; breaker open: waiting")
 	return false
+}
+
+// healTimer: a dispatch message for an event that waits for its callback
+// deadline or its next poll came from a schedule that replaced the event's
+// timer (the outcome of a run that another replica had taken over: its
+// schedule, stored before its write lost, landed after the winner's
+// timer; found by make chaos). The timer is gone with it: set it again
+// from the record, unless the event's schedule subject holds one.
+func (s *Service) healTimer(ctx context.Context, env event.Envelope, rec state.Record) error {
+	var at *time.Time
+	what := queue.TimerPoll
+	switch rec.Status {
+	case tenaz.StateAwaitingCallback:
+		at, what = rec.Deadline, queue.TimerDeadline
+	case tenaz.StatePolling:
+		at = rec.NextRunAt
+	default:
+		return nil
+	}
+	if at == nil {
+		return nil
+	}
+	if has, err := s.q.HasSchedule(ctx, env.ID); err != nil || has {
+		return err
+	}
+	when := *at
+	if now := s.st.Now(); when.Before(now) {
+		when = now
+	}
+	zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's timer was replaced by a dispatch schedule: set again")
+	return s.q.Timer(ctx, env, when, what, "")
 }
 
 func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {
@@ -416,13 +455,25 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 			}
 		}
 	}
+	if h := s.o.Hooks; h != nil && h.AfterStore != nil {
+		if err := h.AfterStore(env.ID, next.Status); err != nil {
+			return // as if the process died here
+		}
+	}
+	// The lane advances before the ack: if the wake fails (or this
+	// process dies first), the redelivery finds the event finished and
+	// wakes the next one; acked first, the next waited for its parking
+	// schedule's safety net (found by make chaos).
+	if state.Finished(next.Status) {
+		if err := s.advanceLane(ctx, next); err != nil {
+			s.retryLater(ctx, m, err)
+			return
+		}
+	}
 	_ = m.Ack()
 	s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
 	if d.Verdict == outcome.VerdictRetry {
 		s.o.Metrics.Retry(env.Account, env.Kind, d.Class)
-	}
-	if state.Finished(next.Status) {
-		s.advanceLane(ctx, next)
 	}
 	switch d.Verdict {
 	case outcome.VerdictDone:

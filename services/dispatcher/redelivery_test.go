@@ -3,12 +3,16 @@ package dispatcher_test
 import (
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
@@ -93,4 +97,94 @@ func restartServer(t *testing.T, h *harness) {
 	h.srv.Stop()
 	<-time.After(2 * time.Second) // the outage itself, not a wait for an outcome
 	natstest.Start(t, natstest.StoreDir(h.srv.Dir), natstest.Listen(u.Host))
+}
+
+// Found by make chaos: a lane's event was done, and nats-server went down
+// before its finisher woke the next event (the message already acked): the
+// next one waited for its parking schedule's safety net, five minutes.
+// The lane now advances before the ack, so a finisher that dies (or fails
+// to wake) leaves its message to a redelivery that wakes the next.
+func TestFinisherDyingBeforeTheWakeLeavesTheLaneMoving(t *testing.T) {
+	t.Parallel()
+	// Calls of 500ms: lane-2 parks while lane-1's call runs.
+	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"),
+		provider.Faults{Latency: 500 * time.Millisecond}, provider.WithIdempotent())
+	first := event.ID("acme", "lane-1")
+	var once sync.Once
+	h.dispatcher("d1", &dispatcher.Hooks{AfterStore: func(id string, st tenaz.State) error {
+		crash := false
+		if id == first && st == tenaz.StateDone {
+			once.Do(func() { crash = true })
+		}
+		if crash {
+			return errCrash
+		}
+		return nil
+	}})
+	// Two events of one lane, one after the other.
+	var ids []string
+	for _, k := range []string{"lane-1", "lane-2"} {
+		m := nats.NewMsg("tenaz.intake.acme.order.create")
+		m.Data = []byte(orderPayload(k))
+		m.Header.Set(tenaz.HeaderIdempotencyKey, k)
+		m.Header.Set(tenaz.HeaderOrderingKey, "order-9")
+		if _, err := h.js.PublishMsg(h.ctx(), m); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, event.ID("acme", k))
+	}
+	recs := h.waitAll(ids, tenaz.StateDone, 15*time.Second)
+	if recs[ids[1]].After != first {
+		t.Fatalf("want lane-2 behind lane-1, got after %q", recs[ids[1]].After)
+	}
+}
+
+// Found by make chaos: the outcome of a run another replica had taken
+// over stored its schedule (a retry) before its write lost, and it landed
+// after the winner's timer on the event's schedule subject, replacing it:
+// the event was left polling (or awaiting its callback) with no timer. The
+// dispatch message that schedule brings now finds the event waiting for a
+// timer that is not there and sets it again from the record.
+func TestTimerReplacedByADispatchScheduleIsSetAgain(t *testing.T) {
+	t.Parallel()
+	yaml := `
+streams: {ack_wait: 1s}
+accounts:
+  "*": {concurrency: 4, breaker: {failures: 100}}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s, callback_secret: "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="}
+kinds:
+  order.create: {target: erp, entity: order_id, completion: callback, callback_sla: 1h}
+`
+	h := setup(t, yaml, provider.Faults{}, provider.WithIdempotent())
+	h.dispatcher("d1", nil)
+	ids := h.submit([]string{"timer-1"}, orderPayload)
+	rec := h.waitAll(ids, tenaz.StateAwaitingCallback, waitFor)[ids[0]]
+	stream, err := h.js.Stream(h.ctx(), tenaz.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timer := func() string {
+		m, err := stream.GetLastMsgForSubject(h.ctx(), "tenaz.sched."+ids[0])
+		if err != nil {
+			return ""
+		}
+		return m.Header.Get(tenaz.HeaderTimer)
+	}
+	if timer() != queue.TimerDeadline {
+		t.Fatalf("want the callback deadline on the event's schedule subject, got %q", timer())
+	}
+	// The loser's retry schedule replaces the deadline and fires.
+	env, err := h.st.Envelope(h.ctx(), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.New(h.js, tenaz.NewSubjects("")).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, waitFor, func() bool { return timer() == queue.TimerDeadline },
+		"want the deadline set again after the dispatch schedule fired")
+	if r := h.record(ids[0]); r.Status != tenaz.StateAwaitingCallback {
+		t.Fatalf("want the event still awaiting its callback, got %s", r.Status)
+	}
 }
