@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -46,3 +48,43 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 		t.Fatalf("want the fallback's effect applied once, got %d", w.b.Effects("fb-1"))
 	}
 }
+
+// The poller's half of the dispatcher's TestTimerReplacedByADispatchScheduleIsSetAgain:
+// a timer (a loser's poll or deadline) that replaced an event's retry
+// schedule fires; the poller finds the event retrying with no schedule and
+// sets the retry schedule again from the record.
+func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
+	w := newWorld(t, `attempts: 3, backoff: {initial: 1h, jitter: 0}, callback_sla: 1h`, worldOpts{a: provider.Faults{FailFirst: 1}})
+	id := w.submit("sch-1", `{"applicant":"a-1"}`)
+	rec := w.waitStatus(id, tenaz.StateRetrying, 10*time.Second)
+	stream, err := w.js.Stream(w.c, tenaz.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := func() string {
+		m, err := stream.GetLastMsgForSubject(w.c, "tenaz.sched."+id)
+		if err != nil {
+			return "none"
+		}
+		if h := m.Header.Get(tenaz.HeaderTimer); h != "" {
+			return "timer " + h
+		}
+		return "dispatch"
+	}
+	if k := kind(); k != "dispatch" {
+		t.Fatalf("want the retry's dispatch schedule on the event's subject, got %s", k)
+	}
+	env, err := w.st.Envelope(w.c, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.New(w.js, tenaz.NewSubjects("")).Timer(w.c, env, time.Now(), queue.TimerPoll, ""); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return kind() == "dispatch" && w.get(id).Status == tenaz.StateRetrying },
+		"want the retry schedule set again after the timer fired (now %s)", lazyKind(kind))
+}
+
+type lazyKind func() string
+
+func (l lazyKind) String() string { return l() }

@@ -100,8 +100,31 @@ func (s *Service) step(ctx context.Context, env event.Envelope) error {
 			return err
 		}
 	}
+	if err := s.healSchedule(ctx, env, rec); err != nil {
+		return err
+	}
 	zerolog.Ctx(ctx).Debug().Str("status", string(rec.Status)).Msg("timer for an event that moved on: dropped")
 	return nil
+}
+
+// healSchedule: a timer for an event that waits for its retry or its
+// delay came from a timer that replaced the event's dispatch schedule (the
+// outcome of a run another replica had taken over, stored after the
+// winner's schedule; found by make chaos). The schedule is gone with it:
+// set it again from the record, unless the subject holds one.
+func (s *Service) healSchedule(ctx context.Context, env event.Envelope, rec state.Record) error {
+	if (rec.Status != tenaz.StateRetrying && rec.Status != tenaz.StateScheduled) || rec.NextRunAt == nil {
+		return nil
+	}
+	if has, err := s.q.HasSchedule(ctx, env.ID); err != nil || has {
+		return err
+	}
+	at := *rec.NextRunAt
+	if now := s.st.Now(); at.Before(now) {
+		at = now
+	}
+	zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's schedule was replaced by a timer: set again")
+	return s.q.ScheduleAt(ctx, env, at, "")
 }
 
 // fallbackWithoutRun reports whether rec's last step (notes aside) is a
