@@ -19,18 +19,6 @@ type admission struct {
 	p breaker.Permit
 }
 
-// admit asks the breaker of the event's account + target whether a call
-// may go. While it is open (or another replica probes it) the event waits
-// without burning an attempt: its message is re-entered through its
-// schedule at the time the breaker names, and acked. ok is false then.
-func (s *Service) admit(ctx context.Context, m jetstream.Msg, env event.Envelope, fallback bool) (admission, bool) {
-	adm, retryAt, ok := s.ask(ctx, env, fallback)
-	if !ok {
-		s.waitForBreaker(ctx, m, env, retryAt)
-	}
-	return adm, ok
-}
-
 // ask asks the breaker of the event's account + target whether a call may
 // go; when it may not, retryAt is when to ask again.
 func (s *Service) ask(ctx context.Context, env event.Envelope, fallback bool) (adm admission, retryAt time.Time, ok bool) {
