@@ -79,12 +79,12 @@ func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 func TestProviderCallbacksDuplicatedAndByReference(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{callbacks: &provider.CallbackFaults{DuplicateRate: 1}})
 	id := w.submit("c-2", `{"applicant":"a-2"}`)
-	rec := w.waitStatus(id, tenaz.StateDone, 10*time.Second)
+	w.waitStatus(id, tenaz.StateDone, 10*time.Second)
 	if err := w.a.WaitCallbacks(w.c, 2); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 5*time.Second, func() bool { return notes(w.get(id), "duplicate callback") == 1 }, "the duplicate to be recorded")
-	rec = w.get(id)
+	rec := w.get(id)
 	if count(rec, state.Complete) != 1 {
 		t.Errorf("want one complete, got %v", actions(rec))
 	}

@@ -168,7 +168,7 @@ func (s *Service) Reconcile(ctx context.Context) (Report, error) {
 			continue
 		}
 		rep.Overdue++
-		ok, err := c.repair(ctx, kind, h, e.Revision(), due)
+		ok, err := c.repair(ctx, kind, h, due)
 		switch {
 		case err != nil:
 			rep.Failed++
@@ -248,7 +248,7 @@ func (c *sweep) consumerBacklog(ctx context.Context, account string) int {
 
 // repair makes the repair if the event really has no next step on its
 // way; ok is false when it turned out to have one.
-func (c *sweep) repair(ctx context.Context, kind string, h head, rev uint64, due time.Time) (bool, error) {
+func (c *sweep) repair(ctx context.Context, kind string, h head, due time.Time) (bool, error) {
 	s := c.s
 	now := s.st.Now()
 	if kind != RepairLostRun {

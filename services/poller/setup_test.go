@@ -36,11 +36,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // cbSecret is bureau A's webhook secret in these tests.
 const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 
-// flow is the credit-evaluation config of these tests: bureau_a answers
+// flowWith is the credit-evaluation config of these tests: bureau_a answers
 // by callback, bureau_b must be polled. kind is the rest of the
 // credit.evaluate mapping.
-func flow(kind string) string { return flowWith(kind, "") }
-
 // flowWith adds more keys to bureau A's target mapping.
 func flowWith(kind, bureauA string) string {
 	return `
