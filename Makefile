@@ -61,7 +61,7 @@ bench: ## Benchmarks: tenaz end to end against raw JetStream (BENCH_QUICK=1: sho
 	cd services/tenaz && $(GO) run ./cmd/tenaz-bench -out $(CURDIR)/docs/performance.md
 
 .PHONY: chaos
-chaos: ## Crash suite, full run (~10 min): kills services and nats-server under load, prints every invariant
+chaos: ## Crash suite, full run (7-11 min): kills services and nats-server under load, prints every invariant
 	cd services/tenaz && $(GO) run ./cmd/tenaz-chaos $(CHAOS_FLAGS)
 
 .PHONY: chaos-short
