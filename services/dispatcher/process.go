@@ -508,11 +508,20 @@ func sameRun(cur, rec state.Record) bool {
 // lateOutcome records the outcome of a run that is no longer the event's
 // (another replica took it over) as a no-op, and settles the message.
 func (s *Service) lateOutcome(ctx context.Context, m jetstream.Msg, env event.Envelope, what string) {
-	if _, _, err := s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
+	cur, _, err := s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
 		n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + what + " (the run was taken over)"}, s.st.Now())
 		return n, err
-	}); err != nil {
+	})
+	if err != nil {
 		s.retryLater(ctx, m, err)
+		return
+	}
+	if meta, err := m.Metadata(); err == nil && cur.Status == tenaz.StateRunning && cur.RunSeq == meta.Sequence.Stream {
+		// The run that took over holds this same message (a redelivery):
+		// an ack here would settle it for that run too, and if that run
+		// then died nothing would bring the event back (found by
+		// make chaos-short: an event left running). Leave the message
+		// to its new owner, or to AckWait.
 		return
 	}
 	_ = m.Ack()
