@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -183,7 +184,19 @@ func (e *env) seed(n int, account, kind, reason, class string, payload func(i in
 func (e *env) call(name string, req, rep any) error {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return ops.Call(c, e.nc, ops.Subject("tenaz", name), req, rep)
+	for {
+		// Right after start the micro service's subscriptions may not have
+		// reached the server yet: no responders is worth another try.
+		err := ops.Call(c, e.nc, ops.Subject("tenaz", name), req, rep)
+		if !errors.Is(err, ops.ErrNoService) || c.Err() != nil {
+			return err
+		}
+		select {
+		case <-c.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // get does a GET of the JSON API and decodes the answer.
