@@ -297,7 +297,6 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 	p := w.poller(false)
 	id := w.submit("c-8", `{"applicant":"a-8"}`)
 	w.waitStatus(id, tenaz.StatePending, 5*time.Second)
-	time.Sleep(0) // nothing to wait for: the grace is judged from updated_at below
 	natstest.Eventually(t, 5*time.Second, func() bool { return time.Since(w.get(id).UpdatedAt) > 1100*time.Millisecond },
 		"the event's grace to pass")
 	rep, err := p.Reconcile(w.c)
