@@ -1,6 +1,7 @@
 package dispatcher_test
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"sync"
@@ -82,6 +83,56 @@ func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 		t.Fatalf("want d1's retry noted as late, got %+v", n)
 	}
 	if n := h.prov.Effects("over-1"); n != 1 {
+		t.Fatalf("want the effect applied once, got %d", n)
+	}
+}
+
+// Found by make chaos-short: the run that took over held the same
+// message (a redelivery), so the first run's late outcome, acking it,
+// settled it for the new run too; the new run then died before its
+// outcome, and nothing brought the event back (left running until the
+// reconciler's grace of an hour). The late outcome is now only noted, and
+// the message left to its new owner: here d2 dies after its call, the
+// message comes back after AckWait, and the event ends.
+func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"),
+		provider.Faults{FailFirst: 1, Latency: time.Second}, provider.WithIdempotent())
+	id := event.ID("acme", "over-2")
+	has := func(action state.ActionName, actor string) func() bool {
+		return func() bool {
+			for _, e := range h.record(id).History {
+				if e.Action == action && e.Actor == actor {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	h.dispatcher("d1", &dispatcher.Hooks{AfterCall: func(got string, attempt int) error {
+		if got == id && attempt == 1 {
+			natstest.Eventually(t, 20*time.Second, has(state.Reclaim, "dispatcher/d2"), "want d2 to take the run over")
+		}
+		return nil
+	}})
+	ids := h.submit([]string{"over-2"}, orderPayload)
+	h.waitArrivals(1, waitFor)
+	var once sync.Once
+	h.dispatcher("d2", &dispatcher.Hooks{AfterCall: func(got string, _ int) error {
+		died := false
+		once.Do(func() {
+			natstest.Eventually(t, 20*time.Second, has(state.Note, "dispatcher/d1"), "want d1's late outcome noted")
+			died = true
+		})
+		if died {
+			return errors.New("d2 dies after its call") // the message stays unacked, as a crash leaves it
+		}
+		return nil
+	}})
+
+	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[id]
+	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Note, state.Reclaim, state.Succeed)
+	if n := h.prov.Effects("over-2"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }
