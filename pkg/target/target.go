@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 	"unicode/utf8"
@@ -292,3 +293,38 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 
 // DoneField is the poll answer's field that done_when looks at.
 func (t *Target) DoneField() string { return t.doneWhen.Field }
+
+// Cache holds one Target per account and target name, built from the
+// config on first use (an account may override a target's URL, headers or
+// secret, so the pair is the key). Safe for concurrent use.
+type Cache struct {
+	cfg    *config.Config
+	client *http.Client
+	mu     sync.Mutex
+	m      map[string]*Target
+}
+
+// NewCache returns an empty cache over cfg; client as for New.
+func NewCache(cfg *config.Config, client *http.Client) *Cache {
+	return &Cache{cfg: cfg, client: client, m: map[string]*Target{}}
+}
+
+// Get returns the account's view of the named target, or an error when no
+// such target is configured.
+func (c *Cache) Get(account, name string) (*Target, error) {
+	key := account + "\x00" + name
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.m[key]; ok {
+		return t, nil
+	}
+	if _, ok := c.cfg.Target(name); !ok {
+		return nil, fmt.Errorf("unknown target %q", name)
+	}
+	t, err := New(name, c.cfg.TargetFor(account, name), c.client)
+	if err != nil {
+		return nil, err
+	}
+	c.m[key] = t
+	return t, nil
+}

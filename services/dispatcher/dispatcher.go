@@ -100,7 +100,7 @@ type Service struct {
 	started  bool
 	stream   jetstream.Stream
 	lanes    map[string]*lane
-	targets  map[string]*target.Target
+	targets  *target.Cache
 	guards   map[string]*guard
 	limiters map[string]ratelimiter.RateLimiter[target.Response]
 	announce *nats.Subscription
@@ -144,7 +144,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, targets: map[string]*target.Target{},
+		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
@@ -342,21 +342,7 @@ func (s *Service) Accounts() []string {
 }
 
 func (s *Service) target(account, name string) (*target.Target, error) {
-	key := account + "\x00" + name
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t, ok := s.targets[key]; ok {
-		return t, nil
-	}
-	if _, ok := s.cfg.Target(name); !ok {
-		return nil, fmt.Errorf("unknown target %q", name)
-	}
-	t, err := target.New(name, s.cfg.TargetFor(account, name), s.o.HTTPClient)
-	if err != nil {
-		return nil, err
-	}
-	s.targets[key] = t
-	return t, nil
+	return s.targets.Get(account, name)
 }
 
 func (s *Service) jitter() *rand.Rand {

@@ -74,7 +74,7 @@ type Service struct {
 	started bool
 	micro   micro.Service
 	cc      jetstream.ConsumeContext
-	targets map[string]*target.Target
+	targets *target.Cache
 	sem     chan struct{}
 	wg      sync.WaitGroup // timers in flight
 	bg      sync.WaitGroup // reconciler loop
@@ -102,7 +102,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("poller: %w", err)
 	}
 	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix),
-		actor: "poller/" + o.Instance, targets: map[string]*target.Target{}}
+		actor: "poller/" + o.Instance, targets: target.NewCache(o.Config, o.HTTPClient)}
 	s.q = queue.New(js, s.subj)
 	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
 	return s, nil
@@ -238,19 +238,5 @@ func (s *Service) Ready() error {
 func (s *Service) Routes(mux *http.ServeMux) {}
 
 func (s *Service) target(account, name string) (*target.Target, error) {
-	key := account + "\x00" + name
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t, ok := s.targets[key]; ok {
-		return t, nil
-	}
-	if _, ok := s.cfg.Target(name); !ok {
-		return nil, fmt.Errorf("unknown target %q", name)
-	}
-	t, err := target.New(name, s.cfg.TargetFor(account, name), s.o.HTTPClient)
-	if err != nil {
-		return nil, err
-	}
-	s.targets[key] = t
-	return t, nil
+	return s.targets.Get(account, name)
 }
