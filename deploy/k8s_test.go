@@ -15,11 +15,8 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"reflect"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -696,46 +693,6 @@ func TestSampleConfigAuth(t *testing.T) {
 		}
 		if _, err := auth.New(cfg); err != nil {
 			t.Errorf("tenaz-%s: auth.New: %v", svc, err)
-		}
-	}
-}
-
-// ------------------------------------------------------ kubectl kustomize
-
-// TestKubectlKustomize builds both kustomizations with kubectl, when it is
-// installed, and compares with the Go API's output. It is an extra: the
-// other tests use kustomize's Go API, which kubectl embeds.
-func TestKubectlKustomize(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not on PATH: the other tests build with kustomize's Go API (what kubectl embeds)")
-	}
-	for _, dir := range []string{"kustomize/base", "kustomize/overlays/example"} {
-		out, err := exec.Command(kubectl, "kustomize", dir).CombinedOutput()
-		if err != nil {
-			if strings.Contains(string(out), "unknown command") || strings.Contains(string(out), "kustomization") && strings.Contains(string(out), "version") {
-				t.Fatalf("kubectl kustomize %s: %v\n%s\n(kubectl 1.27 or later is needed: Kustomize 5 syntax)", dir, err, out)
-			}
-			t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, out)
-		}
-		got, err := decodeAll(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := render(t, dir)
-		key := func(d obj) string { return str(d, "kind") + "/" + str(d, "metadata", "name") }
-		sort.Slice(got, func(i, j int) bool { return key(got[i]) < key(got[j]) })
-		sort.Slice(want, func(i, j int) bool { return key(want[i]) < key(want[j]) })
-		if len(got) != len(want) {
-			t.Errorf("%s: kubectl gives %d objects, the Go API %d", dir, len(got), len(want))
-			continue
-		}
-		for i := range got {
-			if !reflect.DeepEqual(got[i], want[i]) {
-				gj, _ := json.MarshalIndent(got[i], "", " ")
-				wj, _ := json.MarshalIndent(want[i], "", " ")
-				t.Errorf("%s: %s differs:\nkubectl: %s\nGo API: %s", dir, key(got[i]), gj, wj)
-			}
 		}
 	}
 }
