@@ -1,0 +1,113 @@
+package ingest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/ingest"
+)
+
+// FuzzSubmit sends any body with any Idempotency-Key header to
+// POST /v1/events on a real ingest (real nats-server, real intake
+// consumer). Every answer is a 4xx with a JSON error naming a code, or a
+// 200/202 whose event is stored under the id the key makes; sending the
+// same request again answers 200 with the same event. Never a 5xx, never a
+// panic, never an accepted submission that cannot be read back.
+func FuzzSubmit(f *testing.F) {
+	for _, s := range []struct{ body, key string }{
+		{`{"account":"acme","kind":"order.create","payload":{"order_id":"o-1"}}`, "k-1"},
+		{`{"account":"acme","kind":"order.create","payload":{"order_id":"o-1"}}`, ""},
+		{`{"account":"acme","kind":"order.create","not_before":"2099-01-01T00:00:00Z","payload":{"order_id":"o-2"}}`, "k-2"},
+		{`{"account":"acme","kind":"order.create","not_before":"yesterday","payload":{}}`, "k-3"},
+		{`{"account":"ac.me","kind":"order.create","payload":{}}`, "k-4"},
+		{`{"account":"acme","kind":"order.>","payload":{}}`, "k-5"},
+		{`{"account":"acme","kind":"nope","payload":{}}`, "k-6"},
+		{`{"account":"acme","kind":"order.create","payload":null}`, "k-7"},
+		{`{"account":"acme","kind":"order.create","payload":{}}}`, "k 8\x00"},
+		{`[]`, ""}, {``, ""}, {`{"account":"acme"`, "k-9"},
+	} {
+		f.Add([]byte(s.body), s.key)
+	}
+	srv := natstest.Start(f)
+	nc, _ := srv.Conn(f)
+	cfg, err := config.Parse([]byte(`
+http: {max_body_bytes: 4096}
+targets: {erp: {url: "http://127.0.0.1:1/orders"}}
+kinds: {order.create: {target: erp, entity: order_id}}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, ReplyTimeout: 10 * time.Second})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = svc.Stop(ctx)
+	})
+	mux := http.NewServeMux()
+	svc.Routes(mux)
+	post := func(body []byte, key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/v1/events", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header[tenaz.HeaderIdempotencyKey] = []string{key} // as sent, even a value net/http would refuse to write
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		return w
+	}
+	f.Fuzz(func(t *testing.T, body []byte, key string) {
+		w := post(body, key)
+		switch {
+		case w.Code >= 400 && w.Code < 500:
+			var e httpapi.ErrorBody
+			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+				t.Fatalf("submission %q key %q: %d without a JSON error: %s", body, key, w.Code, w.Body)
+			}
+			return
+		case w.Code != http.StatusOK && w.Code != http.StatusAccepted:
+			t.Fatalf("submission %q key %q: want 200, 202 or a 4xx, got %d %s", body, key, w.Code, w.Body)
+		}
+		var v ingest.View
+		if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.ID == "" {
+			t.Fatalf("submission %q key %q: %d with a body that is not an event: %s", body, key, w.Code, w.Body)
+		}
+		if err := tenaz.ValidateAccount(v.Account); err != nil {
+			t.Fatalf("submission %q accepted for account %q: %v", body, v.Account, err)
+		}
+		if key != "" && v.ID != event.ID(v.Account, key) {
+			t.Fatalf("submission %q key %q: id %s is not the key's %s", body, key, v.ID, event.ID(v.Account, key))
+		}
+		r := httptest.NewRequest(http.MethodGet, "/v1/events/"+v.ID, nil)
+		g := httptest.NewRecorder()
+		mux.ServeHTTP(g, r)
+		var got ingest.View
+		if g.Code != http.StatusOK || json.Unmarshal(g.Body.Bytes(), &got) != nil || got.ID != v.ID || got.Account != v.Account || got.Kind != v.Kind {
+			t.Fatalf("submission %q key %q accepted as %+v, read back %d %s", body, key, v, g.Code, g.Body)
+		}
+		if key == "" {
+			return // a new key each time: not a duplicate
+		}
+		again := post(body, key)
+		var dup ingest.View
+		if again.Code != http.StatusOK || json.Unmarshal(again.Body.Bytes(), &dup) != nil || dup.ID != v.ID {
+			t.Fatalf("the same submission again (%q key %q): want 200 with %s, got %d %s", body, key, v.ID, again.Code, again.Body)
+		}
+	})
+}
