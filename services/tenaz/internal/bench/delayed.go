@@ -201,6 +201,17 @@ kinds:
 	r.Figure("delayed_burst_p99_lateness_ms", pct(late, 0.99), "ms")
 	r.Figure("delayed_burst_p50_lateness_ms", pct(late, 0.50), "ms")
 	r.Figure("delayed_burst_fired_ms", firedMS, "ms")
+
+	// The same burst through raw JetStream on the same server, for the
+	// ratio: what this machine allows any dispatcher built on it.
+	nlate, err := naiveBurst(ctx, srv.ready, b, concurrency)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.W, "# naive burst: first delivery %.0f ms after due, last %.0f ms after\n", nlate[0], nlate[len(nlate)-1])
+	r.Figure("naive_burst_max_lateness_ms", nlate[len(nlate)-1], "ms")
+	r.Figure("naive_burst_p50_lateness_ms", pct(nlate, 0.50), "ms")
+	r.Figure("delayed_burst_max_lateness_ratio", late[len(late)-1]/nlate[len(nlate)-1], "x")
 	return nil
 }
 

@@ -98,7 +98,14 @@ does not rewrite this file).
   records it) minus the due time; max, p99 and p50. Account concurrency
   %d. `+"`delayed_burst_fired_ms`"+` is when the server had stored every
   message it fired (EVENTS' last sequence), which splits the lateness
-  into the server's firing and tenaz's dispatch.
+  into the server's firing and tenaz's dispatch. *naive*
+  (`+"`naive_burst_*`"+`): then the same number of messages, each on its own
+  schedule subject, fire at one whole second on the same server into a
+  work-queue stream, and a pull consumer with %d workers does per message
+  what the naive throughput loop does, HTTP POST to a fake provider
+  included. `+"`delayed_burst_max_lateness_ratio`"+` is tenaz's max
+  lateness over the naive one (1 = as punctual as raw JetStream; lower is
+  better).
 - **Callbacks** (`+"`callbacks_per_s`"+` vs `+"`naive_callbacks_per_s`"+`): %d
   events of a kind with `+"`completion: callback`"+` delivered to a provider
   that does not call back; once all are `+"`awaiting_callback`"+`, %d
@@ -177,7 +184,7 @@ throughput round):
   naive loop's two, which is the ratio you see. Different streams fsync in
   parallel, so INTAKE and EVENTS cost latency, not throughput.
 `, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
-		sz.Delayed, sz.Burst, concurrency, sz.Callbacks, sz.CallbackWorkers)
+		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers)
 }
 
 // Goal is a figure's target: Value with Op "<" (under) or "<=".

@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// naiveBurst is the burst's reference: raw JetStream doing the same work
+// on the same server, with no tenaz. b messages, each on its own schedule
+// subject (as tenaz holds each delayed event), are scheduled to fire at
+// the same whole second into a work-queue stream; a pull consumer with
+// the same number of workers as tenaz's account concurrency does per
+// message what Naive does (KV create "running" → HTTP POST to a fake
+// provider → KV update "done" with the revision → ack). It returns each
+// delivery's lateness at the provider (arrival minus due), in ms, sorted.
+func naiveBurst(ctx context.Context, natsURL string, b, workers int) ([]float64, error) {
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	_ = js.DeleteStream(ctx, "NAIVE_BURST")
+	_ = js.DeleteKeyValue(ctx, "naive_burst")
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "NAIVE_BURST", Subjects: []string{"naive.sched.>", "naive.fire.>"},
+		Retention: jetstream.WorkQueuePolicy, AllowMsgSchedules: true, AllowRollup: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = js.DeleteStream(context.Background(), "NAIVE_BURST") }()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "naive_burst"})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = js.DeleteKeyValue(context.Background(), "naive_burst") }()
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
+		FilterSubject: "naive.fire.>", MaxAckPending: 10000})
+	if err != nil {
+		return nil, err
+	}
+	prov := provider.New(provider.Faults{})
+	defer prov.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: prov}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	url := "http://" + ln.Addr().String() + "/api/order.create"
+
+	due := time.Now().Add(10 * time.Second).UTC().Truncate(time.Second)
+	for i := range b {
+		m := nats.NewMsg("naive.sched." + strconv.Itoa(i))
+		m.Data = delayedPayload
+		m.Header.Set("Nats-Schedule", "@at "+due.Format(time.RFC3339))
+		m.Header.Set("Nats-Schedule-Target", "naive.fire."+strconv.Itoa(i))
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			return nil, fmt.Errorf("naive burst: publish: %w", err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if time.Until(due) <= 0 {
+		return nil, fmt.Errorf("naive burst: the %d schedules were stored after their due time", b)
+	}
+	cctx, cancel := context.WithDeadline(ctx, due.Add(3*time.Minute))
+	defer cancel()
+	iter, err := cons.Messages(jetstream.PullMaxMessages(workers * 4))
+	if err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				m, err := iter.Next()
+				if err != nil {
+					return
+				}
+				md, _ := m.Metadata()
+				key := "e" + strconv.FormatUint(md.Sequence.Stream, 10)
+				rev, err := kv.Create(cctx, key, []byte(`{"status":"running"}`))
+				if err != nil {
+					_ = m.Nak()
+					continue
+				}
+				req, _ := http.NewRequestWithContext(cctx, http.MethodPost, url, bytesReader(m.Data()))
+				req.Header.Set(tenaz.HeaderEventID, key)
+				if resp, err := httpClient.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if _, err := kv.Update(cctx, key, []byte(`{"status":"done"}`), rev); err != nil {
+					_ = m.Nak()
+					continue
+				}
+				_ = m.Ack()
+			}
+		}()
+	}
+	err = prov.WaitCalls(cctx, b)
+	iter.Stop()
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return nil, fmt.Errorf("naive burst: %d of %d delivered within 3m of due: %w", prov.CallCount(), b, err)
+	}
+	first := map[string]time.Time{}
+	for _, c := range prov.Calls() {
+		if t, ok := first[c.EventID]; !ok || c.At.Before(t) {
+			first[c.EventID] = c.At
+		}
+	}
+	late := make([]float64, 0, len(first))
+	for _, at := range first {
+		late = append(late, float64(at.Sub(due).Microseconds())/1000)
+	}
+	sort.Float64s(late)
+	return late, nil
+}
