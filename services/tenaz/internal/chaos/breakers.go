@@ -124,11 +124,16 @@ func checkBreakers(calls []callRec, opens map[string][]breakerOpen, outages map[
 	var rep breakerReport
 	byKey := map[string][]time.Time{}
 	downByKey := map[string][]time.Time{}
+	downBySender := map[string]map[string]int{}
 	for _, c := range calls {
 		k := c.account + "." + c.target
 		byKey[k] = append(byKey[k], c.at)
 		if c.down {
 			downByKey[k] = append(downByKey[k], c.at)
+			if downBySender[k] == nil {
+				downBySender[k] = map[string]int{}
+			}
+			downBySender[k][c.sender]++
 		}
 	}
 	for k, os := range opens {
@@ -159,10 +164,15 @@ func checkBreakers(calls []callRec, opens map[string][]breakerOpen, outages map[
 			}
 			down := downByKey[k]
 			if first.IsZero() {
-				// Two dispatchers count failures each on their own:
-				// 2*failures-1 in a row may leave it closed.
-				if len(down) >= 2*breakerFailures+16 {
-					rep.neverOpened = append(rep.neverOpened, fmt.Sprintf("%s (%d failed calls in the outage)", k, len(down)))
+				// Each dispatcher process counts failures on its own, from
+				// zero when it starts: no opening is a fault only if one
+				// process lifetime made enough failed calls to trip, plus
+				// the calls it may have had in flight when it was killed
+				// (their failures never counted).
+				for sender, n := range downBySender[k] {
+					if n >= breakerFailures+accountConcurrency {
+						rep.neverOpened = append(rep.neverOpened, fmt.Sprintf("%s (%d failed calls in the outage from %s, %d from all)", k, n, sender, len(down)))
+					}
 				}
 				continue
 			}

@@ -1,7 +1,9 @@
 package chaos
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +15,7 @@ import (
 func TestConfigIsValid(t *testing.T) {
 	for _, o := range []Options{Full(), Short()} {
 		y := tenazYAML(configParams{providers: "http://127.0.0.1:1", cooldown: o.Cooldown, callbackSLA: o.CallbackSLA, pollSLA: o.PollSLA, logLevel: "info"})
-		cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+		cfg, err := config.Parse([]byte(y), func(k string) (string, bool) { return "dispatcher-1#1", k == envInstance })
 		if err != nil {
 			t.Fatalf("%s: want a valid config, got %v\n%s", o.Name, err, y)
 		}
@@ -64,7 +66,7 @@ func TestCheckBreakers(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	cooldown := 5 * time.Second
-	outages := map[string]window{"a": {at(0), at(30)}, "b": {at(0), at(30)}}
+	outages := map[string]window{"a": {at(0), at(30)}, "b": {at(0), at(30)}, "c": {at(0), at(30)}}
 	var calls []callRec
 	down := func(acct, target string, s float64) {
 		calls = append(calls, callRec{at: at(s), account: acct, target: target, down: true})
@@ -75,8 +77,11 @@ func TestCheckBreakers(t *testing.T) {
 	down("a", targetERP, 6.5)  // probe
 	down("a", targetERP, 12.0) // probe, ≥ cooldown after
 	down("a", targetERP, 14.0) // second call within a cooldown of the last probe (and while open)
-	for i := range 40 {        // b never opens
-		down("b", targetERP, 0.5*float64(i))
+	for i := range 40 {        // b never opens: one dispatcher's 40 failures
+		calls = append(calls, callRec{at: at(0.5 * float64(i)), account: "b", target: targetERP, down: true, sender: "dispatcher-1#1"})
+	}
+	for i := range 40 { // c never opens either, but its 40 failures come from five short lives of dispatchers
+		calls = append(calls, callRec{at: at(0.5 * float64(i)), account: "c", target: targetERP, down: true, sender: fmt.Sprintf("dispatcher-%d#%d", i%2+1, i/16)})
 	}
 	opens := map[string][]breakerOpen{"a." + targetERP: {
 		{openedAt: at(1.2), openUntil: at(6.2)},
@@ -87,7 +92,7 @@ func TestCheckBreakers(t *testing.T) {
 	if r.callsWhileOpen != 1 || r.tooMany != 1 || r.probes != 3 || r.maxPerCooldown != 2 {
 		t.Fatalf("want 1 call while open, 1 pair of probes too close, 3 probes, at most 2 per cooldown; got %+v", r)
 	}
-	if len(r.neverOpened) != 1 || r.opens != 3 || r.opensInOutage != 3 {
-		t.Fatalf("want b.erp named as never opened and 3 openings in the outage, got %+v", r)
+	if len(r.neverOpened) != 1 || !strings.HasPrefix(r.neverOpened[0], "b.erp ") || r.opens != 3 || r.opensInOutage != 3 {
+		t.Fatalf("want b.erp (and not c.erp) named as never opened and 3 openings in the outage, got %+v", r)
 	}
 }

@@ -32,6 +32,19 @@ const callbackSecret = "whsec_Y2hhb3MtYnVyZWF1LWEtd2ViaG9vay1zZWNyZXQ="
 // longer, so a hanging call is a client timeout.
 const callTimeout = 2 * time.Second
 
+// Every process of the run gets its own instance name in envInstance
+// (the process's name and its start count), and every target call carries
+// it in headerInstance, so that the breaker check can tell which process
+// lifetime made each call: each counts failures on its own.
+const (
+	envInstance    = "TENAZ_CHAOS_INSTANCE"
+	headerInstance = "X-Chaos-Instance"
+)
+
+// accountConcurrency is every account's concurrency: at most that many
+// calls of one account in flight per dispatcher.
+const accountConcurrency = 8
+
 // breakerFailures opens a breaker: with 30 % 5xx and 10 % timeouts a run
 // of ten failures is rare outside an outage or a 429 burst.
 const breakerFailures = 10
@@ -67,19 +80,22 @@ auth: {disabled: true}
 streams: {ack_wait: %[6]s}
 poller: {concurrency: 32, reconcile_every: 24h, grace: 15s, running_grace: 10m}
 accounts:
-  "*": {concurrency: 8, breaker: {failures: %[8]d, cooldown: %[2]s}}
+  "*": {concurrency: %[11]d, breaker: {failures: %[8]d, cooldown: %[2]s}}
 targets:
   erp:
     url: "%[1]s/{{.Account}}/erp/api/{{.Kind}}"
     timeout: %[9]s
+    headers: {`+headerInstance+`: "${`+envInstance+`}"}
   bureau_a:
     url: "%[1]s/{{.Account}}/bureau_a/proposals"
     timeout: %[9]s
+    headers: {`+headerInstance+`: "${`+envInstance+`}"}
     callback_secret: "%[10]s"
     callback: {done_when: {field: status, in: [approved, rejected]}}
   bureau_b:
     url: "%[1]s/{{.Account}}/bureau_b/evaluations"
     timeout: %[9]s
+    headers: {`+headerInstance+`: "${`+envInstance+`}"}
     poll:
       url: "%[1]s/{{.Account}}/bureau_b/evaluations/{{.Reference}}"
       interval: 1s
@@ -105,7 +121,7 @@ kinds:
     fallback: {target: bureau_b, completion: poll, attempts: 6, backoff: %[5]s, poll_sla: %[4]s}
   report.fetch: {target: bureau_b, completion: poll, attempts: 8, backoff: %[5]s, poll_sla: %[4]s}
 `, p.providers, secs(p.cooldown), secs(p.callbackSLA), secs(p.pollSLA), backoff, secs(ackWait), p.logLevel,
-		breakerFailures, secs(callTimeout), callbackSecret)
+		breakerFailures, secs(callTimeout), callbackSecret, accountConcurrency)
 }
 
 func writeConfig(path string, p configParams) error {

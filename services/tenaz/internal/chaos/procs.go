@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,7 +51,10 @@ func (p *proc) start() error {
 		return err
 	}
 	cmd := exec.Command(p.path, p.args...)
-	cmd.Env = p.env
+	p.mu.Lock()
+	instance := fmt.Sprintf("%s#%d", p.name, p.starts+1)
+	p.mu.Unlock()
+	cmd.Env = append(slices.Clone(p.env), envInstance+"="+instance)
 	cmd.Stdout, cmd.Stderr = f, f
 	// The run's children die with it, whatever ends it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

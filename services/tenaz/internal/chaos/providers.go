@@ -52,7 +52,8 @@ type callRec struct {
 	target  string
 	eventID string
 	key     string
-	down    bool // answered 503 by the gate: the account was in its outage
+	down    bool   // answered 503 by the gate: the account was in its outage
+	sender  string // the calling process's lifetime (headerInstance)
 }
 
 // cbRec is one webhook sent to ingest's /v1/callbacks/{target} and what
@@ -178,7 +179,7 @@ func (f *fleet) gate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := callRec{at: now, account: account, target: target, eventID: r.Header.Get(tenaz.HeaderEventID),
-		key: r.Header.Get(tenaz.HeaderIdempotencyKey), down: down}
+		key: r.Header.Get(tenaz.HeaderIdempotencyKey), down: down, sender: r.Header.Get(headerInstance)}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
