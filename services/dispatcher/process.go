@@ -118,6 +118,10 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			actions = append(actions, claim)
 		case tenaz.StateRunning:
 			if rec.RunSeq != seq {
+				if seq > rec.RunSeq && lookAgainLater(m) {
+					zerolog.Ctx(ctx).Debug().Msg("a newer message while another owns the run: looked at again once the run has stored its outcome")
+					return rec, 0, admission{}, false
+				}
 				s.drop(ctx, m, rec, "another message owns the run")
 				return rec, 0, admission{}, false
 			}
@@ -233,6 +237,31 @@ func (s *Service) healTimer(ctx context.Context, env event.Envelope, rec state.R
 	}
 	zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's timer was replaced by a dispatch schedule: set again")
 	return s.q.Timer(ctx, env, when, what, "")
+}
+
+// lookAgainLooks bounds how often a message is handed back by
+// lookAgainLater: its delays add up to 6 s, and a message handed back
+// MaxDeliver times would be taken for a poison one.
+const lookAgainLooks = 4
+
+// lookAgainLater hands back a message that was stored after the run that
+// holds the event was claimed (its sequence is higher than the run's): it
+// may be that run's own next step. A run publishes its retry schedule, then
+// stores "retrying"; when the publish waits out a nats-server restart, the
+// schedule arrives past its due time and fires at once, and another
+// replica can see the fired retry while the record still says running.
+// Dropped then, the event was left retrying with no message at all (found
+// by make chaos). Handed back, it is looked at again after 1, 2, then 3 s,
+// when the run has stored its outcome; after that it is dropped as before
+// (a run lost meanwhile comes back with its own message). It reports
+// false when the message has been looked at often enough.
+func lookAgainLater(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered >= lookAgainLooks {
+		return false
+	}
+	_ = m.NakWithDelay(time.Duration(md.NumDelivered) * time.Second)
+	return true
 }
 
 func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {

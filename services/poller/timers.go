@@ -47,11 +47,22 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	log := s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger()
 	ctx = log.WithContext(ctx)
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
 	for range 8 {
-		err = s.step(ctx, env)
+		err = s.step(ctx, env, seq)
 		if !errors.Is(err, errConflict) {
 			break
 		}
+	}
+	if errors.Is(err, errRunInFlight) {
+		if lookAgainLater(m) {
+			log.Debug().Msg("timer fired while the run that set it is storing its outcome: looked at again")
+			return
+		}
+		err = nil // looked at often enough: dropped, as for any event that moved on
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -63,8 +74,35 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
-// step reads the record and takes the step its state asks for.
-func (s *Service) step(ctx context.Context, env event.Envelope) error {
+// errRunInFlight: the event is running, claimed for a message stored
+// before this timer: the timer may be that run's own next step, fired
+// before the run stored the state that waits for it.
+var errRunInFlight = errors.New("the run that set this timer has not stored its outcome yet")
+
+// lookAgainLooks bounds how often a timer is handed back by
+// lookAgainLater (delays of 1, 2 and 3 s), far under the consumer's
+// MaxDeliver.
+const lookAgainLooks = 4
+
+// lookAgainLater hands back a timer whose event is still running. A run
+// that gets a 2xx publishes the first poll's (or the deadline's) timer,
+// then stores "polling"; when the publish waits out a nats-server restart,
+// the timer arrives past its due time and fires at once, before the record
+// says polling. Dropped then, the event would wait polling with no timer
+// (the same race as the dispatcher's fired retry, found by make chaos).
+// It reports false when the timer has been looked at often enough.
+func lookAgainLater(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered >= lookAgainLooks {
+		return false
+	}
+	_ = m.NakWithDelay(time.Duration(md.NumDelivered) * time.Second)
+	return true
+}
+
+// step reads the record and takes the step its state asks for; seq is the
+// timer's stream sequence (0 when unknown).
+func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) error {
 	rec, rev, err := s.st.Get(ctx, env.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // expired or removed: nothing waits
@@ -85,6 +123,10 @@ func (s *Service) step(ctx context.Context, env event.Envelope) error {
 			return nil // a stale copy: the newer poll's timer is pending
 		}
 		return s.poll(ctx, env, rec, rev)
+	case tenaz.StateRunning:
+		if seq > rec.RunSeq {
+			return errRunInFlight
+		}
 	case tenaz.StatePending:
 		if step, ok := fallbackWithoutRun(rec); ok {
 			// This timer's deadline moved the event to its fallback stage,

@@ -111,6 +111,7 @@ type breakerReport struct {
 	maxPerCooldown int      // most such calls within one cooldown
 	tooMany        int      // windows with more than one: must be 0
 	neverOpened    []string // account + targets with enough failures in an outage and no open: must be none
+	mostUnopened   int      // most failed calls from one process lifetime at an account + target in an outage without an opening
 	details        []string
 }
 
@@ -170,6 +171,7 @@ func checkBreakers(calls []callRec, opens map[string][]breakerOpen, outages map[
 				// the calls it may have had in flight when it was killed
 				// (their failures never counted).
 				for sender, n := range downBySender[k] {
+					rep.mostUnopened = max(rep.mostUnopened, n)
 					if n >= breakerFailures+accountConcurrency {
 						rep.neverOpened = append(rep.neverOpened, fmt.Sprintf("%s (%d failed calls in the outage from %s, %d from all)", k, n, sender, len(down)))
 					}

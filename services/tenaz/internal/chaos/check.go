@@ -350,7 +350,9 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	r.figure("most calls to one down account + target within one cooldown", br.maxPerCooldown)
 	r.invariant(fmt.Sprintf("calls while a breaker was open (past %s of in-flight slack)", inFlightSlack), br.callsWhileOpen, br.details...)
 	r.invariant("probes less than a cooldown apart while the account was down", br.tooMany, br.details...)
-	r.invariant("account + targets failing through an outage whose breaker never opened", len(br.neverOpened), br.neverOpened...)
+	r.figure(fmt.Sprintf("most failed calls of one dispatcher lifetime in an outage with no opening (trips at %d)", breakerFailures), br.mostUnopened)
+	r.invariant(fmt.Sprintf("account + targets with %d+ failed calls from one dispatcher lifetime in an outage and no opening", breakerFailures+accountConcurrency),
+		len(br.neverOpened), br.neverOpened...)
 
 	// --- schedules, cancels, lanes
 	r.section("invariants: delays, cancels, ordered lanes")

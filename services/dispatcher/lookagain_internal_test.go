@@ -1,0 +1,128 @@
+package dispatcher
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Found by make chaos: a run published its retry schedule while
+// nats-server restarted; the schedule arrived past its due time and fired
+// at once, and another replica got the fired message while the record
+// still said running (the run had not stored "retrying" yet). That replica
+// dropped it as "another message owns the run", and the event stayed
+// retrying with no message. A message newer than the run's is now handed
+// back and looked at again; an older one is still dropped.
+func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	cfg, err := config.Parse([]byte(`
+targets: {erp: {url: "http://127.0.0.1:1/x"}}
+kinds: {order.create: {target: erp}}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "d2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+
+	// The messages come from a stream of the test's own, so that only
+	// the test takes them: claim is handed each one as a lane would.
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 10, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(wait time.Duration) jetstream.Msg {
+		t.Helper()
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			return m
+		}
+		return nil
+	}
+	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"look.older", "look.newer"} {
+		if _, err := js.Publish(ctx, subj, env.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The run that holds the event was claimed for the message at
+	// sequence 100 of EVENTS; the two messages stand for one stored before
+	// it (99) and one after (101).
+	const runSeq = 100
+	rec, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: runSeq, Actor: "dispatcher/d1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := s.st.Create(ctx, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := next(5 * time.Second)
+	if _, _, _, ok := s.claim(ctx, older, env, runSeq-1); ok {
+		t.Fatal("an older message must not claim a running event")
+	}
+	newer := next(5 * time.Second)
+	if newer == nil || newer.Subject() != "look.newer" {
+		t.Fatalf("want the newer message next, got %v", newer)
+	}
+	if _, _, _, ok := s.claim(ctx, newer, env, runSeq+1); ok {
+		t.Fatal("a newer message must not claim an event another run holds")
+	}
+	// The run stores its outcome: retrying, due now.
+	due := time.Now()
+	rec, _, err = state.Apply(rec, state.Action{Name: state.Retry, Actor: "dispatcher/d1", NextRunAt: &due, Error: &state.ErrorInfo{Class: "transient", Message: "503"}}, due)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.st.Write(ctx, rec, rev); err != nil {
+		t.Fatal(err)
+	}
+	again := next(5 * time.Second)
+	if again == nil || again.Subject() != "look.newer" {
+		t.Fatalf("want the newer message handed back (dropped, the event would wait retrying with no message), got %v", again)
+	}
+	if md, _ := again.Metadata(); md.NumDelivered != 2 {
+		t.Fatalf("want the newer message delivered a second time, got %d", md.NumDelivered)
+	}
+	got, _, _, ok := s.claim(ctx, again, env, runSeq+1)
+	if !ok || got.Status != tenaz.StateRunning || got.RunSeq != runSeq+1 || got.Attempts != 2 {
+		t.Fatalf("the message looked at again must claim the retry: ok=%v %s seq %d attempt %d", ok, got.Status, got.RunSeq, got.Attempts)
+	}
+	if err := again.Ack(); err != nil { // what the run would do once done
+		t.Fatal(err)
+	}
+	// The older message was acked (dropped): with an AckWait of 1s it
+	// would be back by now otherwise.
+	if m := next(2 * time.Second); m != nil {
+		t.Fatalf("the older message must have been dropped, got %s again", m.Subject())
+	}
+}

@@ -1,0 +1,109 @@
+package poller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// The poller's side of the race make chaos found in the dispatcher: a run
+// got its 2xx and published the deadline's (or first poll's) timer while
+// nats-server restarted; the timer arrived past due and fired at once,
+// before the run stored awaiting_callback. Dropped as "moved on", the
+// event would wait with no timer. A timer newer than the run's message is
+// now handed back and looked at again once the record waits for it.
+func TestTimerFiredBeforeItsRunStoredIsLookedAtAgain(t *testing.T) {
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	cfg, err := config.Parse([]byte(`
+targets: {bureau_a: {url: "http://127.0.0.1:1/x", callback_secret: "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="}}
+kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s, on_callback_timeout: manual_review}}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	// The timer comes from a stream of the test's own, so that only the
+	// test takes it and hands it to handle as the consumer would.
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 20, AckWait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(wait time.Duration) jetstream.Msg {
+		t.Helper()
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			return m
+		}
+		return nil
+	}
+	env, err := event.New(event.Fields{Account: "acme", Kind: "credit.check", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "look.timer", env.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	// The run holds the event; its own message is older than the timer
+	// (sequence 0 stands for it: the timer is sequence 1 of LOOK).
+	rec, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: 0, Actor: "dispatcher/d1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := s.st.Create(ctx, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timer := next(5 * time.Second)
+	s.handle(ctx, timer)
+	// The run stores what the timer is for: the callback awaited until a
+	// deadline that has passed by the time the timer is looked at again.
+	deadline := time.Now()
+	rec, _, err = state.Apply(rec, state.Action{Name: state.AwaitCallback, Actor: "dispatcher/d1", Reference: "ref_1", NextRunAt: &deadline, Deadline: &deadline}, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.st.Write(ctx, rec, rev); err != nil {
+		t.Fatal(err)
+	}
+	again := next(5 * time.Second)
+	if again == nil {
+		t.Fatal("the timer was dropped while its run was storing its outcome: the event would wait with no timer")
+	}
+	if md, _ := again.Metadata(); md.NumDelivered != 2 {
+		t.Fatalf("want the timer delivered a second time, got %d", md.NumDelivered)
+	}
+	s.handle(ctx, again)
+	got, _, err := s.st.Get(ctx, env.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != tenaz.StateManualReview {
+		t.Fatalf("the timer looked at again must pass the deadline: want manual_review, got %s", got.Status)
+	}
+}
