@@ -16,7 +16,7 @@ import (
 )
 
 // Found by make chaos: a run published its retry schedule while
-// nats-server restarted; the schedule arrived past its due time and fired
+// nats-server restarted; the schedule arrived at its due time and fired
 // at once, and another replica got the fired message while the record
 // still said running (the run had not stored "retrying" yet). That replica
 // dropped it as "another message owns the run", and the event stayed

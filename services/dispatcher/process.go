@@ -248,7 +248,7 @@ const lookAgainLooks = 4
 // holds the event was claimed (its sequence is higher than the run's): it
 // may be that run's own next step. A run publishes its retry schedule, then
 // stores "retrying"; when the publish waits out a nats-server restart, the
-// schedule arrives past its due time and fires at once, and another
+// schedule arrives at or past its due time and fires at once, and another
 // replica can see the fired retry while the record still says running.
 // Dropped then, the event was left retrying with no message at all (found
 // by make chaos). Handed back, it is looked at again after 1, 2, then 3 s,

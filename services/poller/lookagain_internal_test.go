@@ -17,7 +17,7 @@ import (
 
 // The poller's side of the race make chaos found in the dispatcher: a run
 // got its 2xx and published the deadline's (or first poll's) timer while
-// nats-server restarted; the timer arrived past due and fired at once,
+// nats-server restarted; the timer arrived at its due time and fired at once,
 // before the run stored awaiting_callback. Dropped as "moved on", the
 // event would wait with no timer. A timer newer than the run's message is
 // now handed back and looked at again once the record waits for it.

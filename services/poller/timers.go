@@ -87,7 +87,7 @@ const lookAgainLooks = 4
 // lookAgainLater hands back a timer whose event is still running. A run
 // that gets a 2xx publishes the first poll's (or the deadline's) timer,
 // then stores "polling"; when the publish waits out a nats-server restart,
-// the timer arrives past its due time and fires at once, before the record
+// the timer arrives at or past its due time and fires at once, before the record
 // says polling. Dropped then, the event would wait polling with no timer
 // (the same race as the dispatcher's fired retry, found by make chaos).
 // It reports false when the timer has been looked at often enough.
