@@ -15,15 +15,17 @@ type inflight struct {
 	runs map[string]run
 }
 
-// run is one run in flight: when it was claimed and how many times this
-// replica's connection had reconnected by then.
+// run is one run in flight: the stream sequence of the message it was
+// claimed for, when, and how many times this replica's connection had
+// reconnected by then.
 type run struct {
 	n          int
+	seq        uint64
 	claimedAt  time.Time
 	reconnects uint64
 }
 
-func (f *inflight) add(id string, reconnects uint64) {
+func (f *inflight) add(id string, seq, reconnects uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.runs == nil {
@@ -31,7 +33,7 @@ func (f *inflight) add(id string, reconnects uint64) {
 	}
 	r := f.runs[id]
 	r.n++
-	r.claimedAt, r.reconnects = time.Now(), reconnects
+	r.seq, r.claimedAt, r.reconnects = seq, time.Now(), reconnects
 	f.runs[id] = r
 }
 

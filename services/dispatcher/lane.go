@@ -130,7 +130,7 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 			s.spawn(l, c.m, nil) // conflict or error: decide from the stored record
 			continue
 		}
-		s.runs.add(c.env.ID, s.nc.Stats().Reconnects)
+		s.runs.add(c.env.ID, c.next.RunSeq, s.nc.Stats().Reconnects)
 		s.spawn(l, c.m, func(ctx context.Context, release func()) {
 			defer s.runs.done(c.env.ID)
 			l := s.log.With().Str("event_id", c.env.ID).Str("account", c.env.Account).Str("kind", c.env.Kind).Logger()

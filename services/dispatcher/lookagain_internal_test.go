@@ -126,3 +126,70 @@ kinds: {order.create: {target: erp}}
 		t.Fatalf("the older message must have been dropped, got %s again", m.Subject())
 	}
 }
+
+// The same race when the fired retry reaches the replica whose run is
+// still in flight: it is looked at again soon (it used to wait for
+// AckWait), while a copy of the run's own message is still left alone.
+func TestNewerMessageWhileTheRunIsInFlightHereIsLookedAtAgain(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	cfg, err := config.Parse([]byte(`
+targets: {erp: {url: "http://127.0.0.1:1/x"}}
+kinds: {order.create: {target: erp}}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "d1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// AckWait is long: a message back within seconds was handed back.
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 10, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(wait time.Duration) jetstream.Msg {
+		t.Helper()
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			return m
+		}
+		return nil
+	}
+	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"look.copy", "look.newer"} {
+		if _, err := js.Publish(ctx, subj, env.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const runSeq = 100
+	s.runs.add(env.ID, runSeq, 0)
+	defer s.runs.done(env.ID)
+	if _, _, _, ok := s.claim(ctx, next(5*time.Second), env, runSeq); ok { // a copy of the run's own message
+		t.Fatal("a copy of the message of a run in flight must not claim")
+	}
+	if _, _, _, ok := s.claim(ctx, next(5*time.Second), env, runSeq+1); ok {
+		t.Fatal("a newer message must not claim while the run is in flight")
+	}
+	again := next(5 * time.Second)
+	if again == nil || again.Subject() != "look.newer" {
+		t.Fatalf("want the newer message handed back within seconds, got %v", again)
+	}
+	if m := next(2 * time.Second); m != nil {
+		t.Fatalf("the copy of the run's own message must be left alone (to the run), got %s back", m.Subject())
+	}
+}

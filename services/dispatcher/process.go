@@ -47,7 +47,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 	if !ok {
 		return
 	}
-	s.runs.add(env.ID, s.nc.Stats().Reconnects)
+	s.runs.add(env.ID, rec.RunSeq, s.nc.Stats().Reconnects)
 	defer s.runs.done(env.ID)
 	if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
 		if err := h.AfterClaim(env.ID, rec.Attempts); err != nil {
@@ -76,7 +76,14 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 // everything else: retries, redeliveries, conflicts.) ok is false when the
 // message was settled (dropped as stale) or must come back later.
 func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, admission, bool) {
-	if _, ok := s.runs.get(env.ID); ok {
+	if r, ok := s.runs.get(env.ID); ok {
+		if r.seq != 0 && seq > r.seq && lookAgainLater(m) {
+			// A newer message (the run's own retry, fired before the
+			// run stored its outcome): as below for another replica's
+			// run, looked at again soon, not left to AckWait.
+			zerolog.Ctx(ctx).Debug().Msg("a newer message while a run of this event is in flight here: looked at again")
+			return state.Record{}, 0, admission{}, false
+		}
 		// A copy of a message whose run is in flight here (the server
 		// missed its in-progress signals): the run settles the message;
 		// reclaiming would run the event twice at once.
