@@ -255,3 +255,25 @@ func Batches(in <-chan jetstream.Msg, max int, fn func([]jetstream.Msg)) {
 		fn(batch)
 	}
 }
+
+// LookAgainLooks bounds how often LookAgainLater hands a message back:
+// its delays (1, 2, then 3 s) add up to 6 s, far under any consumer's
+// MaxDeliver, so a message handed back is never taken for a poison one.
+const LookAgainLooks = 4
+
+// LookAgainLater hands back a message that arrived before the record was
+// ready for it, to be delivered again after as many seconds as it has
+// been delivered: a step a run published (a retry's schedule, a poll's or
+// a deadline's timer) can fire before that run stores the state that
+// waits for it, when the publish waited out a nats-server restart and
+// arrived at its due time. It reports false, leaving m alone, once m has
+// been looked at LookAgainLooks times; the caller then settles it as it
+// would have.
+func LookAgainLater(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered >= LookAgainLooks {
+		return false
+	}
+	_ = m.NakWithDelay(time.Duration(md.NumDelivered) * time.Second)
+	return true
+}

@@ -24,47 +24,10 @@ import (
 // back and looked at again; an older one is still dropped.
 func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc, js := srv.Conn(t)
-	cfg, err := config.Parse([]byte(`
-targets: {erp: {url: "http://127.0.0.1:1/x"}}
-kinds: {order.create: {target: erp}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Conn: nc, Config: cfg, Instance: "d2"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// AckWait is short: a message not acked (dropped) is back within 2s.
+	s, js, next := lookHarness(t, time.Second, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-
-	// The messages come from a stream of the test's own, so that only
-	// the test takes them: claim is handed each one as a lane would.
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 10, AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(wait time.Duration) jetstream.Msg {
-		t.Helper()
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			return m
-		}
-		return nil
-	}
 	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -132,41 +95,10 @@ kinds: {order.create: {target: erp}}
 // AckWait), while a copy of the run's own message is still left alone.
 func TestNewerMessageWhileTheRunIsInFlightHereIsLookedAtAgain(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc, js := srv.Conn(t)
-	cfg, err := config.Parse([]byte(`
-targets: {erp: {url: "http://127.0.0.1:1/x"}}
-kinds: {order.create: {target: erp}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Conn: nc, Config: cfg, Instance: "d1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// AckWait is long: a message back within seconds was handed back.
+	s, js, next := lookHarness(t, time.Minute, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// AckWait is long: a message back within seconds was handed back.
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 10, AckWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(wait time.Duration) jetstream.Msg {
-		t.Helper()
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			return m
-		}
-		return nil
-	}
 	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -192,4 +124,53 @@ kinds: {order.create: {target: erp}}
 	if m := next(2 * time.Second); m != nil {
 		t.Fatalf("the copy of the run's own message must be left alone (to the run), got %s back", m.Subject())
 	}
+}
+
+// lookHarness is a dispatcher on a real server (started when start is
+// set: claim then needs its store and breakers), and a stream of the
+// test's own whose messages only the test takes, to hand to claim as a
+// lane would; next fetches the next one (nil if none came within wait).
+func lookHarness(t *testing.T, ackWait time.Duration, start bool) (*Service, jetstream.JetStream, func(wait time.Duration) jetstream.Msg) {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	cfg, err := config.Parse([]byte(`
+targets: {erp: {url: "http://127.0.0.1:1/x"}}
+kinds: {order.create: {target: erp}}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "d2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if start {
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	}
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 10, AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(wait time.Duration) jetstream.Msg {
+		t.Helper()
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			return m
+		}
+		return nil
+	}
+	return s, js, next
 }

@@ -77,10 +77,11 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 // message was settled (dropped as stale) or must come back later.
 func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, admission, bool) {
 	if r, ok := s.runs.get(env.ID); ok {
-		if r.seq != 0 && seq > r.seq && lookAgainLater(m) {
+		if r.seq != 0 && seq > r.seq && queue.LookAgainLater(m) {
 			// A newer message (the run's own retry, fired before the
-			// run stored its outcome): as below for another replica's
-			// run, looked at again soon, not left to AckWait.
+			// run stored its outcome): as for another replica's run
+			// (see the running case below), looked at again soon, not
+			// left to AckWait.
 			zerolog.Ctx(ctx).Debug().Msg("a newer message while a run of this event is in flight here: looked at again")
 			return state.Record{}, 0, admission{}, false
 		}
@@ -125,7 +126,16 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			actions = append(actions, claim)
 		case tenaz.StateRunning:
 			if rec.RunSeq != seq {
-				if seq > rec.RunSeq && lookAgainLater(m) {
+				// A message stored after the run's own (a higher
+				// sequence) may be that run's next step: it publishes its
+				// retry schedule, then stores "retrying", and a schedule
+				// whose publish waited out a nats-server restart fires at
+				// once. Dropped here, the event was left retrying with no
+				// message (found by make chaos); it is looked at again
+				// once the run has stored its outcome, and dropped only
+				// after that (a run lost meanwhile comes back with its own
+				// message).
+				if seq > rec.RunSeq && queue.LookAgainLater(m) {
 					zerolog.Ctx(ctx).Debug().Msg("a newer message while another owns the run: looked at again once the run has stored its outcome")
 					return rec, 0, admission{}, false
 				}
@@ -244,31 +254,6 @@ func (s *Service) healTimer(ctx context.Context, env event.Envelope, rec state.R
 	}
 	zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's timer was replaced by a dispatch schedule: set again")
 	return s.q.Timer(ctx, env, when, what, "")
-}
-
-// lookAgainLooks bounds how often a message is handed back by
-// lookAgainLater: its delays add up to 6 s, and a message handed back
-// MaxDeliver times would be taken for a poison one.
-const lookAgainLooks = 4
-
-// lookAgainLater hands back a message that was stored after the run that
-// holds the event was claimed (its sequence is higher than the run's): it
-// may be that run's own next step. A run publishes its retry schedule, then
-// stores "retrying"; when the publish waits out a nats-server restart, the
-// schedule arrives at or past its due time and fires at once, and another
-// replica can see the fired retry while the record still says running.
-// Dropped then, the event was left retrying with no message at all (found
-// by make chaos). Handed back, it is looked at again after 1, 2, then 3 s,
-// when the run has stored its outcome; after that it is dropped as before
-// (a run lost meanwhile comes back with its own message). It reports
-// false when the message has been looked at often enough.
-func lookAgainLater(m jetstream.Msg) bool {
-	md, err := m.Metadata()
-	if err != nil || md.NumDelivered >= lookAgainLooks {
-		return false
-	}
-	_ = m.NakWithDelay(time.Duration(md.NumDelivered) * time.Second)
-	return true
 }
 
 func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {

@@ -2,17 +2,14 @@ package ingest_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
-	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -38,32 +35,11 @@ func FuzzSubmit(f *testing.F) {
 	} {
 		f.Add([]byte(s.body), s.key)
 	}
-	srv := natstest.Start(f)
-	nc, _ := srv.Conn(f)
-	cfg, err := config.Parse([]byte(`
+	mux := fuzzIngest(f, `
 http: {max_body_bytes: 4096}
 targets: {erp: {url: "http://127.0.0.1:1/orders"}}
 kinds: {order.create: {target: erp, entity: order_id}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		f.Fatal(err)
-	}
-	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, ReplyTimeout: 10 * time.Second})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := svc.Start(ctx); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = svc.Stop(ctx)
-	})
-	mux := http.NewServeMux()
-	svc.Routes(mux)
+`, 10*time.Second)
 	post := func(body []byte, key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "/v1/events", bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")

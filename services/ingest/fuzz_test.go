@@ -33,34 +33,13 @@ func FuzzCallback(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Add([]byte(`{"event_id":"ev_00000000000000000000000000","status":"approved"}`), false)
-	srv := natstest.Start(f)
-	nc, _ := srv.Conn(f)
-	cfg, err := config.Parse([]byte(`
+	mux := fuzzIngest(f, `
 targets:
   bureau_a: {url: "http://127.0.0.1:1/proposals", callback_secret: "`+fuzzSecret+`",
              callback: {done_when: {field: status, in: [approved, rejected]}}}
 kinds:
   credit.evaluate: {target: bureau_a, completion: callback}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		f.Fatal(err)
-	}
-	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := svc.Start(ctx); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = svc.Stop(ctx)
-	})
-	mux := http.NewServeMux()
-	svc.Routes(mux)
+`, 0)
 	f.Fuzz(func(t *testing.T, body []byte, signed bool) {
 		r := httptest.NewRequest(http.MethodPost, "/v1/callbacks/bureau_a", bytes.NewReader(body))
 		if signed {
@@ -96,4 +75,34 @@ kinds:
 			t.Fatalf("signed callback %q: want 200 or 400, got %d %s", body, w.Code, w.Body)
 		}
 	})
+}
+
+// fuzzIngest starts a real nats-server and an ingest with the config yaml
+// (replyTimeout: Options.ReplyTimeout, 0 for the default) for a fuzz
+// target, and returns its routes.
+func fuzzIngest(f *testing.F, yaml string, replyTimeout time.Duration) *http.ServeMux {
+	f.Helper()
+	srv := natstest.Start(f)
+	nc, _ := srv.Conn(f)
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, ReplyTimeout: replyTimeout})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = svc.Stop(ctx)
+	})
+	mux := http.NewServeMux()
+	svc.Routes(mux)
+	return mux
 }

@@ -58,7 +58,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		}
 	}
 	if errors.Is(err, errRunInFlight) {
-		if lookAgainLater(m) {
+		// A run that gets a 2xx publishes the first poll's (or the
+		// deadline's) timer, then stores "polling"; a timer whose publish
+		// waited out a nats-server restart fires at once, before that.
+		// Dropped, the event would wait with no timer (the dispatcher's
+		// race with a fired retry, found by make chaos): looked at again.
+		if queue.LookAgainLater(m) {
 			log.Debug().Msg("timer fired while the run that set it is storing its outcome: looked at again")
 			return
 		}
@@ -78,27 +83,6 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // before this timer: the timer may be that run's own next step, fired
 // before the run stored the state that waits for it.
 var errRunInFlight = errors.New("the run that set this timer has not stored its outcome yet")
-
-// lookAgainLooks bounds how often a timer is handed back by
-// lookAgainLater (delays of 1, 2 and 3 s), far under the consumer's
-// MaxDeliver.
-const lookAgainLooks = 4
-
-// lookAgainLater hands back a timer whose event is still running. A run
-// that gets a 2xx publishes the first poll's (or the deadline's) timer,
-// then stores "polling"; when the publish waits out a nats-server restart,
-// the timer arrives at or past its due time and fires at once, before the record
-// says polling. Dropped then, the event would wait polling with no timer
-// (the same race as the dispatcher's fired retry, found by make chaos).
-// It reports false when the timer has been looked at often enough.
-func lookAgainLater(m jetstream.Msg) bool {
-	md, err := m.Metadata()
-	if err != nil || md.NumDelivered >= lookAgainLooks {
-		return false
-	}
-	_ = m.NakWithDelay(time.Duration(md.NumDelivered) * time.Second)
-	return true
-}
 
 // step reads the record and takes the step its state asks for; seq is the
 // timer's stream sequence (0 when unknown).

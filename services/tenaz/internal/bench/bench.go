@@ -147,39 +147,18 @@ func Naive(ctx context.Context, url, target string, n, workers int) (float64, er
 	if err != nil {
 		return 0, err
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for cctx.Err() == nil {
-				m, err := iter.Next()
-				if err != nil {
-					return
-				}
-				md, _ := m.Metadata()
-				key := "e" + strconv.FormatUint(md.Sequence.Stream, 10)
-				rev, err := kv.Create(cctx, key, []byte(`{"status":"running"}`))
-				if err != nil {
-					_ = m.Nak()
-					continue
-				}
-				resp, err := httpClient.Post(target, "application/json", bytesReader(payload))
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				if _, err := kv.Update(cctx, key, []byte(`{"status":"done"}`), rev); err != nil {
-					_ = m.Nak()
-					continue
-				}
-				_ = m.Ack()
-				if done.Add(1) == int64(n) {
-					cancel()
-				}
-			}
-		}()
-	}
+	wg := naiveWorkers(cctx, iter, kv, workers, func(ctx context.Context, _ string, _ jetstream.Msg) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target, bytesReader(payload))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := httpClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}, func() {
+		if done.Add(1) == int64(n) {
+			cancel()
+		}
+	})
 	<-cctx.Done()
 	el := time.Since(start)
 	iter.Stop()
@@ -188,6 +167,43 @@ func Naive(ctx context.Context, url, target string, n, workers int) (float64, er
 		return 0, fmt.Errorf("naive: only %d of %d done", done.Load(), n)
 	}
 	return float64(n) / el.Seconds(), nil
+}
+
+// naiveWorkers runs the naive loop's workers on iter until ctx ends: for
+// each message, KV create "running" under a key from its sequence → call
+// (the HTTP POST) → KV update "done" with the revision → ack → acked.
+func naiveWorkers(ctx context.Context, iter jetstream.MessagesContext, kv jetstream.KeyValue, workers int,
+	call func(ctx context.Context, key string, m jetstream.Msg), acked func()) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				m, err := iter.Next()
+				if err != nil {
+					return
+				}
+				md, _ := m.Metadata()
+				key := "e" + strconv.FormatUint(md.Sequence.Stream, 10)
+				rev, err := kv.Create(ctx, key, []byte(`{"status":"running"}`))
+				if err != nil {
+					_ = m.Nak()
+					continue
+				}
+				call(ctx, key, m)
+				if _, err := kv.Update(ctx, key, []byte(`{"status":"done"}`), rev); err != nil {
+					_ = m.Nak()
+					continue
+				}
+				_ = m.Ack()
+				if acked != nil {
+					acked()
+				}
+			}
+		}()
+	}
+	return &wg
 }
 
 type byteReader struct {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -90,37 +89,14 @@ func naiveBurst(ctx context.Context, natsURL string, b, workers int) ([]float64,
 	if err != nil {
 		return nil, err
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for cctx.Err() == nil {
-				m, err := iter.Next()
-				if err != nil {
-					return
-				}
-				md, _ := m.Metadata()
-				key := "e" + strconv.FormatUint(md.Sequence.Stream, 10)
-				rev, err := kv.Create(cctx, key, []byte(`{"status":"running"}`))
-				if err != nil {
-					_ = m.Nak()
-					continue
-				}
-				req, _ := http.NewRequestWithContext(cctx, http.MethodPost, url, bytesReader(m.Data()))
-				req.Header.Set(tenaz.HeaderEventID, key)
-				if resp, err := httpClient.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				if _, err := kv.Update(cctx, key, []byte(`{"status":"done"}`), rev); err != nil {
-					_ = m.Nak()
-					continue
-				}
-				_ = m.Ack()
-			}
-		}()
-	}
+	wg := naiveWorkers(cctx, iter, kv, workers, func(ctx context.Context, key string, m jetstream.Msg) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytesReader(m.Data()))
+		req.Header.Set(tenaz.HeaderEventID, key)
+		if resp, err := httpClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}, nil)
 	err = prov.WaitCalls(cctx, b)
 	iter.Stop()
 	cancel()
