@@ -23,7 +23,7 @@ func TestClusterPlacement(t *testing.T) {
 	t.Parallel()
 	c := natstest.StartCluster(t, 3)
 	_, js := c.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // slack for a loaded machine (make test runs packages side by side)
 	defer cancel()
 	o := streams.Options{Replicas: 3, Placement: streams.Place(c.Name, []string{natstest.ClusterTag})}
 	if err := streams.Apply(ctx, js, o); err != nil {
@@ -81,7 +81,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 	t.Parallel()
 	c := natstest.StartCluster(t, 3)
 	_, js := c.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a bound on the whole; each wait below has its own
 	defer cancel()
 	if err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
 		t.Fatalf("apply: %v", err)
@@ -189,16 +189,18 @@ func TestClusterCompareAndSet(t *testing.T) {
 	}
 	c.Servers[leader].Stop()
 	natstest.Eventually(t, 30*time.Second, func() bool { return c.StreamLeader(bucket) >= 0 }, "a new leader of %s", bucket)
-	// A write sent while the leadership moved may get no answer at all:
-	// wait until the bucket takes writes again, each try bounded.
-	kv, err := js.KeyValue(ctx, tenaz.BucketState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 30*time.Second, func() bool {
+	// A request sent while the leadership moved may get no answer at all
+	// (found in a CI run: the bucket's lookup outlived the test's whole
+	// deadline): wait until the bucket takes writes again, each try
+	// bounded.
+	natstest.Eventually(t, time.Minute, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := kv.Put(pctx, "probe", []byte("x"))
+		kv, err := js.KeyValue(pctx, tenaz.BucketState)
+		if err != nil {
+			return false
+		}
+		_, err = kv.Put(pctx, "probe", []byte("x"))
 		return err == nil
 	}, "the state bucket to take writes after the failover")
 	check("after")
