@@ -99,6 +99,37 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg stri
 	}
 }
 
+// Inbox creates a stream of the test's own, name, on subjects
+// "<lowercase name>.>", with a durable consumer of explicit acks, ackWait
+// and maxDeliver: its messages reach only the test, which hands them to
+// the code under test as that code's own consumer would. next fetches the
+// next message, or nil when none came within wait.
+func Inbox(tb testing.TB, js jetstream.JetStream, name string, ackWait time.Duration, maxDeliver int) (next func(wait time.Duration) jetstream.Msg) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name) + ".>"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "inbox", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: ackWait, MaxDeliver: maxDeliver})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func(wait time.Duration) jetstream.Msg {
+		tb.Helper()
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for m := range b.Messages() {
+			return m
+		}
+		return nil
+	}
+}
+
 // Cluster is a JetStream cluster of in-process servers with routes on
 // loopback. Every server has the tags ClusterTag and "node:<name>".
 type Cluster struct {

@@ -188,7 +188,7 @@ func (e *env) call(name string, req, rep any) error {
 		// Right after start the micro service's subscriptions may not have
 		// reached the server yet: no responders is worth another try.
 		err := ops.Call(c, e.nc, ops.Subject("tenaz", name), req, rep)
-		if !errors.Is(err, ops.ErrNoService) || c.Err() != nil {
+		if !errors.Is(err, ops.ErrNoService) {
 			return err
 		}
 		select {

@@ -153,24 +153,5 @@ kinds: {order.create: {target: erp}}
 		}
 		t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	}
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 10, AckWait: ackWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(wait time.Duration) jetstream.Msg {
-		t.Helper()
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			return m
-		}
-		return nil
-	}
-	return s, js, next
+	return s, js, natstest.Inbox(t, js, "LOOK", ackWait, 10)
 }

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -43,25 +41,7 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	// The timer comes from a stream of the test's own, so that only the
 	// test takes it and hands it to handle as the consumer would.
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOK", Subjects: []string{"look.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 20, AckWait: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(wait time.Duration) jetstream.Msg {
-		t.Helper()
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			return m
-		}
-		return nil
-	}
+	next := natstest.Inbox(t, js, "LOOK", 30*time.Second, 20)
 	env, err := event.New(event.Fields{Account: "acme", Kind: "credit.check", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -38,8 +38,8 @@ const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 
 // flowWith is the credit-evaluation config of these tests: bureau_a answers
 // by callback, bureau_b must be polled. kind is the rest of the
-// credit.evaluate mapping.
-// flowWith adds more keys to bureau A's target mapping.
+// credit.evaluate mapping; bureauA adds more keys to bureau A's target
+// mapping.
 func flowWith(kind, bureauA string) string {
 	return `
 streams: {ack_wait: 2s}
