@@ -200,6 +200,45 @@ func (q *Queue) HasSchedule(ctx context.Context, id string) (bool, error) {
 	return err == nil, err
 }
 
+// EnsureNext makes sure the event's schedule subject holds the step rec
+// waits for: its retry or its delay (a dispatch schedule at NextRunAt), its
+// callback deadline or its next poll (a timer). It publishes nothing when
+// the subject holds a schedule, and reports whether it published.
+//
+// Whoever gets a message that finds the event waiting for another step
+// calls it: such a message (a dispatch message for an event awaiting its
+// callback, a timer for a retrying event, a retry that fires before the
+// event is due) came from a schedule that replaced the event's own on its
+// subject, the outcome of a run another replica had taken over, published
+// after the winner's (found by make chaos). The event's own step went with
+// it.
+func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Record, now time.Time) (bool, error) {
+	var at *time.Time
+	timer := ""
+	switch rec.Status {
+	case tenaz.StateRetrying, tenaz.StateScheduled:
+		at = rec.NextRunAt
+	case tenaz.StateAwaitingCallback:
+		at, timer = rec.Deadline, TimerDeadline
+	case tenaz.StatePolling:
+		at, timer = rec.NextRunAt, TimerPoll
+	}
+	if at == nil {
+		return false, nil
+	}
+	if has, err := q.HasSchedule(ctx, env.ID); err != nil || has {
+		return false, err
+	}
+	when := *at
+	if when.Before(now) {
+		when = now
+	}
+	if timer != "" {
+		return true, q.Timer(ctx, env, when, timer, "")
+	}
+	return true, q.ScheduleAt(ctx, env, when, "")
+}
+
 // CancelSchedule purges the event's schedule subject so that it never fires.
 func (q *Queue) CancelSchedule(ctx context.Context, id string) error {
 	s, err := q.stream(ctx)
@@ -236,8 +275,8 @@ func Initial(env event.Envelope) state.Record {
 // whatever more is already waiting there (up to max in all), until in is
 // closed: a consumer handles a burst in one go (pipelined writes, one
 // round trip) without ever waiting to fill a batch.
-func Batches(in <-chan jetstream.Msg, max int, fn func([]jetstream.Msg)) {
-	batch := make([]jetstream.Msg, 0, max)
+func Batches[M any](in <-chan M, max int, fn func([]M)) {
+	batch := make([]M, 0, max)
 	for m := range in {
 		batch = append(batch[:0], m)
 	fill:

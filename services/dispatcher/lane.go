@@ -25,7 +25,7 @@ import (
 type lane struct {
 	account string
 	cc      jetstream.ConsumeContext
-	in      chan jetstream.Msg
+	in      chan held
 	last    atomic.Int64 // unix nanos of the last message taken
 	sem     chan struct{}
 	wg      sync.WaitGroup
@@ -43,11 +43,14 @@ func (s *Service) startLane(account string) (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
-	l := &lane{account: account, in: make(chan jetstream.Msg, conc), sem: make(chan struct{}, conc)}
+	l := &lane{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc)}
 	l.last.Store(time.Now().UnixNano())
 	l.wg.Add(1)
 	go s.laneLoop(l)
-	l.cc, err = cons.Consume(func(m jetstream.Msg) { l.last.Store(time.Now().UnixNano()); l.in <- m }, jetstream.PullMaxMessages(conc),
+	l.cc, err = cons.Consume(func(m jetstream.Msg) {
+		l.last.Store(time.Now().UnixNano())
+		l.in <- held{m: m, stop: s.keepAlive(m)}
+	}, jetstream.PullMaxMessages(conc),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) && s.runCtx.Err() == nil {
 				go s.laneGone(account, l)
@@ -80,30 +83,44 @@ func (l *lane) stop() {
 // claim (a retry, a redelivery, a conflict) takes the one-at-a-time path.
 func (s *Service) laneLoop(l *lane) {
 	defer l.wg.Done()
-	queue.Batches(l.in, cap(l.in), func(batch []jetstream.Msg) { s.claimBatch(l, batch) })
+	queue.Batches(l.in, cap(l.in), func(batch []held) { s.claimBatch(l, batch) })
+}
+
+// held is a message the lane took, with the stop of its keepAlive: the
+// server hears that it is being worked on from the moment the lane takes
+// it until its call returns (or its handling ends without a call),
+// including while it waits for a concurrency slot behind slow calls. Kept
+// alive only during its call, a message that waited longer than AckWait
+// was redelivered to another replica, which took the run over and called
+// the target a second time (found by make chaos-short). What follows the
+// call (storing the outcome) takes milliseconds.
+type held struct {
+	m    jetstream.Msg
+	stop func()
 }
 
 type claimed struct {
 	adm  admission
-	m    jetstream.Msg
+	h    held
 	env  event.Envelope
 	next state.Record
 	p    store.Pending
 	err  error
 }
 
-func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
+func (s *Service) claimBatch(l *lane, msgs []held) {
 	ctx := s.runCtx
 	now := s.st.Now()
 	fresh := make([]*claimed, 0, len(msgs))
-	for _, m := range msgs {
+	for _, h := range msgs {
+		m := h.m
 		rev, err := strconv.ParseUint(m.Headers().Get(queue.HeaderRev), 10, 64)
 		meta, merr := m.Metadata()
 		env, eerr := event.Unmarshal(m.Data())
 		if err != nil || merr != nil || eerr != nil || meta.NumDelivered > 1 {
 			// A redelivery is no fresh event: its run may have been
 			// claimed and lost. The one-message path reads the record.
-			s.spawn(l, m, nil)
+			s.spawn(l, h, nil)
 			continue
 		}
 		adm, _, ok := s.ask(ctx, env, false)
@@ -111,10 +128,10 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 			// The breaker refuses: the one-message path asks again and,
 			// knowing the record, puts the event on its schedule to wait
 			// (never replacing a schedule this message does not own).
-			s.spawn(l, m, nil)
+			s.spawn(l, h, nil)
 			continue
 		}
-		c := &claimed{m: m, env: env, adm: adm}
+		c := &claimed{h: h, env: env, adm: adm}
 		c.next, c.err = freshClaim(queue.Initial(env), meta.Sequence.Stream, s.actor, now)
 		if c.err == nil {
 			c.p, c.err = s.st.WriteAsync(c.next, rev)
@@ -127,11 +144,11 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 			rev, c.err = c.p.Wait(ctx)
 		}
 		if c.err != nil {
-			s.spawn(l, c.m, nil) // conflict or error: decide from the stored record
+			s.spawn(l, c.h, nil) // conflict or error: decide from the stored record
 			continue
 		}
 		s.runs.add(c.env.ID, c.next.RunSeq, s.nc.Stats().Reconnects)
-		s.spawn(l, c.m, func(ctx context.Context, release func()) {
+		s.spawn(l, c.h, func(ctx context.Context, release func()) {
 			defer s.runs.done(c.env.ID)
 			l := s.log.With().Str("event_id", c.env.ID).Str("account", c.env.Account).Str("kind", c.env.Kind).Logger()
 			ctx = logging.WithEvent(l.WithContext(ctx), c.env.ID, c.env.Account, c.env.Kind)
@@ -140,26 +157,29 @@ func (s *Service) claimBatch(l *lane, msgs []jetstream.Msg) {
 					return // as if the process died here
 				}
 			}
-			s.deliver(ctx, c.m, c.env, c.next, rev, c.adm, release)
+			s.deliver(ctx, c.h.m, c.env, c.next, rev, c.adm, release)
 		})
 	}
 }
 
-// spawn runs fn (or the full one-message path) for m in a goroutine once a
-// concurrency slot is free.
-func (s *Service) spawn(l *lane, m jetstream.Msg, fn func(ctx context.Context, release func())) {
+// spawn runs fn (or the full one-message path) for h's message in a
+// goroutine once a concurrency slot is free. release, which fn calls as
+// soon as its call returns, frees the slot and ends h's keepAlive; both
+// happen at the latest when fn returns.
+func (s *Service) spawn(l *lane, h held, fn func(ctx context.Context, release func())) {
 	select {
 	case l.sem <- struct{}{}:
 	case <-s.runCtx.Done():
+		h.stop()
 		return // stopping hard: leave it unacked for redelivery
 	}
 	if fn == nil {
-		fn = func(ctx context.Context, release func()) { s.process(ctx, m, release) }
+		fn = func(ctx context.Context, release func()) { s.process(ctx, h.m, release) }
 	}
 	l.wg.Add(1)
 	s.pool.Go(func() {
 		var once sync.Once
-		release := func() { once.Do(func() { <-l.sem }) }
+		release := func() { once.Do(func() { h.stop(); <-l.sem }) }
 		defer func() { release(); l.wg.Done() }()
 		fn(s.runCtx, release)
 	})

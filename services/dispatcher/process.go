@@ -117,6 +117,14 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			actions = []state.Action{claim}
 		case tenaz.StateRetrying, tenaz.StateScheduled:
 			if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
+				// Fired early: a schedule that replaced the event's own
+				// (a late outcome's retry). Dropped with the event's own
+				// schedule gone, it left the event retrying with no
+				// message (found by make chaos-short).
+				if err := s.ensureNext(ctx, env, rec); err != nil {
+					s.retryLater(ctx, m, err)
+					return rec, 0, admission{}, false
+				}
 				s.drop(ctx, m, rec, "not due yet: a stale message")
 				return rec, 0, admission{}, false
 			}
@@ -151,7 +159,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 					return rec, 0, admission{}, false
 				}
 			}
-			if err := s.healTimer(ctx, env, rec); err != nil {
+			if err := s.ensureNext(ctx, env, rec); err != nil {
 				s.retryLater(ctx, m, err)
 				return rec, 0, admission{}, false
 			}
@@ -225,35 +233,16 @@ func (s *Service) giveUpLostRun(ctx context.Context, m jetstream.Msg, env event.
 	return false
 }
 
-// healTimer: a dispatch message for an event that waits for its callback
-// deadline or its next poll came from a schedule that replaced the event's
-// timer (the outcome of a run that another replica had taken over: its
-// schedule, stored before its write lost, landed after the winner's
-// timer; found by make chaos). The timer is gone with it: set it again
-// from the record, unless the event's schedule subject holds one.
-func (s *Service) healTimer(ctx context.Context, env event.Envelope, rec state.Record) error {
-	var at *time.Time
-	what := queue.TimerPoll
-	switch rec.Status {
-	case tenaz.StateAwaitingCallback:
-		at, what = rec.Deadline, queue.TimerDeadline
-	case tenaz.StatePolling:
-		at = rec.NextRunAt
-	default:
-		return nil
+// ensureNext sets the step the event waits for again from its record if
+// its schedule subject holds none (see queue.EnsureNext): m, which found
+// the event waiting for something else, came from a schedule that
+// replaced it.
+func (s *Service) ensureNext(ctx context.Context, env event.Envelope, rec state.Record) error {
+	set, err := s.q.EnsureNext(ctx, env, rec, s.st.Now())
+	if set {
+		zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's next step was replaced by another schedule: set again")
 	}
-	if at == nil {
-		return nil
-	}
-	if has, err := s.q.HasSchedule(ctx, env.ID); err != nil || has {
-		return err
-	}
-	when := *at
-	if now := s.st.Now(); when.Before(now) {
-		when = now
-	}
-	zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's timer was replaced by a dispatch schedule: set again")
-	return s.q.Timer(ctx, env, when, what, "")
+	return err
 }
 
 func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {
@@ -313,11 +302,9 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		}
 		mx.WaitTime(env.Account, env.Kind, s.st.Now().Sub(due))
 	}
-	stop := s.keepAlive(m)
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
 	took := time.Since(began)
-	stop()
 	if ctx.Err() == nil {
 		mx.DeliveryLatency(env.Account, env.Kind, guardName, took)
 		cls := outcome.ClassSuccess
@@ -341,9 +328,10 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	s.finish(ctx, m, env, rec, rev, callErr, stage, hasFallback, resp)
 }
 
-// keepAlive tells the server the message is still being worked on while a
-// slow call runs, so AckWait does not redeliver it meanwhile.
-// A timer, not a goroutine: most calls end long before the first tick.
+// keepAlive tells the server the message is still being worked on while
+// this replica holds it (see held), so AckWait does not redeliver it
+// meanwhile. A timer, not a goroutine: most messages are settled long
+// before the first tick.
 func (s *Service) keepAlive(m jetstream.Msg) func() {
 	every := progressEvery(s.cfg.Streams.AckWait.D())
 	var mu sync.Mutex // guards t and stopped, also against the first tick
@@ -454,8 +442,9 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		// max-deliveries backstop, ingest linking a successor in its lane):
 		// re-apply on the current record if it is still our run, else our
 		// outcome is only history.
+		late := false
 		if next, _, err = s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
-			if !sameRun(cur, rec) {
+			if late = !sameRun(cur, rec); late {
 				n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + string(a.Name)}, now)
 				return n, err
 			}
@@ -463,6 +452,14 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 			return n, err
 		}); err != nil {
 			s.retryLater(ctx, m, err)
+			return
+		}
+		if late {
+			// Nothing of this outcome happens (no fallback message, no
+			// metrics); the message goes as for any late outcome. Acked
+			// here, it was settled for the run that had taken it over too
+			// (found by make chaos-short: an event left running).
+			s.settleLate(m, next)
 			return
 		}
 	}
@@ -537,12 +534,17 @@ func (s *Service) lateOutcome(ctx context.Context, m jetstream.Msg, env event.En
 		s.retryLater(ctx, m, err)
 		return
 	}
+	s.settleLate(m, cur)
+}
+
+// settleLate settles the message of a run whose outcome came late: cur is
+// the event's record now. If the run that took over holds this same
+// message (a redelivery), an ack here would settle it for that run too,
+// and if that run then died nothing would bring the event back (found by
+// make chaos-short: an event left running): the message is left to its
+// new owner, or to AckWait. Any other message is acked.
+func (s *Service) settleLate(m jetstream.Msg, cur state.Record) {
 	if meta, err := m.Metadata(); err == nil && cur.Status == tenaz.StateRunning && cur.RunSeq == meta.Sequence.Stream {
-		// The run that took over holds this same message (a redelivery):
-		// an ack here would settle it for that run too, and if that run
-		// then died nothing would bring the event back (found by
-		// make chaos-short: an event left running). Leave the message
-		// to its new owner, or to AckWait.
 		return
 	}
 	_ = m.Ack()

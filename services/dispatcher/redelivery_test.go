@@ -239,3 +239,81 @@ kinds:
 		t.Fatalf("want the event still awaiting its callback, got %s", r.Status)
 	}
 }
+
+// Found by make chaos-short: the outcome of a run another replica had taken
+// over published its retry schedule after the winner's, replacing it, and
+// the loser's retry was due sooner. It fired before the event was due and
+// was dropped as a stale message: the event was left retrying with no
+// message. The early message now finds the event's schedule gone and sets
+// it again from the record.
+func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 8s, multiplier: 1, jitter: 0}"),
+		provider.Faults{FailFirst: 1}, provider.WithIdempotent())
+	h.dispatcher("d1", nil)
+	ids := h.submit([]string{"early-1"}, orderPayload)
+	rec := h.waitAll(ids, tenaz.StateRetrying, waitFor)[ids[0]]
+	if rec.NextRunAt == nil {
+		t.Fatal("want a retrying event with its due time")
+	}
+	due := "@at " + rec.NextRunAt.UTC().Format(time.RFC3339)
+	stream, err := h.js.Stream(h.ctx(), tenaz.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedule := func() string {
+		m, err := stream.GetLastMsgForSubject(h.ctx(), "tenaz.sched."+ids[0])
+		if err != nil {
+			return ""
+		}
+		return m.Header.Get("Nats-Schedule")
+	}
+	if got := schedule(); got != due {
+		t.Fatalf("want the retry on the event's schedule subject (%s), got %q", due, got)
+	}
+	// The loser's retry, due now, replaces it and fires.
+	env, err := h.st.Envelope(h.ctx(), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.New(h.js, tenaz.NewSubjects("")).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, waitFor, func() bool { return schedule() == due && h.record(ids[0]).Status == tenaz.StateRetrying },
+		"want the event's retry set again at its due time once the early one fired")
+	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[ids[0]]
+	wantHistory(t, r, state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed)
+	if n := h.prov.Effects("early-1"); n != 1 {
+		t.Fatalf("want the effect applied once, got %d", n)
+	}
+}
+
+// Found by make chaos-short: a message that waited in a lane behind slow
+// calls for longer than AckWait (the account's concurrency all taken) was
+// kept alive only from its own call on, so the server redelivered it
+// meanwhile and the other replica took its run over: a second call to the
+// target for one attempt. A message is now kept alive from the moment the
+// lane takes it.
+func TestMessageWaitingForASlotIsNotTakenOver(t *testing.T) {
+	t.Parallel()
+	// Two calls at a time, each longer than the AckWait (1s); the server
+	// lets the account have four messages unacked (two per slot), so d1
+	// takes four: two call, two wait a whole call for a slot.
+	h := setup(t, yamlFor(2, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"),
+		provider.Faults{Latency: 1500 * time.Millisecond}, provider.WithIdempotent())
+	h.dispatcher("d1", nil)
+	ks := keys("slot", 4)
+	ids := h.submit(ks, orderPayload)
+	h.waitArrivals(2, waitFor)
+	// d2 would get any message the server redelivers meanwhile.
+	h.dispatcher("d2", nil)
+	recs := h.waitAll(ids, tenaz.StateDone, 30*time.Second)
+	for _, id := range ids {
+		if r := recs[id]; r.Attempts != 1 {
+			t.Errorf("%s: want one attempt, got %s", id, actions(r))
+		}
+	}
+	for _, k := range ks {
+		h.mustCalls(k, 1)
+	}
+}

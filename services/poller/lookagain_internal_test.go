@@ -87,3 +87,69 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 		t.Fatalf("the timer looked at again must pass the deadline: want manual_review, got %s", got.Status)
 	}
 }
+
+// Found by make chaos-short, in the dispatcher first: the outcome of a run
+// another replica had taken over published its timer after the winner's,
+// replacing it. A poll timer that fires before the event's next poll was
+// dropped as a stale copy, on the belief that the newer poll's timer was
+// pending; with that timer replaced, the event was left polling with
+// nothing to poll it. The early timer now sets the event's own again.
+func TestEarlyPollTimerSetsTheEventsOwnAgain(t *testing.T) {
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	cfg, err := config.Parse([]byte(`
+targets: {bureau_b: {url: "http://127.0.0.1:1/x", poll: {url: "http://127.0.0.1:1/x/{{.Reference}}", interval: 1m, done_when: {field: status, in: [approved]}}}}
+kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	next := natstest.Inbox(t, js, "LOOK", 30*time.Second, 20)
+	env, err := event.New(event.Fields{Account: "acme", Kind: "report.fetch", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "look.timer", env.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	// The event polls; its next poll is a minute away, and nothing is on
+	// its schedule subject (the early timer replaced it, then fired).
+	now := time.Now()
+	nextPoll, deadline := queue.DueTime(now.Add(time.Minute)), now.Add(time.Hour)
+	rec, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: 0, Actor: "dispatcher/d1"}, now)
+	if err == nil {
+		rec, _, err = state.Apply(rec, state.Action{Name: state.Poll, Actor: "dispatcher/d1", Reference: "ref_1", NextRunAt: &nextPoll, Deadline: &deadline}, now)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.st.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	s.handle(ctx, next(5*time.Second))
+	stream, err := js.Stream(ctx, tenaz.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, tenaz.NewSubjects("").Schedule(env.ID))
+	if err != nil {
+		t.Fatalf("the early timer was dropped and nothing polls the event: %v", err)
+	}
+	want := "@at " + nextPoll.UTC().Format(time.RFC3339)
+	if got := m.Header.Get("Nats-Schedule"); got != want || m.Header.Get(tenaz.HeaderTimer) != queue.TimerPoll {
+		t.Fatalf("want the event's poll timer %q set again, got %q (%s)", want, got, m.Header.Get(tenaz.HeaderTimer))
+	}
+	if got, _, _ := s.st.Get(ctx, env.ID); got.Status != tenaz.StatePolling || got.Polls != rec.Polls {
+		t.Fatalf("an early timer must not poll: got %s after %d polls", got.Status, got.Polls)
+	}
+}

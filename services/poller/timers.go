@@ -99,12 +99,16 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 	case tenaz.StateAwaitingCallback:
 		if rec.Deadline != nil && now.Before(rec.Deadline.Add(-dueSlack)) {
 			// Fired early (a stale copy): make sure the real deadline waits.
-			return s.q.Timer(ctx, env, *rec.Deadline, queue.TimerDeadline, "")
+			return s.ensureNext(ctx, env, rec)
 		}
 		return s.deadlinePassed(ctx, env, rec, rev, now)
 	case tenaz.StatePolling:
 		if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
-			return nil // a stale copy: the newer poll's timer is pending
+			// Fired early: a stale copy, or a timer that replaced the
+			// event's own (a late outcome's first poll, published after
+			// the winner's). Dropped with the event's own timer gone, the
+			// event was left polling with nothing to poll it.
+			return s.ensureNext(ctx, env, rec)
 		}
 		return s.poll(ctx, env, rec, rev)
 	case tenaz.StateRunning:
@@ -126,31 +130,25 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 			return err
 		}
 	}
-	if err := s.healSchedule(ctx, env, rec); err != nil {
+	if err := s.ensureNext(ctx, env, rec); err != nil {
 		return err
 	}
 	zerolog.Ctx(ctx).Debug().Str("status", string(rec.Status)).Msg("timer for an event that moved on: dropped")
 	return nil
 }
 
-// healSchedule: a timer for an event that waits for its retry or its
-// delay came from a timer that replaced the event's dispatch schedule (the
-// outcome of a run another replica had taken over, stored after the
-// winner's schedule; found by make chaos). The schedule is gone with it:
-// set it again from the record, unless the subject holds one.
-func (s *Service) healSchedule(ctx context.Context, env event.Envelope, rec state.Record) error {
-	if (rec.Status != tenaz.StateRetrying && rec.Status != tenaz.StateScheduled) || rec.NextRunAt == nil {
-		return nil
+// ensureNext sets the step the event waits for again from its record if
+// its schedule subject holds none (see queue.EnsureNext): a timer that
+// finds the event waiting for something else (its retry or its delay, a
+// later deadline or poll) came from a schedule that replaced the event's
+// own, e.g. the outcome of a run another replica had taken over, stored
+// after the winner's (found by make chaos).
+func (s *Service) ensureNext(ctx context.Context, env event.Envelope, rec state.Record) error {
+	set, err := s.q.EnsureNext(ctx, env, rec, s.st.Now())
+	if set {
+		zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's next step was replaced by another schedule: set again")
 	}
-	if has, err := s.q.HasSchedule(ctx, env.ID); err != nil || has {
-		return err
-	}
-	at := *rec.NextRunAt
-	if now := s.st.Now(); at.Before(now) {
-		at = now
-	}
-	zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's schedule was replaced by a timer: set again")
-	return s.q.ScheduleAt(ctx, env, at, "")
+	return err
 }
 
 // fallbackWithoutRun reports whether rec's last step (notes aside) is a
