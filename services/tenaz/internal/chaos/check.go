@@ -238,6 +238,22 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		}
 	}
 	r.invariant("calls of an event with another Idempotency-Key", len(wrongKey), wrongKey...)
+	reclaims, late := 0, 0
+	for _, rec := range recs {
+		for _, h := range rec.History {
+			switch {
+			case h.Action == state.Reclaim:
+				reclaims++
+			case h.Action == state.Note && strings.HasPrefix(h.Detail, "late outcome ignored"):
+				late++
+			}
+		}
+	}
+	// Not invariants: a killed dispatcher's run is rightly taken over. A
+	// late outcome is a run that was alive when it was taken over (its
+	// message redelivered while it worked on it), so the second figure
+	// says how often that happened.
+	r.figure("runs taken over (reclaims) / late outcomes of runs taken over", fmt.Sprintf("%d / %d", reclaims, late))
 	var noEffect []string
 	for id, rec := range recs {
 		if rec.Status != tenaz.StateDone {
