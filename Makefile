@@ -65,7 +65,7 @@ chaos: ## Crash suite, full run (7-11 min): kills services and nats-server under
 	cd services/tenaz && $(GO) run ./cmd/tenaz-chaos $(CHAOS_FLAGS)
 
 .PHONY: chaos-short
-chaos-short: ## Crash suite, short run (< 3 min)
+chaos-short: ## Crash suite, short run (< 3 min; CI runs it)
 	cd services/tenaz && $(GO) run ./cmd/tenaz-chaos -short $(CHAOS_FLAGS)
 
 .PHONY: soak

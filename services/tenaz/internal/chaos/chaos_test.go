@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The generated tenaz.yaml is a valid config with every kind the plan
@@ -94,5 +95,28 @@ func TestCheckBreakers(t *testing.T) {
 	}
 	if len(r.neverOpened) != 1 || !strings.HasPrefix(r.neverOpened[0], "b.erp ") || r.opens != 3 || r.opensInOutage != 3 {
 		t.Fatalf("want b.erp (and not c.erp) named as never opened and 3 openings in the outage, got %+v", r)
+	}
+}
+
+// The settle bound moves only for events that wait for a timed step: a
+// retry, a delay, a poll or a callback deadline. An event pending or
+// running at the bound, or one with no next step, moves nothing.
+func TestLatestStep(t *testing.T) {
+	at := func(s int) *time.Time { t := time.Date(2026, 11, 30, 8, 0, s, 0, time.UTC); return &t }
+	if _, ok := latestStep(map[string]head{
+		"a": {Status: tenaz.StatePending},
+		"b": {Status: tenaz.StateRunning, NextRunAt: at(50)},
+		"c": {Status: tenaz.StateRetrying},
+	}); ok {
+		t.Fatal("nothing waits for a timed step: the bound must not move")
+	}
+	got, ok := latestStep(map[string]head{
+		"a": {Status: tenaz.StateRetrying, NextRunAt: at(10)},
+		"b": {Status: tenaz.StatePolling, NextRunAt: at(30)},
+		"c": {Status: tenaz.StateAwaitingCallback, NextRunAt: at(20)},
+		"d": {Status: tenaz.StateRunning, NextRunAt: at(59)},
+	})
+	if !ok || !got.Equal(*at(30)) {
+		t.Fatalf("want the latest timed step (08:00:30), got %s %v", got, ok)
 	}
 }

@@ -207,7 +207,11 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		stuckIDs = append(stuckIDs, fmt.Sprintf("%s %s", id, h.Status))
 	}
 	sort.Strings(stuckIDs)
-	r.invariant(fmt.Sprintf("events not finished within the settle bound (%s)", o.Settle), len(st.stuck), stuckIDs...)
+	bound := o.Settle.String()
+	if st.extended > 0 {
+		bound += ", moved by " + st.extended.Round(time.Second).String() + " for events waiting for a later step"
+	}
+	r.invariant(fmt.Sprintf("events not finished within the settle bound (%s)", bound), len(st.stuck), stuckIDs...)
 	if st.repairErr != nil || st.repairs.repairs() > 0 {
 		r.invariant("  of them repaired by the reconciler: had no next step ("+counts(st.repairs.Repaired)+")", st.repairs.repairs())
 	}
