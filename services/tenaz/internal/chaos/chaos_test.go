@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
@@ -118,5 +119,28 @@ func TestLatestStep(t *testing.T) {
 	})
 	if !ok || !got.Equal(*at(30)) {
 		t.Fatalf("want the latest timed step (08:00:30), got %s %v", got, ok)
+	}
+}
+
+// A reclaim counts as a live run taken over only when the run before it
+// noted its late outcome afterwards; a late outcome without a reclaim (a
+// callback that beat the call's answer) is no takeover.
+func TestTakeovers(t *testing.T) {
+	h := func(a state.ActionName, actor, detail string) state.Entry {
+		return state.Entry{Action: a, Actor: actor, Detail: detail}
+	}
+	rec := state.Record{History: []state.Entry{
+		h(state.Accept, "ingest", ""),
+		h(state.Claim, "dispatcher/d1", ""),
+		h(state.Reclaim, "dispatcher/d2", "message redelivered"), // d1 killed: no note follows
+		h(state.Retry, "dispatcher/d2", ""),
+		h(state.Claim, "dispatcher/d3", ""),
+		h(state.Reclaim, "dispatcher/d2", "message redelivered"), // d3 alive: it notes its late outcome
+		h(state.Note, "dispatcher/d3", "late outcome ignored: retry (the run was taken over)"),
+		h(state.Succeed, "dispatcher/d2", ""),
+		h(state.Note, "dispatcher/d2", "late outcome ignored: retry"),
+	}}
+	if r, l := takeovers(rec); r != 2 || l != 1 {
+		t.Fatalf("want 2 reclaims, 1 of a live run; got %d, %d", r, l)
 	}
 }
