@@ -211,17 +211,7 @@ kinds:
 	h.dispatcher("d1", nil)
 	ids := h.submit([]string{"timer-1"}, orderPayload)
 	rec := h.waitAll(ids, tenaz.StateAwaitingCallback, waitFor)[ids[0]]
-	stream, err := h.js.Stream(h.ctx(), tenaz.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	timer := func() string {
-		m, err := stream.GetLastMsgForSubject(h.ctx(), "tenaz.sched."+ids[0])
-		if err != nil {
-			return ""
-		}
-		return m.Header.Get(tenaz.HeaderTimer)
-	}
+	timer := func() string { return h.scheduled(ids[0]).Get(tenaz.HeaderTimer) }
 	if timer() != queue.TimerDeadline {
 		t.Fatalf("want the callback deadline on the event's schedule subject, got %q", timer())
 	}
@@ -257,17 +247,7 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 		t.Fatal("want a retrying event with its due time")
 	}
 	due := "@at " + rec.NextRunAt.UTC().Format(time.RFC3339)
-	stream, err := h.js.Stream(h.ctx(), tenaz.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedule := func() string {
-		m, err := stream.GetLastMsgForSubject(h.ctx(), "tenaz.sched."+ids[0])
-		if err != nil {
-			return ""
-		}
-		return m.Header.Get("Nats-Schedule")
-	}
+	schedule := func() string { return h.scheduled(ids[0]).Get("Nats-Schedule") }
 	if got := schedule(); got != due {
 		t.Fatalf("want the retry on the event's schedule subject (%s), got %q", due, got)
 	}

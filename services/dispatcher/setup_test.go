@@ -359,6 +359,21 @@ func failOnce(id string, runs *int, mu *sync.Mutex) func(string, int) error {
 
 var errCrash = errors.New("simulated crash")
 
+// scheduled is the header of what waits on the event's schedule subject
+// (a schedule or a timer), empty if nothing does.
+func (h *harness) scheduled(id string) nats.Header {
+	h.t.Helper()
+	stream, err := h.js.Stream(h.ctx(), tenaz.StreamEvents)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(h.ctx(), tenaz.NewSubjects("").Schedule(id))
+	if err != nil {
+		return nats.Header{}
+	}
+	return m.Header
+}
+
 // mustCalls checks the provider received exactly n calls for key.
 func (h *harness) mustCalls(key string, n int) []provider.Call {
 	h.t.Helper()

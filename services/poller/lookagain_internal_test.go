@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -20,35 +22,12 @@ import (
 // event would wait with no timer. A timer newer than the run's message is
 // now handed back and looked at again once the record waits for it.
 func TestTimerFiredBeforeItsRunStoredIsLookedAtAgain(t *testing.T) {
-	srv := natstest.Start(t)
-	nc, js := srv.Conn(t)
-	cfg, err := config.Parse([]byte(`
+	s, env, next := timerHarness(t, `
 targets: {bureau_a: {url: "http://127.0.0.1:1/x", callback_secret: "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="}}
 kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s, on_callback_timeout: manual_review}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "credit.check")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	// The timer comes from a stream of the test's own, so that only the
-	// test takes it and hands it to handle as the consumer would.
-	next := natstest.Inbox(t, js, "LOOK", 30*time.Second, 20)
-	env, err := event.New(event.Fields{Account: "acme", Kind: "credit.check", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, "look.timer", env.Marshal()); err != nil {
-		t.Fatal(err)
-	}
 	// The run holds the event; its own message is older than the timer
 	// (sequence 0 stands for it: the timer is sequence 1 of LOOK).
 	rec, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: 0, Actor: "dispatcher/d1"}, time.Now())
@@ -95,33 +74,12 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 // pending; with that timer replaced, the event was left polling with
 // nothing to poll it. The early timer now sets the event's own again.
 func TestEarlyPollTimerSetsTheEventsOwnAgain(t *testing.T) {
-	srv := natstest.Start(t)
-	nc, js := srv.Conn(t)
-	cfg, err := config.Parse([]byte(`
+	s, env, next := timerHarness(t, `
 targets: {bureau_b: {url: "http://127.0.0.1:1/x", poll: {url: "http://127.0.0.1:1/x/{{.Reference}}", interval: 1m, done_when: {field: status, in: [approved]}}}}
 kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "report.fetch")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	next := natstest.Inbox(t, js, "LOOK", 30*time.Second, 20)
-	env, err := event.New(event.Fields{Account: "acme", Kind: "report.fetch", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, "look.timer", env.Marshal()); err != nil {
-		t.Fatal(err)
-	}
 	// The event polls; its next poll is a minute away, and nothing is on
 	// its schedule subject (the early timer replaced it, then fired).
 	now := time.Now()
@@ -137,7 +95,7 @@ kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
 		t.Fatal(err)
 	}
 	s.handle(ctx, next(5*time.Second))
-	stream, err := js.Stream(ctx, tenaz.StreamEvents)
+	stream, err := s.js.Stream(ctx, tenaz.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +110,37 @@ kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
 	if got, _, _ := s.st.Get(ctx, env.ID); got.Status != tenaz.StatePolling || got.Polls != rec.Polls {
 		t.Fatalf("an early timer must not poll: got %s after %d polls", got.Status, got.Polls)
 	}
+}
+
+// timerHarness is a poller started on a real server with config yaml, an
+// event of kind, and a stream of the test's own holding one message with
+// that event, which next fetches (nil if none came within wait) for the
+// test to hand to handle as the consumer would: only the test takes it.
+func timerHarness(t *testing.T, yaml, kind string) (*Service, event.Envelope, func(wait time.Duration) jetstream.Msg) {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	next := natstest.Inbox(t, js, "LOOK", 30*time.Second, 20)
+	env, err := event.New(event.Fields{Account: "acme", Kind: kind, IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "look.timer", env.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	return s, env, next
 }
