@@ -93,8 +93,11 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 	}
 	var adm admission
 	admitted := false
-	now := s.st.Now()
 	for range 16 {
+		// Each try reads the clock again: a write that waited out a
+		// nats-server restart and lost would otherwise stamp the next
+		// try's claim before the entry it follows (seen in make chaos).
+		now := s.st.Now()
 		rec, rev, err := s.st.Get(ctx, env.ID)
 		if errors.Is(err, store.ErrNotFound) {
 			zerolog.Ctx(ctx).Warn().Msg("no record for this event (expired or removed); dropping the message")
