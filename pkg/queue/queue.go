@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -203,7 +204,8 @@ func (q *Queue) HasSchedule(ctx context.Context, id string) (bool, error) {
 // EnsureNext makes sure the event's schedule subject holds the step rec
 // waits for: its retry or its delay (a dispatch schedule at NextRunAt), its
 // callback deadline or its next poll (a timer). It publishes nothing when
-// the subject holds a schedule, and reports whether it published.
+// the subject holds a schedule, and logs a warning (to ctx's logger) when
+// it does publish.
 //
 // Whoever gets a message that finds the event waiting for another step
 // calls it: such a message (a dispatch message for an event awaiting its
@@ -212,7 +214,7 @@ func (q *Queue) HasSchedule(ctx context.Context, id string) (bool, error) {
 // subject, the outcome of a run another replica had taken over, published
 // after the winner's (found by make chaos). The event's own step went with
 // it.
-func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Record, now time.Time) (bool, error) {
+func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Record, now time.Time) error {
 	var at *time.Time
 	timer := ""
 	switch rec.Status {
@@ -224,19 +226,20 @@ func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Re
 		at, timer = rec.NextRunAt, TimerPoll
 	}
 	if at == nil {
-		return false, nil
+		return nil
 	}
 	if has, err := q.HasSchedule(ctx, env.ID); err != nil || has {
-		return false, err
+		return err
 	}
 	when := *at
 	if when.Before(now) {
 		when = now
 	}
+	zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's next step was replaced by another schedule: set again")
 	if timer != "" {
-		return true, q.Timer(ctx, env, when, timer, "")
+		return q.Timer(ctx, env, when, timer, "")
 	}
-	return true, q.ScheduleAt(ctx, env, when, "")
+	return q.ScheduleAt(ctx, env, when, "")
 }
 
 // CancelSchedule purges the event's schedule subject so that it never fires.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -30,13 +29,7 @@ func TestLateOutcomeFoundOnAConflictLeavesTheMessageToTheNewRun(t *testing.T) {
 	s, js, next := lookHarness(t, time.Second, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "late-1"}, []byte(`{}`), "", "", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(ctx, "look.run", env.Marshal()); err != nil {
-		t.Fatal(err)
-	}
+	env := lookEvent(t, js, "late-1", "look.run")
 	m := next(5 * time.Second)
 	if m == nil {
 		t.Fatal("no message")

@@ -28,15 +28,7 @@ func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
 	s, js, next := lookHarness(t, time.Second, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, subj := range []string{"look.older", "look.newer"} {
-		if _, err := js.Publish(ctx, subj, env.Marshal()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	env := lookEvent(t, js, "k", "look.older", "look.newer")
 	// The run that holds the event was claimed for the message at
 	// sequence 100 of EVENTS; the two messages stand for one stored before
 	// it (99) and one after (101).
@@ -99,15 +91,7 @@ func TestNewerMessageWhileTheRunIsInFlightHereIsLookedAtAgain(t *testing.T) {
 	s, js, next := lookHarness(t, time.Minute, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, subj := range []string{"look.copy", "look.newer"} {
-		if _, err := js.Publish(ctx, subj, env.Marshal()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	env := lookEvent(t, js, "k", "look.copy", "look.newer")
 	const runSeq = 100
 	s.runs.add(env.ID, runSeq, 0)
 	defer s.runs.done(env.ID)
@@ -154,4 +138,23 @@ kinds: {order.create: {target: erp}}
 		t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	}
 	return s, js, natstest.Inbox(t, js, "LOOK", ackWait, 10)
+}
+
+// lookEvent is an order.create event of account acme with Idempotency-Key
+// key, published once on each of subjects of the test's own stream (see
+// lookHarness), in that order.
+func lookEvent(t *testing.T, js jetstream.JetStream, key string, subjects ...string) event.Envelope {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: key}, []byte(`{}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range subjects {
+		if _, err := js.Publish(ctx, subj, env.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env
 }

@@ -124,7 +124,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				// (a late outcome's retry). Dropped with the event's own
 				// schedule gone, it left the event retrying with no
 				// message (found by make chaos-short).
-				if err := s.ensureNext(ctx, env, rec); err != nil {
+				if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 					s.retryLater(ctx, m, err)
 					return rec, 0, admission{}, false
 				}
@@ -162,7 +162,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 					return rec, 0, admission{}, false
 				}
 			}
-			if err := s.ensureNext(ctx, env, rec); err != nil {
+			if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 				s.retryLater(ctx, m, err)
 				return rec, 0, admission{}, false
 			}
@@ -234,18 +234,6 @@ func (s *Service) giveUpLostRun(ctx context.Context, m jetstream.Msg, env event.
 	_ = m.Ack()
 	zerolog.Ctx(ctx).Debug().Time("until", at).Msg("lost run given up; breaker open: waiting")
 	return false
-}
-
-// ensureNext sets the step the event waits for again from its record if
-// its schedule subject holds none (see queue.EnsureNext): m, which found
-// the event waiting for something else, came from a schedule that
-// replaced it.
-func (s *Service) ensureNext(ctx context.Context, env event.Envelope, rec state.Record) error {
-	set, err := s.q.EnsureNext(ctx, env, rec, s.st.Now())
-	if set {
-		zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's next step was replaced by another schedule: set again")
-	}
-	return err
 }
 
 func (s *Service) drop(ctx context.Context, m jetstream.Msg, rec state.Record, why string) {

@@ -99,7 +99,7 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 	case tenaz.StateAwaitingCallback:
 		if rec.Deadline != nil && now.Before(rec.Deadline.Add(-dueSlack)) {
 			// Fired early (a stale copy): make sure the real deadline waits.
-			return s.ensureNext(ctx, env, rec)
+			return s.q.EnsureNext(ctx, env, rec, now)
 		}
 		return s.deadlinePassed(ctx, env, rec, rev, now)
 	case tenaz.StatePolling:
@@ -108,7 +108,7 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 			// event's own (a late outcome's first poll, published after
 			// the winner's). Dropped with the event's own timer gone, the
 			// event was left polling with nothing to poll it.
-			return s.ensureNext(ctx, env, rec)
+			return s.q.EnsureNext(ctx, env, rec, now)
 		}
 		return s.poll(ctx, env, rec, rev)
 	case tenaz.StateRunning:
@@ -130,25 +130,11 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 			return err
 		}
 	}
-	if err := s.ensureNext(ctx, env, rec); err != nil {
+	if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 		return err
 	}
 	zerolog.Ctx(ctx).Debug().Str("status", string(rec.Status)).Msg("timer for an event that moved on: dropped")
 	return nil
-}
-
-// ensureNext sets the step the event waits for again from its record if
-// its schedule subject holds none (see queue.EnsureNext): a timer that
-// finds the event waiting for something else (its retry or its delay, a
-// later deadline or poll) came from a schedule that replaced the event's
-// own, e.g. the outcome of a run another replica had taken over, stored
-// after the winner's (found by make chaos).
-func (s *Service) ensureNext(ctx context.Context, env event.Envelope, rec state.Record) error {
-	set, err := s.q.EnsureNext(ctx, env, rec, s.st.Now())
-	if set {
-		zerolog.Ctx(ctx).Warn().Str("status", string(rec.Status)).Msg("the event's next step was replaced by another schedule: set again")
-	}
-	return err
 }
 
 // fallbackWithoutRun reports whether rec's last step (notes aside) is a
