@@ -37,16 +37,31 @@ run: build tools ## Start tenaz on :8080: embedded NATS, demo config, demo provi
 	$(BIN)/tenaz run $(if $(CONFIG),--config $(CONFIG))
 
 .PHONY: test
-test: ## Unit, property and integration tests of every module, with the race detector
-	@set -e; for m in $(MODULES); do \
-	  echo "== $${m#$(CURDIR)/}"; (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); \
-	done
+test: test-deps ## Unit, property and integration tests of every module, with the race detector
+	@failed=""; for m in $(MODULES); do \
+	  echo "== $${m#$(CURDIR)/}"; \
+	  (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || failed="$$failed $${m#$(CURDIR)/}"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED in:$$failed"; exit 1; fi; \
+	echo "make test: every module passed"
+
+# The system packages the tests drive for real, from Debian, installed
+# only when missing (root, or through sudo): chromium for the operator
+# screen's browser tests (services/deadletter), prometheus for promtool,
+# which deploy/'s tests use to check and unit-test the alert rules and
+# parse the dashboard's queries (its daemon is not needed).
+TEST_DEPS := chromium:chromium promtool:prometheus
 
 .PHONY: test-deps
-test-deps: ## Install what the tests need and Go cannot fetch: Debian's chromium (root or sudo)
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+test-deps: ## Install what the tests need and Go cannot fetch (Debian packages; root or sudo)
+	@missing=""; for d in $(TEST_DEPS); do \
+	  command -v $${d%%:*} >/dev/null 2>&1 || missing="$$missing $${d#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 	  s=""; [ "$$(id -u)" -eq 0 ] || s="sudo"; \
-	  $$s apt-get update -q && $$s env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+	  echo "test-deps: installing$$missing"; \
+	  $$s apt-get update -q && $$s env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10s)
