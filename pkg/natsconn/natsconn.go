@@ -1,6 +1,8 @@
 // Package natsconn connects a tenaz service to NATS as its config says:
 // URL, credentials (creds file, nkey seed, user/password, token), TLS, and
 // reconnect settings that keep a service running through a server restart.
+// It refuses a server older than MinServerVersion, and gives each service
+// inboxes of its own (InboxPrefix) that a NATS permission can name.
 //
 //	nc, err := natsconn.Connect(cfg.NATS, "tenaz-dispatcher")
 package natsconn
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,7 +22,22 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 )
 
-// Connect dials NATS. url overrides c.URL when non-empty (embedded server).
+// MinServerVersion is the oldest nats-server tenaz runs on. Every delay,
+// retry and callback deadline is a JetStream message schedule (2.12), and
+// the dead-letter digest is a cron schedule with a time zone (2.14).
+const MinServerVersion = "2.14.0"
+
+// ErrServerTooOld is returned by Connect for a server older than
+// MinServerVersion.
+var ErrServerTooOld = errors.New("natsconn: nats-server too old")
+
+// InboxPrefix is the prefix of the reply subjects of the connection named
+// name ("_INBOX.tenaz-ingest"): a NATS user of one service may subscribe
+// to its own replies only (deploy/nats/values.yaml).
+func InboxPrefix(name string) string { return "_INBOX." + name }
+
+// Connect dials NATS as name, with the replies under InboxPrefix(name).
+// url overrides c.URL when non-empty (embedded server).
 func Connect(c config.NATS, name, url string, extra ...nats.Option) (*nats.Conn, error) {
 	if url == "" {
 		url = c.URL
@@ -32,6 +50,14 @@ func Connect(c config.NATS, name, url string, extra ...nats.Option) (*nats.Conn,
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(64 << 20),
+		nats.CustomInboxPrefix(InboxPrefix(name)),
+		// A server that comes up after Connect returned is checked here;
+		// the connection closes if it is too old, so nothing runs on it.
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			if CheckServerVersion(nc.ConnectedServerVersion()) != nil {
+				nc.Close()
+			}
+		}),
 	}
 	if c.Creds != "" {
 		opts = append(opts, nats.UserCredentials(c.Creds))
@@ -66,7 +92,55 @@ func Connect(c config.NATS, name, url string, extra ...nats.Option) (*nats.Conn,
 	if err != nil {
 		return nil, fmt.Errorf("natsconn: connect %s: %w", redact(url), err)
 	}
+	if nc.IsConnected() {
+		if err := CheckServerVersion(nc.ConnectedServerVersion()); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("%w (at %s)", err, redact(url))
+		}
+	}
 	return nc, nil
+}
+
+// CheckServerVersion refuses a server version ("2.15.2", "v2.14.0-RC.1")
+// older than MinServerVersion, or one it cannot read. A pre-release
+// counts as its release, as nats.go's own version checks do.
+func CheckServerVersion(v string) error {
+	got, ok := semver(v)
+	if !ok {
+		return fmt.Errorf("%w: cannot read the server's version %q; tenaz needs nats-server %s or later", ErrServerTooOld, v, MinServerVersion)
+	}
+	floor, _ := semver(MinServerVersion)
+	for i := range got {
+		if got[i] != floor[i] {
+			if got[i] > floor[i] {
+				return nil
+			}
+			return fmt.Errorf("%w: the server is %s, tenaz needs %s or later: every delay, retry and deadline is a JetStream message schedule (2.12) and the digest a cron schedule with a time zone (2.14); upgrade nats-server", ErrServerTooOld, v, MinServerVersion)
+		}
+	}
+	return nil
+}
+
+// semver reads major.minor.patch, ignoring a leading "v" and any
+// pre-release or build suffix.
+func semver(v string) ([3]int, bool) {
+	var out [3]int
+	v = strings.TrimPrefix(v, "v")
+	if i := strings.IndexAny(v, "-+"); i >= 0 {
+		v = v[:i]
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return out, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
 }
 
 // retryable reports whether a failed first connect may succeed later
