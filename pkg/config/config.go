@@ -39,6 +39,13 @@ type Config struct {
 	Auth Auth `yaml:"auth"`
 	// Poller sets how the poller service polls and reconciles.
 	Poller Poller `yaml:"poller"`
+	// StopTimeout is how long a process may take to drain on SIGTERM:
+	// calls in flight finish and their outcomes are stored; what is still
+	// running after it is cut, and a cut call is made again. Every
+	// target's timeout must fit in it with StopMargin to spare, and a
+	// Kubernetes terminationGracePeriodSeconds must exceed it (plus any
+	// preStop pause). Defaults to 20s.
+	StopTimeout Duration `yaml:"stop_timeout"`
 
 	dir          string          // directory of the file given to Load; base of relative schema paths
 	explicitZero map[string]bool // key paths explicitly set to 0 where 0 is not "unset" (jitter, failure_rate)
@@ -95,6 +102,18 @@ type HTTP struct {
 	// MaxBodyBytes bounds a submitted event (body of POST /v1/events and an
 	// intake message). Defaults to 1048576 (1 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadHeaderTimeout bounds how long a client may take to send a
+	// request's headers; a slower one is cut off. Defaults to 5s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds how long a client may take to send a whole
+	// request, headers and body. Defaults to 30s.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its answer. Defaults to 60s.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout bounds how long a kept-alive connection may wait for its
+	// next request. Defaults to 120s.
+	IdleTimeout Duration `yaml:"idle_timeout"`
 }
 
 // Log selects logging.
@@ -167,14 +186,18 @@ type Target struct {
 	URL string `yaml:"url"`
 	// Method is the HTTP method. Defaults to "POST".
 	Method string `yaml:"method"`
-	// Timeout of one call. Defaults to 10s.
+	// Timeout of one call (and of one poll of Poll.URL). At most
+	// stop_timeout minus StopMargin, so that a stop never cuts a call.
+	// Defaults to 10s.
 	Timeout Duration `yaml:"timeout"`
 	// Headers sent with every call; values may be ${ENV} secrets.
 	Headers map[string]Secret `yaml:"headers"`
-	// SigningSecret ("whsec_…" or raw) signs outbound calls with Standard
-	// Webhooks headers. Defaults to "" (unsigned).
+	// SigningSecret signs outbound calls with Standard Webhooks headers:
+	// "whsec_" and the standard base64 of a key of at least
+	// MinSecretBytes bytes. Defaults to "" (unsigned).
 	SigningSecret Secret `yaml:"signing_secret"`
-	// CallbackSecret verifies this target's webhooks. Defaults to "".
+	// CallbackSecret verifies this target's webhooks; written as
+	// SigningSecret is. Defaults to "".
 	CallbackSecret Secret `yaml:"callback_secret"`
 	// Callback says how to read this target's webhooks.
 	Callback Callback `yaml:"callback"`
@@ -187,6 +210,15 @@ type Target struct {
 	ReferenceField string `yaml:"reference_field"`
 	// Poll configures polling (completion: poll).
 	Poll *Poll `yaml:"poll"`
+	// IdempotencyKey is what a call's Idempotency-Key header carries:
+	// "event" (the event id, derived from account and key, so two accounts
+	// never share one) or "caller" (the key the submitter chose, which
+	// another account may have chosen too). Defaults to "event".
+	IdempotencyKey string `yaml:"idempotency_key"`
+	// Redirects says which redirects a call follows: "none" (a 3xx answer
+	// is the call's outcome) or "same_host" (https redirects to the host
+	// and port of the call). Defaults to "none".
+	Redirects string `yaml:"redirects"`
 }
 
 // Callback says how the webhook receiver reads a target's callbacks.
@@ -202,8 +234,9 @@ type Callback struct {
 	// (e.g. "processing") are recorded in the history and change nothing.
 	// Defaults to unset: every verified callback carries the result.
 	DoneWhen DoneWhen `yaml:"done_when"`
-	// Tolerance is how far a webhook-timestamp may be from now. Defaults
-	// to 5m.
+	// Tolerance is how far a webhook-timestamp may be from now: the
+	// window in which a captured webhook can be replayed. At most
+	// MaxTolerance. Defaults to 5m (what Standard Webhooks recommends).
 	Tolerance Duration `yaml:"tolerance"`
 }
 

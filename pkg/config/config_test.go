@@ -1,6 +1,8 @@
 package config_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,9 +52,15 @@ kinds:
 
 var specEnv = map[string]string{
 	"ACME_ERP_KEY":       "acme-key-123",
-	"ERP_SIGNING_SECRET": "whsec_ZXJwLXNlY3JldA==",
-	"BUREAU_A_SECRET":    "bureau-a-secret",
+	"ERP_SIGNING_SECRET": erpSecret,
+	"BUREAU_A_SECRET":    testSecret,
 }
+
+// Standard Webhooks secrets of 32 bytes each.
+const (
+	testSecret = "whsec_dGVuYXotY29uZmlnLXRlc3Qtc2VjcmV0LTMyYnl0ZXM="
+	erpSecret  = "whsec_dGVuYXotY29uZmlnLXRlc3QtZXJwLXNlY3JldC1rZXk="
+)
 
 // minimal is the smallest useful config; cases append to it.
 const minimal = `
@@ -150,7 +158,7 @@ func TestParseSpecExample(t *testing.T) {
 
 	erp := cfg.TargetFor("acme", "erp")
 	eq(t, "acme erp X-App-Key", erp.Headers["X-App-Key"].Reveal(), "acme-key-123")
-	eq(t, "erp signing secret", erp.SigningSecret.Reveal(), "whsec_ZXJwLXNlY3JldA==")
+	eq(t, "erp signing secret", erp.SigningSecret.Reveal(), erpSecret)
 	eq(t, "erp classify 409", erp.Classify["409"], config.ClassSuccess)
 	other := cfg.TargetFor("other", "erp")
 	if _, has := other.Headers["X-App-Key"]; has {
@@ -333,11 +341,14 @@ accounts:
 		{name: "external nats with tls", doc: minimal + "nats: {url: 'nats://a:4222,nats://b:4222', tls: {ca: ca.pem, cert: c.pem, key: k.pem}}"},
 		{name: "console log", doc: minimal + "log: {format: console, level: debug}"},
 		{name: "demo", doc: minimal + "demo: {provider: '127.0.0.1:9000', failure_rate: 1}"},
+		{name: "tolerance of an hour", doc: "targets: {erp: {url: 'http://x/', callback: {tolerance: 1h}}}"},
+		{name: "timeout at the drain's limit", doc: "targets: {erp: {url: 'http://x/', timeout: 15s}}"},
+		{name: "long timeout with a raised drain", doc: "stop_timeout: 2m\ntargets: {erp: {url: 'http://x/', timeout: 115s}}"},
 		{
 			name: "callback with fallback on timeout",
 			doc: `
 targets:
-  a: {url: "https://a.example.com/x", callback_secret: s}
+  a: {url: "https://a.example.com/x", callback_secret: "` + testSecret + `"}
   b: {url: "https://b.example.com/x", poll: {url: "https://b.example.com/x/{{.Reference | urlquery}}", done_when: {field: status, in: [done]}}}
 kinds:
   credit.evaluate: {target: a, completion: callback, on_callback_timeout: fallback, fallback: {target: b, completion: poll}}
@@ -454,7 +465,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "url template with define", doc: `targets: {erp: {url: 'http://x/{{define "a"}}b{{end}}'}}`, want: []string{"targets.erp.url: define and block are not allowed"}},
 		{name: "url template with a huge printf width", doc: `targets: {erp: {url: 'http://x/{{printf "%0999999999d" 1}}'}}`, want: []string{"targets.erp.url: printf widths and precisions above 999 are not allowed"}},
 		{name: "url template expanding too far", doc: `targets: {erp: {url: 'http://x/{{printf "%999d%999d%999d%999d%999d%999d%999d%999d%999d" 1 2 3 4 5 6 7 8 9}}'}}`, want: []string{"targets.erp.url: expands to more than 8192 bytes"}},
-		{name: "url not http", doc: "targets: {erp: {url: 'ftp://x/{{.Kind}}'}}", want: []string{`targets.erp.url: must be an http:// or https:// URL, got "ftp://x/order.create"`}},
+		{name: "url not http", doc: "targets: {erp: {url: 'ftp://x/{{.Kind}}'}}", want: []string{`targets.erp.url: must be an http:// or https:// URL, got scheme "ftp"`}},
 		{name: "url without host", doc: "targets: {erp: {url: 'http:///{{.Kind}}'}}", want: []string{"targets.erp.url: has no host"}},
 		{name: "bad poll url", doc: "targets: {erp: {url: 'http://x/', poll: {url: '/jobs/{{.Reference}}', done_when: {field: s, in: [d]}}}}", want: []string{"targets.erp.poll.url: must be an http:// or https:// URL"}},
 		{name: "poll without done_when", doc: "targets: {erp: {url: 'http://x/', poll: {url: 'http://x/{{.Reference}}'}}}", want: []string{"targets.erp.poll.done_when.field: is required", "targets.erp.poll.done_when.in: must list at least one value"}},
@@ -487,6 +498,14 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "bad log level", doc: minimal + "log: {level: verbose}", want: []string{`log.level: must be one of`}},
 		{name: "failure rate above 1", doc: minimal + "demo: {failure_rate: 1.5}", want: []string{"demo.failure_rate: must be between 0 and 1, got 1.5"}},
 		{name: "bad demo provider", doc: minimal + "demo: {provider: nowhere}", want: []string{"demo.provider: must be host:port"}},
+		// replay window and drain
+		{name: "tolerance above an hour", doc: "targets: {erp: {url: 'http://x/', callback: {tolerance: 61m}}}", want: []string{"targets.erp.callback.tolerance: must be at most 1h (Standard Webhooks recommends 5m), got 1h1m"}},
+		{name: "timeout longer than the drain", doc: "targets: {erp: {url: 'http://x/', timeout: 16s}}", want: []string{"targets.erp.timeout: 16s does not fit in the drain on stop: at most stop_timeout (20s) minus 5s, so 15s"}},
+		{name: "timeout of a poll target longer than the drain", doc: "targets: {b: {url: 'http://x/', timeout: 1m, poll: {url: 'http://x/{{.Reference}}', done_when: {field: s, in: [d]}}}}", want: []string{"targets.b.timeout: 1m does not fit in the drain on stop"}},
+		{name: "timeout longer than a raised drain", doc: "stop_timeout: 1m\ntargets: {erp: {url: 'http://x/', timeout: 56s}}", want: []string{"targets.erp.timeout: 56s does not fit in the drain on stop: at most stop_timeout (1m) minus 5s, so 55s"}},
+		{name: "default timeout longer than a lowered drain", doc: "stop_timeout: 3s\ntargets: {erp: {url: 'http://x/'}}", want: []string{"targets.erp.timeout: 10s does not fit in the drain on stop: at most stop_timeout (3s) minus 5s, so 0s"}},
+		{name: "timeout over a drain lowered by the environment", doc: minimal, env: map[string]string{"TENAZ_STOP_TIMEOUT": "12s"}, want: []string{"targets.erp.timeout: 10s does not fit in the drain on stop: at most stop_timeout (12s) minus 5s, so 7s"}},
+		{name: "negative stop_timeout", doc: minimal + "stop_timeout: -1s", want: []string{"stop_timeout: must be a positive duration, got -1s"}},
 		// schemas
 		{name: "schema not JSON", doc: erpTarget + "kinds: {order.create: {target: erp, schema: '{not json'}}", want: []string{"kinds.order.create.schema: inline schema is not valid JSON"}},
 		{name: "schema not a schema", doc: erpTarget + `kinds: {order.create: {target: erp, schema: '{"type": 5}'}}`, want: []string{"kinds.order.create.schema: invalid JSON Schema"}},
@@ -508,6 +527,45 @@ func TestInvalidConfigs(t *testing.T) {
 			}
 			wantErr(t, err, tc.want...)
 		})
+	}
+}
+
+// A signing_secret or callback_secret is "whsec_" and the standard base64
+// of a key of at least 24 bytes (Standard Webhooks); anything else fails
+// the start naming the key, and the message never shows the value.
+func TestWebhookSecrets(t *testing.T) {
+	t.Parallel()
+	key := func(n int) string { return base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", n))) }
+	tests := []struct {
+		name, secret, want string // want "" for a valid secret
+	}{
+		{"empty key", "whsec_", "decodes to a 0-byte key; at least 24 bytes are required"},
+		{"23 bytes", "whsec_" + key(23), "decodes to a 23-byte key; at least 24"},
+		{"raw secret", strings.Repeat("r", 40), `must be "whsec_" followed by the standard base64 of the key`},
+		{"not base64", "whsec_" + strings.Repeat("*", 40), `is not valid standard base64 after "whsec_"`},
+		{"url-safe alphabet", "whsec_" + base64.URLEncoding.EncodeToString(bytes.Repeat([]byte{0xfb, 0xff, 0xbf}, 10)), "is not valid standard base64"},
+		{"unpadded", "whsec_" + base64.RawStdEncoding.EncodeToString([]byte(strings.Repeat("k", 25))), "is not valid standard base64"},
+		{"24 bytes", "whsec_" + key(24), ""},
+		{"64 bytes", "whsec_" + key(64), ""},
+	}
+	for _, tc := range tests {
+		for _, field := range []string{"signing_secret", "callback_secret"} {
+			t.Run(tc.name+"/"+field, func(t *testing.T) {
+				t.Parallel()
+				doc := fmt.Sprintf("targets: {erp: {url: 'http://x/', %s: %q}}\n", field, tc.secret)
+				_, err := config.Parse([]byte(doc), envOf(nil))
+				if tc.want == "" {
+					if err != nil {
+						t.Fatalf("expected a valid secret, got %v", err)
+					}
+					return
+				}
+				wantErr(t, err, "targets.erp."+field+": "+tc.want)
+				if v := strings.TrimPrefix(tc.secret, "whsec_"); v != "" && strings.Contains(err.Error(), v) {
+					t.Errorf("expected the error not to show the secret, got %v", err)
+				}
+			})
+		}
 	}
 }
 
@@ -570,7 +628,7 @@ kinds:
 `
 	env := map[string]string{
 		"PREFIX": "acme", "NATS_HOST": "nats.internal", "NATS_PASSWORD": "p4ss",
-		"TOKEN": "tok", "EMPTY": "", "SIGNING": "whsec_abc", "ATTEMPTS": "4",
+		"TOKEN": "tok", "EMPTY": "", "SIGNING": testSecret, "ATTEMPTS": "4",
 	}
 	cfg := mustParse(t, doc, env)
 	eq(t, "prefix", cfg.Prefix, "acme")
@@ -581,7 +639,7 @@ kinds:
 	eq(t, "targets.erp.headers.Authorization", erp.Headers["Authorization"].Reveal(), "Bearer tok")
 	eq(t, "targets.erp.headers.X-Empty (set to empty)", erp.Headers["X-Empty"].Reveal(), "")
 	eq(t, "targets.erp.headers.X-Price (lone $ kept)", erp.Headers["X-Price"].Reveal(), "$5 and $$")
-	eq(t, "targets.erp.signing_secret", erp.SigningSecret.Reveal(), "whsec_abc")
+	eq(t, "targets.erp.signing_secret", erp.SigningSecret.Reveal(), testSecret)
 	k, _ := cfg.Kind("order.create")
 	eq(t, "kinds.order.create.attempts", k.Attempts, 4)
 
@@ -589,9 +647,9 @@ kinds:
 
 func TestEnvValueIsNotExpandedAgain(t *testing.T) {
 	t.Parallel()
-	cfg := mustParse(t, orderKind+"targets: {erp: {url: 'http://x/', signing_secret: '${S}'}}", map[string]string{"S": "${NOT_EXPANDED}"})
+	cfg := mustParse(t, orderKind+"targets: {erp: {url: 'http://x/', headers: {X-Key: '${S}'}}}", map[string]string{"S": "${NOT_EXPANDED}"})
 	erp, _ := cfg.Target("erp")
-	eq(t, "signing_secret", erp.SigningSecret.Reveal(), "${NOT_EXPANDED}")
+	eq(t, "headers.X-Key", erp.Headers["X-Key"].Reveal(), "${NOT_EXPANDED}")
 }
 
 func TestUnsetVariableMessage(t *testing.T) {
@@ -629,7 +687,7 @@ accounts:
   acme: {concurrency: 4}
 targets:
   erp: {url: "https://erp.example.com/{{.Kind}}", headers: {X-App-Key: file}}
-  bureau: {url: "https://bureau.example.com/x", callback_secret: s}
+  bureau: {url: "https://bureau.example.com/x", callback_secret: "` + testSecret + `"}
 kinds:
   order.create: {target: erp}
 `
@@ -677,12 +735,12 @@ kinds:
 		{"map entries", map[string]string{
 			"TENAZ_TARGETS_ERP_URL": "https://erp2.example.com/{{.ID}}", "TENAZ_ACCOUNTS_ACME_CONCURRENCY": "2",
 			"TENAZ_KINDS_ORDER_CREATE_ATTEMPTS": "9", "TENAZ_KINDS_ORDER_CREATE_BACKOFF_INITIAL": "1s",
-			"TENAZ_TARGETS_ERP_HEADERS_X_APP_KEY": "env", "TENAZ_TARGETS_ERP_SIGNING_SECRET": "${LITERAL}",
+			"TENAZ_TARGETS_ERP_HEADERS_X_APP_KEY": "${LITERAL}", "TENAZ_TARGETS_ERP_SIGNING_SECRET": erpSecret,
 		}, func(t *testing.T, c *config.Config) {
 			erp, _ := c.Target("erp")
 			eq(t, "targets.erp.url", erp.URL, "https://erp2.example.com/{{.ID}}")
-			eq(t, "targets.erp.headers.X-App-Key", erp.Headers["X-App-Key"].Reveal(), "env")
-			eq(t, "targets.erp.signing_secret (taken literally)", erp.SigningSecret.Reveal(), "${LITERAL}")
+			eq(t, "targets.erp.headers.X-App-Key (taken literally)", erp.Headers["X-App-Key"].Reveal(), "${LITERAL}")
+			eq(t, "targets.erp.signing_secret", erp.SigningSecret.Reveal(), erpSecret)
 			eq(t, "accounts.acme.concurrency", c.Account("acme").Concurrency, 2)
 			k, _ := c.Kind("order.create")
 			eq(t, "kinds.order.create.attempts", k.Attempts, 9)
@@ -839,7 +897,7 @@ func TestSecretNeverPrints(t *testing.T) {
 
 	cfg := mustParse(t, specYAML+"\n", merged(specEnv, map[string]string{"TENAZ_NATS_URL": "nats://user:natspw@a:4222,nats://tok3n@b:4222"}))
 	out := cfg.Redacted()
-	for _, secret := range []string{"acme-key-123", "whsec_ZXJwLXNlY3JldA==", "bureau-a-secret", "natspw", "tok3n"} {
+	for _, secret := range []string{"acme-key-123", erpSecret, testSecret, "natspw", "tok3n"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("expected Redacted to hide %q, got:\n%s", secret, out)
 		}
@@ -1018,11 +1076,11 @@ func TestParseURLTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	if err := tmpl.Execute(&b, config.URLVars{Account: "acme", Kind: "order.create", Reference: "a b"}); err != nil {
+	u, err := tmpl.Render(config.URLVars{Account: "acme", Kind: "order.create", Reference: "a b"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	eq(t, "executed URL", b.String(), "https://x/acme/order.create/a+b")
+	eq(t, "rendered URL (urlquery in a path escapes for the path)", u, "https://x/acme/order.create/a%20b")
 	if _, err := config.ParseURLTemplate("{{range .Kind}}{{end}}"); err == nil {
 		t.Error("expected range to be refused")
 	}

@@ -44,10 +44,25 @@ const (
 	defaultRunningGrace    = Duration(time.Hour)
 )
 
+// DefaultStopTimeout is the default of stop_timeout.
+const DefaultStopTimeout = Duration(20 * time.Second)
+
 // Values of Kind.OnCallbackTimeout.
 const (
 	OnCallbackTimeoutManualReview = "manual_review"
 	OnCallbackTimeoutFallback     = "fallback"
+)
+
+// Values of Target.IdempotencyKey.
+const (
+	IdempotencyKeyEvent  = "event"
+	IdempotencyKeyCaller = "caller"
+)
+
+// Values of Target.Redirects.
+const (
+	RedirectsNone     = "none"
+	RedirectsSameHost = "same_host"
 )
 
 // DefaultAccountName is the key of the account every other account
@@ -80,6 +95,10 @@ func (c *Config) WithDefaults() *Config {
 	if c.HTTP.MaxBodyBytes == 0 {
 		c.HTTP.MaxBodyBytes = defaultMaxBodyBytes
 	}
+	setDur(&c.HTTP.ReadHeaderTimeout, Duration(5*time.Second))
+	setDur(&c.HTTP.ReadTimeout, Duration(30*time.Second))
+	setDur(&c.HTTP.WriteTimeout, Duration(60*time.Second))
+	setDur(&c.HTTP.IdleTimeout, Duration(120*time.Second))
 	setStr(&c.Log.Format, defaultLogFormat)
 	setStr(&c.Log.Level, defaultLogLevel)
 	if c.Streams.Replicas == 0 {
@@ -97,6 +116,8 @@ func (c *Config) WithDefaults() *Config {
 		setStr(&t.Method, defaultMethod)
 		setDur(&t.Timeout, defaultTimeout)
 		setStr(&t.ReferenceField, defaultReferenceField)
+		setStr(&t.IdempotencyKey, IdempotencyKeyEvent)
+		setStr(&t.Redirects, RedirectsNone)
 		setStr(&t.Callback.EventField, defaultCallbackEvent)
 		setStr(&t.Callback.ReferenceField, defaultCallbackRef)
 		setDur(&t.Callback.Tolerance, defaultTolerance)
@@ -126,6 +147,7 @@ func (c *Config) WithDefaults() *Config {
 	setDur(&c.Poller.ReconcileEvery, defaultReconcileEvery)
 	setDur(&c.Poller.Grace, defaultGrace)
 	setDur(&c.Poller.RunningGrace, defaultRunningGrace)
+	setDur(&c.StopTimeout, DefaultStopTimeout)
 	c.Deadletter.withDefaults()
 	if c.Demo.FailureRate == 0 && !c.explicitZero["demo.failure_rate"] {
 		c.Demo.FailureRate = defaultFailureRate

@@ -86,7 +86,11 @@ func TestDocsFullExample(t *testing.T) {
 		fallback[fb] = true
 	}
 	getenv := func(name string) (string, bool) { // every ${…} is set, no override
-		return "from-env", !strings.HasPrefix(name, "TENAZ_") && !fallback[name]
+		v := "from-env"
+		if strings.HasSuffix(name, "_SECRET") { // a Standard Webhooks secret of 32 bytes
+			v = "whsec_ZG9jcy1mdWxsLWV4YW1wbGUtc2VjcmV0LTMyYnl0ZXM="
+		}
+		return v, !strings.HasPrefix(name, "TENAZ_") && !fallback[name]
 	}
 	cfg, err := Parse([]byte(example), getenv)
 	if err != nil {

@@ -19,7 +19,7 @@ kinds:
   order.create: {target: erp, attempts: 3}
 `
 	env := map[string]string{
-		"ERP_SIGNING_SECRET": "whsec_c2VjcmV0",
+		"ERP_SIGNING_SECRET": "whsec_ZXhhbXBsZS1lcnAtc2lnbmluZy1zZWNyZXQtMzJieXQ=",
 		"TENAZ_HTTP_ADDR":    ":9090",
 	}
 	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }

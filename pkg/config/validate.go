@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"fmt"
 	"math"
 	"net"
@@ -31,6 +32,26 @@ var logLevels = []string{"trace", "debug", "info", "warn", "error", "fatal", "pa
 
 // MaxAttempts bounds Stage.Attempts.
 const MaxAttempts = 100
+
+// MinSecretBytes is the shortest key a signing_secret or callback_secret
+// may decode to: Standard Webhooks asks for 24 to 64 bytes. Shorter keys
+// (an empty one signs for anybody) are refused.
+const MinSecretBytes = 24
+
+// secretPrefix starts a Standard Webhooks secret; the standard base64 of
+// the key follows.
+const secretPrefix = "whsec_"
+
+// MaxTolerance bounds targets.<target>.callback.tolerance, the window in
+// which a captured webhook can be replayed. Standard Webhooks recommends
+// 5 minutes; an hour leaves room for a provider with a badly set clock
+// while a captured webhook still goes stale within the hour.
+const MaxTolerance = Duration(time.Hour)
+
+// StopMargin is what stop_timeout keeps beyond the longest target call:
+// the HTTP listener shuts down within the same deadline, and the last
+// call's outcome is still to be stored and acknowledged after it returns.
+const StopMargin = Duration(5 * time.Second)
 
 // Validate checks c, which should have had WithDefaults applied, and
 // returns every problem at once: an errors.Join of *KeyError values, each
@@ -114,6 +135,7 @@ func (v *validator) top() {
 	v.positive("poller.reconcile_every", c.Poller.ReconcileEvery)
 	v.positive("poller.grace", c.Poller.Grace)
 	v.positive("poller.running_grace", c.Poller.RunningGrace)
+	v.positive("stop_timeout", c.StopTimeout)
 	if !token(c.Prefix) {
 		v.add("prefix", "must be one subject token of 1-64 characters of [A-Za-z0-9_-], got %q", c.Prefix)
 	}
@@ -144,6 +166,13 @@ func (v *validator) top() {
 	v.hostPort("http.addr", c.HTTP.Addr)
 	if c.HTTP.MaxBodyBytes <= 0 {
 		v.add("http.max_body_bytes", "must be positive, got %d", c.HTTP.MaxBodyBytes)
+	}
+	v.positive("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
+	v.positive("http.read_timeout", c.HTTP.ReadTimeout)
+	v.positive("http.write_timeout", c.HTTP.WriteTimeout)
+	v.positive("http.idle_timeout", c.HTTP.IdleTimeout)
+	if c.HTTP.ReadHeaderTimeout > c.HTTP.ReadTimeout {
+		v.add("http.read_header_timeout", "must not exceed http.read_timeout (%s, which includes the headers), got %s", c.HTTP.ReadTimeout, c.HTTP.ReadHeaderTimeout)
 	}
 	if f := c.Log.Format; f != LogFormatJSON && f != LogFormatConsole {
 		v.add("log.format", `must be "json" or "console", got %q`, f)
@@ -224,6 +253,35 @@ func (v *validator) headers(key string, h map[string]Secret) {
 	}
 }
 
+// secret checks a Standard Webhooks secret, if set, without ever
+// putting its value in the message.
+func (v *validator) secret(key string, s Secret) {
+	if s == "" {
+		return
+	}
+	b64, ok := strings.CutPrefix(s.Reveal(), secretPrefix)
+	if !ok {
+		v.add(key, `must be %q followed by the standard base64 of the key (Standard Webhooks), e.g. "whsec_$(openssl rand -base64 32)"`, secretPrefix)
+		return
+	}
+	k, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		v.add(key, "is not valid standard base64 after %q", secretPrefix)
+		return
+	}
+	if len(k) < MinSecretBytes {
+		v.add(key, "decodes to a %d-byte key; at least %d bytes are required, e.g. \"whsec_$(openssl rand -base64 32)\"", len(k), MinSecretBytes)
+	}
+}
+
+// callTimeout checks that a call of timeout d fits in the drain: a call
+// cut by the stop deadline may have reached the target, and is made again.
+func (v *validator) callTimeout(key string, d Duration) {
+	if limit := v.c.StopTimeout - StopMargin; d > 0 && v.c.StopTimeout > 0 && d > limit {
+		v.add(key, "%s does not fit in the drain on stop: at most stop_timeout (%s) minus %s, so %s; lower it or raise stop_timeout (and the deployment's grace period)", d, v.c.StopTimeout, StopMargin, max(limit, 0))
+	}
+}
+
 func (v *validator) targets() {
 	for _, name := range sorted(v.c.Targets) {
 		t := v.c.Targets[name]
@@ -238,7 +296,10 @@ func (v *validator) targets() {
 			v.add(join(key, "method"), "must be an HTTP method such as POST, got %q", t.Method)
 		}
 		v.positive(join(key, "timeout"), t.Timeout)
+		v.callTimeout(join(key, "timeout"), t.Timeout)
 		v.headers(join(key, "headers"), t.Headers)
+		v.secret(join(key, "signing_secret"), t.SigningSecret)
+		v.secret(join(key, "callback_secret"), t.CallbackSecret)
 		for _, status := range sorted(t.Classify) {
 			ckey := join(key, "classify."+status)
 			if code, err := strconv.Atoi(status); err != nil || len(status) != 3 || code < 100 || code > 599 {
@@ -253,8 +314,17 @@ func (v *validator) targets() {
 		if t.ReferenceField == "" {
 			v.add(join(key, "reference_field"), "is required")
 		}
+		if k := t.IdempotencyKey; k != IdempotencyKeyEvent && k != IdempotencyKeyCaller {
+			v.add(join(key, "idempotency_key"), "must be event or caller, got %q", k)
+		}
+		if r := t.Redirects; r != RedirectsNone && r != RedirectsSameHost {
+			v.add(join(key, "redirects"), "must be none or same_host, got %q", r)
+		}
 		ckey := join(key, "callback")
 		v.positive(join(ckey, "tolerance"), t.Callback.Tolerance)
+		if t.Callback.Tolerance > MaxTolerance {
+			v.add(join(ckey, "tolerance"), "must be at most %s (Standard Webhooks recommends 5m), got %s", MaxTolerance, t.Callback.Tolerance)
+		}
 		if t.Callback.EventField == "" && t.Callback.ReferenceField == "" {
 			v.add(ckey, "event_field or reference_field is required")
 		}

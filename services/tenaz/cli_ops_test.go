@@ -268,7 +268,7 @@ func TestCLIReview(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	yaml := testConfig(t.TempDir(), target.URL,
 		"  credit.check: {target: erp, completion: callback, callback_sla: 1s, attempts: 3, backoff: {initial: 1s, jitter: 0}}\n")
-	yaml = strings.Replace(yaml, "timeout: 5s}", `timeout: 5s, callback_secret: "whsec_dGVuYXotY2xpLXRlc3Qtc2VjcmV0"}`, 1)
+	yaml = strings.Replace(yaml, "timeout: 5s}", `timeout: 5s, callback_secret: "whsec_dGVuYXotY2xpLXRlc3Qtd2ViaG9vay1zZWNyZXQtMzI="}`, 1)
 	tz := start(t, yaml)
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
