@@ -32,7 +32,6 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/daemon"
 )
 
 // services are the Deployments, each named tenaz-<service>.
@@ -54,8 +53,9 @@ const (
 )
 
 // drain is how many seconds a service takes to drain after SIGTERM: the
-// deadline daemon.Run gives Stop.
-var drain = int(daemon.StopTimeout / time.Second)
+// deadline daemon.Run gives Stop, stop_timeout (TestSampleConfig checks
+// that the sample config keeps the default).
+var drain = int(config.DefaultStopTimeout.D() / time.Second)
 
 // obj is one decoded manifest.
 type obj = map[string]any
@@ -713,6 +713,9 @@ func TestSampleConfig(t *testing.T) {
 		}
 		if len(cfg.Kinds) == 0 || len(cfg.Targets) == 0 {
 			t.Errorf("%s: no kinds or targets: every event would be refused", what)
+		}
+		if got := int(cfg.StopTimeout.D() / time.Second); got > drain {
+			t.Errorf("%s: stop_timeout %ds is longer than the %ds drain the grace periods are checked against", what, got, drain)
 		}
 	}
 	// The file itself names the NATS servers (NATS_URL only overrides them).

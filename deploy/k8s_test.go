@@ -216,7 +216,7 @@ func checkTypedService(t *testing.T, o objects, svc string) {
 		pause = c.Lifecycle.PreStop.Sleep.Seconds
 	}
 	if g := *pod.TerminationGracePeriodSeconds; g <= pause+int64(drain) {
-		t.Errorf("terminationGracePeriodSeconds %d is not longer than the preStop %ds + the %ds drain (daemon.StopTimeout)", g, pause, drain)
+		t.Errorf("terminationGracePeriodSeconds %d is not longer than the preStop %ds + the %ds drain (stop_timeout)", g, pause, drain)
 	}
 
 	// Security context, pod and container.

@@ -1,13 +1,17 @@
 // Package callbacks is the webhook receiver's memory in the
 // tenaz_callbacks bucket: which event a provider's reference belongs to
 // (written by the dispatcher when a target accepts work it will answer by
-// webhook). Every key carries a per-key TTL, so the bucket never grows
-// past the events that can still be answered. (Which webhook-ids were
-// applied is in each event's own history, written with the result.)
+// webhook). A reference is held per account and target, by the first
+// event that records it: another event naming the same reference is a
+// conflict, never a re-point, and no account's reference resolves to
+// another account's event. Every key carries a per-key TTL, so the bucket
+// never grows past the events that can still be answered. (Which
+// webhook-ids were applied is in each event's own history, written with
+// the result.)
 //
 //	x, _ := callbacks.Open(ctx, js)
-//	_ = x.PutRef(ctx, "bureau_a", "ref_7", rec.ID, sla+retention)
-//	id, _, err := x.Lookup(ctx, "bureau_a", "ref_7")
+//	err := x.PutRef(ctx, "acme", "bureau_a", "ref_7", rec.ID, sla+retention)
+//	id, err := x.Lookup(ctx, "acme", "bureau_a", "ref_7")
 package callbacks
 
 import (
@@ -23,8 +27,29 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// ErrNotFound is returned by Lookup for a reference nobody recorded.
-var ErrNotFound = errors.New("callbacks: unknown reference")
+var (
+	// ErrNotFound is returned by Lookup for a reference nobody recorded.
+	ErrNotFound = errors.New("callbacks: unknown reference")
+	// ErrConflict is wrapped by the *ConflictError of PutRef.
+	ErrConflict = errors.New("callbacks: reference held by another event")
+	// ErrAmbiguous is returned by Lookup without an account when events of
+	// more than one account hold the reference.
+	ErrAmbiguous = errors.New("callbacks: reference held in more than one account")
+)
+
+// ConflictError says which event already holds a reference.
+type ConflictError struct {
+	Holder string // the event id the reference stays with
+	// Legacy: the holder was recorded in the legacy layout, which has no
+	// account, so the holder may be another account's event.
+	Legacy bool
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%v: %s", ErrConflict, e.Holder)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrConflict }
 
 // minTTL is the shortest per-key TTL the server accepts.
 const minTTL = time.Second
@@ -41,28 +66,82 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Index, error) {
 	return &Index{kv: kv}, nil
 }
 
-// key hashes an outside string (any bytes, any length) into a key token.
-func key(kind, target, s string) string {
+// hash turns an outside string (any bytes, any length) into a key token.
+func hash(s string) string {
 	h := sha256.Sum256([]byte(s))
-	return kind + "." + target + "." + hex.EncodeToString(h[:16])
+	return hex.EncodeToString(h[:16])
 }
 
-// PutRef records that target's reference ref belongs to event id, for ttl.
-// Recording the same pair again is not an error.
-func (x *Index) PutRef(ctx context.Context, target, ref, id string, ttl time.Duration) error {
-	_, err := x.kv.Create(ctx, key("ref", target, ref), []byte(id), jetstream.KeyTTL(max(ttl, minTTL)))
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		_, err = x.kv.Put(ctx, key("ref", target, ref), []byte(id))
-	}
-	if err != nil {
+// refKey is ref.<target>.<account>.<hash of ref>. Account and target are
+// validated tokens; the account sits after the target so that one filter
+// (ref.<target>.*.<hash>) finds every account holding a reference.
+func refKey(account, target, ref string) string {
+	return "ref." + target + "." + account + "." + hash(ref)
+}
+
+// legacyKey is the layout before references were per account,
+// ref.<target>.<hash>. Such keys are still read, and still count as held,
+// until their TTL (the callback SLA plus retention) ends them.
+func legacyKey(target, ref string) string { return "ref." + target + "." + hash(ref) }
+
+// PutRef records that account's reference ref at target belongs to event
+// id, for ttl. Recording the same pair again is not an error. When another
+// event holds the reference (in this layout or the legacy one), the
+// mapping is left as it is and the error is a *ConflictError naming the
+// holder.
+func (x *Index) PutRef(ctx context.Context, account, target, ref, id string, ttl time.Duration) error {
+	if e, err := x.kv.Get(ctx, legacyKey(target, ref)); err == nil && string(e.Value()) != id {
+		return &ConflictError{Holder: string(e.Value()), Legacy: true}
+	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("callbacks: record reference of %s: %w", id, err)
 	}
-	return nil
+	k := refKey(account, target, ref)
+	// Two tries: the holder's key may expire between the Create and the Get.
+	for range 2 {
+		_, err := x.kv.Create(ctx, k, []byte(id), jetstream.KeyTTL(max(ttl, minTTL)))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("callbacks: record reference of %s: %w", id, err)
+		}
+		e, err := x.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("callbacks: record reference of %s: %w", id, err)
+		}
+		if string(e.Value()) == id {
+			return nil
+		}
+		return &ConflictError{Holder: string(e.Value())}
+	}
+	return fmt.Errorf("callbacks: record reference of %s: the key changed twice while it was written", id)
 }
 
-// Lookup returns the event id of target's reference ref.
-func (x *Index) Lookup(ctx context.Context, target, ref string) (string, error) {
-	e, err := x.kv.Get(ctx, key("ref", target, ref))
+// Lookup returns the event id that holds account's reference ref at
+// target. With account "" (a webhook that does not say its account) it is
+// the one account's event that holds it, or ErrAmbiguous when several do.
+// A reference recorded in the legacy layout carries no account: its event
+// is returned for any account, and the caller must check the event's
+// account.
+func (x *Index) Lookup(ctx context.Context, account, target, ref string) (string, error) {
+	var id string
+	var err error
+	if account != "" {
+		id, err = x.get(ctx, refKey(account, target, ref))
+	} else {
+		id, err = x.only(ctx, "ref."+target+".*."+hash(ref))
+	}
+	if errors.Is(err, ErrNotFound) {
+		return x.get(ctx, legacyKey(target, ref))
+	}
+	return id, err
+}
+
+func (x *Index) get(ctx context.Context, key string) (string, error) {
+	e, err := x.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", ErrNotFound
 	}
@@ -70,4 +149,26 @@ func (x *Index) Lookup(ctx context.Context, target, ref string) (string, error) 
 		return "", fmt.Errorf("callbacks: look up reference: %w", err)
 	}
 	return string(e.Value()), nil
+}
+
+// only returns the value of the one key matching filter.
+func (x *Index) only(ctx context.Context, filter string) (string, error) {
+	l, err := x.kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return "", fmt.Errorf("callbacks: look up reference: %w", err)
+	}
+	keys := map[string]bool{} // a lister may report a key twice
+	for k := range l.Keys() {
+		keys[k] = true
+	}
+	_ = l.Stop()
+	switch len(keys) {
+	case 0:
+		return "", ErrNotFound
+	case 1:
+		for k := range keys {
+			return x.get(ctx, k)
+		}
+	}
+	return "", fmt.Errorf("%w (%d accounts)", ErrAmbiguous, len(keys))
 }

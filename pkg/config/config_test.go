@@ -194,6 +194,10 @@ kinds:
 	eq(t, "nats.embedded.listen", cfg.NATS.Embedded.Listen, "127.0.0.1:4222")
 	eq(t, "http.addr", cfg.HTTP.Addr, ":8080")
 	eq(t, "http.max_body_bytes", cfg.HTTP.MaxBodyBytes, int64(1<<20))
+	eq(t, "http.read_header_timeout", cfg.HTTP.ReadHeaderTimeout.D(), 5*time.Second)
+	eq(t, "http.read_timeout", cfg.HTTP.ReadTimeout.D(), 30*time.Second)
+	eq(t, "http.write_timeout", cfg.HTTP.WriteTimeout.D(), 60*time.Second)
+	eq(t, "http.idle_timeout", cfg.HTTP.IdleTimeout.D(), 120*time.Second)
 	eq(t, "log.format", cfg.Log.Format, "json")
 	eq(t, "log.level", cfg.Log.Level, "info")
 	eq(t, "streams.replicas", cfg.Streams.Replicas, 1)
@@ -494,6 +498,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "empty tag", doc: minimal + "streams: {tags: [a, '']}", want: []string{"streams.tags[1]: must not be empty"}},
 		{name: "negative max body", doc: minimal + "http: {max_body_bytes: -1}", want: []string{"http.max_body_bytes: must be positive, got -1"}},
 		{name: "bad http addr", doc: minimal + "http: {addr: '8080'}", want: []string{"http.addr: must be host:port"}},
+		{name: "negative read timeout", doc: minimal + "http: {read_timeout: -1s}", want: []string{"http.read_timeout: must be a positive duration"}},
+		{name: "header timeout over read timeout", doc: minimal + "http: {read_header_timeout: 10s, read_timeout: 5s}", want: []string{"http.read_header_timeout: must not exceed http.read_timeout"}},
 		{name: "bad log format", doc: minimal + "log: {format: text}", want: []string{`log.format: must be "json" or "console", got "text"`}},
 		{name: "bad log level", doc: minimal + "log: {level: verbose}", want: []string{`log.level: must be one of`}},
 		{name: "failure rate above 1", doc: minimal + "demo: {failure_rate: 1.5}", want: []string{"demo.failure_rate: must be between 0 and 1, got 1.5"}},
@@ -718,8 +724,9 @@ kinds:
 		{"top-level and nested scalars", map[string]string{
 			"TENAZ_PREFIX": "acme", "TENAZ_HTTP_ADDR": ":9090", "TENAZ_NATS_EMBEDDED_SYNC": "2s",
 			"TENAZ_STREAMS_REPLICAS": "3", "TENAZ_HTTP_MAX_BODY_BYTES": "2048", "TENAZ_STREAMS_RETENTION": "24h",
-			"TENAZ_STREAMS_TAGS": "ssd, eu ,", "TENAZ_DEMO_FAILURE_RATE": "0.5",
+			"TENAZ_STREAMS_TAGS": "ssd, eu ,", "TENAZ_DEMO_FAILURE_RATE": "0.5", "TENAZ_HTTP_READ_HEADER_TIMEOUT": "2s",
 		}, func(t *testing.T, c *config.Config) {
+			eq(t, "http.read_header_timeout", c.HTTP.ReadHeaderTimeout.D(), 2*time.Second)
 			eq(t, "prefix", c.Prefix, "acme")
 			eq(t, "http.addr", c.HTTP.Addr, ":9090")
 			eq(t, "nats.embedded.sync", c.NATS.Embedded.Sync, "2s")

@@ -89,15 +89,28 @@ type Server struct {
 	done chan error
 }
 
-// Serve listens on addr and serves h in the background.
+// Serve listens on addr and serves h in the background, with the default
+// http.* timeouts (see ServeWith).
 func Serve(addr string, h http.Handler) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	c := (&config.Config{}).WithDefaults().HTTP
+	c.Addr = addr
+	return ServeWith(c, h)
+}
+
+// ServeWith listens on c.Addr and serves h in the background. Every
+// connection has deadlines (c's read_header, read, write and idle
+// timeouts): a client that trickles its headers or its body, or never
+// reads its answer, is cut off instead of holding a connection and a
+// goroutine forever.
+func ServeWith(c config.HTTP, h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("http: listen %s: %w", addr, err)
+		return nil, fmt.Errorf("http: listen %s: %w", c.Addr, err)
 	}
 	s := &Server{
-		Server: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second},
-		Addr:   ln.Addr().String(), done: make(chan error, 1),
+		Server: &http.Server{Handler: h, ReadHeaderTimeout: c.ReadHeaderTimeout.D(), ReadTimeout: c.ReadTimeout.D(),
+			WriteTimeout: c.WriteTimeout.D(), IdleTimeout: c.IdleTimeout.D()},
+		Addr: ln.Addr().String(), done: make(chan error, 1),
 	}
 	go func() {
 		err := s.Server.Serve(ln)
@@ -150,7 +163,7 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	srv, err := Serve(cfg.HTTP.Addr, Handler(cfg, a, Mux(svc)))
+	srv, err := ServeWith(cfg.HTTP, Handler(cfg, a, Mux(svc)))
 	if err != nil {
 		_ = svc.Stop(context.Background())
 		return err

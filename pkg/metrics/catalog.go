@@ -69,7 +69,7 @@ const (
 	CallbackApplied = "applied" // the result was applied to a waiting event
 	CallbackNoop    = "noop"    // verified, but the event no longer waited (duplicate, late, out of order): recorded, nothing changed
 	CallbackUnknown = "unknown" // verified, but no event matches
-	CallbackForged  = "forged"  // the signature did not verify (answered 401)
+	CallbackForged  = "forged"  // the signature did not verify (answered 401, or 429 past the refusal budget)
 )
 
 // Results of tenaz_polls_total.

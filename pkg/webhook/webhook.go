@@ -6,6 +6,12 @@
 //
 //	h := webhook.Headers(secret, msgID, time.Now(), body) // set on the request
 //	err := webhook.Verify(secret, r.Header, body, 5*time.Minute, time.Now())
+//
+// A receiver checks the headers before it reads the body:
+//
+//	sig, err := webhook.Check(r.Header, 5*time.Minute, time.Now()) // refuse on err
+//	body, _ := io.ReadAll(r.Body)
+//	err = sig.Verify(secret, body)
 package webhook
 
 import (
@@ -48,13 +54,18 @@ func Key(secret string) []byte {
 
 // Sign returns the "v1,<base64>" signature of body.
 func Sign(secret, id string, ts time.Time, body []byte) string {
+	return "v1," + base64.StdEncoding.EncodeToString(sum(secret, id, ts, body))
+}
+
+// sum is the HMAC-SHA256 of "<id>.<unix seconds>.<body>".
+func sum(secret, id string, ts time.Time, body []byte) []byte {
 	mac := hmac.New(sha256.New, Key(secret))
 	mac.Write([]byte(id))
 	mac.Write([]byte{'.'})
 	mac.Write([]byte(strconv.FormatInt(ts.Unix(), 10)))
 	mac.Write([]byte{'.'})
 	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	return mac.Sum(nil)
 }
 
 // Headers returns the three headers of a signed message.
@@ -66,34 +77,86 @@ func Headers(secret, id string, ts time.Time, body []byte) http.Header {
 	return h
 }
 
-// Verify checks the headers of a received message against secret: the
-// timestamp must be within tolerance of now (either way) and one of the
-// space-separated v1 signatures must match (constant-time compare). Every
-// failure wraps ErrInvalid and one of ErrHeaders, ErrTimestamp or
-// ErrSignature.
-func Verify(secret string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+// Signature is the checked headers of a received message: what Check
+// found, before the body is read.
+type Signature struct {
+	ID        string    // webhook-id
+	Timestamp time.Time // webhook-timestamp
+	macs      [][]byte  // the decoded v1 signatures
+}
+
+// Limits of a well-formed message's headers.
+const (
+	maxIDLen        = 256
+	maxSignatureLen = 4096
+)
+
+// Check checks the headers of a received message, so that a forged or
+// stale one is refused before its body is read: webhook-id is 1-256
+// printable ASCII characters, webhook-timestamp is unix seconds within
+// tolerance of now (either way), and webhook-signature holds at most 4096
+// bytes of space-separated signatures, at least one of them
+// "v1,<base64 of 32 bytes>" (others are ignored). Every failure wraps
+// ErrInvalid and ErrHeaders or ErrTimestamp.
+func Check(h http.Header, tolerance time.Duration, now time.Time) (Signature, error) {
 	id, tsv, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	for _, hv := range [...][2]string{{HeaderID, id}, {HeaderTimestamp, tsv}, {HeaderSignature, sigs}} {
 		if hv[1] == "" {
-			return fmt.Errorf("%w: %s is missing", ErrHeaders, hv[0])
+			return Signature{}, fmt.Errorf("%w: %s is missing", ErrHeaders, hv[0])
 		}
 	}
-	if len(id) > 256 || len(sigs) > 4096 {
-		return fmt.Errorf("%w: too long", ErrHeaders)
+	if len(id) > maxIDLen || len(sigs) > maxSignatureLen {
+		return Signature{}, fmt.Errorf("%w: too long", ErrHeaders)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return Signature{}, fmt.Errorf("%w: %s must be printable ASCII", ErrHeaders, HeaderID)
+		}
 	}
 	sec, err := strconv.ParseInt(tsv, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: %s is not unix seconds", ErrHeaders, HeaderTimestamp)
+	if err != nil || tsv[0] < '0' || tsv[0] > '9' {
+		return Signature{}, fmt.Errorf("%w: %s is not unix seconds", ErrHeaders, HeaderTimestamp)
 	}
 	ts := time.Unix(sec, 0)
 	if d := now.Sub(ts); d > tolerance || d < -tolerance {
-		return fmt.Errorf("%w: %s away from now, tolerance %s", ErrTimestamp, d.Abs().Truncate(time.Second), tolerance)
+		return Signature{}, fmt.Errorf("%w: %s away from now, tolerance %s", ErrTimestamp, d.Abs().Truncate(time.Second), tolerance)
 	}
-	want := Sign(secret, id, ts, body)
-	for _, s := range strings.Fields(sigs) {
-		if strings.HasPrefix(s, "v1,") && hmac.Equal([]byte(s), []byte(want)) {
+	sig := Signature{ID: id, Timestamp: ts}
+	for _, f := range strings.Fields(sigs) {
+		b64, ok := strings.CutPrefix(f, "v1,")
+		if !ok || len(b64) != base64.StdEncoding.EncodedLen(sha256.Size) {
+			continue
+		}
+		if mac, err := base64.StdEncoding.DecodeString(b64); err == nil && len(mac) == sha256.Size {
+			sig.macs = append(sig.macs, mac)
+		}
+	}
+	if len(sig.macs) == 0 {
+		return Signature{}, fmt.Errorf("%w: %s has no v1 signature (v1,<base64 of 32 bytes>)", ErrHeaders, HeaderSignature)
+	}
+	return sig, nil
+}
+
+// Verify checks body against the signatures (constant-time compare): nil
+// when one of them is the HMAC of the message under secret, else
+// ErrSignature.
+func (s Signature) Verify(secret string, body []byte) error {
+	want := sum(secret, s.ID, s.Timestamp, body)
+	for _, m := range s.macs {
+		if hmac.Equal(m, want) {
 			return nil
 		}
 	}
 	return ErrSignature
+}
+
+// Verify checks a received message: Check, then Signature.Verify. Every
+// failure wraps ErrInvalid and one of ErrHeaders, ErrTimestamp or
+// ErrSignature.
+func Verify(secret string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	s, err := Check(h, tolerance, now)
+	if err != nil {
+		return err
+	}
+	return s.Verify(secret, body)
 }

@@ -121,7 +121,8 @@ func TestVerify(t *testing.T) {
 		{"future timestamp", whsec, signed(whsec, now.Add(5*time.Minute+time.Second)), body, webhook.ErrTimestamp},
 		{"timestamp at the epoch", whsec, signed(whsec, time.Unix(0, 0)), body, webhook.ErrTimestamp},
 		{"timestamp far beyond int64 time", whsec, with(good, webhook.HeaderTimestamp, "9223372036854775807"), body, webhook.ErrTimestamp},
-		{"negative timestamp", whsec, with(good, webhook.HeaderTimestamp, "-1800000000"), body, webhook.ErrTimestamp},
+		{"negative timestamp", whsec, with(good, webhook.HeaderTimestamp, "-1800000000"), body, webhook.ErrHeaders},
+		{"signed timestamp", whsec, with(good, webhook.HeaderTimestamp, "+"+strconv.FormatInt(now.Unix(), 10)), body, webhook.ErrHeaders},
 		{"timestamp not a number", whsec, with(good, webhook.HeaderTimestamp, "soon"), body, webhook.ErrHeaders},
 		{"timestamp in milliseconds", whsec, with(good, webhook.HeaderTimestamp, "1800000000000"), body, webhook.ErrTimestamp},
 		{"no headers", whsec, http.Header{}, body, webhook.ErrHeaders},
@@ -129,14 +130,18 @@ func TestVerify(t *testing.T) {
 		{"missing timestamp", whsec, with(good, webhook.HeaderTimestamp, ""), body, webhook.ErrHeaders},
 		{"missing signature", whsec, with(good, webhook.HeaderSignature, ""), body, webhook.ErrHeaders},
 		{"id too long", whsec, with(good, webhook.HeaderID, strings.Repeat("i", 257)), body, webhook.ErrHeaders},
+		{"id with a control character", whsec, with(good, webhook.HeaderID, "msg\x01"), body, webhook.ErrHeaders},
 		{"signature header too long", whsec, with(good, webhook.HeaderSignature, strings.Repeat("v1,AAAA ", 600)+good.Get(webhook.HeaderSignature)), body, webhook.ErrHeaders},
 		{"one of many signatures matches", whsec, with(good, webhook.HeaderSignature, "v1,AAAA v2,xyz "+good.Get(webhook.HeaderSignature)+" v1,BBBB"), body, nil},
 		{"rotated secret: old and new signatures", whsec, with(good, webhook.HeaderSignature,
 			webhook.Sign("old-secret", "msg_1", now, body)+" "+good.Get(webhook.HeaderSignature)), body, nil},
-		{"several signatures, none matches", whsec, with(good, webhook.HeaderSignature, "v1,AAAA v1,BBBB"), body, webhook.ErrSignature},
-		{"right MAC under another version", whsec, with(good, webhook.HeaderSignature, "v2,"+strings.TrimPrefix(good.Get(webhook.HeaderSignature), "v1,")), body, webhook.ErrSignature},
-		{"right MAC without a version", whsec, with(good, webhook.HeaderSignature, strings.TrimPrefix(good.Get(webhook.HeaderSignature), "v1,")), body, webhook.ErrSignature},
-		{"truncated MAC", whsec, with(good, webhook.HeaderSignature, good.Get(webhook.HeaderSignature)[:20]), body, webhook.ErrSignature},
+		{"several signatures, none well-formed", whsec, with(good, webhook.HeaderSignature, "v1,AAAA v1,BBBB"), body, webhook.ErrHeaders},
+		{"several well-formed signatures, none matches", whsec, with(good, webhook.HeaderSignature,
+			webhook.Sign("old-secret", "msg_1", now, body)+" "+webhook.Sign("other-secret", "msg_1", now, body)), body, webhook.ErrSignature},
+		{"right MAC under another version", whsec, with(good, webhook.HeaderSignature, "v2,"+strings.TrimPrefix(good.Get(webhook.HeaderSignature), "v1,")), body, webhook.ErrHeaders},
+		{"right MAC without a version", whsec, with(good, webhook.HeaderSignature, strings.TrimPrefix(good.Get(webhook.HeaderSignature), "v1,")), body, webhook.ErrHeaders},
+		{"truncated MAC", whsec, with(good, webhook.HeaderSignature, good.Get(webhook.HeaderSignature)[:20]), body, webhook.ErrHeaders},
+		{"wrong MAC of the right length", whsec, with(good, webhook.HeaderSignature, "v1,"+base64.StdEncoding.EncodeToString(make([]byte, 32))), body, webhook.ErrSignature},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,6 +171,32 @@ func TestVerifyErrorsSayWhy(t *testing.T) {
 	h.Del(webhook.HeaderSignature)
 	if err := webhook.Verify("s", h, nil, time.Minute, now); err == nil || !strings.Contains(err.Error(), webhook.HeaderSignature) {
 		t.Errorf("want the missing header named, got %v", err)
+	}
+}
+
+// TestCheckNeedsNoBody: Check decides on the headers alone (a receiver
+// refuses before reading the body), and what it accepts verifies against
+// the body it was signed over.
+func TestCheckNeedsNoBody(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	body := []byte(`{"status":"approved"}`)
+	h := webhook.Headers("whsec_c2VjcmV0", "msg_1", now, body)
+	sig, err := webhook.Check(h, time.Minute, now)
+	if err != nil {
+		t.Fatalf("Check(good headers): want nil, got %v", err)
+	}
+	if sig.ID != "msg_1" || !sig.Timestamp.Equal(now) {
+		t.Errorf("Check: want id msg_1 at %v, got %q at %v", now, sig.ID, sig.Timestamp)
+	}
+	if err := sig.Verify("whsec_c2VjcmV0", body); err != nil {
+		t.Errorf("Verify(signed body): want nil, got %v", err)
+	}
+	if err := sig.Verify("whsec_c2VjcmV0", []byte(`{}`)); !errors.Is(err, webhook.ErrSignature) {
+		t.Errorf("Verify(another body): want ErrSignature, got %v", err)
+	}
+	if _, err := webhook.Check(h, time.Minute, now.Add(2*time.Minute)); !errors.Is(err, webhook.ErrTimestamp) {
+		t.Errorf("Check(stale headers): want ErrTimestamp, got %v", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
@@ -554,7 +555,19 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 		deadline := queue.DueTime(now.Add(stage.CallbackSLA.D()))
 		if resp.Reference != "" {
 			ttl := stage.CallbackSLA.D() + s.cfg.Streams.Retention.D()
-			if err := s.refs.PutRef(ctx, stage.Target, resp.Reference, env.ID, ttl); err != nil {
+			err := s.refs.PutRef(ctx, env.Account, stage.Target, resp.Reference, env.ID, ttl)
+			// A reference another event holds stays with it: this event
+			// still completes by a webhook naming its event id, or meets its
+			// deadline like any event whose webhook never comes.
+			if c, ok := errors.AsType[*callbacks.ConflictError](err); ok {
+				zerolog.Ctx(ctx).Warn().Str("holder", c.Holder).Str("target", stage.Target).Msg("provider reference already held by another event")
+				holder := "event " + c.Holder
+				if c.Legacy { // maybe another account's: not named in this account's history
+					holder = "an event recorded before references were per account"
+				}
+				detail += "; reference conflict: the provider's reference is held by " + holder +
+					" (webhooks naming it go there), so this event completes only by a webhook naming its event id"
+			} else if err != nil {
 				return state.Action{}, err
 			}
 		}

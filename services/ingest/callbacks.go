@@ -8,6 +8,10 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/ratelimiter"
+	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
@@ -21,15 +25,47 @@ import (
 
 // Outcomes of a verified callback, answered as {"outcome": …}.
 const (
-	CallbackApplied   = "applied"       // it carried the result: the event is done
-	CallbackDuplicate = "duplicate"     // its webhook-id was applied before
-	CallbackLate      = "late"          // the event no longer waits for this target
-	CallbackProgress  = "progress"      // not final (done_when): recorded, still waiting
-	CallbackUnknown   = "unknown_event" // no event matches its id or reference
+	CallbackApplied   = "applied"             // it carried the result: the event is done
+	CallbackDuplicate = "duplicate"           // its webhook-id was applied before
+	CallbackLate      = "late"                // the event no longer waits for this target
+	CallbackProgress  = "progress"            // not final (done_when): recorded, still waiting
+	CallbackUnknown   = "unknown_event"       // no event (of the webhook's account) matches its id or reference
+	CallbackAmbiguous = "ambiguous_reference" // its reference is held in several accounts and it names none
 )
 
 // maxCallbackResult bounds the callback body kept as the event's result.
 const maxCallbackResult = 4096
+
+// Refused webhooks of one target: refusalBurst answers 401 per second,
+// then 429 with Retry-After until the second ends; refusal logs are
+// sampled to refusalLogBurst lines per refusalLogPeriod. The metric
+// counts every refusal.
+const (
+	refusalBurst     = 20
+	refusalLogBurst  = 5
+	refusalLogPeriod = 10 * time.Second
+)
+
+// refusals is one target's refusal budget and its sampled log.
+type refusals struct {
+	limit ratelimiter.RateLimiter[any]
+	log   zerolog.Logger
+}
+
+// newRefusals builds the refusal budget of every target that receives
+// webhooks (the target set is fixed by the config).
+func newRefusals(cfg *config.Config, log zerolog.Logger) map[string]*refusals {
+	m := map[string]*refusals{}
+	for name, t := range cfg.Targets {
+		if t.CallbackSecret != "" {
+			m[name] = &refusals{
+				limit: ratelimiter.NewBursty[any](refusalBurst, time.Second),
+				log:   log.Sample(&zerolog.BurstSampler{Burst: refusalLogBurst, Period: refusalLogPeriod}),
+			}
+		}
+	}
+	return m
+}
 
 // CallbackReply is the body of a 200 answer to a webhook.
 type CallbackReply struct {
@@ -37,17 +73,31 @@ type CallbackReply struct {
 	ID      string `json:"id,omitempty"`
 }
 
-// handleCallback: POST /v1/callbacks/{target}. A provider's webhook,
-// verified with the target's callback_secret (Standard Webhooks: HMAC over
-// id.timestamp.body, timestamp tolerance). Whatever it turns out to be —
-// applied, a duplicate, late, unknown — a verified webhook is answered 200
-// and recorded in the event's history; only a bad signature is refused
-// (401), and a store outage is 503 so that the provider retries.
+// handleCallback: POST /v1/callbacks/{target} and
+// POST /v1/callbacks/{target}/{account}. A provider's webhook, verified
+// with the target's callback_secret (Standard Webhooks: HMAC over
+// id.timestamp.body, timestamp tolerance). The headers and the timestamp
+// are checked before the body is read. Whatever a verified webhook turns
+// out to be — applied, a duplicate, late, unknown — it is answered 200 and
+// recorded in the event's history (a repeat of the same webhook-id is not
+// recorded again); a bad signature is refused (401, then 429 past the
+// target's refusal budget), and a store outage is 503 so that the
+// provider retries. The account form resolves references in that
+// account only and never touches another account's event.
 func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("target")
+	name, account := r.PathValue("target"), r.PathValue("account")
 	t, ok := s.cfg.Target(name)
 	if !ok || t.CallbackSecret == "" {
 		httpapi.Error(w, http.StatusNotFound, "unknown_target", fmt.Sprintf("no target %q receives callbacks", name))
+		return
+	}
+	if account != "" && tenaz.ValidateAccount(account) != nil {
+		httpapi.Error(w, http.StatusNotFound, "unknown_account", "the account in the callback URL is not a valid account name")
+		return
+	}
+	sig, err := webhook.Check(r.Header, t.Callback.Tolerance.D(), s.st.Now())
+	if err != nil {
+		s.refuse(w, name, err)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.HTTP.MaxBodyBytes))
@@ -59,10 +109,8 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "reading body: "+err.Error())
 		return
 	}
-	if err := webhook.Verify(t.CallbackSecret.Reveal(), r.Header, body, t.Callback.Tolerance.D(), s.st.Now()); err != nil {
-		s.log.Warn().Str("target", name).Err(err).Msg("webhook refused")
-		s.metrics.Callback(name, metrics.CallbackForged)
-		httpapi.Error(w, http.StatusUnauthorized, "invalid_signature", err.Error())
+	if err := sig.Verify(t.CallbackSecret.Reveal(), body); err != nil {
+		s.refuse(w, name, err)
 		return
 	}
 	var doc map[string]any
@@ -70,7 +118,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "a callback body must be a JSON object: "+err.Error())
 		return
 	}
-	reply, err := s.ApplyCallback(r.Context(), name, r.Header.Get("webhook-id"), doc, body)
+	reply, err := s.ApplyCallback(r.Context(), account, name, sig.ID, doc, body)
 	if err != nil {
 		s.log.Error().Err(err).Str("target", name).Msg("callback not applied: store unavailable")
 		httpapi.Error(w, http.StatusServiceUnavailable, "unavailable", "the callback could not be stored; send it again")
@@ -79,7 +127,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 	switch reply.Outcome {
 	case CallbackApplied:
 		s.metrics.Callback(name, metrics.CallbackApplied)
-	case CallbackUnknown:
+	case CallbackUnknown, CallbackAmbiguous:
 		s.metrics.Callback(name, metrics.CallbackUnknown)
 	default:
 		s.metrics.Callback(name, metrics.CallbackNoop)
@@ -87,21 +135,47 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 	httpapi.JSON(w, http.StatusOK, reply)
 }
 
+// refuse answers a webhook that failed verification: 401 within the
+// target's refusal budget, 429 beyond it. Either way the connection is
+// closed, so a sender of forgeries pays a new connection for each.
+func (s *Service) refuse(w http.ResponseWriter, target string, err error) {
+	s.metrics.Callback(target, metrics.CallbackForged)
+	w.Header().Set("Connection", "close")
+	rf := s.refused[target]
+	if !rf.limit.TryAcquirePermit() {
+		w.Header().Set("Retry-After", "1")
+		httpapi.Error(w, http.StatusTooManyRequests, "too_many_refusals", "too many refused webhooks for this target; retry later")
+		return
+	}
+	rf.log.Warn().Str("target", target).Err(err).Msg("webhook refused")
+	httpapi.Error(w, http.StatusUnauthorized, "invalid_signature", err.Error())
+}
+
 // ApplyCallback applies a verified callback of target to the event it
 // names (by event id, else by the provider's reference), once: only an
 // event that still waits for this target's result moves (to done); every
-// other case is a recorded no-op. It is safe to call concurrently with
-// copies of the same callback.
-func (s *Service) ApplyCallback(ctx context.Context, target, webhookID string, doc map[string]any, body []byte) (CallbackReply, error) {
+// other case is a recorded no-op, recorded once per webhook-id and
+// outcome. With account set, the reference is looked up in that account
+// only, and an event of another account is unknown (and left untouched).
+// It is safe to call concurrently with copies of the same callback.
+func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, doc map[string]any, body []byte) (CallbackReply, error) {
 	t, _ := s.cfg.Target(target)
 	log := s.log.With().Str("target", target).Str("webhook_id", webhookID).Logger()
+	if account != "" {
+		log = log.With().Str("account", account).Logger()
+	}
 	id, _ := doc[t.Callback.EventField].(string)
 	ref, _ := doc[t.Callback.ReferenceField].(string)
 	if tenaz.ValidateEventID(id) != nil && ref != "" {
 		var err error
-		if id, err = s.refs.Lookup(ctx, target, ref); errors.Is(err, callbacks.ErrNotFound) {
+		id, err = s.refs.Lookup(ctx, account, target, ref)
+		switch {
+		case errors.Is(err, callbacks.ErrNotFound):
 			id = ""
-		} else if err != nil {
+		case errors.Is(err, callbacks.ErrAmbiguous):
+			log.Warn().Err(err).Msg("callback not applied: its reference is held in several accounts; send it to /v1/callbacks/{target}/{account}")
+			return CallbackReply{Outcome: CallbackAmbiguous}, nil
+		case err != nil:
 			return CallbackReply{}, err
 		}
 	}
@@ -118,8 +192,14 @@ func (s *Service) ApplyCallback(ctx context.Context, target, webhookID string, d
 	outcome := ""
 	now := s.st.Now()
 	rec, _, err := s.st.Update(ctx, id, func(cur state.Record) (state.Record, error) {
+		if account != "" && cur.Account != account {
+			return cur, errOtherAccount
+		}
 		note := func(o, detail string) (state.Record, error) {
 			outcome = o
+			if webhookID != "" && noted(cur, actor, detail) {
+				return cur, errUnchanged
+			}
 			n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: actor, Detail: detail}, now)
 			return n, err
 		}
@@ -140,9 +220,13 @@ func (s *Service) ApplyCallback(ctx context.Context, target, webhookID string, d
 		n, _, err := state.Apply(cur, a, now)
 		return n, err
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		log.Warn().Str("event_id", id).Msg("callback for an unknown event")
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, errOtherAccount) {
+		log.Warn().Str("event_id", id).AnErr("why", err).Msg("callback for an unknown event")
 		return CallbackReply{Outcome: CallbackUnknown}, nil
+	}
+	if errors.Is(err, errUnchanged) {
+		log.Debug().Str("event_id", rec.ID).Str("outcome", outcome).Msg("callback repeated; already recorded")
+		return CallbackReply{Outcome: outcome, ID: rec.ID}, nil
 	}
 	if err != nil {
 		return CallbackReply{}, err
@@ -154,6 +238,22 @@ func (s *Service) ApplyCallback(ctx context.Context, target, webhookID string, d
 	}
 	log.Info().Str("event_id", rec.ID).Str("outcome", outcome).Msg("callback")
 	return CallbackReply{Outcome: outcome, ID: rec.ID}, nil
+}
+
+// errOtherAccount ends the update of an event that is not the webhook's
+// account's: to the webhook, it does not exist.
+var errOtherAccount = errors.New("ingest: the event belongs to another account")
+
+// noted reports whether r's history already holds detail from actor: a
+// copy of a webhook that was recorded as a no-op is not recorded again, so
+// a replayed webhook costs no write and cannot crowd the history.
+func noted(r state.Record, actor, detail string) bool {
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if e := r.History[i]; e.Action == state.Note && e.Actor == actor && e.Detail == detail {
+			return true
+		}
+	}
+	return false
 }
 
 // awaits reports whether rec's current stage completes by target's callback.

@@ -80,6 +80,7 @@ type Service struct {
 	prov    *accounts.Provisioner
 	lanes   *lane.Lanes
 	refs    *callbacks.Index
+	refused map[string]*refusals // by target: refused webhooks' rate and log
 	replies *replies
 	gone    *nats.Subscription // a dispatcher deleted an idle account's consumer
 
@@ -126,6 +127,7 @@ func New(o Options) (*Service, error) {
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
 	}
 	s.q = queue.New(js, s.subj)
+	s.refused = newRefusals(o.Config, log)
 	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
 	s.metrics = o.Metrics
 	if s.metrics == nil {
@@ -272,4 +274,5 @@ func (s *Service) Routes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/events/{id}/history", a.Require(auth.Read, http.HandlerFunc(s.handleHistory)))
 	mux.Handle("DELETE /v1/events/{id}", a.Require(auth.Operate, http.HandlerFunc(s.handleCancel)))
 	mux.HandleFunc("POST /v1/callbacks/{target}", s.handleCallback)
+	mux.HandleFunc("POST /v1/callbacks/{target}/{account}", s.handleCallback)
 }

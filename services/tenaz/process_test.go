@@ -51,13 +51,29 @@ type proc struct {
 	cmd  *exec.Cmd
 	addr string
 	done chan error
+	out  *syncBuffer // stdout and stderr as they come
 }
 
 // runTenaz starts `tenaz run --config file` and waits until it serves HTTP.
 func runTenaz(t *testing.T, configFile string) *proc {
 	t.Helper()
-	cmd := exec.Command(tenazBinary(t), "run", "--config", configFile)
-	cmd.Env = append(os.Environ(), "LOG_FORMAT=json", "LOG_LEVEL=info")
+	return startTenaz(t, tenazCmd(t, "", nil, "run", "--config", configFile))
+}
+
+// tenazCmd is the tenaz binary with args, run in dir ("": the test's
+// working directory) with env added to the test's environment and JSON
+// logs at info.
+func tenazCmd(t *testing.T, dir string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(tenazBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "LOG_FORMAT=json", "LOG_LEVEL=info"), env...)
+	return cmd
+}
+
+// startTenaz starts cmd (a `tenaz run`) and waits until it serves HTTP.
+func startTenaz(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -66,11 +82,12 @@ func runTenaz(t *testing.T, configFile string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, done: make(chan error, 1), out: &syncBuffer{}}
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			_, _ = p.out.Write(append(sc.Bytes(), '\n'))
 			var line struct {
 				Message string `json:"message"`
 				HTTP    string `json:"http"`
@@ -89,7 +106,7 @@ func runTenaz(t *testing.T, configFile string) *proc {
 	select {
 	case p.addr = <-addrCh:
 	case err := <-p.done:
-		t.Fatalf("tenaz exited before serving: %v", err)
+		t.Fatalf("tenaz exited before serving: %v\n%s", err, p.out)
 	case <-time.After(30 * time.Second):
 		t.Fatal("tenaz did not start within 30s")
 	}

@@ -154,6 +154,7 @@ func TestHTTPAuthWired(t *testing.T) {
 	t.Cleanup(target.Close)
 	t.Cleanup(func() { _ = p.Close() })
 	yaml := strings.Replace(securedConfig(t.TempDir(), target.URL, ""), "erp: {url: ", `erp: {callback_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", url: `, 1)
+	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1) // HTTP auth on needs NATS auth
 	tz := startWith(t, yaml, standalone.Options{})
 	base := "http://" + tz.HTTPAddr()
 	acme, alice := "bearer:"+secAcmeKey, "basic:alice:"+secAliceKey

@@ -169,7 +169,7 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 		}
 		t.parts = append(t.parts, c)
 	}
-	if t.http, err = daemon.Serve(cfg.HTTP.Addr, daemon.Handler(cfg, t.auth, daemon.Mux(t.parts...))); err != nil {
+	if t.http, err = daemon.ServeWith(cfg.HTTP, daemon.Handler(cfg, t.auth, daemon.Mux(t.parts...))); err != nil {
 		return err
 	}
 	if err := t.startBureaus(); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +180,18 @@ func TestDemoConfigIsValid(t *testing.T) {
 	if cfg.NATS.URL != "" || cfg.NATS.Embedded.Sync != "always" || cfg.Demo.Provider == "" {
 		t.Fatalf("demo must run embedded NATS with sync always and the demo provider, got url=%q sync=%q demo=%q",
 			cfg.NATS.URL, cfg.NATS.Embedded.Sync, cfg.Demo.Provider)
+	}
+	// It has no auth, so it listens on loopback only.
+	for key, addr := range map[string]string{"http.addr": cfg.HTTP.Addr, "nats.embedded.listen": cfg.NATS.Embedded.Listen,
+		"demo.provider": cfg.Demo.Provider, "demo.bureau_a": cfg.Demo.BureauA, "demo.bureau_b": cfg.Demo.BureauB} {
+		if host, _, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" {
+			t.Errorf("demo %s: want 127.0.0.1:<port>, got %q", key, addr)
+		}
+	}
+	for name, tg := range cfg.Targets {
+		if u, err := url.Parse(tg.URL); err != nil || u.Hostname() != "127.0.0.1" {
+			t.Errorf("demo targets.%s.url: want a 127.0.0.1 URL, got %q", name, tg.URL)
+		}
 	}
 }
 

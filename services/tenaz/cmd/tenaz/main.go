@@ -27,11 +27,11 @@ type root struct {
 }
 
 type runCmd struct {
-	Config string `short:"c" help:"Config file (default: ./tenaz.yaml if present, else the built-in demo config)." type:"path"`
+	Config string `short:"c" help:"Config file (default: $TENAZ_CONFIG, else ./tenaz.yaml if present, else the built-in demo config)." type:"path"`
 }
 
 type configCmd struct {
-	Config string `arg:"" optional:"" help:"Config file (default: ./tenaz.yaml, else the demo config)." type:"path"`
+	Config string `arg:"" optional:"" help:"Config file (default: $TENAZ_CONFIG, else ./tenaz.yaml, else the demo config)." type:"path"`
 }
 
 func main() {
@@ -41,16 +41,15 @@ func main() {
 			"and take the nats CLI's connection flags, NATS_* variables and contexts.\n\n"+cli.ExitCodesHelp)))
 }
 
-// loadConfig: the flag, else ./tenaz.yaml, else the built-in demo.
+// demoConfig names the built-in demo config where a path would be.
+const demoConfig = "built-in demo config"
+
+// loadConfig: the file daemon.ConfigPath finds (the flag, $TENAZ_CONFIG,
+// ./tenaz.yaml), else the built-in demo.
 func loadConfig(path string) (*config.Config, string, error) {
-	if path == "" {
-		if _, err := os.Stat("tenaz.yaml"); err == nil {
-			path = "tenaz.yaml"
-		}
-	}
-	if path == "" {
+	if path = daemon.ConfigPath(path); path == "" {
 		cfg, err := standalone.DemoConfig(os.LookupEnv)
-		return cfg, "built-in demo config", err
+		return cfg, demoConfig, err
 	}
 	cfg, err := config.Load(path)
 	return cfg, path, err
@@ -65,16 +64,20 @@ func (r *runCmd) Run() error {
 	log.Info().Str("config", from).Msg("starting tenaz")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	t, err := standalone.New(standalone.Options{Config: cfg, Logger: &log})
+	t, err := standalone.New(standalone.Options{Config: cfg, Logger: &log, Demo: from == demoConfig})
 	if err != nil {
 		return err
 	}
 	if err := t.Start(ctx); err != nil {
 		return err
 	}
+	fmt.Fprintf(os.Stderr, "\ntenaz is running on http://%s (config: %s)\n", t.HTTPAddr(), from)
+	if from == demoConfig {
+		fmt.Fprintln(os.Stderr, standalone.DemoNotice)
+	}
 	<-ctx.Done()
 	log.Info().Msg("stopping")
-	sctx, cancel := context.WithTimeout(context.Background(), daemon.StopTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout.D())
 	defer cancel()
 	return t.Stop(sctx)
 }

@@ -328,7 +328,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		}
 		switch {
 		case cb.source == srcForged:
-			if cb.status != 0 && cb.status != http.StatusUnauthorized {
+			if cb.status != 0 && cb.status != http.StatusUnauthorized && cb.status != http.StatusTooManyRequests {
 				forgedOK = append(forgedOK, fmt.Sprintf("%s for %s answered %d %s", cb.webhookID, cb.eventID, cb.status, cb.body))
 			}
 		case cb.status == http.StatusUnauthorized:

@@ -14,7 +14,7 @@ import (
 
 // Sources of the webhooks the run sends itself.
 const (
-	srcForged      = "forged"       // a bad signature: must be refused with 401
+	srcForged      = "forged"       // a bad signature: must be refused (401, or 429 past the refusal budget)
 	srcOutOfOrder  = "out_of_order" // a "processing" status, after the provider accepted: never applied
 	srcConflicting = "conflicting"  // a second, different result after one was applied: never applied
 	srcReplay      = "replay"       // an applied webhook sent again, freshly signed: never applied

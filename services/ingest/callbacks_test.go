@@ -1,0 +1,408 @@
+package ingest_test
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenaz/tenaz/pkg/callbacks"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/webhook"
+	"github.com/tenaz/tenaz/services/ingest"
+)
+
+// cbSecret signs the webhooks of the bureau target in these tests.
+const cbSecret = "whsec_dGVuYXotaW5nZXN0LWNhbGxiYWNrLXRlc3Qtc2VjcmV0"
+
+// callbackYAML: credit.evaluate goes to bureau (at url), which answers by
+// webhook; a status of approved or rejected is final.
+func callbackYAML(url string) string {
+	return `
+streams: {ack_wait: 2s}
+targets:
+  bureau:
+    url: "` + url + `/proposals"
+    timeout: 3s
+    callback_secret: "` + cbSecret + `"
+    callback: {done_when: {field: status, in: [approved, rejected]}}
+kinds:
+  credit.evaluate: {target: bureau, completion: callback, entity: app_id}
+`
+}
+
+// tenants is a provider at which every call reaches a new tenant: each is
+// its own provider.Provider, and each hands out the reference "ref_1"
+// first, as providers that number jobs per tenant do.
+func tenants(t *testing.T) *httptest.Server {
+	t.Helper()
+	var mu sync.Mutex
+	var ps []*provider.Provider
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := provider.New(provider.Faults{})
+		mu.Lock()
+		ps = append(ps, p)
+		mu.Unlock()
+		p.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range ps {
+			_ = p.Close()
+		}
+	})
+	return srv
+}
+
+// submitCredit submits a credit.evaluate event of account and returns its id.
+func (h *harness) submitCredit(account, app string) string {
+	h.t.Helper()
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"`+account+`","kind":"credit.evaluate","payload":{"app_id":"`+app+`"}}`, "Idempotency-Key", app)
+	if r.Status != http.StatusAccepted {
+		h.t.Fatalf("submit %s/%s: want 202, got %d %s", account, app, r.Status, r.Body)
+	}
+	return event.ID(account, app)
+}
+
+// webhook posts body to path signed with cbSecret as webhook-id id, now.
+func (h *harness) webhook(path, id, body string) response {
+	h.t.Helper()
+	return h.do(http.MethodPost, path, body, signed(id, time.Now(), body)...)
+}
+
+// signed is the Standard Webhooks headers of body as alternating name, value.
+func signed(id string, at time.Time, body string) []string {
+	var hs []string
+	for k, v := range webhook.Headers(cbSecret, id, at, []byte(body)) {
+		hs = append(hs, k, v[0])
+	}
+	return hs
+}
+
+// outcome decodes a 200 answer to a webhook, failing on any other answer.
+func (r response) outcome(t *testing.T) ingest.CallbackReply {
+	t.Helper()
+	if r.Status != http.StatusOK {
+		t.Fatalf("webhook: want 200, got %d %s", r.Status, r.Body)
+	}
+	var rep ingest.CallbackReply
+	r.json(t, &rep)
+	return rep
+}
+
+// flood sends n POSTs from workers goroutines, the i-th built by req
+// (path, body, headers), and returns the answers; a request that gets no
+// answer fails the test.
+func (h *harness) flood(n, workers int, req func(i int) (path, body string, headers []string)) []response {
+	h.t.Helper()
+	answers := make([]response, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				path, body, hs := req(i)
+				answers[i], errs[i] = h.send(http.MethodPost, path, body, hs...)
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			h.t.Fatalf("request %d of %d: %v", i+1, n, err)
+		}
+	}
+	return answers
+}
+
+// awaiting waits for the events to await their callbacks and returns
+// their records; every one must hold the reference ref.
+func (h *harness) awaiting(ref string, ids ...string) []state.Record {
+	h.t.Helper()
+	var out []state.Record
+	for _, id := range ids {
+		rec := h.waitStatus(id, tenaz.StateAwaitingCallback)
+		if rec.Reference != ref {
+			h.t.Fatalf("event %s: want the provider's reference %q, got %q", id, ref, rec.Reference)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// TestCallbackReferencesArePerAccount: two accounts whose providers hand
+// out the same reference. Each account's webhook reaches its own event
+// only; a webhook that names no account cannot tell them apart and moves
+// neither; a webhook of one account naming another's event id finds no
+// event and leaves it untouched.
+func TestCallbackReferencesArePerAccount(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	acme, globex := h.submitCredit("acme", "a-1"), h.submitCredit("globex", "g-1")
+	h.awaiting("ref_1", acme, globex)
+
+	if got := h.webhook("/v1/callbacks/bureau", "msg_any", `{"reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackAmbiguous {
+		t.Fatalf("webhook naming no account, reference held by two: want %q, got %+v", ingest.CallbackAmbiguous, got)
+	}
+	before, _ := h.record(acme)
+	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_cross", `{"event_id":"`+acme+`","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackUnknown || got.ID != "" {
+		t.Fatalf("globex's webhook naming acme's event: want %q without an id, got %+v", ingest.CallbackUnknown, got)
+	}
+	if after, _ := h.record(acme); after.Status != tenaz.StateAwaitingCallback || len(after.History) != len(before.History) {
+		t.Fatalf("acme's event after globex's webhook: want it untouched (awaiting_callback, %d history entries), got %s with %d",
+			len(before.History), after.Status, len(after.History))
+	}
+
+	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_g", `{"reference":"ref_1","status":"approved","by":"globex"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != globex {
+		t.Fatalf("globex's webhook: want applied to %s, got %+v", globex, got)
+	}
+	if rec, _ := h.record(acme); rec.Status != tenaz.StateAwaitingCallback {
+		t.Fatalf("acme's event after globex's webhook naming the same reference: want awaiting_callback, got %s", rec.Status)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_a", `{"reference":"ref_1","status":"approved","by":"acme"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != acme {
+		t.Fatalf("acme's webhook: want applied to %s, got %+v", acme, got)
+	}
+	for id, by := range map[string]string{acme: "acme", globex: "globex"} {
+		rec := h.waitStatus(id, tenaz.StateDone)
+		var res struct{ By string }
+		if err := json.Unmarshal(rec.Result, &res); err != nil || res.By != by {
+			t.Errorf("event %s: want the result of %s's webhook, got %s", id, by, rec.Result)
+		}
+	}
+}
+
+// TestCallbackReferenceConflict: a second event of the account gets a
+// reference the first holds. The mapping stays with the first (a webhook
+// naming the reference completes it), the second's history records the
+// conflict, and the second still completes by a webhook naming its id.
+func TestCallbackReferenceConflict(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	first := h.submitCredit("acme", "c-1")
+	h.awaiting("ref_1", first)
+	second := h.submitCredit("acme", "c-2")
+	rec := h.awaiting("ref_1", second)[0]
+
+	var noted bool
+	for _, e := range rec.History {
+		noted = noted || e.Action == state.AwaitCallback && strings.Contains(e.Detail, "reference conflict") && strings.Contains(e.Detail, first)
+	}
+	if !noted {
+		t.Fatalf("second event's history: want its await_callback entry to record the conflict with %s, got %+v", first, rec.History)
+	}
+	idx, err := callbacks.Open(h.ctx(), h.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := idx.Lookup(h.ctx(), "acme", "bureau", "ref_1"); err != nil || id != first {
+		t.Fatalf("index after the conflict: want ref_1 → %s, got %q, %v", first, id, err)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_1", `{"reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != first {
+		t.Fatalf("webhook naming the reference: want applied to the first event %s, got %+v", first, got)
+	}
+	if r, _ := h.record(second); r.Status != tenaz.StateAwaitingCallback {
+		t.Fatalf("second event: want still awaiting_callback, got %s", r.Status)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_2", `{"event_id":"`+second+`","reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != second {
+		t.Fatalf("webhook naming the second event's id: want applied to %s, got %+v", second, got)
+	}
+}
+
+// TestCallbackLegacyReference: a reference recorded by an older version
+// (ref.<target>.<hash>, no account) still resolves, on both routes, but
+// never for a webhook of another account; and it still counts as held: a
+// new event of another account getting it records a conflict that does
+// not name the holder.
+func TestCallbackLegacyReference(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	old := h.submitCredit("acme", "l-1")
+	h.awaiting("ref_1", old)
+	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketCallbacks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("ref_1"))
+	hash := hex.EncodeToString(sum[:16])
+	if err := kv.Delete(h.ctx(), "ref.bureau.acme."+hash); err != nil {
+		t.Fatalf("delete the new-layout key: %v", err)
+	}
+	if _, err := kv.Put(h.ctx(), "ref.bureau."+hash, []byte(old)); err != nil {
+		t.Fatalf("write the legacy key: %v", err)
+	}
+
+	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_x", `{"reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackUnknown {
+		t.Fatalf("globex's webhook naming acme's legacy reference: want %q, got %+v", ingest.CallbackUnknown, got)
+	}
+	if got := h.webhook("/v1/callbacks/bureau", "msg_p", `{"reference":"ref_1","status":"processing"}`).outcome(t); got.Outcome != ingest.CallbackProgress || got.ID != old {
+		t.Fatalf("webhook naming no account: want %q for %s, got %+v", ingest.CallbackProgress, old, got)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_a", `{"reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != old {
+		t.Fatalf("acme's webhook: want applied to %s, got %+v", old, got)
+	}
+
+	other := h.submitCredit("globex", "l-2")
+	rec := h.awaiting("ref_1", other)[0]
+	var noted bool
+	for _, e := range rec.History {
+		if strings.Contains(e.Detail, old) {
+			t.Fatalf("globex's history names acme's event %s: %+v", old, e)
+		}
+		noted = noted || e.Action == state.AwaitCallback && strings.Contains(e.Detail, "reference conflict")
+	}
+	if !noted {
+		t.Fatalf("globex's event: want its await_callback entry to record the conflict, got %+v", rec.History)
+	}
+}
+
+// TestWebhookHeadersCheckedBeforeBody: a webhook whose headers are
+// missing, malformed or stale is refused at once, while the client has
+// sent none of the body it announced; without the check the handler would
+// wait for that body.
+func TestWebhookHeadersCheckedBeforeBody(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML("http://127.0.0.1:1"))
+	now := time.Now().Unix()
+	mac := "v1," + strings.Repeat("A", 43) + "="
+	tests := []struct{ name, headers, want string }{
+		{"stale timestamp", fmt.Sprintf("webhook-id: msg_1\r\nwebhook-timestamp: %d\r\nwebhook-signature: %s\r\n", now-3600, mac), "timestamp"},
+		{"no signature", fmt.Sprintf("webhook-id: msg_1\r\nwebhook-timestamp: %d\r\n", now), webhook.HeaderSignature},
+		{"malformed signature", fmt.Sprintf("webhook-id: msg_1\r\nwebhook-timestamp: %d\r\nwebhook-signature: v1,AAAA\r\n", now), webhook.HeaderSignature},
+		{"timestamp not a number", "webhook-id: msg_1\r\nwebhook-timestamp: soon\r\nwebhook-signature: " + mac + "\r\n", webhook.HeaderTimestamp},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", h.api.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /v1/callbacks/bureau HTTP/1.1\r\nHost: tenaz\r\nContent-Type: application/json\r\nContent-Length: 65536\r\n%s\r\n", tt.headers)
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("want an answer before the body is sent, got %v", err)
+			}
+			defer resp.Body.Close()
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(e.Error.Message, tt.want) {
+				t.Fatalf("want 401 naming %q, got %d %+v", tt.want, resp.StatusCode, e)
+			}
+		})
+	}
+}
+
+// TestWebhookRefusalsRateLimited: a flood of forged webhooks is answered
+// 401 up to the target's refusal budget and 429 beyond it, its log lines
+// are sampled, the metric counts every one, and a genuine webhook still
+// gets through.
+func TestWebhookRefusalsRateLimited(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	reg := prometheus.NewRegistry()
+	set, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := setup(t, callbackYAML("http://127.0.0.1:1"), withLog(logs), withMetrics(set))
+	const forged = 200
+	body := `{"reference":"ref_1","status":"approved"}`
+	start := time.Now()
+	answers := h.flood(forged, 8, func(i int) (string, string, []string) {
+		hs := webhook.Headers("whsec_Zm9yZ2VyLWZvcmdlci1mb3JnZXItZm9yZ2Vy", "msg_"+strconv.Itoa(i), time.Now(), []byte(body))
+		return "/v1/callbacks/bureau", body, []string{webhook.HeaderID, hs.Get(webhook.HeaderID),
+			webhook.HeaderTimestamp, hs.Get(webhook.HeaderTimestamp), webhook.HeaderSignature, hs.Get(webhook.HeaderSignature)}
+	})
+	secs := int(time.Since(start)/time.Second) + 1 // refusal windows the flood spanned
+	codes := map[int]int{}
+	for _, r := range answers {
+		codes[r.Status]++
+	}
+
+	if codes[http.StatusUnauthorized]+codes[http.StatusTooManyRequests] != forged {
+		t.Fatalf("forged webhooks: want only 401 and 429, got %v", codes)
+	}
+	if maxRefused := 20 * (secs + 1); codes[http.StatusUnauthorized] > maxRefused || codes[http.StatusTooManyRequests] == 0 {
+		t.Fatalf("forged webhooks over %ds: want at most %d answered 401 and the rest 429, got %v", secs, maxRefused, codes)
+	}
+	if n, maxLines := strings.Count(logs.String(), "webhook refused"), 5*(secs/10+2); n == 0 || n > maxLines {
+		t.Fatalf("log lines of %d refusals over %ds: want 1 to %d (sampled), got %d", forged, secs, maxLines, n)
+	}
+	m := &metricsHarness{harness: h, set: set, reg: reg}
+	if got := m.value(metrics.NameCallbacks, "target", "bureau", "result", metrics.CallbackForged); got != forged {
+		t.Fatalf("%s{result=forged}: want every refusal counted (%d), got %v", metrics.NameCallbacks, forged, got)
+	}
+	if got := h.webhook("/v1/callbacks/bureau", "msg_genuine", body).outcome(t); got.Outcome != ingest.CallbackUnknown {
+		t.Fatalf("genuine webhook after the flood: want it verified (%q: no event holds ref_1), got %+v", ingest.CallbackUnknown, got)
+	}
+}
+
+// TestWebhookReplayCostsBoundedWrites: a captured valid webhook replayed
+// 300 times inside the tolerance is applied once, its copies are recorded
+// at most once, and the event's record is written at most twice; a late
+// webhook replayed is recorded once too. The history keeps its claim and
+// attempt entries.
+func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "r-1")
+	h.awaiting("ref_1", id)
+
+	replay := func(webhookID string, n int) (outcomes map[string]int, writes uint64) {
+		body := `{"event_id":"` + id + `","status":"approved"}`
+		hs := signed(webhookID, time.Now(), body) // captured once, sent n times
+		before := h.streamState("KV_" + tenaz.BucketState).LastSeq
+		answers := h.flood(n, 6, func(int) (string, string, []string) { return "/v1/callbacks/bureau/acme", body, hs })
+		outcomes = map[string]int{}
+		for _, r := range answers {
+			outcomes[r.outcome(t).Outcome]++
+		}
+		return outcomes, h.streamState("KV_"+tenaz.BucketState).LastSeq - before
+	}
+
+	outcomes, writes := replay("msg_captured", 300)
+	if outcomes[ingest.CallbackApplied] != 1 || outcomes[ingest.CallbackDuplicate] != 299 {
+		t.Fatalf("300 copies of one webhook: want 1 applied and 299 duplicates, got %v", outcomes)
+	}
+	if writes > 2 {
+		t.Fatalf("300 copies of one webhook: want at most 2 writes of the event's record, got %d", writes)
+	}
+	outcomes, writes = replay("msg_late", 100)
+	if outcomes[ingest.CallbackLate] != 100 || writes > 1 {
+		t.Fatalf("100 copies of a webhook for a done event: want 100 late and at most 1 write, got %v and %d writes", outcomes, writes)
+	}
+
+	rec := h.waitStatus(id, tenaz.StateDone)
+	count := map[state.ActionName]int{}
+	for _, e := range rec.History {
+		count[e.Action]++
+	}
+	if count[state.Claim] != 1 || count[state.AwaitCallback] != 1 || count[state.Complete] != 1 || count[state.Note] > 2 {
+		t.Fatalf("history after the replays: want 1 claim, 1 await_callback, 1 complete and at most 2 notes, got %v", count)
+	}
+}
