@@ -6,6 +6,7 @@
 package dead
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -30,6 +32,9 @@ const (
 	// poll deadline passed): it is kept in DEAD like a dead letter, so the
 	// deadletter service and the screen have one durable feed for both.
 	ReasonReview = "manual_review"
+	// ReasonTooLarge marks an event whose record NATS refused for its size
+	// (pkg/size): every retry would fail the same way.
+	ReasonTooLarge = "too_large"
 )
 
 // InvalidToken stands in for an account or kind that cannot be a subject token.
@@ -50,10 +55,18 @@ type Entry struct {
 	// Raw is a rejected submission's body and subject, kept as received.
 	Raw        []byte `json:"raw,omitempty"`
 	RawSubject string `json:"raw_subject,omitempty"`
+	// RawBytes is the size of the body as received when Raw holds only its
+	// first part: all of it would not fit in a DEAD message.
+	RawBytes int `json:"raw_bytes,omitempty"`
 }
 
 // Publish stores e in DEAD under <p>.dead.<account>.<kind>; msgID dedups
-// re-sends (a crash between this and the state write).
+// re-sends (a crash between this and the state write). The payload is
+// stored once: in Event, and in Record only when there is no Event. Error
+// is cut to state.MaxDetail, and Raw to what fits in a DEAD message (a
+// submission's body can be as large as the server's max_payload, and Raw
+// grows by a third as base64). An entry NATS still refuses for its size
+// is an error wrapping size.ErrTooLarge.
 func Publish(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, e Entry, msgID string) error {
 	acct, kind := e.Account, e.Kind
 	if tenaz.ValidateAccount(acct) != nil {
@@ -63,22 +76,68 @@ func Publish(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, e En
 		kind = InvalidToken
 	}
 	subj, _ := s.Dead(acct, kind)
-	b, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("dead: encode: %w", err)
+	if e.Record != nil && e.Event != nil && len(e.Event.Payload) > 0 {
+		r := *e.Record
+		r.Payload = nil
+		e.Record = &r
 	}
+	e.Error = state.Clip(e.Error, state.MaxDetail)
 	m := nats.NewMsg(subj)
-	m.Data = b
 	if e.ID != "" {
 		m.Header.Set(tenaz.HeaderEventID, e.ID)
 	}
 	if msgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
+	b, err := encode(e, size.Room(js.Conn(), tenaz.StreamDead)-headerRoom)
+	if err != nil {
+		return err
+	}
+	m.Data = b
 	if _, err := js.PublishMsg(ctx, m); err != nil {
+		if size.IsTooLarge(err) {
+			return fmt.Errorf("dead: publish: %w: %w", size.ErrTooLarge, err)
+		}
 		return fmt.Errorf("dead: publish: %w", err)
 	}
 	return nil
+}
+
+// headerRoom is kept for a DEAD message's headers (event id, message id).
+const headerRoom = 1 << 10
+
+// encode is e's JSON, with Raw cut to its first part if the whole would
+// be over room bytes (room <= 0: not known, nothing is cut).
+func encode(e Entry, room int64) ([]byte, error) {
+	b, err := marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	if room <= 0 || int64(len(b)) <= room || len(e.Raw) == 0 {
+		return b, nil
+	}
+	raw := e.Raw
+	e.Raw, e.RawBytes = nil, len(raw)
+	rest, err := marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	// base64 takes 4 bytes per 3, and `,"raw":""` goes around them.
+	keep := min(max((room-int64(len(rest))-16)/4*3, 0), int64(len(raw)))
+	e.Raw = raw[:keep]
+	return marshal(e)
+}
+
+// marshal is e's JSON without HTML escaping, which would write each <, >
+// and & of the payload as six bytes (see event.Envelope.Marshal).
+func marshal(e Entry) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, fmt.Errorf("dead: encode: %w", err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Advisory is the JSON of <p>.advisory.dead.<account>.<kind>, published

@@ -202,6 +202,13 @@ func DerivedKey(kind, entity string, canonical []byte) string {
 	return "d:" + kind + ":" + entity + ":" + hex.EncodeToString(sum[:])
 }
 
+// PayloadSHA256 is the hex SHA-256 of a payload's bytes, as an event's
+// record keeps it for the idempotency check.
+func PayloadSHA256(payload []byte) string {
+	sum := sha256.Sum256(payload)
+	return hex.EncodeToString(sum[:])
+}
+
 var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
 
 // ID derives the event id from account and idempotency key: "ev_" and 26
@@ -215,10 +222,15 @@ func ID(account, key string) string {
 	return "ev_" + idEncoding.EncodeToString(h.Sum(nil))[:26]
 }
 
-// Marshal encodes the envelope.
+// Marshal encodes the envelope. It escapes no HTML: json.Marshal would
+// write each <, > and & of the payload as six bytes, and a payload that
+// fits the size budget (pkg/size) could then not fit a message.
 func (e Envelope) Marshal() []byte {
-	b, _ := json.Marshal(e) // cannot fail: plain fields and valid RawMessage
-	return b
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(e) // cannot fail: plain fields and valid RawMessage
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // Unmarshal decodes an envelope and checks its names.

@@ -7,6 +7,7 @@ package natsd
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +38,9 @@ type Options struct {
 	// Auth is the client authentication the server requires. Defaults to
 	// none (keep Listen on loopback then).
 	Auth Auth
+	// MaxPayload is the largest message the server takes (max_payload),
+	// which bounds http.max_body_bytes (pkg/size). Defaults to 8 MiB.
+	MaxPayload int32
 	// Configure may adjust the server options last (auth, TLS, cluster).
 	Configure func(*server.Options)
 }
@@ -105,7 +109,7 @@ func Start(o Options) (*server.Server, error) {
 		JetStream:  true,
 		StoreDir:   o.StoreDir,
 		NoSigs:     true,
-		MaxPayload: 8 << 20,
+		MaxPayload: cmp.Or(o.MaxPayload, 8<<20),
 		SyncAlways: o.SyncAlways,
 	}
 	if !o.SyncAlways && o.SyncInterval > 0 {

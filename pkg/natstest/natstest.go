@@ -44,6 +44,9 @@ func StoreDir(dir string) Option { return func(o *natsd.Options) { o.StoreDir = 
 // Listen fixes the client address (restart tests keep the port).
 func Listen(addr string) Option { return func(o *natsd.Options) { o.Listen = addr } }
 
+// MaxPayload sets the server's max_payload (the largest message it takes).
+func MaxPayload(n int32) Option { return func(o *natsd.Options) { o.MaxPayload = n } }
+
 // Start starts a server and applies tenaz's streams with the default prefix.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()

@@ -68,6 +68,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, `,"payload":`...)
 		b = append(b, r.Payload...)
 	}
+	if r.PayloadSHA256 != "" {
+		b = append(b, `,"payload_sha256":`...)
+		b = appendString(b, r.PayloadSHA256)
+	}
 	b = append(b, `,"created_at":`...)
 	b = appendTime(b, r.CreatedAt)
 	b = append(b, `,"updated_at":`...)
@@ -133,6 +137,10 @@ func (e *Entry) appendJSON(b []byte) []byte {
 	if e.HTTPStatus != 0 {
 		b = append(b, `,"http_status":`...)
 		b = strconv.AppendInt(b, int64(e.HTTPStatus), 10)
+	}
+	if e.Count != 0 {
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, int64(e.Count), 10)
 	}
 	return append(b, '}')
 }

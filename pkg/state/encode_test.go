@@ -52,6 +52,9 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		if rapid.Bool().Draw(t, "payload") {
 			r.Payload = json.RawMessage(rapid.SampledFrom([]string{`{"order_id":"o-1","total":1990}`, `[]`, `{"a":{"history":[1]},"b":1}`}).Draw(t, "payload"))
 		}
+		if rapid.Bool().Draw(t, "hash") {
+			r.PayloadSHA256 = genString(t, "hash")
+		}
 		if rapid.Bool().Draw(t, "result") {
 			r.Result = json.RawMessage(rapid.SampledFrom([]string{`{"id":"ref_1","ok":true}`, `[1,2]`, `"s"`, `null`}).Draw(t, "res"))
 		}
@@ -62,7 +65,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 					At: genTime(t, "at"), Action: ActionName(genString(t, "action")), From: tenaz.State(genString(t, "from")),
 					To: tenaz.State(genString(t, "to")), Attempt: rapid.IntRange(0, 9).Draw(t, "attempt"),
 					Stage: genString(t, "estage"), Actor: genString(t, "actor"), Detail: genString(t, "detail"),
-					HTTPStatus: rapid.IntRange(0, 599).Draw(t, "hs"),
+					HTTPStatus: rapid.IntRange(0, 599).Draw(t, "hs"), Count: rapid.IntRange(0, 3).Draw(t, "count"),
 				})
 			}
 		}

@@ -3,8 +3,10 @@ package state_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +38,7 @@ func genAction(t *rapid.T, now time.Time) state.Action {
 		Name:   rapid.SampledFrom(actions()).Draw(t, "action"),
 		Seq:    rapid.Uint64().Draw(t, "seq"),
 		Actor:  rapid.SampledFrom([]string{"", "dispatcher/a", "operator:alice"}).Draw(t, "actor"),
-		Detail: rapid.SampledFrom([]string{"", "why"}).Draw(t, "detail"),
+		Detail: rapid.OneOf(rapid.SampledFrom([]string{"", "why"}), rapid.StringN(0, 3*state.MaxDetail, -1)).Draw(t, "detail"),
 	}
 	if rapid.Bool().Draw(t, "has error") {
 		a.Error = &state.ErrorInfo{Class: "transient", Message: "boom", HTTPStatus: rapid.SampledFrom([]int{0, 429, 503}).Draw(t, "status")}
@@ -65,10 +67,16 @@ func TestApplyProperties(t *testing.T) {
 		if err != nil {
 			t.Fatalf("New(%s): %v", create, err)
 		}
-		// Optionally fill the history close to or past MaxHistory with
-		// notes, so the truncation rule is exercised.
-		for range rapid.SampledFrom([]int{0, 0, state.MaxHistory - 3, state.MaxHistory + 2}).Draw(t, "notes") {
-			if r, _, err = state.Apply(r, state.Action{Name: state.Note}, now); err != nil {
+		// Optionally fill the history close to or past its bounds with
+		// notes (short ones for MaxHistory, long ones for
+		// MaxHistoryBytes), so that eviction is exercised.
+		long := rapid.Bool().Draw(t, "long notes")
+		for i := range rapid.SampledFrom([]int{0, 0, state.MaxHistory - 3, state.MaxHistory + 2}).Draw(t, "notes") {
+			d := fmt.Sprint(i)
+			if long {
+				d = strings.Repeat("<", state.MaxDetail) // 6 bytes each in JSON
+			}
+			if r, _, err = state.Apply(r, state.Action{Name: state.Note, Detail: d}, now); err != nil {
 				t.Fatalf("note from %s: %v", r.Status, err)
 			}
 		}
@@ -114,27 +122,9 @@ func TestApplyProperties(t *testing.T) {
 			if !slices.Equal(effects, rule.Effects) {
 				t.Fatalf("%s: want effects %v, got %v", a.Name, rule.Effects, effects)
 			}
-			// History: exactly one more entry until MaxHistory, then the
-			// length stays, Truncated grows and the first entry is kept.
-			switch {
-			case len(before.History) < state.MaxHistory:
-				if len(next.History) != len(before.History)+1 || next.Truncated != before.Truncated {
-					t.Fatalf("%s: want history %d -> %d, truncated %d, got %d, %d", a.Name, len(before.History), len(before.History)+1, before.Truncated, len(next.History), next.Truncated)
-				}
-			default:
-				if len(next.History) != state.MaxHistory || next.Truncated != before.Truncated+1 {
-					t.Fatalf("%s at the cap: want history %d and truncated %d, got %d and %d", a.Name, state.MaxHistory, before.Truncated+1, len(next.History), next.Truncated)
-				}
-				if !reflect.DeepEqual(next.History[1:state.MaxHistory-1], before.History[2:]) {
-					t.Fatalf("%s at the cap: want the oldest entry after the first dropped", a.Name)
-				}
-			}
+			checkHistory(t, a, before, next, now)
 			if !reflect.DeepEqual(next.History[0], first) {
 				t.Fatalf("first history entry changed: %+v -> %+v", first, next.History[0])
-			}
-			last := next.History[len(next.History)-1]
-			if last.Action != a.Name || last.To != next.Status || !last.At.Equal(now) || last.Attempt != next.Attempts || last.Stage != next.Stage {
-				t.Fatalf("%s: last entry %+v does not describe the step", a.Name, last)
 			}
 			// Attempts.
 			wantAttempts := before.Attempts
@@ -160,6 +150,53 @@ func TestApplyProperties(t *testing.T) {
 			r = next
 		}
 	})
+}
+
+// checkHistory checks the history rules of one legal step: a repeat
+// (repolls, the same note again) shares the last line and counts; any
+// other step is one more entry ever written (Step), the timeline stays
+// within MaxHistory and MaxHistoryBytes, and what is dropped to keep it
+// there is notes and repolls first: a note never pushes out another step.
+func checkHistory(t *rapid.T, a state.Action, before, next state.Record, now time.Time) {
+	if b, _ := json.Marshal(next.History); len(next.History) > state.MaxHistory || len(b) > state.MaxHistoryBytes {
+		t.Fatalf("%s: history of %d entries, %d bytes: over the bounds (%d, %d)", a.Name, len(next.History), len(b), state.MaxHistory, state.MaxHistoryBytes)
+	}
+	prev := before.History[len(before.History)-1]
+	last := next.History[len(next.History)-1]
+	describes := last.Action == a.Name && last.To == next.Status && last.At.Equal(now) && last.Attempt == next.Attempts && last.Stage == next.Stage
+	if len(before.History) > 1 && prev.Action == a.Name && (a.Name == state.Repoll || a.Name == state.Note && last.Detail == prev.Detail && last.Actor == prev.Actor && last.HTTPStatus == prev.HTTPStatus && prev.To == next.Status && prev.Attempt == next.Attempts && prev.Stage == next.Stage) {
+		if len(next.History) != len(before.History) || next.Truncated != before.Truncated || !describes || last.Count != max(prev.Count, 1)+1 {
+			t.Fatalf("%s repeated: want it to share the last line with count %d, got %d entries (was %d), last %+v", a.Name, max(prev.Count, 1)+1, len(next.History), len(before.History), last)
+		}
+		return
+	}
+	if next.Step() != before.Step()+1 {
+		t.Fatalf("%s: want step %d -> %d, got %d", a.Name, before.Step(), before.Step()+1, next.Step())
+	}
+	chatter := a.Name == state.Note || a.Name == state.Repoll
+	if !describes && !(chatter && next.Truncated > before.Truncated) {
+		t.Fatalf("%s: last entry %+v does not describe the step", a.Name, last)
+	}
+	steps := func(h []state.Entry) []state.Entry {
+		var out []state.Entry
+		for _, e := range h[1:] {
+			if e.Action != state.Note && e.Action != state.Repoll {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	was, is := steps(before.History), steps(next.History)
+	if chatter {
+		if !slices.Equal(was, is) {
+			t.Fatalf("%s dropped a step: %d steps before, %d after", a.Name, len(was), len(is))
+		}
+		return
+	}
+	is = is[:len(is)-1]
+	if len(is) > len(was) || !slices.Equal(is, was[len(was)-len(is):]) {
+		t.Fatalf("%s: want only the oldest steps dropped, %d before, %d kept", a.Name, len(was), len(is))
+	}
 }
 
 // TestTerminalAbsorbs drives records into each terminal state and checks

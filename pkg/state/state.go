@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -20,9 +22,26 @@ const (
 	StageFallback = "fallback"
 )
 
-// MaxHistory bounds the timeline kept in a record; beyond it the oldest
-// entries after the first are dropped and Truncated counts them.
-const MaxHistory = 200
+// Bounds on what a record keeps, so that its JSON is never more than its
+// payload plus size.Overhead (pkg/size builds the largest record): a
+// record over what NATS carries could not be written at all.
+const (
+	// MaxHistory and MaxHistoryBytes bound the timeline (its entries, and
+	// their JSON); beyond either, entries after the first are dropped
+	// (notes and repolls first) and Truncated counts them.
+	MaxHistory      = 200
+	MaxHistoryBytes = 64 << 10
+	// MaxResult bounds the result kept (a target's answer, a poll's, a
+	// callback's, an operator's); a larger one is dropped with a note.
+	MaxResult = 4096
+	// MaxReference bounds the provider's job id kept; a longer one is
+	// dropped with a note.
+	MaxReference = 1024
+	// MaxDetail bounds a history entry's detail and the last error's
+	// message; MaxName an actor and an error class. Longer ones are cut.
+	MaxDetail = 2048
+	MaxName   = 256
+)
 
 // ErrorInfo is the last failure of an event.
 type ErrorInfo struct {
@@ -42,6 +61,9 @@ type Entry struct {
 	Actor      string      `json:"actor,omitempty"`
 	Detail     string      `json:"detail,omitempty"`
 	HTTPStatus int         `json:"http_status,omitempty"`
+	// Count is how many steps the entry stands for when a run of them
+	// shares it (consecutive repolls, the same note again); 0 is one.
+	Count int `json:"count,omitempty"`
 }
 
 // Record is the state of one event, kept in the tenaz_state bucket under
@@ -71,9 +93,14 @@ type Record struct {
 	// replay replaced it). Kept with the record so that whoever must put
 	// the event back on its way (the reconciler, a replay) has it even
 	// when every message of the event is gone.
-	Payload   json.RawMessage `json:"payload,omitempty"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// PayloadSHA256 is the hex SHA-256 of Payload as the record was
+	// created; a replay's edit leaves it. A submission reusing the
+	// event's idempotency key is compared with it ("" in records written
+	// before it was kept).
+	PayloadSHA256 string    `json:"payload_sha256,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 	// RunSeq is the EVENTS stream sequence of the message that owns the
 	// current run; a redelivery of that message may take the run over.
 	RunSeq uint64 `json:"run_seq,omitempty"`
@@ -92,6 +119,7 @@ type ActionName string
 // The actions. Each row of Table says from where it is legal.
 const (
 	Accept          ActionName = "accept"         // new event, runs now
+	Reject          ActionName = "reject"         // new event refused at intake after its submitter may have got 202
 	Delay           ActionName = "delay"          // new event, runs at not_before
 	Due             ActionName = "due"            // a delayed event's time has come
 	Claim           ActionName = "claim"          // a dispatcher takes the next attempt
@@ -143,6 +171,7 @@ var active = []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.State
 var Table = map[ActionName]Rule{
 	Accept:        {From: nil, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
 	Delay:         {From: nil, To: tenaz.StateScheduled, Effects: []EffectKind{EffectScheduleDue}},
+	Reject:        {From: nil, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
 	Due:           {From: []tenaz.State{tenaz.StateScheduled}, To: tenaz.StatePending, Effects: []EffectKind{EffectDeliver}},
 	Claim:         {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
 	Reclaim:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
@@ -150,8 +179,10 @@ var Table = map[ActionName]Rule{
 	AwaitCallback: {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateAwaitingCallback, Effects: []EffectKind{EffectSetDeadline}},
 	Poll:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StatePolling, Effects: []EffectKind{EffectSchedulePoll}},
 	Retry:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectScheduleRetry}},
-	Fail:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
-	Fallback:      {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
+	// Fail is legal before a run too: an event whose record has grown
+	// too large to claim (pkg/size) fails without a call.
+	Fail:     {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying, tenaz.StateRunning}, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
+	Fallback: {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
 	// Complete is legal from running too: a fast provider's callback can
 	// arrive before the dispatcher has stored its await_callback; the run's
 	// own late outcome is then recorded as a no-op.
@@ -182,17 +213,22 @@ type Action struct {
 	Payload   json.RawMessage // Replay: an operator's corrected payload; nil keeps
 }
 
-// New creates the record of a freshly accepted event (action Accept or Delay).
+// New creates the record of a freshly accepted event (action Accept or
+// Delay), or of one refused after it was answered (Reject, with Error).
 func New(base Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	rule, ok := Table[a.Name]
 	if !ok || rule.From != nil {
 		return Record{}, nil, fmt.Errorf("%w: %s does not create an event", ErrInvalidTransition, a.Name)
 	}
+	a = a.bounded()
 	r := base
 	r.Status = rule.To
 	r.Stage = StagePrimary
 	r.CreatedAt, r.UpdatedAt = now.UTC(), now.UTC()
 	r.NextRunAt = a.NextRunAt
+	if a.Error != nil {
+		r.LastError = a.Error
+	}
 	r.History = []Entry{{At: now.UTC(), Action: a.Name, To: rule.To, Stage: r.Stage, Actor: a.Actor, Detail: a.Detail}}
 	return r, rule.Effects, nil
 }
@@ -207,6 +243,7 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	if !slices.Contains(rule.From, r.Status) {
 		return r, nil, fmt.Errorf("%w: %s from %s (event %s)", ErrInvalidTransition, a.Name, r.Status, r.ID)
 	}
+	a = a.bounded()
 	n := r
 	n.History = slices.Clone(r.History)
 	from := r.Status
@@ -279,26 +316,137 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 			e.Detail = a.Error.Message
 		}
 	}
-	if a.Name == Repoll && len(n.History) > 0 && n.History[len(n.History)-1].Action == Repoll {
-		// One line for a run of polls: the last answer and the count,
-		// so a 2-hour poll SLA does not push the timeline out.
-		n.History[len(n.History)-1] = e
+	if last := len(n.History) - 1; last > 0 && repeats(n.History[last], e) {
+		// One line for a run of polls (the last answer) or of the same
+		// note, with the count, so a 2-hour poll SLA or a webhook sent
+		// again and again does not push the timeline out.
+		e.Count = max(n.History[last].Count, 1) + 1
+		n.History[last] = e
 		return n, rule.Effects, nil
 	}
 	n.History = append(n.History, e)
-	if len(n.History) > MaxHistory {
-		drop := len(n.History) - MaxHistory
-		n.History = append(n.History[:1], n.History[1+drop:]...)
-		n.Truncated += drop
-	}
+	var dropped int
+	n.History, dropped = evict(n.History)
+	n.Truncated += dropped
 	return n, rule.Effects, nil
 }
+
+// bounded is a with its texts cut to MaxDetail and MaxName, and a result
+// or reference over MaxResult or MaxReference left out, with a note in
+// the detail: a target, a provider or an operator can hand over anything.
+func (a Action) bounded() Action {
+	a.Actor = Clip(a.Actor, MaxName)
+	if e := a.Error; e != nil && (len(e.Class) > MaxName || len(e.Message) > MaxDetail) {
+		c := *e // the caller's stays as it was
+		c.Class, c.Message = Clip(c.Class, MaxName), Clip(c.Message, MaxDetail)
+		a.Error = &c
+	}
+	var notes []string
+	if len(a.Result) > MaxResult {
+		notes = append(notes, fmt.Sprintf("result of %d bytes not kept (at most %d)", len(a.Result), MaxResult))
+		a.Result = nil
+	}
+	if len(a.Reference) > MaxReference {
+		notes = append(notes, fmt.Sprintf("reference of %d bytes not kept (at most %d)", len(a.Reference), MaxReference))
+		a.Reference = ""
+	}
+	if len(notes) > 0 {
+		if a.Detail == "" && a.Error != nil {
+			a.Detail = a.Error.Message
+		}
+		a.Detail = strings.Join(append([]string{a.Detail}, notes...), "; ")
+		a.Detail = strings.TrimPrefix(a.Detail, "; ")
+	}
+	a.Detail = Clip(a.Detail, MaxDetail)
+	return a
+}
+
+// Clip cuts s to at most n bytes of valid UTF-8, ending a cut one with
+// "…".
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := max(n-len(mark), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// repeats reports whether e may share prev's line: both repolls, or the
+// same note again (nothing but the time differs).
+func repeats(prev, e Entry) bool {
+	if prev.Action != e.Action {
+		return false
+	}
+	if e.Action == Repoll {
+		return true
+	}
+	prev.At, prev.Count = e.At, e.Count
+	return e.Action == Note && prev == e
+}
+
+// evict drops entries until h is within MaxHistory entries and
+// MaxHistoryBytes of JSON, and returns how many it dropped. Notes and
+// repolls go first, oldest first, so that they never push out a claim or
+// an attempt's outcome; a new note that finds no room goes itself. Only
+// if that is not enough (a timeline of many replays) do the oldest other
+// entries go. The first entry (how the event began) always stays.
+func evict(h []Entry) ([]Entry, int) {
+	sizes := make([]int, len(h))
+	var buf []byte
+	total := 1 // "[" and "]", with a comma between entries
+	for i := range h {
+		buf = h[i].appendJSON(buf[:0])
+		sizes[i] = len(buf)
+		total += sizes[i] + 1
+	}
+	kept := len(h)
+	over := func() bool { return kept > MaxHistory || total > MaxHistoryBytes }
+	if !over() {
+		return h, 0
+	}
+	drop := make([]bool, len(h))
+	take := func(i int) {
+		drop[i] = true
+		kept--
+		total -= sizes[i] + 1
+	}
+	newest := len(h) - 1
+	for i := 1; i < newest && over(); i++ {
+		if chatter(h[i].Action) {
+			take(i)
+		}
+	}
+	if over() && chatter(h[newest].Action) {
+		take(newest)
+	}
+	for i := 1; i < newest && over(); i++ {
+		if !drop[i] {
+			take(i)
+		}
+	}
+	out := h[:0]
+	for i := range h {
+		if !drop[i] {
+			out = append(out, h[i])
+		}
+	}
+	return out, len(h) - len(out)
+}
+
+// chatter reports whether entries of action a are the first to go when
+// the timeline is full: they record no step of the event's own.
+func chatter(a ActionName) bool { return a == Note || a == Repoll }
 
 // Step counts the record's history entries ever written (kept plus
 // truncated): it grows with every transition, across replays, so it makes
 // message ids unique per step of the event (a replayed event's first
 // retry must not be taken for a duplicate of its earlier first retry).
-// Consecutive repolls share one history line: pair it with Polls.
+// Consecutive repolls share one history line (pair it with Polls), as do
+// repeats of the same note (which publish nothing).
 func (r Record) Step() int { return len(r.History) + r.Truncated }
 
 // Finished reports whether an ordered lane may move past an event in

@@ -144,8 +144,8 @@ func TestTableShape(t *testing.T) {
 			}
 		}
 	}
-	if creating != 2 {
-		t.Errorf("want 2 creating actions (accept, delay), got %d", creating)
+	if creating != 3 {
+		t.Errorf("want 3 creating actions (accept, delay, reject), got %d", creating)
 	}
 	if r := state.Table[state.Note]; r.To != "" || len(r.From) != len(tenaz.States) {
 		t.Errorf("note: want legal from every state and unchanged, got %+v", r)

@@ -14,11 +14,13 @@ import (
 	"fmt"
 	"github.com/tenaz/tenaz/pkg/event"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -41,6 +43,26 @@ const (
 func IsWrongSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrWrongLastSequence || apiErr.ErrorCode == jsErrWrongLastSequenceCluster)
+}
+
+// The server's err_codes for a write refused for lack of room: 10023
+// (the server's or the account's storage is used up) and 10077 (a
+// stream's own limit, "maximum bytes exceeded", with discard new).
+const (
+	jsErrInsufficientResources = 10023
+	jsErrStreamStoreFailed     = 10077
+)
+
+// IsFull reports whether err is a JetStream write refused because the
+// storage (the server's, the account's or the stream's) is full: nothing
+// was stored, and only freeing room (an operator, retention) helps.
+func IsFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jsErrInsufficientResources ||
+		apiErr.ErrorCode == jsErrStreamStoreFailed && strings.HasPrefix(apiErr.Description, "maximum ")
 }
 
 // Options of a Store.
@@ -122,6 +144,9 @@ func mapErr(err error, id string, create bool) error {
 		}
 		return ErrConflict
 	}
+	if size.IsTooLarge(err) { // permanent: the same record fails again
+		return fmt.Errorf("store: write %s: %w: %w", id, size.ErrTooLarge, err)
+	}
 	return fmt.Errorf("store: write %s: %w", id, err)
 }
 
@@ -134,7 +159,9 @@ func (s *Store) Create(ctx context.Context, r state.Record) (uint64, error) {
 	return ack.Sequence, nil
 }
 
-// Write replaces the record if its revision is still rev; ErrConflict if not.
+// Write replaces the record if its revision is still rev; ErrConflict if
+// not. A record NATS refuses for its size (by Write, Create or their
+// async forms) is an error wrapping size.ErrTooLarge.
 func (s *Store) Write(ctx context.Context, r state.Record, rev uint64) (uint64, error) {
 	ack, err := s.js.PublishMsg(ctx, s.msg(r, rev))
 	if err != nil {
@@ -168,7 +195,7 @@ func (p Pending) Wait(ctx context.Context) (uint64, error) {
 func (s *Store) WriteAsync(r state.Record, rev uint64) (Pending, error) {
 	f, err := s.js.PublishMsgAsync(s.msg(r, rev))
 	if err != nil {
-		return Pending{}, fmt.Errorf("store: write %s: %w", r.ID, err)
+		return Pending{}, mapErr(err, r.ID, false)
 	}
 	return Pending{f: f, id: r.ID}, nil
 }
@@ -177,7 +204,7 @@ func (s *Store) WriteAsync(r state.Record, rev uint64) (Pending, error) {
 func (s *Store) CreateAsync(r state.Record) (Pending, error) {
 	f, err := s.js.PublishMsgAsync(s.msg(r, 0))
 	if err != nil {
-		return Pending{}, fmt.Errorf("store: create %s: %w", r.ID, err)
+		return Pending{}, mapErr(err, r.ID, true)
 	}
 	return Pending{f: f, id: r.ID, create: true}, nil
 }

@@ -1,0 +1,94 @@
+package dead_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// stored is the last DEAD message.
+func stored(t *testing.T, ctx context.Context, js jetstream.JetStream) *jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := js.Stream(ctx, tenaz.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, tenaz.NewSubjects("").DeadAll())
+	if err != nil {
+		t.Fatalf("want a DEAD message, got %v", err)
+	}
+	return m
+}
+
+// A dead letter with the event and its record holds the payload once,
+// in the event: the message is barely larger than the payload.
+func TestPublishStoresThePayloadOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const marker = "payload-marker-7f3a"
+	payload := json.RawMessage(`{"order_id":"o-1","note":"` + marker + strings.Repeat("x", 200<<10) + `"}`)
+	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k-1"}, payload, "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := queue.Initial(env)
+	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonPermanent, Error: "422", At: time.Now(), Event: &env, Record: &rec}
+	if err := dead.Publish(ctx, js, tenaz.NewSubjects(""), e, env.ID+"/dead/1"); err != nil {
+		t.Fatal(err)
+	}
+	m := stored(t, ctx, js)
+	if n := strings.Count(string(m.Data), marker); n != 1 {
+		t.Errorf("want the payload stored once, found it %d times", n)
+	}
+	if extra := len(m.Data) - len(payload); extra > 4<<10 {
+		t.Errorf("want the DEAD message at most 4 KiB beyond its %d-byte payload, got %d bytes", len(payload), len(m.Data))
+	}
+	var got dead.Entry
+	if err := json.Unmarshal(m.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Record == nil || got.Record.ID != env.ID || got.Event == nil || string(got.Event.Payload) != string(payload) {
+		t.Errorf("want the record (without the payload) and the event with its payload, got record %v, event %v", got.Record != nil, got.Event != nil)
+	}
+	if rec.Payload == nil {
+		t.Error("Publish must not change the caller's record")
+	}
+}
+
+// A rejected submission as large as the server's max_payload does not fit
+// in a DEAD message as base64: its first part is kept, with its size as
+// received, rather than nothing at all (the rejection retried forever).
+func TestPublishKeepsTheFirstPartOfARawBodyTooLargeForDEAD(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 1 << 20
+	srv := natstest.Start(t, natstest.MaxPayload(maxPayload))
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw := []byte(`{"pad":"` + strings.Repeat("y", maxPayload-200) + `"}`)
+	e := dead.Entry{Account: "acme", Kind: "order.create", Reason: dead.ReasonRejected, Class: "too_large", Error: "payload too large",
+		At: time.Now(), Raw: raw, RawSubject: "tenaz.intake.acme.order.create"}
+	if err := dead.Publish(ctx, js, tenaz.NewSubjects(""), e, "intake-1"); err != nil {
+		t.Fatalf("want the rejection kept, got %v", err)
+	}
+	var got dead.Entry
+	if err := json.Unmarshal(stored(t, ctx, js).Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.RawBytes != len(raw) || len(got.Raw) == 0 || len(got.Raw) >= len(raw) || string(got.Raw) != string(raw[:len(got.Raw)]) {
+		t.Errorf("want the first part of the %d-byte body and its size, got %d bytes, raw_bytes %d", len(raw), len(got.Raw), got.RawBytes)
+	}
+}
