@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,10 +26,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/natsconn"
 )
 
-// StopTimeout is how long a service may take to drain on SIGTERM: shorter
-// than Kubernetes' default 30s grace period.
-const StopTimeout = 20 * time.Second
-
 // Component is a service as a binary runs it.
 type Component interface {
 	Start(ctx context.Context) error
@@ -39,9 +34,9 @@ type Component interface {
 	Routes(mux *http.ServeMux)
 }
 
-// LoadConfig reads path, else $TENAZ_CONFIG, else ./tenaz.yaml when it
-// exists; with none of them it uses the defaults (NATS from NATS_URL).
-func LoadConfig(path string) (*config.Config, error) {
+// ConfigPath is the config file a binary reads: path (its --config flag),
+// else $TENAZ_CONFIG, else ./tenaz.yaml when it exists; "" for none.
+func ConfigPath(path string) string {
 	if path == "" {
 		path = os.Getenv("TENAZ_CONFIG")
 	}
@@ -50,7 +45,13 @@ func LoadConfig(path string) (*config.Config, error) {
 			path = "tenaz.yaml"
 		}
 	}
-	if path == "" {
+	return path
+}
+
+// LoadConfig reads the file ConfigPath finds; with none it uses the
+// defaults (NATS from NATS_URL).
+func LoadConfig(path string) (*config.Config, error) {
+	if path = ConfigPath(path); path == "" {
 		return config.Parse(nil, os.LookupEnv)
 	}
 	return config.Load(path)
@@ -140,7 +141,7 @@ type Build func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (Compone
 // Run is the body of a service binary once its main has installed signal
 // handling: load the config (path, else $TENAZ_CONFIG, else ./tenaz.yaml),
 // connect to NATS as name, build and start the service, serve HTTP, wait
-// for ctx, then stop within StopTimeout (draining in-flight work).
+// for ctx, then stop within stop_timeout (draining in-flight work).
 func Run(ctx context.Context, name, configPath string, build Build) error {
 	cfg, err := LoadConfig(configPath)
 	if err != nil {
@@ -170,7 +171,7 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 	}
 	log.Info().Str("http", srv.Addr).Msg(name + " running")
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout.D())
 	defer cancel()
 	_ = srv.Stop(sctx)
 	err = svc.Stop(sctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,9 +15,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -63,17 +66,28 @@ type harness struct {
 
 	arrived atomic.Int64    // deliveries that reached the provider, answered or not
 	c       context.Context // ends with the test
+	o       setupOptions
 }
 
 type setupOptions struct {
 	hooks    *ingest.Hooks
 	faults   provider.Faults
 	provOpts []provider.Option
+	log      *zerolog.Logger // the ingest services' logger
+	metrics  *metrics.Set    // the ingest services' metrics
 }
 
 type option func(*setupOptions)
 
 func withHooks(h *ingest.Hooks) option { return func(o *setupOptions) { o.hooks = h } }
+
+// withLog sends the ingest services' logs to w.
+func withLog(w io.Writer) option {
+	return func(o *setupOptions) { l := zerolog.New(w); o.log = &l }
+}
+
+// withMetrics records the ingest services' metrics on set.
+func withMetrics(set *metrics.Set) option { return func(o *setupOptions) { o.metrics = set } }
 
 // setup starts the server, the provider and the ingest service (with the
 // HTTP API on an httptest server) for config yaml; everything stops when
@@ -84,7 +98,7 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	for _, f := range opts {
 		f(&o)
 	}
-	h := &harness{t: t}
+	h := &harness{t: t, o: o}
 	var cancel context.CancelFunc
 	h.c, cancel = context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -134,7 +148,7 @@ func (h *harness) waitCtx() context.Context {
 func (h *harness) startIngest(hooks *ingest.Hooks) *ingest.Service {
 	h.t.Helper()
 	nc, _ := h.srv.Conn(h.t)
-	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Hooks: hooks})
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Hooks: hooks, Logger: h.o.log, Metrics: h.o.metrics})
 	if err != nil {
 		h.t.Fatalf("ingest.New: %v", err)
 	}
@@ -204,23 +218,32 @@ func (r response) errorCode(t *testing.T) string {
 // do sends one request to the ingest API; headers alternate name, value.
 func (h *harness) do(method, path, body string, headers ...string) response {
 	h.t.Helper()
+	r, err := h.send(method, path, body, headers...)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// send is do for a goroutine other than the test's: it returns the error.
+func (h *harness) send(method, path, body string, headers ...string) (response, error) {
 	req, err := http.NewRequestWithContext(h.ctx(), method, h.api.URL+path, strings.NewReader(body))
 	if err != nil {
-		h.t.Fatalf("request: %v", err)
+		return response{}, fmt.Errorf("request: %w", err)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := h.api.Client().Do(req)
 	if err != nil {
-		h.t.Fatalf("%s %s: want an answer, got %v", method, path, err)
+		return response{}, fmt.Errorf("want an answer, got %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		h.t.Fatalf("%s %s: reading the body: %v", method, path, err)
+		return response{}, fmt.Errorf("reading the body: %w", err)
 	}
-	return response{Status: resp.StatusCode, Body: b}
+	return response{Status: resp.StatusCode, Body: b}, nil
 }
 
 // record reads an event's record; ok is false if there is none.

@@ -38,12 +38,19 @@ func DemoConfig(getenv func(string) (string, bool)) (*config.Config, error) {
 // DemoYAML is the text of the built-in demo config.
 func DemoYAML() []byte { return demoYAML }
 
+// DemoNotice is what `tenaz run` says, as a warning and in its banner,
+// when it runs the built-in demo config.
+const DemoNotice = "demo config: no auth, loopback only, not for production"
+
 // Options configure a standalone tenaz.
 type Options struct {
 	// Config is the validated config. Required.
 	Config *config.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// Demo says that Config is the built-in demo config: Start logs
+	// DemoNotice as a warning first. Defaults to false.
+	Demo bool
 }
 
 // Tenaz is everything of `tenaz run`.
@@ -93,8 +100,14 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 			_ = t.Stop(context.Background())
 		}
 	}()
+	if t.o.Demo {
+		t.log.Warn().Msg(DemoNotice)
+	}
 	if t.auth, err = auth.New(cfg); err != nil { // no keys: refuse unless auth.disabled
 		return err
+	}
+	if host, _, _ := net.SplitHostPort(cfg.HTTP.Addr); !cfg.Auth.Enabled() && !isLoopback(host) {
+		t.log.Warn().Str("addr", cfg.HTTP.Addr).Msg("auth.disabled: the HTTP API is open to anyone who reaches http.addr, which is beyond loopback")
 	}
 	url := cfg.NATS.URL
 	if url == "" {
@@ -103,13 +116,13 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		if err := openNATS(cfg, na); err != nil {
+			return err
+		}
 		t.srv, err = natsd.Start(natsd.Options{StoreDir: cfg.NATS.Embedded.StoreDir, Listen: cfg.NATS.Embedded.Listen,
 			SyncAlways: always, SyncInterval: every, Auth: na})
 		if err != nil {
 			return err
-		}
-		if host, _, _ := net.SplitHostPort(cfg.NATS.Embedded.Listen); na.IsZero() && !isLoopback(host) {
-			t.log.Warn().Str("listen", cfg.NATS.Embedded.Listen).Msg("the embedded nats-server listens beyond loopback without auth: set nats.user/password, nats.token or nats.nkey_seed_file")
 		}
 		url = t.srv.ClientURL()
 		t.log.Info().Str("nats", url).Str("store_dir", cfg.NATS.Embedded.StoreDir).
@@ -217,6 +230,30 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 
 // ServeMux exposes the shared mux's handler (tests).
 func (t *Tenaz) Handler() http.Handler { return t.http.Handler }
+
+// natsCredentials says how to give the embedded server credentials.
+const natsCredentials = "set nats.user and nats.password, nats.token or nats.nkey_seed_file"
+
+// openNATS refuses an embedded server without credentials where it would
+// be a way around the HTTP API's keys: NATS checks no account (whoever
+// can publish on <prefix>.intake.> or call <prefix>.api.> acts for every
+// account), so with HTTP auth on, or on an address beyond loopback, it
+// must require credentials.
+func openNATS(cfg *config.Config, na natsd.Auth) error {
+	if !na.IsZero() {
+		return nil
+	}
+	var errs []error
+	if cfg.Auth.Enabled() {
+		errs = append(errs, &config.KeyError{Key: "nats", Msg: "HTTP auth is on (auth.keys, auth.operators) but the embedded nats-server " +
+			"has no credentials, so any process that reaches it could submit and act for every account past the API keys: " + natsCredentials})
+	}
+	if host, _, _ := net.SplitHostPort(cfg.NATS.Embedded.Listen); !isLoopback(host) {
+		errs = append(errs, &config.KeyError{Key: "nats.embedded.listen", Msg: fmt.Sprintf("%q is beyond loopback and the embedded nats-server "+
+			"has no credentials, so anyone who reaches it could act for every account: listen on 127.0.0.1 or %s", cfg.NATS.Embedded.Listen, natsCredentials)})
+	}
+	return errors.Join(errs...)
+}
 
 // isLoopback reports whether host is a loopback address or localhost.
 func isLoopback(host string) bool {
