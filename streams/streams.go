@@ -40,6 +40,13 @@ type Options struct {
 	Retention time.Duration
 	// AckWait of the dispatch consumers. Defaults to the data file's 30s.
 	AckWait time.Duration
+	// DeadMaxAge is how long DEAD keeps an entry nobody acted on
+	// (deadletter.retention). Defaults to the data file's 30 days.
+	DeadMaxAge time.Duration
+	// DeadMaxBytes bounds DEAD's size; when it is full, new entries are
+	// refused (and their writers retry) rather than old ones dropped
+	// (deadletter.max_bytes). Defaults to 0: no bound of its own.
+	DeadMaxBytes int64
 }
 
 func (o Options) prefix() string {
@@ -104,10 +111,22 @@ func Streams(o Options) ([]jetstream.StreamConfig, error) {
 		}
 		c.Replicas = o.replicas()
 		c.Placement = o.Placement
+		if c.Name == StreamDead {
+			if o.DeadMaxAge > 0 {
+				c.MaxAge = o.DeadMaxAge
+				c.Duplicates = min(c.Duplicates, c.MaxAge) // the server refuses a window beyond max_age
+			}
+			if o.DeadMaxBytes > 0 {
+				c.MaxBytes = o.DeadMaxBytes
+			}
+		}
 		out = append(out, c)
 	}
 	return out, nil
 }
+
+// StreamDead is the name of the dead-letter stream (data/stream-dead.json).
+const StreamDead = "DEAD"
 
 // Buckets returns every KV bucket config, adapted to o.
 func Buckets(o Options) ([]jetstream.KeyValueConfig, error) {

@@ -213,3 +213,46 @@ func TestScheduleReplaceAndCancel(t *testing.T) {
 		t.Fatalf("a purged schedule fired: %q", m.Data())
 	}
 }
+
+// DEAD is bounded: by default its entries expire after 30 days; the
+// options (deadletter.retention and max_bytes) replace the bounds on the
+// server when applied again, and DEAD refuses new entries when full
+// rather than dropping old ones.
+func TestDeadLimitsApplied(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	dead := func() jetstream.StreamConfig {
+		t.Helper()
+		s, err := js.Stream(ctx, streams.StreamDead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config
+	}
+	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := dead(); c.MaxAge != 30*24*time.Hour || c.MaxBytes > 0 || c.Discard != jetstream.DiscardNew {
+		t.Fatalf("default DEAD: want max_age 720h, no max_bytes, discard new, got max_age %s, max_bytes %d, discard %v", c.MaxAge, c.MaxBytes, c.Discard)
+	}
+	if err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 7 * 24 * time.Hour, DeadMaxBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if c := dead(); c.MaxAge != 7*24*time.Hour || c.MaxBytes != 1<<20 {
+		t.Fatalf("configured DEAD: want max_age 168h and max_bytes 1 MiB, got %s and %d", c.MaxAge, c.MaxBytes)
+	}
+	// A retention shorter than the duplicate window (2m) shortens the window.
+	if err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 30 * time.Second}); err != nil {
+		t.Fatalf("a 30s retention: want it applied, got %v", err)
+	}
+	if c := dead(); c.MaxAge != 30*time.Second || c.Duplicates != 30*time.Second || c.MaxBytes > 0 {
+		t.Fatalf("30s retention: want max_age and duplicate window 30s, no max_bytes, got %s, %s, %d", c.MaxAge, c.Duplicates, c.MaxBytes)
+	}
+	for _, name := range []string{"INTAKE", "EVENTS"} {
+		s, _ := js.Stream(ctx, name)
+		if c := s.CachedInfo().Config; c.MaxAge != 0 || c.MaxBytes > 0 {
+			t.Fatalf("%s: want DEAD's bounds on DEAD only, got max_age %s, max_bytes %d", name, c.MaxAge, c.MaxBytes)
+		}
+	}
+}

@@ -20,6 +20,18 @@ type Deadletter struct {
 	// Digest is the nightly digest of what died. Off unless At or
 	// Schedule is set.
 	Digest Digest `yaml:"digest"`
+	// Retention is how long the DEAD stream keeps an entry nobody acted
+	// on (a replay or discard deletes it at once). An expired entry of an
+	// event leaves the event dead and listed (its record keeps the
+	// payload); an expired refused submission is gone. Defaults to 720h
+	// (30 days).
+	Retention Duration `yaml:"retention"`
+	// MaxBytes bounds the DEAD stream. When it is full, new entries are
+	// refused and their writers retry until an operator or Retention
+	// frees room; nothing already kept is dropped. 0 or at least
+	// 4 × http.max_body_bytes. Defaults to 0 (bounded by the server's
+	// storage only).
+	MaxBytes int64 `yaml:"max_bytes"`
 }
 
 // Digest configures the digest: a server-side JetStream message schedule
@@ -42,13 +54,15 @@ type Digest struct {
 }
 
 const (
-	defaultCountsEvery = Duration(30 * time.Second)
-	defaultReplayRate  = 100.0
-	defaultTimezone    = "UTC"
+	defaultCountsEvery   = Duration(30 * time.Second)
+	defaultReplayRate    = 100.0
+	defaultTimezone      = "UTC"
+	defaultDeadRetention = Duration(30 * 24 * time.Hour)
 )
 
 func (d *Deadletter) withDefaults() {
 	setDur(&d.CountsEvery, defaultCountsEvery)
+	setDur(&d.Retention, defaultDeadRetention)
 	if d.ReplayRate == 0 {
 		d.ReplayRate = defaultReplayRate
 	}
@@ -76,6 +90,10 @@ func (d Digest) Cron() string {
 func (v *validator) deadletter() {
 	d := v.c.Deadletter
 	v.positive("deadletter.counts_every", d.CountsEvery)
+	v.positive("deadletter.retention", d.Retention)
+	if min := 4 * v.c.HTTP.MaxBodyBytes; d.MaxBytes < 0 || d.MaxBytes > 0 && d.MaxBytes < min {
+		v.add("deadletter.max_bytes", "must be 0 (no bound) or at least 4 × http.max_body_bytes (%d), room for a few of the largest entries; got %d", min, d.MaxBytes)
+	}
 	if d.ReplayRate <= 0 {
 		v.add("deadletter.replay_rate", "must be a positive number of events per second, got %g", d.ReplayRate)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tenaz/tenaz/pkg/config"
 )
@@ -12,8 +13,12 @@ func TestDeadletterDefaultsAndCron(t *testing.T) {
 	t.Parallel()
 	cfg := mustParse(t, `deadletter: {digest: {at: "06:30", webhook: "${SLACK_URL}"}}`, map[string]string{"SLACK_URL": "https://hooks.example.com/x"})
 	d := cfg.Deadletter
-	if d.CountsEvery.D().String() != "30s" || d.ReplayRate != 100 || d.Digest.Timezone != "UTC" {
-		t.Fatalf("defaults: want counts_every 30s, replay_rate 100, timezone UTC, got %+v", d)
+	if d.CountsEvery.D().String() != "30s" || d.ReplayRate != 100 || d.Digest.Timezone != "UTC" || d.Retention.D() != 720*time.Hour || d.MaxBytes != 0 {
+		t.Fatalf("defaults: want counts_every 30s, replay_rate 100, timezone UTC, retention 720h, max_bytes 0, got %+v", d)
+	}
+	set := mustParse(t, `{http: {max_body_bytes: 1024}, deadletter: {retention: 168h, max_bytes: 4096}}`, nil)
+	if set.Deadletter.Retention.D() != 168*time.Hour || set.Deadletter.MaxBytes != 4096 {
+		t.Fatalf("set: want retention 168h and max_bytes 4096, got %+v", set.Deadletter)
 	}
 	if !d.Digest.Enabled() || d.Digest.Cron() != "0 30 6 * * *" {
 		t.Fatalf("at 06:30: want cron %q, got %q", "0 30 6 * * *", d.Digest.Cron())
@@ -43,6 +48,9 @@ func TestDeadletterInvalid(t *testing.T) {
 		{`deadletter: {digest: {at: "06:00", webhook: "hooks.slack.com/x"}}`, "deadletter.digest.webhook"},
 		{`deadletter: {replay_rate: -1}`, "deadletter.replay_rate"},
 		{`deadletter: {counts_every: -1s}`, "deadletter.counts_every"},
+		{`deadletter: {retention: -1h}`, "deadletter.retention"},
+		{`deadletter: {max_bytes: -1}`, "deadletter.max_bytes"},
+		{`{http: {max_body_bytes: 1024}, deadletter: {max_bytes: 4095}}`, "deadletter.max_bytes"},
 	} {
 		_, err := config.Parse([]byte(tc.doc), func(string) (string, bool) { return "", false })
 		var ke *config.KeyError

@@ -73,6 +73,13 @@ func (c *StreamsApplyCmd) Run(cl *Client, env *Env) error {
 		placement = streams.Place(c.Cluster, c.Tag)
 	}
 	o := streams.Options{Prefix: cl.Prefix, Replicas: replicas, Placement: placement}
+	// DEAD's bounds come from deadletter.retention and max_bytes, which
+	// the services apply; keep the ones DEAD has.
+	if st, err := js.Stream(ctx, tenaz.StreamDead); err == nil {
+		o.DeadMaxAge, o.DeadMaxBytes = st.CachedInfo().Config.MaxAge, st.CachedInfo().Config.MaxBytes
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return jsError("read stream "+tenaz.StreamDead, err)
+	}
 	if err := streams.Apply(ctx, js, o); err != nil {
 		return jsError("apply", err)
 	}
