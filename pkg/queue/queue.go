@@ -263,7 +263,7 @@ const ActorIngest = "ingest"
 func Initial(env event.Envelope) state.Record {
 	base := state.Record{
 		ID: env.ID, IdempotencyKey: env.IdempotencyKey, Account: env.Account, Kind: env.Kind,
-		EntityID: env.EntityID, OrderingKey: env.OrderingKey, Payload: env.Payload,
+		EntityID: env.EntityID, OrderingKey: env.OrderingKey, Payload: env.Payload, PayloadSHA256: event.PayloadSHA256(env.Payload),
 	}
 	a := state.Action{Name: state.Accept, Actor: ActorIngest}
 	if env.NotBefore != nil {

@@ -137,8 +137,8 @@ func (s *Service) orderedLoop(ctx context.Context, in <-chan jetstream.Msg) {
 			if err == nil {
 				rec, created, err = s.accept(ctx, env)
 			}
-			if err == nil || ctx.Err() != nil {
-				s.settle(ctx, m, env, rec, created, err)
+			if serr := (*submitError)(nil); err == nil || ctx.Err() != nil || errors.As(err, &serr) {
+				s.settle(ctx, m, env, rec, created, err) // a refusal is final: it is not retried in place
 				break
 			}
 			s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accepting an ordered event failed; retrying in place")
@@ -195,7 +195,9 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if _, _, err := s.accept(ctx, older); err != nil {
+		if _, _, err := s.accept(ctx, older); errors.As(err, new(*submitError)) {
+			continue // refused (its key names another submission): its own delivery settles it
+		} else if err != nil {
 			return err
 		}
 		s.log.Info().Str("event_id", older.ID).Uint64("intake_seq", raw.Sequence).Str("before", env.ID).

@@ -110,7 +110,10 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	m := nats.NewMsg(subject)
 	m.Data = payload
 	m.Header.Set(tenaz.HeaderIdempotencyKey, env.IdempotencyKey)
-	m.Header.Set(tenaz.HeaderMsgID, env.ID)
+	// INTAKE drops a copy with the same Nats-Msg-Id without a word: only
+	// the very same submission may be dropped, so the id names kind and
+	// payload too (another one under the key gets its 409 from accept).
+	m.Header.Set(tenaz.HeaderMsgID, env.ID+"/"+env.Kind+"/"+event.PayloadSHA256(payload)[:16])
 	m.Header.Set(headerReply, reply)
 	for h, v := range map[string]string{tenaz.HeaderEntityID: f.EntityID, tenaz.HeaderOrderingKey: f.OrderingKey, tenaz.HeaderNotBefore: f.NotBefore} {
 		if v != "" {
@@ -120,6 +123,11 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	url := statusURL(r, env.ID)
 	ctx := r.Context()
 	ack, err := s.js.PublishMsg(ctx, m)
+	if store.IsFull(err) {
+		s.metrics.Rejected("store_full")
+		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "store_full",
+			Message: "the submission was not taken: tenaz's storage is full; try again later"}}
+	}
 	if err != nil {
 		s.metrics.Rejected("unavailable")
 		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "unavailable", Message: "could not persist the submission: " + err.Error()}}
@@ -135,22 +143,31 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	defer t.Stop()
 	select {
 	case b := <-ch:
-		var o outcomeMsg
-		if err := json.Unmarshal(b, &o); err != nil || (o.Record == nil && o.Code == "") {
-			return http.StatusAccepted, accepted
-		}
-		if o.Code != "" {
-			return o.Status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: o.Code, Message: o.Message}}
-		}
-		if o.Created {
-			return http.StatusAccepted, viewOf(*o.Record, url)
-		}
-		return http.StatusOK, viewOf(*o.Record, url)
+		return answer(b, accepted, url)
 	case <-t.C:
-		return http.StatusAccepted, accepted
 	case <-ctx.Done():
+	}
+	if forget() {
 		return http.StatusAccepted, accepted
 	}
+	// An outcome was taken for this handler as the wait ended; a refusal
+	// taken is not kept anywhere else, so it must be the answer.
+	return answer(<-ch, accepted, url)
+}
+
+// answer is the HTTP answer of an intake outcome.
+func answer(b []byte, accepted View, url string) (int, any) {
+	var o outcomeMsg
+	if err := json.Unmarshal(b, &o); err != nil || (o.Record == nil && o.Code == "") {
+		return http.StatusAccepted, accepted
+	}
+	if o.Code != "" {
+		return o.Status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: o.Code, Message: o.Message}}
+	}
+	if o.Created {
+		return http.StatusAccepted, viewOf(*o.Record, url)
+	}
+	return http.StatusOK, viewOf(*o.Record, url)
 }
 
 func (s *Service) lookup(w http.ResponseWriter, r *http.Request) (state.Record, bool) {

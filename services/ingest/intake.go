@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -47,6 +49,12 @@ func (s *Service) build(f event.Fields, payload []byte, now time.Time) (event.En
 	if max := s.cfg.HTTP.MaxBodyBytes; max > 0 && int64(len(payload)) > max {
 		return event.Envelope{}, refuse(http.StatusRequestEntityTooLarge, "too_large", "payload is %d bytes; the limit is %d", len(payload), max)
 	}
+	// What the server carries may have shrunk since the start-up check
+	// (or an embedding program skipped it): an event refused now is one
+	// never answered 202 and then lost.
+	if fit, l := size.MaxBody(s.nc); int64(len(payload)) > fit {
+		return event.Envelope{}, refuse(http.StatusRequestEntityTooLarge, "too_large", "payload is %d bytes; with %s at %d, at most %d fit", len(payload), l.What, l.Bytes, fit)
+	}
 	if err := tenaz.ValidateAccount(f.Account); err != nil {
 		return event.Envelope{}, refuse(http.StatusBadRequest, "invalid_account", "%v", err)
 	}
@@ -55,7 +63,11 @@ func (s *Service) build(f event.Fields, payload []byte, now time.Time) (event.En
 	}
 	k, ok := s.cfg.Kind(f.Kind)
 	if !ok {
-		return event.Envelope{}, refuse(http.StatusUnprocessableEntity, "unknown_kind", "kind %q is not configured", f.Kind)
+		// The envelope is still made (when it can be): a replica whose
+		// config lacks a kind that another replica accepted keeps the
+		// submission as that event (see reject).
+		env, _ := event.New(f, payload, "", "", now)
+		return env, refuse(http.StatusUnprocessableEntity, "unknown_kind", "kind %q is not configured", f.Kind)
 	}
 	env, err := event.New(f, payload, k.Entity, k.OrderedBy, now)
 	if err != nil {
@@ -63,7 +75,7 @@ func (s *Service) build(f event.Fields, payload []byte, now time.Time) (event.En
 	}
 	sch, err := s.cfg.SchemaFor(f.Kind)
 	if err != nil {
-		return event.Envelope{}, refuse(http.StatusInternalServerError, "schema_unavailable", "schema of %q: %v", f.Kind, err)
+		return env, refuse(http.StatusInternalServerError, "schema_unavailable", "schema of %q: %v", f.Kind, err)
 	}
 	if sch != nil {
 		var doc any
@@ -71,10 +83,47 @@ func (s *Service) build(f event.Fields, payload []byte, now time.Time) (event.En
 			return event.Envelope{}, refuse(http.StatusBadRequest, "malformed", "payload: %v", err)
 		}
 		if err := sch.Validate(doc); err != nil {
-			return event.Envelope{}, refuse(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %v", f.Kind, err)
+			return env, refuse(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %v", f.Kind, err)
 		}
 	}
 	return env, nil
+}
+
+// codeKeyReused answers a submission that reuses an event's idempotency
+// key with another kind or payload.
+const codeKeyReused = "idempotency_key_reused"
+
+// reused refuses env if rec, the event its idempotency key already names,
+// was submitted with another kind or payload: a key names one submission,
+// and mapping a different one to the old event would lose it silently.
+func reused(rec state.Record, env event.Envelope) *submitError {
+	if rec.Kind == env.Kind && samePayload(rec, env.Payload) {
+		return nil
+	}
+	return refuse(http.StatusConflict, codeKeyReused,
+		"idempotency key %q is already used by event %s with another kind or payload; send a new key for a new submission", env.IdempotencyKey, rec.ID)
+}
+
+// samePayload reports whether p is the payload rec was created with.
+func samePayload(rec state.Record, p []byte) bool {
+	if rec.PayloadSHA256 == "" {
+		return true // a record written before the hash was kept: as before, a duplicate
+	}
+	if event.PayloadSHA256(p) == rec.PayloadSHA256 {
+		return true
+	}
+	// The dispatcher's fresh claim rewrites the record from the EVENTS
+	// envelope, whose payload encoding/json compacted (hash included).
+	var c bytes.Buffer
+	if json.Compact(&c, p) == nil && event.PayloadSHA256(c.Bytes()) == rec.PayloadSHA256 {
+		return true
+	}
+	if len(rec.Payload) == 0 || event.PayloadSHA256(rec.Payload) != rec.PayloadSHA256 {
+		return false // a replay replaced the payload: only the hash is left to compare
+	}
+	a, errA := event.Canonical(p)
+	b, errB := event.Canonical(rec.Payload)
+	return errA == nil && errB == nil && bytes.Equal(a, b) // the same JSON written differently
 }
 
 // fieldsOf reads a submission's fields from an intake message.
@@ -108,7 +157,7 @@ type outcomeMsg struct {
 }
 
 // parseIntake validates one intake message; a refused one is settled
-// (kept in DEAD or answered) and ok is false.
+// (answered or kept) and ok is false.
 func (s *Service) parseIntake(ctx context.Context, m jetstream.Msg) (event.Envelope, bool) {
 	meta, err := m.Metadata()
 	if err != nil {
@@ -116,14 +165,13 @@ func (s *Service) parseIntake(ctx context.Context, m jetstream.Msg) (event.Envel
 		_ = m.Term()
 		return event.Envelope{}, false
 	}
-	h := m.Headers()
-	f, serr := s.fieldsOf(m.Subject(), h)
+	f, serr := s.fieldsOf(m.Subject(), m.Headers())
 	var env event.Envelope
 	if serr == nil {
 		env, serr = s.build(f, m.Data(), meta.Timestamp)
 	}
 	if serr != nil {
-		s.reject(ctx, m, f, serr, h.Get(headerReply))
+		s.reject(ctx, m, f, env, serr)
 		return env, false
 	}
 	return env, true
@@ -140,15 +188,19 @@ func (s *Service) handleIntake(ctx context.Context, m jetstream.Msg) {
 	s.settle(ctx, m, env, rec, created, err)
 }
 
-// settle acks (and answers a waiting HTTP handler) or hands the message
-// back for redelivery.
+// settle acks (and answers a waiting HTTP handler), rejects a submission
+// accept refused, or hands the message back for redelivery.
 func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, created bool, err error) {
 	reply := m.Headers().Get(headerReply)
+	if serr := (*submitError)(nil); errors.As(err, &serr) {
+		s.reject(ctx, m, event.Fields{Account: env.Account, Kind: env.Kind}, env, serr)
+		return
+	}
 	if err != nil {
 		if !errors.Is(context.Cause(ctx), ErrStopped) {
 			s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accept failed; will retry")
 		}
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(retryDelay(m, err))
 		return
 	}
 	if err := m.Ack(); err != nil {
@@ -164,34 +216,127 @@ func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelop
 }
 
 func (s *Service) publishReply(reply string, o outcomeMsg) {
+	if !isInbox(reply) {
+		return
+	}
 	b, _ := json.Marshal(o)
 	_ = s.nc.Publish(reply, b)
 }
 
-// reject keeps a refused NATS submission in DEAD (nothing is lost; an
-// operator sees why) and terminates the message.
-func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, serr *submitError, reply string) {
-	if reply != "" { // HTTP already answered the caller with the error; nothing to keep
+// isInbox: outcomes go only to reply inboxes. The header comes with the
+// message, and anything else would have ingest publish where a publisher
+// points.
+func isInbox(subject string) bool { return strings.HasPrefix(subject, "_INBOX.") }
+
+// retryDelay is how long an intake message that could not be settled
+// waits before its redelivery: 1s, or, when the storage is full (which
+// only an operator or retention clears), longer with each delivery, so
+// that the consumer's 20 deliveries last minutes instead of seconds.
+func retryDelay(m jetstream.Msg, err error) time.Duration {
+	meta, merr := m.Metadata()
+	if !store.IsFull(err) || merr != nil {
+		return time.Second
+	}
+	return min(time.Second<<min(meta.NumDelivered, 6), 30*time.Second)
+}
+
+// Answers of an HTTP handler offered a refusal (see tell).
+const (
+	replyTaken = "taken" // the handler answers its caller with the refusal
+	replyGone  = "gone"  // no handler waits any more (it answered 202, or gave up)
+)
+
+// tellTimeout bounds the offer of a refusal to a waiting HTTP handler.
+const tellTimeout = 2 * time.Second
+
+// tell offers a refusal to the HTTP handler waiting on reply and reports
+// whether the handler took it, and so answers its caller with it.
+func (s *Service) tell(ctx context.Context, reply string, serr *submitError) bool {
+	b, _ := json.Marshal(outcomeMsg{Status: serr.Status, Code: serr.Code, Message: serr.Error()})
+	ctx, cancel := context.WithTimeout(ctx, tellTimeout)
+	defer cancel()
+	ans, err := s.nc.RequestWithContext(ctx, reply, b)
+	return err == nil && string(ans.Data) == replyTaken
+}
+
+// reject settles a refused submission without losing it. A submitter that
+// still waits for the answer (an HTTP or micro caller) is told, and
+// nothing is kept. Otherwise the submission is kept: as its event, dead
+// with the refusal, when it came through HTTP (its caller may hold a 202
+// and the event's status URL: a replica with another config refused what
+// the answering one took), else in DEAD as a refused submission. The
+// message is terminated only once it is kept.
+func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, env event.Envelope, serr *submitError) {
+	reply := m.Headers().Get(headerReply)
+	if !isInbox(reply) {
+		reply = "" // not an HTTP handler's: a NATS publisher's header
+	}
+	if reply != "" && s.tell(ctx, reply, serr) {
 		s.metrics.Rejected(serr.Code)
-		s.publishReply(reply, outcomeMsg{Status: serr.Status, Code: serr.Code, Message: serr.Error()})
 		_ = m.Term()
 		return
 	}
-	meta, _ := m.Metadata()
-	e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
-		Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject()}
-	msgID := ""
-	if meta != nil {
+	var msgID string
+	if meta, err := m.Metadata(); err == nil {
 		msgID = fmt.Sprintf("intake-%d", meta.Sequence.Stream)
 	}
-	if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
+	kept := false
+	var err error
+	if reply != "" && env.ID != "" && serr.Code != codeKeyReused {
+		kept, err = s.keepDeadEvent(ctx, env, serr, msgID)
+	}
+	if err == nil && !kept {
+		e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
+			Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject()}
+		err = dead.Publish(ctx, s.js, s.subj, e, msgID)
+	}
+	if err != nil {
 		s.log.Warn().Err(err).Msg("keeping a rejected submission failed; will retry")
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(retryDelay(m, err))
 		return
 	}
-	s.metrics.Rejected(serr.Code) // after the publish: a retried one counts once
-	s.log.Warn().Str("subject", m.Subject()).Str("code", serr.Code).Str("reason", serr.Error()).Msg("submission rejected; kept in DEAD")
+	s.metrics.Rejected(serr.Code) // after the write: a retried one counts once
+	l := s.log.Warn().Str("subject", m.Subject()).Str("code", serr.Code).Str("reason", serr.Error())
+	if kept {
+		l.Str("event_id", env.ID).Msg("submission rejected after it was answered; kept as a dead event")
+	} else {
+		l.Msg("submission rejected; kept in DEAD")
+	}
 	_ = m.TermWithReason(serr.Code)
+}
+
+// keepDeadEvent creates env's record, dead with the refusal, and its DEAD
+// entry (listed by event id, replayable once the config accepts it).
+// kept is false when the id holds another event: the refusal is then kept
+// as a refused submission.
+func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *submitError, msgID string) (kept bool, err error) {
+	base := queue.Initial(env) // New replaces its status and history
+	detail := dead.ReasonRejected + ": " + serr.Error()
+	rec, _, err := state.New(base, state.Action{Name: state.Reject, Actor: queue.ActorIngest, Detail: detail,
+		Error: &state.ErrorInfo{Class: serr.Code, Message: serr.Error()}}, env.CreatedAt)
+	if err != nil {
+		return false, err
+	}
+	if _, err := s.st.Create(ctx, rec); errors.Is(err, store.ErrExists) {
+		// A redelivery finds its own record; any other is another event.
+		cur, _, gerr := s.st.Get(ctx, env.ID)
+		if gerr != nil {
+			return false, gerr
+		}
+		if len(cur.History) == 0 || cur.History[0].Action != state.Reject || !samePayload(cur, env.Payload) {
+			return false, nil
+		}
+		rec = cur
+	} else if err != nil {
+		return false, err
+	}
+	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
+		Error: serr.Error(), Status: serr.Status, At: rec.CreatedAt, Event: &env, Record: &rec}
+	if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
+		return false, err
+	}
+	dead.Advise(s.nc, s.subj, rec)
+	return true, nil
 }
 
 // accept makes env an event exactly once: create the record (the
@@ -226,6 +371,9 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		rec, rev, err = s.st.Get(ctx, env.ID)
 		if err != nil {
 			return rec, false, err
+		}
+		if serr := reused(rec, env); serr != nil {
+			return rec, false, serr
 		}
 		if !notStarted(rec) {
 			return rec, false, nil

@@ -108,15 +108,20 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 	cases := []struct {
 		name, subject, deadSubject, code string
 		body                             []byte
+		headers                          []string
 	}{
-		{"unknown kind", "tenaz.intake.acme.order.nope", "tenaz.dead.acme.order.nope", "unknown_kind", []byte(`{"order_id":"o-1"}`)},
-		{"not JSON", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", []byte(`order o-1, total 1990`)},
+		{"unknown kind", "tenaz.intake.acme.order.nope", "tenaz.dead.acme.order.nope", "unknown_kind", []byte(`{"order_id":"o-1"}`), nil},
+		{"not JSON", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", []byte(`order o-1, total 1990`), nil},
+		// The header by which the HTTP handler waits for its answer, set
+		// by a publisher: nobody takes the refusal, so it is kept.
+		{"unknown kind, a reply header of nobody", "tenaz.intake.acme.order.nope", "tenaz.dead.acme.order.nope", "unknown_kind",
+			[]byte(`{"order_id":"o-1"}`), []string{"Tenaz-Reply", "tenaz.api.dead.discard"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := setup(t, baseYAML)
-			ack := h.publishIntake(c.subject, c.body, "Nats-Msg-Id", "bad-1")
+			ack := h.publishIntake(c.subject, c.body, append([]string{"Nats-Msg-Id", "bad-1"}, c.headers...)...)
 			ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
 			if err != nil {
 				t.Fatal(err)

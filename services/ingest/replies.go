@@ -27,6 +27,13 @@ func newReplies(nc *nats.Conn) (*replies, error) {
 		if ok {
 			ch <- m.Data
 		}
+		if m.Reply != "" { // a refusal: say whether a handler takes it (see tell)
+			ans := replyGone
+			if ok {
+				ans = replyTaken
+			}
+			_ = m.Respond([]byte(ans))
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -35,16 +42,23 @@ func newReplies(nc *nats.Conn) (*replies, error) {
 	return r, nil
 }
 
-// next registers a waiter and returns its subject and channel; cancel
-// forgets it.
-func (r *replies) next() (string, <-chan []byte, func()) {
+// next registers a waiter and returns its subject and channel; forget
+// removes it and reports whether it was still waiting: false means an
+// outcome was taken for it, and is (or is about to be) in the channel.
+func (r *replies) next() (string, <-chan []byte, func() bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
 	subj := r.prefix + strconv.FormatUint(r.n, 10)
 	ch := make(chan []byte, 1)
 	r.wait[subj] = ch
-	return subj, ch, func() { r.mu.Lock(); delete(r.wait, subj); r.mu.Unlock() }
+	return subj, ch, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_, waiting := r.wait[subj]
+		delete(r.wait, subj)
+		return waiting
+	}
 }
 
 func (r *replies) close() {

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -70,16 +71,25 @@ type harness struct {
 }
 
 type setupOptions struct {
-	hooks    *ingest.Hooks
-	faults   provider.Faults
-	provOpts []provider.Option
-	log      *zerolog.Logger // the ingest services' logger
-	metrics  *metrics.Set    // the ingest services' metrics
+	hooks        *ingest.Hooks
+	faults       provider.Faults
+	provOpts     []provider.Option
+	log          *zerolog.Logger // the ingest services' logger
+	metrics      *metrics.Set    // the ingest services' metrics
+	auth         bool            // the ingest services check the config's keys
+	server       []natstest.Option
+	replyTimeout time.Duration // the ingest services' ReplyTimeout
 }
 
 type option func(*setupOptions)
 
 func withHooks(h *ingest.Hooks) option { return func(o *setupOptions) { o.hooks = h } }
+
+// withServer starts the nats-server with opts.
+func withServer(opts ...natstest.Option) option { return func(o *setupOptions) { o.server = opts } }
+
+// withReplyTimeout sets the ingest services' ReplyTimeout.
+func withReplyTimeout(d time.Duration) option { return func(o *setupOptions) { o.replyTimeout = d } }
 
 // withLog sends the ingest services' logs to w.
 func withLog(w io.Writer) option {
@@ -88,6 +98,10 @@ func withLog(w io.Writer) option {
 
 // withMetrics records the ingest services' metrics on set.
 func withMetrics(set *metrics.Set) option { return func(o *setupOptions) { o.metrics = set } }
+
+// withAuth gives the ingest services an Authenticator of the config's
+// auth section, as the binaries do.
+func withAuth() option { return func(o *setupOptions) { o.auth = true } }
 
 // setup starts the server, the provider and the ingest service (with the
 // HTTP API on an httptest server) for config yaml; everything stops when
@@ -102,7 +116,7 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	var cancel context.CancelFunc
 	h.c, cancel = context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	h.srv = natstest.Start(t)
+	h.srv = natstest.Start(t, o.server...)
 	h.prov = provider.New(o.faults, o.provOpts...)
 	h.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.arrived.Add(1)
@@ -110,18 +124,10 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	}))
 	t.Cleanup(h.target.Close)
 	t.Cleanup(func() { _ = h.prov.Close() })
-	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) {
-		if k == "TARGET" {
-			return h.target.URL, true
-		}
-		return "", false
-	})
-	if err != nil {
-		t.Fatalf("config: want a valid config, got %v", err)
-	}
-	h.cfg = cfg
+	h.cfg = h.config(yaml)
 	h.nc, h.js = h.srv.Conn(t)
 	ctx := h.ctx()
+	var err error
 	if h.st, err = store.Open(ctx, h.js, store.Options{}); err != nil {
 		t.Fatalf("store: %v", err)
 	}
@@ -131,6 +137,21 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	h.api = httptest.NewServer(mux)
 	t.Cleanup(h.api.Close)
 	return h
+}
+
+// config parses yaml with ${TARGET} set to the provider's URL.
+func (h *harness) config(yaml string) *config.Config {
+	h.t.Helper()
+	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) {
+		if k == "TARGET" {
+			return h.target.URL, true
+		}
+		return "", false
+	})
+	if err != nil {
+		h.t.Fatalf("config: want a valid config, got %v", err)
+	}
+	return cfg
 }
 
 // ctx is the context of calls to NATS and HTTP: it ends with the test.
@@ -147,8 +168,22 @@ func (h *harness) waitCtx() context.Context {
 // separate process would; it is stopped when the test ends.
 func (h *harness) startIngest(hooks *ingest.Hooks) *ingest.Service {
 	h.t.Helper()
+	return h.startIngestConfig(h.cfg, hooks)
+}
+
+// startIngestConfig is startIngest for a replica running config cfg.
+func (h *harness) startIngestConfig(cfg *config.Config, hooks *ingest.Hooks) *ingest.Service {
+	h.t.Helper()
 	nc, _ := h.srv.Conn(h.t)
-	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Hooks: hooks, Logger: h.o.log, Metrics: h.o.metrics})
+	var a *auth.Authenticator
+	if h.o.auth {
+		var err error
+		if a, err = auth.New(cfg); err != nil {
+			h.t.Fatalf("auth.New: %v", err)
+		}
+	}
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, Hooks: hooks, Logger: h.o.log, Metrics: h.o.metrics, Auth: a,
+		ReplyTimeout: h.o.replyTimeout})
 	if err != nil {
 		h.t.Fatalf("ingest.New: %v", err)
 	}

@@ -1,0 +1,275 @@
+package ingest_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natsd"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// withInvoice is baseYAML with a second kind, invoice.send.
+const withInvoice = baseYAML + `  invoice.send: {target: erp, attempts: 3}
+`
+
+// deadEntries decodes every entry DEAD holds.
+func (h *harness) deadEntries() []dead.Entry {
+	h.t.Helper()
+	ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []dead.Entry
+	for seq := uint64(1); seq <= h.streamState(tenaz.StreamDead).LastSeq; seq++ {
+		raw, err := ds.GetMsg(h.ctx(), seq)
+		if err != nil {
+			continue // deleted
+		}
+		var e dead.Entry
+		if err := json.Unmarshal(raw.Data, &e); err != nil {
+			h.t.Fatalf("DEAD seq %d: want JSON, got %q: %v", seq, raw.Data, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// In a rolling deploy, replica A knows invoice.send and answers its HTTP
+// callers; replica B runs a config without it and takes its share of
+// INTAKE. A submission A answered 202 and B then refused is never lost:
+// it is its event, dead with the refusal (reason rejected_at_intake,
+// class unknown_kind), readable at its status URL and kept in DEAD under
+// its id. One B refused while A's handler still waited is answered with
+// the refusal instead (the caller was told), and nothing is kept.
+func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
+	t.Parallel()
+	// A tiny ReplyTimeout: A answers 202 before the outcome comes back,
+	// as it does whenever accepting takes longer than the timeout.
+	h := setup(t, withInvoice, withReplyTimeout(time.Millisecond))
+	h.startIngestConfig(h.config(baseYAML), nil) // replica B
+
+	var accepted, told []string
+	deadByB := func() bool {
+		for _, id := range accepted {
+			if rec, ok := h.record(id); ok && rec.Status == tenaz.StateDead {
+				return true
+			}
+		}
+		return false
+	}
+	n := 0
+	natstest.Eventually(t, waitFor, func() bool {
+		n++
+		key := fmt.Sprintf("inv-%d", n)
+		r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"invoice.send","payload":{"n":1}}`, "Idempotency-Key", key)
+		switch r.Status {
+		case http.StatusAccepted:
+			accepted = append(accepted, event.ID("acme", key))
+		case http.StatusUnprocessableEntity:
+			if code := r.errorCode(t); code != "unknown_kind" {
+				t.Fatalf("POST %s: want a 422 only as B's refusal (unknown_kind), got %s", key, r.Body)
+			}
+			told = append(told, event.ID("acme", key))
+		default:
+			t.Fatalf("POST %s: want 202 (or B's 422), got %d %s", key, r.Status, r.Body)
+		}
+		return deadByB()
+	}, "a submission A answered 202 for to be refused by B and kept dead (%v submitted)", lazy(func() string { return fmt.Sprint(n) }))
+
+	// Every 202 ends visible: accepted by A (pending), or dead by B.
+	deadIDs := map[string]bool{}
+	for _, id := range accepted {
+		var rec state.Record
+		var ok bool
+		natstest.Eventually(t, waitFor, func() bool { rec, ok = h.record(id); return ok }, "event %s answered 202: want its record", id)
+		switch rec.Status {
+		case tenaz.StatePending:
+		case tenaz.StateDead:
+			deadIDs[id] = true
+			if rec.LastError == nil || rec.LastError.Class != "unknown_kind" || len(rec.History) != 1 || rec.History[0].Action != state.Reject ||
+				!strings.HasPrefix(rec.History[0].Detail, dead.ReasonRejected+":") || string(rec.Payload) != `{"n":1}` {
+				t.Fatalf("event %s refused by B: want dead by reject, last_error unknown_kind, the payload kept, got %+v", id, rec)
+			}
+			r := h.do(http.MethodGet, "/v1/events/"+id, "")
+			var v view
+			r.json(t, &v)
+			if r.Status != http.StatusOK || v.Status != tenaz.StateDead {
+				t.Fatalf("GET the status URL of %s: want 200 and status dead, got %d %s", id, r.Status, r.Body)
+			}
+		default:
+			t.Fatalf("event %s: want pending (A) or dead (B), got %s", id, rec.Status)
+		}
+	}
+	natstest.Eventually(t, waitFor, func() bool {
+		kept := 0
+		for _, e := range h.deadEntries() {
+			if deadIDs[e.ID] && e.Reason == dead.ReasonRejected && e.Class == "unknown_kind" && e.Event != nil && e.Record != nil {
+				kept++
+			}
+		}
+		return kept == len(deadIDs)
+	}, "DEAD: want an entry with the event for each of the %d events B refused", len(deadIDs))
+	for _, id := range told {
+		if rec, ok := h.record(id); ok {
+			t.Fatalf("event %s: its caller was told 422, want nothing kept, got %+v", id, rec)
+		}
+	}
+	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
+}
+
+// A key names one submission. The same key with the same payload (even
+// written differently, or after the event ran) is the same event: 200.
+// With another payload or another kind it is refused with 409
+// idempotency_key_reused, and the original event is unchanged. The
+// caller was told: nothing is kept in DEAD.
+func TestHTTPIdempotencyKeyReused(t *testing.T) {
+	t.Parallel()
+	h := setup(t, withInvoice)
+	h.startDispatcher("d1")
+	post := func(body string) response {
+		t.Helper()
+		return h.do(http.MethodPost, "/v1/events", body, "Idempotency-Key", "k1")
+	}
+	const first = `{"account":"acme","kind":"order.create","payload":{"order_id": "o-1", "note": "<ok>"}}`
+	if r := post(first); r.Status != http.StatusAccepted {
+		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
+	}
+	id := event.ID("acme", "k1")
+	orig := h.waitStatus(id, tenaz.StateDone) // the dispatcher's claim rewrote it from the EVENTS copy
+	for _, body := range []string{
+		first,
+		`{"account":"acme","kind":"order.create","payload":{"note":"<ok>","order_id":"o-1"}}`,
+	} {
+		r := post(body)
+		var v view
+		r.json(t, &v)
+		if r.Status != http.StatusOK || v.ID != id {
+			t.Fatalf("POST the same submission %s: want 200 and event %s, got %d %s", body, id, r.Status, r.Body)
+		}
+	}
+	for _, body := range []string{
+		`{"account":"acme","kind":"order.create","payload":{"order_id":"o-1","note":"changed"}}`,
+		`{"account":"acme","kind":"invoice.send","payload":{"order_id": "o-1", "note": "<ok>"}}`,
+	} {
+		r := post(body)
+		if r.Status != http.StatusConflict || r.errorCode(t) != "idempotency_key_reused" || !strings.Contains(string(r.Body), id) {
+			t.Fatalf("POST %s with key k1: want 409 idempotency_key_reused naming %s, got %d %s", body, id, r.Status, r.Body)
+		}
+	}
+	rec, _ := h.record(id)
+	if rec.Kind != "order.create" || string(rec.Payload) != string(orig.Payload) || len(rec.History) != len(orig.History) || rec.Status != tenaz.StateDone {
+		t.Fatalf("the original event: want it unchanged (%+v), got %+v", orig, rec)
+	}
+	if n := h.streamState(tenaz.StreamDead).Msgs; n != 0 {
+		t.Fatalf("DEAD: the callers were told, want nothing kept, got %d entries", n)
+	}
+}
+
+// Over NATS nobody is told: a submission reusing a key with another
+// payload or kind is kept in DEAD as rejected (class
+// idempotency_key_reused, the body as sent); the original event is
+// unchanged, and the same submission again is still a plain duplicate.
+func TestNATSIdempotencyKeyReusedKeptInDead(t *testing.T) {
+	t.Parallel()
+	h := setup(t, withInvoice)
+	id := event.ID("acme", "k1")
+	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), "Idempotency-Key", "k1")
+	orig := h.waitStatus(id, tenaz.StatePending)
+	ack := h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), "Idempotency-Key", "k1")
+	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "the duplicate not settled")
+	if n := h.streamState(tenaz.StreamDead).Msgs; n != 0 {
+		t.Fatalf("DEAD after a true duplicate: want nothing, got %d entries", n)
+	}
+	sends := []struct{ subject, body string }{
+		{intakeOrderCreate, `{"order_id":"o-2"}`},
+		{"tenaz.intake.acme.invoice.send", `{"order_id":"o-1"}`},
+	}
+	for _, s := range sends {
+		h.publishIntake(s.subject, []byte(s.body), "Idempotency-Key", "k1")
+	}
+	var got []dead.Entry
+	natstest.Eventually(t, waitFor, func() bool { got = h.deadEntries(); return len(got) == len(sends) },
+		"DEAD: want %d entries, got %v", len(sends), lazy(func() string { return fmt.Sprint(len(got)) }))
+	for _, s := range sends {
+		found := false
+		for _, e := range got {
+			found = found || e.RawSubject == s.subject && string(e.Raw) == s.body && e.Reason == dead.ReasonRejected &&
+				e.Class == "idempotency_key_reused" && e.ID == "" && strings.Contains(e.Error, id)
+		}
+		if !found {
+			t.Fatalf("DEAD: want an entry rejected, class idempotency_key_reused, raw %s on %s, naming %s; got %+v", s.body, s.subject, id, got)
+		}
+	}
+	rec, _ := h.record(id)
+	if rec.Status != tenaz.StatePending || string(rec.Payload) != string(orig.Payload) || len(rec.History) != 1 || rec.Kind != "order.create" {
+		t.Fatalf("the original event: want it unchanged, got %+v", rec)
+	}
+}
+
+// maxStore caps the server's JetStream file storage.
+func maxStore(n int64) natstest.Option {
+	return func(o *natsd.Options) { o.Configure = func(so *server.Options) { so.JetStreamMaxStore = n } }
+}
+
+// When the server's storage is full, a submission is refused with 503
+// store_full (nothing was taken; the caller tries again), and every one
+// answered 202 before, even one whose acceptance ran into the full store,
+// becomes its event once room is freed.
+func TestFullStoreRefusesWith503AndKeepsAccepted(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML, withServer(maxStore(8<<20)), withReplyTimeout(200*time.Millisecond))
+	fill, err := h.js.CreateStream(h.ctx(), jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	var accepted []string
+	refused := 0
+	for i := 0; refused == 0; i++ {
+		if i > 1000 {
+			t.Fatal("the store never filled")
+		}
+		key := fmt.Sprintf("o-%d", i)
+		r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"`+key+`"}}`, "Idempotency-Key", key)
+		switch r.Status {
+		case http.StatusAccepted:
+			accepted = append(accepted, event.ID("acme", key))
+		case http.StatusServiceUnavailable:
+			if code := r.errorCode(t); code != "store_full" {
+				t.Fatalf("POST into a full store: want 503 store_full, got %s", r.Body)
+			}
+			refused++
+		default:
+			t.Fatalf("POST %s: want 202 or 503, got %d %s", key, r.Status, r.Body)
+		}
+		for j := 0; j < 4; j++ {
+			if _, err := h.js.Publish(h.ctx(), "fill", chunk); err != nil && !store.IsFull(err) {
+				t.Fatalf("filling: %v", err)
+			}
+		}
+	}
+	if len(accepted) == 0 {
+		t.Fatal("want some submissions accepted before the store filled, got none")
+	}
+	if err := h.js.DeleteStream(h.ctx(), fill.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range accepted {
+		natstest.Eventually(t, time.Minute, func() bool { _, ok := h.record(id); return ok }, "event %s answered 202: want its record once room is freed", id)
+	}
+	if r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"after"}}`, "Idempotency-Key", "after"); r.Status != http.StatusAccepted {
+		t.Fatalf("POST after room was freed: want 202, got %d %s", r.Status, r.Body)
+	}
+}
