@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +34,8 @@ var (
 	ErrNoCredentials = errors.New("auth: no credentials")
 	// ErrBadCredentials: the credentials match no configured key.
 	ErrBadCredentials = errors.New("auth: invalid credentials")
+	// ErrNotOperator: the credentials are valid but not an operator's.
+	ErrNotOperator = errors.New("auth: not an operator")
 )
 
 // ErrNotConfigured is returned by New for a config with no keys and no
@@ -198,6 +199,45 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	return a.creds[found].p, nil
 }
 
+// AuthenticateHeader is Authenticate for a request that is not HTTP (a
+// NATS message): authorization is the value of its Authorization header,
+// in the same forms.
+func (a *Authenticator) AuthenticateHeader(authorization string) (Principal, error) {
+	r := &http.Request{Header: http.Header{}}
+	if authorization != "" {
+		r.Header.Set("Authorization", authorization)
+	}
+	return a.Authenticate(r)
+}
+
+// RequireOperator returns the operator that authorization (an
+// Authorization header's value, as AuthenticateHeader reads it) proves:
+// ErrNoCredentials or ErrBadCredentials without a valid one, ErrNotOperator
+// for an API key. With auth disabled (or a nil Authenticator) it is
+// anonymous.
+func (a *Authenticator) RequireOperator(authorization string) (Principal, error) {
+	p, err := a.AuthenticateHeader(authorization)
+	if err != nil {
+		return Principal{}, err
+	}
+	if !p.Operator && !p.Anonymous {
+		return Principal{}, fmt.Errorf("%w: %s", ErrNotOperator, p)
+	}
+	return p, nil
+}
+
+// Refusal is how to answer an error of Authenticate or RequireOperator:
+// its HTTP status (401 or 403), machine code and message.
+func Refusal(err error) (status int, code, msg string) {
+	switch {
+	case errors.Is(err, ErrNotOperator):
+		return http.StatusForbidden, "forbidden", "this needs an operator credential, not an API key"
+	case errors.Is(err, ErrBadCredentials):
+		return http.StatusUnauthorized, "unauthorized", "the credentials are not valid"
+	}
+	return http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <key>"
+}
+
 // principal returns the principal of r: the one a Guard stored, else
 // Authenticate's.
 func (a *Authenticator) principal(r *http.Request) (Principal, error) {
@@ -238,76 +278,6 @@ func (a *Authenticator) Require(s Scope, h http.Handler) http.Handler {
 	})
 }
 
-// Route classes of Guard.
-const (
-	routeOpen     = iota // no credential asked
-	routeOperator        // an operator credential
-	routeKey             // any valid credential; handlers check scopes
-)
-
-// classify says which credential a path needs. It looks at the cleaned
-// path, as the mux routes it.
-func classify(p string) int {
-	if p == "" {
-		p = "/"
-	}
-	clean := path.Clean(p)
-	switch {
-	case clean == "/healthz", clean == "/readyz", clean == "/metrics":
-		return routeOpen
-	case strings.HasPrefix(clean, "/v1/callbacks/"):
-		return routeOpen // authenticated by its Standard Webhooks signature
-	case clean == "/", clean == "/ui", strings.HasPrefix(clean, "/ui/"),
-		clean == "/v1/dead", strings.HasPrefix(clean, "/v1/dead/"),
-		clean == "/v1/review", strings.HasPrefix(clean, "/v1/review/"):
-		return routeOperator
-	}
-	return routeKey
-}
-
-// Guard wraps a process's whole handler:
-//   - /healthz, /readyz, /metrics and /v1/callbacks/{target} are open (a
-//     webhook proves itself by its signature);
-//   - /, /ui/…, /v1/dead… and /v1/review… need an operator (HTTP Basic
-//     or Bearer); without one the answer is 401 with a Basic challenge, so
-//     a browser asks for the operator's name and key;
-//   - a state-changing request from a browser on another origin (a forged
-//     form post carrying the operator's cached Basic credentials) is 403;
-//   - every other route needs a valid key or operator credential (401
-//     otherwise); the route's own Require checks the scope.
-//
-// The principal is stored in the request's context. A nil or disabled
-// Authenticator returns h as is.
-func (a *Authenticator) Guard(h http.Handler) http.Handler {
-	if a.Disabled() {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		class := classify(r.URL.Path)
-		if class == routeOpen {
-			h.ServeHTTP(w, r)
-			return
-		}
-		// A browser sends cached Basic credentials with any request, a
-		// forged cross-site form post too: refuse unsafe cross-origin
-		// browser requests (non-browser clients send no Origin).
-		if err := sameOrigin.Check(r); err != nil {
-			httpapi.Error(w, http.StatusForbidden, "cross_origin", "cross-origin requests that change state are refused")
-			return
-		}
-		p, err := a.Authenticate(r)
-		if err != nil {
-			unauthorized(w, err, class == routeOperator)
-			return
-		}
-		if class == routeOperator && !p.Operator {
-			httpapi.Error(w, http.StatusForbidden, "forbidden", "this route needs an operator credential")
-			return
-		}
-		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
-	})
-}
-
 // sameOrigin rejects unsafe (non GET/HEAD/OPTIONS) cross-origin browser
 // requests, by Sec-Fetch-Site or Origin.
 var sameOrigin = http.NewCrossOriginProtection()
@@ -318,9 +288,6 @@ func unauthorized(w http.ResponseWriter, err error, operator bool) {
 	} else {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tenaz"`)
 	}
-	msg := "send Authorization: Bearer <key>"
-	if errors.Is(err, ErrBadCredentials) {
-		msg = "the credentials are not valid"
-	}
-	httpapi.Error(w, http.StatusUnauthorized, "unauthorized", msg)
+	status, code, msg := Refusal(err)
+	httpapi.Error(w, status, code, msg)
 }

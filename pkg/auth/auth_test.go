@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -192,12 +193,14 @@ func serve(t *testing.T, h http.Handler) func(method, path string, headers ...st
 	}
 }
 
-// echo answers 200 with the principal it was given.
+// echo answers 200 with the principal it was given and the pattern it
+// serves.
 var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	p, ok := auth.From(r.Context())
 	if ok {
 		w.Header().Set("X-Principal", p.String())
 	}
+	w.Header().Set("X-Pattern", r.Pattern)
 	w.WriteHeader(http.StatusOK)
 })
 
@@ -262,10 +265,22 @@ func TestRequireRateLimit(t *testing.T) {
 	}
 }
 
+// guarded serves echo on a few of tenaz's real patterns, plus one that has
+// no class, behind a.Guard.
+func guarded(t *testing.T, a *auth.Authenticator) func(method, path string, headers ...string) *http.Response {
+	mux := http.NewServeMux()
+	for _, p := range []string{"GET /healthz", "GET /metrics", "POST /v1/callbacks/{target}", "GET /ui/{$}", "GET /ui/dead",
+		"GET /v1/dead", "POST /v1/dead/{id}/replay", "POST /v1/dead/discard", "GET /v1/review", "GET /v1/events/{id}",
+		"GET /v1/breakers", "POST /v1/breakers/{account}/{target}/close", "GET /v1/unclassified"} {
+		mux.Handle(p, echo)
+	}
+	return serve(t, a.Guard(mux))
+}
+
 func TestGuard(t *testing.T) {
 	t.Parallel()
 	a := newAuth(t)
-	do := serve(t, a.Guard(echo))
+	do := guarded(t, a)
 	bearer := func(k string) []string { return []string{"Authorization", "Bearer " + k} }
 	for _, c := range []struct {
 		method, path string
@@ -274,7 +289,6 @@ func TestGuard(t *testing.T) {
 		principal    string
 	}{
 		{"GET", "/healthz", nil, 200, ""},
-		{"GET", "/readyz", nil, 200, ""},
 		{"GET", "/metrics", nil, 200, ""},
 		{"POST", "/v1/callbacks/erp", nil, 200, ""},
 		{"POST", "/v1/callbacks/erp", bearer(acmeKey), 200, ""}, // open routes ignore credentials
@@ -282,16 +296,25 @@ func TestGuard(t *testing.T) {
 		{"GET", "/ui/", bearer(acmeKey), 403, ""},
 		{"GET", "/ui/", []string{"basic", "alice", aliceKey}, 200, "operator:alice"},
 		{"GET", "/ui/", []string{"basic", "alice", acmeKey}, 401, ""},
-		{"GET", "/ui", bearer(aliceKey), 200, "operator:alice"},
+		{"GET", "/ui", bearer(aliceKey), 200, "operator:alice"}, // the mux's redirect to /ui/, followed
+		{"GET", "/ui", bearer(acmeKey), 403, ""},
 		{"GET", "/", nil, 401, ""},
 		{"GET", "/v1/dead", bearer(globexKey), 403, ""},
 		{"POST", "/v1/dead/abc/replay", bearer(aliceKey), 200, "operator:alice"},
 		{"GET", "/v1/review", nil, 401, ""},
 		{"GET", "/v1/events/x", nil, 401, ""},
 		{"GET", "/v1/events/x", bearer(globexKey), 200, "key:globex-ro"},
-		{"GET", "/anything/new", nil, 401, ""}, // default deny
-		// A path that only looks open is judged as the mux would route it.
-		{"GET", "/v1/callbacks/../dead", nil, 401, ""},
+		{"GET", "/anything/new", nil, 401, ""}, // no route: a credential first, then 404
+		{"GET", "/anything/new", bearer(acmeKey), 404, ""},
+		// Breakers span every account: an API key never reaches them.
+		{"GET", "/v1/breakers", nil, 401, ""},
+		{"GET", "/v1/breakers", bearer(acmeKey), 403, ""},
+		{"POST", "/v1/breakers/globex/erp/close", bearer(acmeKey), 403, ""},
+		{"GET", "/v1/breakers", bearer(aliceKey), 200, "operator:alice"},
+		{"POST", "/v1/breakers/globex/erp/close", bearer(aliceKey), 200, "operator:alice"},
+		// A registered route without a class is refused to everyone.
+		{"GET", "/v1/unclassified", nil, 403, ""},
+		{"GET", "/v1/unclassified", bearer(aliceKey), 403, ""},
 	} {
 		resp := do(c.method, c.path, c.headers...)
 		if resp.StatusCode != c.want || resp.Header.Get("X-Principal") != c.principal {
@@ -302,10 +325,10 @@ func TestGuard(t *testing.T) {
 	// A forged cross-site form post from the operator's browser (which
 	// sends the cached Basic credentials) is refused; the same request
 	// from the screen's own origin, or from a non-browser client, is not.
-	if r := do("POST", "/v1/dead/abc/discard", "basic", "alice", aliceKey, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"); r.StatusCode != 403 {
+	if r := do("POST", "/v1/dead/discard", "basic", "alice", aliceKey, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"); r.StatusCode != 403 {
 		t.Errorf("a cross-site POST with the operator's credentials: want 403, got %d", r.StatusCode)
 	}
-	if r := do("POST", "/v1/dead/abc/discard", "basic", "alice", aliceKey, "Sec-Fetch-Site", "same-origin"); r.StatusCode != 200 {
+	if r := do("POST", "/v1/dead/discard", "basic", "alice", aliceKey, "Sec-Fetch-Site", "same-origin"); r.StatusCode != 200 {
 		t.Errorf("a same-origin POST with the operator's credentials: want 200, got %d", r.StatusCode)
 	}
 	if r := do("GET", "/ui/", "basic", "alice", aliceKey, "Sec-Fetch-Site", "cross-site"); r.StatusCode != 200 {
@@ -320,6 +343,83 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// Paths that only look like an open route are judged by the route the
+// mux picks for them, so none reaches an operator route (or its redirect)
+// without an operator: "..", double and encoded slashes.
+func TestGuardPathTricks(t *testing.T) {
+	t.Parallel()
+	a := newAuth(t)
+	do := guarded(t, a)
+	for _, path := range []string{
+		"/v1/callbacks/../breakers",
+		"/v1/callbacks/../dead",
+		"/v1/callbacks/..%2F..%2Fv1%2Fbreakers",
+		"/v1/callbacks/%2E%2E/%2E%2E/v1/breakers",
+		"/v1/callbacks/erp/../../breakers",
+		"//v1/breakers",
+		"/v1//breakers",
+		"/v1/breakers/",
+		"/v1%2Fbreakers",
+		"/v1/callbacks/..%2Fbreakers",
+		"/healthz/../v1/breakers",
+		"/./v1/breakers",
+	} {
+		for _, method := range []string{"GET", "POST"} {
+			for _, key := range []string{"", acmeKey} {
+				var h []string
+				if key != "" {
+					h = []string{"Authorization", "Bearer " + key}
+				}
+				resp := do(method, path, h...) // redirects followed
+				served := resp.Header.Get("X-Pattern")
+				if c, _ := auth.ClassOf(served); c == auth.OperatorOnly || served == "GET /v1/unclassified" {
+					t.Errorf("%s %s with key %v: want refused before any operator route, got %d from %q",
+						method, path, key != "", resp.StatusCode, served)
+				}
+			}
+		}
+	}
+}
+
+// Over NATS the operator credential comes in a header value: an operator
+// key (Bearer or Basic) proves its operator, an API key is not one, and
+// nothing or a forged key is refused. Disabled auth is anonymous.
+func TestRequireOperator(t *testing.T) {
+	t.Parallel()
+	a := newAuth(t)
+	for _, c := range []struct {
+		name, authz string
+		want        string
+		err         error
+		status      int
+	}{
+		{"operator bearer", "Bearer " + aliceKey, "operator:alice", nil, 0},
+		{"operator basic", "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+aliceKey)), "operator:alice", nil, 0},
+		{"api key", "Bearer " + acmeKey, "", auth.ErrNotOperator, 403},
+		{"nothing", "", "", auth.ErrNoCredentials, 401},
+		{"forged", "Bearer " + auth.KeyPrefix + strings.Repeat("A", 43), "", auth.ErrBadCredentials, 401},
+		{"a name alone", "alice", "", auth.ErrBadCredentials, 401},
+	} {
+		p, err := a.RequireOperator(c.authz)
+		if c.err == nil {
+			if err != nil || p.String() != c.want {
+				t.Errorf("%s: want %s, got %s, %v", c.name, c.want, p, err)
+			}
+			continue
+		}
+		if status, _, msg := auth.Refusal(err); !errors.Is(err, c.err) || status != c.status || msg == "" {
+			t.Errorf("%s: want %v answered %d, got %v answered %d %q", c.name, c.err, c.status, err, status, msg)
+		}
+	}
+	off, err := auth.New(parse(t, "auth: {disabled: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := off.RequireOperator(""); err != nil || p.String() != "anonymous" {
+		t.Errorf("auth disabled: want anonymous, got %s, %v", p, err)
+	}
+}
+
 // Disabled auth opens everything and marks nobody.
 func TestGuardDisabled(t *testing.T) {
 	t.Parallel()
@@ -327,8 +427,10 @@ func TestGuardDisabled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	do := serve(t, a.Guard(a.Require(auth.Submit, echo)))
-	if resp := do("POST", "/ui/"); resp.StatusCode != 200 || resp.Header.Get("X-Principal") != "anonymous" {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/events", a.Require(auth.Submit, echo))
+	do := serve(t, a.Guard(mux))
+	if resp := do("POST", "/v1/events"); resp.StatusCode != 200 || resp.Header.Get("X-Principal") != "anonymous" {
 		t.Fatalf("want 200 as anonymous, got %d %q", resp.StatusCode, resp.Header.Get("X-Principal"))
 	}
 }

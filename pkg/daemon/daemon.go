@@ -31,7 +31,7 @@ type Component interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 	Ready() error
-	Routes(mux *http.ServeMux)
+	Routes(mux httpapi.Router)
 }
 
 // ConfigPath is the config file a binary reads: path (its --config flag),
@@ -58,9 +58,10 @@ func LoadConfig(path string) (*config.Config, error) {
 }
 
 // Mux returns a mux with each component's routes, /healthz, /readyz (all
-// components ready) and /metrics.
-func Mux(cs ...Component) *http.ServeMux {
-	mux := http.NewServeMux()
+// components ready) and /metrics. It lists its patterns: every one needs
+// a class in pkg/auth.
+func Mux(cs ...Component) *httpapi.Mux {
+	mux := httpapi.NewMux()
 	checks := make([]httpapi.Check, 0, len(cs))
 	for _, c := range cs {
 		c.Routes(mux)
@@ -75,12 +76,13 @@ func Mux(cs ...Component) *http.ServeMux {
 // (the submission's envelope around its payload).
 const BodySlack = 64 << 10
 
-// Handler is what a process serves: h behind a.Guard (open health,
-// metrics and webhook routes, operator-only screen and dead-letter routes,
-// a valid credential everywhere else; see package auth) with every request
+// Handler is what a process serves: mux behind a.Guard (each route judged
+// by the class of the pattern it matches: open health, metrics and webhook
+// routes, operator-only screen, dead-letter and breaker routes, a valid
+// credential for the events API; see package auth) with every request
 // body bounded by http.max_body_bytes plus BodySlack, on every route.
-func Handler(cfg *config.Config, a *auth.Authenticator, h http.Handler) http.Handler {
-	return a.Guard(http.MaxBytesHandler(h, cfg.HTTP.MaxBodyBytes+BodySlack))
+func Handler(cfg *config.Config, a *auth.Authenticator, mux auth.Router) http.Handler {
+	return http.MaxBytesHandler(a.Guard(mux), cfg.HTTP.MaxBodyBytes+BodySlack)
 }
 
 // Server is a running HTTP server.

@@ -8,6 +8,7 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 )
 
 // ErrorBody is the JSON of every error answer.
@@ -40,7 +41,7 @@ type Check func() error
 
 // Health registers /healthz (the process answers) and /readyz (every check
 // passes) on mux.
-func Health(mux *http.ServeMux, checks ...Check) {
+func Health(mux Router, checks ...Check) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		JSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -54,3 +55,35 @@ func Health(mux *http.ServeMux, checks ...Check) {
 		JSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 }
+
+// Router is where a service registers its routes: an *http.ServeMux, or a
+// Mux.
+type Router interface {
+	Handle(pattern string, h http.Handler)
+	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
+}
+
+// Mux is an http.ServeMux that remembers the patterns registered on it,
+// so that a test can check each route (pkg/auth classifies every route by
+// its pattern).
+type Mux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+// NewMux returns an empty Mux.
+func NewMux() *Mux { return &Mux{ServeMux: http.NewServeMux()} }
+
+// Handle registers h for pattern, as http.ServeMux.Handle does.
+func (m *Mux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.patterns = append(m.patterns, pattern)
+}
+
+// HandleFunc registers h for pattern, as http.ServeMux.HandleFunc does.
+func (m *Mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Patterns lists the registered patterns in the order they were registered.
+func (m *Mux) Patterns() []string { return slices.Clone(m.patterns) }

@@ -1,7 +1,8 @@
 // Package ops is the wire contract of tenaz's operator surface: the request
 // and reply bodies of the deadletter service's NATS micro endpoints (the
 // service "tenaz-deadletter"), which the tenaz CLI calls, and of its JSON
-// HTTP API under /v1/dead and /v1/review, which uses the same types.
+// HTTP API under /v1/dead, /v1/review and /v1/breakers, which uses the
+// same types.
 //
 // # Endpoints
 //
@@ -20,7 +21,9 @@
 //	breakers.close   CloseBreakerRequest → BreakerItem     close one breaker for everyone
 //
 // An error is answered with the micro error headers — Nats-Service-Error-Code
-// holds an HTTP-like code (400 bad request, 404 not found, 409 conflict:
+// holds an HTTP-like code (400 bad request, 401 no or invalid operator
+// credential, 403 a credential that is not an operator's, 404 not found,
+// 409 conflict:
 // the event is not in a state the action is legal from (code
 // "not_parked") or not indexed yet, 413/422 an edited payload refused like
 // a submission, 500 internal) and Nats-Service-Error the message — and the
@@ -30,12 +33,19 @@
 //
 // # Who and why
 //
-// Actor is the operator's name; the service records "operator:<actor>" in
-// the event's history (state.Entry.Actor) and Reason as its detail. An
-// empty Actor is refused (400) on actions.
+// Every endpoint needs the operator credential: the request's
+// Authorization header (AuthorizationHeader) holds "Bearer <operator key>"
+// (or Basic with the operator's name), checked against auth.operators as
+// the HTTP API checks it. Without one the answer is 401, with an API key
+// 403. The service records who acted from that credential,
+// "operator:<name>", in the event's history (state.Entry.Actor); with
+// auth.disabled it records "anonymous". No request body names the actor:
+// a body "actor" field is an unknown field (400). Reason, the why, is
+// recorded as the entry's detail.
 //
 //	var rep ops.ListReply
-//	err := ops.Call(ctx, nc, ops.Subject("tenaz", ops.DeadList), ops.ListRequest{Account: "acme", Limit: 50}, &rep)
+//	err := ops.Call(ctx, nc, ops.Subject("tenaz", ops.DeadList), ops.ListRequest{Account: "acme", Limit: 50}, &rep,
+//		ops.WithOperatorKey(os.Getenv("TENAZ_OPERATOR_KEY")))
 package ops
 
 import (
@@ -81,6 +91,9 @@ const (
 	ErrorCodeHeader = "Nats-Service-Error-Code"
 	// ErrorHeader carries an error answer's message.
 	ErrorHeader = "Nats-Service-Error"
+	// AuthorizationHeader carries a request's operator credential, as in
+	// HTTP: "Bearer <operator key>".
+	AuthorizationHeader = "Authorization"
 )
 
 // Subject is the request subject of endpoint name under prefix ("" means "tenaz").
@@ -179,8 +192,8 @@ type ReplayRequest struct {
 	// only with exactly one id. The id, account, kind and keys stay.
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Stage is "primary", "fallback" or "" (the stage it was in).
-	Stage  string `json:"stage,omitempty"`
-	Actor  string `json:"actor"`
+	Stage string `json:"stage,omitempty"`
+	// Reason is why, recorded in each event's history.
 	Reason string `json:"reason,omitempty"`
 	// RatePerSecond bounds a job's replays; 0 means 100.
 	RatePerSecond float64 `json:"rate_per_second,omitempty"`
@@ -227,24 +240,25 @@ type JobReply struct {
 	// Error is why a failed job stopped.
 	Error string `json:"error,omitempty"`
 	// LastErrors are the latest per-event failures (up to 20).
-	LastErrors    []ItemError `json:"last_errors,omitempty"`
-	Filter        ListRequest `json:"filter"`
-	Stage         string      `json:"stage,omitempty"`
-	Actor         string      `json:"actor"`
-	Reason        string      `json:"reason,omitempty"`
-	RatePerSecond float64     `json:"rate_per_second"`
-	CreatedAt     time.Time   `json:"created_at"`
-	UpdatedAt     time.Time   `json:"updated_at"`
+	LastErrors []ItemError `json:"last_errors,omitempty"`
+	Filter     ListRequest `json:"filter"`
+	Stage      string      `json:"stage,omitempty"`
+	// Actor is who started the job (from the credential: "operator:alice").
+	Actor         string    `json:"actor"`
+	Reason        string    `json:"reason,omitempty"`
+	RatePerSecond float64   `json:"rate_per_second"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // DiscardRequest discards dead or reviewed events (they become cancelled).
 // Seqs names DEAD entries without an event (rejected submissions, Item.ID
 // "") by their Item.Seq; discarding one drops it from the list.
 type DiscardRequest struct {
-	IDs    []string `json:"ids,omitempty"`
-	Seqs   []uint64 `json:"seqs,omitempty"`
-	Actor  string   `json:"actor"`
-	Reason string   `json:"reason"`
+	IDs  []string `json:"ids,omitempty"`
+	Seqs []uint64 `json:"seqs,omitempty"`
+	// Reason is why (required), recorded in each event's history.
+	Reason string `json:"reason"`
 }
 
 // ActionReply answers discard and resolve: how many moved, how many were
@@ -269,8 +283,8 @@ type ResolveRequest struct {
 	Outcome string `json:"outcome"`
 	// Result is stored as the event's result with OutcomeDone (optional JSON).
 	Result json.RawMessage `json:"result,omitempty"`
-	Actor  string          `json:"actor"`
-	Reason string          `json:"reason,omitempty"`
+	// Reason is why, recorded in the event's history.
+	Reason string `json:"reason,omitempty"`
 }
 
 // BreakersRequest lists breakers, optionally of one account.
@@ -300,7 +314,6 @@ type BreakersReply struct {
 type CloseBreakerRequest struct {
 	Account string `json:"account"`
 	Target  string `json:"target"`
-	Actor   string `json:"actor"`
 }
 
 // ErrorBody is the JSON body of an error answer (the same as HTTP's).
@@ -328,14 +341,32 @@ func (e *Error) Error() string {
 // ErrNoService is returned by Call when nobody answers the subject.
 var ErrNoService = errors.New("ops: no deadletter service answers (is tenaz-deadletter running?)")
 
+// CallOption sets something of one Call.
+type CallOption func(*nats.Msg)
+
+// WithOperatorKey sends key as the request's operator credential
+// ("Authorization: Bearer <key>"); "" sends none.
+func WithOperatorKey(key string) CallOption {
+	return func(m *nats.Msg) {
+		if key != "" {
+			m.Header.Set(AuthorizationHeader, "Bearer "+key)
+		}
+	}
+}
+
 // Call sends req as JSON to subject, waits for the answer (ctx bounds it)
 // and decodes it into rep. An error answer is returned as *Error.
-func Call(ctx context.Context, nc *nats.Conn, subject string, req, rep any) error {
+func Call(ctx context.Context, nc *nats.Conn, subject string, req, rep any, opts ...CallOption) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("ops: encode request: %w", err)
 	}
-	m, err := nc.RequestWithContext(ctx, subject, b)
+	msg := nats.NewMsg(subject)
+	msg.Data = b
+	for _, o := range opts {
+		o(msg)
+	}
+	m, err := nc.RequestMsgWithContext(ctx, msg)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return ErrNoService
 	}

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -44,16 +44,15 @@ func statusOf(err error) (int, string, string) {
 	return http.StatusInternalServerError, "internal", err.Error()
 }
 
-// actorOf validates an operator name and returns the history actor.
-func actorOf(name string) (string, error) {
-	name = strings.TrimSpace(name)
-	if name == "" {
-		return "", fail(http.StatusBadRequest, "actor_required", "say who acts: actor (the operator's name) is required")
+// actorOf is who acts, as the history records it: the principal that
+// authenticated the request ("operator:alice"; the HTTP Guard or the micro
+// endpoint put it in ctx), else "anonymous" (auth disabled). Never a
+// name the request states.
+func actorOf(ctx context.Context) string {
+	if p, ok := auth.From(ctx); ok {
+		return p.String()
 	}
-	if len(name) > 64 || strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || r == ':' }) >= 0 {
-		return "", fail(http.StatusBadRequest, "invalid_actor", "actor must be 1-64 printable characters without ':', got %q", name)
-	}
-	return "operator:" + name, nil
+	return auth.Principal{Anonymous: true}.String()
 }
 
 // lookup returns the indexed item of an event, or why it cannot be acted on.
@@ -281,10 +280,7 @@ func (s *Service) discardSeq(ctx context.Context, seq uint64, actor, why string)
 
 // resolve decides a review (or a dead event).
 func (s *Service) resolve(ctx context.Context, req ops.ResolveRequest) error {
-	actor, err := actorOf(req.Actor)
-	if err != nil {
-		return err
-	}
+	actor := actorOf(ctx)
 	switch req.Outcome {
 	case ops.OutcomeDone:
 		if req.Result != nil && !json.Valid(req.Result) {
@@ -345,10 +341,7 @@ func checkSelection(n int) error {
 
 // replayRequest replays ids now, or starts a job for a filter.
 func (s *Service) replayRequest(ctx context.Context, req ops.ReplayRequest) (ops.ReplayReply, error) {
-	actor, err := actorOf(req.Actor)
-	if err != nil {
-		return ops.ReplayReply{}, err
-	}
+	actor := actorOf(ctx)
 	if req.Filter != nil {
 		if len(req.IDs) > 0 || req.Payload != nil {
 			return ops.ReplayReply{}, fail(http.StatusBadRequest, "bad_request", "give either ids or a filter, and an edited payload only with one id")
@@ -377,10 +370,7 @@ func (s *Service) replayRequest(ctx context.Context, req ops.ReplayRequest) (ops
 
 // discardRequest discards ids and event-less entries.
 func (s *Service) discardRequest(ctx context.Context, req ops.DiscardRequest) (ops.ActionReply, error) {
-	actor, err := actorOf(req.Actor)
-	if err != nil {
-		return ops.ActionReply{}, err
-	}
+	actor := actorOf(ctx)
 	if strings.TrimSpace(req.Reason) == "" {
 		return ops.ActionReply{}, fail(http.StatusBadRequest, "reason_required", "say why: a discard needs a reason")
 	}
@@ -388,6 +378,7 @@ func (s *Service) discardRequest(ctx context.Context, req ops.DiscardRequest) (o
 		return ops.ActionReply{}, err
 	}
 	if len(req.IDs)+len(req.Seqs) == 1 {
+		var err error
 		if len(req.IDs) == 1 {
 			err = s.discard(ctx, req.IDs[0], actor, req.Reason)
 		} else {

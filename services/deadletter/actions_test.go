@@ -75,7 +75,7 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 
 	fixed := json.RawMessage(`{"order_id":"o-1","reject":false,"note":"fixed by ops"}`)
 	var rep ops.ReplayReply
-	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}, Payload: fixed, Actor: "alice", Reason: "customer fixed the address"}, &rep); err != nil {
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}, Payload: fixed, Reason: "customer fixed the address"}, &rep); err != nil {
 		t.Fatal(err)
 	}
 	if rep.Replayed != 1 {
@@ -99,7 +99,7 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	}
 	e.waitListed(tenaz.StateDead, f, 0)
 
-	err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}, Actor: "alice"}, &rep)
+	err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}}, &rep)
 	var oe *ops.Error
 	if !errors.As(err, &oe) || oe.Status != http.StatusConflict || oe.Code != "not_parked" {
 		t.Fatalf("replaying a done event: want 409 not_parked, got %v", err)
@@ -132,7 +132,7 @@ func TestCrashedEventDeadThroughAdvisoryThenReplayed(t *testing.T) {
 	}
 	fixed.Store(true)
 	var rep ops.ReplayReply
-	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{poison}, Actor: "bob", Reason: "handler fixed in v2"}, &rep); err != nil || rep.Replayed != 1 {
+	if err := e.callWith(operatorKeys["bob"], ops.DeadReplay, ops.ReplayRequest{IDs: []string{poison}, Reason: "handler fixed in v2"}, &rep); err != nil || rep.Replayed != 1 {
 		t.Fatalf("replay: %+v, %v", rep, err)
 	}
 	natstest.Eventually(t, 60*time.Second, func() bool { return e.record(poison).Status == tenaz.StateDone }, "the replayed poison event to be done")
@@ -155,7 +155,7 @@ func TestResolveReviews(t *testing.T) {
 		t.Fatalf("reviews must not be listed as dead, got %d", n)
 	}
 
-	code, body := e.post("/v1/review/"+ids[0]+"/resolve", map[string]any{"outcome": "done", "result": map[string]string{"decision": "approved"}, "actor": "carol", "reason": "bureau confirmed by phone"}, nil)
+	code, body := e.postWith(operatorKeys["carol"], "/v1/review/"+ids[0]+"/resolve", map[string]any{"outcome": "done", "result": map[string]string{"decision": "approved"}, "reason": "bureau confirmed by phone"}, nil)
 	if code != http.StatusOK {
 		t.Fatalf("resolve done: %d %s", code, body)
 	}
@@ -163,11 +163,11 @@ func TestResolveReviews(t *testing.T) {
 	if r.Status != tenaz.StateDone || string(r.Result) != `{"decision":"approved"}` || lastEntry(r).Actor != "operator:carol" || lastEntry(r).Detail != "bureau confirmed by phone" {
 		t.Fatalf("resolved: want done with the result and carol's reason, got %s %s %+v", r.Status, r.Result, lastEntry(r))
 	}
-	if err := e.call(ops.ReviewResolve, ops.ResolveRequest{ID: ids[1], Outcome: ops.OutcomeRequeuePrimary, Actor: "dave", Reason: "bureau back up"}, nil); err != nil {
+	if err := e.callWith(operatorKeys["dave"], ops.ReviewResolve, ops.ResolveRequest{ID: ids[1], Outcome: ops.OutcomeRequeuePrimary, Reason: "bureau back up"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ids[1]).Status == tenaz.StateDone }, "the requeued review to be delivered")
-	if err := e.call(ops.ReviewResolve, ops.ResolveRequest{ID: ids[2], Outcome: ops.OutcomeDiscard, Actor: "erin", Reason: "applicant withdrew"}, nil); err != nil {
+	if err := e.callWith(operatorKeys["erin"], ops.ReviewResolve, ops.ResolveRequest{ID: ids[2], Outcome: ops.OutcomeDiscard, Reason: "applicant withdrew"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := e.record(ids[2]); r.Status != tenaz.StateCancelled || lastEntry(r).Actor != "operator:erin" {
@@ -191,17 +191,17 @@ func TestRequestErrors(t *testing.T) {
 		code   string
 	}{
 		{"unknown id", ops.DeadShow, ops.ShowRequest{ID: event.ID("acme", "nope")}, 404, "not_found"},
-		{"no actor", ops.DeadReplay, ops.ReplayRequest{IDs: ids}, 400, "actor_required"},
-		{"bad stage", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Actor: "a", Stage: "third"}, 400, "invalid_stage"},
-		{"no fallback", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Actor: "a", Stage: "fallback"}, 400, "no_fallback"},
-		{"payload against the schema", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Actor: "a", Payload: json.RawMessage(`{"x":1}`)}, 422, "schema_violation"},
-		{"payload with two ids", ops.DeadReplay, ops.ReplayRequest{IDs: []string{ids[0], ids[0]}, Actor: "a", Payload: json.RawMessage(`{"n":2}`)}, 400, "bad_request"},
-		{"discard without reason", ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Actor: "a"}, 400, "reason_required"},
+		{"a body that names the actor", ops.DeadReplay, map[string]any{"ids": ids, "actor": "mallory"}, 400, "malformed"},
+		{"bad stage", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Stage: "third"}, 400, "invalid_stage"},
+		{"no fallback", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Stage: "fallback"}, 400, "no_fallback"},
+		{"payload against the schema", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`{"x":1}`)}, 422, "schema_violation"},
+		{"payload with two ids", ops.DeadReplay, ops.ReplayRequest{IDs: []string{ids[0], ids[0]}, Payload: json.RawMessage(`{"n":2}`)}, 400, "bad_request"},
+		{"discard without reason", ops.DeadDiscard, ops.DiscardRequest{IDs: ids}, 400, "reason_required"},
 		{"bad cursor", ops.DeadList, ops.ListRequest{Cursor: "zzz"}, 400, "invalid_cursor"},
 		{"unknown field", ops.DeadList, map[string]any{"acount": "acme"}, 400, "malformed"},
-		{"bad outcome", ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: "maybe", Actor: "a"}, 400, "invalid_outcome"},
+		{"bad outcome", ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: "maybe"}, 400, "invalid_outcome"},
 		{"unknown job", ops.DeadJob, ops.JobRequest{JobID: "job_nope"}, 404, "not_found"},
-		{"unknown breaker", ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp", Actor: "a"}, 404, "not_found"},
+		{"unknown breaker", ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp"}, 404, "not_found"},
 	} {
 		err := e.call(tc.ep, tc.req, nil)
 		var oe *ops.Error
@@ -209,8 +209,8 @@ func TestRequestErrors(t *testing.T) {
 			t.Errorf("%s: want %d %s with a message, got %v", tc.name, tc.status, tc.code, err)
 		}
 	}
-	if code, body := e.post("/v1/dead/replay", map[string]any{"ids": ids}, nil); code != 400 || !strings.Contains(body, `"actor_required"`) {
-		t.Errorf("HTTP replay without actor: want 400 actor_required, got %d %s", code, body)
+	if code, body := e.post("/v1/dead/replay", map[string]any{"ids": ids, "actor": "mallory"}, nil); code != 400 || !strings.Contains(body, `"malformed"`) {
+		t.Errorf("HTTP replay naming the actor: want 400 malformed, got %d %s", code, body)
 	}
 	if code := e.get("/v1/dead?since=yesterday", nil); code != 400 {
 		t.Errorf("HTTP list with a bad since: want 400, got %d", code)
@@ -228,11 +228,11 @@ func TestDiscardSelection(t *testing.T) {
 	ids := e.seed(5, "acme", "invoice.send", dead.ReasonExhausted, "transient", func(int) string { return `{"n":1}` })
 	e.waitListed(tenaz.StateDead, url.Values{"kind": {"invoice.send"}}, 5)
 	var first ops.ActionReply
-	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{IDs: ids[:1], Actor: "frank", Reason: "duplicate invoice"}, &first); err != nil || first.Done != 1 {
+	if err := e.callWith(operatorKeys["frank"], ops.DeadDiscard, ops.DiscardRequest{IDs: ids[:1], Reason: "duplicate invoice"}, &first); err != nil || first.Done != 1 {
 		t.Fatalf("discard one: %+v %v", first, err)
 	}
 	var rep ops.ActionReply
-	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Actor: "frank", Reason: "duplicate invoice"}, &rep); err != nil {
+	if err := e.callWith(operatorKeys["frank"], ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Reason: "duplicate invoice"}, &rep); err != nil {
 		t.Fatal(err)
 	}
 	if rep.Done != 4 || rep.Skipped != 1 || len(rep.Errors) != 0 {
@@ -280,7 +280,7 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 		t.Fatalf("show: want the raw body, got %+v %v", show, err)
 	}
 	var rep ops.ActionReply
-	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{Seqs: []uint64{it.Seq}, Actor: "gina", Reason: "test traffic"}, &rep); err != nil || rep.Done != 1 {
+	if err := e.callWith(operatorKeys["gina"], ops.DeadDiscard, ops.DiscardRequest{Seqs: []uint64{it.Seq}, Reason: "test traffic"}, &rep); err != nil || rep.Done != 1 {
 		t.Fatalf("discard by seq: %+v %v", rep, err)
 	}
 	e.waitListed(tenaz.StateDead, url.Values{}, 0)

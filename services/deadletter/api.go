@@ -25,14 +25,18 @@ import (
 //	GET  /v1/dead                       list (query: account kind class reason since until cursor limit)
 //	GET  /v1/dead/{id}                  show (seq_<n> for an entry without an event)
 //	POST /v1/dead/replay                ReplayRequest → ReplayReply (202 with job_id for a filter)
-//	POST /v1/dead/{id}/replay           {payload?, stage?, actor, reason} → ReplayReply
+//	POST /v1/dead/{id}/replay           {payload?, stage?, reason} → ReplayReply
 //	POST /v1/dead/discard               DiscardRequest → ActionReply
 //	GET  /v1/dead/jobs/{job}            JobReply
 //	GET  /v1/review                     list of manual reviews
 //	GET  /v1/review/{id}                show
-//	POST /v1/review/{id}/resolve        {outcome, result?, actor, reason} → ActionReply
+//	POST /v1/review/{id}/resolve        {outcome, result?, reason} → ActionReply
 //	GET  /v1/breakers                   BreakersReply (query: account)
-//	POST /v1/breakers/{account}/{target}/close  {actor} → BreakerItem
+//	POST /v1/breakers/{account}/{target}/close  (no body) → BreakerItem
+//
+// Every route is operator-only (pkg/auth's class of its pattern); the
+// actor recorded is the principal the Guard authenticated, never a body
+// field.
 func (s *Service) apiRoutes(mux readyMux) {
 	mux.HandleFunc("GET /v1/dead", s.apiList(tenaz.StateDead))
 	mux.HandleFunc("GET /v1/review", s.apiList(tenaz.StateManualReview))
@@ -40,14 +44,14 @@ func (s *Service) apiRoutes(mux readyMux) {
 	mux.HandleFunc("GET /v1/review/{id}", s.apiShow)
 	mux.HandleFunc("POST /v1/dead/replay", func(w http.ResponseWriter, r *http.Request) {
 		var req ops.ReplayRequest
-		if !s.decode(w, r, &req, &req.Actor) {
+		if !s.decode(w, r, &req) {
 			return
 		}
 		s.answerReplay(w, r, req)
 	})
 	mux.HandleFunc("POST /v1/dead/{id}/replay", func(w http.ResponseWriter, r *http.Request) {
 		var req ops.ReplayRequest
-		if !s.decode(w, r, &req, &req.Actor) {
+		if !s.decode(w, r, &req) {
 			return
 		}
 		req.IDs, req.Filter = []string{r.PathValue("id")}, nil
@@ -55,7 +59,7 @@ func (s *Service) apiRoutes(mux readyMux) {
 	})
 	mux.HandleFunc("POST /v1/dead/discard", func(w http.ResponseWriter, r *http.Request) {
 		var req ops.DiscardRequest
-		if !s.decode(w, r, &req, &req.Actor) {
+		if !s.decode(w, r, &req) {
 			return
 		}
 		rep, err := s.discardRequest(r.Context(), req)
@@ -67,7 +71,7 @@ func (s *Service) apiRoutes(mux readyMux) {
 	})
 	mux.HandleFunc("POST /v1/review/{id}/resolve", func(w http.ResponseWriter, r *http.Request) {
 		var req ops.ResolveRequest
-		if !s.decode(w, r, &req, &req.Actor) {
+		if !s.decode(w, r, &req) {
 			return
 		}
 		req.ID = r.PathValue("id")
@@ -79,7 +83,7 @@ func (s *Service) apiRoutes(mux readyMux) {
 	})
 	mux.HandleFunc("POST /v1/breakers/{account}/{target}/close", func(w http.ResponseWriter, r *http.Request) {
 		var req ops.CloseBreakerRequest
-		if !s.decode(w, r, &req, &req.Actor) {
+		if !s.decode(w, r, &req) {
 			return
 		}
 		req.Account, req.Target = r.PathValue("account"), r.PathValue("target")
@@ -111,9 +115,9 @@ func (s *Service) answer(w http.ResponseWriter, status int, v any, err error) {
 	httpapi.JSON(w, status, v)
 }
 
-// decode reads a JSON body into v (strictly) and sets *actor to the
-// authenticated operator when there is one.
-func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any, actor *string) bool {
+// decode reads a JSON body into v (strictly: a field v does not have, such
+// as "actor", is a 400).
+func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	limit := s.cfg.HTTP.MaxBodyBytes + 64<<10
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -127,9 +131,6 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any, actor *s
 			httpapi.Error(w, http.StatusBadRequest, "malformed", "body: "+err.Error())
 			return false
 		}
-	}
-	if op := s.o.Operator(r); op != "" {
-		*actor = op
 	}
 	return true
 }
@@ -240,10 +241,7 @@ func breakerItem(c breaker.Change) ops.BreakerItem {
 
 // closeBreaker closes one breaker for every replica (an operator's call).
 func (s *Service) closeBreaker(ctx context.Context, req ops.CloseBreakerRequest) (ops.BreakerItem, error) {
-	actor, err := actorOf(req.Actor)
-	if err != nil {
-		return ops.BreakerItem{}, err
-	}
+	actor := actorOf(ctx)
 	if tenaz.ValidateAccount(req.Account) != nil || req.Target == "" {
 		return ops.BreakerItem{}, fail(http.StatusBadRequest, "invalid_breaker", "give a valid account and target, got %q and %q", req.Account, req.Target)
 	}

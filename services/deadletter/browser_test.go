@@ -152,8 +152,7 @@ func TestScreenInChromium(t *testing.T) {
 	b.screenshot("detail")
 
 	// Replay it: the confirmation first, then back to the list without it.
-	b.do("replay", chromedp.SendKeys(chromedp.CSS(`#replay-form input[name=actor]`), "alice"),
-		chromedp.SendKeys(chromedp.CSS(`#replay-form input[name=reason]`), "erp fixed"),
+	b.do("replay", chromedp.SendKeys(chromedp.CSS(`#replay-form input[name=reason]`), "erp fixed"),
 		chromedp.Click(chromedp.CSS(`#replay`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
 	if s := b.eval(`document.querySelector('#summary').textContent`); !strings.Contains(s, "Replay 1 event") {
 		t.Fatalf("confirmation: want it to say what happens, got %q", s)
@@ -187,8 +186,7 @@ func TestScreenInChromium(t *testing.T) {
 	b.wait("one review", rows+` === 1 && location.pathname === '/ui/review'`)
 	b.screenshot("review-list")
 	b.do("open the review", chromedp.Click(chromedp.CSS(`table.list tbody a.open`)), chromedp.WaitVisible(chromedp.CSS(`#resolve-form`)))
-	b.do("resolve", chromedp.SendKeys(chromedp.CSS(`#resolve-form input[name=actor]`), "bob"),
-		chromedp.SetValue(chromedp.CSS(`#resolve-form input[name=result]`), `{"decision":"approved"}`),
+	b.do("resolve", chromedp.SetValue(chromedp.CSS(`#resolve-form input[name=result]`), `{"decision":"approved"}`),
 		chromedp.SendKeys(chromedp.CSS(`#resolve-form input[name=reason]`), "bureau confirmed by phone"),
 		chromedp.Click(chromedp.CSS(`#resolve`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
 	b.screenshot("confirm-resolve")

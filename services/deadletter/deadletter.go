@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
@@ -48,12 +49,13 @@ type Options struct {
 	// SkipStreams does not apply the stream layout at start (tenaz run
 	// applies it once for every service).
 	SkipStreams bool
-	// Operator names the operator behind an HTTP request (recorded as
-	// "operator:<name>"); "" when unknown. Authentication in front of the
-	// routes sets it. Defaults to the HTTP Basic user name, else "" — then
-	// the request's own actor field (JSON "actor", the screen's name
-	// field) is used, and an action without any is refused.
-	Operator func(*http.Request) string
+	// Auth checks the operator credential of every NATS endpoint (the
+	// Authorization header of the request) and the actor it records comes
+	// from it. Nil answers them without authentication, as anonymous
+	// (tests, embedded use); binaries set it. The HTTP routes are judged
+	// by the Guard in front of them (daemon.Handler), whose principal is
+	// the actor there.
+	Auth *auth.Authenticator
 	// Instance names this replica in job leases and breaker records.
 	// Defaults to "<hostname>-<random>".
 	Instance string
@@ -123,9 +125,6 @@ func New(o Options) (*Service, error) {
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
-	}
-	if o.Operator == nil {
-		o.Operator = func(r *http.Request) string { u, _, _ := r.BasicAuth(); return u }
 	}
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: tenaz.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.q = queue.New(js, s.subj)
@@ -314,7 +313,7 @@ func (s *Service) Ready() error {
 // Routes registers the screen (/ui/) and the JSON API (/v1/dead,
 // /v1/review, /v1/breakers) on mux. While the service is not started
 // they answer 503.
-func (s *Service) Routes(mux *http.ServeMux) {
+func (s *Service) Routes(mux httpapi.Router) {
 	m := readyMux{mux: mux, s: s}
 	s.apiRoutes(m)
 	s.ui.routes(m)
@@ -323,7 +322,7 @@ func (s *Service) Routes(mux *http.ServeMux) {
 // readyMux registers handlers that answer 503 unless the service runs (a
 // stopped replica's index no longer follows the bucket).
 type readyMux struct {
-	mux *http.ServeMux
+	mux httpapi.Router
 	s   *Service
 }
 

@@ -16,7 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -31,7 +33,9 @@ import (
 )
 
 // env is one test's tenaz: an embedded server, a fake provider behind a
-// real HTTP server, and the deadletter service behind another.
+// real HTTP server, and the deadletter service behind another (behind the
+// Guard of every binary, requests without credentials signed in as
+// alice).
 type env struct {
 	t    *testing.T
 	srv  *natstest.Server
@@ -40,12 +44,39 @@ type env struct {
 	st   *store.Store
 	p    *provider.Provider
 	cfg  *config.Config
+	auth *auth.Authenticator
 	dl   *deadletter.Service
 	http *httptest.Server
 }
 
+// Operators of every test's config, each with a key: the history names
+// whoever's key a request carries. acme-submit is an API key (submit only)
+// of account acme.
+var (
+	operatorKeys  = map[string]string{}
+	acmeSubmitKey string
+	authYAML      = func() string {
+		y := "auth:\n  operators:\n"
+		for _, name := range []string{"alice", "bob", "carol", "dave", "erin", "frank", "gina", "hana", "ivan", "judy"} {
+			k, h, err := auth.NewKey()
+			if err != nil {
+				panic(err)
+			}
+			operatorKeys[name] = k
+			y += fmt.Sprintf("    %s: {hash: %q}\n", name, h)
+		}
+		k, h, err := auth.NewKey()
+		if err != nil {
+			panic(err)
+		}
+		acmeSubmitKey = k
+		return y + fmt.Sprintf("  keys:\n    acme-submit: {account: acme, scopes: [submit], hash: %q}\n", h)
+	}()
+)
+
 // baseYAML routes order.create and invoice.send to the provider (one
-// attempt: a 422 is dead at once) and credit.evaluate with a fallback.
+// attempt: a 422 is dead at once) and credit.evaluate with a fallback,
+// with the operators of authYAML.
 const baseYAML = `
 targets:
   erp: {url: "%[1]s/erp", timeout: 5s}
@@ -54,6 +85,7 @@ kinds:
   order.create: {target: erp, attempts: 1}
   invoice.send: {target: erp, attempts: 1, schema: '{"type": "object", "required": ["n"]}'}
   credit.evaluate: {target: erp, attempts: 1, fallback: {target: bureau_b, attempts: 1}}
+%[3]s
 %[2]s
 `
 
@@ -64,26 +96,42 @@ func setup(t *testing.T, extraYAML string) *env {
 	target := httptest.NewServer(e.p)
 	t.Cleanup(target.Close)
 	t.Cleanup(func() { _ = e.p.Close() })
-	cfg, err := config.Parse(fmt.Appendf(nil, baseYAML, target.URL, extraYAML), func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse(fmt.Appendf(nil, baseYAML, target.URL, extraYAML, authYAML), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.cfg = cfg
+	if e.auth, err = auth.New(cfg); err != nil {
+		t.Fatal(err)
+	}
 	e.nc, e.js = e.srv.Conn(t)
 	if e.st, err = store.Open(context.Background(), e.js, store.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	e.dl = e.startDeadletter("")
-	e.http = httptest.NewServer(e.dl.Handler())
+	mux := http.NewServeMux()
+	e.dl.Routes(mux)
+	e.http = httptest.NewServer(signedIn("alice", daemon.Handler(cfg, e.auth, mux)))
 	t.Cleanup(e.http.Close)
 	return e
+}
+
+// signedIn gives a request without credentials the operator name's, as a
+// browser that has them cached sends them (HTTP Basic).
+func signedIn(name string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			r.SetBasicAuth(name, operatorKeys[name])
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // startDeadletter starts a deadletter replica on its own connection.
 func (e *env) startDeadletter(instance string) *deadletter.Service {
 	e.t.Helper()
 	nc, _ := e.srv.Conn(e.t)
-	dl, err := deadletter.New(deadletter.Options{Conn: nc, Config: e.cfg, Instance: instance})
+	dl, err := deadletter.New(deadletter.Options{Conn: nc, Config: e.cfg, Instance: instance, Auth: e.auth})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -180,14 +228,19 @@ func (e *env) seed(n int, account, kind, reason, class string, payload func(i in
 	return ids
 }
 
-// call requests a micro endpoint of the service.
+// call requests a micro endpoint of the service as the operator alice.
 func (e *env) call(name string, req, rep any) error {
+	return e.callWith(operatorKeys["alice"], name, req, rep)
+}
+
+// callWith requests a micro endpoint with key as the credential ("": none).
+func (e *env) callWith(key, name string, req, rep any) error {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		// Right after start the micro service's subscriptions may not have
 		// reached the server yet: no responders is worth another try.
-		err := ops.Call(c, e.nc, ops.Subject("tenaz", name), req, rep)
+		err := ops.Call(c, e.nc, ops.Subject("tenaz", name), req, rep, ops.WithOperatorKey(key))
 		if !errors.Is(err, ops.ErrNoService) {
 			return err
 		}
@@ -216,11 +269,23 @@ func (e *env) get(path string, v any) int {
 	return resp.StatusCode
 }
 
-// post does a POST of the JSON API with body and returns status and body.
+// post does a POST of the JSON API with body (as alice) and returns
+// status and body.
 func (e *env) post(path string, body any, v any) (int, string) {
 	e.t.Helper()
+	return e.postWith("", path, body, v)
+}
+
+// postWith is post with "Authorization: Bearer <key>" unless key is "".
+func (e *env) postWith(key, path string, body any, v any) (int, string) {
+	e.t.Helper()
 	b, _ := json.Marshal(body)
-	resp, err := http.Post(e.http.URL+path, "application/json", bytes.NewReader(b))
+	req, _ := http.NewRequest(http.MethodPost, e.http.URL+path, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 	e.waitListed(tenaz.StateDead, url.Values{"account": {"globex"}}, 300)
 
 	var rep ops.ReplayReply
-	err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme", Kind: "order.create"}, Actor: "hana", Reason: "erp fixed", RatePerSecond: 5000}, &rep)
+	err := e.callWith(operatorKeys["hana"], ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme", Kind: "order.create"}, Reason: "erp fixed", RatePerSecond: 5000}, &rep)
 	if err != nil || rep.JobID == "" {
 		t.Fatalf("want a job, got %+v %v", rep, err)
 	}

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/tenaz/tenaz/pkg/metrics"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -20,6 +21,9 @@ const microTimeout = 30 * time.Second
 
 // registerMicro registers tenaz-deadletter with the endpoints of pkg/ops
 // on <prefix>.api.<name>, plus the old ping on <prefix>.api.deadletter.ping.
+// Every pkg/ops endpoint needs the operator credential in the request's
+// Authorization header (401 without a valid one, 403 for an API key); its
+// principal, in the handler's context, is the actor of any action.
 func (s *Service) registerMicro() (micro.Service, error) {
 	m, err := micro.AddService(s.o.Conn, micro.Config{
 		Name: ops.ServiceName, Version: Version,
@@ -98,7 +102,13 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		h := ep.h
 		name := microName(ep.name)
 		if err := m.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
-			ctx, cancel := context.WithTimeout(s.runCtx, microTimeout)
+			p, err := s.o.Auth.RequireOperator(r.Headers().Get(ops.AuthorizationHeader))
+			if err != nil {
+				status, code, msg := auth.Refusal(err)
+				microError(r, status, code, msg)
+				return
+			}
+			ctx, cancel := context.WithTimeout(auth.WithPrincipal(s.runCtx, p), microTimeout)
 			defer cancel()
 			v, err := h(ctx, r.Data())
 			if err != nil {
@@ -106,8 +116,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 				if status == http.StatusInternalServerError {
 					s.log.Error().Err(err).Str("endpoint", name).Msg("operator request failed")
 				}
-				body, _ := json.Marshal(ops.ErrorBody{Error: ops.ErrorDetail{Code: code, Message: msg}})
-				_ = r.Error(strconv.Itoa(status), msg, body)
+				microError(r, status, code, msg)
 				return
 			}
 			_ = r.RespondJSON(v)
@@ -117,6 +126,12 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		}
 	}
 	return m, nil
+}
+
+// microError answers r with the micro error headers and the ErrorBody.
+func microError(r micro.Request, status int, code, msg string) {
+	body, _ := json.Marshal(ops.ErrorBody{Error: ops.ErrorDetail{Code: code, Message: msg}})
+	_ = r.Error(strconv.Itoa(status), msg, body)
 }
 
 // microName is an endpoint's name in micro's info ("dead.list" → "dead-list").

@@ -30,25 +30,8 @@ import (
 func TestBreakerListAndManualClose(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
-	reg, err := breaker.New(context.Background(), e.js, breaker.Options{Instance: "dispatcher-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Stop)
-	b := reg.For("acme", "erp", breaker.Config{Failures: 1, Cooldown: time.Hour})
-	p, err := b.Allow(context.Background())
-	if err != nil || !p.OK {
-		t.Fatalf("allow: %+v %v", p, err)
-	}
-	if err := b.Record(context.Background(), p, false); err != nil {
-		t.Fatal(err)
-	}
-	var list ops.BreakersReply
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		_ = e.call(ops.BreakersList, ops.BreakersRequest{Account: "acme"}, &list)
-		return len(list.Items) == 1 && list.Items[0].State == string(breaker.Open)
-	}, "the open breaker to be listed (have %+v)", list)
-	if it := list.Items[0]; it.Target != "erp" || it.OpenUntil == nil || it.Failures != 1 {
+	b := e.openBreaker("acme", "erp")
+	if it := e.breakerState("acme", "erp"); it.Target != "erp" || it.OpenUntil == nil || it.Failures != 1 {
 		t.Fatalf("want acme/erp open until a time with 1 failure, got %+v", it)
 	}
 	adv := make(chan map[string]any, 4)
@@ -59,7 +42,7 @@ func TestBreakerListAndManualClose(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	var closed ops.BreakerItem
-	if err := e.call(ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp", Actor: "ivan"}, &closed); err != nil {
+	if err := e.callWith(operatorKeys["ivan"], ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp"}, &closed); err != nil {
 		t.Fatal(err)
 	}
 	if closed.State != string(breaker.Closed) || !strings.Contains(closed.Reason, "operator:ivan") {
@@ -80,7 +63,8 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // Forms are refused without the token that matches the cookie, and from
 // another site even with it; with both, the action asks for confirmation
-// first and acts only on the confirmed post.
+// first and acts only on the confirmed post, recorded as the operator the
+// credential proves (judy's key), not the name a form field gives.
 func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
@@ -88,7 +72,10 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	e.waitListed(tenaz.StateDead, url.Values{}, 1)
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get(e.http.URL + "/ui/dead")
+	judy := "Bearer " + operatorKeys["judy"]
+	list, _ := http.NewRequest(http.MethodGet, e.http.URL+"/ui/dead", nil)
+	list.Header.Set("Authorization", judy)
+	resp, err := c.Do(list)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +87,7 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	}
 	token := string(m[1])
 	form := func(extra url.Values) url.Values {
-		v := url.Values{"action": {"discard"}, "id": {ids[0]}, "actor": {"judy"}, "reason": {"spam"}, "back": {"/ui/dead"}}
+		v := url.Values{"action": {"discard"}, "id": {ids[0]}, "actor": {"mallory"}, "reason": {"spam"}, "back": {"/ui/dead"}}
 		for k, x := range extra {
 			v[k] = x
 		}
@@ -109,6 +96,7 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	post := func(v url.Values, site string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/ui/actions", strings.NewReader(v.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", judy)
 		if site != "" {
 			req.Header.Set("Sec-Fetch-Site", site)
 		}

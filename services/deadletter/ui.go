@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -35,10 +36,7 @@ import (
 //go:embed ui/*.html ui/static/*
 var uiFiles embed.FS
 
-const (
-	csrfCookie     = "tenaz_csrf"
-	operatorCookie = "tenaz_operator"
-)
+const csrfCookie = "tenaz_csrf"
 
 type ui struct {
 	s     *Service
@@ -151,8 +149,7 @@ type page struct {
 	Title    string
 	Tabs     []tab
 	CSRF     string
-	Operator string // the authenticated operator, "" when the form asks
-	Remember string // the name the browser used last time
+	Operator string // the authenticated operator's name; "" when anonymous (auth disabled)
 	Flash    string
 	Error    string
 	Data     any
@@ -172,9 +169,9 @@ func csrf(w http.ResponseWriter, r *http.Request) string {
 
 func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) page {
 	s := u.s
-	p := page{Title: title, CSRF: csrf(w, r), Operator: s.o.Operator(r), Flash: r.URL.Query().Get("flash")}
-	if c, err := r.Cookie(operatorCookie); err == nil {
-		p.Remember, _ = url.QueryUnescape(c.Value)
+	p := page{Title: title, CSRF: csrf(w, r), Flash: r.URL.Query().Get("flash")}
+	if op, ok := auth.From(r.Context()); ok && op.Operator {
+		p.Operator = op.ID
 	}
 	sc := s.scanned(r.Context(), 300*time.Millisecond)
 	open := 0
@@ -435,10 +432,6 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := r.PostForm
-	name := s.o.Operator(r)
-	if name == "" {
-		name = strings.TrimSpace(f.Get("actor"))
-	}
 	act := f.Get("action")
 	ids := slices.DeleteFunc(slices.Clone(f["id"]), func(s string) bool { return s == "" })
 	var seqs []uint64
@@ -523,9 +516,8 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		u.render(w, http.StatusOK, "confirm", p)
 		return
 	}
-	if name != "" && s.o.Operator(r) == "" {
-		http.SetCookie(w, &http.Cookie{Name: operatorCookie, Value: url.QueryEscape(name), Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: 90 * 24 * 3600, Secure: r.TLS != nil})
-	}
+	// The actor is the principal in r's context (actorOf), never a field
+	// of the form.
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 	defer cancel()
 	why := strings.TrimSpace(f.Get("reason"))
@@ -537,28 +529,28 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 			payload = json.RawMessage(f.Get("payload"))
 		}
 		var rep ops.ReplayReply
-		rep, err = s.replayRequest(ctx, ops.ReplayRequest{IDs: ids, Payload: payload, Stage: f.Get("stage"), Actor: name, Reason: why})
+		rep, err = s.replayRequest(ctx, ops.ReplayRequest{IDs: ids, Payload: payload, Stage: f.Get("stage"), Reason: why})
 		flash = fmt.Sprintf("Replayed %d, skipped %d (no longer dead), failed %d.", rep.Replayed, rep.Skipped, len(rep.Errors))
 	case actReplayMatch:
 		q, _ := formFilter(f)
 		var rep ops.ReplayReply
-		if rep, err = s.replayRequest(ctx, ops.ReplayRequest{Filter: &q, Stage: f.Get("stage"), Actor: name, Reason: why}); err == nil {
+		if rep, err = s.replayRequest(ctx, ops.ReplayRequest{Filter: &q, Stage: f.Get("stage"), Reason: why}); err == nil {
 			http.Redirect(w, r, "/ui/jobs/"+rep.JobID, http.StatusSeeOther)
 			return
 		}
 	case actDiscard:
 		var rep ops.ActionReply
-		rep, err = s.discardRequest(ctx, ops.DiscardRequest{IDs: ids, Seqs: seqs, Actor: name, Reason: why})
+		rep, err = s.discardRequest(ctx, ops.DiscardRequest{IDs: ids, Seqs: seqs, Reason: why})
 		flash = fmt.Sprintf("Discarded %d, skipped %d, failed %d.", rep.Done, rep.Skipped, len(rep.Errors))
 	case actResolve:
 		var result json.RawMessage
 		if res := strings.TrimSpace(f.Get("result")); res != "" {
 			result = json.RawMessage(res)
 		}
-		err = s.resolve(ctx, ops.ResolveRequest{ID: f.Get("id"), Outcome: f.Get("outcome"), Result: result, Actor: name, Reason: why})
+		err = s.resolve(ctx, ops.ResolveRequest{ID: f.Get("id"), Outcome: f.Get("outcome"), Result: result, Reason: why})
 		flash = fmt.Sprintf("%s resolved: %s.", f.Get("id"), f.Get("outcome"))
 	case actCloseBreaker:
-		_, err = s.closeBreaker(ctx, ops.CloseBreakerRequest{Account: f.Get("account"), Target: f.Get("target"), Actor: name})
+		_, err = s.closeBreaker(ctx, ops.CloseBreakerRequest{Account: f.Get("account"), Target: f.Get("target")})
 		flash = fmt.Sprintf("Breaker %s → %s closed.", f.Get("account"), f.Get("target"))
 	}
 	if err != nil {

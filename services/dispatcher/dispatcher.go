@@ -20,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/httpapi"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -361,4 +362,4 @@ func trimErr(err error) string {
 
 // Routes registers the dispatcher's HTTP routes on mux (none: it serves
 // health and metrics only).
-func (s *Service) Routes(mux *http.ServeMux) {}
+func (s *Service) Routes(httpapi.Router) {}

@@ -18,12 +18,13 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	actor := "api"
-	if p, ok := auth.From(r.Context()); ok && !p.Anonymous {
-		actor = "api:" + p.String() // who the credential says, not what a header claims
-	} else if u := r.Header.Get("X-Tenaz-Actor"); u != "" {
-		actor = "api:" + u
+	// Who the credential proves ("api:key:acme-shop", "api:operator:alice"),
+	// never what the request claims; without authentication, anonymous.
+	p, ok := auth.From(r.Context())
+	if !ok {
+		p = auth.Principal{Anonymous: true}
 	}
+	actor := "api:" + p.String()
 	next, errBody := s.cancelEvent(r.Context(), rec, actor, "cancelled by caller")
 	if errBody != nil {
 		httpapi.Error(w, errBody.status, errBody.Code, errBody.Message)

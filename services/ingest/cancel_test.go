@@ -59,7 +59,7 @@ func TestCancelPendingEvent(t *testing.T) {
 		t.Fatalf("record: want cancelled with 0 attempts, got %s with %d", rec.Status, rec.Attempts)
 	}
 	last := rec.History[len(rec.History)-1]
-	if last.Action != state.Cancel || last.From != tenaz.StatePending || last.Actor != "api" {
-		t.Fatalf("history: want the last entry {cancel, from pending, actor api}, got %+v", last)
+	if last.Action != state.Cancel || last.From != tenaz.StatePending || last.Actor != "api:anonymous" {
+		t.Fatalf("history: want the last entry {cancel, from pending, actor api:anonymous}, got %+v", last)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/metrics"
@@ -267,7 +268,7 @@ func (s *Service) Ready() error {
 }
 
 // Routes registers the HTTP API on mux.
-func (s *Service) Routes(mux *http.ServeMux) {
+func (s *Service) Routes(mux httpapi.Router) {
 	a := s.o.Auth // POST /v1/callbacks/{target} is authenticated by its signature instead
 	mux.Handle("POST /v1/events", a.Require(auth.Submit, http.HandlerFunc(s.handlePost)))
 	mux.Handle("GET /v1/events/{id}", a.Require(auth.Read, http.HandlerFunc(s.handleGet)))

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -8,8 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/ops"
 )
 
 // Version is reported by the micro service.
@@ -75,28 +78,36 @@ func (s *Service) registerMicro() (micro.Service, error) {
 }
 
 // CancelRequest is the request of the cancel endpoint. A bare event id
-// (not JSON) is accepted too, with actor "nats".
+// (not JSON) is accepted too. Who cancels is not part of it: the history
+// records the operator credential of the request's Authorization header.
 type CancelRequest struct {
 	ID string `json:"id"`
-	// Actor is recorded in the event's history ("operator:alice"). Defaults to "nats".
-	Actor string `json:"actor,omitempty"`
 	// Reason is recorded in the event's history. Defaults to "cancelled by caller".
 	Reason string `json:"reason,omitempty"`
 }
 
 // microCancel answers what DELETE /v1/events/{id} answers: 200 and the
-// cancelled event, 404, or 409 not_cancellable.
+// cancelled event, 404, or 409 not_cancellable. Like the operator's other
+// endpoints it needs the operator credential in the Authorization header
+// (401 without a valid one, 403 for an API key), which is the actor it
+// records ("operator:alice"; "anonymous" with auth disabled).
 func (s *Service) microCancel(req micro.Request) {
+	p, err := s.o.Auth.RequireOperator(req.Headers().Get(ops.AuthorizationHeader))
+	if err != nil {
+		status, code, msg := auth.Refusal(err)
+		body, _ := json.Marshal(httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: code, Message: msg}})
+		_ = req.Error(strconv.Itoa(status), msg, body, micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(status)}}))
+		return
+	}
 	cr := CancelRequest{ID: string(req.Data())}
 	if d := req.Data(); len(d) > 0 && d[0] == '{' {
 		cr = CancelRequest{}
-		if err := json.Unmarshal(d, &cr); err != nil {
-			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want an event id or {id, actor?, reason?}: " + err.Error()}})
+		dec := json.NewDecoder(bytes.NewReader(d))
+		dec.DisallowUnknownFields() // an "actor" field is refused, not silently ignored
+		if err := dec.Decode(&cr); err != nil {
+			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want an event id or {id, reason?}: " + err.Error()}})
 			return
 		}
-	}
-	if cr.Actor == "" {
-		cr.Actor = "nats"
 	}
 	if cr.Reason == "" {
 		cr.Reason = "cancelled by caller"
@@ -110,7 +121,7 @@ func (s *Service) microCancel(req micro.Request) {
 		_ = req.Respond(w.Body.Bytes(), micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(w.Code)}}))
 		return
 	}
-	next, cerr := s.cancelEvent(r.Context(), rec, cr.Actor, cr.Reason)
+	next, cerr := s.cancelEvent(r.Context(), rec, p.String(), cr.Reason)
 	if cerr != nil {
 		respond(req, cerr.status, httpapi.ErrorBody{Error: cerr.ErrorDetail})
 		return

@@ -2,10 +2,16 @@ package ingest_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -54,29 +60,68 @@ func TestMicroService(t *testing.T) {
 	}
 }
 
-// tenaz.api.ingest.cancel cancels as DELETE does, recording the actor and
-// reason it is given; it answers 409 for an event that cannot be cancelled
-// and 404 for an unknown one.
+// cancelAs requests tenaz.api.ingest.cancel with data and, unless key is
+// "", the credential "Authorization: Bearer <key>"; it returns the answer's
+// Tenaz-Status and error code.
+func (h *harness) cancelAs(key, data string) (status, code string, m *nats.Msg) {
+	h.t.Helper()
+	msg := nats.NewMsg("tenaz.api.ingest.cancel")
+	msg.Data = []byte(data)
+	if key != "" {
+		msg.Header.Set("Authorization", "Bearer "+key)
+	}
+	m, err := h.nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		h.t.Fatalf("tenaz.api.ingest.cancel: want an answer, got %v", err)
+	}
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.Unmarshal(m.Data, &e)
+	return m.Header.Get("Tenaz-Status"), e.Error.Code, m
+}
+
+// tenaz.api.ingest.cancel is an operator endpoint: without the operator
+// credential (none, a forged key, an API key even with the operate scope)
+// it is refused and the event stays as it was; a body that names an actor
+// is refused too. With the operator's key it cancels as DELETE does and
+// the history records the operator the key proves, never a name the body
+// gives; it answers 409 for an event that cannot be cancelled and 404 for
+// an unknown one.
 func TestMicroCancel(t *testing.T) {
 	t.Parallel()
-	h := setup(t, baseYAML)
-	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-mc"}}`, "Idempotency-Key", "micro-cancel-1")
+	h := setup(t, authYAML, withAuth())
+	later := `"not_before":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"`
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-mc"},`+later+`}`,
+		"Idempotency-Key", "micro-cancel-1", "Authorization", "Bearer "+keyAcme)
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "micro-cancel-1")
-	req := `{"id":"` + id + `","actor":"operator:alice","reason":"customer withdrew"}`
+	h.waitStatus(id, tenaz.StateScheduled)
+	req := `{"id":"` + id + `","reason":"customer withdrew"}`
 
-	m, err := h.nc.Request("tenaz.api.ingest.cancel", []byte(req), 5*time.Second)
-	if err != nil {
-		t.Fatalf("tenaz.api.ingest.cancel: want an answer, got %v", err)
+	for _, c := range []struct {
+		name, key, data, status, code string
+	}{
+		{"no credential", "", req, "401", "unauthorized"},
+		{"forged key", auth.KeyPrefix + strings.Repeat("x", 43), req, "401", "unauthorized"},
+		{"an API key with the operate scope", keyAcmeOps, req, "403", "forbidden"},
+		{"a body that names the actor", keyAlice, `{"id":"` + id + `","actor":"mallory","reason":"customer withdrew"}`, "400", "malformed"},
+	} {
+		status, code, m := h.cancelAs(c.key, c.data)
+		if status != c.status || code != c.code || m.Header.Get(micro.ErrorCodeHeader) != c.status && c.status != "400" {
+			t.Errorf("cancel, %s: want Tenaz-Status %s and code %s, got %q %q %s", c.name, c.status, c.code, status, code, m.Data)
+		}
 	}
-	if got := m.Header.Get("Tenaz-Status"); got != "200" {
-		t.Fatalf("cancel: want Tenaz-Status 200, got %q (%s)", got, m.Data)
+	if rec, _ := h.record(id); rec.Status != tenaz.StateScheduled || strings.Contains(fmt.Sprint(rec.History), "mallory") {
+		t.Fatalf("refused cancels must change nothing, got %s %+v", rec.Status, rec.History)
 	}
+
+	status, _, m := h.cancelAs(keyAlice, req)
 	var v view
-	if err := json.Unmarshal(m.Data, &v); err != nil || v.ID != id || v.Status != tenaz.StateCancelled {
-		t.Fatalf("cancel: want {id %s, status cancelled}, got %s (%v)", id, m.Data, err)
+	if err := json.Unmarshal(m.Data, &v); status != "200" || err != nil || v.ID != id || v.Status != tenaz.StateCancelled {
+		t.Fatalf("cancel by the operator: want 200 {id %s, status cancelled}, got %q %s (%v)", id, status, m.Data, err)
 	}
 	rec, _ := h.record(id)
 	last := rec.History[len(rec.History)-1]
@@ -91,16 +136,30 @@ func TestMicroCancel(t *testing.T) {
 		{"bare unknown id", "ev_00000000000000000000000000", "404", "not_found"},
 		{"malformed", `{"id":`, "400", "malformed"},
 	} {
-		m, err := h.nc.Request("tenaz.api.ingest.cancel", []byte(c.data), 5*time.Second)
-		if err != nil {
-			t.Fatalf("cancel %s: want an answer, got %v", c.name, err)
+		status, code, m := h.cancelAs(keyAlice, c.data)
+		if status != c.status || code != c.code {
+			t.Fatalf("cancel %s: want Tenaz-Status %s and code %s, got %q %s", c.name, c.status, c.code, status, m.Data)
 		}
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(m.Data, &e)
-		if got := m.Header.Get("Tenaz-Status"); got != c.status || e.Error.Code != c.code || e.Error.Message == "" {
-			t.Fatalf("cancel %s: want Tenaz-Status %s and code %s with a message, got %q %s", c.name, c.status, c.code, got, m.Data)
-		}
+	}
+}
+
+// Without an Authenticator (auth disabled, embedded use) a NATS cancel is
+// anonymous, and the history says so.
+func TestMicroCancelAnonymous(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-ma"},"not_before":"`+
+		time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`, "Idempotency-Key", "micro-anon-1")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
+	}
+	id := event.ID("acme", "micro-anon-1")
+	h.waitStatus(id, tenaz.StateScheduled)
+	if status, _, m := h.cancelAs("", id); status != "200" {
+		t.Fatalf("cancel: want 200, got %q %s", status, m.Data)
+	}
+	rec, _ := h.record(id)
+	if last := rec.History[len(rec.History)-1]; last.Action != state.Cancel || last.Actor != "anonymous" {
+		t.Fatalf("history: want the cancel recorded as anonymous, got %+v", last)
 	}
 }

@@ -23,7 +23,8 @@ import (
 // against tenaz-deadletter in `tenaz run`: the event the target rejected
 // is listed with why, shown with its payload, replayed with the payload
 // the operator fixed until done, and every action is in its history with
-// the operator's name. Acting twice is a conflict (4), an unknown id is 3.
+// who acted: anonymous, as auth is disabled here (TestCLIOperatorKey runs
+// with the operator key). Acting twice is a conflict (4), an unknown id is 3.
 func TestCLIDeadLetters(t *testing.T) {
 	t.Parallel()
 	p := provider.New(provider.Faults{}, provider.WithIdempotent())
@@ -97,8 +98,8 @@ func TestCLIDeadLetters(t *testing.T) {
 	}
 	var h ingest.HistoryView
 	op.must(cli.ExitOK, "events", "history", fix, "--json").decode(t, &h)
-	if !hasEntry(h.History, state.Replay, "operator:alice", "fixed the order") {
-		t.Fatalf("history: want a replay by operator:alice saying why, got %+v", h.History)
+	if !hasEntry(h.History, state.Replay, "anonymous", "fixed the order") {
+		t.Fatalf("history: want a replay by anonymous saying why, got %+v", h.History)
 	}
 	op.must(cli.ExitConflict, "dead", "replay", fix)
 	op.must(cli.ExitUsage, "dead", "replay", fix, drop, "--payload", `{}`)
@@ -113,18 +114,18 @@ func TestCLIDeadLetters(t *testing.T) {
 	}
 	waitStatus(t, base, drop, "cancelled")
 	op.must(cli.ExitOK, "events", "history", drop, "--json").decode(t, &h)
-	if !hasEntry(h.History, state.Discard, "operator:alice", "duplicate order") {
-		t.Fatalf("history: want a discard by operator:alice saying why, got %+v", h.History)
+	if !hasEntry(h.History, state.Discard, "anonymous", "duplicate order") {
+		t.Fatalf("history: want a discard by anonymous saying why, got %+v", h.History)
 	}
 	op.must(cli.ExitConflict, "dead", "discard", drop, "-m", "again")
 	op.must(cli.ExitUsage, "dead", "discard", drop) // no reason
 
 	// A person did it by hand: resolve as done with a result.
-	op.must(cli.ExitOK, "review", "resolve", hand, "--outcome", "done", "--result", `{"ref":"by-phone"}`, "-m", "booked by phone", "--actor", "bob", "--json").decode(t, &act)
+	op.must(cli.ExitOK, "review", "resolve", hand, "--outcome", "done", "--result", `{"ref":"by-phone"}`, "-m", "booked by phone", "--json").decode(t, &act)
 	waitStatus(t, base, hand, "done")
 	op.must(cli.ExitOK, "events", "history", hand, "--json").decode(t, &h)
-	if !hasEntry(h.History, state.Resolve, "operator:bob", "booked by phone") {
-		t.Fatalf("history: want a resolve by operator:bob saying why, got %+v", h.History)
+	if !hasEntry(h.History, state.Resolve, "anonymous", "booked by phone") {
+		t.Fatalf("history: want a resolve by anonymous saying why, got %+v", h.History)
 	}
 	op.must(cli.ExitConflict, "review", "resolve", hand, "--outcome", "discard")
 	op.must(cli.ExitUsage, "review", "resolve", hand, "--outcome", "maybe")
@@ -184,8 +185,8 @@ func TestCLIBreakers(t *testing.T) {
 	p.SetDown(false)
 	var closed ops.BreakerItem
 	op.must(cli.ExitOK, "breakers", "close", "acme", "erp", "--json").decode(t, &closed)
-	if closed.Account != "acme" || closed.Target != "erp" || closed.State != "closed" || !strings.Contains(closed.Reason, "operator:alice") {
-		t.Fatalf("breakers close: want acme/erp closed, saying by operator:alice, got %+v", closed)
+	if closed.Account != "acme" || closed.Target != "erp" || closed.State != "closed" || !strings.Contains(closed.Reason, "anonymous") {
+		t.Fatalf("breakers close: want acme/erp closed, saying by anonymous, got %+v", closed)
 	}
 	waitStatus(t, base, v.ID, "done")
 	op.must(cli.ExitNotFound, "breakers", "close", "nosuch", "erp")
@@ -225,8 +226,8 @@ func TestCLIBulkReplay(t *testing.T) {
 	r := cliRun{args: args, stdout: out.String(), stderr: errb.String()}
 	var job ops.JobReply
 	r.decode(t, &job)
-	if job.State != ops.JobDone || job.Total != n || job.Done != n || job.Failed != 0 || job.Filter.Account != "acme" || job.Actor != "operator:alice" {
-		t.Fatalf("replay job: want done with %d of %d replayed by operator:alice, got %+v", n, n, job)
+	if job.State != ops.JobDone || job.Total != n || job.Done != n || job.Failed != 0 || job.Filter.Account != "acme" || job.Actor != "anonymous" {
+		t.Fatalf("replay job: want done with %d of %d replayed by anonymous, got %+v", n, n, job)
 	}
 	if !strings.Contains(r.stderr, "\r[") || !strings.Contains(r.stderr, fmt.Sprintf("] %d/%d 100%%", n, n)) || !strings.HasSuffix(r.stderr, "\x1b[K\n") {
 		t.Fatalf("progress: want a bar redrawn on stderr ending at %d/%d 100%%, got %q", n, n, r.stderr)
@@ -307,11 +308,11 @@ func TestCLIReview(t *testing.T) {
 	op.must(cli.ExitOK, "events", "history", requeue.ID, "--json").decode(t, &h)
 	var requeued bool
 	for _, e := range h.History {
-		requeued = requeued || (e.Actor == "operator:alice" && strings.HasPrefix(e.Detail, "bureau says resend") &&
+		requeued = requeued || (e.Actor == "anonymous" && strings.HasPrefix(e.Detail, "bureau says resend") &&
 			e.From == tenaz.StateManualReview && e.To == tenaz.StatePending)
 	}
 	if !requeued {
-		t.Fatalf("history: want the requeue by operator:alice from manual_review to pending, got %+v", h.History)
+		t.Fatalf("history: want the requeue by anonymous from manual_review to pending, got %+v", h.History)
 	}
 
 	op.must(cli.ExitOK, "review", "resolve", byHand.ID, "--outcome", "done", "--result", `{"score":710}`, "-m", "score by phone", "--json").decode(t, &act)
@@ -323,8 +324,8 @@ func TestCLIReview(t *testing.T) {
 		t.Fatalf("resolved event: want the operator's result {score 710}, got %s (%v)", ev.Result, err)
 	}
 	op.must(cli.ExitOK, "events", "history", byHand.ID, "--json").decode(t, &h)
-	if !hasEntry(h.History, state.Resolve, "operator:alice", "score by phone") {
-		t.Fatalf("history: want the resolve by operator:alice, got %+v", h.History)
+	if !hasEntry(h.History, state.Resolve, "anonymous", "score by phone") {
+		t.Fatalf("history: want the resolve by anonymous, got %+v", h.History)
 	}
 	if len(p.CallsFor("rev-2")) != 1 {
 		t.Fatalf("resolved by hand: want no second call to the target, got %d", len(p.CallsFor("rev-2")))

@@ -128,8 +128,8 @@ func TestCLIEvents(t *testing.T) {
 	}
 	op.must(cli.ExitOK, "events", "history", d.ID, "--json").decode(t, &h)
 	last := h.History[len(h.History)-1]
-	if last.Action != state.Cancel || last.Actor != "operator:alice" || last.Detail != "customer withdrew" {
-		t.Fatalf("history after cancel: want {cancel operator:alice customer withdrew}, got %+v", last)
+	if last.Action != state.Cancel || last.Actor != "anonymous" || last.Detail != "customer withdrew" {
+		t.Fatalf("history after cancel: want {cancel anonymous customer withdrew}, got %+v", last)
 	}
 	r = op.must(cli.ExitConflict, "events", "cancel", v.ID)
 	if !strings.Contains(r.stderr, "not_cancellable") {

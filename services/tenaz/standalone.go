@@ -17,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
+	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -64,6 +65,7 @@ type Tenaz struct {
 	demoH   *daemon.Server
 	bureaus []*bureau
 	http    *daemon.Server
+	mux     *httpapi.Mux // the routes of http
 	parts   []daemon.Component
 	auth    *auth.Authenticator
 	Ingest  *ingest.Service
@@ -172,7 +174,7 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	dl, err := deadletter.New(deadletter.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true})
+	dl, err := deadletter.New(deadletter.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true, Auth: t.auth})
 	if err != nil {
 		return err
 	}
@@ -182,7 +184,8 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 		}
 		t.parts = append(t.parts, c)
 	}
-	if t.http, err = daemon.ServeWith(cfg.HTTP, daemon.Handler(cfg, t.auth, daemon.Mux(t.parts...))); err != nil {
+	t.mux = daemon.Mux(t.parts...)
+	if t.http, err = daemon.ServeWith(cfg.HTTP, daemon.Handler(cfg, t.auth, t.mux)); err != nil {
 		return err
 	}
 	if err := t.startBureaus(); err != nil {
@@ -232,6 +235,10 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 func (t *Tenaz) Handler() http.Handler { return t.http.Handler }
 
 // natsCredentials says how to give the embedded server credentials.
+// Patterns lists every route pattern the shared listener serves (each
+// needs a class in pkg/auth).
+func (t *Tenaz) Patterns() []string { return t.mux.Patterns() }
+
 const natsCredentials = "set nats.user and nats.password, nats.token or nats.nkey_seed_file"
 
 // openNATS refuses an embedded server without credentials where it would

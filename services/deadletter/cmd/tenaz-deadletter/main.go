@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/services/deadletter"
@@ -31,6 +32,10 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return daemon.Run(ctx, "tenaz-deadletter", *configPath, func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (daemon.Component, error) {
-		return deadletter.New(deadletter.Options{Conn: nc, Config: cfg, Logger: log})
+		a, err := auth.New(cfg) // the same keys daemon.Run's Guard checks: the operator endpoints need an operator's
+		if err != nil {
+			return nil, err
+		}
+		return deadletter.New(deadletter.Options{Conn: nc, Config: cfg, Logger: log, Auth: a})
 	})
 }

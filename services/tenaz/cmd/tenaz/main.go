@@ -38,7 +38,8 @@ func main() {
 	os.Exit(cli.Main(&root{}, os.Args[1:], cli.OSEnv(), kong.Name("tenaz"),
 		kong.Description("Deliver integration events to APIs that fail.\n\n"+
 			"The operator commands (events, dead, review, breakers, streams) talk to tenaz over NATS "+
-			"and take the nats CLI's connection flags, NATS_* variables and contexts.\n\n"+cli.ExitCodesHelp)))
+			"and take the nats CLI's connection flags, NATS_* variables and contexts. dead, review, breakers "+
+			"and events cancel send the operator key of $"+cli.OperatorKeyEnv+" (auth.operators).\n\n"+cli.ExitCodesHelp)))
 }
 
 // demoConfig names the built-in demo config where a path would be.

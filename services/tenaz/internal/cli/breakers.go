@@ -44,9 +44,8 @@ func (c *BreakersLsCmd) Run(cl *Client, env *Env) error {
 
 // BreakersCloseCmd is `tenaz breakers close <account> <target>`.
 type BreakersCloseCmd struct {
-	Account     string `arg:"" help:"Account."`
-	Target      string `arg:"" help:"Target name (as in the config's targets)."`
-	actionFlags `embed:""`
+	Account string `arg:"" help:"Account."`
+	Target  string `arg:"" help:"Target name (as in the config's targets)."`
 }
 
 // Run closes a breaker.
@@ -60,7 +59,7 @@ func (c *BreakersCloseCmd) Run(cl *Client, env *Env) error {
 	}
 	defer s.close()
 	var b ops.BreakerItem
-	if _, err := s.request(ops.BreakersClose, ops.CloseBreakerRequest{Account: c.Account, Target: c.Target, Actor: c.name(env)}, &b); err != nil {
+	if _, err := s.request(ops.BreakersClose, ops.CloseBreakerRequest{Account: c.Account, Target: c.Target}, &b); err != nil {
 		return err
 	}
 	return s.emit(b, func(w io.Writer) {

@@ -226,29 +226,17 @@ func compactJSON(b []byte) string {
 	return short(buf.String(), 400)
 }
 
-// Action flags shared by replay, discard, resolve and close.
-type actionFlags struct {
-	Actor string `help:"Who acts; the history records operator:NAME. Defaults to $USER."`
-}
-
-// name is the operator's name as the deadletter service wants it (it adds
-// "operator:").
-func (a actionFlags) name(env *Env) string {
-	return strings.TrimPrefix(actor(a.Actor, env), "operator:")
-}
-
 // DeadReplayCmd is `tenaz dead replay`.
 type DeadReplayCmd struct {
-	IDs         []string `arg:"" optional:"" name:"id" help:"Event ids to replay now (up to ${max_selection})."`
-	All         bool     `help:"Replay every dead letter matching the filter flags, as a background job (rate limited, resumable); the command follows its progress."`
-	Filter      `embed:""`
-	Payload     string        `placeholder:"JSON|@FILE|-" help:"Replace the payload (one id only): inline JSON, @file, or - for stdin."`
-	Stage       string        `enum:",primary,fallback" default:"" help:"Stage to replay at: primary or fallback (default: the stage it died in)."`
-	Message     string        `short:"m" help:"Why, recorded in each event's history." default:"replayed by operator"`
-	Rate        float64       `help:"Replays per second of a --all job (0: the service's default, ${default_rate})."`
-	NoWait      bool          `help:"With --all: print the job id and return without following it."`
-	Poll        time.Duration `default:"500ms" hidden:"" help:"How often to poll a job's progress."`
-	actionFlags `embed:""`
+	IDs     []string `arg:"" optional:"" name:"id" help:"Event ids to replay now (up to ${max_selection})."`
+	All     bool     `help:"Replay every dead letter matching the filter flags, as a background job (rate limited, resumable); the command follows its progress."`
+	Filter  `embed:""`
+	Payload string        `placeholder:"JSON|@FILE|-" help:"Replace the payload (one id only): inline JSON, @file, or - for stdin."`
+	Stage   string        `enum:",primary,fallback" default:"" help:"Stage to replay at: primary or fallback (default: the stage it died in)."`
+	Message string        `short:"m" help:"Why, recorded in each event's history." default:"replayed by operator"`
+	Rate    float64       `help:"Replays per second of a --all job (0: the service's default, ${default_rate})."`
+	NoWait  bool          `help:"With --all: print the job id and return without following it."`
+	Poll    time.Duration `default:"500ms" hidden:"" help:"How often to poll a job's progress."`
 }
 
 // Run replays.
@@ -272,7 +260,7 @@ func (c *DeadReplayCmd) Run(cl *Client, env *Env) error {
 			return err
 		}
 	}
-	req := ops.ReplayRequest{IDs: c.IDs, Stage: c.Stage, Actor: c.name(env), Reason: c.Message, RatePerSecond: c.Rate}
+	req := ops.ReplayRequest{IDs: c.IDs, Stage: c.Stage, Reason: c.Message, RatePerSecond: c.Rate}
 	if c.Payload != "" {
 		p, err := readPayload(c.Payload, env)
 		if err != nil {
@@ -374,9 +362,8 @@ func countsError(verb string, done, skipped int, errs []ops.ItemError) error {
 
 // DeadDiscardCmd is `tenaz dead discard`.
 type DeadDiscardCmd struct {
-	Refs        []string `arg:"" name:"id" help:"Event ids to discard, or seq:N for entries without an event (up to ${max_selection})."`
-	Message     string   `short:"m" required:"" help:"Why, recorded in each event's history (required)."`
-	actionFlags `embed:""`
+	Refs    []string `arg:"" name:"id" help:"Event ids to discard, or seq:N for entries without an event (up to ${max_selection})."`
+	Message string   `short:"m" required:"" help:"Why, recorded in each event's history (required)."`
 }
 
 // Run discards.
@@ -384,7 +371,7 @@ func (c *DeadDiscardCmd) Run(cl *Client, env *Env) error {
 	if len(c.Refs) > ops.MaxSelection {
 		return failf(ErrUsage, "%d ids: at most %d per call", len(c.Refs), ops.MaxSelection)
 	}
-	req := ops.DiscardRequest{Actor: c.name(env), Reason: c.Message}
+	req := ops.DiscardRequest{Reason: c.Message}
 	for _, ref := range c.Refs {
 		id, seq, err := parseRef(ref)
 		if err != nil {

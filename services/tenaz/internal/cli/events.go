@@ -32,7 +32,6 @@ type EventsHistoryCmd struct {
 type EventsCancelCmd struct {
 	ID      string `arg:"" help:"Event id (ev_…)."`
 	Message string `short:"m" help:"Why, recorded in the event's history." default:"cancelled by operator"`
-	Actor   string `help:"Who, recorded in the event's history. Defaults to operator:$USER."`
 }
 
 func checkID(id string) error {
@@ -134,24 +133,9 @@ func (c *EventsCancelCmd) Run(cl *Client, env *Env) error {
 	}
 	defer s.close()
 	var v ingest.View
-	req := ingest.CancelRequest{ID: c.ID, Actor: actor(c.Actor, env), Reason: c.Message}
+	req := ingest.CancelRequest{ID: c.ID, Reason: c.Message}
 	if _, err := s.request("ingest.cancel", req, &v); err != nil {
 		return err
 	}
 	return s.emit(v, func(w io.Writer) { printEvent(w, v) })
-}
-
-// actor is the --actor flag, else operator:$USER.
-func actor(flag string, env *Env) string {
-	if flag != "" {
-		return flag
-	}
-	u := env.Getenv("USER")
-	if u == "" {
-		u = env.Getenv("LOGNAME")
-	}
-	if u == "" {
-		u = "unknown"
-	}
-	return "operator:" + u
 }

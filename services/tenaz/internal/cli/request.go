@@ -5,11 +5,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/tenaz/tenaz/pkg/ops"
 )
+
+// OperatorKeyEnv names the environment variable that holds the operator
+// key (auth.operators) the commands send as "Authorization: Bearer <key>"
+// to tenaz's operator endpoints. There is no flag: a key on the command
+// line shows in ps and in shell history.
+const OperatorKeyEnv = "TENAZ_OPERATOR_KEY"
+
+// operatorEndpoints need the operator credential: every endpoint of
+// tenaz-deadletter (pkg/ops) and ingest's cancel. The key is sent to them
+// only, since whoever answers a subject reads the request's headers.
+var operatorEndpoints = map[string]bool{
+	ops.DeadList: true, ops.DeadShow: true, ops.DeadReplay: true, ops.DeadDiscard: true, ops.DeadJob: true,
+	ops.ReviewList: true, ops.ReviewResolve: true, ops.BreakersList: true, ops.BreakersClose: true,
+	"ingest.cancel": true,
+}
 
 // request sends req (raw if []byte, else JSON) to <prefix>.api.<endpoint>,
 // turns error answers into *RemoteError and decodes a good answer into out
@@ -29,7 +47,12 @@ func (s *session) requestCtx(ctx context.Context, endpoint string, req, out any)
 			return nil, fmt.Errorf("%s: encode request: %w", subj, err)
 		}
 	}
-	m, err := s.nc.RequestWithContext(ctx, subj, data)
+	msg := nats.NewMsg(subj)
+	msg.Data = data
+	if key := s.env.Getenv(OperatorKeyEnv); key != "" && operatorEndpoints[endpoint] {
+		msg.Header.Set(ops.AuthorizationHeader, "Bearer "+key)
+	}
+	m, err := s.nc.RequestMsgWithContext(ctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, failf(ErrUnavailable, "nothing answers on %s at %s: is tenaz (or the service) running, with prefix %q?", subj, s.set.URL, s.c.Prefix)
@@ -39,6 +62,9 @@ func (s *session) requestCtx(ctx context.Context, endpoint string, req, out any)
 		return nil, fmt.Errorf("%s: %w", subj, err)
 	}
 	if rerr := remoteError(subj, m); rerr != nil {
+		if rerr.Status == http.StatusUnauthorized {
+			rerr.Message += "; set " + OperatorKeyEnv + " to your operator key (auth.operators)"
+		}
 		return m.Data, rerr
 	}
 	if out != nil {
@@ -52,7 +78,7 @@ func (s *session) requestCtx(ctx context.Context, endpoint string, req, out any)
 // remoteError reads an error answer: a micro error (Nats-Service-Error
 // and -Code headers) or a Tenaz-Status of 400 or more with the HTTP API's
 // {error: {code, message}} body. nil for a good answer.
-func remoteError(subj string, m *nats.Msg) error {
+func remoteError(subj string, m *nats.Msg) *RemoteError {
 	var body struct {
 		Error struct {
 			Code    string `json:"code"`

@@ -31,11 +31,10 @@ func (c *ReviewLsCmd) Run(cl *Client, env *Env) error {
 
 // ReviewResolveCmd is `tenaz review resolve <id>`.
 type ReviewResolveCmd struct {
-	ID          string `arg:"" help:"Event id (ev_…)."`
-	Outcome     string `required:"" enum:"done,discard,requeue_primary,requeue_fallback" help:"done (the operator completed it; --result is stored), discard (cancelled), requeue_primary or requeue_fallback (a fresh attempt cycle at that stage)."`
-	Result      string `placeholder:"JSON|@FILE|-" help:"With --outcome done: the result to store, as JSON (inline, @file or - for stdin)."`
-	Message     string `short:"m" help:"Why, recorded in the event's history." default:"resolved by operator"`
-	actionFlags `embed:""`
+	ID      string `arg:"" help:"Event id (ev_…)."`
+	Outcome string `required:"" enum:"done,discard,requeue_primary,requeue_fallback" help:"done (the operator completed it; --result is stored), discard (cancelled), requeue_primary or requeue_fallback (a fresh attempt cycle at that stage)."`
+	Result  string `placeholder:"JSON|@FILE|-" help:"With --outcome done: the result to store, as JSON (inline, @file or - for stdin)."`
+	Message string `short:"m" help:"Why, recorded in the event's history." default:"resolved by operator"`
 }
 
 // Run resolves a review.
@@ -43,7 +42,7 @@ func (c *ReviewResolveCmd) Run(cl *Client, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
-	req := ops.ResolveRequest{ID: c.ID, Outcome: c.Outcome, Actor: c.name(env), Reason: c.Message}
+	req := ops.ResolveRequest{ID: c.ID, Outcome: c.Outcome, Reason: c.Message}
 	if c.Result != "" {
 		if c.Outcome != ops.OutcomeDone {
 			return failf(ErrUsage, "--result goes with --outcome done")
