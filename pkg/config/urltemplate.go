@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -32,12 +33,30 @@ var sampleVars = URLVars{
 // maxURLLen bounds the output of a URL template.
 const maxURLLen = 8192
 
+// URLTemplate is a parsed URL template. Render escapes every value for
+// where it lands (see ParseURLTemplate), so no value can add a path
+// segment, a query parameter or a fragment.
+type URLTemplate struct{ t *template.Template }
+
+// valueFunc is the escaper ParseURLTemplate appends to every action. It is
+// registered after parsing, so a template cannot call it itself.
+const valueFunc = "tenazURLValue"
+
 // ParseURLTemplate parses a URL template the way Validate checks it: a
 // text/template over URLVars that may use fields, pipelines, functions,
 // if and with, but not range, define, template or block, nor printf
 // widths above 999 (a URL needs no loops, and this keeps every execution
 // short and small).
-func ParseURLTemplate(text string) (*template.Template, error) {
+//
+// What an action prints is a value, escaped by Render for its place in
+// the URL, as html/template does for HTML: path-escaped in the path (and
+// refused when it makes a whole "." or ".." segment), query-escaped in the
+// query, limited to host characters in the host, refused in the scheme.
+// A trailing urlquery is replaced by that escaper, not applied twice.
+func ParseURLTemplate(text string) (*URLTemplate, error) {
+	if strings.IndexByte(text, 0) >= 0 {
+		return nil, errors.New("a URL template must not contain NUL")
+	}
 	t, err := template.New("url").Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "template: "))
@@ -49,8 +68,159 @@ func ParseURLTemplate(text string) (*template.Template, error) {
 		if err := checkTemplateNode(t.Tree.Root); err != nil {
 			return nil, err
 		}
+		escapeActions(t.Tree.Root)
 	}
-	return t, nil
+	t.Funcs(template.FuncMap{valueFunc: markValue})
+	return &URLTemplate{t: t}, nil
+}
+
+// Render executes the template over v and returns the URL, every value
+// escaped for where it lands. It fails when a value cannot be placed
+// safely (a "." or ".." path segment, a character that has no place in a
+// host, a value in the scheme) or the URL passes maxURLLen bytes. Errors
+// never quote a value.
+func (u *URLTemplate) Render(v URLVars) (string, error) {
+	b := limitedBuilder{max: 2*maxURLLen + 2}
+	if err := u.t.Execute(&b, v); err != nil {
+		var lim *tooLongError
+		if errors.As(err, &lim) {
+			return "", lim
+		}
+		return "", errors.New(strings.TrimPrefix(err.Error(), "template: "))
+	}
+	return placeValues(b.String())
+}
+
+// escapeActions makes every printing action end in valueFunc.
+func escapeActions(n tparse.Node) {
+	switch n := n.(type) {
+	case *tparse.ListNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Nodes {
+			escapeActions(c)
+		}
+	case *tparse.ActionNode:
+		if len(n.Pipe.Decl) > 0 || len(n.Pipe.Cmds) == 0 {
+			return // {{$x := …}} prints nothing
+		}
+		last := n.Pipe.Cmds[len(n.Pipe.Cmds)-1]
+		if id, ok := last.Args[0].(*tparse.IdentifierNode); ok && id.Ident == "urlquery" {
+			id.Ident = valueFunc // same arguments, escaped once for its place
+			return
+		}
+		n.Pipe.Cmds = append(n.Pipe.Cmds, &tparse.CommandNode{NodeType: tparse.NodeCommand, Pos: last.Pos,
+			Args: []tparse.Node{tparse.NewIdentifier(valueFunc).SetTree(nil).SetPos(last.Pos)}})
+	case *tparse.IfNode:
+		escapeActions(n.List)
+		escapeActions(n.ElseList)
+	case *tparse.WithNode:
+		escapeActions(n.List)
+		escapeActions(n.ElseList)
+	}
+}
+
+// markValue prints a value (its arguments joined as urlquery joins them)
+// hex-encoded between NULs, so that placeValues can tell it from the
+// template's own text, which holds no NUL.
+func markValue(args ...any) string {
+	s, ok := "", false
+	if len(args) == 1 {
+		s, ok = args[0].(string)
+	}
+	if !ok {
+		s = fmt.Sprint(args...)
+	}
+	return "\x00" + hex.EncodeToString([]byte(s)) + "\x00"
+}
+
+// Places of a URL, in the order they come.
+const (
+	inScheme = iota
+	inHost
+	inPath
+	inQuery
+	inFragment
+)
+
+// placeValues replaces each marked value of an executed template with its
+// escaped form, following the template's own text through the URL's parts.
+func placeValues(marked string) (string, error) {
+	var b strings.Builder
+	at := inScheme
+	for i := 0; i < len(marked); {
+		c := marked[i]
+		if c == 0 {
+			end := i + 1 + strings.IndexByte(marked[i+1:], 0)
+			raw, _ := hex.DecodeString(marked[i+1 : end])
+			i = end + 1
+			v := string(raw)
+			switch at {
+			case inScheme:
+				return "", errors.New("a value cannot be part of the scheme")
+			case inHost:
+				if !hostValue(v) {
+					return "", errors.New("a value in the host may only hold letters, digits, '-', '_' and '.'")
+				}
+				b.WriteString(v)
+			case inPath, inFragment:
+				b.WriteString(url.PathEscape(v))
+			case inQuery:
+				b.WriteString(url.QueryEscape(v))
+			}
+			continue
+		}
+		if at == inScheme && strings.HasPrefix(marked[i:], "://") {
+			b.WriteString("://")
+			i += 3
+			at = inHost
+			continue
+		}
+		switch {
+		case c == '#' && at < inFragment:
+			at = inFragment
+		case c == '?' && at < inQuery:
+			at = inQuery
+		case c == '/' && at < inPath:
+			at = inPath
+		}
+		b.WriteByte(c)
+		i++
+	}
+	out := b.String()
+	if len(out) > maxURLLen {
+		return "", &tooLongError{}
+	}
+	if u, err := url.Parse(out); err == nil {
+		for seg := range strings.SplitSeq(rawPath(u), "/") {
+			if s, err := url.PathUnescape(seg); err == nil && (s == "." || s == "..") {
+				return "", errors.New(`the URL has a "." or ".." path segment`)
+			}
+		}
+	}
+	return out, nil
+}
+
+// rawPath is u's path as written: u.EscapedPath would decode and encode
+// again a path whose text is not valid URL encoding, turning a value's
+// "%2F" into a "/".
+func rawPath(u *url.URL) string {
+	if u.RawPath != "" {
+		return u.RawPath
+	}
+	return u.EscapedPath()
+}
+
+// hostValue reports whether v can stand in a host name as it is.
+func hostValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func checkTemplateNode(n tparse.Node) error {
@@ -138,8 +308,9 @@ func checkBranch(b *tparse.BranchNode) error {
 	return nil
 }
 
-// checkURL parses a URL template, executes it with sample values and
-// checks that the result is an absolute http(s) URL.
+// checkURL parses a URL template, renders it with sample values and
+// checks that the result is an absolute http(s) URL. Its errors name the
+// scheme, never the URL: a URL may carry a token.
 func checkURL(text string) error {
 	if strings.TrimSpace(text) == "" {
 		return errors.New("required")
@@ -148,30 +319,41 @@ func checkURL(text string) error {
 	if err != nil {
 		return err
 	}
-	var b limitedBuilder
-	if err := t.Execute(&b, sampleVars); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "template: "))
-	}
-	u, err := url.Parse(b.String())
+	s, err := t.Render(sampleVars)
 	if err != nil {
+		return err
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err
+		}
 		return fmt.Errorf("is not a URL once executed: %v", err)
 	}
 	if s := strings.ToLower(u.Scheme); s != "http" && s != "https" {
-		return fmt.Errorf("must be an http:// or https:// URL, got %q once executed", truncate(b.String(), 80))
+		return fmt.Errorf("must be an http:// or https:// URL, got scheme %q once executed", truncate(u.Scheme, 20))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("has no host once executed (%q)", truncate(b.String(), 80))
+		return errors.New("has no host once executed")
 	}
 	return nil
 }
 
-// limitedBuilder is a strings.Builder that fails past maxURLLen bytes.
-type limitedBuilder struct{ strings.Builder }
+// tooLongError is a template's output passing maxURLLen.
+type tooLongError struct{}
 
-// Write appends p, or fails once the result would pass maxURLLen.
+func (*tooLongError) Error() string { return fmt.Sprintf("expands to more than %d bytes", maxURLLen) }
+
+// limitedBuilder is a strings.Builder that fails past max bytes.
+type limitedBuilder struct {
+	strings.Builder
+	max int
+}
+
+// Write appends p, or fails once the result would pass max.
 func (b *limitedBuilder) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > maxURLLen {
-		return 0, fmt.Errorf("expands to more than %d bytes", maxURLLen)
+	if b.Len()+len(p) > b.max {
+		return 0, &tooLongError{}
 	}
 	return b.Builder.Write(p)
 }

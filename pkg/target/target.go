@@ -3,6 +3,10 @@
 // timeout, Standard Webhooks signature), sends it, and classifies the
 // answer as an outcome error (nil on success) per the target's rules.
 //
+// A call follows no redirect unless the target allows same-host https
+// ones, and its errors never quote the URL, the target's host or a
+// header: they end up in logs, in last_error and on the screen.
+//
 //	t, err := target.New("erp", cfg.TargetFor("acme", "erp"), nil)
 //	resp, err := t.Call(ctx, target.Request{Event: env, Attempt: 1})
 //	switch outcome.ClassOf(err) { … }
@@ -10,7 +14,10 @@ package target
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +29,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/template"
 	"time"
 	"unicode/utf8"
 
@@ -38,18 +44,24 @@ const MaxResponse = 1 << 20
 
 // Target is one configured external API.
 type Target struct {
-	Name     string
-	url      *template.Template
-	method   string
-	timeout  time.Duration
-	headers  http.Header
-	signing  string
-	classify map[int]outcome.Class
-	refField string
-	client   *http.Client
-	pollURL  *template.Template // nil: the target is not polled
-	doneWhen config.DoneWhen
+	Name      string
+	url       *config.URLTemplate
+	method    string
+	timeout   time.Duration
+	headers   http.Header
+	signing   string
+	classify  map[int]outcome.Class
+	refField  string
+	client    *http.Client
+	pollURL   *config.URLTemplate // nil: the target is not polled
+	doneWhen  config.DoneWhen
+	callerKey bool   // Idempotency-Key is the submitter's key, not the event id
+	redirects string // config.RedirectsNone or config.RedirectsSameHost
 }
+
+// maxRedirects bounds the same-host redirects one call follows, as
+// net/http's default policy does.
+const maxRedirects = 10
 
 // DefaultClient is shared by targets built without a client: keep-alive
 // with enough idle connections per host for concurrent delivery.
@@ -73,8 +85,28 @@ func New(name string, c config.Target, client *http.Client) (*Target, error) {
 	t := &Target{
 		Name: name, url: tpl, method: c.Method, timeout: c.Timeout.D(),
 		headers: http.Header{}, signing: c.SigningSecret.Reveal(),
-		classify: map[int]outcome.Class{}, refField: c.ReferenceField, client: client,
+		classify: map[int]outcome.Class{}, refField: c.ReferenceField,
+		redirects: cmp.Or(c.Redirects, config.RedirectsNone),
 	}
+	switch c.IdempotencyKey {
+	case "", config.IdempotencyKeyEvent:
+	case config.IdempotencyKeyCaller:
+		t.callerKey = true
+	default:
+		return nil, fmt.Errorf("target %s: idempotency_key %q: must be event or caller", name, c.IdempotencyKey)
+	}
+	// A copy of the client with this target's redirect policy; it shares
+	// the client's transport and so its connections.
+	own := *client
+	switch t.redirects {
+	case config.RedirectsNone:
+		own.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	case config.RedirectsSameHost:
+		own.CheckRedirect = sameHostRedirect
+	default:
+		return nil, fmt.Errorf("target %s: redirects %q: must be none or same_host", name, t.redirects)
+	}
+	t.client = &own
 	if c.Poll != nil {
 		if t.pollURL, err = config.ParseURLTemplate(c.Poll.URL); err != nil {
 			return nil, fmt.Errorf("target %s: poll.url: %w", name, err)
@@ -119,18 +151,45 @@ type Response struct {
 
 func vars(r Request) config.URLVars {
 	return config.URLVars{ID: r.Event.ID, Account: r.Event.Account, Kind: r.Event.Kind,
-		EntityID: url.PathEscape(r.Event.EntityID), Reference: url.PathEscape(r.Reference)}
+		EntityID: r.Event.EntityID, Reference: r.Reference}
 }
 
-// URL renders the target URL for r. Values a caller or provider chose
-// (entity id, reference) are path-escaped, so "../admin" or "x?y=1" cannot
-// change the path or query of a call that carries credentials.
+// URL renders the target URL for r. The template escapes every value for
+// where it lands (config.URLTemplate), so an entity id or a reference such
+// as "../admin" or "x&y=1" cannot change the path or query of a call that
+// carries credentials.
 func (t *Target) URL(r Request) (string, error) {
-	var b strings.Builder
-	if err := t.url.Execute(&b, vars(r)); err != nil {
-		return "", err
+	return t.url.Render(vars(r))
+}
+
+// IdempotencyKey is the Idempotency-Key header of r's calls: the event id,
+// unique across accounts, so that a provider that replays the answer to a
+// repeated key never hands one account another's; or, for a target with
+// idempotency_key: caller, the key the submitter chose.
+func (t *Target) IdempotencyKey(r Request) string {
+	if t.callerKey {
+		return r.Event.IdempotencyKey
 	}
-	return b.String(), nil
+	return r.Event.ID
+}
+
+// sameHostRedirect is the same_host redirect policy: follow an https
+// redirect to the host and port of the first request, at most
+// maxRedirects of them; any other redirect is the call's answer.
+func sameHostRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects || req.URL.Scheme != "https" || !strings.EqualFold(hostPort(req.URL), hostPort(via[0].URL)) {
+		return http.ErrUseLastResponse
+	}
+	return nil
+}
+
+// hostPort is u's host and port, the scheme's default port when none is given.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // Classify applies the target's rules to a status: overrides first, then
@@ -161,13 +220,13 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	body := []byte(r.Event.Payload)
 	req, err := http.NewRequestWithContext(ctx, t.method, u, bytes.NewReader(body))
 	if err != nil {
-		return Response{}, outcome.Permanent(fmt.Errorf("target %s: request: %w", t.Name, err))
+		return Response{}, outcome.Permanent(fmt.Errorf("target %s: request: %w", t.Name, callError(err, u)))
 	}
 	for k, v := range t.headers {
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(tenaz.HeaderIdempotencyKey, r.Event.IdempotencyKey)
+	req.Header.Set(tenaz.HeaderIdempotencyKey, t.IdempotencyKey(r))
 	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
 	req.Header.Set(tenaz.HeaderAttempt, strconv.Itoa(r.Attempt))
 	if t.signing != "" {
@@ -177,6 +236,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
+		err = callError(err, u)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return Response{}, fmt.Errorf("%w after %s: %w", outcome.ErrTimeout, t.timeout, err)
 		}
@@ -185,6 +245,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
 	if err != nil {
+		err = callError(err, u)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return Response{}, fmt.Errorf("%w reading the answer: %w", outcome.ErrTimeout, err)
 		}
@@ -196,13 +257,92 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 		out.Reference = reference(b, t.refField)
 		return out, nil
 	case outcome.ClassPermanent:
-		return out, outcome.Permanent(&outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(b)})
+		return out, outcome.Permanent(t.httpError(resp.StatusCode, b))
 	}
-	herr := &outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(b)}
+	herr := t.httpError(resp.StatusCode, b)
 	if d, ok := outcome.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 		return out, outcome.RetryAfter(d, herr)
 	}
 	return out, herr
+}
+
+// httpError is the error of an answer that is not a success: its status
+// and an excerpt of its body, or, for a redirect that was not followed,
+// why not (the body of a redirect names where it points).
+func (t *Target) httpError(status int, body []byte) *outcome.HTTPError {
+	if status < 300 || status > 399 {
+		return &outcome.HTTPError{Status: status, Body: excerpt(body)}
+	}
+	why := "redirect not followed (redirects: none)"
+	if t.redirects == config.RedirectsSameHost {
+		why = "redirect not followed: it leaves the call's host or https (redirects: same_host)"
+	}
+	return &outcome.HTTPError{Status: status, Body: why}
+}
+
+// callError is err, from building or sending a request to rawURL, made
+// fit for logs, last_error and the screen: net/http's *url.Error quotes
+// the whole URL (query tokens and all) and the net errors under it quote
+// the host name or the address dialled. The message keeps what failed;
+// errors.Is still finds the cause (context.Canceled, a timeout).
+func callError(err error, rawURL string) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err
+	}
+	return &scrubbedError{msg: describe(err, rawURL), err: err}
+}
+
+// scrubbedError is an error with a message that names no URL or host.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// describe says what failed in err without the URL, host or address.
+func describe(err error, rawURL string) string {
+	if dns, ok := errors.AsType[*net.DNSError](err); ok {
+		switch {
+		case dns.IsNotFound:
+			return "lookup of the target's host: no such host"
+		case dns.IsTimeout:
+			return "lookup of the target's host: timeout"
+		}
+		return "lookup of the target's host failed"
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return "tls: the certificate is not valid for the target's host"
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return "tls: certificate signed by an unknown authority"
+	}
+	if ci, ok := errors.AsType[x509.CertificateInvalidError](err); ok {
+		return "tls: invalid certificate: " + scrub(ci.Error(), rawURL)
+	}
+	if rh, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return "tls: " + rh.Msg
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok {
+		// Error() would add the source and the address dialled.
+		return op.Op + ": " + scrub(op.Err.Error(), rawURL)
+	}
+	return scrub(err.Error(), rawURL)
+}
+
+// scrub removes the URL and its host from a message that may quote them.
+func scrub(msg, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return strings.ReplaceAll(msg, rawURL, "<target url>")
+	}
+	for _, s := range []string{rawURL, u.Redacted(), u.Host, u.Hostname()} {
+		if len(s) > 1 {
+			msg = strings.ReplaceAll(msg, s, "<target>")
+		}
+	}
+	return msg
 }
 
 // reference is the string or number (as written: a numeric job id such as
@@ -251,15 +391,15 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	if t.pollURL == nil {
 		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s has no poll url", t.Name))
 	}
-	var b strings.Builder
-	if err := t.pollURL.Execute(&b, vars(r)); err != nil {
+	u, err := t.pollURL.Render(vars(r))
+	if err != nil {
 		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll url: %w", t.Name, err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll request: %w", t.Name, err))
+		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll request: %w", t.Name, callError(err, u)))
 	}
 	for k, v := range t.headers {
 		req.Header[k] = v
@@ -268,6 +408,7 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
 	resp, err := t.client.Do(req)
 	if err != nil {
+		err = callError(err, u)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return PollAnswer{}, fmt.Errorf("%w after %s: %w", outcome.ErrTimeout, t.timeout, err)
 		}
@@ -276,15 +417,15 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
 	if err != nil {
-		return PollAnswer{}, fmt.Errorf("target %s: reading poll answer: %w", t.Name, err)
+		return PollAnswer{}, fmt.Errorf("target %s: reading poll answer: %w", t.Name, callError(err, u))
 	}
 	a := PollAnswer{Status: resp.StatusCode, Body: body}
 	switch t.Classify(resp.StatusCode) {
 	case outcome.ClassSuccess:
 	case outcome.ClassPermanent:
-		return a, outcome.Permanent(&outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(body)})
+		return a, outcome.Permanent(t.httpError(resp.StatusCode, body))
 	default:
-		return a, &outcome.HTTPError{Status: resp.StatusCode, Body: excerpt(body)}
+		return a, t.httpError(resp.StatusCode, body)
 	}
 	a.Value = reference(body, t.doneWhen.Field)
 	a.Done = a.Value != "" && slices.Contains(t.doneWhen.In, a.Value)

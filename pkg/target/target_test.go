@@ -117,7 +117,7 @@ func TestCallSendsRequest(t *testing.T) {
 		t.Errorf("path: want %s, got %s", want, r.path)
 	}
 	for name, want := range map[string]string{
-		"Idempotency-Key": "order-42",
+		"Idempotency-Key": env.ID, // the event id, unique across accounts
 		"Tenaz-Event-Id":  env.ID,
 		"Tenaz-Attempt":   "3",
 		"Content-Type":    "application/json",
@@ -156,7 +156,7 @@ func TestConfiguredHeadersCannotReplaceTenazHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := received(t, got)
-	for name, want := range map[string]string{"Idempotency-Key": "order-42", "Content-Type": "application/json", "Tenaz-Attempt": "1"} {
+	for name, want := range map[string]string{"Idempotency-Key": envelope(t).ID, "Content-Type": "application/json", "Tenaz-Attempt": "1"} {
 		if v := r.header.Values(name); len(v) != 1 || v[0] != want {
 			t.Errorf("header %s: want [%s], got %v", name, want, v)
 		}
