@@ -87,18 +87,24 @@ type noop struct {
 	calls atomic.Int64
 }
 
+// newServer is an http.Server for the bench's own loopback listeners,
+// with a header deadline as every tenaz listener has.
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+}
+
 func startNoop() (*noop, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	n := &noop{url: "http://" + ln.Addr().String()}
-	n.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	n.srv = newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		n.calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"id":"ok"}`))
-	})}
+	}))
 	go func() { _ = n.srv.Serve(ln) }()
 	return n, nil
 }

@@ -57,7 +57,7 @@ func Callbacks(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 	if err != nil {
 		return err
 	}
-	phs := &http.Server{Handler: prov}
+	phs := newServer(prov)
 	go func() { _ = phs.Serve(pln) }()
 	defer phs.Close()
 	y := fmt.Sprintf(`
@@ -314,7 +314,7 @@ func naiveCallbacks(ctx context.Context, natsURL string, rec []byte, n, workers 
 	if err != nil {
 		return fireResult{}, err
 	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs := newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -343,7 +343,7 @@ func naiveCallbacks(ctx context.Context, natsURL string, rec []byte, n, workers 
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"outcome":"applied"}`))
-	})}
+	}))
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	c0 := cpuTime()

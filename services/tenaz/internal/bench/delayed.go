@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -57,7 +56,7 @@ func Delayed(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: prov}
+	hs := newServer(prov)
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	cfgFile := filepath.Join(dir, "tenaz.yaml")

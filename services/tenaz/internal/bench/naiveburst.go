@@ -59,7 +59,7 @@ func naiveBurst(ctx context.Context, natsURL string, b, workers int) ([]float64,
 	if err != nil {
 		return nil, err
 	}
-	hs := &http.Server{Handler: prov}
+	hs := newServer(prov)
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	url := "http://" + ln.Addr().String() + "/api/order.create"
