@@ -11,7 +11,8 @@ import (
 
 // DELETE cancels a pending event (200, cancelled), refuses a second time
 // (409), and a dispatcher started afterwards drops the event's message
-// without calling the target.
+// without calling the target. Without authentication the history says
+// anonymous, whatever the request claims.
 func TestCancelPendingEvent(t *testing.T) {
 	t.Parallel()
 	h := setup(t, baseYAML)
@@ -22,7 +23,7 @@ func TestCancelPendingEvent(t *testing.T) {
 	var v view
 	r.json(t, &v)
 
-	r = h.do(http.MethodDelete, "/v1/events/"+v.ID, "")
+	r = h.do(http.MethodDelete, "/v1/events/"+v.ID, "", "X-Tenaz-Actor", "mallory")
 	if r.Status != http.StatusOK {
 		t.Fatalf("DELETE pending: want 200, got %d %s", r.Status, r.Body)
 	}
