@@ -193,7 +193,7 @@ kinds:
 	eq(t, "nats.embedded.sync", cfg.NATS.Embedded.Sync, "always")
 	eq(t, "nats.embedded.listen", cfg.NATS.Embedded.Listen, "127.0.0.1:4222")
 	eq(t, "http.addr", cfg.HTTP.Addr, ":8080")
-	eq(t, "http.max_body_bytes", cfg.HTTP.MaxBodyBytes, int64(1<<20))
+	eq(t, "http.max_body_bytes", cfg.HTTP.MaxBodyBytes, int64(768<<10))
 	eq(t, "http.read_header_timeout", cfg.HTTP.ReadHeaderTimeout.D(), 5*time.Second)
 	eq(t, "http.read_timeout", cfg.HTTP.ReadTimeout.D(), 30*time.Second)
 	eq(t, "http.write_timeout", cfg.HTTP.WriteTimeout.D(), 60*time.Second)

@@ -12,7 +12,7 @@ const (
 	defaultSync            = "always"
 	defaultEmbeddedListen  = "127.0.0.1:4222"
 	defaultHTTPAddr        = ":8080"
-	defaultMaxBodyBytes    = 1 << 20
+	defaultMaxBodyBytes    = 768 << 10 // fits a stock nats-server's 1 MiB max_payload (pkg/size)
 	defaultLogFormat       = "json"
 	defaultLogLevel        = "info"
 	defaultReplicas        = 1

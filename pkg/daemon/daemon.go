@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +25,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/logging"
 	"github.com/tenaz/tenaz/pkg/natsconn"
+	"github.com/tenaz/tenaz/pkg/size"
 )
 
 // Component is a service as a binary runs it.
@@ -137,6 +139,20 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
+// SizeCheckWait bounds how long CheckSizes waits for a first server.
+const SizeCheckWait = 30 * time.Second
+
+// CheckSizes refuses, before anything starts, an http.max_body_bytes
+// whose events would not fit the server's max_payload and tenaz's
+// streams (size.Check): such events would be answered 202 and then never
+// stored, or stored and then never moved. Every binary and `tenaz run`
+// call it after connecting.
+func CheckSizes(ctx context.Context, nc *nats.Conn, cfg *config.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, SizeCheckWait)
+	defer cancel()
+	return size.Check(ctx, nc, cfg.HTTP.MaxBodyBytes)
+}
+
 // Build makes a service from its connection, config and logger.
 type Build func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (Component, error)
 
@@ -159,6 +175,9 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 		return err
 	}
 	defer nc.Close()
+	if err := CheckSizes(ctx, nc, cfg); err != nil {
+		return err
+	}
 	svc, err := build(nc, cfg, &log)
 	if err != nil {
 		return err

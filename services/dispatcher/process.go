@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/logging"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -27,9 +28,6 @@ import (
 // dueSlack tolerates clock skew between this replica and the server that
 // fired a schedule.
 const dueSlack = 2 * time.Second
-
-// maxResult bounds the target answer kept as an event's result.
-const maxResult = 4096
 
 func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) {
 	meta, err := m.Metadata()
@@ -194,6 +192,10 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		nrev, err := s.st.Write(ctx, next, rev)
 		if err == nil {
 			return next, nrev, adm, true
+		}
+		if errors.Is(err, size.ErrTooLarge) {
+			s.tooLarge(ctx, m, env, rec, rev, err)
+			return rec, 0, admission{}, false
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			s.retryLater(ctx, m, err)
@@ -396,6 +398,9 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 			s.retryLater(ctx, m, err)
 			return
 		}
+		if a.Name == state.Fail {
+			reason, errInfo = dead.ReasonTooLarge, a.Error
+		}
 	case outcome.VerdictRetry:
 		at := queue.DueTime(now.Add(d.Delay))
 		if err := s.q.ScheduleAt(ctx, env, at, fmt.Sprintf("%s/retry/%d", env.ID, rec.Step())); err != nil {
@@ -417,15 +422,26 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		s.retryLater(ctx, m, err)
 		return
 	}
-	if d.Verdict == outcome.VerdictDead {
+	dying := next.Status == tenaz.StateDead
+	if dying {
 		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: errInfo.Class,
 			Error: errInfo.Message, Status: errInfo.HTTPStatus, At: now.UTC(), Event: &env, Record: &next}
 		if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/dead/%d", env.ID, rec.Step())); err != nil {
+			if errors.Is(err, size.ErrTooLarge) {
+				s.tooLarge(ctx, m, env, rec, rev, err)
+				return
+			}
 			s.retryLater(ctx, m, err)
 			return
 		}
 	}
 	if _, err := s.st.Write(ctx, next, rev); err != nil {
+		if errors.Is(err, size.ErrTooLarge) {
+			// The outcome (a success too) cannot be stored: retried, the
+			// message would come back and call the target again.
+			s.tooLarge(ctx, m, env, rec, rev, err)
+			return
+		}
 		if !errors.Is(err, store.ErrConflict) {
 			s.retryLater(ctx, m, err)
 			return
@@ -443,7 +459,17 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 			n, _, err := state.Apply(cur, a, now)
 			return n, err
 		}); err != nil {
-			s.retryLater(ctx, m, err)
+			if !errors.Is(err, size.ErrTooLarge) {
+				s.retryLater(ctx, m, err)
+				return
+			}
+			if cur, crev, gerr := s.st.Get(ctx, env.ID); gerr == nil && sameRun(cur, rec) {
+				s.tooLarge(ctx, m, env, cur, crev, err)
+			} else if gerr == nil {
+				s.settleLate(m, cur) // not even a note fits: the run is another's anyway
+			} else {
+				s.retryLater(ctx, m, gerr)
+			}
 			return
 		}
 		if late {
@@ -485,17 +511,79 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	if d.Verdict == outcome.VerdictRetry {
 		s.o.Metrics.Retry(env.Account, env.Kind, d.Class)
 	}
-	switch d.Verdict {
-	case outcome.VerdictDone:
-		log.Debug().Int("attempt", rec.Attempts).Msg("delivered")
-	case outcome.VerdictRetry:
-		log.Info().Int("attempt", rec.Attempts).Str("class", string(d.Class)).Dur("delay", d.Delay).Msg("will retry")
-	case outcome.VerdictFallback:
-		log.Info().Int("attempt", rec.Attempts).Msg("moving to the fallback stage")
-	case outcome.VerdictDead:
-		log.Warn().Int("attempt", rec.Attempts).Str("class", string(d.Class)).Str("error", errInfo.Message).Msg("dead-lettered")
+	switch {
+	case dying:
+		log.Warn().Int("attempt", rec.Attempts).Str("class", errInfo.Class).Str("reason", reason).Str("error", errInfo.Message).Msg("dead-lettered")
 		s.adviseDead(next)
+	case d.Verdict == outcome.VerdictDone:
+		log.Debug().Int("attempt", rec.Attempts).Msg("delivered")
+	case d.Verdict == outcome.VerdictRetry:
+		log.Info().Int("attempt", rec.Attempts).Str("class", string(d.Class)).Dur("delay", d.Delay).Msg("will retry")
+	case d.Verdict == outcome.VerdictFallback:
+		log.Info().Int("attempt", rec.Attempts).Msg("moving to the fallback stage")
 	}
+}
+
+// tooLarge ends an event whose next record (or DEAD entry) NATS refuses
+// for its size (size.ErrTooLarge), from rec as stored at rev: the same
+// write would fail on every redelivery, and a redelivery after a call
+// would call the target again. The event goes dead with reason
+// too_large, without its result and, if the record still does not fit,
+// with its payload kept in the DEAD entry only; the message is acked.
+func (s *Service) tooLarge(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, cause error) {
+	now := s.st.Now()
+	errInfo := &state.ErrorInfo{Class: string(outcome.ClassPermanent), Message: "too large for NATS: " + trimErr(cause)}
+	next := rec
+	var err error
+	if next.Status == tenaz.StateScheduled {
+		next, _, err = state.Apply(next, state.Action{Name: state.Due, Actor: s.actor}, now)
+	}
+	if err == nil {
+		next, _, err = state.Apply(next, state.Action{Name: state.Fail, Actor: s.actor, Error: errInfo, Detail: dead.ReasonTooLarge + ": " + errInfo.Message}, now)
+	}
+	if err != nil { // a state Fail cannot leave: someone moved it; decide afresh
+		s.retryLater(ctx, m, err)
+		return
+	}
+	next.Result = nil
+	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonTooLarge, Class: errInfo.Class,
+		Error: errInfo.Message, At: now.UTC(), Event: &env, Record: &next}
+	msgID := fmt.Sprintf("%s/dead/%d", env.ID, rec.Step())
+	err = dead.Publish(ctx, s.js, s.subj, e, msgID)
+	if errors.Is(err, size.ErrTooLarge) {
+		// Not even DEAD takes it: the entry without the payload, which
+		// stays in the record if that fits.
+		bare := env
+		bare.Payload = nil
+		e.Event, e.Error = &bare, e.Error+fmt.Sprintf("; the payload (%d bytes) is not in this entry", len(env.Payload))
+		err = dead.Publish(ctx, s.js, s.subj, e, msgID)
+	}
+	if err != nil {
+		s.retryLater(ctx, m, err)
+		return
+	}
+	_, err = s.st.Write(ctx, next, rev)
+	if errors.Is(err, size.ErrTooLarge) {
+		next.Payload = nil
+		_, err = s.st.Write(ctx, next, rev)
+	}
+	if errors.Is(err, size.ErrTooLarge) {
+		zerolog.Ctx(ctx).Error().Err(err).Msg("not even the dead record of a too-large event fits in NATS; the message is terminated")
+		_ = m.TermWithReason(dead.ReasonTooLarge)
+		return
+	}
+	if err != nil {
+		s.retryLater(ctx, m, err)
+		return
+	}
+	if err := s.advanceLane(ctx, next); err != nil {
+		s.retryLater(ctx, m, err)
+		return
+	}
+	_ = m.Ack()
+	s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
+	zerolog.Ctx(ctx).Warn().Int("attempt", rec.Attempts).Str("reason", dead.ReasonTooLarge).Str("error", errInfo.Message).Msg("dead-lettered")
+	s.adviseDead(next)
 }
 
 // contested reports whether the message of the event's run here may have
@@ -577,6 +665,14 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 		return state.Action{Name: state.AwaitCallback, Actor: s.actor, Reference: resp.Reference, NextRunAt: &deadline, Deadline: &deadline,
 			Detail: detail + "; callback awaited until " + deadline.Format(time.RFC3339)}, nil
 	case stage.Completion == config.CompletionPoll:
+		if n := len(resp.Reference); n > state.MaxReference {
+			// The record cannot keep it, and the event cannot be polled
+			// without it. (A callback stage waits on: the callback index
+			// keeps a hash of the reference, and the record notes it.)
+			msg := fmt.Sprintf("%s; the provider's reference is %d bytes, over the %d a record keeps, so the event cannot be polled", detail, n, state.MaxReference)
+			return state.Action{Name: state.Fail, Actor: s.actor, Error: &state.ErrorInfo{Class: string(outcome.ClassPermanent), Message: msg, HTTPStatus: resp.Status},
+				Detail: dead.ReasonTooLarge + ": " + msg}, nil
+		}
 		every := config.Duration(30 * time.Second)
 		if t := s.cfg.TargetFor(env.Account, stage.Target); t.Poll != nil {
 			every = t.Poll.Interval
@@ -592,8 +688,10 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 	return state.Action{Name: state.Succeed, Actor: s.actor, Detail: detail, Result: result(resp), Reference: resp.Reference}, nil
 }
 
+// result is the target's JSON answer as the event's result: the record
+// keeps it up to state.MaxResult, and notes a larger one it does not keep.
 func result(r target.Response) json.RawMessage {
-	if len(r.Body) == 0 || len(r.Body) > maxResult || !json.Valid(r.Body) {
+	if len(r.Body) == 0 || !json.Valid(r.Body) {
 		return nil
 	}
 	return json.RawMessage(r.Body)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -133,12 +134,16 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if t.nc, err = natsconn.Connect(cfg.NATS, "tenaz", url); err != nil {
 		return err
 	}
+	if err := daemon.CheckSizes(ctx, t.nc, cfg); err != nil {
+		return err
+	}
 	js, err := jetstream.New(t.nc)
 	if err != nil {
 		return err
 	}
 	if err := streams.Apply(ctx, js, streams.Options{Prefix: cfg.Prefix, Replicas: cfg.Streams.Replicas,
-		Placement: streams.Place(cfg.Streams.Cluster, cfg.Streams.Tags)}); err != nil {
+		Placement:  streams.Place(cfg.Streams.Cluster, cfg.Streams.Tags),
+		DeadMaxAge: cfg.Deadletter.Retention.D(), DeadMaxBytes: cfg.Deadletter.MaxBytes}); err != nil {
 		return err
 	}
 	if cfg.Demo.Provider != "" {
@@ -196,14 +201,27 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 }
 
 // Stop stops HTTP, then the services (producers first, so in-flight work
-// drains downstream), then NATS. Idempotent.
+// drains downstream), then NATS; the dispatcher stops taking work from the
+// start. Idempotent.
 func (t *Tenaz) Stop(ctx context.Context) error {
 	var errs []error
+	// The dispatcher stops taking work at once, not after the HTTP
+	// listener (which a slow client can hold up to http.read_timeout): a
+	// call it starts must still end before ctx's deadline.
+	disp := make(chan error, 1)
+	started := slices.ContainsFunc(t.parts, func(c daemon.Component) bool { return c == daemon.Component(t.Disp) })
+	if started {
+		go func() { disp <- t.Disp.Stop(ctx) }()
+	}
 	if t.http != nil {
 		errs = append(errs, t.http.Stop(ctx))
 		t.http = nil
 	}
 	for i := len(t.parts) - 1; i >= 0; i-- {
+		if started && t.parts[i] == daemon.Component(t.Disp) {
+			errs = append(errs, <-disp)
+			continue
+		}
 		errs = append(errs, t.parts[i].Stop(ctx))
 	}
 	t.parts = nil
@@ -231,14 +249,14 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ServeMux exposes the shared mux's handler (tests).
-func (t *Tenaz) Handler() http.Handler { return t.http.Handler }
-
-// natsCredentials says how to give the embedded server credentials.
 // Patterns lists every route pattern the shared listener serves (each
 // needs a class in pkg/auth).
 func (t *Tenaz) Patterns() []string { return t.mux.Patterns() }
 
+// ServeMux exposes the shared mux's handler (tests).
+func (t *Tenaz) Handler() http.Handler { return t.http.Handler }
+
+// natsCredentials says how to give the embedded server credentials.
 const natsCredentials = "set nats.user and nats.password, nats.token or nats.nkey_seed_file"
 
 // openNATS refuses an embedded server without credentials where it would
