@@ -97,7 +97,7 @@ kinds:
 	total := 0
 	for i, id := range ids {
 		k := keys("b", 10)[i]
-		calls := len(h.prov.CallsFor(k))
+		calls := len(h.calls(k))
 		total += calls
 		if recs[id].Attempts != calls {
 			t.Fatalf("%s: attempts must count only real calls: attempts %d, calls %d", k, recs[id].Attempts, calls)

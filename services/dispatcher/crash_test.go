@@ -37,8 +37,8 @@ func TestCrashAfterClaim(t *testing.T) {
 		t.Fatalf("want attempts 2 (the lost run and the reclaim), got %d", r.Attempts)
 	}
 	c := h.mustCalls("crash-0", 1)[0]
-	if c.Attempt != 2 || h.prov.Effects("crash-0") != 1 {
-		t.Fatalf("want one call (Tenaz-Attempt 2) applying the effect once, got %s, effects %d", describeCalls([]provider.Call{c}), h.prov.Effects("crash-0"))
+	if c.Attempt != 2 || h.effects("crash-0") != 1 {
+		t.Fatalf("want one call (Tenaz-Attempt 2) applying the effect once, got %s, effects %d", describeCalls([]provider.Call{c}), h.effects("crash-0"))
 	}
 	for _, other := range []string{"crash-1", "crash-2"} {
 		h.mustCalls(other, 1)
@@ -67,10 +67,10 @@ func TestCrashAfterCall(t *testing.T) {
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
 	calls := h.mustCalls("call-1", 2)
-	if calls[0].IdempotencyKey != "call-1" || calls[1].IdempotencyKey != "call-1" || !calls[0].Applied || !calls[1].Replayed {
-		t.Fatalf("want two calls with Idempotency-Key call-1, the first applied, the second replayed, got %+v", calls)
+	if calls[0].IdempotencyKey != id || calls[1].IdempotencyKey != id || !calls[0].Applied || !calls[1].Replayed {
+		t.Fatalf("want two calls with the event's Idempotency-Key %s, the first applied, the second replayed, got %+v", id, calls)
 	}
-	if n := h.prov.Effects("call-1"); n != 1 {
+	if n := h.effects("call-1"); n != 1 {
 		t.Fatalf("want the effect applied once at the target, got %d", n)
 	}
 }
@@ -115,7 +115,7 @@ func TestCrashStopDuringCall(t *testing.T) {
 	if calls[0].Status != provider.StatusClientClosed || calls[1].Status != 200 {
 		t.Fatalf("want the cut call (client closed) then a 200, got %s", describeCalls(calls))
 	}
-	if n := h.prov.Effects("stop-1"); n != 1 {
+	if n := h.effects("stop-1"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }
@@ -131,7 +131,7 @@ func TestSlowCallOutlivesAckWait(t *testing.T) {
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Succeed)
 	h.mustCalls("slow-1", 1)
-	if n := h.prov.Effects("slow-1"); n != 1 {
+	if n := h.effects("slow-1"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }

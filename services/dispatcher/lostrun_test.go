@@ -64,7 +64,7 @@ kinds:
 	if rec := r.History[2]; rec.From != tenaz.StateRunning || rec.To != tenaz.StateRetrying || rec.Actor != "dispatcher/d1" {
 		t.Fatalf("want the lost run given up (running → retrying by dispatcher/d1), got %+v", rec)
 	}
-	if n := h.prov.Effects("lost-1"); n != 1 {
+	if n := h.effects("lost-1"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }

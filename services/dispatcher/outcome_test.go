@@ -53,7 +53,7 @@ func TestDeliverSuccess(t *testing.T) {
 		if succeed.From != tenaz.StateRunning || succeed.To != tenaz.StateDone || succeed.Actor != "dispatcher/d1" {
 			t.Fatalf("event %s: want succeed {running → done, actor dispatcher/d1}, got %+v", id, succeed)
 		}
-		if n := h.prov.Effects(ks[i]); n != 1 {
+		if n := h.effects(ks[i]); n != 1 {
 			t.Fatalf("provider: want the effect of %s applied once, got %d", ks[i], n)
 		}
 		c := h.mustCalls(ks[i], 1)[0]

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ kinds:
 
 	var at []time.Time
 	for _, c := range h.prov.Calls() {
-		if len(c.IdempotencyKey) > 5 && c.IdempotencyKey[:5] == "slow-" {
+		if slices.Contains(slow, c.EventID) {
 			at = append(at, c.At)
 		}
 	}

@@ -39,7 +39,7 @@ func TestRedeliveryAfterServerRestartDuringCall(t *testing.T) {
 
 	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[ids[0]]
 	wantHistory(t, r, state.Accept, state.Claim, state.Succeed)
-	if calls := h.prov.CallsFor("restart-1"); len(calls) != 1 {
+	if calls := h.calls("restart-1"); len(calls) != 1 {
 		t.Fatalf("want one call, got %s", describeCalls(calls))
 	}
 }
@@ -82,7 +82,7 @@ func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 	if n := r.History[3]; n.Actor != "dispatcher/d1" || !strings.Contains(n.Detail, "late outcome ignored: retry") {
 		t.Fatalf("want d1's retry noted as late, got %+v", n)
 	}
-	if n := h.prov.Effects("over-1"); n != 1 {
+	if n := h.effects("over-1"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }
@@ -132,7 +132,7 @@ func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 
 	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[id]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Note, state.Reclaim, state.Succeed)
-	if n := h.prov.Effects("over-2"); n != 1 {
+	if n := h.effects("over-2"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }
@@ -263,7 +263,7 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 		"want the event's retry set again at its due time once the early one fired")
 	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[ids[0]]
 	wantHistory(t, r, state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed)
-	if n := h.prov.Effects("early-1"); n != 1 {
+	if n := h.effects("early-1"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }

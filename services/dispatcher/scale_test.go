@@ -18,11 +18,11 @@ func checkExactlyOnce(t *testing.T, h *harness, ks, ids []string, recs map[strin
 		t.Fatalf("provider: want no effect applied twice, got %d keys applied more than once: %v", len(d), d)
 	}
 	for i, k := range ks {
-		if n := h.prov.Effects(k); n != 1 {
+		if n := h.effects(k); n != 1 {
 			t.Fatalf("provider: want the effect of %s applied once, got %d", k, n)
 		}
-		if r := recs[ids[i]]; len(h.prov.CallsFor(k)) != r.Attempts {
-			t.Fatalf("event %s: want one call per attempt (%d), got %s", ids[i], r.Attempts, describeCalls(h.prov.CallsFor(k)))
+		if r := recs[ids[i]]; len(h.calls(k)) != r.Attempts {
+			t.Fatalf("event %s: want one call per attempt (%d), got %s", ids[i], r.Attempts, describeCalls(h.calls(k)))
 		}
 	}
 }
@@ -89,7 +89,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 		if r.Status == tenaz.StateRunning {
 			t.Fatalf("after Stop: event %s is still running (%s): its outcome was not stored", id, actions(r))
 		}
-		if n := len(h.prov.CallsFor(ks[i])); n > 0 {
+		if n := len(h.calls(ks[i])); n > 0 {
 			called++
 			if r.Status != tenaz.StateDone {
 				t.Fatalf("after Stop: event %s was delivered (%d calls) but is %s", id, n, r.Status)

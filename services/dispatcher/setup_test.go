@@ -374,10 +374,23 @@ func (h *harness) scheduled(id string) nats.Header {
 	return m.Header
 }
 
-// mustCalls checks the provider received exactly n calls for key.
+// calls are the provider's calls for the event acme submitted with key.
+// The target sees the event id as Idempotency-Key, not the submitter's key.
+func (h *harness) calls(key string) []provider.Call {
+	return h.prov.CallsFor(event.ID("acme", key))
+}
+
+// effects is how often the provider applied the effect of the event acme
+// submitted with key.
+func (h *harness) effects(key string) int {
+	return h.prov.Effects(event.ID("acme", key))
+}
+
+// mustCalls checks the provider received exactly n calls for the event
+// acme submitted with key.
 func (h *harness) mustCalls(key string, n int) []provider.Call {
 	h.t.Helper()
-	calls := h.prov.CallsFor(key)
+	calls := h.calls(key)
 	if len(calls) != n {
 		h.t.Fatalf("provider: want %d calls for %s, got %d: %s", n, key, len(calls), describeCalls(calls))
 	}
