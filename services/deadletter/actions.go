@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
@@ -82,6 +84,11 @@ func notParked(id string, st tenaz.State) error {
 // entry reads the DEAD entry of an item.
 func (s *Service) entry(ctx context.Context, it ops.Item) (dead.Entry, error) {
 	raw, err := s.dead.GetMsg(ctx, it.Seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Expired (deadletter.retention): what the index keeps is left; an
+		// event's record still has its payload for a replay.
+		return dead.Entry{ID: it.ID, Account: it.Account, Kind: it.Kind, Reason: it.Reason, Class: it.Class, Error: it.Error, Status: it.HTTPStatus}, nil
+	}
 	if err != nil {
 		return dead.Entry{}, fmt.Errorf("DEAD entry %d: %w", it.Seq, err)
 	}
@@ -219,6 +226,7 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 			return fmt.Errorf("event %s is pending but its message could not be published (the reconciler will put it back on its path): %w", id, err)
 		}
 	}
+	s.dropEntry(ctx, it) // only now: until the event is on its way, the entry may be all that has its payload
 	s.log.Info().Str("event_id", id).Str("actor", actor).Str("stage", rec.Stage).Bool("edited", payload != nil).Msg("replayed")
 	return nil
 }
@@ -244,14 +252,17 @@ func (s *Service) enqueue(ctx context.Context, env event.Envelope, rec state.Rec
 
 // discard cancels a dead or reviewed event.
 func (s *Service) discard(ctx context.Context, id, actor, why string) error {
-	if _, err := s.lookup(ctx, id); err != nil {
+	it, err := s.lookup(ctx, id)
+	if err != nil {
 		return err
 	}
-	return s.settle(ctx, id, state.Action{Name: state.Discard, Actor: actor, Detail: why})
+	return s.settle(ctx, it, state.Action{Name: state.Discard, Actor: actor, Detail: why})
 }
 
-// settle applies a transition that ends a dead or reviewed event's stay.
-func (s *Service) settle(ctx context.Context, id string, a state.Action) error {
+// settle applies a transition that ends a dead or reviewed event's stay,
+// and deletes its DEAD entry.
+func (s *Service) settle(ctx context.Context, it ops.Item, a state.Action) error {
+	id := it.ID
 	rec, _, _, err := s.st.Transition(ctx, id, a)
 	if errors.Is(err, state.ErrInvalidTransition) {
 		if !rec.Status.Parked() {
@@ -263,15 +274,39 @@ func (s *Service) settle(ctx context.Context, id string, a state.Action) error {
 		return err
 	}
 	s.forget(ctx, id)
+	s.dropEntry(ctx, it)
 	s.log.Info().Str("event_id", id).Str("actor", a.Actor).Str("action", string(a.Name)).Msg("settled by an operator")
 	return nil
 }
 
-// discardSeq drops an entry without an event from the lists.
+// dropEntry deletes an item's DEAD message, and with it the payload it
+// keeps, once the operator's action is stored. A failure is logged, not
+// returned: the action stands, and deadletter.retention removes the entry.
+func (s *Service) dropEntry(ctx context.Context, it ops.Item) {
+	var err error
+tries:
+	for i := range 3 {
+		if err = deleteMsg(ctx, s.dead, it.Seq); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			break tries
+		case <-time.After(time.Duration(i+1) * 200 * time.Millisecond):
+		}
+	}
+	s.log.Warn().Err(err).Str("event_id", it.ID).Uint64("seq", it.Seq).Msg("deleting a settled DEAD entry failed; retention removes it")
+}
+
+// discardSeq drops an entry without an event: its DEAD message (the
+// refused submission) is deleted, then its item.
 func (s *Service) discardSeq(ctx context.Context, seq uint64, actor, why string) error {
 	key := seqKey(seq)
 	if _, _, ok := s.x.Get(key); !ok {
 		return fail(http.StatusNotFound, "not_found", "no listed DEAD entry without an event at sequence %d", seq)
+	}
+	if err := deleteMsg(ctx, s.dead, seq); err != nil {
+		return fmt.Errorf("deleting DEAD entry %d: %w", seq, err)
 	}
 	s.forget(ctx, key)
 	s.log.Info().Uint64("seq", seq).Str("actor", actor).Str("reason", why).Msg("DEAD entry discarded")
@@ -286,10 +321,11 @@ func (s *Service) resolve(ctx context.Context, req ops.ResolveRequest) error {
 		if req.Result != nil && !json.Valid(req.Result) {
 			return fail(http.StatusBadRequest, "malformed", "result is not JSON")
 		}
-		if _, err := s.lookup(ctx, req.ID); err != nil {
+		it, err := s.lookup(ctx, req.ID)
+		if err != nil {
 			return err
 		}
-		return s.settle(ctx, req.ID, state.Action{Name: state.Resolve, Actor: actor, Detail: req.Reason, Result: req.Result})
+		return s.settle(ctx, it, state.Action{Name: state.Resolve, Actor: actor, Detail: req.Reason, Result: req.Result})
 	case ops.OutcomeDiscard:
 		return s.discard(ctx, req.ID, actor, req.Reason)
 	case ops.OutcomeRequeuePrimary:

@@ -158,7 +158,8 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	p := s.cfg.Prefix
 	if !s.o.SkipStreams {
 		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: p, Replicas: s.cfg.Streams.Replicas,
-			Placement: streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags)}); err != nil {
+			Placement:  streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags),
+			DeadMaxAge: s.cfg.Deadletter.Retention.D(), DeadMaxBytes: s.cfg.Deadletter.MaxBytes}); err != nil {
 			return fmt.Errorf("deadletter: %w", err)
 		}
 	}

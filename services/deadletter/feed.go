@@ -212,11 +212,20 @@ func (s *Service) putItem(ctx context.Context, it ops.Item) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	var ttl jetstream.KVCreateOpt
+	if it.ID == "" {
+		// A refused submission lives in its DEAD entry alone: its item
+		// goes when deadletter.retention removes the entry.
+		ttl = jetstream.KeyTTL(max(s.cfg.Deadletter.Retention.D()-s.now().Sub(it.At), time.Second))
+	}
 	for range 16 {
 		// Most arrivals are an event's first: try to create first.
-		rev, err := s.kvIdx.Create(ctx, key, val)
+		rev, err := s.kvIdx.Create(ctx, key, val, ttl)
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return rev, err
+		}
+		if it.ID == "" {
+			return 0, nil // a redelivered arrival: its item is in place
 		}
 		cur, err := s.kvIdx.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
