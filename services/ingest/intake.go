@@ -219,6 +219,14 @@ func (s *Service) publishReply(reply string, o outcomeMsg) {
 	if !isInbox(reply) {
 		return
 	}
+	if o.Record != nil {
+		// The handler shows no payload: without it the reply stays small
+		// (with it, and each < of a payload written as six bytes, it could
+		// be over max_payload and lost, leaving the caller a bare 202).
+		r := *o.Record
+		r.Payload = nil
+		o.Record = &r
+	}
 	b, _ := json.Marshal(o)
 	_ = s.nc.Publish(reply, b)
 }
