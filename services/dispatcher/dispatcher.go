@@ -109,6 +109,7 @@ type Service struct {
 	runCtx   context.Context
 	cancel   context.CancelCauseFunc
 	bg       sync.WaitGroup
+	noCalls  chan struct{} // closed by Stop once a call could not end in time
 
 	pool *pool
 	runs inflight
@@ -185,6 +186,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
+	s.noCalls = make(chan struct{})
 	s.pool = newPool(poolIdle)
 	log := s.log
 	if s.breakers, err = breaker.New(ctx, s.js, breaker.Options{
@@ -276,6 +278,10 @@ func (s *Service) ensureLaneLocked(account string) {
 
 // Stop drains every lane: no new messages; in-flight deliveries finish
 // within ctx, after which they are abandoned unacked (redelivered later).
+// A message taken but not yet called is called only while its call can
+// still end config.StopMargin before ctx's deadline, given the longest
+// target timeout; after that it is left unacked: a call cut by the
+// deadline may have reached the target, and would be made again.
 // Idempotent and safe before Start.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
@@ -291,6 +297,10 @@ func (s *Service) Stop(ctx context.Context) error {
 		_ = s.announce.Unsubscribe()
 	}
 	s.mu.Unlock()
+	if dl, ok := ctx.Deadline(); ok {
+		last := time.AfterFunc(time.Until(dl)-s.longestCall()-config.StopMargin.D(), func() { close(s.noCalls) })
+		defer last.Stop()
+	}
 	done := make(chan struct{})
 	go func() {
 		var wg sync.WaitGroup
@@ -316,6 +326,15 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.log.Info().Msg("dispatcher stopped")
 	return nil
+}
+
+// longestCall is the longest timeout of a target call.
+func (s *Service) longestCall() time.Duration {
+	var d time.Duration
+	for _, t := range s.cfg.Targets {
+		d = max(d, t.Timeout.D())
+	}
+	return d
 }
 
 // Ready reports whether the dispatcher is started and connected.

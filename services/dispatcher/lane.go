@@ -172,6 +172,16 @@ func (s *Service) spawn(l *lane, h held, fn func(ctx context.Context, release fu
 	case <-s.runCtx.Done():
 		h.stop()
 		return // stopping hard: leave it unacked for redelivery
+	case <-s.noCalls:
+		h.stop()
+		return // stopping: a call could not end in time (see Stop); left unacked for redelivery
+	}
+	select {
+	case <-s.noCalls: // the select above may take a free slot over a closed noCalls
+		<-l.sem
+		h.stop()
+		return
+	default:
 	}
 	if fn == nil {
 		fn = func(ctx context.Context, release func()) { s.process(ctx, h.m, release) }

@@ -2,9 +2,11 @@ package dispatcher_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -55,9 +57,10 @@ func TestTwoDispatchersNoDuplicates(t *testing.T) {
 }
 
 // SIGTERM-style drain: with 20 calls in flight (and more events queued
-// than the consumer hands one replica), Stop under a 10s deadline returns
-// once the calls in flight have finished and their outcomes are stored;
-// nothing is left running or lost, and a new dispatcher finishes the rest.
+// than the consumer hands one replica), Stop under the 20s of the default
+// stop_timeout returns once the calls in flight, and those of the messages
+// it had taken, have finished and their outcomes are stored; nothing is
+// left running or lost, and a new dispatcher finishes the rest.
 func TestStopDrainsInFlight(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(20, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{Latency: 300 * time.Millisecond})
@@ -66,7 +69,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	ids := h.submit(ks, orderPayload)
 	h.waitArrivals(20, waitFor)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), config.DefaultStopTimeout.D())
 	defer cancel()
 	start := time.Now()
 	if err := d1.Stop(ctx); err != nil {
@@ -74,7 +77,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	}
 	took := time.Since(start)
 	if ctx.Err() != nil {
-		t.Fatalf("Stop: want it to finish the in-flight calls within the 10s deadline, it took %s", took)
+		t.Fatalf("Stop: want it to finish the in-flight calls within its deadline, it took %s", took)
 	}
 	// Records as Stop left them (nothing runs now to change them), then
 	// the calls the provider received, once it has logged every answer.
@@ -106,6 +109,51 @@ func TestStopDrainsInFlight(t *testing.T) {
 	checkExactlyOnce(t, h, ks, ids, recs)
 	if n := h.prov.CallCount(); n != len(ids) {
 		t.Fatalf("provider: want %d calls in all, got %d", len(ids), n)
+	}
+}
+
+// A stop never starts a call that its deadline could cut: with concurrency
+// 1 and a 3s call in flight, the message taken behind it is not called by
+// a Stop due in 5s (its target's timeout is 4s, and a call must end
+// config.StopMargin before the deadline). Left unacked, it is called once
+// by the next dispatcher. Called at 3s, it would have been cut at 5s and
+// made again.
+func TestStopStartsNoCallItsDeadlineCouldCut(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(yamlFor(1, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), "timeout: 5s", "timeout: 4s", 1)
+	h := setup(t, yaml, provider.Faults{Latency: 3 * time.Second})
+	d1 := h.dispatcher("d1", nil)
+	ks := keys("cut", 2)
+	ids := h.submit(ks, orderPayload)
+	h.waitArrivals(1, waitFor)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d1.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Stop: want it to return once the call in flight ended, it ran to its deadline")
+	}
+	h.quiesce()
+	for _, c := range h.prov.Calls() {
+		if c.Status == provider.StatusClientClosed {
+			t.Fatalf("a call was cut by the stop deadline: %+v", c)
+		}
+	}
+	if n := h.prov.CallCount(); n != 1 {
+		t.Fatalf("want only the call in flight made by the stopping dispatcher, got %d calls", n)
+	}
+
+	h.dispatcher("d2", nil)
+	h.waitAll(ids, tenaz.StateDone, waitFor)
+	h.quiesce()
+	byKey := map[string]int{}
+	for _, c := range h.prov.Calls() {
+		byKey[c.IdempotencyKey]++
+	}
+	if len(byKey) != len(ids) || h.prov.CallCount() != len(ids) || len(h.prov.DuplicateEffects()) != 0 {
+		t.Fatalf("want each event called once, got %s", describeCalls(h.prov.Calls()))
 	}
 }
 

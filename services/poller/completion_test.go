@@ -68,7 +68,7 @@ func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 	if _, rep := w.callback("bureau_a", cbSecret, "msg_1", time.Now(), body); rep.Outcome != ingest.CallbackDuplicate {
 		t.Errorf("a later copy: want duplicate, got %q", rep.Outcome)
 	}
-	if n := w.a.Effects("c-1"); n != 1 {
+	if n := w.a.Effects(id); n != 1 {
 		t.Errorf("bureau A effects: want 1, got %d", n)
 	}
 	w.wantMetric("tenaz_callbacks_total", map[string]string{"target": "bureau_a", "result": "applied"}, 1)
@@ -224,8 +224,8 @@ func TestWatchdogToFallbackLatePrimaryNotApplied(t *testing.T) {
 	if string(after.Result) != string(rec.Result) || after.Status != tenaz.StateDone {
 		t.Errorf("late primary result applied over the fallback's: %s", after.Result)
 	}
-	if w.a.Effects("c-5") != 1 || w.b.Effects("c-5") != 1 {
-		t.Errorf("effects: want one at each bureau, got A=%d B=%d", w.a.Effects("c-5"), w.b.Effects("c-5"))
+	if w.a.Effects(id) != 1 || w.b.Effects(id) != 1 {
+		t.Errorf("effects: want one at each bureau, got A=%d B=%d", w.a.Effects(id), w.b.Effects(id))
 	}
 }
 
@@ -240,11 +240,11 @@ func TestFallbackAfterThreeFailuresThenPollToDone(t *testing.T) {
 	if rec.Stage != state.StageFallback {
 		t.Fatalf("want the fallback stage, got %s", rec.Stage)
 	}
-	if n := len(w.a.CallsFor("c-6")); n != 3 {
+	if n := len(w.a.CallsFor(id)); n != 3 {
 		t.Errorf("primary: want 3 attempts, got %d", n)
 	}
-	if w.b.Effects("c-6") != 1 || w.b.Polls(rec.Reference) != 3 {
-		t.Errorf("fallback: want 1 effect and 3 polls, got %d and %d", w.b.Effects("c-6"), w.b.Polls(rec.Reference))
+	if w.b.Effects(id) != 1 || w.b.Polls(rec.Reference) != 3 {
+		t.Errorf("fallback: want 1 effect and 3 polls, got %d and %d", w.b.Effects(id), w.b.Polls(rec.Reference))
 	}
 	stages := map[string]bool{}
 	for _, e := range rec.History {
@@ -337,7 +337,7 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 	}
 	w.dispatcher()
 	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
-	if n := w.a.Effects("c-8"); n != 1 {
+	if n := w.a.Effects(id); n != 1 {
 		t.Errorf("want the repaired event delivered once, got %d", n)
 	}
 }
@@ -448,8 +448,8 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 		t.Fatalf("want one lost run recovered, got %+v", rep)
 	}
 	rec := w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
-	if count(rec, state.Recover) != 1 || w.a.Effects("c-11") != 1 {
-		t.Errorf("want one recover and one effect, got %v and %d", actions(rec), w.a.Effects("c-11"))
+	if count(rec, state.Recover) != 1 || w.a.Effects(id) != 1 {
+		t.Errorf("want one recover and one effect, got %v and %d", actions(rec), w.a.Effects(id))
 	}
 }
 

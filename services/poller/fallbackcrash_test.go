@@ -44,8 +44,8 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 	if done.Stage != state.StageFallback || count(done, state.Fallback) != 1 {
 		t.Fatalf("want done at the fallback stage after one fallback, got %s %v", done.Stage, actions(done))
 	}
-	if w.b.Effects("fb-1") != 1 {
-		t.Fatalf("want the fallback's effect applied once, got %d", w.b.Effects("fb-1"))
+	if w.b.Effects(id) != 1 {
+		t.Fatalf("want the fallback's effect applied once, got %d", w.b.Effects(id))
 	}
 }
 

@@ -1,7 +1,9 @@
 package standalone_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -94,4 +96,57 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d submissions accepted under load; %d calls before SIGTERM's exit, %d in all", n, calledBefore, p.CallCount())
 	_ = tz2.signal(t, syscall.SIGTERM)
+}
+
+// The dispatcher stops taking work as Stop begins, not once the HTTP
+// listener has shut down, which a client still sending its request holds
+// until Stop's deadline: with concurrency 1 and a 3s call in flight, the
+// event taken behind it is not called (with its 5s timeout it could not
+// end before the deadline), rather than called and cut. A restart calls
+// it once.
+func TestStopHeldUpByAClientStartsNoCall(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{Latency: 3 * time.Second})
+	var arrived atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		p.ServeHTTP(w, r)
+	}))
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	dir := t.TempDir()
+	yaml := strings.Replace(testConfig(dir, target.URL, ""), `"*": {concurrency: 8,`, `"*": {concurrency: 1,`, 1)
+	tz := start(t, yaml)
+	base := "http://" + tz.HTTPAddr()
+
+	slow, err := net.Dial("tcp", tz.HTTPAddr()) // a request whose body never ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Close() })
+	if _, err := fmt.Fprintf(slow, "POST /v1/events HTTP/1.1\r\nHost: tenaz\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"acc"); err != nil {
+		t.Fatal(err)
+	}
+	ids := submitN(t, base, "held", 2)
+	natstest.Eventually(t, 10*time.Second, func() bool { return arrived.Load() >= 1 }, "the first call in flight")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tz.Stop(ctx) // the held request makes the HTTP shutdown end with ctx
+	for _, c := range p.Calls() {
+		if c.Status == provider.StatusClientClosed {
+			t.Fatalf("a call was cut by the stop deadline: %+v", c)
+		}
+	}
+	if n := arrived.Load(); n != 1 {
+		t.Fatalf("want only the call in flight made while stopping, got %d", n)
+	}
+
+	tz2 := start(t, yaml)
+	for _, id := range ids {
+		waitStatus(t, "http://"+tz2.HTTPAddr(), id, "done")
+	}
+	if n := p.CallCount(); n != len(ids) || len(p.DuplicateEffects()) != 0 {
+		t.Fatalf("want each event called once, got %d calls, duplicates %v", n, p.DuplicateEffects())
+	}
 }

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -153,34 +155,68 @@ func submitN(t *testing.T, base, prefix string, n int) []string {
 
 // SIGTERM drains: calls in flight finish and are recorded before the
 // process exits 0, so after a restart every event is done and no effect
-// was applied twice, even at a target that does not dedup.
+// was applied twice, even at a target that does not dedup. A call longer
+// than the default 20s drain, with stop_timeout raised to fit it, is
+// waited for too.
 func TestSIGTERMDrainsInFlight(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{Latency: 300 * time.Millisecond})
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	cfgFile := writeConfig(t, t.TempDir(), target.URL)
+	for _, tc := range []struct {
+		name     string
+		latency  time.Duration
+		events   int
+		inFlight int
+		edit     func(yaml string) string
+	}{
+		{name: "short calls", latency: 300 * time.Millisecond, events: 30, inFlight: 4},
+		{name: "a call longer than the default drain", latency: 21 * time.Second, events: 1, inFlight: 1, edit: func(y string) string {
+			return strings.Replace(y, "timeout: 5s}", "timeout: 24s}", 1) + "stop_timeout: 30s\n"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := provider.New(provider.Faults{Latency: tc.latency})
+			var arrived atomic.Int64 // calls that reached the provider, answered or not
+			target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived.Add(1)
+				p.ServeHTTP(w, r)
+			}))
+			t.Cleanup(target.Close)
+			t.Cleanup(func() { _ = p.Close() })
+			cfgFile := writeConfig(t, t.TempDir(), target.URL)
+			if tc.edit != nil {
+				b, err := os.ReadFile(cfgFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(cfgFile, []byte(tc.edit(string(b))), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
 
-	tz := runTenaz(t, cfgFile)
-	ids := submitN(t, "http://"+tz.addr, "term", 30)
-	natstest.Eventually(t, 10*time.Second, func() bool { return p.CallCount() >= 4 }, "calls in flight")
-	if err := tz.signal(t, syscall.SIGTERM); err != nil {
-		t.Fatalf("want exit 0 after SIGTERM, got %v", err)
+			tz := runTenaz(t, cfgFile)
+			ids := submitN(t, "http://"+tz.addr, "term", tc.events)
+			natstest.Eventually(t, 10*time.Second, func() bool { return arrived.Load() >= int64(tc.inFlight) }, "calls in flight")
+			if err := tz.signal(t, syscall.SIGTERM); err != nil {
+				t.Fatalf("want exit 0 after SIGTERM, got %v", err)
+			}
+			for _, c := range p.Calls() {
+				if c.Status == provider.StatusClientClosed {
+					t.Fatalf("a call was abandoned mid-flight by the drain: %+v", c)
+				}
+			}
+			tz2 := runTenaz(t, cfgFile)
+			for _, id := range ids {
+				waitStatus(t, "http://"+tz2.addr, id, "done")
+			}
+			if d := p.DuplicateEffects(); len(d) != 0 {
+				t.Fatalf("effects applied more than once after a graceful stop: %v", d)
+			}
+			if n := p.CallCount(); n != tc.events {
+				t.Fatalf("want each of the %d events called once, got %d calls", tc.events, n)
+			}
+			_ = tz2.signal(t, syscall.SIGTERM)
+		})
 	}
-	for _, c := range p.Calls() {
-		if c.Status == provider.StatusClientClosed {
-			t.Fatalf("a call was abandoned mid-flight by the drain: %+v", c)
-		}
-	}
-	tz2 := runTenaz(t, cfgFile)
-	for _, id := range ids {
-		waitStatus(t, "http://"+tz2.addr, id, "done")
-	}
-	if d := p.DuplicateEffects(); len(d) != 0 {
-		t.Fatalf("effects applied more than once after a graceful stop: %v", d)
-	}
-	_ = tz2.signal(t, syscall.SIGTERM)
 }
 
 // SIGKILL mid-flight loses nothing: after a restart every accepted event
