@@ -82,7 +82,7 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 		t.Fatalf("want 1 replayed, got %+v", rep)
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == tenaz.StateDone }, "the replayed event to be done")
-	calls := e.p.CallsFor("o-1")
+	calls := e.p.CallsFor(id)
 	last := calls[len(calls)-1]
 	if !strings.Contains(string(last.Body), "fixed by ops") || last.Status != http.StatusOK {
 		t.Fatalf("the target must get the edited payload and answer 200, got %d %s", last.Status, last.Body)
@@ -136,7 +136,7 @@ func TestCrashedEventDeadThroughAdvisoryThenReplayed(t *testing.T) {
 		t.Fatalf("replay: %+v, %v", rep, err)
 	}
 	natstest.Eventually(t, 60*time.Second, func() bool { return e.record(poison).Status == tenaz.StateDone }, "the replayed poison event to be done")
-	if n := e.p.Effects("poison"); n != 1 {
+	if n := e.p.Effects(poison); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }

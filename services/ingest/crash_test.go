@@ -36,10 +36,11 @@ func (h *harness) assertDeliveredOnce(id, key string) {
 	if err := h.prov.WaitCalls(h.waitCtx(), 1); err != nil {
 		h.t.Fatal(err)
 	}
-	if n := len(h.prov.CallsFor(key)); n != 1 {
+	// The target sees the event id as Idempotency-Key, not the key.
+	if n := len(h.prov.CallsFor(id)); n != 1 {
 		h.t.Fatalf("provider: want 1 call for %s, got %d", key, n)
 	}
-	if n := h.prov.Effects(key); n != 1 {
+	if n := h.prov.Effects(id); n != 1 {
 		h.t.Fatalf("provider: want the effect of %s applied once, got %d", key, n)
 	}
 }
