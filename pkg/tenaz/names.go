@@ -28,6 +28,9 @@ const (
 	// BucketCallbacks maps provider references to events and remembers
 	// webhook-ids (replay protection).
 	BucketCallbacks = "tenaz_callbacks"
+	// BucketOwners holds the dispatcher replicas' heartbeats and which
+	// replica owns each account (pkg/owner).
+	BucketOwners = "tenaz_owners"
 	// ConsumerPoller is the poller's shared consumer of the timers.
 	ConsumerPoller = "poller"
 	// HeaderTimer says what a timer message is for ("deadline" or "poll").

@@ -1,0 +1,372 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Defaults of Options.
+const (
+	DefaultHeartbeat = time.Second
+	// expiryBeats is how many heartbeats a replica may miss before the
+	// others take it for dead.
+	expiryBeats = 3
+)
+
+// Key prefixes in the bucket.
+const (
+	memberPrefix = "m."
+	leasePrefix  = "a."
+)
+
+// Options configure a replica's membership.
+type Options struct {
+	// Instance names this replica; characters other than [A-Za-z0-9_-]
+	// become '_'. Required.
+	Instance string
+	// Heartbeat is how often the replica says it is alive. Defaults to 1s.
+	Heartbeat time.Duration
+	// Expiry is how long a replica may go unheard before the others take
+	// it for dead and its accounts move. Defaults to 3 heartbeats.
+	Expiry time.Duration
+	// OnChange is called, from one goroutine and never concurrently, after
+	// the live replicas or a lease changed: the caller then starts and
+	// stops what it owns. Calls are coalesced: one call may cover several
+	// changes.
+	OnChange func()
+	// Logger defaults to a disabled logger.
+	Logger *zerolog.Logger
+}
+
+// Group is a replica's view of the live replicas and the account leases.
+type Group struct {
+	o    Options
+	kv   jetstream.KeyValue
+	self string
+	log  zerolog.Logger
+
+	mu     sync.Mutex
+	seen   map[string]time.Time // replica → when its last heartbeat was heard (local clock)
+	live   []string             // sorted, self included
+	leases map[string]string    // account → holder
+
+	changed chan struct{}
+	stop    context.CancelFunc
+	done    sync.WaitGroup
+	left    bool
+}
+
+// Join puts this replica's first heartbeat, reads the others' and the
+// leases, and keeps both current until Leave. The bucket
+// (tenaz.BucketOwners) must exist: streams.Apply creates it.
+func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error) {
+	if o.Instance == "" {
+		return nil, errors.New("owner: Instance is required")
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.Expiry <= 0 {
+		o.Expiry = expiryBeats * o.Heartbeat
+	}
+	kv, err := js.KeyValue(ctx, tenaz.BucketOwners)
+	if err != nil {
+		return nil, fmt.Errorf("owner: %w", err)
+	}
+	log := zerolog.Nop()
+	if o.Logger != nil {
+		log = *o.Logger
+	}
+	g := &Group{o: o, kv: kv, self: token(o.Instance), log: log,
+		seen: map[string]time.Time{}, leases: map[string]string{}, changed: make(chan struct{}, 1)}
+	if err := g.beat(ctx); err != nil {
+		return nil, fmt.Errorf("owner: heartbeat: %w", err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("owner: watch: %w", err)
+	}
+	// The initial values: a heartbeat is dated by the server's stamp, so a
+	// replica killed long ago is dead from the start.
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		g.apply(e, e.Created())
+	}
+	g.mu.Lock()
+	g.seen[g.self] = time.Now()
+	g.refreshLocked(time.Now())
+	g.mu.Unlock()
+	runCtx, cancel := context.WithCancel(context.Background())
+	g.stop = cancel
+	g.done.Add(2)
+	go g.loop(runCtx, w)
+	go g.notify()
+	return g, nil
+}
+
+// Self is this replica's name in the bucket.
+func (g *Group) Self() string { return g.self }
+
+// Live returns the live replicas, sorted.
+func (g *Group) Live() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.live)
+}
+
+// Assigned reports whether account belongs to this replica among the live
+// ones (rendezvous hashing: the replica with the highest score wins).
+func (g *Group) Assigned(account string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return assign(g.live, account) == g.self
+}
+
+// Holder returns the replica holding account's lease ("" when free).
+func (g *Group) Holder(account string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.leases[account]
+}
+
+// Holds reports whether this replica holds account's lease.
+func (g *Group) Holds(account string) bool { return g.Holder(account) == g.self }
+
+// Acquire takes account's lease when it is free, already this replica's,
+// or held by a replica that is no longer alive. ok is false when a live
+// replica holds it (it gives it back once its last call returned) or
+// another replica took it first.
+func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error) {
+	key := leasePrefix + account
+	e, err := g.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		_, err = g.kv.Create(ctx, key, []byte(g.self))
+	case err != nil:
+		return false, err
+	default:
+		holder := string(e.Value())
+		if holder == g.self {
+			break
+		}
+		if g.isLive(holder) {
+			return false, nil
+		}
+		_, err = g.kv.Update(ctx, key, []byte(g.self), e.Revision())
+	}
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) || isConflict(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	g.mu.Lock()
+	g.leases[account] = g.self
+	g.mu.Unlock()
+	return true, nil
+}
+
+// Release gives account's lease back if this replica holds it.
+func (g *Group) Release(ctx context.Context, account string) error {
+	key := leasePrefix + account
+	e, err := g.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if string(e.Value()) != g.self {
+		return nil
+	}
+	if err := g.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isConflict(err) {
+		return err
+	}
+	g.mu.Lock()
+	if g.leases[account] == g.self {
+		delete(g.leases, account)
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// Leave stops the heartbeat and removes it, so the others move this
+// replica's accounts at once rather than after Expiry. Release the leases
+// first. Idempotent.
+func (g *Group) Leave(ctx context.Context) {
+	g.mu.Lock()
+	if g.left {
+		g.mu.Unlock()
+		return
+	}
+	g.left = true
+	g.mu.Unlock()
+	g.stop()
+	g.done.Wait()
+	if err := g.kv.Delete(ctx, memberPrefix+g.self); err != nil {
+		g.log.Debug().Err(err).Msg("owner: removing the heartbeat")
+	}
+}
+
+func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
+	defer g.done.Done()
+	defer close(g.changed)
+	defer func() { _ = w.Stop() }()
+	t := time.NewTicker(g.o.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil && g.apply(e, time.Now()) {
+				g.signal()
+			}
+		case now := <-t.C:
+			bctx, cancel := context.WithTimeout(ctx, g.o.Heartbeat)
+			if err := g.beat(bctx); err != nil && ctx.Err() == nil {
+				g.log.Warn().Err(err).Msg("owner: heartbeat failed")
+			}
+			cancel()
+			g.mu.Lock()
+			g.seen[g.self] = now
+			changed := g.refreshLocked(now)
+			g.mu.Unlock()
+			if changed {
+				g.signal()
+			}
+		}
+	}
+}
+
+func (g *Group) notify() {
+	defer g.done.Done()
+	for range g.changed {
+		if g.o.OnChange != nil {
+			g.o.OnChange()
+		}
+	}
+}
+
+func (g *Group) signal() {
+	select {
+	case g.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (g *Group) beat(ctx context.Context) error {
+	_, err := g.kv.Put(ctx, memberPrefix+g.self, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	return err
+}
+
+// apply takes one bucket entry in, heard at when; it reports whether the
+// live replicas or a lease changed.
+func (g *Group) apply(e jetstream.KeyValueEntry, at time.Time) bool {
+	gone := e.Operation() != jetstream.KeyValuePut
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch k := e.Key(); {
+	case strings.HasPrefix(k, memberPrefix):
+		m := strings.TrimPrefix(k, memberPrefix)
+		if gone {
+			delete(g.seen, m)
+		} else if at.After(g.seen[m]) {
+			g.seen[m] = at
+		}
+		return g.refreshLocked(time.Now())
+	case strings.HasPrefix(k, leasePrefix):
+		a := strings.TrimPrefix(k, leasePrefix)
+		before := g.leases[a]
+		if gone {
+			delete(g.leases, a)
+		} else {
+			g.leases[a] = string(e.Value())
+		}
+		return before != g.leases[a]
+	}
+	return false
+}
+
+// refreshLocked recomputes the live replicas at now; it reports a change.
+func (g *Group) refreshLocked(now time.Time) bool {
+	live := make([]string, 0, len(g.seen))
+	for m, at := range g.seen {
+		if m == g.self || now.Sub(at) < g.o.Expiry {
+			live = append(live, m)
+		}
+	}
+	slices.Sort(live)
+	if slices.Equal(live, g.live) {
+		return false
+	}
+	g.live = live
+	return true
+}
+
+func (g *Group) isLive(m string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := slices.BinarySearch(g.live, m)
+	return ok
+}
+
+// assign is account's replica among live: the highest rendezvous score, so
+// a replica joining or leaving moves only the accounts it wins or held.
+func assign(live []string, account string) string {
+	best, bestScore := "", uint64(0)
+	for _, m := range live {
+		if s := score(m, account); best == "" || s > bestScore {
+			best, bestScore = m, s
+		}
+	}
+	return best
+}
+
+func score(member, account string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(member))
+	h.Write([]byte{0})
+	h.Write([]byte(account))
+	// splitmix64's finalizer: FNV's low bits alone spread similar names badly.
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// token makes s one key token of [A-Za-z0-9_-].
+func token(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// isConflict reports a compare-and-set that lost (wrong last sequence).
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

@@ -1,0 +1,225 @@
+package owner_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/owner"
+	"github.com/tenaz/tenaz/streams"
+)
+
+const beat = 100 * time.Millisecond
+
+type replica struct {
+	g       *owner.Group
+	nc      *nats.Conn
+	changes atomic.Int64
+}
+
+func setup(t *testing.T) *natstest.Server {
+	t.Helper()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// join starts a replica on its own connection, as a separate process has.
+func join(t *testing.T, srv *natstest.Server, name string) *replica {
+	t.Helper()
+	nc, js := srv.Conn(t)
+	r := &replica{nc: nc}
+	g, err := owner.Join(context.Background(), js, owner.Options{Instance: name, Heartbeat: beat,
+		OnChange: func() { r.changes.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.g = g
+	t.Cleanup(func() { g.Leave(context.Background()) })
+	return r
+}
+
+func accounts(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("acct-%d", i)
+	}
+	return out
+}
+
+// assignment is who each replica thinks owns each account; it fails unless
+// every account has exactly one owner.
+func assignment(t *testing.T, rs map[string]*replica, accts []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, a := range accts {
+		var owners []string
+		for name, r := range rs {
+			if r.g.Assigned(a) {
+				owners = append(owners, name)
+			}
+		}
+		if len(owners) != 1 {
+			t.Fatalf("account %s: want exactly one replica assigned, got %v", a, owners)
+		}
+		out[a] = owners[0]
+	}
+	return out
+}
+
+func waitLive(t *testing.T, rs map[string]*replica, want []string) {
+	t.Helper()
+	slices.Sort(want)
+	for name, r := range rs {
+		natstest.Eventually(t, 5*time.Second, func() bool { return slices.Equal(r.g.Live(), want) },
+			"replica %s: want live %v, got %v", name, want, r.g.Live())
+	}
+}
+
+// Every account has one owner among the replicas; a replica that joins
+// takes a share and moves only accounts to itself; one that leaves gives
+// its accounts to the others and none of the others' moves.
+func TestAssignmentSpreadsAndMovesOnlyWhatItMust(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	rs := map[string]*replica{"d1": join(t, srv, "d1"), "d2": join(t, srv, "d2"), "d3": join(t, srv, "d3")}
+	waitLive(t, rs, []string{"d1", "d2", "d3"})
+	accts := accounts(300)
+	three := assignment(t, rs, accts)
+	per := map[string]int{}
+	for _, o := range three {
+		per[o]++
+	}
+	for name, n := range per {
+		if n < 60 || n > 140 {
+			t.Fatalf("want each of 3 replicas to own about 100 of 300 accounts, %s owns %d (%v)", name, n, per)
+		}
+	}
+
+	rs["d4"] = join(t, srv, "d4")
+	waitLive(t, rs, []string{"d1", "d2", "d3", "d4"})
+	four := assignment(t, rs, accts)
+	moved := 0
+	for _, a := range accts {
+		if four[a] != three[a] {
+			moved++
+			if four[a] != "d4" {
+				t.Fatalf("account %s moved from %s to %s when d4 joined: only moves to d4 are expected", a, three[a], four[a])
+			}
+		}
+	}
+	if moved < 40 || moved > 110 {
+		t.Fatalf("want about a quarter of 300 accounts to move to d4, got %d", moved)
+	}
+
+	rs["d4"].g.Leave(context.Background())
+	delete(rs, "d4")
+	waitLive(t, rs, []string{"d1", "d2", "d3"})
+	if back := assignment(t, rs, accts); !equalMaps(back, three) {
+		t.Fatal("after d4 left, want the assignment of before it joined")
+	}
+}
+
+// The lease of an account has one holder: a second replica cannot take it
+// while the holder lives, takes it once it is released, and takes it from
+// a holder that died (its connection closed without leaving).
+func TestLeaseHasOneHolder(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	d1, d2 := join(t, srv, "d1"), join(t, srv, "d2")
+	rs := map[string]*replica{"d1": d1, "d2": d2}
+	waitLive(t, rs, []string{"d1", "d2"})
+	ctx := context.Background()
+
+	mustAcquire(t, d1, "acme", true)
+	mustAcquire(t, d2, "acme", false)
+	mustAcquire(t, d1, "acme", true) // its own: still held
+	natstest.Eventually(t, 5*time.Second, func() bool { return d2.g.Holder("acme") == "d1" },
+		"d2: want d1 seen as acme's holder, got %q", d2.g.Holder("acme"))
+
+	if err := d1.g.Release(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return d2.g.Holder("acme") == "" },
+		"d2: want acme's lease seen free after the release, holder %q", d2.g.Holder("acme"))
+	mustAcquire(t, d2, "acme", true)
+	mustAcquire(t, d1, "acme", false)
+
+	// d2 dies: its connection goes, its heartbeat stops, its key stays.
+	changes := d1.changes.Load()
+	d2.nc.Close()
+	natstest.Eventually(t, 5*time.Second, func() bool { return slices.Equal(d1.g.Live(), []string{"d1"}) },
+		"d1: want d2 dead after its heartbeats stopped, live %v", d1.g.Live())
+	if d1.changes.Load() == changes {
+		t.Fatal("d1: want OnChange called when d2 died")
+	}
+	if !d1.g.Assigned("acme") {
+		t.Fatal("d1: want acme assigned to the last live replica")
+	}
+	mustAcquire(t, d1, "acme", true)
+}
+
+// Of replicas racing for a free lease, exactly one wins.
+func TestLeaseRaceHasOneWinner(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	rs := []*replica{join(t, srv, "d1"), join(t, srv, "d2"), join(t, srv, "d3"), join(t, srv, "d4")}
+	for round := range 20 {
+		acct := fmt.Sprintf("race-%d", round)
+		var won atomic.Int64
+		done := make(chan struct{})
+		for _, r := range rs {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				ok, err := r.g.Acquire(context.Background(), acct)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					won.Add(1)
+				}
+			}()
+		}
+		for range rs {
+			<-done
+		}
+		if won.Load() != 1 {
+			t.Fatalf("round %d: want exactly one replica to win the free lease, %d did", round, won.Load())
+		}
+	}
+}
+
+func mustAcquire(t *testing.T, r *replica, acct string, want bool) {
+	t.Helper()
+	ok, err := r.g.Acquire(context.Background(), acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != want {
+		t.Fatalf("%s: Acquire(%s) = %v, want %v (holder %q)", r.g.Self(), acct, ok, want, r.g.Holder(acct))
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
