@@ -167,7 +167,8 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if !s.o.SkipStreams {
 		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas,
-			Placement: streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags)}); err != nil {
+			Placement:  streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags),
+			DeadMaxAge: s.cfg.Deadletter.Retention.D(), DeadMaxBytes: s.cfg.Deadletter.MaxBytes}); err != nil {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
 	}
