@@ -93,7 +93,7 @@ func TestCLIDeadLetters(t *testing.T) {
 		t.Fatalf("dead replay: want 1 replayed, got %+v", rep)
 	}
 	waitStatus(t, base, fix, "done")
-	if n := p.Effects("fix-1"); n != 1 {
+	if n := p.Effects(fix); n != 1 {
 		t.Fatalf("replayed event: want its effect applied once, got %d", n)
 	}
 	var h ingest.HistoryView
@@ -234,7 +234,7 @@ func TestCLIBulkReplay(t *testing.T) {
 	}
 	for i, id := range ids {
 		waitStatus(t, base, id, "done")
-		if e := p.Effects(fmt.Sprintf("bulk-%d", i)); e != 1 {
+		if e := p.Effects(id); e != 1 {
 			t.Fatalf("bulk-%d: want its effect applied once, got %d", i, e)
 		}
 	}
@@ -302,7 +302,7 @@ func TestCLIReview(t *testing.T) {
 	if act.Done != 1 {
 		t.Fatalf("resolve requeue_primary: want 1 done, got %+v", act)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return len(p.CallsFor("rev-1")) == 2 }, "the requeued event to be sent to the primary again")
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(p.CallsFor(requeue.ID)) == 2 }, "the requeued event to be sent to the primary again")
 	waitStatus(t, base, requeue.ID, "awaiting_callback")
 	var h ingest.HistoryView
 	op.must(cli.ExitOK, "events", "history", requeue.ID, "--json").decode(t, &h)
@@ -327,7 +327,7 @@ func TestCLIReview(t *testing.T) {
 	if !hasEntry(h.History, state.Resolve, "anonymous", "score by phone") {
 		t.Fatalf("history: want the resolve by anonymous, got %+v", h.History)
 	}
-	if len(p.CallsFor("rev-2")) != 1 {
-		t.Fatalf("resolved by hand: want no second call to the target, got %d", len(p.CallsFor("rev-2")))
+	if len(p.CallsFor(byHand.ID)) != 1 {
+		t.Fatalf("resolved by hand: want no second call to the target, got %d", len(p.CallsFor(byHand.ID)))
 	}
 }

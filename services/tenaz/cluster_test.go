@@ -176,7 +176,7 @@ func TestClusterFailover(t *testing.T) {
 
 	dupCalls := 0
 	for key, r := range recs {
-		if e := p.Effects(key); e != 1 {
+		if e := p.Effects(r.ID); e != 1 { // the event id is the Idempotency-Key the target sees
 			t.Errorf("%s: want the effect applied once, got %d", key, e)
 		}
 		done := 0
@@ -188,7 +188,7 @@ func TestClusterFailover(t *testing.T) {
 		if done != 1 {
 			t.Errorf("%s: want one transition to done in the history, got %d", key, done)
 		}
-		calls := len(p.CallsFor(key))
+		calls := len(p.CallsFor(r.ID))
 		if calls < 1 || calls > r.Attempts {
 			t.Errorf("%s: want between 1 and its %d recorded attempts calls (at least once), got %d", key, r.Attempts, calls)
 		}

@@ -53,7 +53,7 @@ func TestDelaySurvivesFullRestartAndFiresOnTime(t *testing.T) {
 	second := start(t, yaml)
 	base := "http://" + second.HTTPAddr()
 	waitStatus(t, base, v.ID, "done")
-	calls := p.CallsFor("r-1")
+	calls := p.CallsFor(v.ID)
 	if len(calls) != 1 {
 		t.Fatalf("want one delivery after the restart, got %d", len(calls))
 	}

@@ -45,7 +45,7 @@ func TestDelayedEventRunsAtDueTimeAndCancelStopsIt(t *testing.T) {
 	}
 
 	waitStatus(t, base, v.ID, "done")
-	calls := p.CallsFor("late-1")
+	calls := p.CallsFor(v.ID)
 	if len(calls) != 1 {
 		t.Fatalf("want one call for the delayed event, got %d", len(calls))
 	}
@@ -54,7 +54,7 @@ func TestDelayedEventRunsAtDueTimeAndCancelStopsIt(t *testing.T) {
 	}
 	// The cancelled one never fires: give its schedule a second past due.
 	natstest.Eventually(t, 5*time.Second, func() bool { return time.Now().After(due.Add(1500 * time.Millisecond)) }, "time to pass")
-	if n := len(p.CallsFor("late-2")); n != 0 {
+	if n := len(p.CallsFor(c.ID)); n != 0 {
 		t.Fatalf("a cancelled delayed event must never be delivered, got %d calls", n)
 	}
 	if s := get(t, base+"/v1/events/"+c.ID).Status; s != "cancelled" {

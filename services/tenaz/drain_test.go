@@ -86,8 +86,8 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	for _, id := range accepted {
 		waitStatus(t, "http://"+tz2.addr, id, "done")
 	}
-	for key := range accepted {
-		if e := p.Effects(key); e != 1 {
+	for key, id := range accepted {
+		if e := p.Effects(id); e != 1 { // the event id is the Idempotency-Key the target sees
 			t.Errorf("%s: want the effect applied once, got %d", key, e)
 		}
 	}

@@ -241,7 +241,7 @@ func TestSIGKILLLosesNothing(t *testing.T) {
 	}
 	for i := range ids {
 		key := fmt.Sprintf("kill-%d", i)
-		if n := p.Effects(key); n != 1 {
+		if n := p.Effects(ids[i]); n != 1 { // the event id is the Idempotency-Key the target sees
 			t.Fatalf("%s: want the effect applied exactly once, got %d", key, n)
 		}
 	}

@@ -137,7 +137,7 @@ func TestTour(t *testing.T) {
 	if code != http.StatusOK || dup.ID != v.ID || dup.Status != "done" {
 		t.Fatalf("duplicate: want 200 with the same done event %s, got %d %+v", v.ID, code, dup)
 	}
-	if n := p.Effects("o-1"); n != 1 {
+	if n := p.Effects(v.ID); n != 1 {
 		t.Fatalf("want the effect of o-1 applied once at the target, got %d", n)
 	}
 
