@@ -3,15 +3,18 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -157,4 +160,139 @@ func loadSchemaFile(path string) (any, error) {
 		return nil, fmt.Errorf("schema file %s is not valid JSON: %v", path, err)
 	}
 	return doc, nil
+}
+
+// maxViolations bounds the failures SchemaViolation lists.
+const maxViolations = 10
+
+// SchemaViolation says why a payload failed its kind's schema without
+// quoting the payload: each failing place (a JSON pointer) and the rule it
+// breaks, with the schema's own values but never the value found there
+// (jsonschema's own messages quote it: a card number, a token). The text
+// is what the submitter, the DEAD entry and the logs get.
+func SchemaViolation(err error) string {
+	ve, ok := errors.AsType[*jsonschema.ValidationError](err)
+	if !ok {
+		return "the payload does not validate"
+	}
+	var out []string
+	n := 0
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		if n++; n <= maxViolations {
+			out = append(out, "at "+strconv.Quote(jsonPointer(e.InstanceLocation))+": "+violation(e.ErrorKind))
+		}
+	}
+	walk(ve)
+	if n > maxViolations {
+		out = append(out, fmt.Sprintf("and %d more", n-maxViolations))
+	}
+	return strings.Join(out, "; ")
+}
+
+// jsonPointer writes a location as an RFC 6901 pointer ("" is the whole
+// payload).
+func jsonPointer(loc []string) string {
+	var b strings.Builder
+	for _, tok := range loc {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(tok))
+	}
+	return b.String()
+}
+
+// violation is the rule an error kind reports, written from the schema's
+// side only.
+func violation(k jsonschema.ErrorKind) string {
+	switch k := k.(type) {
+	case *kind.Type:
+		return fmt.Sprintf("is %s, want %s", k.Got, strings.Join(k.Want, " or "))
+	case *kind.Enum:
+		return "must be one of " + schemaValue(k.Want)
+	case *kind.Const:
+		return "must be " + schemaValue(k.Want)
+	case *kind.Format:
+		return fmt.Sprintf("is not a valid %s", k.Want)
+	case *kind.Pattern:
+		return fmt.Sprintf("does not match the pattern %q", k.Want)
+	case *kind.Required:
+		return fmt.Sprintf("misses the required %s", quoteAll(k.Missing))
+	case *kind.Dependency:
+		return fmt.Sprintf("misses %s, required with %q", quoteAll(k.Missing), k.Prop)
+	case *kind.DependentRequired:
+		return fmt.Sprintf("misses %s, required with %q", quoteAll(k.Missing), k.Prop)
+	case *kind.AdditionalProperties:
+		return fmt.Sprintf("has properties the schema does not allow: %s", quoteAll(k.Properties))
+	case *kind.PropertyNames:
+		return "has a property name the schema does not allow"
+	case *kind.MinLength:
+		return fmt.Sprintf("is shorter than %d characters", k.Want)
+	case *kind.MaxLength:
+		return fmt.Sprintf("is longer than %d characters", k.Want)
+	case *kind.MinItems:
+		return fmt.Sprintf("has fewer than %d items", k.Want)
+	case *kind.MaxItems:
+		return fmt.Sprintf("has more than %d items", k.Want)
+	case *kind.AdditionalItems:
+		return fmt.Sprintf("has %d items more than the schema allows", k.Count)
+	case *kind.MinProperties:
+		return fmt.Sprintf("has fewer than %d properties", k.Want)
+	case *kind.MaxProperties:
+		return fmt.Sprintf("has more than %d properties", k.Want)
+	case *kind.UniqueItems:
+		return fmt.Sprintf("items %d and %d are equal", k.Duplicates[0], k.Duplicates[1])
+	case *kind.Contains:
+		return "has no item that matches contains"
+	case *kind.MinContains:
+		return fmt.Sprintf("has fewer than %d items that match contains", k.Want)
+	case *kind.MaxContains:
+		return fmt.Sprintf("has more than %d items that match contains", k.Want)
+	case *kind.Minimum:
+		return "must be at least " + k.Want.RatString()
+	case *kind.Maximum:
+		return "must be at most " + k.Want.RatString()
+	case *kind.ExclusiveMinimum:
+		return "must be more than " + k.Want.RatString()
+	case *kind.ExclusiveMaximum:
+		return "must be less than " + k.Want.RatString()
+	case *kind.MultipleOf:
+		return "must be a multiple of " + k.Want.RatString()
+	case *kind.ContentEncoding:
+		return fmt.Sprintf("is not %s encoded", k.Want)
+	case *kind.ContentMediaType:
+		return fmt.Sprintf("is not of media type %s", k.Want)
+	case *kind.FalseSchema:
+		return "is not allowed"
+	case *kind.Not:
+		return "matches a schema it must not match (not)"
+	case *kind.OneOf:
+		return "does not match exactly one of oneOf"
+	case *kind.InvalidJsonValue:
+		return "is not a JSON value"
+	}
+	return "fails " + strings.Join(k.KeywordPath(), "/")
+}
+
+// schemaValue is a value the schema wrote (an enum, a const), as JSON and
+// cut short.
+func schemaValue(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "the schema's value"
+	}
+	return truncate(string(b), 120)
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }

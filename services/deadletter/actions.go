@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -145,7 +146,7 @@ func (s *Service) checkPayload(kind string, p json.RawMessage) error {
 	}
 	if sch != nil {
 		if err := sch.Validate(doc); err != nil {
-			return fail(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %v", kind, err)
+			return fail(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %s", kind, config.SchemaViolation(err))
 		}
 	}
 	return nil

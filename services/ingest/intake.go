@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -83,7 +84,7 @@ func (s *Service) build(f event.Fields, payload []byte, now time.Time) (event.En
 			return event.Envelope{}, refuse(http.StatusBadRequest, "malformed", "payload: %v", err)
 		}
 		if err := sch.Validate(doc); err != nil {
-			return env, refuse(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %v", f.Kind, err)
+			return env, refuse(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %s", f.Kind, config.SchemaViolation(err))
 		}
 	}
 	return env, nil
