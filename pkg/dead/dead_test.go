@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
@@ -15,6 +16,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // stored is the last DEAD message.
 func stored(t *testing.T, ctx context.Context, js jetstream.JetStream) *jetstream.RawStreamMsg {

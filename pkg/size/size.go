@@ -90,17 +90,6 @@ var streamLimits = sync.OnceValue(func() []Limit {
 	return out
 })
 
-// Limits are the bounds an event's messages must fit: the server's
-// max_payload (as nc last heard it; left out before the first connect)
-// and the limits of tenaz's streams.
-func Limits(nc *nats.Conn) []Limit {
-	ls := streamLimits()
-	if n := nc.MaxPayload(); n > 0 {
-		ls = append([]Limit{{Bytes: n, What: "the server's max_payload"}}, ls...)
-	}
-	return ls
-}
-
 // Room is the most a message to stream may hold: the lower of the
 // server's max_payload and the stream's own limit; 0 if neither is known.
 func Room(nc *nats.Conn, stream string) int64 {
@@ -113,15 +102,19 @@ func Room(nc *nats.Conn, stream string) int64 {
 	return max(room, 0)
 }
 
-// MaxBody is the largest payload whose messages fit every limit, and the
-// limit that binds.
+// MaxBody is the largest payload whose messages fit every limit (the
+// server's max_payload, as nc last heard it, and tenaz's stream limits),
+// and the limit that binds.
 func MaxBody(nc *nats.Conn) (int64, Limit) {
-	ls := Limits(nc)
+	ls := streamLimits()
 	tight := ls[0]
 	for _, l := range ls[1:] {
 		if l.Bytes < tight.Bytes {
 			tight = l
 		}
+	}
+	if n := nc.MaxPayload(); n > 0 && n < tight.Bytes {
+		tight = Limit{Bytes: n, What: "the server's max_payload"}
 	}
 	return max(tight.Bytes-Overhead, 0), tight
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
@@ -22,6 +23,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // esc is a character JSON writes as six bytes (\u003c) where it escapes
 // HTML, as the record encoder does: the worst case of every text.
