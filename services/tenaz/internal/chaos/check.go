@@ -235,10 +235,12 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		}
 	}
 	r.invariant("idempotency keys whose effect was applied more than once", dupEffects, dupDetail...)
+	// A target's Idempotency-Key is the event id (targets.<t>.idempotency_key
+	// defaults to event), which the run derives itself from what it submitted.
 	var wrongKey []string
 	for _, cl := range calls {
-		if e, ok := byID[cl.eventID]; ok && cl.key != e.key {
-			wrongKey = append(wrongKey, fmt.Sprintf("%s: call to %s with Idempotency-Key %q, want %q", cl.eventID, cl.target, cl.key, e.key))
+		if e, ok := byID[cl.eventID]; ok && cl.key != e.id {
+			wrongKey = append(wrongKey, fmt.Sprintf("%s: call to %s with Idempotency-Key %q, want the event id", cl.eventID, cl.target, cl.key))
 		}
 	}
 	r.invariant("calls of an event with another Idempotency-Key", len(wrongKey), wrongKey...)
@@ -267,9 +269,9 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 			continue
 		}
 		t := targetOf(rec.Kind, fin.Stage)
-		if t == "" || c.fleet.prov[t].Effects(rec.IdempotencyKey) != 1 {
+		if t == "" || c.fleet.prov[t].Effects(rec.ID) != 1 { // the event id is its Idempotency-Key
 			noEffect = append(noEffect, fmt.Sprintf("%s %s: done at stage %s by %s, but %s applied its key %d times", id, rec.Kind, fin.Stage, fin.Actor, t,
-				effectsAt(c.fleet.prov[t], rec.IdempotencyKey)))
+				effectsAt(c.fleet.prov[t], rec.ID)))
 		}
 	}
 	r.invariant("done events whose effect is not applied once at the provider", len(noEffect), noEffect...)
