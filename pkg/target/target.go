@@ -220,7 +220,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	body := []byte(r.Event.Payload)
 	req, err := http.NewRequestWithContext(ctx, t.method, u, bytes.NewReader(body))
 	if err != nil {
-		return Response{}, outcome.Permanent(fmt.Errorf("target %s: request: %w", t.Name, callError(err, u)))
+		return Response{}, outcome.Permanent(fmt.Errorf("target %s: request: %w", t.Name, RedactURL(err, u)))
 	}
 	for k, v := range t.headers {
 		req.Header[k] = v
@@ -236,7 +236,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
-		err = callError(err, u)
+		err = RedactURL(err, u)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return Response{}, fmt.Errorf("%w after %s: %w", outcome.ErrTimeout, t.timeout, err)
 		}
@@ -245,7 +245,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
 	if err != nil {
-		err = callError(err, u)
+		err = RedactURL(err, u)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return Response{}, fmt.Errorf("%w reading the answer: %w", outcome.ErrTimeout, err)
 		}
@@ -280,12 +280,12 @@ func (t *Target) httpError(status int, body []byte) *outcome.HTTPError {
 	return &outcome.HTTPError{Status: status, Body: why}
 }
 
-// callError is err, from building or sending a request to rawURL, made
+// RedactURL returns err, met building or sending a request to rawURL,
 // fit for logs, last_error and the screen: net/http's *url.Error quotes
 // the whole URL (query tokens and all) and the net errors under it quote
 // the host name or the address dialled. The message keeps what failed;
 // errors.Is still finds the cause (context.Canceled, a timeout).
-func callError(err error, rawURL string) error {
+func RedactURL(err error, rawURL string) error {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		err = ue.Err
 	}
@@ -399,7 +399,7 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll request: %w", t.Name, callError(err, u)))
+		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll request: %w", t.Name, RedactURL(err, u)))
 	}
 	for k, v := range t.headers {
 		req.Header[k] = v
@@ -408,7 +408,7 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
 	resp, err := t.client.Do(req)
 	if err != nil {
-		err = callError(err, u)
+		err = RedactURL(err, u)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return PollAnswer{}, fmt.Errorf("%w after %s: %w", outcome.ErrTimeout, t.timeout, err)
 		}
@@ -417,7 +417,7 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
 	if err != nil {
-		return PollAnswer{}, fmt.Errorf("target %s: reading poll answer: %w", t.Name, callError(err, u))
+		return PollAnswer{}, fmt.Errorf("target %s: reading poll answer: %w", t.Name, RedactURL(err, u))
 	}
 	a := PollAnswer{Status: resp.StatusCode, Body: body}
 	switch t.Classify(resp.StatusCode) {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
@@ -247,14 +248,16 @@ func (s *Service) sendDigest(ctx context.Context, d ops.Digest) error {
 		return nil
 	}
 	body, _ := json.Marshal(map[string]string{"text": DigestText(d, s.cfg.Deadletter.Digest.Timezone)})
+	// The webhook URL is a secret (Slack's carries its token): errors,
+	// which are logged, must not quote it.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return fmt.Errorf("digest webhook: %w", target.RedactURL(err, url))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.o.HTTPClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("digest webhook: %w", err)
+		return fmt.Errorf("digest webhook: %w", target.RedactURL(err, url))
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
