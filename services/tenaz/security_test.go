@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,7 +20,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/services/ingest"
 	standalone "github.com/tenaz/tenaz/services/tenaz"
 )
 
@@ -341,6 +345,155 @@ func TestNoSecretsInLogs(t *testing.T) {
 		if strings.Contains(out, s) {
 			i := strings.Index(out, s)
 			t.Errorf("the %s is in the logs: …%s…", name, out[max(0, i-300):min(len(out), i+100)])
+		}
+	}
+}
+
+// Two accounts that chose the same Idempotency-Key reach one shared target
+// that, like Stripe, replays its stored answer to a repeated key: each
+// call carries its own event's key, each account's effect is applied and
+// each event's reference and result are its own.
+func TestIdempotencyKeyPerAccountAtTheTarget(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	base := "http://" + tz.HTTPAddr()
+
+	var views [2]ingest.View
+	for i, account := range []string{"acme", "globex"} {
+		code, v := post(t, base, "shared-1", `{"account":"`+account+`","kind":"order.create","payload":{"order_id":"`+account+`-1"}}`)
+		if code != http.StatusAccepted {
+			t.Fatalf("%s: submit: want 202, got %d", account, code)
+		}
+		waitStatus(t, base, v.ID, "done")
+		r := send(t, "GET", base+"/v1/events/"+v.ID, "", "")
+		if err := json.Unmarshal(r.body, &views[i]); err != nil {
+			t.Fatalf("%s: %v in %s", account, err, r.body)
+		}
+	}
+	calls := p.Calls()
+	if len(calls) != 2 || calls[0].IdempotencyKey == calls[1].IdempotencyKey {
+		t.Fatalf("want two calls with two Idempotency-Keys, got %+v", calls)
+	}
+	for i, v := range views {
+		if calls[i].EventID != v.ID || calls[i].IdempotencyKey != v.ID || calls[i].Replayed || !calls[i].Applied {
+			t.Errorf("%s: want its call keyed by its event id %s and applied, got key %q (replayed %v)", v.Account, v.ID, calls[i].IdempotencyKey, calls[i].Replayed)
+		}
+	}
+	acme, globex := views[0], views[1]
+	if acme.Reference == "" || acme.Reference == globex.Reference || string(acme.Result) == string(globex.Result) {
+		t.Errorf("want each account's own reference and result, got acme %q %s, globex %q %s", acme.Reference, acme.Result, globex.Reference, globex.Result)
+	}
+	if !strings.Contains(string(globex.Result), globex.Reference) {
+		t.Errorf("globex's result: want its own reference %s in it, got %s", globex.Reference, globex.Result)
+	}
+}
+
+// No target URL (its query token, its internal host name), target header
+// value, digest webhook URL or payload value quoted by a schema violation
+// reaches the logs, the API's answers or the screen: transport errors,
+// last_error, the history, dead-letter listings and the refusal of a
+// submission say what failed without them.
+func TestNoTargetSecretsInErrorsAPIOrScreen(t *testing.T) {
+	t.Parallel()
+	const (
+		urlToken     = "tok_url_3vQ9secret"
+		internalHost = "billing.internal.invalid" // never resolves (RFC 2606)
+		headerValue  = "hdr-val-7Kx2secret"
+		digestToken  = "digestTOKEN5Rq8secret"
+		schemaValue  = "sk_live_schema_4Wn6secret"
+		natsPW       = "n4ts-pw-8901-secret"
+	)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close() // the digest webhook's address: nothing listens there
+	yaml := securedConfig(t.TempDir(), "http://"+internalHost+":8443", `  card.charge: {target: erp, attempts: 1, schema: {type: object, required: [card], properties: {card: {type: string, pattern: "^tok_"}}}}
+deadletter: {digest: {schedule: "* * * * * *", webhook: "http://`+closed+`/services/T0/B0/`+digestToken+`"}}
+`)
+	yaml = strings.Replace(yaml, `/api/{{.Kind}}"`, `/api/{{.Kind}}?token=`+urlToken+`"`, 1)
+	yaml = strings.Replace(yaml, "erp: {url: ", `erp: {headers: {X-Api-Key: "`+headerValue+`"}, url: `, 1)
+	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: "+natsPW+"\n", 1)
+	yaml = strings.Replace(yaml, "log: {level: warn}", "log: {level: debug}", 1)
+	if !strings.Contains(yaml, "?token="+urlToken) || !strings.Contains(yaml, headerValue) {
+		t.Fatalf("the config must plant the secrets:\n%s", yaml)
+	}
+	var buf syncBuffer
+	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
+	tz := startWith(t, yaml, standalone.Options{Logger: &log})
+	base := "http://" + tz.HTTPAddr()
+	acme, alice := "bearer:"+secAcmeKey, "basic:alice:"+secAliceKey
+
+	// A call that fails in transport (the host does not resolve) and dies.
+	a := send(t, "POST", base+"/v1/events", acme, `{"account":"acme","kind":"card.charge","payload":{"card":"tok_1"}}`)
+	if a.status != http.StatusAccepted {
+		t.Fatalf("submit: want 202, got %d %s", a.status, a.body)
+	}
+	var v view
+	_ = json.Unmarshal(a.body, &v)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_ = json.Unmarshal(send(t, "GET", base+"/v1/events/"+v.ID, acme, "").body, &v)
+		return v.Status == "dead"
+	}, "the event whose call cannot connect to be dead (last seen %+v)", &v)
+
+	// A payload the schema refuses, over HTTP (answered 422) and over NATS
+	// (kept in DEAD as rejected).
+	refused := send(t, "POST", base+"/v1/events", acme, `{"account":"acme","kind":"card.charge","payload":{"card":"`+schemaValue+`"}}`)
+	if refused.status != http.StatusUnprocessableEntity || refused.code != "schema_violation" {
+		t.Fatalf("schema violation over HTTP: want 422 schema_violation, got %d %s", refused.status, refused.body)
+	}
+	nc, err := nats.Connect(tz.NATSURL(), nats.UserInfo("tenaz", natsPW))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	m := nats.NewMsg("tenaz.intake.acme.card.charge")
+	m.Header.Set("Idempotency-Key", "schema-nats-1")
+	m.Data = []byte(`{"card":"` + schemaValue + `"}`)
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	var list ops.ListReply
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		list = ops.ListReply{}
+		_ = json.Unmarshal(send(t, "GET", base+"/v1/dead", alice, "").body, &list)
+		return list.Total >= 2
+	}, "the dead event and the rejected submission to be listed (last seen %+v)", &list)
+	natstest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "digest webhook failed") },
+		"the digest webhook to fail and be logged")
+
+	surfaces := map[string]string{"logs": buf.String(), "the schema refusal": string(refused.body)}
+	for _, path := range []string{"/v1/events/" + v.ID, "/v1/events/" + v.ID + "/history"} {
+		surfaces["GET "+path] = string(send(t, "GET", base+path, acme, "").body)
+	}
+	for _, path := range []string{"/v1/dead", "/v1/dead/" + v.ID, "/v1/breakers", "/ui/", "/ui/dead", "/ui/events/" + v.ID, "/ui/breakers"} {
+		r := send(t, "GET", base+path, alice, "")
+		if r.status != http.StatusOK {
+			t.Errorf("GET %s as the operator: want 200, got %d %s", path, r.status, r.body)
+		}
+		surfaces["GET "+path] = string(r.body)
+	}
+	// What failed is still said (a resolver that never answers makes it
+	// the call's timeout).
+	if e := surfaces["GET /v1/events/"+v.ID]; !strings.Contains(e, "target erp: lookup of the target's host") && !strings.Contains(e, "did not answer in time") {
+		t.Errorf("last_error: want it to say the lookup failed, got %s", e)
+	}
+	for _, where := range []string{"the schema refusal", "GET /v1/dead"} {
+		if !strings.Contains(surfaces[where], "does not match the pattern") {
+			t.Errorf("%s: want it to name the rule, got %s", where, surfaces[where])
+		}
+	}
+	for where, text := range surfaces {
+		for name, secret := range map[string]string{"target URL token": urlToken, "internal host": internalHost, "header value": headerValue,
+			"digest webhook token": digestToken, "payload value of a schema violation": schemaValue, "digest webhook address": closed} {
+			if i := strings.Index(text, secret); i >= 0 {
+				t.Errorf("the %s is in %s: …%s…", name, where, text[max(0, i-200):min(len(text), i+100)])
+			}
 		}
 	}
 }
