@@ -186,8 +186,12 @@ func sameHostRedirect(req *http.Request, via []*http.Request) error {
 // hostPort is u's host and port, the scheme's default port when none is given.
 func hostPort(u *url.URL) string {
 	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	switch {
+	case port != "":
+	case u.Scheme == "https":
+		port = "443"
+	default:
+		port = "80"
 	}
 	return net.JoinHostPort(u.Hostname(), port)
 }

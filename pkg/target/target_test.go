@@ -469,8 +469,8 @@ func TestNewDefaultClient(t *testing.T) {
 	}
 }
 
-// Values a caller chose are escaped in the URL: an entity id cannot change
-// the path or query of the call.
+// Values a caller chose are escaped in the URL for where they land: an
+// entity id or a reference cannot change the path or query of the call.
 func TestURLEscapesCallerValues(t *testing.T) {
 	t.Parallel()
 	tg, err := target.New("erp", config.Target{URL: "http://erp.local/orders/{{.EntityID}}/ref/{{.Reference}}"}, nil)
@@ -483,5 +483,22 @@ func TestURLEscapesCallerValues(t *testing.T) {
 	}
 	if want := "http://erp.local/orders/..%2Fadmin%3Fx=1/ref/r%2F1"; u != want {
 		t.Fatalf("want %s, got %s", want, u)
+	}
+	// In the query, & and = are escaped too: no parameter can be added.
+	tg, err = target.New("erp", config.Target{URL: "http://erp.local/orders?id={{.EntityID}}&ref={{.Reference}}"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err = tg.URL(target.Request{Event: event.Envelope{ID: "ev_x", EntityID: "1&admin=true"}, Reference: "r#x"})
+	if want := "http://erp.local/orders?id=1%26admin%3Dtrue&ref=r%23x"; err != nil || u != want {
+		t.Fatalf("want %s, got %s (%v)", want, u, err)
+	}
+	// A whole ".." segment is refused, not sent.
+	tg, err = target.New("erp", config.Target{URL: "http://erp.local/orders/{{.EntityID}}/items"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.Call(context.Background(), target.Request{Event: event.Envelope{ID: "ev_x", EntityID: ".."}}); !outcome.IsPermanent(err) {
+		t.Fatalf(`entity id "..": want a permanent error and no call, got %v`, err)
 	}
 }
