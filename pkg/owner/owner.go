@@ -24,6 +24,10 @@ const (
 	expiryBeats = 3
 )
 
+// forgetAfter is how many Expiries a dead replica's heartbeat stays in
+// the bucket.
+const forgetAfter = 20
+
 // Key prefixes in the bucket.
 const (
 	memberPrefix = "m."
@@ -57,9 +61,11 @@ type Group struct {
 	log  zerolog.Logger
 
 	mu     sync.Mutex
-	seen   map[string]time.Time // replica → when its last heartbeat was heard (local clock)
+	seen   map[string]heard     // replica → its last heartbeat heard
+	cut    bool                 // this replica's last heartbeat failed: it hears nobody
+	since  time.Time            // when this replica's heartbeats got through again
 	live   []string             // sorted, self included
-	leases map[string]string    // account → holder
+	leases map[string]lease     // account → its holder as last known
 
 	changed chan struct{}
 	stop    context.CancelFunc
@@ -89,7 +95,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 		log = *o.Logger
 	}
 	g := &Group{o: o, kv: kv, self: token(o.Instance), log: log,
-		seen: map[string]time.Time{}, leases: map[string]string{}, changed: make(chan struct{}, 1)}
+		seen: map[string]heard{}, leases: map[string]lease{}, changed: make(chan struct{}, 1)}
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
@@ -106,7 +112,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 		g.apply(e, e.Created())
 	}
 	g.mu.Lock()
-	g.seen[g.self] = time.Now()
+	g.seen[g.self] = heard{at: time.Now()}
 	g.refreshLocked(time.Now())
 	g.mu.Unlock()
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -132,14 +138,14 @@ func (g *Group) Live() []string {
 func (g *Group) Assigned(account string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return assign(g.live, account) == g.self
+	return Assign(g.live, account) == g.self
 }
 
 // Holder returns the replica holding account's lease ("" when free).
 func (g *Group) Holder(account string) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.leases[account]
+	return g.leases[account].holder
 }
 
 // Holds reports whether this replica holds account's lease.
@@ -152,20 +158,22 @@ func (g *Group) Holds(account string) bool { return g.Holder(account) == g.self 
 func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error) {
 	key := leasePrefix + account
 	e, err := g.kv.Get(ctx, key)
+	var rev uint64
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		_, err = g.kv.Create(ctx, key, []byte(g.self))
+		rev, err = g.kv.Create(ctx, key, []byte(g.self))
 	case err != nil:
 		return false, err
 	default:
 		holder := string(e.Value())
 		if holder == g.self {
+			rev = e.Revision()
 			break
 		}
 		if g.isLive(holder) {
 			return false, nil
 		}
-		_, err = g.kv.Update(ctx, key, []byte(g.self), e.Revision())
+		rev, err = g.kv.Update(ctx, key, []byte(g.self), e.Revision())
 	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || isConflict(err) {
@@ -173,9 +181,7 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error
 		}
 		return false, err
 	}
-	g.mu.Lock()
-	g.leases[account] = g.self
-	g.mu.Unlock()
+	g.learn(account, lease{holder: g.self, rev: rev})
 	return true, nil
 }
 
@@ -195,12 +201,35 @@ func (g *Group) Release(ctx context.Context, account string) error {
 	if err := g.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isConflict(err) {
 		return err
 	}
-	g.mu.Lock()
-	if g.leases[account] == g.self {
-		delete(g.leases, account)
-	}
-	g.mu.Unlock()
+	// The delete marker comes after e: what the watch still brings of e
+	// or before it is older.
+	g.learn(account, lease{rev: e.Revision() + 1})
 	return nil
+}
+
+// lease is an account's lease as known: its holder ("" when free) and the
+// bucket revision that said so (a lower bound for a release).
+type lease struct {
+	holder string
+	rev    uint64
+}
+
+// learn records l unless a newer state of the lease is known already; it
+// reports whether the holder changed. The watch may bring an entry after
+// this replica's own newer write was recorded.
+func (g *Group) learn(account string, l lease) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	before, ok := g.leases[account]
+	if ok && l.rev < before.rev {
+		return false
+	}
+	if l.holder == "" {
+		delete(g.leases, account)
+	} else {
+		g.leases[account] = l
+	}
+	return before.holder != l.holder
 }
 
 // Leave stops the heartbeat and removes it, so the others move this
@@ -240,12 +269,20 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 			}
 		case now := <-t.C:
 			bctx, cancel := context.WithTimeout(ctx, g.o.Heartbeat)
-			if err := g.beat(bctx); err != nil && ctx.Err() == nil {
-				g.log.Warn().Err(err).Msg("owner: heartbeat failed")
+			err := g.beat(bctx)
+			if err == nil {
+				g.confirm(bctx, now)
 			}
 			cancel()
+			if err != nil && ctx.Err() == nil {
+				g.log.Warn().Err(err).Msg("owner: heartbeat failed")
+			}
 			g.mu.Lock()
-			g.seen[g.self] = now
+			if err == nil && g.cut {
+				g.since = now
+			}
+			g.cut = err != nil
+			g.seen[g.self] = heard{at: now}
 			changed := g.refreshLocked(now)
 			g.mu.Unlock()
 			if changed {
@@ -280,34 +317,80 @@ func (g *Group) beat(ctx context.Context) error {
 // live replicas or a lease changed.
 func (g *Group) apply(e jetstream.KeyValueEntry, at time.Time) bool {
 	gone := e.Operation() != jetstream.KeyValuePut
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	switch k := e.Key(); {
 	case strings.HasPrefix(k, memberPrefix):
 		m := strings.TrimPrefix(k, memberPrefix)
+		g.mu.Lock()
+		defer g.mu.Unlock()
 		if gone {
 			delete(g.seen, m)
-		} else if at.After(g.seen[m]) {
-			g.seen[m] = at
+		} else if h := g.seen[m]; e.Revision() > h.rev {
+			g.seen[m] = heard{at: at, rev: e.Revision()}
 		}
 		return g.refreshLocked(time.Now())
 	case strings.HasPrefix(k, leasePrefix):
-		a := strings.TrimPrefix(k, leasePrefix)
-		before := g.leases[a]
-		if gone {
-			delete(g.leases, a)
-		} else {
-			g.leases[a] = string(e.Value())
+		l := lease{rev: e.Revision()}
+		if !gone {
+			l.holder = string(e.Value())
 		}
-		return before != g.leases[a]
+		return g.learn(strings.TrimPrefix(k, leasePrefix), l)
 	}
 	return false
 }
 
+// heard is a replica's last heartbeat: when this replica heard it, and its
+// revision in the bucket.
+type heard struct {
+	at  time.Time
+	rev uint64
+}
+
+// confirm reads the heartbeat of every replica about to be taken for dead
+// from the bucket itself: the watch can fall behind (after a reconnect it
+// is blind until its consumer is made again), and a newer heartbeat there
+// means the replica lives.
+func (g *Group) confirm(ctx context.Context, now time.Time) {
+	g.mu.Lock()
+	var stale []string
+	for m, h := range g.seen {
+		if m != g.self && now.Sub(h.at) >= g.o.Expiry/2 {
+			stale = append(stale, m)
+		}
+	}
+	g.mu.Unlock()
+	for _, m := range stale {
+		e, err := g.kv.Get(ctx, memberPrefix+m)
+		g.mu.Lock()
+		switch h, ok := g.seen[m]; {
+		case !ok:
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			delete(g.seen, m)
+		case err == nil && e.Revision() > h.rev:
+			g.seen[m] = heard{at: now, rev: e.Revision()}
+		case err == nil && now.Sub(h.at) > forgetAfter*g.o.Expiry:
+			// Long dead (every restarted pod has a new name): its key
+			// goes, unless it came back meanwhile.
+			delete(g.seen, m)
+			_ = g.kv.Delete(ctx, memberPrefix+m, jetstream.LastRevision(h.rev))
+		}
+		g.mu.Unlock()
+	}
+}
+
 // refreshLocked recomputes the live replicas at now; it reports a change.
+// A replica that cannot reach NATS hears nobody, and nobody hears it: it
+// takes no one for dead until its own heartbeats have got through for an
+// Expiry, so an outage of NATS moves no account when it ends.
 func (g *Group) refreshLocked(now time.Time) bool {
+	if g.cut {
+		return false
+	}
 	live := make([]string, 0, len(g.seen))
-	for m, at := range g.seen {
+	for m, h := range g.seen {
+		at := h.at
+		if at.Before(g.since) {
+			at = g.since
+		}
 		if m == g.self || now.Sub(at) < g.o.Expiry {
 			live = append(live, m)
 		}
@@ -327,9 +410,9 @@ func (g *Group) isLive(m string) bool {
 	return ok
 }
 
-// assign is account's replica among live: the highest rendezvous score, so
-// a replica joining or leaving moves only the accounts it wins or held.
-func assign(live []string, account string) string {
+// Assign is account's replica among live: the highest rendezvous score,
+// so a replica joining or leaving moves only the accounts it wins or held.
+func Assign(live []string, account string) string {
 	best, bestScore := "", uint64(0)
 	for _, m := range live {
 		if s := score(m, account); best == "" || s > bestScore {

@@ -3,6 +3,7 @@ package owner_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -223,3 +224,48 @@ func equalMaps(a, b map[string]string) bool {
 	return true
 }
 
+// An outage of NATS longer than Expiry moves no account: while a replica's
+// heartbeats fail it takes nobody for dead, and after the outage it waits
+// an Expiry of its own heartbeats before it does.
+func TestOutageOfNATSMovesNothing(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	d1, d2 := join(t, srv, "d1"), join(t, srv, "d2")
+	rs := map[string]*replica{"d1": d1, "d2": d2}
+	waitLive(t, rs, []string{"d1", "d2"})
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shrank atomic.Bool
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(beat / 4):
+			}
+			for _, r := range rs {
+				if len(r.g.Live()) != 2 {
+					shrank.Store(true)
+				}
+			}
+		}
+	}()
+	srv.Stop()
+	<-time.After(10 * beat) // the outage itself (over 3 Expiries), not a wait for an outcome
+	natstest.Start(t, natstest.StoreDir(srv.Dir), natstest.Listen(u.Host))
+	for _, r := range rs {
+		natstest.Eventually(t, 10*time.Second, func() bool { return r.nc.IsConnected() }, "%s: want reconnected", r.g.Self())
+	}
+	<-time.After(10 * beat) // past the grace after the outage: a wrong death would show now
+	close(stop)
+	<-watched
+	if shrank.Load() {
+		t.Fatal("a replica took the other for dead during or after a NATS outage")
+	}
+	waitLive(t, rs, []string{"d1", "d2"})
+}

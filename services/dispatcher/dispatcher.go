@@ -23,6 +23,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -58,6 +59,10 @@ type Options struct {
 	// IdleAfter retires an account's lane and consumer after this long
 	// without events (nothing pending). Defaults to 10m; negative: never.
 	IdleAfter time.Duration
+	// Heartbeat is how often this replica tells the others it is alive;
+	// after three missed ones its accounts move to the others. Defaults
+	// to 1s.
+	Heartbeat time.Duration
 	// SkipStreams does not apply the stream layout at start.
 	SkipStreams bool
 	// Handlers are Go handlers by name, for kinds whose config says
@@ -101,6 +106,9 @@ type Service struct {
 	started  bool
 	stream   jetstream.Stream
 	lanes    map[string]*lane
+	known    map[string]bool          // every account with a consumer this replica heard of
+	handing  map[string]chan struct{} // accounts whose lane is stopping to hand them over
+	owners   *owner.Group
 	targets  *target.Cache
 	guards   map[string]*guard
 	limiters map[string]ratelimiter.RateLimiter[target.Response]
@@ -146,7 +154,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, targets: target.NewCache(o.Config, o.HTTPClient),
+		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
@@ -196,6 +204,12 @@ func (s *Service) Start(ctx context.Context) error {
 	}); err != nil {
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: breakers: %w", err)
+	}
+	if s.owners, err = owner.Join(ctx, s.js, owner.Options{Instance: s.o.Instance, Heartbeat: s.o.Heartbeat,
+		OnChange: s.reconcile, Logger: &log}); err != nil {
+		s.breakers.Stop()
+		s.cancel(ErrStopped)
+		return fmt.Errorf("dispatcher: owners: %w", err)
 	}
 	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
 		s.ensureLane(string(m.Data))
@@ -266,7 +280,8 @@ func (s *Service) ensureLaneLocked(account string) {
 	if tenaz.ValidateAccount(account) != nil {
 		return
 	}
-	if _, ok := s.lanes[account]; ok {
+	s.known[account] = true
+	if _, ok := s.lanes[account]; ok || !s.ownLocked(account) {
 		return
 	}
 	l, err := s.startLane(account)
@@ -318,6 +333,10 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		<-done
 	}
+	for account := range lanes {
+		s.giveBack(account)
+	}
+	s.owners.Leave(context.WithoutCancel(ctx))
 	s.breakers.Stop()
 	s.cancel(ErrStopped)
 	s.bg.Wait()
@@ -351,7 +370,7 @@ func (s *Service) Ready() error {
 	return nil
 }
 
-// Accounts returns the accounts this replica consumes.
+// Accounts returns the accounts this replica owns and consumes.
 func (s *Service) Accounts() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -53,6 +53,12 @@ func (s *Service) retire(ctx context.Context, idle []*lane) {
 			s.log.Warn().Err(err).Str("account", l.account).Msg("deleting an idle consumer")
 			continue
 		}
+		s.mu.Lock()
+		delete(s.known, l.account)
+		s.mu.Unlock()
+		if err := s.owners.Release(ctx, l.account); err != nil {
+			s.log.Warn().Err(err).Str("account", l.account).Msg("releasing an idle account's lease")
+		}
 		_ = s.nc.Publish(s.subj.AccountGone(), []byte(l.account))
 		s.log.Debug().Str("account", l.account).Msg("idle account retired")
 	}
@@ -103,6 +109,8 @@ func (s *Service) laneGone(account string, l *lane) {
 		return
 	}
 	delete(s.lanes, account)
+	delete(s.known, account)
 	s.mu.Unlock()
 	l.stop()
+	s.giveBack(account)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/logging"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -43,6 +44,16 @@ func (s *Service) startLane(account string) (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
+	if cons.CachedInfo().Config.PriorityPolicy != jetstream.PriorityPolicyPinned {
+		// Made before owners: pulls name the group, so it must have one.
+		cc, err := accounts.ConsumerConfig(s.cfg, account)
+		if err == nil {
+			cons, err = s.stream.CreateOrUpdateConsumer(ctx, cc)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("consumer of %s: adding the owner group: %w", account, err)
+		}
+	}
 	l := &lane{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc)}
 	l.last.Store(time.Now().UnixNano())
 	l.wg.Add(1)
@@ -50,7 +61,7 @@ func (s *Service) startLane(account string) (*lane, error) {
 	l.cc, err = cons.Consume(func(m jetstream.Msg) {
 		l.last.Store(time.Now().UnixNano())
 		l.in <- held{m: m, stop: s.keepAlive(m)}
-	}, jetstream.PullMaxMessages(conc),
+	}, jetstream.PullMaxMessages(conc), jetstream.PullPriorityGroup(ownerGroup),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) && s.runCtx.Err() == nil {
 				go s.laneGone(account, l)

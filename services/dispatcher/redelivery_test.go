@@ -48,7 +48,9 @@ func TestRedeliveryAfterServerRestartDuringCall(t *testing.T) {
 // run over (a second call, absorbed by the Idempotency-Key), and the first
 // run's outcome, when it comes, is only noted as late: before, it was
 // applied on top of the takeover (here a retry, with its schedule, so the
-// event ran a third time after the winner's success was ignored).
+// event ran a third time after the winner's success was ignored). Another
+// replica gets the copy only once it owns the account: d2 takes d1, which
+// heartbeats too seldom for d2's taste, for dead while d1's call runs.
 func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 	t.Parallel()
 	// The first call fails (FailFirst), every call takes 1s.
@@ -72,10 +74,10 @@ func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 			natstest.Eventually(t, 20*time.Second, tookOver, "want d2 to take the run over")
 		}
 		return nil
-	}})
+	}}, seldomHeartbeat)
 	ids := h.submit([]string{"over-1"}, orderPayload)
 	h.waitArrivals(1, waitFor)
-	h.dispatcher("d2", nil)
+	h.dispatcher("d2", nil, quickHeartbeat)
 
 	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[id]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Note, state.Succeed)
@@ -114,7 +116,7 @@ func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 			natstest.Eventually(t, 20*time.Second, has(state.Reclaim, "dispatcher/d2"), "want d2 to take the run over")
 		}
 		return nil
-	}})
+	}}, seldomHeartbeat)
 	ids := h.submit([]string{"over-2"}, orderPayload)
 	h.waitArrivals(1, waitFor)
 	var once sync.Once
@@ -128,7 +130,7 @@ func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 			return errors.New("d2 dies after its call") // the message stays unacked, as a crash leaves it
 		}
 		return nil
-	}})
+	}}, quickHeartbeat)
 
 	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[id]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Note, state.Reclaim, state.Succeed)
@@ -136,6 +138,12 @@ func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
 }
+
+// seldomHeartbeat and quickHeartbeat make a replica that another takes for
+// dead while it runs: d1 heartbeats every 10s, and d2, whose own beat is
+// 100ms, takes a replica unheard for 300ms for dead and its accounts over.
+func seldomHeartbeat(o *dispatcher.Options) { o.Heartbeat = 10 * time.Second }
+func quickHeartbeat(o *dispatcher.Options)  { o.Heartbeat = 100 * time.Millisecond }
 
 // restartServer stops the test's nats-server for longer than AckWait (1s)
 // and starts it again on the same address and store.

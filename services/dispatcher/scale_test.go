@@ -2,11 +2,13 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -29,30 +31,47 @@ func checkExactlyOnce(t *testing.T, h *harness, ks, ids []string, recs map[strin
 	}
 }
 
-// Two dispatchers on one account, 200 events, a target that is not
-// idempotent: every event is delivered exactly once.
-func TestTwoDispatchersNoDuplicates(t *testing.T) {
+// Two dispatchers and two accounts, 100 events each, a target that is not
+// idempotent: each account is served by the one dispatcher that owns it,
+// both dispatchers deliver, and every event is delivered exactly once.
+func TestTwoDispatchersOwnAnAccountEach(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(8, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{})
 	h.dispatcher("d1", nil)
 	h.dispatcher("d2", nil)
-	ks := keys("two", 200)
-	ids := h.submit(ks, orderPayload)
+	owned := map[string]string{} // owner → its account
+	for i := 0; len(owned) < 2; i++ {
+		a := fmt.Sprintf("shop%d", i)
+		if o := owner.Assign([]string{"d1", "d2"}, a); owned[o] == "" {
+			owned[o] = a
+		}
+	}
+	var ids []string
+	for _, a := range owned {
+		ids = append(ids, h.submitTo(a, keys(a, 100), orderPayload)...)
+	}
 	recs := h.waitAll(ids, tenaz.StateDone, 20*time.Second)
 
-	checkExactlyOnce(t, h, ks, ids, recs)
-	if n := h.prov.CallCount(); n != 200 {
-		t.Fatalf("provider: want 200 calls, got %d", n)
+	if d := h.prov.DuplicateEffects(); len(d) > 0 {
+		t.Fatalf("provider: want no effect applied twice, got %d keys applied more than once: %v", len(d), d)
 	}
-	by := map[string]int{}
-	for _, r := range recs {
-		if r.Attempts != 1 {
-			t.Fatalf("event %s: want attempts 1, got %d (%s)", r.ID, r.Attempts, actions(r))
+	for _, id := range ids {
+		if n, calls := h.prov.Effects(id), h.prov.CallsFor(id); n != 1 || len(calls) != 1 {
+			t.Fatalf("event %s: want one call and its effect applied once, got %d effects, calls %s", id, n, describeCalls(calls))
 		}
-		by[r.History[len(r.History)-1].Actor]++
 	}
-	if by["dispatcher/d1"] == 0 || by["dispatcher/d2"] == 0 || by["dispatcher/d1"]+by["dispatcher/d2"] != 200 {
-		t.Fatalf("want both dispatchers to deliver (200 together), got %v", by)
+	for o, a := range owned {
+		for _, r := range recs {
+			if r.Account != a {
+				continue
+			}
+			if r.Attempts != 1 {
+				t.Fatalf("event %s: want attempts 1, got %d (%s)", r.ID, r.Attempts, actions(r))
+			}
+			if got := r.History[len(r.History)-1].Actor; got != "dispatcher/"+o {
+				t.Fatalf("event %s of %s: want it delivered by its account's owner %s, got %s", r.ID, a, o, got)
+			}
+		}
 	}
 }
 

@@ -141,11 +141,15 @@ func (h *harness) waitCtx() context.Context {
 // dispatcher starts a dispatcher named instance on its own connection, as
 // a separate process would, with its own HTTP client; it is stopped when
 // the test ends (again, if the test stopped it: Stop is idempotent).
-func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks) *dispatcher.Service {
+func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks, opts ...func(*dispatcher.Options)) *dispatcher.Service {
 	h.t.Helper()
 	nc, _ := h.srv.Conn(h.t)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: h.cfg, Instance: instance, Hooks: hooks, HTTPClient: client})
+	o := dispatcher.Options{Conn: nc, Config: h.cfg, Instance: instance, Hooks: hooks, HTTPClient: client}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	d, err := dispatcher.New(o)
 	if err != nil {
 		h.t.Fatalf("dispatcher.New: %v", err)
 	}
@@ -168,10 +172,16 @@ func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks) *dispatch
 // stored, and returns the event ids in key order.
 func (h *harness) submit(keys []string, payload func(key string) string) []string {
 	h.t.Helper()
+	return h.submitTo("acme", keys, payload)
+}
+
+// submitTo is submit for account.
+func (h *harness) submitTo(account string, keys []string, payload func(key string) string) []string {
+	h.t.Helper()
 	ids := make([]string, len(keys))
 	futs := make([]jetstream.PubAckFuture, len(keys))
 	for i, k := range keys {
-		m := nats.NewMsg("tenaz.intake.acme.order.create")
+		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
 		m.Data = []byte(payload(k))
 		m.Header.Set(tenaz.HeaderIdempotencyKey, k)
 		f, err := h.js.PublishMsgAsync(m)
@@ -179,7 +189,7 @@ func (h *harness) submit(keys []string, payload func(key string) string) []strin
 			h.t.Fatalf("publish %s: %v", k, err)
 		}
 		futs[i] = f
-		ids[i] = event.ID("acme", k)
+		ids[i] = event.ID(account, k)
 	}
 	for i, f := range futs {
 		select {
