@@ -520,7 +520,7 @@ func checkNATSTrigger(t *testing.T, name, ns string, md map[string]string) {
 // as; it names the Services (nats, nats-headless).
 const natsRelease = "nats"
 
-// natsHelmValues mirrors the keys of the NATS chart (1.x) that
+// natsHelmValues mirrors the keys of the NATS chart (2.x) that
 // deploy/nats/values.yaml sets; decoding is strict.
 type natsHelmValues struct {
 	Config struct {
@@ -549,9 +549,16 @@ type natsHelmValues struct {
 			Enabled bool `yaml:"enabled"`
 			Port    int  `yaml:"port"`
 		} `yaml:"monitor"`
+		Merge struct {
+			Authorization natsAuthorization `yaml:"authorization"`
+		} `yaml:"merge"`
 	} `yaml:"config"`
 	Container struct {
-		Env   map[string]string `yaml:"env"`
+		Image struct {
+			Repository string `yaml:"repository"`
+			Tag        string `yaml:"tag"`
+		} `yaml:"image"`
+		Env   map[string]helmEnv `yaml:"env"`
 		Merge struct {
 			Resources corev1.ResourceRequirements `yaml:"-"`
 			Raw       map[string]any              `yaml:"resources"`
@@ -573,7 +580,10 @@ type natsHelmValues struct {
 		} `yaml:"podMonitor"`
 	} `yaml:"promExporter"`
 	NatsBox struct {
-		Enabled bool `yaml:"enabled"`
+		Enabled   bool `yaml:"enabled"`
+		Container struct {
+			Env map[string]helmEnv `yaml:"env"`
+		} `yaml:"container"`
 	} `yaml:"natsBox"`
 }
 
@@ -647,7 +657,7 @@ func TestNATSValues(t *testing.T) {
 	}
 	if lim, ok := res.Limits[corev1.ResourceMemory]; !ok {
 		t.Error("container.merge.resources: want a memory limit")
-	} else if gml := v.Container.Env["GOMEMLIMIT"]; gml != "" {
+	} else if gml := v.Container.Env["GOMEMLIMIT"].Value; gml != "" {
 		q, err := resource.ParseQuantity(strings.TrimSuffix(gml, "B"))
 		if err != nil || q.Cmp(lim) >= 0 {
 			t.Errorf("GOMEMLIMIT %q: want it under the memory limit %s", gml, lim.String())

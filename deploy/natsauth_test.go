@@ -1,0 +1,1128 @@
+package deploy
+
+// The NATS users of nats/values.yaml on a real nats-server: the
+// authorization block is rendered the way the chart renders config.merge,
+// parsed by nats-server's own config parser and enforced by an embedded
+// server that the four services run on, each connected as its own user
+// exactly as its pod connects (natsconn.Connect, NATS_USER/NATS_PASSWORD).
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/daemon"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natsconn"
+	"github.com/tenaz/tenaz/pkg/natsd"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/deadletter"
+	"github.com/tenaz/tenaz/services/dispatcher"
+	"github.com/tenaz/tenaz/services/ingest"
+	"github.com/tenaz/tenaz/services/poller"
+	"github.com/tenaz/tenaz/streams"
+)
+
+// natsAuthorization mirrors config.merge.authorization of nats/values.yaml
+// (nats-server's authorization block).
+type natsAuthorization struct {
+	Users []natsUser `yaml:"users"`
+}
+
+// natsUser is one user of the authorization block.
+type natsUser struct {
+	User        string `yaml:"user"`
+	Password    string `yaml:"password"`
+	Permissions struct {
+		Publish        natsSubjects `yaml:"publish"`
+		Subscribe      natsSubjects `yaml:"subscribe"`
+		AllowResponses bool         `yaml:"allow_responses"`
+	} `yaml:"permissions"`
+}
+
+type natsSubjects struct {
+	Allow []string `yaml:"allow"`
+	Deny  []string `yaml:"deny"`
+}
+
+// helmEnv is a value of the chart's container.env map: a literal, or a
+// secretKeyRef.
+type helmEnv struct {
+	Value  string
+	Secret string // secretKeyRef name
+	Key    string // secretKeyRef key
+}
+
+func (e *helmEnv) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		e.Value = n.Value
+		return nil
+	}
+	var v struct {
+		ValueFrom struct {
+			SecretKeyRef struct {
+				Name string `yaml:"name"`
+				Key  string `yaml:"key"`
+			} `yaml:"secretKeyRef"`
+		} `yaml:"valueFrom"`
+	}
+	var raw map[string]any
+	if err := n.Decode(&raw); err != nil {
+		return err
+	}
+	if err := strict(raw, &v); err != nil { // refuses what is not a secretKeyRef
+		return fmt.Errorf("env value %v: want a string or valueFrom.secretKeyRef: %w", raw, err)
+	}
+	e.Secret, e.Key = v.ValueFrom.SecretKeyRef.Name, v.ValueFrom.SecretKeyRef.Key
+	return nil
+}
+
+// The NATS users of the deployment besides one per service (its pod's
+// NATS_USER, serviceUser): the operator's (the tenaz CLI, nats-box) and an
+// upstream producer's.
+const (
+	userOperator = "tenaz-operator"
+	userProducer = "tenaz-producer"
+)
+
+// serviceUser is the NATS user of a service and its connection's name, so
+// its replies arrive under natsconn.InboxPrefix(serviceUser(svc)).
+func serviceUser(svc string) string { return "tenaz-" + svc }
+
+// passwordRef is the chart's form of a value written unquoted into
+// nats.conf: here a variable of the NATS container's environment.
+var passwordRef = regexp.MustCompile(`^<<\s*\$([A-Za-z_][A-Za-z0-9_]*)\s*>>$`)
+
+// unquoted is the chart's rule for config.merge: a string "<< x >>" is
+// written to nats.conf as x.
+var unquoted = regexp.MustCompile(`"<<\s*(.*?)\s*>>"`)
+
+// newPassword makes a password as docs/deploy.md does: a letter, then
+// random hex (nats.conf would read an all-digit value as a number).
+func newPassword(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("p%x", b)
+}
+
+// natsValuesRaw is nats/values.yaml as generic YAML.
+func natsValuesRaw(t *testing.T) obj {
+	t.Helper()
+	data, err := os.ReadFile("nats/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v obj
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatalf("nats/values.yaml: %v", err)
+	}
+	return v
+}
+
+// natsServerUsers renders the authorization block of the values as the
+// chart does (JSON, "<< $X >>" unquoted), sets each password's variable in
+// the environment with a new password, as the NATS container's env does
+// from the Secret, and has nats-server parse the result. It returns the
+// users as the server holds them and each user's password.
+func natsServerUsers(t *testing.T) ([]*server.User, map[string]string) {
+	t.Helper()
+	v := natsValues(t)
+	authz := get(natsValuesRaw(t), "config", "merge", "authorization")
+	if authz == nil {
+		t.Fatal("nats/values.yaml: no config.merge.authorization: the servers would take any client")
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as the chart's toRawJson: ">" stays ">"
+	if err := enc.Encode(map[string]any{"authorization": authz}); err != nil {
+		t.Fatal(err)
+	}
+	passwords := map[string]string{}
+	for _, u := range v.Config.Merge.Authorization.Users {
+		m := passwordRef.FindStringSubmatch(u.Password)
+		if m == nil {
+			t.Fatalf("user %s: password %q, want << $VARIABLE >>: from a Secret through the NATS container's env, never in the values", u.User, u.Password)
+		}
+		passwords[u.User] = newPassword(t)
+		t.Setenv(m[1], passwords[u.User])
+	}
+	path := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(path, []byte(unquoted.ReplaceAllString(b.String(), "$1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-server refuses the rendered authorization block: %v", err)
+	}
+	if len(opts.Users) != len(passwords) {
+		t.Fatalf("nats-server read %d users, the values define %d", len(opts.Users), len(passwords))
+	}
+	for _, u := range opts.Users {
+		if u.Password != passwords[u.Username] {
+			t.Fatalf("user %s: nats-server did not read the password its variable holds", u.Username)
+		}
+	}
+	return opts.Users, passwords
+}
+
+// serverLog keeps what an embedded server logs as an error or warning:
+// among them every permission violation, naming the user.
+type serverLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *serverLog) add(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+// violations returns the permission violations of user.
+func (l *serverLog) violations(user string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, s := range l.lines {
+		if strings.Contains(s, "Violation") && strings.Contains(s, "/user:"+user+`"`) { // the client's "$G/user:<name>" tag
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (l *serverLog) Noticef(string, ...any)         {}
+func (l *serverLog) Debugf(string, ...any)          {}
+func (l *serverLog) Tracef(string, ...any)          {}
+func (l *serverLog) Warnf(format string, a ...any)  { l.add(format, a...) }
+func (l *serverLog) Errorf(format string, a ...any) { l.add(format, a...) }
+func (l *serverLog) Fatalf(format string, a ...any) { l.add(format, a...) }
+
+// startNATS starts an embedded JetStream server that admits users only.
+func startNATS(t *testing.T, users []*server.User) (*server.Server, *serverLog) {
+	t.Helper()
+	log := &serverLog{}
+	srv, err := natsd.Start(natsd.Options{StoreDir: t.TempDir(), Configure: func(o *server.Options) { o.Users = users }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetLoggerV2(log, false, false, false)
+	t.Cleanup(func() { natsd.Shutdown(srv) })
+	return srv, log
+}
+
+// ------------------------------------------------------------- the world
+
+// Keys of the HTTP API in the world's config.
+var (
+	acmeKey, acmeHash   = mustKey()
+	brkKey, brkHash     = mustKey()
+	aliceKey, aliceHash = mustKey()
+)
+
+func mustKey() (string, string) {
+	k, h, err := auth.NewKey()
+	if err != nil {
+		panic(err)
+	}
+	return k, h
+}
+
+// cbSecret is bureau A's (and C's) webhook secret.
+const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
+
+// worldConfig is the tenaz.yaml of the world; ${...} are the targets' URLs
+// and, per service, NATS_USER and NATS_PASSWORD as its pod's env sets them.
+const worldConfig = `
+prefix: tenaz
+nats: {url: "${NATS_URL}"}
+http: {addr: "127.0.0.1:0"}
+log: {level: warn}
+streams: {ack_wait: 2s}
+auth:
+  keys:
+    acme-shop: {account: acme, scopes: [submit, read], hash: "${ACME_HASH}"}
+    brk-shop: {account: brk, scopes: [submit, read], hash: "${BRK_HASH}"}
+  operators:
+    alice: {hash: "${ALICE_HASH}"}
+accounts:
+  "*": {concurrency: 4, breaker: {failures: 100}}
+  brk: {concurrency: 1, breaker: {failures: 2, cooldown: 1h}}
+poller: {grace: 1s, reconcile_every: 2s}
+deadletter:
+  digest: {schedule: "@every 1s"}
+targets:
+  erp: {url: "${ERP}/api/{{.Kind}}", timeout: 5s}
+  flaky: {url: "${FLAKY}/ping", timeout: 2s}
+  bureau_a: {url: "${A}/proposals", timeout: 3s, callback_secret: "` + cbSecret + `"}
+  bureau_b:
+    url: "${B}/evaluations"
+    timeout: 3s
+    poll: {url: "${B}/evaluations/{{.Reference}}", interval: 1s, done_when: {field: status, in: [approved, rejected]}}
+  bureau_c: {url: "${C}/proposals", timeout: 3s, callback_secret: "` + cbSecret + `"}
+kinds:
+  order.create: {target: erp, attempts: 3, backoff: {initial: 1s, max: 1s, jitter: 0}}
+  ping.flaky: {target: flaky, attempts: 20, backoff: {initial: 1s, max: 1s, jitter: 0}}
+  credit.evaluate: {target: bureau_a, completion: callback}
+  credit.check: {target: bureau_b, completion: poll}
+  credit.slow: {target: bureau_c, completion: callback, callback_sla: 1s}
+`
+
+// world is tenaz as deploy/ ships it: the users of nats/values.yaml on one
+// nats-server, the four services each connected as its own user, real
+// targets behind real HTTP servers.
+type world struct {
+	t         *testing.T
+	ctx       context.Context
+	srv       *server.Server
+	log       *serverLog
+	passwords map[string]string
+	env       map[string]string // what every pod's env holds
+	erp       *recorder         // the erp target
+	a         *provider.Provider
+	api       *httptest.Server // ingest's HTTP (submissions, status, callbacks)
+	ops       *httptest.Server // deadletter's HTTP (the operator's API)
+}
+
+// recorder is a target: 200 unless the payload asks for a failure. It
+// records every call by event id.
+type recorder struct {
+	mu     sync.Mutex
+	calls  map[string]int
+	reject atomic.Bool // answer {"reject": true} payloads 422
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var p struct {
+		Reject    bool `json:"reject"`
+		FailFirst bool `json:"fail_first"`
+	}
+	_ = json.NewDecoder(req.Body).Decode(&p)
+	id := req.Header.Get(tenaz.HeaderEventID)
+	r.mu.Lock()
+	r.calls[id]++
+	n := r.calls[id]
+	r.mu.Unlock()
+	switch {
+	case p.Reject && r.reject.Load():
+		w.WriteHeader(http.StatusUnprocessableEntity)
+	case p.FailFirst && n == 1:
+		w.WriteHeader(http.StatusServiceUnavailable)
+	default:
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}
+}
+
+func (r *recorder) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[id]
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	users, passwords := natsServerUsers(t)
+	w := &world{t: t, passwords: passwords, erp: &recorder{calls: map[string]int{}}}
+	w.erp.reject.Store(true)
+	var cancel context.CancelFunc
+	w.ctx, cancel = context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	w.srv, w.log = startNATS(t, users)
+
+	// ingest's HTTP server exists before bureau A, which calls back to it.
+	var apiMux http.Handler = http.NotFoundHandler()
+	w.api = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { apiMux.ServeHTTP(rw, r) }))
+	t.Cleanup(w.api.Close)
+	w.a = provider.New(provider.Faults{}, provider.WithIdempotent(), provider.WithCallbacks(w.api.URL+"/v1/callbacks/bureau_a", cbSecret, 0))
+	b := provider.New(provider.Faults{}, provider.WithIdempotent())
+	c := provider.New(provider.Faults{}, provider.WithIdempotent()) // never calls back
+	flaky := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusServiceUnavailable) })
+	urls := map[string]string{}
+	for name, h := range map[string]http.Handler{"ERP": w.erp, "FLAKY": flaky, "A": w.a, "B": b, "C": c} {
+		s := httptest.NewServer(h)
+		t.Cleanup(s.Close)
+		urls[name] = s.URL
+	}
+	t.Cleanup(func() { _ = w.a.Close(); _ = b.Close(); _ = c.Close() })
+	w.env = map[string]string{"NATS_URL": w.srv.ClientURL(), "ACME_HASH": acmeHash, "BRK_HASH": brkHash, "ALICE_HASH": aliceHash}
+	for k, v := range urls {
+		w.env[k] = v
+	}
+
+	// Consumers of a stage start before its producers, as tenaz run does.
+	dl := w.service("deadletter", func(nc *nats.Conn, cfg *config.Config, a *auth.Authenticator) (daemon.Component, error) {
+		return deadletter.New(deadletter.Options{Conn: nc, Config: cfg, Auth: a, Instance: "dl1"})
+	})
+	w.ops = w.serve(dl)
+	w.service("poller", func(nc *nats.Conn, cfg *config.Config, _ *auth.Authenticator) (daemon.Component, error) {
+		return poller.New(poller.Options{Conn: nc, Config: cfg, Instance: "p1"})
+	})
+	w.service("dispatcher", func(nc *nats.Conn, cfg *config.Config, _ *auth.Authenticator) (daemon.Component, error) {
+		return dispatcher.New(dispatcher.Options{Conn: nc, Config: cfg, Instance: "d1", IdleAfter: 3 * time.Second, Relist: 2 * time.Second})
+	})
+	ing := w.service("ingest", func(nc *nats.Conn, cfg *config.Config, a *auth.Authenticator) (daemon.Component, error) {
+		return ingest.New(ingest.Options{Conn: nc, Config: cfg, Auth: a})
+	})
+	cfg, a := w.config("ingest")
+	apiMux = daemon.Handler(cfg, a, daemon.Mux(ing))
+	return w
+}
+
+// config parses the world's tenaz.yaml in the environment of svc's pod.
+func (w *world) config(svc string) (*config.Config, *auth.Authenticator) {
+	w.t.Helper()
+	env := map[string]string{"NATS_USER": serviceUser(svc), "NATS_PASSWORD": w.passwords[serviceUser(svc)]}
+	cfg, err := config.Parse([]byte(worldConfig), func(k string) (string, bool) {
+		if v, ok := env[k]; ok {
+			return v, true
+		}
+		v, ok := w.env[k]
+		return v, ok
+	})
+	if err != nil {
+		w.t.Fatalf("%s: config: %v", svc, err)
+	}
+	a, err := auth.New(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return cfg, a
+}
+
+// service connects as svc's pod does (daemon.Run: natsconn.Connect with
+// the config's NATS user, named tenaz-<svc>), builds the service and
+// starts it; it stops when the test ends.
+func (w *world) service(svc string, build func(*nats.Conn, *config.Config, *auth.Authenticator) (daemon.Component, error)) daemon.Component {
+	w.t.Helper()
+	cfg, a := w.config(svc)
+	nc, err := natsconn.Connect(cfg.NATS, serviceUser(svc), "")
+	if err != nil {
+		w.t.Fatalf("%s: connect: %v", svc, err)
+	}
+	w.t.Cleanup(nc.Close)
+	c, err := build(nc, cfg, a)
+	if err != nil {
+		w.t.Fatalf("%s: %v", svc, err)
+	}
+	if err := c.Start(w.ctx); err != nil {
+		w.t.Fatalf("%s: start as NATS user %s: %v\nviolations: %v", svc, serviceUser(svc), err, w.log.violations(serviceUser(svc)))
+	}
+	w.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			w.t.Errorf("%s: stop: %v", svc, err)
+		}
+	})
+	return c
+}
+
+// serve serves c's HTTP routes as its binary does.
+func (w *world) serve(c daemon.Component) *httptest.Server {
+	cfg, a := w.config("deadletter")
+	s := httptest.NewServer(daemon.Handler(cfg, a, daemon.Mux(c)))
+	w.t.Cleanup(s.Close)
+	return s
+}
+
+// client connects as user (password from the Secret; "" for none) with
+// its errors, a permission violation among them, sent to errs.
+func (w *world) client(t *testing.T, user string) (*nats.Conn, chan error) {
+	t.Helper()
+	errs := make(chan error, 64)
+	opts := []nats.Option{nats.Name(user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	})}
+	if user != "" {
+		opts = append(opts, nats.UserInfo(user, w.passwords[user]))
+	}
+	if user == userProducer {
+		opts = append(opts, nats.CustomInboxPrefix(natsconn.InboxPrefix(userProducer)))
+	}
+	nc, err := nats.Connect(w.srv.ClientURL(), opts...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+// ------------------------------------------------------------- the flows
+
+// eventView is the part of GET /v1/events/{id} the flows read.
+type eventView struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// submit posts a submission over HTTP as key and returns the event id.
+func (w *world) submit(t *testing.T, key, account, kind, idemKey, extra, payload string) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"account":%q,"kind":%q%s,"payload":%s}`, account, kind, extra, payload)
+	req, _ := http.NewRequest(http.MethodPost, w.api.URL+"/v1/events", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set(tenaz.HeaderIdempotencyKey, idemKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v eventView
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &v); err != nil || (resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK) || v.ID == "" {
+		t.Fatalf("POST /v1/events %s: %d %s", kind, resp.StatusCode, b)
+	}
+	return v.ID
+}
+
+// status reads an event's status over HTTP as key.
+func (w *world) status(t *testing.T, key, id string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, w.api.URL+"/v1/events/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v eventView
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	return v.Status
+}
+
+// waitStatus waits until the event has status want.
+func (w *world) waitStatus(t *testing.T, key, id string, want tenaz.State) {
+	t.Helper()
+	last := ""
+	natstest.Eventually(t, 60*time.Second, func() bool { last = w.status(t, key, id); return last == string(want) },
+		"event %s to be %s (it is %q); permission violations: %v", id, want, lazy(func() string { return last }), lazy(func() string { return fmt.Sprint(w.allViolations()) }))
+}
+
+// lazy is formatted when the message is: the state at the failure.
+type lazy func() string
+
+func (l lazy) String() string { return l() }
+
+// allViolations lists the permission violations of the service users.
+func (w *world) allViolations() []string {
+	var out []string
+	for _, svc := range services {
+		out = append(out, w.log.violations(serviceUser(svc))...)
+	}
+	return out
+}
+
+// call makes an operator request over NATS as nc with alice's key.
+func (w *world) call(nc *nats.Conn, name string, req, rep any) error {
+	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+	defer cancel()
+	return ops.Call(ctx, nc, ops.Subject("tenaz", name), req, rep, ops.WithOperatorKey(aliceKey))
+}
+
+// TestNATSUsers runs tenaz on the users of nats/values.yaml: a client
+// without a user, or with a wrong password, is refused; each service,
+// connected as its own user, does its whole job (submissions over HTTP and
+// from the producer over NATS, deliveries, a retry, a callback, polls, a
+// manual review, dead letters and their replay, a breaker and its close,
+// the digest, a delayed event and its cancel, an idle account's consumer
+// retired and provisioned again) without one permission violation; and a
+// user doing another's job is refused (TestNATSUsersRefuse).
+func TestNATSUsers(t *testing.T) {
+	w := newWorld(t)
+
+	t.Run("unauthenticated", func(t *testing.T) {
+		for what, opts := range map[string][]nats.Option{
+			"no user":        nil,
+			"wrong password": {nats.UserInfo(serviceUser("ingest"), "p0000")},
+			"unknown user":   {nats.UserInfo("admin", w.passwords[userOperator])},
+		} {
+			nc, err := nats.Connect(w.srv.ClientURL(), append(opts, nats.MaxReconnects(0))...)
+			if err == nil {
+				nc.Close()
+				t.Errorf("%s: want the connection refused, got one", what)
+			} else if !errors.Is(err, nats.ErrAuthorization) {
+				t.Errorf("%s: want an authorization error, got %v", what, err)
+			}
+		}
+	})
+
+	operator, _ := w.client(t, userOperator)
+	digests := make(chan *nats.Msg, 16)
+	if _, err := operator.ChanSubscribe("tenaz.advisory.digest", digests); err != nil {
+		t.Fatal(err)
+	}
+	advisories := make(chan *nats.Msg, 64)
+	if _, err := operator.ChanSubscribe("tenaz.advisory.>", advisories); err != nil {
+		t.Fatal(err)
+	}
+	if err := operator.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("delivered", func(t *testing.T) {
+		id := w.submit(t, acmeKey, "acme", "order.create", "o-1", "", `{"n":1}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		// One retry: a 503, then the schedule the dispatcher set fires.
+		id = w.submit(t, acmeKey, "acme", "order.create", "o-2", "", `{"fail_first":true}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		if n := w.erp.count(id); n != 2 {
+			t.Errorf("event %s: %d calls, want 2 (a 503, then the retry)", id, n)
+		}
+		// An ordered lane of two.
+		a := w.submit(t, acmeKey, "acme", "order.create", "o-3", `,"ordering_key":"cust-1"`, `{"n":3}`)
+		b := w.submit(t, acmeKey, "acme", "order.create", "o-4", `,"ordering_key":"cust-1"`, `{"n":4}`)
+		w.waitStatus(t, acmeKey, a, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, b, tenaz.StateDone)
+	})
+
+	t.Run("from the producer over NATS", func(t *testing.T) {
+		nc, _ := w.client(t, userProducer)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg("tenaz.intake.acme.order.create")
+		m.Data = []byte(`{"n":5}`)
+		m.Header.Set(tenaz.HeaderMsgID, "acme:p-1")
+		if _, err := js.PublishMsg(w.ctx, m); err != nil {
+			t.Fatalf("the producer's publish to INTAKE: %v", err)
+		}
+		id := w.submit(t, acmeKey, "acme", "order.create", "p-1", "", `{"n":5}`) // the same key: the same event
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+	})
+
+	t.Run("callback and poll", func(t *testing.T) {
+		id := w.submit(t, acmeKey, "acme", "credit.evaluate", "c-1", "", `{"amount":1}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		id = w.submit(t, acmeKey, "acme", "credit.check", "c-2", "", `{"amount":2}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+	})
+
+	t.Run("delayed and cancelled", func(t *testing.T) {
+		at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		id := w.submit(t, acmeKey, "acme", "order.create", "d-1", `,"not_before":"`+at+`"`, `{"n":6}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateScheduled)
+		req, _ := http.NewRequest(http.MethodDelete, w.api.URL+"/v1/events/"+id, nil)
+		req.SetBasicAuth("alice", aliceKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		w.waitStatus(t, acmeKey, id, tenaz.StateCancelled)
+	})
+
+	t.Run("dead, listed and replayed by the operator", func(t *testing.T) {
+		id := w.submit(t, acmeKey, "acme", "order.create", "x-1", "", `{"reject":true}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDead)
+		var list ops.ListReply
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			list = ops.ListReply{}
+			return w.call(operator, ops.DeadList, ops.ListRequest{Account: "acme"}, &list) == nil && slices.ContainsFunc(list.Items, func(it ops.Item) bool { return it.ID == id })
+		}, "the operator's dead.list to show %s", id)
+		var show ops.ShowReply
+		if err := w.call(operator, ops.DeadShow, ops.ShowRequest{ID: id}, &show); err != nil {
+			t.Fatalf("dead.show: %v", err)
+		}
+		w.erp.reject.Store(false) // the target was fixed
+		var rep ops.ReplayReply
+		if err := w.call(operator, ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}, Reason: "fixed"}, &rep); err != nil || rep.Replayed != 1 {
+			t.Fatalf("dead.replay: %+v, %v", rep, err)
+		}
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		// A replay job (by filter) and a discard.
+		w.erp.reject.Store(true)
+		j := w.submit(t, acmeKey, "acme", "order.create", "x-2", "", `{"reject":true}`)
+		k := w.submit(t, acmeKey, "acme", "order.create", "x-3", "", `{"reject":true}`)
+		w.waitStatus(t, acmeKey, j, tenaz.StateDead)
+		w.waitStatus(t, acmeKey, k, tenaz.StateDead)
+		var act ops.ActionReply
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			act = ops.ActionReply{}
+			return w.call(operator, ops.DeadDiscard, ops.DiscardRequest{IDs: []string{k}, Reason: "test"}, &act) == nil && act.Done == 1
+		}, "dead.discard of %s", k)
+		w.waitStatus(t, acmeKey, k, tenaz.StateCancelled)
+		w.erp.reject.Store(false)
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			rep = ops.ReplayReply{}
+			return w.call(operator, ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme", Kind: "order.create"}, Reason: "fixed"}, &rep) == nil && rep.JobID != ""
+		}, "a dead.replay job")
+		var job ops.JobReply
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			return w.call(operator, ops.DeadJob, ops.JobRequest{JobID: rep.JobID}, &job) == nil && job.State == ops.JobDone
+		}, "the replay job to finish")
+		w.waitStatus(t, acmeKey, j, tenaz.StateDone)
+	})
+
+	t.Run("manual review resolved by the operator", func(t *testing.T) {
+		id := w.submit(t, acmeKey, "acme", "credit.slow", "r-1", "", `{"amount":3}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateManualReview)
+		var list ops.ListReply
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			list = ops.ListReply{}
+			return w.call(operator, ops.ReviewList, ops.ListRequest{Account: "acme"}, &list) == nil && slices.ContainsFunc(list.Items, func(it ops.Item) bool { return it.ID == id })
+		}, "review.list to show %s", id)
+		var act ops.ActionReply
+		if err := w.call(operator, ops.ReviewResolve, ops.ResolveRequest{ID: id, Outcome: ops.OutcomeDone, Reason: "checked by hand"}, &act); err != nil || act.Done != 1 {
+			t.Fatalf("review.resolve: %+v, %v", act, err)
+		}
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+	})
+
+	t.Run("breaker opened and closed by the operator", func(t *testing.T) {
+		w.submit(t, brkKey, "brk", "ping.flaky", "b-1", "", `{}`)
+		var list ops.BreakersReply
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			list = ops.BreakersReply{}
+			return w.call(operator, ops.BreakersList, ops.BreakersRequest{Account: "brk"}, &list) == nil &&
+				slices.ContainsFunc(list.Items, func(b ops.BreakerItem) bool { return b.Target == "flaky" && b.State == "open" })
+		}, "the breaker of brk/flaky to open")
+		var item ops.BreakerItem
+		if err := w.call(operator, ops.BreakersClose, ops.CloseBreakerRequest{Account: "brk", Target: "flaky"}, &item); err != nil || item.State != "closed" {
+			t.Fatalf("breakers.close: %+v, %v", item, err)
+		}
+	})
+
+	t.Run("idle account retired and provisioned again", func(t *testing.T) {
+		id := w.submit(t, acmeKey, "acme", "order.create", "i-1", "", `{"n":7}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		_, js := w.jetstream(t, userOperator)
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			_, err := js.Consumer(w.ctx, tenaz.StreamEvents, tenaz.ConsumerName("acme"))
+			return errors.Is(err, jetstream.ErrConsumerNotFound)
+		}, "the idle account's consumer to be retired")
+		id = w.submit(t, acmeKey, "acme", "order.create", "i-2", "", `{"n":8}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+	})
+
+	t.Run("digest and advisories reach the operator", func(t *testing.T) {
+		select {
+		case <-digests:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no digest on tenaz.advisory.digest within 30s")
+		}
+		seen := map[string]bool{}
+		for len(advisories) > 0 {
+			m := <-advisories
+			seen[strings.Join(strings.Split(m.Subject, ".")[:3], ".")] = true
+		}
+		for _, want := range []string{"tenaz.advisory.dead", "tenaz.advisory.review", "tenaz.advisory.breaker"} {
+			if !seen[want] {
+				t.Errorf("no %s.> advisory reached the operator (saw %v)", want, seen)
+			}
+		}
+	})
+
+	for _, user := range append(serviceUsers(), userOperator, userProducer) {
+		if v := w.log.violations(user); len(v) > 0 {
+			t.Errorf("NATS user %s was refused what it does:\n%s", user, strings.Join(v, "\n"))
+		}
+	}
+
+	t.Run("another's job is refused", func(t *testing.T) { w.refusals(t) })
+}
+
+// serviceUsers are the NATS users of the four services.
+func serviceUsers() []string {
+	var out []string
+	for _, svc := range services {
+		out = append(out, serviceUser(svc))
+	}
+	return out
+}
+
+// refusals has each user try what another user's job is (or nobody's),
+// with the connection and credentials of a real user: the server refuses
+// it, the client hears why, and nothing happens.
+func (w *world) refusals(t *testing.T) {
+	w.erp.reject.Store(true)
+	deadID := w.submit(t, acmeKey, "acme", "order.create", "z-1", "", `{"reject":true}`)
+	w.waitStatus(t, acmeKey, deadID, tenaz.StateDead)
+	replay, _ := json.Marshal(ops.ReplayRequest{IDs: []string{deadID}, Reason: "not my job"})
+	submission := []byte(`{"n":9}`)
+
+	for _, c := range []struct {
+		user, what string
+		sub        bool // a subscription, else a publish
+		subject    string
+		data       []byte
+	}{
+		{serviceUser("ingest"), "replay a dead letter", false, "tenaz.api.dead.replay", replay},
+		{serviceUser("poller"), "discard a dead letter", false, "tenaz.api.dead.discard", replay},
+		{serviceUser("dispatcher"), "submit to INTAKE", false, "tenaz.intake.acme.order.create", submission},
+		{serviceUser("dispatcher"), "take the poller's timers", false, "$JS.API.CONSUMER.MSG.NEXT.EVENTS.poller", []byte(`{"batch":1}`)},
+		{serviceUser("deadletter"), "take ingest's submissions", false, "$JS.API.CONSUMER.MSG.NEXT.INTAKE.ingest", []byte(`{"batch":1}`)},
+		{serviceUser("ingest"), "forge a breaker advisory", false, "tenaz.advisory.breaker.acme.erp", []byte(`{}`)},
+		{serviceUser("ingest"), "delete a stream", false, "$JS.API.STREAM.DELETE.EVENTS", nil},
+		{serviceUser("deadletter"), "read ingest's replies", true, "_INBOX.tenaz-ingest.>", nil},
+		{userProducer, "read a record", false, "$JS.API.DIRECT.GET.KV_tenaz_state.$KV.tenaz_state." + deadID, nil},
+		{userProducer, "bind the state bucket", false, "$JS.API.STREAM.INFO.KV_tenaz_state", nil},
+		{userProducer, "bypass ingest onto EVENTS", false, "tenaz.events.acme.order.create", submission},
+		{userProducer, "read the events", true, "tenaz.events.>", nil},
+		{userProducer, "read every reply", true, "_INBOX.>", nil},
+		{userProducer, "read the services' replies", true, "_INBOX.tenaz-deadletter.>", nil},
+		{userOperator, "write a record", false, "$KV.tenaz_state." + deadID, []byte(`{}`)},
+		{userOperator, "purge DEAD", false, "$JS.API.STREAM.PURGE.DEAD", nil},
+		{userOperator, "delete a shared consumer", false, "$JS.API.CONSUMER.DELETE.INTAKE.ingest", nil},
+	} {
+		t.Run(c.user+" may not "+c.what, func(t *testing.T) {
+			nc, errs := w.client(t, c.user)
+			if c.sub {
+				if _, err := nc.SubscribeSync(c.subject); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				m := nats.NewMsg(c.subject)
+				m.Data = c.data
+				m.Header.Set(ops.AuthorizationHeader, "Bearer "+aliceKey) // even with the operator's key
+				m.Header.Set(tenaz.HeaderMsgID, "acme:refused")
+				if err := nc.PublishMsg(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = nc.Flush()
+			select {
+			case err := <-errs:
+				if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), strconv.Quote(c.subject)) {
+					t.Fatalf("want a permissions violation for %q, got %v", c.subject, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no permissions violation within 10s: the server let it through", c.subject)
+			}
+			if v := w.log.violations(c.user); !slices.ContainsFunc(v, func(l string) bool { return strings.Contains(l, strconv.Quote(c.subject)) }) {
+				t.Errorf("the server logged no violation of %s for %q: %v", c.user, c.subject, v)
+			}
+		})
+	}
+	// Nothing happened. A submission the producer may make, once done, is
+	// behind anything a refused one could have started.
+	nc, _ := w.client(t, userProducer)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("tenaz.intake.acme.order.create")
+	m.Data = submission
+	m.Header.Set(tenaz.HeaderMsgID, "acme:after-refusals")
+	if _, err := js.PublishMsg(w.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	w.waitStatus(t, acmeKey, event.ID("acme", "after-refusals"), tenaz.StateDone)
+	if got := w.status(t, acmeKey, deadID); got != string(tenaz.StateDead) {
+		t.Errorf("event %s is %s after refused replays, want dead", deadID, got)
+	}
+	if got := w.status(t, acmeKey, event.ID("acme", "refused")); got != "" {
+		t.Errorf("a refused submission became an event (%s)", got)
+	}
+}
+
+// jetstream is a JetStream context of a client connected as user.
+func (w *world) jetstream(t *testing.T, user string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, _ := w.client(t, user)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// --------------------------------------------------------- static checks
+
+// subjectMatches reports whether subject (which may itself hold wildcard
+// tokens, as JetStream API subjects with a filter do) is matched by the
+// permission pattern p.
+func subjectMatches(p, subject string) bool {
+	pt, st := strings.Split(p, "."), strings.Split(subject, ".")
+	for i, tok := range pt {
+		switch {
+		case tok == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case tok != "*" && tok != st[i]:
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
+
+// allowed reports whether subjects s lets subject through.
+func (s natsSubjects) allowed(subject string) bool {
+	ok := false
+	for _, p := range s.Allow {
+		ok = ok || subjectMatches(p, subject)
+	}
+	for _, p := range s.Deny {
+		ok = ok && !subjectMatches(p, subject)
+	}
+	return ok
+}
+
+// TestNATSUsersShape checks the users of nats/values.yaml against what the
+// services need, without a server: exactly the users of the deployment;
+// each service user may apply the whole stream layout of streams/data
+// (every service does at start), so a new stream or bucket cannot be
+// forgotten here; nobody may delete a stream; each user reads only its
+// own replies; and the sample config uses the prefix the subjects name.
+func TestNATSUsersShape(t *testing.T) {
+	v := natsValues(t)
+	byName := map[string]natsUser{}
+	for _, u := range v.Config.Merge.Authorization.Users {
+		if _, dup := byName[u.User]; dup {
+			t.Errorf("user %s is defined twice", u.User)
+		}
+		byName[u.User] = u
+	}
+	want := append(serviceUsers(), userOperator, userProducer)
+	if len(byName) != len(want) {
+		t.Errorf("users %v, want %v", slices.Sorted(maps.Keys(byName)), want)
+	}
+	for _, name := range want {
+		if _, ok := byName[name]; !ok {
+			t.Errorf("no user %s", name)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	o := streams.Options{}
+	ss, err := streams.Streams(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := streams.Buckets(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layout []string
+	names := []string{}
+	for _, s := range ss {
+		names = append(names, s.Name)
+	}
+	for _, b := range bs {
+		names = append(names, "KV_"+b.Bucket)
+	}
+	for _, n := range names {
+		for _, verb := range []string{"CREATE", "UPDATE", "INFO"} {
+			layout = append(layout, "$JS.API.STREAM."+verb+"."+n)
+		}
+	}
+	ic, _ := streams.IngestConsumer(o)
+	pc, _ := streams.PollerConsumer(o)
+	dc, _ := streams.DeadletterConsumer()
+	layout = append(layout, "$JS.API.INFO",
+		"$JS.API.CONSUMER.CREATE."+tenaz.StreamIntake+"."+ic.Durable+"."+ic.FilterSubject,
+		"$JS.API.CONSUMER.CREATE."+tenaz.StreamEvents+"."+pc.Durable+"."+pc.FilterSubject,
+		"$JS.API.CONSUMER.CREATE.TENAZ_ADVISORIES."+dc.Durable)
+	for _, svc := range services {
+		u := byName[serviceUser(svc)]
+		for _, subj := range layout {
+			if !u.Permissions.Publish.allowed(subj) {
+				t.Errorf("%s may not publish %s: it applies the stream layout at start (streams.Apply)", u.User, subj)
+			}
+		}
+		if !u.Permissions.AllowResponses {
+			t.Errorf("%s: allow_responses is off: its micro endpoints could not answer", u.User)
+		}
+		inbox := natsconn.InboxPrefix(serviceUser(svc)) + ".x"
+		if !u.Permissions.Subscribe.allowed(inbox) {
+			t.Errorf("%s may not subscribe to its own inbox %s", u.User, inbox)
+		}
+	}
+	for _, u := range byName {
+		for _, n := range names {
+			for _, verb := range []string{"DELETE", "PURGE"} {
+				subj := "$JS.API.STREAM." + verb + "." + n
+				if verb == "PURGE" && slices.Contains(purges[u.User], n) {
+					continue
+				}
+				if u.Permissions.Publish.allowed(subj) {
+					t.Errorf("%s may publish %s", u.User, subj)
+				}
+			}
+		}
+		for _, other := range want {
+			if other != u.User && u.User != userOperator && u.Permissions.Subscribe.allowed(natsconn.InboxPrefix(other)+".x") {
+				t.Errorf("%s may read the replies of %s", u.User, other)
+			}
+		}
+		if u.Permissions.Publish.allowed("$SYS.REQ.SERVER.PING") || u.Permissions.Subscribe.allowed("$SYS.ACCOUNT.x") {
+			t.Errorf("%s reaches the system account's subjects", u.User)
+		}
+	}
+
+	// The subjects name the prefix "tenaz": the sample config must use it.
+	r := rendered{render(t, "kustomize/overlays/example")}
+	var tc struct {
+		Prefix string `yaml:"prefix"`
+	}
+	if err := yaml.Unmarshal([]byte(str(r.configMap("tenaz-config"), "data", "tenaz.yaml")), &tc); err != nil {
+		t.Fatal(err)
+	}
+	if tc.Prefix != tenaz.DefaultPrefix {
+		t.Errorf("tenaz.yaml prefix %q: the NATS permissions name %q", tc.Prefix, tenaz.DefaultPrefix)
+	}
+}
+
+// purges are the streams a user may purge (by subject): ingest its
+// keeper messages and cancelled schedules, the deadletter the digest's
+// schedule when the digest is turned off.
+var purges = map[string][]string{
+	serviceUser("ingest"):     {tenaz.StreamIntake, tenaz.StreamEvents},
+	serviceUser("deadletter"): {deadletter.StreamDigest},
+}
+
+// TestNATSVersionPinned checks that the values pin a server image that
+// tenaz accepts (natsconn.MinServerVersion: message and cron schedules)
+// and that is the nats-server its tests run on, and that the install
+// command pins a 2.x chart recent enough.
+func TestNATSVersionPinned(t *testing.T) {
+	v := natsValues(t)
+	img := v.Container.Image
+	if img.Repository != "nats" {
+		t.Errorf("container.image.repository %q, want the official image nats", img.Repository)
+	}
+	ver := strings.TrimSuffix(img.Tag, "-alpine")
+	if err := natsconn.CheckServerVersion(ver); err != nil {
+		t.Errorf("container.image.tag %q: %v", img.Tag, err)
+	}
+	if ver != server.VERSION {
+		t.Errorf("container.image.tag %q: want %s-alpine, the nats-server of go.mod that the tests run on", img.Tag, server.VERSION)
+	}
+	data, err := os.ReadFile("nats/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := regexp.MustCompile(`helm (?:install|upgrade --install) nats nats/nats --version (\S+)`)
+	for what, text := range map[string][]byte{"nats/values.yaml": data, "docs/deploy.md": docs} {
+		ms := install.FindAllSubmatch(text, -1)
+		if len(ms) == 0 {
+			t.Errorf("%s: no `helm install nats nats/nats --version <chart>`: an install without --version takes whatever chart (and server) is newest", what)
+		}
+		for _, m := range ms {
+			chart := string(m[1])
+			if !strings.HasPrefix(chart, "2.") || natsconn.CheckServerVersion(chart) != nil {
+				t.Errorf("%s: chart --version %s: want a 2.x chart of %s or later (the chart's version is its server's)", what, chart, natsconn.MinServerVersion)
+			}
+		}
+	}
+}
+
+// TestNATSCredentialsRequired checks that every service's pod connects as
+// its NATS user with a password from the same Secret key the NATS servers
+// read that user's password from, required (not optional), and that
+// nats-box connects as the operator.
+func TestNATSCredentialsRequired(t *testing.T) {
+	v := natsValues(t)
+	secretOf := map[string]helmEnv{} // user -> where the servers read its password
+	for _, u := range v.Config.Merge.Authorization.Users {
+		m := passwordRef.FindStringSubmatch(u.Password)
+		if m == nil {
+			t.Errorf("user %s: password %q, want << $VARIABLE >>", u.User, u.Password)
+			continue
+		}
+		e, ok := v.Container.Env[m[1]]
+		if !ok || e.Secret == "" || e.Key == "" {
+			t.Errorf("user %s: the NATS container's env has no secretKeyRef %s", u.User, m[1])
+		}
+		secretOf[u.User] = e
+	}
+	for _, dir := range []string{"kustomize/base", "kustomize/overlays/example"} {
+		o := decodeTyped(t, dir)
+		for _, svc := range services {
+			d := o.deployments["tenaz-"+svc]
+			if d == nil {
+				t.Fatalf("%s: no Deployment tenaz-%s", dir, svc)
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			for _, ef := range c.EnvFrom {
+				if ef.SecretRef != nil && ef.SecretRef.Optional != nil && *ef.SecretRef.Optional {
+					t.Errorf("%s: tenaz-%s: an optional envFrom Secret %s: the credentials must be required", dir, svc, ef.SecretRef.Name)
+				}
+			}
+			env := map[string]corev1.EnvVar{}
+			for _, e := range c.Env {
+				env[e.Name] = e
+			}
+			if got := env["NATS_USER"].Value; got != serviceUser(svc) {
+				t.Errorf("%s: tenaz-%s: NATS_USER %q, want its own user %s", dir, svc, got, serviceUser(svc))
+			}
+			ref := env["NATS_PASSWORD"].ValueFrom
+			if ref == nil || ref.SecretKeyRef == nil {
+				t.Errorf("%s: tenaz-%s: NATS_PASSWORD must come from a secretKeyRef", dir, svc)
+				continue
+			}
+			if ref.SecretKeyRef.Optional != nil && *ref.SecretKeyRef.Optional {
+				t.Errorf("%s: tenaz-%s: NATS_PASSWORD is optional: a pod would start without it", dir, svc)
+			}
+			want := secretOf[serviceUser(svc)]
+			if ref.SecretKeyRef.Name != want.Secret || ref.SecretKeyRef.Key != want.Key {
+				t.Errorf("%s: tenaz-%s: NATS_PASSWORD from %s/%s, but the NATS servers read %s's password from %s/%s",
+					dir, svc, ref.SecretKeyRef.Name, ref.SecretKeyRef.Key, serviceUser(svc), want.Secret, want.Key)
+			}
+		}
+	}
+	box := v.NatsBox.Container.Env
+	if box["NATS_USER"].Value != userOperator || box["NATS_PASSWORD"].Secret != secretOf[userOperator].Secret || box["NATS_PASSWORD"].Key != secretOf[userOperator].Key {
+		t.Errorf("natsBox: want NATS_USER %s and NATS_PASSWORD from its Secret key, got %+v", userOperator, box)
+	}
+}
+
+// Helm reads the values with sigs.k8s.io/yaml; it must read what these
+// tests read (the permissions are flow sequences with comments).
+func TestNATSValuesHelmParses(t *testing.T) {
+	data, err := os.ReadFile("nats/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var helm any
+	if err := sigsyaml.Unmarshal(data, &helm); err != nil {
+		t.Fatalf("sigs.k8s.io/yaml: %v", err)
+	}
+	a, _ := json.Marshal(helm)
+	b, _ := json.Marshal(natsValuesRaw(t))
+	if string(a) != string(b) {
+		t.Errorf("sigs.k8s.io/yaml reads nats/values.yaml differently from yaml.v3:\n%s\n%s", a, b)
+	}
+}
