@@ -671,6 +671,12 @@ func TestNATSUsers(t *testing.T) {
 		k := w.submit(t, acmeKey, "acme", "order.create", "x-3", "", `{"reject":true}`)
 		w.waitStatus(t, acmeKey, j, tenaz.StateDead)
 		w.waitStatus(t, acmeKey, k, tenaz.StateDead)
+		natstest.Eventually(t, 30*time.Second, func() bool { // a job replays what the index lists
+			list = ops.ListReply{}
+			return w.call(operator, ops.DeadList, ops.ListRequest{Account: "acme"}, &list) == nil &&
+				slices.ContainsFunc(list.Items, func(it ops.Item) bool { return it.ID == j }) &&
+				slices.ContainsFunc(list.Items, func(it ops.Item) bool { return it.ID == k })
+		}, "dead.list to show %s and %s", j, k)
 		var act ops.ActionReply
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			act = ops.ActionReply{}
