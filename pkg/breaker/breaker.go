@@ -56,8 +56,8 @@ var errConflict = errors.New("breaker: revision conflict")
 
 // Config configures one breaker. Non-positive fields take their defaults.
 type Config struct {
-	// Failures is how many consecutive failures, counted in one replica,
-	// open the breaker. Defaults to 5.
+	// Failures is how many consecutive failures, counted over all
+	// replicas, open the breaker. Defaults to 5.
 	Failures int
 	// Cooldown is how long the breaker stays open before one probe call is
 	// allowed. Defaults to 2m.
@@ -114,7 +114,7 @@ type Permit struct {
 	// cooldown while open, or a moment later while another replica probes.
 	RetryAt time.Time
 
-	rev uint64 // closed: the revision the call was allowed under; probe: the claim's revision
+	rev uint64 // closed: the revision its closed state began at; probe: the claim's revision
 }
 
 // record is the JSON value under "<account>.<target>" in tenaz_breakers.
@@ -151,11 +151,12 @@ type Breaker struct {
 
 	sem chan struct{} // serialises this replica's writes of the key
 
-	mu  sync.Mutex
-	cfg Config                             // defaults until For says otherwise
-	cb  circuitbreaker.CircuitBreaker[any] // counts failures; mirrors the shared state
-	rec record                             // latest known shared value
-	rev uint64                             // its revision; 0 = none known
+	mu    sync.Mutex
+	cfg   Config                             // defaults until For says otherwise
+	cb    circuitbreaker.CircuitBreaker[any] // counts failures; mirrors the shared state
+	rec   record                             // latest known shared value
+	rev   uint64                             // its revision; 0 = none known
+	epoch uint64                             // the revision at which rec's state began
 
 	// What the watcher last reported, so OnChange fires once per transition.
 	seenRev      uint64
@@ -217,6 +218,9 @@ func (b *Breaker) adoptLocked(rec record, rev uint64) {
 	}
 	old := b.rec.state()
 	b.rec, b.rev = rec, rev
+	if rec.state() != old {
+		b.epoch = rev
+	}
 	switch rec.state() {
 	case Open:
 		b.cb.Open() // a no-op when already open (e.g. tripped here)
@@ -365,7 +369,10 @@ func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 		switch rec.state() {
 		case Closed:
 			if !tripped {
-				return Permit{OK: true, rev: rev}, nil
+				b.mu.Lock()
+				epoch := b.epoch
+				b.mu.Unlock()
+				return Permit{OK: true, rev: epoch}, nil
 			}
 			// Tripped here but the open is not in the bucket yet (its
 			// write failed): write it now, refusing meanwhile.
@@ -450,11 +457,14 @@ func (b *Breaker) claim(ctx context.Context, rev uint64, now time.Time) (Permit,
 // timeouts count, a rejected payload does not). A permit that was not OK is
 // ignored.
 //
-// For an ordinary call the local failsafe-go breaker counts it; when that
-// count reaches Config.Failures in a row the breaker opens for everyone (a
-// compare-and-set to open; if another replica opened it first, theirs is
-// adopted). The outcome of a call allowed before the breaker last changed
-// state is ignored. For the probe, success closes the breaker everywhere
+// For an ordinary call a failure adds one to the shared count of
+// consecutive failures (a compare-and-set of the record), so every replica
+// counts into the same number; when it reaches Config.Failures the same
+// write opens the breaker for everyone. A success after failures resets
+// the count (one write); a success after a success writes nothing. When
+// the bucket cannot be written the local failsafe-go breaker counts on its
+// own, and its trip is written by the next Allow. The outcome of a call
+// allowed before the breaker last changed state is ignored. For the probe, success closes the breaker everywhere
 // and resets the counts, failure re-opens it for another cooldown; if the
 // claim was superseded meanwhile (it expired and another replica probed, or
 // an operator closed the breaker) the outcome is ignored. An error means
@@ -470,22 +480,94 @@ func (b *Breaker) Record(ctx context.Context, p Permit, success bool) error {
 		return b.recordProbe(ctx, p, success)
 	}
 	b.mu.Lock()
-	if b.rev != p.rev || b.rec.state() != Closed || b.cb.IsOpen() {
+	if b.epoch != p.rev || b.rec.state() != Closed || b.cb.IsOpen() {
 		b.mu.Unlock()
 		return nil // allowed before the last change, or already tripped
 	}
 	if success {
 		b.cb.RecordSuccess()
+		counted := b.rec.Failures > 0
 		b.mu.Unlock()
-		return nil
+		if !counted {
+			return nil
+		}
+		return b.count(ctx, p.rev, false)
 	}
-	b.cb.RecordFailure()
-	tripped := b.cb.IsOpen()
 	b.mu.Unlock()
-	if !tripped {
+	return b.count(ctx, p.rev, true)
+}
+
+// OpenedSince reports whether the breaker opened (or began probing) after
+// p was given, and until when: a call allowed then that has not been made
+// yet should not be made now.
+func (b *Breaker) OpenedSince(p Permit) (until time.Time, opened bool) {
+	if !p.OK || p.Probe {
+		return time.Time{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.epoch == p.rev || b.rec.state() == Closed {
+		return time.Time{}, false
+	}
+	return b.rec.OpenUntil, true
+}
+
+// count writes the shared count of consecutive failures one higher
+// (failed) or back to zero, by compare-and-set; the failure that reaches
+// the threshold writes open instead. A state change since the permit's
+// epoch makes the outcome moot. If the bucket cannot be written, a
+// failure is counted by the local breaker alone.
+func (b *Breaker) count(ctx context.Context, epoch uint64, failed bool) error {
+	release, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	for range maxAttempts {
+		b.mu.Lock()
+		cur, rev, cfg, now := b.rec, b.rev, b.cfg, b.r.now()
+		moot := b.epoch != epoch || cur.state() != Closed || b.cb.IsOpen()
+		b.mu.Unlock()
+		if moot || !failed && cur.Failures == 0 {
+			return nil
+		}
+		next := cur
+		next.State, next.Failures, next.UpdatedBy, next.UpdatedAt, next.Reason = Closed, 0, b.r.instance, now, ""
+		if failed {
+			next.Failures = cur.Failures + 1
+			next.Reason = fmt.Sprintf("%d consecutive failures", next.Failures)
+		}
+		opens := next.Failures >= cfg.Failures
+		if opens {
+			next = record{
+				State: Open, OpenedAt: now, OpenUntil: now.Add(cfg.Cooldown),
+				Failures: next.Failures, UpdatedBy: b.r.instance, UpdatedAt: now, Reason: next.Reason,
+			}
+		}
+		nrev, err := b.write(ctx, next, rev)
+		if errors.Is(err, errConflict) {
+			if err := b.refresh(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			if failed {
+				b.mu.Lock()
+				b.cb.RecordFailure()
+				b.mu.Unlock()
+			}
+			return err
+		}
+		if opens {
+			b.committed(next, nrev, Closed)
+		} else {
+			b.adopt(next, nrev)
+			b.r.wrote(b, next, nrev)
+		}
 		return nil
 	}
-	return b.trip(ctx)
+	return fmt.Errorf("breaker %s: count: %w after %d attempts", b.key, errConflict, maxAttempts)
 }
 
 // trip writes open after the local breaker tripped, unless the shared

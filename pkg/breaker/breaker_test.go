@@ -248,6 +248,10 @@ func TestThresholdOpensAfterConsecutiveFailures(t *testing.T) {
 	e := setup(t, 1)
 	b := e.reps[0].reg.For(account, target, breaker.Config{Failures: 3, Cooldown: time.Minute})
 
+	call(t, b, true) // a success with no failure before: nothing to write
+	if n := e.writes(t); n != 0 {
+		t.Fatalf("a success with no failure counted: want 0 writes, got %d", n)
+	}
 	call(t, b, false)
 	call(t, b, false)
 	call(t, b, true) // a success in between resets the count
@@ -256,8 +260,11 @@ func TestThresholdOpensAfterConsecutiveFailures(t *testing.T) {
 	if st, _ := b.State(); st != breaker.Closed {
 		t.Fatalf("after 2 failures, a success, 2 failures (threshold 3): want closed, got %s", st)
 	}
-	if n := e.writes(t); n != 0 {
-		t.Fatalf("a closed breaker that never opened: want 0 writes, got %d", n)
+	if v, _ := e.value(t); v["state"] != "closed" || v["failures"] != float64(2) {
+		t.Fatalf("stored value: want closed with the shared count at 2, got %v", v)
+	}
+	if n := e.writes(t); n != 5 {
+		t.Fatalf("a closed breaker: want one write per failure and one for the reset, 5, got %d", n)
 	}
 
 	call(t, b, false) // the third in a row
@@ -266,8 +273,8 @@ func TestThresholdOpensAfterConsecutiveFailures(t *testing.T) {
 	if st != breaker.Open || !until.Equal(want) {
 		t.Fatalf("after 3 failures in a row: want open until %v, got %s until %v", want, st, until)
 	}
-	if n := e.writes(t); n != 1 {
-		t.Fatalf("opening: want exactly 1 write, got %d", n)
+	if n := e.writes(t); n != 6 {
+		t.Fatalf("opening: want exactly 1 write more (6), got %d", n)
 	}
 	v, _ := e.value(t)
 	if v["state"] != "open" || v["failures"] != float64(3) || v["updated_by"] != "r1" ||
@@ -287,15 +294,15 @@ func TestOpenRefusesOnEveryReplica(t *testing.T) {
 	b1 := e.reps[0].reg.For(account, target, cfg)
 	b2 := e.reps[1].reg.For(account, target, cfg)
 
-	// Counts are per replica until the threshold trips: one failure on
-	// each does not open it.
+	// The count is shared: one failure on each replica is two, and opens
+	// it (b2's write loses to b1's count if b2 has not seen it yet, and
+	// counts again on top of it).
 	call(t, b1, false)
-	call(t, b2, false)
 	if st, _ := b1.State(); st != breaker.Closed {
-		t.Fatalf("one failure on each replica: want closed, got %s", st)
+		t.Fatalf("one failure (threshold 2): want closed, got %s", st)
 	}
-	call(t, b1, false)
 	openUntil := e.clk.Now().Add(cfg.Cooldown)
+	call(t, b2, false)
 	waitState(t, breaker.Open, openUntil, b1, b2) // b2 learns it through the watch
 
 	for i, b := range []*breaker.Breaker{b1, b2} {
@@ -311,8 +318,8 @@ func TestOpenRefusesOnEveryReplica(t *testing.T) {
 			t.Fatalf("replica %d Allow 1ms before open_until: want refused until %v, got %+v", i+1, openUntil, p)
 		}
 	}
-	if n := e.writes(t); n != 1 {
-		t.Fatalf("refusals must not write: want 1 write, got %d", n)
+	if n := e.writes(t); n != 2 {
+		t.Fatalf("refusals must not write: want 2 writes (the count, the open), got %d", n)
 	}
 }
 

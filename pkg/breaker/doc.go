@@ -1,10 +1,13 @@
 // Package breaker is the circuit breaker per account and target that every
 // dispatcher replica shares. The shared state (closed, open until a time,
 // half-open with one prober) lives in the tenaz_breakers KV bucket under
-// "<account>.<target>" and changes only by compare-and-set; each replica
-// counts consecutive failures in a local failsafe-go CircuitBreaker, writes
-// "open" when its count trips, and mirrors every shared change it watches
-// into that local breaker without ever writing back.
+// "<account>.<target>" and changes only by compare-and-set. The count of
+// consecutive failures is part of it: every replica adds its failures to
+// the same count, and the failure that reaches the threshold writes
+// "open", so 5 failures open a breaker of 5 with one replica or ten. Each
+// replica mirrors every shared change it watches into a local failsafe-go
+// CircuitBreaker without ever writing back; that local breaker also
+// counts on its own while the bucket cannot be written.
 //
 // After the cooldown exactly one call across all replicas is the probe: the
 // replica whose compare-and-set from open to half_open wins makes it, and the

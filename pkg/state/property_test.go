@@ -131,6 +131,8 @@ func TestApplyProperties(t *testing.T) {
 			switch a.Name {
 			case state.Claim, state.Reclaim:
 				wantAttempts++
+			case state.Yield:
+				wantAttempts--
 			case state.Fallback, state.Replay:
 				wantAttempts = 0
 			}

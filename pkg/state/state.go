@@ -128,6 +128,7 @@ const (
 	AwaitCallback   ActionName = "await_callback" // target accepted, webhook will tell
 	Poll            ActionName = "poll"           // target accepted, poller will ask
 	Retry           ActionName = "retry"          // transient failure, attempts left
+	Yield           ActionName = "yield"          // the claimed attempt was not made (its breaker opened): given back
 	Fail            ActionName = "fail"           // permanent failure or attempts exhausted
 	Fallback        ActionName = "fallback"       // move to the fallback stage
 	Complete        ActionName = "complete"       // callback or poll brought the result
@@ -179,6 +180,7 @@ var Table = map[ActionName]Rule{
 	AwaitCallback: {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateAwaitingCallback, Effects: []EffectKind{EffectSetDeadline}},
 	Poll:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StatePolling, Effects: []EffectKind{EffectSchedulePoll}},
 	Retry:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectScheduleRetry}},
+	Yield:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectScheduleRetry}},
 	// Fail is legal before a run too: an event whose record has grown
 	// too large to claim (pkg/size) fails without a call.
 	Fail:     {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying, tenaz.StateRunning}, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
@@ -205,7 +207,7 @@ type Action struct {
 	Actor     string     // who: "dispatcher/<host>", "operator:alice", …
 	Detail    string     // why, in words
 	Error     *ErrorInfo // Retry/Fail: what went wrong
-	NextRunAt *time.Time // Retry, Delay, AwaitCallback, Poll, Repoll, Recover: when the next step is due
+	NextRunAt *time.Time // Retry, Yield, Delay, AwaitCallback, Poll, Repoll, Recover: when the next step is due
 	Deadline  *time.Time // AwaitCallback, Poll: the callback or poll SLA
 	Reference string     // AwaitCallback/Poll: provider's job id
 	Result    json.RawMessage
@@ -259,6 +261,10 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 		n.NextRunAt = nil
 	case Retry:
 		n.LastError = a.Error
+		n.NextRunAt = a.NextRunAt
+	case Yield:
+		n.Attempts--
+		n.RunSeq = 0
 		n.NextRunAt = a.NextRunAt
 	case Fail, DeliveriesMaxed:
 		n.LastError = a.Error

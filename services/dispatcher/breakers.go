@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,6 +56,19 @@ func (s *Service) waitForBreaker(ctx context.Context, m jetstream.Msg, env event
 	}
 	_ = m.Ack()
 	zerolog.Ctx(ctx).Debug().Time("until", retryAt).Msg("breaker open: waiting")
+}
+
+// errBreakerOpened is the outcome of a call that was allowed, then waited
+// for a concurrency slot while the breaker opened: it is not made.
+var errBreakerOpened = errors.New("the breaker opened before the call was made")
+
+// openedSince reports whether the breaker opened after the call was
+// allowed, and until when.
+func (a admission) openedSince() (time.Time, bool) {
+	if a.b == nil {
+		return time.Time{}, false
+	}
+	return a.b.OpenedSince(a.p)
 }
 
 // record tells the breaker how the call went: transient failures and

@@ -296,6 +296,15 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		}
 		mx.WaitTime(env.Account, env.Kind, s.st.Now().Sub(due))
 	}
+	if until, opened := adm.openedSince(); opened {
+		// Allowed, then held back by the account's concurrency while
+		// the breaker opened: the call would be one more failure past
+		// the threshold. The attempt is given back (yield) and the
+		// event waits for the cooldown.
+		release()
+		s.finish(ctx, m, env, rec, rev, outcome.RetryAfter(time.Until(until), errBreakerOpened), stage, hasFallback, target.Response{})
+		return
+	}
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
 	took := time.Since(began)
@@ -368,6 +377,10 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	b := outcome.Backoff{Initial: stage.Backoff.Initial.D(), Max: stage.Backoff.Max.D(), Multiplier: stage.Backoff.Multiplier,
 		Jitter: stage.Backoff.Jitter, MaxRetryAfter: stage.Backoff.MaxRetryAfter.D()}
 	d := outcome.Decide(callErr, rec.Attempts, stage.Attempts, hasFallback, b, s.jitter())
+	yield := errors.Is(callErr, errBreakerOpened)
+	if yield { // no call was made: whatever the attempts left, it waits for the cooldown
+		d = outcome.Decision{Verdict: outcome.VerdictRetry, Class: outcome.ClassTransient, Delay: b.Delay(rec.Attempts, callErr, s.jitter())}
+	}
 	log := zerolog.Ctx(ctx)
 	var errInfo *state.ErrorInfo
 	if callErr != nil {
@@ -408,6 +421,9 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 			return
 		}
 		a = state.Action{Name: state.Retry, Actor: s.actor, Error: errInfo, NextRunAt: &at}
+		if yield {
+			a = state.Action{Name: state.Yield, Actor: s.actor, NextRunAt: &at, Detail: errBreakerOpened.Error()}
+		}
 	case outcome.VerdictFallback:
 		a = state.Action{Name: state.Fallback, Actor: s.actor, Error: errInfo, Detail: fmt.Sprintf("primary failed %d times: %s", rec.Attempts, errInfo.Message)}
 	case outcome.VerdictDead:
@@ -508,7 +524,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	}
 	_ = m.Ack()
 	s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
-	if d.Verdict == outcome.VerdictRetry {
+	if d.Verdict == outcome.VerdictRetry && !yield {
 		s.o.Metrics.Retry(env.Account, env.Kind, d.Class)
 	}
 	switch {

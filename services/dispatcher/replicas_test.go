@@ -1,0 +1,345 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// The limits of an account hold with three dispatcher replicas, each its
+// own process on one NATS: rate 10/s gives at most 11 calls/s over 20 s,
+// concurrency 2 never shows more than 2 calls in flight at the target,
+// and a breaker of 5 failures lets at most 5 failed calls through, plus
+// the calls in flight when it opened (at most the concurrency). Run again
+// with the replica that owns the rated account killed (SIGKILL) mid-run:
+// the limits hold, its accounts are served again within handoverBound,
+// and every event still ends.
+func TestLimitsHoldAcrossReplicaProcesses(t *testing.T) {
+	t.Parallel()
+	for _, kill := range []bool{false, true} {
+		t.Run(map[bool]string{false: "steady", true: "owner-killed"}[kill], func(t *testing.T) {
+			t.Parallel()
+			limitsAcrossReplicas(t, kill)
+		})
+	}
+}
+
+// handoverBound is how soon a killed replica's accounts are served by
+// another: its heartbeat is missed for owner's Expiry (3 s at the default
+// 1 s beat), then the consumer's pin lapses (priority_timeout, 3 s), and
+// the new owner pulls; the rest is margin for a loaded machine.
+const handoverBound = 10 * time.Second
+
+const replicasYAML = `
+streams: {ack_wait: 2s}
+http: {addr: "127.0.0.1:0"}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 4, breaker: {failures: 100}}
+  rated: {concurrency: 4, rate: 10/s, breaker: {failures: 100}}
+  narrow: {concurrency: 2, breaker: {failures: 100}}
+  broken: {concurrency: 2, breaker: {failures: 5, cooldown: 10m}}
+targets:
+  erp: {url: "${TARGET}/{{.Account}}", timeout: 5s}
+kinds:
+  order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
+`
+
+func limitsAcrossReplicas(t *testing.T, kill bool) {
+	m := newMeter(map[string]time.Duration{"narrow": 300 * time.Millisecond})
+	m.fail["broken"] = true
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	// The harness's own provider stands unused: the replicas call the meter.
+	h := setup(t, replicasYAML, provider.Faults{})
+
+	procs := make([]*replicaProc, 3)
+	for i := range procs {
+		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		return h.liveReplicas() == 3
+	}, "want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+
+	rated := h.submitTo("rated", keys("rated", 300), orderPayload)
+	narrow := h.submitTo("narrow", keys("narrow", 40), orderPayload)
+	broken := h.submitTo("broken", keys("broken", 20), orderPayload)
+
+	natstest.Eventually(t, waitFor, func() bool { return len(m.callsOf("rated")) > 0 }, "want the rated account's first call")
+	start := m.callsOf("rated")[0]
+	window := 20 * time.Second
+	var killedAt time.Time
+	if kill {
+		<-time.After(6 * time.Second) // mid-run: the point of the kill, not a wait for an outcome
+		holder := h.leaseHolder("rated")
+		var victim *replicaProc
+		for _, p := range procs {
+			if p.instance() == holder {
+				victim = p
+			}
+		}
+		if victim == nil {
+			t.Fatalf("want the rated account's lease held by one of the replicas, held by %q", holder)
+		}
+		killedAt = time.Now()
+		victim.kill(t)
+		natstest.Eventually(t, handoverBound, func() bool {
+			h := h.leaseHolder("rated")
+			return h != "" && h != victim.instance()
+		}, "want the rated account owned by a live replica within %s of the kill", handoverBound)
+	}
+	natstest.Eventually(t, window+10*time.Second, func() bool { return time.Since(start) > window },
+		"the measuring window of the rated account")
+
+	calls := m.callsOf("rated")
+	in := 0
+	for _, at := range calls {
+		if !at.Before(start) && at.Before(start.Add(window)) {
+			in++
+		}
+	}
+	if max := int(11 * window.Seconds()); in > max {
+		t.Errorf("rated (10/s): want at most %d calls in %s at the target, got %d", max, window, in)
+	}
+	if least := 100; in < least {
+		t.Errorf("rated (10/s): want the account served, at least %d calls in %s, got %d", least, window, in)
+	}
+	if kill {
+		var gap time.Duration
+		var last time.Time
+		for _, at := range calls {
+			if !last.IsZero() && at.After(killedAt.Add(-time.Second)) && at.Sub(last) > gap {
+				gap = at.Sub(last)
+			}
+			last = at
+		}
+		if gap > handoverBound {
+			t.Errorf("rated: want its calls resumed within %s of the owner's death, the longest pause was %s", handoverBound, gap)
+		}
+	}
+	if got := m.maxInFlight("narrow"); got > 2 {
+		t.Errorf("narrow (concurrency 2): want at most 2 calls in flight at the target, saw %d", got)
+	}
+	if got := m.maxInFlight("narrow"); got < 1 {
+		t.Errorf("narrow: want it served, saw no call")
+	}
+	if got := len(m.callsOf("broken")); got > 5+2 {
+		t.Errorf("broken (breaker after 5 failures, concurrency 2): want at most 7 failed calls, got %d", got)
+	}
+	if got := len(m.callsOf("broken")); got < 5 {
+		t.Errorf("broken: want the breaker to have opened after 5 failures, only %d calls were made", got)
+	}
+
+	// Nothing lost: every event of the served accounts ends done, the
+	// broken account's wait (retrying behind the open breaker).
+	h.waitAll(append(narrow, rated...), tenaz.StateDone, 90*time.Second)
+	for _, id := range broken {
+		if st := h.record(id).Status; st != tenaz.StateRetrying && st != tenaz.StatePending && st != tenaz.StateRunning {
+			t.Errorf("broken event %s: want it waiting behind the open breaker, got %s", id, st)
+		}
+	}
+}
+
+// meter is a target that counts, per account (the URL's path), when each
+// call came and how many were in flight at once.
+type meter struct {
+	latency map[string]time.Duration
+	fail    map[string]bool
+
+	mu       sync.Mutex
+	calls    map[string][]time.Time
+	inFlight map[string]int
+	peak     map[string]int
+}
+
+func newMeter(latency map[string]time.Duration) *meter {
+	return &meter{latency: latency, fail: map[string]bool{},
+		calls: map[string][]time.Time{}, inFlight: map[string]int{}, peak: map[string]int{}}
+}
+
+func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	account := strings.Trim(r.URL.Path, "/")
+	m.mu.Lock()
+	m.calls[account] = append(m.calls[account], time.Now())
+	m.inFlight[account]++
+	m.peak[account] = max(m.peak[account], m.inFlight[account])
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.inFlight[account]--
+		m.mu.Unlock()
+	}()
+	if d := m.latency[account]; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+		}
+	}
+	if m.fail[account] {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"ok":true}`))
+}
+
+func (m *meter) callsOf(account string) []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]time.Time(nil), m.calls[account]...)
+}
+
+func (m *meter) maxInFlight(account string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak[account]
+}
+
+var (
+	replicaBuild sync.Once
+	replicaPath  string
+	replicaErr   error
+)
+
+// replicaBinary builds the real tenaz-dispatcher once per test run.
+func replicaBinary(t *testing.T) string {
+	t.Helper()
+	replicaBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "tenaz-dispatcher-*")
+		if err != nil {
+			replicaErr = err
+			return
+		}
+		replicaPath = filepath.Join(dir, "tenaz-dispatcher")
+		if out, err := exec.Command("go", "build", "-o", replicaPath, "./cmd/tenaz-dispatcher").CombinedOutput(); err != nil {
+			replicaErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if replicaErr != nil {
+		t.Fatal(replicaErr)
+	}
+	return replicaPath
+}
+
+// replicaProc is a tenaz-dispatcher process.
+type replicaProc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startReplica runs tenaz-dispatcher named name against h's server, with
+// h's config; it is stopped (SIGTERM) when the test ends.
+func startReplica(t *testing.T, h *harness, name, targetURL string) *replicaProc {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "tenaz.yaml")
+	if err := os.WriteFile(cfgPath, []byte(replicasYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(replicaBinary(t), "--config", cfgPath)
+	cmd.Env = append(os.Environ(), "NATS_URL="+h.srv.ClientURL(), "TARGET="+targetURL,
+		"LOG_LEVEL=warn", "LOG_FORMAT=json")
+	logf, err := os.Create(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &replicaProc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(logf.Name()); err == nil {
+				t.Logf("replica %s (pid %s) log:\n%s", name, strconv.Itoa(cmd.Process.Pid), tail(b, 4000))
+			}
+		}
+	})
+	return p
+}
+
+// instance is the replica's name in the owners bucket: the dispatcher's
+// default, host-pid, as one key token.
+func (p *replicaProc) instance() string {
+	host, _ := os.Hostname()
+	b := []byte(fmt.Sprintf("%s-%d", host, p.cmd.Process.Pid))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func (p *replicaProc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+// liveReplicas counts the replicas heartbeating in the owners bucket.
+func (h *harness) liveReplicas() int {
+	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketOwners)
+	if err != nil {
+		return 0
+	}
+	ks, err := kv.ListKeys(h.ctx())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for k := range ks.Keys() {
+		if strings.HasPrefix(k, "m.") {
+			n++
+		}
+	}
+	return n
+}
+
+// leaseHolder is the replica holding account's lease ("" when none).
+func (h *harness) leaseHolder(account string) string {
+	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketOwners)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(h.ctx(), 2*time.Second)
+	defer cancel()
+	e, err := kv.Get(ctx, "a."+account)
+	if err != nil {
+		return ""
+	}
+	return string(e.Value())
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
