@@ -140,7 +140,7 @@ func TestScheduleFiresIntoWorkQueue(t *testing.T) {
 		jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget("tenaz.events.a.k")); err != nil {
 		t.Fatalf("publish schedule: %v", err)
 	}
-	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second), ownerGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestScheduleReplaceAndCancel(t *testing.T) {
 	}
 	pub("old", time.Now().Add(time.Hour), "tenaz.events.b.k")
 	pub("new", time.Now().Add(time.Second), "tenaz.events.b.k")
-	msgs, err := cons.Fetch(2, jetstream.FetchMaxWait(4*time.Second))
+	msgs, err := cons.Fetch(2, jetstream.FetchMaxWait(4*time.Second), ownerGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestScheduleReplaceAndCancel(t *testing.T) {
 	if err := s.Purge(ctx, jetstream.WithPurgeSubject("tenaz.sched.ev_y")); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err = cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond))
+	msgs, err = cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond), ownerGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,3 +256,7 @@ func TestDeadLimitsApplied(t *testing.T) {
 		}
 	}
 }
+
+// ownerGroup is how these tests pull from a dispatch consumer: as its
+// owner replica does, in its pinned priority group.
+var ownerGroup = jetstream.FetchPriorityGroup("owner")
