@@ -61,11 +61,11 @@ type Group struct {
 	log  zerolog.Logger
 
 	mu     sync.Mutex
-	seen   map[string]heard     // replica → its last heartbeat heard
-	cut    bool                 // this replica's last heartbeat failed: it hears nobody
-	since  time.Time            // when this replica's heartbeats got through again
-	live   []string             // sorted, self included
-	leases map[string]lease     // account → its holder as last known
+	seen   map[string]heard // replica → its last heartbeat heard
+	cut    bool             // this replica's last heartbeat failed: it hears nobody
+	since  time.Time        // when this replica's heartbeats got through again
+	live   []string         // sorted, self included
+	leases map[string]lease // account → its holder as last known
 
 	changed chan struct{}
 	stop    context.CancelFunc
