@@ -96,6 +96,13 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 // one message at a time in stream order, so that a lane's events are
 // appended in the order they were submitted.
 func (s *Service) route(m jetstream.Msg) {
+	if h := s.o.Hooks; h != nil && h.BeforeIntake != nil {
+		f, _ := s.fieldsOf(m.Subject(), m.Headers())
+		if err := h.BeforeIntake(event.ID(f.Account, f.IdempotencyKey)); err != nil {
+			_ = m.Nak()
+			return
+		}
+	}
 	account, kind, err := s.subj.ParseIntake(m.Subject())
 	ordered := m.Headers().Get(tenaz.HeaderOrderingKey) != ""
 	if err == nil && !ordered {

@@ -2,9 +2,11 @@ package ingest_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/ingest"
 )
 
 // withInvoice is baseYAML with a second kind, invoice.send.
@@ -53,80 +56,60 @@ func (h *harness) deadEntries() []dead.Entry {
 // class unknown_kind), readable at its status URL and kept in DEAD under
 // its id. One B refused while A's handler still waited is answered with
 // the refusal instead (the caller was told), and nothing is kept.
+// A hands every intake message back, so that B takes each one; B holds
+// "kept" until A has answered it 202 (A waits its default ReplyTimeout,
+// 5s: B's refusal of "told", held by nobody, comes back well within it).
 func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
 	t.Parallel()
-	// A tiny ReplyTimeout: A answers 202 before the outcome comes back,
-	// as it does whenever accepting takes longer than the timeout.
-	h := setup(t, withInvoice, withReplyTimeout(time.Millisecond))
-	h.startIngestConfig(h.config(baseYAML), nil) // replica B
+	toldID, keptID := event.ID("acme", "told"), event.ID("acme", "kept")
+	errHandBack := errors.New("handed back: B takes every submission")
+	h := setup(t, withInvoice, withHooks(&ingest.Hooks{BeforeIntake: func(string) error { return errHandBack }}))
+	release := make(chan struct{})
+	releaseB := sync.OnceFunc(func() { close(release) })
+	h.startIngestConfig(h.config(baseYAML), &ingest.Hooks{BeforeIntake: func(id string) error { // replica B
+		if id == keptID {
+			select {
+			case <-release:
+			case <-h.ctx().Done():
+			}
+		}
+		return nil
+	}})
+	t.Cleanup(releaseB)
+	const body = `{"account":"acme","kind":"invoice.send","payload":{"n":1}}`
 
-	var accepted, told []string
-	deadByB := func() bool {
-		for _, id := range accepted {
-			if rec, ok := h.record(id); ok && rec.Status == tenaz.StateDead {
-				return true
-			}
-		}
-		return false
+	r := h.do(http.MethodPost, "/v1/events", body, "Idempotency-Key", "told")
+	if r.Status != http.StatusUnprocessableEntity || r.errorCode(t) != "unknown_kind" {
+		t.Fatalf("POST told, refused by B while A waited: want 422 unknown_kind, got %d %s", r.Status, r.Body)
 	}
-	n := 0
-	natstest.Eventually(t, waitFor, func() bool {
-		n++
-		key := fmt.Sprintf("inv-%d", n)
-		r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"invoice.send","payload":{"n":1}}`, "Idempotency-Key", key)
-		switch r.Status {
-		case http.StatusAccepted:
-			accepted = append(accepted, event.ID("acme", key))
-		case http.StatusUnprocessableEntity:
-			if code := r.errorCode(t); code != "unknown_kind" {
-				t.Fatalf("POST %s: want a 422 only as B's refusal (unknown_kind), got %s", key, r.Body)
-			}
-			told = append(told, event.ID("acme", key))
-		default:
-			t.Fatalf("POST %s: want 202 (or B's 422), got %d %s", key, r.Status, r.Body)
-		}
-		return deadByB()
-	}, "a submission A answered 202 for to be refused by B and kept dead (%v submitted)", lazy(func() string { return fmt.Sprint(n) }))
 
-	// Every 202 ends visible: accepted by A (pending), or dead by B.
-	deadIDs := map[string]bool{}
-	for _, id := range accepted {
-		var rec state.Record
-		var ok bool
-		natstest.Eventually(t, waitFor, func() bool { rec, ok = h.record(id); return ok }, "event %s answered 202: want its record", id)
-		switch rec.Status {
-		case tenaz.StatePending:
-		case tenaz.StateDead:
-			deadIDs[id] = true
-			if rec.LastError == nil || rec.LastError.Class != "unknown_kind" || len(rec.History) != 1 || rec.History[0].Action != state.Reject ||
-				!strings.HasPrefix(rec.History[0].Detail, dead.ReasonRejected+":") || string(rec.Payload) != `{"n":1}` {
-				t.Fatalf("event %s refused by B: want dead by reject, last_error unknown_kind, the payload kept, got %+v", id, rec)
-			}
-			r := h.do(http.MethodGet, "/v1/events/"+id, "")
-			var v view
-			r.json(t, &v)
-			if r.Status != http.StatusOK || v.Status != tenaz.StateDead {
-				t.Fatalf("GET the status URL of %s: want 200 and status dead, got %d %s", id, r.Status, r.Body)
-			}
-		default:
-			t.Fatalf("event %s: want pending (A) or dead (B), got %s", id, rec.Status)
-		}
+	r = h.do(http.MethodPost, "/v1/events", body, "Idempotency-Key", "kept")
+	var v view
+	r.json(t, &v)
+	if r.Status != http.StatusAccepted || v.ID != keptID || v.Status != "accepted" || v.StatusURL != h.api.URL+"/v1/events/"+keptID {
+		t.Fatalf("POST kept, held by B: want 202 accepted for %s, got %d %s", keptID, r.Status, r.Body)
 	}
-	natstest.Eventually(t, waitFor, func() bool {
-		kept := 0
-		for _, e := range h.deadEntries() {
-			if deadIDs[e.ID] && e.Reason == dead.ReasonRejected && e.Class == "unknown_kind" && e.Event != nil && e.Record != nil {
-				kept++
-			}
-		}
-		return kept == len(deadIDs)
-	}, "DEAD: want an entry with the event for each of the %d events B refused", len(deadIDs))
-	for _, id := range told {
-		if rec, ok := h.record(id); ok {
-			t.Fatalf("event %s: its caller was told 422, want nothing kept, got %+v", id, rec)
-		}
+	releaseB()
+	rec := h.waitStatus(keptID, tenaz.StateDead)
+	if rec.LastError == nil || rec.LastError.Class != "unknown_kind" || len(rec.History) != 1 || rec.History[0].Action != state.Reject ||
+		!strings.HasPrefix(rec.History[0].Detail, dead.ReasonRejected+":") || string(rec.Payload) != `{"n":1}` {
+		t.Fatalf("event %s refused by B after the 202: want dead by reject, last_error unknown_kind, the payload kept, got %+v", keptID, rec)
 	}
+	r = h.do(http.MethodGet, "/v1/events/"+keptID, "")
+	r.json(t, &v)
+	if r.Status != http.StatusOK || v.Status != tenaz.StateDead {
+		t.Fatalf("GET the status URL of %s: want 200 and status dead, got %d %s", keptID, r.Status, r.Body)
+	}
+
 	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
+	entries := h.deadEntries()
+	if len(entries) != 1 || entries[0].ID != keptID || entries[0].Reason != dead.ReasonRejected || entries[0].Class != "unknown_kind" ||
+		entries[0].Event == nil || entries[0].Record == nil {
+		t.Fatalf("DEAD: want one entry, %s with its event and record (told's caller was told: nothing kept), got %+v", keptID, entries)
+	}
+	if rec, ok := h.record(toldID); ok {
+		t.Fatalf("event %s: its caller was told 422, want nothing kept, got %+v", toldID, rec)
+	}
 }
 
 // A key names one submission. The same key with the same payload (even
