@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/quota"
 )
 
 // Scope is what a key may do.
@@ -116,6 +118,7 @@ type Authenticator struct {
 	disabled bool
 	creds    []credential
 	now      func() time.Time
+	shared   atomic.Pointer[quota.Quotas] // where the keys' rates are counted; nil: in this process
 }
 
 // New builds the authenticator of cfg.Auth. It refuses a config with no
@@ -267,7 +270,7 @@ func (a *Authenticator) Require(s Scope, h http.Handler) http.Handler {
 			return
 		}
 		if s == Submit {
-			if ok, wait := p.limit.take(a.now()); !ok {
+			if ok, wait := a.take(r.Context(), p); !ok {
 				secs := int((wait + time.Second - 1) / time.Second)
 				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 				httpapi.Error(w, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("%s is over its submission rate; retry after %ds", p, max(secs, 1)))
@@ -276,6 +279,52 @@ func (a *Authenticator) Require(s Scope, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 	})
+}
+
+// RateLimited reports whether any key has a submission rate.
+func (a *Authenticator) RateLimited() bool {
+	if a.Disabled() {
+		return false
+	}
+	for _, c := range a.creds {
+		if c.p.limit != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// ShareRates counts the keys' submission rates in q (tenaz_quotas, one
+// record per key id) instead of in this process, so that a key's rate
+// holds over every replica that shares q's bucket: N ingest replicas
+// behind a load balancer allow the key its rate, not N times it. Call it
+// before serving.
+func (a *Authenticator) ShareRates(q *quota.Quotas) {
+	if a != nil {
+		a.shared.Store(q)
+	}
+}
+
+// takeWait bounds the shared bucket's answer to one submission.
+const takeWait = 2 * time.Second
+
+// take spends one token of p's submission rate; when none is left it
+// reports how long until one is. The shared bucket decides when there is
+// one (ShareRates); while it does not answer, this process's own bucket
+// stands in (each replica then allows the key its rate).
+func (a *Authenticator) take(ctx context.Context, p Principal) (bool, time.Duration) {
+	if p.limit == nil {
+		return true, 0
+	}
+	if q := a.shared.Load(); q != nil {
+		ctx, cancel := context.WithTimeout(ctx, takeWait)
+		ok, wait, err := q.Take(ctx, quota.APIKey(p.ID), quota.Limit{Rate: p.limit.rate, Burst: p.limit.burst})
+		cancel()
+		if err == nil {
+			return ok, wait
+		}
+	}
+	return p.limit.take(a.now())
 }
 
 // sameOrigin rejects unsafe (non GET/HEAD/OPTIONS) cross-origin browser

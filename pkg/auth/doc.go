@@ -10,8 +10,9 @@
 // routes are Open, the screen, dead letters, reviews and breakers are
 // OperatorOnly, the events API needs AnyCredential, and a route without a
 // class is refused. Require wraps one route with the scope it needs (and
-// the key's rate limit for submit); handlers check the account of what
-// they touch with From and Principal.MayAccess.
+// the key's rate limit for submit, counted over every replica once
+// ShareRates gave it the shared tenaz_quotas bucket); handlers check the
+// account of what they touch with From and Principal.MayAccess.
 //
 //	a, err := auth.New(cfg)              // refuses no keys unless auth.disabled
 //	mux.Handle("POST /v1/events", a.Require(auth.Submit, submit))

@@ -7,6 +7,9 @@ import (
 )
 
 // bucket is a token bucket: rate tokens a second, at most burst saved.
+// It counts in this process only: a key's shared rate is counted in
+// tenaz_quotas (ShareRates), and this bucket stands in while that does
+// not answer.
 type bucket struct {
 	rate  float64
 	burst float64

@@ -221,7 +221,20 @@ type Target struct {
 	// is the call's outcome) or "same_host" (https redirects to the host
 	// and port of the call). Defaults to "none".
 	Redirects string `yaml:"redirects"`
+	// Rate limits the calls to this target of every account and every
+	// dispatcher replica together, e.g. "20/s": one every 1/rate (a
+	// provider's limit on the one key all accounts share). A call needs
+	// its account's rate and this one. Defaults to "" (unlimited).
+	Rate Rate `yaml:"rate"`
+	// Concurrency is how many calls to this target may be in flight at
+	// once over every account and every dispatcher replica. A call needs a
+	// slot of its account and one of the target. Defaults to 0 (unlimited).
+	Concurrency int `yaml:"concurrency"`
 }
+
+// Limited reports whether the target has a provider-wide rate or
+// concurrency: its calls then count in the shared tenaz_quotas bucket.
+func (t Target) Limited() bool { return !t.Rate.Unlimited() || t.Concurrency > 0 }
 
 // Callback says how the webhook receiver reads a target's callbacks.
 type Callback struct {

@@ -339,6 +339,20 @@ accounts:
 				eq(t, "e rate (inherits *)", c.Account("e").Rate.PerSecond, 100.0)
 			},
 		},
+		{
+			name: "provider-wide target limits",
+			doc:  "targets: {bureau: {url: 'http://x/', rate: 20/s, concurrency: 3}, erp: {url: 'http://y/'}, open: {url: 'http://z/', rate: unlimited}}",
+			check: func(t *testing.T, c *config.Config) {
+				b, _ := c.Target("bureau")
+				eq(t, "bureau rate", b.Rate.PerSecond, 20.0)
+				eq(t, "bureau concurrency", b.Concurrency, 3)
+				eq(t, "bureau limited", b.Limited(), true)
+				e, _ := c.Target("erp")
+				eq(t, "erp limited (no limit set)", e.Limited(), false)
+				o, _ := c.Target("open")
+				eq(t, "open limited (rate unlimited)", o.Limited(), false)
+			},
+		},
 		{name: "sync interval", doc: minimal + "nats: {embedded: {sync: 1s}}"},
 		{name: "three replicas", doc: minimal + "streams: {replicas: 3, tags: [ssd, eu], cluster: c1, retention: 720h}"},
 		{name: "five replicas", doc: minimal + "streams: {replicas: 5}"},
@@ -423,6 +437,9 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "bad duration", doc: "targets: {erp: {url: 'http://x/', timeout: 10 parsecs}}", want: []string{`targets.erp.timeout: invalid duration "10 parsecs"`}},
 		{name: "bad rate unit", doc: minimal + "accounts: {acme: {rate: 5/d}}", want: []string{`accounts.acme.rate: invalid rate "5/d"`}},
 		{name: "negative rate", doc: minimal + "accounts: {acme: {rate: -5/s}}", want: []string{"accounts.acme.rate: invalid rate"}},
+		{name: "negative target rate", doc: "targets: {erp: {url: 'http://x/', rate: -5/s}}", want: []string{"targets.erp.rate: invalid rate"}},
+		{name: "bad target rate unit", doc: "targets: {erp: {url: 'http://x/', rate: 5/d}}", want: []string{`targets.erp.rate: invalid rate "5/d"`}},
+		{name: "negative target concurrency", doc: "targets: {erp: {url: 'http://x/', concurrency: -1}}", want: []string{"targets.erp.concurrency: must be positive (or 0: unlimited), got -1"}},
 		{name: "not a finite number", doc: erpTarget + "kinds: {order.create: {target: erp, backoff: {jitter: .nan}}}", want: []string{"kinds.order.create.backoff.jitter: expected a finite number"}},
 		{name: "syntax error", doc: "targets: {erp: [", want: []string{"yaml:"}},
 		{name: "two documents", doc: minimal + "---\nprefix: x\n", want: []string{"more than one YAML document"}},
@@ -743,8 +760,11 @@ kinds:
 			"TENAZ_TARGETS_ERP_URL": "https://erp2.example.com/{{.ID}}", "TENAZ_ACCOUNTS_ACME_CONCURRENCY": "2",
 			"TENAZ_KINDS_ORDER_CREATE_ATTEMPTS": "9", "TENAZ_KINDS_ORDER_CREATE_BACKOFF_INITIAL": "1s",
 			"TENAZ_TARGETS_ERP_HEADERS_X_APP_KEY": "${LITERAL}", "TENAZ_TARGETS_ERP_SIGNING_SECRET": erpSecret,
+			"TENAZ_TARGETS_ERP_RATE": "20/s", "TENAZ_TARGETS_ERP_CONCURRENCY": "3",
 		}, func(t *testing.T, c *config.Config) {
 			erp, _ := c.Target("erp")
+			eq(t, "targets.erp.rate", erp.Rate.PerSecond, 20.0)
+			eq(t, "targets.erp.concurrency", erp.Concurrency, 3)
 			eq(t, "targets.erp.url", erp.URL, "https://erp2.example.com/{{.ID}}")
 			eq(t, "targets.erp.headers.X-App-Key (taken literally)", erp.Headers["X-App-Key"].Reveal(), "${LITERAL}")
 			eq(t, "targets.erp.signing_secret", erp.SigningSecret.Reveal(), erpSecret)

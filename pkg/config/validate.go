@@ -320,6 +320,12 @@ func (v *validator) targets() {
 		if r := t.Redirects; r != RedirectsNone && r != RedirectsSameHost {
 			v.add(join(key, "redirects"), "must be none or same_host, got %q", r)
 		}
+		if r := t.Rate.PerSecond; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+			v.add(join(key, "rate"), "must be unlimited or a positive rate, got %v", r)
+		}
+		if t.Concurrency < 0 {
+			v.add(join(key, "concurrency"), "must be positive (or 0: unlimited), got %d", t.Concurrency)
+		}
 		ckey := join(key, "callback")
 		v.positive(join(ckey, "tolerance"), t.Callback.Tolerance)
 		if t.Callback.Tolerance > MaxTolerance {

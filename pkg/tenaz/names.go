@@ -31,6 +31,10 @@ const (
 	// BucketOwners holds the dispatcher replicas' heartbeats and which
 	// replica owns each account (pkg/owner).
 	BucketOwners = "tenaz_owners"
+	// BucketQuotas holds the limits every replica shares (pkg/quota): a
+	// target's token bucket and calls in flight, an API key's submission
+	// rate.
+	BucketQuotas = "tenaz_quotas"
 	// ConsumerPoller is the poller's shared consumer of the timers.
 	ConsumerPoller = "poller"
 	// HeaderTimer says what a timer message is for ("deadline" or "poll").

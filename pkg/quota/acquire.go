@@ -1,0 +1,304 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// idle is how long a line's loop sleeps with nothing to do (a kick or a
+// watched change wakes it sooner).
+const idle = time.Hour
+
+// Acquire waits until key has a token and a free slot of l, takes both,
+// and returns the release of the slot, which the caller calls once its
+// call returned (more calls do nothing). waited reports that the call
+// was held back. It returns an error only when ctx ends (ctx.Err()) or
+// after Close (ErrClosed); while the bucket cannot be reached it waits.
+//
+// The waiters of one key in this replica are served in order, by one
+// loop that folds them into as few compare-and-sets as it can: one takes
+// the tokens and slots of every waiter it can serve, and gives back the
+// slots released since.
+func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func(), waited bool, err error) {
+	ln, err := q.line(key, l)
+	if err != nil {
+		return nil, false, err
+	}
+	w := &waiter{ready: make(chan struct{})}
+	ln.mu.Lock()
+	ln.waiting = append(ln.waiting, w)
+	ln.mu.Unlock()
+	ln.poke()
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		ln.mu.Lock()
+		select {
+		case <-w.ready: // served meanwhile: the slot goes back unused
+			if w.err == nil {
+				ln.freed++
+			}
+		default:
+			w.gone = true
+		}
+		ln.mu.Unlock()
+		ln.poke()
+		return nil, true, ctx.Err()
+	}
+	if w.err != nil {
+		return nil, w.waited, w.err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ln.mu.Lock()
+			ln.freed++
+			ln.mu.Unlock()
+			ln.poke()
+		})
+	}, w.waited, nil
+}
+
+// waiter is one Acquire waiting in a line.
+type waiter struct {
+	ready  chan struct{} // closed when served (or failed: err)
+	err    error
+	waited bool // a step of the loop could not serve it at once
+	gone   bool // its context ended before it was served
+}
+
+// line is one key as this replica uses it through Acquire: its waiters,
+// its slots, and the record as last known.
+type line struct {
+	q    *Quotas
+	key  string
+	lim  Limit
+	kick chan struct{}
+	done chan struct{} // closed when the loop has exited
+
+	mu      sync.Mutex
+	rec     record
+	rev     uint64
+	fresh   bool      // rec is the stored record as far as this replica knows
+	readAt  time.Time // when rec was last known to be the stored one
+	held    int       // this replica's slots in the stored record
+	freed   int       // slots released since, not yet written
+	waiting []*waiter
+}
+
+func (q *Quotas) line(key string, l Limit) (*line, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, ErrClosed
+	}
+	if ln, ok := q.lines[key]; ok {
+		return ln, nil
+	}
+	if l.Concurrency > 0 && q.o.Instance == "" {
+		return nil, errors.New("quota: Options.Instance is required for a concurrency limit")
+	}
+	ln := &line{q: q, key: key, lim: l, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	q.lines[key] = ln
+	go ln.run(q.ctx)
+	return ln, nil
+}
+
+func (ln *line) poke() {
+	select {
+	case ln.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run serves the line until ctx ends, woken by a waiter, a release, a
+// change of the record (its watch) or the time the next token is due.
+func (ln *line) run(ctx context.Context) {
+	defer close(ln.done)
+	defer ln.fail(ErrClosed)
+	var updates <-chan jetstream.KeyValueEntry
+	if w, err := ln.q.kv.Watch(ctx, ln.key); err != nil {
+		ln.q.log.Debug().Err(err).Str("key", ln.key).Msg("quota: watch (rechecking every second instead)")
+	} else {
+		defer func() { _ = w.Stop() }()
+		updates = w.Updates()
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	backoff := 50 * time.Millisecond
+	for {
+		wait, err := ln.step(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			ln.q.log.Warn().Err(err).Str("key", ln.key).Msg("quota: the bucket did not answer; waiting")
+			wait, backoff = backoff, min(2*backoff, recheck)
+		} else {
+			backoff = 50 * time.Millisecond
+		}
+		if wait <= 0 {
+			continue
+		}
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ln.kick:
+		case <-t.C:
+		case e, ok := <-updates:
+			if !ok {
+				updates = nil
+			} else if e != nil {
+				ln.learn(e)
+			}
+		}
+	}
+}
+
+// learn takes a watched entry in, unless a newer one is known.
+func (ln *line) learn(e jetstream.KeyValueEntry) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if e.Revision() <= ln.rev {
+		return
+	}
+	ln.rec, _ = decode(e)
+	ln.rev, ln.fresh, ln.readAt = e.Revision(), true, time.Now()
+}
+
+// fail ends every waiter with err.
+func (ln *line) fail(err error) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	for _, w := range ln.waiting {
+		if !w.gone {
+			w.err = err
+			close(w.ready)
+		}
+	}
+	ln.waiting = nil
+}
+
+// step serves what it can of the line with at most one compare-and-set.
+// It returns how long to wait before the next step (0: at once).
+func (ln *line) step(ctx context.Context) (time.Duration, error) {
+	self := ln.q.o.Instance
+	ln.mu.Lock()
+	ln.waiting = slices.DeleteFunc(ln.waiting, func(w *waiter) bool { return w.gone })
+	// Only this replica puts itself in line or takes itself out (the
+	// others forget it only once it is not live).
+	if _, queued := ln.rec.Queue[self]; len(ln.waiting) == 0 && ln.freed == 0 && ln.fresh && !queued {
+		ln.mu.Unlock()
+		return idle, nil
+	}
+	if !ln.fresh || time.Since(ln.readAt) >= recheck {
+		ln.mu.Unlock()
+		rec, rev, err := ln.q.get(ctx, ln.key)
+		if err != nil {
+			return 0, err
+		}
+		ln.mu.Lock()
+		if rev >= ln.rev || !ln.fresh {
+			ln.rec, ln.rev = rec, rev
+		}
+		ln.fresh, ln.readAt = true, time.Now()
+	}
+	live := ln.q.live()
+	r := ln.rec.clone()
+	r.refill(ln.lim, time.Now())
+	mine := ln.held - ln.freed
+	n := len(ln.waiting)
+	turn := r.turn(live, self)
+	serve := 0
+	if n > 0 && turn {
+		serve = n
+		if c := ln.lim.Concurrency; c > 0 {
+			serve = min(serve, c-r.othersHeld(live, self)-mine)
+		}
+		if ln.lim.Rate > 0 {
+			serve = min(serve, r.whole())
+		}
+		serve = max(serve, 0)
+	}
+	if ln.lim.Rate > 0 {
+		r.Tokens -= float64(serve)
+	}
+	r.setHeld(self, mine+serve)
+	r.prune(live, self)
+	place, queued := ln.rec.Queue[self]
+	switch {
+	case n == serve:
+		delete(r.Queue, self)
+	case !queued || serve > 0:
+		r.line(self) // into the line, or to its back after a turn
+	}
+	for _, w := range ln.waiting[serve:] {
+		w.waited = true
+	}
+	if p, inLine := r.Queue[self]; serve == 0 && ln.freed == 0 && p == place && inLine == queued {
+		// Nothing to write: wait for a turn, a slot, or the next token.
+		wait := recheck
+		if turn && ln.lim.Rate > 0 && r.whole() < 1 {
+			wait = min(wait, r.due(ln.lim))
+		}
+		ln.mu.Unlock()
+		return wait, nil
+	}
+	freed, rev := ln.freed, ln.rev
+	ln.mu.Unlock()
+	nrev, err := ln.q.put(ctx, ln.key, r, rev)
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if err != nil {
+		if isConflict(err) {
+			ln.fresh = false // read again and decide again, at once
+			return 0, nil
+		}
+		return 0, err
+	}
+	if nrev > ln.rev {
+		ln.rec, ln.rev, ln.fresh, ln.readAt = r, nrev, true, time.Now()
+	}
+	ln.held += serve - freed
+	ln.freed -= freed
+	for _, w := range ln.waiting[:serve] {
+		if w.gone { // gave up during the write: its slot goes back
+			ln.freed++
+			continue
+		}
+		close(w.ready)
+	}
+	ln.waiting = ln.waiting[serve:]
+	return 0, nil
+}
+
+// flush takes this replica's slots (those still held count) and place in
+// line out of the record.
+func (ln *line) flush(ctx context.Context) error {
+	self := ln.q.o.Instance
+	ln.mu.Lock()
+	mine := ln.held - ln.freed
+	ln.mu.Unlock()
+	for range maxTries {
+		rec, rev, err := ln.q.get(ctx, ln.key)
+		if err != nil {
+			return err
+		}
+		r := rec.clone()
+		r.setHeld(self, mine)
+		delete(r.Queue, self)
+		if r.Held[self] == rec.Held[self] && len(r.Queue) == len(rec.Queue) {
+			return nil
+		}
+		if _, err = ln.q.put(ctx, ln.key, r, rev); err == nil || !isConflict(err) {
+			return err
+		}
+	}
+	return ErrContended
+}

@@ -1,0 +1,222 @@
+package quota
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Key prefixes in the bucket.
+const (
+	targetPrefix = "t."
+	keyPrefix    = "k."
+)
+
+// TargetKey is the record of a target's limit.
+func TargetKey(target string) string { return targetPrefix + target }
+
+// APIKey is the record of an API key's submission rate (by key id).
+func APIKey(id string) string { return keyPrefix + id }
+
+// recheck bounds every wait on a stored record: a replica that waits, and
+// a refusal, read the record again at least this often (a watch that fell
+// behind, a replica taken for dead meanwhile, a record reset by hand).
+const recheck = time.Second
+
+// maxTries bounds the compare-and-sets Take tries before it gives up.
+const maxTries = 16
+
+// Errors.
+var (
+	// ErrClosed is returned by Acquire and Take after Close.
+	ErrClosed = errors.New("quota: closed")
+	// ErrContended is returned by Take when every compare-and-set lost.
+	ErrContended = errors.New("quota: too many conflicting writes")
+)
+
+// Options configure a replica's Quotas.
+type Options struct {
+	// Instance names this replica among those that hold slots of a
+	// concurrency limit (owner.Group.Self). Required for Acquire.
+	Instance string
+	// Live returns the live replicas, sorted (owner.Group.Live): the calls
+	// in flight of any other are not counted, and it is forgotten. nil
+	// counts every replica that ever held a slot.
+	Live func() []string
+	// Logger defaults to a disabled logger.
+	Logger *zerolog.Logger
+}
+
+// Quotas is a replica's access to the shared limits.
+type Quotas struct {
+	o   Options
+	kv  jetstream.KeyValue
+	log zerolog.Logger
+
+	ctx    context.Context // ends with Close: the lines' loops
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	takers map[string]*taker
+	lines  map[string]*line
+}
+
+// Open binds the bucket (tenaz.BucketQuotas: streams.Apply creates it).
+func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Quotas, error) {
+	kv, err := js.KeyValue(ctx, tenaz.BucketQuotas)
+	if err != nil {
+		return nil, fmt.Errorf("quota: %w", err)
+	}
+	log := zerolog.Nop()
+	if o.Logger != nil {
+		log = *o.Logger
+	}
+	q := &Quotas{o: o, kv: kv, log: log, takers: map[string]*taker{}, lines: map[string]*line{}}
+	q.ctx, q.cancel = context.WithCancel(context.Background())
+	return q, nil
+}
+
+// Close stops the waiting (Acquire returns ErrClosed) and takes this
+// replica's slots and place in line out of every record it used, within
+// ctx. Release what was acquired first. Idempotent.
+func (q *Quotas) Close(ctx context.Context) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.closed = true
+	lines := slices.Collect(func(yield func(*line) bool) {
+		for _, l := range q.lines {
+			if !yield(l) {
+				return
+			}
+		}
+	})
+	q.mu.Unlock()
+	q.cancel()
+	for _, l := range lines {
+		<-l.done
+	}
+	for _, l := range lines {
+		if err := l.flush(ctx); err != nil {
+			q.log.Debug().Err(err).Str("key", l.key).Msg("quota: giving this replica's slots back")
+		}
+	}
+}
+
+// Take spends one token of key's bucket. ok false means the bucket is
+// empty, and wait is how long until it holds one. A token costs one
+// compare-and-set; a refusal costs none (it is decided from the record
+// as last read, read again at least every second): the tokens of a
+// record read earlier are never fewer than those of the record now.
+func (q *Quotas) Take(ctx context.Context, key string, l Limit) (ok bool, wait time.Duration, err error) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false, 0, ErrClosed
+	}
+	t := q.takers[key]
+	if t == nil {
+		t = &taker{}
+		q.takers[key] = t
+	}
+	q.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for range maxTries {
+		if t.read.IsZero() || time.Since(t.read) >= recheck {
+			if t.rec, t.rev, err = q.get(ctx, key); err != nil {
+				t.read = time.Time{}
+				return false, 0, err
+			}
+			t.read = time.Now()
+		}
+		r := t.rec.clone()
+		r.refill(l, time.Now())
+		if r.whole() < 1 {
+			return false, r.due(l), nil
+		}
+		r.Tokens--
+		rev, err := q.put(ctx, key, r, t.rev)
+		if err == nil {
+			t.rec, t.rev, t.read = r, rev, time.Now()
+			return true, 0, nil
+		}
+		t.read = time.Time{}
+		if !isConflict(err) {
+			return false, 0, err
+		}
+	}
+	return false, 0, ErrContended
+}
+
+// taker is what this replica knows of one key that Take spends.
+type taker struct {
+	mu   sync.Mutex
+	rec  record
+	rev  uint64
+	read time.Time // when rec was last known to be the stored one; zero: read it
+}
+
+func (q *Quotas) get(ctx context.Context, key string) (record, uint64, error) {
+	e, err := q.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return record{}, 0, nil
+	}
+	if err != nil {
+		return record{}, 0, err
+	}
+	r, _ := decode(e)
+	return r, e.Revision(), nil
+}
+
+// decode reads an entry's record; a delete, or a value that is not a
+// record, is a new one (a full bucket, nothing in flight).
+func decode(e jetstream.KeyValueEntry) (record, bool) {
+	var r record
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &r) != nil {
+		return record{}, false
+	}
+	return r, true
+}
+
+// put writes r if the key is still at rev (0: it has no record).
+func (q *Quotas) put(ctx context.Context, key string, r record, rev uint64) (uint64, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return q.kv.Create(ctx, key, b)
+	}
+	return q.kv.Update(ctx, key, b, rev)
+}
+
+// live is the live replicas, sorted; nil counts everyone.
+func (q *Quotas) live() []string {
+	if q.o.Live == nil {
+		return nil
+	}
+	live := q.o.Live()
+	if live == nil {
+		live = []string{}
+	}
+	slices.Sort(live)
+	return live
+}
+
+// isConflict reports a compare-and-set that lost.
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}

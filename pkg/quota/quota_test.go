@@ -1,0 +1,379 @@
+package quota_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/quota"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cluster is the live replicas as a test decides them.
+type cluster struct {
+	mu   sync.Mutex
+	live []string
+}
+
+func (c *cluster) Live() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.live)
+}
+
+func (c *cluster) set(live ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live = slices.Sorted(slices.Values(live))
+}
+
+// open is replica name's Quotas on its own connection, as a separate
+// process has; closed when the test ends.
+func open(t *testing.T, srv *natstest.Server, c *cluster, name string) *quota.Quotas {
+	t.Helper()
+	_, js := srv.Conn(t)
+	q, err := quota.Open(context.Background(), js, quota.Options{Instance: name, Live: c.Live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		q.Close(ctx)
+	})
+	return q
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Three replicas, each with many callers, share one concurrency limit of
+// 3: never more than 3 calls in flight at once, and every caller served.
+// One replica alone with 30 callers would go to 30.
+func TestAcquireConcurrencyAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a", "b", "c")
+	qs := []*quota.Quotas{open(t, srv, c, "a"), open(t, srv, c, "b"), open(t, srv, c, "c")}
+	lim := quota.Limit{Concurrency: 3}
+	var inFlight, peak, served atomic.Int64
+	var waits atomic.Int64
+	var wg sync.WaitGroup
+	ctx := ctxFor(t, time.Minute)
+	for _, q := range qs {
+		for range 10 {
+			wg.Go(func() {
+				for range 5 {
+					release, waited, err := q.Acquire(ctx, quota.TargetKey("erp"), lim)
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					if waited {
+						waits.Add(1)
+					}
+					n := inFlight.Add(1)
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					<-time.After(2 * time.Millisecond) // the call
+					inFlight.Add(-1)
+					served.Add(1)
+					release()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 3 {
+		t.Errorf("want at most 3 calls in flight over the three replicas, saw %d", p)
+	}
+	if p := peak.Load(); p < 2 {
+		t.Errorf("want the limit used, saw at most %d in flight", p)
+	}
+	if n := served.Load(); n != 150 {
+		t.Errorf("want every one of 150 calls served, got %d", n)
+	}
+	if waits.Load() == 0 {
+		t.Errorf("want some calls held back (waited), none were")
+	}
+}
+
+// A rate shared by three replicas: the calls of any window come at most
+// at the rate, plus the bucket's one token and its lateness.
+func TestAcquireRateAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a", "b", "c")
+	qs := []*quota.Quotas{open(t, srv, c, "a"), open(t, srv, c, "b"), open(t, srv, c, "c")}
+	const rate = 40.0
+	lim := quota.Smooth(rate, 0)
+	var mu sync.Mutex
+	var at []time.Time
+	var wg sync.WaitGroup
+	ctx := ctxFor(t, time.Minute)
+	for _, q := range qs {
+		for range 4 {
+			wg.Go(func() {
+				for range 10 {
+					release, _, err := q.Acquire(ctx, quota.TargetKey("erp"), lim)
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					mu.Lock()
+					at = append(at, time.Now())
+					mu.Unlock()
+					release()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	if len(at) != 120 {
+		t.Fatalf("want 120 calls, got %d", len(at))
+	}
+	// Every window from one call to a later one: calls ≤ rate × span +
+	// burst, the span widened by how late this test may read the clock
+	// after a call was let through.
+	burst := 1 + rate*quota.Lateness.Seconds()
+	const late = 0.025
+	for i := range at {
+		for j := i + 1; j < len(at); j++ {
+			span := at[j].Sub(at[i]).Seconds() + late
+			if n := float64(j - i + 1); n > rate*span+burst+1e-9 {
+				t.Fatalf("want at most %.1f calls in %.3fs at %v/s, got %v (calls %d..%d)", rate*span+burst, span, rate, n, i, j)
+			}
+		}
+	}
+	if took := at[len(at)-1].Sub(at[0]); took < 2*time.Second {
+		t.Errorf("want 120 calls at 40/s to take about 3s, took %s", took)
+	}
+}
+
+// A replica killed while it held every slot holds them until it is taken
+// for dead; then the others get them.
+func TestAcquireDeadReplicaSlotsReclaimed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a", "b")
+	a, b := open(t, srv, c, "a"), open(t, srv, c, "b")
+	lim := quota.Limit{Concurrency: 2}
+	for range 2 {
+		if _, _, err := a.Acquire(ctxFor(t, 10*time.Second), quota.TargetKey("erp"), lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a "dies" holding both (never released, never closed).
+	early := ctxFor(t, 1500*time.Millisecond)
+	if _, _, err := b.Acquire(early, quota.TargetKey("erp"), lim); err == nil {
+		t.Fatalf("want b held back while live a holds both slots, it got one")
+	}
+	done := make(chan error, 1)
+	go func() {
+		release, _, err := b.Acquire(ctxFor(t, 10*time.Second), quota.TargetKey("erp"), lim)
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	c.set("b") // a is taken for dead
+	if err := <-done; err != nil {
+		t.Fatalf("want b served once a was taken for dead, got %v", err)
+	}
+}
+
+// Two replicas that both want the one slot take turns: neither is served
+// twice in a row while the other waits.
+func TestAcquireReplicasTakeTurns(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a", "b")
+	qs := map[string]*quota.Quotas{"a": open(t, srv, c, "a"), "b": open(t, srv, c, "b")}
+	lim := quota.Limit{Concurrency: 1}
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	ctx := ctxFor(t, time.Minute)
+	for name, q := range qs {
+		for range 4 {
+			wg.Go(func() {
+				for range 5 {
+					release, _, err := q.Acquire(ctx, quota.TargetKey("erp"), lim)
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					mu.Lock()
+					order = append(order, name)
+					mu.Unlock()
+					<-time.After(3 * time.Millisecond) // the call
+					release()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	// Once both wait, the longest run of one replica is short: it goes to
+	// the back of the line after each turn.
+	run, longest := 0, 0
+	for i := 1; i < len(order)-8; i++ { // the tail is one replica's once the other is done
+		if order[i] == order[i-1] {
+			run++
+		} else {
+			run = 0
+		}
+		if i > 4 {
+			longest = max(longest, run+1)
+		}
+	}
+	if longest > 3 {
+		t.Errorf("want the replicas to take turns at the one slot, one was served %d times in a row: %v", longest, order)
+	}
+}
+
+// Close takes the replica's slots and place in line out of the record.
+func TestCloseLeavesNothing(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a", "b")
+	_, js := srv.Conn(t)
+	a := open(t, srv, c, "a")
+	release, _, err := a.Acquire(ctxFor(t, 10*time.Second), quota.TargetKey("erp"), quota.Limit{Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctxFor(t, 5*time.Second), tenaz.BucketQuotas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func() map[string]int {
+		e, err := kv.Get(ctxFor(t, 5*time.Second), quota.TargetKey("erp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Held map[string]int `json:"held"`
+		}
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Held
+	}
+	if h := held(); h["a"] != 1 {
+		t.Fatalf("want a's one call in flight in the record, got %v", h)
+	}
+	release()
+	a.Close(ctxFor(t, 5*time.Second))
+	if h := held(); len(h) != 0 {
+		t.Errorf("want no calls in flight left after release and Close, got %v", h)
+	}
+	if _, _, err := a.Acquire(ctxFor(t, time.Second), quota.TargetKey("erp"), quota.Limit{Concurrency: 2}); !errors.Is(err, quota.ErrClosed) {
+		t.Errorf("want ErrClosed after Close, got %v", err)
+	}
+}
+
+// Take shares one bucket between replicas: over the run, the tokens
+// given are at most the burst plus the rate times the time; the refused
+// are told when to come back.
+func TestTakeAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	a, b := open(t, srv, c, "a"), open(t, srv, c, "b")
+	lim := quota.Limit{Rate: 20, Burst: 5}
+	ctx := ctxFor(t, time.Minute)
+	start := time.Now()
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	for _, q := range []*quota.Quotas{a, b} {
+		wg.Go(func() {
+			for time.Since(start) < 2*time.Second {
+				got, wait, err := q.Take(ctx, quota.APIKey("shop"), lim)
+				switch {
+				case err != nil:
+					t.Errorf("Take: %v", err)
+					return
+				case got:
+					ok.Add(1)
+				default:
+					refused.Add(1)
+					if wait <= 0 || wait > time.Second/20+time.Millisecond {
+						t.Errorf("want a refusal to say when the next token is due (within 1/20 s), got %s", wait)
+						return
+					}
+				}
+				<-time.After(5 * time.Millisecond) // 2 × 200 tries/s: 10× the rate
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	if max := 5 + 20*elapsed; float64(ok.Load()) > max {
+		t.Errorf("want at most %.0f submissions taken in %.1fs (burst 5 + 20/s), got %d", max, elapsed, ok.Load())
+	}
+	if ok.Load() < 20 {
+		t.Errorf("want the rate served (about 45 in 2s), got %d", ok.Load())
+	}
+	if refused.Load() == 0 {
+		t.Errorf("want submissions over the rate refused, none were")
+	}
+}
+
+// BenchmarkAcquire is the cost of a target limit that never holds a call
+// back: one acquire and one release per (no-op) call, from 1 and from 16
+// callers of one replica, with the server fsyncing every write. One
+// caller pays both compare-and-sets in full; many share them (a write
+// serves every waiter it can and returns every slot released).
+func BenchmarkAcquire(b *testing.B) {
+	for _, callers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			srv := natstest.Start(b, natstest.SyncAlways())
+			c := &cluster{}
+			c.set("a")
+			_, js := srv.Conn(b)
+			q, err := quota.Open(context.Background(), js, quota.Options{Instance: "a", Live: c.Live})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer q.Close(context.Background())
+			lim := quota.Limit{Rate: 1e6, Burst: 1e6, Concurrency: 1 << 20}
+			var wg sync.WaitGroup
+			var next atomic.Int64
+			b.ResetTimer()
+			for range callers {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						release, _, err := q.Acquire(context.Background(), quota.TargetKey("erp"), lim)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						release()
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		})
+	}
+}

@@ -1,0 +1,158 @@
+package quota
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+)
+
+// Lateness is how early a call of a Smooth limit may come. A replica that
+// waits for the next token acts a little after it is due (a timer, a
+// compare-and-set); the bucket holds that much more than one token, so
+// that the lateness is made up by the next call instead of lost from the
+// rate.
+const Lateness = 20 * time.Millisecond
+
+// Limit is what one key allows over every replica.
+type Limit struct {
+	// Rate is how many tokens the bucket gains per second; every call or
+	// submission takes one. 0: no rate limit.
+	Rate float64
+	// Burst is how many tokens the bucket holds; a new bucket is full.
+	// Below 1: 1.
+	Burst float64
+	// Concurrency is how many calls may be in flight at once over all live
+	// replicas. 0: no concurrency limit.
+	Concurrency int
+}
+
+// Smooth is the limit of a target: at most rate calls a second, one
+// every 1/rate (Lateness early at most), and at most concurrency in
+// flight. Any window of w seconds sees at most rate × w + 1 + rate ×
+// Lateness calls.
+func Smooth(rate float64, concurrency int) Limit {
+	return Limit{Rate: rate, Burst: 1 + rate*Lateness.Seconds(), Concurrency: concurrency}
+}
+
+func (l Limit) burst() float64 { return math.Max(1, l.Burst) }
+
+// record is one key's stored state.
+type record struct {
+	// Tokens in the bucket at At.
+	Tokens float64 `json:"tokens"`
+	// At is when Tokens was counted (unix nanoseconds of the replica that
+	// wrote it). It never goes back: a replica whose clock is behind adds
+	// no tokens until its clock passes it.
+	At int64 `json:"at,omitempty"`
+	// Held is each replica's calls in flight.
+	Held map[string]int `json:"held,omitempty"`
+	// Queue is each waiting replica's place in line: lower goes first.
+	Queue map[string]uint64 `json:"queue,omitempty"`
+	// Seq is the last place given.
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+func (r record) clone() record {
+	r.Held, r.Queue = maps.Clone(r.Held), maps.Clone(r.Queue)
+	return r
+}
+
+// refill adds the tokens earned from At to now.
+func (r *record) refill(l Limit, now time.Time) {
+	if l.Rate <= 0 {
+		return
+	}
+	n := now.UnixNano()
+	switch {
+	case r.At == 0:
+		r.Tokens, r.At = l.burst(), n
+	case n > r.At:
+		r.Tokens += float64(n-r.At) / float64(time.Second) * l.Rate
+		r.At = n
+	}
+	r.Tokens = math.Min(r.Tokens, l.burst())
+}
+
+// whole is how many whole tokens the bucket holds (float error aside).
+func (r record) whole() int { return int(math.Floor(r.Tokens + 1e-9)) }
+
+// due is how long until the bucket holds a whole token.
+func (r record) due(l Limit) time.Duration {
+	if l.Rate <= 0 || r.whole() >= 1 {
+		return 0
+	}
+	d := time.Duration((1 - r.Tokens) / l.Rate * float64(time.Second))
+	return d.Truncate(time.Microsecond) + time.Microsecond
+}
+
+// othersHeld is the calls in flight of the live replicas other than self
+// (every replica's when live is nil).
+func (r record) othersHeld(live []string, self string) int {
+	n := 0
+	for m, h := range r.Held {
+		if m != self && isLive(live, m) {
+			n += h
+		}
+	}
+	return n
+}
+
+// turn reports whether self goes first among the live replicas that
+// wait: none waits, or self's place is the lowest.
+func (r record) turn(live []string, self string) bool {
+	mine, queued := r.Queue[self]
+	for m, p := range r.Queue {
+		if m != self && isLive(live, m) && (!queued || p < mine) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *record) setHeld(self string, n int) {
+	if n <= 0 {
+		delete(r.Held, self)
+		return
+	}
+	if r.Held == nil {
+		r.Held = map[string]int{}
+	}
+	r.Held[self] = n
+}
+
+// line puts self at the back of the line.
+func (r *record) line(self string) {
+	if r.Queue == nil {
+		r.Queue = map[string]uint64{}
+	}
+	r.Seq++
+	r.Queue[self] = r.Seq
+}
+
+// prune forgets the replicas that are not live (none when live is nil).
+func (r *record) prune(live []string, self string) {
+	if live == nil {
+		return
+	}
+	for m := range r.Held {
+		if m != self && !isLive(live, m) {
+			delete(r.Held, m)
+		}
+	}
+	for m := range r.Queue {
+		if m != self && !isLive(live, m) {
+			delete(r.Queue, m)
+		}
+	}
+}
+
+// isLive reports whether m is in live (sorted); a nil live counts
+// everyone.
+func isLive(live []string, m string) bool {
+	if live == nil {
+		return true
+	}
+	_, ok := slices.BinarySearch(live, m)
+	return ok
+}
