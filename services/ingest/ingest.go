@@ -22,6 +22,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
@@ -89,6 +90,7 @@ type Service struct {
 	refused map[string]*refusals // by target: refused webhooks' rate and log
 	replies *replies
 	gone    *nats.Subscription // a dispatcher deleted an idle account's consumer
+	quotas  *quota.Quotas      // the API keys' submission rates, shared by every replica; nil when no key has one
 
 	metrics     *metrics.Set
 	stopBacklog func() // ends the consumer backlog watch
@@ -167,6 +169,12 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.refs, err = callbacks.Open(ctx, s.js); err != nil {
 		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.o.Auth.RateLimited() { // the keys' rates, counted over every ingest replica
+		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Logger: &s.log}); err != nil {
+			return fmt.Errorf("ingest: %w", err)
+		}
+		s.o.Auth.ShareRates(s.quotas)
 	}
 	if s.replies, err = newReplies(s.nc); err != nil {
 		return fmt.Errorf("ingest: %w", err)
@@ -256,6 +264,10 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.replies.close()
 	_ = s.gone.Unsubscribe()
+	if s.quotas != nil {
+		s.quotas.Close(ctx)
+		s.quotas = nil
+	}
 	s.log.Info().Msg("ingest stopped")
 	return nil
 }
