@@ -100,6 +100,12 @@ const (
 	NameBacklogUp    = "tenaz_consumer_backlog_up"
 	NameCallbacks    = "tenaz_callbacks_total"
 	NamePolls        = "tenaz_polls_total"
+
+	NameAccountConcurrency = "tenaz_account_concurrency_limit"
+	NameAccountRate        = "tenaz_account_rate_limit_per_second"
+	NameAccountInFlight    = "tenaz_account_in_flight_calls"
+	NameAccountThrottled   = "tenaz_account_throttled_total"
+	NameAccountOwner       = "tenaz_account_owner"
 )
 
 // Catalog is every tenaz metric. docs/metrics.md documents each one.
@@ -142,6 +148,16 @@ var Catalog = []Info{
 		Help: "Provider callbacks received, by result (applied, noop, unknown, forged); their sum is every callback received."},
 	{Name: NamePolls, Type: Counter, Labels: []string{"target", "result"}, Emitter: "poller",
 		Help: "Polls of providers, by result (done, pending, error, expired)."},
+	{Name: NameAccountConcurrency, Type: Gauge, Labels: []string{"account"}, Emitter: "dispatcher (the account's owner)",
+		Help: "Calls of the account allowed in flight at once, over all replicas; exported by the replica that owns the account."},
+	{Name: NameAccountRate, Type: Gauge, Labels: []string{"account"}, Emitter: "dispatcher (the account's owner)",
+		Help: "Calls of the account allowed per second, over all replicas (0: unlimited); exported by the replica that owns the account."},
+	{Name: NameAccountInFlight, Type: Gauge, Labels: []string{"account"}, Emitter: "dispatcher (the account's owner)",
+		Help: "Calls of the account being made now; exported by the replica that owns the account."},
+	{Name: NameAccountThrottled, Type: Counter, Labels: []string{"account", "limit"}, Emitter: "dispatcher (the account's owner)",
+		Help: "Calls of the account held back until a limit let them go, by limit (concurrency: a free slot, rate: the account's rate); exported by the replica that owns the account."},
+	{Name: NameAccountOwner, Type: Gauge, Labels: []string{"account", "instance"}, Emitter: "dispatcher (the account's owner)",
+		Help: "1 on the replica that owns the account (holds its lease in tenaz_owners), with that replica's name; no other replica exports the account."},
 }
 
 // Lookup returns the catalog entry of name.

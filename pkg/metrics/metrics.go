@@ -29,6 +29,7 @@ type Set struct {
 	polls     *prometheus.CounterVec
 	events    *table
 	backlog   *backlog
+	accounts  *accounts
 }
 
 // Default is the Set on Prometheus' default registry, which daemon.Mux
@@ -71,9 +72,10 @@ func New(reg prometheus.Registerer) (*Set, error) {
 	s.polls = counter(NamePolls)
 	s.events = newTable(NameEvents)
 	s.backlog = newBacklog()
+	s.accounts = newAccounts()
 	for _, c := range []prometheus.Collector{
 		s.accepted, s.rejected, s.wait, s.delivery, s.attempts, s.retries, s.outcomes, s.breakers,
-		s.dead, s.review, s.repairs, s.callbacks, s.polls, s.events, s.backlog,
+		s.dead, s.review, s.repairs, s.callbacks, s.polls, s.events, s.backlog, s.accounts,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)

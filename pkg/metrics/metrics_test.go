@@ -289,6 +289,9 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.Poll("t", metrics.PollDone)
 	s.SetEventsByState(map[metrics.EventsKey]int{{tenaz.StatePending, "a", "k"}: 1})
 	s.ConsumerBacklog("a", 1, 1)
+	defer s.WatchAccounts(func() []metrics.AccountLoad {
+		return []metrics.AccountLoad{{Account: "a", Instance: "d1", Concurrency: 2, Rate: 10, InFlight: 1}}
+	})()
 
 	mfs, err := reg.Gather()
 	if err != nil {
