@@ -119,8 +119,9 @@ type Service struct {
 	bg       sync.WaitGroup
 	noCalls  chan struct{} // closed by Stop once a call could not end in time
 
-	pool *pool
-	runs inflight
+	pool  *pool
+	runs  inflight
+	loads accountLoads // calls per account, for the account metrics
 
 	rndMu sync.Mutex
 	rnd   *rand.Rand
@@ -217,6 +218,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
+	s.watchLoads()
 	s.started = true
 	if err := s.relistLocked(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("listing account consumers")

@@ -178,6 +178,7 @@ func (s *Service) claimBatch(l *lane, msgs []held) {
 // soon as its call returns, frees the slot and ends h's keepAlive; both
 // happen at the latest when fn returns.
 func (s *Service) spawn(l *lane, h held, fn func(ctx context.Context, release func())) {
+	s.noteSlotWait(l)
 	select {
 	case l.sem <- struct{}{}:
 	case <-s.runCtx.Done():

@@ -305,6 +305,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		s.finish(ctx, m, env, rec, rev, outcome.RetryAfter(time.Until(until), errBreakerOpened), stage, hasFallback, target.Response{})
 		return
 	}
+	call = s.metered(env.Account, call)
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
 	took := time.Since(began)
