@@ -100,6 +100,8 @@ const (
 	NameBacklogUp    = "tenaz_consumer_backlog_up"
 	NameCallbacks    = "tenaz_callbacks_total"
 	NamePolls        = "tenaz_polls_total"
+	// NameTargetThrottled counts calls held back by a target's limit.
+	NameTargetThrottled = "tenaz_target_throttled_total"
 
 	NameAccountConcurrency = "tenaz_account_concurrency_limit"
 	NameAccountRate        = "tenaz_account_rate_limit_per_second"
@@ -148,6 +150,8 @@ var Catalog = []Info{
 		Help: "Provider callbacks received, by result (applied, noop, unknown, forged); their sum is every callback received."},
 	{Name: NamePolls, Type: Counter, Labels: []string{"target", "result"}, Emitter: "poller",
 		Help: "Polls of providers, by result (done, pending, error, expired)."},
+	{Name: NameTargetThrottled, Type: Counter, Labels: []string{"target"}, Emitter: "dispatcher",
+		Help: "Calls held back by their target's provider-wide rate or concurrency (targets.<t>.rate, .concurrency) until it let them go, over every account; each replica counts its own."},
 	{Name: NameAccountConcurrency, Type: Gauge, Labels: []string{"account"}, Emitter: "dispatcher (the account's owner)",
 		Help: "Calls of the account allowed in flight at once, over all replicas; exported by the replica that owns the account."},
 	{Name: NameAccountRate, Type: Gauge, Labels: []string{"account"}, Emitter: "dispatcher (the account's owner)",

@@ -27,6 +27,7 @@ type Set struct {
 	repairs   *prometheus.CounterVec
 	callbacks *prometheus.CounterVec
 	polls     *prometheus.CounterVec
+	throttled *prometheus.CounterVec
 	events    *table
 	backlog   *backlog
 	accounts  *accounts
@@ -70,11 +71,12 @@ func New(reg prometheus.Registerer) (*Set, error) {
 	s.repairs = counter(NameRepairs)
 	s.callbacks = counter(NameCallbacks)
 	s.polls = counter(NamePolls)
+	s.throttled = counter(NameTargetThrottled)
 	s.events = newTable(NameEvents)
 	s.backlog = newBacklog()
 	s.accounts = newAccounts()
 	for _, c := range []prometheus.Collector{
-		s.accepted, s.rejected, s.wait, s.delivery, s.attempts, s.retries, s.outcomes, s.breakers,
+		s.accepted, s.rejected, s.wait, s.delivery, s.attempts, s.retries, s.outcomes, s.breakers, s.throttled,
 		s.dead, s.review, s.repairs, s.callbacks, s.polls, s.events, s.backlog, s.accounts,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -260,6 +262,12 @@ func (s *Set) Callback(target, result string) {
 // PollError, PollExpired).
 func (s *Set) Poll(target, result string) {
 	s.polls.WithLabelValues(targetLabel(target), code(result)).Inc()
+}
+
+// TargetThrottled counts a call held back by its target's provider-wide
+// rate or concurrency (targets.<t>.rate, .concurrency) before it was made.
+func (s *Set) TargetThrottled(target string) {
+	s.throttled.WithLabelValues(targetLabel(target)).Inc()
 }
 
 // EventsKey is one label set of tenaz_events.

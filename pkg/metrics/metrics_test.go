@@ -287,6 +287,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.ReconcilerRepair("requeued")
 	s.Callback("t", metrics.CallbackApplied)
 	s.Poll("t", metrics.PollDone)
+	s.TargetThrottled("t")
 	s.SetEventsByState(map[metrics.EventsKey]int{{tenaz.StatePending, "a", "k"}: 1})
 	s.ConsumerBacklog("a", 1, 1)
 	defer s.WatchAccounts(func() []metrics.AccountLoad {
