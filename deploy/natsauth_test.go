@@ -724,6 +724,28 @@ func TestNATSUsers(t *testing.T) {
 		}
 	})
 
+	t.Run("the screen shows each account's owner", func(t *testing.T) {
+		// The deadletter's user reads the dispatchers' leases in tenaz_owners.
+		w.submit(t, acmeKey, "acme", "order.create", "s-1", "", `{"n":9}`)
+		var page string
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			req, _ := http.NewRequest(http.MethodGet, w.ops.URL+"/ui/accounts", nil)
+			req.SetBasicAuth("alice", aliceKey)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			page = string(b)
+			return resp.StatusCode == http.StatusOK && regexp.MustCompile(`(?s)<tr data-account="acme">.*?<td class="owner">d1`).MatchString(page)
+		}, "the accounts page to show d1 owning acme; permission violations: %v; page: %v",
+			lazy(func() string { return fmt.Sprint(w.log.violations(serviceUser("deadletter"))) }), lazy(func() string { return page }))
+		if strings.Contains(page, `id="owners-error"`) {
+			t.Fatalf("the deadletter could not read tenaz_owners: %s", page)
+		}
+	})
+
 	t.Run("idle account retired and provisioned again", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "order.create", "i-1", "", `{"n":7}`)
 		w.waitStatus(t, acmeKey, id, tenaz.StateDone)

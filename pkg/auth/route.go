@@ -76,6 +76,7 @@ var routes = map[string]Class{
 	"GET /ui/entries/{seq}": OperatorOnly,
 	"GET /ui/jobs/{job}":    OperatorOnly,
 	"GET /ui/breakers":      OperatorOnly,
+	"GET /ui/accounts":      OperatorOnly,
 	"GET /ui/retrying":      OperatorOnly,
 	"GET /ui/scheduled":     OperatorOnly,
 	"POST /ui/actions":      OperatorOnly,

@@ -166,6 +166,14 @@ func TestScreenInChromium(t *testing.T) {
 		t.Fatalf("the history must name operator:alice, got %+v", r.History)
 	}
 
+	// Who owns which account: the dispatcher that delivered the replay
+	// is the one live replica, and it owns acme.
+	b.do("accounts tab", chromedp.Click(chromedp.CSS(`a.tab[data-tab="/ui/accounts"]`)))
+	b.wait("the dispatcher live, owning acme", `location.pathname === '/ui/accounts' && document.querySelectorAll('#replicas tbody tr[data-replica]').length === 1 && `+
+		`document.querySelector('#replicas tbody tr[data-replica]').textContent.includes('live') && !!document.querySelector('tr[data-account="acme"] td.owner') && `+
+		`document.querySelector('tr[data-account="acme"] td.owner').textContent.trim() === document.querySelector('#replicas tbody tr[data-replica]').dataset.replica`)
+	b.screenshot("accounts")
+
 	// Replay everything matching a filter: a job, with its progress page.
 	b.do("filter globex", chromedp.Navigate(e.http.URL+"/ui/dead?account=globex"), chromedp.WaitVisible(chromedp.CSS("#filters")))
 	b.wait("globex's two", rows+` === 2`)

@@ -102,7 +102,7 @@ var uiFuncs = template.FuncMap{
 
 func newUI(s *Service) (*ui, error) {
 	u := &ui{s: s, pages: map[string]*template.Template{}, cop: http.NewCrossOriginProtection()}
-	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "states", "message"} {
+	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message"} {
 		t, err := template.New("layout.html").Funcs(uiFuncs).ParseFS(uiFiles, "ui/layout.html", "ui/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("deadletter: ui template %s: %w", p, err)
@@ -124,6 +124,7 @@ func (u *ui) routes(mux readyMux) {
 	mux.HandleFunc("GET /ui/entries/{seq}", u.detail)
 	mux.HandleFunc("GET /ui/jobs/{job}", u.job)
 	mux.HandleFunc("GET /ui/breakers", u.breakers)
+	mux.HandleFunc("GET /ui/accounts", u.accounts)
 	mux.HandleFunc("GET /ui/retrying", u.states(tenaz.StateRetrying))
 	mux.HandleFunc("GET /ui/scheduled", u.states(tenaz.StateScheduled))
 	mux.Handle("POST /ui/actions", u.cop.Handler(http.HandlerFunc(u.action)))
@@ -140,6 +141,7 @@ func staticFiles(h http.Handler) http.Handler {
 type tab struct {
 	Name, Path string
 	Count      int
+	NoCount    bool // the tab shows no count
 	Stale      bool // a cached count
 	Active     bool
 }
@@ -186,6 +188,7 @@ func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) 
 		{Name: "Retrying", Path: "/ui/retrying", Stale: true},
 		{Name: "Scheduled", Path: "/ui/scheduled", Stale: true},
 		{Name: "Open breakers", Path: "/ui/breakers", Count: open},
+		{Name: "Accounts", Path: "/ui/accounts", NoCount: true},
 	}
 	if sc != nil {
 		p.Tabs[2].Count, p.Tabs[3].Count = sc.Counts[tenaz.StateRetrying], sc.Counts[tenaz.StateScheduled]
@@ -351,6 +354,12 @@ func (u *ui) breakers(w http.ResponseWriter, r *http.Request) {
 	p := u.page(w, r, "/ui/breakers", "Breakers")
 	p.Data = u.s.breakers("").Items
 	u.render(w, http.StatusOK, "breakers", p)
+}
+
+func (u *ui) accounts(w http.ResponseWriter, r *http.Request) {
+	p := u.page(w, r, "/ui/accounts", "Accounts")
+	p.Data = u.s.accounts(r.Context())
+	u.render(w, http.StatusOK, "accounts", p)
 }
 
 type statesData struct {

@@ -1,0 +1,113 @@
+package deadletter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/owner"
+)
+
+// The screen's accounts view: which dispatcher replica owns each account
+// (the holder of its lease in tenaz_owners), the replicas that heartbeat
+// there, each account's configured limits and its breakers. One replica
+// owns an account at a time and counts its concurrency, rate and breaker
+// for the whole cluster, so this is where an operator sees who serves
+// whom.
+
+// ownersTimeout bounds the read of tenaz_owners for one page.
+const ownersTimeout = 2 * time.Second
+
+// accountsData is the accounts page.
+type accountsData struct {
+	Replicas []replicaRow
+	Accounts []accountRow
+	Default  limitsRow // what an account that is not configured gets ("*")
+	Error    string    // tenaz_owners could not be read: owners unknown
+}
+
+type replicaRow struct {
+	owner.Replica
+	Owns int // accounts whose lease it holds
+}
+
+type limitsRow struct {
+	Concurrency int
+	Rate        string // as configured, or "unlimited"
+	Failures    int
+	Cooldown    string
+}
+
+type accountRow struct {
+	Account    string
+	Owner      string // "" when no replica holds its lease (idle, or not consumed yet)
+	OwnerLive  bool
+	Configured bool // it has an entry of its own under accounts:
+	Limits     limitsRow
+	Breakers   []breakerCell
+}
+
+type breakerCell struct {
+	Target, State string
+}
+
+func limitsOf(a config.Account) limitsRow {
+	r := limitsRow{Concurrency: a.Concurrency, Rate: "unlimited", Failures: a.Breaker.Failures, Cooldown: a.Breaker.Cooldown.D().String()}
+	if a.Concurrency <= 0 {
+		r.Concurrency = 8 // the dispatcher's lane default
+	}
+	if a.Rate.PerSecond > 0 {
+		r.Rate = a.Rate.Text
+		if r.Rate == "" {
+			r.Rate = fmt.Sprintf("%g/s", a.Rate.PerSecond)
+		}
+	}
+	return r
+}
+
+// accounts reads who owns what and lists every account known from the
+// config, the leases and the breakers.
+func (s *Service) accounts(ctx context.Context) accountsData {
+	d := accountsData{Default: limitsOf(s.cfg.Account(config.DefaultAccountName))}
+	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
+	defer cancel()
+	v, err := owner.Read(rctx, s.js, 0)
+	if err != nil {
+		d.Error = err.Error()
+	}
+	live := map[string]bool{}
+	owns := map[string]int{}
+	for _, h := range v.Leases {
+		owns[h]++
+	}
+	for _, r := range v.Replicas {
+		live[r.Name] = r.Live
+		d.Replicas = append(d.Replicas, replicaRow{Replica: r, Owns: owns[r.Name]})
+	}
+	names := map[string]bool{}
+	for a := range s.cfg.Accounts {
+		if a != config.DefaultAccountName {
+			names[a] = true
+		}
+	}
+	for a := range v.Leases {
+		names[a] = true
+	}
+	brk := map[string][]breakerCell{}
+	for _, c := range s.brk.List() {
+		names[c.Account] = true
+		brk[c.Account] = append(brk[c.Account], breakerCell{Target: c.Target, State: string(c.State)})
+	}
+	for a := range names {
+		_, configured := s.cfg.Accounts[a]
+		cells := brk[a]
+		slices.SortFunc(cells, func(x, y breakerCell) int { return strings.Compare(x.Target, y.Target) })
+		d.Accounts = append(d.Accounts, accountRow{Account: a, Owner: v.Leases[a], OwnerLive: live[v.Leases[a]], Configured: configured,
+			Limits: limitsOf(s.cfg.Account(a)), Breakers: cells})
+	}
+	slices.SortFunc(d.Accounts, func(x, y accountRow) int { return strings.Compare(x.Account, y.Account) })
+	return d
+}
