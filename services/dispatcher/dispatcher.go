@@ -25,6 +25,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -109,6 +110,7 @@ type Service struct {
 	known    map[string]bool          // every account with a consumer this replica heard of
 	handing  map[string]chan struct{} // accounts whose lane is stopping to hand them over
 	owners   *owner.Group
+	quotas   *quota.Quotas // the targets' provider-wide limits; nil when no target has one
 	targets  *target.Cache
 	guards   map[string]*guard
 	limiters map[string]ratelimiter.RateLimiter[target.Response]
@@ -211,6 +213,14 @@ func (s *Service) Start(ctx context.Context) error {
 		s.breakers.Stop()
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: owners: %w", err)
+	}
+	if s.limitsTargets() {
+		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Live, Logger: &log}); err != nil {
+			s.owners.Leave(ctx)
+			s.breakers.Stop()
+			s.cancel(ErrStopped)
+			return fmt.Errorf("dispatcher: quotas: %w", err)
+		}
 	}
 	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
 		s.ensureLane(string(m.Data))
@@ -338,6 +348,11 @@ func (s *Service) Stop(ctx context.Context) error {
 	for account := range lanes {
 		s.giveBack(account)
 	}
+	if s.quotas != nil { // every call returned: no slot is held
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		s.quotas.Close(qctx)
+		cancel()
+	}
 	s.owners.Leave(context.WithoutCancel(ctx))
 	s.breakers.Stop()
 	s.cancel(ErrStopped)
@@ -348,6 +363,16 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.log.Info().Msg("dispatcher stopped")
 	return nil
+}
+
+// limitsTargets reports whether a target has a provider-wide limit.
+func (s *Service) limitsTargets() bool {
+	for _, t := range s.cfg.Targets {
+		if t.Limited() {
+			return true
+		}
+	}
+	return false
 }
 
 // longestCall is the longest timeout of a target call.

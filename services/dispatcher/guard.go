@@ -2,20 +2,40 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/target"
 )
 
 // guard is the in-process protection around every call of one account to
 // one target (or handler). Its policies are composed in one visible
 // failsafe.With line; retrying is not one of them — that is JetStream's job.
+// Innermost, right before the call, comes the target's provider-wide
+// limit, shared with every other account and replica (see limit).
 type guard struct {
-	exec failsafe.Executor[target.Response]
+	exec  failsafe.Executor[target.Response]
+	limit *targetLimit // nil: the target has no provider-wide limit
 }
+
+// targetLimit is a target's provider-wide rate and concurrency
+// (targets.<t>.rate and .concurrency), counted in tenaz_quotas over every
+// account and every replica (pkg/quota): one compare-and-set takes a
+// token and a slot before the call, one gives the slot back after it.
+type targetLimit struct {
+	s    *Service
+	name string
+	lim  quota.Limit
+}
+
+// errNotCalled is the outcome of a call that waited for its target's
+// limit until the stop left no time to make it (see Stop): it was not
+// made, and its message comes back.
+var errNotCalled = errors.New("stopping: the call was not made")
 
 // rateLimiter returns the account's limiter (shared by its targets), or
 // nil when the account's rate is unlimited. Callers hold s.mu.
@@ -50,14 +70,58 @@ func (s *Service) guardFor(account, name string) *guard {
 	if len(policies) > 0 {
 		g.exec = failsafe.With(policies...)
 	}
+	if t, ok := s.cfg.Targets[name]; ok && t.Limited() && s.quotas != nil {
+		g.limit = &targetLimit{s: s, name: name, lim: quota.Smooth(t.Rate.PerSecond, t.Concurrency)}
+	}
 	s.guards[key] = g
 	return g
 }
 
-// run calls fn under the guard's policies (directly when there are none).
+// run calls fn under the guard's policies (directly when there are none),
+// the target's limit innermost.
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
-	if g.exec == nil {
-		return fn(ctx)
+	call := fn
+	if g.limit != nil {
+		call = func(ctx context.Context) (target.Response, error) { return g.limit.around(ctx, fn) }
 	}
-	return g.exec.WithContext(ctx).Get(func() (target.Response, error) { return fn(ctx) })
+	if g.exec == nil {
+		return call(ctx)
+	}
+	return g.exec.WithContext(ctx).Get(func() (target.Response, error) { return call(ctx) })
+}
+
+// around makes fn's call once the target has a token and a free slot for
+// it. While it has none the call waits, in its account's concurrency slot
+// (so no other account waits with it, and other targets' calls go on),
+// without failing: a throttled call is counted, never an error. The
+// account's own policies let the call go first, so the target's token
+// and slot are taken right before the call, and the slot is given back
+// as soon as it returns.
+func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-tl.s.noCalls:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	release, waited, err := tl.s.quotas.Acquire(wctx, quota.TargetKey(tl.name), tl.lim)
+	if waited {
+		tl.s.o.Metrics.TargetThrottled(tl.name)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return target.Response{}, ctx.Err() // stopping hard
+		}
+		return target.Response{}, errNotCalled
+	}
+	defer release()
+	select {
+	case <-tl.s.noCalls:
+		return target.Response{}, errNotCalled
+	default:
+	}
+	return fn(ctx)
 }

@@ -308,6 +308,10 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	call = s.metered(env.Account, call)
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
+	if errors.Is(callErr, errNotCalled) {
+		release()
+		return // stopping: the call waited for its target's limit and was not made; the message comes back
+	}
 	took := time.Since(began)
 	if ctx.Err() == nil {
 		mx.DeliveryLatency(env.Account, env.Kind, guardName, took)

@@ -155,7 +155,8 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 }
 
 // meter is a target that counts, per account (the URL's path), when each
-// call came and how many were in flight at once.
+// call came and how many were in flight at once. A path of two segments,
+// <target>/<account>, counts under each: the whole path and the target.
 type meter struct {
 	latency map[string]time.Duration
 	fail    map[string]bool
@@ -173,14 +174,22 @@ func newMeter(latency map[string]time.Duration) *meter {
 
 func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	account := strings.Trim(r.URL.Path, "/")
+	counted := []string{account}
+	if target, _, ok := strings.Cut(account, "/"); ok {
+		counted = append(counted, target)
+	}
 	m.mu.Lock()
-	m.calls[account] = append(m.calls[account], time.Now())
-	m.inFlight[account]++
-	m.peak[account] = max(m.peak[account], m.inFlight[account])
+	for _, k := range counted {
+		m.calls[k] = append(m.calls[k], time.Now())
+		m.inFlight[k]++
+		m.peak[k] = max(m.peak[k], m.inFlight[k])
+	}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		m.inFlight[account]--
+		for _, k := range counted {
+			m.inFlight[k]--
+		}
 		m.mu.Unlock()
 	}()
 	if d := m.latency[account]; d > 0 {
@@ -248,7 +257,7 @@ func startReplica(t *testing.T, h *harness, name, targetURL string) *replicaProc
 	t.Helper()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tenaz.yaml")
-	if err := os.WriteFile(cfgPath, []byte(replicasYAML), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(h.yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(replicaBinary(t), "--config", cfgPath)

@@ -60,6 +60,7 @@ kinds:
 // starts.
 type harness struct {
 	t      *testing.T
+	yaml   string // the config, as setup was given it
 	srv    *natstest.Server
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -80,7 +81,7 @@ type harness struct {
 // reverse order.
 func setup(t *testing.T, yaml string, f provider.Faults, opts ...provider.Option) *harness {
 	t.Helper()
-	h := &harness{t: t, changed: make(chan struct{})}
+	h := &harness{t: t, yaml: yaml, changed: make(chan struct{})}
 	var cancel context.CancelFunc
 	h.c, cancel = context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)

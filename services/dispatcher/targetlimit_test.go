@@ -1,0 +1,168 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// A target-wide limit holds across 50 accounts and 3 replicas: three
+// tenaz-dispatcher processes on one NATS deliver the events of 50
+// accounts, each with concurrency 4 of its own, to one target with
+// `concurrency: 3, rate: 20/s`. The target never sees more than 3 calls in
+// flight, at most 21 calls/s over the window (and at most 22 in any one
+// second: the bucket's 1.4 tokens, plus how late the target reads its
+// clock), and every event ends done. Run again with one replica killed
+// (SIGKILL) mid-run: its slots stay counted until it is taken for dead,
+// so the limits still hold. Each replica counting on its own would allow
+// 9 in flight and 60 calls/s; no target limit, 200 in flight.
+func TestTargetLimitHoldsAcrossAccountsAndReplicas(t *testing.T) {
+	t.Parallel()
+	for _, kill := range []bool{false, true} {
+		t.Run(map[bool]string{false: "steady", true: "replica-killed"}[kill], func(t *testing.T) {
+			t.Parallel()
+			targetLimitAcrossReplicas(t, kill)
+		})
+	}
+}
+
+const targetLimitYAML = `
+streams: {ack_wait: 2s}
+http: {addr: "127.0.0.1:0"}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 4, breaker: {failures: 100}}
+targets:
+  bureau: {url: "${TARGET}/bureau/{{.Account}}", timeout: 5s, concurrency: 3, rate: 20/s}
+kinds:
+  order.create: {target: bureau, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
+`
+
+func targetLimitAcrossReplicas(t *testing.T, kill bool) {
+	const accounts, perAccount = 50, 8
+	// Half the accounts are slow at the bureau (its concurrency binds),
+	// half fast (its rate does).
+	latency := map[string]time.Duration{}
+	names := make([]string, accounts)
+	for i := range names {
+		names[i] = fmt.Sprintf("acct-%02d", i)
+		latency["bureau/"+names[i]] = map[bool]time.Duration{true: 300 * time.Millisecond, false: 40 * time.Millisecond}[i%2 == 0]
+	}
+	m := newMeter(latency)
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	h := setup(t, targetLimitYAML, provider.Faults{}) // its own provider stands unused: the replicas call the meter
+
+	procs := make([]*replicaProc, 3)
+	for i := range procs {
+		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		return h.liveReplicas() == 3
+	}, "want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+
+	var ids []string
+	for _, a := range names {
+		ids = append(ids, h.submitTo(a, keys(a, perAccount), orderPayload)...)
+	}
+	natstest.Eventually(t, waitFor, func() bool { return len(m.callsOf("bureau")) > 0 }, "want the bureau's first call")
+	start := m.callsOf("bureau")[0]
+	window := 15 * time.Second
+	if kill {
+		<-time.After(5 * time.Second) // mid-run: the point of the kill, not a wait for an outcome
+		procs[1].kill(t)
+	}
+	natstest.Eventually(t, window+10*time.Second, func() bool { return time.Since(start) > window },
+		"the measuring window")
+
+	calls := m.callsOf("bureau")
+	slices.SortFunc(calls, func(a, b time.Time) int { return a.Compare(b) })
+	in := 0
+	for _, at := range calls {
+		if !at.Before(start) && at.Before(start.Add(window)) {
+			in++
+		}
+	}
+	if most := int(21 * window.Seconds()); in > most {
+		t.Errorf("bureau (20/s): want at most %d calls in %s over 50 accounts and 3 replicas, got %d", most, window, in)
+	}
+	if least := int(8 * window.Seconds()); in < least {
+		t.Errorf("bureau: want the target served, at least %d calls in %s, got %d", least, window, in)
+	}
+	busiest := 0
+	for i := range calls {
+		j, _ := slices.BinarySearchFunc(calls, calls[i].Add(time.Second), func(a, b time.Time) int { return a.Compare(b) })
+		busiest = max(busiest, j-i)
+	}
+	if busiest > 22 {
+		t.Errorf("bureau (20/s): want at most 22 calls in any one second, saw %d", busiest)
+	}
+	t.Logf("bureau: %d calls in %s (%.1f/s), at most %d in one second, at most %d in flight", in, window, float64(in)/window.Seconds(), busiest, m.maxInFlight("bureau"))
+	if got := m.maxInFlight("bureau"); got > 3 {
+		t.Errorf("bureau (concurrency 3): want at most 3 calls in flight at the target over every account and replica, saw %d", got)
+	}
+	if got := m.maxInFlight("bureau"); got < 3 {
+		t.Errorf("bureau: want its concurrency used (3 in flight at times), saw at most %d", got)
+	}
+
+	// Nothing lost: a throttled call waits; it does not fail.
+	recs := h.waitAll(ids, tenaz.StateDone, 2*time.Minute)
+	for id, r := range recs {
+		if r.Attempts > 1 && !kill {
+			t.Errorf("event %s: want one attempt (throttled calls wait, they do not fail), got %d", id, r.Attempts)
+		}
+	}
+}
+
+// A stop never makes a call that waited for its target's limit once the
+// deadline could cut it: with the target's one slot held by a 3s call, the
+// event waiting for it (in its account's slot) is not called by a Stop due
+// in 5s, and nothing is recorded against it (no failed attempt, no retry).
+// Left unacked, it is called once by the next dispatcher.
+func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), "timeout: 5s", "timeout: 4s, concurrency: 1", 1)
+	h := setup(t, yaml, provider.Faults{Latency: 3 * time.Second})
+	d1 := h.dispatcher("d1", nil)
+	ids := h.submit(keys("wait", 2), orderPayload)
+	h.waitArrivals(1, waitFor)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d1.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	h.quiesce()
+	for _, c := range h.prov.Calls() {
+		if c.Status == provider.StatusClientClosed {
+			t.Fatalf("a call was cut by the stop deadline: %+v", c)
+		}
+	}
+	if n := h.prov.CallCount(); n != 1 {
+		t.Fatalf("want only the call that held the target's slot made by the stopping dispatcher, got %d calls", n)
+	}
+	for _, id := range ids {
+		if r := h.record(id); r.LastError != nil || r.Status == tenaz.StateRetrying {
+			t.Fatalf("event %s: want nothing recorded for the call that was not made, got %s with %+v (%s)", id, r.Status, r.LastError, actions(r))
+		}
+	}
+
+	h.dispatcher("d2", nil)
+	h.waitAll(ids, tenaz.StateDone, 20*time.Second)
+	h.quiesce()
+	byKey := map[string]int{}
+	for _, c := range h.prov.Calls() {
+		byKey[c.IdempotencyKey]++
+	}
+	if len(byKey) != len(ids) || h.prov.CallCount() != len(ids) {
+		t.Fatalf("want each event called once, got %s", describeCalls(h.prov.Calls()))
+	}
+}
