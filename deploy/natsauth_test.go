@@ -272,7 +272,7 @@ log: {level: warn}
 streams: {ack_wait: 2s}
 auth:
   keys:
-    acme-shop: {account: acme, scopes: [submit, read], hash: "${ACME_HASH}"}
+    acme-shop: {account: acme, scopes: [submit, read], hash: "${ACME_HASH}", rate: 1000/s}
     brk-shop: {account: brk, scopes: [submit, read], hash: "${BRK_HASH}"}
   operators:
     alice: {hash: "${ALICE_HASH}"}
@@ -283,7 +283,7 @@ poller: {grace: 1s, reconcile_every: 2s}
 deadletter:
   digest: {schedule: "@every 1s"}
 targets:
-  erp: {url: "${ERP}/api/{{.Kind}}", timeout: 5s}
+  erp: {url: "${ERP}/api/{{.Kind}}", timeout: 5s, rate: 1000/s, concurrency: 16}
   flaky: {url: "${FLAKY}/ping", timeout: 2s}
   bureau_a: {url: "${A}/proposals", timeout: 3s, callback_secret: "` + cbSecret + `"}
   bureau_b:
