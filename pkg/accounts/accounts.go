@@ -53,7 +53,7 @@ const AckPendingPerSlot = 2
 // ConsumerConfig is the dispatch consumer config of account under cfg.
 func ConsumerConfig(cfg *config.Config, account string) (jetstream.ConsumerConfig, error) {
 	acct := cfg.Account(account)
-	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix, AckWait: cfg.Streams.AckWait.D()}, account, AckPendingPerSlot*acct.Concurrency)
+	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix, AckWait: cfg.Streams.AckWait.D()}, account, AckPendingPerSlot*acct.MaxConcurrency())
 }
 
 // Ensure makes sure account's consumer exists. Concurrent callers for one

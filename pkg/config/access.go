@@ -24,10 +24,26 @@ func (c *Config) Account(name string) Account {
 	return mergeAccount(c.Accounts[name], star)
 }
 
+// MaxConcurrency is the most calls to the account's targets one
+// dispatcher replica makes at once: Concurrency, or under "auto" its
+// ConcurrencyMax.
+func (a Account) MaxConcurrency() int {
+	if a.Concurrency.Auto() {
+		return a.ConcurrencyMax
+	}
+	return int(a.Concurrency)
+}
+
 func mergeAccount(over, under Account) Account {
 	out := over
 	if out.Concurrency == 0 {
 		out.Concurrency = under.Concurrency
+	}
+	if out.ConcurrencyMin == 0 {
+		out.ConcurrencyMin = under.ConcurrencyMin
+	}
+	if out.ConcurrencyMax == 0 {
+		out.ConcurrencyMax = under.ConcurrencyMax
 	}
 	if out.Rate.IsZero() {
 		out.Rate = under.Rate

@@ -148,8 +148,16 @@ type Streams struct {
 type Account struct {
 	// Concurrency is how many calls to the account's targets one
 	// dispatcher replica makes at once; the account's consumer also caps its
-	// unacknowledged messages at twice this across replicas. Defaults to 8.
-	Concurrency int `yaml:"concurrency"`
+	// unacknowledged messages at twice this across replicas. "auto" learns
+	// it from the targets' answers (latency, 429 and 503, Retry-After),
+	// between ConcurrencyMin and ConcurrencyMax. Defaults to 8.
+	Concurrency Concurrency `yaml:"concurrency"`
+	// ConcurrencyMin is the fewest calls at once "auto" goes down to.
+	// Defaults to 1.
+	ConcurrencyMin int `yaml:"concurrency_min"`
+	// ConcurrencyMax is the most calls at once "auto" goes up to. Defaults
+	// to 64.
+	ConcurrencyMax int `yaml:"concurrency_max"`
 	// Rate limits calls to the account's targets, e.g. "50/s", "600/m".
 	// Defaults to "" (unlimited).
 	Rate Rate `yaml:"rate"`

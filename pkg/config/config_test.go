@@ -353,6 +353,36 @@ accounts:
 				eq(t, "open limited (rate unlimited)", o.Limited(), false)
 			},
 		},
+		{
+			name: "concurrency auto with bounds",
+			doc: minimal + `
+accounts:
+  "*": {concurrency_max: 40}
+  learn: {concurrency: auto}
+  bounded: {concurrency: AUTO, concurrency_min: 2, concurrency_max: 10}
+  fixed: {concurrency: 4}
+`,
+			check: func(t *testing.T, c *config.Config) {
+				l := c.Account("learn")
+				eq(t, "learn auto", l.Concurrency.Auto(), true)
+				eq(t, "learn concurrency_min (built in)", l.ConcurrencyMin, 1)
+				eq(t, "learn concurrency_max (from *)", l.ConcurrencyMax, 40)
+				eq(t, "learn max concurrency", l.MaxConcurrency(), 40)
+				b := c.Account("bounded")
+				eq(t, "bounded bounds", [2]int{b.ConcurrencyMin, b.ConcurrencyMax}, [2]int{2, 10})
+				eq(t, "bounded max concurrency", b.MaxConcurrency(), 10)
+				f := c.Account("fixed")
+				eq(t, "fixed auto", f.Concurrency.Auto(), false)
+				eq(t, "fixed max concurrency", f.MaxConcurrency(), 4)
+				eq(t, "other max concurrency (built-in 8)", c.Account("other").MaxConcurrency(), 8)
+			},
+		},
+		{name: "concurrency auto from the environment", doc: minimal, env: map[string]string{"TENAZ_ACCOUNTS_DEFAULT_CONCURRENCY": "auto", "TENAZ_ACCOUNTS_DEFAULT_CONCURRENCY_MAX": "12"},
+			check: func(t *testing.T, c *config.Config) {
+				a := c.Account("acme")
+				eq(t, "acme auto", a.Concurrency.Auto(), true)
+				eq(t, "acme max concurrency", a.MaxConcurrency(), 12)
+			}},
 		{name: "sync interval", doc: minimal + "nats: {embedded: {sync: 1s}}"},
 		{name: "three replicas", doc: minimal + "streams: {replicas: 3, tags: [ssd, eu], cluster: c1, retention: 720h}"},
 		{name: "five replicas", doc: minimal + "streams: {replicas: 5}"},
@@ -440,6 +470,11 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "negative target rate", doc: "targets: {erp: {url: 'http://x/', rate: -5/s}}", want: []string{"targets.erp.rate: invalid rate"}},
 		{name: "bad target rate unit", doc: "targets: {erp: {url: 'http://x/', rate: 5/d}}", want: []string{`targets.erp.rate: invalid rate "5/d"`}},
 		{name: "negative target concurrency", doc: "targets: {erp: {url: 'http://x/', concurrency: -1}}", want: []string{"targets.erp.concurrency: must be positive (or 0: unlimited), got -1"}},
+		{name: "concurrency neither a number nor auto", doc: minimal + "accounts: {acme: {concurrency: lots}}", want: []string{`accounts.acme.concurrency: expected a positive integer or "auto", got "lots"`}},
+		{name: "concurrency bounds without auto", doc: minimal + "accounts: {acme: {concurrency: 4, concurrency_max: 10}}", want: []string{"accounts.acme.concurrency_max: applies only with concurrency: auto; the account's concurrency is 4"}},
+		{name: "concurrency bounds crossed", doc: minimal + "accounts: {acme: {concurrency: auto, concurrency_min: 20, concurrency_max: 10}}", want: []string{"accounts.acme.concurrency_max: concurrency_min (20) must not exceed concurrency_max (10)"}},
+		{name: "concurrency bound crossing the inherited one", doc: minimal + "accounts: {acme: {concurrency: auto, concurrency_min: 100}}", want: []string{"accounts.acme.concurrency_min: concurrency_min (100) must not exceed concurrency_max (64)"}},
+		{name: "negative concurrency bound", doc: minimal + "accounts: {acme: {concurrency: auto, concurrency_min: -2}}", want: []string{"accounts.acme.concurrency_min: must be at least 1, got -2"}},
 		{name: "not a finite number", doc: erpTarget + "kinds: {order.create: {target: erp, backoff: {jitter: .nan}}}", want: []string{"kinds.order.create.backoff.jitter: expected a finite number"}},
 		{name: "syntax error", doc: "targets: {erp: [", want: []string{"yaml:"}},
 		{name: "two documents", doc: minimal + "---\nprefix: x\n", want: []string{"more than one YAML document"}},
@@ -501,7 +536,7 @@ func TestInvalidConfigs(t *testing.T) {
 		// accounts
 		{name: "account override of an unknown target", doc: minimal + "accounts: {acme: {targets: {nope: {url: 'http://y/'}}}}", want: []string{`accounts.acme.targets.nope: unknown target "nope"`}},
 		{name: "account override with a bad url", doc: minimal + "accounts: {acme: {targets: {erp: {url: 'y/'}}}}", want: []string{"accounts.acme.targets.erp.url: must be an http:// or https:// URL"}},
-		{name: "negative concurrency", doc: minimal + "accounts: {acme: {concurrency: -1}}", want: []string{"accounts.acme.concurrency: must be at least 1, got -1"}},
+		{name: "negative concurrency", doc: minimal + "accounts: {acme: {concurrency: -1}}", want: []string{`accounts.acme.concurrency: expected a positive integer or "auto", got "-1"`}},
 		{name: "negative breaker failures", doc: minimal + "accounts: {'*': {breaker: {failures: -2}}}", want: []string{"accounts.*.breaker.failures: must be at least 1, got -2"}},
 		{name: "negative cooldown", doc: minimal + "accounts: {acme: {breaker: {cooldown: -1m}}}", want: []string{"accounts.acme.breaker.cooldown: must not be negative"}},
 		// the rest

@@ -18,6 +18,8 @@ const (
 	defaultReplicas        = 1
 	defaultRetention       = Duration(168 * time.Hour)
 	defaultConcurrency     = 8
+	defaultConcurrencyMin  = 1
+	defaultConcurrencyMax  = 64
 	defaultBreakerFailures = 5
 	defaultBreakerCooldown = Duration(2 * time.Minute)
 	defaultMethod          = "POST"
@@ -72,8 +74,10 @@ const DefaultAccountName = "*"
 // builtinAccount is what the "*" account inherits.
 func builtinAccount() Account {
 	return Account{
-		Concurrency: defaultConcurrency,
-		Breaker:     Breaker{Failures: defaultBreakerFailures, Cooldown: defaultBreakerCooldown},
+		Concurrency:    defaultConcurrency,
+		ConcurrencyMin: defaultConcurrencyMin,
+		ConcurrencyMax: defaultConcurrencyMax,
+		Breaker:        Breaker{Failures: defaultBreakerFailures, Cooldown: defaultBreakerCooldown},
 	}
 }
 

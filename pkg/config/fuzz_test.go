@@ -63,7 +63,7 @@ func FuzzParse(f *testing.F) {
 				if tg := cfg.TargetFor(account, k.Target); tg.URL == "" {
 					t.Fatalf("kind %q, account %q: expected target %q to exist", name, account, k.Target)
 				}
-				if a := cfg.Account(account); a.Concurrency < 1 || a.Breaker.Failures < 1 {
+				if a := cfg.Account(account); a.MaxConcurrency() < 1 || a.Breaker.Failures < 1 {
 					t.Fatalf("account %q: expected positive limits, got %+v", account, a)
 				}
 			}

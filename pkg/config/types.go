@@ -195,3 +195,51 @@ func describe(n *yaml.Node) string {
 	}
 	return strconv.Quote(v)
 }
+
+// Concurrency is a number of calls at once, or ConcurrencyAuto: written
+// as a positive integer or "auto".
+type Concurrency int
+
+// ConcurrencyAuto is "concurrency: auto": the dispatcher learns how many
+// calls at once the account's targets take, between the account's
+// concurrency_min and concurrency_max.
+const ConcurrencyAuto Concurrency = -1
+
+// Auto reports whether c is ConcurrencyAuto.
+func (c Concurrency) Auto() bool { return c == ConcurrencyAuto }
+
+// String returns "auto" or the number.
+func (c Concurrency) String() string {
+	if c.Auto() {
+		return "auto"
+	}
+	return strconv.Itoa(int(c))
+}
+
+// UnmarshalYAML reads a positive integer or "auto".
+func (c *Concurrency) UnmarshalYAML(n *yaml.Node) error {
+	const want = `a positive integer or "auto"`
+	s, err := scalarText(n, want)
+	if err != nil {
+		return err
+	}
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "auto") {
+		*c = ConcurrencyAuto
+		return nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("expected %s, got %s", want, describe(n))
+	}
+	*c = Concurrency(v)
+	return nil
+}
+
+// MarshalYAML writes c as String does.
+func (c Concurrency) MarshalYAML() (any, error) {
+	if c.Auto() {
+		return "auto", nil
+	}
+	return int(c), nil
+}

@@ -212,9 +212,10 @@ func (v *validator) accounts() {
 			}
 		}
 		star := name == DefaultAccountName
-		if a.Concurrency < 0 || star && a.Concurrency == 0 {
-			v.add(join(key, "concurrency"), "must be at least 1, got %d", a.Concurrency)
+		if a.Concurrency < 0 && !a.Concurrency.Auto() || star && a.Concurrency == 0 {
+			v.add(join(key, "concurrency"), `must be at least 1 or "auto", got %d`, a.Concurrency)
 		}
+		v.concurrencyBounds(key, star, a, c.Account(name))
 		if math.IsNaN(a.Rate.PerSecond) || math.IsInf(a.Rate.PerSecond, 0) || a.Rate.PerSecond < 0 {
 			v.add(join(key, "rate"), "must be unlimited or a positive rate, got %v", a.Rate.PerSecond)
 		}
@@ -239,6 +240,30 @@ func (v *validator) accounts() {
 				}
 			}
 		}
+	}
+}
+
+// concurrencyBounds checks the bounds of "concurrency: auto" written in
+// the account entry a at key; eff is the account's limits with what it
+// inherits. The "*" entry may set bounds for the accounts that opt in.
+func (v *validator) concurrencyBounds(key string, star bool, a, eff Account) {
+	for _, b := range []struct {
+		name string
+		n    int
+	}{{"concurrency_min", a.ConcurrencyMin}, {"concurrency_max", a.ConcurrencyMax}} {
+		switch {
+		case b.n < 0 || star && b.n == 0:
+			v.add(join(key, b.name), "must be at least 1, got %d", b.n)
+		case b.n > 0 && !star && !eff.Concurrency.Auto():
+			v.add(join(key, b.name), "applies only with concurrency: auto; the account's concurrency is %d", eff.Concurrency)
+		}
+	}
+	if (star || eff.Concurrency.Auto()) && eff.ConcurrencyMin > eff.ConcurrencyMax && eff.ConcurrencyMax > 0 {
+		k := join(key, "concurrency_max")
+		if a.ConcurrencyMax == 0 {
+			k = join(key, "concurrency_min")
+		}
+		v.add(k, "concurrency_min (%d) must not exceed concurrency_max (%d)", eff.ConcurrencyMin, eff.ConcurrencyMax)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,7 +36,7 @@ type replicaRow struct {
 }
 
 type limitsRow struct {
-	Concurrency int
+	Concurrency string // a number, or "auto (min–max)"
 	Rate        string // as configured, or "unlimited"
 	Failures    int
 	Cooldown    string
@@ -55,9 +56,12 @@ type breakerCell struct {
 }
 
 func limitsOf(a config.Account) limitsRow {
-	r := limitsRow{Concurrency: a.Concurrency, Rate: "unlimited", Failures: a.Breaker.Failures, Cooldown: a.Breaker.Cooldown.D().String()}
-	if a.Concurrency <= 0 {
-		r.Concurrency = 8 // the dispatcher's lane default
+	r := limitsRow{Concurrency: strconv.Itoa(a.MaxConcurrency()), Rate: "unlimited", Failures: a.Breaker.Failures, Cooldown: a.Breaker.Cooldown.D().String()}
+	switch {
+	case a.Concurrency.Auto():
+		r.Concurrency = fmt.Sprintf("auto (%d–%d)", a.ConcurrencyMin, a.ConcurrencyMax)
+	case a.Concurrency <= 0:
+		r.Concurrency = "8" // the dispatcher's lane default
 	}
 	if a.Rate.PerSecond > 0 {
 		r.Rate = a.Rate.Text

@@ -71,7 +71,7 @@ func (s *Service) accountMetrics() []metrics.AccountLoad {
 		acct := s.cfg.Account(account)
 		l := s.loads.of(account)
 		out = append(out, metrics.AccountLoad{
-			Account: account, Instance: self, Concurrency: laneConcurrency(acct.Concurrency), Rate: acct.Rate.PerSecond,
+			Account: account, Instance: self, Concurrency: s.concurrencyNow(account, acct), Rate: acct.Rate.PerSecond,
 			InFlight: int(l.inFlight.Load()),
 			Throttled: map[string]uint64{
 				metrics.ThrottleConcurrency: l.slotWaits.Load(),

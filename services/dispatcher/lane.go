@@ -22,24 +22,31 @@ import (
 
 // lane consumes one account's consumer with the account's concurrency: at
 // most that many target calls in flight on this replica. A slot is freed as
-// soon as the call returns, while its outcome is still being stored.
+// soon as the call returns, while its outcome is still being stored. With
+// "concurrency: auto" the lane takes up to concurrency_max messages and
+// each call also waits for a slot of the learned limit (auto).
 type lane struct {
 	account string
 	cc      jetstream.ConsumeContext
 	in      chan held
 	last    atomic.Int64 // unix nanos of the last message taken
 	sem     chan struct{}
+	auto    *autoLimit // the learned limit; nil for a fixed concurrency
 	wg      sync.WaitGroup
 }
 
 func (s *Service) startLane(account string) (*lane, error) {
 	acct := s.cfg.Account(account)
-	conc := acct.Concurrency
+	conc := acct.MaxConcurrency()
 	if conc <= 0 {
 		conc = 8
 	}
 	ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
 	defer cancel()
+	var auto *autoLimit
+	if acct.Concurrency.Auto() {
+		auto = s.newAutoLimitFor(ctx, account, acct)
+	}
 	cons, err := s.stream.Consumer(ctx, tenaz.ConsumerName(account))
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
@@ -54,7 +61,7 @@ func (s *Service) startLane(account string) (*lane, error) {
 			return nil, fmt.Errorf("consumer of %s: adding the owner group: %w", account, err)
 		}
 	}
-	l := &lane{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc)}
+	l := &lane{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
 	l.last.Store(time.Now().UnixNano())
 	l.wg.Add(1)
 	go s.laneLoop(l)
@@ -79,12 +86,16 @@ func (s *Service) startLane(account string) (*lane, error) {
 	return l, nil
 }
 
-// stop stops taking messages and waits for what was taken to finish.
+// stop stops taking messages and waits for what was taken to finish; the
+// learned limit is then stored for the account's next owner.
 func (l *lane) stop() {
 	l.cc.Drain()
 	<-l.cc.Closed()
 	close(l.in)
 	l.wg.Wait()
+	if l.auto != nil {
+		l.auto.flush()
+	}
 }
 
 // laneLoop takes the messages waiting for the lane and claims fresh events
@@ -203,7 +214,7 @@ func (s *Service) spawn(l *lane, h held, fn func(ctx context.Context, release fu
 		var once sync.Once
 		release := func() { once.Do(func() { h.stop(); <-l.sem }) }
 		defer func() { release(); l.wg.Done() }()
-		fn(s.runCtx, release)
+		fn(withAutoLimit(s.runCtx, l.auto), release)
 	})
 }
 

@@ -296,18 +296,26 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		}
 		mx.WaitTime(env.Account, env.Kind, s.st.Now().Sub(due))
 	}
+	slot, ok := s.autoSlot(ctx, env.Account) // concurrency: auto
+	if !ok {
+		release()
+		return // stopping: no slot of the learned limit came free in time; the message comes back
+	}
 	if until, opened := adm.openedSince(); opened {
 		// Allowed, then held back by the account's concurrency while
 		// the breaker opened: the call would be one more failure past
 		// the threshold. The attempt is given back (yield) and the
 		// event waits for the cooldown.
+		slot.drop()
 		release()
 		s.finish(ctx, m, env, rec, rev, outcome.RetryAfter(time.Until(until), errBreakerOpened), stage, hasFallback, target.Response{})
 		return
 	}
 	call = s.metered(env.Account, call)
+	call = slot.timed(call)
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
+	slot.done(callErr, ctx.Err() == nil && !errors.Is(callErr, errNotCalled))
 	if errors.Is(callErr, errNotCalled) {
 		release()
 		return // stopping: the call waited for its target's limit and was not made; the message comes back
