@@ -99,7 +99,10 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
-	w, err := kv.WatchAll(ctx)
+	// The watch outlives ctx: a service's start context is its signal
+	// context, which ends when a stop begins, and a draining replica must
+	// keep heartbeating until it leaves.
+	w, err := kv.WatchAll(context.WithoutCancel(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("owner: watch: %w", err)
 	}

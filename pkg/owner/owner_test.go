@@ -269,3 +269,29 @@ func TestOutageOfNATSMovesNothing(t *testing.T) {
 	}
 	waitLive(t, rs, []string{"d1", "d2"})
 }
+
+// A replica whose Join context ends (the signal context of a service that
+// got SIGTERM and drains) keeps heartbeating until Leave: the others do
+// not take its accounts while its drain calls are in flight.
+func TestJoinContextEndingKeepsTheHeartbeat(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := owner.Join(ctx, js, owner.Options{Instance: "d1", Heartbeat: beat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Leave(context.Background())
+	d2 := join(t, srv, "d2")
+	waitLive(t, map[string]*replica{"d2": d2}, []string{"d1", "d2"})
+	cancel()
+	tick := time.NewTicker(beat / 2)
+	defer tick.Stop()
+	for range 20 { // 10 heartbeats, over 3 Expiries: a silent d1 would be dead by then
+		<-tick.C
+		if !slices.Contains(d2.g.Live(), "d1") {
+			t.Fatalf("d2 took d1 for dead after d1's Join context ended: live %v", d2.g.Live())
+		}
+	}
+}
