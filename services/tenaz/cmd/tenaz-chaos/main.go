@@ -35,6 +35,7 @@ func run() error {
 	load := flag.Duration("load", 0, "override: how long the load and the faults last")
 	outage := flag.Duration("outage", 0, "override: each account's outage")
 	settle := flag.Duration("settle", 0, "override: the bound on settling after the load")
+	dispatchers := flag.Int("dispatchers", 0, "override: dispatcher processes (1-10; both runs use 2)")
 	seed := flag.Uint64("seed", 1, "seed of the plan and the faults")
 	race := flag.Bool("race", false, "build the services with the race detector")
 	keep := flag.Bool("keep", false, "keep the work directory (logs, store) even when the run passes")
@@ -57,6 +58,7 @@ func run() error {
 		{*load > 0, func() { o.Load = *load }},
 		{*outage > 0, func() { o.Outage = *outage }},
 		{*settle > 0, func() { o.Settle = *settle }},
+		{*dispatchers > 0, func() { o.DispatcherReplicas = *dispatchers }},
 	} {
 		if ov.set {
 			ov.fn()

@@ -110,31 +110,47 @@ type breakerReport struct {
 	probes         int      // calls at a down account + target after its breaker first opened
 	maxPerCooldown int      // most such calls within one cooldown
 	tooMany        int      // windows with more than one: must be 0
-	neverOpened    []string // account + targets with enough failures in an outage and no open: must be none
-	mostUnopened   int      // most failed calls from one process lifetime at an account + target in an outage without an opening
+	overFailures   []string // outages with more failed calls before the opening than the bound: must be none
+	mostFailed     int      // most failed calls of one account + target in an outage before its breaker opened
+	mostFailedMax  int      // the bound of that outage
 	details        []string
+}
+
+// failureBound is how many failed calls of one account + target may reach
+// the provider between a close (or an outage's start) and the next open.
+// The failure count is one for the whole cluster (pkg/breaker), so
+// `failures` of them open it, plus the calls already in flight when the
+// count reaches it: at most concurrency - 1 others of the account hold a
+// slot, in their call or waiting in it for the account's rate, allowed
+// before the open (a call allowed and still waiting for a slot is given
+// back, not made). A kill of a dispatcher or
+// of nats-server while the failures mount may leave up to concurrency
+// calls made whose failure is never counted (the calls in flight at the
+// killed owner, or those whose count could not be written), so each such
+// stop in the window adds concurrency.
+func failureBound(concurrency, stops int) int {
+	return breakerFailures + concurrency - 1 + concurrency*stops
 }
 
 // checkBreakers compares the deliveries with the breakers' openings.
 // While a breaker is open no call may arrive (past inFlightSlack); during
-// an outage, once the breaker has opened, calls are probes, at most one
-// per cooldown: in any window of one cooldown there is at most one call
-// (the probe claim's expiry, probeTimeout, is longer than the cooldowns
-// used, so a killed prober's successor does not break this either).
-func checkBreakers(calls []callRec, opens map[string][]breakerOpen, outages map[string]window, cooldown time.Duration) breakerReport {
+// an outage, before the breaker opens, at most failureBound failed calls
+// arrive, over every dispatcher; once it has opened, calls are probes, at
+// most one per cooldown: in any window of one cooldown there is at most one
+// call (the probe claim's expiry, probeTimeout, is longer than the
+// cooldowns used, so a killed prober's successor does not break this
+// either). stops are the times of every kill or stop of a dispatcher or of
+// nats-server.
+func checkBreakers(calls []callRec, opens map[string][]breakerOpen, outages map[string]window, cooldown time.Duration,
+	lim map[string]limits, stops []time.Time) breakerReport {
 	var rep breakerReport
 	byKey := map[string][]time.Time{}
-	downByKey := map[string][]time.Time{}
-	downBySender := map[string]map[string]int{}
+	downByKey := map[string][]callRec{}
 	for _, c := range calls {
 		k := c.account + "." + c.target
 		byKey[k] = append(byKey[k], c.at)
 		if c.down {
-			downByKey[k] = append(downByKey[k], c.at)
-			if downBySender[k] == nil {
-				downBySender[k] = map[string]int{}
-			}
-			downBySender[k][c.sender]++
+			downByKey[k] = append(downByKey[k], c)
 		}
 	}
 	for k, os := range opens {
@@ -164,27 +180,47 @@ func checkBreakers(calls []callRec, opens map[string][]breakerOpen, outages map[
 				}
 			}
 			down := downByKey[k]
-			if first.IsZero() {
-				// Each dispatcher process counts failures on its own, from
-				// zero when it starts: no opening is a fault only if one
-				// process lifetime made enough failed calls to trip, plus
-				// the calls it may have had in flight when it was killed
-				// (their failures never counted).
-				for sender, n := range downBySender[k] {
-					rep.mostUnopened = max(rep.mostUnopened, n)
-					if n >= breakerFailures+accountConcurrency {
-						rep.neverOpened = append(rep.neverOpened, fmt.Sprintf("%s (%d failed calls in the outage from %s, %d from all)", k, n, sender, len(down)))
-					}
+			slices.SortFunc(down, func(a, b callRec) int { return a.at.Compare(b.at) })
+			// The failed calls before the opening (the in-flight ones may
+			// arrive just after it), or all of them if it never opened.
+			until := w.to
+			if !first.IsZero() {
+				until = first.Add(inFlightSlack)
+			}
+			failed, senders := 0, map[string]int{}
+			for _, c := range down {
+				if c.at.Before(until) {
+					failed++
+					senders[c.sender]++
 				}
+			}
+			n := 0
+			for _, at := range stops {
+				if !at.Before(w.from) && at.Before(until) {
+					n++
+				}
+			}
+			bound := failureBound(lim[account].concurrency, n)
+			if failed > rep.mostFailed {
+				rep.mostFailed, rep.mostFailedMax = failed, bound
+			}
+			if failed > bound {
+				opened := "never opened"
+				if !first.IsZero() {
+					opened = "opened at " + first.Format("15:04:05.000")
+				}
+				rep.overFailures = append(rep.overFailures, fmt.Sprintf("%s: %d failed calls in its outage (%s–%s), %s; bound %d (%d stops); by process %s",
+					k, failed, w.from.Format("15:04:05"), w.to.Format("15:04:05"), opened, bound, n, counts(senders)))
+			}
+			if first.IsZero() {
 				continue
 			}
 			var probes []time.Time
-			for _, at := range down {
-				if at.After(first.Add(inFlightSlack)) {
-					probes = append(probes, at)
+			for _, c := range down {
+				if c.at.After(first.Add(inFlightSlack)) {
+					probes = append(probes, c.at)
 				}
 			}
-			slices.SortFunc(probes, func(a, b time.Time) int { return a.Compare(b) })
 			rep.probes += len(probes)
 			// Most calls within one cooldown (a little less: the timers of
 			// two processes on one clock).

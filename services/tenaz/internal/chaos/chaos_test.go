@@ -1,7 +1,7 @@
 package chaos
 
 import (
-	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -28,6 +28,14 @@ func TestConfigIsValid(t *testing.T) {
 		}
 		if err := o.validate(); err != nil {
 			t.Errorf("%s: %v", o.Name, err)
+		}
+		lim, err := accountLimits(y, []string{ratedAccount, narrowAccount, "acct-03"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]limits{ratedAccount: {accountConcurrency, ratedPerSecond}, narrowAccount: {narrowConcurrency, 0}, "acct-03": {accountConcurrency, 0}}
+		if !maps.Equal(lim, want) {
+			t.Errorf("%s: want the limits %v, got %v", o.Name, want, lim)
 		}
 	}
 }
@@ -63,15 +71,19 @@ func TestPlan(t *testing.T) {
 }
 
 // checkBreakers: a call while open is counted, as are two probes within
-// one cooldown; an outage with enough failures and no opening is named.
+// one cooldown; an outage with more failed calls before its opening than
+// the bound (failures + concurrency - 1 + concurrency per stop of a
+// dispatcher or nats-server), or with as many and no opening, is named.
 func TestCheckBreakers(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	cooldown := 5 * time.Second
-	outages := map[string]window{"a": {at(0), at(30)}, "b": {at(0), at(30)}, "c": {at(0), at(30)}}
+	outages := map[string]window{"a": {at(0), at(30)}, "b": {at(40), at(70)}, "c": {at(0), at(30)}, "d": {at(80), at(110)}}
+	lim := map[string]limits{"a": {concurrency: 8}, "b": {concurrency: 8}, "c": {concurrency: 8}, "d": {concurrency: 2}}
+	stops := []time.Time{at(1), at(5), at(9)} // three kills during a's and c's outages
 	var calls []callRec
 	down := func(acct, target string, s float64) {
-		calls = append(calls, callRec{at: at(s), account: acct, target: target, down: true})
+		calls = append(calls, callRec{at: at(s), account: acct, target: target, down: true, sender: "dispatcher-1#1"})
 	}
 	for i := range 12 { // opening burst
 		down("a", targetERP, 0.1*float64(i))
@@ -79,23 +91,83 @@ func TestCheckBreakers(t *testing.T) {
 	down("a", targetERP, 6.5)  // probe
 	down("a", targetERP, 12.0) // probe, ≥ cooldown after
 	down("a", targetERP, 14.0) // second call within a cooldown of the last probe (and while open)
-	for i := range 40 {        // b never opens: one dispatcher's 40 failures
-		calls = append(calls, callRec{at: at(0.5 * float64(i)), account: "b", target: targetERP, down: true, sender: "dispatcher-1#1"})
+	for i := range 18 {        // b never opens: 18 failures, 17 allowed with no stop
+		down("b", targetERP, 40+0.5*float64(i))
 	}
-	for i := range 40 { // c never opens either, but its 40 failures come from five short lives of dispatchers
-		calls = append(calls, callRec{at: at(0.5 * float64(i)), account: "c", target: targetERP, down: true, sender: fmt.Sprintf("dispatcher-%d#%d", i%2+1, i/16)})
+	for i := range 40 { // c never opens either, but its 40 failures come with three stops: 41 allowed
+		down("c", targetERP, 0.5*float64(i))
 	}
-	opens := map[string][]breakerOpen{"a." + targetERP: {
-		{openedAt: at(1.2), openUntil: at(6.2)},
-		{openedAt: at(6.6), openUntil: at(11.6)},
-		{openedAt: at(12.1), openUntil: at(17.1)},
-	}}
-	r := checkBreakers(calls, opens, outages, cooldown)
+	for i := range 12 { // d opens after 12 failures; 11 allowed at concurrency 2
+		down("d", targetBureauA, 80+0.1*float64(i))
+	}
+	opens := map[string][]breakerOpen{
+		"a." + targetERP: {
+			{openedAt: at(1.2), openUntil: at(6.2)},
+			{openedAt: at(6.6), openUntil: at(11.6)},
+			{openedAt: at(12.1), openUntil: at(17.1)},
+		},
+		"d." + targetBureauA: {{openedAt: at(81.1), openUntil: at(86.1)}},
+	}
+	r := checkBreakers(calls, opens, outages, cooldown, lim, stops)
 	if r.callsWhileOpen != 1 || r.tooMany != 1 || r.probes != 3 || r.maxPerCooldown != 2 {
 		t.Fatalf("want 1 call while open, 1 pair of probes too close, 3 probes, at most 2 per cooldown; got %+v", r)
 	}
-	if len(r.neverOpened) != 1 || !strings.HasPrefix(r.neverOpened[0], "b.erp ") || r.opens != 3 || r.opensInOutage != 3 {
-		t.Fatalf("want b.erp (and not c.erp) named as never opened and 3 openings in the outage, got %+v", r)
+	if len(r.overFailures) != 2 || !strings.HasPrefix(r.overFailures[0], "b.erp: 18 ") && !strings.HasPrefix(r.overFailures[1], "b.erp: 18 ") ||
+		!strings.HasPrefix(r.overFailures[0], "d.bureau_a: 12 ") && !strings.HasPrefix(r.overFailures[1], "d.bureau_a: 12 ") {
+		t.Fatalf("want b.erp (18 failures, never opened) and d.bureau_a (12 before its opening) named, not a.erp or c.erp; got %q", r.overFailures)
+	}
+	if r.opens != 4 || r.opensInOutage != 4 || r.mostFailed != 40 || r.mostFailedMax != 41 {
+		t.Fatalf("want 4 openings in outages and c.erp's 40 failed calls (bound 41) the most; got %+v", r)
+	}
+}
+
+// checkLimits: calls in flight over the concurrency are counted (a call
+// whose caller went away ends goneSlack early; one from another process
+// while the first is in flight is an overlap), and so are calls in one
+// second over the rate + rateJitter, one more per change of caller.
+func TestCheckLimits(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var calls []callRec
+	call := func(acct, sender string, from, to float64, gone bool) {
+		calls = append(calls, callRec{at: at(from), end: at(to), gone: gone, account: acct, target: targetERP, sender: sender})
+	}
+	// x, concurrency 2: two at once is fine; a third is over.
+	call("x", "d1", 0, 1, false)
+	call("x", "d1", 0.5, 1.5, false)
+	call("x", "d1", 0.6, 0.9, false) // the third in flight
+	call("x", "d1", 1.5, 2, false)   // starts as one ends: not over
+	call("x", "d1", 1.6, 4, true)    // its caller gave up at 4
+	call("x", "d1", 3.97, 5, false)  // the next call, seen before the first's end: within goneSlack
+	// y, concurrency 8, rate 10/s: 12 calls in 0.88 s from one process is
+	// one over (11 allowed); from two processes (a handover) it is not.
+	for i := range 12 {
+		call("y", "d1", 10+0.08*float64(i), 10+0.08*float64(i)+0.01, false)
+	}
+	for i := range 12 {
+		s := "d1"
+		if i >= 6 {
+			s = "d2"
+		}
+		call("y", s, 20+0.08*float64(i), 20+0.08*float64(i)+0.01, false)
+	}
+	// z, concurrency 2: one call from another process while d1's is in flight.
+	call("z", "d1", 30, 31, false)
+	call("z", "d2", 30.5, 30.6, false)
+	// w, concurrency 1: a killed dispatcher's call, gone within goneSlack,
+	// is over before the next owner's calls, one after the other.
+	call("w", "d1", 40, 40.01, true)
+	call("w", "d2", 45, 45.5, false)
+	call("w", "d2", 45.5, 46, false)
+	r := checkLimits(calls, map[string]limits{"x": {concurrency: 2}, "y": {concurrency: 8, rate: 10}, "z": {concurrency: 2}, "w": {concurrency: 1}}, at(60))
+	if r.overConcurrency != 1 || r.overRate != 1 || r.overlapping != 1 {
+		t.Fatalf("want 1 call over the concurrency (x), 1 over the rate (y), 1 overlap (z); got %+v", r)
+	}
+	want := map[string][3]int{"x": {3, 3, 6}, "y": {1, 12, 12}, "z": {2, 2, 2}, "w": {1, 2, 3}}
+	for _, f := range r.accounts {
+		if w := want[f.account]; f.peakFlight != w[0] || f.peakSecond != w[1] || f.peakTen != w[2] {
+			t.Errorf("%s: want most in flight, in 1 s, in 10 s %v, got %d, %d, %d", f.account, w, f.peakFlight, f.peakSecond, f.peakTen)
+		}
 	}
 }
 

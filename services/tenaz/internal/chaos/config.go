@@ -34,16 +34,30 @@ const callTimeout = 2 * time.Second
 
 // Every process of the run gets its own instance name in envInstance
 // (the process's name and its start count), and every target call carries
-// it in headerInstance, so that the breaker check can tell which process
-// lifetime made each call: each counts failures on its own.
+// it in headerInstance, so that the limit checks can tell which dispatcher
+// process lifetime made each call: an account served by two of them at once
+// (a handover) shows, and the rate check allows for each handover it sees.
 const (
 	envInstance    = "TENAZ_CHAOS_INSTANCE"
 	headerInstance = "X-Chaos-Instance"
 )
 
-// accountConcurrency is every account's concurrency: at most that many
-// calls of one account in flight per dispatcher.
+// accountConcurrency is every account's concurrency (but narrowAccount's):
+// at most that many calls of one account in flight, over all dispatchers.
 const accountConcurrency = 8
+
+// Two accounts get limits of their own, so that the limit checks have
+// something to bite on: rated's calls are held to ratedPerSecond, and
+// narrow's concurrency is narrowConcurrency. Both are within what the
+// run's load needs of them (about 8 events/s per account in the short run,
+// some two calls each), so that they throttle without keeping events from
+// settling within the bound.
+const (
+	ratedAccount      = "acct-01"
+	ratedPerSecond    = 10
+	narrowAccount     = "acct-02"
+	narrowConcurrency = 4
+)
 
 // breakerFailures opens a breaker: with 30 % 5xx and 10 % timeouts a run
 // of ten failures is rare outside an outage or a 429 burst.
@@ -81,6 +95,8 @@ streams: {ack_wait: %[6]s}
 poller: {concurrency: 32, reconcile_every: 24h, grace: 15s, running_grace: 10m}
 accounts:
   "*": {concurrency: %[11]d, breaker: {failures: %[8]d, cooldown: %[2]s}}
+  %[12]s: {rate: %[13]d/s}
+  %[14]s: {concurrency: %[15]d}
 targets:
   erp:
     url: "%[1]s/{{.Account}}/erp/api/{{.Kind}}"
@@ -121,7 +137,8 @@ kinds:
     fallback: {target: bureau_b, completion: poll, attempts: 6, backoff: %[5]s, poll_sla: %[4]s}
   report.fetch: {target: bureau_b, completion: poll, attempts: 8, backoff: %[5]s, poll_sla: %[4]s}
 `, p.providers, secs(p.cooldown), secs(p.callbackSLA), secs(p.pollSLA), backoff, secs(ackWait), p.logLevel,
-		breakerFailures, secs(callTimeout), callbackSecret, accountConcurrency)
+		breakerFailures, secs(callTimeout), callbackSecret, accountConcurrency,
+		ratedAccount, ratedPerSecond, narrowAccount, narrowConcurrency)
 }
 
 func writeConfig(path string, p configParams) error {

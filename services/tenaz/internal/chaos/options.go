@@ -32,6 +32,8 @@ type Options struct {
 	// CallbackSLA and PollSLA are the kinds' callback and poll SLAs.
 	CallbackSLA, PollSLA time.Duration
 	// DispatcherReplicas and PollerReplicas run that many processes of each.
+	// The account limits are checked over all the dispatchers (each
+	// account is owned by one of them at a time).
 	DispatcherReplicas, PollerReplicas int
 	// Seed makes the plan and the faults repeatable (the kills and the
 	// schedule of the processes are not).
@@ -79,8 +81,8 @@ func (o Options) validate() error {
 		// replica probes: with a longer cooldown that second probe would
 		// fall within one cooldown of the first and fail the check.
 		return fmt.Errorf("chaos: the cooldown must be at most %s (the breaker's probe claim expiry), got %s", probeTimeout, o.Cooldown)
-	case o.DispatcherReplicas < 1 || o.PollerReplicas < 1:
-		return fmt.Errorf("chaos: at least one dispatcher and one poller")
+	case o.DispatcherReplicas < 1 || o.DispatcherReplicas > 10 || o.PollerReplicas < 1:
+		return fmt.Errorf("chaos: 1-10 dispatchers and at least one poller, got %d and %d", o.DispatcherReplicas, o.PollerReplicas)
 	}
 	return nil
 }

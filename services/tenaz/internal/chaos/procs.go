@@ -39,8 +39,9 @@ type proc struct {
 	downUntil time.Time // the keeper does not restart it before
 	final     bool      // stopped for good
 	starts    int
-	kills     int // SIGKILL by the monkey
-	terms     int // SIGTERM by the monkey
+	kills     int         // SIGKILL by the monkey
+	terms     int         // SIGTERM by the monkey
+	stops     []time.Time // when the monkey killed or stopped it
 	crashes   []string
 }
 
@@ -125,6 +126,7 @@ func (p *proc) restart(ctx context.Context, sig syscall.Signal, down time.Durati
 	p.op.Lock()
 	p.mu.Lock()
 	p.downUntil = time.Now().Add(down)
+	p.stops = append(p.stops, time.Now())
 	p.mu.Unlock()
 	p.stop(sig)
 	p.op.Unlock()

@@ -47,7 +47,9 @@ func (w window) has(t time.Time) bool { return !t.Before(w.from) && t.Before(w.t
 
 // callRec is one delivery (not a poll) that reached the providers.
 type callRec struct {
-	at      time.Time
+	at      time.Time // when it arrived
+	end     time.Time // when the provider was done with it (zero: not yet)
+	gone    bool      // it ended because the caller went away (a client timeout, a killed dispatcher)
 	account string
 	target  string
 	eventID string
@@ -181,8 +183,17 @@ func (f *fleet) gate(w http.ResponseWriter, r *http.Request) {
 	c := callRec{at: now, account: account, target: target, eventID: r.Header.Get(tenaz.HeaderEventID),
 		key: r.Header.Get(tenaz.HeaderIdempotencyKey), down: down, sender: r.Header.Get(headerInstance)}
 	f.mu.Lock()
+	i := len(f.calls)
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
+	// The call's end, for the check of calls in flight: when the provider
+	// answered, or when the caller went away (a hang ends then).
+	defer func() {
+		end, gone := time.Now(), r.Context().Err() != nil
+		f.mu.Lock()
+		f.calls[i].end, f.calls[i].gone = end, gone
+		f.mu.Unlock()
+	}()
 	if down {
 		_, _ = io.Copy(io.Discard, r.Body)
 		unavailable(w)

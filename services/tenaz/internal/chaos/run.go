@@ -39,8 +39,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 		fmt.Fprintf(out, "# work directory kept: %s (logs/ has every process's log and chaos.log the faults)\n", dir)
 	}()
 	began := time.Now()
-	fmt.Fprintf(out, "# tenaz-chaos %s: %d events, %d accounts, load %s, outage %s per account, kill every ~%s, nats-server restart every ~%s, settle bound %s, seed %d\n",
-		o.Name, o.Events, o.Accounts, o.Load, o.Outage, o.KillEvery, o.NATSEvery, o.Settle, o.Seed)
+	fmt.Fprintf(out, "# tenaz-chaos %s: %d events, %d accounts, %d dispatchers, load %s, outage %s per account, kill every ~%s, nats-server restart every ~%s, settle bound %s, seed %d\n",
+		o.Name, o.Events, o.Accounts, o.DispatcherReplicas, o.Load, o.Outage, o.KillEvery, o.NATSEvery, o.Settle, o.Seed)
 	fmt.Fprintf(out, "# work directory: %s\n", dir)
 	rngs := func(k uint64) *rand.Rand { return rand.New(rand.NewPCG(o.Seed, k)) }
 	cbf := chaosCallbackFaults()
@@ -340,9 +340,10 @@ func printStuck(ctx context.Context, out io.Writer, c *cluster, stuck map[string
 func dump(dir string, f *fleet) error {
 	calls, cbs, _ := f.snapshot()
 	var b strings.Builder
-	b.WriteString("at\taccount\ttarget\tevent\tkey\tdown\n")
+	b.WriteString("at\tend\tgone\taccount\ttarget\tevent\tkey\tdown\tsender\n")
 	for _, c := range calls {
-		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s\t%v\n", c.at.Format("15:04:05.000000"), c.account, c.target, c.eventID, c.key, c.down)
+		fmt.Fprintf(&b, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%v\t%s\n", c.at.Format("15:04:05.000000"), c.end.Format("15:04:05.000000"), c.gone,
+			c.account, c.target, c.eventID, c.key, c.down, c.sender)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "deliveries.tsv"), []byte(b.String()), 0o644); err != nil {
 		return err
