@@ -158,3 +158,44 @@ func lookEvent(t *testing.T, js jetstream.JetStream, key string, subjects ...str
 	}
 	return env
 }
+
+// A copy of a run's own message (the server redelivered it while the run
+// called the target) that reaches its slot after the run stored
+// "retrying" and acked the message must not claim the retry: its run has
+// ended, and a second run on an acked message would leave the event
+// running if it died. The retry's own message (newer) still claims it.
+func TestCopyOfAnEndedRunsMessageDoesNotClaim(t *testing.T) {
+	t.Parallel()
+	s, js, next := lookHarness(t, time.Second, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	env := lookEvent(t, js, "k", "look.own", "look.retry")
+	const runSeq = 100
+	claimed, _, err := state.Apply(queue.Initial(env), state.Action{Name: state.Claim, Seq: runSeq, Actor: "dispatcher/d1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now()
+	rec, _, err := state.Apply(claimed, state.Action{Name: state.Retry, Actor: "dispatcher/d1", NextRunAt: &due, Error: &state.ErrorInfo{Class: "transient", Message: "503"}}, due)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.st.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	own := next(5 * time.Second)
+	if _, _, _, ok := s.claim(ctx, own, env, runSeq); ok {
+		t.Fatal("a copy of the ended run's own message must not claim the retry")
+	}
+	if got, _, err := s.st.Get(ctx, env.ID); err != nil || got.Status != tenaz.StateRetrying || got.Attempts != 1 {
+		t.Fatalf("want the event still retrying after attempt 1, got %s attempt %d (%v)", got.Status, got.Attempts, err)
+	}
+	retry := next(5 * time.Second)
+	if retry == nil || retry.Subject() != "look.retry" {
+		t.Fatalf("want the retry's message next, got %v", retry)
+	}
+	got, _, _, ok := s.claim(ctx, retry, env, runSeq+1)
+	if !ok || got.Status != tenaz.StateRunning || got.RunSeq != runSeq+1 || got.Attempts != 2 {
+		t.Fatalf("the retry's own message must claim it: ok=%v %s seq %d attempt %d", ok, got.Status, got.RunSeq, got.Attempts)
+	}
+}

@@ -118,6 +118,20 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		case tenaz.StatePending:
 			actions = []state.Action{claim}
 		case tenaz.StateRetrying, tenaz.StateScheduled:
+			if rec.RunSeq != 0 && seq <= rec.RunSeq {
+				// A copy of the message of a run that has ended (the
+				// server redelivered it while the run was calling, and
+				// the run has stored its outcome and acked it): claimed,
+				// it would run the event once more, and nothing would
+				// bring the event back if that run died, its message
+				// being acked. Its next step is the outcome's.
+				if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
+					s.retryLater(ctx, m, err)
+					return rec, 0, admission{}, false
+				}
+				s.drop(ctx, m, rec, "a copy of an ended run's message")
+				return rec, 0, admission{}, false
+			}
 			if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
 				// Fired early: a schedule that replaced the event's own
 				// (a late outcome's retry). Dropped with the event's own
