@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,13 +44,22 @@ type Replica struct {
 }
 
 // View is the bucket as one read saw it: every replica that heartbeats (a
-// dead one stays listed, not live, for a while) and every account lease.
+// dead one stays listed, not live, for a while), every account lease, and
+// the concurrency each "auto" account's owner last learned.
 type View struct {
 	// Replicas, sorted by name.
 	Replicas []Replica
 	// Leases maps an account to the replica holding its lease: its owner.
 	Leases map[string]string
+	// Learned maps an account with concurrency "auto" to the limit its
+	// owner last stored (l.<account>: at most every few seconds, and when
+	// it hands the account over).
+	Learned map[string]int
 }
+
+// learnedPrefix is the key prefix of a learned concurrency (written by
+// the dispatcher).
+const learnedPrefix = "l."
 
 // Read reads tenaz_owners once, without joining: for a screen or a tool
 // that shows who owns what. A replica is live when its last heartbeat is
@@ -68,7 +78,7 @@ func Read(ctx context.Context, js jetstream.JetStream, expiry time.Duration) (Vi
 		return View{}, fmt.Errorf("owner: watch: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	v := View{Leases: map[string]string{}}
+	v := View{Leases: map[string]string{}, Learned: map[string]int{}}
 	now := time.Now()
 	for {
 		var e jetstream.KeyValueEntry
@@ -86,6 +96,10 @@ func Read(ctx context.Context, js jetstream.JetStream, expiry time.Duration) (Vi
 			v.Replicas = append(v.Replicas, Replica{Name: strings.TrimPrefix(k, memberPrefix), Heard: at, Live: now.Sub(at) < expiry})
 		case strings.HasPrefix(k, leasePrefix):
 			v.Leases[strings.TrimPrefix(k, leasePrefix)] = string(e.Value())
+		case strings.HasPrefix(k, learnedPrefix):
+			if n, err := strconv.Atoi(string(e.Value())); err == nil && n > 0 {
+				v.Learned[strings.TrimPrefix(k, learnedPrefix)] = n
+			}
 		}
 	}
 	slices.SortFunc(v.Replicas, func(a, b Replica) int { return strings.Compare(a.Name, b.Name) })

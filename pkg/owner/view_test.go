@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/owner"
+	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Read, without joining, sees every replica's heartbeat and every lease;
@@ -29,6 +30,13 @@ func TestReadShowsReplicasAndLeases(t *testing.T) {
 	}
 
 	_, js := srv.Conn(t)
+	kv, err := js.KeyValue(context.Background(), tenaz.BucketOwners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), "l.acme", []byte("5")); err != nil { // as the dispatcher stores a learned limit
+		t.Fatal(err)
+	}
 	expiry := 3 * beat
 	read := func() owner.View {
 		t.Helper()
@@ -43,6 +51,9 @@ func TestReadShowsReplicasAndLeases(t *testing.T) {
 	v := read()
 	if want := map[string]string{"acme": "d1", "beta": "d1", "gamma": "d2"}; !equalMaps(v.Leases, want) {
 		t.Fatalf("want the leases %v, got %v", want, v.Leases)
+	}
+	if v.Learned["acme"] != 5 || len(v.Learned) != 1 {
+		t.Fatalf("want acme's learned concurrency 5, got %v", v.Learned)
 	}
 	if len(v.Replicas) != 2 || v.Replicas[0].Name != "d1" || v.Replicas[1].Name != "d2" || !v.Replicas[0].Live || !v.Replicas[1].Live {
 		t.Fatalf("want d1 and d2 live, got %+v", v.Replicas)

@@ -48,6 +48,7 @@ type accountRow struct {
 	OwnerLive  bool
 	Configured bool // it has an entry of its own under accounts:
 	Limits     limitsRow
+	Learned    int // under "auto": the concurrency its owner last learned (0: none stored yet)
 	Breakers   []breakerCell
 }
 
@@ -109,7 +110,7 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 		_, configured := s.cfg.Accounts[a]
 		cells := brk[a]
 		slices.SortFunc(cells, func(x, y breakerCell) int { return strings.Compare(x.Target, y.Target) })
-		d.Accounts = append(d.Accounts, accountRow{Account: a, Owner: v.Leases[a], OwnerLive: live[v.Leases[a]], Configured: configured,
+		d.Accounts = append(d.Accounts, accountRow{Account: a, Owner: v.Leases[a], OwnerLive: live[v.Leases[a]], Configured: configured, Learned: v.Learned[a],
 			Limits: limitsOf(s.cfg.Account(a)), Breakers: cells})
 	}
 	slices.SortFunc(d.Accounts, func(x, y accountRow) int { return strings.Compare(x.Account, y.Account) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -33,6 +34,7 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 	e := setup(t, `accounts:
   "*": {concurrency: 6}
   acme: {concurrency: 2, rate: 10/s}
+  learner: {concurrency: auto, concurrency_min: 1, concurrency_max: 16}
 `)
 	ds := map[string]*dispatcher.Service{}
 	for _, name := range []string{"d1", "d2"} {
@@ -61,6 +63,14 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, func() bool { return holder("acme") != "" && holder("globex") != "" },
 		"a replica to own acme and globex")
 	e.openBreaker("acme", "erp")
+	// What an owner of learner stored of its learned concurrency.
+	kv, err := e.js.KeyValue(ctx(t), tenaz.BucketOwners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx(t), "l.learner", []byte("5")); err != nil {
+		t.Fatal(err)
+	}
 
 	get := func() string {
 		t.Helper()
@@ -82,6 +92,9 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 	owner := holder("acme")
 	if row := accountRow(t, page, "acme"); !strings.HasPrefix(row, "acme "+owner+" 2 10/s 5 failures") || !strings.Contains(row, "erp: open") {
 		t.Fatalf("acme: want its owner %s, concurrency 2, rate 10/s and erp open, got %q", owner, row)
+	}
+	if row := accountRow(t, page, "learner"); !strings.Contains(row, "auto (1–16), learned 5") {
+		t.Fatalf("learner: want its auto bounds and learned concurrency 5, got %q", row)
 	}
 	if row := accountRow(t, page, "globex"); !strings.HasPrefix(row, "globex (defaults) "+holder("globex")+" 6 unlimited") {
 		t.Fatalf("globex: want its owner %s and the \"*\" limits, got %q", holder("globex"), row)
