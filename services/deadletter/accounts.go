@@ -26,8 +26,9 @@ const ownersTimeout = 2 * time.Second
 type accountsData struct {
 	Replicas []replicaRow
 	Accounts []accountRow
-	Default  limitsRow // what an account that is not configured gets ("*")
-	Error    string    // tenaz_owners could not be read: owners unknown
+	Targets  []targetRow // targets with a provider-wide limit, shared by every account
+	Default  limitsRow   // what an account that is not configured gets ("*")
+	Error    string      // tenaz_owners could not be read: owners unknown
 }
 
 type replicaRow struct {
@@ -50,6 +51,14 @@ type accountRow struct {
 	Limits     limitsRow
 	Learned    int // under "auto": the concurrency its owner last learned (0: none stored yet)
 	Breakers   []breakerCell
+}
+
+// targetRow is a target's provider-wide limit (targets.<t>.rate and
+// .concurrency), counted over every account and replica.
+type targetRow struct {
+	Target      string
+	Rate        string // "unlimited" when unset
+	Concurrency string // "unlimited" when unset
 }
 
 type breakerCell struct {
@@ -114,5 +123,19 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 			Limits: limitsOf(s.cfg.Account(a)), Breakers: cells})
 	}
 	slices.SortFunc(d.Accounts, func(x, y accountRow) int { return strings.Compare(x.Account, y.Account) })
+	for name, t := range s.cfg.Targets {
+		if !t.Limited() {
+			continue
+		}
+		r := targetRow{Target: name, Rate: "unlimited", Concurrency: "unlimited"}
+		if !t.Rate.Unlimited() {
+			r.Rate = t.Rate.String()
+		}
+		if t.Concurrency > 0 {
+			r.Concurrency = strconv.Itoa(t.Concurrency)
+		}
+		d.Targets = append(d.Targets, r)
+	}
+	slices.SortFunc(d.Targets, func(x, y targetRow) int { return strings.Compare(x.Target, y.Target) })
 	return d
 }

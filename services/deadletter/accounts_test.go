@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
@@ -36,6 +37,10 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
   acme: {concurrency: 2, rate: 10/s}
   learner: {concurrency: auto, concurrency_min: 1, concurrency_max: 16}
 `)
+	// A target with a provider-wide limit (setup's YAML has its targets
+	// already), added before anything but the page reads the targets.
+	e.cfg.Targets["shared"] = config.Target{URL: e.cfg.Targets["erp"].URL, Timeout: e.cfg.Targets["erp"].Timeout,
+		Rate: config.Rate{PerSecond: 20, Text: "20/s"}, Concurrency: 4}
 	ds := map[string]*dispatcher.Service{}
 	for _, name := range []string{"d1", "d2"} {
 		nc, _ := e.srv.Conn(t)
@@ -98,6 +103,9 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 	}
 	if row := accountRow(t, page, "globex"); !strings.HasPrefix(row, "globex (defaults) "+holder("globex")+" 6 unlimited") {
 		t.Fatalf("globex: want its owner %s and the \"*\" limits, got %q", holder("globex"), row)
+	}
+	if !regexp.MustCompile(`(?s)<tr data-target="shared">.*?20/s.*?4</td>`).MatchString(page) || strings.Contains(page, `<tr data-target="erp"`) {
+		t.Fatalf("want the provider-wide limit of shared (20/s, 4) listed, and no row for the unlimited erp")
 	}
 	for _, name := range []string{"d1", "d2"} {
 		if !regexp.MustCompile(`(?s)<tr data-replica="` + name + `">.*?live`).MatchString(page) {
