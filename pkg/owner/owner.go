@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -55,10 +56,12 @@ type Options struct {
 
 // Group is a replica's view of the live replicas and the account leases.
 type Group struct {
-	o    Options
-	kv   jetstream.KeyValue
-	self string
-	log  zerolog.Logger
+	o      Options
+	kv     jetstream.KeyValue
+	nc     *nats.Conn
+	status chan nats.Status // the connection's reconnects: the watch is made again
+	self   string
+	log    zerolog.Logger
 
 	mu     sync.Mutex
 	seen   map[string]heard // replica → its last heartbeat heard
@@ -94,7 +97,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	if o.Logger != nil {
 		log = *o.Logger
 	}
-	g := &Group{o: o, kv: kv, self: token(o.Instance), log: log,
+	g := &Group{o: o, kv: kv, nc: js.Conn(), self: token(o.Instance), log: log,
 		seen: map[string]heard{}, leases: map[string]lease{}, changed: make(chan struct{}, 1)}
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
@@ -118,6 +121,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	g.seen[g.self] = heard{at: time.Now()}
 	g.refreshLocked(time.Now())
 	g.mu.Unlock()
+	g.status = g.nc.StatusChanged(nats.CONNECTED)
 	runCtx, cancel := context.WithCancel(context.Background())
 	g.stop = cancel
 	g.done.Add(2)
@@ -173,7 +177,7 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error
 			rev = e.Revision()
 			break
 		}
-		if g.isLive(holder) {
+		if g.isLive(holder) || g.alive(ctx, holder) {
 			return false, nil
 		}
 		rev, err = g.kv.Update(ctx, key, []byte(g.self), e.Revision())
@@ -257,17 +261,37 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 	defer g.done.Done()
 	defer close(g.changed)
 	defer func() { _ = w.Stop() }()
+	defer g.nc.RemoveStatusListener(g.status)
 	t := time.NewTicker(g.o.Heartbeat)
 	defer t.Stop()
+	replaying := false // the values a new watch starts with: dated by the server's stamp
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-g.status:
+			// After a nats-server restart the watch can stay blind: a
+			// replica that joined meanwhile would never be heard.
+			nw, err := g.kv.WatchAll(context.WithoutCancel(ctx))
+			if err != nil {
+				g.log.Warn().Err(err).Msg("owner: watching again after a reconnect failed")
+				continue
+			}
+			_ = w.Stop()
+			w, replaying = nw, true
 		case e, ok := <-w.Updates():
 			if !ok {
 				return
 			}
-			if e != nil && g.apply(e, time.Now()) {
+			if e == nil {
+				replaying = false
+				continue
+			}
+			at := time.Now()
+			if replaying {
+				at = e.Created()
+			}
+			if g.apply(e, at) {
 				g.signal()
 			}
 		case now := <-t.C:
@@ -378,6 +402,29 @@ func (g *Group) confirm(ctx context.Context, now time.Time) {
 		}
 		g.mu.Unlock()
 	}
+}
+
+// alive reads m's heartbeat from the bucket before its lease is taken: a
+// heartbeat newer than the last one heard, or stamped by the server within
+// Expiry, means m lives though this replica did not hear it (its watch
+// fell behind, or m joined while it was blind). m is then heard now.
+func (g *Group) alive(ctx context.Context, m string) bool {
+	e, err := g.kv.Get(ctx, memberPrefix+m)
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, known := g.seen[m]
+	if !(known && e.Revision() > h.rev) && now.Sub(e.Created()) >= g.o.Expiry {
+		return false
+	}
+	g.seen[m] = heard{at: now, rev: e.Revision()}
+	if g.refreshLocked(now) {
+		g.signal()
+	}
+	return true
 }
 
 // refreshLocked recomputes the live replicas at now; it reports a change.

@@ -295,3 +295,30 @@ func TestJoinContextEndingKeepsTheHeartbeat(t *testing.T) {
 		}
 	}
 }
+
+// A replica that joins while another's watch is blind after a nats-server
+// restart is still seen by it: the other never takes its leases, and
+// learns it is alive.
+func TestReplicaJoiningAfterServerRestartIsSeen(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	d1 := join(t, srv, "d1")
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	srv2 := natstest.Start(t, natstest.StoreDir(srv.Dir), natstest.Listen(u.Host))
+	natstest.Eventually(t, 10*time.Second, func() bool { return d1.nc.IsConnected() }, "d1: want reconnected")
+	d3 := join(t, srv2, "d3")
+	mustAcquire(t, d3, "acme", true)
+	tick := time.NewTicker(beat)
+	defer tick.Stop()
+	for range 40 { // over 10 Expiries
+		<-tick.C
+		if ok, err := d1.g.Acquire(context.Background(), "acme"); err == nil && ok {
+			t.Fatalf("d1 took acme's lease from the live d3 (d1 sees live %v)", d1.g.Live())
+		}
+	}
+	waitLive(t, map[string]*replica{"d1": d1}, []string{"d1", "d3"})
+}
