@@ -72,7 +72,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 10s)
 	    done; done) || exit 1; done
 
 .PHONY: bench
-bench: ## Benchmarks: tenaz end to end against raw JetStream (BENCH_QUICK=1: short run)
+bench: ## Benchmarks: tenaz end to end against raw JetStream (BENCH_QUICK=1: short run; BENCH_PHASE=capacity: one phase)
 	cd services/tenaz && $(GO) run ./cmd/tenaz-bench -out $(CURDIR)/docs/performance.md
 
 .PHONY: chaos

@@ -84,13 +84,15 @@ func startCapacityTarget(t *testing.T, capacity int, latency time.Duration) (*ca
 	return c, srv.URL
 }
 
-// autoYAML is acme with "concurrency: auto" (it starts at 8) against url.
+// autoYAML is acme with "concurrency: auto" (it starts at 8) against url,
+// and other with a fixed concurrency against the harness's provider.
 func autoYAML(url string, max int) string {
 	return fmt.Sprintf(`
 streams: {ack_wait: 5s}
 accounts:
   "*": {concurrency: 4, breaker: {failures: 1000}}
   acme: {concurrency: auto, concurrency_max: %d}
+  other: {targets: {erp: {url: "${TARGET}/api/{{.Kind}}"}}}
 targets:
   erp: {url: "%s/{{.Account}}", timeout: 5s}
 kinds:
@@ -107,7 +109,8 @@ func limitOf(t *testing.T, reg *prometheus.Registry) float64 {
 // timing: against 6 calls in flight (429 beyond), an account that starts
 // at 8 has its limit cut by the first 429s to at most 6; the provider then
 // refuses next to nothing while it serves at its capacity; and once the
-// capacity doubles the limit grows back past 6.
+// capacity doubles the limit grows back past 6. Meanwhile another
+// account's events do not wait behind acme's backlog.
 func TestAutoConcurrencyLearnsCapacity(t *testing.T) {
 	t.Parallel()
 	prov, url := startCapacityTarget(t, 6, 100*time.Millisecond)
@@ -127,6 +130,11 @@ func TestAutoConcurrencyLearnsCapacity(t *testing.T) {
 	}, "want acme's learned limit cut to the provider's capacity (6) or under, got %v", limit)
 	if _, refused := prov.counts(); refused == 0 {
 		t.Fatalf("the limit went down to %v with no 429: it was not learned from the provider's answers", limit)
+	}
+	other := h.submitTo("other", keys("o", 40), orderPayload)
+	h.waitAll(other, tenaz.StateDone, 5*time.Second)
+	if ok, _ := prov.counts(); ok >= len(ids) {
+		t.Fatalf("acme's backlog was served (%d calls) before other's: no test of other waiting behind it", ok)
 	}
 
 	// Settled: the next 150 calls made at capacity are refused next to

@@ -36,7 +36,7 @@ func run() error {
 	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
 	out := flag.String("out", "", "write the markdown report here (full runs of every phase only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
-	phase := flag.String("phase", "all", "which runs: all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied)")
+	phase := flag.String("phase", envOr("BENCH_PHASE", "all"), "which runs (default $BENCH_PHASE, else all): all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied), capacity (concurrency: auto against a provider whose capacity halves)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -59,11 +59,11 @@ func run() error {
 	var figs []bench.Fig
 	r := bench.Report{W: os.Stdout, Figures: &figs}
 	switch *phase {
-	case "all", "default", "fsync", "noisy", "accounts", "delayed":
+	case "all", "default", "fsync", "noisy", "accounts", "delayed", "capacity":
 	default:
 		return fmt.Errorf("unknown -phase %q", *phase)
 	}
-	if *phase != "accounts" && *phase != "delayed" {
+	if *phase != "accounts" && *phase != "delayed" && *phase != "capacity" {
 		if err := bench.Run(ctx, sz, r, *conc, bench.Phases{Default: *phase == "all" || *phase == "default", Fsync: *phase == "all" || *phase == "fsync", Noisy: *phase == "all" || *phase == "noisy"}); err != nil {
 			return err
 		}
@@ -81,6 +81,19 @@ func run() error {
 			return err
 		}
 	}
+	if *phase == "all" || *phase == "capacity" {
+		if err := bench.Capacity(ctx, sz, r); err != nil {
+			return err
+		}
+	}
+	if *out != "" && *phase == "capacity" && os.Getenv("BENCH_QUICK") == "" {
+		// One phase: its figures replace theirs in the report, the rest
+		// of which stays as the last full run wrote it.
+		if err := bench.MergeMarkdown(*out, figs, sz, "capacity"); err != nil {
+			return err
+		}
+		fmt.Println("# updated the capacity figures of", *out)
+	}
 	if *out != "" && *phase == "all" && os.Getenv("BENCH_QUICK") == "" {
 		f, err := os.Create(*out)
 		if err != nil {
@@ -91,4 +104,12 @@ func run() error {
 		fmt.Println("# wrote", *out)
 	}
 	return nil
+}
+
+// envOr is the environment variable k, or def when it is unset or empty.
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -44,14 +45,25 @@ type Sizes struct {
 	Callbacks   int           // webhooks applied (callbacks_*)
 	// CallbackWorkers is how many goroutines send the webhooks.
 	CallbackWorkers int
+	// CapacityFor is each run of the capacity phase; its provider's
+	// capacity halves halfway.
+	CapacityFor time.Duration
+	// CapacityWarmup is the start of a capacity run left out of its
+	// goodput (the limit learning from its start: capacity_learn_s).
+	CapacityWarmup time.Duration
+	// CapacityBacklog is the events waiting at the start of a capacity run:
+	// more than it can serve.
+	CapacityBacklog int
 }
 
 // Full and Quick sizes.
 var (
 	Full = Sizes{Events: 30000, EventsFsync: 3000, LatencyFor: 20 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 10000, Backlog: 10000, NoisyFor: 15 * time.Second,
-		Delayed: 1000000, Burst: 10000, Callbacks: 20000, CallbackWorkers: 16}
+		Delayed: 1000000, Burst: 10000, Callbacks: 20000, CallbackWorkers: 16,
+		CapacityFor: time.Minute, CapacityWarmup: 10 * time.Second, CapacityBacklog: 14000}
 	Quick = Sizes{Events: 5000, EventsFsync: 1000, LatencyFor: 6 * time.Second, Rate: 500, Workers: 8, Rounds: 3, Accounts: 2000, Backlog: 10000, NoisyFor: 5 * time.Second,
-		Delayed: 50000, Burst: 10000, Callbacks: 5000, CallbackWorkers: 16}
+		Delayed: 50000, Burst: 10000, Callbacks: 5000, CallbackWorkers: 16,
+		CapacityFor: 40 * time.Second, CapacityWarmup: 10 * time.Second, CapacityBacklog: 9000}
 )
 
 // Report prints figures, one per line, and keeps them for the markdown
@@ -69,7 +81,7 @@ type Fig struct {
 
 // Figure prints one line.
 func (r Report) Figure(name string, v float64, unit string) {
-	fmt.Fprintf(r.W, "%s %s %s\n", name, strconv.FormatFloat(v, 'f', 2, 64), unit)
+	fmt.Fprintf(r.W, "%s %s %s\n", name, formatFig(v), unit)
 	if r.Figures != nil {
 		*r.Figures = append(*r.Figures, Fig{Name: name, Unit: unit, Value: v})
 	}
@@ -519,4 +531,13 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// formatFig writes a figure with two decimals, or four under 0.1 (a
+// fraction such as capacity_429_ratio would read 0.00 with two).
+func formatFig(v float64) string {
+	if v != 0 && math.Abs(v) < 0.1 {
+		return strconv.FormatFloat(v, 'f', 4, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }

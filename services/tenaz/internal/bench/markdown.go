@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -51,7 +52,7 @@ does not rewrite this file).
 |---|---:|---|
 `, time.Now().UTC().Format("2006-01-02 15:04 MST"), machine(), took.Round(time.Second))
 	for _, f := range figs {
-		fmt.Fprintf(w, "| `%s` | %s | %s |\n", f.Name, strconv.FormatFloat(f.Value, 'f', 2, 64), f.Unit)
+		fmt.Fprintf(w, "| `%s` | %s | %s |\n", f.Name, formatFig(f.Value), f.Unit)
 	}
 	writeGoals(w, figs)
 	fmt.Fprintf(w, `
@@ -120,7 +121,7 @@ does not rewrite this file).
   callback) from a plain KV bucket and writes it back done by
   compare-and-set: the least any receiver must do. Both in this process
   with an embedded server; CPU per callback as for events.
-
+%s
 ## Where the time goes
 
 Measured with `+"`BENCH_PROFILE_E2E=cpu.prof`"+` (a CPU profile of one tenaz
@@ -195,10 +196,10 @@ throughput round):
   naive loop's two, which is the ratio you see. Different streams fsync in
   parallel, so INTAKE and EVENTS cost latency, not throughput.
 `, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
-		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers)
+		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz))
 }
 
-// Goal is a figure's target: Value with Op "<" (under) or "<=".
+// Goal is a figure's target: Value with Op "<" (under), "<=" or ">=".
 type Goal struct {
 	Name, Op, Source string
 	Value            float64
@@ -209,12 +210,21 @@ var Goals = []Goal{
 	{Name: "noisy_neighbour_p99_ratio", Op: "<=", Value: 1.2, Source: "issue 3"},
 	{Name: "delayed_1m_service_rss_mb", Op: "<", Value: 200, Source: "issue 4"},
 	{Name: "delayed_burst_max_lateness_ms", Op: "<", Value: 1000, Source: "issue 4"},
+	{Name: "capacity_goodput_ratio", Op: ">=", Value: 0.9, Source: "issue 13"},
+	{Name: "capacity_429_ratio", Op: "<=", Value: 0.02, Source: "issue 13"},
+	{Name: "capacity_adapt_s", Op: "<=", Value: 10, Source: "issue 13"},
+	{Name: "capacity_goodput_ratio_replicas_3", Op: ">=", Value: 0.9, Source: "issue 13"},
+	{Name: "capacity_429_ratio_replicas_3", Op: "<=", Value: 0.02, Source: "issue 13"},
+	{Name: "capacity_adapt_s_replicas_3", Op: "<=", Value: 10, Source: "issue 13"},
 }
 
 // Met reports whether v meets the goal.
 func (g Goal) Met(v float64) bool {
-	if g.Op == "<=" {
+	switch g.Op {
+	case "<=":
 		return v <= g.Value
+	case ">=":
+		return v >= g.Value
 	}
 	return v < g.Value
 }
@@ -240,6 +250,108 @@ func writeGoals(w io.Writer, figs []Fig) {
 		if !g.Met(v) {
 			met = "**no**"
 		}
-		fmt.Fprintf(w, "| `%s` | %s %s (%s) | %s | %s |\n", g.Name, g.Op, strconv.FormatFloat(g.Value, 'f', -1, 64), g.Source, strconv.FormatFloat(v, 'f', 2, 64), met)
+		fmt.Fprintf(w, "| `%s` | %s %s (%s) | %s | %s |\n", g.Name, g.Op, strconv.FormatFloat(g.Value, 'f', -1, 64), g.Source, formatFig(v), met)
 	}
+}
+
+// capacityBullet is the capacity phase's entry of "What is measured".
+func capacityBullet(sz Sizes) string {
+	return fmt.Sprintf(`- **Capacity** (`+"`capacity_*`"+`): one account with a backlog of %d events
+  against a provider with a hidden capacity of %d calls in flight (a call
+  beyond it is answered 429 with `+"`Retry-After: 1`"+` at once; a call's latency,
+  %g ms alone, doubles as the provider fills: ×(1 + (n/capacity)³) for the
+  n-th in flight), which halves to %d after %g s of a %g s run.
+  `+"`capacity_goodput_ratio`"+` is the calls served after the first %g s
+  (`+"`capacity_learn_s`"+`: from the first call to the first 3 s at 90%% of
+  the capacity, while the limit learns from where it starts) over the most
+  the provider can serve (%.0f/s, then %.0f/s, at the best number of calls
+  in flight); `+"`capacity_429_ratio`"+` the 429s of the whole run over its
+  calls; `+"`capacity_adapt_s`"+` the time from the halving to the first 3 s
+  that serve 90%% of the halved capacity with at most 2%% refused, after
+  which at most 2%% are refused (the rest of the run when it never does).
+  Plain names: `+"`concurrency: auto`"+` with its default bounds (1 to 64);
+  `+"`_fixed_%d`"+` and `+"`_fixed_%d`"+`: fixed limits set too high and too low;
+  `+"`_replicas_3`"+`: auto with three dispatcher replicas (in this process,
+  each on its own connection; the account's owner makes every call). The
+  breaker is set out of the way (429s are transient failures it counts).
+  What it shows: auto's latency half holds the calls under the capacity
+  before the provider refuses any, and its refusal half cuts the limit
+  under the halved capacity with the first 429s; a fixed limit set too
+  high has most of its calls refused, and the refusals take the CPU tenaz
+  would spend serving; one set too low is never refused and leaves the
+  capacity unused.
+  One phase alone: `+"`BENCH_PHASE=capacity make bench`"+` (it rewrites these
+  figures only).
+`, sz.CapacityBacklog, capacityHigh, float64(capacityLatency.Milliseconds()), capacityLow, (sz.CapacityFor / 2).Seconds(), sz.CapacityFor.Seconds(), sz.CapacityWarmup.Seconds(),
+		capacityRate(capacityHigh), capacityRate(capacityLow), capacityTooHigh, capacityTooLow)
+}
+
+// MergeMarkdown puts the figures of one phase (those whose names start
+// with phase+"_") into the report at path that a full run wrote: its
+// rows replace theirs in the figures and goals tables, a line says when
+// they were measured, and its entry of "What is measured" is added if
+// missing. The rest of the report is left as it was.
+func MergeMarkdown(path string, figs []Fig, sz Sizes, phase string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	mine := func(l string) bool { return strings.HasPrefix(l, "| `"+phase+"_") }
+	note := fmt.Sprintf("The `%s_*` figures are from `BENCH_PHASE=%s make bench` on %s (%s), not from the full run above.", phase, phase, time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
+	var rows []string
+	for _, f := range figs {
+		if strings.HasPrefix(f.Name, phase+"_") {
+			rows = append(rows, fmt.Sprintf("| `%s` | %s | %s |", f.Name, formatFig(f.Value), f.Unit))
+		}
+	}
+	var goals bytes.Buffer
+	writeGoals(&goals, figs)
+	var goalRows []string
+	for _, l := range strings.Split(goals.String(), "\n") {
+		if mine(l) {
+			goalRows = append(goalRows, l)
+		}
+	}
+	var kept []string // the report without this phase's rows and note
+	for _, l := range lines {
+		switch {
+		case mine(l):
+		case strings.HasPrefix(l, "The `"+phase+"_*` figures are from"):
+			if len(kept) > 0 && kept[len(kept)-1] == "" {
+				kept = kept[:len(kept)-1]
+			}
+		default:
+			kept = append(kept, l)
+		}
+	}
+	var out []string
+	section := ""
+	for i, l := range kept {
+		if strings.HasPrefix(l, "## ") {
+			section = l
+		}
+		out = append(out, l)
+		// The end of a table: the next line is no row.
+		if !strings.HasPrefix(l, "|") || i+1 < len(kept) && strings.HasPrefix(kept[i+1], "|") {
+			continue
+		}
+		switch section {
+		case "## Figures":
+			out = append(out, rows...)
+			out = append(out, "", note)
+		case "## Goals":
+			out = append(out, goalRows...)
+		}
+	}
+	text := strings.Join(out, "\n")
+	if phase == "capacity" {
+		// Its entry of "What is measured", as this version writes it.
+		if i := strings.Index(text, "\n- **Capacity** ("); i >= 0 {
+			end := i + 1 + strings.Index(text[i+1:], "\n\n")
+			text = text[:i+1] + text[end+1:]
+		}
+		text = strings.Replace(text, "\n\n## Where the time goes", "\n"+capacityBullet(sz)+"\n## Where the time goes", 1)
+	}
+	return os.WriteFile(path, []byte(text), 0o644)
 }

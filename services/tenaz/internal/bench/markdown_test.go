@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +46,56 @@ func TestFigureFlagsMissedGoal(t *testing.T) {
 	}
 	if strings.Contains(out, "delayed_burst_max_lateness_ms misses") {
 		t.Errorf("met goal flagged:\n%s", out)
+	}
+}
+
+// One phase's figures replace theirs in a full run's report and leave
+// the rest as it was, however often it is merged.
+func TestMergeMarkdownReplacesOnePhase(t *testing.T) {
+	var b bytes.Buffer
+	Markdown(&b, []Fig{
+		{Name: "e2e_events_per_s", Unit: "events/s", Value: 7000},
+		{Name: "capacity_goodput_ratio", Unit: "ratio", Value: 0.5},
+		{Name: "noisy_neighbour_p99_ratio", Unit: "ratio", Value: 1},
+	}, Full, 64, time.Minute)
+	path := t.TempDir() + "/performance.md"
+	// A report from an older version: another entry of the phase.
+	before := strings.Replace(b.String(), capacityBullet(Full), "- **Capacity** (`capacity_*`): as it was\n  written before.\n", 1)
+	if err := os.WriteFile(path, []byte(before), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	figs := []Fig{{Name: "capacity_goodput_ratio", Unit: "ratio", Value: 0.95}, {Name: "capacity_429_ratio", Unit: "ratio", Value: 0.5}}
+	var first string
+	for range 2 {
+		if err := MergeMarkdown(path, figs, Full, "capacity"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == "" {
+			first = string(got)
+		}
+		out := string(got)
+		for _, want := range []string{
+			"| `e2e_events_per_s` | 7000.00 | events/s |\n| `noisy_neighbour_p99_ratio` | 1.00 | ratio |\n| `capacity_goodput_ratio` | 0.95 | ratio |\n| `capacity_429_ratio` | 0.50 | ratio |\n\nThe `capacity_*` figures are from `BENCH_PHASE=capacity make bench` on",
+			"| `noisy_neighbour_p99_ratio` | <= 1.2 (issue 3) | 1.00 | yes |\n| `capacity_goodput_ratio` | >= 0.9 (issue 13) | 0.95 | yes |\n| `capacity_429_ratio` | <= 0.02 (issue 13) | 0.50 | **no** |\n",
+			"as for events.\n- **Capacity** (`capacity_*`)",
+			"figures only).\n\n## Where the time goes",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("merged report lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "| 0.50 | ratio |\n| `capacity_goodput_ratio` | 0.50") || strings.Count(out, "`capacity_goodput_ratio` |") != 2 {
+			t.Errorf("the old capacity rows are still there:\n%s", out)
+		}
+		if strings.Contains(out, "as it was") {
+			t.Errorf("the older entry of the phase is still there:\n%s", out)
+		}
+		if out != first {
+			t.Errorf("a second merge changed the report:\n%s", out)
+		}
 	}
 }
