@@ -175,7 +175,11 @@ func (c *Config) Redacted() string {
 	if len(c.Accounts) > 0 {
 		cp.Accounts = make(map[string]Account, len(c.Accounts))
 		for name := range c.Accounts {
-			cp.Accounts[name] = c.Account(name)
+			a := c.Account(name)
+			if !a.Concurrency.Auto() && name != DefaultAccountName {
+				a.ConcurrencyMin, a.ConcurrencyMax = 0, 0 // they apply to "auto" only
+			}
+			cp.Accounts[name] = a
 		}
 	}
 	var n yaml.Node

@@ -375,6 +375,12 @@ accounts:
 				eq(t, "fixed auto", f.Concurrency.Auto(), false)
 				eq(t, "fixed max concurrency", f.MaxConcurrency(), 4)
 				eq(t, "other max concurrency (built-in 8)", c.Account("other").MaxConcurrency(), 8)
+				again, err := config.Parse([]byte(c.Redacted()), func(string) (string, bool) { return "", false })
+				if err != nil {
+					t.Fatalf("want Redacted to parse again, got %v", err)
+				}
+				eq(t, "bounded max concurrency (parsed again)", again.Account("bounded").MaxConcurrency(), 10)
+				eq(t, "fixed auto (parsed again)", again.Account("fixed").Concurrency.Auto(), false)
 			},
 		},
 		{name: "concurrency auto from the environment", doc: minimal, env: map[string]string{"TENAZ_ACCOUNTS_DEFAULT_CONCURRENCY": "auto", "TENAZ_ACCOUNTS_DEFAULT_CONCURRENCY_MAX": "12"},
