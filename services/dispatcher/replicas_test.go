@@ -218,31 +218,8 @@ func (m *meter) maxInFlight(account string) int {
 	return m.peak[account]
 }
 
-var (
-	replicaBuild sync.Once
-	replicaPath  string
-	replicaErr   error
-)
-
-// replicaBinary builds the real tenaz-dispatcher once per test run.
-func replicaBinary(t *testing.T) string {
-	t.Helper()
-	replicaBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "tenaz-dispatcher-*")
-		if err != nil {
-			replicaErr = err
-			return
-		}
-		replicaPath = filepath.Join(dir, "tenaz-dispatcher")
-		if out, err := exec.Command("go", "build", "-o", replicaPath, "./cmd/tenaz-dispatcher").CombinedOutput(); err != nil {
-			replicaErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if replicaErr != nil {
-		t.Fatal(replicaErr)
-	}
-	return replicaPath
-}
+// replicaBinary is the real tenaz-dispatcher, built once per test run.
+func replicaBinary(t *testing.T) string { return natstest.Binary(t, "./cmd/tenaz-dispatcher") }
 
 // replicaProc is a tenaz-dispatcher process.
 type replicaProc struct {

@@ -94,31 +94,8 @@ kinds:
 	}
 }
 
-var (
-	ingestBuild sync.Once
-	ingestPath  string
-	ingestErr   error
-)
-
-// ingestBinary builds the real tenaz-ingest once per test run.
-func ingestBinary(t *testing.T) string {
-	t.Helper()
-	ingestBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "tenaz-ingest-*")
-		if err != nil {
-			ingestErr = err
-			return
-		}
-		ingestPath = filepath.Join(dir, "tenaz-ingest")
-		if out, err := exec.Command("go", "build", "-o", ingestPath, "./cmd/tenaz-ingest").CombinedOutput(); err != nil {
-			ingestErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if ingestErr != nil {
-		t.Fatal(ingestErr)
-	}
-	return ingestPath
-}
+// ingestBinary is the real tenaz-ingest, built once per test run.
+func ingestBinary(t *testing.T) string { return natstest.Binary(t, "./cmd/tenaz-ingest") }
 
 // startIngestProc runs tenaz-ingest with config yaml against natsURL and
 // returns its HTTP API's base URL (read from its "running" log line); it

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,32 +20,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/provider"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// tenazBinary builds the real tenaz binary once per test run.
-func tenazBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tenaz-bin-*")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "tenaz")
-		out, err := exec.Command("go", "build", "-o", binPath, "./cmd/tenaz").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// tenazBinary is the real tenaz binary, built once per test run.
+func tenazBinary(t *testing.T) string { return natstest.Binary(t, "./cmd/tenaz") }
 
 // proc is a running `tenaz run` process.
 type proc struct {
