@@ -387,6 +387,7 @@ func (g *Group) confirm(ctx context.Context, now time.Time) {
 	g.mu.Unlock()
 	for _, m := range stale {
 		e, err := g.kv.Get(ctx, memberPrefix+m)
+		var forget uint64 // the revision of a long-dead heartbeat to remove
 		g.mu.Lock()
 		switch h, ok := g.seen[m]; {
 		case !ok:
@@ -395,12 +396,15 @@ func (g *Group) confirm(ctx context.Context, now time.Time) {
 		case err == nil && e.Revision() > h.rev:
 			g.seen[m] = heard{at: now, rev: e.Revision()}
 		case err == nil && now.Sub(h.at) > forgetAfter*g.o.Expiry:
-			// Long dead (every restarted pod has a new name): its key
-			// goes, unless it came back meanwhile.
 			delete(g.seen, m)
-			_ = g.kv.Delete(ctx, memberPrefix+m, jetstream.LastRevision(h.rev))
+			forget = h.rev
 		}
 		g.mu.Unlock()
+		if forget != 0 {
+			// Long dead (every restarted pod has a new name): its key
+			// goes, unless it came back meanwhile.
+			_ = g.kv.Delete(ctx, memberPrefix+m, jetstream.LastRevision(forget))
+		}
 	}
 }
 
