@@ -39,6 +39,8 @@ type Config struct {
 	Auth Auth `yaml:"auth"`
 	// Poller sets how the poller service polls and reconciles.
 	Poller Poller `yaml:"poller"`
+	// Outbox sets the producer outbox relay (tenaz outbox relay).
+	Outbox Outbox `yaml:"outbox"`
 	// StopTimeout is how long a process may take to drain on SIGTERM:
 	// calls in flight finish and their outcomes are stored; what is still
 	// running after it is cut, and a cut call is made again. Every
@@ -278,6 +280,27 @@ type Poller struct {
 	// reconciler takes the run for lost. Defaults to 1h (longer than the
 	// consumer's whole redelivery backoff and any call timeout).
 	RunningGrace Duration `yaml:"running_grace"`
+}
+
+// Outbox sets how `tenaz outbox relay` reads a PostgreSQL outbox table
+// and submits its rows (docs/producers.md).
+type Outbox struct {
+	// DSN is the PostgreSQL connection string, a URL
+	// ("postgres://user@host/db") or key=value pairs; a ${ENV} reference
+	// keeps the password out of the file. Required by the relay. Defaults
+	// to "".
+	DSN Secret `yaml:"dsn"`
+	// Table is the outbox table, optionally schema-qualified
+	// ("app.tenaz_outbox"); also the LISTEN channel. Defaults to
+	// "tenaz_outbox".
+	Table string `yaml:"table"`
+	// Batch is how many rows one relay claims in one transaction.
+	// Defaults to 100.
+	Batch int `yaml:"batch"`
+	// PollInterval is how often the relay looks for rows without a
+	// notification (NOTIFY is a hint; a poll finds what it missed).
+	// Defaults to 1s.
+	PollInterval Duration `yaml:"poll_interval"`
 }
 
 // Poll configures how the poller asks a target for a result.

@@ -204,6 +204,9 @@ kinds:
 	eq(t, "streams.retention", cfg.Streams.Retention.D(), 168*time.Hour)
 	eq(t, "demo.provider", cfg.Demo.Provider, "")
 	eq(t, "demo.failure_rate", cfg.Demo.FailureRate, 0.1)
+	eq(t, "outbox.table", cfg.Outbox.Table, "tenaz_outbox")
+	eq(t, "outbox.batch", cfg.Outbox.Batch, 100)
+	eq(t, "outbox.poll_interval", cfg.Outbox.PollInterval.D(), time.Second)
 
 	star, ok := cfg.Accounts["*"]
 	if !ok {
@@ -577,6 +580,13 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "schema file is a directory", doc: erpTarget + "kinds: {order.create: {target: erp, schema: /}}", want: []string{"kinds.order.create.schema: schema file / is not a regular file"}},
 		{name: "schema ref to a device", doc: erpTarget + `kinds: {order.create: {target: erp, schema: '{"$ref": "file:///dev/zero"}'}}`, want: []string{"kinds.order.create.schema: invalid JSON Schema", "not a regular file"}},
 		{name: "schema with a remote ref", doc: erpTarget + `kinds: {order.create: {target: erp, schema: '{"$ref": "https://example.com/s.json"}'}}`, want: []string{"kinds.order.create.schema: invalid JSON Schema"}},
+		// outbox
+		{name: "outbox table with a quote", doc: minimal + `outbox: {table: 'x"; drop table y'}`, want: []string{"outbox.table: must be a table name"}},
+		{name: "outbox table upper case", doc: minimal + "outbox: {table: Outbox}", want: []string{`outbox.table: must be a table name, optionally schema-qualified, each of 1-48 characters of [a-z0-9_] not starting with a digit, got "Outbox"`}},
+		{name: "outbox table three parts", doc: minimal + "outbox: {table: a.b.c}", want: []string{"outbox.table: must be a table name"}},
+		{name: "outbox batch too big", doc: minimal + "outbox: {batch: 10001}", want: []string{"outbox.batch: must be between 1 and 10000, got 10001"}},
+		{name: "outbox negative poll", doc: minimal + "outbox: {poll_interval: -1s}", want: []string{"outbox.poll_interval: must be a positive duration"}},
+		{name: "outbox bad poll override", doc: minimal, env: map[string]string{"TENAZ_OUTBOX_POLL_INTERVAL": "often"}, want: []string{`outbox.poll_interval: from TENAZ_OUTBOX_POLL_INTERVAL: invalid duration "often"`}},
 		// environment overrides
 		{name: "bad override value", doc: minimal, env: map[string]string{"TENAZ_STREAMS_REPLICAS": "many"}, want: []string{`streams.replicas: from TENAZ_STREAMS_REPLICAS: expected an integer, got "many"`}},
 		{name: "override fails validation", doc: minimal, env: map[string]string{"TENAZ_KINDS_ORDER_CREATE_TARGET": "nope"}, want: []string{`kinds.order.create.target: unknown target "nope"`}},

@@ -46,6 +46,15 @@ const (
 	defaultRunningGrace    = Duration(time.Hour)
 )
 
+// DefaultOutboxTable is the default of outbox.table.
+const DefaultOutboxTable = "tenaz_outbox"
+
+// MaxOutboxBatch bounds outbox.batch: a batch is one transaction holding
+// its rows' locks while they are submitted.
+const MaxOutboxBatch = 10000
+
+const defaultOutboxBatch = 100
+
 // DefaultStopTimeout is the default of stop_timeout.
 const DefaultStopTimeout = Duration(20 * time.Second)
 
@@ -151,6 +160,11 @@ func (c *Config) WithDefaults() *Config {
 	setDur(&c.Poller.ReconcileEvery, defaultReconcileEvery)
 	setDur(&c.Poller.Grace, defaultGrace)
 	setDur(&c.Poller.RunningGrace, defaultRunningGrace)
+	setStr(&c.Outbox.Table, DefaultOutboxTable)
+	if c.Outbox.Batch == 0 {
+		c.Outbox.Batch = defaultOutboxBatch
+	}
+	setDur(&c.Outbox.PollInterval, Duration(time.Second))
 	setDur(&c.StopTimeout, DefaultStopTimeout)
 	c.Deadletter.withDefaults()
 	if c.Demo.FailureRate == 0 && !c.explicitZero["demo.failure_rate"] {

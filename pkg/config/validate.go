@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -127,6 +128,26 @@ func (v *validator) hostPort(key, addr string) {
 	}
 }
 
+// outboxName is an unquoted PostgreSQL name the relay derives its index,
+// function and trigger names from: lower case (an unquoted name is folded
+// to it), short enough that "<name>_notify" fits PostgreSQL's 63 bytes.
+var outboxName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+
+func (v *validator) outbox() {
+	o := v.c.Outbox
+	schema, table, qualified := strings.Cut(o.Table, ".")
+	if !qualified {
+		schema, table = "", o.Table
+	}
+	if !outboxName.MatchString(table) || (qualified && !outboxName.MatchString(schema)) {
+		v.add("outbox.table", "must be a table name, optionally schema-qualified, each of 1-48 characters of [a-z0-9_] not starting with a digit, got %q", o.Table)
+	}
+	if o.Batch < 1 || o.Batch > MaxOutboxBatch {
+		v.add("outbox.batch", "must be between 1 and %d, got %d", MaxOutboxBatch, o.Batch)
+	}
+	v.positive("outbox.poll_interval", o.PollInterval)
+}
+
 func (v *validator) top() {
 	c := v.c
 	if c.Poller.Concurrency < 1 {
@@ -135,6 +156,7 @@ func (v *validator) top() {
 	v.positive("poller.reconcile_every", c.Poller.ReconcileEvery)
 	v.positive("poller.grace", c.Poller.Grace)
 	v.positive("poller.running_grace", c.Poller.RunningGrace)
+	v.outbox()
 	v.positive("stop_timeout", c.StopTimeout)
 	if !token(c.Prefix) {
 		v.add("prefix", "must be one subject token of 1-64 characters of [A-Za-z0-9_-], got %q", c.Prefix)
