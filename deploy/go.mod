@@ -6,12 +6,12 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
-	github.com/tenaz/tenaz/pkg v0.0.0
-	github.com/tenaz/tenaz/services/deadletter v0.0.0
-	github.com/tenaz/tenaz/services/dispatcher v0.0.0
-	github.com/tenaz/tenaz/services/ingest v0.0.0
-	github.com/tenaz/tenaz/services/poller v0.0.0
-	github.com/tenaz/tenaz/streams v0.0.0
+	github.com/tenaz/tenaz/pkg v0.1.0
+	github.com/tenaz/tenaz/services/deadletter v0.1.0
+	github.com/tenaz/tenaz/services/dispatcher v0.1.0
+	github.com/tenaz/tenaz/services/ingest v0.1.0
+	github.com/tenaz/tenaz/services/poller v0.1.0
+	github.com/tenaz/tenaz/streams v0.1.0
 	go.yaml.in/yaml/v3 v3.0.6
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

@@ -7,7 +7,7 @@ require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
-	github.com/tenaz/tenaz/pkg v0.0.0
+	github.com/tenaz/tenaz/pkg v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -36,9 +36,9 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
-	github.com/tenaz/tenaz/services/dispatcher v0.0.0
-	github.com/tenaz/tenaz/services/ingest v0.0.0
-	github.com/tenaz/tenaz/streams v0.0.0
+	github.com/tenaz/tenaz/services/dispatcher v0.1.0
+	github.com/tenaz/tenaz/services/ingest v0.1.0
+	github.com/tenaz/tenaz/streams v0.1.0
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

@@ -4,8 +4,8 @@ go 1.26.8
 
 require (
 	github.com/failsafe-go/failsafe-go v0.9.8
-	github.com/tenaz/tenaz/pkg v0.0.0
-	github.com/tenaz/tenaz/streams v0.0.0
+	github.com/tenaz/tenaz/pkg v0.1.0
+	github.com/tenaz/tenaz/streams v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -38,7 +38,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/rs/zerolog v1.35.1
-	github.com/tenaz/tenaz/services/ingest v0.0.0
+	github.com/tenaz/tenaz/services/ingest v0.1.0
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )

@@ -6,10 +6,10 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.35.1
-	github.com/tenaz/tenaz/pkg v0.0.0
-	github.com/tenaz/tenaz/services/dispatcher v0.0.0
-	github.com/tenaz/tenaz/services/ingest v0.0.0
-	github.com/tenaz/tenaz/streams v0.0.0
+	github.com/tenaz/tenaz/pkg v0.1.0
+	github.com/tenaz/tenaz/services/dispatcher v0.1.0
+	github.com/tenaz/tenaz/services/ingest v0.1.0
+	github.com/tenaz/tenaz/streams v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

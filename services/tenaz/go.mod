@@ -7,12 +7,12 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
-	github.com/tenaz/tenaz/pkg v0.0.0
-	github.com/tenaz/tenaz/services/deadletter v0.0.0
-	github.com/tenaz/tenaz/services/dispatcher v0.0.0
-	github.com/tenaz/tenaz/services/ingest v0.0.0
-	github.com/tenaz/tenaz/services/poller v0.0.0
-	github.com/tenaz/tenaz/streams v0.0.0
+	github.com/tenaz/tenaz/pkg v0.1.0
+	github.com/tenaz/tenaz/services/deadletter v0.1.0
+	github.com/tenaz/tenaz/services/dispatcher v0.1.0
+	github.com/tenaz/tenaz/services/ingest v0.1.0
+	github.com/tenaz/tenaz/services/poller v0.1.0
+	github.com/tenaz/tenaz/streams v0.1.0
 )
 
 require (
