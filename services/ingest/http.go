@@ -18,27 +18,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// View is an event as the API shows it.
-type View struct {
-	ID             string           `json:"id"`
-	Status         tenaz.State      `json:"status"`
-	IdempotencyKey string           `json:"idempotency_key"`
-	StatusURL      string           `json:"status_url"`
-	Account        string           `json:"account,omitempty"`
-	Kind           string           `json:"kind,omitempty"`
-	EntityID       string           `json:"entity_id,omitempty"`
-	OrderingKey    string           `json:"ordering_key,omitempty"`
-	Stage          string           `json:"stage,omitempty"`
-	Attempts       int              `json:"attempts"`
-	LastError      *state.ErrorInfo `json:"last_error,omitempty"`
-	NextRunAt      *time.Time       `json:"next_run_at,omitempty"`
-	Deadline       *time.Time       `json:"deadline,omitempty"`
-	Polls          int              `json:"polls,omitempty"`
-	Reference      string           `json:"reference,omitempty"`
-	Result         json.RawMessage  `json:"result,omitempty"`
-	CreatedAt      *time.Time       `json:"created_at,omitempty"`
-	UpdatedAt      *time.Time       `json:"updated_at,omitempty"`
-}
+// View is an event as the API shows it (see event.View).
+type View = event.View
 
 func statusURL(r *http.Request, id string) string {
 	scheme := "http"
@@ -200,13 +181,8 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// HistoryView is the answer of GET /v1/events/{id}/history.
-type HistoryView struct {
-	ID        string        `json:"id"`
-	Status    tenaz.State   `json:"status"`
-	History   []state.Entry `json:"history"`
-	Truncated int           `json:"history_truncated,omitempty"`
-}
+// HistoryView is the answer of GET /v1/events/{id}/history (see event.HistoryView).
+type HistoryView = event.HistoryView
 
 func (s *Service) handleHistory(w http.ResponseWriter, r *http.Request) {
 	if rec, ok := s.lookup(w, r); ok {

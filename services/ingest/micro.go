@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -18,16 +19,10 @@ import (
 // Version is reported by the micro service.
 const Version = "0.1.0"
 
-// microSubmit is the request of the submit endpoint: the HTTP body plus
-// the idempotency key.
-type microSubmit struct {
-	event.Submission
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-}
-
 // registerMicro registers tenaz-ingest with endpoints submit, get, history
 // and cancel under <prefix>.api.ingest. Each answers what the HTTP API answers
-// (the body) with the HTTP status in the Tenaz-Status header.
+// (the body) with the HTTP status in the Tenaz-Status header; a status of
+// 400 or more is also a micro error (see reply).
 func (s *Service) registerMicro() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name: "tenaz-ingest", Version: Version,
@@ -42,7 +37,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 	g := svc.AddGroup(s.cfg.Prefix + ".api.ingest")
 	add := func(name string, h micro.HandlerFunc) error { return g.AddEndpoint(name, h) }
 	if err := add("submit", func(req micro.Request) {
-		var ms microSubmit
+		var ms event.SubmitRequest
 		if err := json.Unmarshal(req.Data(), &ms); err != nil || len(ms.Payload) == 0 {
 			s.metrics.Rejected("malformed")
 			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want {account, kind, payload, idempotency_key?}"}})
@@ -66,7 +61,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 			r.SetPathValue("id", string(req.Data()))
 			rec := httptest.NewRecorder()
 			h(rec, r)
-			_ = req.Respond(rec.Body.Bytes(), micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(rec.Code)}}))
+			reply(req, rec.Code, rec.Body.Bytes())
 		}); err != nil {
 			return nil, err
 		}
@@ -77,14 +72,8 @@ func (s *Service) registerMicro() (micro.Service, error) {
 	return svc, nil
 }
 
-// CancelRequest is the request of the cancel endpoint. A bare event id
-// (not JSON) is accepted too. Who cancels is not part of it: the history
-// records the operator credential of the request's Authorization header.
-type CancelRequest struct {
-	ID string `json:"id"`
-	// Reason is recorded in the event's history. Defaults to "cancelled by caller".
-	Reason string `json:"reason,omitempty"`
-}
+// CancelRequest is the request of the cancel endpoint (see event.CancelRequest).
+type CancelRequest = event.CancelRequest
 
 // microCancel answers what DELETE /v1/events/{id} answers: 200 and the
 // cancelled event, 404, or 409 not_cancellable. Like the operator's other
@@ -95,8 +84,7 @@ func (s *Service) microCancel(req micro.Request) {
 	p, err := s.o.Auth.RequireOperator(req.Headers().Get(ops.AuthorizationHeader))
 	if err != nil {
 		status, code, msg := auth.Refusal(err)
-		body, _ := json.Marshal(httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: code, Message: msg}})
-		_ = req.Error(strconv.Itoa(status), msg, body, micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(status)}}))
+		respond(req, status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: code, Message: msg}})
 		return
 	}
 	cr := CancelRequest{ID: string(req.Data())}
@@ -118,7 +106,7 @@ func (s *Service) microCancel(req micro.Request) {
 	w := httptest.NewRecorder()
 	rec, ok := s.lookup(w, r)
 	if !ok {
-		_ = req.Respond(w.Body.Bytes(), micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(w.Code)}}))
+		reply(req, w.Code, w.Body.Bytes())
 		return
 	}
 	next, cerr := s.cancelEvent(r.Context(), rec, p.String(), cr.Reason)
@@ -129,7 +117,40 @@ func (s *Service) microCancel(req micro.Request) {
 	respond(req, http.StatusOK, viewOf(next, statusURL(r, next.ID)))
 }
 
+// respond answers req with v as JSON (see reply).
 func respond(req micro.Request, status int, v any) {
 	b, _ := json.Marshal(v)
-	_ = req.Respond(b, micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(status)}}))
+	reply(req, status, b)
+}
+
+// reply answers req with body and the HTTP status in Tenaz-Status. A
+// status of 400 or more is answered the micro way as well: the status as
+// Nats-Service-Error-Code and the body's message as Nats-Service-Error,
+// so that micro clients see an error and the endpoint's stats
+// (`nats micro stats`) count it; the body is the HTTP API's ErrorBody
+// either way.
+func reply(req micro.Request, status int, body []byte) {
+	h := micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(status)}})
+	if status < http.StatusBadRequest {
+		_ = req.Respond(body, h)
+		return
+	}
+	_ = req.Error(strconv.Itoa(status), errorMessage(status, body), body, h)
+}
+
+// errorMessage is the message of an ErrorBody, on one line (it travels in
+// a header), else the status text: micro refuses an empty description.
+func errorMessage(status int, body []byte) string {
+	var e httpapi.ErrorBody
+	msg := ""
+	if json.Unmarshal(body, &e) == nil {
+		msg = strings.Join(strings.Fields(e.Error.Message), " ")
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	if msg == "" {
+		msg = "status " + strconv.Itoa(status)
+	}
+	return msg
 }
