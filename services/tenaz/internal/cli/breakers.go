@@ -1,15 +1,17 @@
 package cli
 
 import (
+	"context"
 	"io"
 
+	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // BreakersCmd is `tenaz breakers`.
 type BreakersCmd struct {
-	Client `embed:""`
+	Connection `embed:""`
 
 	Ls    BreakersLsCmd    `cmd:"" help:"List every breaker (account + target) with its shared state."`
 	Close BreakersCloseCmd `cmd:"" help:"Close one breaker for every dispatcher replica (the target is back)."`
@@ -21,14 +23,16 @@ type BreakersLsCmd struct {
 }
 
 // Run lists breakers.
-func (c *BreakersLsCmd) Run(cl *Client, env *Env) error {
+func (c *BreakersLsCmd) Run(cl *Connection, env *Env) error {
 	s, err := cl.open(env)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	var rep ops.BreakersReply
-	if _, err := s.request(ops.BreakersList, ops.BreakersRequest{Account: c.Account}, &rep); err != nil {
+	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.BreakersReply, error) {
+		return tz.ListBreakers(ctx, c.Account)
+	})
+	if err != nil {
 		return err
 	}
 	if rep.Items == nil {
@@ -49,7 +53,7 @@ type BreakersCloseCmd struct {
 }
 
 // Run closes a breaker.
-func (c *BreakersCloseCmd) Run(cl *Client, env *Env) error {
+func (c *BreakersCloseCmd) Run(cl *Connection, env *Env) error {
 	if err := tenaz.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
@@ -58,8 +62,10 @@ func (c *BreakersCloseCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var b ops.BreakerItem
-	if _, err := s.request(ops.BreakersClose, ops.CloseBreakerRequest{Account: c.Account, Target: c.Target}, &b); err != nil {
+	b, err := do(s, func(ctx context.Context, tz *client.Client) (ops.BreakerItem, error) {
+		return tz.CloseBreaker(ctx, c.Account, c.Target)
+	})
+	if err != nil {
 		return err
 	}
 	return s.emit(b, func(w io.Writer) {

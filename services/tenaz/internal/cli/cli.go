@@ -13,6 +13,12 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 )
 
+// OperatorKeyEnv names the environment variable that holds the operator
+// key (auth.operators) the commands send as "Authorization: Bearer <key>"
+// to tenaz's operator endpoints. There is no flag: a key on the command
+// line shows in ps and in shell history.
+const OperatorKeyEnv = "TENAZ_OPERATOR_KEY"
+
 // Commands are the operator commands; the tenaz binary embeds them next to
 // `run` and `config`.
 type Commands struct {
@@ -21,6 +27,9 @@ type Commands struct {
 	Review   ReviewCmd   `cmd:"" help:"The manual review queue: list, resolve (tenaz-deadletter)."`
 	Breakers BreakersCmd `cmd:"" help:"Circuit breakers per account and target: list, close (tenaz-deadletter)."`
 	Streams  StreamsCmd  `cmd:"" help:"The JetStream layout: apply it, or show its streams, consumers and buckets."`
+
+	Version    VersionCmd    `cmd:"" help:"Print the build (module version, VCS revision) and the nats-server it reaches."`
+	Completion CompletionCmd `cmd:"" help:"Print the shell completion script: eval \"$(tenaz completion bash)\" (or zsh, fish)."`
 }
 
 // Env is the outside world of a command: its output streams, environment
@@ -75,6 +84,7 @@ func Main(root any, args []string, env *Env, opts ...kong.Option) (code int) {
 		fmt.Fprintln(env.Stderr, "tenaz: internal error:", err)
 		return ExitError
 	}
+	completeShell(parser, env)
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintln(env.Stderr, "tenaz:", err)

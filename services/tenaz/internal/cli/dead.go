@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,12 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/ops"
 )
 
 // DeadCmd is `tenaz dead`.
 type DeadCmd struct {
-	Client `embed:""`
+	Connection `embed:""`
 
 	Ls      DeadLsCmd      `cmd:"" help:"List dead letters, newest first (filters combine with AND)."`
 	Show    DeadShowCmd    `cmd:"" help:"Show one dead letter in full: payload, last error, timeline."`
@@ -78,12 +80,13 @@ type DeadLsCmd struct {
 }
 
 // Run lists dead letters.
-func (c *DeadLsCmd) Run(cl *Client, env *Env) error {
-	return list(cl, env, ops.DeadList, c.Filter, c.Limit, c.Cursor, c.All)
+func (c *DeadLsCmd) Run(cl *Connection, env *Env) error {
+	return list(cl, env, (*client.Client).ListDead, c.Filter, c.Limit, c.Cursor, c.All)
 }
 
-// list pages through dead.list or review.list.
-func list(cl *Client, env *Env, endpoint string, f Filter, limit int, cursor string, all bool) error {
+// list pages through the dead letters or the reviews.
+func list(cl *Connection, env *Env, fetch func(*client.Client, context.Context, ops.ListRequest) (ops.ListReply, error),
+	f Filter, limit int, cursor string, all bool) error {
 	switch {
 	case limit == 0 && all:
 		limit = ops.MaxLimit
@@ -104,8 +107,8 @@ func list(cl *Client, env *Env, endpoint string, f Filter, limit int, cursor str
 	defer s.close()
 	var out ops.ListReply
 	for {
-		var page ops.ListReply
-		if _, err := s.request(endpoint, req, &page); err != nil {
+		page, err := do(s, func(ctx context.Context, tz *client.Client) (ops.ListReply, error) { return fetch(tz, ctx, req) })
+		if err != nil {
 			return err
 		}
 		out.Items = append(out.Items, page.Items...)
@@ -158,7 +161,7 @@ type DeadShowCmd struct {
 }
 
 // Run shows one dead letter.
-func (c *DeadShowCmd) Run(cl *Client, env *Env) error {
+func (c *DeadShowCmd) Run(cl *Connection, env *Env) error {
 	id, seq, err := parseRef(c.Ref)
 	if err != nil {
 		return err
@@ -168,8 +171,10 @@ func (c *DeadShowCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var rep ops.ShowReply
-	if _, err := s.request(ops.DeadShow, ops.ShowRequest{ID: id, Seq: seq}, &rep); err != nil {
+	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.ShowReply, error) {
+		return tz.ShowDead(ctx, ops.ShowRequest{ID: id, Seq: seq})
+	})
+	if err != nil {
 		return err
 	}
 	return s.emit(rep, func(w io.Writer) { printShow(w, rep) })
@@ -240,7 +245,7 @@ type DeadReplayCmd struct {
 }
 
 // Run replays.
-func (c *DeadReplayCmd) Run(cl *Client, env *Env) error {
+func (c *DeadReplayCmd) Run(cl *Connection, env *Env) error {
 	switch {
 	case c.All && len(c.IDs) > 0:
 		return failf(ErrUsage, "give event ids or --all with filters, not both")
@@ -280,8 +285,8 @@ func (c *DeadReplayCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var rep ops.ReplayReply
-	if _, err := s.request(ops.DeadReplay, req, &rep); err != nil {
+	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.ReplayReply, error) { return tz.Replay(ctx, req) })
+	if err != nil {
 		return err
 	}
 	if rep.JobID == "" {
@@ -347,7 +352,7 @@ func countsError(verb string, done, skipped int, errs []ops.ItemError) error {
 				status = 0
 			}
 		}
-		e := &RemoteError{Subject: verb, Status: status,
+		e := &client.Error{Op: verb, Status: status,
 			Message: fmt.Sprintf("%d of %d failed (first: %s: %s)", len(errs), done+skipped+len(errs), errs[0].ID, errs[0].Message)}
 		if status == 0 {
 			e.Status = 500
@@ -367,7 +372,7 @@ type DeadDiscardCmd struct {
 }
 
 // Run discards.
-func (c *DeadDiscardCmd) Run(cl *Client, env *Env) error {
+func (c *DeadDiscardCmd) Run(cl *Connection, env *Env) error {
 	if len(c.Refs) > ops.MaxSelection {
 		return failf(ErrUsage, "%d ids: at most %d per call", len(c.Refs), ops.MaxSelection)
 	}
@@ -391,8 +396,8 @@ func (c *DeadDiscardCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var rep ops.ActionReply
-	if _, err := s.request(ops.DeadDiscard, req, &rep); err != nil {
+	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.ActionReply, error) { return tz.Discard(ctx, req) })
+	if err != nil {
 		return err
 	}
 	if err := s.emit(rep, func(w io.Writer) { printCounts(w, "discarded", rep.Done, rep.Skipped, rep.Errors) }); err != nil {
@@ -409,15 +414,15 @@ type DeadJobCmd struct {
 }
 
 // Run follows a job.
-func (c *DeadJobCmd) Run(cl *Client, env *Env) error {
+func (c *DeadJobCmd) Run(cl *Connection, env *Env) error {
 	s, err := cl.open(env)
 	if err != nil {
 		return err
 	}
 	defer s.close()
 	if c.NoWait {
-		var j ops.JobReply
-		if _, err := s.request(ops.DeadJob, ops.JobRequest{JobID: c.JobID}, &j); err != nil {
+		j, err := do(s, func(ctx context.Context, tz *client.Client) (ops.JobReply, error) { return tz.ReplayJob(ctx, c.JobID) })
+		if err != nil {
 			return err
 		}
 		return s.emit(j, func(w io.Writer) { printJob(w, j) })

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/config"
 )
 
@@ -34,44 +34,11 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 )
 
-// RemoteError is an error answer from a tenaz service: the HTTP-like
-// status (from a micro error code or the Tenaz-Status header), the
-// service's code and its message.
-type RemoteError struct {
-	Status  int    // 404, 409, 400, 503, …; 0 if the service gave no number
-	Code    string // "not_found", "not_cancellable", … or the micro error code
-	Message string
-	Subject string
-}
-
-func (e *RemoteError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = http.StatusText(e.Status)
-	}
-	if e.Code != "" && e.Code != strconv.Itoa(e.Status) {
-		return fmt.Sprintf("%s: %s (%s)", e.Subject, msg, e.Code)
-	}
-	return fmt.Sprintf("%s: %s", e.Subject, msg)
-}
-
-// Unwrap lets errors.Is match the sentinel of the status.
-func (e *RemoteError) Unwrap() error {
-	switch {
-	case e.Status == http.StatusNotFound || e.Code == "not_found":
-		return ErrNotFound
-	case e.Status == http.StatusConflict || e.Code == "conflict":
-		return ErrConflict
-	case e.Status == http.StatusBadRequest || e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusRequestEntityTooLarge:
-		return ErrUsage
-	case e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout || e.Status == http.StatusRequestTimeout:
-		return ErrUnavailable
-	}
-	return nil
-}
-
-// ExitCode maps an error returned by a command to the exit code.
+// ExitCode maps an error returned by a command to the exit code: a
+// sentinel of this package, else the status of the service's answer (a
+// *client.Error), else whether NATS or the service did not answer.
 func ExitCode(err error) int {
+	var ce *client.Error
 	switch {
 	case err == nil:
 		return ExitOK
@@ -81,8 +48,27 @@ func ExitCode(err error) int {
 		return ExitNotFound
 	case errors.Is(err, ErrConflict):
 		return ExitConflict
-	case errors.Is(err, ErrUnavailable), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
+	case errors.Is(err, ErrUnavailable):
+		return ExitUnavailable
+	case errors.As(err, &ce):
+		return statusExit(ce)
+	case errors.Is(err, client.ErrUnavailable), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrNoServers), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrConnectionClosed):
+		return ExitUnavailable
+	}
+	return ExitError
+}
+
+// statusExit is the exit code of a service's error answer.
+func statusExit(e *client.Error) int {
+	switch {
+	case e.Status == http.StatusNotFound || e.Code == client.ErrNotFound:
+		return ExitNotFound
+	case e.Status == http.StatusConflict || e.Code == "conflict":
+		return ExitConflict
+	case e.Status == http.StatusBadRequest || e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusRequestEntityTooLarge:
+		return ExitUsage
+	case e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout || e.Status == http.StatusRequestTimeout:
 		return ExitUnavailable
 	}
 	return ExitError
@@ -90,9 +76,9 @@ func ExitCode(err error) int {
 
 // errorCode is the machine code printed with --json.
 func errorCode(err error) string {
-	var re *RemoteError
-	if errors.As(err, &re) && re.Code != "" {
-		return re.Code
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code != "" {
+		return string(ce.Code)
 	}
 	switch ExitCode(err) {
 	case ExitUsage:

@@ -1,17 +1,19 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
 
+	"github.com/tenaz/tenaz/pkg/client"
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/services/ingest"
 )
 
 // EventsCmd is `tenaz events`.
 type EventsCmd struct {
-	Client `embed:""`
+	Connection `embed:""`
 
 	Get     EventsGetCmd     `cmd:"" help:"Show an event's status (what GET /v1/events/{id} answers)."`
 	History EventsHistoryCmd `cmd:"" help:"Show everything that happened to an event, in order."`
@@ -42,7 +44,7 @@ func checkID(id string) error {
 }
 
 // Run gets the event.
-func (c *EventsGetCmd) Run(cl *Client, env *Env) error {
+func (c *EventsGetCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
@@ -51,14 +53,14 @@ func (c *EventsGetCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var v ingest.View
-	if _, err := s.request("ingest.get", []byte(c.ID), &v); err != nil {
+	v, err := do(s, func(ctx context.Context, tz *client.Client) (event.View, error) { return tz.Get(ctx, c.ID) })
+	if err != nil {
 		return err
 	}
 	return s.emit(v, func(w io.Writer) { printEvent(w, v) })
 }
 
-func printEvent(w io.Writer, v ingest.View) {
+func printEvent(w io.Writer, v event.View) {
 	row(w, "ID", v.ID)
 	row(w, "STATUS", v.Status)
 	row(w, "ACCOUNT", v.Account)
@@ -91,7 +93,7 @@ func printEvent(w io.Writer, v ingest.View) {
 }
 
 // Run prints the history.
-func (c *EventsHistoryCmd) Run(cl *Client, env *Env) error {
+func (c *EventsHistoryCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
@@ -100,8 +102,8 @@ func (c *EventsHistoryCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var h ingest.HistoryView
-	if _, err := s.request("ingest.history", []byte(c.ID), &h); err != nil {
+	h, err := do(s, func(ctx context.Context, tz *client.Client) (event.HistoryView, error) { return tz.History(ctx, c.ID) })
+	if err != nil {
 		return err
 	}
 	return s.emit(h, func(w io.Writer) {
@@ -123,7 +125,7 @@ func (c *EventsHistoryCmd) Run(cl *Client, env *Env) error {
 }
 
 // Run cancels the event.
-func (c *EventsCancelCmd) Run(cl *Client, env *Env) error {
+func (c *EventsCancelCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
@@ -132,9 +134,10 @@ func (c *EventsCancelCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var v ingest.View
-	req := ingest.CancelRequest{ID: c.ID, Reason: c.Message}
-	if _, err := s.request("ingest.cancel", req, &v); err != nil {
+	v, err := do(s, func(ctx context.Context, tz *client.Client) (event.View, error) {
+		return tz.Cancel(ctx, c.ID, c.Message)
+	})
+	if err != nil {
 		return err
 	}
 	return s.emit(v, func(w io.Writer) { printEvent(w, v) })

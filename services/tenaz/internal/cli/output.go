@@ -3,30 +3,37 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/jsm.go/natscontext"
 	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/client"
 )
 
-// session is one command's connection and output.
+// session is one command's connection, client and output.
 type session struct {
-	c   *Client
-	env *Env
-	nc  *nats.Conn
-	set settings
+	c    *Connection
+	env  *Env
+	nc   *nats.Conn
+	nctx *natscontext.Context
+	tz   *client.Client
 }
 
 // open connects; close it when done.
-func (c *Client) open(env *Env) (*session, error) {
-	nc, set, err := c.connect(env)
+func (c *Connection) open(env *Env) (*session, error) {
+	nc, nctx, err := c.connect(env)
 	if err != nil {
 		return nil, err
 	}
-	return &session{c: c, env: env, nc: nc, set: set}, nil
+	tz := client.NewNATS(nc, client.WithPrefix(c.Prefix), client.WithOperatorKey(env.Getenv(OperatorKeyEnv)))
+	return &session{c: c, env: env, nc: nc, nctx: nctx, tz: tz}, nil
 }
 
 func (s *session) close() {
@@ -40,8 +47,23 @@ func (s *session) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.c.Timeout)
 }
 
-// subject is <prefix>.api.<rest>.
-func (s *session) subject(rest string) string { return s.c.Prefix + ".api." + rest }
+// do makes one call of the client, bounded by --timeout, and adds what a
+// person needs to an error: the flag that bounds it, the variable that
+// holds the operator key.
+func do[T any](s *session, call func(context.Context, *client.Client) (T, error)) (T, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	v, err := call(ctx, s.tz)
+	var ce *client.Error
+	switch {
+	case err == nil:
+	case errors.As(err, &ce) && ce.Status == http.StatusUnauthorized:
+		ce.Message += "; set " + OperatorKeyEnv + " to your operator key (auth.operators)"
+	case errors.Is(err, context.DeadlineExceeded):
+		err = fmt.Errorf("%w (within --timeout %s)", err, s.c.Timeout)
+	}
+	return v, err
+}
 
 // emit prints v as JSON with --json, else calls human with an aligned
 // table writer that is flushed afterwards.
@@ -49,7 +71,7 @@ func (s *session) emit(v any, human func(w io.Writer)) error {
 	return emit(s.c, s.env, v, human)
 }
 
-func emit(c *Client, env *Env, v any, human func(w io.Writer)) error {
+func emit(c *Connection, env *Env, v any, human func(w io.Writer)) error {
 	if c.JSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")

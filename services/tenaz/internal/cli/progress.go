@@ -1,12 +1,13 @@
 package cli
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/ops"
 )
 
@@ -28,13 +29,12 @@ func follow(s *session, jobID string, poll time.Duration) error {
 	var j ops.JobReply
 	lastOK := time.Now()
 	for {
-		var cur ops.JobReply
-		_, err := s.request(ops.DeadJob, ops.JobRequest{JobID: jobID}, &cur)
+		cur, err := do(s, func(ctx context.Context, tz *client.Client) (ops.JobReply, error) { return tz.ReplayJob(ctx, jobID) })
 		switch {
 		case err == nil:
 			j, lastOK = cur, time.Now()
 			p.draw(j)
-		case errors.Is(err, ErrUnavailable) && time.Since(lastOK) < followGrace:
+		case ExitCode(err) == ExitUnavailable && time.Since(lastOK) < followGrace:
 			// keep polling: the service may be restarting
 		default:
 			p.done()

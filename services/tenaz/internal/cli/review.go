@@ -1,16 +1,18 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"strings"
 
+	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/ops"
 )
 
 // ReviewCmd is `tenaz review`.
 type ReviewCmd struct {
-	Client `embed:""`
+	Connection `embed:""`
 
 	Ls      ReviewLsCmd      `cmd:"" help:"List events waiting for manual review, newest first."`
 	Resolve ReviewResolveCmd `cmd:"" help:"Decide a manual review: done (with a result), discard, or requeue to the primary or fallback."`
@@ -25,8 +27,8 @@ type ReviewLsCmd struct {
 }
 
 // Run lists reviews.
-func (c *ReviewLsCmd) Run(cl *Client, env *Env) error {
-	return list(cl, env, ops.ReviewList, c.Filter, c.Limit, c.Cursor, c.All)
+func (c *ReviewLsCmd) Run(cl *Connection, env *Env) error {
+	return list(cl, env, (*client.Client).ListReview, c.Filter, c.Limit, c.Cursor, c.All)
 }
 
 // ReviewResolveCmd is `tenaz review resolve <id>`.
@@ -38,7 +40,7 @@ type ReviewResolveCmd struct {
 }
 
 // Run resolves a review.
-func (c *ReviewResolveCmd) Run(cl *Client, env *Env) error {
+func (c *ReviewResolveCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
@@ -58,8 +60,8 @@ func (c *ReviewResolveCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	var rep ops.ActionReply
-	if _, err := s.request(ops.ReviewResolve, req, &rep); err != nil {
+	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.ActionReply, error) { return tz.Resolve(ctx, req) })
+	if err != nil {
 		return err
 	}
 	if err := s.emit(rep, func(w io.Writer) { printCounts(w, "resolved ("+c.Outcome+")", rep.Done, rep.Skipped, rep.Errors) }); err != nil {

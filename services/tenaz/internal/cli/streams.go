@@ -17,7 +17,7 @@ import (
 
 // StreamsCmd is `tenaz streams`.
 type StreamsCmd struct {
-	Client `embed:""`
+	Connection `embed:""`
 
 	Apply  StreamsApplyCmd  `cmd:"" help:"Create or update every stream, bucket and shared consumer (idempotent; the services do it at start-up too)."`
 	Status StreamsStatusCmd `cmd:"" help:"Each stream's messages, bytes and consumers, each consumer's pending, each bucket's values (exit 3 if any is missing)."`
@@ -41,7 +41,7 @@ type AppliedLayout struct {
 }
 
 // Run applies the layout.
-func (c *StreamsApplyCmd) Run(cl *Client, env *Env) error {
+func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 	switch c.Replicas {
 	case 0, 1, 3, 5:
 	default:
@@ -52,7 +52,7 @@ func (c *StreamsApplyCmd) Run(cl *Client, env *Env) error {
 		return err
 	}
 	defer s.close()
-	js, err := jetstream.New(s.nc)
+	js, err := jetStream(s.nc, s.nctx)
 	if err != nil {
 		return err
 	}
@@ -157,13 +157,13 @@ type Status struct {
 }
 
 // Run prints the status.
-func (c *StreamsStatusCmd) Run(cl *Client, env *Env) error {
+func (c *StreamsStatusCmd) Run(cl *Connection, env *Env) error {
 	s, err := cl.open(env)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	js, err := jetstream.New(s.nc)
+	js, err := jetStream(s.nc, s.nctx)
 	if err != nil {
 		return err
 	}
