@@ -87,12 +87,19 @@ chaos-short: ## Crash suite, short run (< 3 min; CI runs it)
 soak: ## Soak for SOAK_DURATION (default 30m): RSS and goroutines of every process; fails on growth
 	cd services/tenaz && $(GO) run ./cmd/tenaz-chaos -soak $(SOAK_DURATION) $(CHAOS_FLAGS)
 
+.PHONY: release-check
+release-check: ## A module outside the repo go-gets the dispatcher from a proxy made of HEAD at the release version and runs a handler
+	cd tools && $(GO) run ./releasecheck
+
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck on every module
 	@test -z "$$(gofmt -l $(MODULES))" || (gofmt -l $(MODULES); echo "gofmt: files above need formatting"; exit 1)
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./... && \
 	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
 
+# Each go.mod's replace lines point at its local siblings, so go mod tidy
+# resolves them from the checkout, not from a proxy that has no release of
+# them yet; a module outside the repo never reads those lines.
 .PHONY: tidy
 tidy: ## go mod tidy in every module
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
