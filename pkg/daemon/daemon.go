@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/logging"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/size"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // Component is a service as a binary runs it.
@@ -70,8 +72,24 @@ func Mux(cs ...Component) *httpapi.Mux {
 		checks = append(checks, c.Ready)
 	}
 	httpapi.Health(mux, checks...)
-	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.Handle("GET /metrics", MetricsHandler())
 	return mux
+}
+
+// MetricsHandler serves the default registry, in the OpenMetrics format
+// to a scraper that asks for it: the one that carries the latency
+// histograms' trace exemplars.
+func MetricsHandler() http.Handler {
+	return promhttp.InstrumentMetricHandler(prometheus.DefaultRegisterer,
+		promhttp.HandlerFor(prometheus.DefaultGatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+}
+
+// StopTracing flushes the spans Setup's provider still holds, within a
+// few seconds: a collector that is down does not hold a stop up.
+func StopTracing(stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = stop(ctx)
 }
 
 // BodySlack is what a request body may hold beyond http.max_body_bytes
@@ -166,6 +184,11 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 		return err
 	}
 	log := logging.New(cfg.Log.Format, cfg.Log.Level, nil)
+	stopTracing, err := tracing.Setup(ctx, name, &log) // off unless OTEL_TRACES_EXPORTER names an exporter
+	if err != nil {
+		return err
+	}
+	defer StopTracing(stopTracing)
 	a, err := auth.New(cfg) // refuses no keys unless auth.disabled
 	if err != nil {
 		return err

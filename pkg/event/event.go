@@ -26,6 +26,9 @@ type Envelope struct {
 	NotBefore      *time.Time      `json:"not_before,omitempty"`
 	CreatedAt      time.Time       `json:"created_at"`
 	Payload        json.RawMessage `json:"payload"`
+	// Traceparent is the event's W3C trace context (pkg/tracing): the
+	// accept span's, or the submitter's while tracing is off.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // Errors a submission can fail with; HTTP maps them to status codes.
@@ -70,6 +73,8 @@ func ParseSubmission(body []byte) (Submission, error) {
 // Fields are the submission's parts that are not the payload.
 type Fields struct {
 	Account, Kind, EntityID, OrderingKey, NotBefore, IdempotencyKey string
+	// Traceparent is the submitter's, in canonical form (tracing.From).
+	Traceparent string
 }
 
 // New builds a validated Envelope from a submission's fields and payload.
@@ -92,6 +97,7 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 		OrderingKey: f.OrderingKey,
 		CreatedAt:   now.UTC(),
 		Payload:     json.RawMessage(payload),
+		Traceparent: f.Traceparent,
 	}
 	if (env.EntityID == "" && entityField != "") || (env.OrderingKey == "" && orderField != "") {
 		if obj := payloadFields(payload); obj != nil {

@@ -32,6 +32,7 @@ func (p *Provider) servePoll(w http.ResponseWriter, r *http.Request, ref string)
 	}
 
 	p.mu.Lock()
+	p.polled = append(p.polled, Call{At: p.now(), Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()})
 	st, ok := p.refs[ref]
 	ans := PollAnswer{ID: ref, Status: "processing"}
 	if ok {
@@ -63,6 +64,14 @@ func (p *Provider) Polls(ref string) int {
 		return st.polls
 	}
 	return 0
+}
+
+// PollCalls returns a copy of the poll requests received once the
+// provider was up, known references or not (method, path and headers).
+func (p *Provider) PollCalls() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Call(nil), p.polled...)
 }
 
 // PollCount is the number of polls of known references.

@@ -265,6 +265,7 @@ type Provider struct {
 	refs      map[string]*refState
 	refSeq    int
 	pollCount int
+	polled    []Call // every poll request
 	callbacks []CallbackRecord
 }
 
@@ -293,6 +294,7 @@ func (p *Provider) resetLocked() {
 	p.stored = map[string]stored{}
 	p.refs = map[string]*refState{}
 	p.pollCount = 0
+	p.polled = nil
 	p.callbacks = nil
 }
 

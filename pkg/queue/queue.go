@@ -264,6 +264,7 @@ func Initial(env event.Envelope) state.Record {
 	base := state.Record{
 		ID: env.ID, IdempotencyKey: env.IdempotencyKey, Account: env.Account, Kind: env.Kind,
 		EntityID: env.EntityID, OrderingKey: env.OrderingKey, Payload: env.Payload, PayloadSHA256: event.PayloadSHA256(env.Payload),
+		Traceparent: env.Traceparent,
 	}
 	a := state.Action{Name: state.Accept, Actor: ActorIngest}
 	if env.NotBefore != nil {

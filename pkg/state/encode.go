@@ -88,6 +88,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, `,"next":`...)
 		b = appendString(b, r.Next)
 	}
+	if r.Traceparent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = appendString(b, r.Traceparent)
+	}
 	b = append(b, `,"history":`...)
 	if r.History == nil {
 		b = append(b, "null"...)

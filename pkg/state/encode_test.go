@@ -35,7 +35,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			Attempts: rapid.IntRange(-3, 1000).Draw(t, "attempts"), Reference: genString(t, "ref"),
 			CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
 			RunSeq: rapid.Uint64().Draw(t, "runseq"), Truncated: rapid.IntRange(0, 50).Draw(t, "trunc"),
-			After: genString(t, "after"), Next: genString(t, "next"),
+			After: genString(t, "after"), Next: genString(t, "next"), Traceparent: genString(t, "traceparent"),
 		}
 		if rapid.Bool().Draw(t, "err") {
 			r.LastError = &ErrorInfo{Class: genString(t, "class"), Message: genString(t, "msg"), HTTPStatus: rapid.IntRange(0, 599).Draw(t, "status")}

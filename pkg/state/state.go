@@ -107,10 +107,13 @@ type Record struct {
 	// After is the event this one waits for in its ordered lane (same
 	// account and ordering key, accepted just before it); Next is the one
 	// waiting for this. Both empty for unordered events.
-	After     string  `json:"after,omitempty"`
-	Next      string  `json:"next,omitempty"`
-	History   []Entry `json:"history"`
-	Truncated int     `json:"history_truncated,omitempty"`
+	After string `json:"after,omitempty"`
+	Next  string `json:"next,omitempty"`
+	// Traceparent is the event's trace context (event.Envelope's), which
+	// callbacks join.
+	Traceparent string  `json:"traceparent,omitempty"`
+	History     []Entry `json:"history"`
+	Truncated   int     `json:"history_truncated,omitempty"`
 }
 
 // ActionName names an input to the state machine.

@@ -253,5 +253,5 @@ func (s *Store) Envelope(_ context.Context, rec state.Record) (event.Envelope, e
 		return event.Envelope{}, fmt.Errorf("store: record %s has no payload (written before payloads were kept)", rec.ID)
 	}
 	return event.Envelope{ID: rec.ID, IdempotencyKey: rec.IdempotencyKey, Account: rec.Account, Kind: rec.Kind,
-		EntityID: rec.EntityID, OrderingKey: rec.OrderingKey, CreatedAt: rec.CreatedAt, Payload: rec.Payload}, nil
+		EntityID: rec.EntityID, OrderingKey: rec.OrderingKey, CreatedAt: rec.CreatedAt, Payload: rec.Payload, Traceparent: rec.Traceparent}, nil
 }

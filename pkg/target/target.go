@@ -36,6 +36,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
@@ -233,6 +234,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	req.Header.Set(tenaz.HeaderIdempotencyKey, t.IdempotencyKey(r))
 	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
 	req.Header.Set(tenaz.HeaderAttempt, strconv.Itoa(r.Attempt))
+	tracing.Inject(ctx, req.Header, r.Event.Traceparent)
 	if t.signing != "" {
 		for k, v := range webhook.Headers(t.signing, r.Event.ID, time.Now(), body) {
 			req.Header[k] = v
@@ -410,6 +412,7 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
+	tracing.Inject(ctx, req.Header, r.Event.Traceparent)
 	resp, err := t.client.Do(req)
 	if err != nil {
 		err = RedactURL(err, u)
