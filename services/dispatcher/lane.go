@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // lane consumes one account's consumer with the account's concurrency: at
@@ -172,7 +173,7 @@ func (s *Service) claimBatch(l *lane, msgs []held) {
 		s.runs.add(c.env.ID, c.next.RunSeq, s.nc.Stats().Reconnects)
 		s.spawn(l, c.h, func(ctx context.Context, release func()) {
 			defer s.runs.done(c.env.ID)
-			l := s.log.With().Str("event_id", c.env.ID).Str("account", c.env.Account).Str("kind", c.env.Kind).Logger()
+			l := tracing.Log(s.log.With().Str("event_id", c.env.ID).Str("account", c.env.Account).Str("kind", c.env.Kind).Logger(), c.env.Traceparent)
 			ctx = logging.WithEvent(l.WithContext(ctx), c.env.ID, c.env.Account, c.env.Kind)
 			if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
 				if err := h.AfterClaim(c.env.ID, c.next.Attempts); err != nil {

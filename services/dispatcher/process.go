@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // dueSlack tolerates clock skew between this replica and the server that
@@ -40,7 +42,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 		s.poison(ctx, m, err)
 		return
 	}
-	l := s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger()
+	l := tracing.Log(s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger(), env.Traceparent)
 	ctx = logging.WithEvent(l.WithContext(ctx), env.ID, env.Account, env.Kind)
 	rec, rev, adm, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
 	if !ok {
@@ -270,11 +272,13 @@ func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
 // deliver calls the target and records the outcome.
 func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, adm admission, release func()) {
 	kind, ok := s.cfg.Kind(env.Kind)
+	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
+	ctx, span := tracing.Attempt(ctx, env, rec.Attempts, rec.Stage, cmp.Or(stage.Target, stage.Handler))
+	defer span.End()
 	if !ok {
 		s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("kind %q is no longer configured", env.Kind)), config.Stage{Attempts: 1}, false, target.Response{})
 		return
 	}
-	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
 	hasFallback := kind.Fallback != nil && rec.Stage == state.StagePrimary
 	var call func(context.Context) (target.Response, error)
 	guardName := stage.Target
@@ -412,6 +416,9 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 	var errInfo *state.ErrorInfo
 	if callErr != nil {
 		errInfo = &state.ErrorInfo{Class: string(d.Class), Message: trimErr(callErr), HTTPStatus: outcome.StatusOf(callErr)}
+		tracing.Record(ctx, tracing.Result{Outcome: d.Verdict.String(), Class: errInfo.Class, HTTPStatus: errInfo.HTTPStatus, Error: errInfo.Message})
+	} else {
+		tracing.Record(ctx, tracing.Result{Outcome: d.Verdict.String(), Class: string(d.Class), HTTPStatus: resp.Status})
 	}
 	if s.contested(env.ID) {
 		// The server may have handed this message to another replica

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +80,7 @@ type world struct {
 	sweep chan poller.Report
 	reg   *prometheus.Registry
 	mx    *metrics.Set
+	log   *zerolog.Logger // the services' (disabled when nil)
 }
 
 type worldOpts struct {
@@ -91,11 +93,12 @@ type worldOpts struct {
 	extraConfig string
 	bureauA     string // more keys of bureau A's target, indented 4
 	hooks       *dispatcher.Hooks
+	log         *zerolog.Logger // the services log here
 }
 
 func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Helper()
-	w := &world{t: t, sweep: make(chan poller.Report, 16), reg: prometheus.NewRegistry()}
+	w := &world{t: t, sweep: make(chan poller.Report, 16), reg: prometheus.NewRegistry(), log: o.log}
 	var err error
 	if w.mx, err = metrics.New(w.reg); err != nil {
 		t.Fatal(err)
@@ -143,7 +146,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 		t.Fatal(err)
 	}
 	nc, _ := w.srv.Conn(t)
-	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: cfg, Metrics: w.mx}); err != nil {
+	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: cfg, Metrics: w.mx, Logger: w.log}); err != nil {
 		t.Fatal(err)
 	}
 	w.start(w.ing)
@@ -183,7 +186,7 @@ func (w *world) dispatcher() { w.dispatcherWith(nil) }
 func (w *world) dispatcherWith(hooks *dispatcher.Hooks) {
 	w.t.Helper()
 	nc, _ := w.srv.Conn(w.t)
-	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: w.cfg, Instance: "d1", Metrics: w.mx, Hooks: hooks})
+	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: w.cfg, Instance: "d1", Metrics: w.mx, Hooks: hooks, Logger: w.log})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -193,7 +196,7 @@ func (w *world) dispatcherWith(hooks *dispatcher.Hooks) {
 func (w *world) poller(reconciler bool) *poller.Service {
 	w.t.Helper()
 	nc, _ := w.srv.Conn(w.t)
-	p, err := poller.New(poller.Options{Conn: nc, Config: w.cfg, Instance: "p1", NoReconciler: !reconciler, Metrics: w.mx,
+	p, err := poller.New(poller.Options{Conn: nc, Config: w.cfg, Instance: "p1", NoReconciler: !reconciler, Metrics: w.mx, Logger: w.log,
 		OnSweep: func(r poller.Report) {
 			select {
 			case w.sweep <- r:

@@ -21,6 +21,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // dueSlack tolerates clock skew between this replica and the server that
@@ -45,7 +46,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason("malformed timer")
 		return
 	}
-	log := s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger()
+	log := tracing.Log(s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger(), env.Traceparent)
 	ctx = log.WithContext(ctx)
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
@@ -230,6 +231,8 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if err != nil {
 		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), nil)
 	}
+	ctx, span := tracing.Poll(ctx, env, rec.Polls+1, rec.Stage, stage.Target)
+	defer span.End()
 	began := time.Now()
 	ans, perr := tgt.Poll(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference})
 	if ctx.Err() != nil {
@@ -240,10 +243,13 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	switch {
 	case perr != nil:
 		mx.Poll(stage.Target, metrics.PollError)
+		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollError, Class: string(outcome.ClassOf(perr)), HTTPStatus: outcome.StatusOf(perr), Error: perr.Error()})
 	case ans.Done:
 		mx.Poll(stage.Target, metrics.PollDone)
+		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollDone, Class: string(outcome.ClassSuccess)})
 	default:
 		mx.Poll(stage.Target, metrics.PollPending)
+		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollPending, Class: string(outcome.ClassSuccess)})
 	}
 	now := s.st.Now()
 	n := rec.Polls + 1
@@ -278,6 +284,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	}
 	if rec.Deadline != nil && !now.Before(*rec.Deadline) {
 		mx.Poll(stage.Target, metrics.PollExpired)
+		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollExpired})
 		return s.escalate(ctx, env, rec, rev, now,
 			fmt.Sprintf("poll SLA passed (%s) after %d polls; last answer: %s", rec.Deadline.Format(time.RFC3339), n, answer), errInfo)
 	}
