@@ -33,7 +33,13 @@ func Binary(tb testing.TB, pkg string) string {
 			return
 		}
 		b.path = filepath.Join(dir, path.Base(pkg))
-		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+		args := []string{"build", "-o", b.path}
+		// In a go.work workspace go build stamps no VCS revision unless
+		// asked (tenaz version prints it); outside a git checkout asking fails.
+		if exec.Command("git", "rev-parse", "--is-inside-work-tree").Run() == nil {
+			args = append(args, "-buildvcs=true")
+		}
+		if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
