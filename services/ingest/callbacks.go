@@ -20,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
@@ -118,7 +119,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "a callback body must be a JSON object: "+err.Error())
 		return
 	}
-	reply, err := s.ApplyCallback(r.Context(), account, name, sig.ID, doc, body)
+	reply, err := s.ApplyCallback(tracing.Remote(r.Context(), r.Header.Get), account, name, sig.ID, doc, body)
 	if err != nil {
 		s.log.Error().Err(err).Str("target", name).Msg("callback not applied: store unavailable")
 		httpapi.Error(w, http.StatusServiceUnavailable, "unavailable", "the callback could not be stored; send it again")
@@ -158,7 +159,13 @@ func (s *Service) refuse(w http.ResponseWriter, target string, err error) {
 // outcome. With account set, the reference is looked up in that account
 // only, and an event of another account is unknown (and left untouched).
 // It is safe to call concurrently with copies of the same callback.
-func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, doc map[string]any, body []byte) (CallbackReply, error) {
+func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, doc map[string]any, body []byte) (reply CallbackReply, err error) {
+	began, tp := time.Now(), ""
+	defer func() {
+		if err == nil {
+			tracing.Callback(ctx, tp, began, reply.ID, target, webhookID, reply.Outcome)
+		}
+	}()
 	t, _ := s.cfg.Target(target)
 	log := s.log.With().Str("target", target).Str("webhook_id", webhookID).Logger()
 	if account != "" {
@@ -167,7 +174,6 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	id, _ := doc[t.Callback.EventField].(string)
 	ref, _ := doc[t.Callback.ReferenceField].(string)
 	if tenaz.ValidateEventID(id) != nil && ref != "" {
-		var err error
 		id, err = s.refs.Lookup(ctx, account, target, ref)
 		switch {
 		case errors.Is(err, callbacks.ErrNotFound):
@@ -220,6 +226,8 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		n, _, err := state.Apply(cur, a, now)
 		return n, err
 	})
+	tp = rec.Traceparent
+	log = tracing.Log(log, tp)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, errOtherAccount) {
 		log.Warn().Str("event_id", id).AnErr("why", err).Msg("callback for an unknown event")
 		return CallbackReply{Outcome: CallbackUnknown}, nil
