@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/mod/modfile"
+
+	"github.com/tenaz/tenaz/tools/internal/release"
 )
 
 // consumerSrc is the outside module's program: it embeds the dispatcher
@@ -23,7 +25,7 @@ var consumerSrc embed.FS
 // checkConsumer builds and runs, in a fresh module under tmp, the program a
 // user of docs/handlers.md would write, against the proxy for every tenaz
 // module, and fails unless it reports that its handler ran.
-func checkConsumer(ctx context.Context, tmp, proxy string, rel *release) error {
+func checkConsumer(ctx context.Context, tmp, proxy string, rel *release.Release) error {
 	dir := filepath.Join(tmp, "greeter")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -52,10 +54,10 @@ func checkConsumer(ctx context.Context, tmp, proxy string, rel *release) error {
 		return string(out), nil
 	}
 
-	dispatcher := repoPath + "/services/dispatcher"
+	dispatcher := release.RepoPath + "/services/dispatcher"
 	for _, args := range [][]string{
 		{"mod", "init", "example.com/greeter"},
-		{"get", dispatcher + "@" + rel.version},
+		{"get", dispatcher + "@" + rel.Version},
 		{"mod", "tidy"},
 	} {
 		if _, err := goCmd(args...); err != nil {
@@ -67,7 +69,7 @@ func checkConsumer(ctx context.Context, tmp, proxy string, rel *release) error {
 	}
 	// Every tenaz module comes from the proxy into the fresh module cache,
 	// none from the checkout.
-	out, err := goCmd("list", "-m", "-f", "{{.Path}} {{.Version}} {{.Dir}}", repoPath+"/...")
+	out, err := goCmd("list", "-m", "-f", "{{.Path}} {{.Version}} {{.Dir}}", release.RepoPath+"/...")
 	if err != nil {
 		return err
 	}
@@ -75,8 +77,8 @@ func checkConsumer(ctx context.Context, tmp, proxy string, rel *release) error {
 	listed := map[string]bool{}
 	for l := range strings.Lines(out) {
 		f := strings.Fields(l)
-		if len(f) != 3 || f[1] != rel.version || !strings.HasPrefix(f[2], cache) {
-			return fmt.Errorf("go list -m: %q, want every tenaz module at %s from %s", strings.TrimSpace(l), rel.version, cache)
+		if len(f) != 3 || f[1] != rel.Version || !strings.HasPrefix(f[2], cache) {
+			return fmt.Errorf("go list -m: %q, want every tenaz module at %s from %s", strings.TrimSpace(l), rel.Version, cache)
 		}
 		listed[f[0]] = true
 	}
@@ -107,7 +109,7 @@ func checkConsumer(ctx context.Context, tmp, proxy string, rel *release) error {
 // checkRequires checks the user's go.mod after go get and tidy: the
 // dispatcher and every other tenaz module at the release version, and no
 // replace line (a consumer of a published module has none).
-func checkRequires(name string, rel *release) error {
+func checkRequires(name string, rel *release.Release) error {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		return err
@@ -121,13 +123,13 @@ func checkRequires(name string, rel *release) error {
 	}
 	found := false
 	for _, r := range f.Require {
-		if !strings.HasPrefix(r.Mod.Path, repoPath+"/") {
+		if !strings.HasPrefix(r.Mod.Path, release.RepoPath+"/") {
 			continue
 		}
-		if r.Mod.Version != rel.version {
-			return fmt.Errorf("%s requires %s, want %s:\n%s", name, r.Mod, rel.version, data)
+		if r.Mod.Version != rel.Version {
+			return fmt.Errorf("%s requires %s, want %s:\n%s", name, r.Mod, rel.Version, data)
 		}
-		found = found || r.Mod.Path == repoPath+"/services/dispatcher"
+		found = found || r.Mod.Path == release.RepoPath+"/services/dispatcher"
 	}
 	if !found {
 		return fmt.Errorf("%s does not require the dispatcher:\n%s", name, data)
@@ -173,7 +175,7 @@ func consumerEnv(ctx context.Context, tmp, proxy string) ([]string, error) {
 		"GOTOOLCHAIN=local",
 		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
 		"GOPROXY="+strings.Join(proxies, ","),
-		"GONOSUMDB="+repoPath,
+		"GONOSUMDB="+release.RepoPath,
 		"GONOPROXY=",
 		"GOPRIVATE=",
 	), nil

@@ -23,7 +23,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/tenaz/tenaz/tools/internal/release"
 )
 
 func main() {
@@ -43,16 +46,20 @@ func run() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	root, err := gitOutput(ctx, ".", "rev-parse", "--show-toplevel")
+	root, err := release.Root(ctx, ".")
 	if err != nil {
 		return err
 	}
 	if *set != "" {
-		return setVersion(ctx, root, *set)
+		changed, err := release.SetVersion(ctx, root, *set)
+		for _, name := range changed {
+			fmt.Printf("release-check: %s requires its siblings at %s\n", name, *set)
+		}
+		return err
 	}
 
 	start := time.Now()
-	rel, err := readRelease(ctx, root, *rev, *version)
+	rel, err := release.Read(ctx, root, *rev, *version)
 	if err != nil {
 		return err
 	}
@@ -65,15 +72,15 @@ func run() error {
 	} else {
 		defer os.RemoveAll(tmp)
 	}
-	proxy, err := writeProxy(root, tmp, rel)
-	if err != nil {
+	proxy := filepath.Join(tmp, "proxy")
+	if err := rel.WriteProxy(root, proxy); err != nil {
 		return err
 	}
 	fmt.Printf("release-check: proxy of %d modules at %s from %s (%.1fs)\n",
-		len(rel.modules), rel.version, rel.commit[:12], time.Since(start).Seconds())
+		len(rel.Modules), rel.Version, rel.Commit[:12], time.Since(start).Seconds())
 	if err := checkConsumer(ctx, tmp, proxy, rel); err != nil {
 		return err
 	}
-	fmt.Printf("release-check: ok, %s importable (%.1fs)\n", rel.version, time.Since(start).Seconds())
+	fmt.Printf("release-check: ok, %s importable (%.1fs)\n", rel.Version, time.Since(start).Seconds())
 	return nil
 }

@@ -1,4 +1,8 @@
-package main
+// Package release reads what a tag of one revision of this repository
+// publishes — every module of go.work but tools, at one version — and
+// writes it as a module proxy directory, the layout `go help goproxy`
+// describes, with zips made as the module proxy makes them from a tag.
+package release
 
 import (
 	"bytes"
@@ -20,33 +24,38 @@ import (
 )
 
 const (
-	// repoPath is the repository's import path: a module in directory
-	// <dir> is repoPath/<dir>, so a tag <dir>/vX.Y.Z publishes it.
-	repoPath = "github.com/tenaz/tenaz"
-	// toolsModule is this module: the repository's own tooling, not
-	// released.
-	toolsModule = repoPath + "/tools"
+	// RepoPath is the repository's import path: the module in directory
+	// <dir> is RepoPath/<dir>, so the tag <dir>/vX.Y.Z publishes it.
+	RepoPath = "github.com/tenaz/tenaz"
+	// ToolsModule is the repository's own tooling, never released.
+	ToolsModule = RepoPath + "/tools"
 )
 
-// release is what a tag of one revision publishes.
-type release struct {
-	commit  string    // the revision's full hash
-	time    time.Time // its commit time, the versions' .info Time
-	version string    // vX.Y.Z, every module's
-	modules []mod
+// Release is what a tag of one revision publishes.
+type Release struct {
+	Commit  string    // the revision's full hash
+	Time    time.Time // its commit time, the versions' .info Time
+	Version string    // vX.Y.Z, every module's
+	Modules []Module
 }
 
-// mod is one released module at the revision.
-type mod struct {
-	path  string // github.com/tenaz/tenaz/<dir>
-	dir   string // slash-separated, relative to the repository root
-	gomod []byte // its go.mod, served as <version>.mod
+// Module is one released module at the revision.
+type Module struct {
+	Path  string // RepoPath/<dir>
+	Dir   string // slash-separated, relative to the repository root
+	GoMod []byte // its go.mod, served as <version>.mod
 }
 
-// readRelease reads go.work and every module's go.mod at rev, and checks
-// that they make one release: each module's path is repoPath/<dir>, and
-// each require of a sibling names the same version (want, when given).
-func readRelease(ctx context.Context, root, rev, want string) (*release, error) {
+// Root is the top of the git work tree that holds dir.
+func Root(ctx context.Context, dir string) (string, error) {
+	return gitOutput(ctx, dir, "rev-parse", "--show-toplevel")
+}
+
+// Read reads go.work and every module's go.mod at rev in the repository at
+// root, and checks that they make one release: each module's path is
+// RepoPath/<dir>, and each require of a sibling names the same version
+// (want, when given).
+func Read(ctx context.Context, root, rev, want string) (*Release, error) {
 	commit, err := gitOutput(ctx, root, "rev-parse", "--verify", rev+"^{commit}")
 	if err != nil {
 		return nil, err
@@ -68,7 +77,7 @@ func readRelease(ctx context.Context, root, rev, want string) (*release, error) 
 		return nil, err
 	}
 
-	rel := &release{commit: commit, time: t.UTC()}
+	rel := &Release{Commit: commit, Time: t.UTC()}
 	files := map[string]*modfile.File{}
 	var problems []string
 	for _, u := range wf.Use {
@@ -84,50 +93,50 @@ func readRelease(ctx context.Context, root, rev, want string) (*release, error) 
 		if f.Module == nil {
 			return nil, fmt.Errorf("%s/go.mod at %s has no module line", dir, rev)
 		}
-		if f.Module.Mod.Path == toolsModule {
+		if f.Module.Mod.Path == ToolsModule {
 			continue
 		}
-		if want := repoPath + "/" + dir; f.Module.Mod.Path != want {
+		if want := RepoPath + "/" + dir; f.Module.Mod.Path != want {
 			problems = append(problems, fmt.Sprintf("%s/go.mod: module %s, want %s (the path a tag %s/vX.Y.Z publishes)",
 				dir, f.Module.Mod.Path, want, dir))
 		}
-		rel.modules = append(rel.modules, mod{path: f.Module.Mod.Path, dir: dir, gomod: data})
+		rel.Modules = append(rel.Modules, Module{Path: f.Module.Mod.Path, Dir: dir, GoMod: data})
 		files[f.Module.Mod.Path] = f
 	}
 
 	// The version is the one the siblings' requires name.
 	versions := map[string][]string{} // version → "dir: requires path"
-	for _, m := range rel.modules {
-		for _, r := range files[m.path].Require {
+	for _, m := range rel.Modules {
+		for _, r := range files[m.Path].Require {
 			if files[r.Mod.Path] != nil {
-				versions[r.Mod.Version] = append(versions[r.Mod.Version], m.dir+"/go.mod requires "+r.Mod.String())
+				versions[r.Mod.Version] = append(versions[r.Mod.Version], m.Dir+"/go.mod requires "+r.Mod.String())
 			}
 		}
 	}
-	rel.version = want
+	rel.Version = want
 	if want == "" {
 		if len(versions) != 1 {
 			return nil, fmt.Errorf("the modules require their siblings at %d versions, want one release version:\n  %s",
 				len(versions), strings.Join(slices.Sorted(flatten(versions)), "\n  "))
 		}
 		for v := range versions {
-			rel.version = v
+			rel.Version = v
 		}
 	}
 	for v, uses := range versions {
-		if v != rel.version {
+		if v != rel.Version {
 			for _, u := range uses {
-				problems = append(problems, u+", want "+rel.version)
+				problems = append(problems, u+", want "+rel.Version)
 			}
 		}
 	}
-	for _, m := range rel.modules {
-		if err := module.Check(m.path, rel.version); err != nil {
+	for _, m := range rel.Modules {
+		if err := module.Check(m.Path, rel.Version); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
-	if rel.version == "v0.0.0" {
-		problems = append(problems, "v0.0.0 is no release: set one with -set vX.Y.Z")
+	if rel.Version == "v0.0.0" {
+		problems = append(problems, "v0.0.0 is no release: set one with releasecheck -set vX.Y.Z")
 	}
 	if len(problems) > 0 {
 		return nil, errors.New("not a release:\n  " + strings.Join(problems, "\n  "))
@@ -147,78 +156,81 @@ func flatten(m map[string][]string) func(func(string) bool) {
 	}
 }
 
-// writeProxy writes rel's modules as a GOPROXY directory under tmp
-// (the layout of `go help goproxy`) and returns its path. The zips are
-// made from the commit, as the module proxy would make them from a tag.
-func writeProxy(root, tmp string, rel *release) (string, error) {
-	proxy := filepath.Join(tmp, "proxy")
+// WriteProxy writes rel's modules into the directory proxy, a GOPROXY of
+// the file:// kind. The zips are made from the commit in the repository
+// at root, as the module proxy would make them from a tag.
+func (rel *Release) WriteProxy(root, proxy string) error {
 	info, err := json.Marshal(struct {
 		Version string
 		Time    time.Time
-	}{rel.version, rel.time})
+	}{rel.Version, rel.Time})
 	if err != nil {
-		return "", err
+		return err
 	}
-	for _, m := range rel.modules {
-		esc, err := module.EscapePath(m.path)
+	for _, m := range rel.Modules {
+		esc, err := module.EscapePath(m.Path)
 		if err != nil {
-			return "", err
+			return err
 		}
 		dir := filepath.Join(proxy, filepath.FromSlash(esc), "@v")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", err
+			return err
 		}
 		for name, data := range map[string][]byte{
-			"list":                []byte(rel.version + "\n"),
-			rel.version + ".info": info,
-			rel.version + ".mod":  m.gomod,
+			"list":                []byte(rel.Version + "\n"),
+			rel.Version + ".info": info,
+			rel.Version + ".mod":  m.GoMod,
 		} {
 			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-				return "", err
+				return err
 			}
 		}
-		zf, err := os.Create(filepath.Join(dir, rel.version+".zip"))
+		zf, err := os.Create(filepath.Join(dir, rel.Version+".zip"))
 		if err != nil {
-			return "", err
+			return err
 		}
-		err = modzip.CreateFromVCS(zf, module.Version{Path: m.path, Version: rel.version}, root, rel.commit, m.dir)
+		err = modzip.CreateFromVCS(zf, module.Version{Path: m.Path, Version: rel.Version}, root, rel.Commit, m.Dir)
 		if cerr := zf.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", m.path, err)
+			return fmt.Errorf("%s: %w", m.Path, err)
 		}
 	}
-	return proxy, nil
+	return nil
 }
 
-// setVersion makes every module of the working tree's go.work require its
-// siblings at version, with go mod edit (only those lines change).
-func setVersion(ctx context.Context, root, version string) error {
-	if err := module.Check(repoPath+"/pkg", version); err != nil {
-		return err
+// SetVersion makes every module of the working tree's go.work require its
+// siblings at version, with go mod edit (only those lines change), and
+// returns the go.mod files it changed.
+func SetVersion(ctx context.Context, root, version string) ([]string, error) {
+	if err := module.Check(RepoPath+"/pkg", version); err != nil {
+		return nil, err
 	}
 	work, err := os.ReadFile(filepath.Join(root, "go.work"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	wf, err := modfile.ParseWork("go.work", work, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	siblings := map[string]bool{}
-	var gomods []string
+	var gomods, changed []string
 	for _, u := range wf.Use {
 		name := filepath.Join(root, filepath.FromSlash(u.Path), "go.mod")
 		data, err := os.ReadFile(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		f, err := modfile.Parse(name, data, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if f.Module.Mod.Path != toolsModule {
+		if f.Module == nil {
+			return nil, fmt.Errorf("%s has no module line", name)
+		}
+		if f.Module.Mod.Path != ToolsModule {
 			siblings[f.Module.Mod.Path] = true
 			gomods = append(gomods, name)
 		}
@@ -226,11 +238,11 @@ func setVersion(ctx context.Context, root, version string) error {
 	for _, name := range gomods {
 		data, err := os.ReadFile(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		f, err := modfile.Parse(name, data, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		args := []string{"mod", "edit"}
 		for _, r := range f.Require {
@@ -243,11 +255,11 @@ func setVersion(ctx context.Context, root, version string) error {
 		}
 		cmd := exec.CommandContext(ctx, "go", append(args, name)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+			return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
-		fmt.Printf("release-check: %s requires its siblings at %s\n", name, version)
+		changed = append(changed, name)
 	}
-	return nil
+	return changed, nil
 }
 
 func gitShow(ctx context.Context, root, commit, name string) ([]byte, error) {
