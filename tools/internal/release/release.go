@@ -114,29 +114,33 @@ func Read(ctx context.Context, root, rev, want string) (*Release, error) {
 		}
 	}
 	rel.Version = want
-	if want == "" {
-		if len(versions) != 1 {
-			return nil, fmt.Errorf("the modules require their siblings at %d versions, want one release version:\n  %s",
-				len(versions), strings.Join(slices.Sorted(flatten(versions)), "\n  "))
-		}
+	if want == "" && len(versions) == 1 {
 		for v := range versions {
 			rel.Version = v
 		}
 	}
-	for v, uses := range versions {
-		if v != rel.Version {
-			for _, u := range uses {
-				problems = append(problems, u+", want "+rel.Version)
+	switch {
+	case rel.Version != "":
+		for v, uses := range versions {
+			if v != rel.Version {
+				for _, u := range uses {
+					problems = append(problems, u+", want "+rel.Version)
+				}
 			}
 		}
-	}
-	for _, m := range rel.Modules {
-		if err := module.Check(m.Path, rel.Version); err != nil {
-			problems = append(problems, err.Error())
+		for _, m := range rel.Modules {
+			if err := module.Check(m.Path, rel.Version); err != nil {
+				problems = append(problems, err.Error())
+			}
 		}
-	}
-	if rel.Version == "v0.0.0" {
-		problems = append(problems, "v0.0.0 is no release: set one with releasecheck -set vX.Y.Z")
+		if rel.Version == "v0.0.0" {
+			problems = append(problems, "v0.0.0 is no release: set one with releasecheck -set vX.Y.Z")
+		}
+	case len(versions) == 0:
+		problems = append(problems, "no module requires a sibling: name the version with -version")
+	default:
+		problems = append(problems, fmt.Sprintf("the modules require their siblings at %d versions, want one (or name it with -version):", len(versions)))
+		problems = append(problems, slices.Sorted(flatten(versions))...)
 	}
 	if len(problems) > 0 {
 		return nil, errors.New("not a release:\n  " + strings.Join(problems, "\n  "))
