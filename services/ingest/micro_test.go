@@ -163,3 +163,76 @@ func TestMicroCancelAnonymous(t *testing.T) {
 		t.Fatalf("history: want the cancel recorded as anonymous, got %+v", last)
 	}
 }
+
+// An error answer of an endpoint is a micro error: the status in
+// Nats-Service-Error-Code, the message in Nats-Service-Error, with the
+// Tenaz-Status header and the ErrorBody the CLI reads; and the service's
+// stats ($SRV.STATS, what `nats micro stats` shows) count it as an error
+// of that endpoint, while a good answer counts as a request only.
+func TestMicroErrorsCounted(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-me"}}`, "Idempotency-Key", "micro-err-1")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
+	}
+	id := event.ID("acme", "micro-err-1")
+	for _, c := range []struct {
+		subject, data, status, code string
+	}{
+		{"tenaz.api.ingest.submit", `{"account":`, "400", "malformed"},
+		{"tenaz.api.ingest.submit", `{"account":"acme","kind":"no.such.kind","payload":{}}`, "422", "unknown_kind"},
+		{"tenaz.api.ingest.get", event.ID("acme", "unknown"), "404", "not_found"},
+		{"tenaz.api.ingest.history", event.ID("acme", "unknown"), "404", "not_found"},
+		{"tenaz.api.ingest.cancel", `{"id":`, "400", "malformed"},
+		{"tenaz.api.ingest.get", id, "200", ""},
+	} {
+		m, err := h.nc.Request(c.subject, []byte(c.data), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s %s: want an answer, got %v", c.subject, c.data, err)
+		}
+		var body struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(m.Data, &body)
+		gotCode, gotDesc := m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader)
+		if got := m.Header.Get("Tenaz-Status"); got != c.status || body.Error.Code != c.code {
+			t.Errorf("%s %s: want Tenaz-Status %s and body code %q, got %q %s", c.subject, c.data, c.status, c.code, got, m.Data)
+		}
+		if c.code == "" {
+			if gotCode != "" || gotDesc != "" {
+				t.Errorf("%s: a good answer with micro error headers %q %q", c.subject, gotCode, gotDesc)
+			}
+			continue
+		}
+		if gotCode != c.status || gotDesc != body.Error.Message || gotDesc == "" {
+			t.Errorf("%s %s: want %s %s and %s the body's message %q, got %q and %q",
+				c.subject, c.data, micro.ErrorCodeHeader, c.status, micro.ErrorHeader, body.Error.Message, gotCode, gotDesc)
+		}
+	}
+
+	m, err := h.nc.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
+	if err != nil {
+		t.Fatalf("$SRV.STATS.tenaz-ingest: want an answer, got %v", err)
+	}
+	var stats micro.Stats
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		t.Fatalf("stats: want micro.Stats JSON, got %q: %v", m.Data, err)
+	}
+	type counts struct{ requests, errors int }
+	got := map[string]counts{}
+	for _, ep := range stats.Endpoints {
+		got[ep.Name] = counts{ep.NumRequests, ep.NumErrors}
+	}
+	want := map[string]counts{"submit": {2, 2}, "get": {2, 1}, "history": {1, 1}, "cancel": {1, 1}}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("stats of %s: want %d requests and %d errors, got %+v", name, w.requests, w.errors, got[name])
+		}
+	}
+	for _, ep := range stats.Endpoints {
+		if ep.Name == "submit" && !strings.Contains(ep.LastError, "422") {
+			t.Errorf("stats of submit: want the last error to be the 422, got %q", ep.LastError)
+		}
+	}
+}
