@@ -15,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/services/ingest/internal/cloudevent"
 )
 
@@ -139,6 +140,7 @@ func (s *Service) postCloudEvent(w http.ResponseWriter, r *http.Request, body []
 	case authed && !p.MayAccess(f.Account):
 		httpapi.Error(w, http.StatusForbidden, "forbidden", p.String()+" may not submit for account "+strconv.Quote(f.Account))
 	default:
+		f.Traceparent = tracing.From(r.Header.Get)
 		status, v := s.submit(r, f, payload)
 		httpapi.JSON(w, status, v)
 	}
@@ -157,6 +159,7 @@ func (s *Service) microCloudEvent(req micro.Request) bool {
 		s.metrics.Rejected(serr.Code)
 		respond(req, serr.Status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: serr.Code, Message: serr.Error()}})
 	default:
+		f.Traceparent = tracing.From(req.Headers().Get)
 		r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)
 		r.Host = "nats"
 		status, v := s.submit(r, f, payload)
@@ -205,7 +208,7 @@ func intakeCloudEvent(f event.Fields, h nats.Header) (event.Fields, *submitError
 	}
 	for _, c := range []struct {
 		attr, header, v string
-		dst              *string
+		dst             *string
 	}{
 		{"id", tenaz.HeaderIdempotencyKey, cf.IdempotencyKey, &f.IdempotencyKey},
 		{"subject", tenaz.HeaderEntityID, cf.EntityID, &f.EntityID},
