@@ -53,6 +53,7 @@ var routes = map[string]Class{
 	"DELETE /v1/events/{id}":                AnyCredential, // Require(Operate), the event's account
 	"POST /v1/callbacks/{target}":           Open,          // the target's Standard Webhooks signature
 	"POST /v1/callbacks/{target}/{account}": Open,          // the same, references resolved in that account only
+	"GET /v1/openapi.json":                  Open,          // the API's OpenAPI document
 
 	// services/deadletter: the JSON API
 	"GET /v1/dead":                               OperatorOnly,
