@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/event"
@@ -15,9 +17,91 @@ import (
 type EventsCmd struct {
 	Connection `embed:""`
 
+	Submit  EventsSubmitCmd  `cmd:"" help:"Submit an event (what POST /v1/events does); --wait follows it to its outcome."`
 	Get     EventsGetCmd     `cmd:"" help:"Show an event's status (what GET /v1/events/{id} answers)."`
+	Wait    EventsWaitCmd    `cmd:"" help:"Wait until an event is done, cancelled, dead or in manual review, then show it."`
 	History EventsHistoryCmd `cmd:"" help:"Show everything that happened to an event, in order."`
 	Cancel  EventsCancelCmd  `cmd:"" help:"Cancel a scheduled, pending or retrying event (exit 4 otherwise)."`
+}
+
+// EventsSubmitCmd is `tenaz events submit`.
+type EventsSubmitCmd struct {
+	Account     string        `required:"" help:"Account."`
+	Kind        string        `required:"" help:"Kind (as in the config's kinds)."`
+	Payload     string        `required:"" placeholder:"JSON|@FILE|-" help:"The payload: inline JSON, @file, or - for stdin."`
+	Key         string        `help:"Idempotency key (default: derived from kind, entity and payload)."`
+	Entity      string        `help:"Entity id (default: the kind's entity field of the payload)."`
+	OrderingKey string        `help:"Ordering key: events with the same one are delivered in order."`
+	NotBefore   string        `placeholder:"TIME" help:"Deliver at or after TIME (RFC 3339)."`
+	Wait        bool          `help:"Wait for the outcome (as events wait) and show the event then."`
+	Within      time.Duration `default:"10m" help:"With --wait: how long to wait."`
+}
+
+// Run submits.
+func (c *EventsSubmitCmd) Run(cl *Connection, env *Env) error {
+	p, err := readPayload(c.Payload, env)
+	if err != nil {
+		return err
+	}
+	if c.NotBefore != "" {
+		if _, err := time.Parse(time.RFC3339, c.NotBefore); err != nil {
+			return failf(ErrUsage, "--not-before %q: want an RFC 3339 time (2026-11-30T08:00:00Z)", c.NotBefore)
+		}
+	}
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	sub := event.Submission{Account: c.Account, Kind: c.Kind, EntityID: c.Entity, OrderingKey: c.OrderingKey, NotBefore: c.NotBefore, Payload: p}
+	var opts []client.SubmitOption
+	if c.Key != "" {
+		opts = append(opts, client.IdempotencyKey(c.Key))
+	}
+	r, err := do(s, func(ctx context.Context, tz *client.Client) (client.Receipt, error) {
+		return tz.Submit(ctx, sub, opts...)
+	})
+	if err != nil {
+		return err
+	}
+	if !c.Wait {
+		return s.emit(r.View, func(w io.Writer) { printEvent(w, r.View) })
+	}
+	return wait(s, r.ID, c.Within)
+}
+
+// EventsWaitCmd is `tenaz events wait <id>`.
+type EventsWaitCmd struct {
+	ID     string        `arg:"" help:"Event id (ev_…)."`
+	Within time.Duration `default:"10m" help:"How long to wait (exit 5 when it runs out)."`
+}
+
+// Run waits.
+func (c *EventsWaitCmd) Run(cl *Connection, env *Env) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	return wait(s, c.ID, c.Within)
+}
+
+// wait follows an event until client.Settled (or within ends: exit 5)
+// and prints it.
+func wait(s *session, id string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	v, err := s.tz.Wait(ctx, id)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return failf(ErrUnavailable, "%v (--within %s)", err, within)
+	}
+	if err != nil {
+		return err
+	}
+	return s.emit(v, func(w io.Writer) { printEvent(w, v) })
 }
 
 // EventsGetCmd is `tenaz events get <id>`.
