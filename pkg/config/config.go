@@ -238,13 +238,24 @@ type Target struct {
 	Rate Rate `yaml:"rate"`
 	// Concurrency is how many calls to this target may be in flight at
 	// once over every account and every dispatcher replica. A call needs a
-	// slot of its account and one of the target. Defaults to 0 (unlimited).
-	Concurrency int `yaml:"concurrency"`
+	// slot of its account and one of the target. "auto" learns it from the
+	// target's answers (latency, 429 and 503, Retry-After), over every
+	// replica, between ConcurrencyMin and ConcurrencyMax. Defaults to 0
+	// (unlimited).
+	Concurrency Concurrency `yaml:"concurrency"`
+	// ConcurrencyMin is the fewest calls at once "auto" goes down to.
+	// Defaults to 1.
+	ConcurrencyMin int `yaml:"concurrency_min"`
+	// ConcurrencyMax is the most calls at once "auto" goes up to. Defaults
+	// to 64.
+	ConcurrencyMax int `yaml:"concurrency_max"`
 }
 
 // Limited reports whether the target has a provider-wide rate or
 // concurrency: its calls then count in the shared tenaz_quotas bucket.
-func (t Target) Limited() bool { return !t.Rate.Unlimited() || t.Concurrency > 0 }
+func (t Target) Limited() bool {
+	return !t.Rate.Unlimited() || t.Concurrency > 0 || t.Concurrency.Auto()
+}
 
 // Callback says how the webhook receiver reads a target's callbacks.
 type Callback struct {

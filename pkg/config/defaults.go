@@ -134,6 +134,14 @@ func (c *Config) WithDefaults() *Config {
 		setStr(&t.Callback.EventField, defaultCallbackEvent)
 		setStr(&t.Callback.ReferenceField, defaultCallbackRef)
 		setDur(&t.Callback.Tolerance, defaultTolerance)
+		if t.Concurrency.Auto() {
+			if t.ConcurrencyMin == 0 {
+				t.ConcurrencyMin = defaultConcurrencyMin
+			}
+			if t.ConcurrencyMax == 0 {
+				t.ConcurrencyMax = defaultConcurrencyMax
+			}
+		}
 		if t.Poll != nil {
 			p := *t.Poll
 			setDur(&p.Interval, defaultPollInterval)

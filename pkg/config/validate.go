@@ -289,6 +289,25 @@ func (v *validator) concurrencyBounds(key string, star bool, a, eff Account) {
 	}
 }
 
+// targetConcurrencyBounds checks the bounds of a target's "concurrency:
+// auto" (its defaults are set only under "auto").
+func (v *validator) targetConcurrencyBounds(key string, t Target) {
+	for _, b := range []struct {
+		name string
+		n    int
+	}{{"concurrency_min", t.ConcurrencyMin}, {"concurrency_max", t.ConcurrencyMax}} {
+		switch {
+		case b.n < 0:
+			v.add(join(key, b.name), "must be at least 1, got %d", b.n)
+		case b.n > 0 && !t.Concurrency.Auto():
+			v.add(join(key, b.name), "applies only with concurrency: auto; the target's concurrency is %s", t.Concurrency)
+		}
+	}
+	if t.Concurrency.Auto() && t.ConcurrencyMin > t.ConcurrencyMax {
+		v.add(join(key, "concurrency_min"), "concurrency_min (%d) must not exceed concurrency_max (%d)", t.ConcurrencyMin, t.ConcurrencyMax)
+	}
+}
+
 func (v *validator) headers(key string, h map[string]Secret) {
 	for _, name := range sorted(h) {
 		if !httpToken(name) {
@@ -370,9 +389,10 @@ func (v *validator) targets() {
 		if r := t.Rate.PerSecond; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 			v.add(join(key, "rate"), "must be unlimited or a positive rate, got %v", r)
 		}
-		if t.Concurrency < 0 {
-			v.add(join(key, "concurrency"), "must be positive (or 0: unlimited), got %d", t.Concurrency)
+		if t.Concurrency < 0 && !t.Concurrency.Auto() {
+			v.add(join(key, "concurrency"), `must be positive, "auto" (or 0: unlimited), got %d`, t.Concurrency)
 		}
+		v.targetConcurrencyBounds(key, t)
 		ckey := join(key, "callback")
 		v.positive(join(ckey, "tolerance"), t.Callback.Tolerance)
 		if t.Callback.Tolerance > MaxTolerance {

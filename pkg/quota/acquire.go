@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -16,15 +17,16 @@ const idle = time.Hour
 
 // Acquire waits until key has a token and a free slot of l, takes both,
 // and returns the release of the slot, which the caller calls once its
-// call returned (more calls do nothing). waited reports that the call
-// was held back. It returns an error only when ctx ends (ctx.Err()) or
+// call returned, with what its answer says of the target (a learned
+// limit learns from it; more calls do nothing). waited reports that the
+// call was held back. It returns an error only when ctx ends (ctx.Err()) or
 // after Close (ErrClosed); while the bucket cannot be reached it waits.
 //
 // The waiters of one key in this replica are served in order, by one
 // loop that folds them into as few compare-and-sets as it can: one takes
 // the tokens and slots of every waiter it can serve, and gives back the
 // slots released since.
-func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func(), waited bool, err error) {
+func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func(Answer), waited bool, err error) {
 	ln, err := q.line(key, l)
 	if err != nil {
 		return nil, false, err
@@ -54,14 +56,74 @@ func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func
 		return nil, w.waited, w.err
 	}
 	var once sync.Once
-	return func() {
+	return func(a Answer) {
 		once.Do(func() {
+			var live []string
+			if ln.lim.Learn != nil {
+				live = ln.q.live()
+			}
 			ln.mu.Lock()
+			ln.heard(a, w.inFlight, live)
 			ln.freed++
 			ln.mu.Unlock()
 			ln.poke()
 		})
 	}, w.waited, nil
+}
+
+// heard keeps what a call's answer taught, for the next write. A refusal
+// is taken at the calls in flight over every replica when it was served,
+// or when it was answered if more: a call served early in a burst is
+// refused for the calls that came after it.
+func (ln *line) heard(a Answer, served int, live []string) {
+	if ln.lim.Learn == nil {
+		return
+	}
+	inFlight := max(served, ln.rec.othersHeld(live, ln.q.o.Instance)+ln.held-ln.freed)
+	switch {
+	case a.Refused:
+		if ln.refusedAt == 0 || inFlight < ln.refusedAt {
+			ln.refusedAt = inFlight
+		}
+		ln.holdTill = laterOf(ln.holdTill, time.Now().Add(max(learnHold, a.RetryAfter)))
+	case a.OK:
+		ln.answeredOK = true
+	}
+}
+
+// learn applies to r what the answers since the last write taught; it
+// reports whether the learned concurrency grew (the line is no longer
+// pressed by it).
+func (ln *line) learnInto(r *record, now time.Time) (grew bool) {
+	lr := ln.lim.Learn
+	if lr == nil {
+		return false
+	}
+	cur := ln.lim.concurrency(*r)
+	switch {
+	case ln.refusedAt > 0:
+		if c := max(lr.Min, int(math.Floor(learnCut*float64(ln.refusedAt-1)))); c < cur {
+			r.Learned, r.Grown = c, now.UnixNano()
+		}
+		r.Refused = ln.refusedAt
+		r.Hold = max(r.Hold, ln.holdTill.UnixNano())
+	case ln.answeredOK && ln.pressed && cur < lr.Max && now.UnixNano() > r.Hold &&
+		now.UnixNano()-r.Grown >= int64(learnGrowEvery):
+		next := cur + 1
+		if float64(cur) < float64(r.Refused)/2 {
+			next = 2 * cur
+		}
+		r.Learned, r.Grown = min(next, lr.Max), now.UnixNano()
+		return true
+	}
+	return false
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // waiter is one Acquire waiting in a line.
@@ -70,6 +132,9 @@ type waiter struct {
 	err    error
 	waited bool // a step of the loop could not serve it at once
 	gone   bool // its context ended before it was served
+	// inFlight is the calls in flight over every replica, its own
+	// included, when it was served.
+	inFlight int
 }
 
 // line is one key as this replica uses it through Acquire: its waiters,
@@ -89,6 +154,12 @@ type line struct {
 	held    int       // this replica's slots in the stored record
 	freed   int       // slots released since, not yet written
 	waiting []*waiter
+
+	// What the answers since the last write taught a learned limit.
+	refusedAt  int       // the fewest calls in flight when a refused call was served; 0: none
+	holdTill   time.Time // no growth before (a refusal's Retry-After)
+	answeredOK bool      // a call succeeded
+	pressed    bool      // a waiter was held back by the concurrency
 }
 
 func (q *Quotas) line(key string, l Limit) (*line, error) {
@@ -100,7 +171,7 @@ func (q *Quotas) line(key string, l Limit) (*line, error) {
 	if ln, ok := q.lines[key]; ok {
 		return ln, nil
 	}
-	if l.Concurrency > 0 && q.o.Instance == "" {
+	if (l.Concurrency > 0 || l.Learn != nil) && q.o.Instance == "" {
 		return nil, errors.New("quota: Options.Instance is required for a concurrency limit")
 	}
 	ln := &line{q: q, key: key, lim: l, kick: make(chan struct{}, 1), done: make(chan struct{})}
@@ -210,16 +281,20 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 		ln.fresh, ln.readAt = true, time.Now()
 	}
 	live := ln.q.live()
+	now := time.Now()
 	r := ln.rec.clone()
-	r.refill(ln.lim, time.Now())
+	r.refill(ln.lim, now)
 	mine := ln.held - ln.freed
 	n := len(ln.waiting)
 	turn := r.turn(live, self)
+	inFlight := r.othersHeld(live, self) + mine
 	serve := 0
 	if n > 0 && turn {
 		serve = n
-		if c := ln.lim.Concurrency; c > 0 {
-			serve = min(serve, c-r.othersHeld(live, self)-mine)
+		if c := ln.lim.concurrency(r); c > 0 {
+			if free := c - inFlight; free < serve {
+				serve, ln.pressed = free, true
+			}
 		}
 		if ln.lim.Rate > 0 {
 			serve = min(serve, r.whole())
@@ -250,6 +325,8 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 		ln.mu.Unlock()
 		return wait, nil
 	}
+	refusedAt, answeredOK := ln.refusedAt, ln.answeredOK
+	grew := ln.learnInto(&r, now)
 	freed, rev := ln.freed, ln.rev
 	ln.mu.Unlock()
 	nrev, err := ln.q.put(ctx, ln.key, r, rev)
@@ -267,7 +344,20 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 	}
 	ln.held += serve - freed
 	ln.freed -= freed
-	for _, w := range ln.waiting[:serve] {
+	if ln.refusedAt == refusedAt {
+		ln.refusedAt = 0
+		if refusedAt > 0 {
+			ln.pressed = false
+		}
+	}
+	if answeredOK {
+		ln.answeredOK = false
+	}
+	if grew {
+		ln.pressed = false
+	}
+	for i, w := range ln.waiting[:serve] {
+		w.inFlight = inFlight + i + 1
 		if w.gone { // gave up during the write: its slot goes back
 			ln.freed++
 			continue

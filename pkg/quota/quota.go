@@ -220,3 +220,46 @@ func (q *Quotas) live() []string {
 func isConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
+
+// Usage is a concurrency limit as it stands.
+type Usage struct {
+	// Concurrency is the calls it allows in flight now: learned, or as
+	// configured (0: none).
+	Concurrency int
+	// InFlight is the calls in flight over the live replicas.
+	InFlight int
+}
+
+func usageOf(r record, l Limit, live []string) Usage {
+	return Usage{Concurrency: l.concurrency(r), InFlight: r.othersHeld(live, "")}
+}
+
+// Usage is key's limit as this replica last knew it, without a read;
+// false when this replica has not used key.
+func (q *Quotas) Usage(key string) (Usage, bool) {
+	q.mu.Lock()
+	ln := q.lines[key]
+	q.mu.Unlock()
+	if ln == nil {
+		return Usage{}, false
+	}
+	live := q.live()
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return usageOf(ln.rec, ln.lim, live), true
+}
+
+// Read reads key's limit l as it stands, counting the calls in flight of
+// the replicas in live (sorted; nil: every replica in the record).
+func Read(ctx context.Context, js jetstream.JetStream, key string, l Limit, live []string) (Usage, error) {
+	kv, err := js.KeyValue(ctx, tenaz.BucketQuotas)
+	if err != nil {
+		return Usage{}, fmt.Errorf("quota: %w", err)
+	}
+	q := &Quotas{kv: kv}
+	r, _, err := q.get(ctx, key)
+	if err != nil {
+		return Usage{}, err
+	}
+	return usageOf(r, l, live), nil
+}

@@ -93,7 +93,7 @@ func TestAcquireConcurrencyAcrossReplicas(t *testing.T) {
 					<-time.After(2 * time.Millisecond) // the call
 					inFlight.Add(-1)
 					served.Add(1)
-					release()
+					release(quota.Answer{})
 				}
 			})
 		}
@@ -139,7 +139,7 @@ func TestAcquireRateAcrossReplicas(t *testing.T) {
 					mu.Lock()
 					at = append(at, time.Now())
 					mu.Unlock()
-					release()
+					release(quota.Answer{})
 				}
 			})
 		}
@@ -190,7 +190,7 @@ func TestAcquireDeadReplicaSlotsReclaimed(t *testing.T) {
 	go func() {
 		release, _, err := b.Acquire(ctxFor(t, 10*time.Second), quota.TargetKey("erp"), lim)
 		if err == nil {
-			release()
+			release(quota.Answer{})
 		}
 		done <- err
 	}()
@@ -226,7 +226,7 @@ func TestAcquireReplicasTakeTurns(t *testing.T) {
 					order = append(order, name)
 					mu.Unlock()
 					<-time.After(3 * time.Millisecond) // the call
-					release()
+					release(quota.Answer{})
 				}
 			})
 		}
@@ -282,7 +282,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if h := held(); h["a"] != 1 {
 		t.Fatalf("want a's one call in flight in the record, got %v", h)
 	}
-	release()
+	release(quota.Answer{})
 	a.Close(ctxFor(t, 5*time.Second))
 	if h := held(); len(h) != 0 {
 		t.Errorf("want no calls in flight left after release and Close, got %v", h)
@@ -368,7 +368,7 @@ func BenchmarkAcquire(b *testing.B) {
 							b.Error(err)
 							return
 						}
-						release()
+						release(quota.Answer{})
 					}
 				})
 			}
@@ -376,4 +376,84 @@ func BenchmarkAcquire(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 		})
 	}
+}
+
+// A learned concurrency shared by three replicas finds a provider's
+// capacity from its refusals: started at 30 against a provider that
+// takes 10 calls at once, the first refusals cut it under 10, after which
+// the calls in flight stay within one growth step of it; when the
+// provider takes 20, it grows back past 10.
+func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a", "b", "c")
+	qs := []*quota.Quotas{open(t, srv, c, "a"), open(t, srv, c, "b"), open(t, srv, c, "c")}
+	lim := quota.Limit{Learn: &quota.Learn{Min: 1, Max: 40, Start: 30}}
+	var capacity, inFlight, refused, answered atomic.Int64
+	capacity.Store(10)
+	var settled atomic.Bool
+	var peakAfter atomic.Int64 // in flight at most, once settled
+	ctx, stop := context.WithCancel(ctxFor(t, time.Minute))
+	var wg sync.WaitGroup
+	for _, q := range qs {
+		for range 12 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					release, _, err := q.Acquire(ctx, quota.TargetKey("bureau"), lim)
+					if err != nil {
+						return
+					}
+					n := inFlight.Add(1)
+					if settled.Load() {
+						for p := peakAfter.Load(); n > p && !peakAfter.CompareAndSwap(p, n); p = peakAfter.Load() {
+						}
+					}
+					<-time.After(5 * time.Millisecond) // the call
+					a := quota.Answer{OK: true}
+					if n > capacity.Load() {
+						a = quota.Answer{Refused: true}
+						refused.Add(1)
+					}
+					answered.Add(1)
+					inFlight.Add(-1)
+					release(a)
+				}
+			})
+		}
+	}
+	_, js := srv.Conn(t)
+	usage := func() quota.Usage {
+		u, err := quota.Read(ctx, js, quota.TargetKey("bureau"), lim, c.Live())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	// Settled: cut, and the calls served before the cut have returned.
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		u := usage()
+		return u.Concurrency <= 10 && inFlight.Load() <= int64(u.Concurrency)
+	}, "the learned concurrency cut to the capacity of 10")
+	settled.Store(true)
+	r0, a0 := refused.Load(), answered.Load()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if u := usage(); u.Concurrency > 11 || u.Concurrency < 5 {
+			t.Errorf("want the learned concurrency within 5–11 of a capacity of 10, got %d", u.Concurrency)
+			break
+		}
+		<-time.After(100 * time.Millisecond) // sampling the record, not waiting for an outcome
+	}
+	if p := peakAfter.Load(); p > 11 {
+		t.Errorf("want at most 11 calls in flight over the replicas once learned, saw %d", p)
+	}
+	if r, a := refused.Load()-r0, answered.Load()-a0; a == 0 || float64(r) > 0.05*float64(a) {
+		t.Errorf("want under 5%% of calls refused once learned, got %d of %d", r, a)
+	}
+	capacity.Store(20)
+	natstest.Eventually(t, 15*time.Second, func() bool { return usage().Concurrency > 12 },
+		"the learned concurrency grown past 12 once the provider takes 20")
+	stop()
+	wg.Wait()
 }

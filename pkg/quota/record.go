@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/tenaz/tenaz/pkg/config"
 )
 
 // Lateness is how early a call of a Smooth limit may come. A replica that
@@ -23,9 +25,58 @@ type Limit struct {
 	// Below 1: 1.
 	Burst float64
 	// Concurrency is how many calls may be in flight at once over all live
-	// replicas. 0: no concurrency limit.
+	// replicas. 0: no concurrency limit. Learn, when set, replaces it.
 	Concurrency int
+	// Learn makes the concurrency a learned one, kept in the record: every
+	// replica's refused calls cut it, its calls that succeed while it holds
+	// them back grow it (see Answer).
+	Learn *Learn
 }
+
+// Learn bounds a learned concurrency: it starts at Start and stays
+// within Min and Max.
+type Learn struct {
+	Min, Max, Start int
+}
+
+// concurrency is the calls l allows in flight, given the stored record.
+func (l Limit) concurrency(r record) int {
+	if l.Learn == nil {
+		return l.Concurrency
+	}
+	c := r.Learned
+	if c <= 0 {
+		c = l.Learn.Start
+	}
+	return min(max(c, l.Learn.Min, 1), max(l.Learn.Max, l.Learn.Min, 1))
+}
+
+// Answer is what a call made in a slot says of the target's capacity; the
+// zero value says nothing (the call was not made, or its answer was not
+// about load).
+type Answer struct {
+	// Refused: the target refused the call for load (429, 503, an answer
+	// with Retry-After, a timeout).
+	Refused bool
+	// RetryAfter is how long a refusal asked to wait.
+	RetryAfter time.Duration
+	// OK: the call succeeded.
+	OK bool
+}
+
+// A learned concurrency moves as the account-level "auto" does
+// (services/dispatcher/autolimit.go), but over every replica: a refusal
+// cuts it at once to learnCut of the calls in flight, cluster-wide, when
+// the refused call was served; it grows by one (doubling while under half
+// the level last refused) at most every learnGrowEvery, only while it
+// holds calls back, and not before learnHold, or the Retry-After, has
+// passed since a refusal. Each change rides on the compare-and-set that
+// gives the slot back: learning costs no write of its own.
+const (
+	learnCut       = 0.9
+	learnGrowEvery = time.Second
+	learnHold      = time.Second
+)
 
 // Smooth is the limit of a target: at most rate calls a second, one
 // every 1/rate (Lateness early at most), and at most concurrency in
@@ -33,6 +84,20 @@ type Limit struct {
 // Lateness calls.
 func Smooth(rate float64, concurrency int) Limit {
 	return Limit{Rate: rate, Burst: 1 + rate*Lateness.Seconds(), Concurrency: concurrency}
+}
+
+// learnStart is where a target's learned concurrency starts, with none
+// stored: the accounts' default concurrency.
+const learnStart = 8
+
+// OfTarget is a target's provider-wide limit (targets.<t>.rate and
+// .concurrency, learned under "auto"), the same on every replica.
+func OfTarget(t config.Target) Limit {
+	l := Smooth(t.Rate.PerSecond, int(max(t.Concurrency, 0)))
+	if t.Concurrency.Auto() {
+		l.Learn = &Learn{Min: t.ConcurrencyMin, Max: t.ConcurrencyMax, Start: learnStart}
+	}
+	return l
 }
 
 func (l Limit) burst() float64 { return math.Max(1, l.Burst) }
@@ -51,6 +116,16 @@ type record struct {
 	Queue map[string]uint64 `json:"queue,omitempty"`
 	// Seq is the last place given.
 	Seq uint64 `json:"seq,omitempty"`
+	// Learned is a learned concurrency (Limit.Learn) as it stands; 0: its
+	// start.
+	Learned int `json:"learned,omitempty"`
+	// Refused is the calls in flight when a call was last refused; 0: none
+	// yet.
+	Refused int `json:"refused,omitempty"`
+	// Hold is when the learned concurrency may grow again, and Grown when
+	// it last moved (unix nanoseconds).
+	Hold  int64 `json:"hold,omitempty"`
+	Grown int64 `json:"grown,omitempty"`
 }
 
 func (r record) clone() record {

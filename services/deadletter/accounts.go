@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/owner"
+	"github.com/tenaz/tenaz/pkg/quota"
 )
 
 // The screen's accounts view: which dispatcher replica owns each account
@@ -58,7 +59,11 @@ type accountRow struct {
 type targetRow struct {
 	Target      string
 	Rate        string // "unlimited" when unset
-	Concurrency string // "unlimited" when unset
+	Concurrency string // as configured: a number, "auto (min–max)", or "unlimited"
+	// Now is the concurrency allowed now (learned under "auto") and
+	// InFlight the calls in flight over the live replicas, from its record
+	// in tenaz_quotas; Now is 0 when it has none (unlimited, or unread).
+	Now, InFlight int
 }
 
 type breakerCell struct {
@@ -97,8 +102,12 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 	for _, h := range v.Leases {
 		owns[h]++
 	}
+	liveNames := []string{}
 	for _, r := range v.Replicas {
 		live[r.Name] = r.Live
+		if r.Live {
+			liveNames = append(liveNames, r.Name)
+		}
 		d.Replicas = append(d.Replicas, replicaRow{Replica: r, Owns: owns[r.Name]})
 	}
 	names := map[string]bool{}
@@ -131,8 +140,17 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 		if !t.Rate.Unlimited() {
 			r.Rate = t.Rate.String()
 		}
-		if t.Concurrency > 0 {
-			r.Concurrency = strconv.Itoa(t.Concurrency)
+		switch {
+		case t.Concurrency.Auto():
+			r.Concurrency = fmt.Sprintf("auto (%d–%d)", t.ConcurrencyMin, t.ConcurrencyMax)
+		case t.Concurrency > 0:
+			r.Concurrency = t.Concurrency.String()
+		}
+		if lim := quota.OfTarget(t); lim.Concurrency > 0 || lim.Learn != nil {
+			u, err := quota.Read(rctx, s.js, quota.TargetKey(name), lim, liveNames)
+			if err == nil {
+				r.Now, r.InFlight = u.Concurrency, u.InFlight
+			}
 		}
 		d.Targets = append(d.Targets, r)
 	}

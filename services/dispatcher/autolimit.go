@@ -26,9 +26,10 @@ import (
 //     recent baseline (the provider queueing them).
 //   - an overload ceiling, which a refusal (429 or 503, any answer with a
 //     Retry-After, or a timeout) cuts at once to 90% of the calls in
-//     flight when the refused call was made, and which grows back by one
-//     a second (doubling while under half the level that was refused)
-//     once the Retry-After has passed, without further refusals.
+//     flight when the refused call was made (or answered, if more), and
+//     which grows back by one a second (doubling while under half the
+//     level that was refused) once the Retry-After has passed, without
+//     further refusals.
 //
 // The adaptive limiter takes no failures (a refusal recorded as a sample
 // is a fast answer, read as a provider getting faster), hence the
@@ -196,10 +197,14 @@ func (p *autoPermit) done(err error, made bool) {
 	}
 	now := time.Now()
 	a.mu.Lock()
+	// A refusal is taken at the calls in flight when it was made or when
+	// it was answered, if more: one made early in a burst is refused for
+	// the calls that came after it.
+	n := max(p.n, a.inFlight)
 	a.inFlight--
 	if made && refused {
-		a.refused = p.n
-		if c := math.Max(float64(a.min), math.Floor(autoCut*float64(p.n-1))); c < a.ceiling {
+		a.refused = n
+		if c := math.Max(float64(a.min), math.Floor(autoCut*float64(n-1))); c < a.ceiling {
 			a.ceiling = c
 		}
 		a.holdTill = laterOf(a.holdTill, now.Add(max(autoHold, retryAfter)))

@@ -103,23 +103,26 @@ type Service struct {
 	breakers *breaker.Registry
 	actor    string
 
-	mu       sync.Mutex
-	started  bool
-	stream   jetstream.Stream
-	lanes    map[string]*lane
-	known    map[string]bool          // every account with a consumer this replica heard of
-	handing  map[string]chan struct{} // accounts whose lane is stopping to hand them over
-	owners   *owner.Group
-	quotas   *quota.Quotas // the targets' provider-wide limits; nil when no target has one
-	targets  *target.Cache
-	guards   map[string]*guard
-	limiters map[string]ratelimiter.RateLimiter[target.Response]
-	announce *nats.Subscription
-	micro    micro.Service
-	runCtx   context.Context
-	cancel   context.CancelCauseFunc
-	bg       sync.WaitGroup
-	noCalls  chan struct{} // closed by Stop once a call could not end in time
+	mu      sync.Mutex
+	started bool
+	stream  jetstream.Stream
+	lanes   map[string]*lane
+	known   map[string]bool          // every account with a consumer this replica heard of
+	handing map[string]chan struct{} // accounts whose lane is stopping to hand them over
+	owners  *owner.Group
+	quotas  *quota.Quotas // the targets' provider-wide limits; nil when no target has one
+	targets *target.Cache
+	guards  map[string]*guard
+	// targetAuto is each "concurrency: auto" target's latency-learned
+	// share on this replica (see targetLimit).
+	targetAuto map[string]*autoLimit
+	limiters   map[string]ratelimiter.RateLimiter[target.Response]
+	announce   *nats.Subscription
+	micro      micro.Service
+	runCtx     context.Context
+	cancel     context.CancelCauseFunc
+	bg         sync.WaitGroup
+	noCalls    chan struct{} // closed by Stop once a call could not end in time
 
 	pool  *pool
 	runs  inflight
@@ -158,7 +161,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
 		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
-		guards: map[string]*guard{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
+		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
 	s.q = queue.New(js, s.subj)

@@ -26,10 +26,17 @@ type guard struct {
 // (targets.<t>.rate and .concurrency), counted in tenaz_quotas over every
 // account and every replica (pkg/quota): one compare-and-set takes a
 // token and a slot before the call, one gives the slot back after it.
+//
+// Under "concurrency: auto" the record holds the learned concurrency,
+// which every replica's refusals cut and its successes grow, and each
+// replica also learns from latency with its own adaptive limiter (local),
+// as an account's "auto" does: a provider that slows down is eased off
+// before it refuses. A call needs a slot of both.
 type targetLimit struct {
-	s    *Service
-	name string
-	lim  quota.Limit
+	s     *Service
+	name  string
+	lim   quota.Limit
+	local *autoLimit // under "auto": this replica's latency-learned share; nil otherwise
 }
 
 // errNotCalled is the outcome of a call that waited for its target's
@@ -71,7 +78,10 @@ func (s *Service) guardFor(account, name string) *guard {
 		g.exec = failsafe.With(policies...)
 	}
 	if t, ok := s.cfg.Targets[name]; ok && t.Limited() && s.quotas != nil {
-		g.limit = &targetLimit{s: s, name: name, lim: quota.Smooth(t.Rate.PerSecond, t.Concurrency)}
+		g.limit = &targetLimit{s: s, name: name, lim: quota.OfTarget(t)}
+		if l := g.limit.lim.Learn; l != nil {
+			g.limit.local = s.targetAutoLocked(name, l)
+		}
 	}
 	s.guards[key] = g
 	return g
@@ -107,21 +117,62 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 		case <-wctx.Done():
 		}
 	}()
+	var local *autoPermit
+	if tl.local != nil {
+		p, waited, err := tl.local.acquire(wctx, tl.s.noCalls)
+		if waited {
+			tl.s.o.Metrics.TargetThrottled(tl.name)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return target.Response{}, ctx.Err()
+			}
+			return target.Response{}, errNotCalled
+		}
+		local = p
+	}
 	release, waited, err := tl.s.quotas.Acquire(wctx, quota.TargetKey(tl.name), tl.lim)
 	if waited {
 		tl.s.o.Metrics.TargetThrottled(tl.name)
 	}
 	if err != nil {
+		local.drop()
 		if ctx.Err() != nil {
 			return target.Response{}, ctx.Err() // stopping hard
 		}
 		return target.Response{}, errNotCalled
 	}
-	defer release()
 	select {
 	case <-tl.s.noCalls:
+		release(quota.Answer{})
+		local.drop()
 		return target.Response{}, errNotCalled
 	default:
 	}
-	return fn(ctx)
+	resp, err := local.timed(fn)(ctx)
+	local.done(err, ctx.Err() == nil)
+	release(answerOf(err, ctx.Err() == nil))
+	return resp, err
+}
+
+// answerOf is what a call's outcome says of its target's capacity.
+func answerOf(err error, made bool) quota.Answer {
+	if !made {
+		return quota.Answer{}
+	}
+	if refused, after := overloaded(err); refused {
+		return quota.Answer{Refused: true, RetryAfter: after}
+	}
+	return quota.Answer{OK: err == nil}
+}
+
+// targetAutoLocked is this replica's latency-learned share of target
+// name's "auto" concurrency, shared by every account. Callers hold s.mu.
+func (s *Service) targetAutoLocked(name string, l *quota.Learn) *autoLimit {
+	if a, ok := s.targetAuto[name]; ok {
+		return a
+	}
+	a := newAutoLimit(1, l.Max, l.Start, false, nil)
+	s.targetAuto[name] = a
+	return a
 }

@@ -160,16 +160,20 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 type meter struct {
 	latency map[string]time.Duration
 	fail    map[string]bool
+	// capacity is how many calls a key takes at once: a call over it is
+	// refused at once, 429.
+	capacity map[string]int
 
 	mu       sync.Mutex
 	calls    map[string][]time.Time
+	refused  map[string][]time.Time
 	inFlight map[string]int
 	peak     map[string]int
 }
 
 func newMeter(latency map[string]time.Duration) *meter {
-	return &meter{latency: latency, fail: map[string]bool{},
-		calls: map[string][]time.Time{}, inFlight: map[string]int{}, peak: map[string]int{}}
+	return &meter{latency: latency, fail: map[string]bool{}, capacity: map[string]int{},
+		calls: map[string][]time.Time{}, refused: map[string][]time.Time{}, inFlight: map[string]int{}, peak: map[string]int{}}
 }
 
 func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -179,10 +183,19 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		counted = append(counted, target)
 	}
 	m.mu.Lock()
+	over := false
 	for _, k := range counted {
 		m.calls[k] = append(m.calls[k], time.Now())
 		m.inFlight[k]++
 		m.peak[k] = max(m.peak[k], m.inFlight[k])
+		if c, ok := m.capacity[k]; ok && m.inFlight[k] > c {
+			over = true
+		}
+	}
+	if over {
+		for _, k := range counted {
+			m.refused[k] = append(m.refused[k], time.Now())
+		}
 	}
 	m.mu.Unlock()
 	defer func() {
@@ -192,6 +205,10 @@ func (m *meter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		m.mu.Unlock()
 	}()
+	if over {
+		http.Error(w, "over capacity", http.StatusTooManyRequests)
+		return
+	}
 	if d := m.latency[account]; d > 0 {
 		select {
 		case <-time.After(d):
@@ -210,6 +227,12 @@ func (m *meter) callsOf(account string) []time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]time.Time(nil), m.calls[account]...)
+}
+
+func (m *meter) refusedOf(account string) []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]time.Time(nil), m.refused[account]...)
 }
 
 func (m *meter) maxInFlight(account string) int {

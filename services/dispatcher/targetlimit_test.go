@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
@@ -165,4 +166,93 @@ func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 	if len(byKey) != len(ids) || h.prov.CallCount() != len(ids) {
 		t.Fatalf("want each event called once, got %s", describeCalls(h.prov.Calls()))
 	}
+}
+
+// A target's "concurrency: auto" is learned over three dispatcher
+// processes: the bureau takes 6 calls at once and refuses any more (429).
+// Started at 8, the replicas' refusals cut the shared limit to the
+// bureau's capacity, after which few calls are refused and the bureau is
+// kept busy; with one replica killed mid-run, the other two go on from
+// the stored limit. Every event ends done.
+func TestTargetLearnedConcurrencyAcrossReplicaProcesses(t *testing.T) {
+	t.Parallel()
+	const capacity, accounts, perAccount = 6, 6, 120
+	const latency = 150 * time.Millisecond
+	lat := map[string]time.Duration{}
+	names := make([]string, accounts)
+	for i := range names {
+		names[i] = fmt.Sprintf("acct-%d", i)
+		lat["bureau/"+names[i]] = latency
+	}
+	m := newMeter(lat)
+	m.capacity["bureau"] = capacity
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	h := setup(t, `
+streams: {ack_wait: 2s}
+http: {addr: "127.0.0.1:0"}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 8, breaker: {failures: 1000}}
+targets:
+  bureau: {url: "${TARGET}/bureau/{{.Account}}", timeout: 5s, concurrency: auto, concurrency_max: 40}
+kinds:
+  order.create: {target: bureau, entity: order_id, attempts: 50, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
+`, provider.Faults{})
+	procs := make([]*replicaProc, 3)
+	for i := range procs {
+		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool { return h.liveReplicas() == 3 },
+		"want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+
+	var ids []string
+	for _, a := range names {
+		ids = append(ids, h.submitTo(a, keys(a, perAccount), orderPayload)...)
+	}
+	natstest.Eventually(t, waitFor, func() bool { return len(m.callsOf("bureau")) > 0 }, "want the bureau's first call")
+	start := m.callsOf("bureau")[0]
+	lim := quota.OfTarget(h.cfg.Targets["bureau"])
+	learned := func() int {
+		u, err := quota.Read(h.c, h.js, quota.TargetKey("bureau"), lim, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Concurrency
+	}
+	natstest.Eventually(t, 15*time.Second, func() bool { return learned() <= capacity },
+		"want the learned concurrency cut to the bureau's capacity of %d, got %d", capacity, learned())
+	learnedAt := time.Since(start)
+
+	// From here, a window of steady calls, with a replica killed in it.
+	from := time.Now()
+	window := 12 * time.Second
+	natstest.Eventually(t, window, func() bool { return time.Since(from) > window/3 }, "a third of the window")
+	procs[0].kill(t)
+	natstest.Eventually(t, window+5*time.Second, func() bool { return time.Since(from) > window }, "the window")
+	count := func(ts []time.Time) int {
+		n := 0
+		for _, at := range ts {
+			if !at.Before(from) && at.Before(from.Add(window)) {
+				n++
+			}
+		}
+		return n
+	}
+	calls, refused := count(m.callsOf("bureau")), count(m.refusedOf("bureau"))
+	served := float64(calls-refused) / window.Seconds()
+	t.Logf("bureau: learned %d within %s; in the window %d calls, %d refused, %.1f served/s (capacity %.0f/s)",
+		learned(), learnedAt.Round(time.Millisecond), calls, refused, served, capacity/latency.Seconds())
+	if calls == 0 || float64(refused) > 0.1*float64(calls) {
+		t.Errorf("want under 10%% of the calls refused once learned, got %d of %d", refused, calls)
+	}
+	// The kill costs the handover of its accounts (handoverBound) out of
+	// the window; the bureau is otherwise kept near its capacity.
+	if least := 0.5 * capacity / latency.Seconds(); served < least {
+		t.Errorf("want the bureau kept busy, at least %.0f calls served/s, got %.1f", least, served)
+	}
+	if got := learned(); got < capacity/2 || got > capacity+1 {
+		t.Errorf("want the learned concurrency near the capacity of %d, got %d", capacity, got)
+	}
+	h.waitAll(ids, tenaz.StateDone, 3*time.Minute)
 }
