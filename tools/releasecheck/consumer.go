@@ -64,7 +64,11 @@ func checkConsumer(ctx context.Context, tmp, proxy string, rel *release.Release)
 			return err
 		}
 	}
-	if err := checkRequires(filepath.Join(dir, "go.mod"), rel); err != nil {
+	graph, err := goCmd("mod", "graph")
+	if err != nil {
+		return err
+	}
+	if err := checkRequires(filepath.Join(dir, "go.mod"), rel, graph); err != nil {
 		return err
 	}
 	// Every tenaz module comes from the proxy into the fresh module cache,
@@ -107,9 +111,13 @@ func checkConsumer(ctx context.Context, tmp, proxy string, rel *release.Release)
 }
 
 // checkRequires checks the user's go.mod after go get and tidy: the
-// dispatcher and every other tenaz module at the release version, and no
-// replace line (a consumer of a published module has none).
-func checkRequires(name string, rel *release.Release) error {
+// dispatcher and every other tenaz module at the release version, no
+// replace line (a consumer of a published module has none), and no
+// module that only the user's go.mod requires in graph (go mod graph).
+// The program imports nothing but tenaz and nats.go, so such a module
+// provides a package that tenaz imports and a tenaz go.mod does not
+// require: go get looked it up at whatever version was latest.
+func checkRequires(name string, rel *release.Release, graph string) error {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		return err
@@ -133,6 +141,23 @@ func checkRequires(name string, rel *release.Release) error {
 	}
 	if !found {
 		return fmt.Errorf("%s does not require the dispatcher:\n%s", name, data)
+	}
+	required := map[string]bool{} // by a module other than the user's
+	for l := range strings.Lines(graph) {
+		if from, to, ok := strings.Cut(strings.TrimSpace(l), " "); ok && strings.Contains(from, "@") {
+			path, _, _ := strings.Cut(to, "@")
+			required[path] = true
+		}
+	}
+	var orphans []string
+	for _, r := range f.Require {
+		if !strings.HasPrefix(r.Mod.Path, release.RepoPath+"/") && !required[r.Mod.Path] {
+			orphans = append(orphans, r.Mod.String())
+		}
+	}
+	if len(orphans) > 0 {
+		return fmt.Errorf("%s requires %s, which no module of tenaz's graph requires: a tenaz go.mod misses it (make tidy)",
+			name, strings.Join(orphans, ", "))
 	}
 	return nil
 }
