@@ -39,6 +39,8 @@ type Config struct {
 	Auth Auth `yaml:"auth"`
 	// Poller sets how the poller service polls and reconciles.
 	Poller Poller `yaml:"poller"`
+	// Metrics bounds the account label and adds native histograms.
+	Metrics Metrics `yaml:"metrics"`
 	// Outbox sets the producer outbox relay (tenaz outbox relay).
 	Outbox Outbox `yaml:"outbox"`
 	// StopTimeout is how long a process may take to drain on SIGTERM:
@@ -50,7 +52,7 @@ type Config struct {
 	StopTimeout Duration `yaml:"stop_timeout"`
 
 	dir          string          // directory of the file given to Load; base of relative schema paths
-	explicitZero map[string]bool // key paths explicitly set to 0 where 0 is not "unset" (jitter, failure_rate)
+	explicitZero map[string]bool // key paths explicitly set to 0 where 0 is not "unset" (jitter, failure_rate, metrics.accounts.top)
 	schemas      *schemaCache    // compiled JSON Schemas, see SchemaFor
 }
 

@@ -164,7 +164,7 @@ func applyEnv(cfg *Config, getenv func(string) (string, bool)) error {
 			errs = append(errs, &KeyError{Key: o.path, Msg: fmt.Sprintf("from %s: %v", used, err)})
 			continue
 		}
-		if k := v.Kind(); (k == reflect.Float64 || k == reflect.Float32) && v.Float() == 0 {
+		if k := v.Kind(); (k == reflect.Float64 || k == reflect.Float32 || k == reflect.Int) && v.IsZero() {
 			cfg.explicitZero[o.path] = true
 		}
 		o.set(v)

@@ -66,6 +66,7 @@ func (c *Config) Validate() error {
 	v.kinds()
 	v.auth()
 	v.deadletter()
+	v.metrics()
 	return joinSorted(v.errs)
 }
 

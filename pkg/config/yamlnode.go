@@ -247,7 +247,7 @@ func want(t reflect.Type) string {
 type walker struct {
 	substituted map[*yaml.Node]bool
 	failed      map[*yaml.Node]bool // values whose ${…} could not be substituted: not checked again
-	zeros       map[string]bool     // float keys explicitly written as 0
+	zeros       map[string]bool     // number keys explicitly written as 0
 	errs        []error
 }
 
@@ -387,7 +387,7 @@ func (w *walker) leaf(n *yaml.Node, t reflect.Type, path string) {
 		w.fail(n, path, "%v", err)
 		return
 	}
-	if k := v.Kind(); (k == reflect.Float64 || k == reflect.Float32) && v.Float() == 0 {
+	if k := v.Kind(); (k == reflect.Float64 || k == reflect.Float32 || k == reflect.Int) && v.IsZero() {
 		w.zeros[path] = true
 	}
 }
