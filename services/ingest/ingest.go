@@ -285,7 +285,8 @@ func (s *Service) Ready() error {
 	return nil
 }
 
-// Routes registers the HTTP API on mux.
+// Routes registers the HTTP API on mux, and the OpenAPI document of the
+// whole API (GET /v1/openapi.json).
 func (s *Service) Routes(mux httpapi.Router) {
 	a := s.o.Auth // POST /v1/callbacks/{target} is authenticated by its signature instead
 	mux.Handle("POST /v1/events", a.Require(auth.Submit, http.HandlerFunc(s.handlePost)))
@@ -294,4 +295,7 @@ func (s *Service) Routes(mux httpapi.Router) {
 	mux.Handle("DELETE /v1/events/{id}", a.Require(auth.Operate, http.HandlerFunc(s.handleCancel)))
 	mux.HandleFunc("POST /v1/callbacks/{target}", s.handleCallback)
 	mux.HandleFunc("POST /v1/callbacks/{target}/{account}", s.handleCallback)
+	// The document covers deadletter's routes too; ingest serves it, as
+	// the service every installation exposes.
+	mux.HandleFunc("GET "+httpapi.OpenAPIPath, httpapi.ServeOpenAPI)
 }

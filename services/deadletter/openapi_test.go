@@ -1,0 +1,168 @@
+package deadletter_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/daemon"
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Every operator route of deadletter, and the probes every binary serves,
+// driven through the binary's handler (daemon.Mux behind the Guard) by a
+// client that checks each request and answer against the OpenAPI
+// document: every answer the document gives them is produced, except the
+// few listed with the reason, and none it does not give. The 503s come
+// last, with the service stopped.
+func TestOpenAPIContractDeadletter(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	srv := httptest.NewServer(daemon.Handler(e.cfg, e.auth, daemon.Mux(e.dl)))
+	t.Cleanup(srv.Close)
+	c := apitest.New(t)
+	client := c.Client()
+	t.Cleanup(client.CloseIdleConnections)
+	alice, acme := operatorKeys["alice"], acmeSubmitKey
+	send := func(method, path, key, body string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx(t), method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	want := func(status int, method, path, key, body, what string) {
+		t.Helper()
+		if got := send(method, path, key, body); got != status {
+			t.Errorf("%s %s (%s): want %d, got %d", method, path, what, status, got)
+		}
+	}
+
+	deadIDs := e.seed(4, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
+	invoice := e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })[0]
+	retired := e.seed(2, "acme", "retired.kind", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
+	reviews := e.seed(2, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(int) string { return `{"a":1}` })
+	e.waitListed(tenaz.StateDead, url.Values{}, 7)
+	e.waitListed(tenaz.StateManualReview, url.Values{}, 2)
+	pendingEnv, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "pending-1"}, []byte(`{}`), "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Create(context.Background(), queue.Initial(pendingEnv)); err != nil {
+		t.Fatal(err)
+	}
+	pending, unknown := pendingEnv.ID, event.ID("acme", "never")
+	huge := `{"reason":"` + strings.Repeat("x", int(e.cfg.HTTP.MaxBodyBytes)+128<<10) + `"}`
+
+	// Every operator route refuses no credential (401) and an API key (403).
+	operatorRoutes := []struct{ method, path string }{
+		{"GET", "/v1/dead"}, {"GET", "/v1/review"}, {"GET", "/v1/dead/" + deadIDs[0]}, {"GET", "/v1/review/" + reviews[0]},
+		{"POST", "/v1/dead/replay"}, {"POST", "/v1/dead/" + deadIDs[0] + "/replay"}, {"POST", "/v1/dead/discard"},
+		{"GET", "/v1/dead/jobs/j"}, {"POST", "/v1/review/" + reviews[0] + "/resolve"}, {"GET", "/v1/breakers"},
+		{"POST", "/v1/breakers/acme/erp/close"},
+	}
+	for _, r := range operatorRoutes {
+		want(401, r.method, r.path, "", "", "no credential")
+		want(403, r.method, r.path, acme, "", "an API key")
+	}
+
+	for _, list := range []string{"/v1/dead", "/v1/review"} {
+		want(200, "GET", list+"?account=acme&limit=10", alice, "", "a page")
+		want(400, "GET", list+"?limit=0", alice, "", "a bad limit")
+	}
+	for _, show := range []string{"/v1/dead/", "/v1/review/"} {
+		want(200, "GET", show+deadIDs[0], alice, "", "a dead event")
+		want(400, "GET", show+"seq_x", alice, "", "a bad entry")
+		want(404, "GET", show+unknown, alice, "", "an unknown event")
+		want(409, "GET", show+pending, alice, "", "a pending event")
+	}
+
+	want(200, "POST", "/v1/dead/replay", alice, `{"ids":["`+deadIDs[0]+`"],"reason":"fixed"}`, "replay by id")
+	want(202, "POST", "/v1/dead/replay", alice, `{"filter":{"account":"nobody"},"reason":"fixed"}`, "replay by filter")
+	want(400, "POST", "/v1/dead/replay", alice, `{"reason":"no ids"}`, "no ids")
+	want(404, "POST", "/v1/dead/replay", alice, `{"ids":["`+unknown+`"]}`, "an unknown event")
+	want(409, "POST", "/v1/dead/replay", alice, `{"ids":["`+pending+`"]}`, "a pending event")
+	want(413, "POST", "/v1/dead/replay", alice, huge, "a body over the limit")
+	want(422, "POST", "/v1/dead/replay", alice, `{"ids":["`+retired[0]+`"]}`, "a kind no longer configured")
+
+	want(200, "POST", "/v1/dead/"+deadIDs[1]+"/replay", alice, `{"reason":"fixed"}`, "replay one")
+	want(400, "POST", "/v1/dead/"+deadIDs[2]+"/replay", alice, `{"stage":"third"}`, "a bad stage")
+	want(404, "POST", "/v1/dead/"+unknown+"/replay", alice, ``, "an unknown event")
+	want(409, "POST", "/v1/dead/"+pending+"/replay", alice, ``, "a pending event")
+	want(413, "POST", "/v1/dead/"+deadIDs[2]+"/replay", alice, huge, "a body over the limit")
+	want(422, "POST", "/v1/dead/"+invoice+"/replay", alice, `{"payload":{"no_n":true}}`, "an edited payload against the schema")
+
+	want(200, "POST", "/v1/dead/discard", alice, `{"ids":["`+deadIDs[3]+`"],"reason":"duplicate"}`, "discard")
+	want(400, "POST", "/v1/dead/discard", alice, `{"ids":["`+deadIDs[2]+`"]}`, "no reason")
+	want(404, "POST", "/v1/dead/discard", alice, `{"ids":["`+unknown+`"],"reason":"x"}`, "an unknown event")
+	want(409, "POST", "/v1/dead/discard", alice, `{"ids":["`+pending+`"],"reason":"x"}`, "a pending event")
+	want(413, "POST", "/v1/dead/discard", alice, huge, "a body over the limit")
+
+	var job struct {
+		JobID string `json:"job_id"`
+	}
+	if st, _ := e.postWith(alice, "/v1/dead/replay", map[string]any{"filter": map[string]string{"account": "nobody"}, "reason": "r"}, &job); st != 202 || job.JobID == "" {
+		t.Fatalf("a replay job: want 202 with its id, got %d", st)
+	}
+	want(200, "GET", "/v1/dead/jobs/"+job.JobID, alice, "", "a job")
+	want(400, "GET", "/v1/dead/jobs/a.b", alice, "", "a bad job id")
+	want(404, "GET", "/v1/dead/jobs/nope", alice, "", "an unknown job")
+
+	want(200, "POST", "/v1/review/"+reviews[0]+"/resolve", alice, `{"outcome":"done","result":{"ok":true},"reason":"checked"}`, "resolve")
+	want(400, "POST", "/v1/review/"+reviews[1]+"/resolve", alice, `{"outcome":"maybe"}`, "a bad outcome")
+	want(404, "POST", "/v1/review/"+unknown+"/resolve", alice, `{"outcome":"done"}`, "an unknown event")
+	want(409, "POST", "/v1/review/"+pending+"/resolve", alice, `{"outcome":"done"}`, "a pending event")
+	want(413, "POST", "/v1/review/"+reviews[1]+"/resolve", alice, huge, "a body over the limit")
+	want(422, "POST", "/v1/review/"+retired[1]+"/resolve", alice, `{"outcome":"requeue_primary","reason":"r"}`, "a kind no longer configured")
+
+	want(200, "GET", "/v1/breakers?account=acme", alice, "", "the breakers")
+	want(400, "POST", "/v1/breakers/ac.me/erp/close", alice, "", "a bad account")
+	want(404, "POST", "/v1/breakers/acme/erp/close", alice, "", "no such breaker")
+
+	want(200, "GET", "/healthz", "", "", "health")
+	want(200, "GET", "/readyz", "", "", "ready")
+	want(200, "GET", "/metrics", "", "", "metrics")
+
+	// Stopped, the service answers 503 on every route, and is not ready.
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.dl.Stop(stop); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range operatorRoutes {
+		want(503, r.method, r.path, alice, "", "the service stopped")
+	}
+	want(503, "GET", "/readyz", "", "", "the service stopped")
+
+	internal := "an unexpected store or stream error: no request brings one about"
+	unseen := map[string]string{
+		"POST /v1/breakers/{account}/{target}/close 200": "needs an open breaker, which needs a failing dispatcher: services/tenaz TestBreakersAreOperatorOnly closes one",
+	}
+	for _, op := range []string{"GET /v1/dead/{id}", "GET /v1/review/{id}", "POST /v1/dead/replay", "POST /v1/dead/{id}/replay",
+		"POST /v1/dead/discard", "GET /v1/dead/jobs/{job}", "POST /v1/review/{id}/resolve", "POST /v1/breakers/{account}/{target}/close"} {
+		unseen[op+" 500"] = internal
+	}
+	c.Covered(t, apitest.Under("/v1/dead", "/v1/review", "/v1/breakers", "/healthz", "/readyz", "/metrics"), unseen)
+}
