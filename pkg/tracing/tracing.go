@@ -292,9 +292,20 @@ func withParent(ctx context.Context, tp string) context.Context {
 	return ctx
 }
 
+// parse reads a traceparent: the canonical form (what format writes, so
+// what envelopes carry) directly, anything else with the W3C propagator.
 func parse(tp string) trace.SpanContext {
 	if tp == "" {
 		return trace.SpanContext{}
+	}
+	if len(tp) == 55 && tp[:3] == "00-" && tp[35] == '-' && tp[52] == '-' {
+		tid, terr := trace.TraceIDFromHex(tp[3:35])
+		sid, serr := trace.SpanIDFromHex(tp[36:52])
+		flags, ferr := strconv.ParseUint(tp[53:], 16, 8)
+		if terr == nil && serr == nil && ferr == nil && strings.ToLower(tp) == tp {
+			return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
+				TraceFlags: trace.TraceFlags(flags) & trace.FlagsSampled, Remote: true})
+		}
 	}
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{Header: tp})
 	return trace.SpanContextFromContext(ctx)

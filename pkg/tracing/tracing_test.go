@@ -221,3 +221,33 @@ func TestOnExportsOverOTLP(t *testing.T) {
 		t.Errorf("a transient failure: want an error status with its message, got %v %q", attempt.Error, attempt.Message)
 	}
 }
+
+// On, with every span sampled and exported over OTLP/HTTP to a local
+// receiver: the tracing cost of one event (its accept and one attempt).
+func BenchmarkOn(b *testing.B) {
+	r := tracingtest.Counter()
+	defer r.Close()
+	b.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL)
+	b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "262144")
+	stop, err := tracing.Setup(context.Background(), "bench", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	h := http.Header{}
+	b.ReportAllocs()
+	for b.Loop() {
+		ev := event.Envelope{ID: "ev_1", Account: "a", Kind: "k", Traceparent: submitted}
+		_, sp := tracing.Accept(ctx, &ev)
+		sp.End()
+		c, sp := tracing.Attempt(ctx, ev, 1, "primary", "erp")
+		tracing.Inject(c, h, ev.Traceparent)
+		tracing.Record(c, tracing.Result{Outcome: "done", Class: "success", HTTPStatus: 200})
+		sp.End()
+	}
+	if err := stop(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(r.Count())/float64(b.N), "spans/op")
+}

@@ -54,16 +54,25 @@ type Receiver struct {
 	URL string
 	srv *httptest.Server
 
+	discard bool // count spans, keep none (Counter)
+
 	mu       sync.Mutex
 	spans    []Span
+	count    int
 	requests int
 	bad      []string
 	changed  chan struct{}
 }
 
 // Start starts a receiver on 127.0.0.1.
-func Start() *Receiver {
-	r := &Receiver{changed: make(chan struct{})}
+func Start() *Receiver { return start(false) }
+
+// Counter is a receiver that decodes every export as Start's does but
+// keeps only the number of spans (Count), for long runs.
+func Counter() *Receiver { return start(true) }
+
+func start(discard bool) *Receiver {
+	r := &Receiver{changed: make(chan struct{}), discard: discard}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	r.URL = r.srv.URL
 	return r
@@ -99,6 +108,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var got []Span
+	n := 0
 	for _, rs := range msg.GetResourceSpans() {
 		service := ""
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -108,6 +118,10 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
+				n++
+				if r.discard {
+					continue
+				}
 				sp := Span{Service: service, Name: s.GetName(), Kind: s.GetKind().String(),
 					TraceID: hex.EncodeToString(s.GetTraceId()), SpanID: hex.EncodeToString(s.GetSpanId()),
 					ParentID: hex.EncodeToString(s.GetParentSpanId()), Attrs: map[string]string{},
@@ -125,6 +139,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.requests++
+	r.count += n
 	r.spans = append(r.spans, got...)
 	close(r.changed)
 	r.changed = make(chan struct{})
@@ -159,6 +174,13 @@ func (r *Receiver) Spans() []Span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Span(nil), r.spans...)
+}
+
+// Count is how many spans arrived.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
 }
 
 // Requests is how many export requests arrived.
