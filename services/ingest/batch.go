@@ -13,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // maxBatch bounds how many intake messages one batch accepts together.
@@ -37,6 +38,8 @@ type item struct {
 	pending store.Pending
 	fut     jetstream.PubAckFuture
 	err     error
+	traced  context.Context // holds the accept's span, span
+	span    tracing.Span
 }
 
 func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
@@ -50,7 +53,9 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 			s.handleIntake(ctx, m)
 			continue
 		}
-		it := &item{m: m, env: env, rec: queue.Initial(env)}
+		it := &item{m: m, env: env}
+		it.traced, it.span = tracing.Accept(ctx, &it.env)
+		it.rec = queue.Initial(it.env)
 		it.pending, it.err = s.st.CreateAsync(it.rec)
 		items = append(items, it)
 	}
@@ -61,9 +66,13 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		switch {
 		case errors.Is(it.err, store.ErrExists):
-			s.handleIntake(ctx, it.m) // a duplicate: answer with the existing event
+			// A duplicate: answered with the existing event, under the
+			// accept span of that path (this one is never ended, so
+			// never exported).
+			s.handleIntake(ctx, it.m)
 		case it.err != nil:
 			s.settle(ctx, it.m, it.env, it.rec, false, it.err)
+			it.span.End()
 		default:
 			fresh = append(fresh, it)
 		}
@@ -88,6 +97,10 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 			}
 		}
 		s.settle(ctx, it.m, it.env, it.rec, true, it.err)
+		if it.err == nil {
+			tracing.Record(it.traced, tracing.Result{Outcome: "created"})
+		}
+		it.span.End()
 	}
 }
 
@@ -104,7 +117,7 @@ func (s *Service) route(m jetstream.Msg) {
 		}
 	}
 	account, kind, err := s.subj.ParseIntake(m.Subject())
-	ordered := m.Headers().Get(tenaz.HeaderOrderingKey) != ""
+	ordered := m.Headers().Get(tenaz.HeaderOrderingKey) != "" || cePartitioned(m.Headers())
 	if err == nil && !ordered {
 		k, ok := s.cfg.Kind(kind)
 		ordered = ok && k.OrderedBy != ""

@@ -16,6 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // View is an event as the API shows it (see event.View).
@@ -42,7 +43,8 @@ func viewOf(rec state.Record, url string) View {
 	return v
 }
 
-// handlePost: POST /v1/events. The submission is validated here (so errors
+// handlePost: POST /v1/events, tenaz's submission or a CloudEvent
+// (cloudevents.go). The submission is validated here (so errors
 // are answered at once), written to INTAKE (durable from then on), and
 // accepted by the intake consumer, whose outcome decides 202 (new) or 200
 // (a duplicate: the existing event). If the outcome takes longer than
@@ -62,6 +64,9 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "reading body: "+err.Error())
 		return
 	}
+	if s.postCloudEvent(w, r, body) {
+		return
+	}
 	sub, err := event.ParseSubmission(body)
 	if err != nil {
 		s.metrics.Rejected("malformed")
@@ -73,7 +78,7 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := event.Fields{Account: sub.Account, Kind: sub.Kind, EntityID: sub.EntityID, OrderingKey: sub.OrderingKey,
-		NotBefore: sub.NotBefore, IdempotencyKey: r.Header.Get(tenaz.HeaderIdempotencyKey)}
+		NotBefore: sub.NotBefore, IdempotencyKey: r.Header.Get(tenaz.HeaderIdempotencyKey), Traceparent: tracing.From(r.Header.Get)}
 	status, v := s.submit(r, f, sub.Payload)
 	httpapi.JSON(w, status, v)
 }
@@ -96,7 +101,7 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	// payload too (another one under the key gets its 409 from accept).
 	m.Header.Set(tenaz.HeaderMsgID, env.ID+"/"+env.Kind+"/"+event.PayloadSHA256(payload)[:16])
 	m.Header.Set(headerReply, reply)
-	for h, v := range map[string]string{tenaz.HeaderEntityID: f.EntityID, tenaz.HeaderOrderingKey: f.OrderingKey, tenaz.HeaderNotBefore: f.NotBefore} {
+	for h, v := range map[string]string{tenaz.HeaderEntityID: f.EntityID, tenaz.HeaderOrderingKey: f.OrderingKey, tenaz.HeaderNotBefore: f.NotBefore, tracing.Header: f.Traceparent} {
 		if v != "" {
 			m.Header.Set(h, v)
 		}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // headerReply is set by the HTTP handler on the INTAKE message it
@@ -127,7 +129,8 @@ func samePayload(rec state.Record, p []byte) bool {
 	return errA == nil && errB == nil && bytes.Equal(a, b) // the same JSON written differently
 }
 
-// fieldsOf reads a submission's fields from an intake message.
+// fieldsOf reads a submission's fields from an intake message: its
+// subject and headers, tenaz's or a binary CloudEvent's.
 func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submitError) {
 	account, kind, err := s.subj.ParseIntake(subject)
 	if err != nil {
@@ -141,11 +144,11 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 	if key == "" {
 		key = strings.TrimPrefix(h.Get(tenaz.HeaderMsgID), account+":")
 	}
-	return event.Fields{
+	return intakeCloudEvent(event.Fields{
 		Account: account, Kind: kind, IdempotencyKey: key,
 		EntityID: h.Get(tenaz.HeaderEntityID), OrderingKey: h.Get(tenaz.HeaderOrderingKey),
-		NotBefore: h.Get(tenaz.HeaderNotBefore),
-	}, nil
+		NotBefore: h.Get(tenaz.HeaderNotBefore), Traceparent: tracing.From(h.Get),
+	}, h)
 }
 
 // outcomeMsg is what the intake consumer tells a waiting HTTP handler.
@@ -193,24 +196,25 @@ func (s *Service) handleIntake(ctx context.Context, m jetstream.Msg) {
 // accept refused, or hands the message back for redelivery.
 func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, created bool, err error) {
 	reply := m.Headers().Get(headerReply)
+	log := tracing.Log(s.log, cmp.Or(rec.Traceparent, env.Traceparent))
 	if serr := (*submitError)(nil); errors.As(err, &serr) {
 		s.reject(ctx, m, event.Fields{Account: env.Account, Kind: env.Kind}, env, serr)
 		return
 	}
 	if err != nil {
 		if !errors.Is(context.Cause(ctx), ErrStopped) {
-			s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accept failed; will retry")
+			log.Warn().Err(err).Str("event_id", env.ID).Msg("accept failed; will retry")
 		}
 		_ = m.NakWithDelay(retryDelay(m, err))
 		return
 	}
 	if err := m.Ack(); err != nil {
-		s.log.Debug().Err(err).Str("event_id", env.ID).Msg("intake ack")
+		log.Debug().Err(err).Str("event_id", env.ID).Msg("intake ack")
 	}
 	if created { // a redelivery finds the record: counted once
 		s.metrics.Accepted(env.Account, env.Kind)
 	}
-	s.log.Debug().Str("event_id", env.ID).Bool("created", created).Msg("accepted")
+	log.Debug().Str("event_id", env.ID).Bool("created", created).Msg("accepted")
 	if reply != "" {
 		s.publishReply(reply, outcomeMsg{Created: created, Record: &rec})
 	}
@@ -305,7 +309,8 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 		return
 	}
 	s.metrics.Rejected(serr.Code) // after the write: a retried one counts once
-	l := s.log.Warn().Str("subject", m.Subject()).Str("code", serr.Code).Str("reason", serr.Error())
+	log := tracing.Log(s.log, env.Traceparent)
+	l := log.Warn().Str("subject", m.Subject()).Str("code", serr.Code).Str("reason", serr.Error())
 	if kept {
 		l.Str("event_id", env.ID).Msg("submission rejected after it was answered; kept as a dead event")
 	} else {
@@ -354,6 +359,8 @@ func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *s
 // recovers a crash between the create and the publish (the re-publish is
 // deduplicated by the stream, or dropped by the dispatcher's claim).
 func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record, bool, error) {
+	ctx, span := tracing.Accept(ctx, &env)
+	defer span.End()
 	rec := queue.Initial(env)
 	var rev uint64
 	var err error
@@ -384,9 +391,11 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		if serr := reused(rec, env); serr != nil {
 			return rec, false, serr
 		}
+		tracing.Record(ctx, tracing.Result{Outcome: "duplicate"})
 		if !notStarted(rec) {
 			return rec, false, nil
 		}
+		env.Traceparent = rec.Traceparent // the event's messages stay in its first trace
 	case err != nil:
 		return rec, false, err
 	}
@@ -413,6 +422,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		return rec, false, err
 	}
 	if created {
+		tracing.Record(ctx, tracing.Result{Outcome: "created"})
 		zerolog.Ctx(ctx).Debug().Str("event_id", env.ID).Msg("created")
 	}
 	return rec, created, nil

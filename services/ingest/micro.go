@@ -14,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // Version is reported by the micro service.
@@ -37,13 +38,17 @@ func (s *Service) registerMicro() (micro.Service, error) {
 	g := svc.AddGroup(s.cfg.Prefix + ".api.ingest")
 	add := func(name string, h micro.HandlerFunc) error { return g.AddEndpoint(name, h) }
 	if err := add("submit", func(req micro.Request) {
+		if s.microCloudEvent(req) {
+			return
+		}
 		var ms event.SubmitRequest
 		if err := json.Unmarshal(req.Data(), &ms); err != nil || len(ms.Payload) == 0 {
 			s.metrics.Rejected("malformed")
 			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want {account, kind, payload, idempotency_key?}"}})
 			return
 		}
-		f := event.Fields{Account: ms.Account, Kind: ms.Kind, EntityID: ms.EntityID, OrderingKey: ms.OrderingKey, NotBefore: ms.NotBefore, IdempotencyKey: ms.IdempotencyKey}
+		f := event.Fields{Account: ms.Account, Kind: ms.Kind, EntityID: ms.EntityID, OrderingKey: ms.OrderingKey, NotBefore: ms.NotBefore, IdempotencyKey: ms.IdempotencyKey,
+			Traceparent: tracing.From(req.Headers().Get)}
 		r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)
 		r.Host = "nats"
 		status, v := s.submit(r, f, ms.Payload)
