@@ -251,3 +251,25 @@ func BenchmarkOn(b *testing.B) {
 	}
 	b.ReportMetric(float64(r.Count())/float64(b.N), "spans/op")
 }
+
+// The counting receiver counts what the exporter sent, without keeping it.
+func TestCounterCountsSpans(t *testing.T) {
+	r := tracingtest.Counter()
+	defer r.Close()
+	otlp(t, r)
+	stop, err := tracing.Setup(context.Background(), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		ev := event.Envelope{ID: "ev_1", Account: "a", Kind: "k"}
+		_, sp := tracing.Accept(context.Background(), &ev)
+		sp.End()
+	}
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r.Count() != 3 || len(r.Spans()) != 0 || len(r.Refused()) != 0 {
+		t.Fatalf("want 3 spans counted and none kept, got %d counted, %d kept, refused %v", r.Count(), len(r.Spans()), r.Refused())
+	}
+}
