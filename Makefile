@@ -49,8 +49,11 @@ test: test-deps ## Unit, property and integration tests of every module, with th
 # only when missing (root, or through sudo): chromium for the operator
 # screen's browser tests (services/deadletter), prometheus for promtool,
 # which deploy/'s tests use to check and unit-test the alert rules and
-# parse the dashboard's queries (its daemon is not needed).
-TEST_DEPS := chromium:chromium promtool:prometheus
+# parse the dashboard's queries (its daemon is not needed), postgresql for
+# the outbox relay's tests (services/tenaz/internal/outbox: each run starts
+# a throwaway cluster with initdb, which Debian keeps off PATH, hence the
+# glob).
+TEST_DEPS := chromium:chromium promtool:prometheus /usr/lib/postgresql/*/bin/initdb:postgresql
 
 .PHONY: test-deps
 test-deps: ## Install what the tests need and Go cannot fetch (Debian packages; root or sudo)
