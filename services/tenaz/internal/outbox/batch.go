@@ -3,18 +3,16 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
+	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/httpapi"
 )
 
 // SubmitTimeout bounds one submission: longer than ingest waits for its
@@ -168,70 +166,33 @@ func nullable(vs []string) []*string {
 	return out
 }
 
-// submitRequest is the request of ingest's submit endpoint
-// (services/ingest/micro.go).
-type submitRequest struct {
-	event.Submission
-	IdempotencyKey string `json:"idempotency_key"`
-}
-
-// submit sends one row to <prefix>.api.ingest.submit, which validates it
-// as POST /v1/events does and answers with the HTTP status in the
-// Tenaz-Status header.
+// submit sends one row to ingest's submit endpoint
+// (<prefix>.api.ingest.submit), which validates it as POST /v1/events
+// does and answers at once: 202 accepted, or 200 for a duplicate (the
+// event this key already made), both sent; 408, 429, 5xx and no answer
+// are tried again; any other 4xx is the row's own fault and fails it.
 func (r *Relay) submit(ctx context.Context, w *row) outcome {
-	req := submitRequest{Submission: event.Submission{Account: w.account, Kind: w.kind, Payload: json.RawMessage(w.payload)}, IdempotencyKey: w.id}
+	sub := event.Submission{Account: w.account, Kind: w.kind, Payload: json.RawMessage(w.payload)}
 	if w.entityID != nil {
-		req.EntityID = *w.entityID
+		sub.EntityID = *w.entityID
 	}
 	if w.orderingKey != nil {
-		req.OrderingKey = *w.orderingKey
+		sub.OrderingKey = *w.orderingKey
 	}
 	if w.notBefore != nil {
-		req.NotBefore = w.notBefore.UTC().Format(time.RFC3339)
+		sub.NotBefore = w.notBefore.UTC().Format(time.RFC3339)
 	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return outcome{status: StatusFailed, reason: "cannot encode the row: " + err.Error()}
-	}
-	rctx, cancel := context.WithTimeout(ctx, SubmitTimeout)
+	ctx, cancel := context.WithTimeout(ctx, SubmitTimeout)
 	defer cancel()
-	m, err := r.o.Conn.RequestWithContext(rctx, r.subject, b)
-	if err != nil {
-		return outcome{status: StatusPending, reason: "submit over NATS: " + err.Error()}
+	rc, err := r.client.Submit(ctx, sub, client.IdempotencyKey(w.id))
+	var ce *client.Error
+	switch {
+	case err == nil:
+		return outcome{status: StatusSent, eventID: rc.ID}
+	case errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 &&
+		ce.Status != http.StatusRequestTimeout && ce.Status != http.StatusTooManyRequests:
+		return outcome{status: StatusFailed, reason: fmt.Sprintf("%d %s: %s", ce.Status, ce.Code, ce.Message)}
+	default:
+		return outcome{status: StatusPending, reason: err.Error()}
 	}
-	return classify(m, w.account, w.id)
-}
-
-// classify maps ingest's answer to an outcome: 202 (accepted) and 200 (a
-// duplicate: the event this key already made) are sent; 408, 429 and 5xx
-// are tried again; any other 4xx is the row's own fault and fails it.
-func classify(m *nats.Msg, account, key string) outcome {
-	status := m.Header.Get("Tenaz-Status")
-	if status == "" {
-		status = m.Header.Get(micro.ErrorCodeHeader)
-	}
-	code, _ := strconv.Atoi(status)
-	if code == http.StatusAccepted || code == http.StatusOK {
-		var v struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(m.Data, &v) != nil || v.ID == "" {
-			v.ID = event.ID(account, key)
-		}
-		return outcome{status: StatusSent, eventID: v.ID}
-	}
-	reason := strconv.Itoa(code)
-	var e httpapi.ErrorBody
-	if json.Unmarshal(m.Data, &e) == nil && e.Error.Code != "" {
-		reason += " " + e.Error.Code + ": " + e.Error.Message
-	} else if d := m.Header.Get(micro.ErrorHeader); d != "" {
-		reason += ": " + d
-	}
-	if code == 0 {
-		return outcome{status: StatusPending, reason: "an answer without a status: " + string(m.Data)}
-	}
-	if code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests {
-		return outcome{status: StatusFailed, reason: reason}
-	}
-	return outcome{status: StatusPending, reason: reason}
 }

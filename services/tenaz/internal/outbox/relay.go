@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/config"
 )
 
@@ -40,13 +41,13 @@ type Options struct {
 
 // Relay submits the committed rows of one outbox table to tenaz.
 type Relay struct {
-	o       Options
-	n       names
-	pg      *pgxpool.Config
-	log     zerolog.Logger
-	subject string
-	claim   string // the claim query (see claimSQL)
-	settle  string // the update of a batch's outcomes
+	o      Options
+	n      names
+	pg     *pgxpool.Config
+	log    zerolog.Logger
+	client *client.Client
+	claim  string // the claim query (see claimSQL)
+	settle string // the update of a batch's outcomes
 
 	mu      sync.Mutex
 	started bool
@@ -83,7 +84,7 @@ func New(o Options) (*Relay, error) {
 		log = o.Logger.With().Str("component", "outbox").Str("table", o.Config.Table).Logger()
 	}
 	n := namesOf(o.Config.Table)
-	return &Relay{o: o, n: n, pg: pg, log: log, subject: o.Prefix + ".api.ingest.submit",
+	return &Relay{o: o, n: n, pg: pg, log: log, client: client.NewNATS(o.Conn, client.WithPrefix(o.Prefix)),
 		claim: claimSQL(n), settle: settleSQL(n)}, nil
 }
 
