@@ -425,3 +425,25 @@ func TestPoisonRowIsMarkedFailedAndTheRestFlow(t *testing.T) {
 		t.Fatalf("target: want o1's good rows 1 then 4, got %v", got)
 	}
 }
+
+// SIGTERM stops the relay cleanly (exit 0) once its batch is done.
+func TestRelayStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	r := h.startRelay("")
+	ids := h.insert(keys(3, 0), 0)
+	h.waitSettled()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.done:
+		r.done <- err // for Cleanup
+		if err != nil {
+			t.Fatalf("want exit 0 on SIGTERM, got %v\n%s", err, r.out)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("relay still running %s after SIGTERM", waitFor)
+	}
+	h.assertAllSentOnce(ids)
+}
