@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,7 +142,15 @@ type capacityRun struct {
 	suffix   string // of the figures' names
 	conc     string // the account's concurrency: "auto" or a number
 	replicas int    // dispatcher replicas
+	// target: the provider's target has "concurrency: auto", learned over
+	// every replica, and the backlog is spread over capacityAccounts
+	// accounts of a fixed concurrency (conc) that share it.
+	target bool
 }
+
+// capacityAccounts is how many accounts share the provider in a target
+// run.
+const capacityAccounts = 4
 
 // Capacity runs the phase and prints capacity_goodput_ratio,
 // capacity_429_ratio and capacity_adapt_s for concurrency: auto, then the
@@ -153,6 +162,7 @@ func Capacity(ctx context.Context, sz Sizes, r Report) error {
 		{suffix: "_fixed_" + strconv.Itoa(capacityTooHigh), conc: strconv.Itoa(capacityTooHigh), replicas: 1},
 		{suffix: "_fixed_" + strconv.Itoa(capacityTooLow), conc: strconv.Itoa(capacityTooLow), replicas: 1},
 		{suffix: "_replicas_3", conc: "auto", replicas: 3},
+		{suffix: "_target_auto_replicas_3", conc: "32", replicas: 3, target: true},
 	}
 	for _, run := range runs {
 		if err := capacityOnce(ctx, sz, r, run); err != nil {
@@ -189,10 +199,19 @@ accounts:
   "*": {concurrency: 8, breaker: {failures: 1000000}}
   capacity: {concurrency: %s}
 targets:
-  provider: {url: %q, timeout: 5s}
+  provider: {url: %q, timeout: 5s%s}
 kinds:
   order.create: {target: provider, attempts: 100, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
-`, srv.ClientURL(), run.conc, prov.url+"/api/{{.Kind}}")
+`, srv.ClientURL(), run.conc, prov.url+"/api/{{.Kind}}", map[bool]string{true: ", concurrency: auto, concurrency_max: 100"}[run.target])
+	accounts := []string{"capacity"}
+	if run.target {
+		accounts = nil
+		for i := range capacityAccounts {
+			a := "capacity-" + strconv.Itoa(i)
+			accounts = append(accounts, a)
+			y = strings.Replace(y, "  capacity: {", "  "+a+": {concurrency: "+run.conc+"}\n  capacity: {", 1)
+		}
+	}
 	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 	if err != nil {
 		return err
@@ -223,7 +242,7 @@ kinds:
 	}
 
 	for i := range sz.CapacityBacklog {
-		m := nats.NewMsg("tenaz.intake.capacity.order.create")
+		m := nats.NewMsg("tenaz.intake." + accounts[i%len(accounts)] + ".order.create")
 		m.Data = []byte(`{"order_id":"o","total":1990}`)
 		m.Header.Set("Idempotency-Key", "c-"+strconv.Itoa(i))
 		if _, err := tz.js.PublishMsgAsync(m); err != nil {
