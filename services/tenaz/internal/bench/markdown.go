@@ -121,7 +121,7 @@ does not rewrite this file).
   callback) from a plain KV bucket and writes it back done by
   compare-and-set: the least any receiver must do. Both in this process
   with an embedded server; CPU per callback as for events.
-%s
+%s%s
 ## Where the time goes
 
 Measured with `+"`BENCH_PROFILE_E2E=cpu.prof`"+` (a CPU profile of one tenaz
@@ -196,7 +196,7 @@ throughput round):
   naive loop's two, which is the ratio you see. Different streams fsync in
   parallel, so INTAKE and EVENTS cost latency, not throughput.
 `, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
-		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz))
+		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz), tracingBullet(sz))
 }
 
 // Goal is a figure's target: Value with Op "<" (under), "<=" or ">=".
@@ -216,6 +216,7 @@ var Goals = []Goal{
 	{Name: "capacity_goodput_ratio_replicas_3", Op: ">=", Value: 0.9, Source: "issue 13"},
 	{Name: "capacity_429_ratio_replicas_3", Op: "<=", Value: 0.02, Source: "issue 13"},
 	{Name: "capacity_adapt_s_replicas_3", Op: "<=", Value: 10, Source: "issue 13"},
+	{Name: "e2e_ratio_tracing_on_vs_off", Op: ">=", Value: 0.9, Source: "issue 17"},
 }
 
 // Met reports whether v meets the goal.
@@ -272,8 +273,12 @@ func capacityBullet(sz Sizes) string {
   Plain names: `+"`concurrency: auto`"+` with its default bounds (1 to 64);
   `+"`_fixed_%d`"+` and `+"`_fixed_%d`"+`: fixed limits set too high and too low;
   `+"`_replicas_3`"+`: auto with three dispatcher replicas (in this process,
-  each on its own connection; the account's owner makes every call). The
-  breaker is set out of the way (429s are transient failures it counts).
+  each on its own connection; the account's owner makes every call);
+  `+"`_target_auto_replicas_3`"+`: the backlog spread over %d accounts of a fixed
+  concurrency of 32 each, on three replicas, sharing the provider through
+  its target's `+"`concurrency: auto`"+` (learned in its `+"`tenaz_quotas`"+` record over
+  every replica). The breaker is set out of the way (429s are transient
+  failures it counts).
   What it shows: auto's latency half holds the calls under the capacity
   before the provider refuses any, and its refusal half cuts the limit
   under the halved capacity with the first 429s; a fixed limit set too
@@ -283,7 +288,7 @@ func capacityBullet(sz Sizes) string {
   One phase alone: `+"`BENCH_PHASE=capacity make bench`"+` (it rewrites these
   figures only).
 `, sz.CapacityBacklog, capacityHigh, float64(capacityLatency.Milliseconds()), capacityLow, (sz.CapacityFor / 2).Seconds(), sz.CapacityFor.Seconds(), sz.CapacityWarmup.Seconds(),
-		capacityRate(capacityHigh), capacityRate(capacityLow), capacityTooHigh, capacityTooLow)
+		capacityRate(capacityHigh), capacityRate(capacityLow), capacityTooHigh, capacityTooLow, capacityAccounts)
 }
 
 // MergeMarkdown puts the figures of one phase (those whose names start
@@ -297,11 +302,18 @@ func MergeMarkdown(path string, figs []Fig, sz Sizes, phase string) error {
 		return err
 	}
 	lines := strings.Split(string(b), "\n")
-	mine := func(l string) bool { return strings.HasPrefix(l, "| `"+phase+"_") }
-	note := fmt.Sprintf("The `%s_*` figures are from `BENCH_PHASE=%s make bench` on %s (%s), not from the full run above.", phase, phase, time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
+	mine := func(l string) bool {
+		return strings.HasPrefix(l, "| `") && phaseFigure(phase, strings.SplitN(l[3:], "`", 2)[0])
+	}
+	glob := phase + "_*"
+	if b, ok := phaseBullets[phase]; ok {
+		glob = b.glob
+	}
+	notePrefix := "The `" + glob + "` figures are from"
+	note := fmt.Sprintf("%s `BENCH_PHASE=%s make bench` on %s (%s), not from the full run above.", notePrefix, phase, time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
 	var rows []string
 	for _, f := range figs {
-		if strings.HasPrefix(f.Name, phase+"_") {
+		if phaseFigure(phase, f.Name) {
 			rows = append(rows, fmt.Sprintf("| `%s` | %s | %s |", f.Name, formatFig(f.Value), f.Unit))
 		}
 	}
@@ -317,7 +329,7 @@ func MergeMarkdown(path string, figs []Fig, sz Sizes, phase string) error {
 	for _, l := range lines {
 		switch {
 		case mine(l):
-		case strings.HasPrefix(l, "The `"+phase+"_*` figures are from"):
+		case strings.HasPrefix(l, notePrefix):
 			if len(kept) > 0 && kept[len(kept)-1] == "" {
 				kept = kept[:len(kept)-1]
 			}
@@ -345,13 +357,46 @@ func MergeMarkdown(path string, figs []Fig, sz Sizes, phase string) error {
 		}
 	}
 	text := strings.Join(out, "\n")
-	if phase == "capacity" {
+	if b, ok := phaseBullets[phase]; ok {
 		// Its entry of "What is measured", as this version writes it.
-		if i := strings.Index(text, "\n- **Capacity** ("); i >= 0 {
+		if i := strings.Index(text, "\n"+b.start); i >= 0 {
 			end := i + 1 + strings.Index(text[i+1:], "\n\n")
 			text = text[:i+1] + text[end+1:]
 		}
-		text = strings.Replace(text, "\n\n## Where the time goes", "\n"+capacityBullet(sz)+"\n## Where the time goes", 1)
+		text = strings.Replace(text, "\n\n## Where the time goes", "\n"+b.text(sz)+"\n## Where the time goes", 1)
 	}
 	return os.WriteFile(path, []byte(text), 0o644)
+}
+
+// phaseFigure reports whether name is a figure of the phase run alone:
+// named phase_… (capacity_goodput_ratio) or …_phase_…
+// (e2e_ratio_tracing_on_vs_off).
+func phaseFigure(phase, name string) bool {
+	return strings.HasPrefix(name, phase+"_") || strings.Contains(name, "_"+phase+"_")
+}
+
+// phaseBullets are the entries of "What is measured" of the phases that
+// run alone: how each starts, and the entry.
+var phaseBullets = map[string]struct {
+	glob, start string
+	text        func(Sizes) string
+}{
+	"capacity": {"capacity_*", "- **Capacity** (", capacityBullet},
+	"tracing":  {"*_tracing_*", "- **Tracing** (", tracingBullet},
+}
+
+// tracingBullet is the tracing phase's entry of "What is measured".
+func tracingBullet(sz Sizes) string {
+	return fmt.Sprintf(`- **Tracing** (`+"`*_tracing_*`"+`): the throughput run (%d events per round,
+  %d rounds each way, medians) against one tenaz and server with tracing
+  off and on, in alternating order. On: `+"`OTEL_TRACES_EXPORTER=otlp`"+` over
+  HTTP/protobuf to a receiver in this process that decodes every export,
+  every span sampled, the span queue deep enough to drop none
+  (`+"`e2e_spans_per_event_tracing_on`"+`: the accept and the attempt span of
+  each event reached the receiver). Off is the default: no tracer
+  provider, each span function one atomic load (`+"`BenchmarkOff`"+`,
+  pkg/tracing: 0 allocations). `+"`e2e_ratio_tracing_on_vs_off`"+` is on over
+  off. One phase alone: `+"`BENCH_PHASE=tracing make bench`"+` (it rewrites
+  these figures only).
+`, sz.Events, sz.Rounds)
 }

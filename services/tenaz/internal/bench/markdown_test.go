@@ -99,3 +99,43 @@ func TestMergeMarkdownReplacesOnePhase(t *testing.T) {
 		}
 	}
 }
+
+// The tracing phase's figures (named *_tracing_*) are merged alone too,
+// and a report without them gets them and their goal.
+func TestMergeMarkdownTracingPhase(t *testing.T) {
+	var b bytes.Buffer
+	Markdown(&b, []Fig{
+		{Name: "e2e_events_per_s", Unit: "events/s", Value: 7000},
+		{Name: "capacity_goodput_ratio", Unit: "ratio", Value: 0.95},
+	}, Full, 64, time.Minute)
+	path := t.TempDir() + "/performance.md"
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []float64{0.5, 0.97} {
+		figs := []Fig{{Name: "e2e_events_per_s_tracing_on", Unit: "events/s", Value: 6800}, {Name: "e2e_ratio_tracing_on_vs_off", Unit: "ratio", Value: v}}
+		if err := MergeMarkdown(path, figs, Full, "tracing"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(got)
+	for _, want := range []string{
+		"| `e2e_events_per_s` | 7000.00 | events/s |\n| `capacity_goodput_ratio` | 0.95 | ratio |\n| `e2e_events_per_s_tracing_on` | 6800.00 | events/s |\n| `e2e_ratio_tracing_on_vs_off` | 0.97 | ratio |\n\nThe `*_tracing_*` figures are from `BENCH_PHASE=tracing make bench` on",
+		"| `e2e_ratio_tracing_on_vs_off` | >= 0.9 (issue 17) | 0.97 | yes |\n",
+		"- **Tracing** (`*_tracing_*`)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("merged report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "`e2e_ratio_tracing_on_vs_off` |") != 2 || strings.Count(out, "The `*_tracing_*` figures") != 1 || strings.Count(out, "- **Tracing** (") != 1 {
+		t.Errorf("the first merge's rows, note or entry are still there:\n%s", out)
+	}
+	if strings.Count(out, "`e2e_events_per_s` |") != 1 {
+		t.Errorf("a figure of another phase was touched:\n%s", out)
+	}
+}
