@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/event"
@@ -189,6 +190,8 @@ func (r *Relay) submit(ctx context.Context, w *row) outcome {
 	switch {
 	case err == nil:
 		return outcome{status: StatusSent, eventID: rc.ID}
+	case errors.Is(err, nats.ErrMaxPayload): // ingest would answer 413 if it could read it
+		return outcome{status: StatusFailed, reason: "413 too_large: the submission is over the NATS server's max_payload"}
 	case errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 &&
 		ce.Status != http.StatusRequestTimeout && ce.Status != http.StatusTooManyRequests:
 		return outcome{status: StatusFailed, reason: fmt.Sprintf("%d %s: %s", ce.Status, ce.Code, ce.Message)}

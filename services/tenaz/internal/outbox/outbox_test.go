@@ -391,8 +391,9 @@ func TestTwoRelaysSendEachRowOnce(t *testing.T) {
 }
 
 // A row tenaz refuses for good (an unknown kind: 422; an invalid account:
-// 400) is marked failed with tenaz's reason; the rows around it, of the
-// same ordering key, are sent and delivered in order.
+// 400; one over NATS's max_payload, which nats.go never sends) is marked
+// failed with the reason; the rows around it, of the same ordering key,
+// are sent and delivered in order.
 func TestPoisonRowIsMarkedFailedAndTheRestFlow(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
@@ -404,10 +405,14 @@ func TestPoisonRowIsMarkedFailedAndTheRestFlow(t *testing.T) {
 	if err := h.db.QueryRow(t.Context(), `INSERT INTO tenaz_outbox (account, kind, ordering_key, payload) VALUES ('ac me', 'order.paid', 'o1', '{"key":"o1","n":3}') RETURNING id`).Scan(&badAccount); err != nil {
 		t.Fatal(err)
 	}
+	var tooLarge string // over the server's max_payload: nats.go refuses to send it
+	if err := h.db.QueryRow(t.Context(), `INSERT INTO tenaz_outbox (account, kind, ordering_key, payload) VALUES ('acme', 'order.paid', 'o1', json_build_object('pad', repeat('x', 9000000))) RETURNING id`).Scan(&tooLarge); err != nil {
+		t.Fatal(err)
+	}
 	h.insert([]string{"o1", ""}, 4)
 	h.startRelay(", poll_interval: 100ms")
 	h.waitSettled()
-	for id, want := range map[string]string{unknownKind: "422 unknown_kind", badAccount: "400 invalid_account"} {
+	for id, want := range map[string]string{unknownKind: "422 unknown_kind", badAccount: "400 invalid_account", tooLarge: "413 too_large: the submission is over the NATS server's max_payload"} {
 		var status, reason string
 		if err := h.db.QueryRow(t.Context(), "SELECT status, coalesce(error, '') FROM tenaz_outbox WHERE id = $1", id).Scan(&status, &reason); err != nil {
 			t.Fatal(err)
