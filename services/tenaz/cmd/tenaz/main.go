@@ -22,6 +22,7 @@ import (
 type root struct {
 	Run    runCmd    `cmd:"" help:"Start everything in one process (embedded NATS unless nats.url is set)."`
 	Config configCmd `cmd:"" help:"Validate a config and print it with secrets redacted."`
+	Outbox outboxCmd `cmd:"" help:"The producer outbox: relay a PostgreSQL outbox table to tenaz, or print its DDL."`
 
 	cli.Commands `embed:""`
 }
