@@ -28,11 +28,11 @@ type root struct {
 }
 
 type runCmd struct {
-	Config string `short:"c" help:"Config file (default: $TENAZ_CONFIG, else ./tenaz.yaml if present, else the built-in demo config)." type:"path"`
+	Config string `short:"c" predictor:"file" help:"Config file (default: $TENAZ_CONFIG, else ./tenaz.yaml if present, else the built-in demo config)." type:"path"`
 }
 
 type configCmd struct {
-	Config string `arg:"" optional:"" help:"Config file (default: $TENAZ_CONFIG, else ./tenaz.yaml, else the demo config)." type:"path"`
+	Config string `arg:"" optional:"" predictor:"file" help:"Config file (default: $TENAZ_CONFIG, else ./tenaz.yaml, else the demo config)." type:"path"`
 }
 
 func main() {
@@ -40,7 +40,8 @@ func main() {
 		kong.Description("Deliver integration events to APIs that fail.\n\n"+
 			"The operator commands (events, dead, review, breakers, streams) talk to tenaz over NATS "+
 			"and take the nats CLI's connection flags, NATS_* variables and contexts. dead, review, breakers "+
-			"and events cancel send the operator key of $"+cli.OperatorKeyEnv+" (auth.operators).\n\n"+cli.ExitCodesHelp)))
+			"and events cancel send the operator key of $"+cli.OperatorKeyEnv+" (auth.operators). "+
+			"version prints the build; completion prints a bash, zsh or fish completion script.\n\n"+cli.ExitCodesHelp)))
 }
 
 // demoConfig names the built-in demo config where a path would be.
