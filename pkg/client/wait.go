@@ -13,11 +13,12 @@ import (
 )
 
 // Polling bounds of Wait: the first look again after pollMin, doubling up
-// to pollMax. Over NATS, where the record's changes are watched, pollMax
-// is only a safety net.
+// to pollMax. Over NATS, where the record's changes are watched, Wait
+// looks again every watchSafety only in case the watch missed a change.
 const (
-	pollMin = 100 * time.Millisecond
-	pollMax = 2 * time.Second
+	pollMin     = 100 * time.Millisecond
+	pollMax     = 2 * time.Second
+	watchSafety = 10 * time.Second
 )
 
 // Settled reports whether an event in state s has its outcome: done or
@@ -39,6 +40,9 @@ func (c *Client) Wait(ctx context.Context, id string) (event.View, error) {
 	changed, stop := c.watch(ctx, id)
 	defer stop()
 	delay := pollMin
+	if changed != nil {
+		delay = watchSafety // the watch says when to look again
+	}
 	var last event.View
 	for {
 		v, err := c.Get(ctx, id)
@@ -56,7 +60,9 @@ func (c *Client) Wait(ctx context.Context, id string) (event.View, error) {
 		select {
 		case <-changed:
 		case <-t.C:
-			delay = min(2*delay, pollMax)
+			if changed == nil {
+				delay = min(2*delay, pollMax)
+			}
 		case <-ctx.Done():
 		}
 		t.Stop()

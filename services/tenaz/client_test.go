@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,6 +289,43 @@ func TestClient(t *testing.T) {
 		wantCode(t, "close an unknown breaker", err, client.ErrNotFound, http.StatusNotFound)
 	})
 
+	// Over NATS, Wait reads the event when its record changes (a watch),
+	// not on a timer: it reads it about once per change, where polling
+	// from 100ms up to 2s would read it 9 times in the 8s it waits.
+	t.Run("wait watches", func(t *testing.T) {
+		t.Parallel()
+		s := order("watch-1", "")
+		s.NotBefore = time.Now().Add(8 * time.Second).UTC().Format(time.RFC3339)
+		r, err := c.nats.Submit(callCtx(t, 10*time.Second), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gets atomic.Int32 // reads of this event (other subtests read theirs)
+		sub, err := c.nc.Subscribe("tenaz.api.ingest.get", func(m *nats.Msg) {
+			if string(m.Data) == r.ID {
+				gets.Add(1)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.nats.Wait(callCtx(t, 30*time.Second), r.ID)
+		mustStatus(t, "wait on a delayed event", v, err, tenaz.StateDone)
+		h, err := c.nats.History(callCtx(t, 5*time.Second), r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One read at the start, up to two for the watch's first value and
+		// its end-of-initial-values marker, one per change.
+		if n := int(gets.Load()); n > len(h.History)+3 {
+			t.Fatalf("wait: want about one read per change of the record (%d changes), got %d reads", len(h.History), n)
+		}
+	})
+
 	// Replay by filter is a background job, read over both transports.
 	t.Run("job", func(t *testing.T) {
 		t.Parallel()
@@ -318,6 +356,11 @@ func TestClient(t *testing.T) {
 		}, "the job to end, got %v", lazyText(func() string { return fmt.Sprint(j, err) }))
 		if j.State != ops.JobDone || j.Total != 3 || j.Done != 3 || j.Actor != "operator:alice" {
 			t.Fatalf("job: want done with 3 of 3 replayed by operator:alice, got %+v", j)
+		}
+		for _, id := range ids {
+			if h, err := c.nats.History(callCtx(t, 5*time.Second), id); err != nil || !hasEntry(h.History, state.Replay, "operator:alice", "bulk") {
+				t.Fatalf("history of %s: want the job's replay by operator:alice, got %+v (%v)", id, h.History, err)
+			}
 		}
 		if again, err := c.nats.ReplayJob(callCtx(t, 5*time.Second), rep.JobID); err != nil || again.JobID != j.JobID || again.Done != 3 {
 			t.Fatalf("the job over NATS: want %+v, got %+v (%v)", j, again, err)
