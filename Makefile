@@ -3,6 +3,9 @@
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
 GO ?= go
+# In a go.work workspace go build stamps no git revision (tenaz version
+# prints it) unless asked; outside a git checkout asking fails.
+BUILDVCS := $(shell git rev-parse --is-inside-work-tree >/dev/null 2>&1 && echo true || echo auto)
 BIN := $(CURDIR)/bin
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 NATSCLI_VERSION := v0.5.0
@@ -21,7 +24,7 @@ help: ## Show the targets
 build: ## Build every binary (tenaz, tenaz-<service>, tenaz-bench) into ./bin
 	@mkdir -p $(BIN)
 	@for m in $(MODULES); do \
-	  if [ -d $$m/cmd ]; then (cd $$m && GOBIN=$(BIN) $(GO) install ./cmd/...) || exit 1; fi; \
+	  if [ -d $$m/cmd ]; then (cd $$m && GOBIN=$(BIN) $(GO) install -buildvcs=$(BUILDVCS) ./cmd/...) || exit 1; fi; \
 	done
 
 .PHONY: tools
