@@ -390,8 +390,8 @@ func tracingBullet(sz Sizes) string {
 	return fmt.Sprintf(`- **Tracing** (`+"`*_tracing_*`"+`): the throughput run (%d events per round,
   %d rounds each way, medians) against one tenaz and server with tracing
   off and on, in alternating order. On: `+"`OTEL_TRACES_EXPORTER=otlp`"+` over
-  HTTP/protobuf to a receiver in this process that decodes every export,
-  every span sampled, the span queue deep enough to drop none
+  HTTP/protobuf to a receiver in this process that counts the spans of
+  every export, every span sampled, the span queue deep enough to drop none
   (`+"`e2e_spans_per_event_tracing_on`"+`: the accept and the attempt span of
   each event reached the receiver). Off is the default: no tracer
   provider, each span function one atomic load (`+"`BenchmarkOff`"+`,
