@@ -15,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/logging"
+	"github.com/tenaz/tenaz/pkg/tracing"
 	standalone "github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
@@ -64,6 +65,11 @@ func (r *runCmd) Run() error {
 		return err
 	}
 	log := logging.New(cfg.Log.Format, cfg.Log.Level, nil)
+	stopTracing, err := tracing.Setup(context.Background(), "tenaz", &log) // off unless OTEL_TRACES_EXPORTER names an exporter
+	if err != nil {
+		return err
+	}
+	defer daemon.StopTracing(stopTracing)
 	log.Info().Str("config", from).Msg("starting tenaz")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
