@@ -25,6 +25,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/logging"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/tracing"
@@ -90,6 +91,13 @@ func StopTracing(stop func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = stop(ctx)
+}
+
+// ConfigureMetrics gives metrics.Default the config's metrics section
+// (the account label's bound, native histograms), before anything is
+// recorded. Every binary and `tenaz run` call it.
+func ConfigureMetrics(cfg *config.Config) error {
+	return metrics.Configure(metrics.OptionsFrom(cfg.Metrics))
 }
 
 // BodySlack is what a request body may hold beyond http.max_body_bytes
@@ -181,6 +189,9 @@ type Build func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (Compone
 func Run(ctx context.Context, name, configPath string, build Build) error {
 	cfg, err := LoadConfig(configPath)
 	if err != nil {
+		return err
+	}
+	if err := ConfigureMetrics(cfg); err != nil {
 		return err
 	}
 	log := logging.New(cfg.Log.Format, cfg.Log.Level, nil)

@@ -46,6 +46,7 @@ type backlogRow struct {
 // read of the stream's consumers at scrape time, cached for TTL.
 type backlog struct {
 	pendingDesc, ackDesc, pausedDesc, upDesc *prometheus.Desc
+	label                                    func(account string) string
 
 	mu     sync.Mutex // held across a read, so concurrent scrapes share it
 	rows   map[string]backlogRow
@@ -60,7 +61,7 @@ type backlogSource struct {
 	stream jetstream.Stream // cached after the first successful lookup
 }
 
-func newBacklog() *backlog {
+func newBacklog(label func(string) string) *backlog {
 	desc := func(name string) *prometheus.Desc {
 		i, _ := Lookup(name)
 		return prometheus.NewDesc(i.Name, i.Help, i.Labels, nil)
@@ -68,7 +69,7 @@ func newBacklog() *backlog {
 	return &backlog{
 		pendingDesc: desc(NamePending), ackDesc: desc(NameAckPending),
 		pausedDesc: desc(NamePaused), upDesc: desc(NameBacklogUp),
-		rows: map[string]backlogRow{},
+		label: label, rows: map[string]backlogRow{},
 	}
 }
 
@@ -194,10 +195,10 @@ func (b *backlog) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector: it reads the consumers first
-// when the cached read is stale.
+// when the cached read is stale. Accounts without their own series add
+// up under account="other" (its paused value counts the paused consumers).
 func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.refreshLocked()
 	if b.src != nil {
 		up := 0.0
@@ -206,7 +207,16 @@ func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(b.upDesc, prometheus.GaugeValue, up)
 	}
+	folded := make(map[string]backlogRow, len(b.rows))
 	for account, r := range b.rows {
+		l := b.label(account)
+		f := folded[l]
+		f.pending, f.ackPending, f.paused = f.pending+r.pending, f.ackPending+r.ackPending, f.paused+r.paused
+		f.pausedKnown = f.pausedKnown || r.pausedKnown
+		folded[l] = f
+	}
+	b.mu.Unlock()
+	for account, r := range folded {
 		ch <- prometheus.MustNewConstMetric(b.pendingDesc, prometheus.GaugeValue, r.pending, account)
 		ch <- prometheus.MustNewConstMetric(b.ackDesc, prometheus.GaugeValue, r.ackPending, account)
 		if r.pausedKnown {

@@ -102,16 +102,26 @@ const (
 	NamePolls        = "tenaz_polls_total"
 	// NameTargetThrottled counts calls held back by a target's limit.
 	NameTargetThrottled = "tenaz_target_throttled_total"
+	// NameTargetConcurrency and NameTargetInFlight are a target's
+	// provider-wide concurrency (learned under "auto") and its calls in
+	// flight over every replica.
+	NameTargetConcurrency = "tenaz_target_concurrency_limit"
+	NameTargetInFlight    = "tenaz_target_in_flight_calls"
 
 	NameAccountConcurrency = "tenaz_account_concurrency_limit"
 	NameAccountRate        = "tenaz_account_rate_limit_per_second"
 	NameAccountInFlight    = "tenaz_account_in_flight_calls"
 	NameAccountThrottled   = "tenaz_account_throttled_total"
 	NameAccountOwner       = "tenaz_account_owner"
+
+	// NameBuildInfo is the binary's version, revision and Go version.
+	NameBuildInfo = "tenaz_build_info"
 )
 
 // Catalog is every tenaz metric. docs/metrics.md documents each one.
 var Catalog = []Info{
+	{Name: NameBuildInfo, Type: Gauge, Labels: []string{"version", "revision", "go_version"}, Emitter: "every tenaz binary",
+		Help: "1, with the tenaz version, the VCS revision and the Go version the binary was built with."},
 	{Name: NameAccepted, Type: Counter, Labels: []string{"account", "kind"}, Emitter: "ingest",
 		Help: "Events accepted (created; duplicates not counted)."},
 	{Name: NameRejected, Type: Counter, Labels: []string{"reason"}, Emitter: "ingest",
@@ -128,8 +138,8 @@ var Catalog = []Info{
 		Help: "Attempts whose outcome scheduled another attempt, by the class that caused it."},
 	{Name: NameOutcomes, Type: Counter, Labels: []string{"account", "kind", "state"}, Emitter: "dispatcher, poller",
 		Help: "Attempts and polls by the state the event moved to (done, retrying, awaiting_callback, polling, dead, manual_review, ...)."},
-	{Name: NameBreakerState, Type: Gauge, Labels: []string{"account", "target"}, Emitter: "pkg/breaker (dispatcher)",
-		Help: "Circuit breaker state per account and target as this replica sees it: 0 closed, 1 half-open, 2 open."},
+	{Name: NameBreakerState, Type: Gauge, Labels: []string{"account", "target", "state"}, Emitter: "pkg/breaker (dispatcher)",
+		Help: "Circuit breaker state per account and target as this replica sees it: 1 on the series of its state (closed, half_open, open), 0 on the others; under account=\"other\", the number of breakers in each state."},
 	{Name: NameDead, Type: Counter, Labels: []string{"account", "kind", "reason"}, Emitter: "deadletter",
 		Help: "Entries arrived in DEAD, by reason (permanent, attempts_exhausted, max_deliveries, rejected_at_intake)."},
 	{Name: NameReview, Type: Counter, Labels: []string{"account", "kind"}, Emitter: "deadletter",
@@ -152,6 +162,10 @@ var Catalog = []Info{
 		Help: "Polls of providers, by result (done, pending, error, expired)."},
 	{Name: NameTargetThrottled, Type: Counter, Labels: []string{"target"}, Emitter: "dispatcher",
 		Help: "Calls held back by their target's provider-wide rate or concurrency (targets.<t>.rate, .concurrency) until it let them go, over every account; each replica counts its own."},
+	{Name: NameTargetConcurrency, Type: Gauge, Labels: []string{"target"}, Emitter: "dispatcher (replicas calling the target)",
+		Help: "Calls to the target allowed in flight at once over every account and replica (targets.<t>.concurrency; learned under auto), as the replica's last read of tenaz_quotas shows it: every replica reports the same figure, so aggregate with max."},
+	{Name: NameTargetInFlight, Type: Gauge, Labels: []string{"target"}, Emitter: "dispatcher (replicas calling the target)",
+		Help: "Calls to the target in flight over every account and live replica, as the replica's last read of tenaz_quotas shows it: aggregate with max."},
 	{Name: NameAccountConcurrency, Type: Gauge, Labels: []string{"account"}, Emitter: "dispatcher (the account's owner)",
 		Help: "Calls of the account allowed in flight at once, over all replicas; exported by the replica that owns the account."},
 	{Name: NameAccountRate, Type: Gauge, Labels: []string{"account"}, Emitter: "dispatcher (the account's owner)",

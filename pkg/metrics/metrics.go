@@ -1,8 +1,12 @@
 package metrics
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,26 +15,69 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// Set is every tenaz metric, registered on one registry. Its methods are
-// safe for concurrent use.
+// Set is every tenaz metric, registered on one registry as one collector.
+// Its methods are safe for concurrent use.
 type Set struct {
-	accepted  *prometheus.CounterVec
-	rejected  *prometheus.CounterVec
-	wait      *prometheus.HistogramVec
-	delivery  *prometheus.HistogramVec
-	attempts  *prometheus.CounterVec
-	retries   *prometheus.CounterVec
-	outcomes  *prometheus.CounterVec
-	breakers  *prometheus.GaugeVec
-	dead      *prometheus.CounterVec
-	review    *prometheus.CounterVec
-	repairs   *prometheus.CounterVec
-	callbacks *prometheus.CounterVec
-	polls     *prometheus.CounterVec
-	throttled *prometheus.CounterVec
-	events    *table
-	backlog   *backlog
-	accounts  *accounts
+	c atomic.Pointer[core] // the counters and histograms, and the account places
+
+	mu       sync.Mutex // serialises Configure
+	breakers *breakers
+	events   *table
+	backlog  *backlog
+	accounts *accounts
+	targets  *targets
+	build    prometheus.Metric
+	now      func() time.Time
+}
+
+// core is what Configure replaces: the counters and histograms (a native
+// histogram is a choice made when a histogram is made) and the places of
+// the account label they record under.
+type core struct {
+	o      Options
+	places *places
+
+	accepted, rejected, attempts, retries, outcomes    *prometheus.CounterVec
+	dead, review, repairs, callbacks, polls, throttled *prometheus.CounterVec
+	wait, delivery                                     *prometheus.HistogramVec
+}
+
+// Options configure a Set (Configure).
+type Options struct {
+	// Accounts bounds the account label.
+	Accounts AccountOptions
+	// NativeHistograms adds a native histogram to every histogram, beside
+	// its classic buckets.
+	NativeHistograms NativeHistogramOptions
+}
+
+// NativeHistogramOptions shape the native histograms (see
+// prometheus.HistogramOpts).
+type NativeHistogramOptions struct {
+	// Enabled adds them.
+	Enabled bool
+	// BucketFactor is the most one bucket's bound may grow to the next's
+	// (1.1: about 10 %; Prometheus picks the schema that fits). 0:
+	// DefaultBucketFactor.
+	BucketFactor float64
+	// MaxBuckets bounds the buckets one histogram holds; past it the
+	// resolution is halved. 0: DefaultMaxBuckets.
+	MaxBuckets int
+}
+
+// Defaults of NativeHistogramOptions.
+const (
+	DefaultBucketFactor = 1.1
+	DefaultMaxBuckets   = 160
+	// nativeReset is how long a native histogram that hit MaxBuckets
+	// waits before it resets rather than halving its resolution.
+	nativeReset = time.Hour
+)
+
+// DefaultOptions are the options of New: the account label bounded to the
+// DefaultTopAccounts busiest accounts, classic histograms only.
+func DefaultOptions() Options {
+	return Options{Accounts: AccountOptions{Top: DefaultTopAccounts, Keep: DefaultKeep}}
 }
 
 // Default is the Set on Prometheus' default registry, which daemon.Mux
@@ -45,56 +92,169 @@ func mustNew(reg prometheus.Registerer) *Set {
 	return s
 }
 
-// New makes a Set and registers every metric of the Catalog on reg (tests
-// pass a prometheus.NewRegistry()). It fails if one is already registered.
+// New makes a Set with DefaultOptions and registers every metric of the
+// Catalog on reg (tests pass a prometheus.NewRegistry()). It fails if one
+// is already registered.
 func New(reg prometheus.Registerer) (*Set, error) {
-	s := &Set{}
+	return newSet(reg, time.Now)
+}
+
+// NewWithClock is New with the clock the account places rank by (tests of
+// the ranking; see AccountOptions).
+func NewWithClock(reg prometheus.Registerer, now func() time.Time) (*Set, error) {
+	return newSet(reg, now)
+}
+
+func newSet(reg prometheus.Registerer, now func() time.Time) (*Set, error) {
+	s := &Set{now: now}
+	s.c.Store(s.newCore(DefaultOptions().normalized()))
+	label := func(account string) string { return s.core().places.gauge(account) }
+	s.breakers = newBreakers(label)
+	s.events = newTable(NameEvents)
+	s.backlog = newBacklog(label)
+	s.accounts = newAccounts(label)
+	s.targets = newTargets()
+	s.build = buildMetric(Build())
+	if err := reg.Register(s); err != nil {
+		return nil, fmt.Errorf("metrics: register: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Set) core() *core { return s.c.Load() }
+
+// Configure gives the Set o. It is meant for start-up, before anything is
+// recorded: the counters and histograms recorded so far are dropped (the
+// gauges stay). Configuring the options the Set has changes nothing, so
+// every service of a process may call it with the same config.
+func (s *Set) Configure(o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	o = o.normalized()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o.equal(s.core().o) {
+		return nil
+	}
+	s.c.Store(s.newCore(o))
+	return nil
+}
+
+// Configure configures Default (see Set.Configure).
+func Configure(o Options) error { return Default.Configure(o) }
+
+func (o Options) validate() error {
+	a, n := o.Accounts, o.NativeHistograms
+	switch {
+	case a.Top < 0 || a.Top > MaxTopAccounts:
+		return fmt.Errorf("metrics: accounts top %d: want 0 to %d", a.Top, MaxTopAccounts)
+	case a.Keep < 0:
+		return fmt.Errorf("metrics: accounts keep %s: want a positive duration", a.Keep)
+	case n.BucketFactor != 0 && n.BucketFactor <= 1:
+		return fmt.Errorf("metrics: native histogram bucket factor %v: want more than 1", n.BucketFactor)
+	case n.MaxBuckets < 0:
+		return fmt.Errorf("metrics: native histogram max buckets %d: want at least 1", n.MaxBuckets)
+	}
+	for _, acct := range a.Allow {
+		if err := tenaz.ValidateAccount(acct); err != nil {
+			return fmt.Errorf("metrics: accounts allow: %w", err)
+		}
+	}
+	return nil
+}
+
+// normalized fills the defaults of o's zero values, and clears the native
+// histograms' settings when they are off.
+func (o Options) normalized() Options {
+	o.Accounts.Keep = cmp.Or(o.Accounts.Keep, DefaultKeep)
+	n := &o.NativeHistograms
+	if !n.Enabled {
+		*n = NativeHistogramOptions{}
+		return o
+	}
+	n.BucketFactor, n.MaxBuckets = cmp.Or(n.BucketFactor, DefaultBucketFactor), cmp.Or(n.MaxBuckets, DefaultMaxBuckets)
+	return o
+}
+
+func (o Options) equal(p Options) bool {
+	return o.Accounts.Top == p.Accounts.Top && o.Accounts.Keep == p.Accounts.Keep &&
+		slices.Equal(o.Accounts.Allow, p.Accounts.Allow) && o.NativeHistograms == p.NativeHistograms
+}
+
+func (s *Set) newCore(o Options) *core {
+	c := &core{o: o}
 	counter := func(name string) *prometheus.CounterVec {
 		i, _ := Lookup(name)
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: i.Name, Help: i.Help}, i.Labels)
 	}
 	histogram := func(name string) *prometheus.HistogramVec {
 		i, _ := Lookup(name)
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: i.Name, Help: i.Help, Buckets: i.Buckets}, i.Labels)
-	}
-	s.accepted = counter(NameAccepted)
-	s.rejected = counter(NameRejected)
-	s.wait = histogram(NameWait)
-	s.delivery = histogram(NameDelivery)
-	s.attempts = counter(NameAttempts)
-	s.retries = counter(NameRetries)
-	s.outcomes = counter(NameOutcomes)
-	bi, _ := Lookup(NameBreakerState)
-	s.breakers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: bi.Name, Help: bi.Help}, bi.Labels)
-	s.dead = counter(NameDead)
-	s.review = counter(NameReview)
-	s.repairs = counter(NameRepairs)
-	s.callbacks = counter(NameCallbacks)
-	s.polls = counter(NamePolls)
-	s.throttled = counter(NameTargetThrottled)
-	s.events = newTable(NameEvents)
-	s.backlog = newBacklog()
-	s.accounts = newAccounts()
-	for _, c := range []prometheus.Collector{
-		s.accepted, s.rejected, s.wait, s.delivery, s.attempts, s.retries, s.outcomes, s.breakers, s.throttled,
-		s.dead, s.review, s.repairs, s.callbacks, s.polls, s.events, s.backlog, s.accounts,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("metrics: register: %w", err)
+		ho := prometheus.HistogramOpts{Name: i.Name, Help: i.Help, Buckets: i.Buckets}
+		if n := o.NativeHistograms; n.Enabled {
+			ho.NativeHistogramBucketFactor = n.BucketFactor
+			ho.NativeHistogramMaxBucketNumber = uint32(n.MaxBuckets)
+			ho.NativeHistogramMinResetDuration = nativeReset
 		}
+		return prometheus.NewHistogramVec(ho, i.Labels)
 	}
-	return s, nil
+	c.accepted = counter(NameAccepted)
+	c.rejected = counter(NameRejected)
+	c.wait = histogram(NameWait)
+	c.delivery = histogram(NameDelivery)
+	c.attempts = counter(NameAttempts)
+	c.retries = counter(NameRetries)
+	c.outcomes = counter(NameOutcomes)
+	c.dead = counter(NameDead)
+	c.review = counter(NameReview)
+	c.repairs = counter(NameRepairs)
+	c.callbacks = counter(NameCallbacks)
+	c.polls = counter(NamePolls)
+	c.throttled = counter(NameTargetThrottled)
+	c.places = newPlaces(o.Accounts, s.now, func(account string) {
+		match := prometheus.Labels{"account": account}
+		for _, v := range c.byAccount() {
+			v.DeletePartialMatch(match)
+		}
+	})
+	return c
+}
+
+// byAccount is every vector with an account label.
+func (c *core) byAccount() []*prometheus.MetricVec {
+	return []*prometheus.MetricVec{c.accepted.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
+		c.retries.MetricVec, c.outcomes.MetricVec, c.dead.MetricVec, c.review.MetricVec}
+}
+
+func (c *core) collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.accepted, c.rejected, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
+		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled}
+}
+
+func (s *Set) collectors() []prometheus.Collector {
+	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets)
+}
+
+// Describe implements prometheus.Collector.
+func (s *Set) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range s.collectors() {
+		c.Describe(ch)
+	}
+	ch <- s.build.Desc()
+}
+
+// Collect implements prometheus.Collector.
+func (s *Set) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range s.collectors() {
+		c.Collect(ch)
+	}
+	ch <- s.build
 }
 
 // ---------------------------------------------------------------- labels
 
-// account, kind and target label values: the name when valid, else Invalid.
-func accountLabel(a string) string {
-	if tenaz.ValidateAccount(a) != nil {
-		return Invalid
-	}
-	return a
-}
+// Kind and target label values: the name when valid, else Invalid. The
+// account label is the places' (see places.record).
 
 func kindLabel(k string) string {
 	if len(k) == 0 || len(k) > tenaz.MaxKindLen {
@@ -172,82 +332,73 @@ func stateLabel(s tenaz.State) string {
 
 // Accepted counts an event accepted (created) by ingest.
 func (s *Set) Accepted(account, kind string) {
-	s.accepted.WithLabelValues(accountLabel(account), kindLabel(kind)).Inc()
+	c := s.core()
+	c.accepted.WithLabelValues(c.places.record(account), kindLabel(kind)).Inc()
 }
 
 // Rejected counts a submission refused by ingest, by its error code.
 func (s *Set) Rejected(reason string) {
-	s.rejected.WithLabelValues(code(reason)).Inc()
+	s.core().rejected.WithLabelValues(code(reason)).Inc()
 }
 
 // WaitTime observes the wait from when an event became due (accepted, or
 // its not_before) to the start of its first attempt. Negative durations
 // count as zero.
 func (s *Set) WaitTime(account, kind string, d time.Duration) {
-	s.wait.WithLabelValues(accountLabel(account), kindLabel(kind)).Observe(max(d, 0).Seconds())
+	c := s.core()
+	c.wait.WithLabelValues(c.places.record(account), kindLabel(kind)).Observe(max(d, 0).Seconds())
 }
 
 // DeliveryLatency observes how long one outbound call to target took.
 func (s *Set) DeliveryLatency(account, kind, target string, d time.Duration) {
-	s.delivery.WithLabelValues(accountLabel(account), kindLabel(kind), targetLabel(target)).Observe(max(d, 0).Seconds())
+	c := s.core()
+	c.delivery.WithLabelValues(c.places.record(account), kindLabel(kind), targetLabel(target)).Observe(max(d, 0).Seconds())
 }
 
 // Attempt counts a delivery attempt by its outcome class
 // (outcome.ClassOf(err)); success is recorded as class "ok".
 func (s *Set) Attempt(account, kind string, class outcome.Class) {
-	s.attempts.WithLabelValues(accountLabel(account), kindLabel(kind), classLabel(class)).Inc()
+	c := s.core()
+	c.attempts.WithLabelValues(c.places.record(account), kindLabel(kind), classLabel(class)).Inc()
 }
 
 // Retry counts an attempt whose outcome scheduled another attempt, by the
 // class that caused it.
 func (s *Set) Retry(account, kind string, class outcome.Class) {
-	s.retries.WithLabelValues(accountLabel(account), kindLabel(kind), classLabel(class)).Inc()
+	c := s.core()
+	c.retries.WithLabelValues(c.places.record(account), kindLabel(kind), classLabel(class)).Inc()
 }
 
 // Outcome counts an attempt or poll by the state the event moved to.
 func (s *Set) Outcome(account, kind string, to tenaz.State) {
-	s.outcomes.WithLabelValues(accountLabel(account), kindLabel(kind), stateLabel(to)).Inc()
+	c := s.core()
+	c.outcomes.WithLabelValues(c.places.record(account), kindLabel(kind), stateLabel(to)).Inc()
 }
 
-// Breaker states as the gauge's values.
-const (
-	BreakerClosed   = 0
-	BreakerHalfOpen = 1
-	BreakerOpen     = 2
-)
-
-// BreakerState sets the breaker gauge of account and target from the
-// breaker's state name: "closed" 0, "half_open" 1, "open" 2. An unknown
-// name is ignored.
+// BreakerState records the state of the breaker of account and target
+// ("closed", "half_open" or "open"; BreakerStates), as the state label of
+// tenaz_breaker_state: 1 on the series of that state, 0 on the others.
+// An unknown state is ignored.
 func (s *Set) BreakerState(account, target, state string) {
-	v := 0
-	switch state {
-	case "closed":
-		v = BreakerClosed
-	case "half_open":
-		v = BreakerHalfOpen
-	case "open":
-		v = BreakerOpen
-	default:
-		return
-	}
-	s.breakers.WithLabelValues(accountLabel(account), targetLabel(target)).Set(float64(v))
+	s.breakers.set(account, targetLabel(target), state)
 }
 
 // Dead counts an entry that arrived in DEAD, by reason.
 func (s *Set) Dead(account, kind, reason string) {
-	s.dead.WithLabelValues(accountLabel(account), kindLabel(kind), code(reason)).Inc()
+	c := s.core()
+	c.dead.WithLabelValues(c.places.record(account), kindLabel(kind), code(reason)).Inc()
 }
 
 // Review counts an event moved to manual_review.
 func (s *Set) Review(account, kind string) {
-	s.review.WithLabelValues(accountLabel(account), kindLabel(kind)).Inc()
+	c := s.core()
+	c.review.WithLabelValues(c.places.record(account), kindLabel(kind)).Inc()
 }
 
 // ReconcilerRepair counts one repair by the reconciler; repair names the
 // kind of repair (a short code such as "requeued" or "escalated").
 func (s *Set) ReconcilerRepair(repair string) {
-	s.repairs.WithLabelValues(code(repair)).Inc()
+	s.core().repairs.WithLabelValues(code(repair)).Inc()
 }
 
 // Callback counts a provider callback by result (CallbackApplied,
@@ -255,19 +406,19 @@ func (s *Set) ReconcilerRepair(repair string) {
 // configured target name (pass "" for an unknown one: it is recorded as
 // "invalid", so a caller cannot add series by inventing targets).
 func (s *Set) Callback(target, result string) {
-	s.callbacks.WithLabelValues(targetLabel(target), code(result)).Inc()
+	s.core().callbacks.WithLabelValues(targetLabel(target), code(result)).Inc()
 }
 
 // Poll counts a poll of target by result (PollDone, PollPending,
 // PollError, PollExpired).
 func (s *Set) Poll(target, result string) {
-	s.polls.WithLabelValues(targetLabel(target), code(result)).Inc()
+	s.core().polls.WithLabelValues(targetLabel(target), code(result)).Inc()
 }
 
 // TargetThrottled counts a call held back by its target's provider-wide
 // rate or concurrency (targets.<t>.rate, .concurrency) before it was made.
 func (s *Set) TargetThrottled(target string) {
-	s.throttled.WithLabelValues(targetLabel(target)).Inc()
+	s.core().throttled.WithLabelValues(targetLabel(target)).Inc()
 }
 
 // EventsKey is one label set of tenaz_events.
@@ -279,13 +430,15 @@ type EventsKey struct {
 
 // SetEventsByState replaces every series of tenaz_events with counts, in
 // one step: label sets absent from counts disappear, and a scrape sees
-// either the previous sweep or this one, never a mix.
+// either the previous sweep or this one, never a mix. Accounts without
+// their own series add up under account="other".
 func (s *Set) SetEventsByState(counts map[EventsKey]int) {
+	places := s.core().places
 	rows := make(map[string]row, len(counts))
 	for k, n := range counts {
-		lv := []string{stateLabel(k.State), accountLabel(k.Account), kindLabel(k.Kind)}
+		lv := []string{stateLabel(k.State), places.gauge(k.Account), kindLabel(k.Kind)}
 		key := joinKey(lv)
-		r := rows[key] // invalid names may fold together
+		r := rows[key] // accounts folded into other or invalid add up
 		r.labels = lv
 		r.v += float64(n)
 		rows[key] = r
@@ -297,7 +450,7 @@ func (s *Set) SetEventsByState(counts map[EventsKey]int) {
 // ConsumerInfo the caller already has (NumPending, NumAckPending). A
 // watched backlog (WatchBacklog) replaces it at its next read.
 func (s *Set) ConsumerBacklog(account string, pending, ackPending int) {
-	s.backlog.push(accountLabel(account), pending, ackPending)
+	s.backlog.push(account, pending, ackPending)
 }
 
 // ------------------------------------------------- package-level, Default

@@ -2,6 +2,8 @@ package metrics_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -159,6 +161,7 @@ func TestWaitObjectiveIsABucket(t *testing.T) {
 	}
 }
 
+// Each breaker has a series per state, 1 on the state it is in.
 func TestBreakerState(t *testing.T) {
 	s, reg := setup(t)
 	s.BreakerState("acme", "erp", "open")
@@ -167,9 +170,15 @@ func TestBreakerState(t *testing.T) {
 	s.BreakerState("gamma", "erp", "closed")
 	s.BreakerState("gamma", "erp", "sideways") // unknown: ignored
 	compare(t, reg, `
-		tenaz_breaker_state{account="acme",target="erp"} 2
-		tenaz_breaker_state{account="beta",target="erp"} 1
-		tenaz_breaker_state{account="gamma",target="erp"} 0
+		tenaz_breaker_state{account="acme",state="closed",target="erp"} 0
+		tenaz_breaker_state{account="acme",state="half_open",target="erp"} 0
+		tenaz_breaker_state{account="acme",state="open",target="erp"} 1
+		tenaz_breaker_state{account="beta",state="closed",target="erp"} 0
+		tenaz_breaker_state{account="beta",state="half_open",target="erp"} 1
+		tenaz_breaker_state{account="beta",state="open",target="erp"} 0
+		tenaz_breaker_state{account="gamma",state="closed",target="erp"} 1
+		tenaz_breaker_state{account="gamma",state="half_open",target="erp"} 0
+		tenaz_breaker_state{account="gamma",state="open",target="erp"} 0
 	`, metrics.NameBreakerState)
 }
 
@@ -292,6 +301,9 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.ConsumerBacklog("a", 1, 1)
 	defer s.WatchAccounts(func() []metrics.AccountLoad {
 		return []metrics.AccountLoad{{Account: "a", Instance: "d1", Concurrency: 2, Rate: 10, InFlight: 1}}
+	})()
+	defer s.WatchTargets(func() []metrics.TargetLoad {
+		return []metrics.TargetLoad{{Target: "t", Concurrency: 9, InFlight: 3}}
 	})()
 
 	mfs, err := reg.Gather()
@@ -416,4 +428,56 @@ func TestSnapshot(t *testing.T) {
 	if string(hj) != string(wj) {
 		t.Errorf("StatsHandler:\n got %s\nwant %s", hj, wj)
 	}
+}
+
+// With native histograms on, each histogram carries a native histogram
+// (a schema, sparse buckets) beside its classic buckets, which the alert
+// rules and the dashboard read; off, it has the classic buckets only.
+func TestNativeHistograms(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s, reg := setup(t)
+		if err := s.Configure(metrics.Options{Accounts: metrics.DefaultOptions().Accounts,
+			NativeHistograms: metrics.NativeHistogramOptions{Enabled: on, BucketFactor: 1.1, MaxBuckets: 100}}); err != nil {
+			t.Fatal(err)
+		}
+		s.WaitTime("acme", "k", 3*time.Second)
+		s.DeliveryLatency("acme", "k", "erp", 120*time.Millisecond)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := 0
+		for _, mf := range mfs {
+			if mf.GetName() != metrics.NameWait && mf.GetName() != metrics.NameDelivery {
+				continue
+			}
+			found++
+			h := mf.GetMetric()[0].GetHistogram()
+			i, _ := metrics.Lookup(mf.GetName())
+			if len(h.GetBucket()) != len(i.Buckets) {
+				t.Errorf("native %v: %s has %d classic buckets, want %d", on, mf.GetName(), len(h.GetBucket()), len(i.Buckets))
+			}
+			native := len(h.GetPositiveSpan()) > 0
+			if native != on {
+				t.Errorf("native %v: %s has native buckets: %v (schema %d, spans %v)", on, mf.GetName(), native, h.GetSchema(), h.GetPositiveSpan())
+			}
+			if on && h.GetSchema() != 3 { // the largest growth not above 1.1 is 2^(2^-3) = 1.09
+				t.Errorf("%s: native schema %d, want 3 for a bucket factor of 1.1", mf.GetName(), h.GetSchema())
+			}
+		}
+		if found != 2 {
+			t.Fatalf("native %v: found %d of the 2 histograms", on, found)
+		}
+	}
+}
+
+// tenaz_build_info names the binary's version, revision and Go version.
+func TestBuildInfo(t *testing.T) {
+	_, reg := setup(t)
+	b := metrics.Build()
+	if b.GoVersion != runtime.Version() || b.Version == "" || b.Revision == "" {
+		t.Fatalf("Build: want the Go version %s and a version and revision, got %+v", runtime.Version(), b)
+	}
+	compare(t, reg, fmt.Sprintf(`tenaz_build_info{go_version=%q,revision=%q,version=%q} 1`, b.GoVersion, b.Revision, b.Version),
+		metrics.NameBuildInfo)
 }

@@ -33,22 +33,18 @@ type Snapshot struct {
 
 // Snapshot returns the Set's essentials.
 func (s *Set) Snapshot() Snapshot {
+	c := s.core()
 	snap := Snapshot{
-		Accepted:  uint64(sum(s.accepted, nil)),
-		Rejected:  uint64(sum(s.rejected, nil)),
-		Attempts:  uint64(sum(s.attempts, nil)),
-		Retries:   uint64(sum(s.retries, nil)),
-		Dead:      uint64(sum(s.dead, nil)),
-		Review:    uint64(sum(s.review, nil)),
-		Repairs:   uint64(sum(s.repairs, nil)),
-		Callbacks: uint64(sum(s.callbacks, nil)),
-		Polls:     uint64(sum(s.polls, nil)),
-		BreakersOpen: uint64(sum(s.breakers, func(m *dto.Metric) float64 {
-			if m.GetGauge().GetValue() > BreakerClosed {
-				return 1
-			}
-			return 0
-		})),
+		Accepted:     uint64(sum(c.accepted)),
+		Rejected:     uint64(sum(c.rejected)),
+		Attempts:     uint64(sum(c.attempts)),
+		Retries:      uint64(sum(c.retries)),
+		Dead:         uint64(sum(c.dead)),
+		Review:       uint64(sum(c.review)),
+		Repairs:      uint64(sum(c.repairs)),
+		Callbacks:    uint64(sum(c.callbacks)),
+		Polls:        uint64(sum(c.polls)),
+		BreakersOpen: uint64(s.breakers.notClosed()),
 	}
 	if by := s.events.sumBy(0); len(by) > 0 {
 		snap.Events = make(map[string]uint64, len(by))
@@ -67,9 +63,9 @@ func (s *Set) Snapshot() Snapshot {
 //	micro.AddService(nc, micro.Config{..., StatsHandler: metrics.Default.StatsHandler})
 func (s *Set) StatsHandler(*micro.Endpoint) any { return s.Snapshot() }
 
-// sum adds up every series of c: counter and gauge values, or what value
-// returns for each (nil: the counter or gauge value).
-func sum(c prometheus.Collector, value func(*dto.Metric) float64) float64 {
+// sum adds up every series of c: counter and gauge values, histogram
+// counts.
+func sum(c prometheus.Collector) float64 {
 	ch := make(chan prometheus.Metric, 64)
 	go func() {
 		c.Collect(ch)
@@ -82,8 +78,6 @@ func sum(c prometheus.Collector, value func(*dto.Metric) float64) float64 {
 			continue
 		}
 		switch {
-		case value != nil:
-			total += value(&d)
 		case d.Counter != nil:
 			total += d.GetCounter().GetValue()
 		case d.Gauge != nil:

@@ -109,6 +109,9 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if t.auth, err = auth.New(cfg); err != nil { // no keys: refuse unless auth.disabled
 		return err
 	}
+	if err := daemon.ConfigureMetrics(cfg); err != nil {
+		return err
+	}
 	if host, _, _ := net.SplitHostPort(cfg.HTTP.Addr); !cfg.Auth.Enabled() && !isLoopback(host) {
 		t.log.Warn().Str("addr", cfg.HTTP.Addr).Msg("auth.disabled: the HTTP API is open to anyone who reaches http.addr, which is beyond loopback")
 	}

@@ -1,0 +1,63 @@
+package metrics
+
+import (
+	"runtime"
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// modulePath is the module of this package: its version is tenaz's in a
+// program that embeds tenaz, where the main module is the user's.
+const modulePath = "github.com/tenaz/tenaz/pkg"
+
+// BuildInfo says which tenaz a binary is, as tenaz_build_info labels it.
+type BuildInfo struct {
+	// Version is the module version tenaz was built at ("v0.4.0", a
+	// pseudo-version, or "(devel)" for a build of a checkout without VCS
+	// information).
+	Version string
+	// Revision is the VCS revision of the build, with "-dirty" when the
+	// checkout had changes; "unknown" without VCS information (a build
+	// with -buildvcs=false, or outside a checkout).
+	Revision string
+	// GoVersion is the Go toolchain the binary was built with.
+	GoVersion string
+}
+
+// Build reads the binary's build information (debug.ReadBuildInfo).
+func Build() BuildInfo {
+	b := BuildInfo{Version: "(devel)", Revision: "unknown", GoVersion: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	if bi.Main.Version != "" {
+		b.Version = bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == modulePath && d.Version != "" && d.Version != "(devel)" {
+			b.Version = d.Version
+		}
+	}
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Revision = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty && b.Revision != "unknown" {
+		b.Revision += "-dirty"
+	}
+	return b
+}
+
+// buildMetric is tenaz_build_info's one series.
+func buildMetric(b BuildInfo) prometheus.Metric {
+	i, _ := Lookup(NameBuildInfo)
+	return prometheus.MustNewConstMetric(prometheus.NewDesc(i.Name, i.Help, i.Labels, nil), prometheus.GaugeValue, 1,
+		b.Version, b.Revision, b.GoVersion)
+}
