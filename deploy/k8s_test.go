@@ -350,6 +350,9 @@ func checkServiceMonitor(t *testing.T, o objects) {
 		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
 			t.Errorf("ServiceMonitor %s endpoints %+v, want port http, path /metrics", sm.Name, sm.Spec.Endpoints)
 		}
+		if c := sm.Spec.ScrapeClassicHistograms; c == nil || !*c {
+			t.Errorf("ServiceMonitor %s: want scrapeClassicHistograms: true, so that native histograms (metrics.native_histograms) keep the _bucket series the rules read", sm.Name)
+		}
 	}
 	// The pods carry the scrape annotations too (a Prometheus without the
 	// Operator).
