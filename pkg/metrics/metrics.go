@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -343,16 +345,36 @@ func (s *Set) Rejected(reason string) {
 
 // WaitTime observes the wait from when an event became due (accepted, or
 // its not_before) to the start of its first attempt. Negative durations
-// count as zero.
-func (s *Set) WaitTime(account, kind string, d time.Duration) {
+// count as zero. The sampled span of trace (a context, when given) is
+// the observation's exemplar.
+func (s *Set) WaitTime(account, kind string, d time.Duration, trace ...context.Context) {
 	c := s.core()
-	c.wait.WithLabelValues(c.places.record(account), kindLabel(kind)).Observe(max(d, 0).Seconds())
+	observe(trace, c.wait.WithLabelValues(c.places.record(account), kindLabel(kind)), max(d, 0).Seconds())
 }
 
 // DeliveryLatency observes how long one outbound call to target took.
-func (s *Set) DeliveryLatency(account, kind, target string, d time.Duration) {
+// The sampled span of trace (a context, when given: the attempt's, the
+// poll's) is the observation's exemplar.
+func (s *Set) DeliveryLatency(account, kind, target string, d time.Duration, trace ...context.Context) {
 	c := s.core()
-	c.delivery.WithLabelValues(c.places.record(account), kindLabel(kind), targetLabel(target)).Observe(max(d, 0).Seconds())
+	observe(trace, c.delivery.WithLabelValues(c.places.record(account), kindLabel(kind), targetLabel(target)), max(d, 0).Seconds())
+}
+
+// observe records v on o with the trace of the span in ctx (its first)
+// as the exemplar when that span is sampled: a latency in the histogram
+// leads to a trace that has it.
+func observe(ctx []context.Context, o prometheus.Observer, v float64) {
+	if len(ctx) == 0 {
+		o.Observe(v)
+		return
+	}
+	if sc := oteltrace.SpanContextFromContext(ctx[0]); sc.IsSampled() {
+		if e, ok := o.(prometheus.ExemplarObserver); ok {
+			e.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	o.Observe(v)
 }
 
 // Attempt counts a delivery attempt by its outcome class
@@ -462,11 +484,13 @@ func Accepted(account, kind string) { Default.Accepted(account, kind) }
 func Rejected(reason string) { Default.Rejected(reason) }
 
 // WaitTime observes a wait to the first attempt on Default.
-func WaitTime(account, kind string, d time.Duration) { Default.WaitTime(account, kind, d) }
+func WaitTime(account, kind string, d time.Duration, trace ...context.Context) {
+	Default.WaitTime(account, kind, d, trace...)
+}
 
 // DeliveryLatency observes an outbound call's duration on Default.
-func DeliveryLatency(account, kind, target string, d time.Duration) {
-	Default.DeliveryLatency(account, kind, target, d)
+func DeliveryLatency(account, kind, target string, d time.Duration, trace ...context.Context) {
+	Default.DeliveryLatency(account, kind, target, d, trace...)
 }
 
 // Attempt counts a delivery attempt on Default.
