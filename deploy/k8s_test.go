@@ -34,6 +34,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // ------------------------------------------------------------ KEDA types
@@ -408,21 +409,37 @@ func TestKEDA(t *testing.T) {
 		if so.Spec.Fallback == nil || so.Spec.Fallback.Replicas < 1 {
 			t.Errorf("%s: want a fallback replica count for when the metric cannot be read", name)
 		}
-		if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != trigger {
-			t.Errorf("%s: triggers %+v, want one %s trigger", name, so.Spec.Triggers, trigger)
+		// The poller's consumers are one per partition, a trigger each.
+		want := map[string]int{"prometheus": 1, "nats-jetstream": streams.DefaultPartitions}[trigger]
+		if len(so.Spec.Triggers) != want {
+			t.Errorf("%s: %d triggers, want %d %s triggers", name, len(so.Spec.Triggers), want, trigger)
 			continue
 		}
-		tr := so.Spec.Triggers[0]
-		for k := range tr.Metadata {
-			if !slices.Contains(kedaTriggerKeys[tr.Type], k) {
-				t.Errorf("%s: %s trigger metadata %q is not one KEDA knows (%v)", name, tr.Type, k, kedaTriggerKeys[tr.Type])
+		seen := map[string]bool{}
+		for _, tr := range so.Spec.Triggers {
+			if tr.Type != trigger {
+				t.Errorf("%s: a %s trigger, want only %s", name, tr.Type, trigger)
+				continue
+			}
+			for k := range tr.Metadata {
+				if !slices.Contains(kedaTriggerKeys[tr.Type], k) {
+					t.Errorf("%s: %s trigger metadata %q is not one KEDA knows (%v)", name, tr.Type, k, kedaTriggerKeys[tr.Type])
+				}
+			}
+			switch tr.Type {
+			case "prometheus":
+				checkPrometheusTrigger(t, name, tr.Metadata)
+			case "nats-jetstream":
+				checkNATSTrigger(t, name, ns, tr.Metadata)
+				seen[tr.Metadata["stream"]] = true
 			}
 		}
-		switch tr.Type {
-		case "prometheus":
-			checkPrometheusTrigger(t, name, tr.Metadata)
-		case "nats-jetstream":
-			checkNATSTrigger(t, name, ns, tr.Metadata)
+		if trigger == "nats-jetstream" {
+			for p := range streams.DefaultPartitions {
+				if !seen[streams.EventsStream(p)] {
+					t.Errorf("%s: no trigger reads partition %d's stream %s", name, p, streams.EventsStream(p))
+				}
+			}
 		}
 	}
 }
@@ -465,8 +482,8 @@ func checkNATSTrigger(t *testing.T, name, ns string, md map[string]string) {
 		}
 	}
 	positiveInt(t, name+" lagThreshold", md["lagThreshold"])
-	if md["stream"] != tenaz.StreamEvents {
-		t.Errorf("%s: stream %q, want %s", name, md["stream"], tenaz.StreamEvents)
+	if !slices.ContainsFunc([]int{0, 1, 2, 3}, func(p int) bool { return md["stream"] == streams.EventsStream(p) }) {
+		t.Errorf("%s: stream %q, want a partition's EVENTS stream", name, md["stream"])
 	}
 	// The consumer is one the services create (streams/data), bound to that
 	// stream's subjects. (If KEDA does not find it, it reports the stream's

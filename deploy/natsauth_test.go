@@ -950,7 +950,7 @@ func TestNATSUsersShape(t *testing.T) {
 		return
 	}
 
-	o := streams.Options{}
+	o := streams.Options{Partitions: streams.DefaultPartitions}
 	ss, err := streams.Streams(o)
 	if err != nil {
 		t.Fatal(err)
@@ -973,12 +973,14 @@ func TestNATSUsersShape(t *testing.T) {
 		}
 	}
 	ic, _ := streams.IngestConsumer(o)
-	pc, _ := streams.PollerConsumer(o)
 	dc, _ := streams.DeadletterConsumer()
 	layout = append(layout, "$JS.API.INFO",
 		"$JS.API.CONSUMER.CREATE."+tenaz.StreamIntake+"."+ic.Durable+"."+ic.FilterSubject,
-		"$JS.API.CONSUMER.CREATE."+tenaz.StreamEvents+"."+pc.Durable+"."+pc.FilterSubject,
 		"$JS.API.CONSUMER.CREATE.TENAZ_ADVISORIES."+dc.Durable)
+	for p := range streams.DefaultPartitions {
+		pc, _ := streams.PollerConsumer(o, p)
+		layout = append(layout, "$JS.API.CONSUMER.CREATE."+streams.EventsStream(p)+"."+pc.Durable+"."+pc.FilterSubject)
+	}
 	for _, svc := range services {
 		u := byName[serviceUser(svc)]
 		for _, subj := range layout {
@@ -1033,7 +1035,7 @@ func TestNATSUsersShape(t *testing.T) {
 // keeper messages and cancelled schedules, the deadletter the digest's
 // schedule when the digest is turned off.
 var purges = map[string][]string{
-	serviceUser("ingest"):     {tenaz.StreamIntake, tenaz.StreamEvents},
+	serviceUser("ingest"):     {tenaz.StreamIntake, streams.EventsStream(0), streams.EventsStream(1), streams.EventsStream(2), streams.EventsStream(3)},
 	serviceUser("deadletter"): {deadletter.StreamDigest},
 }
 

@@ -47,6 +47,11 @@ type Options struct {
 	// refused (and their writers retry) rather than old ones dropped
 	// (deadletter.max_bytes). Defaults to 0: no bound of its own.
 	DeadMaxBytes int64
+	// Partitions is how many partitions hold the events' dispatch and
+	// state (streams.partitions). 0: the store's own count, or
+	// DefaultPartitions for a new store. Streams and Buckets lay out
+	// Partitions (1 when 0).
+	Partitions int
 }
 
 func (o Options) prefix() string {
@@ -62,6 +67,9 @@ func (o Options) subject(s string) string {
 	}
 	return s
 }
+
+// parts is the partition count Streams and Buckets lay out.
+func (o Options) parts() int { return max(o.Partitions, 1) }
 
 func (o Options) replicas() int {
 	if o.Replicas <= 0 {
@@ -98,7 +106,8 @@ func names(prefix string) []string {
 	return ents
 }
 
-// Streams returns every stream config, adapted to o.
+// Streams returns every stream config, adapted to o: EVENTS once per
+// partition.
 func Streams(o Options) ([]jetstream.StreamConfig, error) {
 	var out []jetstream.StreamConfig
 	for _, n := range names("stream") {
@@ -106,8 +115,17 @@ func Streams(o Options) ([]jetstream.StreamConfig, error) {
 		if err := decode(n, &c); err != nil {
 			return nil, err
 		}
+		if c.Name == StreamEvents {
+			for p := range o.parts() {
+				out = append(out, o.eventsStream(c, p))
+			}
+			continue
+		}
 		for i, s := range c.Subjects {
 			c.Subjects[i] = o.subject(s)
+		}
+		if c.Name == streamAdvisories {
+			c.Subjects = o.advisorySubjects(c.Subjects)
 		}
 		c.Replicas = o.replicas()
 		c.Placement = o.Placement
@@ -128,7 +146,8 @@ func Streams(o Options) ([]jetstream.StreamConfig, error) {
 // StreamDead is the name of the dead-letter stream (data/stream-dead.json).
 const StreamDead = "DEAD"
 
-// Buckets returns every KV bucket config, adapted to o.
+// Buckets returns every KV bucket config, adapted to o: the state bucket
+// once per partition.
 func Buckets(o Options) ([]jetstream.KeyValueConfig, error) {
 	var out []jetstream.KeyValueConfig
 	for _, n := range names("kv") {
@@ -138,6 +157,17 @@ func Buckets(o Options) ([]jetstream.KeyValueConfig, error) {
 		}
 		c.Replicas = o.replicas()
 		c.Placement = o.Placement
+		if c.Bucket == BucketState {
+			for p := range o.parts() {
+				pc := c
+				pc.Bucket = StateBucket(p)
+				if p > 0 {
+					pc.Description = fmt.Sprintf("Partition %d of %s: %s", p, BucketState, c.Description)
+				}
+				out = append(out, pc)
+			}
+			continue
+		}
 		out = append(out, c)
 	}
 	return out, nil
@@ -154,7 +184,8 @@ func IngestConsumer(o Options) (jetstream.ConsumerConfig, error) {
 	return c, nil
 }
 
-// DispatchConsumer is the durable consumer of one account's events.
+// DispatchConsumer is the durable consumer of one account's events, on
+// its partition's EVENTS stream (o.Partitions must be the store's).
 // maxAckPending bounds the account's messages in flight across replicas.
 // With o.AckWait set, the redelivery backoff becomes AckWait ×1, ×2, ×4, ×10.
 func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.ConsumerConfig, error) {
@@ -164,7 +195,7 @@ func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.C
 	}
 	c.Durable = strings.ReplaceAll(c.Durable, "ACCOUNT", account)
 	c.Description = strings.ReplaceAll(c.Description, "ACCOUNT", account)
-	c.FilterSubject = o.subject(strings.ReplaceAll(c.FilterSubject, "ACCOUNT", account))
+	c.FilterSubject = o.inPartition(strings.ReplaceAll(c.FilterSubject, "ACCOUNT", account), PartitionOf(account, o.parts()))
 	if maxAckPending > 0 {
 		c.MaxAckPending = maxAckPending
 	}
@@ -176,13 +207,13 @@ func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.C
 }
 
 // PollerConsumer is the poller's shared durable consumer of the timers
-// (callback deadlines and polls) on EVENTS.
-func PollerConsumer(o Options) (jetstream.ConsumerConfig, error) {
+// (callback deadlines and polls) on partition p's EVENTS stream.
+func PollerConsumer(o Options, p int) (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
 	if err := decode("consumer-poller.json", &c); err != nil {
 		return c, err
 	}
-	c.FilterSubject = o.subject(c.FilterSubject)
+	c.FilterSubject = o.inPartition(c.FilterSubject, p)
 	c.Replicas = 0 // inherit the stream's
 	return c, nil
 }
@@ -194,47 +225,70 @@ func DeadletterConsumer() (jetstream.ConsumerConfig, error) {
 	return c, err
 }
 
-// Apply creates or updates every stream and bucket and the ingest consumer.
-// It is idempotent: running it on every start-up is the intended use.
-func Apply(ctx context.Context, js jetstream.JetStream, o Options) error {
+// Apply creates or updates every stream and bucket and the shared
+// consumers, and returns the store's partition count. It is idempotent:
+// running it on every start-up is the intended use.
+//
+// The count is the store's: a new store gets o.Partitions (or
+// DefaultPartitions), recorded in EVENTS' metadata; an existing one keeps
+// its own (a store from before partitions has one). A configured count
+// that differs from an existing store's is refused (ErrPartitions): its
+// events would be looked for where they are not. `tenaz streams migrate`
+// moves a store to another count.
+func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) {
+	n, err := storeCount(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case n == 0 && o.Partitions == 0:
+		o.Partitions = DefaultPartitions
+	case n == 0:
+	case o.Partitions == 0:
+		o.Partitions = n
+	case o.Partitions != n:
+		return 0, fmt.Errorf("%w: the store has %d, the config asks for %d; run `tenaz streams migrate --partitions %d` with the services stopped, or leave streams.partitions unset", ErrPartitions, n, o.Partitions, o.Partitions)
+	}
 	ss, err := Streams(o)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, c := range ss {
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
-			return fmt.Errorf("streams: apply stream %s: %w", c.Name, err)
+			return 0, fmt.Errorf("streams: apply stream %s: %w", c.Name, err)
 		}
 	}
 	bs, err := Buckets(o)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, c := range bs {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, c); err != nil {
-			return fmt.Errorf("streams: apply bucket %s: %w", c.Bucket, err)
+			return 0, fmt.Errorf("streams: apply bucket %s: %w", c.Bucket, err)
 		}
 	}
 	ic, err := IngestConsumer(o)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, "INTAKE", ic); err != nil {
-		return fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
+		return 0, fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
 	}
-	pc, err := PollerConsumer(o)
-	if err != nil {
-		return err
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", pc); err != nil {
-		return fmt.Errorf("streams: apply consumer %s: %w", pc.Durable, err)
+	for p := range o.parts() {
+		pc, err := PollerConsumer(o, p)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := js.CreateOrUpdateConsumer(ctx, EventsStream(p), pc); err != nil {
+			return 0, fmt.Errorf("streams: apply consumer %s on %s: %w", pc.Durable, EventsStream(p), err)
+		}
 	}
 	dc, err := DeadletterConsumer()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, "TENAZ_ADVISORIES", dc); err != nil {
-		return fmt.Errorf("streams: apply consumer %s: %w", dc.Durable, err)
+	if _, err := js.CreateOrUpdateConsumer(ctx, streamAdvisories, dc); err != nil {
+		return 0, fmt.Errorf("streams: apply consumer %s: %w", dc.Durable, err)
 	}
-	return nil
+	return o.parts(), nil
 }

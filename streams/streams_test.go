@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"strings"
 	"testing"
@@ -78,7 +79,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	o := streams.Options{Prefix: "acme"}
 	for i := 0; i < 2; i++ {
-		if err := streams.Apply(ctx, js, o); err != nil {
+		if _, err := streams.Apply(ctx, js, o); err != nil {
 			t.Fatalf("apply #%d: %v", i+1, err)
 		}
 	}
@@ -127,7 +128,7 @@ func TestScheduleFiresIntoWorkQueue(t *testing.T) {
 	t.Parallel()
 	js := setup(t)
 	ctx := context.Background()
-	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := streams.DispatchConsumer(streams.Options{}, "a", 8)
@@ -167,7 +168,7 @@ func TestScheduleReplaceAndCancel(t *testing.T) {
 	t.Parallel()
 	js := setup(t)
 	ctx := context.Background()
-	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	pub := func(body string, at time.Time, target string) {
@@ -230,20 +231,20 @@ func TestDeadLimitsApplied(t *testing.T) {
 		}
 		return s.CachedInfo().Config
 	}
-	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if c := dead(); c.MaxAge != 30*24*time.Hour || c.MaxBytes > 0 || c.Discard != jetstream.DiscardNew {
 		t.Fatalf("default DEAD: want max_age 720h, no max_bytes, discard new, got max_age %s, max_bytes %d, discard %v", c.MaxAge, c.MaxBytes, c.Discard)
 	}
-	if err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 7 * 24 * time.Hour, DeadMaxBytes: 1 << 20}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 7 * 24 * time.Hour, DeadMaxBytes: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	if c := dead(); c.MaxAge != 7*24*time.Hour || c.MaxBytes != 1<<20 {
 		t.Fatalf("configured DEAD: want max_age 168h and max_bytes 1 MiB, got %s and %d", c.MaxAge, c.MaxBytes)
 	}
 	// A retention shorter than the duplicate window (2m) shortens the window.
-	if err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 30 * time.Second}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 30 * time.Second}); err != nil {
 		t.Fatalf("a 30s retention: want it applied, got %v", err)
 	}
 	if c := dead(); c.MaxAge != 30*time.Second || c.Duplicates != 30*time.Second || c.MaxBytes > 0 {
@@ -260,3 +261,74 @@ func TestDeadLimitsApplied(t *testing.T) {
 // ownerGroup is how these tests pull from a dispatch consumer: as its
 // owner replica does, in its pinned priority group.
 var ownerGroup = jetstream.FetchPriorityGroup("owner")
+
+// A new store gets DefaultPartitions (or the count asked for), each with
+// its EVENTS stream, its state bucket and its poller consumer, recorded
+// in EVENTS' metadata; applying again without a count keeps the store's,
+// and a different count is refused with ErrPartitions, changing nothing.
+func TestApplyPartitions(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	n, err := streams.Apply(ctx, js, streams.Options{})
+	if err != nil || n != streams.DefaultPartitions {
+		t.Fatalf("a new store: want %d partitions, got %d (%v)", streams.DefaultPartitions, n, err)
+	}
+	for p := range n {
+		s, err := js.Stream(ctx, streams.EventsStream(p))
+		if err != nil {
+			t.Fatalf("partition %d: stream %s: %v", p, streams.EventsStream(p), err)
+		}
+		root := streams.Root("tenaz", p) + "."
+		for _, subj := range s.CachedInfo().Config.Subjects {
+			if !strings.HasPrefix(subj, root) || (p > 0 && strings.HasPrefix(subj, "tenaz.events.")) {
+				t.Errorf("partition %d: subject %q not under %s", p, subj, root)
+			}
+		}
+		if _, err := js.KeyValue(ctx, streams.StateBucket(p)); err != nil {
+			t.Errorf("partition %d: bucket %s: %v", p, streams.StateBucket(p), err)
+		}
+		if _, err := s.Consumer(ctx, "poller"); err != nil {
+			t.Errorf("partition %d: poller consumer: %v", p, err)
+		}
+	}
+	if n, err := streams.Apply(ctx, js, streams.Options{}); err != nil || n != streams.DefaultPartitions {
+		t.Fatalf("again, no count asked: want the store's %d, got %d (%v)", streams.DefaultPartitions, n, err)
+	}
+	if _, err := streams.Apply(ctx, js, streams.Options{Partitions: 2}); !errors.Is(err, streams.ErrPartitions) {
+		t.Fatalf("another count: want ErrPartitions, got %v", err)
+	}
+	if got, _ := streams.Partitions(ctx, js); got != streams.DefaultPartitions {
+		t.Fatalf("after the refusal: want %d partitions, got %d", streams.DefaultPartitions, got)
+	}
+}
+
+// A store from before partitions (EVENTS without the metadata) is a
+// one-partition store and stays one: its streams are applied as they were.
+func TestApplyKeepsAStoreFromBeforePartitions(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	ss, err := streams.Streams(streams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ss {
+		if c.Name == "EVENTS" {
+			c.Metadata = nil
+			if _, err := js.CreateStream(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n, err := streams.Apply(ctx, js, streams.Options{})
+	if err != nil || n != 1 {
+		t.Fatalf("want the old store's one partition, got %d (%v)", n, err)
+	}
+	if _, err := js.Stream(ctx, streams.EventsStream(1)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("want no second partition made, got %v", err)
+	}
+	if _, err := streams.Apply(ctx, js, streams.Options{Partitions: 4}); !errors.Is(err, streams.ErrPartitions) {
+		t.Fatalf("asking 4 of a 1-partition store: want ErrPartitions, got %v", err)
+	}
+}

@@ -39,9 +39,10 @@ type Provisioner struct {
 // the announcement of that (AccountGone) is best effort.
 const Refresh = 5 * time.Minute
 
-// NewProvisioner returns a Provisioner.
-func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config) *Provisioner {
-	return &Provisioner{js: js, nc: nc, cfg: cfg, subj: tenaz.NewSubjects(cfg.Prefix),
+// NewProvisioner returns a Provisioner of the consumers on the EVENTS
+// streams of subj's partitions.
+func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config, subj tenaz.Subjects) *Provisioner {
+	return &Provisioner{js: js, nc: nc, cfg: cfg, subj: subj,
 		done: map[string]chan struct{}{}, errs: map[string]error{}, at: map[string]time.Time{}}
 }
 
@@ -50,10 +51,11 @@ func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config) *
 // call while the previous outcome is still being stored.
 const AckPendingPerSlot = 2
 
-// ConsumerConfig is the dispatch consumer config of account under cfg.
-func ConsumerConfig(cfg *config.Config, account string) (jetstream.ConsumerConfig, error) {
+// ConsumerConfig is the dispatch consumer config of account under cfg,
+// on the EVENTS stream of its partition of parts.
+func ConsumerConfig(cfg *config.Config, parts int, account string) (jetstream.ConsumerConfig, error) {
 	acct := cfg.Account(account)
-	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix, AckWait: cfg.Streams.AckWait.D()}, account, AckPendingPerSlot*acct.MaxConcurrency())
+	return streams.DispatchConsumer(streams.Options{Prefix: cfg.Prefix, AckWait: cfg.Streams.AckWait.D(), Partitions: parts}, account, AckPendingPerSlot*acct.MaxConcurrency())
 }
 
 // Ensure makes sure account's consumer exists. Concurrent callers for one
@@ -104,11 +106,11 @@ func (p *Provisioner) create(ctx context.Context, account string) error {
 	if err := tenaz.ValidateAccount(account); err != nil {
 		return err
 	}
-	cc, err := ConsumerConfig(p.cfg, account)
+	cc, err := ConsumerConfig(p.cfg, p.subj.Parts(), account)
 	if err != nil {
 		return err
 	}
-	if _, err := p.js.CreateOrUpdateConsumer(ctx, tenaz.StreamEvents, cc); err != nil {
+	if _, err := p.js.CreateOrUpdateConsumer(ctx, p.subj.EventsStream(account), cc); err != nil {
 		return fmt.Errorf("accounts: consumer for %s: %w", account, err)
 	}
 	if p.nc != nil {

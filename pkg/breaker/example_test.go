@@ -38,7 +38,7 @@ func Example() {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
 		fmt.Println(err)
 		return
 	}

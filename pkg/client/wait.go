@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // Polling bounds of Wait: the first look again after pollMin, doubling up
@@ -91,22 +92,39 @@ func (c *Client) watch(ctx context.Context, id string) (<-chan struct{}, func())
 	if err != nil {
 		return nil, func() {}
 	}
-	kv, err := js.KeyValue(ctx, tenaz.BucketState)
-	if err != nil {
-		return nil, func() {}
-	}
-	w, err := kv.Watch(ctx, id, jetstream.MetaOnly())
-	if err != nil {
+	// The event's partition is its account's, which the id does not
+	// tell: watch the key in every partition's bucket.
+	n, err := streams.Partitions(ctx, js)
+	if err != nil || n == 0 {
 		return nil, func() {}
 	}
 	changed := make(chan struct{}, 1)
-	go func() {
-		for range w.Updates() { // closed by Stop
-			select {
-			case changed <- struct{}{}:
-			default: // one pending signal is enough: Get reads the latest
-			}
+	var ws []jetstream.KeyWatcher
+	stop := func() {
+		for _, w := range ws {
+			_ = w.Stop()
 		}
-	}()
-	return changed, func() { _ = w.Stop() }
+	}
+	for p := range n {
+		kv, err := js.KeyValue(ctx, streams.StateBucket(p))
+		if err != nil {
+			stop()
+			return nil, func() {}
+		}
+		w, err := kv.Watch(ctx, id, jetstream.MetaOnly())
+		if err != nil {
+			stop()
+			return nil, func() {}
+		}
+		ws = append(ws, w)
+		go func() {
+			for range w.Updates() { // closed by Stop
+				select {
+				case changed <- struct{}{}:
+				default: // one pending signal is enough: Get reads the latest
+				}
+			}
+		}()
+	}
+	return changed, stop
 }

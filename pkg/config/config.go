@@ -146,6 +146,11 @@ type Streams struct {
 	// ×10). Live calls send progress, so it need not exceed target timeouts.
 	// Defaults to 30s.
 	AckWait Duration `yaml:"ack_wait"`
+	// Partitions is how many partitions hold the events' dispatch and
+	// state, each its own EVENTS stream and state bucket (an account is in
+	// one). 0: the store's own count, or 4 for a new store. A count that
+	// is not the store's is refused at start-up.
+	Partitions int `yaml:"partitions"`
 }
 
 // Account holds one account's limits. Zero fields inherit from "*".

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // Classes a target's classify map may give a status.
@@ -151,6 +152,9 @@ func (v *validator) outbox() {
 
 func (v *validator) top() {
 	c := v.c
+	if p := c.Streams.Partitions; p < 0 || p > streams.MaxPartitions {
+		v.add("streams.partitions", "must be 1 to %d (or 0: the store's own count), got %d", streams.MaxPartitions, p)
+	}
 	if c.Poller.Concurrency < 1 {
 		v.add("poller.concurrency", "must be at least 1, got %d", c.Poller.Concurrency)
 	}

@@ -103,7 +103,7 @@ func exampleNATS() (jetstream.JetStream, func()) {
 	stop := func() { nc.Close(); natsd.Shutdown(srv); _ = os.RemoveAll(dir) }
 	js, err := jetstream.New(nc)
 	if err == nil {
-		err = streams.Apply(context.Background(), js, streams.Options{})
+		_, err = streams.Apply(context.Background(), js, streams.Options{})
 	}
 	if err != nil {
 		stop()

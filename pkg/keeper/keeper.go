@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // Keep is how many recent keeper messages survive a purge.
@@ -30,13 +31,13 @@ const Keep = 4
 // Subject is the keeper subject of a stream ("intake" or "events").
 func Subject(s tenaz.Subjects, stream string) string { return s.Prefix + ".keep." + stream }
 
-// Run publishes a keeper message to each work-queue stream every interval
-// and purges older ones every 10 intervals, until ctx ends. Several
-// replicas running it is harmless.
+// Run publishes a keeper message to each work-queue stream (INTAKE and
+// every partition's EVENTS) every interval and purges older ones every 10
+// intervals, until ctx ends. Several replicas running it is harmless.
 func Run(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, every time.Duration) {
-	targets := []struct{ stream, subject string }{
-		{tenaz.StreamIntake, Subject(s, "intake")},
-		{tenaz.StreamEvents, Subject(s, "events")},
+	targets := []struct{ stream, subject string }{{tenaz.StreamIntake, Subject(s, "intake")}}
+	for p := range s.Parts() {
+		targets = append(targets, struct{ stream, subject string }{streams.EventsStream(p), s.KeepIn(p)})
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -20,9 +20,9 @@ const (
 
 // BacklogOptions configure WatchBacklog.
 type BacklogOptions struct {
-	// Stream is the stream whose acct_<account> consumers are read.
-	// Defaults to EVENTS.
-	Stream string
+	// Streams are the streams whose acct_<account> consumers are read:
+	// every partition's EVENTS. Defaults to EVENTS alone.
+	Streams []string
 	// Timeout bounds one read of the consumers (a scrape waits at most
 	// this long for it). Defaults to 2s.
 	Timeout time.Duration
@@ -56,9 +56,9 @@ type backlog struct {
 }
 
 type backlogSource struct {
-	js     jetstream.JetStream
-	o      BacklogOptions
-	stream jetstream.Stream // cached after the first successful lookup
+	js      jetstream.JetStream
+	o       BacklogOptions
+	streams []jetstream.Stream // cached after the first successful lookup
 }
 
 func newBacklog(label func(string) string) *backlog {
@@ -91,8 +91,8 @@ func (b *backlog) push(account string, pending, ackPending int) {
 // connection goes away: it ends the watch and drops the series. A later
 // WatchBacklog replaces an earlier one.
 func (s *Set) WatchBacklog(js jetstream.JetStream, o BacklogOptions) (stop func()) {
-	if o.Stream == "" {
-		o.Stream = tenaz.StreamEvents
+	if len(o.Streams) == 0 {
+		o.Streams = []string{tenaz.StreamEvents}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultBacklogTimeout
@@ -149,28 +149,32 @@ func (b *backlog) refreshLocked() {
 func (src *backlogSource) read() (map[string]backlogRow, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), src.o.Timeout)
 	defer cancel()
-	if src.stream == nil {
-		st, err := src.js.Stream(ctx, src.o.Stream)
-		if err != nil {
-			return nil, fmt.Errorf("metrics: stream %s: %w", src.o.Stream, err)
+	if src.streams == nil {
+		for _, name := range src.o.Streams {
+			st, err := src.js.Stream(ctx, name)
+			if err != nil {
+				return nil, fmt.Errorf("metrics: stream %s: %w", name, err)
+			}
+			src.streams = append(src.streams, st)
 		}
-		src.stream = st
 	}
-	l := src.stream.ListConsumers(ctx)
 	rows := map[string]backlogRow{}
-	for ci := range l.Info() {
-		account, ok := tenaz.AccountOfConsumer(ci.Name)
-		if !ok {
-			continue
+	for _, st := range src.streams {
+		l := st.ListConsumers(ctx)
+		for ci := range l.Info() {
+			account, ok := tenaz.AccountOfConsumer(ci.Name)
+			if !ok {
+				continue
+			}
+			r := backlogRow{pending: float64(ci.NumPending), ackPending: float64(ci.NumAckPending), pausedKnown: true}
+			if ci.Paused {
+				r.paused = 1
+			}
+			rows[account] = r
 		}
-		r := backlogRow{pending: float64(ci.NumPending), ackPending: float64(ci.NumAckPending), pausedKnown: true}
-		if ci.Paused {
-			r.paused = 1
+		if err := l.Err(); err != nil {
+			return nil, fmt.Errorf("metrics: consumers of %s: %w", st.CachedInfo().Config.Name, err)
 		}
-		rows[account] = r
-	}
-	if err := l.Err(); err != nil {
-		return nil, fmt.Errorf("metrics: consumers of %s: %w", src.o.Stream, err)
 	}
 	return rows, nil
 }

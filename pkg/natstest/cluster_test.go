@@ -26,11 +26,11 @@ func TestClusterPlacement(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // slack for a loaded machine (make test runs packages side by side)
 	defer cancel()
 	o := streams.Options{Replicas: 3, Placement: streams.Place(c.Name, []string{natstest.ClusterTag})}
-	if err := streams.Apply(ctx, js, o); err != nil {
+	if _, err := streams.Apply(ctx, js, o); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	// Applying again (every service does at start) changes nothing.
-	if err := streams.Apply(ctx, js, o); err != nil {
+	if _, err := streams.Apply(ctx, js, o); err != nil {
 		t.Fatalf("apply again: %v", err)
 	}
 	ss, _ := streams.Streams(o)
@@ -83,7 +83,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 	_, js := c.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a bound on the whole; each wait below has its own
 	defer cancel()
-	if err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	st, err := store.Open(ctx, js, store.Options{})
@@ -113,7 +113,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 			t.Fatalf("%s: async write at a stale revision: want ErrConflict, got %v", round, err)
 		}
 		// The raw error is the clustered code on a replicated bucket.
-		_, err = js.Publish(ctx, "$KV."+tenaz.BucketState+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
+		_, err = js.Publish(ctx, "$KV."+st.Bucket(rec.Account)+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
 		var apiErr *jetstream.APIError
 		if !errors.As(err, &apiErr) || !store.IsWrongSequence(err) {
 			t.Fatalf("%s: want a wrong-sequence API error, got %v", round, err)
@@ -123,7 +123,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 		// Many writes in flight at once at the same revision: one wins,
 		// every other is a conflict, whatever code the leader answers
 		// (10164 when it judges against writes still being proposed).
-		cur, rev, err := st.Get(ctx, rec.ID)
+		cur, rev, err := st.Get(ctx, "", rec.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,14 +149,14 @@ func TestClusterCompareAndSet(t *testing.T) {
 			t.Fatalf("%s: want exactly one of 32 concurrent writes at one revision to win, got %d", round, won)
 		}
 		// The same, raw, to see the codes.
-		_, rev, err = st.Get(ctx, rec.ID)
+		_, rev, err = st.Get(ctx, "", rec.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		codes := map[jetstream.ErrorCode]int{}
 		var acks []jetstream.PubAckFuture
 		for range 32 {
-			f, err := js.PublishAsync("$KV."+tenaz.BucketState+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
+			f, err := js.PublishAsync("$KV."+st.Bucket(rec.Account)+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +182,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 		t.Logf("%s: codes of 32 concurrent writes at one revision (0 = won): %v", round, codes)
 	}
 	check("before")
-	bucket := "KV_" + tenaz.BucketState
+	bucket := "KV_" + st.Bucket("acme")
 	leader := c.StreamLeader(bucket)
 	if leader < 0 {
 		t.Fatal("want a leader of the state bucket")
@@ -196,7 +196,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 	natstest.Eventually(t, time.Minute, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		kv, err := js.KeyValue(pctx, tenaz.BucketState)
+		kv, err := js.KeyValue(pctx, st.Bucket("acme"))
 		if err != nil {
 			return false
 		}

@@ -63,7 +63,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	_, js := s.Conn(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
 		tb.Fatalf("natstest: apply streams: %v", err)
 	}
 	return s

@@ -30,7 +30,7 @@ func setup(t *testing.T) *natstest.Server {
 	_, js := srv.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return srv

@@ -30,27 +30,31 @@ import (
 // reading the record first.
 const HeaderRev = "Tenaz-Rev"
 
-// Queue publishes to EVENTS.
+// Queue publishes to the EVENTS stream of each event's partition.
 type Queue struct {
 	js   jetstream.JetStream
 	subj tenaz.Subjects
 
 	mu     sync.Mutex
-	events jetstream.Stream // cached: CancelSchedule runs once per completed callback
+	events map[string]jetstream.Stream // by name, cached: CancelSchedule runs once per completed callback
 }
 
-// stream returns the EVENTS stream handle, looked up once.
-func (q *Queue) stream(ctx context.Context) (jetstream.Stream, error) {
+// stream returns the handle of account's EVENTS stream, looked up once.
+func (q *Queue) stream(ctx context.Context, account string) (jetstream.Stream, error) {
+	name := q.subj.EventsStream(account)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.events != nil {
-		return q.events, nil
+	if s, ok := q.events[name]; ok {
+		return s, nil
 	}
-	s, err := q.js.Stream(ctx, tenaz.StreamEvents)
+	s, err := q.js.Stream(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	q.events = s
+	if q.events == nil {
+		q.events = map[string]jetstream.Stream{}
+	}
+	q.events[name] = s
 	return s, nil
 }
 
@@ -150,7 +154,7 @@ func (q *Queue) schedule(ctx context.Context, env event.Envelope, at time.Time, 
 	if err != nil {
 		return err
 	}
-	m := q.msg(env, q.subj.Schedule(env.ID), rev, msgID)
+	m := q.msg(env, q.subj.Schedule(env.Account, env.ID), rev, msgID)
 	m.Header.Set("Nats-Schedule", "@at "+DueTime(at).Format(time.RFC3339))
 	m.Header.Set("Nats-Schedule-Target", target)
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
@@ -177,7 +181,7 @@ func (q *Queue) Timer(ctx context.Context, env event.Envelope, at time.Time, wha
 	if err != nil {
 		return err
 	}
-	m := q.msg(env, q.subj.Schedule(env.ID), 0, msgID)
+	m := q.msg(env, q.subj.Schedule(env.Account, env.ID), 0, msgID)
 	m.Header.Set("Nats-Schedule", "@at "+DueTime(at).Format(time.RFC3339))
 	m.Header.Set("Nats-Schedule-Target", target)
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
@@ -188,13 +192,14 @@ func (q *Queue) Timer(ctx context.Context, env event.Envelope, at time.Time, wha
 	return nil
 }
 
-// HasSchedule reports whether the event has a schedule waiting to fire.
-func (q *Queue) HasSchedule(ctx context.Context, id string) (bool, error) {
-	s, err := q.stream(ctx)
+// HasSchedule reports whether account's event id has a schedule waiting
+// to fire.
+func (q *Queue) HasSchedule(ctx context.Context, account, id string) (bool, error) {
+	s, err := q.stream(ctx, account)
 	if err != nil {
 		return false, err
 	}
-	_, err = s.GetLastMsgForSubject(ctx, q.subj.Schedule(id))
+	_, err = s.GetLastMsgForSubject(ctx, q.subj.Schedule(account, id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -228,7 +233,7 @@ func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Re
 	if at == nil {
 		return nil
 	}
-	if has, err := q.HasSchedule(ctx, env.ID); err != nil || has {
+	if has, err := q.HasSchedule(ctx, env.Account, env.ID); err != nil || has {
 		return err
 	}
 	when := *at
@@ -242,13 +247,14 @@ func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Re
 	return q.ScheduleAt(ctx, env, when, "")
 }
 
-// CancelSchedule purges the event's schedule subject so that it never fires.
-func (q *Queue) CancelSchedule(ctx context.Context, id string) error {
-	s, err := q.stream(ctx)
+// CancelSchedule purges the schedule subject of account's event id so
+// that it never fires.
+func (q *Queue) CancelSchedule(ctx context.Context, account, id string) error {
+	s, err := q.stream(ctx, account)
 	if err != nil {
 		return fmt.Errorf("queue: cancel schedule %s: %w", id, err)
 	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(q.subj.Schedule(id))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(q.subj.Schedule(account, id))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("queue: cancel schedule %s: %w", id, err)
 	}
 	return nil

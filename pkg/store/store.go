@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tenaz/tenaz/pkg/event"
 	"strconv"
 	"strings"
 	"time"
@@ -20,9 +19,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // Conditions callers branch on.
@@ -74,21 +75,44 @@ type Options struct {
 	Now func() time.Time
 	// MaxConflicts bounds the read-modify-write retries of Update. Defaults to 32.
 	MaxConflicts int
+	// Partitions is the store's partition count (streams.Apply returns
+	// it). 0: read it from the server.
+	Partitions int
 }
 
-// Store reads and writes event records.
+// Store reads and writes event records, each in the state bucket of its
+// account's partition.
 type Store struct {
-	js     jetstream.JetStream
-	kv     jetstream.KeyValue
-	prefix string
-	o      Options
+	js    jetstream.JetStream
+	subj  tenaz.Subjects
+	parts []partition
+	o     Options
 }
 
-// Open binds the tenaz_state bucket (it must exist: streams.Apply).
+// partition is one state bucket.
+type partition struct {
+	kv     jetstream.KeyValue
+	prefix string // $KV.<bucket>.
+}
+
+// Open binds the state buckets (they must exist: streams.Apply).
 func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
-	kv, err := js.KeyValue(ctx, tenaz.BucketState)
-	if err != nil {
-		return nil, fmt.Errorf("store: bucket %s: %w", tenaz.BucketState, err)
+	if o.Partitions == 0 {
+		n, err := streams.Partitions(ctx, js)
+		if err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		o.Partitions = n
+	}
+	subj := tenaz.NewSubjects("").WithPartitions(o.Partitions)
+	parts := make([]partition, subj.Parts())
+	for p := range parts {
+		name := streams.StateBucket(p)
+		kv, err := js.KeyValue(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("store: bucket %s: %w", name, err)
+		}
+		parts[p] = partition{kv: kv, prefix: "$KV." + name + "."}
 	}
 	if o.Retention <= 0 {
 		o.Retention = 7 * 24 * time.Hour
@@ -99,21 +123,66 @@ func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error
 	if o.MaxConflicts <= 0 {
 		o.MaxConflicts = 32
 	}
-	return &Store{js: js, kv: kv, prefix: "$KV." + tenaz.BucketState + ".", o: o}, nil
+	return &Store{js: js, subj: subj, parts: parts, o: o}, nil
 }
 
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.o.Now() }
 
-// KV is the underlying bucket (watchers, listings).
-func (s *Store) KV() jetstream.KeyValue { return s.kv }
+// KVs are the state buckets, one per partition (watchers, listings).
+func (s *Store) KVs() []jetstream.KeyValue {
+	out := make([]jetstream.KeyValue, len(s.parts))
+	for i, p := range s.parts {
+		out[i] = p.kv
+	}
+	return out
+}
 
-// Get returns the record and its revision, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, id string) (state.Record, uint64, error) {
+func (s *Store) of(account string) partition { return s.parts[s.subj.PartitionOf(account)] }
+
+// Bucket is the state bucket of account's records.
+func (s *Store) Bucket(account string) string { return s.subj.StateBucket(account) }
+
+// Get returns the record of account's event id and its revision, or
+// ErrNotFound. An account of "" (a caller who knows only the id: an
+// operator, a callback without its account) looks in every partition.
+func (s *Store) Get(ctx context.Context, account, id string) (state.Record, uint64, error) {
 	if err := tenaz.ValidateEventID(id); err != nil {
 		return state.Record{}, 0, fmt.Errorf("%w: %v", ErrNotFound, err)
 	}
-	e, err := s.kv.Get(ctx, id)
+	if account != "" || len(s.parts) == 1 {
+		return get(ctx, s.of(account).kv, id)
+	}
+	type found struct {
+		r   state.Record
+		rev uint64
+		err error
+	}
+	res := make(chan found, len(s.parts))
+	for _, p := range s.parts {
+		go func() {
+			r, rev, err := get(ctx, p.kv, id)
+			res <- found{r, rev, err}
+		}()
+	}
+	var failed error
+	for range s.parts {
+		f := <-res
+		switch {
+		case f.err == nil:
+			return f.r, f.rev, nil
+		case !errors.Is(f.err, ErrNotFound):
+			failed = f.err
+		}
+	}
+	if failed != nil {
+		return state.Record{}, 0, failed
+	}
+	return state.Record{}, 0, ErrNotFound
+}
+
+func get(ctx context.Context, kv jetstream.KeyValue, id string) (state.Record, uint64, error) {
+	e, err := kv.Get(ctx, id)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return state.Record{}, 0, ErrNotFound
@@ -128,7 +197,7 @@ func (s *Store) Get(ctx context.Context, id string) (state.Record, uint64, error
 }
 
 func (s *Store) msg(r state.Record, rev uint64) *nats.Msg {
-	m := nats.NewMsg(s.prefix + r.ID)
+	m := nats.NewMsg(s.of(r.Account).prefix + r.ID)
 	m.Data = r.AppendJSON(make([]byte, 0, 512+256*len(r.History)))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if r.Status.Terminal() {
@@ -212,9 +281,9 @@ func (s *Store) CreateAsync(r state.Record) (Pending, error) {
 // Update reads the record, applies fn and writes the result by
 // compare-and-set, re-reading and re-applying on a conflict. An error from
 // fn ends it unchanged.
-func (s *Store) Update(ctx context.Context, id string, fn func(state.Record) (state.Record, error)) (state.Record, uint64, error) {
+func (s *Store) Update(ctx context.Context, account, id string, fn func(state.Record) (state.Record, error)) (state.Record, uint64, error) {
 	for i := 0; ; i++ {
-		cur, rev, err := s.Get(ctx, id)
+		cur, rev, err := s.Get(ctx, account, id)
 		if err != nil {
 			return state.Record{}, 0, err
 		}
@@ -222,6 +291,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(state.Record) (st
 		if err != nil {
 			return cur, rev, err
 		}
+		account = cur.Account // found: its partition is known from here
 		nrev, err := s.Write(ctx, next, rev)
 		if err == nil {
 			return next, nrev, nil
@@ -236,9 +306,9 @@ func (s *Store) Update(ctx context.Context, id string, fn func(state.Record) (st
 // retrying on conflicts; it returns the new record and the effects to carry
 // out. An illegal move returns state.ErrInvalidTransition and the current
 // record.
-func (s *Store) Transition(ctx context.Context, id string, a state.Action) (state.Record, uint64, []state.EffectKind, error) {
+func (s *Store) Transition(ctx context.Context, account, id string, a state.Action) (state.Record, uint64, []state.EffectKind, error) {
 	var effects []state.EffectKind
-	r, rev, err := s.Update(ctx, id, func(cur state.Record) (state.Record, error) {
+	r, rev, err := s.Update(ctx, account, id, func(cur state.Record) (state.Record, error) {
 		next, eff, err := state.Apply(cur, a, s.o.Now())
 		effects = eff
 		return next, err

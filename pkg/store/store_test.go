@@ -74,7 +74,7 @@ func TestCreateGet(t *testing.T) {
 	if rev == 0 {
 		t.Errorf("want a non-zero revision, got 0")
 	}
-	got, grev, err := st.Get(ctx(t), r.ID)
+	got, grev, err := st.Get(ctx(t), "", r.ID)
 	if err != nil || grev != rev {
 		t.Fatalf("Get: want revision %d, got %d (%v)", rev, grev, err)
 	}
@@ -84,7 +84,7 @@ func TestCreateGet(t *testing.T) {
 	if _, err := st.Create(ctx(t), r); !errors.Is(err, store.ErrExists) {
 		t.Errorf("second Create: want ErrExists, got %v", err)
 	}
-	if _, grev, _ := st.Get(ctx(t), r.ID); grev != rev {
+	if _, grev, _ := st.Get(ctx(t), "", r.ID); grev != rev {
 		t.Errorf("a refused Create changed the revision: %d -> %d", rev, grev)
 	}
 }
@@ -93,7 +93,7 @@ func TestGetNotFound(t *testing.T) {
 	t.Parallel()
 	st, _ := setup(t, store.Options{})
 	for _, id := range []string{event.ID("acme", "never-created"), "not-an-id", "ev_*", "", "ev_0123456789abcdefghijklmn.>"} {
-		if _, _, err := st.Get(ctx(t), id); !errors.Is(err, store.ErrNotFound) {
+		if _, _, err := st.Get(ctx(t), "", id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Get(%q): want ErrNotFound, got %v", id, err)
 		}
 	}
@@ -118,7 +118,7 @@ func TestWriteCompareAndSet(t *testing.T) {
 	if _, err := st.Write(ctx(t), claimed, rev2+100); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("Write at a future revision: want ErrConflict, got %v", err)
 	}
-	got, rev, err := st.Get(ctx(t), r.ID)
+	got, rev, err := st.Get(ctx(t), "", r.ID)
 	if err != nil || rev != rev2 || got.Status != tenaz.StateRunning || got.Attempts != 1 {
 		t.Errorf("want the first write kept (running, attempt 1, rev %d), got %s, %d, rev %d (%v)", rev2, got.Status, got.Attempts, rev, err)
 	}
@@ -152,7 +152,7 @@ func TestWriteAsync(t *testing.T) {
 	if _, err := stale.Wait(ctx(t)); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("Wait on a stale write: want ErrConflict, got %v", err)
 	}
-	if _, rev, _ := st.Get(ctx(t), r.ID); rev != rev2 {
+	if _, rev, _ := st.Get(ctx(t), "", r.ID); rev != rev2 {
 		t.Errorf("want the stored revision %d, got %d", rev2, rev)
 	}
 	// Many pipelined writes, each at the revision the previous one made, all land.
@@ -170,7 +170,7 @@ func TestWriteAsync(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	got, grev, err := st.Get(ctx(t), r.ID)
+	got, grev, err := st.Get(ctx(t), "", r.ID)
 	if err != nil || grev != rev || len(got.History) != len(cur.History) {
 		t.Errorf("want revision %d with %d history entries, got %d with %d (%v)", rev, len(cur.History), grev, len(got.History), err)
 	}
@@ -201,7 +201,7 @@ func TestCreateAsync(t *testing.T) {
 	if _, err := dup.Wait(ctx(t)); !errors.Is(err, store.ErrExists) {
 		t.Errorf("second CreateAsync of one id: want ErrExists, got %v", err)
 	}
-	if _, grev, err := st.Get(ctx(t), r.ID); err != nil || grev != rev {
+	if _, grev, err := st.Get(ctx(t), "", r.ID); err != nil || grev != rev {
 		t.Errorf("want the first create stored at rev %d, got %d (%v)", rev, grev, err)
 	}
 }
@@ -225,7 +225,7 @@ func TestTransitionClaimRace(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					rec, _, effects, err := st.Transition(context.Background(), r.ID, state.Action{Name: state.Claim, Seq: uint64(w + 1), Actor: fmt.Sprint("w", w)})
+					rec, _, effects, err := st.Transition(context.Background(), "", r.ID, state.Action{Name: state.Claim, Seq: uint64(w + 1), Actor: fmt.Sprint("w", w)})
 					switch {
 					case err == nil:
 						wins.Add(1)
@@ -251,7 +251,7 @@ func TestTransitionClaimRace(t *testing.T) {
 			if wins.Load() != 1 || loses.Load() != int32(workers-1) {
 				t.Fatalf("want exactly 1 claim to win and %d to lose, got %d and %d", workers-1, wins.Load(), loses.Load())
 			}
-			got, _, err := st.Get(ctx(t), r.ID)
+			got, _, err := st.Get(ctx(t), "", r.ID)
 			if err != nil || got.Attempts != 1 || len(got.History) != 2 {
 				t.Errorf("want one claim recorded (attempt 1, 2 history entries), got attempts %d, %d entries (%v)", got.Attempts, len(got.History), err)
 			}
@@ -264,14 +264,14 @@ func TestTransitionIllegal(t *testing.T) {
 	st, _ := setup(t, store.Options{})
 	r := record(t)
 	rev := create(t, st, r)
-	got, grev, _, err := st.Transition(ctx(t), r.ID, state.Action{Name: state.Succeed})
+	got, grev, _, err := st.Transition(ctx(t), "", r.ID, state.Action{Name: state.Succeed})
 	if !errors.Is(err, state.ErrInvalidTransition) || got.Status != tenaz.StatePending || grev != rev {
 		t.Errorf("succeed from pending: want ErrInvalidTransition and the record at rev %d, got %s rev %d (%v)", rev, got.Status, grev, err)
 	}
-	if _, rev2, _ := st.Get(ctx(t), r.ID); rev2 != rev {
+	if _, rev2, _ := st.Get(ctx(t), "", r.ID); rev2 != rev {
 		t.Errorf("an illegal transition wrote: revision %d -> %d", rev, rev2)
 	}
-	if _, _, _, err := st.Transition(ctx(t), event.ID("acme", "missing"), state.Action{Name: state.Claim}); !errors.Is(err, store.ErrNotFound) {
+	if _, _, _, err := st.Transition(ctx(t), "", event.ID("acme", "missing"), state.Action{Name: state.Claim}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Transition of a missing record: want ErrNotFound, got %v", err)
 	}
 }
@@ -295,7 +295,7 @@ func TestUpdateUnderContention(t *testing.T) {
 			defer wg.Done()
 			<-start
 			for range each {
-				_, _, err := st.Update(context.Background(), r.ID, func(cur state.Record) (state.Record, error) {
+				_, _, err := st.Update(context.Background(), "", r.ID, func(cur state.Record) (state.Record, error) {
 					cur.Attempts++
 					return cur, nil
 				})
@@ -311,7 +311,7 @@ func TestUpdateUnderContention(t *testing.T) {
 	for err := range errs {
 		t.Errorf("Update: %v", err)
 	}
-	got, _, err := st.Get(ctx(t), r.ID)
+	got, _, err := st.Get(ctx(t), "", r.ID)
 	if err != nil || got.Attempts != workers*each {
 		t.Errorf("want attempts %d after %d×%d increments, got %d (%v)", workers*each, workers, each, got.Attempts, err)
 	}
@@ -324,9 +324,9 @@ func TestUpdateGivesUpAfterMaxConflicts(t *testing.T) {
 	create(t, st, r)
 	calls := 0
 	// fn writes behind Update's back each time, so every write conflicts.
-	_, _, err := st.Update(ctx(t), r.ID, func(cur state.Record) (state.Record, error) {
+	_, _, err := st.Update(ctx(t), "", r.ID, func(cur state.Record) (state.Record, error) {
 		calls++
-		_, rev, err := st.Get(ctx(t), cur.ID)
+		_, rev, err := st.Get(ctx(t), "", cur.ID)
 		if err != nil {
 			return cur, err
 		}
@@ -346,26 +346,27 @@ func TestUpdateFnErrorWritesNothing(t *testing.T) {
 	r := record(t)
 	rev := create(t, st, r)
 	boom := errors.New("boom")
-	got, grev, err := st.Update(ctx(t), r.ID, func(cur state.Record) (state.Record, error) {
+	got, grev, err := st.Update(ctx(t), "", r.ID, func(cur state.Record) (state.Record, error) {
 		cur.Attempts = 99
 		return cur, boom
 	})
 	if !errors.Is(err, boom) || grev != rev || got.Attempts != 0 {
 		t.Errorf("want boom and the unchanged record at rev %d, got %v, rev %d, attempts %d", rev, err, grev, got.Attempts)
 	}
-	if _, rev2, _ := st.Get(ctx(t), r.ID); rev2 != rev {
+	if _, rev2, _ := st.Get(ctx(t), "", r.ID); rev2 != rev {
 		t.Errorf("a failed fn wrote: revision %d -> %d", rev, rev2)
 	}
 }
 
 // lastMsg is the stored message of a record.
-func lastMsg(t *testing.T, js jetstream.JetStream, id string) *jetstream.RawStreamMsg {
+func lastMsg(t *testing.T, js jetstream.JetStream, st *store.Store, r state.Record) *jetstream.RawStreamMsg {
 	t.Helper()
-	s, err := js.Stream(ctx(t), "KV_"+tenaz.BucketState)
+	bucket, id := st.Bucket(r.Account), r.ID
+	s, err := js.Stream(ctx(t), "KV_"+bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx(t), "$KV."+tenaz.BucketState+"."+id)
+	m, err := s.GetLastMsgForSubject(ctx(t), "$KV."+bucket+"."+id)
 	if err != nil {
 		t.Fatalf("GetLastMsgForSubject %s: %v", id, err)
 	}
@@ -378,19 +379,19 @@ func TestTerminalWriteCarriesTTL(t *testing.T) {
 	st, js := setup(t, store.Options{Retention: retention})
 	r := record(t)
 	create(t, st, r)
-	if ttl := lastMsg(t, js, r.ID).Header.Get("Nats-TTL"); ttl != "" {
+	if ttl := lastMsg(t, js, st, r).Header.Get("Nats-TTL"); ttl != "" {
 		t.Errorf("pending record: want no Nats-TTL, got %q", ttl)
 	}
-	if _, _, _, err := st.Transition(ctx(t), r.ID, state.Action{Name: state.Claim, Seq: 1}); err != nil {
+	if _, _, _, err := st.Transition(ctx(t), "", r.ID, state.Action{Name: state.Claim, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if ttl := lastMsg(t, js, r.ID).Header.Get("Nats-TTL"); ttl != "" {
+	if ttl := lastMsg(t, js, st, r).Header.Get("Nats-TTL"); ttl != "" {
 		t.Errorf("running record: want no Nats-TTL, got %q", ttl)
 	}
-	if _, _, _, err := st.Transition(ctx(t), r.ID, state.Action{Name: state.Succeed}); err != nil {
+	if _, _, _, err := st.Transition(ctx(t), "", r.ID, state.Action{Name: state.Succeed}); err != nil {
 		t.Fatal(err)
 	}
-	ttl := lastMsg(t, js, r.ID).Header.Get("Nats-TTL")
+	ttl := lastMsg(t, js, st, r).Header.Get("Nats-TTL")
 	if d, err := time.ParseDuration(ttl); err != nil || d != retention {
 		t.Errorf("done record: want Nats-TTL %s, got %q", retention, ttl)
 	}
@@ -398,20 +399,20 @@ func TestTerminalWriteCarriesTTL(t *testing.T) {
 	d := record(t)
 	create(t, st, d)
 	for _, a := range []state.ActionName{state.Claim, state.Fail} {
-		if _, _, _, err := st.Transition(ctx(t), d.ID, state.Action{Name: a}); err != nil {
+		if _, _, _, err := st.Transition(ctx(t), "", d.ID, state.Action{Name: a}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ttl := lastMsg(t, js, d.ID).Header.Get("Nats-TTL"); ttl != "" {
+	if ttl := lastMsg(t, js, st, d).Header.Get("Nats-TTL"); ttl != "" {
 		t.Errorf("dead record: want no Nats-TTL, got %q", ttl)
 	}
 	// Cancelled is terminal too.
 	c := record(t)
 	create(t, st, c)
-	if _, _, _, err := st.Transition(ctx(t), c.ID, state.Action{Name: state.Cancel}); err != nil {
+	if _, _, _, err := st.Transition(ctx(t), "", c.ID, state.Action{Name: state.Cancel}); err != nil {
 		t.Fatal(err)
 	}
-	if ttl := lastMsg(t, js, c.ID).Header.Get("Nats-TTL"); ttl == "" {
+	if ttl := lastMsg(t, js, st, c).Header.Get("Nats-TTL"); ttl == "" {
 		t.Errorf("cancelled record: want a Nats-TTL, got none")
 	}
 }
@@ -421,14 +422,14 @@ func TestTerminalRecordExpires(t *testing.T) {
 	st, _ := setup(t, store.Options{Retention: time.Second})
 	r := record(t)
 	create(t, st, r)
-	if _, _, _, err := st.Transition(ctx(t), r.ID, state.Action{Name: state.Cancel}); err != nil {
+	if _, _, _, err := st.Transition(ctx(t), "", r.ID, state.Action{Name: state.Cancel}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.Get(ctx(t), r.ID); err != nil {
+	if _, _, err := st.Get(ctx(t), "", r.ID); err != nil {
 		t.Fatalf("right after the write: want the record, got %v", err)
 	}
 	eventually(t, func() bool {
-		_, _, err := st.Get(ctx(t), r.ID)
+		_, _, err := st.Get(ctx(t), "", r.ID)
 		return errors.Is(err, store.ErrNotFound)
 	}, "the cancelled record to expire after its 1s TTL")
 }
@@ -440,7 +441,7 @@ func TestRetentionExpiresDoneKeepsParked(t *testing.T) {
 	st, _ := setup(t, store.Options{Retention: time.Second})
 	move := func(id string, as ...state.ActionName) {
 		for _, a := range as {
-			if _, _, _, err := st.Transition(ctx(t), id, state.Action{Name: a, Seq: 1}); err != nil {
+			if _, _, _, err := st.Transition(ctx(t), "", id, state.Action{Name: a, Seq: 1}); err != nil {
 				t.Fatalf("%s: %v", a, err)
 			}
 		}
@@ -453,11 +454,11 @@ func TestRetentionExpiresDoneKeepsParked(t *testing.T) {
 	move(review.ID, state.Claim, state.AwaitCallback, state.Escalate)
 	move(done.ID, state.Claim, state.Succeed)
 	eventually(t, func() bool {
-		_, _, err := st.Get(ctx(t), done.ID)
+		_, _, err := st.Get(ctx(t), "", done.ID)
 		return errors.Is(err, store.ErrNotFound)
 	}, "the done record to expire after its 1s TTL")
 	for _, id := range []string{deadR.ID, review.ID} {
-		r, _, err := st.Get(ctx(t), id)
+		r, _, err := st.Get(ctx(t), "", id)
 		if err != nil {
 			t.Fatalf("parked record %s: want it kept, got %v", id, err)
 		}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tenaz/tenaz/streams"
 )
 
 // Header names on NATS messages and HTTP requests.
@@ -19,10 +21,12 @@ const (
 
 // Names of the streams and buckets. They are fixed; the subject prefix is not.
 const (
-	StreamIntake   = "INTAKE"
-	StreamEvents   = "EVENTS"
+	StreamIntake = "INTAKE"
+	// StreamEvents and BucketState are partition 0's names; every
+	// partition has its own (Subjects.EventsStream, Subjects.StateBucket).
+	StreamEvents   = streams.StreamEvents
 	StreamDead     = "DEAD"
-	BucketState    = "tenaz_state"
+	BucketState    = streams.BucketState
 	BucketBreakers = "tenaz_breakers"
 	BucketEffects  = "tenaz_effects"
 	// BucketCallbacks maps provider references to events and remembers
@@ -126,15 +130,59 @@ func ValidateEventID(id string) error {
 	return nil
 }
 
-// Subjects builds every subject under one prefix.
-type Subjects struct{ Prefix string }
+// Subjects builds every subject under one prefix, and knows the store's
+// partitions: an account's dispatch, schedule and timer subjects, its
+// EVENTS stream and its state bucket are its partition's (package
+// streams lays them out).
+type Subjects struct {
+	Prefix string
+	// Partitions is the store's partition count (streams.Apply returns
+	// it); below 1: 1.
+	Partitions int
+}
 
-// NewSubjects returns subject builders for prefix ("" means DefaultPrefix).
+// NewSubjects returns subject builders for prefix ("" means DefaultPrefix)
+// over one partition; WithPartitions sets the store's count.
 func NewSubjects(prefix string) Subjects {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return Subjects{Prefix: prefix}
+	return Subjects{Prefix: prefix, Partitions: 1}
+}
+
+// WithPartitions returns s over n partitions.
+func (s Subjects) WithPartitions(n int) Subjects {
+	s.Partitions = max(n, 1)
+	return s
+}
+
+// Parts is the partition count (at least 1).
+func (s Subjects) Parts() int { return max(s.Partitions, 1) }
+
+// PartitionOf is account's partition.
+func (s Subjects) PartitionOf(account string) int { return streams.PartitionOf(account, s.Parts()) }
+
+// EventsStream is the EVENTS stream of account's partition.
+func (s Subjects) EventsStream(account string) string {
+	return streams.EventsStream(s.PartitionOf(account))
+}
+
+// StateBucket is the state bucket of account's partition.
+func (s Subjects) StateBucket(account string) string {
+	return streams.StateBucket(s.PartitionOf(account))
+}
+
+// root is the subject root of partition p.
+func (s Subjects) root(p int) string { return streams.Root(s.Prefix, p) }
+
+func (s Subjects) inPartition(mid, account, kind string) (string, error) {
+	if err := ValidateAccount(account); err != nil {
+		return "", err
+	}
+	if err := ValidateKind(kind); err != nil {
+		return "", err
+	}
+	return s.root(s.PartitionOf(account)) + "." + mid + "." + account + "." + kind, nil
 }
 
 func (s Subjects) checked(mid, account, kind string) (string, error) {
@@ -174,33 +222,42 @@ func (s Subjects) ParseIntake(subject string) (account, kind string, err error) 
 	return account, kind, nil
 }
 
-// Event is the dispatch subject of an event: <p>.events.<account>.<kind>.
+// Event is the dispatch subject of an event:
+// <root>.events.<account>.<kind>, where root is the prefix for partition
+// 0 and <prefix>.p<n> for partition n.
 func (s Subjects) Event(account, kind string) (string, error) {
-	return s.checked("events", account, kind)
+	return s.inPartition("events", account, kind)
 }
 
-// EventsAll is the dispatcher-side filter of every account's events.
-func (s Subjects) EventsAll() string { return s.Prefix + ".events.>" }
+// EventsIn is partition p's filter of every account's events.
+func (s Subjects) EventsIn(p int) string { return s.root(p) + ".events.>" }
 
 // EventsOf filters one account's events (its consumer's filter).
-func (s Subjects) EventsOf(account string) string { return s.Prefix + ".events." + account + ".>" }
-
-// Schedule is the subject that holds the server-side schedule (delay,
-// retry, deadline) of one event: <p>.sched.<id>. One per event; a newer
-// schedule replaces an older one, and purging it cancels it.
-func (s Subjects) Schedule(id string) string { return s.Prefix + ".sched." + id }
-
-// Timer is the subject a callback deadline or a poll of an event of
-// account and kind fires onto (the poller consumes <p>.timers.>).
-func (s Subjects) Timer(account, kind string) (string, error) {
-	return s.checked("timers", account, kind)
+func (s Subjects) EventsOf(account string) string {
+	return s.root(s.PartitionOf(account)) + ".events." + account + ".>"
 }
 
-// TimersAll matches every timer subject.
-func (s Subjects) TimersAll() string { return s.Prefix + ".timers.>" }
+// Schedule is the subject that holds the server-side schedule (delay,
+// retry, deadline) of one event of account: <root>.sched.<id>. One per
+// event; a newer schedule replaces an older one, and purging it cancels it.
+func (s Subjects) Schedule(account, id string) string {
+	return s.root(s.PartitionOf(account)) + ".sched." + id
+}
 
-// SchedulesAll is the filter of every schedule subject.
-func (s Subjects) SchedulesAll() string { return s.Prefix + ".sched.>" }
+// Timer is the subject a callback deadline or a poll of an event of
+// account and kind fires onto (the poller consumes <root>.timers.>).
+func (s Subjects) Timer(account, kind string) (string, error) {
+	return s.inPartition("timers", account, kind)
+}
+
+// TimersIn matches partition p's timer subjects.
+func (s Subjects) TimersIn(p int) string { return s.root(p) + ".timers.>" }
+
+// SchedulesIn is partition p's filter of every schedule subject.
+func (s Subjects) SchedulesIn(p int) string { return s.root(p) + ".sched.>" }
+
+// KeepIn is partition p's keeper subject (pkg/keeper).
+func (s Subjects) KeepIn(p int) string { return s.root(p) + ".keep.events" }
 
 // Dead is where dead-lettered events are kept: <p>.dead.<account>.<kind>.
 func (s Subjects) Dead(account, kind string) (string, error) {

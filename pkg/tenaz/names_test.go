@@ -2,6 +2,7 @@ package tenaz_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -209,10 +210,10 @@ func TestSubjectBuilders(t *testing.T) {
 		}
 		fixed := map[string][2]string{
 			"IntakeAll":       {s.IntakeAll(), prefix + ".intake.>"},
-			"EventsAll":       {s.EventsAll(), prefix + ".events.>"},
+			"EventsIn":        {s.EventsIn(0), prefix + ".events.>"},
 			"EventsOf":        {s.EventsOf("acme"), prefix + ".events.acme.>"},
-			"Schedule":        {s.Schedule("ev_x"), prefix + ".sched.ev_x"},
-			"SchedulesAll":    {s.SchedulesAll(), prefix + ".sched.>"},
+			"Schedule":        {s.Schedule("acme", "ev_x"), prefix + ".sched.ev_x"},
+			"SchedulesIn":     {s.SchedulesIn(0), prefix + ".sched.>"},
 			"DeadAll":         {s.DeadAll(), prefix + ".dead.>"},
 			"AdvisoryDead":    {s.AdvisoryDead("acme", "order.create"), prefix + ".advisory.dead.acme.order.create"},
 			"AdvisoryReview":  {s.AdvisoryReview("acme", "order.create"), prefix + ".advisory.review.acme.order.create"},
@@ -254,14 +255,14 @@ func TestSubjectsFallUnderTheirFilters(t *testing.T) {
 		want            bool
 	}{
 		{s.IntakeAll(), in, true},
-		{s.EventsAll(), ev, true},
+		{s.EventsIn(0), ev, true},
 		{s.EventsOf("acme"), ev, true},
 		{s.EventsOf("acme"), other, false},
 		{s.EventsOf("acm"), ev, false},
 		{s.DeadAll(), dead, true},
-		{s.SchedulesAll(), s.Schedule("ev_0123456789abcdefghijklmnop"), true},
+		{s.SchedulesIn(0), s.Schedule("acme", "ev_0123456789abcdefghijklmnop"), true},
 		{s.IntakeAll(), ev, false},
-		{s.EventsAll(), in, false},
+		{s.EventsIn(0), in, false},
 	} {
 		if got := subjectMatches(c.filter, c.subject); got != c.want {
 			t.Errorf("filter %q on %q: want match=%v, got %v", c.filter, c.subject, c.want, got)
@@ -338,5 +339,48 @@ func TestConsumerName(t *testing.T) {
 		if a, ok := tenaz.AccountOfConsumer(name); ok || a != "" {
 			t.Errorf("AccountOfConsumer(%q): want (\"\", false), got (%q, %v)", name, a, ok)
 		}
+	}
+}
+
+// Over several partitions, an account's dispatch, schedule and timer
+// subjects are under its partition's root, which only its partition's
+// filters match; partition 0 keeps the prefix's root.
+func TestSubjectsOfAPartition(t *testing.T) {
+	t.Parallel()
+	s := tenaz.NewSubjects("tenaz").WithPartitions(4)
+	seen := map[int]bool{}
+	for i := range 64 {
+		account := fmt.Sprintf("acct-%d", i)
+		p := s.PartitionOf(account)
+		if p < 0 || p >= 4 {
+			t.Fatalf("%s: partition %d of 4", account, p)
+		}
+		seen[p] = true
+		ev, err := s.Event(account, "order.create")
+		if err != nil {
+			t.Fatal(err)
+		}
+		timer, _ := s.Timer(account, "order.create")
+		for q := range 4 {
+			if got := subjectMatches(s.EventsIn(q), ev); got != (q == p) {
+				t.Errorf("%s (partition %d): EventsIn(%d) matches %q: %v", account, p, q, ev, got)
+			}
+			if got := subjectMatches(s.SchedulesIn(q), s.Schedule(account, "ev_x")); got != (q == p) {
+				t.Errorf("%s (partition %d): SchedulesIn(%d) matches its schedule: %v", account, p, q, got)
+			}
+			if got := subjectMatches(s.TimersIn(q), timer); got != (q == p) {
+				t.Errorf("%s (partition %d): TimersIn(%d) matches %q: %v", account, p, q, timer, got)
+			}
+		}
+		if !subjectMatches(s.EventsOf(account), ev) {
+			t.Errorf("%s: its consumer's filter %q misses %q", account, s.EventsOf(account), ev)
+		}
+		want := map[bool]string{true: "tenaz.events.", false: fmt.Sprintf("tenaz.p%d.events.", p)}[p == 0]
+		if !strings.HasPrefix(ev, want) {
+			t.Errorf("%s (partition %d): want %q under %q", account, p, ev, want)
+		}
+	}
+	if len(seen) != 4 {
+		t.Errorf("want 64 accounts spread over the 4 partitions, saw %d", len(seen))
 	}
 }

@@ -51,7 +51,7 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 		run(t, d)
 		ds[name] = d
 	}
-	prov := accounts.NewProvisioner(e.js, e.nc, e.cfg)
+	prov := accounts.NewProvisioner(e.js, e.nc, e.cfg, e.subj)
 	for _, a := range []string{"acme", "globex"} {
 		if err := prov.Ensure(ctx(t), a); err != nil {
 			t.Fatal(err)

@@ -66,7 +66,7 @@ func (s *Service) lookup(ctx context.Context, id string) (ops.Item, error) {
 	if it, _, ok := s.x.Get(id); ok {
 		return it, nil
 	}
-	rec, _, err := s.st.Get(ctx, id)
+	rec, _, err := s.st.Get(ctx, "", id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return ops.Item{}, fail(http.StatusNotFound, "not_found", "event %s not found", id)
@@ -123,7 +123,7 @@ func (s *Service) show(ctx context.Context, req ops.ShowRequest) (ops.ShowReply,
 	}
 	rep := ops.ShowReply{Item: it, Event: e.Event, Record: e.Record, Raw: e.Raw, RawSubject: e.RawSubject}
 	if it.ID != "" {
-		if rec, _, err := s.st.Get(ctx, it.ID); err == nil {
+		if rec, _, err := s.st.Get(ctx, it.Account, it.ID); err == nil {
 			rep.Record = &rec
 			rep.Item.Status = rec.Status
 		}
@@ -178,7 +178,7 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	if e.Event == nil {
 		// The record keeps the payload too (records written since payloads
 		// are kept): rebuild the envelope from it.
-		if rec, _, err := s.st.Get(ctx, id); err == nil {
+		if rec, _, err := s.st.Get(ctx, it.Account, id); err == nil {
 			if env, err := s.st.Envelope(ctx, rec); err == nil {
 				e.Event = &env
 			}
@@ -208,7 +208,7 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	// EVENTS message would wait for the reconciler.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	rec, _, effects, err := s.st.Transition(ctx, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
+	rec, _, effects, err := s.st.Transition(ctx, env.Account, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
 	if errors.Is(err, state.ErrInvalidTransition) {
 		if !rec.Status.Parked() {
 			s.forget(ctx, id)
@@ -264,7 +264,7 @@ func (s *Service) discard(ctx context.Context, id, actor, why string) error {
 // and deletes its DEAD entry.
 func (s *Service) settle(ctx context.Context, it ops.Item, a state.Action) error {
 	id := it.ID
-	rec, _, _, err := s.st.Transition(ctx, id, a)
+	rec, _, _, err := s.st.Transition(ctx, it.Account, id, a)
 	if errors.Is(err, state.ErrInvalidTransition) {
 		if !rec.Status.Parked() {
 			s.forget(ctx, id)

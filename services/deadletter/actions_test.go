@@ -58,7 +58,7 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	e.startDispatcher(nil)
 	id := submit(t, e, "acme", "order.create", "o-1", `{"order_id":"o-1","reject":true}`)
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		r, _, err := e.st.Get(context.Background(), id)
+		r, _, err := e.st.Get(context.Background(), "", id)
 		return err == nil && r.Status == tenaz.StateDead
 	}, "the rejected event to be dead")
 	f := url.Values{"account": {"acme"}, "kind": {"order.create"}}

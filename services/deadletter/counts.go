@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // The screen's retrying and scheduled tabs have no feed of their own: they
@@ -96,34 +97,61 @@ func (s *Service) scanStates(ctx context.Context) *scan {
 	sc := &scan{At: start, Counts: map[tenaz.State]int{}, Samples: map[tenaz.State][]stateSample{}}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	stream := "KV_" + tenaz.BucketState
+	for p := range s.subj.Parts() {
+		if sc.Err = s.scanBucket(ctx, streams.StateBucket(p), sc); sc.Err != nil {
+			break
+		}
+	}
+	sc.Took = s.now().Sub(start)
+	return sc
+}
+
+// keepSoonest adds x to the sample, keeping the sampleSize soonest due.
+func keepSoonest(xs []stateSample, x stateSample) []stateSample {
+	due := func(a stateSample) time.Time {
+		if a.NextRunAt == nil {
+			return time.Time{}
+		}
+		return *a.NextRunAt
+	}
+	i, _ := slices.BinarySearchFunc(xs, x, func(a, b stateSample) int { return due(a).Compare(due(b)) })
+	if i >= sampleSize {
+		return xs
+	}
+	xs = slices.Insert(xs, i, x)
+	if len(xs) > sampleSize {
+		xs = xs[:sampleSize]
+	}
+	return xs
+}
+
+// scanBucket adds the last value of every record of one partition's state
+// bucket to sc.
+func (s *Service) scanBucket(ctx context.Context, bucket string, sc *scan) error {
+	stream := "KV_" + bucket
 	info, err := s.js.Stream(ctx, stream)
 	if err != nil {
-		sc.Err = err
-		return sc
+		return err
 	}
 	si, err := info.Info(ctx)
 	if err != nil {
-		sc.Err = err
-		return sc
+		return err
 	}
 	if si.State.Msgs == 0 {
-		return sc
+		return nil
 	}
 	cons, err := s.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"$KV." + tenaz.BucketState + ".>"},
+		FilterSubjects: []string{"$KV." + bucket + ".>"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		sc.Err = err
-		return sc
+		return err
 	}
 	marker := []byte(`,"status":"`)
 	for {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			sc.Err = err
-			break
+			return err
 		}
 		n, more := 0, true
 		for m := range batch.Messages() {
@@ -162,32 +190,10 @@ func (s *Service) scanStates(ctx context.Context) *scan {
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			sc.Err = err
-			break
+			return err
 		}
 		if n == 0 || !more {
-			break
+			return nil
 		}
 	}
-	sc.Took = s.now().Sub(start)
-	return sc
-}
-
-// keepSoonest adds x to the sample, keeping the sampleSize soonest due.
-func keepSoonest(xs []stateSample, x stateSample) []stateSample {
-	due := func(a stateSample) time.Time {
-		if a.NextRunAt == nil {
-			return time.Time{}
-		}
-		return *a.NextRunAt
-	}
-	i, _ := slices.BinarySearchFunc(xs, x, func(a, b stateSample) int { return due(a).Compare(due(b)) })
-	if i >= sampleSize {
-		return xs
-	}
-	xs = slices.Insert(xs, i, x)
-	if len(xs) > sampleSize {
-		xs = xs[:sampleSize]
-	}
-	return xs
 }

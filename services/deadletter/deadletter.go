@@ -25,7 +25,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // Version is reported by the micro service.
@@ -127,8 +126,6 @@ func New(o Options) (*Service, error) {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: tenaz.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
-	s.q = queue.New(js, s.subj)
-	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
 	if s.ui, err = newUI(s); err != nil {
 		return nil, err
@@ -155,17 +152,12 @@ func (s *Service) Start(ctx context.Context) (err error) {
 			s.stopLocked(context.Background())
 		}
 	}()
-	p := s.cfg.Prefix
-	if !s.o.SkipStreams {
-		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: p, Replicas: s.cfg.Streams.Replicas,
-			Placement:  streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags),
-			DeadMaxAge: s.cfg.Deadletter.Retention.D(), DeadMaxBytes: s.cfg.Deadletter.MaxBytes}); err != nil {
-			return fmt.Errorf("deadletter: %w", err)
-		}
-	}
-	if s.st, err = store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D(), Now: s.now}); err != nil {
+
+	if s.subj, s.st, err = store.Bind(ctx, s.js, s.cfg, s.o.SkipStreams, s.now); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
+	s.q = queue.New(s.js, s.subj)
+	s.prov = accounts.NewProvisioner(s.js, s.o.Conn, s.cfg, s.subj)
 	if s.kvIdx, err = s.js.KeyValue(ctx, BucketIndex); err != nil {
 		return fmt.Errorf("deadletter: bucket %s: %w", BucketIndex, err)
 	}
@@ -185,7 +177,7 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if s.brk, err = breaker.New(ctx, s.js, breaker.Options{
-		Instance: s.o.Instance, Now: s.now, Prefix: p, Logger: &s.log,
+		Instance: s.o.Instance, Now: s.now, Prefix: s.cfg.Prefix, Logger: &s.log,
 		Publish: func(subj string, data []byte) { _ = s.o.Conn.Publish(subj, data) },
 	}); err != nil {
 		return fmt.Errorf("deadletter: %w", err)

@@ -154,7 +154,7 @@ func (s *Service) handleArrival(ctx context.Context, m jetstream.Msg) {
 		}
 		return
 	}
-	rec, _, err := s.st.Get(ctx, e.ID)
+	rec, _, err := s.st.Get(ctx, e.Account, e.ID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		_ = m.Ack() // the record is gone (expired after it was resolved)
@@ -197,7 +197,7 @@ func (s *Service) settleArrival(ctx context.Context, m jetstream.Msg, it ops.Ite
 	if rec != nil && rev != 0 {
 		// An operator may have acted between the read above and the write:
 		// the action purges the item after its transition, so read again.
-		if cur, _, err := s.st.Get(ctx, it.ID); err == nil && !cur.Status.Parked() {
+		if cur, _, err := s.st.Get(ctx, it.Account, it.ID); err == nil && !cur.Status.Parked() {
 			s.purge(ctx, it.ID, rev)
 		}
 	}

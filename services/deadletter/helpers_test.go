@@ -42,6 +42,7 @@ type env struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	st   *store.Store
+	subj tenaz.Subjects // the store's, default prefix
 	p    *provider.Provider
 	cfg  *config.Config
 	auth *auth.Authenticator
@@ -108,6 +109,7 @@ func setup(t *testing.T, extraYAML string) *env {
 	if e.st, err = store.Open(context.Background(), e.js, store.Options{}); err != nil {
 		t.Fatal(err)
 	}
+	e.subj = tenaz.NewSubjects("").WithPartitions(e.st.Partitions())
 	e.dl = e.startDeadletter("")
 	mux := http.NewServeMux()
 	e.dl.Routes(mux)
@@ -318,7 +320,7 @@ func (e *env) listed(status tenaz.State, q url.Values) int {
 // record reads an event's record.
 func (e *env) record(id string) state.Record {
 	e.t.Helper()
-	r, _, err := e.st.Get(context.Background(), id)
+	r, _, err := e.st.Get(context.Background(), "", id)
 	if err != nil {
 		e.t.Fatalf("record %s: %v", id, err)
 	}

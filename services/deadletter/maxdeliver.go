@@ -16,6 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // maxDeliveries is the server's advisory that a consumer gave up on a
@@ -58,7 +59,7 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 }
 
 func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
-	if a.Stream != tenaz.StreamEvents && (a.Stream != tenaz.StreamIntake || a.terminated) {
+	if !isEventsStream(a.Stream, s.subj.Parts()) && (a.Stream != tenaz.StreamIntake || a.terminated) {
 		return nil
 	}
 	st, err := s.js.Stream(ctx, a.Stream)
@@ -102,7 +103,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 		return deleteMsg(ctx, st, a.StreamSeq)
 	}
 	for range 16 {
-		rec, rev, err := s.st.Get(ctx, env.ID)
+		rec, rev, err := s.st.Get(ctx, env.Account, env.ID)
 		if errors.Is(err, store.ErrNotFound) {
 			break
 		}
@@ -143,4 +144,14 @@ func deleteMsg(ctx context.Context, st jetstream.Stream, seq uint64) error {
 		return err
 	}
 	return nil
+}
+
+// isEventsStream reports whether name is one of parts partitions' EVENTS.
+func isEventsStream(name string, parts int) bool {
+	for p := range parts {
+		if name == streams.EventsStream(p) {
+			return true
+		}
+	}
+	return false
 }

@@ -93,14 +93,14 @@ kinds: {order.create: {target: erp, attempts: 50}}
 	}
 	st, _ := store.Open(context.Background(), js, store.Options{})
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		r, _, err := st.Get(context.Background(), poison)
+		r, _, err := st.Get(context.Background(), "", poison)
 		return err == nil && r.Status == tenaz.StateDead
 	}, "poison event to be dead")
-	r, _, _ := st.Get(context.Background(), poison)
+	r, _, _ := st.Get(context.Background(), "", poison)
 	if r.LastError == nil || r.LastError.Class != "crash" {
 		t.Fatalf("want last_error class crash, got %+v", r.LastError)
 	}
-	fine, _, err := st.Get(context.Background(), event.ID("acme", "fine"))
+	fine, _, err := st.Get(context.Background(), "", event.ID("acme", "fine"))
 	if err != nil || fine.Status != tenaz.StateDone {
 		t.Fatalf("the healthy event must be done, got %s (%v)", fine.Status, err)
 	}
@@ -121,8 +121,9 @@ kinds: {order.create: {target: erp, attempts: 50}}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no dead advisory")
 	}
-	ev, _ := js.Stream(context.Background(), "EVENTS")
-	info, _ := ev.Info(context.Background(), jetstream.WithSubjectFilter("tenaz.events.>"))
+	subj := tenaz.NewSubjects("").WithPartitions(st.Partitions())
+	ev, _ := js.Stream(context.Background(), subj.EventsStream("acme"))
+	info, _ := ev.Info(context.Background(), jetstream.WithSubjectFilter(subj.EventsOf("acme")))
 	if n := len(info.State.Subjects); n != 0 {
 		t.Fatalf("the poison message must be gone from EVENTS, subjects left: %v", info.State.Subjects)
 	}

@@ -146,13 +146,13 @@ func TestTerminatedAdvisoryMovesMessageToDead(t *testing.T) {
 	if _, err := e.st.Create(context.Background(), queue.Initial(ev)); err != nil {
 		t.Fatal(err)
 	}
-	ack, err := queue.New(e.js, tenaz.NewSubjects("")).Enqueue(context.Background(), ev, ev.ID)
+	ack, err := queue.New(e.js, e.subj).Enqueue(context.Background(), ev, ev.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	advise := func(seq uint64) {
-		b := fmt.Appendf(nil, `{"type":"io.nats.jetstream.advisory.v1.terminated","stream":"EVENTS","consumer":"dispatch-acme","stream_seq":%d,"deliveries":1,"reason":"by hand"}`, seq)
-		if err := e.nc.Publish("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.EVENTS.dispatch-acme", b); err != nil {
+		b := fmt.Appendf(nil, `{"type":"io.nats.jetstream.advisory.v1.terminated","stream":%q,"consumer":"dispatch-acme","stream_seq":%d,"deliveries":1,"reason":"by hand"}`, ack.Stream, seq)
+		if err := e.nc.Publish("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED."+ack.Stream+".dispatch-acme", b); err != nil {
 			t.Fatal(err)
 		}
 	}

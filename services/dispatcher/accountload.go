@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/target"
 )
 
@@ -53,12 +54,33 @@ const rateWaitAfter = 5 * time.Millisecond
 // stops. Called from Start, after the owners group is joined.
 func (s *Service) watchLoads() {
 	remove := s.o.Metrics.WatchAccounts(s.accountMetrics)
+	removeTargets := s.o.Metrics.WatchTargets(s.targetMetrics)
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		<-s.runCtx.Done()
 		remove()
+		removeTargets()
 	}()
+}
+
+// targetMetrics is what the metrics export for the targets with a
+// provider-wide concurrency that this replica has called: their records
+// as it last read them, without a read of its own.
+func (s *Service) targetMetrics() []metrics.TargetLoad {
+	if s.quotas == nil {
+		return nil
+	}
+	var out []metrics.TargetLoad
+	for name, t := range s.cfg.Targets {
+		if t.Concurrency == 0 {
+			continue
+		}
+		if u, ok := s.quotas.Usage(quota.TargetKey(name)); ok {
+			out = append(out, metrics.TargetLoad{Target: name, Concurrency: u.Concurrency, InFlight: u.InFlight})
+		}
+	}
+	return out
 }
 
 // accountMetrics is what the metrics export for the accounts this

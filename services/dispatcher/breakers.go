@@ -96,9 +96,9 @@ func (s *Service) onBreaker(c breaker.Change) {
 		var err error
 		switch c.State {
 		case breaker.Open:
-			_, err = s.js.PauseConsumer(ctx, tenaz.StreamEvents, name, c.OpenUntil)
+			_, err = s.js.PauseConsumer(ctx, s.subj.EventsStream(c.Account), name, c.OpenUntil)
 		case breaker.Closed:
-			_, err = s.js.ResumeConsumer(ctx, tenaz.StreamEvents, name)
+			_, err = s.js.ResumeConsumer(ctx, s.subj.EventsStream(c.Account), name)
 		}
 		l := s.log.Info()
 		if err != nil {

@@ -105,7 +105,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	started bool
-	stream  jetstream.Stream
+	streams []jetstream.Stream // EVENTS of each partition
 	lanes   map[string]*lane
 	known   map[string]bool          // every account with a consumer this replica heard of
 	handing map[string]chan struct{} // accounts whose lane is stopping to hand them over
@@ -164,7 +164,6 @@ func New(o Options) (*Service, error) {
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
-	s.q = queue.New(js, s.subj)
 	return s, nil
 }
 
@@ -179,26 +178,23 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.checkHandlers(); err != nil {
 		return err
 	}
-	if !s.o.SkipStreams {
-		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas,
-			Placement:  streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags),
-			DeadMaxAge: s.cfg.Deadletter.Retention.D(), DeadMaxBytes: s.cfg.Deadletter.MaxBytes}); err != nil {
-			return fmt.Errorf("dispatcher: %w", err)
-		}
-	}
-	st, err := store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D()})
+	subj, st, err := store.Bind(ctx, s.js, s.cfg, s.o.SkipStreams, nil)
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	s.st = st
+	s.subj, s.st = subj, st
+	s.q = queue.New(s.js, subj)
 	if s.order, err = ordered.Open(ctx, s.js); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	if s.refs, err = callbacks.Open(ctx, s.js); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	if s.stream, err = s.js.Stream(ctx, tenaz.StreamEvents); err != nil {
-		return fmt.Errorf("dispatcher: %w", err)
+	s.streams = make([]jetstream.Stream, subj.Parts())
+	for p := range s.streams {
+		if s.streams[p], err = s.js.Stream(ctx, streams.EventsStream(p)); err != nil {
+			return fmt.Errorf("dispatcher: %w", err)
+		}
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
 	s.noCalls = make(chan struct{})
@@ -274,13 +270,23 @@ func (s *Service) relistLoop() {
 }
 
 func (s *Service) relistLocked(ctx context.Context) error {
-	names := s.stream.ConsumerNames(ctx)
-	for name := range names.Name() {
-		if acct, ok := tenaz.AccountOfConsumer(name); ok {
-			s.ensureLaneLocked(acct)
+	for _, st := range s.streams {
+		names := st.ConsumerNames(ctx)
+		for name := range names.Name() {
+			if acct, ok := tenaz.AccountOfConsumer(name); ok {
+				s.ensureLaneLocked(acct)
+			}
+		}
+		if err := names.Err(); err != nil {
+			return err
 		}
 	}
-	return names.Err()
+	return nil
+}
+
+// streamOf is the EVENTS stream of account's partition.
+func (s *Service) streamOf(account string) jetstream.Stream {
+	return s.streams[s.subj.PartitionOf(account)]
 }
 
 func (s *Service) ensureLane(account string) {

@@ -31,7 +31,7 @@ func (s *Service) idleLocked(ctx context.Context) []*lane {
 			continue
 		}
 		name := tenaz.ConsumerName(account)
-		c, err := s.stream.Consumer(ctx, name)
+		c, err := s.streamOf(account).Consumer(ctx, name)
 		if err != nil {
 			continue
 		}
@@ -48,7 +48,7 @@ func (s *Service) idleLocked(ctx context.Context) []*lane {
 func (s *Service) retire(ctx context.Context, idle []*lane) {
 	for _, l := range idle {
 		l.stop()
-		err := s.stream.DeleteConsumer(ctx, tenaz.ConsumerName(l.account))
+		err := s.streamOf(l.account).DeleteConsumer(ctx, tenaz.ConsumerName(l.account))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			s.log.Warn().Err(err).Str("account", l.account).Msg("deleting an idle consumer")
 			continue
@@ -69,29 +69,31 @@ func (s *Service) retire(ctx context.Context, idle []*lane) {
 // being retired is never stranded. It holds s.mu only to read and update
 // the lanes, not across the server calls.
 func (s *Service) adoptOrphans(ctx context.Context) error {
-	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subj.EventsAll()))
-	if err != nil {
-		return err
-	}
-	prefix := s.subj.Prefix + ".events."
 	seen := map[string]bool{}
 	var orphans []string
-	s.mu.Lock()
-	for subject := range info.State.Subjects {
-		account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
-		if _, ok := s.lanes[account]; ok || seen[account] || tenaz.ValidateAccount(account) != nil {
-			continue
+	for p, st := range s.streams {
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.subj.EventsIn(p)))
+		if err != nil {
+			return err
 		}
-		seen[account] = true
-		orphans = append(orphans, account)
+		prefix := strings.TrimSuffix(s.subj.EventsIn(p), ">")
+		s.mu.Lock()
+		for subject := range info.State.Subjects {
+			account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
+			if _, ok := s.lanes[account]; ok || seen[account] || tenaz.ValidateAccount(account) != nil {
+				continue
+			}
+			seen[account] = true
+			orphans = append(orphans, account)
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	for _, account := range orphans {
-		cc, err := accounts.ConsumerConfig(s.cfg, account)
+		cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
 		if err != nil {
 			continue
 		}
-		if _, err := s.stream.CreateOrUpdateConsumer(ctx, cc); err != nil {
+		if _, err := s.streamOf(account).CreateOrUpdateConsumer(ctx, cc); err != nil {
 			s.log.Warn().Err(err).Str("account", account).Msg("adopting an account with waiting events")
 			continue
 		}

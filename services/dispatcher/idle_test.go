@@ -31,7 +31,7 @@ func TestIdleAccountRetiredAndRevived(t *testing.T) {
 	t.Cleanup(func() { _ = d.Stop(h.ctx()) })
 
 	consumerGone := func() bool {
-		_, err := h.js.Consumer(h.ctx(), tenaz.StreamEvents, "acct_acme")
+		_, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), "acct_acme")
 		return errors.Is(err, jetstream.ErrConsumerNotFound)
 	}
 	ids := h.submit([]string{"i-1"}, orderPayload)
@@ -45,7 +45,7 @@ func TestIdleAccountRetiredAndRevived(t *testing.T) {
 	// A consumer lost without ingest hearing of it: the event waits in
 	// EVENTS with no consumer until the sweep adopts the account.
 	natstest.Eventually(t, waitFor, consumerGone, "idle consumer to be deleted again")
-	if err := h.js.DeleteConsumer(h.ctx(), tenaz.StreamEvents, "acct_acme"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := h.js.DeleteConsumer(h.ctx(), h.subj.EventsStream("acme"), "acct_acme"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatal(err)
 	}
 	ids = h.submit([]string{"i-3"}, orderPayload)

@@ -48,15 +48,15 @@ func (s *Service) startLane(account string) (*lane, error) {
 	if acct.Concurrency.Auto() {
 		auto = s.newAutoLimitFor(ctx, account, acct)
 	}
-	cons, err := s.stream.Consumer(ctx, tenaz.ConsumerName(account))
+	cons, err := s.streamOf(account).Consumer(ctx, tenaz.ConsumerName(account))
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
 	if cons.CachedInfo().Config.PriorityPolicy != jetstream.PriorityPolicyPinned {
 		// Made before owners: pulls name the group, so it must have one.
-		cc, err := accounts.ConsumerConfig(s.cfg, account)
+		cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
 		if err == nil {
-			cons, err = s.stream.CreateOrUpdateConsumer(ctx, cc)
+			cons, err = s.streamOf(account).CreateOrUpdateConsumer(ctx, cc)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("consumer of %s: adding the owner group: %w", account, err)

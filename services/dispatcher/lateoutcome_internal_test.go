@@ -66,7 +66,7 @@ func TestLateOutcomeFoundOnAConflictLeavesTheMessageToTheNewRun(t *testing.T) {
 	s.finish(ctx, m, env, mine, rev, errors.New("503 from the target"), stage, false, target.Response{})
 	s.runs.done(env.ID)
 
-	r, _, err := s.st.Get(ctx, env.ID)
+	r, _, err := s.st.Get(ctx, "", env.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,7 +187,7 @@ func TestCopyOfAnEndedRunsMessageDoesNotClaim(t *testing.T) {
 	if _, _, _, ok := s.claim(ctx, own, env, runSeq); ok {
 		t.Fatal("a copy of the ended run's own message must not claim the retry")
 	}
-	if got, _, err := s.st.Get(ctx, env.ID); err != nil || got.Status != tenaz.StateRetrying || got.Attempts != 1 {
+	if got, _, err := s.st.Get(ctx, "", env.ID); err != nil || got.Status != tenaz.StateRetrying || got.Attempts != 1 {
 		t.Fatalf("want the event still retrying after attempt 1, got %s attempt %d (%v)", got.Status, got.Attempts, err)
 	}
 	retry := next(5 * time.Second)

@@ -28,7 +28,7 @@ const laneRecheck = 5 * time.Minute
 // finishes the predecessor wakes it (advanceLane). A re-check after parking
 // closes the race with a predecessor finishing meanwhile.
 func (s *Service) waitInLane(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64) bool {
-	if s.predecessorFinished(ctx, rec.After) {
+	if s.predecessorFinished(ctx, rec.Account, rec.After) {
 		return false
 	}
 	if err := s.q.Park(ctx, env, s.st.Now().Add(laneRecheck)); err != nil {
@@ -41,16 +41,16 @@ func (s *Service) waitInLane(ctx context.Context, m jetstream.Msg, env event.Env
 			_, _ = s.st.Write(ctx, n, rev) // a conflict means someone moved it: they decide
 		}
 	}
-	if s.predecessorFinished(ctx, rec.After) {
-		_ = s.wake(ctx, env.ID) // if it fails, the parking schedule fires later
+	if s.predecessorFinished(ctx, rec.Account, rec.After) {
+		_ = s.wake(ctx, env.Account, env.ID) // if it fails, the parking schedule fires later
 	}
 	_ = m.Ack()
 	zerolog.Ctx(ctx).Debug().Str("after", rec.After).Msg("waiting in its lane")
 	return true
 }
 
-func (s *Service) predecessorFinished(ctx context.Context, id string) bool {
-	p, _, err := s.st.Get(ctx, id)
+func (s *Service) predecessorFinished(ctx context.Context, account, id string) bool {
+	p, _, err := s.st.Get(ctx, account, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return true // expired or removed: nothing to wait for
 	}
@@ -64,7 +64,7 @@ func (s *Service) predecessorFinished(ctx context.Context, id string) bool {
 func (s *Service) advanceLane(ctx context.Context, rec state.Record) error {
 	switch {
 	case rec.Next != "":
-		return s.wake(ctx, rec.Next)
+		return s.wake(ctx, rec.Account, rec.Next)
 	case rec.OrderingKey != "":
 		if err := s.order.Release(ctx, rec.Account, rec.OrderingKey, rec.ID); err != nil {
 			// A lane left behind costs nothing: the next event appended
@@ -80,8 +80,8 @@ func (s *Service) advanceLane(ctx context.Context, rec state.Record) error {
 // have moved on and hold a retry schedule there, which must keep its time
 // (TestWakeLeavesRetryScheduleAlone). An event that has not parked yet
 // needs nothing: its own message finds the predecessor finished.
-func (s *Service) wake(ctx context.Context, id string) error {
-	sm, err := s.stream.GetLastMsgForSubject(ctx, s.subj.Schedule(id))
+func (s *Service) wake(ctx context.Context, account, id string) error {
+	sm, err := s.streamOf(account).GetLastMsgForSubject(ctx, s.subj.Schedule(account, id))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
@@ -110,6 +110,6 @@ func (s *Service) wake(ctx context.Context, id string) error {
 	// Delete exactly the parking schedule that was fired: by now the event
 	// may have run, failed and stored a retry schedule on the same subject,
 	// which purging the subject would lose.
-	_ = s.stream.DeleteMsg(ctx, sm.Sequence)
+	_ = s.streamOf(account).DeleteMsg(ctx, sm.Sequence)
 	return nil
 }

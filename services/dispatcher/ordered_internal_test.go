@@ -18,7 +18,7 @@ import (
 func TestWakeLeavesRetryScheduleAlone(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	nc, js := srv.Conn(t)
+	nc, _ := srv.Conn(t)
 	cfg, err := config.Parse([]byte(`
 targets: {erp: {url: "http://127.0.0.1:1/x"}}
 kinds: {order.create: {target: erp}}
@@ -39,9 +39,9 @@ kinds: {order.create: {target: erp}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, _ := js.Stream(ctx, "EVENTS")
+	stream := s.streamOf(env.Account)
 	events := func() uint64 {
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter("tenaz.events.>"))
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(s.subj.EventsOf(env.Account)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,8 +55,8 @@ kinds: {order.create: {target: erp}}
 	if err := s.q.ScheduleAt(ctx, env, time.Now().Add(time.Hour), ""); err != nil {
 		t.Fatal(err)
 	}
-	s.wake(ctx, env.ID)
-	if _, err := stream.GetLastMsgForSubject(ctx, "tenaz.sched."+env.ID); err != nil {
+	s.wake(ctx, env.Account, env.ID)
+	if _, err := stream.GetLastMsgForSubject(ctx, s.subj.Schedule(env.Account, env.ID)); err != nil {
 		t.Fatalf("a retry schedule must survive wake, got %v", err)
 	}
 	if n := events(); n != 0 {
@@ -66,8 +66,8 @@ kinds: {order.create: {target: erp}}
 	if err := s.q.Park(ctx, env, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	s.wake(ctx, env.ID)
-	if _, err := stream.GetLastMsgForSubject(ctx, "tenaz.sched."+env.ID); err == nil {
+	s.wake(ctx, env.Account, env.ID)
+	if _, err := stream.GetLastMsgForSubject(ctx, s.subj.Schedule(env.Account, env.ID)); err == nil {
 		t.Fatal("a fired parking schedule must be removed")
 	}
 	if n := events(); n != 1 {

@@ -96,7 +96,7 @@ func (s *Service) handOver(account string, l *lane, release bool) {
 func (s *Service) giveBack(account string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.stream.UnpinConsumer(ctx, tenaz.ConsumerName(account), ownerGroup)
+	err := s.streamOf(account).UnpinConsumer(ctx, tenaz.ConsumerName(account), ownerGroup)
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Debug().Err(err).Str("account", account).Msg("unpinning the account's consumer")
 	}

@@ -99,7 +99,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		// nats-server restart and lost would otherwise stamp the next
 		// try's claim before the entry it follows (seen in make chaos).
 		now := s.st.Now()
-		rec, rev, err := s.st.Get(ctx, env.ID)
+		rec, rev, err := s.st.Get(ctx, env.Account, env.ID)
 		if errors.Is(err, store.ErrNotFound) {
 			zerolog.Ctx(ctx).Warn().Msg("no record for this event (expired or removed); dropping the message")
 			_ = m.Ack()
@@ -312,7 +312,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 				break
 			}
 		}
-		mx.WaitTime(env.Account, env.Kind, s.st.Now().Sub(due))
+		mx.WaitTime(env.Account, env.Kind, s.st.Now().Sub(due), ctx)
 	}
 	slot, ok := s.autoSlot(ctx, env.Account) // concurrency: auto
 	if !ok {
@@ -340,7 +340,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	}
 	took := time.Since(began)
 	if ctx.Err() == nil {
-		mx.DeliveryLatency(env.Account, env.Kind, guardName, took)
+		mx.DeliveryLatency(env.Account, env.Kind, guardName, took, ctx)
 		cls := outcome.ClassSuccess
 		if callErr != nil {
 			cls = outcome.ClassOf(callErr)
@@ -425,7 +425,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		// meanwhile (this connection reconnected, or the run is old):
 		// the outcome's side effects (a schedule that replaces the
 		// event's, a DEAD entry) only if the run is still this one.
-		cur, _, err := s.st.Get(ctx, env.ID)
+		cur, _, err := s.st.Get(ctx, env.Account, env.ID)
 		if err != nil {
 			s.retryLater(ctx, m, err)
 			return
@@ -501,7 +501,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 		// re-apply on the current record if it is still our run, else our
 		// outcome is only history.
 		late := false
-		if next, _, err = s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
+		if next, _, err = s.st.Update(ctx, env.Account, env.ID, func(cur state.Record) (state.Record, error) {
 			if late = !sameRun(cur, rec); late {
 				n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + string(a.Name)}, now)
 				return n, err
@@ -513,7 +513,7 @@ func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelop
 				s.retryLater(ctx, m, err)
 				return
 			}
-			if cur, crev, gerr := s.st.Get(ctx, env.ID); gerr == nil && sameRun(cur, rec) {
+			if cur, crev, gerr := s.st.Get(ctx, env.Account, env.ID); gerr == nil && sameRun(cur, rec) {
 				s.tooLarge(ctx, m, env, cur, crev, err)
 			} else if gerr == nil {
 				s.settleLate(m, cur) // not even a note fits: the run is another's anyway
@@ -656,7 +656,7 @@ func sameRun(cur, rec state.Record) bool {
 // lateOutcome records the outcome of a run that is no longer the event's
 // (another replica took it over) as a no-op, and settles the message.
 func (s *Service) lateOutcome(ctx context.Context, m jetstream.Msg, env event.Envelope, what string) {
-	cur, _, err := s.st.Update(ctx, env.ID, func(cur state.Record) (state.Record, error) {
+	cur, _, err := s.st.Update(ctx, env.Account, env.ID, func(cur state.Record) (state.Record, error) {
 		n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: s.actor, Detail: "late outcome ignored: " + what + " (the run was taken over)"}, s.st.Now())
 		return n, err
 	})

@@ -228,7 +228,7 @@ kinds:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.New(h.js, tenaz.NewSubjects("")).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
+	if err := queue.New(h.js, h.subj).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, waitFor, func() bool { return timer() == queue.TimerDeadline },
@@ -264,7 +264,7 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.New(h.js, tenaz.NewSubjects("")).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
+	if err := queue.New(h.js, h.subj).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, waitFor, func() bool { return schedule() == due && h.record(ids[0]).Status == tenaz.StateRetrying },

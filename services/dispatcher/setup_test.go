@@ -68,6 +68,7 @@ type harness struct {
 	prov   *provider.Provider
 	target *httptest.Server
 	st     *store.Store
+	subj   tenaz.Subjects // the store's, default prefix
 
 	c context.Context // ends with the test
 
@@ -111,6 +112,7 @@ func setup(t *testing.T, yaml string, f provider.Faults, opts ...provider.Option
 	if h.st, err = store.Open(h.ctx(), h.js, store.Options{}); err != nil {
 		t.Fatalf("store: %v", err)
 	}
+	h.subj = tenaz.NewSubjects("").WithPartitions(h.st.Partitions())
 	nc, _ := h.srv.Conn(t)
 	ing, err := ingest.New(ingest.Options{Conn: nc, Config: cfg})
 	if err != nil {
@@ -223,11 +225,26 @@ func (h *harness) waitAll(ids []string, want tenaz.State, timeout time.Duration)
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	w, err := h.st.KV().WatchAll(ctx)
-	if err != nil {
-		h.t.Fatalf("watch state: %v", err)
+	updates := make(chan jetstream.KeyValueEntry)
+	for _, kv := range h.st.KVs() { // every partition's records, merged
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			h.t.Fatalf("watch state: %v", err)
+		}
+		defer func() { _ = w.Stop() }()
+		go func() {
+			for e := range w.Updates() {
+				if e == nil {
+					continue
+				}
+				select {
+				case updates <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
 	}
-	defer func() { _ = w.Stop() }()
 	wanted := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		wanted[id] = true
@@ -236,11 +253,8 @@ func (h *harness) waitAll(ids []string, want tenaz.State, timeout time.Duration)
 	remaining := len(ids)
 	for remaining > 0 {
 		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				h.t.Fatalf("state watch ended early")
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut || !wanted[e.Key()] {
+		case e := <-updates:
+			if e.Operation() != jetstream.KeyValuePut || !wanted[e.Key()] {
 				continue
 			}
 			var r state.Record
@@ -305,7 +319,7 @@ func countStatus(recs map[string]state.Record, want tenaz.State) int {
 // record reads one event's record.
 func (h *harness) record(id string) state.Record {
 	h.t.Helper()
-	rec, _, err := h.st.Get(h.ctx(), id)
+	rec, _, err := h.st.Get(h.ctx(), "", id)
 	if err != nil {
 		h.t.Fatalf("record %s: %v", id, err)
 	}
@@ -374,11 +388,12 @@ var errCrash = errors.New("simulated crash")
 // (a schedule or a timer), empty if nothing does.
 func (h *harness) scheduled(id string) nats.Header {
 	h.t.Helper()
-	stream, err := h.js.Stream(h.ctx(), tenaz.StreamEvents)
+	rec := h.record(id)
+	stream, err := h.js.Stream(h.ctx(), h.subj.EventsStream(rec.Account))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	m, err := stream.GetLastMsgForSubject(h.ctx(), tenaz.NewSubjects("").Schedule(id))
+	m, err := stream.GetLastMsgForSubject(h.ctx(), h.subj.Schedule(rec.Account, id))
 	if err != nil {
 		return nats.Header{}
 	}

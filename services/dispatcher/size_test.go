@@ -87,7 +87,7 @@ func (h *harness) waitFinal(id string) state.Record {
 	h.t.Helper()
 	var rec state.Record
 	natstest.Eventually(h.t, waitFor, func() bool {
-		r, _, err := h.st.Get(h.ctx(), id)
+		r, _, err := h.st.Get(h.ctx(), "", id)
 		rec = r
 		return err == nil && (r.Status.Terminal() || r.Status.Parked())
 	}, "event %s: want it done, dead or in review", id)
@@ -98,8 +98,8 @@ func (h *harness) waitFinal(id string) state.Record {
 // was acked, so nothing brings it back to call the target again.
 func (h *harness) settled(rec state.Record) {
 	h.t.Helper()
-	subj, _ := tenaz.NewSubjects("").Event(rec.Account, rec.Kind)
-	natstest.Eventually(h.t, waitFor, func() bool { return h.subjectMsgs(tenaz.StreamEvents, subj) == 0 }, "event %s: want its message acked", rec.ID)
+	subj, _ := h.subj.Event(rec.Account, rec.Kind)
+	natstest.Eventually(h.t, waitFor, func() bool { return h.subjectMsgs(h.subj.EventsStream(rec.Account), subj) == 0 }, "event %s: want its message acked", rec.ID)
 }
 
 // subjectMsgs counts the messages EVENTS-like stream holds on filter.
@@ -202,13 +202,13 @@ func TestRecordTooLargeToWriteEndsDead(t *testing.T) {
 			ok := newBigTarget(t, "")
 			h := setup(t, sizeYAML(ok.URL), provider.Faults{})
 			env := nearLimit(t, tt.calls == 1)
-			if err := accounts.NewProvisioner(h.js, h.nc, h.cfg).Ensure(h.ctx(), env.Account); err != nil {
+			if err := accounts.NewProvisioner(h.js, h.nc, h.cfg, h.subj).Ensure(h.ctx(), env.Account); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := h.st.Create(h.ctx(), queue.Initial(env)); err != nil {
 				t.Fatalf("want the record stored (it is under the limit), got %v", err)
 			}
-			if _, err := queue.New(h.js, tenaz.NewSubjects("")).Enqueue(h.ctx(), env, env.ID); err != nil {
+			if _, err := queue.New(h.js, h.subj).Enqueue(h.ctx(), env, env.ID); err != nil {
 				t.Fatal(err)
 			}
 			h.dispatcher("d1", nil)

@@ -210,7 +210,7 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 		if serr != nil || older.OrderingKey == "" {
 			continue // not ordered, or refused: its own delivery settles it
 		}
-		if _, _, err := s.st.Get(ctx, older.ID); err == nil {
+		if _, _, err := s.st.Get(ctx, older.Account, older.ID); err == nil {
 			continue
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err

@@ -197,7 +197,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	actor := "callback:" + target
 	outcome := ""
 	now := s.st.Now()
-	rec, _, err := s.st.Update(ctx, id, func(cur state.Record) (state.Record, error) {
+	rec, _, err := s.st.Update(ctx, account, id, func(cur state.Record) (state.Record, error) {
 		if account != "" && cur.Account != account {
 			return cur, errOtherAccount
 		}
@@ -240,7 +240,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		return CallbackReply{}, err
 	}
 	if outcome == CallbackApplied {
-		if err := s.q.CancelSchedule(ctx, id); err != nil {
+		if err := s.q.CancelSchedule(ctx, rec.Account, id); err != nil {
 			log.Warn().Err(err).Msg("deadline not cancelled; it will find the event done")
 		}
 	}

@@ -376,13 +376,13 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	replay := func(webhookID string, n int) (outcomes map[string]int, writes uint64) {
 		body := `{"event_id":"` + id + `","status":"approved"}`
 		hs := signed(webhookID, time.Now(), body) // captured once, sent n times
-		before := h.streamState("KV_" + tenaz.BucketState).LastSeq
+		before := h.stateSeq()
 		answers := h.flood(n, 6, func(int) (string, string, []string) { return "/v1/callbacks/bureau/acme", body, hs })
 		outcomes = map[string]int{}
 		for _, r := range answers {
 			outcomes[r.outcome(t).Outcome]++
 		}
-		return outcomes, h.streamState("KV_"+tenaz.BucketState).LastSeq - before
+		return outcomes, h.stateSeq() - before
 	}
 
 	outcomes, writes := replay("msg_captured", 300)

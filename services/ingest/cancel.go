@@ -43,7 +43,7 @@ type cancelError struct {
 // and purges its schedule. It is shared by the HTTP API and the micro
 // endpoint: 409 not_cancellable unless scheduled, pending or retrying.
 func (s *Service) cancelEvent(ctx context.Context, rec state.Record, actor, detail string) (state.Record, *cancelError) {
-	next, _, _, err := s.st.Transition(ctx, rec.ID, state.Action{Name: state.Cancel, Actor: actor, Detail: detail})
+	next, _, _, err := s.st.Transition(ctx, rec.Account, rec.ID, state.Action{Name: state.Cancel, Actor: actor, Detail: detail})
 	if errors.Is(err, state.ErrInvalidTransition) {
 		return next, &cancelError{http.StatusConflict, httpapi.ErrorDetail{Code: "not_cancellable",
 			Message: "event is " + string(next.Status) + "; only scheduled, pending or retrying events can be cancelled"}}
@@ -51,7 +51,7 @@ func (s *Service) cancelEvent(ctx context.Context, rec state.Record, actor, deta
 	if err != nil {
 		return next, &cancelError{http.StatusServiceUnavailable, httpapi.ErrorDetail{Code: "unavailable", Message: err.Error()}}
 	}
-	if err := s.q.CancelSchedule(ctx, rec.ID); err != nil {
+	if err := s.q.CancelSchedule(ctx, rec.Account, rec.ID); err != nil {
 		s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("cancel: purge schedule failed; the dispatcher will drop it when it fires")
 	}
 	return next, nil

@@ -44,12 +44,12 @@ func TestCancelPendingEvent(t *testing.T) {
 	}
 
 	// The event's message is still queued; a dispatcher must drop it.
-	if info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme")); info.NumPending != 1 {
+	if info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme")); info.NumPending != 1 {
 		t.Fatalf("acme's dispatch consumer: want the event's message still queued, got %d pending", info.NumPending)
 	}
 	h.startDispatcher("d1")
 	natstest.Eventually(t, waitFor, func() bool {
-		info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme"))
+		info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
 		return info.Delivered.Stream >= 1 && info.NumPending == 0 && info.NumAckPending == 0
 	}, "the dispatcher did not settle the cancelled event's message")
 	if n := h.arrived.Load(); n != 0 {

@@ -70,11 +70,11 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 	if !ok || rec.Status != tenaz.StatePending || len(rec.History) != 1 {
 		t.Fatalf("record: want pending with only its creation, got %+v (exists %v)", rec, ok)
 	}
-	info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme"))
+	info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
 	if info.NumPending != 1 || info.NumAckPending != 0 {
 		t.Fatalf("acme's dispatch consumer: want exactly 1 message (the event, once), got pending %d, ack pending %d", info.NumPending, info.NumAckPending)
 	}
-	if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 1 {
+	if n := h.eventMsgs(); n != 1 {
 		t.Fatalf("EVENTS: want the event exactly once, got %d messages", n)
 	}
 
@@ -129,7 +129,7 @@ func TestCrashIngestStopsAfterCreate(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("Stop with an expired context did not return")
 	}
-	if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 0 || h.arrived.Load() != 0 {
+	if n := h.eventMsgs(); n != 0 || h.arrived.Load() != 0 {
 		t.Fatalf("the stopped ingest must not have enqueued the event, got %d EVENTS messages and %d provider calls", n, h.arrived.Load())
 	}
 

@@ -120,7 +120,7 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	}
 	accepted := View{ID: env.ID, Status: "accepted", IdempotencyKey: env.IdempotencyKey, StatusURL: url, Account: env.Account, Kind: env.Kind}
 	if ack.Duplicate { // the same submission is being accepted right now
-		if rec, _, err := s.st.Get(ctx, env.ID); err == nil {
+		if rec, _, err := s.st.Get(ctx, env.Account, env.ID); err == nil {
 			return http.StatusOK, viewOf(rec, url)
 		}
 		return http.StatusOK, accepted
@@ -162,7 +162,7 @@ func (s *Service) lookup(w http.ResponseWriter, r *http.Request) (state.Record, 
 		httpapi.Error(w, http.StatusNotFound, "not_found", "no event "+id)
 		return state.Record{}, false
 	}
-	rec, _, err := s.st.Get(r.Context(), id)
+	rec, _, err := s.st.Get(r.Context(), "", id)
 	if errors.Is(err, store.ErrNotFound) {
 		httpapi.Error(w, http.StatusNotFound, "not_found", "no event "+id)
 		return rec, false

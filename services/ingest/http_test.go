@@ -83,7 +83,7 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 	}
 
 	// Two events, each enqueued once: the duplicates added nothing.
-	if info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme")); info.NumPending != 2 {
+	if info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme")); info.NumPending != 2 {
 		t.Fatalf("EVENTS for acme: want 2 messages (one per event), got %d", info.NumPending)
 	}
 
@@ -190,7 +190,7 @@ func TestHTTPRefusals(t *testing.T) {
 	if got := h.streamState(tenaz.StreamDead).Msgs; got != 0 {
 		t.Fatalf("DEAD: HTTP refusals are answered, not kept: want 0 entries, got %d", got)
 	}
-	if got := h.streamState("KV_" + tenaz.BucketState).Msgs; got != 1 {
+	if got := h.stateMsgs(); got != 1 {
 		t.Fatalf("state bucket: want exactly the one valid event, got %d records", got)
 	}
 }

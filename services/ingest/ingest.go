@@ -134,9 +134,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
 	}
-	s.q = queue.New(js, s.subj)
 	s.refused = newRefusals(o.Config, log)
-	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
 	s.metrics = o.Metrics
 	if s.metrics == nil {
 		s.metrics = metrics.Default
@@ -152,18 +150,13 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.started {
 		return nil
 	}
-	if !s.o.SkipStreams {
-		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas,
-			Placement:  streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags),
-			DeadMaxAge: s.cfg.Deadletter.Retention.D(), DeadMaxBytes: s.cfg.Deadletter.MaxBytes}); err != nil {
-			return fmt.Errorf("ingest: %w", err)
-		}
-	}
-	st, err := store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D()})
+	subj, st, err := store.Bind(ctx, s.js, s.cfg, s.o.SkipStreams, nil)
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	s.st = st
+	s.subj, s.st = subj, st
+	s.q = queue.New(s.js, subj)
+	s.prov = accounts.NewProvisioner(s.js, s.nc, s.cfg, subj)
 	if s.lanes, err = lane.Open(ctx, s.js); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -225,7 +218,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	// ingest always runs (it is never scaled to zero), so it reports the
 	// dispatch backlog that the dispatcher's autoscaler reads.
-	s.stopBacklog = s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Stream: tenaz.StreamEvents})
+	s.stopBacklog = s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj)})
 	s.started = true
 	s.log.Info().Msg("ingest started")
 	return nil
@@ -298,4 +291,13 @@ func (s *Service) Routes(mux httpapi.Router) {
 	// The document covers deadletter's routes too; ingest serves it, as
 	// the service every installation exposes.
 	mux.HandleFunc("GET "+httpapi.OpenAPIPath, httpapi.ServeOpenAPI)
+}
+
+// eventStreams is every partition's EVENTS stream.
+func eventStreams(subj tenaz.Subjects) []string {
+	out := make([]string, subj.Parts())
+	for p := range out {
+		out[p] = streams.EventsStream(p)
+	}
+	return out
 }

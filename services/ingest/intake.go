@@ -333,7 +333,7 @@ func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *s
 	}
 	if _, err := s.st.Create(ctx, rec); errors.Is(err, store.ErrExists) {
 		// A redelivery finds its own record; any other is another event.
-		cur, _, gerr := s.st.Get(ctx, env.ID)
+		cur, _, gerr := s.st.Get(ctx, env.Account, env.ID)
 		if gerr != nil {
 			return false, gerr
 		}
@@ -369,7 +369,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		// record carries its predecessor from the start. A duplicate must not
 		// join: look first (a racing duplicate re-appends the same id, which
 		// Append answers with the same predecessor).
-		if cur, crev, gerr := s.st.Get(ctx, env.ID); gerr == nil {
+		if cur, crev, gerr := s.st.Get(ctx, env.Account, env.ID); gerr == nil {
 			rec, rev, err = cur, crev, store.ErrExists
 		} else if !errors.Is(gerr, store.ErrNotFound) {
 			return rec, false, gerr
@@ -384,7 +384,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 	switch {
 	case errors.Is(err, store.ErrExists):
 		created = false
-		rec, rev, err = s.st.Get(ctx, env.ID)
+		rec, rev, err = s.st.Get(ctx, env.Account, env.ID)
 		if err != nil {
 			return rec, false, err
 		}
@@ -405,7 +405,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		}
 	}
 	if rec.After != "" {
-		if err := s.link(ctx, rec.After, env.ID); err != nil {
+		if err := s.link(ctx, env.Account, rec.After, env.ID); err != nil {
 			return rec, false, err
 		}
 		rev = 0 // no read-free claim: the record is not queue.Initial(env)
@@ -437,11 +437,11 @@ func notStarted(r state.Record) bool {
 // errUnchanged ends a store.Update without a write.
 var errUnchanged = errors.New("unchanged")
 
-// link points the predecessor's record at its successor, so that whoever
-// finishes the predecessor wakes the successor. A predecessor whose record
-// is gone (expired) has nothing to hold.
-func (s *Service) link(ctx context.Context, prev, next string) error {
-	_, _, err := s.st.Update(ctx, prev, func(p state.Record) (state.Record, error) {
+// link points the predecessor's record at its successor (both of
+// account), so that whoever finishes the predecessor wakes the successor.
+// A predecessor whose record is gone (expired) has nothing to hold.
+func (s *Service) link(ctx context.Context, account, prev, next string) error {
+	_, _, err := s.st.Update(ctx, account, prev, func(p state.Record) (state.Record, error) {
 		if p.Next == next {
 			return p, errUnchanged
 		}

@@ -48,14 +48,14 @@ func TestNATSIntakeDuplicateAfterWindow(t *testing.T) {
 	if rec.Status != tenaz.StatePending || len(rec.History) != 1 {
 		t.Fatalf("after the duplicate: want the untouched pending record with one history entry, got status %s, history %+v", rec.Status, rec.History)
 	}
-	if n := h.streamState("KV_" + tenaz.BucketState).Msgs; n != 1 {
+	if n := h.stateMsgs(); n != 1 {
 		t.Fatalf("state bucket: want 1 record, got %d", n)
 	}
-	info := h.consumerInfo(tenaz.StreamEvents, tenaz.ConsumerName("acme"))
+	info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
 	if info.NumPending != 1 || info.NumAckPending != 0 {
 		t.Fatalf("acme's dispatch consumer: want exactly 1 message waiting (no dispatcher runs), got pending %d, ack pending %d", info.NumPending, info.NumAckPending)
 	}
-	if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 1 {
+	if n := h.eventMsgs(); n != 1 {
 		t.Fatalf("EVENTS: want 1 message for the event, got %d", n)
 	}
 	if n := h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>"); n != 0 {
@@ -94,7 +94,7 @@ func TestNATSIntakeSameKeyTwoAccounts(t *testing.T) {
 				}
 			}
 			natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ackB.Sequence) }, "INTAKE not settled")
-			if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 2 {
+			if n := h.eventMsgs(); n != 2 {
 				t.Fatalf("EVENTS: want one message per account, got %d", n)
 			}
 		})
@@ -153,7 +153,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			if rec, ok := h.record(event.ID("acme", "bad-1")); ok {
 				t.Fatalf("want no event, got %+v", rec)
 			}
-			if n := h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>"); n != 0 {
+			if n := h.eventMsgs(); n != 0 {
 				t.Fatalf("EVENTS: want nothing enqueued, got %d messages", n)
 			}
 			if n := h.streamState(tenaz.StreamDead).Msgs; n != 1 {

@@ -28,6 +28,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // TestMain checks that every test stopped what it started: services,
@@ -64,6 +65,7 @@ type harness struct {
 	ing    *ingest.Service
 	api    *httptest.Server
 	st     *store.Store
+	subj   tenaz.Subjects // the store's, default prefix
 
 	arrived atomic.Int64    // deliveries that reached the provider, answered or not
 	c       context.Context // ends with the test
@@ -131,6 +133,7 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	if h.st, err = store.Open(ctx, h.js, store.Options{}); err != nil {
 		t.Fatalf("store: %v", err)
 	}
+	h.subj = tenaz.NewSubjects("").WithPartitions(h.st.Partitions())
 	h.ing = h.startIngest(o.hooks)
 	mux := http.NewServeMux()
 	h.ing.Routes(mux)
@@ -284,7 +287,7 @@ func (h *harness) send(method, path, body string, headers ...string) (response, 
 // record reads an event's record; ok is false if there is none.
 func (h *harness) record(id string) (state.Record, bool) {
 	h.t.Helper()
-	rec, _, err := h.st.Get(h.ctx(), id)
+	rec, _, err := h.st.Get(h.ctx(), "", id)
 	if errors.Is(err, store.ErrNotFound) {
 		return rec, false
 	}
@@ -357,9 +360,9 @@ func (h *harness) footprint() footprint {
 	in := h.consumerInfo(tenaz.StreamIntake, "ingest")
 	return footprint{
 		IntakeSeen: in.Delivered.Consumer + in.NumPending,
-		Events:     h.subjectMsgs(tenaz.StreamEvents, "tenaz.events.>") + h.subjectMsgs(tenaz.StreamEvents, "tenaz.sched.>"),
+		Events:     h.eventMsgs() + h.schedMsgs(),
 		DeadSeq:    h.streamState(tenaz.StreamDead).LastSeq,
-		StateSeq:   h.streamState("KV_" + tenaz.BucketState).LastSeq,
+		StateSeq:   h.stateSeq(),
 	}
 }
 
@@ -405,3 +408,38 @@ func (h *harness) intakeSettled(seq uint64) bool {
 type lazy func() string
 
 func (l lazy) String() string { return l() }
+
+// eventMsgs counts the dispatch messages stored over every partition, and
+// schedMsgs the schedules.
+func (h *harness) eventMsgs() uint64 { return h.overPartitions(h.subj.EventsIn) }
+
+func (h *harness) schedMsgs() uint64 { return h.overPartitions(h.subj.SchedulesIn) }
+
+func (h *harness) overPartitions(filter func(p int) string) uint64 {
+	h.t.Helper()
+	var n uint64
+	for p := range h.subj.Parts() {
+		n += h.subjectMsgs(streams.EventsStream(p), filter(p))
+	}
+	return n
+}
+
+// stateMsgs counts the stored messages of every partition's state
+// bucket, and stateSeq adds up their last sequences (a write to any
+// moves it).
+func (h *harness) stateMsgs() uint64 {
+	return h.stateSum(func(s jetstream.StreamState) uint64 { return s.Msgs })
+}
+
+func (h *harness) stateSeq() uint64 {
+	return h.stateSum(func(s jetstream.StreamState) uint64 { return s.LastSeq })
+}
+
+func (h *harness) stateSum(of func(jetstream.StreamState) uint64) uint64 {
+	h.t.Helper()
+	var n uint64
+	for p := range h.subj.Parts() {
+		n += of(h.streamState("KV_" + streams.StateBucket(p)))
+	}
+	return n
+}

@@ -309,8 +309,9 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 		t.Fatalf("message still queued: want 1 overdue and no repair, got %+v", rep)
 	}
 	// Delete the event's message by hand.
-	s, _ := w.js.Stream(w.c, tenaz.StreamEvents)
-	m, err := s.GetLastMsgForSubject(w.c, "tenaz.events.acme.credit.evaluate")
+	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
+	subj, _ := w.subj.Event("acme", "credit.evaluate")
+	m, err := s.GetLastMsgForSubject(w.c, subj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,8 +351,8 @@ func TestReconcilerReschedulesLostPoll(t *testing.T) {
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1000}, noPoller: true})
 	id := w.submit("c-9", `{"applicant":"a-9"}`)
 	w.waitStatus(id, tenaz.StatePolling, 10*time.Second)
-	s, _ := w.js.Stream(w.c, tenaz.StreamEvents)
-	if err := s.Purge(w.c, jetstreamPurgeSubject("tenaz.sched."+id)); err != nil {
+	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
+	if err := s.Purge(w.c, jetstreamPurgeSubject(w.subj.Schedule("acme", id))); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool {
@@ -429,8 +430,9 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 		t.Fatal("no claim")
 	}
 	w.waitStatus(id, tenaz.StateRunning, 5*time.Second)
-	s, _ := w.js.Stream(w.c, tenaz.StreamEvents)
-	m, err := s.GetLastMsgForSubject(w.c, "tenaz.events.acme.credit.evaluate")
+	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
+	subj, _ := w.subj.Event("acme", "credit.evaluate")
+	m, err := s.GetLastMsgForSubject(w.c, subj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +463,7 @@ func TestReplayedEventGetsFreshDeadline(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 2s", worldOpts{})
 	id := w.submit("c-12", `{"applicant":"a-12"}`)
 	w.waitStatus(id, tenaz.StateManualReview, 15*time.Second)
-	rec, _, _, err := w.st.Transition(w.c, id, state.Action{Name: state.Replay, Actor: "operator:test", Detail: "try again"})
+	rec, _, _, err := w.st.Transition(w.c, "", id, state.Action{Name: state.Replay, Actor: "operator:test", Detail: "try again"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +471,7 @@ func TestReplayedEventGetsFreshDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.New(w.js, tenaz.NewSubjects("")).Enqueue(w.c, env, id+"/replay/test"); err != nil {
+	if _, err := queue.New(w.js, w.subj).Enqueue(w.c, env, id+"/replay/test"); err != nil {
 		t.Fatal(err)
 	}
 	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)

@@ -27,7 +27,7 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 	// What the poller's deadline did before it died: the fallback is
 	// written, its message never published; the deadline's timer waits in
 	// the poller's consumer.
-	rec, rev, err := w.st.Get(w.c, id)
+	rec, rev, err := w.st.Get(w.c, "", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +57,12 @@ func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 	w := newWorld(t, `attempts: 3, backoff: {initial: 1h, jitter: 0}, callback_sla: 1h`, worldOpts{a: provider.Faults{FailFirst: 1}})
 	id := w.submit("sch-1", `{"applicant":"a-1"}`)
 	rec := w.waitStatus(id, tenaz.StateRetrying, 10*time.Second)
-	stream, err := w.js.Stream(w.c, tenaz.StreamEvents)
+	stream, err := w.js.Stream(w.c, w.subj.EventsStream("acme"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	kind := func() string {
-		m, err := stream.GetLastMsgForSubject(w.c, "tenaz.sched."+id)
+		m, err := stream.GetLastMsgForSubject(w.c, w.subj.Schedule("acme", id))
 		if err != nil {
 			return "none"
 		}
@@ -78,7 +78,7 @@ func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.New(w.js, tenaz.NewSubjects("")).Timer(w.c, env, time.Now(), queue.TimerPoll, ""); err != nil {
+	if err := queue.New(w.js, w.subj).Timer(w.c, env, time.Now(), queue.TimerPoll, ""); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { return kind() == "dispatch" && w.get(id).Status == tenaz.StateRetrying },

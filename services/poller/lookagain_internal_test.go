@@ -58,7 +58,7 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 		t.Fatalf("want the timer delivered a second time, got %d", md.NumDelivered)
 	}
 	s.handle(ctx, again)
-	got, _, err := s.st.Get(ctx, env.ID)
+	got, _, err := s.st.Get(ctx, "", env.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +95,11 @@ kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
 		t.Fatal(err)
 	}
 	s.handle(ctx, next(5*time.Second))
-	stream, err := s.js.Stream(ctx, tenaz.StreamEvents)
+	stream, err := s.js.Stream(ctx, s.subj.EventsStream(env.Account))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, tenaz.NewSubjects("").Schedule(env.ID))
+	m, err := stream.GetLastMsgForSubject(ctx, s.subj.Schedule(env.Account, env.ID))
 	if err != nil {
 		t.Fatalf("the early timer was dropped and nothing polls the event: %v", err)
 	}
@@ -107,7 +107,7 @@ kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
 	if got := m.Header.Get("Nats-Schedule"); got != want || m.Header.Get(tenaz.HeaderTimer) != queue.TimerPoll {
 		t.Fatalf("want the event's poll timer %q set again, got %q (%s)", want, got, m.Header.Get(tenaz.HeaderTimer))
 	}
-	if got, _, _ := s.st.Get(ctx, env.ID); got.Status != tenaz.StatePolling || got.Polls != rec.Polls {
+	if got, _, _ := s.st.Get(ctx, "", env.ID); got.Status != tenaz.StatePolling || got.Polls != rec.Polls {
 		t.Fatalf("an early timer must not poll: got %s after %d polls", got.Status, got.Polls)
 	}
 }

@@ -74,7 +74,7 @@ type Service struct {
 	mu      sync.Mutex
 	started bool
 	micro   micro.Service
-	cc      jetstream.ConsumeContext
+	cc      []jetstream.ConsumeContext // one per partition
 	targets *target.Cache
 	sem     chan struct{}
 	wg      sync.WaitGroup // timers in flight
@@ -104,8 +104,6 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix),
 		actor: "poller/" + o.Instance, targets: target.NewCache(o.Config, o.HTTPClient)}
-	s.q = queue.New(js, s.subj)
-	s.prov = accounts.NewProvisioner(js, o.Conn, o.Config)
 	return s, nil
 }
 
@@ -117,37 +115,44 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.started {
 		return nil
 	}
-	if !s.o.SkipStreams {
-		if err := streams.Apply(ctx, s.js, streams.Options{Prefix: s.cfg.Prefix, Replicas: s.cfg.Streams.Replicas,
-			Placement:  streams.Place(s.cfg.Streams.Cluster, s.cfg.Streams.Tags),
-			DeadMaxAge: s.cfg.Deadletter.Retention.D(), DeadMaxBytes: s.cfg.Deadletter.MaxBytes}); err != nil {
-			return fmt.Errorf("poller: %w", err)
-		}
-	}
-	st, err := store.Open(ctx, s.js, store.Options{Retention: s.cfg.Streams.Retention.D()})
+	subj, st, err := store.Bind(ctx, s.js, s.cfg, s.o.SkipStreams, nil)
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
 	}
-	s.st = st
-	cons, err := s.js.Consumer(ctx, tenaz.StreamEvents, tenaz.ConsumerPoller)
-	if err != nil {
-		return fmt.Errorf("poller: timers consumer: %w", err)
-	}
+	s.subj, s.st = subj, st
+	s.q = queue.New(s.js, subj)
+	s.prov = accounts.NewProvisioner(s.js, s.nc, s.cfg, subj)
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 	n := s.cfg.Poller.Concurrency
 	s.sem = make(chan struct{}, n)
-	cc, err := cons.Consume(s.receive, jetstream.PullMaxMessages(n))
-	if err != nil {
+	stopAll := func() {
+		for _, cc := range s.cc {
+			cc.Stop()
+		}
+		s.cc = nil
 		s.cancel()
-		return fmt.Errorf("poller: consume timers: %w", err)
+	}
+	// One consumer per partition's EVENTS, the workers shared: a timer
+	// waits for a free worker whatever its partition.
+	for p := range subj.Parts() {
+		cons, err := s.js.Consumer(ctx, streams.EventsStream(p), tenaz.ConsumerPoller)
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("poller: timers consumer: %w", err)
+		}
+		cc, err := cons.Consume(s.receive, jetstream.PullMaxMessages(n))
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("poller: consume timers: %w", err)
+		}
+		s.cc = append(s.cc, cc)
 	}
 	m, err := s.addMicro()
 	if err != nil {
-		cc.Stop()
-		s.cancel()
+		stopAll()
 		return err
 	}
-	s.cc, s.micro, s.started = cc, m, true
+	s.micro, s.started = m, true
 	if !s.o.NoReconciler {
 		s.bg.Add(1)
 		go s.reconcileLoop()
@@ -210,7 +215,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.started = false
 	s.mu.Unlock()
-	s.cc.Drain()
+	for _, cc := range s.cc {
+		cc.Drain()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

@@ -135,24 +135,46 @@ func (s *Service) lease(ttl time.Duration) bool {
 // dispatcher's claim).
 func (s *Service) Reconcile(ctx context.Context) (Report, error) {
 	rep := Report{Started: time.Now().UTC(), Repaired: map[string]int{}}
-	kv := s.st.KV()
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return rep, fmt.Errorf("reconcile: %w", err)
-	}
-	defer w.Stop()
 	counts := map[CountKey]int{}
 	c := &sweep{s: s, backlog: map[string]int{}}
 	now := s.st.Now()
+	for _, kv := range s.st.KVs() { // a partition at a time
+		if err := c.sweepBucket(ctx, kv, now, &rep, counts); err != nil {
+			return rep, err
+		}
+	}
+	census := make(map[metrics.EventsKey]int, len(counts))
+	for k, n := range counts {
+		rep.Counts = append(rep.Counts, Count{k, n})
+		census[metrics.EventsKey{State: k.State, Account: k.Account, Kind: k.Kind}] = n
+	}
+	s.o.Metrics.SetEventsByState(census)
+	rep.Took = time.Since(rep.Started)
+	if f := s.o.OnSweep; f != nil {
+		f(rep)
+	}
+	s.log.Info().Int("scanned", rep.Scanned).Int("overdue", rep.Overdue).Int("repaired", rep.Repairs()).
+		Dur("took", rep.Took).Msg("reconciler sweep")
+	return rep, nil
+}
+
+// sweepBucket is Reconcile over one partition's state bucket.
+func (c *sweep) sweepBucket(ctx context.Context, kv jetstream.KeyValue, now time.Time, rep *Report, counts map[CountKey]int) error {
+	s := c.s
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
 	for {
 		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return ctx.Err()
 		case e = <-w.Updates():
 		}
 		if e == nil {
-			break // the initial values are all in
+			return nil // the initial values are all in
 		}
 		if e.Operation() != jetstream.KeyValuePut {
 			continue
@@ -180,19 +202,6 @@ func (s *Service) Reconcile(ctx context.Context) (Report, error) {
 				Str("repair", kind).Time("was_due", due).Msg("reconciler repaired a stuck event")
 		}
 	}
-	census := make(map[metrics.EventsKey]int, len(counts))
-	for k, n := range counts {
-		rep.Counts = append(rep.Counts, Count{k, n})
-		census[metrics.EventsKey{State: k.State, Account: k.Account, Kind: k.Kind}] = n
-	}
-	s.o.Metrics.SetEventsByState(census)
-	rep.Took = time.Since(rep.Started)
-	if f := s.o.OnSweep; f != nil {
-		f(rep)
-	}
-	s.log.Info().Int("scanned", rep.Scanned).Int("overdue", rep.Overdue).Int("repaired", rep.Repairs()).
-		Dur("took", rep.Took).Msg("reconciler sweep")
-	return rep, nil
 }
 
 // sweep caches per-account facts for one pass.
@@ -237,7 +246,7 @@ func (c *sweep) consumerBacklog(ctx context.Context, account string) int {
 		return n
 	}
 	n := -1
-	if cons, err := c.s.js.Consumer(ctx, tenaz.StreamEvents, tenaz.ConsumerName(account)); err == nil {
+	if cons, err := c.s.js.Consumer(ctx, c.s.subj.EventsStream(account), tenaz.ConsumerName(account)); err == nil {
 		if info, err := cons.Info(ctx); err == nil {
 			n = int(info.NumPending) + info.NumAckPending
 		}
@@ -254,11 +263,11 @@ func (c *sweep) repair(ctx context.Context, kind string, h head, due time.Time) 
 	if kind != RepairLostRun {
 		// A pending schedule (delay, retry, lane park, deadline, poll)
 		// is a next step on its way, however late the server is.
-		if has, err := s.q.HasSchedule(ctx, h.ID); err != nil || has {
+		if has, err := s.q.HasSchedule(ctx, h.Account, h.ID); err != nil || has {
 			return false, err
 		}
 	}
-	rec, rev, err := s.st.Get(ctx, h.ID)
+	rec, rev, err := s.st.Get(ctx, h.Account, h.ID)
 	if err != nil {
 		return false, err
 	}

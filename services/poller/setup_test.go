@@ -72,6 +72,7 @@ type world struct {
 	js    jetstream.JetStream
 	cfg   *config.Config
 	st    *store.Store
+	subj  tenaz.Subjects // the store's, default prefix
 	a, b  *provider.Provider
 	api   *httptest.Server
 	ing   *ingest.Service
@@ -145,6 +146,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	if w.st, err = store.Open(w.c, w.js, store.Options{}); err != nil {
 		t.Fatal(err)
 	}
+	w.subj = tenaz.NewSubjects("").WithPartitions(w.st.Partitions())
 	nc, _ := w.srv.Conn(t)
 	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: cfg, Metrics: w.mx, Logger: w.log}); err != nil {
 		t.Fatal(err)
@@ -233,7 +235,7 @@ func (w *world) submit(key, payload string) string {
 
 func (w *world) get(id string) state.Record {
 	w.t.Helper()
-	r, _, err := w.st.Get(w.c, id)
+	r, _, err := w.st.Get(w.c, "", id)
 	if err != nil {
 		w.t.Fatalf("get %s: %v", id, err)
 	}
@@ -246,7 +248,7 @@ func (w *world) waitStatus(id string, want tenaz.State, within time.Duration) st
 	var r state.Record
 	natstest.Eventually(w.t, within, func() bool {
 		var err error
-		r, _, err = w.st.Get(w.c, id)
+		r, _, err = w.st.Get(w.c, "", id)
 		return err == nil && r.Status == want
 	}, "event %s: want status %s", id, want)
 	_ = r

@@ -88,7 +88,7 @@ var errRunInFlight = errors.New("the run that set this timer has not stored its 
 // step reads the record and takes the step its state asks for; seq is the
 // timer's stream sequence (0 when unknown).
 func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) error {
-	rec, rev, err := s.st.Get(ctx, env.ID)
+	rec, rev, err := s.st.Get(ctx, env.Account, env.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // expired or removed: nothing waits
 	}
@@ -239,7 +239,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		return ctx.Err()
 	}
 	mx := s.o.Metrics
-	mx.DeliveryLatency(env.Account, env.Kind, stage.Target, time.Since(began))
+	mx.DeliveryLatency(env.Account, env.Kind, stage.Target, time.Since(began), ctx)
 	switch {
 	case perr != nil:
 		mx.Poll(stage.Target, metrics.PollError)

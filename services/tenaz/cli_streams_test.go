@@ -20,7 +20,7 @@ func TestCLIStreamsApplyKeepsDeadBounds(t *testing.T) {
 	_, js := srv.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 7 * 24 * time.Hour, DeadMaxBytes: 8 << 20}); err != nil {
+	if _, err := streams.Apply(ctx, js, streams.Options{DeadMaxAge: 7 * 24 * time.Hour, DeadMaxBytes: 8 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	newOperator(t, srv.ClientURL()).must(cli.ExitOK, "streams", "apply")

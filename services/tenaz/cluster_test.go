@@ -164,7 +164,7 @@ func TestClusterFailover(t *testing.T) {
 				continue
 			}
 			gctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a read lost in a failover is tried again
-			r, _, err := st.Get(gctx, id)
+			r, _, err := st.Get(gctx, "", id)
 			cancel()
 			if err != nil || r.Status != tenaz.StateDone {
 				return false

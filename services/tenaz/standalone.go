@@ -22,6 +22,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/deadletter"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -144,9 +145,7 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := streams.Apply(ctx, js, streams.Options{Prefix: cfg.Prefix, Replicas: cfg.Streams.Replicas,
-		Placement:  streams.Place(cfg.Streams.Cluster, cfg.Streams.Tags),
-		DeadMaxAge: cfg.Deadletter.Retention.D(), DeadMaxBytes: cfg.Deadletter.MaxBytes}); err != nil {
+	if _, err := streams.Apply(ctx, js, store.LayoutOptions(cfg)); err != nil {
 		return err
 	}
 	if cfg.Demo.Provider != "" {

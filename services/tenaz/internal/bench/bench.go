@@ -27,6 +27,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // Sizes of one run.
@@ -540,4 +541,11 @@ func formatFig(v float64) string {
 		return strconv.FormatFloat(v, 'f', 4, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// partitionOf is account's partition in the store on js (0 when it cannot
+// be read: the lookups that follow then fail with their own error).
+func partitionOf(ctx context.Context, js jetstream.JetStream, account string) int {
+	n, _ := streams.Partitions(ctx, js)
+	return streams.PartitionOf(account, n)
 }

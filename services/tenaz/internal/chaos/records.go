@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // head is a record without its history (which comes last in the stored
@@ -39,11 +40,25 @@ func decodeHead(b []byte) (head, error) {
 	return h, err
 }
 
-// scan reads every record of tenaz_state once, giving each value to fn.
+// scan reads every record of every partition's state bucket once, giving
+// each value to fn.
 func scan(ctx context.Context, js jetstream.JetStream, fn func(key string, value []byte) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, tenaz.BucketState)
+	n, err := streams.Partitions(ctx, js)
+	if err != nil {
+		return fmt.Errorf("scan: %w", err)
+	}
+	for p := range n {
+		if err := scanBucket(ctx, js, streams.StateBucket(p), fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanBucket(ctx context.Context, js jetstream.JetStream, bucket string, fn func(key string, value []byte) error) error {
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return fmt.Errorf("scan: %w", err)
 	}

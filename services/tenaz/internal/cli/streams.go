@@ -25,9 +25,10 @@ type StreamsCmd struct {
 
 // StreamsApplyCmd is `tenaz streams apply`.
 type StreamsApplyCmd struct {
-	Replicas int      `help:"Replicas of every stream and bucket (1, 3 or 5). Default: what INTAKE has now, else 1."`
-	Cluster  string   `help:"Place every stream and bucket in this cluster (config streams.cluster). Default: INTAKE's placement now, else none."`
-	Tag      []string `help:"Place on servers with this tag (repeatable; config streams.tags). Default: INTAKE's placement now, else none."`
+	Replicas   int      `help:"Replicas of every stream and bucket (1, 3 or 5). Default: what INTAKE has now, else 1."`
+	Cluster    string   `help:"Place every stream and bucket in this cluster (config streams.cluster). Default: INTAKE's placement now, else none."`
+	Tag        []string `help:"Place on servers with this tag (repeatable; config streams.tags). Default: INTAKE's placement now, else none."`
+	Partitions int      `help:"Partitions of the events' dispatch and state (config streams.partitions). Default: the store's count, else 4. Another count than the store's is refused (see streams migrate)."`
 }
 
 // AppliedLayout is the JSON of `streams apply`.
@@ -80,9 +81,15 @@ func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return jsError("read stream "+tenaz.StreamDead, err)
 	}
-	if err := streams.Apply(ctx, js, o); err != nil {
+	o.Partitions = c.Partitions
+	n, err := streams.Apply(ctx, js, o)
+	if errors.Is(err, streams.ErrPartitions) {
+		return failf(ErrUsage, "--partitions: %v", err)
+	}
+	if err != nil {
 		return jsError("apply", err)
 	}
+	o.Partitions = n
 	out := AppliedLayout{Prefix: cl.Prefix, Replicas: replicas}
 	if placement != nil {
 		out.Cluster, out.Tags = placement.Cluster, placement.Tags
@@ -168,6 +175,15 @@ func (c *StreamsStatusCmd) Run(cl *Connection, env *Env) error {
 		return err
 	}
 	o := streams.Options{Prefix: cl.Prefix}
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), cl.Timeout)
+		n, err := streams.Partitions(ctx, js)
+		cancel()
+		if err != nil {
+			return jsError("partitions", err)
+		}
+		o.Partitions = n
+	}
 	ss, err := streams.Streams(o)
 	if err != nil {
 		return err
