@@ -233,8 +233,7 @@ func DeadletterConsumer() (jetstream.ConsumerConfig, error) {
 // DefaultPartitions), recorded in EVENTS' metadata; an existing one keeps
 // its own (a store from before partitions has one). A configured count
 // that differs from an existing store's is refused (ErrPartitions): its
-// events would be looked for where they are not. `tenaz streams migrate`
-// moves a store to another count.
+// events would be looked for where they are not.
 func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) {
 	n, err := storeCount(ctx, js)
 	if err != nil {
@@ -247,7 +246,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 	case o.Partitions == 0:
 		o.Partitions = n
 	case o.Partitions != n:
-		return 0, fmt.Errorf("%w: the store has %d, the config asks for %d; run `tenaz streams migrate --partitions %d` with the services stopped, or leave streams.partitions unset", ErrPartitions, n, o.Partitions, o.Partitions)
+		return 0, fmt.Errorf("%w: the store has %d, the config asks for %d; leave streams.partitions unset (or set it to %d) to keep the store's (a store keeps the count it was made with)", ErrPartitions, n, o.Partitions, n)
 	}
 	ss, err := Streams(o)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/streams"
 )
 
 // child is a process of this binary in a serve mode (ServeNATS, ServeTenaz),
@@ -160,8 +162,15 @@ kinds:
 	for {
 		// A busy server may not answer one stream info in time: ask again
 		// until the deadline.
-		st, err := js.Stream(ctx, "EVENTS")
-		if err == nil && st.CachedInfo().State.Msgs <= 8 { // keeper messages only
+		n, err := streams.Partitions(ctx, js)
+		left := 0
+		for p := 0; err == nil && p < n; p++ {
+			var st jetstream.Stream
+			if st, err = js.Stream(ctx, streams.EventsStream(p)); err == nil && st.CachedInfo().State.Msgs > 8 { // keeper messages only
+				left++
+			}
+		}
+		if err == nil && left == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -290,14 +290,18 @@ func (b *Tenaz) Stop(ctx context.Context) error {
 	return b.t.Stop(ctx)
 }
 
-// waitDrained waits until the ingest consumer and the bench account's
-// dispatch consumer have nothing pending or unacked (a dispatch message is
-// acked once its event is stored done).
-func (b *Tenaz) waitDrained(ctx context.Context, timeout time.Duration) error {
+// waitDrained waits until the ingest consumer and the accounts' dispatch
+// consumers have nothing pending or unacked (a dispatch message is acked
+// once its event is stored done).
+func (b *Tenaz) waitDrained(ctx context.Context, accounts []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	consumers := [][2]string{{"INTAKE", "ingest"}}
+	for _, a := range accounts {
+		consumers = append(consumers, [2]string{streams.EventsStream(partitionOf(ctx, b.js, a)), "acct_" + a})
+	}
 	for {
 		left := uint64(0)
-		for _, c := range [][2]string{{"INTAKE", "ingest"}, {"EVENTS", "acct_bench"}} {
+		for _, c := range consumers {
 			ci, err := b.js.Consumer(ctx, c[0], c[1])
 			if err != nil {
 				left++ // the account consumer appears with the first event
@@ -319,13 +323,19 @@ func (b *Tenaz) waitDrained(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// Throughput publishes n submissions to intake (async) and waits until
-// every one is done. Returns events/s.
+// Throughput publishes n submissions of the account bench to intake
+// (async) and waits until every one is done. Returns events/s.
 func (b *Tenaz) Throughput(ctx context.Context, tag string, n int) (float64, error) {
+	return b.ThroughputOver(ctx, tag, n, []string{"bench"})
+}
+
+// ThroughputOver is Throughput with the submissions spread over accounts
+// in turn.
+func (b *Tenaz) ThroughputOver(ctx context.Context, tag string, n int, accounts []string) (float64, error) {
 	payload := []byte(`{"order_id":"o","total":1990}`)
 	start := time.Now()
 	for i := range n {
-		m := nats.NewMsg("tenaz.intake.bench.order.create")
+		m := nats.NewMsg("tenaz.intake." + accounts[i%len(accounts)] + ".order.create")
 		m.Data = payload
 		m.Header.Set("Nats-Msg-Id", tag+"-"+strconv.Itoa(i))
 		if _, err := b.js.PublishMsgAsync(m); err != nil {
@@ -337,7 +347,7 @@ func (b *Tenaz) Throughput(ctx context.Context, tag string, n int) (float64, err
 	case <-time.After(time.Minute):
 		return 0, fmt.Errorf("publish did not complete")
 	}
-	if err := b.waitDrained(ctx, 10*time.Minute); err != nil {
+	if err := b.waitDrained(ctx, accounts, 10*time.Minute); err != nil {
 		return 0, err
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
@@ -351,7 +361,7 @@ func (b *Tenaz) Latency(ctx context.Context, tag string, rate int, d time.Durati
 
 // LatencyOf is Latency for the given account.
 func (b *Tenaz) LatencyOf(ctx context.Context, account, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
-	kv, err := b.js.KeyValue(ctx, "tenaz_state")
+	kv, err := b.js.KeyValue(ctx, streams.StateBucket(partitionOf(ctx, b.js, account)))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -511,7 +521,7 @@ func runMode(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL
 	r.Figure("e2e_cpu_us_per_event"+suffix, median(e2eCPU), "us")
 	r.Figure("naive_cpu_us_per_event"+suffix, median(naiveCPU), "us")
 	if fsync {
-		return nil
+		return partitionRuns(ctx, sz, r, concurrency, targetURL)
 	}
 	p50, p99, err := tz.Latency(ctx, "lat", sz.Rate, sz.LatencyFor)
 	if err != nil {
@@ -548,4 +558,79 @@ func formatFig(v float64) string {
 func partitionOf(ctx context.Context, js jetstream.JetStream, account string) int {
 	n, _ := streams.Partitions(ctx, js)
 	return streams.PartitionOf(account, n)
+}
+
+// partitionAccounts is how many accounts share the load of a partition
+// run: a partition holds whole accounts, so one account's events are
+// one partition's writes whatever the count.
+const partitionAccounts = 16
+
+// partitionCounts are the streams.partitions compared.
+var partitionCounts = []int{1, 4, 8}
+
+// Partitions runs the partition comparison alone (it is part of the
+// fsync phase too).
+func Partitions(ctx context.Context, sz Sizes, r Report, concurrency int) error {
+	target, err := startNoop()
+	if err != nil {
+		return err
+	}
+	defer target.srv.Close()
+	return partitionRuns(ctx, sz, r, concurrency, target.url)
+}
+
+// partitionRuns measures, with fsync on every write, tenaz over
+// partitionAccounts accounts on a store of each of partitionCounts
+// partitions, against the naive loop on the same server in the same
+// rounds: e2e_events_per_s_fsync_always_partitions_<n> and its ratio.
+func partitionRuns(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL string) error {
+	accounts := make([]string, partitionAccounts)
+	for i := range accounts {
+		accounts[i] = "bench-" + strconv.Itoa(i)
+	}
+	for _, parts := range partitionCounts {
+		if err := partitionRun(ctx, sz, r, concurrency, targetURL, accounts, parts); err != nil {
+			return fmt.Errorf("partitions %d: %w", parts, err)
+		}
+	}
+	return nil
+}
+
+func partitionRun(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL string, accounts []string, parts int) error {
+	dir, err := os.MkdirTemp("", "tenaz-bench-partitions-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(dir, true)
+	if err != nil {
+		return err
+	}
+	defer natsd.Shutdown(srv)
+	cfg, err := BenchConfig(srv.ClientURL(), targetURL, concurrency)
+	if err != nil {
+		return err
+	}
+	cfg.Streams.Partitions = parts
+	tz, err := StartTenaz(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tz.Stop(ctx) }()
+	var naive, e2e []float64
+	for round := range sz.Rounds {
+		v, err := Naive(ctx, srv.ClientURL(), targetURL, sz.EventsFsync, sz.Workers)
+		if err != nil {
+			return err
+		}
+		naive = append(naive, v)
+		if v, err = tz.ThroughputOver(ctx, fmt.Sprintf("p%d-%d", parts, round), sz.EventsFsync, accounts); err != nil {
+			return err
+		}
+		e2e = append(e2e, v)
+	}
+	suffix := fmt.Sprintf("_fsync_always_partitions_%d", parts)
+	r.Figure("e2e_events_per_s"+suffix, median(e2e), "events/s")
+	r.Figure("e2e_ratio_vs_naive"+suffix, median(e2e)/median(naive), "ratio")
+	return nil
 }

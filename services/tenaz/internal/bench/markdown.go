@@ -193,8 +193,39 @@ throughput round):
 - **fsync always.** Each stream fsyncs its writes one at a time (~0.3 ms
   each here), so throughput is bounded by the busiest stream: the state
   bucket takes three writes per event (create, claim, done) against the
-  naive loop's two, which is the ratio you see. Different streams fsync in
-  parallel, so INTAKE and EVENTS cost latency, not throughput.
+  naive loop's two, which is the ratio you see for one account. Different
+  streams fsync in parallel: partitions (`+"`streams.partitions`"+`) give the
+  accounts of each partition a state bucket and an EVENTS stream of their
+  own (`+"`*_partitions_*`"+`), and INTAKE, one stream, takes one write and one
+  delete per event.
+
+## Durable writes per event
+
+Every durable write and delete on the hot path, what it protects, and
+why it does not merge with another. (A delete of a work-queue message
+costs a write too: measured here, acking from one stream ran at about the
+rate of publishing to it.)
+
+| path | write | by | protects | why not merged |
+|---|---|---|---|---|
+| every event | INTAKE publish | producer, or ingest for HTTP | the submission is durable before it is acknowledged; the stream's duplicate window dedups a re-sent one | the producers' API: a NATS producer publishes and is done; the record cannot be written by the producer |
+| every event | record create (state, compare-and-set on no record) | ingest | exactly one event per account and idempotency key; the timeline every operator sees | the uniqueness check must be a compare-and-set on the id's key, which INTAKE (keyed by account and kind) cannot do |
+| every event | EVENTS publish | ingest | the account's dispatch queue: its consumer, its owner, its order | a queue per account is a stream filter; the state bucket's writes (create, claim, done) are not a queue of pending work |
+| every event | INTAKE ack (delete) | ingest | the submission is not taken again | the work queue's removal; kept out of the response path |
+| every event | claim (state, compare-and-set on the create's revision) | dispatcher | the fencing token of the run: a run taken over (redelivery, a new owner) cannot write after another claimed | the claim must be durable before the call: after a crash, the claim is how the next run knows a call may have been made |
+| every event | outcome (state, compare-and-set on the claim's revision) | dispatcher | done, retrying, dead, awaiting a callback: the outcome and its history | it carries the answer, which exists only after the call |
+| every event | EVENTS ack (delete) | dispatcher | the message is not dispatched again | the work queue's removal, after the outcome is stored |
+| retry | schedule publish (EVENTS, on the event's schedule subject, rollup) | dispatcher | the retry survives every restart and fires at its time | the server fires it; the outcome write cannot carry a schedule |
+| delayed | schedule publish, instead of the EVENTS publish; the server stores the fired message | ingest, server | as a retry's | as a retry's |
+| callback | deadline timer (a schedule) | dispatcher | an awaited callback that never comes still ends (`+"`on_callback_timeout`"+`) | as a retry's |
+| callback | record compare-and-set, then a purge of the timer | ingest | the result, once (the webhook-id is checked in the history); the deadline no longer fires | the purge is a different stream's; a late timer finding the event done is a recorded no-op, so the purge can fail without harm |
+| poll | poll timer per poll, record write per answer | poller | each poll's answer in the timeline, the next poll's time | as a retry's |
+
+Writes that only some events pay: a target's provider-wide limit (two
+compare-and-sets per call in `+"`tenaz_quotas`"+`, which also carry a learned
+concurrency's changes), a failed call's shared breaker count (one), an
+ordered lane (its tail in `+"`tenaz_lanes`"+`). An account's owner lease costs
+one write per handover, not per call.
 `, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
 		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz), tracingBullet(sz))
 }
@@ -381,8 +412,23 @@ var phaseBullets = map[string]struct {
 	glob, start string
 	text        func(Sizes) string
 }{
-	"capacity": {"capacity_*", "- **Capacity** (", capacityBullet},
-	"tracing":  {"*_tracing_*", "- **Tracing** (", tracingBullet},
+	"capacity":   {"capacity_*", "- **Capacity** (", capacityBullet},
+	"tracing":    {"*_tracing_*", "- **Tracing** (", tracingBullet},
+	"partitions": {"*_partitions_*", "- **Partitions** (", partitionsBullet},
+}
+
+// partitionsBullet is the partition comparison's entry of "What is
+// measured".
+func partitionsBullet(sz Sizes) string {
+	return fmt.Sprintf(`- **Partitions** (`+"`*_partitions_*`"+`): the fsync-always throughput run (%d
+  events per round, %d rounds, medians) spread over %d accounts in turn, on a
+  fresh server and store of each of %v partitions (`+"`streams.partitions`"+`), against
+  the naive loop on the same server in the same rounds. A partition holds
+  whole accounts, so one account's events are one partition's writes: the
+  single-account figures above do not move with the count. One phase
+  alone: `+"`BENCH_PHASE=partitions make bench`"+` (it rewrites these figures
+  only; the fsync phase runs it too).
+`, sz.EventsFsync, sz.Rounds, partitionAccounts, partitionCounts)
 }
 
 // tracingBullet is the tracing phase's entry of "What is measured".

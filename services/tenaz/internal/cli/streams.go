@@ -28,7 +28,7 @@ type StreamsApplyCmd struct {
 	Replicas   int      `help:"Replicas of every stream and bucket (1, 3 or 5). Default: what INTAKE has now, else 1."`
 	Cluster    string   `help:"Place every stream and bucket in this cluster (config streams.cluster). Default: INTAKE's placement now, else none."`
 	Tag        []string `help:"Place on servers with this tag (repeatable; config streams.tags). Default: INTAKE's placement now, else none."`
-	Partitions int      `help:"Partitions of the events' dispatch and state (config streams.partitions). Default: the store's count, else 4. Another count than the store's is refused (see streams migrate)."`
+	Partitions int      `help:"Partitions of the events' dispatch and state (config streams.partitions). Default: the store's count, else 4. Another count than the store's is refused."`
 }
 
 // AppliedLayout is the JSON of `streams apply`.
