@@ -122,6 +122,17 @@ func DueTime(t time.Time) time.Time {
 	return r
 }
 
+// DueSlack is the clock skew tolerated between a replica and the server
+// that fired a schedule or a timer.
+const DueSlack = 2 * time.Second
+
+// Early reports whether a schedule or timer firing at now came before
+// the step due at at (nil: none is due) by more than DueSlack: a stale
+// copy, or one that replaced the event's own.
+func Early(now time.Time, at *time.Time) bool {
+	return at != nil && now.Before(at.Add(-DueSlack))
+}
+
 // HeaderParked marks a schedule that parks an event waiting in its ordered
 // lane (as opposed to a delay or a retry): only such a schedule may be
 // fired early by the event's predecessor.

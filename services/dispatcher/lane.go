@@ -224,7 +224,7 @@ func (s *Service) spawn(l *lane, h held, fn func(ctx context.Context, release fu
 // not due yet is refused, for the full path to look at.
 func freshClaim(r state.Record, seq uint64, actor string, now time.Time) (state.Record, error) {
 	if r.Status == tenaz.StateScheduled {
-		if r.NextRunAt != nil && now.Before(r.NextRunAt.Add(-dueSlack)) {
+		if queue.Early(now, r.NextRunAt) {
 			return r, errNotDue
 		}
 		var err error

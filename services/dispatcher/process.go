@@ -27,10 +27,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
-// dueSlack tolerates clock skew between this replica and the server that
-// fired a schedule.
-const dueSlack = 2 * time.Second
-
 func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) {
 	meta, err := m.Metadata()
 	if err != nil {
@@ -134,7 +130,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				s.drop(ctx, m, rec, "a copy of an ended run's message")
 				return rec, 0, admission{}, false
 			}
-			if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
+			if queue.Early(now, rec.NextRunAt) {
 				// Fired early: a schedule that replaced the event's own
 				// (a late outcome's retry). Dropped with the event's own
 				// schedule gone, it left the event retrying with no

@@ -34,9 +34,6 @@ const (
 	CallbackAmbiguous = "ambiguous_reference" // its reference is held in several accounts and it names none
 )
 
-// maxCallbackResult bounds the callback body kept as the event's result.
-const maxCallbackResult = 4096
-
 // Refused webhooks of one target: refusalBurst answers 401 per second,
 // then 429 with Retry-After until the second ends; refusal logs are
 // sampled to refusalLogBurst lines per refusalLogPeriod. The metric
@@ -220,7 +217,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		}
 		outcome = CallbackApplied
 		a := state.Action{Name: state.Complete, Actor: actor, Detail: appliedDetail(webhookID), Reference: ref}
-		if len(body) <= maxCallbackResult && json.Valid(body) {
+		if len(body) <= state.MaxResult && json.Valid(body) {
 			a.Result = json.RawMessage(body)
 		}
 		n, _, err := state.Apply(cur, a, now)

@@ -24,13 +24,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
-// dueSlack tolerates clock skew between this replica and the server that
-// fired a timer.
-const dueSlack = 2 * time.Second
-
-// maxResult bounds the poll answer kept as an event's result.
-const maxResult = 4096
-
 // errConflict asks handle to look at the record again: it changed while
 // this replica decided.
 var errConflict = errors.New("record changed meanwhile")
@@ -98,13 +91,13 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 	now := s.st.Now()
 	switch rec.Status {
 	case tenaz.StateAwaitingCallback:
-		if rec.Deadline != nil && now.Before(rec.Deadline.Add(-dueSlack)) {
+		if queue.Early(now, rec.Deadline) {
 			// Fired early (a stale copy): make sure the real deadline waits.
 			return s.q.EnsureNext(ctx, env, rec, now)
 		}
 		return s.deadlinePassed(ctx, env, rec, rev, now)
 	case tenaz.StatePolling:
-		if rec.NextRunAt != nil && now.Before(rec.NextRunAt.Add(-dueSlack)) {
+		if queue.Early(now, rec.NextRunAt) {
 			// Fired early: a stale copy, or a timer that replaced the
 			// event's own (a late outcome's first poll, published after
 			// the winner's). Dropped with the event's own timer gone, the
@@ -255,7 +248,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	n := rec.Polls + 1
 	if perr == nil && ans.Done {
 		a := state.Action{Name: state.Complete, Actor: s.actor, Detail: fmt.Sprintf("poll %d: %s", n, ans.Value)}
-		if len(ans.Body) <= maxResult && json.Valid(ans.Body) {
+		if len(ans.Body) <= state.MaxResult && json.Valid(ans.Body) {
 			a.Result = json.RawMessage(ans.Body)
 		}
 		next, _, err := state.Apply(rec, a, now)
