@@ -436,8 +436,8 @@ func TestKEDA(t *testing.T) {
 		}
 		if trigger == "nats-jetstream" {
 			for p := range streams.DefaultPartitions {
-				if !seen[streams.EventsStream(p)] {
-					t.Errorf("%s: no trigger reads partition %d's stream %s", name, p, streams.EventsStream(p))
+				if !seen[streams.EventsStream("", p)] {
+					t.Errorf("%s: no trigger reads partition %d's stream %s", name, p, streams.EventsStream("", p))
 				}
 			}
 		}
@@ -482,7 +482,7 @@ func checkNATSTrigger(t *testing.T, name, ns string, md map[string]string) {
 		}
 	}
 	positiveInt(t, name+" lagThreshold", md["lagThreshold"])
-	if !slices.ContainsFunc([]int{0, 1, 2, 3}, func(p int) bool { return md["stream"] == streams.EventsStream(p) }) {
+	if !slices.ContainsFunc([]int{0, 1, 2, 3}, func(p int) bool { return md["stream"] == streams.EventsStream("", p) }) {
 		t.Errorf("%s: stream %q, want a partition's EVENTS stream", name, md["stream"])
 	}
 	// The consumer is one the services create (streams/data), bound to that

@@ -979,7 +979,7 @@ func TestNATSUsersShape(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.TENAZ_ADVISORIES."+dc.Durable)
 	for p := range streams.DefaultPartitions {
 		pc, _ := streams.PollerConsumer(o, p)
-		layout = append(layout, "$JS.API.CONSUMER.CREATE."+streams.EventsStream(p)+"."+pc.Durable+"."+pc.FilterSubject)
+		layout = append(layout, "$JS.API.CONSUMER.CREATE."+streams.EventsStream("", p)+"."+pc.Durable+"."+pc.FilterSubject)
 	}
 	for _, svc := range services {
 		u := byName[serviceUser(svc)]
@@ -1035,7 +1035,7 @@ func TestNATSUsersShape(t *testing.T) {
 // keeper messages and cancelled schedules, the deadletter the digest's
 // schedule when the digest is turned off.
 var purges = map[string][]string{
-	serviceUser("ingest"):     {tenaz.StreamIntake, streams.EventsStream(0), streams.EventsStream(1), streams.EventsStream(2), streams.EventsStream(3)},
+	serviceUser("ingest"):     {tenaz.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 	serviceUser("deadletter"): {deadletter.StreamDigest},
 }
 

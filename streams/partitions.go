@@ -30,10 +30,12 @@ const DefaultPartitions = 4
 // MaxPartitions bounds streams.partitions.
 const MaxPartitions = 64
 
-// Names of the partitioned stream and bucket, as partition 0 has them.
+// Names of the partitioned stream and bucket, as partition 0 of the
+// default prefix has them, and of INTAKE.
 const (
 	StreamEvents = "EVENTS"
 	BucketState  = "tenaz_state"
+	StreamIntake = "INTAKE"
 	// streamAdvisories keeps the server's advisories (data/stream-advisories.json).
 	streamAdvisories = "TENAZ_ADVISORIES"
 	// metaPartitions is the key of the partition count in EVENTS' metadata.
@@ -54,20 +56,24 @@ func PartitionOf(account string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// EventsStream is partition p's EVENTS stream.
-func EventsStream(p int) string {
+// EventsStream is partition p's EVENTS stream in the installation of
+// prefix.
+func EventsStream(prefix string, p int) string {
+	name := StreamName(prefix, StreamEvents)
 	if p == 0 {
-		return StreamEvents
+		return name
 	}
-	return StreamEvents + "_" + strconv.Itoa(p)
+	return name + "_" + strconv.Itoa(p)
 }
 
-// StateBucket is partition p's state bucket.
-func StateBucket(p int) string {
+// StateBucket is partition p's state bucket in the installation of
+// prefix.
+func StateBucket(prefix string, p int) string {
+	name := BucketName(prefix, BucketState)
 	if p == 0 {
-		return BucketState
+		return name
 	}
-	return BucketState + "_" + strconv.Itoa(p)
+	return name + "_" + strconv.Itoa(p)
 }
 
 // Root is the subject root of partition p under prefix: the prefix itself
@@ -90,7 +96,7 @@ func (o Options) inPartition(s string, p int) string {
 // eventsStream is partition p's copy of the EVENTS data file. Partition
 // 0's carries the store's partition count in its metadata.
 func (o Options) eventsStream(c jetstream.StreamConfig, p int) jetstream.StreamConfig {
-	c.Name = EventsStream(p)
+	c.Name = EventsStream(o.prefix(), p)
 	subs := make([]string, len(c.Subjects))
 	for i, s := range c.Subjects {
 		subs[i] = o.inPartition(s, p)
@@ -101,36 +107,40 @@ func (o Options) eventsStream(c jetstream.StreamConfig, p int) jetstream.StreamC
 	if p == 0 {
 		c.Metadata = map[string]string{metaPartitions: strconv.Itoa(o.parts())}
 	} else {
-		c.Description = fmt.Sprintf("Partition %d of EVENTS (subjects under %s): %s", p, Root(o.prefix(), p), c.Description)
+		c.Description = fmt.Sprintf("Partition %d of %s (subjects under %s): %s", p, EventsStream(o.prefix(), 0), Root(o.prefix(), p), c.Description)
 	}
 	return c
 }
 
-// advisorySubjects repeats the data file's EVENTS advisory subjects for
-// every partition's stream.
+// advisorySubjects names the installation's streams in the data file's
+// advisory subjects, EVENTS' once for every partition's stream.
 func (o Options) advisorySubjects(subs []string) []string {
 	var out []string
 	for _, s := range subs {
-		if !strings.Contains(s, "."+StreamEvents+".") {
+		switch {
+		case strings.Contains(s, "."+StreamEvents+"."):
+			for p := range o.parts() {
+				out = append(out, strings.Replace(s, "."+StreamEvents+".", "."+EventsStream(o.prefix(), p)+".", 1))
+			}
+		case strings.Contains(s, "."+StreamIntake+"."):
+			out = append(out, strings.Replace(s, "."+StreamIntake+".", "."+StreamName(o.prefix(), StreamIntake)+".", 1))
+		default:
 			out = append(out, s)
-			continue
-		}
-		for p := range o.parts() {
-			out = append(out, strings.Replace(s, "."+StreamEvents+".", "."+EventsStream(p)+".", 1))
 		}
 	}
 	return out
 }
 
-// storeCount is the partition count of the store on js: 0 when there is
-// no store yet, 1 for a store from before partitions.
-func storeCount(ctx context.Context, js jetstream.JetStream) (int, error) {
-	s, err := js.Stream(ctx, StreamEvents)
+// storeCount is the partition count of the store of prefix on js: 0 when
+// there is no store yet, 1 for a store from before partitions.
+func storeCount(ctx context.Context, js jetstream.JetStream, prefix string) (int, error) {
+	name := EventsStream(prefix, 0)
+	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("streams: read %s: %w", StreamEvents, err)
+		return 0, fmt.Errorf("streams: read %s: %w", name, err)
 	}
 	v, ok := s.CachedInfo().Config.Metadata[metaPartitions]
 	if !ok {
@@ -143,8 +153,48 @@ func storeCount(ctx context.Context, js jetstream.JetStream) (int, error) {
 	return n, nil
 }
 
-// Partitions reads the store's partition count (0: no store yet), for a
-// service that does not apply the layout itself.
-func Partitions(ctx context.Context, js jetstream.JetStream) (int, error) {
-	return storeCount(ctx, js)
+// Partitions reads the partition count of the store of prefix (0: no
+// store yet), for a service that does not apply the layout itself.
+func Partitions(ctx context.Context, js jetstream.JetStream, prefix string) (int, error) {
+	return storeCount(ctx, js, defaultTo(prefix))
+}
+
+// Names. Every stream and bucket name carries the installation's prefix,
+// so that two installations (two prefixes) share one NATS account without
+// sharing a stream: the default prefix's are the names the data files
+// give (INTAKE, EVENTS, TENAZ_ADVISORIES, tenaz_state), and another
+// prefix's are those with its token in place of tenaz's (ACME_INTAKE,
+// ACME_EVENTS, ACME_ADVISORIES, acme_state for the prefix acme; a prefix of
+// several tokens joins them with _: acme.tenaz gives ACME_TENAZ_INTAKE).
+
+const defaultPrefix = "tenaz"
+
+func defaultTo(prefix string) string {
+	if prefix == "" {
+		return defaultPrefix
+	}
+	return prefix
+}
+
+// nameToken is prefix as one name token: its dots and dashes as _.
+func nameToken(prefix string) string {
+	return strings.NewReplacer(".", "_", "-", "_").Replace(defaultTo(prefix))
+}
+
+// StreamName is the stream the data files call base (INTAKE,
+// TENAZ_ADVISORIES) in the installation of prefix.
+func StreamName(prefix, base string) string {
+	if defaultTo(prefix) == defaultPrefix {
+		return base
+	}
+	return strings.ToUpper(nameToken(prefix)) + "_" + strings.TrimPrefix(base, "TENAZ_")
+}
+
+// BucketName is the bucket the data files call base (tenaz_state) in the
+// installation of prefix.
+func BucketName(prefix, base string) string {
+	if defaultTo(prefix) == defaultPrefix {
+		return base
+	}
+	return nameToken(prefix) + "_" + strings.TrimPrefix(base, "tenaz_")
 }

@@ -127,9 +127,10 @@ func Streams(o Options) ([]jetstream.StreamConfig, error) {
 		if c.Name == streamAdvisories {
 			c.Subjects = o.advisorySubjects(c.Subjects)
 		}
+		c.Name = StreamName(o.prefix(), c.Name)
 		c.Replicas = o.replicas()
 		c.Placement = o.Placement
-		if c.Name == StreamDead {
+		if c.Name == StreamName(o.prefix(), StreamDead) {
 			if o.DeadMaxAge > 0 {
 				c.MaxAge = o.DeadMaxAge
 				c.Duplicates = min(c.Duplicates, c.MaxAge) // the server refuses a window beyond max_age
@@ -160,14 +161,15 @@ func Buckets(o Options) ([]jetstream.KeyValueConfig, error) {
 		if c.Bucket == BucketState {
 			for p := range o.parts() {
 				pc := c
-				pc.Bucket = StateBucket(p)
+				pc.Bucket = StateBucket(o.prefix(), p)
 				if p > 0 {
-					pc.Description = fmt.Sprintf("Partition %d of %s: %s", p, BucketState, c.Description)
+					pc.Description = fmt.Sprintf("Partition %d of %s: %s", p, StateBucket(o.prefix(), 0), c.Description)
 				}
 				out = append(out, pc)
 			}
 			continue
 		}
+		c.Bucket = BucketName(o.prefix(), c.Bucket)
 		out = append(out, c)
 	}
 	return out, nil
@@ -235,7 +237,7 @@ func DeadletterConsumer() (jetstream.ConsumerConfig, error) {
 // that differs from an existing store's is refused (ErrPartitions): its
 // events would be looked for where they are not.
 func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) {
-	n, err := storeCount(ctx, js)
+	n, err := storeCount(ctx, js, o.prefix())
 	if err != nil {
 		return 0, err
 	}
@@ -270,7 +272,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, "INTAKE", ic); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctx, StreamName(o.prefix(), StreamIntake), ic); err != nil {
 		return 0, fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
 	}
 	for p := range o.parts() {
@@ -278,15 +280,15 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 		if err != nil {
 			return 0, err
 		}
-		if _, err := js.CreateOrUpdateConsumer(ctx, EventsStream(p), pc); err != nil {
-			return 0, fmt.Errorf("streams: apply consumer %s on %s: %w", pc.Durable, EventsStream(p), err)
+		if _, err := js.CreateOrUpdateConsumer(ctx, EventsStream(o.prefix(), p), pc); err != nil {
+			return 0, fmt.Errorf("streams: apply consumer %s on %s: %w", pc.Durable, EventsStream(o.prefix(), p), err)
 		}
 	}
 	dc, err := DeadletterConsumer()
 	if err != nil {
 		return 0, err
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, streamAdvisories, dc); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctx, StreamName(o.prefix(), streamAdvisories), dc); err != nil {
 		return 0, fmt.Errorf("streams: apply consumer %s: %w", dc.Durable, err)
 	}
 	return o.parts(), nil

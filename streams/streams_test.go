@@ -275,9 +275,9 @@ func TestApplyPartitions(t *testing.T) {
 		t.Fatalf("a new store: want %d partitions, got %d (%v)", streams.DefaultPartitions, n, err)
 	}
 	for p := range n {
-		s, err := js.Stream(ctx, streams.EventsStream(p))
+		s, err := js.Stream(ctx, streams.EventsStream("", p))
 		if err != nil {
-			t.Fatalf("partition %d: stream %s: %v", p, streams.EventsStream(p), err)
+			t.Fatalf("partition %d: stream %s: %v", p, streams.EventsStream("", p), err)
 		}
 		root := streams.Root("tenaz", p) + "."
 		for _, subj := range s.CachedInfo().Config.Subjects {
@@ -285,8 +285,8 @@ func TestApplyPartitions(t *testing.T) {
 				t.Errorf("partition %d: subject %q not under %s", p, subj, root)
 			}
 		}
-		if _, err := js.KeyValue(ctx, streams.StateBucket(p)); err != nil {
-			t.Errorf("partition %d: bucket %s: %v", p, streams.StateBucket(p), err)
+		if _, err := js.KeyValue(ctx, streams.StateBucket("", p)); err != nil {
+			t.Errorf("partition %d: bucket %s: %v", p, streams.StateBucket("", p), err)
 		}
 		if _, err := s.Consumer(ctx, "poller"); err != nil {
 			t.Errorf("partition %d: poller consumer: %v", p, err)
@@ -298,7 +298,7 @@ func TestApplyPartitions(t *testing.T) {
 	if _, err := streams.Apply(ctx, js, streams.Options{Partitions: 2}); !errors.Is(err, streams.ErrPartitions) {
 		t.Fatalf("another count: want ErrPartitions, got %v", err)
 	}
-	if got, _ := streams.Partitions(ctx, js); got != streams.DefaultPartitions {
+	if got, _ := streams.Partitions(ctx, js, ""); got != streams.DefaultPartitions {
 		t.Fatalf("after the refusal: want %d partitions, got %d", streams.DefaultPartitions, got)
 	}
 }
@@ -325,7 +325,7 @@ func TestApplyKeepsAStoreFromBeforePartitions(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("want the old store's one partition, got %d (%v)", n, err)
 	}
-	if _, err := js.Stream(ctx, streams.EventsStream(1)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if _, err := js.Stream(ctx, streams.EventsStream("", 1)); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("want no second partition made, got %v", err)
 	}
 	if _, err := streams.Apply(ctx, js, streams.Options{Partitions: 4}); !errors.Is(err, streams.ErrPartitions) {

@@ -86,9 +86,10 @@ type Registry struct {
 // has been loaded (and reported to OnChange when not closed). Call Stop to
 // end the watcher.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, error) {
-	kv, err := js.KeyValue(ctx, tenaz.BucketBreakers)
+	bucket := tenaz.NewSubjects(opts.Prefix).Bucket(tenaz.BucketBreakers)
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("breaker: bucket %s: %w", tenaz.BucketBreakers, err)
+		return nil, fmt.Errorf("breaker: bucket %s: %w", bucket, err)
 	}
 	r := &Registry{
 		kv:       kv,
@@ -121,7 +122,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 	w, err := kv.WatchAll(wctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("breaker: watch %s: %w", tenaz.BucketBreakers, err)
+		return nil, fmt.Errorf("breaker: watch %s: %w", bucket, err)
 	}
 	r.w, r.wctx, r.cancel = w, wctx, cancel
 	// After a server restart the watch's consumer is gone and the client
@@ -136,10 +137,10 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 	case <-ready:
 		return r, nil
 	case <-r.done:
-		return nil, fmt.Errorf("breaker: watch %s: ended before the initial values", tenaz.BucketBreakers)
+		return nil, fmt.Errorf("breaker: watch %s: ended before the initial values", bucket)
 	case <-ctx.Done():
 		r.Stop()
-		return nil, fmt.Errorf("breaker: watch %s: %w", tenaz.BucketBreakers, context.Cause(ctx))
+		return nil, fmt.Errorf("breaker: watch %s: %w", bucket, context.Cause(ctx))
 	}
 }
 

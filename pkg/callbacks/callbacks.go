@@ -57,11 +57,13 @@ const minTTL = time.Second
 // Index reads and writes the tenaz_callbacks bucket.
 type Index struct{ kv jetstream.KeyValue }
 
-// Open binds to the bucket (streams.Apply creates it).
-func Open(ctx context.Context, js jetstream.JetStream) (*Index, error) {
-	kv, err := js.KeyValue(ctx, tenaz.BucketCallbacks)
+// Open binds to the bucket of the installation of prefix (streams.Apply
+// creates it).
+func Open(ctx context.Context, js jetstream.JetStream, prefix string) (*Index, error) {
+	bucket := tenaz.NewSubjects(prefix).Bucket(tenaz.BucketCallbacks)
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("callbacks: open %s: %w", tenaz.BucketCallbacks, err)
+		return nil, fmt.Errorf("callbacks: open %s: %w", bucket, err)
 	}
 	return &Index{kv: kv}, nil
 }

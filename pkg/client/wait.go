@@ -94,7 +94,7 @@ func (c *Client) watch(ctx context.Context, id string) (<-chan struct{}, func())
 	}
 	// The event's partition is its account's, which the id does not
 	// tell: watch the key in every partition's bucket.
-	n, err := streams.Partitions(ctx, js)
+	n, err := streams.Partitions(ctx, js, c.o.prefix)
 	if err != nil || n == 0 {
 		return nil, func() {}
 	}
@@ -106,7 +106,7 @@ func (c *Client) watch(ctx context.Context, id string) (<-chan struct{}, func())
 		}
 	}
 	for p := range n {
-		kv, err := js.KeyValue(ctx, streams.StateBucket(p))
+		kv, err := js.KeyValue(ctx, streams.StateBucket(c.o.prefix, p))
 		if err != nil {
 			stop()
 			return nil, func() {}

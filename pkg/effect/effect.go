@@ -137,6 +137,9 @@ type Options struct {
 	Retention time.Duration
 	// Now is the clock leases are set and judged by. Defaults to time.Now.
 	Now func() time.Time
+	// Prefix is the installation's subject prefix, which its bucket names
+	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	Prefix string
 }
 
 // WithDefaults returns o with every unset field at its default.
@@ -185,11 +188,12 @@ func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Ledger, erro
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := js.Stream(ctx, "KV_"+tenaz.BucketEffects)
+	bucket := tenaz.NewSubjects(o.Prefix).Bucket(tenaz.BucketEffects)
+	s, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
-		return nil, fmt.Errorf("effect: bucket %s (created by streams.Apply): %w", tenaz.BucketEffects, err)
+		return nil, fmt.Errorf("effect: bucket %s (created by streams.Apply): %w", bucket, err)
 	}
-	return &Ledger{js: js, stream: s, subj: "$KV." + tenaz.BucketEffects + ".", o: o}, nil
+	return &Ledger{js: js, stream: s, subj: "$KV." + bucket + ".", o: o}, nil
 }
 
 var storageEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)

@@ -22,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // Keep is how many recent keeper messages survive a purge.
@@ -35,9 +34,9 @@ func Subject(s tenaz.Subjects, stream string) string { return s.Prefix + ".keep.
 // every partition's EVENTS) every interval and purges older ones every 10
 // intervals, until ctx ends. Several replicas running it is harmless.
 func Run(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, every time.Duration) {
-	targets := []struct{ stream, subject string }{{tenaz.StreamIntake, Subject(s, "intake")}}
+	targets := []struct{ stream, subject string }{{s.Stream(tenaz.StreamIntake), Subject(s, "intake")}}
 	for p := range s.Parts() {
-		targets = append(targets, struct{ stream, subject string }{streams.EventsStream(p), s.KeepIn(p)})
+		targets = append(targets, struct{ stream, subject string }{s.EventsStreamOf(p), s.KeepIn(p)})
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

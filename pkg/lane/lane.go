@@ -35,11 +35,13 @@ const Bucket = "tenaz_lanes"
 // Lanes appends to and releases lanes.
 type Lanes struct{ kv jetstream.KeyValue }
 
-// Open binds the bucket (it must exist: streams.Apply).
-func Open(ctx context.Context, js jetstream.JetStream) (*Lanes, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
+// Open binds the bucket of the installation of prefix (it must exist:
+// streams.Apply).
+func Open(ctx context.Context, js jetstream.JetStream, prefix string) (*Lanes, error) {
+	bucket := tenaz.NewSubjects(prefix).Bucket(Bucket)
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("lane: bucket %s: %w", Bucket, err)
+		return nil, fmt.Errorf("lane: bucket %s: %w", bucket, err)
 	}
 	return &Lanes{kv: kv}, nil
 }

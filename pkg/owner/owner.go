@@ -52,6 +52,9 @@ type Options struct {
 	OnChange func()
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// Prefix is the installation's subject prefix, which its bucket names
+	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	Prefix string
 }
 
 // Group is a replica's view of the live replicas and the account leases.
@@ -89,7 +92,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	if o.Expiry <= 0 {
 		o.Expiry = expiryBeats * o.Heartbeat
 	}
-	kv, err := js.KeyValue(ctx, tenaz.BucketOwners)
+	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(o.Prefix).Bucket(tenaz.BucketOwners))
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}

@@ -61,15 +61,16 @@ type View struct {
 // the dispatcher).
 const learnedPrefix = "l."
 
-// Read reads tenaz_owners once, without joining: for a screen or a tool
-// that shows who owns what. A replica is live when its last heartbeat is
-// younger than expiry (DefaultExpiry when zero), the rule the replicas
-// themselves apply. The bucket must exist (streams.Apply creates it).
-func Read(ctx context.Context, js jetstream.JetStream, expiry time.Duration) (View, error) {
+// Read reads the owners bucket of the installation of prefix once,
+// without joining: for a screen or a tool that shows who owns what. A
+// replica is live when its last heartbeat is younger than expiry
+// (DefaultExpiry when zero), the rule the replicas themselves apply. The
+// bucket must exist (streams.Apply creates it).
+func Read(ctx context.Context, js jetstream.JetStream, prefix string, expiry time.Duration) (View, error) {
 	if expiry <= 0 {
 		expiry = DefaultExpiry
 	}
-	kv, err := js.KeyValue(ctx, tenaz.BucketOwners)
+	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(prefix).Bucket(tenaz.BucketOwners))
 	if err != nil {
 		return View{}, fmt.Errorf("owner: %w", err)
 	}

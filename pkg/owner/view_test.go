@@ -42,7 +42,7 @@ func TestReadShowsReplicasAndLeases(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		v, err := owner.Read(ctx, js, expiry)
+		v, err := owner.Read(ctx, js, "", expiry)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,6 +54,9 @@ type Options struct {
 	Live func() []string
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// Prefix is the installation's subject prefix, which its bucket names
+	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	Prefix string
 }
 
 // Quotas is a replica's access to the shared limits.
@@ -73,7 +76,7 @@ type Quotas struct {
 
 // Open binds the bucket (tenaz.BucketQuotas: streams.Apply creates it).
 func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Quotas, error) {
-	kv, err := js.KeyValue(ctx, tenaz.BucketQuotas)
+	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(o.Prefix).Bucket(tenaz.BucketQuotas))
 	if err != nil {
 		return nil, fmt.Errorf("quota: %w", err)
 	}
@@ -249,10 +252,11 @@ func (q *Quotas) Usage(key string) (Usage, bool) {
 	return usageOf(ln.rec, ln.lim, live), true
 }
 
-// Read reads key's limit l as it stands, counting the calls in flight of
-// the replicas in live (sorted; nil: every replica in the record).
-func Read(ctx context.Context, js jetstream.JetStream, key string, l Limit, live []string) (Usage, error) {
-	kv, err := js.KeyValue(ctx, tenaz.BucketQuotas)
+// Read reads key's limit l in the installation of prefix as it stands,
+// counting the calls in flight of the replicas in live (sorted; nil:
+// every replica in the record).
+func Read(ctx context.Context, js jetstream.JetStream, prefix, key string, l Limit, live []string) (Usage, error) {
+	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(prefix).Bucket(tenaz.BucketQuotas))
 	if err != nil {
 		return Usage{}, fmt.Errorf("quota: %w", err)
 	}

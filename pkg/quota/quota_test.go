@@ -424,7 +424,7 @@ func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
 	}
 	_, js := srv.Conn(t)
 	usage := func() quota.Usage {
-		u, err := quota.Read(ctx, js, quota.TargetKey("bureau"), lim, c.Live())
+		u, err := quota.Read(ctx, js, "", quota.TargetKey("bureau"), lim, c.Live())
 		if err != nil {
 			t.Fatal(err)
 		}

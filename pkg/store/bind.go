@@ -31,7 +31,7 @@ func LayoutOptions(cfg *config.Config) streams.Options {
 func Bind(ctx context.Context, js jetstream.JetStream, cfg *config.Config, skip bool, now func() time.Time) (subj tenaz.Subjects, st *Store, err error) {
 	var n int
 	if skip {
-		if n, err = streams.Partitions(ctx, js); err == nil && n == 0 {
+		if n, err = streams.Partitions(ctx, js, cfg.Prefix); err == nil && n == 0 {
 			err = ErrNoStore
 		}
 	} else {
@@ -41,7 +41,7 @@ func Bind(ctx context.Context, js jetstream.JetStream, cfg *config.Config, skip 
 		return tenaz.Subjects{}, nil, err
 	}
 	subj = tenaz.NewSubjects(cfg.Prefix).WithPartitions(n)
-	st, err = Open(ctx, js, Options{Retention: cfg.Streams.Retention.D(), Now: now, Partitions: n})
+	st, err = Open(ctx, js, Options{Retention: cfg.Streams.Retention.D(), Now: now, Partitions: n, Prefix: cfg.Prefix})
 	if err != nil {
 		return tenaz.Subjects{}, nil, err
 	}

@@ -78,6 +78,9 @@ type Options struct {
 	// Partitions is the store's partition count (streams.Apply returns
 	// it). 0: read it from the server.
 	Partitions int
+	// Prefix is the installation's subject prefix, which its bucket names
+	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	Prefix string
 }
 
 // Store reads and writes event records, each in the state bucket of its
@@ -98,16 +101,16 @@ type partition struct {
 // Open binds the state buckets (they must exist: streams.Apply).
 func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
 	if o.Partitions == 0 {
-		n, err := streams.Partitions(ctx, js)
+		n, err := streams.Partitions(ctx, js, o.Prefix)
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 		o.Partitions = n
 	}
-	subj := tenaz.NewSubjects("").WithPartitions(o.Partitions)
+	subj := tenaz.NewSubjects(o.Prefix).WithPartitions(o.Partitions)
 	parts := make([]partition, subj.Parts())
 	for p := range parts {
-		name := streams.StateBucket(p)
+		name := subj.StateBucketOf(p)
 		kv, err := js.KeyValue(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", name, err)

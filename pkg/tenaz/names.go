@@ -19,9 +19,12 @@ const (
 	HeaderIdempotencyKey = "Idempotency-Key"    // HTTP ingest and outbound call
 )
 
-// Names of the streams and buckets. They are fixed; the subject prefix is not.
+// Names of the streams and buckets as the default prefix has them: an
+// installation's own are Subjects.Stream and Subjects.Bucket of these
+// (another prefix puts its token in tenaz's place: ACME_INTAKE,
+// acme_owners; see streams.StreamName).
 const (
-	StreamIntake = "INTAKE"
+	StreamIntake = streams.StreamIntake
 	// StreamEvents and BucketState are partition 0's names; every
 	// partition has its own (Subjects.EventsStream, Subjects.StateBucket).
 	StreamEvents   = streams.StreamEvents
@@ -164,13 +167,27 @@ func (s Subjects) PartitionOf(account string) int { return streams.PartitionOf(a
 
 // EventsStream is the EVENTS stream of account's partition.
 func (s Subjects) EventsStream(account string) string {
-	return streams.EventsStream(s.PartitionOf(account))
+	return streams.EventsStream(s.Prefix, s.PartitionOf(account))
 }
+
+// EventsStreamOf is partition p's EVENTS stream.
+func (s Subjects) EventsStreamOf(p int) string { return streams.EventsStream(s.Prefix, p) }
 
 // StateBucket is the state bucket of account's partition.
 func (s Subjects) StateBucket(account string) string {
-	return streams.StateBucket(s.PartitionOf(account))
+	return streams.StateBucket(s.Prefix, s.PartitionOf(account))
 }
+
+// StateBucketOf is partition p's state bucket.
+func (s Subjects) StateBucketOf(p int) string { return streams.StateBucket(s.Prefix, p) }
+
+// Stream is this installation's name of the stream the default prefix
+// calls base (StreamIntake, StreamDead).
+func (s Subjects) Stream(base string) string { return streams.StreamName(s.Prefix, base) }
+
+// Bucket is this installation's name of the bucket the default prefix
+// calls base (BucketOwners).
+func (s Subjects) Bucket(base string) string { return streams.BucketName(s.Prefix, base) }
 
 // root is the subject root of partition p.
 func (s Subjects) root(p int) string { return streams.Root(s.Prefix, p) }

@@ -93,7 +93,7 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 	d := accountsData{Default: limitsOf(s.cfg.Account(config.DefaultAccountName))}
 	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
 	defer cancel()
-	v, err := owner.Read(rctx, s.js, 0)
+	v, err := owner.Read(rctx, s.js, s.cfg.Prefix, 0)
 	if err != nil {
 		d.Error = err.Error()
 	}
@@ -147,7 +147,7 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 			r.Concurrency = t.Concurrency.String()
 		}
 		if lim := quota.OfTarget(t); lim.Concurrency > 0 || lim.Learn != nil {
-			u, err := quota.Read(rctx, s.js, quota.TargetKey(name), lim, liveNames)
+			u, err := quota.Read(rctx, s.js, s.cfg.Prefix, quota.TargetKey(name), lim, liveNames)
 			if err == nil {
 				r.Now, r.InFlight = u.Concurrency, u.InFlight
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // The screen's retrying and scheduled tabs have no feed of their own: they
@@ -98,7 +97,7 @@ func (s *Service) scanStates(ctx context.Context) *scan {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	for p := range s.subj.Parts() {
-		if sc.Err = s.scanBucket(ctx, streams.StateBucket(p), sc); sc.Err != nil {
+		if sc.Err = s.scanBucket(ctx, s.subj.StateBucketOf(p), sc); sc.Err != nil {
 			break
 		}
 	}

@@ -35,6 +35,9 @@ const (
 	BucketIndex  = "tenaz_deadindex"
 	BucketOps    = "tenaz_ops"
 	StreamDigest = "TENAZ_DIGEST"
+	// StreamAdvisories keeps the server's advisories the deadletter service
+	// acts on (streams/data/stream-advisories.json).
+	StreamAdvisories = "TENAZ_ADVISORIES"
 )
 
 // Options configure the service.
@@ -158,22 +161,22 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}
 	s.q = queue.New(s.js, s.subj)
 	s.prov = accounts.NewProvisioner(s.js, s.o.Conn, s.cfg, s.subj)
-	if s.kvIdx, err = s.js.KeyValue(ctx, BucketIndex); err != nil {
-		return fmt.Errorf("deadletter: bucket %s: %w", BucketIndex, err)
+	if s.kvIdx, err = s.js.KeyValue(ctx, s.subj.Bucket(BucketIndex)); err != nil {
+		return fmt.Errorf("deadletter: bucket %s: %w", s.subj.Bucket(BucketIndex), err)
 	}
-	if s.kvOps, err = s.js.KeyValue(ctx, BucketOps); err != nil {
-		return fmt.Errorf("deadletter: bucket %s: %w", BucketOps, err)
+	if s.kvOps, err = s.js.KeyValue(ctx, s.subj.Bucket(BucketOps)); err != nil {
+		return fmt.Errorf("deadletter: bucket %s: %w", s.subj.Bucket(BucketOps), err)
 	}
-	if s.dead, err = s.js.Stream(ctx, tenaz.StreamDead); err != nil {
-		return fmt.Errorf("deadletter: stream %s: %w", tenaz.StreamDead, err)
+	if s.dead, err = s.js.Stream(ctx, s.subj.Stream(tenaz.StreamDead)); err != nil {
+		return fmt.Errorf("deadletter: stream %s: %w", s.subj.Stream(tenaz.StreamDead), err)
 	}
 	if err := s.startView(ctx); err != nil {
 		return err
 	}
-	if err := s.consume(ctx, "TENAZ_ADVISORIES", "deadletter", nil, 1, s.handleAdvisory); err != nil {
+	if err := s.consume(ctx, s.subj.Stream(StreamAdvisories), "deadletter", nil, 1, s.handleAdvisory); err != nil {
 		return err
 	}
-	if err := s.consume(ctx, tenaz.StreamDead, "", s.dataConsumer("consumer-deadletter-index.json"), arrivalWorkers, s.handleArrival); err != nil {
+	if err := s.consume(ctx, s.subj.Stream(tenaz.StreamDead), "", s.dataConsumer("consumer-deadletter-index.json"), arrivalWorkers, s.handleArrival); err != nil {
 		return err
 	}
 	if s.brk, err = breaker.New(ctx, s.js, breaker.Options{

@@ -52,9 +52,9 @@ func (s *Service) tickSubject() string     { return s.cfg.Prefix + ".digest.tick
 // startDigest keeps the server's schedule in line with the config and
 // consumes the ticks; with no digest configured it removes the schedule.
 func (s *Service) startDigest(ctx context.Context) error {
-	st, err := s.js.Stream(ctx, StreamDigest)
+	st, err := s.js.Stream(ctx, s.subj.Stream(StreamDigest))
 	if err != nil {
-		return fmt.Errorf("deadletter: stream %s: %w", StreamDigest, err)
+		return fmt.Errorf("deadletter: stream %s: %w", s.subj.Stream(StreamDigest), err)
 	}
 	d := s.cfg.Deadletter.Digest
 	last, err := st.GetLastMsgForSubject(ctx, s.scheduleSubject())
@@ -87,7 +87,7 @@ func (s *Service) startDigest(ctx context.Context) error {
 		}
 		s.log.Info().Str("cron", d.Cron()).Str("timezone", d.Timezone).Msg("digest schedule set")
 	}
-	return s.consume(ctx, StreamDigest, "", s.dataConsumer("consumer-deadletter-digest.json"), 1, s.handleTick)
+	return s.consume(ctx, s.subj.Stream(StreamDigest), "", s.dataConsumer("consumer-deadletter-digest.json"), 1, s.handleTick)
 }
 
 // loadDigestState reads the state and its revision (0 when absent).
@@ -178,7 +178,7 @@ func (s *Service) countDead(ctx context.Context, after uint64, until time.Time) 
 	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
-	cons, err := s.js.OrderedConsumer(ctx, tenaz.StreamDead, cfg)
+	cons, err := s.js.OrderedConsumer(ctx, s.subj.Stream(tenaz.StreamDead), cfg)
 	if err != nil {
 		return d, after, err
 	}

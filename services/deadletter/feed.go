@@ -76,7 +76,7 @@ func (s *Service) startView(ctx context.Context) error {
 	s.x.Reset() // a restart must not keep what was purged while stopped
 	w, err := s.kvIdx.WatchAll(s.runCtx)
 	if err != nil {
-		return fmt.Errorf("deadletter: watch %s: %w", BucketIndex, err)
+		return fmt.Errorf("deadletter: watch %s: %w", s.subj.Bucket(BucketIndex), err)
 	}
 	s.watch, s.watchEnd = w, make(chan struct{})
 	ready := make(chan struct{})
@@ -106,7 +106,7 @@ func (s *Service) startView(ctx context.Context) error {
 	case <-ready:
 		return nil
 	case <-s.watchEnd:
-		return fmt.Errorf("deadletter: watch %s ended before the initial values", BucketIndex)
+		return fmt.Errorf("deadletter: watch %s ended before the initial values", s.subj.Bucket(BucketIndex))
 	case <-ctx.Done():
 		return fmt.Errorf("deadletter: loading the index: %w", context.Cause(ctx))
 	}

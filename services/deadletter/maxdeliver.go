@@ -16,7 +16,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // maxDeliveries is the server's advisory that a consumer gave up on a
@@ -59,7 +58,7 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 }
 
 func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
-	if !isEventsStream(a.Stream, s.subj.Parts()) && (a.Stream != tenaz.StreamIntake || a.terminated) {
+	if !s.isEventsStream(a.Stream) && (a.Stream != s.subj.Stream(tenaz.StreamIntake) || a.terminated) {
 		return nil
 	}
 	st, err := s.js.Stream(ctx, a.Stream)
@@ -92,7 +91,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 	if a.terminated && eerr != nil {
 		return nil // an undecodable message is kept in DEAD by whoever terminated it
 	}
-	if a.Stream == tenaz.StreamIntake || eerr != nil {
+	if a.Stream == s.subj.Stream(tenaz.StreamIntake) || eerr != nil {
 		e := dead.Entry{Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash), Error: why, At: now, Raw: raw.Data, RawSubject: raw.Subject}
 		if acct, kind, err := s.subj.ParseIntake(raw.Subject); err == nil {
 			e.Account, e.Kind = acct, kind
@@ -146,10 +145,10 @@ func deleteMsg(ctx context.Context, st jetstream.Stream, seq uint64) error {
 	return nil
 }
 
-// isEventsStream reports whether name is one of parts partitions' EVENTS.
-func isEventsStream(name string, parts int) bool {
-	for p := range parts {
-		if name == streams.EventsStream(p) {
+// isEventsStream reports whether name is one of the partitions' EVENTS.
+func (s *Service) isEventsStream(name string) bool {
+	for p := range s.subj.Parts() {
+		if name == s.subj.EventsStreamOf(p) {
 			return true
 		}
 	}

@@ -293,7 +293,7 @@ func laterOf(a, b time.Time) time.Time {
 // costs one read here and a write at most every autoSaveEvery.
 func (s *Service) newAutoLimitFor(ctx context.Context, account string, acct config.Account) *autoLimit {
 	start := autoStart
-	kv, err := s.js.KeyValue(ctx, tenaz.BucketOwners)
+	kv, err := s.js.KeyValue(ctx, s.subj.Bucket(tenaz.BucketOwners))
 	if err != nil {
 		s.log.Warn().Err(err).Str("account", account).Msg("learned concurrency: the owners bucket is unavailable; starting afresh, not stored")
 		return newAutoLimit(acct.ConcurrencyMin, acct.ConcurrencyMax, start, false, nil)

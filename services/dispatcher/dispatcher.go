@@ -29,7 +29,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // poolIdle is how long an idle delivery worker waits for work before it exits.
@@ -184,15 +183,15 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
-	if s.order, err = ordered.Open(ctx, s.js); err != nil {
+	if s.order, err = ordered.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	if s.refs, err = callbacks.Open(ctx, s.js); err != nil {
+	if s.refs, err = callbacks.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.streams = make([]jetstream.Stream, subj.Parts())
 	for p := range s.streams {
-		if s.streams[p], err = s.js.Stream(ctx, streams.EventsStream(p)); err != nil {
+		if s.streams[p], err = s.js.Stream(ctx, subj.EventsStreamOf(p)); err != nil {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
 	}
@@ -207,14 +206,14 @@ func (s *Service) Start(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: breakers: %w", err)
 	}
-	if s.owners, err = owner.Join(ctx, s.js, owner.Options{Instance: s.o.Instance, Heartbeat: s.o.Heartbeat,
+	if s.owners, err = owner.Join(ctx, s.js, owner.Options{Instance: s.o.Instance, Heartbeat: s.o.Heartbeat, Prefix: s.cfg.Prefix,
 		OnChange: s.reconcile, Logger: &log}); err != nil {
 		s.breakers.Stop()
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: owners: %w", err)
 	}
 	if s.limitsTargets() {
-		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Live, Logger: &log}); err != nil {
+		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Live, Logger: &log, Prefix: s.cfg.Prefix}); err != nil {
 			s.owners.Leave(ctx)
 			s.breakers.Stop()
 			s.cancel(ErrStopped)

@@ -214,7 +214,7 @@ kinds:
 	start := m.callsOf("bureau")[0]
 	lim := quota.OfTarget(h.cfg.Targets["bureau"])
 	learned := func() int {
-		u, err := quota.Read(h.c, h.js, quota.TargetKey("bureau"), lim, nil)
+		u, err := quota.Read(h.c, h.js, "", quota.TargetKey("bureau"), lim, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

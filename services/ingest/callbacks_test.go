@@ -209,7 +209,7 @@ func TestCallbackReferenceConflict(t *testing.T) {
 	if !noted {
 		t.Fatalf("second event's history: want its await_callback entry to record the conflict with %s, got %+v", first, rec.History)
 	}
-	idx, err := callbacks.Open(h.ctx(), h.js)
+	idx, err := callbacks.Open(h.ctx(), h.js, "")
 	if err != nil {
 		t.Fatal(err)
 	}

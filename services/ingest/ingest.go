@@ -25,7 +25,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // ErrStopped is the cause of a deliberate stop.
@@ -157,14 +156,14 @@ func (s *Service) Start(ctx context.Context) error {
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
 	s.prov = accounts.NewProvisioner(s.js, s.nc, s.cfg, subj)
-	if s.lanes, err = lane.Open(ctx, s.js); err != nil {
+	if s.lanes, err = lane.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	if s.refs, err = callbacks.Open(ctx, s.js); err != nil {
+	if s.refs, err = callbacks.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	if s.o.Auth.RateLimited() { // the keys' rates, counted over every ingest replica
-		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Logger: &s.log}); err != nil {
+		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Logger: &s.log, Prefix: s.cfg.Prefix}); err != nil {
 			return fmt.Errorf("ingest: %w", err)
 		}
 		s.o.Auth.ShareRates(s.quotas)
@@ -175,11 +174,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.gone, err = s.nc.Subscribe(s.subj.AccountGone(), func(m *nats.Msg) { s.prov.Forget(string(m.Data)) }); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	cons, err := s.js.Consumer(ctx, tenaz.StreamIntake, "ingest")
+	cons, err := s.js.Consumer(ctx, subj.Stream(tenaz.StreamIntake), "ingest")
 	if err != nil {
 		return fmt.Errorf("ingest: intake consumer: %w", err)
 	}
-	if s.intake, err = s.js.Stream(ctx, tenaz.StreamIntake); err != nil {
+	if s.intake, err = s.js.Stream(ctx, subj.Stream(tenaz.StreamIntake)); err != nil {
 		return fmt.Errorf("ingest: intake stream: %w", err)
 	}
 	s.scanned = map[string]uint64{}
@@ -297,7 +296,7 @@ func (s *Service) Routes(mux httpapi.Router) {
 func eventStreams(subj tenaz.Subjects) []string {
 	out := make([]string, subj.Parts())
 	for p := range out {
-		out[p] = streams.EventsStream(p)
+		out[p] = subj.EventsStreamOf(p)
 	}
 	return out
 }

@@ -419,7 +419,7 @@ func (h *harness) overPartitions(filter func(p int) string) uint64 {
 	h.t.Helper()
 	var n uint64
 	for p := range h.subj.Parts() {
-		n += h.subjectMsgs(streams.EventsStream(p), filter(p))
+		n += h.subjectMsgs(streams.EventsStream("", p), filter(p))
 	}
 	return n
 }
@@ -439,7 +439,7 @@ func (h *harness) stateSum(of func(jetstream.StreamState) uint64) uint64 {
 	h.t.Helper()
 	var n uint64
 	for p := range h.subj.Parts() {
-		n += of(h.streamState("KV_" + streams.StateBucket(p)))
+		n += of(h.streamState("KV_" + streams.StateBucket("", p)))
 	}
 	return n
 }

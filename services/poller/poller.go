@@ -22,7 +22,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tenaz"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // Version is reported by the micro service.
@@ -135,7 +134,7 @@ func (s *Service) Start(ctx context.Context) error {
 	// One consumer per partition's EVENTS, the workers shared: a timer
 	// waits for a free worker whatever its partition.
 	for p := range subj.Parts() {
-		cons, err := s.js.Consumer(ctx, streams.EventsStream(p), tenaz.ConsumerPoller)
+		cons, err := s.js.Consumer(ctx, subj.EventsStreamOf(p), tenaz.ConsumerPoller)
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("poller: timers consumer: %w", err)

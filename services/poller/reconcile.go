@@ -118,7 +118,7 @@ func (s *Service) reconcileLoop() {
 // lease lets one poller replica sweep per period: the first to create the
 // lease key (per-key TTL of one period) sweeps, the others skip.
 func (s *Service) lease(ttl time.Duration) bool {
-	kv, err := s.js.KeyValue(s.runCtx, tenaz.BucketCallbacks)
+	kv, err := s.js.KeyValue(s.runCtx, s.subj.Bucket(tenaz.BucketCallbacks))
 	if err != nil {
 		return true // sweeping twice is safe; not sweeping is not
 	}

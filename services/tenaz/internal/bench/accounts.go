@@ -162,11 +162,11 @@ kinds:
 	for {
 		// A busy server may not answer one stream info in time: ask again
 		// until the deadline.
-		n, err := streams.Partitions(ctx, js)
+		n, err := streams.Partitions(ctx, js, "")
 		left := 0
 		for p := 0; err == nil && p < n; p++ {
 			var st jetstream.Stream
-			if st, err = js.Stream(ctx, streams.EventsStream(p)); err == nil && st.CachedInfo().State.Msgs > 8 { // keeper messages only
+			if st, err = js.Stream(ctx, streams.EventsStream("", p)); err == nil && st.CachedInfo().State.Msgs > 8 { // keeper messages only
 				left++
 			}
 		}

@@ -297,7 +297,7 @@ func (b *Tenaz) waitDrained(ctx context.Context, accounts []string, timeout time
 	deadline := time.Now().Add(timeout)
 	consumers := [][2]string{{"INTAKE", "ingest"}}
 	for _, a := range accounts {
-		consumers = append(consumers, [2]string{streams.EventsStream(partitionOf(ctx, b.js, a)), "acct_" + a})
+		consumers = append(consumers, [2]string{streams.EventsStream("", partitionOf(ctx, b.js, a)), "acct_" + a})
 	}
 	for {
 		left := uint64(0)
@@ -361,7 +361,7 @@ func (b *Tenaz) Latency(ctx context.Context, tag string, rate int, d time.Durati
 
 // LatencyOf is Latency for the given account.
 func (b *Tenaz) LatencyOf(ctx context.Context, account, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
-	kv, err := b.js.KeyValue(ctx, streams.StateBucket(partitionOf(ctx, b.js, account)))
+	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, account)))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -556,7 +556,7 @@ func formatFig(v float64) string {
 // partitionOf is account's partition in the store on js (0 when it cannot
 // be read: the lookups that follow then fail with their own error).
 func partitionOf(ctx context.Context, js jetstream.JetStream, account string) int {
-	n, _ := streams.Partitions(ctx, js)
+	n, _ := streams.Partitions(ctx, js, "")
 	return streams.PartitionOf(account, n)
 }
 

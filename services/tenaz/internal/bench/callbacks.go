@@ -166,7 +166,7 @@ func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, 
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		ci, err := b.js.Consumer(ctx, streams.EventsStream(partitionOf(ctx, b.js, callbackAccount)), "acct_"+callbackAccount)
+		ci, err := b.js.Consumer(ctx, streams.EventsStream("", partitionOf(ctx, b.js, callbackAccount)), "acct_"+callbackAccount)
 		if err == nil {
 			if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
 				break
@@ -193,7 +193,7 @@ func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, 
 
 // record is the stored value of the event's record.
 func (b *Tenaz) record(ctx context.Context, id string) ([]byte, error) {
-	kv, err := b.js.KeyValue(ctx, streams.StateBucket(partitionOf(ctx, b.js, callbackAccount)))
+	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, callbackAccount)))
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (b *Tenaz) record(ctx context.Context, id string) ([]byte, error) {
 
 // checkStatus checks that every event's record is in state want.
 func (b *Tenaz) checkStatus(ctx context.Context, ids []string, want tenaz.State) error {
-	kv, err := b.js.KeyValue(ctx, streams.StateBucket(partitionOf(ctx, b.js, callbackAccount)))
+	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, callbackAccount)))
 	if err != nil {
 		return err
 	}

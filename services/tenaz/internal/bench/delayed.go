@@ -92,7 +92,7 @@ kinds:
 		return err
 	}
 	d := &delayedRun{js: js, pubErrs: &pubErrs}
-	if d.kv, err = js.KeyValue(ctx, streams.StateBucket(partitionOf(ctx, js, delayedAccount))); err != nil {
+	if d.kv, err = js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, js, delayedAccount))); err != nil {
 		return err
 	}
 	disk0, err := diskBytes(storeDir)
@@ -266,7 +266,7 @@ func (d *delayedRun) submit(ctx context.Context, tag string, n int, at func(int)
 // burst's lateness splits into the server's firing and tenaz's dispatch.
 func (d *delayedRun) watchFired(ctx context.Context, b int, due time.Time) <-chan time.Time {
 	out := make(chan time.Time, 1)
-	st, err := d.js.Stream(ctx, streams.EventsStream(partitionOf(ctx, d.js, delayedAccount)))
+	st, err := d.js.Stream(ctx, streams.EventsStream("", partitionOf(ctx, d.js, delayedAccount)))
 	if err != nil {
 		close(out)
 		return out

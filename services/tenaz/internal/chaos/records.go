@@ -45,12 +45,12 @@ func decodeHead(b []byte) (head, error) {
 func scan(ctx context.Context, js jetstream.JetStream, fn func(key string, value []byte) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	n, err := streams.Partitions(ctx, js)
+	n, err := streams.Partitions(ctx, js, "")
 	if err != nil {
 		return fmt.Errorf("scan: %w", err)
 	}
 	for p := range n {
-		if err := scanBucket(ctx, js, streams.StateBucket(p), fn); err != nil {
+		if err := scanBucket(ctx, js, streams.StateBucket("", p), fn); err != nil {
 			return err
 		}
 	}

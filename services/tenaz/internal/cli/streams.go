@@ -61,11 +61,12 @@ func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 	defer cancel()
 	// Unless told otherwise, keep the replicas and placement the layout has
 	// now (INTAKE's), so that applying never moves or shrinks it.
+	names := tenaz.NewSubjects(cl.Prefix)
 	replicas, placement := 1, (*jetstream.Placement)(nil)
-	if st, err := js.Stream(ctx, tenaz.StreamIntake); err == nil {
+	if st, err := js.Stream(ctx, names.Stream(tenaz.StreamIntake)); err == nil {
 		replicas, placement = max(st.CachedInfo().Config.Replicas, 1), st.CachedInfo().Config.Placement
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return jsError("read stream "+tenaz.StreamIntake, err)
+		return jsError("read stream "+names.Stream(tenaz.StreamIntake), err)
 	}
 	if c.Replicas != 0 {
 		replicas = c.Replicas
@@ -76,10 +77,10 @@ func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 	o := streams.Options{Prefix: cl.Prefix, Replicas: replicas, Placement: placement}
 	// DEAD's bounds come from deadletter.retention and max_bytes, which
 	// the services apply; keep the ones DEAD has.
-	if st, err := js.Stream(ctx, tenaz.StreamDead); err == nil {
+	if st, err := js.Stream(ctx, names.Stream(tenaz.StreamDead)); err == nil {
 		o.DeadMaxAge, o.DeadMaxBytes = st.CachedInfo().Config.MaxAge, st.CachedInfo().Config.MaxBytes
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return jsError("read stream "+tenaz.StreamDead, err)
+		return jsError("read stream "+names.Stream(tenaz.StreamDead), err)
 	}
 	o.Partitions = c.Partitions
 	n, err := streams.Apply(ctx, js, o)
@@ -177,7 +178,7 @@ func (c *StreamsStatusCmd) Run(cl *Connection, env *Env) error {
 	o := streams.Options{Prefix: cl.Prefix}
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), cl.Timeout)
-		n, err := streams.Partitions(ctx, js)
+		n, err := streams.Partitions(ctx, js, cl.Prefix)
 		cancel()
 		if err != nil {
 			return jsError("partitions", err)
