@@ -83,7 +83,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 			t.Fatalf("apply #%d: %v", i+1, err)
 		}
 	}
-	for _, name := range []string{"INTAKE", "EVENTS", "DEAD"} {
+	for _, name := range []string{"ACME_INTAKE", "ACME_EVENTS", "ACME_DEAD"} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s missing: %v", name, err)
@@ -94,14 +94,14 @@ func TestApplyIsIdempotent(t *testing.T) {
 			}
 		}
 	}
-	for _, b := range []string{"tenaz_state", "tenaz_breakers", "tenaz_effects"} {
+	for _, b := range []string{"acme_state", "acme_breakers", "acme_effects"} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
 			t.Fatalf("bucket %s missing: %v", b, err)
 		}
 	}
 	// Records that expire one by one (finished events, recorded effects)
 	// need per-message TTLs on the bucket's stream.
-	for _, b := range []string{"tenaz_state", "tenaz_effects"} {
+	for _, b := range []string{"acme_state", "acme_effects"} {
 		s, err := js.Stream(ctx, "KV_"+b)
 		if err != nil {
 			t.Fatalf("stream of bucket %s: %v", b, err)
@@ -330,5 +330,38 @@ func TestApplyKeepsAStoreFromBeforePartitions(t *testing.T) {
 	}
 	if _, err := streams.Apply(ctx, js, streams.Options{Partitions: 4}); !errors.Is(err, streams.ErrPartitions) {
 		t.Fatalf("asking 4 of a 1-partition store: want ErrPartitions, got %v", err)
+	}
+}
+
+// Stream and bucket names carry the prefix; the default prefix's are the
+// data files' own, so a store of it keeps its names.
+func TestNamesCarryThePrefix(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ prefix, base, stream, bucket string }{
+		{"", "INTAKE", "INTAKE", ""},
+		{"tenaz", "TENAZ_ADVISORIES", "TENAZ_ADVISORIES", ""},
+		{"acme", "INTAKE", "ACME_INTAKE", ""},
+		{"acme", "TENAZ_ADVISORIES", "ACME_ADVISORIES", ""},
+		{"acme-eu", "EVENTS", "ACME_EU_EVENTS", ""},
+		{"", "tenaz_state", "", "tenaz_state"},
+		{"acme", "tenaz_owners", "", "acme_owners"},
+		{"acme-eu", "tenaz_state", "", "acme_eu_state"},
+	} {
+		if c.stream != "" {
+			if got := streams.StreamName(c.prefix, c.base); got != c.stream {
+				t.Errorf("StreamName(%q, %q) = %q, want %q", c.prefix, c.base, got, c.stream)
+			}
+		}
+		if c.bucket != "" {
+			if got := streams.BucketName(c.prefix, c.base); got != c.bucket {
+				t.Errorf("BucketName(%q, %q) = %q, want %q", c.prefix, c.base, got, c.bucket)
+			}
+		}
+	}
+	if got := streams.EventsStream("acme", 2); got != "ACME_EVENTS_2" {
+		t.Errorf("EventsStream(acme, 2) = %q", got)
+	}
+	if got := streams.StateBucket("", 3); got != "tenaz_state_3" {
+		t.Errorf("StateBucket(\"\", 3) = %q", got)
 	}
 }
