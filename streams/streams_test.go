@@ -110,14 +110,16 @@ func TestApplyIsIdempotent(t *testing.T) {
 			t.Fatalf("bucket %s: want per-key TTLs allowed (limit_marker_ttl), got a stream without them", b)
 		}
 	}
+	o.Partitions = streams.DefaultPartitions
 	c, err := streams.DispatchConsumer(o, "shop-1", 16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Durable != "acct_shop-1" || c.FilterSubject != "acme.events.shop-1.>" || c.MaxAckPending != 16 {
+	p := streams.PartitionOf("shop-1", o.Partitions)
+	if c.Durable != "acct_shop-1" || c.FilterSubject != streams.Root("acme", p)+".events.shop-1.>" || c.MaxAckPending != 16 {
 		t.Fatalf("dispatch consumer = %+v", c)
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", c); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctx, streams.EventsStream("acme", p), c); err != nil {
 		t.Fatalf("dispatch consumer does not apply: %v", err)
 	}
 }
