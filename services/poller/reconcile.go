@@ -1,9 +1,7 @@
 package poller
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -57,37 +55,6 @@ func (r Report) Repairs() int {
 		n += v
 	}
 	return n
-}
-
-// head is the part of a record the reconciler needs: everything but the
-// history (which comes last in the stored JSON and dominates its size).
-type head struct {
-	ID        string      `json:"id"`
-	Account   string      `json:"account"`
-	Kind      string      `json:"kind"`
-	Status    tenaz.State `json:"status"`
-	Stage     string      `json:"stage"`
-	NextRunAt *time.Time  `json:"next_run_at"`
-	Deadline  *time.Time  `json:"deadline"`
-	UpdatedAt time.Time   `json:"updated_at"`
-}
-
-var historyKey = []byte(`,"history":`)
-
-// decodeHead decodes a stored record without its history: the history
-// key is the last of the record's own keys (a "history" key inside the
-// result or a history string would come before it, or be escaped).
-func decodeHead(b []byte) (head, error) {
-	var h head
-	if i := bytes.LastIndex(b, historyKey); i > 0 {
-		cut := make([]byte, 0, i+1)
-		cut = append(append(cut, b[:i]...), '}')
-		if json.Unmarshal(cut, &h) == nil {
-			return h, nil
-		}
-	}
-	err := json.Unmarshal(b, &h)
-	return h, err
 }
 
 func (s *Service) reconcileLoop() {
@@ -180,7 +147,7 @@ func (c *sweep) sweepBucket(ctx context.Context, kv jetstream.KeyValue, now time
 			continue
 		}
 		rep.Scanned++
-		h, err := decodeHead(e.Value())
+		h, err := state.DecodeHead(e.Value())
 		if err != nil {
 			continue
 		}
@@ -212,7 +179,7 @@ type sweep struct {
 
 // overdue says which repair h may need (checked further by repair), and
 // when its next step was due.
-func (c *sweep) overdue(h head, now time.Time) (string, time.Time) {
+func (c *sweep) overdue(h state.Head, now time.Time) (string, time.Time) {
 	grace := c.s.cfg.Poller.Grace.D()
 	late := func(t *time.Time) bool { return t != nil && now.After(t.Add(grace)) }
 	switch h.Status {
@@ -257,7 +224,7 @@ func (c *sweep) consumerBacklog(ctx context.Context, account string) int {
 
 // repair makes the repair if the event really has no next step on its
 // way; ok is false when it turned out to have one.
-func (c *sweep) repair(ctx context.Context, kind string, h head, due time.Time) (bool, error) {
+func (c *sweep) repair(ctx context.Context, kind string, h state.Head, due time.Time) (bool, error) {
 	s := c.s
 	now := s.st.Now()
 	if kind != RepairLostRun {

@@ -176,14 +176,14 @@ func TestCheckLimits(t *testing.T) {
 // running at the bound, or one with no next step, moves nothing.
 func TestLatestStep(t *testing.T) {
 	at := func(s int) *time.Time { t := time.Date(2026, 11, 30, 8, 0, s, 0, time.UTC); return &t }
-	if _, ok := latestStep(map[string]head{
+	if _, ok := latestStep(map[string]state.Head{
 		"a": {Status: tenaz.StatePending},
 		"b": {Status: tenaz.StateRunning, NextRunAt: at(50)},
 		"c": {Status: tenaz.StateRetrying},
 	}); ok {
 		t.Fatal("nothing waits for a timed step: the bound must not move")
 	}
-	got, ok := latestStep(map[string]head{
+	got, ok := latestStep(map[string]state.Head{
 		"a": {Status: tenaz.StateRetrying, NextRunAt: at(10)},
 		"b": {Status: tenaz.StatePolling, NextRunAt: at(30)},
 		"c": {Status: tenaz.StateAwaitingCallback, NextRunAt: at(20)},

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,30 +14,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
-
-// head is a record without its history (which comes last in the stored
-// JSON and dominates its size): what the settle loop needs.
-type head struct {
-	ID        string      `json:"id"`
-	Status    tenaz.State `json:"status"`
-	Stage     string      `json:"stage"`
-	NextRunAt *time.Time  `json:"next_run_at"`
-}
-
-var historyKey = []byte(`,"history":`)
-
-func decodeHead(b []byte) (head, error) {
-	var h head
-	if i := bytes.LastIndex(b, historyKey); i > 0 {
-		cut := make([]byte, 0, i+1)
-		cut = append(append(cut, b[:i]...), '}')
-		if json.Unmarshal(cut, &h) == nil {
-			return h, nil
-		}
-	}
-	err := json.Unmarshal(b, &h)
-	return h, err
-}
 
 // scan reads every record of every partition's state bucket once, giving
 // each value to fn.
@@ -87,10 +62,10 @@ func scanBucket(ctx context.Context, js jetstream.JetStream, bucket string, fn f
 }
 
 // heads reads the head of every record.
-func heads(ctx context.Context, js jetstream.JetStream) (map[string]head, error) {
-	out := map[string]head{}
+func heads(ctx context.Context, js jetstream.JetStream) (map[string]state.Head, error) {
+	out := map[string]state.Head{}
 	err := scan(ctx, js, func(key string, v []byte) error {
-		h, err := decodeHead(v)
+		h, err := state.DecodeHead(v)
 		if err != nil {
 			return fmt.Errorf("record %s: %w", key, err)
 		}

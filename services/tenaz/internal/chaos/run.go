@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
@@ -153,8 +154,8 @@ type settled struct {
 	took      time.Duration
 	extended  time.Duration // how far the bound was moved for events waiting for a later step
 	ok        bool
-	stuck     map[string]head // non-terminal at the deadline (or missing: Status "")
-	repairs   reconcileReport // the sweep run because events were stuck (zero if none)
+	stuck     map[string]state.Head // non-terminal at the deadline (or missing: Status "")
+	repairs   reconcileReport       // the sweep run because events were stuck (zero if none)
 	repairErr error
 }
 
@@ -176,19 +177,19 @@ func settle(ctx context.Context, out io.Writer, c *cluster, evs []*ev, deadline 
 	bound, limit := deadline, deadline.Add(settleExtension)
 	var s settled
 	last := time.Time{}
-	check := func() (map[string]head, bool) {
+	check := func() (map[string]state.Head, bool) {
 		hs, err := heads(ctx, c.js)
 		if err != nil {
 			return nil, false
 		}
-		stuck := map[string]head{}
+		stuck := map[string]state.Head{}
 		for _, e := range evs {
 			if !e.accepted {
 				continue
 			}
 			h, ok := hs[e.id]
 			if !ok {
-				stuck[e.id] = head{ID: e.id}
+				stuck[e.id] = state.Head{ID: e.id}
 			} else if !finished(h.Status) {
 				stuck[e.id] = h
 			}
@@ -276,7 +277,7 @@ const (
 
 // latestStep is the latest due time of a timed next step (a retry, a
 // delay, a poll, a callback deadline) among the unfinished events.
-func latestStep(stuck map[string]head) (time.Time, bool) {
+func latestStep(stuck map[string]state.Head) (time.Time, bool) {
 	var last time.Time
 	for _, h := range stuck {
 		switch h.Status {
@@ -290,7 +291,7 @@ func latestStep(stuck map[string]head) (time.Time, bool) {
 }
 
 // printStuck prints up to 15 stuck events with the end of their history.
-func printStuck(ctx context.Context, out io.Writer, c *cluster, stuck map[string]head) {
+func printStuck(ctx context.Context, out io.Writer, c *cluster, stuck map[string]state.Head) {
 	ids := make([]string, 0, len(stuck))
 	for id := range stuck {
 		ids = append(ids, id)
