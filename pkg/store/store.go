@@ -321,7 +321,7 @@ func (s *Store) Transition(ctx context.Context, account, id string, a state.Acti
 
 // Envelope rebuilds the envelope of rec's event from the record (which
 // keeps the payload): what a message of the event carries.
-func (s *Store) Envelope(_ context.Context, rec state.Record) (event.Envelope, error) {
+func (s *Store) Envelope(rec state.Record) (event.Envelope, error) {
 	if len(rec.Payload) == 0 {
 		return event.Envelope{}, fmt.Errorf("store: record %s has no payload (written before payloads were kept)", rec.ID)
 	}

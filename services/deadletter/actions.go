@@ -179,7 +179,7 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 		// The record keeps the payload too (records written since payloads
 		// are kept): rebuild the envelope from it.
 		if rec, _, err := s.st.Get(ctx, it.Account, id); err == nil {
-			if env, err := s.st.Envelope(ctx, rec); err == nil {
+			if env, err := s.st.Envelope(rec); err == nil {
 				e.Event = &env
 			}
 		}

@@ -224,7 +224,7 @@ kinds:
 		t.Fatalf("want the callback deadline on the event's schedule subject, got %q", timer())
 	}
 	// The loser's retry schedule replaces the deadline and fires.
-	env, err := h.st.Envelope(h.ctx(), rec)
+	env, err := h.st.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 		t.Fatalf("want the retry on the event's schedule subject (%s), got %q", due, got)
 	}
 	// The loser's retry, due now, replaces it and fires.
-	env, err := h.st.Envelope(h.ctx(), rec)
+	env, err := h.st.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}

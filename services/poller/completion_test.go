@@ -467,7 +467,7 @@ func TestReplayedEventGetsFreshDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := w.st.Envelope(w.c, rec)
+	env, err := w.st.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}

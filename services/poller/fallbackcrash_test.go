@@ -74,7 +74,7 @@ func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 	if k := kind(); k != "dispatch" {
 		t.Fatalf("want the retry's dispatch schedule on the event's subject, got %s", k)
 	}
-	env, err := w.st.Envelope(w.c, rec)
+	env, err := w.st.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -241,7 +240,7 @@ func (c *sweep) repair(ctx context.Context, kind string, h state.Head, due time.
 	if rec.Status != h.Status {
 		return false, nil // moved on since the sweep read it
 	}
-	env, err := envelopeOf(ctx, s, rec)
+	env, err := s.st.Envelope(rec)
 	if err != nil {
 		return false, err
 	}
@@ -282,12 +281,4 @@ func (c *sweep) repair(ctx context.Context, kind string, h state.Head, due time.
 		return err == nil, err
 	}
 	return false, nil
-}
-
-// envelopeOf rebuilds the event's envelope. The payload is not in the
-// record: it travels in the event's messages. The reconciler finds it in
-// the event's schedule or DEAD entry when one exists; otherwise it reads
-// the last copy the store keeps alongside the record.
-func envelopeOf(ctx context.Context, s *Service, rec state.Record) (event.Envelope, error) {
-	return s.st.Envelope(ctx, rec)
 }
