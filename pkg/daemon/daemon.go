@@ -36,6 +36,11 @@ type Component interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 	Ready() error
+}
+
+// Routed is a Component that serves HTTP routes of its own (ingest's API,
+// the dead-letter screen); the others serve health and metrics only.
+type Routed interface {
 	Routes(mux httpapi.Router)
 }
 
@@ -62,14 +67,16 @@ func LoadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
 }
 
-// Mux returns a mux with each component's routes, /healthz, /readyz (all
-// components ready) and /metrics. It lists its patterns: every one needs
-// a class in pkg/auth.
+// Mux returns a mux with the routes of each component that is Routed,
+// /healthz, /readyz (all components ready) and /metrics. It lists its
+// patterns: every one needs a class in pkg/auth.
 func Mux(cs ...Component) *httpapi.Mux {
 	mux := httpapi.NewMux()
 	checks := make([]httpapi.Check, 0, len(cs))
 	for _, c := range cs {
-		c.Routes(mux)
+		if r, ok := c.(Routed); ok {
+			r.Routes(mux)
+		}
 		checks = append(checks, c.Ready)
 	}
 	httpapi.Health(mux, checks...)

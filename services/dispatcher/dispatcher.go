@@ -20,7 +20,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/httpapi"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/owner"
@@ -433,7 +432,3 @@ func trimErr(err error) string {
 	}
 	return strings.ToValidUTF8(m, "?")
 }
-
-// Routes registers the dispatcher's HTTP routes on mux (none: it serves
-// health and metrics only).
-func (s *Service) Routes(httpapi.Router) {}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -241,9 +240,6 @@ func (s *Service) Ready() error {
 	}
 	return nil
 }
-
-// Routes registers the service's HTTP routes on mux (none).
-func (s *Service) Routes(httpapi.Router) {}
 
 func (s *Service) target(account, name string) (*target.Target, error) {
 	return s.targets.Get(account, name)
