@@ -53,8 +53,9 @@ test: test-deps ## Unit, property and integration tests of every module, with th
 # screen's browser tests (services/deadletter), prometheus for promtool,
 # which deploy/'s tests use to check and unit-test the alert rules and
 # parse the dashboard's queries (its daemon is not needed), postgresql for
-# the outbox relay's tests (services/tenaz/internal/outbox: each run starts
-# a throwaway cluster with initdb, which Debian keeps off PATH, hence the
+# the outbox relay's tests (services/tenaz/internal/outbox, and deploy/'s
+# TestNATSUsers, which runs the relay as its NATS user: pkg/pgtest starts a
+# throwaway cluster with initdb, which Debian keeps off PATH, hence the
 # glob).
 TEST_DEPS := chromium:chromium promtool:prometheus /usr/lib/postgresql/*/bin/initdb:postgresql
 

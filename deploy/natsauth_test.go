@@ -4,7 +4,9 @@ package deploy
 // authorization block is rendered the way the chart renders config.merge,
 // parsed by nats-server's own config parser and enforced by an embedded
 // server that the four services run on, each connected as its own user
-// exactly as its pod connects (natsconn.Connect, NATS_USER/NATS_PASSWORD).
+// exactly as its pod connects (natsconn.Connect, NATS_USER/NATS_PASSWORD),
+// and a producer's `tenaz outbox relay` too, as a process on a throwaway
+// PostgreSQL.
 
 import (
 	"context"
@@ -17,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,9 +27,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,6 +47,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/pgtest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/deadletter"
@@ -106,12 +112,17 @@ func (e *helmEnv) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // The NATS users of the deployment besides one per service (its pod's
-// NATS_USER, serviceUser): the operator's (the tenaz CLI, nats-box) and an
-// upstream producer's.
+// NATS_USER, serviceUser): the operator's (the tenaz CLI, nats-box), an
+// upstream producer's, and a producer outbox relay's (tenaz outbox relay,
+// whose connection name, and so inbox prefix, is the user's name).
 const (
 	userOperator = "tenaz-operator"
 	userProducer = "tenaz-producer"
+	userOutbox   = "tenaz-outbox"
 )
+
+// otherUsers are the users that are not a service's.
+var otherUsers = []string{userOperator, userProducer, userOutbox}
 
 // serviceUser is the NATS user of a service and its connection's name, so
 // its replies arrive under natsconn.InboxPrefix(serviceUser(svc)).
@@ -471,8 +482,8 @@ func (w *world) client(t *testing.T, user string) (*nats.Conn, chan error) {
 	if user != "" {
 		opts = append(opts, nats.UserInfo(user, w.passwords[user]))
 	}
-	if user == userProducer {
-		opts = append(opts, nats.CustomInboxPrefix(natsconn.InboxPrefix(userProducer)))
+	if user == userProducer || user == userOutbox {
+		opts = append(opts, nats.CustomInboxPrefix(natsconn.InboxPrefix(user)))
 	}
 	nc, err := nats.Connect(w.srv.ClientURL(), opts...)
 	if err != nil {
@@ -480,6 +491,155 @@ func (w *world) client(t *testing.T, user string) (*nats.Conn, chan error) {
 	}
 	t.Cleanup(nc.Close)
 	return nc, errs
+}
+
+// ------------------------------------------------------------ the outbox
+
+// tenazCmd is the tenaz CLI, whose `outbox relay` a producer runs.
+const tenazCmd = "github.com/tenaz/tenaz/services/tenaz/cmd/tenaz"
+
+// submitSubject is ingest's submit endpoint, the one request of the relay.
+const submitSubject = tenaz.DefaultPrefix + ".api.ingest.submit"
+
+// outboxDB is a producer's database with the outbox table, relayed by
+// `tenaz outbox relay` running as a process.
+type outboxDB struct {
+	db    *pgx.Conn
+	relay lazy // the relay's output so far
+}
+
+// startOutbox sets up a producer's outbox as docs/producers.md does: a
+// PostgreSQL database, the DDL of `tenaz outbox schema` applied to it,
+// and `tenaz outbox relay` configured by its environment alone, with
+// NATS_USER and NATS_PASSWORD of the outbox user as the Secret holds
+// them. The relay stops (SIGTERM) when t ends, and must exit 0.
+func (w *world) startOutbox(t *testing.T, bin string) *outboxDB {
+	t.Helper()
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Stop)
+	dsn := pg.NewDB(t)
+	// Only these variables: the test's own (the NATS container's
+	// passwords) are not the relay's.
+	env := []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "LOG_FORMAT=json", "LOG_LEVEL=info",
+		"NATS_URL=" + w.srv.ClientURL(), "NATS_USER=" + userOutbox, "NATS_PASSWORD=" + w.passwords[userOutbox],
+		"TENAZ_OUTBOX_DSN=" + dsn}
+	dir := t.TempDir() // no ./tenaz.yaml
+	schema := exec.Command(bin, "outbox", "schema")
+	schema.Env, schema.Dir = env, dir
+	ddl, err := schema.Output()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		t.Fatalf("tenaz outbox schema: %v\n%s", err, ee.Stderr)
+	} else if err != nil {
+		t.Fatalf("tenaz outbox schema: %v", err)
+	}
+	db, err := pgx.Connect(w.ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	if _, err := db.Exec(w.ctx, string(ddl)); err != nil {
+		t.Fatalf("the DDL of tenaz outbox schema: %v", err)
+	}
+
+	logFile := filepath.Join(dir, "relay.log")
+	o := &outboxDB{db: db, relay: func() string { b, _ := os.ReadFile(logFile); return string(b) }}
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // the relay has its own descriptor
+	cmd := exec.Command(bin, "outbox", "relay")
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, dir, f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var exitErr error // once exited is closed
+	go func() { exitErr = cmd.Wait(); close(exited) }()
+	running := false
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			if running && exitErr != nil {
+				t.Errorf("the relay exited with %v on SIGTERM, want 0:\n%s", exitErr, o.relay)
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("the relay did not stop within 30s of SIGTERM:\n%s", o.relay)
+		}
+	})
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("the relay exited before running: %v\n%s", exitErr, o.relay)
+		default:
+		}
+		return strings.Contains(o.relay(), `"message":"outbox relay running"`)
+	}, "the relay to run; its output:\n%s", o.relay)
+	running = true
+	return o
+}
+
+// insert writes an outbox row in a transaction that commits, as a
+// producer does, and returns the row's id.
+func (o *outboxDB) insert(t *testing.T, account, kind, payload string) string {
+	t.Helper()
+	tx, err := o.db.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var id string
+	if err := tx.QueryRow(t.Context(), "INSERT INTO "+config.DefaultOutboxTable+" (account, kind, payload) VALUES ($1, $2, $3) RETURNING id::text",
+		account, kind, payload).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// rollback writes an outbox row in a transaction that rolls back.
+func (o *outboxDB) rollback(t *testing.T, account, kind, payload string) {
+	t.Helper()
+	tx, err := o.db.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "INSERT INTO "+config.DefaultOutboxTable+" (account, kind, payload) VALUES ($1, $2, $3)", account, kind, payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSent waits until the relay marked row id sent (tenaz accepted it)
+// and returns the row's event id.
+func (o *outboxDB) waitSent(t *testing.T, id string) string {
+	t.Helper()
+	var status, ev, why string
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		err := o.db.QueryRow(t.Context(), "SELECT status, coalesce(event_id, ''), coalesce(error, '') FROM "+config.DefaultOutboxTable+" WHERE id = $1", id).Scan(&status, &ev, &why)
+		return err == nil && status == "sent"
+	}, "outbox row %s to be sent (it is %s, error %q); relay output:\n%s", id, lazy(func() string { return status }), lazy(func() string { return why }), o.relay)
+	return ev
+}
+
+// rows counts the rows of the outbox table.
+func (o *outboxDB) rows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := o.db.QueryRow(t.Context(), "SELECT count(*) FROM "+config.DefaultOutboxTable).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // ------------------------------------------------------------- the flows
@@ -556,13 +716,15 @@ func (w *world) call(nc *nats.Conn, name string, req, rep any) error {
 
 // TestNATSUsers runs tenaz on the users of nats/values.yaml: a client
 // without a user, or with a wrong password, is refused; each service,
-// connected as its own user, does its whole job (submissions over HTTP and
-// from the producer over NATS, deliveries, a retry, a callback, polls, a
-// manual review, dead letters and their replay, a breaker and its close,
-// the digest, a delayed event and its cancel, an idle account's consumer
-// retired and provisioned again) without one permission violation; and a
-// user doing another's job is refused (TestNATSUsersRefuse).
+// connected as its own user, does its whole job (submissions over HTTP,
+// from the producer over NATS and from a producer's outbox relay,
+// deliveries, a retry, a callback, polls, a manual review, dead letters
+// and their replay, a breaker and its close, the digest, a delayed event
+// and its cancel, an idle account's consumer retired and provisioned
+// again) without one permission violation; and a user doing another's job
+// is refused (refusals).
 func TestNATSUsers(t *testing.T) {
+	tenazBin := natstest.Binary(t, tenazCmd) // before the world's clock starts
 	w := newWorld(t)
 
 	t.Run("unauthenticated", func(t *testing.T) {
@@ -624,6 +786,20 @@ func TestNATSUsers(t *testing.T) {
 		}
 		id := w.submit(t, acmeKey, "acme", "order.create", "p-1", "", `{"n":5}`) // the same key: the same event
 		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+	})
+
+	t.Run("from a producer's outbox", func(t *testing.T) {
+		ob := w.startOutbox(t, tenazBin)
+		id := ob.insert(t, "acme", "order.create", `{"n":10}`)
+		ob.rollback(t, "acme", "order.create", `{"n":11}`)
+		ev := ob.waitSent(t, id)
+		if want := event.ID("acme", id); ev != want {
+			t.Errorf("row %s sent as event %s, want %s (the row id is the idempotency key)", id, ev, want)
+		}
+		w.waitStatus(t, acmeKey, ev, tenaz.StateDone)
+		if n := ob.rows(t); n != 1 {
+			t.Errorf("%d outbox rows, want 1: the rolled-back one never existed", n)
+		}
 	})
 
 	t.Run("callback and poll", func(t *testing.T) {
@@ -776,7 +952,7 @@ func TestNATSUsers(t *testing.T) {
 		}
 	})
 
-	for _, user := range append(serviceUsers(), userOperator, userProducer) {
+	for _, user := range append(serviceUsers(), otherUsers...) {
 		if v := w.log.violations(user); len(v) > 0 {
 			t.Errorf("NATS user %s was refused what it does:\n%s", user, strings.Join(v, "\n"))
 		}
@@ -824,6 +1000,11 @@ func (w *world) refusals(t *testing.T) {
 		{userProducer, "read the events", true, "tenaz.events.>", nil},
 		{userProducer, "read every reply", true, "_INBOX.>", nil},
 		{userProducer, "read the services' replies", true, "_INBOX.tenaz-deadletter.>", nil},
+		{userOutbox, "bypass the answer onto INTAKE", false, "tenaz.intake.acme.order.create", submission},
+		{userOutbox, "read an event", false, "tenaz.api.ingest.get", []byte(deadID)},
+		{userOutbox, "read a record", false, "$JS.API.DIRECT.GET.KV_tenaz_state.$KV.tenaz_state." + deadID, nil},
+		{userOutbox, "replay a dead letter", false, "tenaz.api.dead.replay", replay},
+		{userOutbox, "read the services' replies", true, "_INBOX.tenaz-ingest.>", nil},
 		{userOperator, "write a record", false, "$KV.tenaz_state." + deadID, []byte(`{}`)},
 		{userOperator, "purge DEAD", false, "$JS.API.STREAM.PURGE.DEAD", nil},
 		{userOperator, "delete a shared consumer", false, "$JS.API.CONSUMER.DELETE.INTAKE.ingest", nil},
@@ -927,7 +1108,8 @@ func (s natsSubjects) allowed(subject string) bool {
 // each service user may apply the whole stream layout of streams/data
 // (every service does at start), so a new stream or bucket cannot be
 // forgotten here; nobody may delete a stream; each user reads only its
-// own replies; and the sample config uses the prefix the subjects name.
+// own replies; the outbox relay's may publish its submit request and
+// nothing else; and the sample config uses the prefix the subjects name.
 func TestNATSUsersShape(t *testing.T) {
 	v := natsValues(t)
 	byName := map[string]natsUser{}
@@ -937,7 +1119,7 @@ func TestNATSUsersShape(t *testing.T) {
 		}
 		byName[u.User] = u
 	}
-	want := append(serviceUsers(), userOperator, userProducer)
+	want := append(serviceUsers(), otherUsers...)
 	if len(byName) != len(want) {
 		t.Errorf("users %v, want %v", slices.Sorted(maps.Keys(byName)), want)
 	}
@@ -995,6 +1177,15 @@ func TestNATSUsersShape(t *testing.T) {
 		if !u.Permissions.Subscribe.allowed(inbox) {
 			t.Errorf("%s may not subscribe to its own inbox %s", u.User, inbox)
 		}
+	}
+	for _, name := range []string{userProducer, userOutbox} {
+		if inbox := natsconn.InboxPrefix(name) + ".x"; !byName[name].Permissions.Subscribe.allowed(inbox) {
+			t.Errorf("%s may not subscribe to its own inbox %s", name, inbox)
+		}
+	}
+	// The relay submits through ingest's endpoint and does nothing else.
+	if got, want := byName[userOutbox].Permissions.Publish.Allow, []string{submitSubject}; !slices.Equal(got, want) {
+		t.Errorf("%s may publish %q, want exactly %q: the relay's one request", userOutbox, got, want)
 	}
 	for _, u := range byName {
 		for _, n := range names {
