@@ -146,21 +146,21 @@ const (
 	Recover         ActionName = "recover"        // reconciler: a run was lost, put it back on its path
 )
 
-// EffectKind is something the caller must do after a transition commits.
+// EffectKind is something a transition asks of its caller once the new
+// record is stored.
 type EffectKind string
 
-// Effects a transition can ask for.
-const (
-	EffectDeliver        EffectKind = "deliver"         // call the target now
-	EffectScheduleRetry  EffectKind = "schedule_retry"  // re-enter EVENTS at NextRunAt
-	EffectScheduleDue    EffectKind = "schedule_due"    // re-enter EVENTS at not_before
-	EffectSetDeadline    EffectKind = "set_deadline"    // callback / poll deadline
-	EffectSchedulePoll   EffectKind = "schedule_poll"   // poller asks at NextRunAt
-	EffectEnqueue        EffectKind = "enqueue"         // publish to EVENTS now
-	EffectDeadLetter     EffectKind = "dead_letter"     // copy to DEAD, advisory
-	EffectReview         EffectKind = "review"          // review advisory
-	EffectCancelSchedule EffectKind = "cancel_schedule" // purge the event's schedule
-)
+// EffectEnqueue asks the caller to publish the event to EVENTS once the
+// new record is stored: the message's claim reads the record, so it must
+// find the record already saying pending (or retrying).
+//
+// It is the only effect: every other message of a step is the caller's
+// own, in the order that step needs. What a waiting record relies on (a
+// retry's schedule, a callback deadline, a poll timer) is published
+// before the record is stored, so that no stored record waits for a
+// message that is not durable. docs/state-machine.md lists each action's
+// messages and their order.
+const EffectEnqueue EffectKind = "enqueue"
 
 // Rule is one row of the transition table.
 type Rule struct {
@@ -174,32 +174,32 @@ var active = []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.State
 // Table is every legal transition. It is the only place that knows.
 var Table = map[ActionName]Rule{
 	Accept:        {From: nil, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
-	Delay:         {From: nil, To: tenaz.StateScheduled, Effects: []EffectKind{EffectScheduleDue}},
-	Reject:        {From: nil, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
-	Due:           {From: []tenaz.State{tenaz.StateScheduled}, To: tenaz.StatePending, Effects: []EffectKind{EffectDeliver}},
-	Claim:         {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
-	Reclaim:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRunning, Effects: []EffectKind{EffectDeliver}},
+	Delay:         {From: nil, To: tenaz.StateScheduled},
+	Reject:        {From: nil, To: tenaz.StateDead},
+	Due:           {From: []tenaz.State{tenaz.StateScheduled}, To: tenaz.StatePending},
+	Claim:         {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateRunning},
+	Reclaim:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRunning},
 	Succeed:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateDone},
-	AwaitCallback: {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateAwaitingCallback, Effects: []EffectKind{EffectSetDeadline}},
-	Poll:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StatePolling, Effects: []EffectKind{EffectSchedulePoll}},
-	Retry:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectScheduleRetry}},
-	Yield:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectScheduleRetry}},
+	AwaitCallback: {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateAwaitingCallback},
+	Poll:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StatePolling},
+	Retry:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying},
+	Yield:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying},
 	// Fail is legal before a run too: an event whose record has grown
 	// too large to claim (pkg/size) fails without a call.
-	Fail:     {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying, tenaz.StateRunning}, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
+	Fail:     {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying, tenaz.StateRunning}, To: tenaz.StateDead},
 	Fallback: {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
 	// Complete is legal from running too: a fast provider's callback can
 	// arrive before the dispatcher has stored its await_callback; the run's
 	// own late outcome is then recorded as a no-op.
-	Complete:        {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateDone, Effects: []EffectKind{EffectCancelSchedule}},
-	Escalate:        {From: []tenaz.State{tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateManualReview, Effects: []EffectKind{EffectReview}},
+	Complete:        {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateDone},
+	Escalate:        {From: []tenaz.State{tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateManualReview},
 	Replay:          {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
 	Resolve:         {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StateDone},
 	Discard:         {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StateCancelled},
-	Cancel:          {From: []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateCancelled, Effects: []EffectKind{EffectCancelSchedule}},
+	Cancel:          {From: []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateCancelled},
 	Note:            {From: tenaz.States, To: ""},
-	DeliveriesMaxed: {From: active, To: tenaz.StateDead, Effects: []EffectKind{EffectDeadLetter}},
-	Repoll:          {From: []tenaz.State{tenaz.StatePolling}, To: tenaz.StatePolling, Effects: []EffectKind{EffectSchedulePoll}},
+	DeliveriesMaxed: {From: active, To: tenaz.StateDead},
+	Repoll:          {From: []tenaz.State{tenaz.StatePolling}, To: tenaz.StatePolling},
 	Recover:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectEnqueue}},
 }
 
@@ -219,7 +219,8 @@ type Action struct {
 }
 
 // New creates the record of a freshly accepted event (action Accept or
-// Delay), or of one refused after it was answered (Reject, with Error).
+// Delay), or of one refused after it was answered (Reject, with Error),
+// and returns its effects as Apply does.
 func New(base Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	rule, ok := Table[a.Name]
 	if !ok || rule.From != nil {
@@ -238,8 +239,9 @@ func New(base Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	return r, rule.Effects, nil
 }
 
-// Apply moves r by action a at time now and returns the new record and the
-// effects the caller must carry out once the new record is stored.
+// Apply moves r by action a at time now and returns the new record and its
+// effects: EffectEnqueue, for the caller to carry out once the new record
+// is stored, or none.
 func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	rule, ok := Table[a.Name]
 	if !ok || rule.From == nil {

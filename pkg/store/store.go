@@ -1,10 +1,11 @@
-// Package store keeps event records in the tenaz_state KV bucket and
-// changes them only by compare-and-set on the revision. A write is a
-// JetStream publish to $KV.tenaz_state.<id> with
-// Nats-Expected-Last-Subject-Sequence, so it can be sent synchronously or
-// pipelined (WriteAsync) without another round trip per write.
+// Package store keeps event records in the state buckets (one per
+// partition: the account's is tenaz.Subjects.StateBucket) and changes them
+// only by compare-and-set on the revision. A write is a JetStream publish
+// to the record's $KV subject with Nats-Expected-Last-Subject-Sequence, so
+// it can be sent synchronously or pipelined (WriteAsync) without another
+// round trip per write.
 //
-//	rec, rev, effects, err := st.Transition(ctx, id, state.Action{Name: state.Claim, Seq: seq})
+//	rec, rev, effects, err := st.Transition(ctx, account, id, state.Action{Name: state.Claim, Seq: seq})
 package store
 
 import (
