@@ -16,7 +16,9 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 )
 
-// specYAML is the example of SPEC §4.
+// specYAML is the product's reference config: account defaults and
+// overrides, a sync, a callback and a polled target, and a kind of each
+// completion with a fallback stage.
 const specYAML = `
 nats:
   url: ""                      # empty: embedded server (tenaz run)

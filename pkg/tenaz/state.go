@@ -2,7 +2,8 @@ package tenaz
 
 import "fmt"
 
-// State is where an event is in its lifecycle (SPEC §3).
+// State is where an event is in its lifecycle: docs/state-machine.md has
+// what each state means, the diagram and the transitions.
 type State string
 
 // The states of an event. See docs/state-machine.md for the diagram.

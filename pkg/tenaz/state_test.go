@@ -11,7 +11,7 @@ func TestStates(t *testing.T) {
 	terminal := map[tenaz.State]bool{tenaz.StateDone: true, tenaz.StateCancelled: true}
 	parked := map[tenaz.State]bool{tenaz.StateDead: true, tenaz.StateManualReview: true}
 	if len(tenaz.States) != 10 {
-		t.Errorf("want the 10 states of SPEC §3, got %d: %v", len(tenaz.States), tenaz.States)
+		t.Errorf("want the 10 states of docs/state-machine.md, got %d: %v", len(tenaz.States), tenaz.States)
 	}
 	seen := map[tenaz.State]bool{}
 	for _, s := range tenaz.States {
