@@ -9,12 +9,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 )
 
-// Found by make chaos: after a nats-server restart a replica's watch of
-// the bucket stayed silent until the client noticed its missing
-// heartbeats (10-20s), so it did not learn that another replica had
-// opened the breaker and kept calling the down target (several calls in
-// one cooldown). A replica now watches again as soon as its connection is
-// back.
+// After a nats-server restart a replica's watch of the bucket stays
+// silent until the client notices its missing heartbeats (10-20s), so it
+// would not learn that another replica opened the breaker and would keep
+// calling the down target (several calls in one cooldown). A replica
+// watches again as soon as its connection is back (docs/chaos.md, bug 4).
 func TestReplicaLearnsOpenRightAfterServerRestart(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 2)

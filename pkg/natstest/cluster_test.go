@@ -189,10 +189,9 @@ func TestClusterCompareAndSet(t *testing.T) {
 	}
 	c.Servers[leader].Stop()
 	natstest.Eventually(t, 30*time.Second, func() bool { return c.StreamLeader(bucket) >= 0 }, "a new leader of %s", bucket)
-	// A request sent while the leadership moved may get no answer at all
-	// (found in a CI run: the bucket's lookup outlived the test's whole
-	// deadline): wait until the bucket takes writes again, each try
-	// bounded.
+	// A request sent while the leadership moves may get no answer at
+	// all, and a lookup without a deadline of its own can outlive the
+	// test's: wait until the bucket takes writes again, each try bounded.
 	natstest.Eventually(t, time.Minute, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

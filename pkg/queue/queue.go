@@ -228,8 +228,8 @@ func (q *Queue) HasSchedule(ctx context.Context, account, id string) (bool, erro
 // callback, a timer for a retrying event, a retry that fires before the
 // event is due) came from a schedule that replaced the event's own on its
 // subject, the outcome of a run another replica had taken over, published
-// after the winner's (found by make chaos). The event's own step went with
-// it.
+// after the winner's (docs/chaos.md, bugs 7 and 10). The event's own step
+// went with it.
 func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Record, now time.Time) error {
 	var at *time.Time
 	timer := ""

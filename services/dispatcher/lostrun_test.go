@@ -13,15 +13,15 @@ import (
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
-// Found by make chaos: a dispatcher died with an event running; the
-// message that owned the run came back while the account's breaker
-// refused calls (another replica was probing), so it was put on the
-// event's schedule and acked. The copy the schedule brought back had
-// another stream sequence, was taken for a stale message ("another
-// message owns the run") and dropped: the event stayed running with no
-// message at all, and its ordered lane behind it. Now the refused
-// redelivery gives the lost run up first (running → retrying at the
-// breaker's time), so the copy claims the event like any retry.
+// A dispatcher dies with an event running; the message that owns the run
+// comes back while the account's breaker refuses calls (another replica
+// is probing), so it is put on the event's schedule and acked. The copy
+// the schedule brings back has another stream sequence: taken for a stale
+// message ("another message owns the run") and dropped, it would leave
+// the event running with no message at all, and its ordered lane behind
+// it. So the refused redelivery gives the lost run up first (running →
+// retrying at the breaker's time), and the copy claims the event like any
+// retry (docs/chaos.md, bug 1).
 func TestLostRunRedeliveredWhileBreakerRefuses(t *testing.T) {
 	t.Parallel()
 	yaml := `

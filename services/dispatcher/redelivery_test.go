@@ -19,15 +19,16 @@ import (
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
-// Found by make chaos: while nats-server is down, a dispatcher's
-// in-progress signals for the message of a call in flight are lost; when
-// the server comes back it finds the message past its AckWait and
-// redelivers it, while the dispatcher is still calling the target for it. The copy reclaimed the event
-// (a second run, a second call), the first run's outcome was then applied
-// on top of the reclaim's, and the loser's schedule could replace the
-// winner's (an event left retrying or polling with no next step). A copy
-// of a message whose event has a run in flight in this dispatcher is now
-// left alone: one run, one call, one outcome.
+// While nats-server is down, a dispatcher's in-progress signals for the
+// message of a call in flight are lost; when the server comes back it
+// finds the message past its AckWait and redelivers it, while the
+// dispatcher is still calling the target for it. A copy that reclaimed the
+// event would make a second run and a second call, the first run's
+// outcome would land on top of the reclaim's, and the loser's schedule
+// could replace the winner's (an event left retrying or polling with no
+// next step). So a copy of a message whose event has a run in flight in
+// this dispatcher is left alone: one run, one call, one outcome
+// (docs/chaos.md, bug 2).
 func TestRedeliveryAfterServerRestartDuringCall(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"),
@@ -89,13 +90,13 @@ func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 	}
 }
 
-// Found by make chaos-short: the run that took over held the same
-// message (a redelivery), so the first run's late outcome, acking it,
-// settled it for the new run too; the new run then died before its
-// outcome, and nothing brought the event back (left running until the
-// reconciler's grace of an hour). The late outcome is now only noted, and
-// the message left to its new owner: here d2 dies after its call, the
-// message comes back after AckWait, and the event ends.
+// The run that took over holds the same message (a redelivery), so the
+// first run's late outcome, acking it, would settle it for the new run
+// too; if the new run then died before its outcome, nothing would bring
+// the event back (left running until the reconciler's grace of an hour).
+// The late outcome is only noted, and the message left to its new owner:
+// here d2 dies after its call, the message comes back after AckWait, and
+// the event ends (docs/chaos.md, bug 8).
 func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"),
@@ -158,11 +159,12 @@ func restartServer(t *testing.T, h *harness) {
 	natstest.Start(t, natstest.StoreDir(h.srv.Dir), natstest.Listen(u.Host))
 }
 
-// Found by make chaos: a lane's event was done, and nats-server went down
-// before its finisher woke the next event (the message already acked): the
-// next one waited for its parking schedule's safety net, five minutes.
-// The lane now advances before the ack, so a finisher that dies (or fails
-// to wake) leaves its message to a redelivery that wakes the next.
+// A lane's event is done, and nats-server goes down before its finisher
+// wakes the next event. Had the message been acked already, the next one
+// would wait for its parking schedule's safety net, five minutes; the lane
+// advances before the ack, so a finisher that dies (or fails to wake)
+// leaves its message to a redelivery that wakes the next (docs/chaos.md,
+// bug 6).
 func TestFinisherDyingBeforeTheWakeLeavesTheLaneMoving(t *testing.T) {
 	t.Parallel()
 	// Calls of 500ms: lane-2 parks while lane-1's call runs.
@@ -198,12 +200,12 @@ func TestFinisherDyingBeforeTheWakeLeavesTheLaneMoving(t *testing.T) {
 	}
 }
 
-// Found by make chaos: the outcome of a run another replica had taken
-// over stored its schedule (a retry) before its write lost, and it landed
-// after the winner's timer on the event's schedule subject, replacing it:
-// the event was left polling (or awaiting its callback) with no timer. The
-// dispatch message that schedule brings now finds the event waiting for a
-// timer that is not there and sets it again from the record.
+// The outcome of a run another replica had taken over stores its schedule
+// (a retry) before its write loses, and it lands after the winner's timer
+// on the event's schedule subject, replacing it: the event would be left
+// polling (or awaiting its callback) with no timer. The dispatch message
+// that schedule brings finds the event waiting for a timer that is not
+// there and sets it again from the record (docs/chaos.md, bug 7).
 func TestTimerReplacedByADispatchScheduleIsSetAgain(t *testing.T) {
 	t.Parallel()
 	yaml := `
@@ -238,12 +240,12 @@ kinds:
 	}
 }
 
-// Found by make chaos-short: the outcome of a run another replica had taken
-// over published its retry schedule after the winner's, replacing it, and
-// the loser's retry was due sooner. It fired before the event was due and
-// was dropped as a stale message: the event was left retrying with no
-// message. The early message now finds the event's schedule gone and sets
-// it again from the record.
+// The outcome of a run another replica had taken over publishes its retry
+// schedule after the winner's, replacing it, and the loser's retry is due
+// sooner. It fires before the event is due; dropped as a stale message, it
+// would leave the event retrying with no message, so the early message
+// finds the event's schedule gone and sets it again from the record
+// (docs/chaos.md, bug 10).
 func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 8s, multiplier: 1, jitter: 0}"),
@@ -276,12 +278,12 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 	}
 }
 
-// Found by make chaos-short: a message that waited in a lane behind slow
-// calls for longer than AckWait (the account's concurrency all taken) was
-// kept alive only from its own call on, so the server redelivered it
-// meanwhile and the other replica took its run over: a second call to the
-// target for one attempt. A message is now kept alive from the moment the
-// lane takes it.
+// A message can wait in a lane behind slow calls for longer than AckWait
+// (the account's concurrency all taken). Kept alive only from its own call
+// on, it would be redelivered meanwhile and the other replica would take
+// its run over: a second call to the target for one attempt. So a message
+// is kept alive from the moment the lane takes it (docs/chaos.md,
+// bug 10).
 func TestMessageWaitingForASlotIsNotTakenOver(t *testing.T) {
 	t.Parallel()
 	// Two calls at a time, each longer than the AckWait (1s); the server

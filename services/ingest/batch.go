@@ -176,8 +176,8 @@ func (s *Service) orderedLoop(ctx context.Context, in <-chan jetstream.Msg) {
 // submissions of its account that are still in INTAKE and not accepted
 // yet: taken by an ingest that died (they come back only after the
 // consumer's AckWait, 30s) or by another replica that has not got to them.
-// Without it a lane's later submission overtook them and they joined the
-// lane at its tail (found by make chaos). INTAKE is a work queue, so what
+// Without it a lane's later submission overtakes them and they join the
+// lane at its tail (docs/chaos.md, bug 3). INTAKE is a work queue, so what
 // it still holds of the account below this submission is exactly what is
 // not settled; the next scan of the account starts where this one ended.
 func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.Envelope) error {

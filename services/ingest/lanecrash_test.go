@@ -12,12 +12,13 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// Found by make chaos: an ingest died holding a lane's first submission
-// (taken from INTAKE, not yet accepted); the next ingest accepted the
-// lane's later submissions at once, while the first came back only after
-// the consumer's AckWait (30s) and joined the lane at its tail: the lane
-// ran out of submission order. An ordered submission now first accepts
-// the older submissions of its account still waiting in INTAKE.
+// An ingest dies holding a lane's first submission (taken from INTAKE, not
+// yet accepted); the next ingest gets the lane's later submissions at
+// once, while the first comes back only after the consumer's AckWait
+// (30s). Appended then, it would join the lane at its tail, out of
+// submission order, so an ordered submission first accepts the older
+// submissions of its account still waiting in INTAKE (docs/chaos.md,
+// bug 3).
 func TestOrderedSubmissionHeldByADeadIngestKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	h := setup(t, baseYAML)

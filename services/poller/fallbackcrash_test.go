@@ -11,13 +11,13 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// Found by make chaos: the callback deadline moved an event to its
-// fallback stage (the record written: pending at the fallback stage), and
-// nats-server went down before the fallback's dispatch message was
-// published. The timer came back, found the event pending and dropped
-// itself as "moved on": the event stayed pending with nothing on its way
-// until the reconciler's sweep. The timer now publishes the fallback's
-// message again (under the same message id).
+// The callback deadline moves an event to its fallback stage (the record
+// written: pending at the fallback stage), and nats-server goes down
+// before the fallback's dispatch message is published. The timer comes
+// back and finds the event pending: dropped as "moved on", it would leave
+// the event with nothing on its way until the reconciler's sweep, so it
+// publishes the fallback's message again, under the same message id
+// (docs/chaos.md, bug 5).
 func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 	w := newWorld(t, `attempts: 3, callback_sla: 2s, on_callback_timeout: fallback,
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`, worldOpts{b: provider.Faults{PollAfter: 1}, noPoller: true})

@@ -15,12 +15,12 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// The poller's side of the race make chaos found in the dispatcher: a run
-// got its 2xx and published the deadline's (or first poll's) timer while
-// nats-server restarted; the timer arrived at its due time and fired at once,
-// before the run stored awaiting_callback. Dropped as "moved on", the
-// event would wait with no timer. A timer newer than the run's message is
-// now handed back and looked at again once the record waits for it.
+// The poller's side of docs/chaos.md's bug 9: a run gets its 2xx and
+// publishes the deadline's (or first poll's) timer while nats-server
+// restarts; the timer arrives at its due time and fires at once, before
+// the run stores awaiting_callback. Dropped as "moved on", the event would
+// wait with no timer, so a timer newer than the run's message is handed
+// back and looked at again once the record waits for it.
 func TestTimerFiredBeforeItsRunStoredIsLookedAtAgain(t *testing.T) {
 	s, env, next := timerHarness(t, `
 targets: {bureau_a: {url: "http://127.0.0.1:1/x", callback_secret: "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="}}
@@ -67,12 +67,12 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 	}
 }
 
-// Found by make chaos-short, in the dispatcher first: the outcome of a run
-// another replica had taken over published its timer after the winner's,
-// replacing it. A poll timer that fires before the event's next poll was
-// dropped as a stale copy, on the belief that the newer poll's timer was
-// pending; with that timer replaced, the event was left polling with
-// nothing to poll it. The early timer now sets the event's own again.
+// The outcome of a run another replica had taken over can publish its
+// timer after the winner's, replacing it. A poll timer that fires before
+// the event's next poll cannot be dropped as a stale copy on the belief
+// that the newer poll's timer is pending: with that timer replaced, the
+// event would be left polling with nothing to poll it. The early timer
+// sets the event's own again (docs/chaos.md, bug 10).
 func TestEarlyPollTimerSetsTheEventsOwnAgain(t *testing.T) {
 	s, env, next := timerHarness(t, `
 targets: {bureau_b: {url: "http://127.0.0.1:1/x", poll: {url: "http://127.0.0.1:1/x/{{.Reference}}", interval: 1m, done_when: {field: status, in: [approved]}}}}

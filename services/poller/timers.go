@@ -55,8 +55,8 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		// A run that gets a 2xx publishes the first poll's (or the
 		// deadline's) timer, then stores "polling"; a timer whose publish
 		// waited out a nats-server restart fires at once, before that.
-		// Dropped, the event would wait with no timer (the dispatcher's
-		// race with a fired retry, found by make chaos): looked at again.
+		// Dropped, the event would wait with no timer (docs/chaos.md,
+		// bug 9): looked at again.
 		if queue.LookAgainLater(m) {
 			log.Debug().Msg("timer fired while the run that set it is storing its outcome: looked at again")
 			return
