@@ -23,8 +23,8 @@ func readDoc(t *testing.T) string {
 }
 
 // tableEdges is every "from --> to : action" edge the table allows;
-// creating actions start at [*] and Note (a self-loop on every state) is
-// left out.
+// creating actions start at [*], an action that keeps the state is a
+// self-loop, and Note (a self-loop on every state) is left out.
 func tableEdges() map[string]bool {
 	edges := map[string]bool{}
 	for a, rule := range state.Table {
@@ -35,7 +35,11 @@ func tableEdges() map[string]bool {
 			edges[fmt.Sprintf("[*] --> %s : %s", rule.To, a)] = true
 		}
 		for _, from := range rule.From {
-			edges[fmt.Sprintf("%s --> %s : %s", from, rule.To, a)] = true
+			to := rule.To
+			if to == "" { // the action keeps the state
+				to = from
+			}
+			edges[fmt.Sprintf("%s --> %s : %s", from, to, a)] = true
 		}
 	}
 	return edges

@@ -144,6 +144,8 @@ const (
 	DeliveriesMaxed ActionName = "max_deliveries" // the server gave up on the message
 	Repoll          ActionName = "repoll"         // a poll brought no result yet: ask again later
 	Recover         ActionName = "recover"        // reconciler: a run was lost, put it back on its path
+	RetryNow        ActionName = "retry_now"      // operator: a retrying or scheduled event's next attempt is due now
+	CancelWait      ActionName = "cancel_wait"    // operator: stop waiting for a callback or a poll; the event is cancelled
 )
 
 // EffectKind is something a transition asks of its caller once the new
@@ -165,7 +167,7 @@ const EffectEnqueue EffectKind = "enqueue"
 // Rule is one row of the transition table.
 type Rule struct {
 	From    []tenaz.State // legal sources; nil for creating actions
-	To      tenaz.State   // destination; "" = unchanged (Note)
+	To      tenaz.State   // destination; "" = unchanged (Note, RetryNow)
 	Effects []EffectKind
 }
 
@@ -201,6 +203,11 @@ var Table = map[ActionName]Rule{
 	DeliveriesMaxed: {From: active, To: tenaz.StateDead},
 	Repoll:          {From: []tenaz.State{tenaz.StatePolling}, To: tenaz.StatePolling},
 	Recover:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectEnqueue}},
+	// RetryNow keeps the state ("" To) and moves next_run_at to now.
+	RetryNow: {From: []tenaz.State{tenaz.StateRetrying, tenaz.StateScheduled}, To: ""},
+	// CancelWait is the operator's cancel of a wait already begun (the
+	// target has the work); Cancel stays the caller's, before a run.
+	CancelWait: {From: []tenaz.State{tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateCancelled},
 }
 
 // Action is one input to Apply.
@@ -210,7 +217,7 @@ type Action struct {
 	Actor     string     // who: "dispatcher/<host>", "operator:alice", …
 	Detail    string     // why, in words
 	Error     *ErrorInfo // Retry/Fail: what went wrong
-	NextRunAt *time.Time // Retry, Yield, Delay, AwaitCallback, Poll, Repoll, Recover: when the next step is due
+	NextRunAt *time.Time // Retry, Yield, Delay, AwaitCallback, Poll, Repoll, Recover, RetryNow: when the next step is due
 	Deadline  *time.Time // AwaitCallback, Poll: the callback or poll SLA
 	Reference string     // AwaitCallback/Poll: provider's job id
 	Result    json.RawMessage
@@ -285,6 +292,8 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 	case Recover:
 		n.NextRunAt = a.NextRunAt
 		n.RunSeq = 0
+	case RetryNow:
+		n.NextRunAt = a.NextRunAt
 	case Fallback:
 		n.Stage = StageFallback
 		n.Attempts = 0
@@ -312,7 +321,7 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 		if a.Reference != "" {
 			n.Reference = a.Reference
 		}
-	case Escalate, Discard, Cancel, Due:
+	case Escalate, Discard, Cancel, CancelWait, Due:
 		n.NextRunAt, n.Deadline = nil, nil
 	}
 	n.Status = to

@@ -132,8 +132,8 @@ func TestTableShape(t *testing.T) {
 		if rule.From == nil {
 			creating++
 		}
-		if a != state.Note && !rule.To.Valid() {
-			t.Errorf("%s: want a valid destination, got %q", a, rule.To)
+		if a != state.Note && !rule.To.Valid() && (rule.To != "" || rule.From == nil) {
+			t.Errorf("%s: want a valid destination (or \"\", the state kept, for an action on existing events), got %q", a, rule.To)
 		}
 		for _, s := range rule.From {
 			if !s.Valid() {
@@ -236,6 +236,32 @@ func TestApplyFields(t *testing.T) {
 		{"succeed keeps the result", running, state.Action{Name: state.Succeed, Result: json.RawMessage(`{"ok":true}`)}, func(t *testing.T, r state.Record) {
 			if string(r.Result) != `{"ok":true}` {
 				t.Errorf("want the result kept, got %s", r.Result)
+			}
+		}},
+		{"retry now moves the next run and keeps the state", func() state.Record {
+			r := setup(t, tenaz.StateRetrying)
+			r.NextRunAt = &at
+			return r
+		}(), state.Action{Name: state.RetryNow, NextRunAt: &t0, Actor: "operator:alice", Detail: "provider back"}, func(t *testing.T, r state.Record) {
+			e := r.History[len(r.History)-1]
+			if r.Status != tenaz.StateRetrying || r.NextRunAt == nil || !r.NextRunAt.Equal(t0) || r.Attempts != 2 {
+				t.Errorf("want retrying, due at %v, attempts 2, got %s %v %d", t0, r.Status, r.NextRunAt, r.Attempts)
+			}
+			if e.Action != state.RetryNow || e.From != "" || e.To != tenaz.StateRetrying || e.Actor != "operator:alice" || e.Detail != "provider back" {
+				t.Errorf("want a retry_now entry with who and why, got %+v", e)
+			}
+		}},
+		{"cancel wait ends the wait", func() state.Record {
+			r := setup(t, tenaz.StateAwaitingCallback)
+			r.NextRunAt, r.Deadline, r.Reference = &at, &at, "ref_9"
+			return r
+		}(), state.Action{Name: state.CancelWait, Actor: "operator:alice", Detail: "provider lost it"}, func(t *testing.T, r state.Record) {
+			e := r.History[len(r.History)-1]
+			if r.Status != tenaz.StateCancelled || r.NextRunAt != nil || r.Deadline != nil || r.Reference != "ref_9" {
+				t.Errorf("want cancelled with no next run or deadline and the reference kept, got %+v", r)
+			}
+			if e.From != tenaz.StateAwaitingCallback || e.Actor != "operator:alice" || e.Detail != "provider lost it" {
+				t.Errorf("want a cancel_wait entry from awaiting_callback with who and why, got %+v", e)
 			}
 		}},
 		{"note changes nothing but history", running, state.Action{Name: state.Note, Detail: "late callback"}, func(t *testing.T, r state.Record) {
