@@ -22,14 +22,7 @@ func TestDecodeHeadOfStoredRecord(t *testing.T) {
 			Status: tenaz.State(genString(t, "status")), Stage: genString(t, "stage"),
 			CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
 			Truncated: rapid.IntRange(0, 3).Draw(t, "trunc"),
-		}
-		if rapid.Bool().Draw(t, "next") {
-			n := genTime(t, "next")
-			r.NextRunAt = &n
-		}
-		if rapid.Bool().Draw(t, "deadline") {
-			d := genTime(t, "deadline")
-			r.Deadline = &d
+			NextRunAt: genTimeOrNil(t, "next"), Deadline: genTimeOrNil(t, "deadline"),
 		}
 		if rapid.Bool().Draw(t, "result") {
 			r.Result = json.RawMessage(rapid.SampledFrom(tricky).Draw(t, "res"))
@@ -68,6 +61,14 @@ func TestDecodeHeadOtherKeyOrder(t *testing.T) {
 		h.Stage != StageFallback || h.NextRunAt == nil || h.NextRunAt.Hour() != 10 || h.UpdatedAt.Hour() != 9 {
 		t.Fatalf("DecodeHead: want every field of the head, got %+v", h)
 	}
+}
+
+func genTimeOrNil(t *rapid.T, label string) *time.Time {
+	if !rapid.Bool().Draw(t, label+"?") {
+		return nil
+	}
+	at := genTime(t, label)
+	return &at
 }
 
 func sameHead(h Head, r Record) bool {
