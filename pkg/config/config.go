@@ -174,6 +174,9 @@ type Account struct {
 	Breaker Breaker `yaml:"breaker"`
 	// Targets overrides target settings for this account (credentials).
 	Targets map[string]TargetOverride `yaml:"targets"`
+	// Repeats are the account's repeating events, by name (see Repeat).
+	// Not inherited: the "*" entry may have none. Defaults to none.
+	Repeats map[string]Repeat `yaml:"repeats"`
 }
 
 // Rate is "<n>/<unit>" with unit s, m or h. Zero means unlimited.

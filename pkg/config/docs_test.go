@@ -16,6 +16,7 @@ var placeholders = map[string]string{
 	"classify":  "<status>",
 	"keys":      "<id>",
 	"operators": "<operator>",
+	"repeats":   "<repeat>",
 }
 
 type docKey struct{ path, env string }

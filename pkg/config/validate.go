@@ -267,6 +267,7 @@ func (v *validator) accounts() {
 				}
 			}
 		}
+		v.repeats(key, name, a)
 	}
 }
 

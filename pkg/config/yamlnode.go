@@ -341,7 +341,7 @@ func (w *walker) structure(n *yaml.Node, t reflect.Type, path string) {
 			w.fail(k, p, "%s", msg)
 			continue
 		}
-		if t == kindType && key == "schema" && (v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode) {
+		if (t == kindType && key == "schema" || t == repeatType && key == "payload") && (v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode) {
 			if err := inlineSchema(v); err != nil {
 				w.fail(v, p, "%v", err)
 			}
