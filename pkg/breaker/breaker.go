@@ -682,6 +682,45 @@ func (b *Breaker) close(ctx context.Context, actor string) error {
 	return fmt.Errorf("breaker %s: close: %w after %d attempts", b.key, errConflict, maxAttempts)
 }
 
+// open writes open until until (an operator's decision), by
+// compare-and-set on the value read from the bucket; the failure count is
+// kept.
+func (b *Breaker) open(ctx context.Context, until time.Time, actor, reason string) error {
+	release, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if actor == "" {
+		actor = "an operator"
+	}
+	why := "opened by " + actor
+	if reason != "" {
+		why += ": " + reason
+	}
+	for range maxAttempts {
+		if err := b.refresh(ctx); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		cur, rev := b.rec, b.rev
+		b.mu.Unlock()
+		now := b.r.now()
+		next := record{State: Open, OpenedAt: now, OpenUntil: until, Failures: cur.Failures,
+			UpdatedBy: b.r.instance, UpdatedAt: now, Reason: why}
+		nrev, err := b.write(ctx, next, rev)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b.committed(next, nrev, cur.state())
+		return nil
+	}
+	return fmt.Errorf("breaker %s: open: %w after %d attempts", b.key, errConflict, maxAttempts)
+}
+
 // State returns this replica's view: the state and, unless closed, the end
 // of the cooldown. It is the shared state as last seen, except that a trip
 // counted here whose open is not in the bucket yet reads as open with a

@@ -25,6 +25,10 @@
 //	err = callTarget(ctx)
 //	_ = b.Record(ctx, p, !isTransient(err))
 //
+// An operator may close a breaker for everyone (Registry.Close) or open it
+// until a time (Registry.Open): no call leaves before then, and after it
+// one probe decides, as after a cooldown.
+//
 // Advisories: the replica that writes a transition (open, half_open, closed)
 // publishes Advisory(change) on tenaz.advisory.breaker.<account>.<target>
 // through Options.Publish, so each transition is advertised once across all

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -227,6 +228,37 @@ func (r *Registry) Close(ctx context.Context, account, target, actor string) err
 		return b.err
 	}
 	return b.close(ctx, actor)
+}
+
+// Open opens the breaker of account and target for everyone until until
+// (an operator's decision; actor and reason are recorded in the record's
+// reason), whatever state it is in: no call leaves until then, and after
+// it one probe decides, as after any cooldown. A probe in flight is
+// superseded: its outcome is ignored. until must be in the future.
+func (r *Registry) Open(ctx context.Context, account, target string, until time.Time, actor, reason string) error {
+	b := r.breaker(account, target)
+	if b.err != nil {
+		return b.err
+	}
+	if !until.After(r.now()) {
+		return fmt.Errorf("breaker %s: open until %s: %w", b.key, until.Format(time.RFC3339), ErrPast)
+	}
+	return b.open(ctx, until, actor, reason)
+}
+
+// ErrPast is returned by Open for an until that is not in the future.
+var ErrPast = errors.New("breaker: the time is not in the future")
+
+// OpenUntil is the latest end of a cooldown among account's open
+// breakers, as this replica knows them; zero when none is open.
+func (r *Registry) OpenUntil(account string) time.Time {
+	var until time.Time
+	for _, c := range r.List() {
+		if c.Account == account && c.State == Open && c.OpenUntil.After(until) {
+			until = c.OpenUntil
+		}
+	}
+	return until
 }
 
 func (r *Registry) publish(c Change) {
