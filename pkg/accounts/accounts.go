@@ -3,6 +3,8 @@
 // first enqueues an event of that account and announces it on a core NATS
 // subject, so dispatchers start consuming it at once; dispatchers also list
 // the consumers at start-up and periodically to catch anything missed.
+// Pauses keeps the operators' pauses of accounts and applies them, with
+// the accounts' open breakers, to those consumers.
 //
 //	p := accounts.NewProvisioner(js, cfg, nc)
 //	err := p.Ensure(ctx, "acme")

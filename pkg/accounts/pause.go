@@ -1,0 +1,196 @@
+package accounts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// An operator's pause of an account is a record in the operators' bucket,
+// not only the state of the account's dispatch consumer: the consumer
+// pause is also what an open breaker uses (and lifts when it closes), and
+// a consumer deleted while idle comes back unpaused. Whoever changes a
+// consumer's pause (the deadletter service on a pause or resume, every
+// dispatcher on a breaker's transition and before a lane's first pull)
+// pauses it until the later of the operator's pause and the account's
+// open breakers (Want), so neither undoes the other.
+
+// BucketOps is the operators' bucket (streams/data/kv-ops.json): replay
+// jobs, the digest's state, the accounts' pauses ("pause.<account>") and
+// the audit of operator actions on accounts and breakers.
+const BucketOps = "tenaz_ops"
+
+// PauseForever is the consumer's pause end of a pause until resumed:
+// JetStream pauses a consumer until a time.
+var PauseForever = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Pause is an operator's pause of an account's dispatch: while it holds,
+// the account's consumer delivers nothing, so no call of the account is
+// made; its events wait in EVENTS.
+type Pause struct {
+	Account string `json:"account"`
+	// Until ends the pause by itself; zero: until an operator resumes.
+	Until time.Time `json:"until,omitzero"`
+	// Actor is who paused ("operator:alice"), Reason why, At when.
+	Actor  string    `json:"actor"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// Holds reports whether the pause is in force at now.
+func (p Pause) Holds(now time.Time) bool { return p.Until.IsZero() || now.Before(p.Until) }
+
+// End is when the pause ends: Until, or PauseForever.
+func (p Pause) End() time.Time {
+	if p.Until.IsZero() {
+		return PauseForever
+	}
+	return p.Until
+}
+
+// Want is until when an account's dispatch consumer must be paused at
+// now: the later of the operator's pause p (when there is one, ok, and it
+// holds) and breakerUntil, the end of its open breakers' cooldown. Zero:
+// it must run.
+func Want(p Pause, ok bool, breakerUntil, now time.Time) time.Time {
+	var until time.Time
+	if ok && p.Holds(now) {
+		until = p.End()
+	}
+	if breakerUntil.After(now) && breakerUntil.After(until) {
+		until = breakerUntil
+	}
+	return until
+}
+
+// pauseKey is account's key in the operators' bucket.
+func pauseKey(account string) string { return "pause." + account }
+
+// Pauses keeps the operators' pauses in the operators' bucket and applies
+// them to the accounts' dispatch consumers.
+type Pauses struct {
+	js   jetstream.JetStream
+	kv   jetstream.KeyValue
+	subj tenaz.Subjects
+	now  func() time.Time
+}
+
+// OpenPauses binds the operators' bucket (it must exist: streams.Apply)
+// for the consumers on the EVENTS streams of subj's partitions.
+func OpenPauses(ctx context.Context, js jetstream.JetStream, subj tenaz.Subjects) (*Pauses, error) {
+	kv, err := js.KeyValue(ctx, subj.Bucket(BucketOps))
+	if err != nil {
+		return nil, fmt.Errorf("accounts: bucket %s: %w", subj.Bucket(BucketOps), err)
+	}
+	return &Pauses{js: js, kv: kv, subj: subj, now: time.Now}, nil
+}
+
+// Get reads account's pause; ok is false when it has none. rev is the
+// pause's revision (0 when it has none).
+func (ps *Pauses) Get(ctx context.Context, account string) (p Pause, ok bool, rev uint64, err error) {
+	e, err := ps.kv.Get(ctx, pauseKey(account))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Pause{}, false, 0, nil
+	}
+	if err != nil {
+		return Pause{}, false, 0, fmt.Errorf("accounts: pause of %s: %w", account, err)
+	}
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return Pause{}, false, e.Revision(), fmt.Errorf("accounts: pause of %s: %w", account, err)
+	}
+	return p, true, e.Revision(), nil
+}
+
+// List returns every pause in the bucket, held or expired.
+func (ps *Pauses) List(ctx context.Context) ([]Pause, error) {
+	keys, err := ps.kv.ListKeysFiltered(ctx, pauseKey("*"))
+	if err != nil {
+		return nil, fmt.Errorf("accounts: listing pauses: %w", err)
+	}
+	var out []Pause
+	for k := range keys.Keys() {
+		account := k[len(pauseKey("")):]
+		p, ok, _, err := ps.Get(ctx, account)
+		if err != nil {
+			_ = keys.Stop()
+			return nil, err
+		}
+		if ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Set stores p as its account's pause (replacing any).
+func (ps *Pauses) Set(ctx context.Context, p Pause) error {
+	if err := tenaz.ValidateAccount(p.Account); err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	if _, err := ps.kv.Put(ctx, pauseKey(p.Account), b); err != nil {
+		return fmt.Errorf("accounts: pausing %s: %w", p.Account, err)
+	}
+	return nil
+}
+
+// Clear removes account's pause.
+func (ps *Pauses) Clear(ctx context.Context, account string) error {
+	if err := ps.kv.Delete(ctx, pauseKey(account)); err != nil {
+		return fmt.Errorf("accounts: resuming %s: %w", account, err)
+	}
+	return nil
+}
+
+// Apply pauses account's dispatch consumer until until, or resumes it
+// when until is zero. A consumer that does not exist is no error: a lane
+// pauses it before its first pull (see the dispatcher).
+func (ps *Pauses) Apply(ctx context.Context, account string, until time.Time) error {
+	stream, name := ps.subj.EventsStream(account), tenaz.ConsumerName(account)
+	var err error
+	if until.IsZero() {
+		_, err = ps.js.ResumeConsumer(ctx, stream, name)
+	} else {
+		_, err = ps.js.PauseConsumer(ctx, stream, name, until)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("accounts: pausing the consumer of %s until %v: %w", account, until, err)
+	}
+	return nil
+}
+
+// Sync applies Want to account's consumer, with breakerUntil the end of
+// its open breakers' cooldown, and returns the pause it applied (zero:
+// resumed). It reads the operator's pause again afterwards and, if it
+// changed meanwhile (another operator, another replica), applies again:
+// the consumer ends as the last pause written says.
+func (ps *Pauses) Sync(ctx context.Context, account string, breakerUntil func() time.Time) (time.Time, error) {
+	p, ok, rev, err := ps.Get(ctx, account)
+	if err != nil {
+		return time.Time{}, err
+	}
+	for range 8 {
+		until := Want(p, ok, breakerUntil(), ps.now())
+		if err := ps.Apply(ctx, account, until); err != nil {
+			return time.Time{}, err
+		}
+		p2, ok2, rev2, err := ps.Get(ctx, account)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if ok2 == ok && rev2 == rev {
+			return until, nil
+		}
+		p, ok, rev = p2, ok2, rev2
+	}
+	return time.Time{}, fmt.Errorf("accounts: the pause of %s kept changing", account)
+}
