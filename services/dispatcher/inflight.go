@@ -12,13 +12,13 @@ import (
 // was restarting): the run settles the message, the copy is left alone.
 type inflight struct {
 	mu   sync.Mutex
-	runs map[string]run
+	runs map[string]runEntry
 }
 
-// run is one run in flight: the stream sequence of the message it was
-// claimed for, when, and how many times this replica's connection had
-// reconnected by then.
-type run struct {
+// runEntry is what inflight knows of a run (see run): the stream
+// sequence of the message it was claimed for, when, and how many times
+// this replica's connection had reconnected by then.
+type runEntry struct {
 	n          int
 	seq        uint64
 	claimedAt  time.Time
@@ -29,7 +29,7 @@ func (f *inflight) add(id string, seq, reconnects uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.runs == nil {
-		f.runs = map[string]run{}
+		f.runs = map[string]runEntry{}
 	}
 	r := f.runs[id]
 	r.n++
@@ -48,7 +48,7 @@ func (f *inflight) done(id string) {
 	}
 }
 
-func (f *inflight) get(id string) (run, bool) {
+func (f *inflight) get(id string) (runEntry, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.runs[id]

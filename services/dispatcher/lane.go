@@ -180,7 +180,7 @@ func (s *Service) claimBatch(l *lane, msgs []held) {
 					return // as if the process died here
 				}
 			}
-			s.deliver(ctx, c.h.m, c.env, c.next, rev, c.adm, release)
+			s.deliver(ctx, &run{m: c.h.m, env: c.env, rec: c.next, rev: rev, adm: c.adm}, release)
 		})
 	}
 }

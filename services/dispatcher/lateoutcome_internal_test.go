@@ -63,7 +63,7 @@ func TestLateOutcomeFoundOnAConflictLeavesTheMessageToTheNewRun(t *testing.T) {
 		t.Fatal("the run must not look contested: the test is about the write conflict")
 	}
 	stage := config.Stage{Attempts: 3, Backoff: config.Backoff{Initial: config.Duration(time.Second), Max: config.Duration(time.Second), Multiplier: 1}}
-	s.finish(ctx, m, env, mine, rev, errors.New("503 from the target"), stage, false, target.Response{})
+	s.finish(ctx, &run{m: m, env: env, rec: mine, rev: rev, stage: stage}, errors.New("503 from the target"), target.Response{})
 	s.runs.done(env.ID)
 
 	r, _, err := s.st.Get(ctx, "", env.ID)

@@ -42,14 +42,14 @@ func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	older := next(5 * time.Second)
-	if _, _, _, ok := s.claim(ctx, older, env, runSeq-1); ok {
+	if _, ok := s.claim(ctx, older, env, runSeq-1); ok {
 		t.Fatal("an older message must not claim a running event")
 	}
 	newer := next(5 * time.Second)
 	if newer == nil || newer.Subject() != "look.newer" {
 		t.Fatalf("want the newer message next, got %v", newer)
 	}
-	if _, _, _, ok := s.claim(ctx, newer, env, runSeq+1); ok {
+	if _, ok := s.claim(ctx, newer, env, runSeq+1); ok {
 		t.Fatal("a newer message must not claim an event another run holds")
 	}
 	// The run stores its outcome: retrying, due now.
@@ -68,7 +68,7 @@ func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
 	if md, _ := again.Metadata(); md.NumDelivered != 2 {
 		t.Fatalf("want the newer message delivered a second time, got %d", md.NumDelivered)
 	}
-	got, _, _, ok := s.claim(ctx, again, env, runSeq+1)
+	got, ok := recordOf(s.claim(ctx, again, env, runSeq+1))
 	if !ok || got.Status != tenaz.StateRunning || got.RunSeq != runSeq+1 || got.Attempts != 2 {
 		t.Fatalf("the message looked at again must claim the retry: ok=%v %s seq %d attempt %d", ok, got.Status, got.RunSeq, got.Attempts)
 	}
@@ -95,10 +95,10 @@ func TestNewerMessageWhileTheRunIsInFlightHereIsLookedAtAgain(t *testing.T) {
 	const runSeq = 100
 	s.runs.add(env.ID, runSeq, 0)
 	defer s.runs.done(env.ID)
-	if _, _, _, ok := s.claim(ctx, next(5*time.Second), env, runSeq); ok { // a copy of the run's own message
+	if _, ok := s.claim(ctx, next(5*time.Second), env, runSeq); ok { // a copy of the run's own message
 		t.Fatal("a copy of the message of a run in flight must not claim")
 	}
-	if _, _, _, ok := s.claim(ctx, next(5*time.Second), env, runSeq+1); ok {
+	if _, ok := s.claim(ctx, next(5*time.Second), env, runSeq+1); ok {
 		t.Fatal("a newer message must not claim while the run is in flight")
 	}
 	again := next(5 * time.Second)
@@ -184,7 +184,7 @@ func TestCopyOfAnEndedRunsMessageDoesNotClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := next(5 * time.Second)
-	if _, _, _, ok := s.claim(ctx, own, env, runSeq); ok {
+	if _, ok := s.claim(ctx, own, env, runSeq); ok {
 		t.Fatal("a copy of the ended run's own message must not claim the retry")
 	}
 	if got, _, err := s.st.Get(ctx, "", env.ID); err != nil || got.Status != tenaz.StateRetrying || got.Attempts != 1 {
@@ -194,8 +194,17 @@ func TestCopyOfAnEndedRunsMessageDoesNotClaim(t *testing.T) {
 	if retry == nil || retry.Subject() != "look.retry" {
 		t.Fatalf("want the retry's message next, got %v", retry)
 	}
-	got, _, _, ok := s.claim(ctx, retry, env, runSeq+1)
+	got, ok := recordOf(s.claim(ctx, retry, env, runSeq+1))
 	if !ok || got.Status != tenaz.StateRunning || got.RunSeq != runSeq+1 || got.Attempts != 2 {
 		t.Fatalf("the retry's own message must claim it: ok=%v %s seq %d attempt %d", ok, got.Status, got.RunSeq, got.Attempts)
 	}
+}
+
+// recordOf is the record a claim wrote (the zero record when it claimed
+// nothing).
+func recordOf(r *run, ok bool) (state.Record, bool) {
+	if r == nil {
+		return state.Record{}, ok
+	}
+	return r.rec, ok
 }

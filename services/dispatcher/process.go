@@ -40,18 +40,37 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 	}
 	l := tracing.Log(s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger(), env.Traceparent)
 	ctx = logging.WithEvent(l.WithContext(ctx), env.ID, env.Account, env.Kind)
-	rec, rev, adm, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
+	r, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
 	if !ok {
 		return
 	}
-	s.runs.add(env.ID, rec.RunSeq, s.nc.Stats().Reconnects)
+	s.runs.add(env.ID, r.rec.RunSeq, s.nc.Stats().Reconnects)
 	defer s.runs.done(env.ID)
 	if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
-		if err := h.AfterClaim(env.ID, rec.Attempts); err != nil {
+		if err := h.AfterClaim(env.ID, r.rec.Attempts); err != nil {
 			return // as if the process died here
 		}
 	}
-	s.deliver(ctx, m, env, rec, rev, adm, release)
+	s.deliver(ctx, r, release)
+}
+
+// run is one claim of an event by this replica: the message that started
+// it, the record as its claim wrote it, and the claim's revision, the
+// run's fencing token (docs/state-machine.md, "Runs"): every later write
+// of the run is a compare-and-set on it, and a run whose write finds
+// another revision has lost the event. Its steps: claim starts it (one
+// at a time; claimBatch for fresh events, in batches), deliver makes its
+// call, finish stores its outcome and settles its message.
+type run struct {
+	m   jetstream.Msg
+	env event.Envelope
+	rec state.Record
+	rev uint64 // the fencing token
+	adm admission
+	// stage is what the run calls (set by deliver), and hasFallback
+	// whether a fallback stage follows it.
+	stage       config.Stage
+	hasFallback bool
 }
 
 // poison keeps an undecodable message in DEAD and terminates it.
@@ -72,7 +91,7 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 // claimed without a read, in batches, by claimBatch; this is the path for
 // everything else: retries, redeliveries, conflicts.) ok is false when the
 // message was settled (dropped as stale) or must come back later.
-func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (state.Record, uint64, admission, bool) {
+func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64) (*run, bool) {
 	if r, ok := s.runs.get(env.ID); ok {
 		if r.seq != 0 && seq > r.seq && queue.LookAgainLater(m) {
 			// A newer message (the run's own retry, fired before the
@@ -80,13 +99,13 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			// (see the running case below), looked at again soon, not
 			// left to AckWait.
 			zerolog.Ctx(ctx).Debug().Msg("a newer message while a run of this event is in flight here: looked at again")
-			return state.Record{}, 0, admission{}, false
+			return nil, false
 		}
 		// A copy of a message whose run is in flight here (the server
 		// missed its in-progress signals): the run settles the message;
 		// reclaiming would run the event twice at once.
 		zerolog.Ctx(ctx).Debug().Msg("a run of this event is in flight here: copy left alone")
-		return state.Record{}, 0, admission{}, false
+		return nil, false
 	}
 	var adm admission
 	admitted := false
@@ -99,17 +118,17 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		if errors.Is(err, store.ErrNotFound) {
 			zerolog.Ctx(ctx).Warn().Msg("no record for this event (expired or removed); dropping the message")
 			_ = m.Ack()
-			return rec, 0, admission{}, false
+			return nil, false
 		}
 		if err != nil {
 			s.retryLater(ctx, m, err)
-			return rec, 0, admission{}, false
+			return nil, false
 		}
 		var actions []state.Action
 		claim := state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}
 		if rec.After != "" && rec.Attempts == 0 && (rec.Status == tenaz.StatePending || rec.Status == tenaz.StateScheduled) {
 			if s.waitInLane(ctx, m, env, rec, rev) {
-				return rec, 0, admission{}, false
+				return nil, false
 			}
 		}
 		switch rec.Status {
@@ -125,10 +144,10 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				// being acked. Its next step is the outcome's.
 				if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 					s.retryLater(ctx, m, err)
-					return rec, 0, admission{}, false
+					return nil, false
 				}
 				s.drop(ctx, m, rec, "a copy of an ended run's message")
-				return rec, 0, admission{}, false
+				return nil, false
 			}
 			if queue.Early(now, rec.NextRunAt) {
 				// Fired early: a schedule that replaced the event's own
@@ -137,10 +156,10 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				// message (found by make chaos-short).
 				if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 					s.retryLater(ctx, m, err)
-					return rec, 0, admission{}, false
+					return nil, false
 				}
 				s.drop(ctx, m, rec, "not due yet: a stale message")
-				return rec, 0, admission{}, false
+				return nil, false
 			}
 			if rec.Status == tenaz.StateScheduled {
 				actions = append(actions, state.Action{Name: state.Due, Actor: s.actor})
@@ -159,10 +178,10 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				// message).
 				if seq > rec.RunSeq && queue.LookAgainLater(m) {
 					zerolog.Ctx(ctx).Debug().Msg("a newer message while another owns the run: looked at again once the run has stored its outcome")
-					return rec, 0, admission{}, false
+					return nil, false
 				}
 				s.drop(ctx, m, rec, "another message owns the run")
-				return rec, 0, admission{}, false
+				return nil, false
 			}
 			actions = []state.Action{{Name: state.Reclaim, Seq: seq, Actor: s.actor, Detail: "message redelivered: the previous run was lost"}}
 		default:
@@ -170,15 +189,15 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				// In case its finisher died before waking the next.
 				if err := s.advanceLane(ctx, rec); err != nil {
 					s.retryLater(ctx, m, err)
-					return rec, 0, admission{}, false
+					return nil, false
 				}
 			}
 			if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 				s.retryLater(ctx, m, err)
-				return rec, 0, admission{}, false
+				return nil, false
 			}
 			s.drop(ctx, m, rec, "event is "+string(rec.Status))
-			return rec, 0, admission{}, false
+			return nil, false
 		}
 		if !admitted {
 			var ok bool
@@ -190,7 +209,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				if rec.Status != tenaz.StateRunning {
 					s.waitForBreaker(ctx, m, env, retryAt)
 				}
-				return rec, 0, admission{}, false
+				return nil, false
 			}
 			admitted = true
 		}
@@ -198,24 +217,24 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		for _, a := range actions {
 			if next, _, err = state.Apply(next, a, now); err != nil {
 				s.drop(ctx, m, rec, err.Error())
-				return rec, 0, admission{}, false
+				return nil, false
 			}
 		}
 		nrev, err := s.st.Write(ctx, next, rev)
 		if err == nil {
-			return next, nrev, adm, true
+			return &run{m: m, env: env, rec: next, rev: nrev, adm: adm}, true
 		}
 		if errors.Is(err, size.ErrTooLarge) {
 			s.tooLarge(ctx, m, env, rec, rev, err)
-			return rec, 0, admission{}, false
+			return nil, false
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			s.retryLater(ctx, m, err)
-			return rec, 0, admission{}, false
+			return nil, false
 		}
 	}
 	s.retryLater(ctx, m, errors.New("too many conflicting writes"))
-	return state.Record{}, 0, admission{}, false
+	return nil, false
 }
 
 // giveUpLostRun handles the message that owns a lost run (rec is running
@@ -265,24 +284,28 @@ func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
 	}
 }
 
-// deliver calls the target and records the outcome.
-func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, adm admission, release func()) {
+// deliver is a run's call: it calls the target (or handler) of the run's
+// stage, under the account's and the target's limits, and finishes the
+// run with the answer.
+func (s *Service) deliver(ctx context.Context, r *run, release func()) {
+	env, rec, adm := r.env, r.rec, r.adm
 	kind, ok := s.cfg.Kind(env.Kind)
 	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
 	ctx, span := tracing.Attempt(ctx, env, rec.Attempts, rec.Stage, cmp.Or(stage.Target, stage.Handler))
 	defer span.End()
 	if !ok {
-		s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("kind %q is no longer configured", env.Kind)), config.Stage{Attempts: 1}, false, target.Response{})
+		r.stage = config.Stage{Attempts: 1}
+		s.finish(ctx, r, outcome.Permanent(fmt.Errorf("kind %q is no longer configured", env.Kind)), target.Response{})
 		return
 	}
-	hasFallback := kind.Fallback != nil && rec.Stage == state.StagePrimary
+	r.stage, r.hasFallback = stage, kind.Fallback != nil && rec.Stage == state.StagePrimary
 	var call func(context.Context) (target.Response, error)
 	guardName := stage.Target
 	if stage.Handler != "" {
 		guardName = "handler:" + stage.Handler
 		h := s.o.Handlers[stage.Handler]
 		if h == nil {
-			s.finish(ctx, m, env, rec, rev, outcome.Permanent(fmt.Errorf("%w: %q", ErrHandlerNotRegistered, stage.Handler)), stage, hasFallback, target.Response{})
+			s.finish(ctx, r, outcome.Permanent(fmt.Errorf("%w: %q", ErrHandlerNotRegistered, stage.Handler)), target.Response{})
 			return
 		}
 		d := Delivery{Event: env, Attempt: rec.Attempts, Stage: rec.Stage, Reference: rec.Reference}
@@ -290,7 +313,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 	} else {
 		tgt, err := s.target(env.Account, stage.Target)
 		if err != nil {
-			s.finish(ctx, m, env, rec, rev, outcome.Permanent(err), stage, hasFallback, target.Response{})
+			s.finish(ctx, r, outcome.Permanent(err), target.Response{})
 			return
 		}
 		req := target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference}
@@ -322,7 +345,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 		// event waits for the cooldown.
 		slot.drop()
 		release()
-		s.finish(ctx, m, env, rec, rev, outcome.RetryAfter(time.Until(until), errBreakerOpened), stage, hasFallback, target.Response{})
+		s.finish(ctx, r, outcome.RetryAfter(time.Until(until), errBreakerOpened), target.Response{})
 		return
 	}
 	call = s.metered(env.Account, call)
@@ -355,7 +378,7 @@ func (s *Service) deliver(ctx context.Context, m jetstream.Msg, env event.Envelo
 			return
 		}
 	}
-	s.finish(ctx, m, env, rec, rev, callErr, stage, hasFallback, resp)
+	s.finish(ctx, r, callErr, resp)
 }
 
 // keepAlive tells the server the message is still being worked on while
@@ -397,10 +420,11 @@ func progressEvery(ackWait time.Duration) time.Duration {
 	return every
 }
 
-// finish decides what the outcome means and stores it; the message is
+// finish is a run's last step: it decides what the call's outcome means
+// and stores it by compare-and-set on the run's token; the message is
 // acked only once everything the decision needs is durable.
-func (s *Service) finish(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64,
-	callErr error, stage config.Stage, hasFallback bool, resp target.Response) {
+func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target.Response) {
+	m, env, rec, rev, stage, hasFallback := r.m, r.env, r.rec, r.rev, r.stage, r.hasFallback
 	b := outcome.Backoff{Initial: stage.Backoff.Initial.D(), Max: stage.Backoff.Max.D(), Multiplier: stage.Backoff.Multiplier,
 		Jitter: stage.Backoff.Jitter, MaxRetryAfter: stage.Backoff.MaxRetryAfter.D()}
 	d := outcome.Decide(callErr, rec.Attempts, stage.Attempts, hasFallback, b, s.jitter())
