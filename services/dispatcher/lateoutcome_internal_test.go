@@ -14,15 +14,15 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// Found by make chaos-short: a run's message waited past AckWait for a
-// concurrency slot, the server redelivered it to another replica, which
-// took the run over. The first run, not knowing (its claim was recent, its
-// connection had not reconnected), stored its outcome: the write lost, the
-// outcome was noted as late, and the message was acked, which settled it
-// for the run that had taken it over too. That run died after its call,
-// and the event stayed running with nothing to bring it back. A late
-// outcome found on a write conflict now leaves the message to its new
-// owner, as one found before the write does.
+// A run's message waits past AckWait for a concurrency slot, the server
+// redelivers it to another replica, which takes the run over. The first
+// run, not knowing (its claim was recent, its connection had not
+// reconnected), stores its outcome: the write loses and the outcome is
+// noted as late. Acking the message then would settle it for the run that
+// took it over too, and if that run died after its call the event would
+// stay running with nothing to bring it back. So a late outcome found on a
+// write conflict leaves the message to its new owner, as one found before
+// the write does (docs/chaos.md, bug 10).
 func TestLateOutcomeFoundOnAConflictLeavesTheMessageToTheNewRun(t *testing.T) {
 	t.Parallel()
 	// AckWait is short: a message left unacked is back within seconds.

@@ -15,13 +15,13 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// Found by make chaos: a run published its retry schedule while
-// nats-server restarted; the schedule arrived at its due time and fired
-// at once, and another replica got the fired message while the record
-// still said running (the run had not stored "retrying" yet). That replica
-// dropped it as "another message owns the run", and the event stayed
-// retrying with no message. A message newer than the run's is now handed
-// back and looked at again; an older one is still dropped.
+// A run publishes its retry schedule while nats-server restarts; the
+// schedule arrives at its due time and fires at once, and another replica
+// gets the fired message while the record still says running (the run has
+// not stored "retrying" yet). Dropped as "another message owns the run",
+// it would leave the event retrying with no message, so a message newer
+// than the run's is handed back and looked at again; an older one is
+// dropped (docs/chaos.md, bug 9).
 func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
 	t.Parallel()
 	// AckWait is short: a message not acked (dropped) is back within 2s.
@@ -83,8 +83,8 @@ func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
 }
 
 // The same race when the fired retry reaches the replica whose run is
-// still in flight: it is looked at again soon (it used to wait for
-// AckWait), while a copy of the run's own message is still left alone.
+// still in flight: it is looked at again within seconds, not left to
+// AckWait, while a copy of the run's own message is left alone.
 func TestNewerMessageWhileTheRunIsInFlightHereIsLookedAtAgain(t *testing.T) {
 	t.Parallel()
 	// AckWait is long: a message back within seconds was handed back.

@@ -112,7 +112,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 	for range 16 {
 		// Each try reads the clock again: a write that waited out a
 		// nats-server restart and lost would otherwise stamp the next
-		// try's claim before the entry it follows (seen in make chaos).
+		// try's claim before the entry it follows.
 		now := s.st.Now()
 		rec, rev, err := s.st.Get(ctx, env.Account, env.ID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -152,8 +152,8 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			if queue.Early(now, rec.NextRunAt) {
 				// Fired early: a schedule that replaced the event's own
 				// (a late outcome's retry). Dropped with the event's own
-				// schedule gone, it left the event retrying with no
-				// message (found by make chaos-short).
+				// schedule gone, it would leave the event retrying with
+				// no message (docs/chaos.md, bug 10).
 				if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 					s.retryLater(ctx, m, err)
 					return nil, false
@@ -171,8 +171,8 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				// sequence) may be that run's next step: it publishes its
 				// retry schedule, then stores "retrying", and a schedule
 				// whose publish waited out a nats-server restart fires at
-				// once. Dropped here, the event was left retrying with no
-				// message (found by make chaos); it is looked at again
+				// once. Dropped here, it would leave the event retrying
+				// with no message (docs/chaos.md, bug 9); it is looked at again
 				// once the run has stored its outcome, and dropped only
 				// after that (a run lost meanwhile comes back with its own
 				// message).
@@ -243,7 +243,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 // but first the run is given up (running → retrying, due at retryAt) and
 // only then is m acked. The copy the schedule brings back has another
 // sequence and would otherwise be dropped as a stale message, leaving the
-// event running with no message at all (found by make chaos). It reports
+// event running with no message at all (docs/chaos.md, bug 1). It reports
 // true when the record changed meanwhile (decide again), false when m was
 // settled (acked, or handed back for a redelivery).
 func (s *Service) giveUpLostRun(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, rev uint64, retryAt time.Time) bool {
@@ -545,8 +545,8 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 		if late {
 			// Nothing of this outcome happens (no fallback message, no
 			// metrics); the message goes as for any late outcome. Acked
-			// here, it was settled for the run that had taken it over too
-			// (found by make chaos-short: an event left running).
+			// here, it would be settled for the run that had taken it
+			// over too (docs/chaos.md, bug 10).
 			s.settleLate(m, next)
 			return
 		}
@@ -568,8 +568,8 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 	}
 	// The lane advances before the ack: if the wake fails (or this
 	// process dies first), the redelivery finds the event finished and
-	// wakes the next one; acked first, the next waited for its parking
-	// schedule's safety net (found by make chaos).
+	// wakes the next one; acked first, the next would wait for its
+	// parking schedule's safety net (docs/chaos.md, bug 6).
 	if state.Finished(next.Status) {
 		if err := s.advanceLane(ctx, next); err != nil {
 			s.retryLater(ctx, m, err)
@@ -690,9 +690,9 @@ func (s *Service) lateOutcome(ctx context.Context, m jetstream.Msg, env event.En
 // settleLate settles the message of a run whose outcome came late: cur is
 // the event's record now. If the run that took over holds this same
 // message (a redelivery), an ack here would settle it for that run too,
-// and if that run then died nothing would bring the event back (found by
-// make chaos-short: an event left running): the message is left to its
-// new owner, or to AckWait. Any other message is acked.
+// and if that run then died nothing would bring the event back
+// (docs/chaos.md, bug 8): the message is left to its new owner, or to
+// AckWait. Any other message is acked.
 func (s *Service) settleLate(m jetstream.Msg, cur state.Record) {
 	if meta, err := m.Metadata(); err == nil && cur.Status == tenaz.StateRunning && cur.RunSeq == meta.Sequence.Stream {
 		return
