@@ -67,6 +67,14 @@ var routes = map[string]Class{
 	"POST /v1/review/{id}/resolve":               OperatorOnly,
 	"GET /v1/breakers":                           OperatorOnly,
 	"POST /v1/breakers/{account}/{target}/close": OperatorOnly,
+	// the operators' actions on live accounts, events and breakers
+	"POST /v1/breakers/{account}/{target}/open": OperatorOnly,
+	"POST /v1/accounts/{account}/pause":         OperatorOnly,
+	"POST /v1/accounts/{account}/resume":        OperatorOnly,
+	"GET /v1/pauses":                            OperatorOnly,
+	"POST /v1/events/{id}/retry":                OperatorOnly,
+	"POST /v1/events/{id}/cancel-wait":          OperatorOnly,
+	"GET /v1/actions":                           OperatorOnly,
 
 	// services/deadletter: the screen
 	"GET /ui/{$}":           OperatorOnly,

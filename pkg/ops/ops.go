@@ -19,13 +19,21 @@
 //	review.resolve   ResolveRequest      → ActionReply     done | discard | requeue_primary | requeue_fallback
 //	breakers.list    BreakersRequest     → BreakersReply   every breaker with its shared state
 //	breakers.close   CloseBreakerRequest → BreakerItem     close one breaker for everyone
+//	breakers.open    OpenBreakerRequest  → BreakerItem     open one breaker for everyone until a time
+//	accounts.pause   PauseRequest        → AccountReply    pause an account's dispatch
+//	accounts.resume  ResumeRequest       → AccountReply    end an operator's pause
+//	pauses.list      PausesRequest       → PausesReply     the accounts held by a pause or a breaker
+//	events.retry     EventActionRequest  → EventReply      a retrying or scheduled event runs now
+//	events.cancel_wait EventActionRequest → EventReply     stop waiting for a callback or a poll
+//	actions.list     ActionsRequest      → ActionsReply    the audit of actions on accounts and breakers
 //
 // An error is answered with the micro error headers — Nats-Service-Error-Code
 // holds an HTTP-like code (400 bad request, 401 no or invalid operator
 // credential, 403 a credential that is not an operator's, 404 not found,
 // 409 conflict:
 // the event is not in a state the action is legal from (code
-// "not_parked") or not indexed yet, 413/422 an edited payload refused like
+// "not_parked", "not_waiting") or not indexed yet, the account is not
+// paused ("not_paused"), 413/422 an edited payload refused like
 // a submission, 500 internal) and Nats-Service-Error the message — and the
 // body ErrorBody, {"error":{"code":"not_found","message":"..."}}. A request
 // with an unknown field is refused (400 "malformed"). Call does a request
@@ -314,6 +322,8 @@ type BreakersReply struct {
 type CloseBreakerRequest struct {
 	Account string `json:"account"`
 	Target  string `json:"target"`
+	// Reason is why, recorded in the audit (optional).
+	Reason string `json:"reason,omitempty"`
 }
 
 // ErrorBody is the JSON body of an error answer (the same as HTTP's).

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/quota"
 )
@@ -30,6 +32,10 @@ type accountsData struct {
 	Targets  []targetRow // targets with a provider-wide limit, shared by every account
 	Default  limitsRow   // what an account that is not configured gets ("*")
 	Error    string      // tenaz_owners could not be read: owners unknown
+	// Actions are the latest operator actions on accounts and breakers
+	// (the audit); ActionsError says why they could not be read.
+	Actions      []ops.Action
+	ActionsError string
 }
 
 type replicaRow struct {
@@ -52,6 +58,10 @@ type accountRow struct {
 	Limits     limitsRow
 	Learned    int // under "auto": the concurrency its owner last learned (0: none stored yet)
 	Breakers   []breakerCell
+	// Paused is an operator's pause in force (nil: none); HeldUntil is
+	// when its consumer delivers again (the pause's or a breaker's end).
+	Paused    *ops.AccountPause
+	HeldUntil *time.Time
 }
 
 // targetRow is a target's provider-wide limit (targets.<t>.rate and
@@ -124,12 +134,28 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 		names[c.Account] = true
 		brk[c.Account] = append(brk[c.Account], breakerCell{Target: c.Target, State: string(c.State)})
 	}
+	pauses := map[string]accounts.Pause{}
+	if ps, err := s.pauses.List(rctx); err == nil {
+		for _, p := range ps {
+			pauses[p.Account] = p
+			names[p.Account] = true
+		}
+	} else {
+		d.ActionsError = err.Error()
+	}
+	if acts, err := s.actions(rctx, ops.ActionsRequest{Limit: 20}); err == nil {
+		d.Actions = acts.Items
+	} else {
+		d.ActionsError = err.Error()
+	}
 	for a := range names {
 		_, configured := s.cfg.Accounts[a]
+		p, paused := pauses[a]
+		held := s.accountReply(a, p, paused)
 		cells := brk[a]
 		slices.SortFunc(cells, func(x, y breakerCell) int { return strings.Compare(x.Target, y.Target) })
 		d.Accounts = append(d.Accounts, accountRow{Account: a, Owner: v.Leases[a], OwnerLive: live[v.Leases[a]], Configured: configured, Learned: v.Learned[a],
-			Limits: limitsOf(s.cfg.Account(a)), Breakers: cells})
+			Limits: limitsOf(s.cfg.Account(a)), Breakers: cells, Paused: held.Paused, HeldUntil: held.HeldUntil})
 	}
 	slices.SortFunc(d.Accounts, func(x, y accountRow) int { return strings.Compare(x.Account, y.Account) })
 	for name, t := range s.cfg.Targets {

@@ -32,7 +32,14 @@ import (
 //	GET  /v1/review/{id}                show
 //	POST /v1/review/{id}/resolve        {outcome, result?, reason} → ActionReply
 //	GET  /v1/breakers                   BreakersReply (query: account)
-//	POST /v1/breakers/{account}/{target}/close  (no body) → BreakerItem
+//	POST /v1/breakers/{account}/{target}/close  {reason?} → BreakerItem
+//	POST /v1/breakers/{account}/{target}/open   {until|for, reason} → BreakerItem
+//	POST /v1/accounts/{account}/pause   {until?|for?, reason} → AccountReply
+//	POST /v1/accounts/{account}/resume  {reason} → AccountReply
+//	GET  /v1/pauses                     PausesReply (query: account)
+//	POST /v1/events/{id}/retry          {reason} → EventReply
+//	POST /v1/events/{id}/cancel-wait    {reason} → EventReply
+//	GET  /v1/actions                    ActionsReply (query: account limit)
 //
 // Every route is operator-only (pkg/auth's class of its pattern); the
 // actor recorded is the principal the Guard authenticated, never a body
@@ -90,6 +97,7 @@ func (s *Service) apiRoutes(mux readyMux) {
 		item, err := s.closeBreaker(r.Context(), req)
 		s.answer(w, http.StatusOK, item, err)
 	})
+	s.operatorRoutes(mux)
 }
 
 func (s *Service) answerReplay(w http.ResponseWriter, r *http.Request, req ops.ReplayRequest) {
@@ -258,11 +266,12 @@ func (s *Service) closeBreaker(ctx context.Context, req ops.CloseBreakerRequest)
 		}
 		return ops.BreakerItem{}, err
 	}
-	s.log.Info().Str("account", req.Account).Str("target", req.Target).Str("actor", actor).Msg("breaker closed by an operator")
-	for _, c := range s.brk.List() {
-		if c.Account == req.Account && c.Target == req.Target {
-			return breakerItem(c), nil
-		}
+	if err := s.audit(ctx, ops.Action{At: s.now().UTC(), Action: ops.ActionCloseBreaker, Account: req.Account, Target: req.Target, Actor: actor, Reason: strings.TrimSpace(req.Reason)}); err != nil {
+		return ops.BreakerItem{}, err
 	}
-	return ops.BreakerItem{Account: req.Account, Target: req.Target, State: string(breaker.Closed)}, nil
+	if err := s.syncPause(ctx, req.Account); err != nil {
+		s.log.Warn().Err(err).Str("account", req.Account).Msg("resuming the consumer of a closed breaker's account; the dispatchers do it too")
+	}
+	s.log.Info().Str("account", req.Account).Str("target", req.Target).Str("actor", actor).Msg("breaker closed by an operator")
+	return s.breakerNow(req.Account, req.Target), nil
 }

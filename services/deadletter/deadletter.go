@@ -32,8 +32,10 @@ const Version = "0.2.0"
 
 // Buckets and stream of the deadletter service (see streams/data).
 const (
-	BucketIndex  = "tenaz_deadindex"
-	BucketOps    = "tenaz_ops"
+	BucketIndex = "tenaz_deadindex"
+	// BucketOps keeps replay jobs, the digest's state, the accounts'
+	// pauses and the audit of operator actions.
+	BucketOps    = accounts.BucketOps
 	StreamDigest = "TENAZ_DIGEST"
 	// StreamAdvisories keeps the server's advisories the deadletter service
 	// acts on (streams/data/stream-advisories.json).
@@ -76,16 +78,17 @@ type Service struct {
 	subj tenaz.Subjects
 	now  func() time.Time
 
-	st    *store.Store
-	q     *queue.Queue
-	prov  *accounts.Provisioner
-	kvIdx jetstream.KeyValue
-	kvOps jetstream.KeyValue
-	dead  jetstream.Stream
-	x     *index.Index
-	brk   *breaker.Registry
-	ui    *ui
-	tabs  *tabCounts
+	st     *store.Store
+	q      *queue.Queue
+	prov   *accounts.Provisioner
+	pauses *accounts.Pauses
+	kvIdx  jetstream.KeyValue
+	kvOps  jetstream.KeyValue
+	dead   jetstream.Stream
+	x      *index.Index
+	brk    *breaker.Registry
+	ui     *ui
+	tabs   *tabCounts
 
 	mu       sync.Mutex
 	started  bool
@@ -166,6 +169,9 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	}
 	if s.kvOps, err = s.js.KeyValue(ctx, s.subj.Bucket(BucketOps)); err != nil {
 		return fmt.Errorf("deadletter: bucket %s: %w", s.subj.Bucket(BucketOps), err)
+	}
+	if s.pauses, err = accounts.OpenPauses(ctx, s.js, s.subj); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
 	}
 	if s.dead, err = s.js.Stream(ctx, s.subj.Stream(tenaz.StreamDead)); err != nil {
 		return fmt.Errorf("deadletter: stream %s: %w", s.subj.Stream(tenaz.StreamDead), err)

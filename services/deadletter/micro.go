@@ -97,6 +97,13 @@ func (s *Service) registerMicro() (micro.Service, error) {
 			}
 			return s.closeBreaker(ctx, req)
 		}},
+		{ops.BreakersOpen, endpoint(s.openBreaker)},
+		{ops.AccountsPause, endpoint(s.pauseAccount)},
+		{ops.AccountsResume, endpoint(s.resumeAccount)},
+		{ops.PausesList, endpoint(s.pausesList)},
+		{ops.EventsRetry, endpoint(s.retryNow)},
+		{ops.EventsCancel, endpoint(s.cancelWait)},
+		{ops.ActionsList, endpoint(s.actions)},
 	}
 	for _, ep := range eps {
 		h := ep.h
@@ -126,6 +133,17 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		}
 	}
 	return m, nil
+}
+
+// endpoint is an endpoint's handler for an action taking Req.
+func endpoint[Req, Rep any](act func(context.Context, Req) (Rep, error)) func(context.Context, []byte) (any, error) {
+	return func(ctx context.Context, data []byte) (any, error) {
+		var req Req
+		if err := strict(data, &req); err != nil {
+			return nil, err
+		}
+		return act(ctx, req)
+	}
 }
 
 // microError answers r with the micro error headers and the ErrorBody.

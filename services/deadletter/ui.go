@@ -92,6 +92,14 @@ var uiFuncs = template.FuncMap{
 		return s[:n] + "…"
 	},
 	"add3": func(a, b, c int) int { return a + b + c },
+	// dict passes several values to a template: dict "Row" $row "Page" $.
+	"dict": func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[fmt.Sprint(kv[i])] = kv[i+1]
+		}
+		return m
+	},
 	"pct": func(a, b int) int {
 		if b <= 0 {
 			return 100
@@ -103,7 +111,7 @@ var uiFuncs = template.FuncMap{
 func newUI(s *Service) (*ui, error) {
 	u := &ui{s: s, pages: map[string]*template.Template{}, cop: http.NewCrossOriginProtection()}
 	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message"} {
-		t, err := template.New("layout.html").Funcs(uiFuncs).ParseFS(uiFiles, "ui/layout.html", "ui/"+p+".html")
+		t, err := template.New("layout.html").Funcs(uiFuncs).ParseFS(uiFiles, "ui/layout.html", "ui/actions.html", "ui/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("deadletter: ui template %s: %w", p, err)
 		}
@@ -297,6 +305,7 @@ type detailData struct {
 	Parked   bool
 	Review   bool
 	Fallback bool
+	Live     bool // on its way, with an action of its own (uiactions.go)
 }
 
 func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
@@ -310,11 +319,14 @@ func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
 		req = ops.ShowRequest{Seq: n}
 	}
 	sh, err := u.s.show(r.Context(), req)
+	if _, code, _ := statusOf(err); code == "not_parked" {
+		sh, err = u.s.showLive(r.Context(), req.ID) // an event on its way: its record, and the actions on it
+	}
 	if err != nil {
 		u.fail(w, r, err)
 		return
 	}
-	d := detailData{Show: sh, Key: keyOf(sh.Item), Parked: sh.Item.Status.Parked(), Review: sh.Item.Status == tenaz.StateManualReview}
+	d := detailData{Show: sh, Key: keyOf(sh.Item), Parked: sh.Item.Status.Parked(), Review: sh.Item.Status == tenaz.StateManualReview, Live: live(sh.Item.Status)}
 	d.Back = "/ui/dead"
 	if d.Review {
 		d.Back = "/ui/review"
@@ -350,9 +362,20 @@ func (u *ui) job(w http.ResponseWriter, r *http.Request) {
 	u.render(w, http.StatusOK, "job", p)
 }
 
+// breakersData is the breakers page.
+type breakersData struct {
+	Items   []ops.BreakerItem
+	Targets []string // configured targets, for opening a breaker by hand
+}
+
 func (u *ui) breakers(w http.ResponseWriter, r *http.Request) {
 	p := u.page(w, r, "/ui/breakers", "Breakers")
-	p.Data = u.s.breakers("").Items
+	d := breakersData{Items: u.s.breakers("").Items}
+	for name := range u.s.cfg.Targets {
+		d.Targets = append(d.Targets, name)
+	}
+	slices.Sort(d.Targets)
+	p.Data = d
 	u.render(w, http.StatusOK, "breakers", p)
 }
 
@@ -423,6 +446,11 @@ const (
 	actDiscard       = "discard"
 	actResolve       = "resolve"
 	actCloseBreaker  = "close_breaker"
+	actOpenBreaker   = "open_breaker"
+	actPause         = "pause"
+	actResume        = "resume"
+	actRetryNow      = "retry_now"
+	actCancelWait    = "cancel_wait"
 	maxFormSelection = ops.MaxSelection
 )
 
@@ -501,6 +529,11 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		summary += " — " + f.Get("id")
 	case actCloseBreaker:
 		summary = fmt.Sprintf("Close the breaker of %s → %s for every replica: calls resume at once", f.Get("account"), f.Get("target"))
+	case actPause, actResume, actRetryNow, actCancelWait, actOpenBreaker:
+		if summary, danger, err = u.actionSummary(act, f); err != nil {
+			u.fail(w, r, err)
+			return
+		}
 	default:
 		u.fail(w, r, fail(http.StatusBadRequest, "invalid_action", "unknown action %q", act))
 		return
@@ -559,8 +592,10 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		err = s.resolve(ctx, ops.ResolveRequest{ID: f.Get("id"), Outcome: f.Get("outcome"), Result: result, Reason: why})
 		flash = fmt.Sprintf("%s resolved: %s.", f.Get("id"), f.Get("outcome"))
 	case actCloseBreaker:
-		_, err = s.closeBreaker(ctx, ops.CloseBreakerRequest{Account: f.Get("account"), Target: f.Get("target")})
+		_, err = s.closeBreaker(ctx, ops.CloseBreakerRequest{Account: f.Get("account"), Target: f.Get("target"), Reason: why})
 		flash = fmt.Sprintf("Breaker %s → %s closed.", f.Get("account"), f.Get("target"))
+	case actPause, actResume, actRetryNow, actCancelWait, actOpenBreaker:
+		flash, err = u.act(ctx, act, f)
 	}
 	if err != nil {
 		u.fail(w, r, err)

@@ -11,7 +11,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // admission is a breaker's permission for one call (zero: no breaker).
@@ -84,26 +83,23 @@ func (a admission) record(ctx context.Context, callErr error) {
 
 // onBreaker pauses an account's consumer while one of its breakers is open
 // (the server then delivers nothing: no deliveries, no attempts burnt) and
-// resumes it when the breaker closes. Every replica does it; both calls
-// are idempotent.
+// resumes it when the breaker closes, unless an operator's pause or
+// another open breaker of the account holds it (syncPause). Every replica
+// does it; it is idempotent.
 func (s *Service) onBreaker(c breaker.Change) {
+	if c.State != breaker.Open && c.State != breaker.Closed {
+		return
+	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
 		defer cancel()
-		name := tenaz.ConsumerName(c.Account)
-		var err error
-		switch c.State {
-		case breaker.Open:
-			_, err = s.js.PauseConsumer(ctx, s.subj.EventsStream(c.Account), name, c.OpenUntil)
-		case breaker.Closed:
-			_, err = s.js.ResumeConsumer(ctx, s.subj.EventsStream(c.Account), name)
-		}
+		until, err := s.syncPause(ctx, c.Account)
 		l := s.log.Info()
 		if err != nil {
 			l = s.log.Warn().Err(err)
 		}
-		l.Str("account", c.Account).Str("target", c.Target).Str("state", string(c.State)).Time("open_until", c.OpenUntil).Msg("breaker")
+		l.Str("account", c.Account).Str("target", c.Target).Str("state", string(c.State)).Time("open_until", c.OpenUntil).Time("paused_until", until).Msg("breaker")
 	}()
 }

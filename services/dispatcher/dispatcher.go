@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
@@ -99,6 +100,7 @@ type Service struct {
 	refs  *callbacks.Index
 
 	breakers *breaker.Registry
+	pauses   *accounts.Pauses // the operators' pauses of accounts (pause.go)
 	actor    string
 
 	mu      sync.Mutex
@@ -193,6 +195,10 @@ func (s *Service) Start(ctx context.Context) error {
 		if s.streams[p], err = s.js.Stream(ctx, subj.EventsStreamOf(p)); err != nil {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
+	}
+	// Before the breakers, whose initial open ones pause consumers.
+	if s.pauses, err = accounts.OpenPauses(ctx, s.js, subj); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
 	s.noCalls = make(chan struct{})

@@ -62,6 +62,9 @@ func (s *Service) startLane(account string) (*lane, error) {
 			return nil, fmt.Errorf("consumer of %s: adding the owner group: %w", account, err)
 		}
 	}
+	if err := s.holdPaused(ctx, account, cons); err != nil {
+		return nil, err
+	}
 	l := &lane{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
 	l.last.Store(time.Now().UnixNano())
 	l.wg.Add(1)

@@ -150,5 +150,10 @@ func TestOpenAPIContractIngest(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	c.Covered(t, apitest.Under("/v1/events", "/v1/callbacks", "/v1/openapi.json"), nil)
+	// Retrying an event now and cancelling its wait are deadletter's
+	// (services/deadletter TestOpenAPIContractOperatorActions).
+	ingest := apitest.Under("/v1/events", "/v1/callbacks", "/v1/openapi.json")
+	c.Covered(t, func(op string) bool {
+		return ingest(op) && !strings.HasSuffix(op, "/retry") && !strings.HasSuffix(op, "/cancel-wait")
+	}, nil)
 }
