@@ -12,6 +12,7 @@ package accounts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -112,7 +113,11 @@ func (p *Provisioner) create(ctx context.Context, account string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.js.CreateOrUpdateConsumer(ctx, p.subj.EventsStream(account), cc); err != nil {
+	stream := p.subj.EventsStream(account)
+	create := func(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+		return p.js.CreateOrUpdateConsumer(ctx, stream, cc)
+	}
+	if _, err := Put(ctx, create, cc); err != nil {
 		return fmt.Errorf("accounts: consumer for %s: %w", account, err)
 	}
 	if p.nc != nil {
@@ -128,4 +133,23 @@ func (p *Provisioner) Forget(account string) {
 	delete(p.errs, account)
 	delete(p.at, account)
 	p.mu.Unlock()
+}
+
+// jsErrStorageUpdate is the server's err_code for an update that would
+// change a consumer's storage type.
+const jsErrStorageUpdate = 10012
+
+// Put creates account's dispatch consumer cc with create (a stream's or
+// js's CreateOrUpdateConsumer), or updates it. A consumer made before
+// dispatch consumers were memory-backed keeps its file storage, which the
+// server cannot change: it becomes memory-backed when it is next made (an
+// idle account's is retired and made again on its next event).
+func Put(ctx context.Context, create func(context.Context, jetstream.ConsumerConfig) (jetstream.Consumer, error), cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := create(ctx, cc)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStorageUpdate {
+		cc.MemoryStorage = !cc.MemoryStorage
+		c, err = create(ctx, cc)
+	}
+	return c, err
 }

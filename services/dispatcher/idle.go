@@ -89,17 +89,42 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	for _, account := range orphans {
-		cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
-		if err != nil {
-			continue
-		}
-		if _, err := s.streamOf(account).CreateOrUpdateConsumer(ctx, cc); err != nil {
+		if err := s.adopt(ctx, account); err != nil {
 			s.log.Warn().Err(err).Str("account", account).Msg("adopting an account with waiting events")
-			continue
 		}
-		s.ensureLane(account)
 	}
 	return nil
+}
+
+// adopt makes account's consumer and starts its lane.
+func (s *Service) adopt(ctx context.Context, account string) error {
+	cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
+	if err != nil {
+		return err
+	}
+	if _, err := accounts.Put(ctx, s.streamOf(account).CreateOrUpdateConsumer, cc); err != nil {
+		return err
+	}
+	s.ensureLane(account)
+	return nil
+}
+
+// consumerLost handles a lane whose pulls found no consumer to answer
+// them: a memory-backed consumer is lost with its server (a restart, a
+// node down). If it is gone, the lane stops and the account is adopted
+// again at once, its messages kept in the stream; a consumer that is
+// still there was a passing gap (a leader moving).
+func (s *Service) consumerLost(account string, l *lane) {
+	ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
+	defer cancel()
+	_, err := s.streamOf(account).Consumer(ctx, tenaz.ConsumerName(account))
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return
+	}
+	s.laneGone(account, l)
+	if err := s.adopt(ctx, account); err != nil && s.runCtx.Err() == nil {
+		s.log.Warn().Err(err).Str("account", account).Msg("making a lost consumer again (the next sweep tries again)")
+	}
 }
 
 // laneGone forgets a lane whose consumer was deleted (by another replica

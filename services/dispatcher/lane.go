@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
@@ -56,7 +57,7 @@ func (s *Service) startLane(account string) (*lane, error) {
 		// Made before owners: pulls name the group, so it must have one.
 		cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
 		if err == nil {
-			cons, err = s.streamOf(account).CreateOrUpdateConsumer(ctx, cc)
+			cons, err = accounts.Put(ctx, s.streamOf(account).CreateOrUpdateConsumer, cc)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("consumer of %s: adding the owner group: %w", account, err)
@@ -76,6 +77,10 @@ func (s *Service) startLane(account string) (*lane, error) {
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) && s.runCtx.Err() == nil {
 				go s.laneGone(account, l)
+				return
+			}
+			if (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound)) && s.runCtx.Err() == nil {
+				go s.consumerLost(account, l)
 				return
 			}
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) && s.runCtx.Err() == nil {
