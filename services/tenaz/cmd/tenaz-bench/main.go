@@ -96,7 +96,7 @@ func run() error {
 			return err
 		}
 	}
-	if *out != "" && (*phase == "capacity" || *phase == "tracing" || *phase == "partitions" || *phase == "accounts") && os.Getenv("BENCH_QUICK") == "" {
+	if *out != "" && (*phase == "capacity" || *phase == "tracing" || *phase == "partitions" || *phase == "accounts" || *phase == "noisy") && os.Getenv("BENCH_QUICK") == "" {
 		// One phase: its figures replace theirs in the report, the rest
 		// of which stays as the last full run wrote it.
 		if err := bench.MergeMarkdown(*out, figs, sz, *phase); err != nil {

@@ -455,7 +455,10 @@ func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) er
 		}
 	}
 	if ph.Noisy {
-		return Noisy(ctx, sz, r, target.url)
+		if err := Noisy(ctx, sz, r, target.url); err != nil {
+			return err
+		}
+		return Flooded(ctx, sz, r, target.url)
 	}
 	return nil
 }

@@ -97,3 +97,102 @@ kinds:
 	r.Figure("noisy_neighbour_p99_ratio", noisy/alone, "ratio")
 	return nil
 }
+
+// floodBacklog is the flooding account's backlog in Flooded.
+const floodBacklog = 100000
+
+// floodLatency is the flooding account's target's latency: a working but
+// slow provider, so that its backlog drains for minutes at its account's
+// concurrency, the queue deep all along.
+const floodLatency = 20 * time.Millisecond
+
+// Flooded measures one account's latency at a steady rate alone, then
+// again while another account drains a 100,000-event backlog to a slow
+// (working) target, and reports the ratio of the p99s
+// (noisy_flooded_p99_ratio, goal ≤ 1.2).
+func Flooded(ctx context.Context, sz Sizes, r Report, targetURL string) error {
+	dir, err := os.MkdirTemp("", "tenaz-bench-flooded-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startServer(dir, false)
+	if err != nil {
+		return err
+	}
+	defer natsd.Shutdown(srv)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(floodLatency):
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer slow.Close()
+	y := fmt.Sprintf(`
+nats: {url: %q}
+http: {addr: "127.0.0.1:0"}
+log: {level: error}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 16, breaker: {failures: 1000}}
+  flood: {targets: {noop: {url: %q}}}
+targets:
+  noop: {url: %q, timeout: 5s}
+kinds:
+  order.create: {target: noop, attempts: 6, backoff: {initial: 30s}}
+`, srv.ClientURL(), slow.URL+"/api/{{.Kind}}", targetURL+"/api/{{.Kind}}")
+	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	if err != nil {
+		return err
+	}
+	tz, err := StartTenaz(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tz.Stop(ctx) }()
+	if _, _, err := tz.LatencyOf(ctx, "healthy", "warm", sz.Rate, time.Second); err != nil {
+		return err
+	}
+	_, alone, err := tz.LatencyOf(ctx, "healthy", "alone", sz.Rate, sz.NoisyFor)
+	if err != nil {
+		return err
+	}
+	for i := range floodBacklog {
+		m := nats.NewMsg("tenaz.intake.flood.order.create")
+		m.Data = []byte(`{"order_id":"o","total":1}`)
+		m.Header.Set("Idempotency-Key", "f-"+strconv.Itoa(i))
+		if _, err := tz.js.PublishMsgAsync(m); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-tz.js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		return fmt.Errorf("flooded: the backlog's publish did not complete")
+	}
+	// Measure once the backlog is accepted and draining: the flooding
+	// account's queue is then as deep as it gets.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ci, err := tz.js.Consumer(ctx, "INTAKE", "ingest")
+		if err != nil {
+			return err
+		}
+		if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("flooded: backlog not accepted within 3m")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, flooded, err := tz.LatencyOf(ctx, "healthy", "flooded", sz.Rate, sz.NoisyFor)
+	if err != nil {
+		return err
+	}
+	r.Figure("noisy_flooded_p99_alone_ms", alone, "ms")
+	r.Figure("noisy_flooded_p99_with_backlog_ms", flooded, "ms")
+	r.Figure("noisy_flooded_p99_ratio", flooded/alone, "ratio")
+	return nil
+}
