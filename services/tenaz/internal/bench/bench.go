@@ -4,6 +4,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -243,9 +244,10 @@ func bytesReader(b []byte) io.Reader { return &byteReader{b: b} }
 
 // Tenaz is a running tenaz against an existing server.
 type Tenaz struct {
-	t  *standalone.Tenaz
-	nc *nats.Conn
-	js jetstream.JetStream
+	t      *standalone.Tenaz
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	prefix string // its config's prefix: its subjects and stream names
 }
 
 // BenchConfig is the tenaz config of the bench: one account, one kind, the
@@ -281,7 +283,7 @@ func StartTenaz(ctx context.Context, cfg *config.Config) (*Tenaz, error) {
 		return nil, err
 	}
 	js, _ := jetstream.New(nc)
-	return &Tenaz{t: t, nc: nc, js: js}, nil
+	return &Tenaz{t: t, nc: nc, js: js, prefix: cfg.Prefix}, nil
 }
 
 // Stop stops tenaz.
@@ -295,9 +297,10 @@ func (b *Tenaz) Stop(ctx context.Context) error {
 // once its event is stored done).
 func (b *Tenaz) waitDrained(ctx context.Context, accounts []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	consumers := [][2]string{{"INTAKE", "ingest"}}
+	consumers := [][2]string{{streams.StreamName(b.prefix, streams.StreamIntake), "ingest"}}
+	n, _ := streams.Partitions(ctx, b.js, b.prefix)
 	for _, a := range accounts {
-		consumers = append(consumers, [2]string{streams.EventsStream("", partitionOf(ctx, b.js, a)), "acct_" + a})
+		consumers = append(consumers, [2]string{streams.EventsStream(b.prefix, streams.PartitionOf(a, n)), "acct_" + a})
 	}
 	for {
 		left := uint64(0)
@@ -335,7 +338,7 @@ func (b *Tenaz) ThroughputOver(ctx context.Context, tag string, n int, accounts 
 	payload := []byte(`{"order_id":"o","total":1990}`)
 	start := time.Now()
 	for i := range n {
-		m := nats.NewMsg("tenaz.intake." + accounts[i%len(accounts)] + ".order.create")
+		m := nats.NewMsg(cmp.Or(b.prefix, "tenaz") + ".intake." + accounts[i%len(accounts)] + ".order.create")
 		m.Data = payload
 		m.Header.Set("Nats-Msg-Id", tag+"-"+strconv.Itoa(i))
 		if _, err := b.js.PublishMsgAsync(m); err != nil {
