@@ -290,6 +290,7 @@ auth:
 accounts:
   "*": {concurrency: 4, breaker: {failures: 100}}
   brk: {concurrency: 1, breaker: {failures: 2, cooldown: 1h}}
+  rep: {repeats: {pulse: {kind: order.create, every: 1s, payload: {n: 0}}}}
 poller: {grace: 1s, reconcile_every: 2s}
 deadletter:
   digest: {schedule: "@every 1s"}
@@ -900,6 +901,18 @@ func TestNATSUsers(t *testing.T) {
 		}
 	})
 
+	t.Run("a repeat's occurrences", func(t *testing.T) {
+		// ingest's user writes the repeat's schedule, consumes its firings and submits them.
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			for at := time.Now().Add(-5 * time.Second).Truncate(time.Second); at.Before(time.Now()); at = at.Add(time.Second) {
+				if w.status(t, aliceKey, event.ID("rep", ingest.RepeatKey("pulse", at))) == string(tenaz.StateDone) {
+					return true
+				}
+			}
+			return false
+		}, "an occurrence of rep's repeat to be done; permission violations: %v", lazy(func() string { return fmt.Sprint(w.allViolations()) }))
+	})
+
 	t.Run("the screen shows each account's owner", func(t *testing.T) {
 		// The deadletter's user reads the dispatchers' leases in tenaz_owners.
 		w.submit(t, acmeKey, "acme", "order.create", "s-1", "", `{"n":9}`)
@@ -1226,7 +1239,7 @@ func TestNATSUsersShape(t *testing.T) {
 // keeper messages and cancelled schedules, the deadletter the digest's
 // schedule when the digest is turned off.
 var purges = map[string][]string{
-	serviceUser("ingest"):     {tenaz.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
+	serviceUser("ingest"):     {tenaz.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3), ingest.StreamRepeats},
 	serviceUser("deadletter"): {deadletter.StreamDigest},
 }
 

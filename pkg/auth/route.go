@@ -54,6 +54,11 @@ var routes = map[string]Class{
 	"POST /v1/callbacks/{target}":           Open,          // the target's Standard Webhooks signature
 	"POST /v1/callbacks/{target}/{account}": Open,          // the same, references resolved in that account only
 	"GET /v1/openapi.json":                  Open,          // the API's OpenAPI document
+	// Repeating events: a repeat submits for its account without a key's
+	// rate, and outlives any key, so only operators make them.
+	"GET /v1/repeats":                     OperatorOnly,
+	"PUT /v1/repeats/{account}/{name}":    OperatorOnly,
+	"DELETE /v1/repeats/{account}/{name}": OperatorOnly,
 
 	// services/deadletter: the JSON API
 	"GET /v1/dead":                               OperatorOnly,

@@ -112,7 +112,11 @@ func (r Repeat) Next(t time.Time) time.Time {
 	if err != nil {
 		return time.Time{}
 	}
-	return s.Next(t)
+	next := s.Next(t)
+	if next.IsZero() {
+		return next
+	}
+	return next.In(s.Location)
 }
 
 // Occurrence is the time of the firing the server announced with next

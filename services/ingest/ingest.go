@@ -71,6 +71,10 @@ type Hooks struct {
 	// Blocking holds the message, as a slow replica would; returning an
 	// error hands it back at once, to be delivered again to any replica.
 	BeforeIntake func(id string) error
+	// AfterRepeatSubmit runs after a repeat's firing is published to
+	// INTAKE, before it is acked; key is the occurrence's idempotency key.
+	// Returning an error leaves the firing unacked, as a crash would.
+	AfterRepeatSubmit func(key string) error
 }
 
 // Service is the ingest service.
@@ -101,6 +105,11 @@ type Service struct {
 	in      chan jetstream.Msg
 	ordered []chan jetstream.Msg
 	intake  jetstream.Stream
+
+	// repeats is TENAZ_REPEATS, and repeatCC consumes its firings (repeat.go).
+	repeats  jetstream.Stream
+	repeatCC jetstream.ConsumeContext
+
 	scanMu  sync.Mutex
 	scanned map[string]uint64 // account → INTAKE sequence up to which its ordered submissions are accepted
 	wg      sync.WaitGroup
@@ -184,6 +193,10 @@ func (s *Service) Start(ctx context.Context) error {
 	s.scanned = map[string]uint64{}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	s.cancel = cancel
+	if err := s.startRepeats(ctx, runCtx); err != nil {
+		cancel(ErrStopped)
+		return fmt.Errorf("ingest: repeats: %w", err)
+	}
 	s.in = make(chan jetstream.Msg, s.o.Workers)
 	for range s.o.Batchers {
 		s.wg.Add(1)
@@ -201,6 +214,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}))
 	if err != nil {
+		s.stopRepeats(ctx)
 		s.closeIn()
 		cancel(ErrStopped)
 		return fmt.Errorf("ingest: consume: %w", err)
@@ -210,6 +224,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.cc.Stop()
 		<-s.cc.Closed()
+		s.stopRepeats(ctx)
 		s.closeIn()
 		cancel(ErrStopped)
 		s.bg.Wait()
@@ -232,6 +247,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.started = false
+	s.stopRepeats(ctx)
 	s.cc.Drain()
 	select {
 	case <-s.cc.Closed():
@@ -287,6 +303,7 @@ func (s *Service) Routes(mux httpapi.Router) {
 	mux.Handle("DELETE /v1/events/{id}", a.Require(auth.Operate, http.HandlerFunc(s.handleCancel)))
 	mux.HandleFunc("POST /v1/callbacks/{target}", s.handleCallback)
 	mux.HandleFunc("POST /v1/callbacks/{target}/{account}", s.handleCallback)
+	s.repeatRoutes(mux)
 	// The document covers deadletter's routes too; ingest serves it, as
 	// the service every installation exposes.
 	mux.HandleFunc("GET "+httpapi.OpenAPIPath, httpapi.ServeOpenAPI)

@@ -20,8 +20,8 @@ import (
 // Version is reported by the micro service.
 const Version = "0.1.0"
 
-// registerMicro registers tenaz-ingest with endpoints submit, get, history
-// and cancel under <prefix>.api.ingest. Each answers what the HTTP API answers
+// registerMicro registers tenaz-ingest with endpoints submit, get, history,
+// cancel and the repeats' (repeat.go) under <prefix>.api.ingest. Each answers what the HTTP API answers
 // (the body) with the HTTP status in the Tenaz-Status header; a status of
 // 400 or more is also a micro error (see reply).
 func (s *Service) registerMicro() (micro.Service, error) {
@@ -72,6 +72,9 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		}
 	}
 	if err := add("cancel", s.microCancel); err != nil {
+		return nil, err
+	}
+	if err := s.addRepeatEndpoints(add); err != nil {
 		return nil, err
 	}
 	return svc, nil
