@@ -43,8 +43,6 @@ import (
 const StreamRepeats = "TENAZ_REPEATS"
 
 const (
-	consumerRepeat = "ingest-repeat"
-
 	headerSchedule         = "Nats-Schedule"
 	headerScheduleTarget   = "Nats-Schedule-Target"
 	headerScheduleTimeZone = "Nats-Schedule-Time-Zone"
@@ -429,7 +427,7 @@ func viewOfRepeat(r storedRepeat, now time.Time) RepeatView {
 		v.Payload = json.RawMessage(strconv.Quote(r.Repeat.Payload))
 	}
 	if r.Repeat.Every != 0 {
-		v.Every = time.Duration(r.Repeat.Every).String()
+		v.Every = r.Repeat.Every.String()
 	}
 	if next := r.Repeat.Next(now); !next.IsZero() {
 		u := next.UTC()

@@ -295,7 +295,7 @@ accounts:
 
 	var list ingest.RepeatsReply
 	want(send("GET", "/v1/repeats", keyAlice, ""), 200, "the list").json(t, &list)
-	if len(list.Repeats) != 1 || list.Repeats[0].Name != "declared" || list.Repeats[0].Origin != "config" || list.Repeats[0].Every != "1h0m0s" {
+	if len(list.Repeats) != 1 || list.Repeats[0].Name != "declared" || list.Repeats[0].Origin != "config" || list.Repeats[0].Every != "1h" {
 		t.Fatalf("want the declared repeat, from the config, got %+v", list.Repeats)
 	}
 	want(send("GET", "/v1/repeats", "", ""), 401, "no credential")
