@@ -34,7 +34,7 @@ func submit(t *testing.T, e *env, account, kind, key, payload string) string {
 	return event.ID(account, key)
 }
 
-func startIngest(t *testing.T, e *env) {
+func startIngest(t *testing.T, e *env) *ingest.Service {
 	t.Helper()
 	nc, _ := e.srv.Conn(t)
 	ing, err := ingest.New(ingest.Options{Conn: nc, Config: e.cfg})
@@ -42,6 +42,7 @@ func startIngest(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	run(t, ing)
+	return ing
 }
 
 func lastEntry(r state.Record) state.Entry { return r.History[len(r.History)-1] }

@@ -70,10 +70,21 @@ func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// wait polls a JavaScript predicate until it holds.
+// wait polls a JavaScript predicate until it holds. A form posted without
+// htmx (clicked before the page's script ran) navigates: a poll that the
+// navigation cuts short is started again on the new page.
 func (b *browser) wait(what, expr string) {
 	b.t.Helper()
-	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := chromedp.Run(b.ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(time.Until(deadline))))
+		if err == nil {
+			return
+		}
+		navigated := strings.Contains(err.Error(), "navigated or closed") || strings.Contains(err.Error(), "Cannot find context")
+		if navigated && time.Now().Before(deadline) && b.ctx.Err() == nil {
+			continue
+		}
 		b.screenshot("failed")
 		b.t.Fatalf("waiting for %s (%s): %v", what, expr, err)
 	}

@@ -76,19 +76,26 @@ var (
 )
 
 // baseYAML routes order.create and invoice.send to the provider (one
-// attempt: a 422 is dead at once) and credit.evaluate with a fallback,
-// with the operators of authYAML.
+// attempt: a 422 is dead at once), credit.evaluate with a fallback,
+// order.slow with an hour between attempts and credit.callback completed
+// by a webhook signed with cbSecret, with the operators of authYAML.
 const baseYAML = `
 targets:
   erp: {url: "%[1]s/erp", timeout: 5s}
   bureau_b: {url: "%[1]s/bureau", timeout: 5s}
+  bureau_cb: {url: "%[1]s/cb", timeout: 5s, callback_secret: "` + cbSecret + `"}
 kinds:
   order.create: {target: erp, attempts: 1}
   invoice.send: {target: erp, attempts: 1, schema: '{"type": "object", "required": ["n"]}'}
   credit.evaluate: {target: erp, attempts: 1, fallback: {target: bureau_b, attempts: 1}}
+  order.slow: {target: erp, attempts: 3, backoff: {initial: 1h, max: 1h, jitter: 0.01}}
+  credit.callback: {target: bureau_cb, completion: callback, callback_sla: 1h}
 %[3]s
 %[2]s
 `
+
+// cbSecret signs the webhooks of bureau_cb.
+const cbSecret = "whsec_dGVuYXotZGVhZGxldHRlci1jYWxsYmFjay1zZWNyZXQ="
 
 func setup(t *testing.T, extraYAML string) *env {
 	t.Helper()
@@ -142,14 +149,23 @@ func (e *env) startDeadletter(instance string) *deadletter.Service {
 }
 
 // startDispatcher starts a dispatcher with the given hooks.
-func (e *env) startDispatcher(h *dispatcher.Hooks) {
+func (e *env) startDispatcher(h *dispatcher.Hooks) *dispatcher.Service {
 	e.t.Helper()
-	nc, _ := e.srv.Conn(e.t)
-	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: e.cfg, Hooks: h})
+	return e.startDispatcherWith(dispatcher.Options{Hooks: h})
+}
+
+// startDispatcherWith starts a dispatcher with o on its own connection
+// (o.Conn and o.Config are the env's).
+func (e *env) startDispatcherWith(o dispatcher.Options) *dispatcher.Service {
+	e.t.Helper()
+	o.Conn, _ = e.srv.Conn(e.t)
+	o.Config = e.cfg
+	d, err := dispatcher.New(o)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	run(e.t, d)
+	return d
 }
 
 func ctx(t *testing.T) context.Context {

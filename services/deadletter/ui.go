@@ -8,6 +8,7 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -319,7 +320,8 @@ func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
 		req = ops.ShowRequest{Seq: n}
 	}
 	sh, err := u.s.show(r.Context(), req)
-	if _, code, _ := statusOf(err); code == "not_parked" {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.code == "not_parked" {
 		sh, err = u.s.showLive(r.Context(), req.ID) // an event on its way: its record, and the actions on it
 	}
 	if err != nil {
