@@ -122,9 +122,9 @@ func (s *Service) laneLoop(l *lane) {
 // it until its call returns (or its handling ends without a call),
 // including while it waits for a concurrency slot behind slow calls. Kept
 // alive only during its call, a message that waited longer than AckWait
-// was redelivered to another replica, which took the run over and called
-// the target a second time (found by make chaos-short). What follows the
-// call (storing the outcome) takes milliseconds.
+// would be redelivered to another replica, which would take the run over
+// and call the target a second time (docs/chaos.md, bug 10). What follows
+// the call (storing the outcome) takes milliseconds.
 type held struct {
 	m    jetstream.Msg
 	stop func()
