@@ -1,7 +1,8 @@
 // Package client is the Go client of tenaz: it submits events, reads
 // their status and history, waits for their outcome, and makes the
 // operator calls (replay, discard and resolve dead letters and reviews,
-// close breakers, cancel events). The same Client talks to tenaz over
+// close and open breakers, cancel events, pause and resume accounts, retry
+// an event now, cancel a callback or poll wait, read the audit). The same Client talks to tenaz over
 // NATS (the services' micro endpoints under <prefix>.api.…; NewNATS) or
 // over its HTTP API (NewHTTP); the tenaz CLI is built on it.
 //

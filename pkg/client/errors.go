@@ -28,6 +28,14 @@ const (
 	// ErrNotParked: the event is not dead or in review any more, so it
 	// cannot be replayed, discarded or resolved (409).
 	ErrNotParked Code = "not_parked"
+	// ErrNotWaiting: the event is not in a state the action on it is legal
+	// from: retry now needs it retrying or scheduled, cancel wait awaiting
+	// its callback or polling (409).
+	ErrNotWaiting Code = "not_waiting"
+	// ErrNotPaused: the account has no operator's pause to resume (409).
+	ErrNotPaused Code = "not_paused"
+	// ErrReasonRequired: an operator action needs a reason (400).
+	ErrReasonRequired Code = "reason_required"
 	// ErrMalformed: the request could not be parsed (400).
 	ErrMalformed Code = "malformed"
 	// ErrUnknownKind: the kind is not configured (422).

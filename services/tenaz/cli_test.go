@@ -52,6 +52,8 @@ func (r cliRun) decode(t *testing.T, v any) {
 type operator struct {
 	t   *testing.T
 	env map[string]string
+	// stdin is what a command reads (the answer to a confirmation).
+	stdin string
 }
 
 func newOperator(t *testing.T, url string) *operator {
@@ -61,7 +63,7 @@ func newOperator(t *testing.T, url string) *operator {
 func (o *operator) run(args ...string) cliRun {
 	o.t.Helper()
 	var out, errb bytes.Buffer
-	env := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return o.env[k] }}
+	env := &cli.Env{Stdout: &out, Stderr: &errb, Stdin: strings.NewReader(o.stdin), Getenv: func(k string) string { return o.env[k] }}
 	code := cli.Main(&cli.Commands{}, args, env)
 	return cliRun{args: args, code: code, stdout: out.String(), stderr: errb.String()}
 }

@@ -289,6 +289,79 @@ func TestClient(t *testing.T) {
 		wantCode(t, "close an unknown breaker", err, client.ErrNotFound, http.StatusNotFound)
 	})
 
+	// The operators' actions, over both transports: pause an account (its
+	// event waits while another account's is delivered), list the pauses,
+	// resume it (the event is delivered), retry a delayed event now, open
+	// a breaker until a time, read the audit; and the refusals.
+	t.Run("operator actions", func(t *testing.T) {
+		t.Parallel()
+		rep, err := c.nats.PauseAccount(callCtx(t, 5*time.Second), ops.PauseRequest{Account: "pz", For: "1h", Reason: "erp migration"})
+		if err != nil || rep.Paused == nil || rep.Paused.Actor != "operator:alice" || rep.Paused.Until == nil {
+			t.Fatalf("pause: want alice's pause for an hour, got %+v (%v)", rep, err)
+		}
+		held, err := c.nats.Submit(callCtx(t, 10*time.Second), event.Submission{Account: "pz", Kind: "order.create", Payload: json.RawMessage(`{"order_id":"pz-1"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.nats.Submit(callCtx(t, 10*time.Second), event.Submission{Account: "pz2", Kind: "order.create", Payload: json.RawMessage(`{"order_id":"pz2-1"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.nats.Wait(callCtx(t, 20*time.Second), r.ID)
+		mustStatus(t, "wait on the other account's event", v, err, tenaz.StateDone)
+		v, err = c.nats.Get(callCtx(t, 5*time.Second), held.ID)
+		mustStatus(t, "the paused account's event", v, err, tenaz.StatePending)
+		ps, err := c.http.Pauses(callCtx(t, 5*time.Second), "")
+		if err != nil || !slices.ContainsFunc(ps.Items, func(a ops.AccountReply) bool { return a.Account == "pz" && a.Paused != nil }) {
+			t.Fatalf("pauses: want pz paused, got %+v (%v)", ps, err)
+		}
+		if rep, err = c.http.ResumeAccount(callCtx(t, 5*time.Second), "pz", "migration done"); err != nil || rep.Paused != nil {
+			t.Fatalf("resume: want pz running, got %+v (%v)", rep, err)
+		}
+		v, err = c.nats.Wait(callCtx(t, 20*time.Second), held.ID)
+		mustStatus(t, "wait on the resumed account's event", v, err, tenaz.StateDone)
+		_, err = c.nats.ResumeAccount(callCtx(t, 5*time.Second), "pz", "again")
+		wantCode(t, "resume a running account", err, client.ErrNotPaused, http.StatusConflict)
+		_, err = c.http.PauseAccount(callCtx(t, 5*time.Second), ops.PauseRequest{Account: "pz"})
+		wantCode(t, "pause without a reason", err, client.ErrReasonRequired, http.StatusBadRequest)
+
+		s := event.Submission{Account: "pz", Kind: "order.create", NotBefore: time.Now().Add(time.Hour).UTC().Format(time.RFC3339), Payload: json.RawMessage(`{"order_id":"pz-2"}`)}
+		later, err := c.nats.Submit(callCtx(t, 10*time.Second), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, err := c.http.RetryNow(callCtx(t, 5*time.Second), later.ID, "the customer asked"); err != nil || e.Status != tenaz.StateScheduled || e.NextRunAt == nil {
+			t.Fatalf("retry now: want it scheduled now, got %+v (%v)", e, err)
+		}
+		v, err = c.nats.Wait(callCtx(t, 20*time.Second), later.ID)
+		mustStatus(t, "wait on the event retried now", v, err, tenaz.StateDone)
+		_, err = c.nats.RetryNow(callCtx(t, 5*time.Second), later.ID, "again")
+		wantCode(t, "retry a done event", err, client.ErrNotWaiting, http.StatusConflict)
+		_, err = c.http.CancelWait(callCtx(t, 5*time.Second), later.ID, "no")
+		wantCode(t, "cancel the wait of a done event", err, client.ErrNotWaiting, http.StatusConflict)
+		_, err = c.nats.CancelWait(callCtx(t, 5*time.Second), "ev_"+strings.Repeat("0", 26), "no")
+		wantCode(t, "cancel the wait of an unknown event", err, client.ErrNotFound, http.StatusNotFound)
+
+		until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		b, err := c.http.OpenBreaker(callCtx(t, 5*time.Second), ops.OpenBreakerRequest{Account: "pz", Target: "erp", Until: &until, Reason: "erp maintenance"})
+		if err != nil || b.State != "open" || b.OpenUntil == nil || !b.OpenUntil.Equal(until) || !strings.Contains(b.Reason, "erp maintenance") {
+			t.Fatalf("open breaker: want pz/erp open until %v with the reason, got %+v (%v)", until, b, err)
+		}
+		if b, err = c.nats.CloseBreaker(callCtx(t, 5*time.Second), "pz", "erp"); err != nil || b.State != "closed" {
+			t.Fatalf("close breaker: want pz/erp closed, got %+v (%v)", b, err)
+		}
+		for _, tz := range []*client.Client{c.nats, c.http} {
+			acts, err := tz.Actions(callCtx(t, 5*time.Second), ops.ActionsRequest{Account: "pz", Limit: 10})
+			var names []string
+			for _, a := range acts.Items {
+				names = append(names, a.Action)
+			}
+			if want := []string{ops.ActionCloseBreaker, ops.ActionOpenBreaker, ops.ActionResume, ops.ActionPause}; err != nil || !slices.Equal(names, want) {
+				t.Fatalf("actions: want %v (newest first), got %v (%v)", want, names, err)
+			}
+		}
+	})
+
 	// Over NATS, Wait reads the event when its record changes (a watch),
 	// not on a timer: it reads it about once per change, where polling
 	// from 100ms up to 2s would read it 9 times in the 8s it waits.

@@ -25,7 +25,8 @@ type Commands struct {
 	Events   EventsCmd   `cmd:"" help:"Read an event, its history, or cancel it (tenaz-ingest)."`
 	Dead     DeadCmd     `cmd:"" help:"Dead letters: list, show, replay, discard (tenaz-deadletter)."`
 	Review   ReviewCmd   `cmd:"" help:"The manual review queue: list, resolve (tenaz-deadletter)."`
-	Breakers BreakersCmd `cmd:"" help:"Circuit breakers per account and target: list, close (tenaz-deadletter)."`
+	Breakers BreakersCmd `cmd:"" help:"Circuit breakers per account and target: list, close, open (tenaz-deadletter)."`
+	Accounts AccountsCmd `cmd:"" help:"Accounts' dispatch: pause, resume, list the paused, the audit of operator actions (tenaz-deadletter)."`
 	Streams  StreamsCmd  `cmd:"" help:"The JetStream layout: apply it, or show its streams, consumers and buckets."`
 
 	Version    VersionCmd    `cmd:"" help:"Print the build (module version, VCS revision) and the nats-server it reaches."`

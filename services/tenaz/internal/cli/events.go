@@ -22,6 +22,9 @@ type EventsCmd struct {
 	Wait    EventsWaitCmd    `cmd:"" help:"Wait until an event is done, cancelled, dead or in manual review, then show it."`
 	History EventsHistoryCmd `cmd:"" help:"Show everything that happened to an event, in order."`
 	Cancel  EventsCancelCmd  `cmd:"" help:"Cancel a scheduled, pending or retrying event (exit 4 otherwise)."`
+
+	Retry      EventsRetryCmd      `cmd:"" help:"Retry a retrying or scheduled event now (operator; exit 4 otherwise)."`
+	CancelWait EventsCancelWaitCmd `cmd:"" name:"cancel-wait" help:"Stop waiting for an event's callback or poll: it is cancelled (operator; exit 4 otherwise)."`
 }
 
 // EventsSubmitCmd is `tenaz events submit`.

@@ -1,0 +1,89 @@
+package standalone_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
+)
+
+// The operator actions from the CLI against `tenaz run`: each asks before
+// it acts (a "no" does nothing, --yes skips the question), a paused
+// account's event waits while another account's is delivered and is
+// delivered on resume, a delayed event is retried now, a breaker is opened
+// until a time and closed, and the audit lists who did what, newest first.
+// Acting where it is not legal is 4, without a reason 2.
+func TestCLIOperatorActions(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	base := "http://" + tz.HTTPAddr()
+	op := newOperator(t, tz.NATSURL())
+
+	op.stdin = "n\n"
+	r := op.must(1, "accounts", "pause", "acme", "-m", "erp migration", "--for", "1h")
+	if !strings.Contains(r.stderr, "Pause account acme for 1h0m0s") || !strings.Contains(r.stderr, "Proceed? [y/N]") || !strings.Contains(r.stderr, "not confirmed") {
+		t.Fatalf("pause answered no: want the question and the refusal, got\n%s", r)
+	}
+	var held ops.PausesReply
+	if op.must(cli.ExitOK, "accounts", "paused", "--json").decode(t, &held); len(held.Items) != 0 {
+		t.Fatalf("after a no: want nothing paused, got %+v", held)
+	}
+	op.stdin = "y\n"
+	if r = op.must(cli.ExitOK, "accounts", "pause", "acme", "-m", "erp migration"); !strings.Contains(r.stdout, "paused") {
+		t.Fatalf("pause answered yes: want acme paused, got\n%s", r)
+	}
+	op.stdin = ""
+	_, a := post(t, base, "a-1", `{"account":"acme","kind":"order.create","payload":{"order_id":"a-1"}}`)
+	_, g := post(t, base, "g-1", `{"account":"globex","kind":"order.create","payload":{"order_id":"g-1"}}`)
+	waitStatus(t, base, g.ID, "done")
+	if v := get(t, base+"/v1/events/"+a.ID); v.Status != "pending" {
+		t.Fatalf("paused acme's event: want pending, got %s", v.Status)
+	}
+	if op.must(cli.ExitOK, "accounts", "paused", "--json").decode(t, &held); len(held.Items) != 1 || held.Items[0].Account != "acme" || held.Items[0].Paused == nil {
+		t.Fatalf("accounts paused: want acme, got %+v", held)
+	}
+	op.must(cli.ExitOK, "accounts", "resume", "acme", "-m", "migration done", "--yes")
+	waitStatus(t, base, a.ID, "done")
+	op.must(cli.ExitConflict, "accounts", "resume", "acme", "-m", "again", "--yes")
+	op.must(cli.ExitUsage, "accounts", "pause", "acme", "--yes")
+	op.must(cli.ExitUsage, "accounts", "pause", "ac.me", "-m", "x", "--yes")
+
+	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	_, d := post(t, base, "d-1", `{"account":"acme","kind":"order.create","not_before":"`+at+`","payload":{"order_id":"d-1"}}`)
+	waitStatus(t, base, d.ID, "scheduled")
+	op.must(cli.ExitOK, "events", "retry", d.ID, "-m", "the customer asked", "--yes")
+	waitStatus(t, base, d.ID, "done")
+	op.must(cli.ExitConflict, "events", "retry", d.ID, "-m", "again", "--yes")
+	op.must(cli.ExitConflict, "events", "cancel-wait", d.ID, "-m", "nothing to wait for", "--yes")
+	op.must(cli.ExitUsage, "events", "retry", "not-an-id", "-m", "x", "--yes")
+
+	op.must(cli.ExitUsage, "breakers", "open", "acme", "erp", "-m", "maintenance", "--yes")
+	var b ops.BreakerItem
+	op.must(cli.ExitOK, "breakers", "open", "acme", "erp", "--for", "1h", "-m", "erp maintenance", "--yes", "--json").decode(t, &b)
+	if b.State != "open" || b.OpenUntil == nil || time.Until(*b.OpenUntil) < 55*time.Minute {
+		t.Fatalf("breakers open: want acme/erp open for an hour, got %+v", b)
+	}
+	op.must(cli.ExitOK, "breakers", "close", "acme", "erp")
+
+	var acts ops.ActionsReply
+	op.must(cli.ExitOK, "accounts", "actions", "--account", "acme", "--json").decode(t, &acts)
+	var got []string
+	for _, x := range acts.Items {
+		got = append(got, x.Action+" by "+x.Actor)
+	}
+	want := []string{"close_breaker by anonymous", "open_breaker by anonymous", "resume by anonymous", "pause by anonymous"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("accounts actions: want %v, got %v", want, got)
+	}
+	if r = op.must(cli.ExitOK, "accounts", "actions"); !strings.Contains(r.stdout, "erp maintenance") || !strings.Contains(r.stdout, "migration done") {
+		t.Fatalf("accounts actions: want a table with the reasons, got\n%s", r)
+	}
+}
