@@ -309,6 +309,7 @@ kinds:
   credit.evaluate: {target: bureau_a, completion: callback}
   credit.check: {target: bureau_b, completion: poll}
   credit.slow: {target: bureau_c, completion: callback, callback_sla: 1s}
+  credit.hold: {target: bureau_c, completion: callback, callback_sla: 1h}
 `
 
 // world is tenaz as deploy/ ships it: the users of nats/values.yaml on one
@@ -898,6 +899,42 @@ func TestNATSUsers(t *testing.T) {
 		var item ops.BreakerItem
 		if err := w.call(operator, ops.BreakersClose, ops.CloseBreakerRequest{Account: "brk", Target: "flaky"}, &item); err != nil || item.State != "closed" {
 			t.Fatalf("breakers.close: %+v, %v", item, err)
+		}
+	})
+
+	t.Run("account paused, event retried, wait cancelled, breaker opened by the operator", func(t *testing.T) {
+		var acct ops.AccountReply
+		if err := w.call(operator, ops.AccountsPause, ops.PauseRequest{Account: "acme", Reason: "erp migration"}, &acct); err != nil || acct.Paused == nil {
+			t.Fatalf("accounts.pause: %+v, %v", acct, err)
+		}
+		defer func() { _ = w.call(operator, ops.AccountsResume, ops.ResumeRequest{Account: "acme", Reason: "the test ends"}, nil) }() // the next ones use acme
+		at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		id := w.submit(t, acmeKey, "acme", "order.create", "op-1", `,"not_before":"`+at+`"`, `{"n":71}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateScheduled)
+		var ev ops.EventReply
+		if err := w.call(operator, ops.EventsRetry, ops.EventActionRequest{ID: id, Reason: "the customer asked"}, &ev); err != nil {
+			t.Fatalf("events.retry: %v", err)
+		}
+		acct = ops.AccountReply{}
+		if err := w.call(operator, ops.AccountsResume, ops.ResumeRequest{Account: "acme", Reason: "migration done"}, &acct); err != nil || acct.Paused != nil {
+			t.Fatalf("accounts.resume: %+v, %v", acct, err)
+		}
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		hold := w.submit(t, acmeKey, "acme", "credit.hold", "op-2", "", `{"amount":4}`)
+		w.waitStatus(t, acmeKey, hold, tenaz.StateAwaitingCallback)
+		if err := w.call(operator, ops.EventsCancel, ops.EventActionRequest{ID: hold, Reason: "the bureau lost it"}, &ev); err != nil || ev.Status != tenaz.StateCancelled {
+			t.Fatalf("events.cancel_wait: %+v, %v", ev, err)
+		}
+		var b ops.BreakerItem
+		if err := w.call(operator, ops.BreakersOpen, ops.OpenBreakerRequest{Account: "acme", Target: "erp", For: "1h", Reason: "erp maintenance"}, &b); err != nil || b.State != "open" {
+			t.Fatalf("breakers.open: %+v, %v", b, err)
+		}
+		if err := w.call(operator, ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp", Reason: "erp back"}, &b); err != nil || b.State != "closed" {
+			t.Fatalf("breakers.close: %+v, %v", b, err)
+		}
+		var acts ops.ActionsReply
+		if err := w.call(operator, ops.ActionsList, ops.ActionsRequest{Account: "acme"}, &acts); err != nil || len(acts.Items) != 4 {
+			t.Fatalf("actions.list: want the pause, resume, open and close, got %+v, %v", acts, err)
 		}
 	})
 
