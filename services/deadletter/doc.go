@@ -9,7 +9,10 @@
 // an edited payload, or everything matching a filter as a durable job),
 // discard, resolve a review, requeue to the primary or fallback stage,
 // close a breaker — each recorded in the event's history with who and
-// why. It serves them as the screen at /ui/, the JSON API under /v1/dead,
+// why. It also steers what is still on its way (operator.go): pause and
+// resume an account's dispatch, retry an event now, cancel a callback or
+// poll wait, open a breaker until a time, with the actions on accounts and
+// breakers kept in an audit in tenaz_ops. It serves them as the screen at /ui/, the JSON API under /v1/dead,
 // /v1/review and /v1/breakers, and the NATS micro service tenaz-deadletter
 // whose wire types are in pkg/ops. A server-side cron schedule fires the
 // nightly digest.
