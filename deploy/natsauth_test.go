@@ -907,7 +907,9 @@ func TestNATSUsers(t *testing.T) {
 		if err := w.call(operator, ops.AccountsPause, ops.PauseRequest{Account: "acme", Reason: "erp migration"}, &acct); err != nil || acct.Paused == nil {
 			t.Fatalf("accounts.pause: %+v, %v", acct, err)
 		}
-		defer func() { _ = w.call(operator, ops.AccountsResume, ops.ResumeRequest{Account: "acme", Reason: "the test ends"}, nil) }() // the next ones use acme
+		defer func() { // the next subtests use acme (resumed below when all goes well)
+			_ = w.call(operator, ops.AccountsResume, ops.ResumeRequest{Account: "acme", Reason: "the test ends"}, nil)
+		}()
 		at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 		id := w.submit(t, acmeKey, "acme", "order.create", "op-1", `,"not_before":"`+at+`"`, `{"n":71}`)
 		w.waitStatus(t, acmeKey, id, tenaz.StateScheduled)
