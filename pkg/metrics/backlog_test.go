@@ -57,12 +57,22 @@ func TestWatchBacklog(t *testing.T) {
 			}
 		}
 	}
-	consumer(tenaz.ConsumerName("acme"), "acme")
+	acme := consumer(tenaz.ConsumerName("acme"), "acme")
 	beta := consumer(tenaz.ConsumerName("beta"), "beta")
 	consumer("someone_else", "gamma") // not a dispatch consumer: ignored
 	publish("acme", 3)
 	publish("beta", 2)
 	publish("gamma", 4)
+	// A consumer counts a new message when its own goroutine has seen it:
+	// on a loaded machine its info can lag the publish for a moment.
+	pendingIs := func(c jetstream.Consumer, want uint64) func() bool {
+		return func() bool {
+			info, err := c.Info(ctx)
+			return err == nil && info.NumPending == want
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, pendingIs(acme, 3), "acme's consumer to count its 3 messages")
+	natstest.Eventually(t, 10*time.Second, pendingIs(beta, 2), "beta's consumer to count its 2 messages")
 
 	s, reg := setup(t)
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
@@ -94,6 +104,7 @@ func TestWatchBacklog(t *testing.T) {
 		t.Fatalf("fetched %d messages, want 1", n)
 	}
 	publish("acme", 2)
+	natstest.Eventually(t, 10*time.Second, pendingIs(acme, 5), "acme's consumer to count its 5 messages")
 	if _, err := js.PauseConsumer(ctx, tenaz.StreamEvents, tenaz.ConsumerName("acme"), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
