@@ -63,30 +63,10 @@ kinds:
 	if err != nil {
 		return err
 	}
-	for i := range sz.Backlog {
-		m := nats.NewMsg("tenaz.intake.broken.order.create")
-		m.Data = []byte(`{"order_id":"o","total":1}`)
-		m.Header.Set("Idempotency-Key", "n-"+strconv.Itoa(i))
-		if _, err := tz.js.PublishMsgAsync(m); err != nil {
-			return err
-		}
-	}
-	<-tz.js.PublishAsyncComplete()
-	// The backlog is in: accepted by ingest and waiting in the broken
-	// account's consumer (its breaker open). Measure from here.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		ci, err := tz.js.Consumer(ctx, "INTAKE", "ingest")
-		if err != nil {
-			return err
-		}
-		if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("noisy: backlog not accepted within 2m")
-		}
-		time.Sleep(50 * time.Millisecond)
+	// Measured once the backlog is accepted by ingest and waiting in the
+	// broken account's consumer (its breaker open).
+	if err := tz.backlog(ctx, "broken", "n-", sz.Backlog, 2*time.Minute); err != nil {
+		return fmt.Errorf("noisy: %w", err)
 	}
 	_, noisy, err := tz.LatencyOf(ctx, "healthy", "noisy", sz.Rate, sz.NoisyFor)
 	if err != nil {
@@ -158,34 +138,10 @@ kinds:
 	if err != nil {
 		return err
 	}
-	for i := range floodBacklog {
-		m := nats.NewMsg("tenaz.intake.flood.order.create")
-		m.Data = []byte(`{"order_id":"o","total":1}`)
-		m.Header.Set("Idempotency-Key", "f-"+strconv.Itoa(i))
-		if _, err := tz.js.PublishMsgAsync(m); err != nil {
-			return err
-		}
-	}
-	select {
-	case <-tz.js.PublishAsyncComplete():
-	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("flooded: the backlog's publish did not complete")
-	}
-	// Measure once the backlog is accepted and draining: the flooding
+	// Measured once the backlog is accepted and draining: the flooding
 	// account's queue is then as deep as it gets.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		ci, err := tz.js.Consumer(ctx, "INTAKE", "ingest")
-		if err != nil {
-			return err
-		}
-		if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("flooded: backlog not accepted within 3m")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := tz.backlog(ctx, "flood", "f-", floodBacklog, 3*time.Minute); err != nil {
+		return fmt.Errorf("flooded: %w", err)
 	}
 	_, flooded, err := tz.LatencyOf(ctx, "healthy", "flooded", sz.Rate, sz.NoisyFor)
 	if err != nil {
@@ -195,4 +151,36 @@ kinds:
 	r.Figure("noisy_flooded_p99_with_backlog_ms", flooded, "ms")
 	r.Figure("noisy_flooded_p99_ratio", flooded/alone, "ratio")
 	return nil
+}
+
+// backlog submits n events of account over NATS (keys keyPrefix<i>) and
+// waits, within timeout, until ingest has accepted them all.
+func (b *Tenaz) backlog(ctx context.Context, account, keyPrefix string, n int, timeout time.Duration) error {
+	for i := range n {
+		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
+		m.Data = []byte(`{"order_id":"o","total":1}`)
+		m.Header.Set("Idempotency-Key", keyPrefix+strconv.Itoa(i))
+		if _, err := b.js.PublishMsgAsync(m); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-time.After(timeout):
+		return fmt.Errorf("the backlog's publish did not complete within %s", timeout)
+	}
+	for {
+		ci, err := b.js.Consumer(ctx, "INTAKE", "ingest")
+		if err != nil {
+			return err
+		}
+		if info := ci.CachedInfo(); info.NumPending == 0 && info.NumAckPending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("backlog not accepted within %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
