@@ -127,7 +127,9 @@ func Check(h http.Header, tolerance time.Duration, now time.Time) (Signature, er
 		if !ok || len(b64) != base64.StdEncoding.EncodedLen(sha256.Size) {
 			continue
 		}
-		if mac, err := base64.StdEncoding.DecodeString(b64); err == nil && len(mac) == sha256.Size {
+		// Strict: one MAC has one encoding, so a signature cannot be
+		// re-spelt (other trailing bits) and still pass as a new one.
+		if mac, err := base64.StdEncoding.Strict().DecodeString(b64); err == nil && len(mac) == sha256.Size {
 			sig.macs = append(sig.macs, mac)
 		}
 	}
