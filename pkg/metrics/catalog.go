@@ -176,6 +176,10 @@ var Catalog = []Info{
 		Help: "Calls of the account held back until a limit let them go, by limit (concurrency: a free slot, rate: the account's rate); exported by the replica that owns the account."},
 	{Name: NameAccountOwner, Type: Gauge, Labels: []string{"account", "instance"}, Emitter: "dispatcher (the account's owner)",
 		Help: "1 on the replica that owns the account (holds its lease in tenaz_owners), with that replica's name; no other replica exports the account."},
+	{Name: NameSearchLag, Type: Gauge, Emitter: "deadletter (search indexer)",
+		Help: "State-record revisions not yet in the search index (tenaz_search): what the deadletter-search consumers had still to deliver over every partition when each last fetched."},
+	{Name: NameSearchWrites, Type: Counter, Labels: []string{"op"}, Emitter: "deadletter (search indexer)",
+		Help: "Writes of the search indexer to tenaz_search, by op (put: an entry written; purge: an entry removed, as when an event leaves a state)."},
 }
 
 // Lookup returns the catalog entry of name.

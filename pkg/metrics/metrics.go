@@ -28,6 +28,7 @@ type Set struct {
 	backlog  *backlog
 	accounts *accounts
 	targets  *targets
+	search   *searchIndex
 	build    prometheus.Metric
 	now      func() time.Time
 }
@@ -116,6 +117,7 @@ func newSet(reg prometheus.Registerer, now func() time.Time) (*Set, error) {
 	s.backlog = newBacklog(label)
 	s.accounts = newAccounts(label)
 	s.targets = newTargets()
+	s.search = newSearchIndex()
 	s.build = buildMetric(Build())
 	if err := reg.Register(s); err != nil {
 		return nil, fmt.Errorf("metrics: register: %w", err)
@@ -234,7 +236,7 @@ func (c *core) collectors() []prometheus.Collector {
 }
 
 func (s *Set) collectors() []prometheus.Collector {
-	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets)
+	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets, s.search)
 }
 
 // Describe implements prometheus.Collector.

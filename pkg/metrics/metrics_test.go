@@ -299,6 +299,8 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.TargetThrottled("t")
 	s.SetEventsByState(map[metrics.EventsKey]int{{tenaz.StatePending, "a", "k"}: 1})
 	s.ConsumerBacklog("a", 1, 1)
+	s.SearchLag(1)
+	s.SearchWrite("put")
 	defer s.WatchAccounts(func() []metrics.AccountLoad {
 		return []metrics.AccountLoad{{Account: "a", Instance: "d1", Concurrency: 2, Rate: 10, InFlight: 1}}
 	})()

@@ -1,0 +1,72 @@
+package search
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// Bucket is the index's bucket (streams/data/kv-search.json); an
+// installation's own is Subjects.Bucket(Bucket).
+const Bucket = "tenaz_search"
+
+// The key layout. Every entry's key ends in the event id and its value is
+// the event's creation time (Unix milliseconds), so a time bound is
+// checked without reading the record:
+//
+//	<account>.s.<state>.<kind>.<id>   one per event, moved on each change of state
+//	<account>.e.<entity>.<id>         the entity id, hashed
+//	<account>.r.<reference>.<id>      each provider reference the event was given, hashed
+//
+// A search by state, kind, or account alone is a filter on the s entries
+// (acme.s.*.order/create.*), so those need no entries of their own. An
+// idempotency key needs none either: the event id is derived from the
+// account and the key (event.ID).
+const (
+	fieldState  = "s"
+	fieldEntity = "e"
+	fieldRef    = "r"
+)
+
+// kindToken is kind as one key token: its dots (the only character of a
+// kind a token cannot hold) as slashes, which no kind has.
+func kindToken(kind string) string { return strings.ReplaceAll(kind, ".", "/") }
+
+// hashToken is a caller's free-form value (printable ASCII up to 255
+// bytes, dots and wildcards included) as a key token: 128 bits of its
+// SHA-256 in hex.
+func hashToken(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:16])
+}
+
+func stateKey(account string, st tenaz.State, kind, id string) string {
+	return account + "." + fieldState + "." + string(st) + "." + kindToken(kind) + "." + id
+}
+
+func entityKey(account, entity, id string) string {
+	return account + "." + fieldEntity + "." + hashToken(entity) + "." + id
+}
+
+func refKey(account, ref, id string) string {
+	return account + "." + fieldRef + "." + hashToken(ref) + "." + id
+}
+
+// anyOr is v, or the wildcard token when v is empty.
+func anyOr(v string) string {
+	if v == "" {
+		return "*"
+	}
+	return v
+}
+
+// parseKey reads the account and the event id of an entry's key.
+func parseKey(key string) (account, id string, ok bool) {
+	i, j := strings.IndexByte(key, '.'), strings.LastIndexByte(key, '.')
+	if i <= 0 || j <= i {
+		return "", "", false
+	}
+	return key[:i], key[j+1:], true
+}

@@ -1,0 +1,167 @@
+package search
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// ErrBadQuery is wrapped by every refusal of a query: a parameter out of
+// shape, or a cursor that is not one of this query's.
+var ErrBadQuery = errors.New("bad query")
+
+// ParamError names the parameter a query is refused for.
+type ParamError struct {
+	Param  string
+	Reason string
+}
+
+func (e *ParamError) Error() string { return e.Param + ": " + e.Reason }
+
+// Unwrap makes every ParamError an ErrBadQuery.
+func (e *ParamError) Unwrap() error { return ErrBadQuery }
+
+func bad(param, format string, args ...any) error {
+	return &ParamError{Param: param, Reason: fmt.Sprintf(format, args...)}
+}
+
+// params are the query parameters of GET /v1/events.
+var params = []string{"account", "kind", "state", "entity", "idempotency_key", "provider_ref", "since", "until", "cursor", "limit"}
+
+// ParseQuery reads the query parameters of GET /v1/events (and of the
+// screen's search form) and validates them: an unknown or repeated
+// parameter, or one out of shape, is a *ParamError naming it.
+func ParseQuery(v url.Values) (ops.FindRequest, error) {
+	for k, vs := range v {
+		if !contains(params, k) {
+			return ops.FindRequest{}, bad(k, "unknown parameter; known are %s", strings.Join(params, ", "))
+		}
+		if len(vs) > 1 {
+			return ops.FindRequest{}, bad(k, "given %d times; give it once", len(vs))
+		}
+	}
+	q := ops.FindRequest{Account: v.Get("account"), Kind: v.Get("kind"), State: tenaz.State(v.Get("state")),
+		EntityID: v.Get("entity"), IdempotencyKey: v.Get("idempotency_key"), ProviderRef: v.Get("provider_ref"), Cursor: v.Get("cursor")}
+	for _, p := range []struct {
+		name string
+		dst  **time.Time
+	}{{"since", &q.Since}, {"until", &q.Until}} {
+		raw := v.Get(p.name)
+		if raw == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, raw)
+		if err != nil {
+			return q, bad(p.name, "want an RFC 3339 time (2026-03-01T06:00:00Z), got %q", raw)
+		}
+		*p.dst = &t
+	}
+	if raw := v.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return q, bad("limit", "want 1..%d, got %q", ops.MaxLimit, raw)
+		}
+		q.Limit = n
+	}
+	return q, Validate(q)
+}
+
+// Validate checks a query's fields (what ParseQuery does after reading
+// them; the NATS endpoint's requests come as JSON).
+func Validate(q ops.FindRequest) error {
+	if q.Account != "" && tenaz.ValidateAccount(q.Account) != nil {
+		return bad("account", "want 1-%d characters of [A-Za-z0-9_-], got %q", tenaz.MaxAccountLen, q.Account)
+	}
+	if q.Kind != "" && tenaz.ValidateKind(q.Kind) != nil {
+		return bad("kind", "want dot-separated tokens of [A-Za-z0-9_-], got %q", q.Kind)
+	}
+	if q.State != "" && !q.State.Valid() {
+		return bad("state", "unknown state %q", q.State)
+	}
+	for _, k := range []struct{ param, v string }{{"entity", q.EntityID}, {"idempotency_key", q.IdempotencyKey}, {"provider_ref", q.ProviderRef}} {
+		if k.v == "" {
+			continue
+		}
+		if k.param == "provider_ref" {
+			// A reference is the provider's: bounded as the record keeps it.
+			if len(k.v) > 1024 {
+				return bad(k.param, "longer than 1024 bytes")
+			}
+			continue
+		}
+		if err := tenaz.ValidateKey(k.param, k.v); err != nil {
+			return bad(k.param, "want 1-%d characters of printable ASCII without spaces", tenaz.MaxKeyLen)
+		}
+	}
+	if q.IdempotencyKey != "" && q.Account == "" {
+		return bad("idempotency_key", "needs account: keys are per account")
+	}
+	if q.Since != nil && q.Until != nil && !q.Since.Before(*q.Until) {
+		return bad("until", "%s is not after since %s", q.Until.UTC().Format(time.RFC3339), q.Since.UTC().Format(time.RFC3339))
+	}
+	if q.Limit < 0 || q.Limit > ops.MaxLimit {
+		return bad("limit", "want 1..%d, got %d", ops.MaxLimit, q.Limit)
+	}
+	if q.Cursor != "" {
+		if _, err := decodeCursor(q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A cursor is the index's stream sequence to go on from, and a checksum
+// of the filter it belongs to (a cursor of another filter would skip that
+// filter's events): "c1" then base64url of uvarint(seq) and the CRC-32.
+const cursorVersion = "c1"
+
+// filterSum is the checksum of q's filter (everything but the page).
+func filterSum(q ops.FindRequest) uint32 {
+	var b strings.Builder
+	for _, f := range []string{q.Account, q.Kind, string(q.State), q.EntityID, q.IdempotencyKey, q.ProviderRef} {
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	for _, t := range []*time.Time{q.Since, q.Until} {
+		if t != nil {
+			b.WriteString(strconv.FormatInt(t.UnixNano(), 10))
+		}
+		b.WriteByte(0)
+	}
+	return crc32.ChecksumIEEE([]byte(b.String()))
+}
+
+func encodeCursor(q ops.FindRequest, seq uint64) string {
+	b := binary.AppendUvarint(nil, seq)
+	b = binary.BigEndian.AppendUint32(b, filterSum(q))
+	return cursorVersion + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeCursor returns the sequence q's cursor goes on from.
+func decodeCursor(q ops.FindRequest) (uint64, error) {
+	rest, ok := strings.CutPrefix(q.Cursor, cursorVersion)
+	if !ok || len(rest) > 32 {
+		return 0, bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return 0, bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
+	}
+	seq, n := binary.Uvarint(b)
+	if n <= 0 || len(b) != n+4 || seq == 0 {
+		return 0, bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
+	}
+	if binary.BigEndian.Uint32(b[n:]) != filterSum(q) {
+		return 0, bad("cursor", "belongs to another filter: a cursor goes on only with the filter of the page it came with")
+	}
+	return seq, nil
+}

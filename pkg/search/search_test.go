@@ -1,0 +1,369 @@
+package search_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/search"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// env is an embedded server with tenaz's layout (4 partitions), a store,
+// an indexer and a searcher on it.
+type env struct {
+	js   jetstream.JetStream
+	subj tenaz.Subjects
+	st   *store.Store
+	x    *search.Indexer
+	s    *search.Searcher
+	set  *metrics.Set
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	st, err := store.Open(ctx(t), js, store.Options{})
+	if err != nil {
+		t.Fatalf("store.Open: %v", err)
+	}
+	subj := tenaz.NewSubjects("").WithPartitions(st.Partitions())
+	e := &env{js: js, subj: subj, st: st}
+	if e.set, err = metrics.New(prometheus.NewRegistry()); err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	e.startIndexer(t)
+	if e.s, err = search.Open(ctx(t), js, st, subj); err != nil {
+		t.Fatalf("search.Open: %v", err)
+	}
+	return e
+}
+
+func (e *env) startIndexer(t *testing.T) {
+	t.Helper()
+	e.x = search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set})
+	if err := e.x.Start(ctx(t)); err != nil {
+		t.Fatalf("indexer Start: %v", err)
+	}
+	x := e.x
+	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+}
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// create stores a new pending event.
+func (e *env) create(t *testing.T, account, kind, key, entity string, at time.Time) string {
+	t.Helper()
+	id := event.ID(account, key)
+	r, _, err := state.New(state.Record{ID: id, IdempotencyKey: key, Account: account, Kind: kind, EntityID: entity},
+		state.Action{Name: state.Accept}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Create(ctx(t), r); err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	return id
+}
+
+func (e *env) act(t *testing.T, account, id string, a state.Action) {
+	t.Helper()
+	if _, _, _, err := e.st.Transition(ctx(t), account, id, a); err != nil {
+		t.Fatalf("%s %s: %v", a.Name, id, err)
+	}
+}
+
+// find pages through q and returns the ids found, failing on a repeat.
+func (e *env) find(t *testing.T, q ops.FindRequest) []string {
+	t.Helper()
+	var ids []string
+	seen := map[string]bool{}
+	for page := 0; ; page++ {
+		rep, err := e.s.Find(ctx(t), q)
+		if err != nil {
+			t.Fatalf("Find(%+v): %v", q, err)
+		}
+		for _, it := range rep.Items {
+			if seen[it.ID] {
+				t.Fatalf("Find(%+v): %s on two pages", q, it.ID)
+			}
+			seen[it.ID] = true
+			ids = append(ids, it.ID)
+		}
+		if rep.NextCursor == "" {
+			break
+		}
+		if page > 10_000 {
+			t.Fatalf("Find(%+v): no end of pages", q)
+		}
+		q.Cursor = rep.NextCursor
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// eventually waits until q finds exactly want.
+func (e *env) eventually(t *testing.T, q ops.FindRequest, want []string) {
+	t.Helper()
+	want = slices.Sorted(slices.Values(want))
+	var got []string
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		got = e.find(t, q)
+		return slices.Equal(got, want)
+	}, "Find(%+v): want %v, last got %v", q, want, &got)
+}
+
+// accounts spread over the partitions.
+var accounts = []string{"acme", "globex", "initech", "umbrella"}
+
+func TestAccountsSpreadOverPartitions(t *testing.T) {
+	subj := tenaz.NewSubjects("").WithPartitions(4)
+	ps := map[int]bool{}
+	for _, a := range accounts {
+		ps[subj.PartitionOf(a)] = true
+	}
+	if len(ps) < 3 {
+		t.Fatalf("the test accounts fall in %d partitions; pick accounts over at least 3", len(ps))
+	}
+}
+
+// Each filter finds exactly its events, over every partition.
+func TestFindEachFilter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	type ev struct {
+		id, account, kind, entity string
+		at                        time.Time
+	}
+	var evs []ev
+	for i := range 40 {
+		a := accounts[i%len(accounts)]
+		kind := []string{"order.create", "order.cancel", "credit.check"}[i%3]
+		entity := fmt.Sprintf("proposal-%d", i%5)
+		at := t0.Add(time.Duration(i) * time.Minute)
+		evs = append(evs, ev{e.create(t, a, kind, fmt.Sprintf("key-%d", i), entity, at), a, kind, entity, at})
+	}
+	// A few run: retrying, done, and one polling with a provider reference.
+	now := time.Now()
+	e.act(t, evs[1].account, evs[1].id, state.Action{Name: state.Claim, Seq: 1})
+	e.act(t, evs[1].account, evs[1].id, state.Action{Name: state.Retry, NextRunAt: &now, Error: &state.ErrorInfo{Class: "transient", Message: "503"}})
+	e.act(t, evs[2].account, evs[2].id, state.Action{Name: state.Claim, Seq: 2})
+	e.act(t, evs[2].account, evs[2].id, state.Action{Name: state.Succeed})
+	dl := now.Add(time.Hour)
+	e.act(t, evs[3].account, evs[3].id, state.Action{Name: state.Claim, Seq: 3})
+	e.act(t, evs[3].account, evs[3].id, state.Action{Name: state.Poll, Reference: "job/42 *>", NextRunAt: &now, Deadline: &dl})
+
+	where := func(f func(ev) bool) []string {
+		var ids []string
+		for _, x := range evs {
+			if f(x) {
+				ids = append(ids, x.id)
+			}
+		}
+		return ids
+	}
+	all := where(func(ev) bool { return true })
+	e.eventually(t, ops.FindRequest{}, all)
+	e.eventually(t, ops.FindRequest{Account: "globex"}, where(func(x ev) bool { return x.account == "globex" }))
+	e.eventually(t, ops.FindRequest{Kind: "order.cancel"}, where(func(x ev) bool { return x.kind == "order.cancel" }))
+	e.eventually(t, ops.FindRequest{State: tenaz.StateRetrying}, []string{evs[1].id})
+	e.eventually(t, ops.FindRequest{State: tenaz.StateDone}, []string{evs[2].id})
+	e.eventually(t, ops.FindRequest{State: tenaz.StatePolling}, []string{evs[3].id})
+	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, where(func(x ev) bool { return x.id != evs[1].id && x.id != evs[2].id && x.id != evs[3].id }))
+	e.eventually(t, ops.FindRequest{EntityID: "proposal-2"}, where(func(x ev) bool { return x.entity == "proposal-2" }))
+	e.eventually(t, ops.FindRequest{Account: "acme", EntityID: "proposal-0"}, where(func(x ev) bool { return x.entity == "proposal-0" && x.account == "acme" }))
+	e.eventually(t, ops.FindRequest{ProviderRef: "job/42 *>"}, []string{evs[3].id})
+	e.eventually(t, ops.FindRequest{ProviderRef: "job/43"}, nil)
+	e.eventually(t, ops.FindRequest{Account: evs[7].account, IdempotencyKey: "key-7"}, []string{evs[7].id})
+	e.eventually(t, ops.FindRequest{Account: "acme", IdempotencyKey: "key-7"}, nil) // key-7 is another account's
+	since, until := t0.Add(10*time.Minute), t0.Add(20*time.Minute)
+	e.eventually(t, ops.FindRequest{Since: &since, Until: &until}, where(func(x ev) bool { return !x.at.Before(since) && x.at.Before(until) }))
+	e.eventually(t, ops.FindRequest{Account: "initech", Kind: "credit.check", State: tenaz.StatePending, Since: &since},
+		where(func(x ev) bool {
+			return x.account == "initech" && x.kind == "credit.check" && !x.at.Before(since) && x.id != evs[1].id && x.id != evs[2].id && x.id != evs[3].id
+		}))
+
+	rep, err := e.s.Find(ctx(t), ops.FindRequest{Account: evs[3].account, ProviderRef: "job/42 *>"})
+	if err != nil || len(rep.Items) != 1 {
+		t.Fatalf("find by reference: %+v, %v", rep, err)
+	}
+	if it := rep.Items[0]; it.State != tenaz.StatePolling || it.Kind != evs[3].kind || it.EntityID != evs[3].entity || it.NextRunAt == nil || !it.CreatedAt.Equal(evs[3].at) {
+		t.Fatalf("item %+v does not say what the record says", it)
+	}
+}
+
+// The state filter follows the transitions, and the entry of a state left
+// behind is removed from the index (not only hidden by the record check).
+func TestStateFilterFollowsTransitions(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	id := e.create(t, "acme", "order.create", "k1", "", time.Now())
+	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, []string{id})
+	e.act(t, "acme", id, state.Action{Name: state.Claim, Seq: 1})
+	e.eventually(t, ops.FindRequest{State: tenaz.StateRunning}, []string{id})
+	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, nil)
+	now := time.Now()
+	e.act(t, "acme", id, state.Action{Name: state.Retry, NextRunAt: &now, Error: &state.ErrorInfo{Class: "transient"}})
+	e.eventually(t, ops.FindRequest{Account: "acme", State: tenaz.StateRetrying}, []string{id})
+	e.eventually(t, ops.FindRequest{State: tenaz.StateRunning}, nil)
+	e.eventually(t, ops.FindRequest{Account: "acme"}, []string{id})
+
+	kv, err := e.js.KeyValue(ctx(t), e.subj.Bucket(search.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		keys, err := kv.ListKeys(ctx(t))
+		if err != nil {
+			return false
+		}
+		var got []string
+		for k := range keys.Keys() {
+			got = append(got, k)
+		}
+		return slices.Equal(got, []string{"acme.s.retrying.order/create." + id})
+	}, "the index should hold only the retrying entry of %s", id)
+}
+
+// Paging with a cursor returns every event once, across partitions.
+func TestPagingReturnsEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var want []string
+	for i := range 230 {
+		want = append(want, e.create(t, accounts[i%len(accounts)], "order.create", fmt.Sprintf("p-%d", i), "", time.Now()))
+	}
+	e.eventually(t, ops.FindRequest{Limit: 500}, want)
+	for _, limit := range []int{1, 17, 100} {
+		if got := e.find(t, ops.FindRequest{Limit: limit}); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			t.Fatalf("limit %d: %d events found, want %d", limit, len(got), len(want))
+		}
+	}
+	rep, err := e.s.Find(ctx(t), ops.FindRequest{Limit: 17})
+	if err != nil || len(rep.Items) != 17 || rep.NextCursor == "" {
+		t.Fatalf("first page of 17: %d items, cursor %q, %v", len(rep.Items), rep.NextCursor, err)
+	}
+	// A cursor goes on only with its own filter.
+	_, err = e.s.Find(ctx(t), ops.FindRequest{Account: "acme", Cursor: rep.NextCursor})
+	var pe *search.ParamError
+	if !errors.As(err, &pe) || pe.Param != "cursor" {
+		t.Fatalf("a cursor used with another filter: want a ParamError naming cursor, got %v", err)
+	}
+}
+
+// An indexer that was down catches up from its durable consumers: what
+// changed meanwhile is found, and nothing it missed stays stale.
+func TestIndexerCatchesUpAfterRestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, e.create(t, accounts[i%len(accounts)], "order.create", fmt.Sprintf("r-%d", i), "", time.Now()))
+	}
+	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, ids)
+	if err := e.x.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// While it is down: every event runs to done (its pending entry must
+	// go, though the indexer will see only the last revision), and more come.
+	for i, id := range ids {
+		e.act(t, accounts[i%len(accounts)], id, state.Action{Name: state.Claim, Seq: uint64(i + 1)})
+		e.act(t, accounts[i%len(accounts)], id, state.Action{Name: state.Succeed})
+	}
+	var later []string
+	for i := range 10 {
+		later = append(later, e.create(t, accounts[i%len(accounts)], "order.create", fmt.Sprintf("l-%d", i), "", time.Now()))
+	}
+	// Stopped, the index still says pending; the record check hides them.
+	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, nil)
+	e.startIndexer(t)
+	e.eventually(t, ops.FindRequest{State: tenaz.StateDone}, ids)
+	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, later)
+	natstest.Eventually(t, 10*time.Second, func() bool { return e.x.Lag() == 0 }, "lag should come back to 0, is %d", e.x.Lag())
+	// No pending entry is left of the events that went on to done.
+	kv, err := e.js.KeyValue(ctx(t), e.subj.Bucket(search.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		k := accounts[i%len(accounts)] + ".s.pending.order/create." + id
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			_, err := kv.Get(ctx(t), k)
+			return errors.Is(err, jetstream.ErrKeyNotFound)
+		}, "stale entry %s should be purged", k)
+	}
+	// Rebuilt from nothing, the index finds the same.
+	if err := e.x.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.x.Rebuild(ctx(t)); err != nil {
+		t.Fatalf("Rebuild: %v", err)
+	}
+	e.eventually(t, ops.FindRequest{}, nil)
+	e.startIndexer(t)
+	e.eventually(t, ops.FindRequest{}, append(slices.Clone(ids), later...))
+	e.eventually(t, ops.FindRequest{State: tenaz.StateDone}, ids)
+	if st := e.x.Stats(); st.Revisions != int64(len(ids)+len(later)) || st.Puts != st.Revisions {
+		t.Fatalf("a rebuild should index each record once with one entry each: %+v", st)
+	}
+}
+
+// Bad parameters are refused, each naming its parameter.
+func TestParseQueryNamesTheBadParameter(t *testing.T) {
+	t.Parallel()
+	for raw, param := range map[string]string{
+		"account=a.b":                            "account",
+		"kind=order..create":                     "kind",
+		"state=sleeping":                         "state",
+		"entity=" + url.QueryEscape("has space"): "entity",
+		"idempotency_key=k1":                     "idempotency_key", // without account
+		"since=yesterday":                        "since",
+		"until=2026-13-01T00:00:00Z":             "until",
+		"since=2026-03-02T00:00:00Z&until=2026-03-01T00:00:00Z": "until",
+		"limit=0x10":    "limit",
+		"limit=501":     "limit",
+		"cursor=abc":    "cursor",
+		"colour=red":    "colour",
+		"kind=a&kind=b": "kind",
+	} {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = search.ParseQuery(v)
+		var pe *search.ParamError
+		if !errors.As(err, &pe) || pe.Param != param || !errors.Is(err, search.ErrBadQuery) {
+			t.Errorf("%s: want a ParamError naming %s, got %v", raw, param, err)
+		}
+	}
+	v, _ := url.ParseQuery("account=acme&kind=order.create&state=retrying&entity=p-1&idempotency_key=k&provider_ref=j&since=2026-03-01T00:00:00Z&until=2026-03-02T00:00:00Z&limit=10")
+	q, err := search.ParseQuery(v)
+	if err != nil || q.Account != "acme" || q.State != tenaz.StateRetrying || q.Limit != 10 || q.Since == nil || q.ProviderRef != "j" {
+		t.Fatalf("a good query: %+v, %v", q, err)
+	}
+}
