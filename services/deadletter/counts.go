@@ -37,11 +37,13 @@ type stateSample struct {
 
 // scan is the result of one pass over tenaz_state.
 type scan struct {
-	At      time.Time
-	Took    time.Duration
-	Counts  map[tenaz.State]int
-	Samples map[tenaz.State][]stateSample // soonest next_run_at first
-	Err     error
+	At     time.Time
+	Took   time.Duration
+	Counts map[tenaz.State]int
+	// ByAccount counts the states of each account (the overview's backlog).
+	ByAccount map[string]map[tenaz.State]int
+	Samples   map[tenaz.State][]stateSample // soonest next_run_at first
+	Err       error
 }
 
 type tabCounts struct {
@@ -93,7 +95,7 @@ func (s *Service) scanned(ctx context.Context, wait time.Duration) *scan {
 // scanStates reads the last value of every record and counts the states.
 func (s *Service) scanStates(ctx context.Context) *scan {
 	start := s.now()
-	sc := &scan{At: start, Counts: map[tenaz.State]int{}, Samples: map[tenaz.State][]stateSample{}}
+	sc := &scan{At: start, Counts: map[tenaz.State]int{}, ByAccount: map[string]map[tenaz.State]int{}, Samples: map[tenaz.State][]stateSample{}}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	for p := range s.subj.Parts() {
@@ -147,6 +149,7 @@ func (s *Service) scanBucket(ctx context.Context, bucket string, sc *scan) error
 		return err
 	}
 	marker := []byte(`,"status":"`)
+	accountKey := []byte(`,"account":"`)
 	for {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -173,6 +176,17 @@ func (s *Service) scanBucket(ctx context.Context, bucket string, sc *scan) error
 			}
 			st := tenaz.State(rest[:j])
 			sc.Counts[st]++
+			if k := bytes.Index(data[:i], accountKey); k >= 0 {
+				acct := data[k+len(accountKey) : i]
+				if e := bytes.IndexByte(acct, '"'); e >= 0 {
+					byState := sc.ByAccount[string(acct[:e])]
+					if byState == nil {
+						byState = map[tenaz.State]int{}
+						sc.ByAccount[string(acct[:e])] = byState
+					}
+					byState[st]++
+				}
+			}
 			if st == tenaz.StateRetrying || st == tenaz.StateScheduled {
 				var r struct {
 					stateSample

@@ -40,9 +40,10 @@ var uiFiles embed.FS
 const csrfCookie = "tenaz_csrf"
 
 type ui struct {
-	s     *Service
-	pages map[string]*template.Template
-	cop   *http.CrossOriginProtection
+	s        *Service
+	pages    map[string]*template.Template
+	cop      *http.CrossOriginProtection
+	activity *activity // the overview's counts (activity.go)
 }
 
 var uiFuncs = template.FuncMap{
@@ -101,6 +102,8 @@ var uiFuncs = template.FuncMap{
 		}
 		return m
 	},
+	"num":    num,
+	"recent": func() int { return recentMinutes },
 	"pct": func(a, b int) int {
 		if b <= 0 {
 			return 100
@@ -110,8 +113,8 @@ var uiFuncs = template.FuncMap{
 }
 
 func newUI(s *Service) (*ui, error) {
-	u := &ui{s: s, pages: map[string]*template.Template{}, cop: http.NewCrossOriginProtection()}
-	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message"} {
+	u := &ui{s: s, pages: map[string]*template.Template{}, cop: http.NewCrossOriginProtection(), activity: newActivity()}
+	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message", "overview"} {
 		t, err := template.New("layout.html").Funcs(uiFuncs).ParseFS(uiFiles, "ui/layout.html", "ui/actions.html", "ui/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("deadletter: ui template %s: %w", p, err)
@@ -134,6 +137,7 @@ func (u *ui) routes(mux readyMux) {
 	mux.HandleFunc("GET /ui/jobs/{job}", u.job)
 	mux.HandleFunc("GET /ui/breakers", u.breakers)
 	mux.HandleFunc("GET /ui/accounts", u.accounts)
+	mux.HandleFunc("GET /ui/overview", u.overview)
 	mux.HandleFunc("GET /ui/retrying", u.states(tenaz.StateRetrying))
 	mux.HandleFunc("GET /ui/scheduled", u.states(tenaz.StateScheduled))
 	mux.Handle("POST /ui/actions", u.cop.Handler(http.HandlerFunc(u.action)))
@@ -192,6 +196,7 @@ func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) 
 		}
 	}
 	p.Tabs = []tab{
+		{Name: "Overview", Path: "/ui/overview", NoCount: true},
 		{Name: "Dead", Path: "/ui/dead", Count: s.x.Count(tenaz.StateDead)},
 		{Name: "Manual review", Path: "/ui/review", Count: s.x.Count(tenaz.StateManualReview)},
 		{Name: "Retrying", Path: "/ui/retrying", Stale: true},
@@ -200,7 +205,7 @@ func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) 
 		{Name: "Accounts", Path: "/ui/accounts", NoCount: true},
 	}
 	if sc != nil {
-		p.Tabs[2].Count, p.Tabs[3].Count = sc.Counts[tenaz.StateRetrying], sc.Counts[tenaz.StateScheduled]
+		p.Tabs[3].Count, p.Tabs[4].Count = sc.Counts[tenaz.StateRetrying], sc.Counts[tenaz.StateScheduled]
 	}
 	for i := range p.Tabs {
 		p.Tabs[i].Active = p.Tabs[i].Path == active
