@@ -11,6 +11,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -255,6 +256,11 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 		return 0, err
 	}
 	for _, c := range ss {
+		if c.Name == StreamName(o.prefix(), StreamIntake) {
+			if c.Retention, err = intakeRetention(ctx, js, c); err != nil {
+				return 0, err
+			}
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
 			return 0, fmt.Errorf("streams: apply stream %s: %w", c.Name, err)
 		}
@@ -292,4 +298,21 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 		return 0, fmt.Errorf("streams: apply consumer %s: %w", dc.Durable, err)
 	}
 	return o.parts(), nil
+}
+
+// intakeRetention is the retention INTAKE is applied with: c's (limits,
+// trimmed by ingest), unless the store's INTAKE is a work queue from
+// before, which the server cannot change and which then stays one.
+func intakeRetention(ctx context.Context, js jetstream.JetStream, c jetstream.StreamConfig) (jetstream.RetentionPolicy, error) {
+	st, err := js.Stream(ctx, c.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return c.Retention, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("streams: read stream %s: %w", c.Name, err)
+	}
+	if st.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy {
+		return jetstream.WorkQueuePolicy, nil
+	}
+	return c.Retention, nil
 }

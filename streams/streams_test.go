@@ -335,6 +335,40 @@ func TestApplyKeepsAStoreFromBeforePartitions(t *testing.T) {
 	}
 }
 
+// A store from before has a work-queue INTAKE, which the server cannot
+// turn into a limits stream: Apply keeps it a work queue, and a new
+// store's INTAKE is of limits retention (ingest trims it).
+func TestApplyKeepsAWorkQueueIntake(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	ss, err := streams.Streams(streams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ss {
+		if c.Name == streams.StreamIntake {
+			if c.Retention != jetstream.LimitsPolicy {
+				t.Fatalf("a new store's INTAKE: want limits retention, got %v", c.Retention)
+			}
+			c.Retention = jetstream.WorkQueuePolicy
+			if _, err := js.CreateStream(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatalf("apply over a work-queue INTAKE: %v", err)
+	}
+	st, err := js.Stream(ctx, streams.StreamIntake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.CachedInfo().Config.Retention; r != jetstream.WorkQueuePolicy {
+		t.Fatalf("want the store's work-queue INTAKE kept, got %v", r)
+	}
+}
+
 // Stream and bucket names carry the prefix; the default prefix's are the
 // data files' own, so a store of it keeps its names.
 func TestNamesCarryThePrefix(t *testing.T) {

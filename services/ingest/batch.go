@@ -177,9 +177,11 @@ func (s *Service) orderedLoop(ctx context.Context, in <-chan jetstream.Msg) {
 // yet: taken by an ingest that died (they come back only after the
 // consumer's AckWait, 30s) or by another replica that has not got to them.
 // Without it a lane's later submission overtakes them and they join the
-// lane at its tail (docs/chaos.md, bug 3). INTAKE is a work queue, so what
-// it still holds of the account below this submission is exactly what is
-// not settled; the next scan of the account starts where this one ended.
+// lane at its tail (docs/chaos.md, bug 3). What INTAKE still holds of the
+// account below this submission and above the trimmed floor is what may
+// not be settled (a work queue holds only that; a trimmed INTAKE also what
+// was settled since the last trim, which the record lookup skips); the
+// next scan of the account starts where this one ended.
 func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.Envelope) error {
 	meta, err := m.Metadata()
 	if err != nil {
@@ -187,7 +189,7 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 	}
 	seq := meta.Sequence.Stream
 	s.scanMu.Lock()
-	from := s.scanned[env.Account] + 1
+	from := max(s.scanned[env.Account], s.trim.settled()) + 1
 	s.scanMu.Unlock()
 	filter := s.subj.Prefix + ".intake." + env.Account + ".>"
 	for from < seq {

@@ -105,6 +105,7 @@ type Service struct {
 	in      chan jetstream.Msg
 	ordered []chan jetstream.Msg
 	intake  jetstream.Stream
+	trim    *trimmer // nil when INTAKE is a work queue (a store from before)
 
 	// repeats is TENAZ_REPEATS, and repeatCC consumes its firings (repeat.go).
 	repeats  jetstream.Stream
@@ -221,6 +222,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); keeper.Run(runCtx, s.js, s.subj, time.Second) }()
+	if trims(s.intake) {
+		s.trim = &trimmer{stream: s.intake, cons: cons, log: s.log}
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.trim.run(runCtx) }()
+	}
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.cc.Stop()
 		<-s.cc.Closed()

@@ -169,6 +169,10 @@ func (s *Service) parseIntake(ctx context.Context, m jetstream.Msg) (event.Envel
 		_ = m.Term()
 		return event.Envelope{}, false
 	}
+	if meta.NumDelivered > maxDeliveries {
+		s.giveUp(ctx, m, meta)
+		return event.Envelope{}, false
+	}
 	f, serr := s.fieldsOf(m.Subject(), m.Headers())
 	var env event.Envelope
 	if serr == nil {

@@ -3,6 +3,8 @@ package ingest_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/services/ingest"
 )
 
 const intakeOrderCreate = "tenaz.intake.acme.order.create"
@@ -58,9 +61,8 @@ func TestNATSIntakeDuplicateAfterWindow(t *testing.T) {
 	if n := h.eventMsgs(); n != 1 {
 		t.Fatalf("EVENTS: want 1 message for the event, got %d", n)
 	}
-	if n := h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>"); n != 0 {
-		t.Fatalf("INTAKE: want both copies acked (0 messages left), got %d", n)
-	}
+	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>") == 0 },
+		"INTAKE: want both copies settled and trimmed (0 messages left)")
 }
 
 // Idempotency keys are per account: two accounts submitting the same key a
@@ -144,9 +146,10 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := is.GetMsg(h.ctx(), ack.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
-				t.Fatalf("INTAKE seq %d: want it gone (terminated), got %v", ack.Sequence, err)
-			}
+			natstest.Eventually(t, waitFor, func() bool {
+				_, err = is.GetMsg(h.ctx(), ack.Sequence)
+				return errors.Is(err, jetstream.ErrMsgNotFound)
+			}, "INTAKE seq %d: want it gone (settled and trimmed), got %v", ack.Sequence, lazy(func() string { return errString(err) }))
 			if info := h.consumerInfo(tenaz.StreamIntake, "ingest"); info.NumRedelivered != 0 {
 				t.Fatalf("ingest consumer: want the rejection settled at once, got %d redeliveries", info.NumRedelivered)
 			}
@@ -168,4 +171,46 @@ func errString(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// A submission ingest fails on every time (here its deliveries are handed
+// back, as an ingest dying on it would) is kept in DEAD after
+// maxDeliveries attempts, by ingest itself: the consumer never gives a
+// message up, so INTAKE can be trimmed to its ack floor.
+func TestSubmissionIngestFailsOnIsKeptInDead(t *testing.T) {
+	t.Parallel()
+	const maxDeliveries = 20 // ingest's
+	id := event.ID("acme", "poison-1")
+	var tries atomic.Int32
+	h := setup(t, baseYAML, withHooks(&ingest.Hooks{BeforeIntake: func(got string) error {
+		if got == id && tries.Add(1) <= maxDeliveries {
+			return errors.New("ingest died on it")
+		}
+		return nil
+	}}))
+	ack := h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"poison"}`), "Idempotency-Key", "poison-1")
+	ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw *jetstream.RawStreamMsg
+	natstest.Eventually(t, waitFor, func() bool {
+		raw, err = ds.GetLastMsgForSubject(h.ctx(), "tenaz.dead.acme.order.create")
+		return err == nil
+	}, "DEAD: want the submission kept after %d failed deliveries (%s so far), last error %v", maxDeliveries,
+		lazy(func() string { return fmt.Sprint(tries.Load()) }), lazy(func() string { return errString(err) }))
+	var e dead.Entry
+	if err := json.Unmarshal(raw.Data, &e); err != nil {
+		t.Fatalf("DEAD entry: want JSON, got %q: %v", raw.Data, err)
+	}
+	if e.Reason != dead.ReasonCrash || e.Account != "acme" || e.Kind != "order.create" || string(e.Raw) != `{"order_id":"poison"}` || e.RawSubject != intakeOrderCreate {
+		t.Fatalf("DEAD entry: want {reason %s, account acme, kind order.create, raw body, raw subject}, got %s", dead.ReasonCrash, raw.Data)
+	}
+	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
+	if got := tries.Load(); got != maxDeliveries+1 {
+		t.Fatalf("want %d deliveries (the last one kept in DEAD), got %d", maxDeliveries+1, got)
+	}
+	if rec, ok := h.record(id); ok {
+		t.Fatalf("want no event, got %+v", rec)
+	}
 }

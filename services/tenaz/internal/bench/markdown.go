@@ -131,8 +131,9 @@ Measured with `+"`BENCH_PROFILE_E2E=cpu.prof`"+` (a CPU profile of one tenaz
 throughput round):
 
 - **Server work per event.** tenaz stores five messages per plain event
-  (INTAKE, the record create, EVENTS, the claim, done) and deletes two (the
-  INTAKE and EVENTS acks); the naive loop stores three and deletes one. The
+  (INTAKE, the record create, EVENTS, the claim, done) and deletes one (the
+  EVENTS ack; INTAKE is purged to its ack floor in bulk); the naive loop
+  stores three and deletes one. The
   claim is what makes "two dispatchers never deliver the same attempt" true,
   the INTAKE→EVENTS hop is what lets ingest answer at once and dedup.
 - **Round trips are pipelined.** Ingest accepts intake messages in batches
@@ -199,8 +200,8 @@ throughput round):
   naive loop's two, which is the ratio you see for one account. Different
   streams fsync in parallel: partitions (`+"`streams.partitions`"+`) give the
   accounts of each partition a state bucket and an EVENTS stream of their
-  own (`+"`*_partitions_*`"+`), and INTAKE, one stream, takes one write and one
-  delete per event.
+  own (`+"`*_partitions_*`"+`), and INTAKE, one stream, takes one write per
+  event (its acks delete nothing: ingest purges it to the ack floor).
 
 ## Durable writes per event
 
@@ -214,7 +215,7 @@ rate of publishing to it.)
 | every event | INTAKE publish | producer, or ingest for HTTP | the submission is durable before it is acknowledged; the stream's duplicate window dedups a re-sent one | the producers' API: a NATS producer publishes and is done; the record cannot be written by the producer |
 | every event | record create (state, compare-and-set on no record) | ingest | exactly one event per account and idempotency key; the timeline every operator sees | the uniqueness check must be a compare-and-set on the id's key, which INTAKE (keyed by account and kind) cannot do |
 | every event | EVENTS publish | ingest | the account's dispatch queue: its consumer, its owner, its order | a queue per account is a stream filter; the state bucket's writes (create, claim, done) are not a queue of pending work |
-| every event | INTAKE ack (delete) | ingest | the submission is not taken again | the work queue's removal; kept out of the response path |
+| every event | INTAKE ack (no delete) | ingest | the submission is not taken again | not a write: INTAKE is of limits retention, and ingest purges it up to the consumer's ack floor every 250 ms, one purge for every submission settled meanwhile (a store from before keeps a work-queue INTAKE, whose acks delete) |
 | every event | claim (state, compare-and-set on the create's revision) | dispatcher | the fencing token of the run: a run taken over (redelivery, a new owner) cannot write after another claimed | the claim must be durable before the call: after a crash, the claim is how the next run knows a call may have been made |
 | every event | outcome (state, compare-and-set on the claim's revision) | dispatcher | done, retrying, dead, awaiting a callback: the outcome and its history | it carries the answer, which exists only after the call |
 | every event | EVENTS ack (delete) | dispatcher | the message is not dispatched again | the work queue's removal, after the outcome is stored |

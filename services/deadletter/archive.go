@@ -1,0 +1,276 @@
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/audit"
+	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/streams"
+)
+
+// The archiver writes the audit archive (TENAZ_AUDIT, pkg/audit) from the
+// state buckets' change feed: a durable consumer on each partition's
+// KV_<bucket> stream (streams/data/consumer-deadletter-audit.json),
+// shared by every replica, turns each revision of a record into one
+// message holding the history entries it added. It is off the events'
+// path: nothing the dispatcher, poller or ingest do waits for it, and
+// what it has not read yet waits in its consumer (tenaz_audit_lag_revisions).
+//
+// Each message is written with the expected last sequence of its event's
+// subject, so two replicas (or a redelivery) racing on one event never
+// write an entry twice: the loser re-reads what the archive holds and
+// writes only what is still missing. Deleting the consumers rebuilds the
+// archive's missing entries from the records there are.
+
+// Tuning of the archiver.
+const (
+	archiveWorkers  = 32
+	archiveAttempts = 8
+	// archiveMarks bounds the marks kept in memory (the last message of
+	// recently seen events); a miss costs one direct get.
+	archiveMarks    = 1 << 16
+	archiveLagEvery = 10 * time.Second
+	// consumerAudit is the archiver's durable on every KV_<bucket>.
+	consumerAudit = "deadletter-audit"
+)
+
+// mark is what the archive's last message of an event left, and its
+// sequence (the expected last sequence of the next write).
+type mark struct {
+	seq uint64
+	audit.Mark
+}
+
+type marks struct {
+	mu sync.Mutex
+	m  map[string]mark
+}
+
+func (k *marks) get(subject string) (mark, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	v, ok := k.m[subject]
+	return v, ok
+}
+
+func (k *marks) put(subject string, v mark) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil || len(k.m) >= archiveMarks {
+		k.m = make(map[string]mark) // recent events come back soon enough
+	}
+	k.m[subject] = v
+}
+
+func (k *marks) drop(subject string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, subject)
+}
+
+// startArchive binds TENAZ_AUDIT and starts the archiver's consumers and
+// its lag reader.
+func (s *Service) startArchive(ctx context.Context) error {
+	var err error
+	name := s.subj.Stream(streams.StreamAudit)
+	if s.archive, err = s.js.Stream(ctx, name); err != nil {
+		return fmt.Errorf("deadletter: stream %s: %w", name, err)
+	}
+	var cons []jetstream.Consumer
+	for p := range s.subj.Parts() {
+		bucket := s.subj.StateBucketOf(p)
+		cfg := func() (jetstream.ConsumerConfig, error) {
+			c, err := s.dataConsumer("consumer-deadletter-audit.json")()
+			c.FilterSubject = "$KV." + bucket + ".>"
+			return c, err
+		}
+		if err := s.consume(ctx, "KV_"+bucket, "", cfg, archiveWorkers, s.archiveRevision); err != nil {
+			return err
+		}
+		c, err := s.js.Consumer(ctx, "KV_"+bucket, consumerAudit)
+		if err != nil {
+			return fmt.Errorf("deadletter: consumer %s on KV_%s: %w", consumerAudit, bucket, err)
+		}
+		cons = append(cons, c)
+	}
+	s.bg.Add(1)
+	go s.watchArchiveLag(cons)
+	return nil
+}
+
+// watchArchiveLag reports the archiver's consumers' backlog.
+func (s *Service) watchArchiveLag(cons []jetstream.Consumer) {
+	defer s.bg.Done()
+	t := time.NewTicker(archiveLagEvery)
+	defer t.Stop()
+	for {
+		lag := 0
+		for _, c := range cons {
+			ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
+			info, err := c.Info(ctx)
+			cancel()
+			if err != nil {
+				lag = -1
+				break
+			}
+			lag += int(info.NumPending) + info.NumAckPending
+		}
+		if lag >= 0 {
+			metrics.Default.AuditLag(lag)
+		}
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// archiveRevision archives one revision of a state record.
+func (s *Service) archiveRevision(ctx context.Context, m jetstream.Msg) {
+	if op := m.Headers().Get("KV-Operation"); op != "" || m.Headers().Get("Nats-Marker-Reason") != "" || len(m.Data()) == 0 {
+		// A deletion, a purge or an expiry: the record's history was
+		// archived as it was written.
+		metrics.Default.AuditArchived("skipped")
+		_ = m.Ack()
+		return
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	var rec state.Record
+	if err := json.Unmarshal(m.Data(), &rec); err != nil || rec.ID == "" || rec.Account == "" {
+		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("audit: a state revision that is not a record; not archived")
+		metrics.Default.AuditArchived("skipped")
+		_ = m.Term()
+		return
+	}
+	result, err := s.archiveRecord(ctx, rec, meta.Sequence.Stream)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("audit: archiving a revision failed; it is retried")
+		}
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	metrics.Default.AuditArchived(result)
+	_ = m.Ack()
+}
+
+// archiveRecord writes what revision rev of rec adds to the archive:
+// "written", or "unchanged" when the archive has it all already.
+func (s *Service) archiveRecord(ctx context.Context, rec state.Record, rev uint64) (string, error) {
+	subject := audit.Subject(s.cfg.Prefix, rec.Account, rec.EntityID, rec.ID)
+	for range archiveAttempts {
+		last, ok := s.marks.get(subject)
+		if !ok {
+			var err error
+			if last, err = s.lastMark(ctx, subject); err != nil {
+				return "", err
+			}
+		}
+		r, add := audit.Diff(rec, rev, last.Mark)
+		if !add {
+			return "unchanged", nil
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return "", err
+		}
+		ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: b}, jetstream.WithExpectLastSequencePerSubject(last.seq))
+		if store.IsWrongSequence(err) {
+			s.marks.drop(subject) // another write came first: see what it left
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("writing %s: %w", subject, err)
+		}
+		s.marks.put(subject, mark{seq: ack.Sequence, Mark: audit.MarkOf(r)})
+		return "written", nil
+	}
+	return "", fmt.Errorf("writing %s: %d conflicting writes in a row", subject, archiveAttempts)
+}
+
+// lastMark reads the archive's last message of an event.
+func (s *Service) lastMark(ctx context.Context, subject string) (mark, error) {
+	raw, err := s.archive.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return mark{}, nil
+	}
+	if err != nil {
+		return mark{}, fmt.Errorf("reading %s: %w", subject, err)
+	}
+	var r audit.Revision
+	if err := json.Unmarshal(raw.Data, &r); err != nil {
+		return mark{}, fmt.Errorf("reading %s: %w", subject, err)
+	}
+	return mark{seq: raw.Sequence, Mark: audit.MarkOf(r)}, nil
+}
+
+// archiveAction writes an operator action on an account or a breaker to
+// the archive (its id in the duplicate window is its tenaz_ops key).
+func (s *Service) archiveAction(ctx context.Context, key string, at time.Time, a []byte, account string) error {
+	msg := &nats.Msg{Subject: audit.OpsSubject(s.cfg.Prefix, account, at.UnixNano()), Data: a, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, key)
+	_, err := s.js.PublishMsg(ctx, msg)
+	return err
+}
+
+// readArchive calls fn with every archived message matching filter (from
+// since, when not zero), in the archive's order, and stops at what the
+// archive held when it began.
+func (s *Service) readArchive(ctx context.Context, filter string, since time.Time, fn func(subject string, data []byte) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	c, err := s.js.OrderedConsumer(ctx, s.subj.Stream(streams.StreamAudit), cfg)
+	if err != nil {
+		return fmt.Errorf("reading the audit archive: %w", err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the audit archive: %w", err)
+	}
+	// Each fetch asks for no more than is left, so that it completes at
+	// once rather than waiting out its expiry.
+	for left := info.NumPending; left > 0; {
+		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			return fmt.Errorf("reading the audit archive: %w", err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			left--
+			if err := fn(m.Subject(), m.Data()); err != nil {
+				for range batch.Messages() { // let the fetch end
+				}
+				return err
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("reading the audit archive: %w", err)
+		}
+		if got == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			// What was pending expired (audit.retention) meanwhile.
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,321 @@
+package deadletter_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/tenaz"
+)
+
+// submitFor submits an event about entity over NATS and returns its id.
+func submitFor(t *testing.T, e *env, account, kind, entity, key, payload string) string {
+	t.Helper()
+	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
+	m.Data = []byte(payload)
+	m.Header.Set("Idempotency-Key", key)
+	m.Header.Set(tenaz.HeaderEntityID, entity)
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return event.ID(account, key)
+}
+
+// getWith does a GET with "Authorization: Bearer <key>" (alice's Basic
+// when key is "") and returns the status and body.
+func (e *env) getWith(key, path string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return resp.StatusCode, b.String()
+}
+
+// timeline reads an entity's timeline as alice.
+func (e *env) timeline(account, entity string) (ops.TimelineReply, int) {
+	e.t.Helper()
+	var rep ops.TimelineReply
+	st := e.get("/v1/entities/"+account+"/"+url.PathEscape(entity)+"/timeline", &rep)
+	return rep, st
+}
+
+// exported reads an export as alice and decodes its lines.
+func (e *env) exported(q url.Values) []ops.AuditEntry {
+	e.t.Helper()
+	st, body := e.getWith("", "/v1/audit/export?"+q.Encode())
+	if st != http.StatusOK {
+		e.t.Fatalf("export %v: want 200, got %d %s", q, st, body)
+	}
+	var out []ops.AuditEntry
+	for _, line := range strings.Split(strings.TrimSpace(body), "\n") {
+		if line == "" {
+			continue
+		}
+		var a ops.AuditEntry
+		if err := json.Unmarshal([]byte(line), &a); err != nil || a.Action == "" {
+			e.t.Fatalf("export line %q: %v", line, err)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func indexOf(items []ops.AuditEntry, f func(ops.AuditEntry) bool) int {
+	return slices.IndexFunc(items, f)
+}
+
+// "What happened to proposal-42", once streams.retention has expired its
+// records: its two events (one that went from the primary bureau to the
+// fallback, one that died and an operator replayed) and the pause and
+// resume of the account in between, in order, from the timeline and the
+// export; another entity's event is in neither timeline.
+func TestEntityTimelineOutlivesTheRecords(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "streams: {retention: 2s}")
+	e.p.SetFaults(provider.Faults{FailFirst: 1})
+	startIngest(t, e)
+	e.startDispatcher(nil)
+	start := time.Now().UTC().Add(-time.Second)
+	credit := submitFor(t, e, "acme", "credit.evaluate", "proposal-42", "p42-credit", `{"applicant":"A-1"}`)
+	order := submitFor(t, e, "acme", "order.create", "proposal-42", "p42-order", `{"n":1}`)
+	other := submitFor(t, e, "acme", "credit.evaluate", "proposal-43", "p43-credit", `{"applicant":"A-2"}`)
+	e.waitDone(credit, other)
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		r, _, err := e.st.Get(context.Background(), "", order)
+		return err == nil && r.Status == tenaz.StateDead
+	}, "the order to die of its 503 (one attempt)")
+	e.waitListed(tenaz.StateDead, url.Values{"account": {"acme"}}, 1)
+
+	for _, a := range []struct{ path, reason string }{{"/v1/accounts/acme/pause", "bureau maintenance"}, {"/v1/accounts/acme/resume", "bureau is back"}} {
+		if st, body := e.post(a.path, map[string]string{"reason": a.reason}, nil); st != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", a.path, st, body)
+		}
+	}
+	if st, body := e.post("/v1/dead/"+order+"/replay", map[string]string{"reason": "erp fixed"}, nil); st != http.StatusOK {
+		t.Fatalf("replay: %d %s", st, body)
+	}
+	e.waitDone(order)
+	for _, id := range []string{credit, order, other} {
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			_, _, err := e.st.Get(context.Background(), "", id)
+			return errors.Is(err, store.ErrNotFound)
+		}, "the record of %s to expire (streams.retention 2s): %+v", id, func() any { r, _, _ := e.st.Get(context.Background(), "", id); return r }())
+	}
+
+	var rep ops.TimelineReply
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		var st int
+		rep, st = e.timeline("acme", "proposal-42")
+		return st == http.StatusOK && indexOf(rep.Items, func(a ops.AuditEntry) bool { return a.EventID == order && a.Action == string(state.Succeed) }) >= 0
+	}, "the timeline to hold the replayed order's success")
+	if len(rep.Events) != 2 || rep.Events[0].Live || rep.Events[1].Live {
+		t.Fatalf("events: want the credit and the order, both expired, got %+v", rep.Events)
+	}
+	for _, ev := range rep.Events {
+		if ev.Status != tenaz.StateDone || ev.ID != credit && ev.ID != order {
+			t.Fatalf("event %+v: want one of %s %s, done", ev, credit, order)
+		}
+	}
+	at := func(what string, f func(ops.AuditEntry) bool) int {
+		t.Helper()
+		i := indexOf(rep.Items, f)
+		if i < 0 {
+			t.Fatalf("timeline: no %s in %+v", what, rep.Items)
+		}
+		return i
+	}
+	primary := at("primary claim of the credit", func(a ops.AuditEntry) bool {
+		return a.EventID == credit && a.Action == string(state.Claim) && a.Stage == state.StagePrimary
+	})
+	fallback := at("fallback of the credit", func(a ops.AuditEntry) bool { return a.EventID == credit && a.Action == string(state.Fallback) })
+	secondary := at("fallback claim of the credit", func(a ops.AuditEntry) bool {
+		return a.EventID == credit && a.Action == string(state.Claim) && a.Stage == state.StageFallback
+	})
+	creditDone := at("the credit's success", func(a ops.AuditEntry) bool { return a.EventID == credit && a.Action == string(state.Succeed) })
+	died := at("the order's failure", func(a ops.AuditEntry) bool { return a.EventID == order && a.Action == string(state.Fail) })
+	pause := at("the pause", func(a ops.AuditEntry) bool {
+		return a.Action == ops.ActionPause && a.Actor == "operator:alice" && a.Reason == "bureau maintenance"
+	})
+	resume := at("the resume", func(a ops.AuditEntry) bool { return a.Action == ops.ActionResume })
+	replay := at("the replay", func(a ops.AuditEntry) bool {
+		return a.EventID == order && a.Action == string(state.Replay) && a.Actor == "operator:alice" && a.Detail == "erp fixed"
+	})
+	orderDone := at("the order's success", func(a ops.AuditEntry) bool { return a.EventID == order && a.Action == string(state.Succeed) })
+	if !(primary < fallback && fallback < secondary && secondary < creditDone && died < pause && creditDone < pause && pause < resume && resume < replay && replay < orderDone) {
+		t.Fatalf("timeline out of order: primary %d fallback %d secondary %d done %d died %d pause %d resume %d replay %d done %d in %+v",
+			primary, fallback, secondary, creditDone, died, pause, resume, replay, orderDone, rep.Items)
+	}
+	if i := indexOf(rep.Items, func(a ops.AuditEntry) bool { return a.EventID == other }); i >= 0 {
+		t.Fatalf("timeline of proposal-42 holds proposal-43's event: %+v", rep.Items[i])
+	}
+	for i := 1; i < len(rep.Items); i++ {
+		if p, c := rep.Items[i-1], rep.Items[i]; c.EventID != "" && p.EventID == c.EventID && p.Step >= c.Step {
+			t.Fatalf("timeline: %s's step %d after step %d (an entry twice, or out of order)", c.EventID, c.Step, p.Step)
+		}
+	}
+
+	lines := e.exported(url.Values{"since": {start.Format(time.RFC3339)}, "account": {"acme"}})
+	for _, want := range []struct {
+		what string
+		f    func(ops.AuditEntry) bool
+	}{
+		{"the credit's fallback", func(a ops.AuditEntry) bool { return a.EventID == credit && a.Action == string(state.Fallback) }},
+		{"the replay", func(a ops.AuditEntry) bool {
+			return a.EventID == order && a.Action == string(state.Replay) && a.Actor == "operator:alice"
+		}},
+		{"the pause", func(a ops.AuditEntry) bool { return a.Action == ops.ActionPause && a.Reason == "bureau maintenance" }},
+		{"proposal-43's event", func(a ops.AuditEntry) bool { return a.EventID == other && a.EntityID == "proposal-43" }},
+	} {
+		if indexOf(lines, want.f) < 0 {
+			t.Fatalf("export: no %s in %d lines", want.what, len(lines))
+		}
+	}
+	byEvent := e.exported(url.Values{"event": {order}})
+	if len(byEvent) == 0 || slices.ContainsFunc(byEvent, func(a ops.AuditEntry) bool { return a.EventID != order }) {
+		t.Fatalf("export by event: want only %s's entries, got %+v", order, byEvent)
+	}
+	if st, body := e.getWith("", "/v1/audit/export?since=yesterday"); st != http.StatusBadRequest || !strings.Contains(body, "invalid_since") {
+		t.Fatalf("a bad since: want 400 invalid_since, got %d %s", st, body)
+	}
+	if st, body := e.getWith("", "/v1/audit/export"); st != http.StatusBadRequest || !strings.Contains(body, "since_required") {
+		t.Fatalf("no since: want 400 since_required, got %d %s", st, body)
+	}
+}
+
+// An API key with the read scope reads its own account's timeline and
+// export, over HTTP and NATS, and none of another account's, though both
+// accounts have an entity of the same id; a key without the read scope
+// reads none.
+func TestTimelineKeepsAccountsApart(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	startIngest(t, e)
+	e.startDispatcher(nil)
+	start := time.Now().UTC().Add(-time.Second)
+	acme := submitFor(t, e, "acme", "credit.evaluate", "E-1", "acme-e1", `{"applicant":"A"}`)
+	globex := submitFor(t, e, "globex", "credit.evaluate", "E-1", "globex-e1", `{"applicant":"G"}`)
+	e.waitDone(acme, globex)
+	const path = "/v1/entities/%s/E-1/timeline"
+	read := func(key, account string) (int, ops.TimelineReply) {
+		var rep ops.TimelineReply
+		var st int
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			var body string
+			st, body = e.getWith(key, strings.Replace(path, "%s", account, 1))
+			rep = ops.TimelineReply{}
+			if st == http.StatusOK {
+				if err := json.Unmarshal([]byte(body), &rep); err != nil {
+					t.Fatalf("timeline: %v in %s", err, body)
+				}
+			}
+			return st != http.StatusNotFound && (st != http.StatusOK || slices.ContainsFunc(rep.Items, func(a ops.AuditEntry) bool { return a.Action == string(state.Succeed) }))
+		}, "%s's timeline archived", account)
+		return st, rep
+	}
+	for _, c := range []struct {
+		key, account, want string
+	}{{acmeReadKey, "acme", acme}, {globexReadKey, "globex", globex}} {
+		st, rep := read(c.key, c.account)
+		if st != http.StatusOK || len(rep.Events) != 1 || rep.Events[0].ID != c.want {
+			t.Fatalf("%s's key on its own entity: want 200 with %s only, got %d %+v", c.account, c.want, st, rep.Events)
+		}
+	}
+	for _, c := range []struct{ key, account string }{{acmeReadKey, "globex"}, {globexReadKey, "acme"}, {acmeSubmitKey, "acme"}} {
+		if st, body := e.getWith(c.key, strings.Replace(path, "%s", c.account, 1)); st != http.StatusForbidden {
+			t.Fatalf("a key on %s's timeline that it may not read: want 403, got %d %s", c.account, st, body)
+		}
+	}
+	var rep ops.TimelineReply
+	err := e.callWith(acmeReadKey, ops.EntitiesTimeline, ops.TimelineRequest{Account: "globex", EntityID: "E-1"}, &rep)
+	var oe *ops.Error
+	if !errors.As(err, &oe) || oe.Status != http.StatusForbidden {
+		t.Fatalf("NATS: acme's key on globex's timeline: want 403, got %v %+v", err, rep)
+	}
+	if err := e.callWith(acmeReadKey, ops.EntitiesTimeline, ops.TimelineRequest{Account: "acme", EntityID: "E-1"}, &rep); err != nil || len(rep.Events) != 1 || rep.Events[0].ID != acme {
+		t.Fatalf("NATS: acme's key on its own timeline: want %s, got %v %+v", acme, err, rep)
+	}
+
+	since := url.QueryEscape(start.Format(time.RFC3339))
+	st, body := e.getWith(acmeReadKey, "/v1/audit/export?since="+since)
+	if st != http.StatusOK || !strings.Contains(body, acme) || strings.Contains(body, globex) || strings.Contains(body, `"account":"globex"`) {
+		t.Fatalf("acme's key exports: want acme's entries only, got %d %s", st, body)
+	}
+	if st, body := e.getWith(acmeReadKey, "/v1/audit/export?account=globex&since="+since); st != http.StatusForbidden {
+		t.Fatalf("acme's key exporting globex: want 403, got %d %s", st, body)
+	}
+	if st, body := e.getWith(acmeReadKey, "/v1/audit/export?event="+globex); st != http.StatusOK || strings.Contains(body, globex) {
+		t.Fatalf("acme's key exporting globex's event: want nothing of it, got %d %s", st, body)
+	}
+	if st, body := e.getWith(globexReadKey, "/v1/audit/export?event="+globex); st != http.StatusOK || !strings.Contains(body, globex) {
+		t.Fatalf("globex's key exporting its event: want its entries, got %d %s", st, body)
+	}
+}
+
+// The timeline and the export answer what the OpenAPI document says, to
+// an operator and to API keys.
+func TestOpenAPIContractAudit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	c, want := e.contract(t)
+	alice := operatorKeys["alice"]
+	startIngest(t, e)
+	e.startDispatcher(nil)
+	id := submitFor(t, e, "acme", "credit.evaluate", "E-9", "contract-e9", `{"applicant":"A"}`)
+	e.waitDone(id)
+	natstest.Eventually(t, 30*time.Second, func() bool { _, st := e.timeline("acme", "E-9"); return st == http.StatusOK }, "E-9 archived")
+	const tl = "/v1/entities/acme/E-9/timeline"
+	want(200, "GET", tl, alice, "", "an operator")
+	want(200, "GET", tl, acmeReadKey, "", "the account's read key")
+	want(400, "GET", "/v1/entities/ac.me/E-9/timeline", alice, "", "a bad account")
+	want(401, "GET", tl, "", "", "no credential")
+	want(403, "GET", tl, globexReadKey, "", "another account's key")
+	want(403, "GET", tl, acmeSubmitKey, "", "a key without the read scope")
+	want(404, "GET", "/v1/entities/acme/E-10/timeline", alice, "", "an entity with no event")
+	const ex = "/v1/audit/export?since=2026-01-01"
+	want(200, "GET", ex, alice, "", "an operator")
+	want(200, "GET", ex+"&until=2099-01-01&account=acme", acmeReadKey, "", "the account's read key")
+	want(200, "GET", "/v1/audit/export?event="+id, alice, "", "one event")
+	want(400, "GET", "/v1/audit/export", alice, "", "no since")
+	want(400, "GET", "/v1/audit/export?since=2026-13-01", alice, "", "a bad since")
+	want(401, "GET", ex, "", "", "no credential")
+	want(403, "GET", ex+"&account=acme", globexReadKey, "", "another account's key")
+
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.dl.Stop(stop); err != nil {
+		t.Fatal(err)
+	}
+	want(503, "GET", tl, alice, "", "the service stopped")
+	want(503, "GET", ex, alice, "", "the service stopped")
+	internal := "an unexpected stream error: no request brings one about"
+	c.Covered(t, apitest.Under("/v1/entities", "/v1/audit"), map[string]string{
+		"GET /v1/entities/{account}/{entity}/timeline 500": internal, "GET /v1/audit/export 500": internal})
+}
