@@ -48,6 +48,9 @@ type Options struct {
 	// refused (and their writers retry) rather than old ones dropped
 	// (deadletter.max_bytes). Defaults to 0: no bound of its own.
 	DeadMaxBytes int64
+	// AuditMaxAge is how long TENAZ_AUDIT keeps an entry (audit.retention).
+	// Defaults to the data file's 400 days.
+	AuditMaxAge time.Duration
 	// Partitions is how many partitions hold the events' dispatch and
 	// state (streams.partitions). 0: the store's own count, or
 	// DefaultPartitions for a new store. Streams and Buckets lay out
@@ -140,10 +143,17 @@ func Streams(o Options) ([]jetstream.StreamConfig, error) {
 				c.MaxBytes = o.DeadMaxBytes
 			}
 		}
+		if c.Name == StreamName(o.prefix(), StreamAudit) && o.AuditMaxAge > 0 {
+			c.MaxAge = o.AuditMaxAge
+			c.Duplicates = min(c.Duplicates, c.MaxAge)
+		}
 		out = append(out, c)
 	}
 	return out, nil
 }
+
+// StreamAudit is the name of the audit archive (data/stream-audit.json).
+const StreamAudit = "TENAZ_AUDIT"
 
 // StreamDead is the name of the dead-letter stream (data/stream-dead.json).
 const StreamDead = "DEAD"

@@ -80,6 +80,16 @@ var routes = map[string]Class{
 	"POST /v1/events/{id}/retry":                OperatorOnly,
 	"POST /v1/events/{id}/cancel-wait":          OperatorOnly,
 	"GET /v1/actions":                           OperatorOnly,
+	// search: an API key finds its own account's events
+	"GET /v1/events": AnyCredential, // Require(Read), the key's account
+	// the config in force and the accounts bucket (pkg/live)
+	"GET /v1/config":                       OperatorOnly,
+	"GET /v1/config/accounts":              OperatorOnly,
+	"PUT /v1/config/accounts/{account}":    OperatorOnly,
+	"DELETE /v1/config/accounts/{account}": OperatorOnly,
+	// the audit archive: an API key reads its own account's
+	"GET /v1/entities/{account}/{entity}/timeline": AnyCredential, // Require(Read), the path's account
+	"GET /v1/audit/export":                         AnyCredential, // Require(Read), the key's account
 
 	// services/deadletter: the screen
 	"GET /ui/{$}":           OperatorOnly,
@@ -93,7 +103,11 @@ var routes = map[string]Class{
 	"GET /ui/accounts":      OperatorOnly,
 	"GET /ui/retrying":      OperatorOnly,
 	"GET /ui/scheduled":     OperatorOnly,
+	"GET /ui/overview":      OperatorOnly,
 	"POST /ui/actions":      OperatorOnly,
+
+	// the screen's entity timeline
+	"GET /ui/entities/{account}/{entity}": OperatorOnly,
 }
 
 // ClassOf returns the class of the route registered as pattern; ok is

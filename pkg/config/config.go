@@ -35,6 +35,8 @@ type Config struct {
 	Demo Demo `yaml:"demo"`
 	// Deadletter sets the operator screen, replay jobs and the nightly digest.
 	Deadletter Deadletter `yaml:"deadletter"`
+	// Audit sets the audit archive of every transition and operator action.
+	Audit Audit `yaml:"audit"`
 	// Auth guards the HTTP API with API keys and operator credentials.
 	Auth Auth `yaml:"auth"`
 	// Poller sets how the poller service polls and reconciles.
@@ -43,6 +45,12 @@ type Config struct {
 	Metrics Metrics `yaml:"metrics"`
 	// Outbox sets the producer outbox relay (tenaz outbox relay).
 	Outbox Outbox `yaml:"outbox"`
+	// SealingKey seals the secrets (target header values) of the accounts
+	// kept in the accounts bucket, with AES-256-GCM: the standard base64
+	// of 32 random bytes ("openssl rand -base64 32"), best given as
+	// ${ENV}. Every process that reads the bucket needs the same key.
+	// Defaults to "" (the bucket then takes no secrets).
+	SealingKey Secret `yaml:"sealing_key"`
 	// StopTimeout is how long a process may take to drain on SIGTERM:
 	// calls in flight finish and their outcomes are stored; what is still
 	// running after it is cut, and a cut call is made again. Every

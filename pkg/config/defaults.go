@@ -175,6 +175,7 @@ func (c *Config) WithDefaults() *Config {
 	setDur(&c.Outbox.PollInterval, Duration(time.Second))
 	setDur(&c.StopTimeout, DefaultStopTimeout)
 	c.Deadletter.withDefaults()
+	c.Audit.withDefaults()
 	c.Metrics.withDefaults(c.explicitZero)
 	if c.Demo.FailureRate == 0 && !c.explicitZero["demo.failure_rate"] {
 		c.Demo.FailureRate = defaultFailureRate

@@ -116,10 +116,25 @@ const (
 
 	// NameBuildInfo is the binary's version, revision and Go version.
 	NameBuildInfo = "tenaz_build_info"
+
+	// The live config's (pkg/live): how the last reload went, when the
+	// last good one was, and the accounts of the accounts bucket.
+	NameConfigReloadSuccess = "tenaz_config_reload_success"
+	NameConfigReloadTime    = "tenaz_config_reload_timestamp_seconds"
+	NameConfigReloads       = "tenaz_config_reloads_total"
+	NameConfigStored        = "tenaz_config_stored_accounts"
 )
 
 // Catalog is every tenaz metric. docs/metrics.md documents each one.
 var Catalog = []Info{
+	{Name: NameConfigReloadSuccess, Type: Gauge, Emitter: "every tenaz process",
+		Help: "1 if the last reload of tenaz.yaml (SIGHUP or a change of the file) was applied, 0 if it was refused: the config before it is still in force."},
+	{Name: NameConfigReloadTime, Type: Gauge, Emitter: "every tenaz process",
+		Help: "Unix time of the last reload of tenaz.yaml that was applied; absent (0) before the first."},
+	{Name: NameConfigReloads, Type: Counter, Labels: []string{"result"}, Emitter: "every tenaz process",
+		Help: "Reloads of tenaz.yaml, by result (applied, refused)."},
+	{Name: NameConfigStored, Type: Gauge, Labels: []string{"state"}, Emitter: "every tenaz process",
+		Help: "Accounts of the accounts bucket in force (state applied) and left out (refused: the file declares the account, or it does not fit the file)."},
 	{Name: NameBuildInfo, Type: Gauge, Labels: []string{"version", "revision", "go_version"}, Emitter: "every tenaz binary",
 		Help: "1, with the tenaz version, the VCS revision and the Go version the binary was built with."},
 	{Name: NameAccepted, Type: Counter, Labels: []string{"account", "kind"}, Emitter: "ingest",
@@ -176,6 +191,10 @@ var Catalog = []Info{
 		Help: "Calls of the account held back until a limit let them go, by limit (concurrency: a free slot, rate: the account's rate); exported by the replica that owns the account."},
 	{Name: NameAccountOwner, Type: Gauge, Labels: []string{"account", "instance"}, Emitter: "dispatcher (the account's owner)",
 		Help: "1 on the replica that owns the account (holds its lease in tenaz_owners), with that replica's name; no other replica exports the account."},
+	{Name: NameAuditLag, Type: Gauge, Emitter: "deadletter (audit archiver)",
+		Help: "State-record revisions not yet in the audit archive (TENAZ_AUDIT): the pending and unacknowledged messages of the deadletter-audit consumers over every partition, as this replica last read them."},
+	{Name: NameAuditArchived, Type: Counter, Labels: []string{"result"}, Emitter: "deadletter (audit archiver)",
+		Help: "State-record revisions the archiver handled, by result (written: entries added; unchanged: nothing new, as after a redelivery; skipped: a deletion or expiry marker)."},
 	{Name: NameSearchLag, Type: Gauge, Emitter: "deadletter (search indexer)",
 		Help: "State-record revisions not yet in the search index (tenaz_search): what the deadletter-search consumers had still to deliver over every partition when each last fetched."},
 	{Name: NameSearchWrites, Type: Counter, Labels: []string{"op"}, Emitter: "deadletter (search indexer)",

@@ -28,6 +28,7 @@ type Set struct {
 	backlog  *backlog
 	accounts *accounts
 	targets  *targets
+	audit    *audit
 	search   *searchIndex
 	build    prometheus.Metric
 	now      func() time.Time
@@ -117,6 +118,7 @@ func newSet(reg prometheus.Registerer, now func() time.Time) (*Set, error) {
 	s.backlog = newBacklog(label)
 	s.accounts = newAccounts(label)
 	s.targets = newTargets()
+	s.audit = newAudit()
 	s.search = newSearchIndex()
 	s.build = buildMetric(Build())
 	if err := reg.Register(s); err != nil {
@@ -236,7 +238,7 @@ func (c *core) collectors() []prometheus.Collector {
 }
 
 func (s *Set) collectors() []prometheus.Collector {
-	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets, s.search)
+	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets, s.audit, s.search)
 }
 
 // Describe implements prometheus.Collector.

@@ -301,6 +301,8 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.ConsumerBacklog("a", 1, 1)
 	s.SearchLag(1)
 	s.SearchWrite("put")
+	s.AuditLag(1)
+	s.AuditArchived("written")
 	defer s.WatchAccounts(func() []metrics.AccountLoad {
 		return []metrics.AccountLoad{{Account: "a", Instance: "d1", Concurrency: 2, Rate: 10, InFlight: 1}}
 	})()

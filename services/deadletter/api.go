@@ -40,8 +40,13 @@ import (
 //	POST /v1/events/{id}/retry          {reason} → EventReply
 //	POST /v1/events/{id}/cancel-wait    {reason} → EventReply
 //	GET  /v1/actions                    ActionsReply (query: account limit)
+//	GET  /v1/entities/{account}/{entity}/timeline  TimelineReply (an API key: its account)
+//	GET  /v1/audit/export               JSON Lines of AuditEntry (query: since until account event)
+//	GET  /v1/events                     FindReply (query: account kind state entity idempotency_key provider_ref since until cursor limit; an API key: its account)
 //
-// Every route is operator-only (pkg/auth's class of its pattern); the
+// Every route but the timeline and the export is operator-only (pkg/auth's
+// class of its pattern); those two also answer an API key with the read
+// scope, for its own account (timeline.go). The
 // actor recorded is the principal the Guard authenticated, never a body
 // field.
 func (s *Service) apiRoutes(mux readyMux) {
@@ -98,6 +103,9 @@ func (s *Service) apiRoutes(mux readyMux) {
 		s.answer(w, http.StatusOK, item, err)
 	})
 	s.operatorRoutes(mux)
+	s.auditRoutes(mux)
+	s.searchRoutes(mux)
+	s.storedRoutes(mux)
 }
 
 func (s *Service) answerReplay(w http.ResponseWriter, r *http.Request, req ops.ReplayRequest) {

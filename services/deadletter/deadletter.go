@@ -21,7 +21,9 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	liveconfig "github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
@@ -48,6 +50,10 @@ type Options struct {
 	Conn *nats.Conn
 	// Config is the validated tenaz config. Required.
 	Config *config.Config
+	// Live is the config in force, reloaded (pkg/live), whose accounts
+	// bucket the operator API manages (/v1/config). Defaults to Config
+	// alone, with the accounts bucket watched from Start.
+	Live *liveconfig.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// SkipStreams does not apply the stream layout at start (tenaz run
@@ -73,6 +79,7 @@ type Options struct {
 type Service struct {
 	o    Options
 	cfg  *config.Config
+	live *liveconfig.Config // the accounts and targets in force, the accounts bucket (stored.go)
 	log  zerolog.Logger
 	js   jetstream.JetStream
 	subj tenaz.Subjects
@@ -89,6 +96,13 @@ type Service struct {
 	brk    *breaker.Registry
 	ui     *ui
 	tabs   *tabCounts
+
+	// archive is TENAZ_AUDIT; marks the archiver's last write per event.
+	archive jetstream.Stream
+	marks   marks
+
+	indexer *search.Indexer // the search index's (search.go)
+	search  *search.Searcher
 
 	mu       sync.Mutex
 	started  bool
@@ -133,6 +147,9 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: tenaz.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
+	if s.live = o.Live; s.live == nil {
+		s.live = liveconfig.Static(o.Config)
+	}
 	if s.ui, err = newUI(s); err != nil {
 		return nil, err
 	}
@@ -163,6 +180,11 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("deadletter: %w", err)
 	}
 	s.q = queue.New(s.js, s.subj)
+	if s.o.Live == nil { // no process watches the accounts bucket for us
+		if err = s.live.Watch(s.runCtx, s.js, store.LayoutOptions(s.cfg)); err != nil {
+			return fmt.Errorf("deadletter: %w", err)
+		}
+	}
 	s.prov = accounts.NewProvisioner(s.js, s.o.Conn, s.cfg, s.subj)
 	if s.kvIdx, err = s.js.KeyValue(ctx, s.subj.Bucket(BucketIndex)); err != nil {
 		return fmt.Errorf("deadletter: bucket %s: %w", s.subj.Bucket(BucketIndex), err)
@@ -192,6 +214,12 @@ func (s *Service) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("deadletter: %w", err)
 	}
 	if err := s.startDigest(ctx); err != nil {
+		return err
+	}
+	if err := s.startArchive(ctx); err != nil {
+		return err
+	}
+	if err := s.startSearch(ctx); err != nil {
 		return err
 	}
 	s.bg.Add(1)
@@ -279,6 +307,9 @@ func (s *Service) stopLocked(ctx context.Context) error {
 	}
 	s.ccs = nil
 	s.wg.Wait()
+	if serr := s.stopSearch(ctx); serr != nil && err == nil {
+		err = serr
+	}
 	if s.cancel != nil {
 		s.cancel(ErrStopped)
 	}

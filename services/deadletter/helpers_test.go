@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +53,8 @@ type env struct {
 
 // Operators of every test's config, each with a key: the history names
 // whoever's key a request carries. acme-submit is an API key (submit only)
-// of account acme.
+// of account acme; acme-read and globex-read (acmeReadKey, globexReadKey)
+// are read-only keys of their accounts.
 var (
 	operatorKeys  = map[string]string{}
 	acmeSubmitKey string
@@ -71,9 +73,23 @@ var (
 			panic(err)
 		}
 		acmeSubmitKey = k
-		return y + fmt.Sprintf("  keys:\n    acme-submit: {account: acme, scopes: [submit], hash: %q}\n", h)
+		y += fmt.Sprintf("  keys:\n    acme-submit: {account: acme, scopes: [submit], hash: %q}\n", h)
+		for _, r := range []struct {
+			id  string
+			key *string
+		}{{"acme-read", &acmeReadKey}, {"globex-read", &globexReadKey}} {
+			k, h, err := auth.NewKey()
+			if err != nil {
+				panic(err)
+			}
+			*r.key = k
+			y += fmt.Sprintf("    %s: {account: %s, scopes: [read], hash: %q}\n", r.id, strings.TrimSuffix(r.id, "-read"), h)
+		}
+		return y
 	}()
 )
+
+var acmeReadKey, globexReadKey string
 
 // baseYAML routes order.create and invoice.send to the provider (one
 // attempt: a 422 is dead at once), credit.evaluate with a fallback,

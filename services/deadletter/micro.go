@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -105,11 +106,33 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		{ops.EventsCancel, endpoint(s.cancelWait)},
 		{ops.ActionsList, endpoint(s.actions)},
 	}
+	eps = append(eps, s.storedEndpoints()...)
+	// The timeline also answers an API key with the read scope (for its
+	// own account: timeline checks it).
+	reader := func(authorization string) (auth.Principal, error) {
+		p, err := s.o.Auth.AuthenticateHeader(authorization)
+		if err == nil && !p.Has(auth.Read) {
+			err = fmt.Errorf("%w: %s has no read scope", auth.ErrNotOperator, p)
+		}
+		return p, err
+	}
+	eps = append(eps, struct {
+		name string
+		h    func(ctx context.Context, data []byte) (any, error)
+	}{ops.EntitiesTimeline, endpoint(s.timeline)})
+	eps = append(eps, struct {
+		name string
+		h    func(ctx context.Context, data []byte) (any, error)
+	}{ops.EventsFind, endpoint(s.findEvents)})
 	for _, ep := range eps {
 		h := ep.h
 		name := microName(ep.name)
+		authorize := s.o.Auth.RequireOperator
+		if ep.name == ops.EntitiesTimeline || ep.name == ops.EventsFind {
+			authorize = reader
+		}
 		if err := m.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
-			p, err := s.o.Auth.RequireOperator(r.Headers().Get(ops.AuthorizationHeader))
+			p, err := authorize(r.Headers().Get(ops.AuthorizationHeader))
 			if err != nil {
 				status, code, msg := auth.Refusal(err)
 				microError(r, status, code, msg)

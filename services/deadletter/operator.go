@@ -28,8 +28,9 @@ import (
 // callback or poll wait, open a breaker until a time. Each needs a reason
 // and records who (the credential's principal, actorOf): an action on an
 // event in the event's history, an action on an account or a breaker in
-// the audit, kept in tenaz_ops (audit.<account>.<time>, no expiry) and
-// published on <prefix>.advisory.action.<account>.
+// the audit, kept in tenaz_ops (audit.<account>.<time>, no expiry) and in
+// the audit archive (archive.go), and published on
+// <prefix>.advisory.action.<account>.
 
 // actionTimeout bounds what an action does after its first write, which
 // it finishes even if its caller goes away.
@@ -295,7 +296,7 @@ func (s *Service) openBreaker(ctx context.Context, req ops.OpenBreakerRequest) (
 	if tenaz.ValidateAccount(req.Account) != nil || req.Target == "" {
 		return ops.BreakerItem{}, fail(http.StatusBadRequest, "invalid_breaker", "give a valid account and target, got %q and %q", req.Account, req.Target)
 	}
-	if _, ok := s.cfg.Target(req.Target); !ok {
+	if _, ok := s.live.Load().Target(req.Target); !ok {
 		return ops.BreakerItem{}, fail(http.StatusNotFound, "unknown_target", "no target %q is configured", req.Target)
 	}
 	why, err := needReason(req.Reason)
@@ -357,6 +358,9 @@ func (s *Service) audit(ctx context.Context, a ops.Action) error {
 	}
 	if err != nil {
 		return fmt.Errorf("the %s of %s was done, but its audit entry could not be written: %w", a.Action, a.Account, err)
+	}
+	if err := s.archiveAction(ctx, auditKey(a.Account, at), at, b, a.Account); err != nil {
+		return fmt.Errorf("the %s of %s was done and audited, but it could not be written to the audit archive: %w", a.Action, a.Account, err)
 	}
 	_ = s.o.Conn.Publish(s.cfg.Prefix+".advisory.action."+a.Account, b)
 	return nil
