@@ -116,7 +116,7 @@ type credential struct {
 // is), which is what a service mounted without auth gets.
 type Authenticator struct {
 	disabled bool
-	creds    []credential
+	creds    atomic.Pointer[[]credential] // swapped whole by Update
 	now      func() time.Time
 	shared   atomic.Pointer[quota.Quotas] // where the keys' rates are counted; nil: in this process
 }
@@ -136,6 +136,48 @@ func New(cfg *config.Config) (*Authenticator, error) {
 	if !c.Configured() {
 		return nil, ErrNotConfigured
 	}
+	creds, err := credentials(c, nil)
+	if err != nil {
+		return nil, err
+	}
+	a.creds.Store(&creds)
+	return a, nil
+}
+
+// Update makes the keys and operators of cfg.Auth the ones in force, at
+// once for every request that comes after (a reloaded config, an
+// account added to the accounts bucket). A key whose hash, rate and
+// burst are unchanged keeps its submission bucket. auth.disabled cannot
+// change this way: a config that turns it on or off is refused, as is one
+// with no keys and no operators while auth is on.
+func (a *Authenticator) Update(cfg *config.Config) error {
+	c := cfg.Auth
+	switch {
+	case a == nil || a.disabled != c.Disabled:
+		return errors.New("auth.disabled: cannot change without a restart")
+	case a.disabled:
+		return nil
+	case !c.Configured():
+		return ErrNotConfigured
+	}
+	creds, err := credentials(c, *a.creds.Load())
+	if err != nil {
+		return err
+	}
+	a.creds.Store(&creds)
+	return nil
+}
+
+// credentials are the keys and operators of c; a key of old with the
+// same id, hash and limits keeps its bucket.
+func credentials(c config.Auth, old []credential) ([]credential, error) {
+	kept := map[string]credential{}
+	for _, o := range old {
+		if o.name == "" {
+			kept[o.p.ID] = o
+		}
+	}
+	var creds []credential
 	for id, k := range c.Keys {
 		sum, err := parseHash(k.Hash)
 		if err != nil {
@@ -145,17 +187,20 @@ func New(cfg *config.Config) (*Authenticator, error) {
 		for _, s := range k.Scopes {
 			scopes[Scope(s)] = true
 		}
-		a.creds = append(a.creds, credential{sum: sum, p: Principal{ID: id, Account: k.Account, scopes: scopes,
-			limit: newBucket(k.Rate.PerSecond, k.Burst)}})
+		limit := newBucket(k.Rate.PerSecond, k.Burst)
+		if o, ok := kept[id]; ok && o.sum == sum && o.p.limit.same(limit) {
+			limit = o.p.limit
+		}
+		creds = append(creds, credential{sum: sum, p: Principal{ID: id, Account: k.Account, scopes: scopes, limit: limit}})
 	}
 	for name, o := range c.Operators {
 		sum, err := parseHash(o.Hash)
 		if err != nil {
 			return nil, fmt.Errorf("auth.operators.%s.hash: %w", name, err)
 		}
-		a.creds = append(a.creds, credential{sum: sum, name: name, p: Principal{ID: name, Operator: true}})
+		creds = append(creds, credential{sum: sum, name: name, p: Principal{ID: name, Operator: true}})
 	}
-	return a, nil
+	return creds, nil
 }
 
 // Disabled reports whether authentication is off.
@@ -186,8 +231,9 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	}
 	sum := sha256.Sum256([]byte(key))
 	found := -1
-	for i := range a.creds {
-		c := &a.creds[i]
+	creds := *a.creds.Load()
+	for i := range creds {
+		c := &creds[i]
 		match := subtle.ConstantTimeCompare(sum[:], c.sum[:])
 		if user != "" { // Basic: the operator's name must match too
 			match &= subtle.ConstantTimeCompare([]byte(user), []byte(c.name))
@@ -199,7 +245,7 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	if found < 0 {
 		return Principal{}, ErrBadCredentials
 	}
-	return a.creds[found].p, nil
+	return creds[found].p, nil
 }
 
 // AuthenticateHeader is Authenticate for a request that is not HTTP (a
@@ -286,7 +332,7 @@ func (a *Authenticator) RateLimited() bool {
 	if a.Disabled() {
 		return false
 	}
-	for _, c := range a.creds {
+	for _, c := range *a.creds.Load() {
 		if c.p.limit != nil {
 			return true
 		}

@@ -51,3 +51,11 @@ func (b *bucket) take(now time.Time) (bool, time.Duration) {
 	wait := time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
 	return false, wait
 }
+
+// same reports whether b and o limit alike (both nil: no limit).
+func (b *bucket) same(o *bucket) bool {
+	if b == nil || o == nil {
+		return b == o
+	}
+	return b.rate == o.rate && b.burst == o.burst
+}

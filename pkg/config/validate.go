@@ -67,7 +67,9 @@ func (c *Config) Validate() error {
 	v.kinds()
 	v.auth()
 	v.deadletter()
+	v.audit()
 	v.metrics()
+	v.sealingKey()
 	return joinSorted(v.errs)
 }
 

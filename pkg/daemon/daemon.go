@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -24,10 +25,12 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/logging"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/size"
+	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -186,14 +189,32 @@ func CheckSizes(ctx context.Context, nc *nats.Conn, cfg *config.Config) error {
 	return size.Check(ctx, nc, cfg.HTTP.MaxBodyBytes)
 }
 
-// Build makes a service from its connection, config and logger.
-type Build func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (Component, error)
+// Process is what Build gets to make its service.
+type Process struct {
+	// Conn is the process's NATS connection.
+	Conn *nats.Conn
+	// Config is the config as the process started.
+	Config *config.Config
+	// Live is the config in force: reloaded on SIGHUP or a change of the
+	// file, merged with the accounts bucket (pkg/live).
+	Live *live.Config
+	// Auth checks the HTTP API's credentials (and the service's NATS
+	// endpoints'), its keys kept to Live's.
+	Auth *auth.Authenticator
+	// Logger is the process's logger.
+	Logger *zerolog.Logger
+}
+
+// Build makes a service of a process.
+type Build func(p Process) (Component, error)
 
 // Run is the body of a service binary once its main has installed signal
 // handling: load the config (path, else $TENAZ_CONFIG, else ./tenaz.yaml),
-// connect to NATS as name, build and start the service, serve HTTP, wait
-// for ctx, then stop within stop_timeout (draining in-flight work).
-func Run(ctx context.Context, name, configPath string, build Build) error {
+// connect to NATS as name, follow the accounts bucket, build and start
+// the service, serve HTTP, reload the config on every signal of hup
+// (SIGHUP) and when the file changes, wait for ctx, then stop within
+// stop_timeout (draining in-flight work).
+func Run(ctx context.Context, name, configPath string, hup <-chan os.Signal, build Build) error {
 	cfg, err := LoadConfig(configPath)
 	if err != nil {
 		return err
@@ -219,7 +240,12 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 	if err := CheckSizes(ctx, nc, cfg); err != nil {
 		return err
 	}
-	svc, err := build(nc, cfg, &log)
+	lv, err := Live(ctx, nc, cfg, ConfigPath(configPath), a, &log)
+	if err != nil {
+		return err
+	}
+	go lv.Run(ctx, hup)
+	svc, err := build(Process{Conn: nc, Config: cfg, Live: lv, Auth: a, Logger: &log})
 	if err != nil {
 		return err
 	}
@@ -239,4 +265,26 @@ func Run(ctx context.Context, name, configPath string, build Build) error {
 	err = svc.Stop(sctx)
 	_ = nc.Drain()
 	return err
+}
+
+// Live is the live config of a process that started with cfg (read from
+// path; "" for none): it follows the accounts bucket on nc, and every
+// config it puts in force gives a its keys and operators. It returns
+// once the bucket's accounts are in force. Every binary and `tenaz run`
+// call it, then run its Run with their SIGHUP.
+func Live(ctx context.Context, nc *nats.Conn, cfg *config.Config, path string, a *auth.Authenticator, log *zerolog.Logger) (*live.Config, error) {
+	lv := live.New(cfg, live.Options{Path: path, Logger: log})
+	lv.OnChange(func(c *config.Config) {
+		if err := a.Update(c); err != nil {
+			log.Error().Err(err).Msg("the API keys of the config in force could not be applied; the previous keys stay")
+		}
+	})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if err := lv.Watch(ctx, js, store.LayoutOptions(cfg)); err != nil {
+		return nil, err
+	}
+	return lv, nil
 }

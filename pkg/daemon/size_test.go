@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
-
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -35,7 +32,7 @@ func TestRunRefusesABodyTheServerCannotCarry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	built := false
-	err := daemon.Run(ctx, "tenaz-test", path, func(*nats.Conn, *config.Config, *zerolog.Logger) (daemon.Component, error) {
+	err := daemon.Run(ctx, "tenaz-test", path, nil, func(daemon.Process) (daemon.Component, error) {
 		built = true
 		return nil, errors.New("the service was built")
 	})

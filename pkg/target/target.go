@@ -457,6 +457,17 @@ func NewCache(cfg *config.Config, client *http.Client) *Cache {
 	return &Cache{cfg: cfg, client: client, m: map[string]*Target{}}
 }
 
+// Reset makes the cache build its targets from cfg from now on (a
+// reloaded config): every target is built again on its next Get, with
+// cfg's URLs, headers and secrets. A call already holding a Target ends
+// with the one it has.
+func (c *Cache) Reset(cfg *config.Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg = cfg
+	c.m = map[string]*Target{}
+}
+
 // Get returns the account's view of the named target, or an error when no
 // such target is configured.
 func (c *Cache) Get(account, name string) (*Target, error) {

@@ -100,7 +100,8 @@ func limitsOf(a config.Account) limitsRow {
 // accounts reads who owns what and lists every account known from the
 // config, the leases and the breakers.
 func (s *Service) accounts(ctx context.Context) accountsData {
-	d := accountsData{Default: limitsOf(s.cfg.Account(config.DefaultAccountName))}
+	cfg := s.live.Load() // the limits in force, reloads and the accounts bucket included
+	d := accountsData{Default: limitsOf(cfg.Account(config.DefaultAccountName))}
 	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
 	defer cancel()
 	v, err := owner.Read(rctx, s.js, s.cfg.Prefix, 0)
@@ -121,7 +122,7 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 		d.Replicas = append(d.Replicas, replicaRow{Replica: r, Owns: owns[r.Name]})
 	}
 	names := map[string]bool{}
-	for a := range s.cfg.Accounts {
+	for a := range cfg.Accounts {
 		if a != config.DefaultAccountName {
 			names[a] = true
 		}
@@ -149,16 +150,16 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 		d.ActionsError = err.Error()
 	}
 	for a := range names {
-		_, configured := s.cfg.Accounts[a]
+		_, configured := cfg.Accounts[a]
 		p, paused := pauses[a]
 		held := s.accountReply(a, p, paused)
 		cells := brk[a]
 		slices.SortFunc(cells, func(x, y breakerCell) int { return strings.Compare(x.Target, y.Target) })
 		d.Accounts = append(d.Accounts, accountRow{Account: a, Owner: v.Leases[a], OwnerLive: live[v.Leases[a]], Configured: configured, Learned: v.Learned[a],
-			Limits: limitsOf(s.cfg.Account(a)), Breakers: cells, Paused: held.Paused, HeldUntil: held.HeldUntil})
+			Limits: limitsOf(cfg.Account(a)), Breakers: cells, Paused: held.Paused, HeldUntil: held.HeldUntil})
 	}
 	slices.SortFunc(d.Accounts, func(x, y accountRow) int { return strings.Compare(x.Account, y.Account) })
-	for name, t := range s.cfg.Targets {
+	for name, t := range cfg.Targets {
 		if !t.Limited() {
 			continue
 		}

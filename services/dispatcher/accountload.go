@@ -72,7 +72,7 @@ func (s *Service) targetMetrics() []metrics.TargetLoad {
 		return nil
 	}
 	var out []metrics.TargetLoad
-	for name, t := range s.cfg.Targets {
+	for name, t := range s.conf().Targets {
 		if t.Concurrency == 0 {
 			continue
 		}
@@ -90,7 +90,7 @@ func (s *Service) accountMetrics() []metrics.AccountLoad {
 	held := s.owners.Held()
 	out := make([]metrics.AccountLoad, 0, len(held))
 	for _, account := range held {
-		acct := s.cfg.Account(account)
+		acct := s.conf().Account(account)
 		l := s.loads.of(account)
 		out = append(out, metrics.AccountLoad{
 			Account: account, Instance: self, Concurrency: s.concurrencyNow(account, acct), Rate: acct.Rate.PerSecond,
@@ -126,7 +126,7 @@ func (s *Service) noteSlotWait(l *lane) {
 // guard.
 func (s *Service) metered(account string, call func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
 	l := s.loads.of(account)
-	rated := s.cfg.Account(account).Rate.PerSecond > 0
+	rated := s.conf().Account(account).Rate.PerSecond > 0
 	enter := time.Now()
 	return func(ctx context.Context) (target.Response, error) {
 		if rated && time.Since(enter) >= rateWaitAfter {

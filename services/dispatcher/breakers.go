@@ -30,8 +30,9 @@ func (s *Service) ask(ctx context.Context, env event.Envelope, fallback bool) (a
 	if stage.Target == "" { // a Go handler: no remote to protect
 		return admission{}, time.Time{}, true
 	}
-	acct := s.cfg.Account(env.Account)
-	t, _ := s.cfg.Target(stage.Target)
+	cfg := s.conf()
+	acct := cfg.Account(env.Account)
+	t, _ := cfg.Target(stage.Target)
 	b := s.breakers.For(env.Account, stage.Target, breaker.Config{
 		Failures: acct.Breaker.Failures, Cooldown: acct.Breaker.Cooldown.D(), ProbeTimeout: t.Timeout.D() + 10*time.Second,
 	})

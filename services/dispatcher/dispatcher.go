@@ -21,6 +21,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/live"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/owner"
@@ -46,6 +47,10 @@ type Options struct {
 	Metrics *metrics.Set
 	// Config is the validated tenaz config. Required.
 	Config *config.Config
+	// Live is the config in force, reloaded (pkg/live): the accounts'
+	// limits and target overrides and the targets are read from it per
+	// call. Defaults to Config alone, never reloaded.
+	Live *live.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Instance names this replica in history entries. Defaults to host-pid.
@@ -91,7 +96,8 @@ type Service struct {
 	o     Options
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	cfg   *config.Config
+	cfg   *config.Config // as started: what cannot change live
+	live  *live.Config   // the accounts, targets and their limits in force (conf)
 	subj  tenaz.Subjects
 	log   zerolog.Logger
 	st    *store.Store
@@ -164,6 +170,11 @@ func New(o Options) (*Service, error) {
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
+	if s.live = o.Live; s.live == nil {
+		s.live = live.Static(o.Config)
+	}
+	s.targets.Reset(s.live.Load())
+	s.live.OnChange(s.configChanged)
 	return s, nil
 }
 

@@ -51,7 +51,7 @@ func (s *Service) rateLimiterLocked(account string) ratelimiter.RateLimiter[targ
 		return rl
 	}
 	var rl ratelimiter.RateLimiter[target.Response]
-	if r := s.cfg.Account(account).Rate; r.PerSecond > 0 {
+	if r := s.conf().Account(account).Rate; r.PerSecond > 0 {
 		// Smooth: one call every 1/rate, waiting (within the account's own
 		// concurrency slots, so no other account waits) rather than failing.
 		rl = ratelimiter.NewSmoothBuilderWithMaxRate[target.Response](time.Duration(float64(time.Second) / r.PerSecond)).
@@ -77,7 +77,7 @@ func (s *Service) guardFor(account, name string) *guard {
 	if len(policies) > 0 {
 		g.exec = failsafe.With(policies...)
 	}
-	if t, ok := s.cfg.Targets[name]; ok && t.Limited() && s.quotas != nil {
+	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		g.limit = &targetLimit{s: s, name: name, lim: quota.OfTarget(t)}
 		if l := g.limit.lim.Learn; l != nil {
 			g.limit.local = s.targetAutoLocked(name, l)

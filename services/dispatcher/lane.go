@@ -38,7 +38,7 @@ type lane struct {
 }
 
 func (s *Service) startLane(account string) (*lane, error) {
-	acct := s.cfg.Account(account)
+	acct := s.conf().Account(account)
 	conc := acct.MaxConcurrency()
 	if conc <= 0 {
 		conc = 8

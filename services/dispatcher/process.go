@@ -744,7 +744,7 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 				Detail: dead.ReasonTooLarge + ": " + msg}, nil
 		}
 		every := config.Duration(30 * time.Second)
-		if t := s.cfg.TargetFor(env.Account, stage.Target); t.Poll != nil {
+		if t := s.conf().TargetFor(env.Account, stage.Target); t.Poll != nil {
 			every = t.Poll.Interval
 		}
 		next := queue.DueTime(now.Add(every.D()))

@@ -51,9 +51,13 @@ type refusals struct {
 }
 
 // newRefusals builds the refusal budget of every target that receives
-// webhooks (the target set is fixed by the config).
+// webhooks, and under "" the one budget the targets given a
+// callback_secret by a reload share.
 func newRefusals(cfg *config.Config, log zerolog.Logger) map[string]*refusals {
-	m := map[string]*refusals{}
+	m := map[string]*refusals{"": {
+		limit: ratelimiter.NewBursty[any](refusalBurst, time.Second),
+		log:   log.Sample(&zerolog.BurstSampler{Burst: refusalLogBurst, Period: refusalLogPeriod}),
+	}}
 	for name, t := range cfg.Targets {
 		if t.CallbackSecret != "" {
 			m[name] = &refusals{
@@ -84,7 +88,7 @@ type CallbackReply struct {
 // account only and never touches another account's event.
 func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 	name, account := r.PathValue("target"), r.PathValue("account")
-	t, ok := s.cfg.Target(name)
+	t, ok := s.conf().Target(name)
 	if !ok || t.CallbackSecret == "" {
 		httpapi.Error(w, http.StatusNotFound, "unknown_target", fmt.Sprintf("no target %q receives callbacks", name))
 		return
@@ -139,7 +143,10 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 func (s *Service) refuse(w http.ResponseWriter, target string, err error) {
 	s.metrics.Callback(target, metrics.CallbackForged)
 	w.Header().Set("Connection", "close")
-	rf := s.refused[target]
+	rf, ok := s.refused[target]
+	if !ok {
+		rf = s.refused[""]
+	}
 	if !rf.limit.TryAcquirePermit() {
 		w.Header().Set("Retry-After", "1")
 		httpapi.Error(w, http.StatusTooManyRequests, "too_many_refusals", "too many refused webhooks for this target; retry later")
@@ -163,7 +170,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			tracing.Callback(ctx, tp, began, reply.ID, target, webhookID, reply.Outcome)
 		}
 	}()
-	t, _ := s.cfg.Target(target)
+	t, _ := s.conf().Target(target)
 	log := s.log.With().Str("target", target).Str("webhook_id", webhookID).Logger()
 	if account != "" {
 		log = log.With().Str("account", account).Logger()
@@ -286,4 +293,13 @@ func applied(r state.Record, actor, webhookID string) bool {
 		}
 	}
 	return false
+}
+
+// conf is the config in force: a reload (pkg/live) changes a target's
+// callback_secret and callback fields without a restart.
+func (s *Service) conf() *config.Config {
+	if s.o.Live != nil {
+		return s.o.Live.Load()
+	}
+	return s.cfg
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/lane"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
@@ -36,6 +37,10 @@ type Options struct {
 	Conn *nats.Conn
 	// Config is the validated tenaz config. Required.
 	Config *config.Config
+	// Live is the config in force, reloaded (pkg/live): the targets'
+	// callback secrets are read from it per webhook. Defaults to Config
+	// alone. (API keys are Auth's, which its owner updates.)
+	Live *live.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Workers is how many intake messages are fetched ahead and queued for

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -32,6 +33,10 @@ type Options struct {
 	Conn *nats.Conn
 	// Config is the validated tenaz config. Required.
 	Config *config.Config
+	// Live is the config in force, reloaded (pkg/live): the targets and
+	// the accounts' target overrides are read from it per poll. Defaults
+	// to Config alone, never reloaded.
+	Live *live.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// SkipStreams does not apply the stream layout at start (tenaz run
@@ -74,6 +79,7 @@ type Service struct {
 	micro   micro.Service
 	cc      []jetstream.ConsumeContext // one per partition
 	targets *target.Cache
+	live    *live.Config // the targets and account overrides in force
 	sem     chan struct{}
 	wg      sync.WaitGroup // timers in flight
 	bg      sync.WaitGroup // reconciler loop
@@ -101,7 +107,12 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("poller: %w", err)
 	}
 	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix),
-		actor: "poller/" + o.Instance, targets: target.NewCache(o.Config, o.HTTPClient)}
+		actor: "poller/" + o.Instance, live: o.Live}
+	if s.live == nil {
+		s.live = live.Static(o.Config)
+	}
+	s.targets = target.NewCache(s.live.Load(), o.HTTPClient)
+	s.live.OnChange(s.targets.Reset) // a reloaded target or account override polls with its new URL and headers
 	return s, nil
 }
 

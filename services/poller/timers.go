@@ -282,7 +282,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 			fmt.Sprintf("poll SLA passed (%s) after %d polls; last answer: %s", rec.Deadline.Format(time.RFC3339), n, answer), errInfo)
 	}
 	every := 30 * time.Second
-	if t := s.cfg.TargetFor(env.Account, stage.Target); t.Poll != nil {
+	if t := s.live.Load().TargetFor(env.Account, stage.Target); t.Poll != nil {
 		every = t.Poll.Interval.D()
 	}
 	at := queue.DueTime(now.Add(every))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -54,6 +56,13 @@ type Options struct {
 	// Demo says that Config is the built-in demo config: Start logs
 	// DemoNotice as a warning first. Defaults to false.
 	Demo bool
+	// ConfigPath is the file Config was read from, reloaded on every
+	// signal of Reload and when it changes (pkg/live). Defaults to ""
+	// (none: only the accounts bucket changes the config in force).
+	ConfigPath string
+	// Reload delivers SIGHUP (the binary's main subscribes it). Defaults
+	// to nil (no signal).
+	Reload <-chan os.Signal
 }
 
 // Tenaz is everything of `tenaz run`.
@@ -70,6 +79,8 @@ type Tenaz struct {
 	mux     *httpapi.Mux // the routes of http
 	parts   []daemon.Component
 	auth    *auth.Authenticator
+	live    *live.Config
+	noLive  context.CancelFunc // ends the reloads and the bucket's watch
 	Ingest  *ingest.Service
 	Disp    *dispatcher.Service
 }
@@ -148,6 +159,12 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if _, err := streams.Apply(ctx, js, store.LayoutOptions(cfg)); err != nil {
 		return err
 	}
+	lctx, noLive := context.WithCancel(context.Background())
+	t.noLive = noLive
+	if t.live, err = daemon.Live(lctx, t.nc, cfg, t.o.ConfigPath, t.auth, &t.log); err != nil {
+		return err
+	}
+	go t.live.Run(lctx, t.o.Reload)
 	if cfg.Demo.Provider != "" {
 		f := provider.DemoFaults()
 		if cfg.Demo.FailureRate > 0 {
@@ -171,17 +188,17 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if t.Ingest, err = ingest.New(ingest.Options{Conn: inc, Config: cfg, Logger: &log, SkipStreams: true, Auth: t.auth}); err != nil {
+	if t.Ingest, err = ingest.New(ingest.Options{Conn: inc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true, Auth: t.auth}); err != nil {
 		return err
 	}
-	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: dnc, Config: cfg, Logger: &log, SkipStreams: true}); err != nil {
+	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: dnc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true}); err != nil {
 		return err
 	}
-	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true})
+	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true})
 	if err != nil {
 		return err
 	}
-	dl, err := deadletter.New(deadletter.Options{Conn: t.nc, Config: cfg, Logger: &log, SkipStreams: true, Auth: t.auth})
+	dl, err := deadletter.New(deadletter.Options{Conn: t.nc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true, Auth: t.auth})
 	if err != nil {
 		return err
 	}
@@ -227,6 +244,10 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 		errs = append(errs, t.parts[i].Stop(ctx))
 	}
 	t.parts = nil
+	if t.noLive != nil {
+		t.noLive()
+		t.noLive = nil
+	}
 	for _, b := range t.bureaus {
 		_ = b.p.Close()
 		errs = append(errs, b.h.Stop(ctx))

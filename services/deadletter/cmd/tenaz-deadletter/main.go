@@ -10,11 +10,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
-
-	"github.com/tenaz/tenaz/pkg/auth"
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/services/deadletter"
 )
@@ -31,11 +26,10 @@ func run() error {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return daemon.Run(ctx, "tenaz-deadletter", *configPath, func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (daemon.Component, error) {
-		a, err := auth.New(cfg) // the same keys daemon.Run's Guard checks: the operator endpoints need an operator's
-		if err != nil {
-			return nil, err
-		}
-		return deadletter.New(deadletter.Options{Conn: nc, Config: cfg, Logger: log, Auth: a})
+	hup := make(chan os.Signal, 1) // reloads the config
+	signal.Notify(hup, syscall.SIGHUP)
+	return daemon.Run(ctx, "tenaz-deadletter", *configPath, hup, func(p daemon.Process) (daemon.Component, error) {
+		// p.Auth is the keys daemon.Run's Guard checks: the operator endpoints need an operator's.
+		return deadletter.New(deadletter.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger, Auth: p.Auth})
 	})
 }

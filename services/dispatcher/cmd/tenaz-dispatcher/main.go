@@ -10,10 +10,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
-
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -30,7 +26,9 @@ func run() error {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return daemon.Run(ctx, "tenaz-dispatcher", *configPath, func(nc *nats.Conn, cfg *config.Config, log *zerolog.Logger) (daemon.Component, error) {
-		return dispatcher.New(dispatcher.Options{Conn: nc, Config: cfg, Logger: log})
+	hup := make(chan os.Signal, 1) // reloads the config
+	signal.Notify(hup, syscall.SIGHUP)
+	return daemon.Run(ctx, "tenaz-dispatcher", *configPath, hup, func(p daemon.Process) (daemon.Component, error) {
+		return dispatcher.New(dispatcher.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger})
 	})
 }

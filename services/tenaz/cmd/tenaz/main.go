@@ -73,7 +73,13 @@ func (r *runCmd) Run() error {
 	log.Info().Str("config", from).Msg("starting tenaz")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	t, err := standalone.New(standalone.Options{Config: cfg, Logger: &log, Demo: from == demoConfig})
+	hup := make(chan os.Signal, 1) // reloads the config
+	signal.Notify(hup, syscall.SIGHUP)
+	path := ""
+	if from != demoConfig {
+		path = from
+	}
+	t, err := standalone.New(standalone.Options{Config: cfg, Logger: &log, Demo: from == demoConfig, ConfigPath: path, Reload: hup})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,246 @@
+package standalone_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/provider"
+)
+
+// reloadConfig is a secured config whose acme account has the given rate
+// and whose one API key of acme has hash.
+func reloadConfig(dir, targetURL, rate, hash string) string {
+	y := securedConfig(dir, targetURL, "")
+	y = strings.Replace(y, secAcmeHash, hash, 1)
+	y = strings.Replace(y, "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
+	y = strings.Replace(y, "log: {level: warn}", "log: {level: info}", 1)
+	return strings.Replace(y, `  "*": {concurrency: 8, breaker: {failures: 100}}`+"\n",
+		`  "*": {concurrency: 8, breaker: {failures: 100}}`+"\n  acme: {rate: \""+rate+"\"}\n", 1)
+}
+
+// configStatus reads GET /v1/config as the operator alice.
+func configStatus(t *testing.T, base string) ops.ConfigStatus {
+	t.Helper()
+	a := send(t, http.MethodGet, base+"/v1/config", "bearer:"+secAliceKey, "")
+	if a.status != http.StatusOK {
+		t.Fatalf("GET /v1/config: want 200, got %d %s", a.status, a.body)
+	}
+	var st ops.ConfigStatus
+	if err := json.Unmarshal(a.body, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// minGap is the shortest time between two calls of calls (sorted by
+// arrival).
+func minGap(calls []provider.Call) time.Duration {
+	gap := time.Duration(1 << 62)
+	for i := 1; i < len(calls); i++ {
+		gap = min(gap, calls[i].At.Sub(calls[i-1].At))
+	}
+	return gap
+}
+
+// The Done-when of issue 16 item 6, on the real binary: while events are
+// submitted and delivered, tenaz.yaml is edited (acme's rate cut from
+// 100/s to 4/s, acme's API key rotated) and the process gets SIGHUP. With
+// no restart the new rate holds (calls at least 1/4 s apart), the old key
+// is refused and the new one accepted, and every accepted event is
+// delivered once. Then a broken file is refused with its errors (in the
+// log, GET /v1/config and tenaz_config_reload_success) and nothing
+// changes: the rotated key still works, the rate is still 4/s.
+func TestReloadUnderLoad(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	dir := t.TempDir()
+	oldKey, oldHash := mustNewKey()
+	newKey, newHash := mustNewKey()
+	file := filepath.Join(dir, "tenaz.yaml")
+	write := func(yaml string) {
+		t.Helper()
+		// Written whole then renamed, as a deploy tool does: the reload
+		// never reads half a file.
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "100/s", oldHash))
+	tz := runTenaz(t, file)
+	base := "http://" + tz.addr
+
+	// The load: a submission every 25 ms with the key in use, until stop.
+	var (
+		mu       sync.Mutex
+		key      = oldKey
+		accepted []string
+		refused  = map[int]int{}
+		stop     = make(chan struct{})
+		done     = make(chan struct{})
+	)
+	submit := func(k string, i int) answer {
+		body := fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":"o-%d"}}`, i)
+		return send(t, http.MethodPost, base+"/v1/events", "bearer:"+k, body)
+	}
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); <-done }
+	t.Cleanup(halt)
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			mu.Lock()
+			k := key
+			mu.Unlock()
+			body := fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":"o-%d"}}`, i)
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/events", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+k)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				mu.Lock()
+				refused[0]++ // no answer: counted, never taken for accepted
+				mu.Unlock()
+				continue
+			}
+			var v view
+			_ = json.NewDecoder(resp.Body).Decode(&v)
+			_ = resp.Body.Close()
+			mu.Lock()
+			if resp.StatusCode == http.StatusAccepted {
+				accepted = append(accepted, v.ID)
+			} else {
+				refused[resp.StatusCode]++
+				if resp.StatusCode == http.StatusUnauthorized && k == oldKey {
+					key = newKey // the rotation reached the process: go on with the new key
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	natstest.Eventually(t, 20*time.Second, func() bool { return p.CallCount() >= 30 }, "30 calls delivered before the reload")
+	fast := minGap(p.Calls())
+
+	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "4/s", newHash))
+	if err := tz.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var reloadedAt time.Time
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		st := configStatus(t, base)
+		reloadedAt = st.ReloadedAt
+		return st.OK && !st.ReloadedAt.IsZero()
+	}, "the reload to be applied")
+	if a := submit(oldKey, -1); a.status != http.StatusUnauthorized {
+		t.Fatalf("the old key after the rotation: want 401, got %d %s", a.status, a.body)
+	}
+	if a := submit(newKey, -2); a.status != http.StatusAccepted {
+		t.Fatalf("the new key after the rotation: want 202, got %d %s", a.status, a.body)
+	} else {
+		var v view
+		_ = json.Unmarshal(a.body, &v)
+		mu.Lock()
+		accepted = append(accepted, v.ID)
+		mu.Unlock()
+	}
+	// Calls already past their guard when the reload came may still go at
+	// the old rate; from a second after it, every call waits its turn.
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		return len(callsAfter(p.Calls(), reloadedAt.Add(time.Second))) >= 8
+	}, "8 calls after the reload")
+	halt()
+	if gap := minGap(callsAfter(p.Calls(), reloadedAt.Add(time.Second))); gap < 200*time.Millisecond {
+		t.Fatalf("after the reload to 4/s: want calls at least 250ms apart (200ms with slack), got %v", gap)
+	}
+	if fast >= 200*time.Millisecond {
+		t.Fatalf("before the reload (100/s) calls should come closer than 200ms (submissions every 25ms), the closest were %v apart: the test would prove nothing", fast)
+	}
+	mu.Lock()
+	ids := slices.Clone(accepted)
+	if refused[http.StatusUnauthorized] > 1 || len(refused) > 1 {
+		t.Errorf("want at most the one submission that met the rotation refused (401), got %v", refused)
+	}
+	mu.Unlock()
+	for _, id := range ids {
+		var v view
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/events/"+id, "bearer:"+newKey, "").body, &v)
+			return v.Status == "done"
+		}, "event %s to be done (last seen %+v)", id, &v)
+	}
+	if d := p.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("effects applied more than once: %v", d)
+	}
+	if n := len(p.Calls()); n < len(ids) {
+		t.Fatalf("want every one of the %d accepted events delivered, the provider got %d calls", len(ids), n)
+	}
+
+	// A broken file: refused whole, every error named, nothing changed.
+	broken := reloadConfig(filepath.Join(dir, "data"), target.URL, "fast", newHash)
+	broken = strings.Replace(broken, "erp: {url:", "erp: {timeout_ms: 5, url:", 1)
+	write(broken)
+	if err := tz.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var st ops.ConfigStatus
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		st = configStatus(t, base)
+		return !st.OK
+	}, "the broken file to be refused")
+	all := strings.Join(st.Errors, "\n")
+	for _, want := range []string{"accounts.acme.rate", "targets.erp.timeout_ms"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("GET /v1/config errors: want %q named, got %q", want, all)
+		}
+	}
+	if a := submit(newKey, -3); a.status != http.StatusAccepted {
+		t.Fatalf("after a refused reload the key in force must still work: want 202, got %d %s", a.status, a.body)
+	}
+	if a := submit(oldKey, -4); a.status != http.StatusUnauthorized {
+		t.Fatalf("after a refused reload the old key must still be refused: want 401, got %d", a.status)
+	}
+	m := send(t, http.MethodGet, base+"/metrics", "", "")
+	for _, want := range []string{"tenaz_config_reload_success 0", `tenaz_config_reloads_total{result="refused"} 1`, `tenaz_account_rate_limit_per_second{account="acme"} 4`} {
+		if !strings.Contains(string(m.body), want) {
+			t.Errorf("/metrics: want %q, got:\n%s", want, grep(string(m.body), "tenaz_"))
+		}
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(tz.out.String(), "config reload refused") },
+		"the refused reload logged")
+	if strings.Contains(tz.out.String(), "n4ts-pw-0123") {
+		t.Fatal("the log holds the NATS password")
+	}
+}
+
+// callsAfter are the calls that arrived after at.
+func callsAfter(calls []provider.Call, at time.Time) []provider.Call {
+	var out []provider.Call
+	for _, c := range calls {
+		if c.At.After(at) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
