@@ -21,6 +21,7 @@ type EventsCmd struct {
 	Get     EventsGetCmd     `cmd:"" help:"Show an event's status (what GET /v1/events/{id} answers)."`
 	Wait    EventsWaitCmd    `cmd:"" help:"Wait until an event is done, cancelled, dead or in manual review, then show it."`
 	History EventsHistoryCmd `cmd:"" help:"Show everything that happened to an event, in order."`
+	Find    EventsFindCmd    `cmd:"" help:"Find events in any state by account, kind, state, entity, idempotency key, provider reference and creation time (cursor-paged)."`
 	Cancel  EventsCancelCmd  `cmd:"" help:"Cancel a scheduled, pending or retrying event (exit 4 otherwise)."`
 
 	Retry      EventsRetryCmd      `cmd:"" help:"Retry a retrying or scheduled event now (operator; exit 4 otherwise)."`
