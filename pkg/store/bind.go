@@ -22,7 +22,8 @@ func LayoutOptions(cfg *config.Config) streams.Options {
 	return streams.Options{Prefix: cfg.Prefix, Replicas: cfg.Streams.Replicas,
 		Placement:  streams.Place(cfg.Streams.Cluster, cfg.Streams.Tags),
 		DeadMaxAge: cfg.Deadletter.Retention.D(), DeadMaxBytes: cfg.Deadletter.MaxBytes,
-		AckWait: cfg.Streams.AckWait.D(), Partitions: cfg.Streams.Partitions}
+		AuditMaxAge: cfg.Audit.Retention.D(),
+		AckWait:     cfg.Streams.AckWait.D(), Partitions: cfg.Streams.Partitions}
 }
 
 // Bind is every service's first step: it applies cfg's layout (unless

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -195,6 +196,26 @@ func (s *Service) export(ctx context.Context, req ops.ExportRequest, w func(ops.
 	})
 }
 
+// exportQuery reads an ExportRequest from query parameters.
+func exportQuery(q url.Values) (ops.ExportRequest, error) {
+	req := ops.ExportRequest{Account: q.Get("account"), EventID: q.Get("event")}
+	for _, p := range []struct {
+		name string
+		dst  **time.Time
+	}{{"since", &req.Since}, {"until", &req.Until}} {
+		raw := q.Get(p.name)
+		if raw == "" {
+			continue
+		}
+		t, err := parseTime(raw)
+		if err != nil {
+			return req, fail(http.StatusBadRequest, "invalid_"+p.name, "%s: want RFC 3339 (2026-03-01T06:00:00Z) or a date (2026-03-01), got %q", p.name, raw)
+		}
+		*p.dst = &t
+	}
+	return req, nil
+}
+
 // auditRoutes registers the timeline and the export (see apiRoutes).
 func (s *Service) auditRoutes(mux readyMux) {
 	a := s.o.Auth
@@ -209,29 +230,17 @@ func (s *Service) auditRoutes(mux readyMux) {
 // written ends the stream with an {"error":…} line, since the status is
 // already sent.
 func (s *Service) apiExport(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	req := ops.ExportRequest{Account: q.Get("account"), EventID: q.Get("event")}
-	for _, p := range []struct {
-		name string
-		dst  **time.Time
-	}{{"since", &req.Since}, {"until", &req.Until}} {
-		raw := q.Get(p.name)
-		if raw == "" {
-			continue
-		}
-		t, err := parseTime(raw)
-		if err != nil {
-			s.answer(w, 0, nil, fail(http.StatusBadRequest, "invalid_"+p.name, "%s: want RFC 3339 (2026-03-01T06:00:00Z) or a date (2026-03-01), got %q", p.name, raw))
-			return
-		}
-		*p.dst = &t
+	req, err := exportQuery(r.URL.Query())
+	if err != nil {
+		s.answer(w, 0, nil, err)
+		return
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	started := false
 	fl, _ := w.(http.Flusher)
 	n := 0
-	err := s.export(r.Context(), req, func(e ops.AuditEntry) error {
+	err = s.export(r.Context(), req, func(e ops.AuditEntry) error {
 		if !started {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)

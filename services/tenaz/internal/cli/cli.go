@@ -29,6 +29,9 @@ type Commands struct {
 	Accounts AccountsCmd `cmd:"" help:"Accounts' dispatch: pause, resume, list the paused, the audit of operator actions (tenaz-deadletter)."`
 	Streams  StreamsCmd  `cmd:"" help:"The JetStream layout: apply it, or show its streams, consumers and buckets."`
 
+	Entity EntityCmd `cmd:"" help:"What happened to a business entity: its timeline across its events (tenaz-deadletter, the audit archive)."`
+	Audit  AuditCmd  `cmd:"" help:"The audit archive: export it as JSON Lines (tenaz-deadletter's HTTP API)."`
+
 	Version    VersionCmd    `cmd:"" help:"Print the build (module version, VCS revision) and the nats-server it reaches."`
 	Completion CompletionCmd `cmd:"" help:"Print the shell completion script: eval \"$(tenaz completion bash)\" (or zsh, fish)."`
 }
@@ -66,7 +69,7 @@ func Main(root any, args []string, env *Env, opts ...kong.Option) (code int) {
 	opts = append([]kong.Option{
 		kong.Writers(env.Stdout, env.Stderr),
 		kong.Exit(func(c int) { panic(exitPanic(c)) }),
-		kong.Vars{"default_server": DefaultServer, "max_limit": strconv.Itoa(ops.MaxLimit), "default_limit": strconv.Itoa(ops.DefaultLimit),
+		kong.Vars{"default_server": DefaultServer, "url_env": URLEnv, "default_url": DefaultURL, "max_limit": strconv.Itoa(ops.MaxLimit), "default_limit": strconv.Itoa(ops.DefaultLimit),
 			"max_selection": strconv.Itoa(ops.MaxSelection), "default_rate": strconv.FormatFloat(ops.DefaultRate, 'f', -1, 64)},
 		kong.Bind(env),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),

@@ -82,6 +82,12 @@ func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return jsError("read stream "+names.Stream(tenaz.StreamDead), err)
 	}
+	// So is TENAZ_AUDIT's audit.retention.
+	if st, err := js.Stream(ctx, names.Stream(streams.StreamAudit)); err == nil {
+		o.AuditMaxAge = st.CachedInfo().Config.MaxAge
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return jsError("read stream "+names.Stream(streams.StreamAudit), err)
+	}
 	o.Partitions = c.Partitions
 	n, err := streams.Apply(ctx, js, o)
 	if errors.Is(err, streams.ErrPartitions) {
