@@ -118,8 +118,8 @@ func TestOverviewInChromium(t *testing.T) {
 	}
 	b.screenshot("overview-acme")
 	if dir := os.Getenv("TENAZ_DOCS_SCREENSHOTS"); dir != "" {
-		// The screenshot in docs/operators.md, from this very page.
-		png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(90))
+		// The screenshot in docs/operators.md, from this very page (PNG: quality 100).
+		png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)
 		}
