@@ -244,9 +244,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		return CallbackReply{}, err
 	}
 	if outcome == CallbackApplied {
-		if err := s.q.CancelSchedule(ctx, rec.Account, id); err != nil {
-			log.Warn().Err(err).Msg("deadline not cancelled; it will find the event done")
-		}
+		s.deadlines.add(rec.Account, id)
 	}
 	log.Info().Str("event_id", rec.ID).Str("outcome", outcome).Msg("callback")
 	return CallbackReply{Outcome: outcome, ID: rec.ID}, nil

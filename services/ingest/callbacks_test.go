@@ -20,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -372,6 +373,10 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	h.startDispatcher("d1")
 	id := h.submitCredit("acme", "r-1")
 	h.awaiting("ref_1", id)
+	deadline := func() uint64 { return h.subjectMsgs(h.subj.EventsStream("acme"), h.subj.Schedule("acme", id)) }
+	if n := deadline(); n != 1 {
+		t.Fatalf("awaiting its callback: want its deadline scheduled, got %d schedules", n)
+	}
 
 	replay := func(webhookID string, n int) (outcomes map[string]int, writes uint64) {
 		body := `{"event_id":"` + id + `","status":"approved"}`
@@ -392,6 +397,7 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	if writes > 2 {
 		t.Fatalf("300 copies of one webhook: want at most 2 writes of the event's record, got %d", writes)
 	}
+	natstest.Eventually(t, waitFor, func() bool { return deadline() == 0 }, "applied: want the event's deadline purged")
 	outcomes, writes = replay("msg_late", 100)
 	if outcomes[ingest.CallbackLate] != 100 || writes > 1 {
 		t.Fatalf("100 copies of a webhook for a done event: want 100 late and at most 1 write, got %v and %d writes", outcomes, writes)

@@ -112,6 +112,8 @@ type Service struct {
 	intake  jetstream.Stream
 	trim    *trimmer // nil when INTAKE is a work queue (a store from before)
 
+	deadlines *deadlines // purges the deadlines of applied callbacks
+
 	// repeats is TENAZ_REPEATS, and repeatCC consumes its firings (repeat.go).
 	repeats  jetstream.Stream
 	repeatCC jetstream.ConsumeContext
@@ -244,6 +246,7 @@ func (s *Service) Start(ctx context.Context) error {
 	// ingest always runs (it is never scaled to zero), so it reports the
 	// dispatch backlog that the dispatcher's autoscaler reads.
 	s.stopBacklog = s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj)})
+	s.deadlines = newDeadlines(s.q, s.log)
 	s.started = true
 	s.log.Info().Msg("ingest started")
 	return nil
@@ -277,6 +280,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.cancel(ErrStopped)
 	s.bg.Wait()
+	s.deadlines.close()
 	s.stopBacklog()
 	if s.micro != nil {
 		_ = s.micro.Stop()

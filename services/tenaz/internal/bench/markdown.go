@@ -222,7 +222,7 @@ rate of publishing to it.)
 | retry | schedule publish (EVENTS, on the event's schedule subject, rollup) | dispatcher | the retry survives every restart and fires at its time | the server fires it; the outcome write cannot carry a schedule |
 | delayed | schedule publish, instead of the EVENTS publish; the server stores the fired message | ingest, server | as a retry's | as a retry's |
 | callback | deadline timer (a schedule) | dispatcher | an awaited callback that never comes still ends (`+"`on_callback_timeout`"+`) | as a retry's |
-| callback | record compare-and-set, then a purge of the timer | ingest | the result, once (the webhook-id is checked in the history); the deadline no longer fires | the purge is a different stream's; a late timer finding the event done is a recorded no-op, so the purge can fail without harm |
+| callback | record compare-and-set, then a purge of the timer | ingest | the result, once (the webhook-id is checked in the history); the deadline no longer fires | the purge is a different stream's, made after the webhook is answered (so its answer costs what a minimal receiver's does: the read and the compare-and-set); a late timer finding the event done is a recorded no-op, so the purge can be lost without harm |
 | poll | poll timer per poll, record write per answer | poller | each poll's answer in the timeline, the next poll's time | as a retry's |
 
 Writes that only some events pay: a target's provider-wide limit (two
