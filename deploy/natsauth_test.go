@@ -873,6 +873,17 @@ func TestNATSUsers(t *testing.T) {
 		w.waitStatus(t, acmeKey, j, tenaz.StateDone)
 	})
 
+	t.Run("an entity's timeline from the audit archive", func(t *testing.T) {
+		id := w.submit(t, acmeKey, "acme", "order.create", "e-1", `,"entity_id":"cust-9"`, `{"n":9}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		var rep ops.TimelineReply
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			rep = ops.TimelineReply{}
+			return w.call(operator, ops.EntitiesTimeline, ops.TimelineRequest{Account: "acme", EntityID: "cust-9"}, &rep) == nil &&
+				len(rep.Events) == 1 && slices.ContainsFunc(rep.Items, func(a ops.AuditEntry) bool { return a.EventID == id && a.Action == "succeed" })
+		}, "entities.timeline of cust-9 to show %s done: %+v", id, rep)
+	})
+
 	t.Run("manual review resolved by the operator", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "credit.slow", "r-1", "", `{"amount":3}`)
 		w.waitStatus(t, acmeKey, id, tenaz.StateManualReview)
