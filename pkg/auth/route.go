@@ -104,6 +104,7 @@ var routes = map[string]Class{
 	"GET /ui/retrying":      OperatorOnly,
 	"GET /ui/scheduled":     OperatorOnly,
 	"GET /ui/overview":      OperatorOnly,
+	"GET /ui/events":        OperatorOnly,
 	"POST /ui/actions":      OperatorOnly,
 
 	// the screen's entity timeline

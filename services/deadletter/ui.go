@@ -102,8 +102,9 @@ var uiFuncs = template.FuncMap{
 		}
 		return m
 	},
-	"num":    num,
-	"recent": func() int { return recentMinutes },
+	"num":     num,
+	"pathesc": url.PathEscape,
+	"recent":  func() int { return recentMinutes },
 	"pct": func(a, b int) int {
 		if b <= 0 {
 			return 100
@@ -114,7 +115,7 @@ var uiFuncs = template.FuncMap{
 
 func newUI(s *Service) (*ui, error) {
 	u := &ui{s: s, pages: map[string]*template.Template{}, cop: http.NewCrossOriginProtection(), activity: newActivity()}
-	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message", "overview"} {
+	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message", "overview", "events"} {
 		t, err := template.New("layout.html").Funcs(uiFuncs).ParseFS(uiFiles, "ui/layout.html", "ui/actions.html", "ui/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("deadletter: ui template %s: %w", p, err)
@@ -138,6 +139,7 @@ func (u *ui) routes(mux readyMux) {
 	mux.HandleFunc("GET /ui/breakers", u.breakers)
 	mux.HandleFunc("GET /ui/accounts", u.accounts)
 	mux.HandleFunc("GET /ui/overview", u.overview)
+	mux.HandleFunc("GET /ui/events", u.events)
 	mux.HandleFunc("GET /ui/retrying", u.states(tenaz.StateRetrying))
 	mux.HandleFunc("GET /ui/scheduled", u.states(tenaz.StateScheduled))
 	mux.Handle("POST /ui/actions", u.cop.Handler(http.HandlerFunc(u.action)))
@@ -197,6 +199,7 @@ func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) 
 	}
 	p.Tabs = []tab{
 		{Name: "Overview", Path: "/ui/overview", NoCount: true},
+		{Name: "Events", Path: "/ui/events", NoCount: true},
 		{Name: "Dead", Path: "/ui/dead", Count: s.x.Count(tenaz.StateDead)},
 		{Name: "Manual review", Path: "/ui/review", Count: s.x.Count(tenaz.StateManualReview)},
 		{Name: "Retrying", Path: "/ui/retrying", Stale: true},
@@ -205,7 +208,7 @@ func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) 
 		{Name: "Accounts", Path: "/ui/accounts", NoCount: true},
 	}
 	if sc != nil {
-		p.Tabs[3].Count, p.Tabs[4].Count = sc.Counts[tenaz.StateRetrying], sc.Counts[tenaz.StateScheduled]
+		p.Tabs[4].Count, p.Tabs[5].Count = sc.Counts[tenaz.StateRetrying], sc.Counts[tenaz.StateScheduled]
 	}
 	for i := range p.Tabs {
 		p.Tabs[i].Active = p.Tabs[i].Path == active
@@ -241,7 +244,7 @@ type listData struct {
 	Review   bool
 	Path     string
 	Q        ops.ListRequest
-	Query    string // the filter as a query string (for links)
+	Query    template.URL // the filter as a query string (for links), encoded by url.Values
 	Reply    ops.ListReply
 	Facets   index.Counts
 	Accounts []string
@@ -289,7 +292,7 @@ func (u *ui) list(st tenaz.State) http.HandlerFunc {
 			var rep ops.ListReply
 			if rep, err = u.s.list(st, q); err == nil {
 				f := u.s.x.Facets(st)
-				d := listData{Status: st, Review: st == tenaz.StateManualReview, Path: path, Q: q, Query: filterQuery(q).Encode(), Reply: rep, Facets: f,
+				d := listData{Status: st, Review: st == tenaz.StateManualReview, Path: path, Q: q, Query: template.URL(filterQuery(q).Encode()), Reply: rep, Facets: f,
 					Accounts: keys(f.Accounts), Kinds: keys(f.Kinds), Classes: keys(f.Classes), Reasons: keys(f.Reasons), First: q.Cursor == ""}
 				p := u.page(w, r, path, title)
 				p.Data = d
@@ -312,6 +315,11 @@ type detailData struct {
 	Review   bool
 	Fallback bool
 	Live     bool // on its way, with an action of its own (uiactions.go)
+	// Next is the event's next step and NextAt when (nil: no time, or
+	// none); Answer is the last answer of a call, poll or callback.
+	Next   string
+	NextAt *time.Time
+	Answer *state.Entry
 }
 
 func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
@@ -334,9 +342,12 @@ func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := detailData{Show: sh, Key: keyOf(sh.Item), Parked: sh.Item.Status.Parked(), Review: sh.Item.Status == tenaz.StateManualReview, Live: live(sh.Item.Status)}
-	d.Back = "/ui/dead"
-	if d.Review {
+	d.Back = "/ui/events"
+	switch {
+	case d.Review:
 		d.Back = "/ui/review"
+	case d.Parked:
+		d.Back = "/ui/dead"
 	}
 	d.Back = backTo(r.URL.Query().Get("back"), d.Back)
 	if sh.Event != nil {
@@ -345,6 +356,8 @@ func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
 	if sh.Record != nil {
 		d.History = slices.Clone(sh.Record.History)
 		slices.Reverse(d.History)
+		d.Next, d.NextAt = nextStep(*sh.Record)
+		d.Answer = lastAnswer(*sh.Record)
 	}
 	if k, ok := u.s.cfg.Kind(sh.Item.Kind); ok && k.Fallback != nil {
 		d.Fallback = true

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -136,4 +138,40 @@ func live(st tenaz.State) bool {
 		return true
 	}
 	return false
+}
+
+// nextStep says what an event waits for and until when.
+func nextStep(r state.Record) (string, *time.Time) {
+	switch r.Status {
+	case tenaz.StateScheduled:
+		return "its first attempt, when it is due", r.NextRunAt
+	case tenaz.StatePending:
+		return "its attempt, at its account's next free call", nil
+	case tenaz.StateRunning:
+		at := r.UpdatedAt
+		return fmt.Sprintf("the answer of attempt %d, under way since", r.Attempts), &at
+	case tenaz.StateRetrying:
+		return fmt.Sprintf("attempt %d of its %s stage", r.Attempts+1, r.Stage), r.NextRunAt
+	case tenaz.StateAwaitingCallback:
+		return "the provider's callback, until the deadline", r.Deadline
+	case tenaz.StatePolling:
+		return fmt.Sprintf("poll %d of the provider", r.Polls+1), r.NextRunAt
+	case tenaz.StateDead, tenaz.StateManualReview:
+		return "an operator (below)", nil
+	}
+	return "", nil
+}
+
+// answers are the actions that record what a target or provider answered.
+var answers = []state.ActionName{state.Succeed, state.AwaitCallback, state.Poll, state.Retry, state.Fail, state.Complete, state.Repoll}
+
+// lastAnswer is the newest history entry of an answer (nil: none yet).
+func lastAnswer(r state.Record) *state.Entry {
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if slices.Contains(answers, r.History[i].Action) {
+			e := r.History[i]
+			return &e
+		}
+	}
+	return nil
 }
