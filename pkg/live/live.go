@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/ops"
 )
 
@@ -75,7 +76,6 @@ func New(cfg *config.Config, o Options) *Config {
 	}
 	c.status = ops.ConfigStatus{File: o.Path, AppliedAt: time.Now(), OK: true}
 	c.cur.Store(cfg)
-	reloads().success.Set(1)
 	return c
 }
 
@@ -153,10 +153,7 @@ func (c *Config) Reload() error {
 	c.status.OK, c.status.Errors = true, nil
 	c.status.Restart = restartKeys(c.start, nf)
 	c.applyLocked()
-	r := reloads()
-	r.success.Set(1)
-	r.at.Set(float64(now.Unix()))
-	r.total.WithLabelValues("applied").Inc()
+	metrics.Default.ConfigReloaded(true, now)
 	ev := c.log.Info().Str("file", c.o.Path)
 	if len(c.status.Restart) > 0 {
 		ev = c.log.Warn().Str("file", c.o.Path).Strs("restart", c.status.Restart)
@@ -169,9 +166,7 @@ func (c *Config) Reload() error {
 func (c *Config) refuseLocked(err error) error {
 	c.status.OK = false
 	c.status.Errors = strings.Split(err.Error(), "\n")
-	r := reloads()
-	r.success.Set(0)
-	r.total.WithLabelValues("refused").Inc()
+	metrics.Default.ConfigReloaded(false, time.Time{})
 	c.log.Error().Str("file", c.o.Path).Strs("errors", c.status.Errors).Msg("config reload refused; the config in force is unchanged")
 	return err
 }
@@ -205,7 +200,7 @@ func (c *Config) applyLocked() {
 		}
 		c.status.StoredErrors[name] = err.Error()
 	}
-	storedGauge(len(c.status.Stored), len(bad))
+	metrics.Default.ConfigStored(len(c.status.Stored), len(bad))
 	c.status.AppliedAt = time.Now()
 	c.cur.Store(m)
 	for _, f := range c.subs {

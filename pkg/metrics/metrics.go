@@ -29,6 +29,7 @@ type Set struct {
 	accounts *accounts
 	targets  *targets
 	audit    *audit
+	reload   *reload
 	search   *searchIndex
 	build    prometheus.Metric
 	now      func() time.Time
@@ -119,6 +120,7 @@ func newSet(reg prometheus.Registerer, now func() time.Time) (*Set, error) {
 	s.accounts = newAccounts(label)
 	s.targets = newTargets()
 	s.audit = newAudit()
+	s.reload = newReload()
 	s.search = newSearchIndex()
 	s.build = buildMetric(Build())
 	if err := reg.Register(s); err != nil {
@@ -238,7 +240,7 @@ func (c *core) collectors() []prometheus.Collector {
 }
 
 func (s *Set) collectors() []prometheus.Collector {
-	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets, s.audit, s.search)
+	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets, s.audit, s.search, s.reload)
 }
 
 // Describe implements prometheus.Collector.

@@ -303,6 +303,9 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.SearchWrite("put")
 	s.AuditLag(1)
 	s.AuditArchived("written")
+	s.ConfigReloaded(true, time.Unix(1, 0))
+	s.ConfigReloaded(false, time.Time{})
+	s.ConfigStored(1, 0)
 	defer s.WatchAccounts(func() []metrics.AccountLoad {
 		return []metrics.AccountLoad{{Account: "a", Instance: "d1", Concurrency: 2, Rate: 10, InFlight: 1}}
 	})()

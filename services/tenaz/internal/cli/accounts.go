@@ -19,6 +19,9 @@ type AccountsCmd struct {
 	Resume  AccountsResumeCmd  `cmd:"" help:"End an operator's pause of an account (exit 4 if it has none)."`
 	Paused  AccountsPausedCmd  `cmd:"" help:"List the accounts held by an operator's pause or an open breaker."`
 	Actions AccountsActionsCmd `cmd:"" help:"The audit of operator actions on accounts and breakers: who paused, resumed, opened or closed what, and why."`
+	Set     AccountsSetCmd     `cmd:"" help:"Add an account to the accounts bucket, or replace its definition there: every service applies it without a restart."`
+	Ls      AccountsLsCmd      `cmd:"" help:"List the accounts of the accounts bucket (header values redacted)."`
+	Rm      AccountsRmCmd      `cmd:"" help:"Remove an account from the accounts bucket: its keys stop working."`
 }
 
 // AccountsPauseCmd is `tenaz accounts pause <account>`.

@@ -1,0 +1,69 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tenaz/tenaz/pkg/config"
+)
+
+// storedBase is the config stored accounts are merged into.
+const storedBase = `
+auth: {disabled: true}
+accounts:
+  acme: {rate: 10/s}
+targets:
+  erp: {url: "http://127.0.0.1:1/erp"}
+kinds:
+  order.create: {target: erp}
+`
+
+// FuzzParseStoredAccount checks that a stored account's JSON (what the
+// operator API and the accounts bucket hand over) never panics the
+// decoder, that every error wraps ErrInvalidConfig, and that what
+// decodes either merges into a valid config or is left out with an error
+// that wraps ErrInvalidConfig.
+func FuzzParseStoredAccount(f *testing.F) {
+	base, err := config.Parse([]byte(storedBase), nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{
+		`{}`,
+		`{"rate":"5/s","concurrency":"auto","concurrency_max":9}`,
+		`{"breaker":{"failures":3,"cooldown":"1m"},"targets":{"erp":{"url":"https://e/{{.ID}}","headers":{"Authorization":"Bearer x"}}}}`,
+		`{"keys":{"k":{"scopes":["submit","read"],"hash":"sha256:` + strings.Repeat("0", 64) + `","rate":"1/s","burst":2}}}`,
+		`{"keys":{"k":{"account":"other","scopes":["fly"]}}}`,
+		`{"repeats":{}}`, `{"rate":"${A}"}`, `[1]`, `{"targets":{"nope":{}}}`, `{"a":1}`, `null`, `{"rate":1e400}`,
+	} {
+		f.Add("newco", []byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		sa, err := config.ParseStoredAccount(name, data)
+		if err != nil {
+			if !errors.Is(err, config.ErrInvalidConfig) {
+				t.Fatalf("want every error to wrap ErrInvalidConfig, got %v", err)
+			}
+			return
+		}
+		for id, k := range sa.Keys {
+			if k.Account != name {
+				t.Fatalf("key %s: want the stored account's own account %q, got %q", id, name, k.Account)
+			}
+		}
+		m, bad := base.With(map[string]config.StoredAccount{name: sa})
+		if e := bad[name]; e != nil {
+			if !errors.Is(e, config.ErrInvalidConfig) {
+				t.Fatalf("want a left-out account's error to wrap ErrInvalidConfig, got %v", e)
+			}
+			return
+		}
+		if err := m.Validate(); err != nil {
+			t.Fatalf("With put in force a config that does not Validate: %v", err)
+		}
+		if a := m.Account(name); a.MaxConcurrency() < 1 || a.Breaker.Failures < 1 {
+			t.Fatalf("account %q: want positive limits, got %+v", name, a)
+		}
+	})
+}
