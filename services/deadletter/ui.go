@@ -115,7 +115,7 @@ var uiFuncs = template.FuncMap{
 
 func newUI(s *Service) (*ui, error) {
 	u := &ui{s: s, pages: map[string]*template.Template{}, cop: http.NewCrossOriginProtection(), activity: newActivity()}
-	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message", "overview", "events"} {
+	for _, p := range []string{"list", "detail", "confirm", "job", "breakers", "accounts", "states", "message", "overview", "events", "entity"} {
 		t, err := template.New("layout.html").Funcs(uiFuncs).ParseFS(uiFiles, "ui/layout.html", "ui/actions.html", "ui/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("deadletter: ui template %s: %w", p, err)
@@ -134,6 +134,7 @@ func (u *ui) routes(mux readyMux) {
 	mux.HandleFunc("GET /ui/dead", u.list(tenaz.StateDead))
 	mux.HandleFunc("GET /ui/review", u.list(tenaz.StateManualReview))
 	mux.HandleFunc("GET /ui/events/{id}", u.detail)
+	mux.HandleFunc("GET /ui/entities/{account}/{entity}", u.entity)
 	mux.HandleFunc("GET /ui/entries/{seq}", u.detail)
 	mux.HandleFunc("GET /ui/jobs/{job}", u.job)
 	mux.HandleFunc("GET /ui/breakers", u.breakers)
