@@ -3,32 +3,12 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "tenaz-ingest:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	configPath := flag.String("config", "", "path to tenaz.yaml (default: $TENAZ_CONFIG, then ./tenaz.yaml)")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	hup := make(chan os.Signal, 1) // reloads the config
-	signal.Notify(hup, syscall.SIGHUP)
-	return daemon.Run(ctx, "tenaz-ingest", *configPath, hup, func(p daemon.Process) (daemon.Component, error) {
+	daemon.Main("tenaz-ingest", func(p daemon.Process) (daemon.Component, error) {
 		return ingest.New(ingest.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger, Auth: p.Auth})
 	})
 }
