@@ -281,6 +281,7 @@ nats: {url: "${NATS_URL}"}
 http: {addr: "127.0.0.1:0"}
 log: {level: warn}
 streams: {ack_wait: 2s}
+sealing_key: "dGVuYXotdGVzdC1zZWFsaW5nLWtleS0zMi1ieXRlcyE="
 auth:
   keys:
     acme-shop: {account: acme, scopes: [submit, read], hash: "${ACME_HASH}", rate: 1000/s}
@@ -395,21 +396,23 @@ func newWorld(t *testing.T) *world {
 	}
 
 	// Consumers of a stage start before its producers, as tenaz run does.
-	dl := w.service("deadletter", func(nc *nats.Conn, cfg *config.Config, a *auth.Authenticator) (daemon.Component, error) {
-		return deadletter.New(deadletter.Options{Conn: nc, Config: cfg, Auth: a, Instance: "dl1"})
+	dl := w.service("deadletter", func(p daemon.Process) (daemon.Component, error) {
+		return deadletter.New(deadletter.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Auth: p.Auth, Instance: "dl1"})
 	})
 	w.ops = w.serve(dl)
-	w.service("poller", func(nc *nats.Conn, cfg *config.Config, _ *auth.Authenticator) (daemon.Component, error) {
-		return poller.New(poller.Options{Conn: nc, Config: cfg, Instance: "p1"})
+	w.service("poller", func(p daemon.Process) (daemon.Component, error) {
+		return poller.New(poller.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Instance: "p1"})
 	})
-	w.service("dispatcher", func(nc *nats.Conn, cfg *config.Config, _ *auth.Authenticator) (daemon.Component, error) {
-		return dispatcher.New(dispatcher.Options{Conn: nc, Config: cfg, Instance: "d1", IdleAfter: 3 * time.Second, Relist: 2 * time.Second})
+	w.service("dispatcher", func(p daemon.Process) (daemon.Component, error) {
+		return dispatcher.New(dispatcher.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Instance: "d1", IdleAfter: 3 * time.Second, Relist: 2 * time.Second})
 	})
-	ing := w.service("ingest", func(nc *nats.Conn, cfg *config.Config, a *auth.Authenticator) (daemon.Component, error) {
-		return ingest.New(ingest.Options{Conn: nc, Config: cfg, Auth: a})
+	var ingAuth *auth.Authenticator
+	ing := w.service("ingest", func(p daemon.Process) (daemon.Component, error) {
+		ingAuth = p.Auth
+		return ingest.New(ingest.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Auth: p.Auth})
 	})
-	cfg, a := w.config("ingest")
-	apiMux = daemon.Handler(cfg, a, daemon.Mux(ing))
+	cfg, _ := w.config("ingest")
+	apiMux = daemon.Handler(cfg, ingAuth, daemon.Mux(ing))
 	return w
 }
 
@@ -435,9 +438,10 @@ func (w *world) config(svc string) (*config.Config, *auth.Authenticator) {
 }
 
 // service connects as svc's pod does (daemon.Run: natsconn.Connect with
-// the config's NATS user, named tenaz-<svc>), builds the service and
-// starts it; it stops when the test ends.
-func (w *world) service(svc string, build func(*nats.Conn, *config.Config, *auth.Authenticator) (daemon.Component, error)) daemon.Component {
+// the config's NATS user, named tenaz-<svc>, then the live config that
+// follows the accounts bucket), builds the service and starts it; it
+// stops when the test ends.
+func (w *world) service(svc string, build daemon.Build) daemon.Component {
 	w.t.Helper()
 	cfg, a := w.config(svc)
 	nc, err := natsconn.Connect(cfg.NATS, serviceUser(svc), "")
@@ -445,7 +449,11 @@ func (w *world) service(svc string, build func(*nats.Conn, *config.Config, *auth
 		w.t.Fatalf("%s: connect: %v", svc, err)
 	}
 	w.t.Cleanup(nc.Close)
-	c, err := build(nc, cfg, a)
+	lv, err := daemon.Live(w.ctx, nc, cfg, "", a, nil)
+	if err != nil {
+		w.t.Fatalf("%s: the accounts bucket as NATS user %s: %v\nviolations: %v", svc, serviceUser(svc), err, w.log.violations(serviceUser(svc)))
+	}
+	c, err := build(daemon.Process{Conn: nc, Config: cfg, Live: lv, Auth: a})
 	if err != nil {
 		w.t.Fatalf("%s: %v", svc, err)
 	}
@@ -948,6 +956,42 @@ func TestNATSUsers(t *testing.T) {
 		var acts ops.ActionsReply
 		if err := w.call(operator, ops.ActionsList, ops.ActionsRequest{Account: "acme"}, &acts); err != nil || len(acts.Items) != 4 {
 			t.Fatalf("actions.list: want the pause, resume, open and close, got %+v, %v", acts, err)
+		}
+	})
+
+	t.Run("an account added by the operator, with no restart", func(t *testing.T) {
+		key, hash := mustKey()
+		def := `{"targets":{"erp":{"headers":{"X-Newco-Token":"n3wco-token"}}},"keys":{"newco-shop":{"scopes":["submit","read"],"hash":"` + hash + `"}}}`
+		var set ops.StoredAccount
+		if err := w.call(operator, ops.StoredSet, ops.StoredSetRequest{Account: "newco", Definition: json.RawMessage(def), Reason: "new customer"}, &set); err != nil {
+			t.Fatalf("accounts.set: %v", err)
+		}
+		var id string
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			body := `{"account":"newco","kind":"order.create","payload":{"n":81}}`
+			req, _ := http.NewRequest(http.MethodPost, w.api.URL+"/v1/events", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var v eventView
+			_ = json.NewDecoder(resp.Body).Decode(&v)
+			id = v.ID
+			return resp.StatusCode == http.StatusAccepted
+		}, "newco's key to be accepted by ingest")
+		w.waitStatus(t, key, id, tenaz.StateDone)
+		var list ops.StoredListReply
+		if err := w.call(operator, ops.StoredList, ops.StoredListRequest{}, &list); err != nil || len(list.Items) != 1 || strings.Contains(string(list.Items[0].Definition), "n3wco-token") {
+			t.Fatalf("accounts.list: want newco with its token redacted, got %+v, %v", list, err)
+		}
+		var st ops.ConfigStatus
+		if err := w.call(operator, ops.ConfigShow, nil, &st); err != nil || !slices.Equal(st.Stored, []string{"newco"}) {
+			t.Fatalf("config.status: want newco in force, got %+v, %v", st, err)
+		}
+		if err := w.call(operator, ops.StoredRemove, ops.StoredRemoveRequest{Account: "newco", Reason: "the test ends"}, &set); err != nil {
+			t.Fatalf("accounts.rm: %v", err)
 		}
 	})
 

@@ -273,6 +273,10 @@ func Run(ctx context.Context, name, configPath string, hup <-chan os.Signal, bui
 // once the bucket's accounts are in force. Every binary and `tenaz run`
 // call it, then run its Run with their SIGHUP.
 func Live(ctx context.Context, nc *nats.Conn, cfg *config.Config, path string, a *auth.Authenticator, log *zerolog.Logger) (*live.Config, error) {
+	if log == nil {
+		nop := zerolog.Nop()
+		log = &nop
+	}
 	lv := live.New(cfg, live.Options{Path: path, Logger: log})
 	lv.OnChange(func(c *config.Config) {
 		if err := a.Update(c); err != nil {
