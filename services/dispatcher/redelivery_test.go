@@ -157,6 +157,13 @@ func restartServer(t *testing.T, h *harness) {
 	h.srv.Stop()
 	<-time.After(2 * time.Second) // the outage itself, not a wait for an outcome
 	natstest.Start(t, natstest.StoreDir(h.srv.Dir), natstest.Listen(u.Host))
+	// Cleanups run last in, first out: without this the new server would
+	// stop before the dispatchers, whose Stop then waits on every request.
+	t.Cleanup(func() {
+		for _, stop := range h.stops {
+			stop()
+		}
+	})
 }
 
 // A lane's event is done, and nats-server goes down before its finisher

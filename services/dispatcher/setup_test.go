@@ -72,6 +72,8 @@ type harness struct {
 
 	c context.Context // ends with the test
 
+	stops []func() // every dispatcher's Stop, in start order
+
 	mu      sync.Mutex
 	arrived int           // deliveries that reached the provider (answered or not)
 	changed chan struct{} // closed and replaced when arrived changes
@@ -159,14 +161,16 @@ func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks, opts ...f
 	if err := d.Start(h.ctx()); err != nil {
 		h.t.Fatalf("dispatcher.Start: %v", err)
 	}
-	h.t.Cleanup(func() {
+	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := d.Stop(ctx); err != nil {
 			h.t.Errorf("dispatcher %s Stop: %v", instance, err)
 		}
 		client.CloseIdleConnections()
-	})
+	}
+	h.stops = append(h.stops, stop)
+	h.t.Cleanup(stop)
 	return d
 }
 
