@@ -190,6 +190,9 @@ func (s *Service) readChanges(ctx context.Context, p int, now time.Time) (sample
 	}
 	start = max(start, info.State.FirstSeq, 1)
 	if last < start {
+		a.mu.Lock()
+		a.next[p] = start // an empty partition: what comes next is new
+		a.mu.Unlock()
 		return false, nil
 	}
 	total := last - start + 1

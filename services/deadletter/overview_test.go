@@ -1,0 +1,90 @@
+package deadletter_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+)
+
+// overviewPage reads the overview of account as alice.
+func (e *env) overviewPage(account string) string {
+	e.t.Helper()
+	resp, err := http.Get(e.http.URL + "/ui/overview?account=" + account)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("overview: %d %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+var doneTotal = regexp.MustCompile(`data-series="done" data-last="[^"]*" data-total="([0-9.]+)"`)
+
+// More records changed between two refreshes than one reads (5,000 a
+// partition): the newest are read, the counts scaled to the whole, and
+// the page says it is a sample; the refresh costs what 5,000 cost.
+func TestOverviewSamplesABusyFeed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	if p := e.overviewPage("acme"); !doneTotal.MatchString(p) || doneTotal.FindStringSubmatch(p)[1] != "0" {
+		t.Fatalf("before any event: want 0 done, got %v", doneTotal.FindStringSubmatch(p))
+	}
+	const n = 6000
+	now := time.Now().UTC()
+	var ps []store.Pending
+	for i := range n {
+		t0 := now.Add(-time.Duration(i) * time.Millisecond)
+		env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: fmt.Sprint("busy-", i)}, []byte(`{"n":1}`), "", "", t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := queue.Initial(env)
+		for _, a := range []state.Action{{Name: state.Claim, Seq: 1}, {Name: state.Succeed}} {
+			if rec, _, err = state.Apply(rec, a, t0.Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := e.st.CreateAsync(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps = append(ps, p); len(ps) == 500 || i == n-1 {
+			for _, p := range ps {
+				if _, err := p.Wait(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ps = ps[:0]
+		}
+	}
+	var page string
+	natstest.Eventually(t, 30*time.Second, func() bool { // a read every 2 s at most
+		page = e.overviewPage("acme")
+		m := doneTotal.FindStringSubmatch(page)
+		return m != nil && m[1] != "0"
+	}, "the overview to read the changes")
+	m := doneTotal.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no throughput chart on the page: %s", page)
+	}
+	if got, _ := strconv.ParseFloat(m[1], 64); got != n {
+		t.Fatalf("done after a sampled read: want %d (5,000 read, scaled), got %v", n, got)
+	}
+	if !regexp.MustCompile(`sampled: more changes came in than a refresh reads`).MatchString(page) {
+		t.Fatal("the page must say the figures are a sample")
+	}
+}
