@@ -36,6 +36,9 @@ type accountsData struct {
 	// (the audit); ActionsError says why they could not be read.
 	Actions      []ops.Action
 	ActionsError string
+	// Config is the config in force in this process and how its last
+	// reload went (pkg/live).
+	Config ops.ConfigStatus
 }
 
 type replicaRow struct {
@@ -101,7 +104,7 @@ func limitsOf(a config.Account) limitsRow {
 // config, the leases and the breakers.
 func (s *Service) accounts(ctx context.Context) accountsData {
 	cfg := s.live.Load() // the limits in force, reloads and the accounts bucket included
-	d := accountsData{Default: limitsOf(cfg.Account(config.DefaultAccountName))}
+	d := accountsData{Default: limitsOf(cfg.Account(config.DefaultAccountName)), Config: s.live.Status()}
 	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
 	defer cancel()
 	v, err := owner.Read(rctx, s.js, s.cfg.Prefix, 0)

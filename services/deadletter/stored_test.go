@@ -174,3 +174,21 @@ func TestStoredSecretNotReadableBack(t *testing.T) {
 		t.Fatalf("setting a sealed value: want 422, got %d %s", status, body)
 	}
 }
+
+// The Accounts page shows the config in force and the accounts of the
+// bucket in it.
+func TestAccountsPageShowsTheConfig(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sealingYAML)
+	def, _ := storedDef(t)
+	if status, body := e.do("PUT", "/v1/config/accounts/newco", `{"definition":`+def+`,"reason":"new customer"}`); status != http.StatusOK {
+		t.Fatalf("set: want 200, got %d %s", status, body)
+	}
+	status, page := e.do("GET", "/ui/accounts", "")
+	if status != http.StatusOK || !strings.Contains(page, `id="config-status"`) || !strings.Contains(page, "with 1 account(s) of the accounts bucket") {
+		t.Fatalf("/ui/accounts: want the config's status with newco's bucket, got %d\n%s", status, page)
+	}
+	if !strings.Contains(page, `data-account="newco"`) {
+		t.Fatalf("/ui/accounts: want newco listed with its limits, got\n%s", page)
+	}
+}

@@ -221,6 +221,10 @@ func TestReloadUnderLoad(t *testing.T) {
 	if a := submit(oldKey, -4); a.status != http.StatusUnauthorized {
 		t.Fatalf("after a refused reload the old key must still be refused: want 401, got %d", a.status)
 	}
+	if ui := send(t, http.MethodGet, base+"/ui/accounts", "bearer:"+secAliceKey, ""); !strings.Contains(string(ui.body), `id="config-refused"`) ||
+		!strings.Contains(string(ui.body), "accounts.acme.rate") {
+		t.Errorf("the Accounts page: want the refused reload and its errors shown, got %d\n%s", ui.status, ui.body)
+	}
 	m := send(t, http.MethodGet, base+"/metrics", "", "")
 	for _, want := range []string{"tenaz_config_reload_success 0", `tenaz_config_reloads_total{result="refused"} 1`, `tenaz_account_rate_limit_per_second{account="acme"} 4`} {
 		if !strings.Contains(string(m.body), want) {
