@@ -1,9 +1,11 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -18,7 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// MaxScan bounds the index entries one page examines, so that a filter
+// MaxScan bounds the index entries one page scans, so that a filter
 // whose entries mostly fail the rest of the query (a narrow time range
 // over a busy state) answers in bounded time: the page is then short and
 // its cursor goes on from there.
@@ -26,7 +28,7 @@ const MaxScan = 20_000
 
 // clockMargin widens a search's start in the index's time (the server's
 // clock) against its since bound (the creation time, ingest's clock).
-const clockMargin = time.Minute
+const clockMargin = 10 * time.Second
 
 // readers bounds the records one page reads at once.
 const readers = 32
@@ -48,8 +50,9 @@ func Open(ctx context.Context, js jetstream.JetStream, st *store.Store, subj ten
 	return &Searcher{js: js, st: st, stream: name, prefix: "$KV." + subj.Bucket(Bucket) + "."}, nil
 }
 
-// filter is the index subject that answers q.
-func (s *Searcher) filter(q ops.FindRequest) string {
+// filter is the index subject that answers q, for the s entries of the
+// hour token hour ("*": any).
+func (s *Searcher) filter(q ops.FindRequest, hour string) string {
 	a := anyOr(q.Account)
 	switch {
 	case q.ProviderRef != "":
@@ -61,7 +64,32 @@ func (s *Searcher) filter(q ops.FindRequest) string {
 	if q.Kind != "" {
 		kind = kindToken(q.Kind)
 	}
-	return s.prefix + a + "." + fieldState + "." + anyOr(string(q.State)) + "." + kind + ".*"
+	return s.prefix + a + "." + fieldState + "." + anyOr(string(q.State)) + "." + kind + "." + hour + ".*"
+}
+
+// MaxHours is the longest time range searched an hour at a time; a longer
+// (or open) one is one scan of every hour, bounded by MaxScan a page.
+const MaxHours = 24 * 31
+
+// hours are the creation hours q's time range spans, when it is searched
+// an hour at a time.
+func hours(q ops.FindRequest, now time.Time) []time.Time {
+	if q.Since == nil || q.EntityID != "" || q.ProviderRef != "" {
+		return nil
+	}
+	until := now.Add(clockMargin)
+	if q.Until != nil {
+		until = *q.Until
+	}
+	first, last := q.Since.UTC().Truncate(time.Hour), until.Add(-time.Nanosecond).UTC().Truncate(time.Hour)
+	if last.Sub(first) >= MaxHours*time.Hour {
+		return nil
+	}
+	var hs []time.Time
+	for h := first; !h.After(last); h = h.Add(time.Hour) {
+		hs = append(hs, h)
+	}
+	return hs
 }
 
 // Find returns one page of the events matching q. Each event is read from
@@ -71,60 +99,164 @@ func (s *Searcher) Find(ctx context.Context, q ops.FindRequest) (ops.FindReply, 
 	if err := Validate(q); err != nil {
 		return ops.FindReply{}, err
 	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = ops.DefaultLimit
-	}
-	rep := ops.FindReply{Items: []ops.EventItem{}}
 	if q.IdempotencyKey != "" {
 		return s.byKey(ctx, q)
 	}
-	var start uint64
+	var at cursor
 	if q.Cursor != "" {
-		start, _ = decodeCursor(q) // Validate has read it
+		at, _ = decodeCursor(q) // Validate has read it
 	}
-	filter := s.filter(q)
-	seen := map[string]bool{} // an entry not yet moved can name an event twice
-	scanned := 0
-	for len(rep.Items) < limit {
-		want := min(max(2*(limit-len(rep.Items)), 64), 1000)
+	p := &page{q: q, limit: cmp.Or(q.Limit, ops.DefaultLimit), seen: map[string]bool{}, rep: ops.FindReply{Items: []ops.EventItem{}}}
+	hs := hours(q, time.Now())
+	if hs == nil {
+		next, err := s.fill(ctx, p, s.filter(q, "*"), at.seq, q.Since)
+		if err != nil {
+			return ops.FindReply{}, err
+		}
+		if next != 0 {
+			p.rep.NextCursor = encodeCursor(q, cursor{seq: next})
+		}
+		return p.rep, nil
+	}
+	for i, h := range hs {
+		hour := h.Unix() / 3600
+		if hour < at.hour {
+			continue
+		}
+		start := uint64(0)
+		if hour == at.hour {
+			start = at.seq
+		}
+		from := maxTime(*q.Since, h)
+		next, err := s.fill(ctx, p, s.filter(q, hourToken(h)), start, &from)
+		if err != nil {
+			return ops.FindReply{}, err
+		}
+		switch {
+		case next != 0:
+			p.rep.NextCursor = encodeCursor(q, cursor{hour: hour, seq: next})
+			return p.rep, nil
+		case len(p.rep.Items) == p.limit && i+1 < len(hs):
+			p.rep.NextCursor = encodeCursor(q, cursor{hour: hour + 1, seq: 1})
+			return p.rep, nil
+		}
+	}
+	return p.rep, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// page is one page of a search being filled.
+type page struct {
+	q       ops.FindRequest
+	limit   int
+	seen    map[string]bool // an entry not yet moved can name an event twice
+	scanned int
+	rep     ops.FindReply
+}
+
+// want is how many entries a scan takes at a time. Entries are small: it
+// takes many, the most when the time bounds leave out what the filter
+// cannot.
+func (p *page) want() int {
+	if p.q.Since != nil || p.q.Until != nil {
+		return 1000
+	}
+	return min(max(2*(p.limit-len(p.rep.Items)), 256), 1000)
+}
+
+// fill adds to the page the events of filter's entries from sequence
+// start on (from the index's time since, when start is 0 and since is
+// set), until the page is full or the filter has no more: next is the
+// sequence to go on from, 0 when the filter has no more.
+func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint64, since *time.Time) (next uint64, err error) {
+	if hits, ok := s.sparse(ctx, p.q, filter, start); ok {
+		for len(hits) > 0 {
+			n := min(len(hits), p.want())
+			items, upTo, err := s.read(ctx, p.q, hits[:n], p.limit-len(p.rep.Items), p.seen)
+			if err != nil {
+				return 0, err
+			}
+			p.rep.Items = append(p.rep.Items, items...)
+			hits = hits[n:]
+			switch {
+			case upTo != 0:
+				return upTo + 1, nil
+			case len(p.rep.Items) == p.limit && len(hits) > 0:
+				return hits[0].seq, nil
+			}
+		}
+		return 0, nil
+	}
+	for len(p.rep.Items) < p.limit {
+		want := p.want()
 		opts := []jetstreamext.GetBatchOpt{jetstreamext.GetBatchSubject(filter)}
 		switch {
 		case start > 0:
 			opts = append(opts, jetstreamext.GetBatchSeq(start))
-		case q.Since != nil:
-			opts = append(opts, jetstreamext.GetBatchStartTime(q.Since.Add(-clockMargin)))
+		case since != nil:
+			opts = append(opts, jetstreamext.GetBatchStartTime(since.Add(-clockMargin)))
 		}
-		hits, last, more, err := s.batch(ctx, q, want, opts)
+		hits, last, more, err := s.batch(ctx, p.q, want, opts)
 		if err != nil {
-			return ops.FindReply{}, err
+			return 0, err
 		}
-		scanned += want
-		items, upTo, err := s.read(ctx, q, hits, limit-len(rep.Items), seen)
+		p.scanned += want
+		items, upTo, err := s.read(ctx, p.q, hits, p.limit-len(p.rep.Items), p.seen)
 		if err != nil {
-			return ops.FindReply{}, err
+			return 0, err
 		}
-		rep.Items = append(rep.Items, items...)
+		p.rep.Items = append(p.rep.Items, items...)
 		if upTo != 0 { // the page filled before the batch's end
-			rep.NextCursor = encodeCursor(q, upTo+1)
-			return rep, nil
+			return upTo + 1, nil
 		}
 		if !more {
-			return rep, nil
+			return 0, nil
 		}
 		start = last + 1
-		if scanned >= MaxScan {
+		if p.scanned >= MaxScan {
 			break
 		}
 	}
-	rep.NextCursor = encodeCursor(q, start)
-	return rep, nil
+	return start, nil
 }
 
 // hit is one index entry that passed the checks the index can make.
 type hit struct {
 	seq         uint64
 	account, id string
+}
+
+// maxSparse is how many entries a filter may have for the server's
+// subject index to list them all at once (its multi-last limit).
+const maxSparse = 1024
+
+// sparse lists every entry of a filter that has at most maxSparse, from
+// the server's subject index (one request, whatever the size of the
+// index), in order; ok is false for a filter with more, which is scanned.
+func (s *Searcher) sparse(ctx context.Context, q ops.FindRequest, filter string, start uint64) (hits []hit, ok bool) {
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, s.stream, []string{filter}, jetstreamext.GetLastMsgsBatchSize(maxSparse))
+	if err != nil {
+		return nil, false
+	}
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil { // too many results, or a failure the scan meets again
+			return nil, false
+		}
+		if h, ok := s.hitOf(q, m); ok && m.Sequence >= start {
+			hits = append(hits, h)
+		}
+	}
+	slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(a.seq, b.seq) })
+	return hits, true
 }
 
 // batch reads up to want entries of the filter: those that pass q's time
@@ -145,30 +277,65 @@ func (s *Searcher) batch(ctx context.Context, q ops.FindRequest, want int, opts 
 		n++
 		last = m.Sequence
 		more = m.Header.Get("Nats-Num-Pending") != "0"
-		if len(m.Data) == 0 || m.Header.Get(kvOperation) != "" {
-			continue // a purge marker
+		if h, ok := s.hitOf(q, m); ok {
+			hits = append(hits, h)
 		}
-		ms, err := strconv.ParseInt(string(m.Data), 10, 64)
-		if err != nil {
-			continue
-		}
-		created := time.UnixMilli(ms)
-		if q.Since != nil && created.Before(q.Since.Truncate(time.Millisecond)) || q.Until != nil && !created.Before(*q.Until) {
-			continue
-		}
-		account, id, ok := parseKey(m.Subject[len(s.prefix):])
-		if !ok {
-			continue
-		}
-		hits = append(hits, hit{seq: m.Sequence, account: account, id: id})
 	}
 	return hits, last, more && n > 0, nil
 }
 
-// read reads the records of hits (in parallel) and keeps, in order, up to
-// room of those that match q. upTo is the sequence of the last hit used
-// when room ran out before the hits did (0 otherwise).
+// hitOf reads an index entry: its event, unless it is a purge marker or
+// q's time bounds leave it out.
+func (s *Searcher) hitOf(q ops.FindRequest, m *jetstream.RawStreamMsg) (hit, bool) {
+	if len(m.Data) == 0 || m.Header.Get(kvOperation) != "" || len(m.Subject) <= len(s.prefix) {
+		return hit{}, false
+	}
+	ms, err := strconv.ParseInt(string(m.Data), 10, 64)
+	if err != nil {
+		return hit{}, false
+	}
+	created := time.UnixMilli(ms)
+	if q.Since != nil && created.Before(q.Since.Truncate(time.Millisecond)) || q.Until != nil && !created.Before(*q.Until) {
+		return hit{}, false
+	}
+	account, id, ok := parseKey(m.Subject[len(s.prefix):])
+	if !ok {
+		return hit{}, false
+	}
+	return hit{seq: m.Sequence, account: account, id: id}, true
+}
+
+// read reads the records of hits, as many at a time as the page has
+// room for (in parallel), and keeps, in order, up to room of those that
+// match q. upTo is the sequence of the last hit used when room ran out
+// before the hits did (0 otherwise).
 func (s *Searcher) read(ctx context.Context, q ops.FindRequest, hits []hit, room int, seen map[string]bool) (items []ops.EventItem, upTo uint64, err error) {
+	for i := 0; i < len(hits); {
+		n := min(len(hits)-i, max(room-len(items), 8))
+		recs, err := s.records(ctx, hits[i:i+n])
+		if err != nil {
+			return nil, 0, err
+		}
+		for j, r := range recs {
+			if r == nil || seen[r.ID] || !matches(*r, q) {
+				continue
+			}
+			if len(items) == room {
+				return items, hits[i+j-1].seq, nil
+			}
+			seen[r.ID] = true
+			items = append(items, item(*r))
+		}
+		if i += n; len(items) == room && i < len(hits) {
+			return items, hits[i-1].seq, nil
+		}
+	}
+	return items, 0, nil
+}
+
+// records reads the records of hits in parallel; nil for one that is gone
+// (expired or deleted since it was indexed).
+func (s *Searcher) records(ctx context.Context, hits []hit) ([]*state.Record, error) {
 	recs := make([]*state.Record, len(hits))
 	errs := make([]error, len(hits))
 	sem := make(chan struct{}, readers)
@@ -180,7 +347,7 @@ func (s *Searcher) read(ctx context.Context, q ops.FindRequest, hits []hit, room
 			defer func() { <-sem; wg.Done() }()
 			r, _, err := s.st.Get(ctx, h.account, h.id)
 			switch {
-			case errors.Is(err, store.ErrNotFound): // expired or deleted since it was indexed
+			case errors.Is(err, store.ErrNotFound):
 			case err != nil:
 				errs[i] = err
 			default:
@@ -190,19 +357,9 @@ func (s *Searcher) read(ctx context.Context, q ops.FindRequest, hits []hit, room
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, 0, fmt.Errorf("search: read records: %w", err)
+		return nil, fmt.Errorf("search: read records: %w", err)
 	}
-	for i, r := range recs {
-		if r == nil || seen[r.ID] || !matches(*r, q) {
-			continue
-		}
-		if len(items) == room {
-			return items, hits[i-1].seq, nil
-		}
-		seen[r.ID] = true
-		items = append(items, item(*r))
-	}
-	return items, 0, nil
+	return recs, nil
 }
 
 // byKey finds the one event of an account's idempotency key.

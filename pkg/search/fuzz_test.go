@@ -11,27 +11,27 @@ import (
 // or read as a sequence that encodes back to a cursor of the same filter.
 func FuzzCursor(f *testing.F) {
 	q := ops.FindRequest{Account: "acme", State: "dead"}
-	f.Add(encodeCursor(q, 1))
-	f.Add(encodeCursor(q, 1<<40))
+	f.Add(encodeCursor(q, cursor{seq: 1}))
+	f.Add(encodeCursor(q, cursor{seq: 1 << 40, hour: 493000}))
 	f.Add("c1")
 	f.Add("c1AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, cur string) {
 		q := q
 		q.Cursor = cur
-		seq, err := decodeCursor(q)
+		c, err := decodeCursor(q)
 		if err != nil {
 			if !errors.Is(err, ErrBadQuery) {
 				t.Fatalf("%q: error %v is not an ErrBadQuery", cur, err)
 			}
 			return
 		}
-		if seq == 0 {
+		if c.seq == 0 {
 			t.Fatalf("%q: accepted with sequence 0", cur)
 		}
-		q.Cursor = encodeCursor(q, seq)
-		if again, err := decodeCursor(q); err != nil || again != seq {
-			t.Fatalf("%q: %d re-encoded reads as %d, %v", cur, seq, again, err)
+		q.Cursor = encodeCursor(q, c)
+		if again, err := decodeCursor(q); err != nil || again != c {
+			t.Fatalf("%q: %+v re-encoded reads as %+v, %v", cur, c, again, err)
 		}
 		q.Account = "globex"
 		if _, err := decodeCursor(q); err == nil {

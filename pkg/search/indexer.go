@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -31,7 +32,7 @@ const purgeTTL = time.Second
 
 // Defaults of IndexerOptions.
 const (
-	DefaultBatch    = 256
+	DefaultBatch    = 1024
 	DefaultCacheMax = 100_000
 )
 
@@ -68,11 +69,12 @@ type Stats struct {
 // (the bucket keeps one per key, so a slow indexer sees the latest).
 // Writes are idempotent, so a redelivered revision changes nothing.
 type Indexer struct {
-	js     jetstream.JetStream
-	subj   tenaz.Subjects
-	o      IndexerOptions
-	log    zerolog.Logger
-	prefix string // $KV.<bucket>.
+	js      jetstream.JetStream
+	subj    tenaz.Subjects
+	o       IndexerOptions
+	log     zerolog.Logger
+	prefix  string // $KV.<bucket>.
+	stream0 string // KV_<bucket>
 
 	revisions, puts, purges, bytes atomic.Int64
 	lag                            []atomic.Int64
@@ -100,7 +102,7 @@ func NewIndexer(js jetstream.JetStream, subj tenaz.Subjects, o IndexerOptions) *
 	if o.Logger != nil {
 		log = o.Logger.With().Str("component", "search-indexer").Logger()
 	}
-	return &Indexer{js: js, subj: subj, o: o, log: log, prefix: "$KV." + subj.Bucket(Bucket) + ".",
+	return &Indexer{js: js, subj: subj, o: o, log: log, prefix: "$KV." + subj.Bucket(Bucket) + ".", stream0: "KV_" + subj.Bucket(Bucket),
 		lag: make([]atomic.Int64, subj.Parts())}
 }
 
@@ -214,6 +216,7 @@ func (x *Indexer) report() { x.o.Metrics.SearchLag(int(x.Lag())) }
 // entries is what the indexer remembers of an event's entries.
 type entries struct {
 	account, kind, entity string
+	created               time.Time
 	state                 tenaz.State
 	refs                  []string
 	ttl                   bool // written with the retention TTL
@@ -238,18 +241,8 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			continue
 		}
 		var msgs []jetstream.Msg
-		var pending []jetstream.PubAckFuture
-		var failed error
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
-			for _, w := range x.writes(cache, m) {
-				f, err := x.js.PublishMsgAsync(w)
-				if err != nil {
-					failed = err
-					break
-				}
-				pending = append(pending, f)
-			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
 			x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
@@ -260,19 +253,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			backoff = 0
 			continue
 		}
-		for _, f := range pending {
-			if failed != nil {
-				break
-			}
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				failed = err
-			case <-ctx.Done():
-				failed = ctx.Err()
-			}
-		}
-		if failed != nil {
+		if err := x.index(ctx, cache, msgs); err != nil {
 			// Forget what was remembered: the redelivered revisions are
 			// indexed in full.
 			clear(cache)
@@ -280,7 +261,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 				_ = m.NakWithDelay(time.Second)
 			}
 			if ctx.Err() == nil {
-				x.log.Warn().Err(failed).Int("partition", p).Msg("writing search entries; the revisions come back")
+				x.log.Warn().Err(err).Int("partition", p).Msg("writing search entries; the revisions come back")
 			}
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			continue
@@ -295,6 +276,89 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 		}
 		x.report()
 	}
+}
+
+// index writes the entries of one batch of revisions and waits for the
+// server to have them all.
+func (x *Indexer) index(ctx context.Context, cache map[string]*entries, msgs []jetstream.Msg) error {
+	revs := make([]*revision, len(msgs))
+	var stale []string // the state entries an event the cache does not know may have left
+	for i, m := range msgs {
+		if len(m.Data()) == 0 {
+			continue
+		}
+		var r revision
+		if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" || r.Account == "" {
+			x.log.Warn().Err(err).Str("subject", m.Subject()).Msg("a state revision that is not a record: not indexed")
+			continue
+		}
+		revs[i] = &r
+		if _, hit := cache[r.ID]; !hit {
+			for _, st := range r.left() {
+				stale = append(stale, x.prefix+stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID))
+			}
+		}
+	}
+	exists, err := x.existing(ctx, stale)
+	if err != nil {
+		exists = nil // purge them all: a purge of nothing costs a marker, never an entry
+		x.log.Debug().Err(err).Msg("reading which stale entries exist")
+	}
+	var pending []jetstream.PubAckFuture
+	for i, m := range msgs {
+		var ws []*nats.Msg
+		if revs[i] == nil {
+			if len(m.Data()) == 0 {
+				ws = x.gone(cache, kvKey(m.Subject()))
+			}
+		} else {
+			ws = x.writes(cache, revs[i], exists)
+		}
+		for _, w := range ws {
+			f, err := x.js.PublishMsgAsync(w)
+			if err != nil {
+				return err
+			}
+			pending = append(pending, f)
+		}
+	}
+	for _, f := range pending {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// existing returns which of the index subjects hold an entry, asking the
+// server for their last messages in a few batched requests.
+func (x *Indexer) existing(ctx context.Context, subjects []string) (map[string]bool, error) {
+	found := map[string]bool{}
+	const chunk = 256
+	for len(subjects) > 0 {
+		n := min(chunk, len(subjects))
+		msgs, err := jetstreamext.GetLastMsgsFor(ctx, x.js, x.stream0, subjects[:n])
+		if err != nil {
+			return nil, err
+		}
+		for m, err := range msgs {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			if len(m.Data) > 0 && m.Header.Get(kvOperation) == "" {
+				found[m.Subject] = true
+			}
+		}
+		subjects = subjects[n:]
+	}
+	return found, nil
 }
 
 // revision is what the index needs of a record.
@@ -312,35 +376,47 @@ type revision struct {
 	} `json:"history"`
 }
 
-// writes are the index writes of one revision message.
-func (x *Indexer) writes(cache map[string]*entries, m jetstream.Msg) []*nats.Msg {
-	var out []*nats.Msg
-	if len(m.Data()) == 0 { // a deletion, a purge or an expiry: the record is gone
-		md, err := m.Metadata()
-		if err != nil {
-			return nil
-		}
-		_ = md
-		id := kvKey(m.Subject())
-		if e, ok := cache[id]; ok {
-			delete(cache, id)
-			out = append(out, x.purge(stateKey(e.account, e.state, e.kind, id)))
-			if e.entity != "" {
-				out = append(out, x.purge(entityKey(e.account, e.entity, id)))
-			}
-			for _, r := range e.refs {
-				out = append(out, x.purge(refKey(e.account, r, id)))
+// left is every state the record's history says it has been in, but the
+// one it is in.
+func (r *revision) left() []tenaz.State {
+	var out []tenaz.State
+	seen := map[tenaz.State]bool{r.Status: true, "": true}
+	for _, h := range r.History {
+		for _, st := range []tenaz.State{h.From, h.To} {
+			if !seen[st] {
+				seen[st] = true
+				out = append(out, st)
 			}
 		}
+	}
+	return out
+}
+
+// gone are the writes of a deletion, a purge or an expiry of record id.
+func (x *Indexer) gone(cache map[string]*entries, id string) []*nats.Msg {
+	e, ok := cache[id]
+	if !ok {
 		// Not remembered: its entries stay until their TTL, and a search
 		// skips an entry whose record is gone.
-		return out
-	}
-	var r revision
-	if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" || r.Account == "" {
-		x.log.Warn().Err(err).Str("subject", m.Subject()).Msg("a state revision that is not a record: not indexed")
 		return nil
 	}
+	delete(cache, id)
+	out := []*nats.Msg{x.purge(stateKey(e.account, e.state, e.kind, e.created, id))}
+	if e.entity != "" {
+		out = append(out, x.purge(entityKey(e.account, e.entity, id)))
+	}
+	for _, r := range e.refs {
+		out = append(out, x.purge(refKey(e.account, r, id)))
+	}
+	return out
+}
+
+// writes are the index writes of one revision. An event the cache knows
+// writes what changed; another writes every entry, and removes the
+// entries of the states it has left that exists names (all of them when
+// exists is nil).
+func (x *Indexer) writes(cache map[string]*entries, r *revision, exists map[string]bool) []*nats.Msg {
+	var out []*nats.Msg
 	x.revisions.Add(1)
 	val := []byte(strconv.FormatInt(r.CreatedAt.UnixMilli(), 10))
 	terminal := r.Status.Terminal()
@@ -351,27 +427,23 @@ func (x *Indexer) writes(cache map[string]*entries, m jetstream.Msg) []*nats.Msg
 	prev, hit := cache[r.ID]
 	all := !hit || terminal && !prev.ttl // write every entry again
 	if all || prev.state != r.Status {
-		out = append(out, x.put(stateKey(r.Account, r.Status, r.Kind, r.ID), val, ttl))
+		out = append(out, x.put(stateKey(r.Account, r.Status, r.Kind, r.CreatedAt, r.ID), val, ttl))
 	}
 	if hit {
 		if prev.state != r.Status {
-			out = append(out, x.purge(stateKey(r.Account, prev.state, r.Kind, r.ID)))
+			out = append(out, x.purge(stateKey(r.Account, prev.state, r.Kind, r.CreatedAt, r.ID)))
 		}
 	} else {
-		seen := map[tenaz.State]bool{r.Status: true, "": true}
-		for _, h := range r.History {
-			for _, st := range []tenaz.State{h.From, h.To} {
-				if !seen[st] {
-					seen[st] = true
-					out = append(out, x.purge(stateKey(r.Account, st, r.Kind, r.ID)))
-				}
+		for _, st := range r.left() {
+			if k := stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID); exists == nil || exists[x.prefix+k] {
+				out = append(out, x.purge(k))
 			}
 		}
 	}
 	if r.EntityID != "" && all {
 		out = append(out, x.put(entityKey(r.Account, r.EntityID, r.ID), val, ttl))
 	}
-	e := &entries{account: r.Account, kind: r.Kind, entity: r.EntityID, state: r.Status, ttl: terminal}
+	e := &entries{account: r.Account, kind: r.Kind, entity: r.EntityID, created: r.CreatedAt, state: r.Status, ttl: terminal}
 	if hit {
 		e.refs = prev.refs
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
@@ -16,14 +17,15 @@ const Bucket = "tenaz_search"
 // the event's creation time (Unix milliseconds), so a time bound is
 // checked without reading the record:
 //
-//	<account>.s.<state>.<kind>.<id>   one per event, moved on each change of state
-//	<account>.e.<entity>.<id>         the entity id, hashed
-//	<account>.r.<reference>.<id>      each provider reference the event was given, hashed
+//	<account>.s.<state>.<kind>.<hour>.<id>   one per event, moved on each change of state
+//	<account>.e.<entity>.<id>                the entity id, hashed
+//	<account>.r.<reference>.<id>             each provider reference the event was given, hashed
 //
 // A search by state, kind, or account alone is a filter on the s entries
-// (acme.s.*.order/create.*), so those need no entries of their own. An
-// idempotency key needs none either: the event id is derived from the
-// account and the key (event.ID).
+// (acme.s.*.order/create.*.*), so those need no entries of their own; the
+// hour the event was created in (UTC, 2026120115) makes a time range a
+// few filters of one hour each. An idempotency key needs no entry: the
+// event id is derived from the account and the key (event.ID).
 const (
 	fieldState  = "s"
 	fieldEntity = "e"
@@ -42,8 +44,13 @@ func hashToken(v string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-func stateKey(account string, st tenaz.State, kind, id string) string {
-	return account + "." + fieldState + "." + string(st) + "." + kindToken(kind) + "." + id
+// hourLayout formats the hour token of a creation time.
+const hourLayout = "2006010215"
+
+func hourToken(t time.Time) string { return t.UTC().Format(hourLayout) }
+
+func stateKey(account string, st tenaz.State, kind string, created time.Time, id string) string {
+	return account + "." + fieldState + "." + string(st) + "." + kindToken(kind) + "." + hourToken(created) + "." + id
 }
 
 func entityKey(account, entity, id string) string {

@@ -119,10 +119,17 @@ func Validate(q ops.FindRequest) error {
 	return nil
 }
 
-// A cursor is the index's stream sequence to go on from, and a checksum
-// of the filter it belongs to (a cursor of another filter would skip that
-// filter's events): "c1" then base64url of uvarint(seq) and the CRC-32.
+// A cursor is where a search goes on: the index's stream sequence, in the
+// creation hour (Unix hours; 0 when the search is not an hour at a time),
+// and a checksum of the filter it belongs to (a cursor of another filter
+// would skip that filter's events): "c1" then base64url of uvarint(seq),
+// uvarint(hour) and the CRC-32.
 const cursorVersion = "c1"
+
+type cursor struct {
+	seq  uint64
+	hour int64
+}
 
 // filterSum is the checksum of q's filter (everything but the page).
 func filterSum(q ops.FindRequest) uint32 {
@@ -140,28 +147,34 @@ func filterSum(q ops.FindRequest) uint32 {
 	return crc32.ChecksumIEEE([]byte(b.String()))
 }
 
-func encodeCursor(q ops.FindRequest, seq uint64) string {
-	b := binary.AppendUvarint(nil, seq)
+func encodeCursor(q ops.FindRequest, c cursor) string {
+	b := binary.AppendUvarint(nil, c.seq)
+	b = binary.AppendUvarint(b, uint64(c.hour))
 	b = binary.BigEndian.AppendUint32(b, filterSum(q))
 	return cursorVersion + base64.RawURLEncoding.EncodeToString(b)
 }
 
-// decodeCursor returns the sequence q's cursor goes on from.
-func decodeCursor(q ops.FindRequest) (uint64, error) {
+// decodeCursor reads q's cursor.
+func decodeCursor(q ops.FindRequest) (cursor, error) {
+	notOne := bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
 	rest, ok := strings.CutPrefix(q.Cursor, cursorVersion)
-	if !ok || len(rest) > 32 {
-		return 0, bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
+	if !ok || len(rest) > 40 {
+		return cursor{}, notOne
 	}
 	b, err := base64.RawURLEncoding.DecodeString(rest)
 	if err != nil {
-		return 0, bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
+		return cursor{}, notOne
 	}
 	seq, n := binary.Uvarint(b)
-	if n <= 0 || len(b) != n+4 || seq == 0 {
-		return 0, bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
+	if n <= 0 || seq == 0 {
+		return cursor{}, notOne
 	}
-	if binary.BigEndian.Uint32(b[n:]) != filterSum(q) {
-		return 0, bad("cursor", "belongs to another filter: a cursor goes on only with the filter of the page it came with")
+	hour, m := binary.Uvarint(b[n:])
+	if m <= 0 || hour > 1<<40 || len(b) != n+m+4 {
+		return cursor{}, notOne
 	}
-	return seq, nil
+	if binary.BigEndian.Uint32(b[n+m:]) != filterSum(q) {
+		return cursor{}, bad("cursor", "belongs to another filter: a cursor goes on only with the filter of the page it came with")
+	}
+	return cursor{seq: seq, hour: int64(hour)}, nil
 }

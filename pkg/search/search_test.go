@@ -97,6 +97,16 @@ func (e *env) act(t *testing.T, account, id string, a state.Action) {
 	}
 }
 
+// hour is the creation hour of an event, as its state entry's key has it.
+func (e *env) hour(t *testing.T, account, id string) string {
+	t.Helper()
+	r, _, err := e.st.Get(ctx(t), account, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.CreatedAt.UTC().Format("2006010215")
+}
+
 // find pages through q and returns the ids found, failing on a repeat.
 func (e *env) find(t *testing.T, q ops.FindRequest) []string {
 	t.Helper()
@@ -246,22 +256,32 @@ func TestStateFilterFollowsTransitions(t *testing.T) {
 		for k := range keys.Keys() {
 			got = append(got, k)
 		}
-		return slices.Equal(got, []string{"acme.s.retrying.order/create." + id})
+		return slices.Equal(got, []string{"acme.s.retrying.order/create." + e.hour(t, "acme", id) + "." + id})
 	}, "the index should hold only the retrying entry of %s", id)
 }
 
-// Paging with a cursor returns every event once, across partitions.
+// Paging with a cursor returns every event once, across partitions: over
+// a filter the subject index lists at once (an account's) and over one it
+// holds too many of, which is scanned (every event).
 func TestPagingReturnsEveryEventOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	var want []string
-	for i := range 230 {
-		want = append(want, e.create(t, accounts[i%len(accounts)], "order.create", fmt.Sprintf("p-%d", i), "", time.Now()))
+	acme := map[string]bool{}
+	for i := range 1300 {
+		id := e.create(t, accounts[i%len(accounts)], "order.create", fmt.Sprintf("p-%d", i), "", time.Now())
+		want = append(want, id)
+		acme[id] = accounts[i%len(accounts)] == "acme"
 	}
+	slices.Sort(want)
+	acmeIDs := slices.DeleteFunc(slices.Clone(want), func(id string) bool { return !acme[id] })
 	e.eventually(t, ops.FindRequest{Limit: 500}, want)
-	for _, limit := range []int{1, 17, 100} {
-		if got := e.find(t, ops.FindRequest{Limit: limit}); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
-			t.Fatalf("limit %d: %d events found, want %d", limit, len(got), len(want))
+	for _, limit := range []int{7, 100, 500} {
+		if got := e.find(t, ops.FindRequest{Limit: limit}); !slices.Equal(got, want) {
+			t.Fatalf("every event, limit %d: %d events found, want %d", limit, len(got), len(want))
+		}
+		if got := e.find(t, ops.FindRequest{Account: "acme", Limit: limit}); !slices.Equal(got, acmeIDs) {
+			t.Fatalf("acme's, limit %d: %d events found, want %d", limit, len(got), len(acmeIDs))
 		}
 	}
 	rep, err := e.s.Find(ctx(t), ops.FindRequest{Limit: 17})
@@ -311,7 +331,7 @@ func TestIndexerCatchesUpAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, id := range ids {
-		k := accounts[i%len(accounts)] + ".s.pending.order/create." + id
+		k := accounts[i%len(accounts)] + ".s.pending.order/create." + e.hour(t, accounts[i%len(accounts)], id) + "." + id
 		natstest.Eventually(t, 10*time.Second, func() bool {
 			_, err := kv.Get(ctx(t), k)
 			return errors.Is(err, jetstream.ErrKeyNotFound)
@@ -365,5 +385,46 @@ func TestParseQueryNamesTheBadParameter(t *testing.T) {
 	q, err := search.ParseQuery(v)
 	if err != nil || q.Account != "acme" || q.State != tenaz.StateRetrying || q.Limit != 10 || q.Since == nil || q.ProviderRef != "j" {
 		t.Fatalf("a good query: %+v, %v", q, err)
+	}
+}
+
+// A time range is searched an hour of creation at a time (or, longer than
+// MaxHours, in one scan): either way each page goes on where the last
+// stopped, and every event created in the range is found once.
+func TestTimeRangeAcrossHours(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	now := time.Now().UTC()
+	type ev struct {
+		id string
+		at time.Time
+	}
+	var evs []ev
+	for i := range 90 {
+		at := now.Add(-time.Duration(i) * 40 * time.Minute) // about 60 hours, some hours with two
+		evs = append(evs, ev{e.create(t, accounts[i%2], "order.create", fmt.Sprintf("t-%d", i), "", at), at})
+	}
+	in := func(since, until time.Time, account string) []string {
+		var ids []string
+		for _, x := range evs {
+			if !x.at.Before(since) && x.at.Before(until) && (account == "" || accounts[slices.IndexFunc(evs, func(y ev) bool { return y.id == x.id })%2] == account) {
+				ids = append(ids, x.id)
+			}
+		}
+		return ids
+	}
+	e.eventually(t, ops.FindRequest{}, in(now.Add(-1000*time.Hour), now.Add(time.Hour), ""))
+	since, until := now.Add(-50*time.Hour), now.Add(-20*time.Hour)
+	for _, limit := range []int{1, 7, 50} {
+		if got, want := e.find(t, ops.FindRequest{Since: &since, Until: &until, Limit: limit}), in(since, until, ""); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			t.Fatalf("limit %d: got %d events, want %d", limit, len(got), len(want))
+		}
+		if got, want := e.find(t, ops.FindRequest{Account: accounts[1], State: tenaz.StatePending, Since: &since, Limit: limit}), in(since, now.Add(time.Hour), accounts[1]); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			t.Fatalf("%s since, limit %d: got %d events, want %d", accounts[1], limit, len(got), len(want))
+		}
+	}
+	long := now.Add(-(search.MaxHours + 5) * time.Hour)
+	if got, want := e.find(t, ops.FindRequest{Since: &long, Until: &until, Limit: 9}), in(long, until, ""); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("a range over MaxHours: got %d events, want %d", len(got), len(want))
 	}
 }
