@@ -1029,6 +1029,28 @@ func TestNATSUsers(t *testing.T) {
 		}
 	})
 
+	t.Run("the overview charts acme from the state buckets' feed", func(t *testing.T) {
+		// The deadletter's user reads the partitions' KV_ streams (ordered consumers) and scans the records.
+		var page string
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			req, _ := http.NewRequest(http.MethodGet, w.ops.URL+"/ui/overview?account=acme", nil)
+			req.SetBasicAuth("alice", aliceKey)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			page = string(b)
+			m := regexp.MustCompile(`data-series="done" data-last="[^"]*" data-total="([0-9.]+)"`).FindStringSubmatch(page)
+			return resp.StatusCode == http.StatusOK && m != nil && m[1] != "0"
+		}, "the overview to chart acme's done events; permission violations: %v; page: %v",
+			lazy(func() string { return fmt.Sprint(w.log.violations(serviceUser("deadletter"))) }), lazy(func() string { return page }))
+		if strings.Contains(page, "could not be read") || strings.Contains(page, "The last scan failed") {
+			t.Fatalf("the deadletter could not read the state buckets: %s", page)
+		}
+	})
+
 	t.Run("idle account retired and provisioned again", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "order.create", "i-1", "", `{"n":7}`)
 		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
