@@ -98,6 +98,9 @@ func (c *Config) With(stored map[string]StoredAccount) (*Config, map[string]erro
 			continue
 		}
 		var errs []error
+		if c.Auth.Disabled && len(sa.Keys) > 0 {
+			errs = append(errs, &KeyError{Key: "auth.keys", Msg: "auth.disabled is true: the stored account's API keys would never be checked; remove them or turn auth on"})
+		}
 		for _, id := range sorted(sa.Keys) {
 			if o, taken := owner[id]; taken {
 				where := "tenaz.yaml"
