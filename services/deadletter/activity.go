@@ -119,11 +119,14 @@ func (s *Service) activityNow(ctx context.Context) {
 	a.mu.Lock()
 	a.at, a.err, a.sampled, a.took = now, err, sampled, s.now().Sub(now)
 	old := now.Add(-activityWindow).Unix() / 60
-	for _, ms := range a.minutes {
+	for acct, ms := range a.minutes {
 		for k := range ms {
 			if k < old {
 				delete(ms, k)
 			}
+		}
+		if len(ms) == 0 {
+			delete(a.minutes, acct)
 		}
 	}
 	a.mu.Unlock()

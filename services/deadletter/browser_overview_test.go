@@ -117,17 +117,6 @@ func TestOverviewInChromium(t *testing.T) {
 		t.Fatalf("the throughput chart: want a point a minute for 30 minutes, got %s", pts)
 	}
 	b.screenshot("overview-acme")
-	if dir := os.Getenv("TENAZ_DOCS_SCREENSHOTS"); dir != "" {
-		// The screenshot in docs/operators.md, from this very page (PNG: quality 100).
-		png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "overview.png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	// Live: what is delivered while the page is open shows up on it, with
 	// no reload (the mark set in the page survives).
 	b.eval(`(window.tenazMark = 'still here', '')`)
@@ -139,7 +128,18 @@ func TestOverviewInChromium(t *testing.T) {
 	e.waitDone(ids...)
 	b.wait("the five new events done on the page without a reload", done+` === 305 && window.tenazMark === 'still here' && `+
 		`document.querySelector('#overview').dataset.refreshed !== '`+before+`'`)
+	b.wait("acme served by the dispatcher that delivered them", `!document.querySelector('#owner').textContent.includes('no dispatcher')`)
 	b.screenshot("overview-live")
+	if dir := os.Getenv("TENAZ_DOCS_SCREENSHOTS"); dir != "" {
+		// The screenshot in docs/operators.md, from this very page (PNG: quality 100).
+		png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "overview.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // An API key's holder, whose key is its account's, does not see the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
@@ -76,6 +77,8 @@ type overviewData struct {
 	// The account's breakers, pause and limits (Account set).
 	Breakers  []ops.BreakerItem
 	Limits    limitsRow
+	Owner     string // the dispatcher replica holding its lease ("": none)
+	Learned   int    // under "auto": the concurrency its owner last learned
 	Paused    *ops.AccountPause
 	HeldUntil *time.Time
 }
@@ -240,6 +243,11 @@ func (s *Service) overview(ctx context.Context, account string) overviewData {
 	}
 	d.Breakers = s.breakers(account).Items
 	d.Limits = limitsOf(s.cfg.Account(account))
+	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
+	defer cancel()
+	if v, err := owner.Read(rctx, s.js, s.cfg.Prefix, 0); err == nil {
+		d.Owner, d.Learned = v.Leases[account], v.Learned[account]
+	}
 	if st, err := s.accountState(ctx, account); err == nil {
 		d.Paused, d.HeldUntil = st.Paused, st.HeldUntil
 	}
