@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -66,4 +67,29 @@ func FuzzParseStoredAccount(f *testing.F) {
 			t.Fatalf("account %q: want positive limits, got %+v", name, a)
 		}
 	})
+}
+
+// BenchmarkWith merges 1,000 stored accounts, each with a key and a
+// header, into a config: what every process does on each change of the
+// accounts bucket.
+func BenchmarkWith(b *testing.B) {
+	base, err := config.Parse([]byte(strings.Replace(storedBase, "auth: {disabled: true}\n", "", 1)), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stored := map[string]config.StoredAccount{}
+	for i := range 1000 {
+		name, hash := fmt.Sprintf("acct-%04d", i), fmt.Sprintf("sha256:%064d", i)
+		sa, err := config.ParseStoredAccount(name, []byte(`{"rate":"5/s","targets":{"erp":{"headers":{"Authorization":"Bearer x"}}},"keys":{"`+name+`":{"scopes":["submit"],"hash":"`+hash+`"}}}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		stored[name] = sa
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, bad := base.With(stored); len(bad) != 0 {
+			b.Fatalf("want every account in force, got %v", bad)
+		}
+	}
 }
