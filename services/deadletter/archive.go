@@ -34,7 +34,7 @@ import (
 
 // Tuning of the archiver.
 const (
-	archiveWorkers  = 32
+	archiveWorkers  = 256
 	archiveAttempts = 8
 	// archiveMarks bounds the marks kept in memory (the last message of
 	// recently seen events); a miss costs one direct get.
@@ -232,14 +232,24 @@ func (s *Service) archiveAction(ctx context.Context, key string, at time.Time, a
 // since, when not zero), in the archive's order, and stops at what the
 // archive held when it began.
 func (s *Service) readArchive(ctx context.Context, filter string, since time.Time, fn func(subject string, data []byte) error) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	// A read's consumer is deleted when it ends (a screen that refreshes
+	// must not pile them up); the short threshold is for a read cut off.
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 10 * time.Second}
 	if !since.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	c, err := s.js.OrderedConsumer(ctx, s.subj.Stream(streams.StreamAudit), cfg)
+	stream := s.subj.Stream(streams.StreamAudit)
+	c, err := s.js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("reading the audit archive: %w", err)
 	}
+	defer func() {
+		if ci := c.CachedInfo(); ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.js.DeleteConsumer(dctx, stream, ci.Name)
+			cancel()
+		}
+	}()
 	info, err := c.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the audit archive: %w", err)
