@@ -20,14 +20,14 @@ import (
 )
 
 // reloadConfig is a secured config whose acme account has the given rate
-// and whose one API key of acme has hash.
-func reloadConfig(dir, targetURL, rate, hash string) string {
+// and erp credential (token), and whose one API key of acme has hash.
+func reloadConfig(dir, targetURL, rate, token, hash string) string {
 	y := securedConfig(dir, targetURL, "")
 	y = strings.Replace(y, secAcmeHash, hash, 1)
 	y = strings.Replace(y, "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
 	y = strings.Replace(y, "log: {level: warn}", "log: {level: info}", 1)
 	return strings.Replace(y, `  "*": {concurrency: 8, breaker: {failures: 100}}`+"\n",
-		`  "*": {concurrency: 8, breaker: {failures: 100}}`+"\n  acme: {rate: \""+rate+"\"}\n", 1)
+		`  "*": {concurrency: 8, breaker: {failures: 100}}`+"\n  acme: {rate: \""+rate+"\", targets: {erp: {headers: {Authorization: \"Bearer "+token+"\"}}}}\n", 1)
 }
 
 // configStatus reads GET /v1/config as the operator alice.
@@ -56,10 +56,10 @@ func minGap(calls []provider.Call) time.Duration {
 
 // The Done-when of issue 16 item 6, on the real binary: while events are
 // submitted and delivered, tenaz.yaml is edited (acme's rate cut from
-// 100/s to 4/s, acme's API key rotated) and the process gets SIGHUP. With
-// no restart the new rate holds (calls at least 1/4 s apart), the old key
-// is refused and the new one accepted, and every accepted event is
-// delivered once. Then a broken file is refused with its errors (in the
+// 100/s to 4/s, acme's API key and its erp credential rotated) and the
+// process gets SIGHUP. With no restart the new rate holds (calls at least
+// 1/4 s apart), the old key is refused and the new one accepted, calls go
+// with the new credential, and every accepted event is delivered once. Then a broken file is refused with its errors (in the
 // log, GET /v1/config and tenaz_config_reload_success) and nothing
 // changes: the rotated key still works, the rate is still 4/s.
 func TestReloadUnderLoad(t *testing.T) {
@@ -84,7 +84,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "100/s", oldHash))
+	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "100/s", "old-erp-token", oldHash))
 	tz := runTenaz(t, file)
 	base := "http://" + tz.addr
 
@@ -143,7 +143,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, func() bool { return p.CallCount() >= 30 }, "30 calls delivered before the reload")
 	fast := minGap(p.Calls())
 
-	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "4/s", newHash))
+	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "4/s", "new-erp-token", newHash))
 	if err := tz.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +174,14 @@ func TestReloadUnderLoad(t *testing.T) {
 	if gap := minGap(callsAfter(p.Calls(), reloadedAt.Add(time.Second))); gap < 200*time.Millisecond {
 		t.Fatalf("after the reload to 4/s: want calls at least 250ms apart (200ms with slack), got %v", gap)
 	}
+	for _, c := range p.Calls() {
+		switch h := c.Header.Get("Authorization"); {
+		case c.At.Before(reloadedAt) && h != "Bearer old-erp-token":
+			t.Fatalf("a call before the reload went with %q, want the old erp credential", h)
+		case c.At.After(reloadedAt.Add(time.Second)) && h != "Bearer new-erp-token":
+			t.Fatalf("a call after the reload went with %q, want the new erp credential", h)
+		}
+	}
 	if fast >= 200*time.Millisecond {
 		t.Fatalf("before the reload (100/s) calls should come closer than 200ms (submissions every 25ms), the closest were %v apart: the test would prove nothing", fast)
 	}
@@ -198,7 +206,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 
 	// A broken file: refused whole, every error named, nothing changed.
-	broken := reloadConfig(filepath.Join(dir, "data"), target.URL, "fast", newHash)
+	broken := reloadConfig(filepath.Join(dir, "data"), target.URL, "fast", "new-erp-token", newHash)
 	broken = strings.Replace(broken, "erp: {url:", "erp: {timeout_ms: 5, url:", 1)
 	write(broken)
 	if err := tz.cmd.Process.Signal(syscall.SIGHUP); err != nil {
