@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/webhook"
+	standalone "github.com/tenaz/tenaz/services/tenaz"
 )
 
 // reloadConfig is a secured config whose acme account has the given rate
@@ -255,4 +258,68 @@ func callsAfter(calls []provider.Call, at time.Time) []provider.Call {
 		}
 	}
 	return out
+}
+
+// A target's webhook secret changes on a reload, in the same process:
+// erp receives no webhooks until the reload gives it a callback_secret;
+// a webhook signed with it is then accepted; after a rotation the old
+// secret is refused and the new one accepted.
+func TestReloadWebhookSecret(t *testing.T) {
+	t.Parallel()
+	const s1, s2 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tenaz.yaml")
+	yaml := func(secret string) string {
+		y := testConfig(filepath.Join(dir, "data"), "http://127.0.0.1:1", "")
+		if secret != "" {
+			y = strings.Replace(y, "erp: {url: ", `erp: {callback_secret: "`+secret+`", url: `, 1)
+		}
+		return y
+	}
+	if err := os.WriteFile(file, []byte(yaml("")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup := make(chan os.Signal, 1)
+	tz := startWith(t, yaml(""), standalone.Options{ConfigPath: file, Reload: hup})
+	base := "http://" + tz.HTTPAddr()
+	reload := func(y string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		hup <- syscall.SIGHUP
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			var st ops.ConfigStatus
+			_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/config", "", "").body, &st)
+			return st.OK && st.ReloadedAt.After(before)
+		}, "the reload to be applied")
+	}
+	hook := func(secret string) int {
+		body := []byte(`{"event_id":"ev_none","status":"done"}`)
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/callbacks/erp", strings.NewReader(string(body)))
+		for k, v := range webhook.Headers(secret, "msg_"+strconv.FormatInt(time.Now().UnixNano(), 36), time.Now(), body) {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := hook(s1); got != http.StatusNotFound {
+		t.Fatalf("erp without a callback_secret: want 404, got %d", got)
+	}
+	reload(yaml(s1))
+	if got := hook(s1); got != http.StatusOK {
+		t.Fatalf("after the reload gave erp its secret: want 200, got %d", got)
+	}
+	reload(yaml(s2))
+	if got := hook(s1); got != http.StatusUnauthorized {
+		t.Fatalf("the rotated-out secret: want 401, got %d", got)
+	}
+	if got := hook(s2); got != http.StatusOK {
+		t.Fatalf("the new secret: want 200, got %d", got)
+	}
 }
