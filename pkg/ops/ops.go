@@ -26,6 +26,10 @@
 //	events.retry     EventActionRequest  → EventReply      a retrying or scheduled event runs now
 //	events.cancel_wait EventActionRequest → EventReply     stop waiting for a callback or a poll
 //	actions.list     ActionsRequest      → ActionsReply    the audit of actions on accounts and breakers
+//	accounts.set     StoredSetRequest    → StoredAccount   add or replace an account of the accounts bucket
+//	accounts.list    StoredListRequest   → StoredListReply the accounts bucket, header values redacted
+//	accounts.rm      StoredRemoveRequest → StoredAccount   remove an account of the accounts bucket
+//	config.status    (any)               → ConfigStatus    the config in force and its last reload
 //
 // An error is answered with the micro error headers — Nats-Service-Error-Code
 // holds an HTTP-like code (400 bad request, 401 no or invalid operator
