@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/tenaz"
@@ -109,4 +111,35 @@ kinds:
 	if d := h.prov.DuplicateEffects(); len(d) != 0 {
 		t.Fatalf("effects applied more than once: %v", d)
 	}
+}
+
+// A breaker already open when a dispatcher starts pauses its account's
+// consumer: the registry reports it while it loads, before the dispatcher
+// holds the registry (under -race, a report acted on then is a data race,
+// and it was a nil dereference in make chaos).
+func TestBreakerOpenAtStartPausesTheAccount(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(4, "attempts: 3"), provider.Faults{})
+	h.submit([]string{"before"}, orderPayload) // provisions acme's consumer
+	nc, js := h.srv.Conn(t)
+	defer nc.Close()
+	reg, err := breaker.New(h.ctx(), js, breaker.Options{Instance: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Minute)
+	if err := reg.Open(h.ctx(), "acme", "erp", until, "operator", "test"); err != nil {
+		t.Fatal(err)
+	}
+	reg.Stop()
+	h.dispatcher("d1", nil)
+	cons, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *jetstream.ConsumerInfo
+	natstest.Eventually(t, waitFor, func() bool {
+		info, err = cons.Info(h.ctx())
+		return err == nil && info.Paused
+	}, "want acme's consumer paused by the breaker open at start")
 }

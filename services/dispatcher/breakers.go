@@ -94,6 +94,14 @@ func (s *Service) onBreaker(c breaker.Change) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
+		// The registry reports the breakers it loads before New returns:
+		// Start holds s.mu until s.breakers is set (or it failed).
+		s.mu.Lock()
+		started := s.breakers != nil
+		s.mu.Unlock()
+		if !started {
+			return
+		}
 		ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
 		defer cancel()
 		until, err := s.syncPause(ctx, c.Account)

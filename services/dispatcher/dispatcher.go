@@ -21,8 +21,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/live"
 	ordered "github.com/tenaz/tenaz/pkg/lane"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -119,6 +119,7 @@ type Service struct {
 	quotas  *quota.Quotas // the targets' provider-wide limits; nil when no target has one
 	targets *target.Cache
 	guards  map[string]*guard
+	built   *config.Config // the config the guards and limiters were built from (configChanged)
 	// targetAuto is each "concurrency: auto" target's latency-learned
 	// share on this replica (see targetLimit).
 	targetAuto map[string]*autoLimit
@@ -173,7 +174,8 @@ func New(o Options) (*Service, error) {
 	if s.live = o.Live; s.live == nil {
 		s.live = live.Static(o.Config)
 	}
-	s.targets.Reset(s.live.Load())
+	s.built = s.live.Load()
+	s.targets.Reset(s.built)
 	s.live.OnChange(s.configChanged)
 	return s, nil
 }

@@ -1,6 +1,9 @@
 package dispatcher
 
 import (
+	"reflect"
+	"strings"
+
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
 	"github.com/tenaz/tenaz/pkg/config"
@@ -13,16 +16,40 @@ import (
 // streams, …) is read from s.cfg.
 func (s *Service) conf() *config.Config { return s.live.Load() }
 
-// configChanged drops what was built from the config before: each
-// account's guards (its rate limiter, its targets' provider-wide limits)
-// and targets (URLs, headers, secrets) are built again from cfg on their
-// next call. A call already under way ends with what it has. An account's
-// concurrency applies when its lane next starts, its breaker settings to
-// breakers made from then on.
+// configChanged drops what was built from a config whose inputs changed:
+// an account's rate limiter when its rate changed, a guard (the account's
+// limiter, its target's provider-wide limit) when either changed. Targets
+// (URLs, headers, secrets) are built again from cfg on their next call. A
+// call already under way ends with what it has. An account's concurrency
+// applies when its lane next starts, its breaker settings to breakers
+// made from then on.
+//
+// What did not change is kept: a limiter made afresh has no memory of
+// the calls just made, so dropping it at every reload (a watch of the
+// accounts bucket delivers its values again after a reconnect) let an
+// account's calls through at twice its rate for a moment.
 func (s *Service) configChanged(cfg *config.Config) {
 	s.mu.Lock()
-	s.guards = map[string]*guard{}
-	s.limiters = map[string]ratelimiter.RateLimiter[target.Response]{}
+	old := s.built
+	s.built = cfg
+	if old == nil {
+		s.guards = map[string]*guard{}
+		s.limiters = map[string]ratelimiter.RateLimiter[target.Response]{}
+	}
+	rateChanged := func(account string) bool {
+		return old.Account(account).Rate.PerSecond != cfg.Account(account).Rate.PerSecond
+	}
+	for key := range s.guards {
+		account, name, _ := strings.Cut(key, "\x00")
+		if rateChanged(account) || !reflect.DeepEqual(old.Targets[name], cfg.Targets[name]) {
+			delete(s.guards, key)
+		}
+	}
+	for account := range s.limiters {
+		if rateChanged(account) {
+			delete(s.limiters, account)
+		}
+	}
 	s.mu.Unlock()
 	s.targets.Reset(cfg)
 }
