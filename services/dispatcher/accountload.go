@@ -104,8 +104,8 @@ func (s *Service) accountMetrics() []metrics.AccountLoad {
 	return out
 }
 
-// laneConcurrency is an account's concurrency as its lane applies it.
-func laneConcurrency(configured int) int {
+// readerConcurrency is an account's concurrency as its reader applies it.
+func readerConcurrency(configured int) int {
 	if configured <= 0 {
 		return 8
 	}
@@ -114,7 +114,7 @@ func laneConcurrency(configured int) int {
 
 // noteSlotWait counts a message of l that must wait for a free slot: all
 // of the account's slots are taken as it asks for one.
-func (s *Service) noteSlotWait(l *lane) {
+func (s *Service) noteSlotWait(l *reader) {
 	if len(l.sem) == cap(l.sem) {
 		s.loads.of(l.account).slotWaits.Add(1)
 	}

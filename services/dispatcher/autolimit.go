@@ -55,7 +55,7 @@ const (
 	autoStart        = 8 // where a learned limit starts with none stored: the default concurrency
 )
 
-// autoLimit is one account's learned concurrency, for its lane.
+// autoLimit is one account's learned concurrency, for its reader.
 type autoLimit struct {
 	min, max int
 	al       adaptivelimiter.AdaptiveLimiter[target.Response]
@@ -288,7 +288,7 @@ func laterOf(a, b time.Time) time.Time {
 	return b
 }
 
-// newAutoLimitFor is the learned limit of account's lane, from the limit
+// newAutoLimitFor is the learned limit of account's reader, from the limit
 // its last owner stored (or where a fixed account starts). The store
 // costs one read here and a write at most every autoSaveEvery.
 func (s *Service) newAutoLimitFor(ctx context.Context, account string, acct config.Account) *autoLimit {
@@ -318,7 +318,7 @@ func (s *Service) newAutoLimitFor(ctx context.Context, account string, acct conf
 
 type autoLimitKey struct{}
 
-// withAutoLimit carries a lane's learned limit to its deliveries.
+// withAutoLimit carries a reader's learned limit to its deliveries.
 func withAutoLimit(ctx context.Context, a *autoLimit) context.Context {
 	if a == nil {
 		return ctx
@@ -326,7 +326,7 @@ func withAutoLimit(ctx context.Context, a *autoLimit) context.Context {
 	return context.WithValue(ctx, autoLimitKey{}, a)
 }
 
-// autoSlot waits, in the account's lane only, for a slot of the account's
+// autoSlot waits, in the account's reader only, for a slot of the account's
 // learned limit when its concurrency is "auto" (nil, true otherwise). ok
 // is false when the dispatcher stops first: the call is not to be made.
 func (s *Service) autoSlot(ctx context.Context, account string) (p *autoPermit, ok bool) {
@@ -341,16 +341,16 @@ func (s *Service) autoSlot(ctx context.Context, account string) (p *autoPermit, 
 	return p, err == nil
 }
 
-// concurrencyNow is the account's concurrency as its lane applies it now:
-// under "auto", the learned limit of the lane this replica runs.
+// concurrencyNow is the account's concurrency as its reader applies it now:
+// under "auto", the learned limit of the reader this replica runs.
 func (s *Service) concurrencyNow(account string, acct config.Account) int {
 	if acct.Concurrency.Auto() {
 		s.mu.Lock()
-		l := s.lanes[account]
+		l := s.readers[account]
 		s.mu.Unlock()
 		if l != nil && l.auto != nil {
 			return l.auto.Limit()
 		}
 	}
-	return laneConcurrency(acct.MaxConcurrency())
+	return readerConcurrency(acct.MaxConcurrency())
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
-	ordered "github.com/tenaz/tenaz/pkg/lane"
+	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/owner"
@@ -61,7 +61,7 @@ type Options struct {
 	// up any that were created while an announcement was missed).
 	// Defaults to 30s.
 	Relist time.Duration
-	// IdleAfter retires an account's lane and consumer after this long
+	// IdleAfter retires an account's reader and consumer after this long
 	// without events (nothing pending). Defaults to 10m; negative: never.
 	IdleAfter time.Duration
 	// Heartbeat is how often this replica tells the others it is alive;
@@ -102,7 +102,7 @@ type Service struct {
 	log   zerolog.Logger
 	st    *store.Store
 	q     *queue.Queue
-	order *ordered.Lanes
+	order *lane.Lanes
 	refs  *callbacks.Index
 
 	breakers *breaker.Registry
@@ -112,9 +112,9 @@ type Service struct {
 	mu      sync.Mutex
 	started bool
 	streams []jetstream.Stream // EVENTS of each partition
-	lanes   map[string]*lane
+	readers map[string]*reader
 	known   map[string]bool          // every account with a consumer this replica heard of
-	handing map[string]chan struct{} // accounts whose lane is stopping to hand them over
+	handing map[string]chan struct{} // accounts whose reader is stopping to hand them over
 	owners  *owner.Group
 	quotas  *quota.Quotas // the targets' provider-wide limits; nil when no target has one
 	targets *target.Cache
@@ -167,7 +167,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, lanes: map[string]*lane{}, known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
+		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
@@ -180,7 +180,7 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-// Start binds the stream and store, starts a lane per existing account
+// Start binds the stream and store, starts a reader per existing account
 // consumer, and listens for new accounts. It returns once started.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
@@ -197,7 +197,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
-	if s.order, err = ordered.Open(ctx, s.js, s.cfg.Prefix); err != nil {
+	if s.order, err = lane.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	if s.refs, err = callbacks.Open(ctx, s.js, s.cfg.Prefix); err != nil {
@@ -239,7 +239,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}
 	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
-		s.ensureLane(string(m.Data))
+		s.ensureReader(string(m.Data))
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
@@ -254,7 +254,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.bg.Add(1)
 	go s.relistLoop()
-	s.log.Info().Int("accounts", len(s.lanes)).Msg("dispatcher started")
+	s.log.Info().Int("accounts", len(s.readers)).Msg("dispatcher started")
 	return nil
 }
 
@@ -268,7 +268,7 @@ func (s *Service) relistLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(s.runCtx, max(s.o.Relist, 10*time.Second))
-			var idle []*lane
+			var idle []*reader
 			s.mu.Lock()
 			if s.started {
 				if err := s.relistLocked(ctx); err != nil && s.runCtx.Err() == nil {
@@ -291,7 +291,7 @@ func (s *Service) relistLocked(ctx context.Context) error {
 		names := st.ConsumerNames(ctx)
 		for name := range names.Name() {
 			if acct, ok := tenaz.AccountOfConsumer(name); ok {
-				s.ensureLaneLocked(acct)
+				s.ensureReaderLocked(acct)
 			}
 		}
 		if err := names.Err(); err != nil {
@@ -306,31 +306,31 @@ func (s *Service) streamOf(account string) jetstream.Stream {
 	return s.streams[s.subj.PartitionOf(account)]
 }
 
-func (s *Service) ensureLane(account string) {
+func (s *Service) ensureReader(account string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
-		s.ensureLaneLocked(account)
+		s.ensureReaderLocked(account)
 	}
 }
 
-func (s *Service) ensureLaneLocked(account string) {
+func (s *Service) ensureReaderLocked(account string) {
 	if tenaz.ValidateAccount(account) != nil {
 		return
 	}
 	s.known[account] = true
-	if _, ok := s.lanes[account]; ok || !s.ownLocked(account) {
+	if _, ok := s.readers[account]; ok || !s.ownLocked(account) {
 		return
 	}
-	l, err := s.startLane(account)
+	l, err := s.startReader(account)
 	if err != nil {
-		s.log.Warn().Err(err).Str("account", account).Msg("starting account lane")
+		s.log.Warn().Err(err).Str("account", account).Msg("starting account reader")
 		return
 	}
-	s.lanes[account] = l
+	s.readers[account] = l
 }
 
-// Stop drains every lane: no new messages; in-flight deliveries finish
+// Stop drains every reader: no new messages; in-flight deliveries finish
 // within ctx, after which they are abandoned unacked (redelivered later).
 // A message taken but not yet called is called only while its call can
 // still end config.StopMargin before ctx's deadline, given the longest
@@ -344,8 +344,8 @@ func (s *Service) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.started = false
-	lanes := s.lanes
-	s.lanes = map[string]*lane{}
+	readers := s.readers
+	s.readers = map[string]*reader{}
 	workers := s.pool
 	if s.announce != nil {
 		_ = s.announce.Unsubscribe()
@@ -358,7 +358,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		var wg sync.WaitGroup
-		for _, l := range lanes {
+		for _, l := range readers {
 			wg.Add(1)
 			go func() { defer wg.Done(); l.stop() }()
 		}
@@ -371,7 +371,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		<-done
 	}
-	for account := range lanes {
+	for account := range readers {
 		s.giveBack(account)
 	}
 	if s.quotas != nil { // every call returned: no slot is held
@@ -427,8 +427,8 @@ func (s *Service) Ready() error {
 func (s *Service) Accounts() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.lanes))
-	for a := range s.lanes {
+	out := make([]string, 0, len(s.readers))
+	for a := range s.readers {
 		out = append(out, a)
 	}
 	return out

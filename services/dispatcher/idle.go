@@ -12,21 +12,21 @@ import (
 	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
-// Many accounts: a lane whose account has been idle for IdleAfter (nothing
+// Many accounts: a reader whose account has been idle for IdleAfter (nothing
 // received, nothing pending or unacked) is stopped and its consumer
 // deleted, so 10,000 mostly quiet accounts do not keep 10,000 consumers
 // and pull loops. Ingest is told (AccountGone) and provisions the consumer
 // again before the account's next event; as a backstop every sweep adopts
 // any account with messages waiting in EVENTS and no consumer.
 
-// idleLocked takes the idle lanes out of service and returns them; the
+// idleLocked takes the idle readers out of service and returns them; the
 // caller retires them (retire) after releasing s.mu. Callers hold s.mu.
-func (s *Service) idleLocked(ctx context.Context) []*lane {
+func (s *Service) idleLocked(ctx context.Context) []*reader {
 	if s.o.IdleAfter < 0 {
 		return nil
 	}
-	var idle []*lane
-	for account, l := range s.lanes {
+	var idle []*reader
+	for account, l := range s.readers {
 		if time.Since(time.Unix(0, l.last.Load())) < s.o.IdleAfter {
 			continue
 		}
@@ -38,14 +38,14 @@ func (s *Service) idleLocked(ctx context.Context) []*lane {
 		if info := c.CachedInfo(); info.NumPending > 0 || info.NumAckPending > 0 {
 			continue
 		}
-		delete(s.lanes, account)
+		delete(s.readers, account)
 		idle = append(idle, l)
 	}
 	return idle
 }
 
-// retire stops idle lanes, deletes their consumers and tells ingest.
-func (s *Service) retire(ctx context.Context, idle []*lane) {
+// retire stops idle readers, deletes their consumers and tells ingest.
+func (s *Service) retire(ctx context.Context, idle []*reader) {
 	for _, l := range idle {
 		l.stop()
 		err := s.streamOf(l.account).DeleteConsumer(ctx, tenaz.ConsumerName(l.account))
@@ -65,9 +65,9 @@ func (s *Service) retire(ctx context.Context, idle []*lane) {
 }
 
 // adoptOrphans gives every account with events waiting in EVENTS a
-// consumer and a lane: an event published while its account's consumer was
+// consumer and a reader: an event published while its account's consumer was
 // being retired is never stranded. It holds s.mu only to read and update
-// the lanes, not across the server calls.
+// the readers, not across the server calls.
 func (s *Service) adoptOrphans(ctx context.Context) error {
 	seen := map[string]bool{}
 	var orphans []string
@@ -80,7 +80,7 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 		s.mu.Lock()
 		for subject := range info.State.Subjects {
 			account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
-			if _, ok := s.lanes[account]; ok || seen[account] || tenaz.ValidateAccount(account) != nil {
+			if _, ok := s.readers[account]; ok || seen[account] || tenaz.ValidateAccount(account) != nil {
 				continue
 			}
 			seen[account] = true
@@ -96,7 +96,7 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 	return nil
 }
 
-// adopt makes account's consumer and starts its lane.
+// adopt makes account's consumer and starts its reader.
 func (s *Service) adopt(ctx context.Context, account string) error {
 	cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
 	if err != nil {
@@ -105,37 +105,37 @@ func (s *Service) adopt(ctx context.Context, account string) error {
 	if _, err := accounts.Put(ctx, s.streamOf(account).CreateOrUpdateConsumer, cc); err != nil {
 		return err
 	}
-	s.ensureLane(account)
+	s.ensureReader(account)
 	return nil
 }
 
-// consumerLost handles a lane whose pulls found no consumer to answer
+// consumerLost handles a reader whose pulls found no consumer to answer
 // them: a memory-backed consumer is lost with its server (a restart, a
-// node down). If it is gone, the lane stops and the account is adopted
+// node down). If it is gone, the reader stops and the account is adopted
 // again at once, its messages kept in the stream; a consumer that is
 // still there was a passing gap (a leader moving).
-func (s *Service) consumerLost(account string, l *lane) {
+func (s *Service) consumerLost(account string, l *reader) {
 	ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
 	defer cancel()
 	_, err := s.streamOf(account).Consumer(ctx, tenaz.ConsumerName(account))
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return
 	}
-	s.laneGone(account, l)
+	s.readerGone(account, l)
 	if err := s.adopt(ctx, account); err != nil && s.runCtx.Err() == nil {
 		s.log.Warn().Err(err).Str("account", account).Msg("making a lost consumer again (the next sweep tries again)")
 	}
 }
 
-// laneGone forgets a lane whose consumer was deleted (by another replica
+// readerGone forgets a reader whose consumer was deleted (by another replica
 // retiring it); the next announcement or sweep starts it again.
-func (s *Service) laneGone(account string, l *lane) {
+func (s *Service) readerGone(account string, l *reader) {
 	s.mu.Lock()
-	if s.lanes[account] != l {
+	if s.readers[account] != l {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.lanes, account)
+	delete(s.readers, account)
 	delete(s.known, account)
 	s.mu.Unlock()
 	l.stop()

@@ -13,7 +13,7 @@ import (
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
-// An idle account's lane and consumer are retired (so many quiet accounts
+// An idle account's reader and consumer are retired (so many quiet accounts
 // cost nothing), and its next event still gets delivered: ingest is told
 // and provisions the consumer again. An event that lands while no consumer
 // exists is adopted by the sweep.
@@ -37,7 +37,7 @@ func TestIdleAccountRetiredAndRevived(t *testing.T) {
 	ids := h.submit([]string{"i-1"}, orderPayload)
 	h.waitAll(ids, tenaz.StateDone, waitFor)
 	natstest.Eventually(t, waitFor, consumerGone, "idle consumer to be deleted")
-	natstest.Eventually(t, waitFor, func() bool { return len(d.Accounts()) == 0 }, "idle lane to stop")
+	natstest.Eventually(t, waitFor, func() bool { return len(d.Accounts()) == 0 }, "idle reader to stop")
 
 	ids = h.submit([]string{"i-2"}, orderPayload)
 	h.waitAll(ids, tenaz.StateDone, waitFor)

@@ -21,7 +21,7 @@ func (s *Service) conf() *config.Config { return s.live.Load() }
 // limiter, its target's provider-wide limit) when either changed. Targets
 // (URLs, headers, secrets) are built again from cfg on their next call. A
 // call already under way ends with what it has. An account's concurrency
-// applies when its lane next starts, its breaker settings to breakers
+// applies when its reader next starts, its breaker settings to breakers
 // made from then on.
 //
 // What did not change is kept: a limiter made afresh has no memory of

@@ -113,7 +113,7 @@ func TestNewerMessageWhileTheRunIsInFlightHereIsLookedAtAgain(t *testing.T) {
 // lookHarness is a dispatcher on a real server (started when start is
 // set: claim then needs its store and breakers), and a stream of the
 // test's own whose messages only the test takes, to hand to claim as a
-// lane would; next fetches the next one (nil if none came within wait).
+// reader would; next fetches the next one (nil if none came within wait).
 func lookHarness(t *testing.T, ackWait time.Duration, start bool) (*Service, jetstream.JetStream, func(wait time.Duration) jetstream.Msg) {
 	t.Helper()
 	srv := natstest.Start(t)

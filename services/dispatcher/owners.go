@@ -14,7 +14,7 @@ import (
 // concurrency, rate and breaker count are this process's and hold with any
 // number of replicas. Owning takes two things: the account is assigned to
 // this replica among the live ones, and this replica holds its lease. The
-// lease is taken before the lane's first pull and given back only after
+// lease is taken before the reader's first pull and given back only after
 // its last call returned, so while a handover is under way the account is
 // served by the old owner until it is done, then by the new one.
 //
@@ -26,7 +26,7 @@ import (
 // ownerGroup is the priority group of every dispatch consumer.
 const ownerGroup = "owner"
 
-// reconcile starts the lanes of the accounts this replica now owns and
+// reconcile starts the readers of the accounts this replica now owns and
 // hands over those it no longer does. pkg/owner calls it after the live
 // replicas or a lease changed; the relist sweep calls it too.
 func (s *Service) reconcile() {
@@ -36,24 +36,24 @@ func (s *Service) reconcile() {
 		return
 	}
 	for account := range s.known {
-		l, running := s.lanes[account]
+		l, running := s.readers[account]
 		switch {
 		case running && !s.owners.Holds(account):
 			// Taken over while this replica was taken for dead: stop at
 			// once; the lease and the pin are the new owner's.
-			delete(s.lanes, account)
+			delete(s.readers, account)
 			s.handOver(account, l, false)
 		case running && !s.owners.Assigned(account):
-			delete(s.lanes, account)
+			delete(s.readers, account)
 			s.handOver(account, l, true)
 		case !running:
-			s.ensureLaneLocked(account)
+			s.ensureReaderLocked(account)
 		}
 	}
 }
 
-// ownLocked reports whether this replica may run account's lane: the
-// account is assigned to it, no lane of its own is still handing it over,
+// ownLocked reports whether this replica may run account's reader: the
+// account is assigned to it, no reader of its own is still handing it over,
 // and it holds (or now takes) the lease. Callers hold s.mu.
 func (s *Service) ownLocked(account string) bool {
 	if _, ok := s.handing[account]; ok || !s.owners.Assigned(account) {
@@ -72,7 +72,7 @@ func (s *Service) ownLocked(account string) bool {
 // account back once its last call returned: it unpins the consumer (so the
 // next owner is served at once, not after the pin's TTL) and releases the
 // lease. Callers hold s.mu.
-func (s *Service) handOver(account string, l *lane, release bool) {
+func (s *Service) handOver(account string, l *reader, release bool) {
 	done := make(chan struct{})
 	s.handing[account] = done
 	s.bg.Add(1)
@@ -91,7 +91,7 @@ func (s *Service) handOver(account string, l *lane, release bool) {
 	}()
 }
 
-// giveBack unpins account's consumer and releases its lease; the lane is
+// giveBack unpins account's consumer and releases its lease; the reader is
 // stopped and its calls have returned.
 func (s *Service) giveBack(account string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

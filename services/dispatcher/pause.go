@@ -14,7 +14,7 @@ import (
 // applied to the account's consumer by the deadletter service. The
 // dispatcher keeps it in force where it changes the same consumer's pause
 // itself: when a breaker of the account opens or closes (syncPause), and
-// before a lane's first pull (holdPaused), which is where a consumer made
+// before a reader's first pull (holdPaused), which is where a consumer made
 // afresh (deleted while idle, provisioned again by ingest) would start
 // delivering.
 
@@ -24,7 +24,7 @@ func (s *Service) syncPause(ctx context.Context, account string) (time.Time, err
 	return s.pauses.Sync(ctx, account, func() time.Time { return s.breakers.OpenUntil(account) })
 }
 
-// holdPaused pauses cons before the lane pulls from it, when the account's
+// holdPaused pauses cons before the reader pulls from it, when the account's
 // pause or breakers want it paused longer than it is. It never resumes:
 // only a resume or a breaker's close does.
 func (s *Service) holdPaused(ctx context.Context, account string, cons jetstream.Consumer) error {
@@ -40,6 +40,6 @@ func (s *Service) holdPaused(ctx context.Context, account string, cons jetstream
 	if err := s.pauses.Apply(ctx, account, want); err != nil {
 		return err
 	}
-	s.log.Info().Str("account", account).Time("until", want).Bool("operator", ok && p.Holds(time.Now())).Msg("account paused before its lane starts")
+	s.log.Info().Str("account", account).Time("until", want).Bool("operator", ok && p.Holds(time.Now())).Msg("account paused before its reader starts")
 	return nil
 }

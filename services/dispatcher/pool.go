@@ -6,7 +6,7 @@ import "time"
 // (HTTP client, JetStream publish) and a fresh goroutine grows its stack on
 // every one — ~5% of the CPU of an event in make bench. Idle workers wait
 // for the next job for idleFor, then exit, so the pool shrinks back when
-// load drops. Concurrency is bounded by the lanes' slots, not here.
+// load drops. Concurrency is bounded by the readers' slots, not here.
 type pool struct {
 	jobs    chan func()
 	quit    chan struct{}

@@ -22,12 +22,13 @@ import (
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
-// lane consumes one account's consumer with the account's concurrency: at
-// most that many target calls in flight on this replica. A slot is freed as
-// soon as the call returns, while its outcome is still being stored. With
-// "concurrency: auto" the lane takes up to concurrency_max messages and
-// each call also waits for a slot of the learned limit (auto).
-type lane struct {
+// reader consumes one account's consumer with the account's concurrency:
+// at most that many target calls in flight on this replica. A slot is
+// freed as soon as the call returns, while its outcome is still being
+// stored. With "concurrency: auto" the reader takes up to concurrency_max
+// messages and each call also waits for a slot of the learned limit
+// (auto). (An ordering lane, of events sharing a key, is pkg/lane's.)
+type reader struct {
 	account string
 	cc      jetstream.ConsumeContext
 	in      chan held
@@ -37,7 +38,7 @@ type lane struct {
 	wg      sync.WaitGroup
 }
 
-func (s *Service) startLane(account string) (*lane, error) {
+func (s *Service) startReader(account string) (*reader, error) {
 	acct := s.conf().Account(account)
 	conc := acct.MaxConcurrency()
 	if conc <= 0 {
@@ -66,17 +67,17 @@ func (s *Service) startLane(account string) (*lane, error) {
 	if err := s.holdPaused(ctx, account, cons); err != nil {
 		return nil, err
 	}
-	l := &lane{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
+	l := &reader{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
 	l.last.Store(time.Now().UnixNano())
 	l.wg.Add(1)
-	go s.laneLoop(l)
+	go s.readLoop(l)
 	l.cc, err = cons.Consume(func(m jetstream.Msg) {
 		l.last.Store(time.Now().UnixNano())
 		l.in <- held{m: m, stop: s.keepAlive(m)}
 	}, jetstream.PullMaxMessages(conc), jetstream.PullPriorityGroup(ownerGroup),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) && s.runCtx.Err() == nil {
-				go s.laneGone(account, l)
+				go s.readerGone(account, l)
 				return
 			}
 			if (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound)) && s.runCtx.Err() == nil {
@@ -97,7 +98,7 @@ func (s *Service) startLane(account string) (*lane, error) {
 
 // stop stops taking messages and waits for what was taken to finish; the
 // learned limit is then stored for the account's next owner.
-func (l *lane) stop() {
+func (l *reader) stop() {
 	l.cc.Drain()
 	<-l.cc.Closed()
 	close(l.in)
@@ -107,18 +108,18 @@ func (l *lane) stop() {
 	}
 }
 
-// laneLoop takes the messages waiting for the lane and claims fresh events
+// readLoop takes the messages waiting for the reader and claims fresh events
 // together: the claims of a batch are sent pipelined and cost one round
 // trip, not one each. Each claimed event is then delivered in its own
 // goroutine once a concurrency slot is free; anything that is not a fresh
 // claim (a retry, a redelivery, a conflict) takes the one-at-a-time path.
-func (s *Service) laneLoop(l *lane) {
+func (s *Service) readLoop(l *reader) {
 	defer l.wg.Done()
 	queue.Batches(l.in, cap(l.in), func(batch []held) { s.claimBatch(l, batch) })
 }
 
-// held is a message the lane took, with the stop of its keepAlive: the
-// server hears that it is being worked on from the moment the lane takes
+// held is a message the reader took, with the stop of its keepAlive: the
+// server hears that it is being worked on from the moment the reader takes
 // it until its call returns (or its handling ends without a call),
 // including while it waits for a concurrency slot behind slow calls. Kept
 // alive only during its call, a message that waited longer than AckWait
@@ -139,7 +140,7 @@ type claimed struct {
 	err  error
 }
 
-func (s *Service) claimBatch(l *lane, msgs []held) {
+func (s *Service) claimBatch(l *reader, msgs []held) {
 	ctx := s.runCtx
 	now := s.st.Now()
 	fresh := make([]*claimed, 0, len(msgs))
@@ -197,7 +198,7 @@ func (s *Service) claimBatch(l *lane, msgs []held) {
 // goroutine once a concurrency slot is free. release, which fn calls as
 // soon as its call returns, frees the slot and ends h's keepAlive; both
 // happen at the latest when fn returns.
-func (s *Service) spawn(l *lane, h held, fn func(ctx context.Context, release func())) {
+func (s *Service) spawn(l *reader, h held, fn func(ctx context.Context, release func())) {
 	s.noteSlotWait(l)
 	select {
 	case l.sem <- struct{}{}:
