@@ -202,6 +202,11 @@ func (c *Config) applyLocked() {
 	}
 	metrics.Default.ConfigStored(len(c.status.Stored), len(bad))
 	c.status.AppliedAt = time.Now()
+	if reflect.DeepEqual(c.cur.Load(), m) {
+		// The same config again (a watch delivers the bucket's values
+		// again after every reconnect): what was built from it stays.
+		return
+	}
 	c.cur.Store(m)
 	for _, f := range c.subs {
 		f(m)

@@ -101,6 +101,32 @@ func TestReloadOnFileChange(t *testing.T) {
 	}
 }
 
+// A reload of the same config (the same file, or the bucket's values
+// delivered again after a reconnect) tells no one: what the services built
+// from it, such as an account's rate limiter, is kept.
+func TestReloadOfTheSameConfigChangesNothing(t *testing.T) {
+	t.Parallel()
+	cfg, path := load(t, fileYAML("10/s", ":8080"))
+	lv := live.New(cfg, live.Options{Path: path})
+	changes := 0
+	lv.OnChange(func(*config.Config) { changes++ })
+	before := lv.Load()
+	rewrite(t, path, fileYAML("10/s", ":8080"))
+	if err := lv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if changes != 0 || lv.Load() != before {
+		t.Fatalf("the same file reloaded: want no change told and the same config in force, got %d changes", changes)
+	}
+	rewrite(t, path, fileYAML("5/s", ":8080"))
+	if err := lv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if changes != 1 || lv.Load().Account("acme").Rate.PerSecond != 5 {
+		t.Fatalf("a new rate: want one change told and 5/s in force, got %d changes and %v", changes, lv.Load().Account("acme").Rate.PerSecond)
+	}
+}
+
 // A file that reloads valid alone but not with what keeps its old value
 // (a kind of the start routed to a target the file removed) is refused.
 func TestReloadRefusesWhatDoesNotFitTheStart(t *testing.T) {
