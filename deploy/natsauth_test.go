@@ -892,6 +892,17 @@ func TestNATSUsers(t *testing.T) {
 		}, "entities.timeline of cust-9 to show %s done: %+v", id, rep)
 	})
 
+	t.Run("events found by the search index", func(t *testing.T) {
+		id := w.submit(t, acmeKey, "acme", "order.create", "find-1", `,"entity_id":"cust-search"`, `{"n":10}`)
+		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		var rep ops.FindReply
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			rep = ops.FindReply{}
+			return w.call(operator, ops.EventsFind, ops.FindRequest{Account: "acme", EntityID: "cust-search", State: tenaz.StateDone}, &rep) == nil &&
+				len(rep.Items) == 1 && rep.Items[0].ID == id
+		}, "events.find of cust-search to show %s done: %+v", id, rep)
+	})
+
 	t.Run("manual review resolved by the operator", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "credit.slow", "r-1", "", `{"amount":3}`)
 		w.waitStatus(t, acmeKey, id, tenaz.StateManualReview)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,7 +176,16 @@ func (p *page) want() int {
 // set), until the page is full or the filter has no more: next is the
 // sequence to go on from, 0 when the filter has no more.
 func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint64, since *time.Time) (next uint64, err error) {
-	if hits, ok := s.sparse(ctx, p.q, filter, start); ok {
+	// Listing a filter's entries from the subject index costs as many as
+	// it has before the server says they are too many: it is tried unless
+	// the filter spans every account's events of a state or kind.
+	try := p.q.Account != "" || p.q.EntityID != "" || p.q.ProviderRef != "" || !strings.HasSuffix(filter, ".*.*")
+	var hits []hit
+	listed := false
+	if try {
+		hits, listed = s.sparse(ctx, p.q, filter, start)
+	}
+	if listed {
 		for len(hits) > 0 {
 			n := min(len(hits), p.want())
 			items, upTo, err := s.read(ctx, p.q, hits[:n], p.limit-len(p.rep.Items), p.seen)
