@@ -36,7 +36,7 @@ func run() error {
 	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
 	out := flag.String("out", "", "write the markdown report here (full runs of every phase only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
-	phase := flag.String("phase", envOr("BENCH_PHASE", "all"), "which runs (default $BENCH_PHASE, else all): all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied), capacity (concurrency: auto against a provider whose capacity halves), tracing (throughput with tracing off and on), partitions (fsync always over 16 accounts on 1, 4 and 8 partitions; also part of fsync), cluster (a 3-node R3 cluster, 1 partition against 6), search (1,000,000 events indexed, each filter queried)")
+	phase := flag.String("phase", envOr("BENCH_PHASE", "all"), "which runs (default $BENCH_PHASE, else all): all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied), capacity (concurrency: auto against a provider whose capacity halves), tracing (throughput with tracing off and on), partitions (fsync always over 16 accounts on 1, 4 and 8 partitions; also part of fsync), cluster (a 3-node R3 cluster, 1 partition against 6), search (1,000,000 events indexed, each filter queried), audit (the audit archive's cost per event)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -59,7 +59,7 @@ func run() error {
 	var figs []bench.Fig
 	r := bench.Report{W: os.Stdout, Figures: &figs}
 	switch *phase {
-	case "all", "default", "fsync", "noisy", "accounts", "delayed", "capacity", "tracing", "partitions", "cluster", "search":
+	case "all", "default", "fsync", "noisy", "accounts", "delayed", "capacity", "tracing", "partitions", "cluster", "search", "audit":
 	default:
 		return fmt.Errorf("unknown -phase %q", *phase)
 	}
@@ -73,7 +73,7 @@ func run() error {
 			return err
 		}
 	}
-	if *phase != "accounts" && *phase != "delayed" && *phase != "capacity" && *phase != "tracing" && *phase != "partitions" && *phase != "cluster" && *phase != "search" {
+	if *phase != "accounts" && *phase != "delayed" && *phase != "capacity" && *phase != "tracing" && *phase != "partitions" && *phase != "cluster" && *phase != "search" && *phase != "audit" {
 		if err := bench.Run(ctx, sz, r, *conc, bench.Phases{Default: *phase == "all" || *phase == "default", Fsync: *phase == "all" || *phase == "fsync", Noisy: *phase == "all" || *phase == "noisy"}); err != nil {
 			return err
 		}
@@ -106,7 +106,12 @@ func run() error {
 			return err
 		}
 	}
-	if *out != "" && (*phase == "capacity" || *phase == "tracing" || *phase == "partitions" || *phase == "accounts" || *phase == "noisy" || *phase == "cluster" || *phase == "search") && os.Getenv("BENCH_QUICK") == "" {
+	if *phase == "all" || *phase == "audit" {
+		if err := bench.Audit(ctx, sz, r); err != nil {
+			return err
+		}
+	}
+	if *out != "" && (*phase == "capacity" || *phase == "tracing" || *phase == "partitions" || *phase == "accounts" || *phase == "noisy" || *phase == "cluster" || *phase == "search" || *phase == "audit") && os.Getenv("BENCH_QUICK") == "" {
 		// One phase: its figures replace theirs in the report, the rest
 		// of which stays as the last full run wrote it.
 		if err := bench.MergeMarkdown(*out, figs, sz, *phase); err != nil {

@@ -31,13 +31,6 @@ import (
 // following (its steady state: it reads the revisions as they come), on a
 // fresh server each.
 
-func init() {
-	phaseBullets["audit"] = struct {
-		glob, start string
-		text        func(Sizes) string
-	}{"audit_*", "- **Audit archive** (", auditBullet}
-}
-
 func auditEvents(sz Sizes) int {
 	if sz == Quick {
 		return 10_000

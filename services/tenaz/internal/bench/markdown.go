@@ -124,7 +124,7 @@ does not rewrite this file).
   callback) from a plain KV bucket and writes it back done by
   compare-and-set: the least any receiver must do. Both in this process
   with an embedded server; CPU per callback as for events.
-%s%s%s
+%s%s%s%s
 ## Where the time goes
 
 Measured with `+"`BENCH_PROFILE_E2E=cpu.prof`"+` (a CPU profile of one tenaz
@@ -234,9 +234,11 @@ one write per handover, not per call.
 Off the hot path, from the state buckets' change feeds: the search index
 (`+"`tenaz_search`"+`, written by the deadletter service's indexer; about 7 writes
 per event that runs through claim and done, `+"`search_index_live_writes_per_event`"+`)
-is never waited for by an event.
+is never waited for by an event; nor is the audit archive (`+"`TENAZ_AUDIT`"+`, written
+by the deadletter service's archiver: at most one write per revision of a
+record, `+"`audit_msgs_per_event`"+`, each `+"`audit_disk_bytes_per_event`"+` on disk).
 `, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
-		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz), tracingBullet(sz), searchBullet(sz))
+		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz), tracingBullet(sz), searchBullet(sz), auditBullet(sz))
 }
 
 // Goal is a figure's target: Value with Op "<" (under), "<=" or ">=".
@@ -445,6 +447,7 @@ var phaseBullets = map[string]struct {
 	"tracing":    {"*_tracing_*", "- **Tracing** (", tracingBullet},
 	"partitions": {"*_partitions_*", "- **Partitions** (", partitionsBullet},
 	"search":     {"search_*", "- **Search** (", searchBullet},
+	"audit":      {"audit_*", "- **Audit archive** (", auditBullet},
 }
 
 // searchBullet is the search phase's entry of "What is measured".
