@@ -31,10 +31,19 @@ import (
 // write an entry twice: the loser re-reads what the archive holds and
 // writes only what is still missing. Deleting the consumers rebuilds the
 // archive's missing entries from the records there are.
+//
+// A batch of revisions is written pipelined (async publishes, then their
+// acks), each on the last write of its event this replica remembers; an
+// event it does not remember is taken for a new one, and the server's
+// refusal (the subject has messages) sends that revision down the
+// one-at-a-time path, which reads the event's last message first. Two
+// revisions of one event in a batch are written one after the other.
 
 // Tuning of the archiver.
 const (
-	archiveWorkers  = 256
+	// archiveBatch is how many revisions of a partition are written
+	// pipelined at once.
+	archiveBatch    = 256
 	archiveAttempts = 8
 	// archiveMarks bounds the marks kept in memory (the last message of
 	// recently seen events); a miss costs one direct get.
@@ -94,18 +103,115 @@ func (s *Service) startArchive(ctx context.Context) error {
 			c.FilterSubject = "$KV." + bucket + ".>"
 			return c, err
 		}
-		if err := s.consume(ctx, "KV_"+bucket, "", cfg, archiveWorkers, s.archiveRevision); err != nil {
-			return err
+		cc, err := cfg()
+		if err != nil {
+			return fmt.Errorf("deadletter: %w", err)
 		}
-		c, err := s.js.Consumer(ctx, "KV_"+bucket, consumerAudit)
+		c, err := s.js.CreateOrUpdateConsumer(ctx, "KV_"+bucket, cc)
 		if err != nil {
 			return fmt.Errorf("deadletter: consumer %s on KV_%s: %w", consumerAudit, bucket, err)
 		}
 		cons = append(cons, c)
 	}
-	s.bg.Add(1)
+	s.bg.Add(len(cons) + 1)
+	for _, c := range cons {
+		go s.runArchiver(c)
+	}
 	go s.watchArchiveLag(cons)
 	return nil
+}
+
+// runArchiver archives one partition's revisions, a batch at a time,
+// until the service stops (what it has not acknowledged then is
+// delivered again, and found archived).
+func (s *Service) runArchiver(c jetstream.Consumer) {
+	defer s.bg.Done()
+	ctx := s.runCtx
+	for ctx.Err() == nil {
+		batch, err := c.Fetch(archiveBatch, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			s.log.Debug().Err(err).Msg("audit: fetching revisions")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		s.archiveBatch(ctx, msgs)
+	}
+}
+
+// archiveWrite is one revision's write in flight.
+type archiveWrite struct {
+	m       jetstream.Msg
+	rec     state.Record
+	rev     uint64
+	subject string
+	r       audit.Revision
+	f       jetstream.PubAckFuture
+}
+
+// archiveBatch writes what each revision of msgs adds, pipelined.
+func (s *Service) archiveBatch(ctx context.Context, msgs []jetstream.Msg) {
+	var pend []archiveWrite
+	inflight := map[string]bool{}
+	flush := func() {
+		for _, w := range pend {
+			select {
+			case ack := <-w.f.Ok():
+				s.marks.put(w.subject, mark{seq: ack.Sequence, Mark: audit.MarkOf(w.r)})
+				metrics.Default.AuditArchived("written")
+				_ = w.m.Ack()
+			case err := <-w.f.Err():
+				s.marks.drop(w.subject)
+				if store.IsWrongSequence(err) { // not new, or written meanwhile: see what the archive holds
+					s.archiveOne(ctx, w.m, w.rec, w.rev)
+					continue
+				}
+				s.log.Warn().Err(err).Str("event_id", w.rec.ID).Msg("audit: archiving a revision failed; it is retried")
+				_ = w.m.NakWithDelay(time.Second)
+			case <-ctx.Done():
+				return // unacknowledged: delivered again
+			}
+		}
+		pend = pend[:0]
+		clear(inflight)
+	}
+	for _, m := range msgs {
+		rec, rev, ok := s.revisionOf(m)
+		if !ok {
+			continue
+		}
+		subject := audit.Subject(s.cfg.Prefix, rec.Account, rec.EntityID, rec.ID)
+		if inflight[subject] {
+			flush() // the event's previous write first: this one expects its sequence
+		}
+		last, _ := s.marks.get(subject) // none remembered: taken for a new event
+		r, add := audit.Diff(rec, rev, last.Mark)
+		if !add {
+			metrics.Default.AuditArchived("unchanged")
+			_ = m.Ack()
+			continue
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			_ = m.Term()
+			continue
+		}
+		f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: b}, jetstream.WithExpectLastSequencePerSubject(last.seq))
+		if err != nil {
+			s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("audit: archiving a revision failed; it is retried")
+			_ = m.NakWithDelay(time.Second)
+			continue
+		}
+		inflight[subject] = true
+		pend = append(pend, archiveWrite{m: m, rec: rec, rev: rev, subject: subject, r: r, f: f})
+	}
+	flush()
 }
 
 // watchArchiveLag reports the archiver's consumers' backlog.
@@ -136,28 +242,33 @@ func (s *Service) watchArchiveLag(cons []jetstream.Consumer) {
 	}
 }
 
-// archiveRevision archives one revision of a state record.
-func (s *Service) archiveRevision(ctx context.Context, m jetstream.Msg) {
+// revisionOf reads a revision of the state bucket; ok is false for one
+// that is no record (a deletion, a purge, an expiry: the record's history
+// was archived as it was written), which it settles.
+func (s *Service) revisionOf(m jetstream.Msg) (state.Record, uint64, bool) {
 	if op := m.Headers().Get("KV-Operation"); op != "" || m.Headers().Get("Nats-Marker-Reason") != "" || len(m.Data()) == 0 {
-		// A deletion, a purge or an expiry: the record's history was
-		// archived as it was written.
 		metrics.Default.AuditArchived("skipped")
 		_ = m.Ack()
-		return
+		return state.Record{}, 0, false
 	}
 	meta, err := m.Metadata()
 	if err != nil {
 		_ = m.Term()
-		return
+		return state.Record{}, 0, false
 	}
 	var rec state.Record
 	if err := json.Unmarshal(m.Data(), &rec); err != nil || rec.ID == "" || rec.Account == "" {
 		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("audit: a state revision that is not a record; not archived")
 		metrics.Default.AuditArchived("skipped")
 		_ = m.Term()
-		return
+		return state.Record{}, 0, false
 	}
-	result, err := s.archiveRecord(ctx, rec, meta.Sequence.Stream)
+	return rec, meta.Sequence.Stream, true
+}
+
+// archiveOne archives one revision the one-at-a-time way.
+func (s *Service) archiveOne(ctx context.Context, m jetstream.Msg, rec state.Record, rev uint64) {
+	result, err := s.archiveRecord(ctx, rec, rev)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("audit: archiving a revision failed; it is retried")

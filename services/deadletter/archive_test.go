@@ -319,3 +319,82 @@ func TestOpenAPIContractAudit(t *testing.T) {
 	c.Covered(t, apitest.Under("/v1/entities", "/v1/audit"), map[string]string{
 		"GET /v1/entities/{account}/{entity}/timeline 500": internal, "GET /v1/audit/export 500": internal})
 }
+
+// The archive is rebuilt from the records without an entry twice: the
+// archiver's consumers deleted, a new replica (which remembers nothing)
+// reads every record again, finds each already archived (the server
+// refuses a write that does not follow the event's last one) and adds
+// nothing; the timeline is the same.
+func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.p.SetFaults(provider.Faults{FailFirst: 1})
+	startIngest(t, e)
+	e.startDispatcher(nil)
+	ids := []string{
+		submitFor(t, e, "acme", "credit.evaluate", "R-1", "r1-a", `{"applicant":"A"}`),
+		submitFor(t, e, "acme", "credit.evaluate", "R-1", "r1-b", `{"applicant":"B"}`),
+		submitFor(t, e, "globex", "credit.evaluate", "", "r-none", `{"applicant":"C"}`),
+	}
+	e.waitDone(ids...)
+	var before ops.TimelineReply
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		var st int
+		before, st = e.timeline("acme", "R-1")
+		n := 0
+		for _, a := range before.Items {
+			if a.Action == string(state.Succeed) {
+				n++
+			}
+		}
+		return st == http.StatusOK && n == 2
+	}, "R-1's two events archived")
+	c := ctx(t)
+	caughtUp := func() bool {
+		for p := range e.subj.Parts() {
+			cons, err := e.js.Consumer(c, "KV_"+e.subj.StateBucketOf(p), "deadletter-audit")
+			if err != nil {
+				return false
+			}
+			ci, err := cons.Info(c)
+			if err != nil || ci.NumPending > 0 || ci.NumAckPending > 0 {
+				return false
+			}
+		}
+		return true
+	}
+	natstest.Eventually(t, 30*time.Second, caughtUp, "the archiver to have read every revision")
+	audit, err := e.js.Stream(c, "TENAZ_AUDIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := audit.Info(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := info.State.Msgs
+	if byEvent := e.exported(url.Values{"event": {ids[2]}}); len(byEvent) < 3 || byEvent[0].EntityID != "" || byEvent[0].Account != "globex" {
+		t.Fatalf("an event without an entity, by its id: want its steps, got %+v", byEvent)
+	}
+
+	if err := e.dl.Stop(c); err != nil {
+		t.Fatal(err)
+	}
+	for p := range e.subj.Parts() {
+		if err := e.js.DeleteConsumer(c, "KV_"+e.subj.StateBucketOf(p), "deadletter-audit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.startDeadletter("rebuilt")
+	natstest.Eventually(t, 30*time.Second, caughtUp, "the new replica to have read every record again")
+	if info, err = audit.Info(c); err != nil || info.State.Msgs != msgs {
+		t.Fatalf("rebuild: the archive had %d messages, has %d (%v): an entry written twice", msgs, info.State.Msgs, err)
+	}
+	var after ops.TimelineReply
+	if err := e.call(ops.EntitiesTimeline, ops.TimelineRequest{Account: "acme", EntityID: "R-1"}, &after); err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Items) != len(before.Items) || len(after.Events) != 2 {
+		t.Fatalf("rebuild: the timeline had %d entries, has %d", len(before.Items), len(after.Items))
+	}
+}
