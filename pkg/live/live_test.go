@@ -239,3 +239,32 @@ func TestBucketSharedAndSealed(t *testing.T) {
 		t.Fatalf("removing it again: want ErrNotStored, got %v", err)
 	}
 }
+
+// Without sealing_key the bucket takes no header values: setting one is
+// refused naming sealing_key, and nothing is stored; limits and keys
+// alone are taken.
+func TestBucketWithoutSealingKey(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	cfg, _ := load(t, strings.Replace(fileYAML("10/s", ":8080"), `sealing_key: "`+sealingKey+`"`, "", 1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lv := live.New(cfg, live.Options{})
+	if err := lv.Watch(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := lv.Set(ctx, "newco", json.RawMessage(`{"targets":{"erp":{"headers":{"Authorization":"Bearer x"}}}}`))
+	if !errors.Is(err, config.ErrInvalidConfig) || !strings.Contains(err.Error(), "sealing_key") {
+		t.Fatalf("a header without sealing_key: want ErrInvalidConfig naming sealing_key, got %v", err)
+	}
+	if rep, _ := lv.List(""); len(rep.Items) != 0 {
+		t.Fatalf("a refused set stored %+v", rep.Items)
+	}
+	if _, err := lv.Set(ctx, "newco", json.RawMessage(`{"rate":"2/s"}`)); err != nil {
+		t.Fatalf("limits alone need no sealing_key: %v", err)
+	}
+	if got := lv.Load().Account("newco").Rate.PerSecond; got != 2 {
+		t.Fatalf("want newco at 2/s in force, got %v", got)
+	}
+}
