@@ -25,16 +25,20 @@ import (
 // state bucket stream.
 const consumerFile = "consumer-deadletter-search.json"
 
+// priorityGroup is the consumers' pinned group: one indexer (one
+// deadletter replica) at a time gets a partition's revisions, in order,
+// so that two never index two revisions of one event at once (each reads
+// what the index holds before it writes); another takes over when it
+// stops pulling (the consumer's priority_timeout).
+const priorityGroup = "search"
+
 // purgeTTL is how long a moved entry's purge marker stays: a marker kept
 // for ever would cost as much as the entry it removed, and a filter over
 // the entries would have to step over it.
 const purgeTTL = time.Second
 
-// Defaults of IndexerOptions.
-const (
-	DefaultBatch    = 1024
-	DefaultCacheMax = 100_000
-)
+// DefaultBatch is IndexerOptions.Batch unless set.
+const DefaultBatch = 1024
 
 // IndexerOptions configure an Indexer.
 type IndexerOptions struct {
@@ -43,11 +47,6 @@ type IndexerOptions struct {
 	Retention time.Duration
 	// Batch is how many revisions one fetch takes. Defaults to DefaultBatch.
 	Batch int
-	// CacheMax bounds how many events the indexer remembers the entries
-	// of (a revision of an event it remembers writes only what changed;
-	// any other writes every entry and removes every state the record's
-	// history names). Defaults to DefaultCacheMax.
-	CacheMax int
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Metrics receives the lag and the writes. Defaults to metrics.Default.
@@ -78,6 +77,7 @@ type Indexer struct {
 
 	revisions, puts, purges, bytes atomic.Int64
 	lag                            []atomic.Int64
+	got                            []atomic.Bool // a partition's revisions came to this indexer: it holds the pin
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -92,9 +92,6 @@ func NewIndexer(js jetstream.JetStream, subj tenaz.Subjects, o IndexerOptions) *
 	if o.Batch <= 0 {
 		o.Batch = DefaultBatch
 	}
-	if o.CacheMax <= 0 {
-		o.CacheMax = DefaultCacheMax
-	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.Default
 	}
@@ -103,7 +100,7 @@ func NewIndexer(js jetstream.JetStream, subj tenaz.Subjects, o IndexerOptions) *
 		log = o.Logger.With().Str("component", "search-indexer").Logger()
 	}
 	return &Indexer{js: js, subj: subj, o: o, log: log, prefix: "$KV." + subj.Bucket(Bucket) + ".", stream0: "KV_" + subj.Bucket(Bucket),
-		lag: make([]atomic.Int64, subj.Parts())}
+		lag: make([]atomic.Int64, subj.Parts()), got: make([]atomic.Bool, subj.Parts())}
 }
 
 // consumerConfig is the data file's consumer.
@@ -167,10 +164,23 @@ func (x *Indexer) Stop(ctx context.Context) error {
 	go func() { x.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+	// Hand the pins over now rather than after the priority timeout.
+	cfg, err := consumerConfig()
+	if err != nil {
+		return err
+	}
+	for p := range x.got {
+		if !x.got[p].Swap(false) {
+			continue
+		}
+		if s, err := x.js.Stream(ctx, x.stream(p)); err == nil {
+			_ = s.UnpinConsumer(ctx, cfg.Durable, priorityGroup)
+		}
+	}
+	return nil
 }
 
 // Rebuild drops the index and the indexer's consumers, so that the next
@@ -213,18 +223,8 @@ func (x *Indexer) Lag() int64 {
 
 func (x *Indexer) report() { x.o.Metrics.SearchLag(int(x.Lag())) }
 
-// entries is what the indexer remembers of an event's entries.
-type entries struct {
-	account, kind, entity string
-	created               time.Time
-	state                 tenaz.State
-	refs                  []string
-	ttl                   bool // written with the retention TTL
-}
-
 // run indexes partition p until ctx ends.
 func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
-	cache := map[string]*entries{}
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
 		if backoff > 0 {
@@ -234,7 +234,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			case <-time.After(backoff):
 			}
 		}
-		batch, err := c.Fetch(x.o.Batch, jetstream.FetchMaxWait(500*time.Millisecond))
+		batch, err := c.Fetch(x.o.Batch, jetstream.FetchMaxWait(500*time.Millisecond), jetstream.FetchPriorityGroup(priorityGroup))
 		if err != nil {
 			x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
@@ -244,7 +244,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrPinIDMismatch) && ctx.Err() == nil {
 			x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
 		}
 		if len(msgs) == 0 {
@@ -253,10 +253,8 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			backoff = 0
 			continue
 		}
-		if err := x.index(ctx, cache, msgs); err != nil {
-			// Forget what was remembered: the redelivered revisions are
-			// indexed in full.
-			clear(cache)
+		x.got[p].Store(true)
+		if err := x.index(ctx, msgs); err != nil {
 			for _, m := range msgs {
 				_ = m.NakWithDelay(time.Second)
 			}
@@ -278,13 +276,25 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 	}
 }
 
+// entry is what the index holds under a key, as a batch sees it.
+type entry struct {
+	exists bool
+	ttl    bool // written with the retention TTL
+}
+
 // index writes the entries of one batch of revisions and waits for the
-// server to have them all.
-func (x *Indexer) index(ctx context.Context, cache map[string]*entries, msgs []jetstream.Msg) error {
-	revs := make([]*revision, len(msgs))
-	var stale []string // the state entries an event the cache does not know may have left
-	for i, m := range msgs {
+// server to have them all. It keeps nothing between batches: what each
+// revision must write is read from the index itself (one batched request
+// for the batch), so that any replica, a restarted one too, may index any
+// revision, and a redelivered one writes nothing.
+func (x *Indexer) index(ctx context.Context, msgs []jetstream.Msg) error {
+	revs := make([]*revision, 0, len(msgs))
+	var filters []string
+	for _, m := range msgs {
 		if len(m.Data()) == 0 {
+			// A deletion, a purge or an expiry: the entries of a finished
+			// event expire with it; any other stays until a search meets
+			// it without its record and skips it.
 			continue
 		}
 		var r revision
@@ -292,29 +302,23 @@ func (x *Indexer) index(ctx context.Context, cache map[string]*entries, msgs []j
 			x.log.Warn().Err(err).Str("subject", m.Subject()).Msg("a state revision that is not a record: not indexed")
 			continue
 		}
-		revs[i] = &r
-		if _, hit := cache[r.ID]; !hit {
-			for _, st := range r.left() {
-				stale = append(stale, x.prefix+stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID))
-			}
+		revs = append(revs, &r)
+		filters = append(filters, x.prefix+r.Account+"."+fieldState+".*."+kindToken(r.Kind)+"."+hourToken(r.CreatedAt)+"."+r.ID)
+		if r.EntityID != "" {
+			filters = append(filters, x.prefix+entityKey(r.Account, r.EntityID, r.ID))
+		}
+		if r.Reference != "" {
+			filters = append(filters, x.prefix+refKey(r.Account, r.Reference, r.ID))
 		}
 	}
-	exists, err := x.existing(ctx, stale)
+	index, err := x.lookup(ctx, filters)
 	if err != nil {
-		exists = nil // purge them all: a purge of nothing costs a marker, never an entry
-		x.log.Debug().Err(err).Msg("reading which stale entries exist")
+		index = nil // write as if nothing were there: a redundant write costs a write, never an entry
+		x.log.Debug().Err(err).Msg("reading the entries of a batch of revisions")
 	}
 	var pending []jetstream.PubAckFuture
-	for i, m := range msgs {
-		var ws []*nats.Msg
-		if revs[i] == nil {
-			if len(m.Data()) == 0 {
-				ws = x.gone(cache, kvKey(m.Subject()))
-			}
-		} else {
-			ws = x.writes(cache, revs[i], exists)
-		}
-		for _, w := range ws {
+	for _, r := range revs {
+		for _, w := range x.writes(r, index) {
 			f, err := x.js.PublishMsgAsync(w)
 			if err != nil {
 				return err
@@ -334,14 +338,15 @@ func (x *Indexer) index(ctx context.Context, cache map[string]*entries, msgs []j
 	return nil
 }
 
-// existing returns which of the index subjects hold an entry, asking the
-// server for their last messages in a few batched requests.
-func (x *Indexer) existing(ctx context.Context, subjects []string) (map[string]bool, error) {
-	found := map[string]bool{}
-	const chunk = 256
-	for len(subjects) > 0 {
-		n := min(chunk, len(subjects))
-		msgs, err := jetstreamext.GetLastMsgsFor(ctx, x.js, x.stream0, subjects[:n])
+// lookup reads the entries the filters name from the server's subject
+// index (the last message of each subject, a few hundred filters a
+// request), by subject.
+func (x *Indexer) lookup(ctx context.Context, filters []string) (map[string]entry, error) {
+	found := map[string]entry{}
+	const chunk = 256 // at most 1,024 answers a request: an event has a few state entries at most
+	for len(filters) > 0 {
+		n := min(chunk, len(filters))
+		msgs, err := jetstreamext.GetLastMsgsFor(ctx, x.js, x.stream0, filters[:n])
 		if err != nil {
 			return nil, err
 		}
@@ -353,10 +358,10 @@ func (x *Indexer) existing(ctx context.Context, subjects []string) (map[string]b
 				return nil, err
 			}
 			if len(m.Data) > 0 && m.Header.Get(kvOperation) == "" {
-				found[m.Subject] = true
+				found[m.Subject] = entry{exists: true, ttl: m.Header.Get(jetstream.MsgTTLHeader) != ""}
 			}
 		}
-		subjects = subjects[n:]
+		filters = filters[n:]
 	}
 	return found, nil
 }
@@ -392,76 +397,44 @@ func (r *revision) left() []tenaz.State {
 	return out
 }
 
-// gone are the writes of a deletion, a purge or an expiry of record id.
-func (x *Indexer) gone(cache map[string]*entries, id string) []*nats.Msg {
-	e, ok := cache[id]
-	if !ok {
-		// Not remembered: its entries stay until their TTL, and a search
-		// skips an entry whose record is gone.
-		return nil
-	}
-	delete(cache, id)
-	out := []*nats.Msg{x.purge(stateKey(e.account, e.state, e.kind, e.created, id))}
-	if e.entity != "" {
-		out = append(out, x.purge(entityKey(e.account, e.entity, id)))
-	}
-	for _, r := range e.refs {
-		out = append(out, x.purge(refKey(e.account, r, id)))
-	}
-	return out
-}
-
-// writes are the index writes of one revision. An event the cache knows
-// writes what changed; another writes every entry, and removes the
-// entries of the states it has left that exists names (all of them when
-// exists is nil).
-func (x *Indexer) writes(cache map[string]*entries, r *revision, exists map[string]bool) []*nats.Msg {
-	var out []*nats.Msg
+// writes are the index writes of one revision, given what index holds
+// (nil: not known), which they update: the entries the record calls for
+// that are missing, or lack the TTL a finished event's carry, and the
+// removal of the state entries of the states it has left.
+func (x *Indexer) writes(r *revision, index map[string]entry) []*nats.Msg {
 	x.revisions.Add(1)
+	var out []*nats.Msg
 	val := []byte(strconv.FormatInt(r.CreatedAt.UnixMilli(), 10))
-	terminal := r.Status.Terminal()
 	var ttl time.Duration
-	if terminal {
+	if r.Status.Terminal() {
 		ttl = x.o.Retention
 	}
-	prev, hit := cache[r.ID]
-	all := !hit || terminal && !prev.ttl // write every entry again
-	if all || prev.state != r.Status {
-		out = append(out, x.put(stateKey(r.Account, r.Status, r.Kind, r.CreatedAt, r.ID), val, ttl))
+	want := []string{stateKey(r.Account, r.Status, r.Kind, r.CreatedAt, r.ID)}
+	if r.EntityID != "" {
+		want = append(want, entityKey(r.Account, r.EntityID, r.ID))
 	}
-	if hit {
-		if prev.state != r.Status {
-			out = append(out, x.purge(stateKey(r.Account, prev.state, r.Kind, r.CreatedAt, r.ID)))
+	if r.Reference != "" {
+		want = append(want, refKey(r.Account, r.Reference, r.ID))
+	}
+	for _, k := range want {
+		if e, ok := index[x.prefix+k]; index != nil && ok && e.exists && (ttl == 0 || e.ttl) {
+			continue
 		}
-	} else {
-		for _, st := range r.left() {
-			if k := stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID); exists == nil || exists[x.prefix+k] {
-				out = append(out, x.purge(k))
-			}
-		}
-	}
-	if r.EntityID != "" && all {
-		out = append(out, x.put(entityKey(r.Account, r.EntityID, r.ID), val, ttl))
-	}
-	e := &entries{account: r.Account, kind: r.Kind, entity: r.EntityID, created: r.CreatedAt, state: r.Status, ttl: terminal}
-	if hit {
-		e.refs = prev.refs
-	}
-	if r.Reference != "" && !contains(e.refs, r.Reference) {
-		e.refs = append(e.refs, r.Reference)
-		if !all {
-			out = append(out, x.put(refKey(r.Account, r.Reference, r.ID), val, ttl))
+		out = append(out, x.put(k, val, ttl))
+		if index != nil {
+			index[x.prefix+k] = entry{exists: true, ttl: ttl > 0}
 		}
 	}
-	if all {
-		for _, ref := range e.refs {
-			out = append(out, x.put(refKey(r.Account, ref, r.ID), val, ttl))
+	for _, st := range r.left() {
+		k := stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID)
+		if index != nil && !index[x.prefix+k].exists {
+			continue
+		}
+		out = append(out, x.purge(k))
+		if index != nil {
+			delete(index, x.prefix+k)
 		}
 	}
-	if len(cache) >= x.o.CacheMax && !hit {
-		clear(cache) // forgetting costs writes, never an entry
-	}
-	cache[r.ID] = e
 	return out
 }
 

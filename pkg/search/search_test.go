@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -427,4 +428,53 @@ func TestTimeRangeAcrossHours(t *testing.T) {
 	if got, want := e.find(t, ops.FindRequest{Since: &long, Until: &until, Limit: 9}), in(long, until, ""); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Fatalf("a range over MaxHours: got %d events, want %d", len(got), len(want))
 	}
+}
+
+// Two indexers (two deadletter replicas) share the partitions' feeds, so
+// an event's revisions may reach either: whichever indexes a revision
+// reads what the index holds, and each event ends with its one entry.
+func TestTwoIndexersLeaveOneEntryPerEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	second := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set, Batch: 3})
+	if err := second.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Stop(context.Background()) })
+	for i := range 60 {
+		a := accounts[i%len(accounts)]
+		id := e.create(t, a, "order.create", fmt.Sprintf("two-%d", i), "", time.Now())
+		now := time.Now()
+		e.act(t, a, id, state.Action{Name: state.Claim, Seq: 1})
+		e.act(t, a, id, state.Action{Name: state.Retry, NextRunAt: &now, Error: &state.ErrorInfo{Class: "transient"}})
+		e.act(t, a, id, state.Action{Name: state.Claim, Seq: 2})
+		e.act(t, a, id, state.Action{Name: state.Poll, Reference: "job-" + id, NextRunAt: &now, Deadline: &now})
+	}
+	kv, err := e.js.KeyValue(ctx(t), e.subj.Bucket(search.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		keys, err := kv.ListKeys(ctx(t))
+		if err != nil {
+			return false
+		}
+		got = got[:0]
+		for k := range keys.Keys() {
+			got = append(got, k)
+		}
+		states, refs := 0, 0
+		for _, k := range got {
+			switch {
+			case strings.Contains(k, ".s.polling."):
+				states++
+			case strings.Contains(k, ".r."):
+				refs++
+			default:
+				return false // an entry of a state the event has left
+			}
+		}
+		return states == 60 && refs == 60 && len(got) == 120
+	}, "want one polling and one reference entry for each of 60 events, got %v", &got)
 }

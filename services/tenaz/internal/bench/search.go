@@ -40,11 +40,11 @@ const (
 
 var searchKinds = []string{"order.create", "order.cancel", "credit.check", "invoice.send", "kyc.verify"}
 
-// searchEvents is how many events the phase holds: 1,000,000 (100,000
+// searchEvents is how many events the phase holds: 1,000,000 (50,000
 // with BENCH_QUICK).
 func searchEvents(sz Sizes) int {
 	if sz == Quick {
-		return 100_000
+		return 50_000
 	}
 	return 1_000_000
 }
