@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -396,5 +397,33 @@ func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
 	}
 	if len(after.Items) != len(before.Items) || len(after.Events) != 2 {
 		t.Fatalf("rebuild: the timeline had %d entries, has %d", len(before.Items), len(after.Items))
+	}
+}
+
+// An export longer than a flush (1,000 lines) streams every line, in
+// order: here an event whose archived history holds 2,500 steps.
+func TestExportStreamsEveryLine(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	at := time.Now().UTC().Add(-time.Minute)
+	const n = 2500
+	for i := range 5 { // five revisions of 500 steps each
+		r := audit.Revision{ID: "ev_long", Account: "acme", Kind: "credit.evaluate", EntityID: "L-1", Status: tenaz.StatePolling, Step: (i + 1) * 500}
+		for j := range 500 {
+			r.Entries = append(r.Entries, state.Entry{At: at.Add(time.Duration(i*500+j) * time.Millisecond), Action: state.Repoll, To: tenaz.StatePolling})
+		}
+		b, _ := json.Marshal(r)
+		if _, err := e.js.Publish(ctx(t), audit.Subject("tenaz", "acme", "L-1", "ev_long"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := e.exported(url.Values{"since": {at.Add(-time.Second).Format(time.RFC3339Nano)}, "account": {"acme"}})
+	if len(lines) != n {
+		t.Fatalf("export: want %d lines, got %d", n, len(lines))
+	}
+	for i, l := range lines {
+		if l.Step != i+1 || l.EventID != "ev_long" {
+			t.Fatalf("line %d: want step %d of ev_long, got %+v", i, i+1, l)
+		}
 	}
 }

@@ -238,7 +238,9 @@ func (s *Service) apiExport(w http.ResponseWriter, r *http.Request) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	started := false
-	fl, _ := w.(http.Flusher)
+	// An export may outlast http.write_timeout: each flush moves the
+	// deadline on, so only a stalled export is cut.
+	rc := http.NewResponseController(w)
 	n := 0
 	err = s.export(r.Context(), req, func(e ops.AuditEntry) error {
 		if !started {
@@ -249,11 +251,14 @@ func (s *Service) apiExport(w http.ResponseWriter, r *http.Request) {
 		if err := enc.Encode(e); err != nil {
 			return err
 		}
-		if n++; n%1000 == 0 && fl != nil {
+		if n++; n%1000 == 0 {
 			if err := bw.Flush(); err != nil {
 				return err
 			}
-			fl.Flush()
+			_ = rc.Flush()
+			if d := s.cfg.HTTP.WriteTimeout.D(); d > 0 {
+				_ = rc.SetWriteDeadline(time.Now().Add(d))
+			}
 		}
 		return nil
 	})
