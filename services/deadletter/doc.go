@@ -15,7 +15,10 @@
 // breakers kept in an audit in tenaz_ops. It serves them as the screen at /ui/, the JSON API under /v1/dead,
 // /v1/review and /v1/breakers, and the NATS micro service tenaz-deadletter
 // whose wire types are in pkg/ops. A server-side cron schedule fires the
-// nightly digest.
+// nightly digest. Its archiver (archive.go) keeps the audit archive
+// TENAZ_AUDIT from the state buckets' change feed, off the events' path,
+// which answers "what happened to X" across an entity's events and the
+// export of the audit after the records have expired (timeline.go).
 //
 //	svc, err := deadletter.New(deadletter.Options{Conn: nc, Config: cfg})
 //	err = svc.Start(ctx)
