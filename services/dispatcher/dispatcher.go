@@ -116,7 +116,7 @@ type Service struct {
 	known   map[string]bool          // every account with a consumer this replica heard of
 	handing map[string]chan struct{} // accounts whose reader is stopping to hand them over
 	owners  *owner.Group
-	quotas  *quota.Quotas // the targets' provider-wide limits; nil when no target has one
+	quotas  *quota.Quotas // the targets' provider-wide limits (a reload may give a target one); nil before Start
 	targets *target.Cache
 	guards  map[string]*guard
 	built   *config.Config // the config the guards and limiters were built from (configChanged)
@@ -230,13 +230,14 @@ func (s *Service) Start(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: owners: %w", err)
 	}
-	if s.limitsTargets() {
-		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Live, Logger: &log, Prefix: s.cfg.Prefix}); err != nil {
-			s.owners.Leave(ctx)
-			s.breakers.Stop()
-			s.cancel(ErrStopped)
-			return fmt.Errorf("dispatcher: quotas: %w", err)
-		}
+	// Opened whether or not a target has a provider-wide limit now: a
+	// reload may give one a limit (opening costs a bucket lookup; nothing
+	// is read or written until a limited target is called).
+	if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Live, Logger: &log, Prefix: s.cfg.Prefix}); err != nil {
+		s.owners.Leave(ctx)
+		s.breakers.Stop()
+		s.cancel(ErrStopped)
+		return fmt.Errorf("dispatcher: quotas: %w", err)
 	}
 	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
 		s.ensureReader(string(m.Data))
@@ -389,16 +390,6 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.log.Info().Msg("dispatcher stopped")
 	return nil
-}
-
-// limitsTargets reports whether a target has a provider-wide limit.
-func (s *Service) limitsTargets() bool {
-	for _, t := range s.cfg.Targets {
-		if t.Limited() {
-			return true
-		}
-	}
-	return false
 }
 
 // longestCall is the longest timeout of a target call.

@@ -323,3 +323,43 @@ func TestReloadWebhookSecret(t *testing.T) {
 		t.Fatalf("the new secret: want 200, got %d", got)
 	}
 }
+
+// A reload gives a target a provider-wide rate where no target had one
+// at start: from then on its calls are spaced by it.
+func TestReloadGivesATargetItsRate(t *testing.T) {
+	t.Parallel()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tenaz.yaml")
+	y := testConfig(filepath.Join(dir, "data"), target.URL, "")
+	if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup := make(chan os.Signal, 1)
+	tz := startWith(t, y, standalone.Options{ConfigPath: file, Reload: hup})
+	base := "http://" + tz.HTTPAddr()
+	submitN(t, base, "before", 10)
+	natstest.Eventually(t, 20*time.Second, func() bool { return p.CallCount() >= 10 }, "the first 10 calls")
+	if gap := minGap(p.Calls()); gap >= 200*time.Millisecond {
+		t.Fatalf("without a rate, 10 events submitted at once should be called closer than 200ms, the closest were %v apart", gap)
+	}
+	if err := os.WriteFile(file, []byte(strings.Replace(y, "erp: {url: ", "erp: {rate: 4/s, url: ", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	hup <- syscall.SIGHUP
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		var st ops.ConfigStatus
+		_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/config", "", "").body, &st)
+		return st.OK && st.ReloadedAt.After(before)
+	}, "the reload to be applied")
+	at := time.Now()
+	submitN(t, base, "after", 6)
+	natstest.Eventually(t, 20*time.Second, func() bool { return len(callsAfter(p.Calls(), at)) >= 6 }, "the 6 calls after the reload")
+	if gap := minGap(callsAfter(p.Calls(), at)); gap < 200*time.Millisecond {
+		t.Fatalf("after the reload to targets.erp.rate 4/s: want calls at least 250ms apart (200ms with slack), got %v", gap)
+	}
+}
