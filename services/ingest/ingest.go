@@ -179,7 +179,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.refs, err = callbacks.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-	if s.o.Auth.RateLimited() { // the keys' rates, counted over every ingest replica
+	// The keys' rates, counted over every ingest replica; shared whether or
+	// not a key has a rate now, since a reload may give one a rate.
+	if !s.o.Auth.Disabled() {
 		if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Logger: &s.log, Prefix: s.cfg.Prefix}); err != nil {
 			return fmt.Errorf("ingest: %w", err)
 		}

@@ -363,3 +363,46 @@ func TestReloadGivesATargetItsRate(t *testing.T) {
 		t.Fatalf("after the reload to targets.erp.rate 4/s: want calls at least 250ms apart (200ms with slack), got %v", gap)
 	}
 }
+
+// A reload gives an API key a submission rate: the key's next submission
+// over it is refused with 429 and Retry-After, with no restart.
+func TestReloadGivesAKeyItsRate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tenaz.yaml")
+	y := strings.Replace(securedConfig(filepath.Join(dir, "data"), "http://127.0.0.1:1", ""), "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
+	if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup := make(chan os.Signal, 1)
+	tz := startWith(t, y, standalone.Options{ConfigPath: file, Reload: hup})
+	base := "http://" + tz.HTTPAddr()
+	submit := func(i int) answer {
+		return send(t, http.MethodPost, base+"/v1/events", "bearer:"+secAcmeKey, fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":"k-%d"}}`, i))
+	}
+	for i := range 3 {
+		if a := submit(i); a.status != http.StatusAccepted {
+			t.Fatalf("without a rate: want 202, got %d %s", a.status, a.body)
+		}
+	}
+	limited := strings.Replace(y, `scopes: [submit, read], hash: "`+secAcmeHash+`"}`, `scopes: [submit, read], hash: "`+secAcmeHash+`", rate: 1/h, burst: 1}`, 1)
+	if limited == y {
+		t.Fatal("the test's edit did not apply")
+	}
+	if err := os.WriteFile(file, []byte(limited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	hup <- syscall.SIGHUP
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		var st ops.ConfigStatus
+		_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/config", "bearer:"+secAliceKey, "").body, &st)
+		return st.OK && st.ReloadedAt.After(before)
+	}, "the reload to be applied")
+	if a := submit(10); a.status != http.StatusAccepted {
+		t.Fatalf("the burst of 1: want 202, got %d %s", a.status, a.body)
+	}
+	if a := submit(11); a.status != http.StatusTooManyRequests || a.header.Get("Retry-After") == "" {
+		t.Fatalf("over 1/h: want 429 with Retry-After, got %d %v", a.status, a.header)
+	}
+}
