@@ -39,3 +39,21 @@ func FuzzCursor(f *testing.F) {
 		}
 	})
 }
+
+func TestSubjectMatch(t *testing.T) {
+	for _, c := range []struct {
+		filter, subj string
+		want         bool
+	}{
+		{"$KV.b.*.s.*.k.*.*", "$KV.b.acme.s.done.k.2026120115.ev_1", true},
+		{"$KV.b.*.s.*.k.*.*", "$KV.b.acme.s.done.j.2026120115.ev_1", false},
+		{"$KV.b.*.s.dead.*.*.*", "$KV.b.acme.s.done.k.2026120115.ev_1", false},
+		{"$KV.b.*.s.*.*.*.*", "$KV.b.acme.e.abc.ev_1", false},
+		{"$KV.b.*.s.*.*.*.*", "$KV.b.acme.s.done.k.2026120115.ev_1.x", false},
+		{"$KV.b.*.s.*.*.*.*", "$KV.b.acme.s.done.k.2026120115", false},
+	} {
+		if got := subjectMatch(c.filter, c.subj); got != c.want {
+			t.Errorf("subjectMatch(%q, %q) = %v, want %v", c.filter, c.subj, got, c.want)
+		}
+	}
+}

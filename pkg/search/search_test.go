@@ -284,6 +284,11 @@ func TestPagingReturnsEveryEventOnce(t *testing.T) {
 		if got := e.find(t, ops.FindRequest{Account: "acme", Limit: limit}); !slices.Equal(got, acmeIDs) {
 			t.Fatalf("acme's, limit %d: %d events found, want %d", limit, len(got), len(acmeIDs))
 		}
+		// An hour with more entries than the subject index lists at once.
+		since, until := time.Now().Add(-2*time.Hour), time.Now().Add(time.Hour)
+		if got := e.find(t, ops.FindRequest{Since: &since, Until: &until, Limit: limit}); !slices.Equal(got, want) {
+			t.Fatalf("every event of the last hours, limit %d: %d events found, want %d", limit, len(got), len(want))
+		}
 	}
 	rep, err := e.s.Find(ctx(t), ops.FindRequest{Limit: 17})
 	if err != nil || len(rep.Items) != 17 || rep.NextCursor == "" {

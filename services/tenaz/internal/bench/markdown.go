@@ -422,10 +422,18 @@ func MergeMarkdown(path string, figs []Fig, sz Sizes, phase string) error {
 	if b, ok := phaseBullets[phase]; ok {
 		// Its entry of "What is measured", as this version writes it.
 		if i := strings.Index(text, "\n"+b.start); i >= 0 {
-			end := i + 1 + strings.Index(text[i+1:], "\n\n")
-			text = text[:i+1] + text[end+1:]
+			// Replaced where it stands: it ends where the next entry
+			// starts, or the list does.
+			rest := text[i+1:]
+			n := strings.Index(rest, "\n\n")
+			if next := strings.Index(rest, "\n- **"); next >= 0 && (n < 0 || next < n) {
+				n = next
+			}
+			end := i + 1 + n
+			text = text[:i+1] + b.text(sz) + text[end+1:]
+		} else {
+			text = strings.Replace(text, "\n\n## Where the time goes", "\n"+b.text(sz)+"\n## Where the time goes", 1)
 		}
-		text = strings.Replace(text, "\n\n## Where the time goes", "\n"+b.text(sz)+"\n## Where the time goes", 1)
 	}
 	return os.WriteFile(path, []byte(text), 0o644)
 }

@@ -139,3 +139,27 @@ func TestMergeMarkdownTracingPhase(t *testing.T) {
 		t.Errorf("a figure of another phase was touched:\n%s", out)
 	}
 }
+
+// A phase's entry of "What is measured" is replaced alone: the entries
+// after it in the list stay.
+func TestMergeMarkdownKeepsTheNextEntry(t *testing.T) {
+	var full bytes.Buffer
+	Markdown(&full, []Fig{{Name: "e2e_events_per_s", Unit: "events/s", Value: 1}}, Full, 64, time.Minute)
+	text := strings.Replace(full.String(), "\n\n## Where the time goes", "\n- **Other** (`other_*`): stays.\n\n## Where the time goes", 1)
+	path := t.TempDir() + "/performance.md"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := MergeMarkdown(path, []Fig{{Name: "search_kind_p99_ms", Unit: "ms", Value: 9}}, Full, "search"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := string(b); !strings.Contains(out, "- **Other** (`other_*`): stays.") || strings.Count(out, "- **Search** (") != 1 {
+		t.Fatalf("want the other entry kept and one search entry, got:\n%s", out[strings.Index(out, "## What is measured"):])
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -258,8 +259,12 @@ func Search(ctx context.Context, sz Sizes, r Report) error {
 			if len(rep.Items) == 0 {
 				return fmt.Errorf("search %s (%+v): found nothing", qq.name, qq.q(i))
 			}
+			took := float64(time.Since(t0).Microseconds()) / 1000
 			if i >= 3 { // the first warm the connection and the server's caches
-				ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
+				ms = append(ms, took)
+			}
+			if took > 200 && i >= 3 {
+				fmt.Fprintf(r.W, "# search_%s: %.0f ms for %s\n", qq.name, took, describe(qq.q(i)))
 			}
 		}
 		sort.Float64s(ms)
@@ -402,4 +407,22 @@ func caughtUp(ctx context.Context, js jetstream.JetStream, subj tenaz.Subjects) 
 		}
 	}
 	return nil
+}
+
+// describe is a query as its HTTP parameters.
+func describe(q ops.FindRequest) string {
+	v := url.Values{}
+	for k, x := range map[string]string{"account": q.Account, "kind": q.Kind, "state": string(q.State), "entity": q.EntityID,
+		"idempotency_key": q.IdempotencyKey, "provider_ref": q.ProviderRef} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	if q.Since != nil {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339))
+	}
+	if q.Until != nil {
+		v.Set("until", q.Until.UTC().Format(time.RFC3339))
+	}
+	return v.Encode()
 }
