@@ -438,28 +438,6 @@ func (x *Indexer) writes(r *revision, index map[string]entry) []*nats.Msg {
 	return out
 }
 
-func contains(refs []string, r string) bool {
-	for _, x := range refs {
-		if x == r {
-			return true
-		}
-	}
-	return false
-}
-
-// kvKey is the key of a $KV.<bucket>.<key> subject.
-func kvKey(subject string) string {
-	n := 0
-	for i := 0; i < len(subject); i++ {
-		if subject[i] == '.' {
-			if n++; n == 2 {
-				return subject[i+1:]
-			}
-		}
-	}
-	return ""
-}
-
 func (x *Indexer) put(key string, val []byte, ttl time.Duration) *nats.Msg {
 	m := nats.NewMsg(x.prefix + key)
 	m.Data = val

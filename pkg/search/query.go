@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ var params = []string{"account", "kind", "state", "entity", "idempotency_key", "
 // parameter, or one out of shape, is a *ParamError naming it.
 func ParseQuery(v url.Values) (ops.FindRequest, error) {
 	for k, vs := range v {
-		if !contains(params, k) {
+		if !slices.Contains(params, k) {
 			return ops.FindRequest{}, bad(k, "unknown parameter; known are %s", strings.Join(params, ", "))
 		}
 		if len(vs) > 1 {
