@@ -4,8 +4,8 @@
 // durable consumer per partition, off the hot path) and keeps one small
 // entry per searchable fact in the tenaz_search bucket, under keys the
 // server's subject index can filter; a Searcher reads a page of a filter
-// with one batched direct get and checks each hit against the event's
-// record.
+// from the subject index (multi-last) or with batched direct gets, and
+// checks each hit against the event's record.
 //
 //	x := search.NewIndexer(js, subj, search.IndexerOptions{Retention: 7 * 24 * time.Hour})
 //	err := x.Start(ctx)
