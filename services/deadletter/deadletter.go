@@ -21,6 +21,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/lifecycle"
 	liveconfig "github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/search"
@@ -104,8 +105,7 @@ type Service struct {
 	indexer *search.Indexer // the search index's (search.go)
 	search  *search.Searcher
 
-	mu       sync.Mutex
-	started  bool
+	lifecycle.Base
 	micro    micro.Service
 	ccs      []jetstream.ConsumeContext
 	watch    jetstream.KeyWatcher
@@ -146,6 +146,7 @@ func New(o Options) (*Service, error) {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: tenaz.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
+	s.Init("deadletter", o.Conn)
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
 	if s.live = o.Live; s.live == nil {
 		s.live = liveconfig.Static(o.Config)
@@ -159,22 +160,17 @@ func New(o Options) (*Service, error) {
 // Start loads the index, starts the consumers (advisories, DEAD arrivals,
 // digest ticks), the replay-job runner and the micro service. It returns
 // once the index holds everything dead or in review.
-func (s *Service) Start(ctx context.Context) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return nil
-	}
+func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
+
+// start sets the service up. Its one undo, stop, ends whatever it had
+// started, so a start that fails half way leaves nothing running.
+func (s *Service) start(ctx context.Context) (err error) {
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
 	s.jobKick = make(chan struct{}, 1)
 	s.tabs.mu.Lock()
 	s.tabs.closed = false
 	s.tabs.mu.Unlock()
-	defer func() {
-		if err != nil {
-			s.stopLocked(context.Background())
-		}
-	}()
+	s.Defer(s.stop)
 
 	if s.subj, s.st, err = store.Bind(ctx, s.js, s.cfg, s.o.SkipStreams, s.now); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
@@ -227,7 +223,6 @@ func (s *Service) Start(ctx context.Context) (err error) {
 	if s.micro, err = s.registerMicro(); err != nil {
 		return fmt.Errorf("deadletter: micro: %w", err)
 	}
-	s.started = true
 	s.log.Info().Int("dead", s.x.Count(tenaz.StateDead)).Int("manual_review", s.x.Count(tenaz.StateManualReview)).Msg("deadletter started")
 	return nil
 }
@@ -276,22 +271,14 @@ func (s *Service) consume(ctx context.Context, stream, durable string, cfg func(
 	return nil
 }
 
-// Stop drains the consumers, ends the background loops and deregisters.
-// Idempotent and safe before Start.
-func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		return nil
-	}
-	s.started = false
-	return s.stopLocked(ctx)
-}
+// Stop (lifecycle.Base) drains the consumers, ends the background loops
+// and deregisters. Idempotent and safe before Start. Ready (lifecycle.Base)
+// reports whether the service is started and connected.
 
-func (s *Service) stopLocked(ctx context.Context) error {
-	var err error
+// stop ends what start started, whatever of it did start.
+func (s *Service) stop(ctx context.Context) {
 	if s.micro != nil {
-		err = s.micro.Stop()
+		_ = s.micro.Stop()
 		s.micro = nil
 	}
 	for _, cc := range s.ccs {
@@ -307,8 +294,8 @@ func (s *Service) stopLocked(ctx context.Context) error {
 	}
 	s.ccs = nil
 	s.wg.Wait()
-	if serr := s.stopSearch(ctx); serr != nil && err == nil {
-		err = serr
+	if err := s.stopSearch(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("stopping the search indexer")
 	}
 	if s.cancel != nil {
 		s.cancel(ErrStopped)
@@ -327,20 +314,6 @@ func (s *Service) stopLocked(ctx context.Context) error {
 		s.brk = nil
 	}
 	s.log.Info().Msg("deadletter stopped")
-	return err
-}
-
-// Ready reports whether the service is started and connected.
-func (s *Service) Ready() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		return errors.New("deadletter not started")
-	}
-	if !s.o.Conn.IsConnected() {
-		return errors.New("deadletter: NATS not connected")
-	}
-	return nil
 }
 
 // Routes registers the screen (/ui/) and the JSON API (/v1/dead,

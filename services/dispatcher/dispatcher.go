@@ -22,6 +22,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/lane"
+	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/owner"
@@ -109,8 +110,10 @@ type Service struct {
 	pauses   *accounts.Pauses // the operators' pauses of accounts (pause.go)
 	actor    string
 
+	lifecycle.Base
+
 	mu      sync.Mutex
-	started bool
+	serving bool               // readers may start: set by start, cleared by stop
 	streams []jetstream.Stream // EVENTS of each partition
 	readers map[string]*reader
 	known   map[string]bool          // every account with a consumer this replica heard of
@@ -174,6 +177,7 @@ func New(o Options) (*Service, error) {
 	if s.live = o.Live; s.live == nil {
 		s.live = live.Static(o.Config)
 	}
+	s.Init("dispatcher", o.Conn)
 	s.built = s.live.Load()
 	s.targets.Reset(s.built)
 	s.live.OnChange(s.configChanged)
@@ -182,12 +186,11 @@ func New(o Options) (*Service, error) {
 
 // Start binds the stream and store, starts a reader per existing account
 // consumer, and listens for new accounts. It returns once started.
-func (s *Service) Start(ctx context.Context) error {
+func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
+
+func (s *Service) start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started {
-		return nil
-	}
 	if err := s.checkHandlers(); err != nil {
 		return err
 	}
@@ -246,7 +249,8 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.watchLoads()
-	s.started = true
+	s.serving = true
+	s.Defer(s.stop)
 	if err := s.relistLocked(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("listing account consumers")
 	}
@@ -271,7 +275,7 @@ func (s *Service) relistLoop() {
 			ctx, cancel := context.WithTimeout(s.runCtx, max(s.o.Relist, 10*time.Second))
 			var idle []*reader
 			s.mu.Lock()
-			if s.started {
+			if s.serving {
 				if err := s.relistLocked(ctx); err != nil && s.runCtx.Err() == nil {
 					s.log.Warn().Err(err).Msg("listing account consumers")
 				}
@@ -310,7 +314,7 @@ func (s *Service) streamOf(account string) jetstream.Stream {
 func (s *Service) ensureReader(account string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started {
+	if s.serving {
 		s.ensureReaderLocked(account)
 	}
 }
@@ -337,14 +341,10 @@ func (s *Service) ensureReaderLocked(account string) {
 // still end config.StopMargin before ctx's deadline, given the longest
 // target timeout; after that it is left unacked: a call cut by the
 // deadline may have reached the target, and would be made again.
-// Idempotent and safe before Start.
-func (s *Service) Stop(ctx context.Context) error {
+// Stop (lifecycle.Base) is idempotent and safe before Start.
+func (s *Service) stop(ctx context.Context) {
 	s.mu.Lock()
-	if !s.started {
-		s.mu.Unlock()
-		return nil
-	}
-	s.started = false
+	s.serving = false
 	readers := s.readers
 	s.readers = map[string]*reader{}
 	workers := s.pool
@@ -389,7 +389,6 @@ func (s *Service) Stop(ctx context.Context) error {
 		_ = s.micro.Stop()
 	}
 	s.log.Info().Msg("dispatcher stopped")
-	return nil
 }
 
 // longestCall is the longest timeout of a target call.
@@ -399,19 +398,6 @@ func (s *Service) longestCall() time.Duration {
 		d = max(d, t.Timeout.D())
 	}
 	return d
-}
-
-// Ready reports whether the dispatcher is started and connected.
-func (s *Service) Ready() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		return errors.New("dispatcher not started")
-	}
-	if !s.nc.IsConnected() {
-		return errors.New("dispatcher: NATS not connected")
-	}
-	return nil
 }
 
 // Accounts returns the accounts this replica owns and consumes.

@@ -32,7 +32,7 @@ const ownerGroup = "owner"
 func (s *Service) reconcile() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.started {
+	if !s.serving {
 		return
 	}
 	for account := range s.known {

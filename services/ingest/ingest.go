@@ -20,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/lane"
+	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -100,11 +101,9 @@ type Service struct {
 	gone    *nats.Subscription // a dispatcher deleted an idle account's consumer
 	quotas  *quota.Quotas      // the API keys' submission rates, shared by every replica; nil when no key has one
 
-	metrics     *metrics.Set
-	stopBacklog func() // ends the consumer backlog watch
+	metrics *metrics.Set
 
-	mu      sync.Mutex
-	started bool
+	lifecycle.Base
 	cc      jetstream.ConsumeContext
 	micro   micro.Service
 	in      chan jetstream.Msg
@@ -150,6 +149,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
 	}
+	s.Init("ingest", o.Conn)
 	s.refused = newRefusals(o.Config, log)
 	s.metrics = o.Metrics
 	if s.metrics == nil {
@@ -159,13 +159,16 @@ func New(o Options) (*Service, error) {
 }
 
 // Start binds the streams, starts consuming INTAKE and registers the micro
-// service. It returns once started.
-func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return nil
-	}
+// service. It returns once started. Stop (lifecycle.Base) drains: no new
+// intake messages, in-flight ones finish (or, past ctx's deadline, are
+// abandoned unacked for redelivery). Ready (lifecycle.Base) reports
+// whether the service is started and connected.
+func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
+
+// start sets the service up; each step registers its undo, which Stop
+// runs in reverse: the repeats' firings stop first, then INTAKE is
+// drained and what was taken finishes, and the shared parts go last.
+func (s *Service) start(ctx context.Context) error {
 	subj, st, err := store.Bind(ctx, s.js, s.cfg, s.o.SkipStreams, nil)
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
@@ -179,6 +182,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.refs, err = callbacks.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
+	s.Defer(func(context.Context) { s.log.Info().Msg("ingest stopped") })
 	// The keys' rates, counted over every ingest replica; shared whether or
 	// not a key has a rate now, since a reload may give one a rate.
 	if !s.o.Auth.Disabled() {
@@ -186,13 +190,16 @@ func (s *Service) Start(ctx context.Context) error {
 			return fmt.Errorf("ingest: %w", err)
 		}
 		s.o.Auth.ShareRates(s.quotas)
+		s.Defer(func(ctx context.Context) { s.quotas.Close(ctx); s.quotas = nil })
 	}
 	if s.replies, err = newReplies(s.nc); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
+	s.Defer(func(context.Context) { s.replies.close() })
 	if s.gone, err = s.nc.Subscribe(s.subj.AccountGone(), func(m *nats.Msg) { s.prov.Forget(string(m.Data)) }); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
+	s.Defer(func(context.Context) { _ = s.gone.Unsubscribe() })
 	cons, err := s.js.Consumer(ctx, subj.Stream(tenaz.StreamIntake), "ingest")
 	if err != nil {
 		return fmt.Errorf("ingest: intake consumer: %w", err)
@@ -200,13 +207,20 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.intake, err = s.js.Stream(ctx, subj.Stream(tenaz.StreamIntake)); err != nil {
 		return fmt.Errorf("ingest: intake stream: %w", err)
 	}
+	if s.micro, err = s.registerMicro(); err != nil {
+		return fmt.Errorf("ingest: micro: %w", err)
+	}
+	s.Defer(func(context.Context) { _ = s.micro.Stop() })
+	// ingest always runs (it is never scaled to zero), so it reports the
+	// dispatch backlog that the dispatcher's autoscaler reads.
+	stopBacklog := s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj)})
+	s.Defer(func(context.Context) { stopBacklog() })
+	s.deadlines = newDeadlines(s.q, s.log)
+	s.Defer(func(context.Context) { s.deadlines.close() })
 	s.scanned = map[string]uint64{}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	s.cancel = cancel
-	if err := s.startRepeats(ctx, runCtx); err != nil {
-		cancel(ErrStopped)
-		return fmt.Errorf("ingest: repeats: %w", err)
-	}
+	s.Defer(func(context.Context) { cancel(ErrStopped); s.bg.Wait() })
 	s.in = make(chan jetstream.Msg, s.o.Workers)
 	for range s.o.Batchers {
 		s.wg.Add(1)
@@ -218,17 +232,36 @@ func (s *Service) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.orderedLoop(runCtx, s.ordered[i])
 	}
+	// No more callbacks: the loops finish what is queued, or are cut at
+	// ctx's deadline (their messages come back unacked).
+	s.Defer(func(ctx context.Context) {
+		s.closeIn()
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			cancel(ErrStopped)
+			<-done
+		}
+	})
 	s.cc, err = cons.Consume(s.route, jetstream.PullMaxMessages(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			s.log.Debug().Err(err).Msg("intake consume")
 		}
 	}))
 	if err != nil {
-		s.stopRepeats(ctx)
-		s.closeIn()
-		cancel(ErrStopped)
 		return fmt.Errorf("ingest: consume: %w", err)
 	}
+	s.Defer(func(ctx context.Context) {
+		s.cc.Drain()
+		select {
+		case <-s.cc.Closed():
+		case <-ctx.Done():
+			s.cc.Stop()
+			<-s.cc.Closed()
+		}
+	})
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); keeper.Run(runCtx, s.js, s.subj, time.Second) }()
 	if trims(s.intake) {
@@ -236,77 +269,11 @@ func (s *Service) Start(ctx context.Context) error {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.trim.run(runCtx) }()
 	}
-	if s.micro, err = s.registerMicro(); err != nil {
-		s.cc.Stop()
-		<-s.cc.Closed()
-		s.stopRepeats(ctx)
-		s.closeIn()
-		cancel(ErrStopped)
-		s.bg.Wait()
-		return fmt.Errorf("ingest: micro: %w", err)
+	if err := s.startRepeats(ctx, runCtx); err != nil {
+		return fmt.Errorf("ingest: repeats: %w", err)
 	}
-	// ingest always runs (it is never scaled to zero), so it reports the
-	// dispatch backlog that the dispatcher's autoscaler reads.
-	s.stopBacklog = s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj)})
-	s.deadlines = newDeadlines(s.q, s.log)
-	s.started = true
+	s.Defer(s.stopRepeats)
 	s.log.Info().Msg("ingest started")
-	return nil
-}
-
-// Stop drains: no new intake messages, in-flight ones finish (or, past
-// ctx's deadline, are abandoned unacked for redelivery). Idempotent.
-func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		return nil
-	}
-	s.started = false
-	s.stopRepeats(ctx)
-	s.cc.Drain()
-	select {
-	case <-s.cc.Closed():
-	case <-ctx.Done():
-		s.cc.Stop()
-		<-s.cc.Closed()
-	}
-	s.closeIn() // no more callbacks: the loops finish what is queued
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.cancel(ErrStopped)
-		<-done
-	}
-	s.cancel(ErrStopped)
-	s.bg.Wait()
-	s.deadlines.close()
-	s.stopBacklog()
-	if s.micro != nil {
-		_ = s.micro.Stop()
-	}
-	s.replies.close()
-	_ = s.gone.Unsubscribe()
-	if s.quotas != nil {
-		s.quotas.Close(ctx)
-		s.quotas = nil
-	}
-	s.log.Info().Msg("ingest stopped")
-	return nil
-}
-
-// Ready reports whether the service is started and connected.
-func (s *Service) Ready() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		return errors.New("ingest not started")
-	}
-	if !s.nc.IsConnected() {
-		return errors.New("ingest: NATS not connected")
-	}
 	return nil
 }
 

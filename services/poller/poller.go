@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -74,9 +75,7 @@ type Service struct {
 	prov  *accounts.Provisioner
 	actor string
 
-	mu      sync.Mutex
-	started bool
-	micro   micro.Service
+	lifecycle.Base
 	cc      []jetstream.ConsumeContext // one per partition
 	targets *target.Cache
 	live    *live.Config // the targets and account overrides in force
@@ -108,6 +107,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix),
 		actor: "poller/" + o.Instance, live: o.Live}
+	s.Init("poller", o.Conn)
 	if s.live == nil {
 		s.live = live.Static(o.Config)
 	}
@@ -118,12 +118,9 @@ func New(o Options) (*Service, error) {
 
 // Start binds to the streams, starts consuming timers and the reconciler,
 // and registers the micro service. It returns once started.
-func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return nil
-	}
+func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
+
+func (s *Service) start(ctx context.Context) error {
 	subj, st, err := store.Bind(ctx, s.js, s.cfg, s.o.SkipStreams, nil)
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
@@ -132,36 +129,45 @@ func (s *Service) Start(ctx context.Context) error {
 	s.q = queue.New(s.js, subj)
 	s.prov = accounts.NewProvisioner(s.js, s.nc, s.cfg, subj)
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
+	s.Defer(func(context.Context) {
+		s.cancel()
+		s.bg.Wait()
+		s.log.Info().Msg("poller stopped")
+	})
 	n := s.cfg.Poller.Concurrency
 	s.sem = make(chan struct{}, n)
-	stopAll := func() {
+	// Stop takes no more timers and lets those in flight finish (bounded
+	// by its context).
+	s.Defer(func(ctx context.Context) {
 		for _, cc := range s.cc {
-			cc.Stop()
+			cc.Drain()
 		}
 		s.cc = nil
-		s.cancel()
-	}
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	})
 	// One consumer per partition's EVENTS, the workers shared: a timer
 	// waits for a free worker whatever its partition.
 	for p := range subj.Parts() {
 		cons, err := s.js.Consumer(ctx, subj.EventsStreamOf(p), tenaz.ConsumerPoller)
 		if err != nil {
-			stopAll()
 			return fmt.Errorf("poller: timers consumer: %w", err)
 		}
 		cc, err := cons.Consume(s.receive, jetstream.PullMaxMessages(n))
 		if err != nil {
-			stopAll()
 			return fmt.Errorf("poller: consume timers: %w", err)
 		}
 		s.cc = append(s.cc, cc)
 	}
 	m, err := s.addMicro()
 	if err != nil {
-		stopAll()
 		return err
 	}
-	s.micro, s.started = m, true
+	s.Defer(func(context.Context) { _ = m.Stop() })
 	if !s.o.NoReconciler {
 		s.bg.Add(1)
 		go s.reconcileLoop()
@@ -214,43 +220,10 @@ func (s *Service) addMicro() (micro.Service, error) {
 	return m, nil
 }
 
-// Stop stops taking timers, lets those in flight finish (bounded by ctx)
-// and deregisters. Idempotent and safe before Start.
-func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if !s.started {
-		s.mu.Unlock()
-		return nil
-	}
-	s.started = false
-	s.mu.Unlock()
-	for _, cc := range s.cc {
-		cc.Drain()
-	}
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	s.cancel()
-	s.bg.Wait()
-	s.log.Info().Msg("poller stopped")
-	return s.micro.Stop()
-}
-
-// Ready reports whether the service is started and connected.
-func (s *Service) Ready() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started {
-		return errors.New("poller not started")
-	}
-	if !s.nc.IsConnected() {
-		return errors.New("poller: NATS not connected")
-	}
-	return nil
-}
+// Stop (lifecycle.Base) stops taking timers, lets those in flight finish
+// (bounded by ctx) and deregisters. Idempotent and safe before Start.
+// Ready (lifecycle.Base) reports whether the service is started and
+// connected.
 
 func (s *Service) target(account, name string) (*target.Target, error) {
 	return s.targets.Get(account, name)
