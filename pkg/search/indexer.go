@@ -316,8 +316,21 @@ func (x *Indexer) index(ctx context.Context, msgs []jetstream.Msg) error {
 		index = nil // write as if nothing were there: a redundant write costs a write, never an entry
 		x.log.Debug().Err(err).Msg("reading the entries of a batch of revisions")
 	}
+	// Only an event's last revision in the batch is indexed: a record
+	// carries its whole history, so the last one knows every state the
+	// event left, and the states it passed through within the batch were
+	// never written. An event claimed and done within one fetch costs its
+	// final entries only.
+	last := make(map[string]int, len(revs))
+	for i, r := range revs {
+		last[r.ID] = i
+	}
 	var pending []jetstream.PubAckFuture
-	for _, r := range revs {
+	for i, r := range revs {
+		if last[r.ID] != i {
+			x.revisions.Add(1)
+			continue
+		}
 		for _, w := range x.writes(r, index) {
 			f, err := x.js.PublishMsgAsync(w)
 			if err != nil {
