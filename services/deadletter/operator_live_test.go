@@ -188,7 +188,7 @@ func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	startIngest(t, e)
-	opts := dispatcher.Options{Relist: 200 * time.Millisecond, IdleAfter: time.Second}
+	opts := dispatcher.Options{Relist: 200 * time.Millisecond, IdleAfter: 3 * time.Second}
 	d := e.startDispatcherWith(opts)
 	e.waitDone(submit(t, e, "acme", "order.create", "a-0", `{"n":0}`), submit(t, e, "globex", "order.create", "g-0", `{"n":0}`))
 	if st, body := e.post("/v1/accounts/acme/pause", map[string]string{"reason": "erp migration"}, nil); st != http.StatusOK {
@@ -221,6 +221,9 @@ func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// globex has just been served, so it is not idle (retired, its
+	// consumer could not show the breaker's pause).
+	e.waitDone(submit(t, e, "globex", "order.create", "g-2", `{"n":2}`))
 	trip("acme")
 	trip("globex")
 	natstest.Eventually(t, 20*time.Second, func() bool { p, _, _ := e.consumerPause("globex"); return p }, "globex's consumer paused by its breaker")
