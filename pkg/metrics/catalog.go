@@ -194,7 +194,7 @@ var Catalog = []Info{
 	{Name: NameAuditLag, Type: Gauge, Emitter: "deadletter (audit archiver)",
 		Help: "State-record revisions not yet in the audit archive (TENAZ_AUDIT): the pending and unacknowledged messages of the deadletter-audit consumers over every partition, as this replica last read them."},
 	{Name: NameAuditArchived, Type: Counter, Labels: []string{"result"}, Emitter: "deadletter (audit archiver)",
-		Help: "State-record revisions the archiver handled, by result (written: entries added; unchanged: nothing new, as after a redelivery; skipped: a deletion or expiry marker)."},
+		Help: "State-record revisions the archiver handled, by result (written: entries added; merged: written with a later revision of its event in the same batch; unchanged: nothing new, as after a redelivery; skipped: a deletion or expiry marker)."},
 	{Name: NameSearchLag, Type: Gauge, Emitter: "deadletter (search indexer)",
 		Help: "State-record revisions not yet in the search index (tenaz_search): what the deadletter-search consumers had still to deliver over every partition when each last fetched."},
 	{Name: NameSearchWrites, Type: Counter, Labels: []string{"op"}, Emitter: "deadletter (search indexer)",

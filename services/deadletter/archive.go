@@ -181,9 +181,29 @@ func (s *Service) archiveBatch(ctx context.Context, msgs []jetstream.Msg) {
 		pend = pend[:0]
 		clear(inflight)
 	}
+	type revision struct {
+		m   jetstream.Msg
+		rec state.Record
+		rev uint64
+	}
+	var revs []revision
+	latest := map[string]int{} // event id → its last revision in the batch
 	for _, m := range msgs {
 		rec, rev, ok := s.revisionOf(m)
 		if !ok {
+			continue
+		}
+		latest[rec.ID] = len(revs)
+		revs = append(revs, revision{m, rec, rev})
+	}
+	for i, rv := range revs {
+		m, rec, rev := rv.m, rv.rec, rv.rev
+		if latest[rec.ID] != i {
+			// A later revision of the event is in the batch, and its
+			// history holds this one's entries: it writes them all. Were
+			// it lost before its write, its redelivery would.
+			metrics.Default.AuditArchived("merged")
+			_ = m.Ack()
 			continue
 		}
 		subject := audit.Subject(s.cfg.Prefix, rec.Account, rec.EntityID, rec.ID)
