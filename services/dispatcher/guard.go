@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
 	"github.com/tenaz/tenaz/pkg/quota"
@@ -13,13 +12,65 @@ import (
 )
 
 // guard is the in-process protection around every call of one account to
-// one target (or handler). Its policies are composed in one visible
-// failsafe.With line; retrying is not one of them — that is JetStream's job.
-// Innermost, right before the call, comes the target's provider-wide
-// limit, shared with every other account and replica (see limit).
+// one target (or handler): the account's rate (pace), then, innermost and
+// right before the call, the target's provider-wide limit, shared with
+// every other account and replica (see limit). Retrying is not one of
+// them: that is JetStream's job.
 type guard struct {
-	exec  failsafe.Executor[target.Response]
+	pace  *pacer       // nil: the account's rate is unlimited
 	limit *targetLimit // nil: the target has no provider-wide limit
+}
+
+// pacer spaces an account's calls at its rate with failsafe-go's smooth
+// rate limiter (one permit every interval, shared by the account's
+// targets), and takes another permit when a call wakes late for its own:
+// calls whose permits passed while the process stalled (a starved CPU, a
+// long pause) would otherwise go out together, over the rate at the
+// provider. It takes at most maxRepace more, so a process that is always
+// late still calls.
+type pacer struct {
+	rl       ratelimiter.RateLimiter[target.Response]
+	interval time.Duration
+	// until sleeps until t, or ctx ends; tests stall it.
+	until func(ctx context.Context, t time.Time) error
+}
+
+// maxRepace bounds the permits one call takes again when it is late.
+const maxRepace = 3
+
+// lateAfter is how late a call may wake for its permit and still go: half
+// the interval, and never under the few milliseconds timers are late by
+// on a busy machine (at a high rate, a call taking its permit again for
+// that would cut the rate, not hold it).
+func (p *pacer) lateAfter() time.Duration { return max(p.interval/2, 10*time.Millisecond) }
+
+// wait returns when the call may go, or with ctx's error.
+func (p *pacer) wait(ctx context.Context) error {
+	for i := 0; ; i++ {
+		due := time.Now().Add(p.rl.ReservePermit())
+		if err := p.until(ctx, due); err != nil {
+			return err
+		}
+		if i == maxRepace || time.Since(due) <= p.lateAfter() {
+			return nil
+		}
+	}
+}
+
+// sleepUntil sleeps until t, or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // targetLimit is a target's provider-wide rate and concurrency
@@ -69,13 +120,10 @@ func (s *Service) guardFor(account, name string) *guard {
 	if g, ok := s.guards[key]; ok {
 		return g
 	}
-	var policies []failsafe.Policy[target.Response]
-	if rl := s.rateLimiterLocked(account); rl != nil {
-		policies = append(policies, rl)
-	}
 	g := &guard{}
-	if len(policies) > 0 {
-		g.exec = failsafe.With(policies...)
+	if rl := s.rateLimiterLocked(account); rl != nil {
+		interval := time.Duration(float64(time.Second) / s.conf().Account(account).Rate.PerSecond)
+		g.pace = &pacer{rl: rl, interval: interval, until: sleepUntil}
 	}
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		g.limit = &targetLimit{s: s, name: name, lim: quota.OfTarget(t)}
@@ -87,17 +135,17 @@ func (s *Service) guardFor(account, name string) *guard {
 	return g
 }
 
-// run calls fn under the guard's policies (directly when there are none),
-// the target's limit innermost.
+// run calls fn at the account's pace, the target's limit innermost.
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
-	call := fn
+	if g.pace != nil {
+		if err := g.pace.wait(ctx); err != nil {
+			return target.Response{}, err
+		}
+	}
 	if g.limit != nil {
-		call = func(ctx context.Context) (target.Response, error) { return g.limit.around(ctx, fn) }
+		return g.limit.around(ctx, fn)
 	}
-	if g.exec == nil {
-		return call(ctx)
-	}
-	return g.exec.WithContext(ctx).Get(func() (target.Response, error) { return call(ctx) })
+	return fn(ctx)
 }
 
 // around makes fn's call once the target has a token and a free slot for
