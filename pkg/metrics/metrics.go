@@ -28,9 +28,9 @@ type Set struct {
 	backlog  *backlog
 	accounts *accounts
 	targets  *targets
-	audit    *audit
+	audit    *follower
 	reload   *reload
-	search   *searchIndex
+	search   *follower
 	build    prometheus.Metric
 	now      func() time.Time
 }
@@ -119,9 +119,9 @@ func newSet(reg prometheus.Registerer, now func() time.Time) (*Set, error) {
 	s.backlog = newBacklog(label)
 	s.accounts = newAccounts(label)
 	s.targets = newTargets()
-	s.audit = newAudit()
+	s.audit = newFollower(NameAuditLag, NameAuditArchived)
 	s.reload = newReload()
-	s.search = newSearchIndex()
+	s.search = newFollower(NameSearchLag, NameSearchWrites)
 	s.build = buildMetric(Build())
 	if err := reg.Register(s); err != nil {
 		return nil, fmt.Errorf("metrics: register: %w", err)
