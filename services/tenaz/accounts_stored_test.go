@@ -3,7 +3,6 @@ package standalone_test
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/provider"
 	standalone "github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
@@ -26,11 +24,8 @@ import (
 // with the key at fault named.
 func TestAccountAddedWithoutRestart(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	yaml := securedConfig(t.TempDir(), target.URL, `sealing_key: "dGVuYXotdGVzdC1zZWFsaW5nLWtleS0zMi1ieXRlcyE="`+"\n")
+	p, targetURL := idempotentTarget(t)
+	yaml := securedConfig(t.TempDir(), targetURL, `sealing_key: "dGVuYXotdGVzdC1zZWFsaW5nLWtleS0zMi1ieXRlcyE="`+"\n")
 	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
 	tz := startWith(t, yaml, standalone.Options{})
 	base := "http://" + tz.HTTPAddr()

@@ -1,13 +1,11 @@
 package standalone_test
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
@@ -19,11 +17,8 @@ import (
 // Acting where it is not legal is 4, without a reason 2.
 func TestCLIOperatorActions(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	_, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
 

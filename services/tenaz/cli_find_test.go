@@ -2,7 +2,6 @@ package standalone_test
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
@@ -19,11 +17,8 @@ import (
 // as a table and as JSON; a bad flag is a usage error (2).
 func TestCLIEventsFind(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	_, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
 

@@ -27,11 +27,8 @@ import (
 // with the operator key). Acting twice is a conflict (4), an unknown id is 3.
 func TestCLIDeadLetters(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	p, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
 
@@ -263,11 +260,8 @@ func TestCLIBulkReplay(t *testing.T) {
 // callback) and resolves the other as done with the operator's result.
 func TestCLIReview(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	yaml := testConfig(t.TempDir(), target.URL,
+	p, targetURL := idempotentTarget(t)
+	yaml := testConfig(t.TempDir(), targetURL,
 		"  credit.check: {target: erp, completion: callback, callback_sla: 1s, attempts: 3, backoff: {initial: 1s, jitter: 0}}\n")
 	yaml = strings.Replace(yaml, "timeout: 5s}", `timeout: 5s, callback_secret: "whsec_dGVuYXotY2xpLXRlc3Qtd2ViaG9vay1zZWNyZXQtMzI="}`, 1)
 	tz := start(t, yaml)

@@ -1,14 +1,12 @@
 package standalone_test
 
 import (
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
@@ -20,11 +18,8 @@ import (
 // dead, a wait that runs out (5), and bad input (2).
 func TestCLISubmitAndWait(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	p, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
 	op := newOperator(t, tz.NATSURL())
 
 	var v ingest.View

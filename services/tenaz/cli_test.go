@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -83,11 +81,8 @@ func (o *operator) must(want int, args ...string) cliRun {
 // codes 3 (unknown event), 4 (cancel a done event), 2 (not an id).
 func TestCLIEvents(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	_, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
 

@@ -162,11 +162,8 @@ func TestBreakersAreOperatorOnly(t *testing.T) {
 // operator the key proves (operator:alice), whatever $USER says.
 func TestCLIOperatorKey(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := startWith(t, operatorConfig(t.TempDir(), target.URL), standalone.Options{})
+	_, targetURL := idempotentTarget(t)
+	tz := startWith(t, operatorConfig(t.TempDir(), targetURL), standalone.Options{})
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
 	op.env["USER"] = "mallory"

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,10 +66,7 @@ func minGap(calls []provider.Call) time.Duration {
 // changes: the rotated key still works, the rate is still 4/s.
 func TestReloadUnderLoad(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, targetURL := idempotentTarget(t)
 	dir := t.TempDir()
 	oldKey, oldHash := mustNewKey()
 	newKey, newHash := mustNewKey()
@@ -87,7 +83,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "100/s", "old-erp-token", oldHash))
+	write(reloadConfig(filepath.Join(dir, "data"), targetURL, "100/s", "old-erp-token", oldHash))
 	tz := runTenaz(t, file)
 	base := "http://" + tz.addr
 
@@ -146,7 +142,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, func() bool { return p.CallCount() >= 30 }, "30 calls delivered before the reload")
 	fast := minGap(p.Calls())
 
-	write(reloadConfig(filepath.Join(dir, "data"), target.URL, "4/s", "new-erp-token", newHash))
+	write(reloadConfig(filepath.Join(dir, "data"), targetURL, "4/s", "new-erp-token", newHash))
 	if err := tz.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +205,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 
 	// A broken file: refused whole, every error named, nothing changed.
-	broken := reloadConfig(filepath.Join(dir, "data"), target.URL, "fast", "new-erp-token", newHash)
+	broken := reloadConfig(filepath.Join(dir, "data"), targetURL, "fast", "new-erp-token", newHash)
 	broken = strings.Replace(broken, "erp: {url:", "erp: {timeout_ms: 5, url:", 1)
 	write(broken)
 	if err := tz.cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -328,13 +324,10 @@ func TestReloadWebhookSecret(t *testing.T) {
 // at start: from then on its calls are spaced by it.
 func TestReloadGivesATargetItsRate(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, targetURL := idempotentTarget(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tenaz.yaml")
-	y := testConfig(filepath.Join(dir, "data"), target.URL, "")
+	y := testConfig(filepath.Join(dir, "data"), targetURL, "")
 	if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/ingest"
 	standalone "github.com/tenaz/tenaz/services/tenaz"
@@ -156,11 +155,8 @@ func TestRefusesToStartWithoutKeys(t *testing.T) {
 // bounded.
 func TestHTTPAuthWired(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	yaml := strings.Replace(securedConfig(t.TempDir(), target.URL, ""), "erp: {url: ", `erp: {callback_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", url: `, 1)
+	_, targetURL := idempotentTarget(t)
+	yaml := strings.Replace(securedConfig(t.TempDir(), targetURL, ""), "erp: {url: ", `erp: {callback_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", url: `, 1)
 	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1) // HTTP auth on needs NATS auth
 	tz := startWith(t, yaml, standalone.Options{})
 	base := "http://" + tz.HTTPAddr()
@@ -244,11 +240,8 @@ func TestHTTPAuthWired(t *testing.T) {
 // forged ones is refused.
 func TestEmbeddedNATSAuth(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	yaml := strings.Replace(testConfig(t.TempDir(), target.URL, ""), "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
+	_, targetURL := idempotentTarget(t)
+	yaml := strings.Replace(testConfig(t.TempDir(), targetURL, ""), "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
 	tz := startWith(t, yaml, standalone.Options{})
 	base := "http://" + tz.HTTPAddr()
 
@@ -373,11 +366,8 @@ func TestNoSecretsInLogs(t *testing.T) {
 // each event's reference and result are its own.
 func TestIdempotencyKeyPerAccountAtTheTarget(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	p, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
 	base := "http://" + tz.HTTPAddr()
 
 	var views [2]ingest.View

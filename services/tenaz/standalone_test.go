@@ -120,11 +120,8 @@ func waitStatus(t *testing.T, base, id, want string) view {
 // failure is visible in the event's status with the target's answer.
 func TestTour(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
+	p, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
 	base := "http://" + tz.HTTPAddr()
 
 	body := `{"account":"demo","kind":"order.create","entity_id":"o-1","payload":{"order_id":"o-1","total":1990}}`
@@ -256,4 +253,15 @@ func TestHealthAndMetrics(t *testing.T) {
 			t.Fatalf("micro service %s does not answer ping: %v", name, err)
 		}
 	}
+}
+
+// idempotentTarget is a fault-free provider that applies each key once,
+// behind a real HTTP server, and its URL; both stop with the test.
+func idempotentTarget(t *testing.T) (*provider.Provider, string) {
+	t.Helper()
+	p := provider.New(provider.Faults{}, provider.WithIdempotent())
+	target := httptest.NewServer(p)
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { _ = p.Close() })
+	return p, target.URL
 }
