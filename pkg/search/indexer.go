@@ -303,6 +303,20 @@ func (x *Indexer) index(ctx context.Context, msgs []jetstream.Msg) error {
 			continue
 		}
 		revs = append(revs, &r)
+	}
+	// Only an event's last revision in the batch is indexed: a record
+	// carries its whole history, so the last one knows every state the
+	// event left, and the states it passed through within the batch were
+	// never written. An event claimed and done within one fetch costs its
+	// final entries only, and one lookup.
+	last := make(map[string]int, len(revs))
+	for i, r := range revs {
+		last[r.ID] = i
+	}
+	for i, r := range revs {
+		if last[r.ID] != i {
+			continue
+		}
 		filters = append(filters, x.prefix+r.Account+"."+fieldState+".*."+kindToken(r.Kind)+"."+hourToken(r.CreatedAt)+"."+r.ID)
 		if r.EntityID != "" {
 			filters = append(filters, x.prefix+entityKey(r.Account, r.EntityID, r.ID))
@@ -315,15 +329,6 @@ func (x *Indexer) index(ctx context.Context, msgs []jetstream.Msg) error {
 	if err != nil {
 		index = nil // write as if nothing were there: a redundant write costs a write, never an entry
 		x.log.Debug().Err(err).Msg("reading the entries of a batch of revisions")
-	}
-	// Only an event's last revision in the batch is indexed: a record
-	// carries its whole history, so the last one knows every state the
-	// event left, and the states it passed through within the batch were
-	// never written. An event claimed and done within one fetch costs its
-	// final entries only.
-	last := make(map[string]int, len(revs))
-	for i, r := range revs {
-		last[r.ID] = i
 	}
 	var pending []jetstream.PubAckFuture
 	for i, r := range revs {
