@@ -311,7 +311,9 @@ func parse(tp string) trace.SpanContext {
 	return trace.SpanContextFromContext(ctx)
 }
 
-// format writes sc as a version 00 traceparent.
+// format writes sc as a version 00 traceparent, whose only flag is
+// sampled: a later version's other flags (kept by the propagator) are not
+// version 00's to carry.
 func format(sc trace.SpanContext) string {
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + (sc.TraceFlags() & trace.FlagsSampled).String()
 }

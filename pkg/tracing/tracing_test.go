@@ -68,6 +68,7 @@ func FuzzFrom(f *testing.F) {
 	f.Add(submitted)
 	f.Add("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
 	f.Add("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x")
+	f.Add("01-00000000000000000000000000000001-0000000000000001-02") // a later version's flag: not version 00's
 	f.Fuzz(func(t *testing.T, in string) {
 		got := tracing.From(func(string) string { return in })
 		if got == "" {
