@@ -71,12 +71,14 @@ test-deps: ## Install what the tests need and Go cannot fetch (Debian packages; 
 	fi
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME each (default 10s)
-	@set -e; for m in $(MODULES); do (cd $$m; \
+fuzz: ## Run every fuzz target for FUZZTIME each (default 10s); fails if any target fails
+	@failed=""; for m in $(MODULES); do cd $$m; \
 	  for pkg in $$($(GO) list ./...); do \
 	    for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	      echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
-	    done; done) || exit 1; done
+	      echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || failed="$$failed $$pkg.$$f"; \
+	    done; done; done; \
+	if [ -n "$$failed" ]; then echo "make fuzz: FAILED:$$failed"; exit 1; fi; \
+	echo "make fuzz: every target passed"
 
 .PHONY: bench
 bench: ## Benchmarks: tenaz end to end against raw JetStream (BENCH_QUICK=1: short run; BENCH_PHASE=capacity: one phase)
