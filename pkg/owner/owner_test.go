@@ -162,9 +162,10 @@ func TestLeaseHasOneHolder(t *testing.T) {
 	d2.nc.Close()
 	natstest.Eventually(t, 5*time.Second, func() bool { return slices.Equal(d1.g.Live(), []string{"d1"}) },
 		"d1: want d2 dead after its heartbeats stopped, live %v", d1.g.Live())
-	if d1.changes.Load() == changes {
-		t.Fatal("d1: want OnChange called when d2 died")
-	}
+	// OnChange follows the new live set; it may run a moment after Live
+	// has it.
+	natstest.Eventually(t, 5*time.Second, func() bool { return d1.changes.Load() != changes },
+		"d1: want OnChange called when d2 died")
 	if !d1.g.Assigned("acme") {
 		t.Fatal("d1: want acme assigned to the last live replica")
 	}

@@ -393,19 +393,24 @@ func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
 	var capacity, inFlight, refused, answered atomic.Int64
 	capacity.Store(10)
 	var settled atomic.Bool
-	var peakAfter atomic.Int64 // in flight at most, once settled
+	var early atomic.Int64     // calls that began before the settle and have not returned
+	var peakAfter atomic.Int64 // in flight at most, once settled and every earlier call returned
 	ctx, stop := context.WithCancel(ctxFor(t, time.Minute))
 	var wg sync.WaitGroup
 	for _, q := range qs {
 		for range 12 {
 			wg.Go(func() {
 				for ctx.Err() == nil {
+					before := !settled.Load()
+					if before {
+						early.Add(1)
+					}
 					release, _, err := q.Acquire(ctx, quota.TargetKey("bureau"), lim)
 					if err != nil {
 						return
 					}
 					n := inFlight.Add(1)
-					if settled.Load() {
+					if settled.Load() && early.Load() == 0 {
 						for p := peakAfter.Load(); n > p && !peakAfter.CompareAndSwap(p, n); p = peakAfter.Load() {
 						}
 					}
@@ -418,6 +423,9 @@ func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
 					answered.Add(1)
 					inFlight.Add(-1)
 					release(a)
+					if before {
+						early.Add(-1)
+					}
 				}
 			})
 		}
@@ -436,6 +444,9 @@ func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
 		return u.Concurrency <= 10 && inFlight.Load() <= int64(u.Concurrency)
 	}, "the learned concurrency cut to the capacity of 10")
 	settled.Store(true)
+	// Calls granted before the cut may still be on their way: the peak
+	// counts once each of them has returned.
+	natstest.Eventually(t, 10*time.Second, func() bool { return early.Load() == 0 }, "the calls begun before the cut to return")
 	r0, a0 := refused.Load(), answered.Load()
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
