@@ -33,7 +33,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -488,8 +488,8 @@ func checkNATSTrigger(t *testing.T, name, ns string, md map[string]string) {
 	// The consumer is one the services create (streams/data), bound to that
 	// stream's subjects. (If KEDA does not find it, it reports the stream's
 	// last sequence as the lag: maximum scale.)
-	if md["consumer"] != tenaz.ConsumerPoller {
-		t.Errorf("%s: consumer %q, want the poller's %q", name, md["consumer"], tenaz.ConsumerPoller)
+	if md["consumer"] != names.ConsumerPoller {
+		t.Errorf("%s: consumer %q, want the poller's %q", name, md["consumer"], names.ConsumerPoller)
 	}
 	filter := ""
 	files, _ := filepath.Glob("../streams/data/consumer-*.json")
@@ -513,7 +513,7 @@ func checkNATSTrigger(t *testing.T, name, ns string, md map[string]string) {
 		t.Fatalf("streams/data/stream-events.json: %v", err)
 	}
 	if filter != "" && !slices.Contains(st.Subjects, filter) {
-		t.Errorf("%s: consumer %q filters %q, which is not a subject of %s %v", name, md["consumer"], filter, tenaz.StreamEvents, st.Subjects)
+		t.Errorf("%s: consumer %q filters %q, which is not a subject of %s %v", name, md["consumer"], filter, names.StreamEvents, st.Subjects)
 	}
 	// The endpoint: the NATS chart's headless Service in the overlay's
 	// namespace, monitoring port (KEDA prefixes server names to its host to

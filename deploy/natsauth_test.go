@@ -43,13 +43,14 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/pgtest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -343,7 +344,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		FailFirst bool `json:"fail_first"`
 	}
 	_ = json.NewDecoder(req.Body).Decode(&p)
-	id := req.Header.Get(tenaz.HeaderEventID)
+	id := req.Header.Get(names.HeaderEventID)
 	r.mu.Lock()
 	r.calls[id]++
 	n := r.calls[id]
@@ -509,7 +510,7 @@ func (w *world) client(t *testing.T, user string) (*nats.Conn, chan error) {
 const tenazCmd = "github.com/tenaz/tenaz/services/tenaz/cmd/tenaz"
 
 // submitSubject is ingest's submit endpoint, the one request of the relay.
-const submitSubject = tenaz.DefaultPrefix + ".api.ingest.submit"
+const submitSubject = names.DefaultPrefix + ".api.ingest.submit"
 
 // outboxDB is a producer's database with the outbox table, relayed by
 // `tenaz outbox relay` running as a process.
@@ -666,7 +667,7 @@ func (w *world) submit(t *testing.T, key, account, kind, idemKey, extra, payload
 	body := fmt.Sprintf(`{"account":%q,"kind":%q%s,"payload":%s}`, account, kind, extra, payload)
 	req, _ := http.NewRequest(http.MethodPost, w.api.URL+"/v1/events", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set(tenaz.HeaderIdempotencyKey, idemKey)
+	req.Header.Set(names.HeaderIdempotencyKey, idemKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -696,7 +697,7 @@ func (w *world) status(t *testing.T, key, id string) string {
 }
 
 // waitStatus waits until the event has status want.
-func (w *world) waitStatus(t *testing.T, key, id string, want tenaz.State) {
+func (w *world) waitStatus(t *testing.T, key, id string, want state.State) {
 	t.Helper()
 	last := ""
 	natstest.Eventually(t, 60*time.Second, func() bool { last = w.status(t, key, id); return last == string(want) },
@@ -768,18 +769,18 @@ func TestNATSUsers(t *testing.T) {
 
 	t.Run("delivered", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "order.create", "o-1", "", `{"n":1}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		// One retry: a 503, then the schedule the dispatcher set fires.
 		id = w.submit(t, acmeKey, "acme", "order.create", "o-2", "", `{"fail_first":true}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		if n := w.erp.count(id); n != 2 {
 			t.Errorf("event %s: %d calls, want 2 (a 503, then the retry)", id, n)
 		}
 		// An ordered lane of two.
 		a := w.submit(t, acmeKey, "acme", "order.create", "o-3", `,"ordering_key":"cust-1"`, `{"n":3}`)
 		b := w.submit(t, acmeKey, "acme", "order.create", "o-4", `,"ordering_key":"cust-1"`, `{"n":4}`)
-		w.waitStatus(t, acmeKey, a, tenaz.StateDone)
-		w.waitStatus(t, acmeKey, b, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, a, state.Done)
+		w.waitStatus(t, acmeKey, b, state.Done)
 	})
 
 	t.Run("from the producer over NATS", func(t *testing.T) {
@@ -790,12 +791,12 @@ func TestNATSUsers(t *testing.T) {
 		}
 		m := nats.NewMsg("tenaz.intake.acme.order.create")
 		m.Data = []byte(`{"n":5}`)
-		m.Header.Set(tenaz.HeaderMsgID, "acme:p-1")
+		m.Header.Set(names.HeaderMsgID, "acme:p-1")
 		if _, err := js.PublishMsg(w.ctx, m); err != nil {
 			t.Fatalf("the producer's publish to INTAKE: %v", err)
 		}
 		id := w.submit(t, acmeKey, "acme", "order.create", "p-1", "", `{"n":5}`) // the same key: the same event
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 	})
 
 	t.Run("from a producer's outbox", func(t *testing.T) {
@@ -806,7 +807,7 @@ func TestNATSUsers(t *testing.T) {
 		if want := event.ID("acme", id); ev != want {
 			t.Errorf("row %s sent as event %s, want %s (the row id is the idempotency key)", id, ev, want)
 		}
-		w.waitStatus(t, acmeKey, ev, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, ev, state.Done)
 		if n := ob.rows(t); n != 1 {
 			t.Errorf("%d outbox rows, want 1: the rolled-back one never existed", n)
 		}
@@ -814,15 +815,15 @@ func TestNATSUsers(t *testing.T) {
 
 	t.Run("callback and poll", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "credit.evaluate", "c-1", "", `{"amount":1}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		id = w.submit(t, acmeKey, "acme", "credit.check", "c-2", "", `{"amount":2}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 	})
 
 	t.Run("delayed and cancelled", func(t *testing.T) {
 		at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 		id := w.submit(t, acmeKey, "acme", "order.create", "d-1", `,"not_before":"`+at+`"`, `{"n":6}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateScheduled)
+		w.waitStatus(t, acmeKey, id, state.Scheduled)
 		req, _ := http.NewRequest(http.MethodDelete, w.api.URL+"/v1/events/"+id, nil)
 		req.SetBasicAuth("alice", aliceKey)
 		resp, err := http.DefaultClient.Do(req)
@@ -830,12 +831,12 @@ func TestNATSUsers(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		w.waitStatus(t, acmeKey, id, tenaz.StateCancelled)
+		w.waitStatus(t, acmeKey, id, state.Cancelled)
 	})
 
 	t.Run("dead, listed and replayed by the operator", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "order.create", "x-1", "", `{"reject":true}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDead)
+		w.waitStatus(t, acmeKey, id, state.Dead)
 		var list ops.ListReply
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			list = ops.ListReply{}
@@ -850,13 +851,13 @@ func TestNATSUsers(t *testing.T) {
 		if err := w.call(operator, ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}, Reason: "fixed"}, &rep); err != nil || rep.Replayed != 1 {
 			t.Fatalf("dead.replay: %+v, %v", rep, err)
 		}
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		// A replay job (by filter) and a discard.
 		w.erp.reject.Store(true)
 		j := w.submit(t, acmeKey, "acme", "order.create", "x-2", "", `{"reject":true}`)
 		k := w.submit(t, acmeKey, "acme", "order.create", "x-3", "", `{"reject":true}`)
-		w.waitStatus(t, acmeKey, j, tenaz.StateDead)
-		w.waitStatus(t, acmeKey, k, tenaz.StateDead)
+		w.waitStatus(t, acmeKey, j, state.Dead)
+		w.waitStatus(t, acmeKey, k, state.Dead)
 		natstest.Eventually(t, 30*time.Second, func() bool { // a job replays what the index lists
 			list = ops.ListReply{}
 			return w.call(operator, ops.DeadList, ops.ListRequest{Account: "acme"}, &list) == nil &&
@@ -868,7 +869,7 @@ func TestNATSUsers(t *testing.T) {
 			act = ops.ActionReply{}
 			return w.call(operator, ops.DeadDiscard, ops.DiscardRequest{IDs: []string{k}, Reason: "test"}, &act) == nil && act.Done == 1
 		}, "dead.discard of %s", k)
-		w.waitStatus(t, acmeKey, k, tenaz.StateCancelled)
+		w.waitStatus(t, acmeKey, k, state.Cancelled)
 		w.erp.reject.Store(false)
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			rep = ops.ReplayReply{}
@@ -878,12 +879,12 @@ func TestNATSUsers(t *testing.T) {
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			return w.call(operator, ops.DeadJob, ops.JobRequest{JobID: rep.JobID}, &job) == nil && job.State == ops.JobDone
 		}, "the replay job to finish")
-		w.waitStatus(t, acmeKey, j, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, j, state.Done)
 	})
 
 	t.Run("an entity's timeline from the audit archive", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "order.create", "e-1", `,"entity_id":"cust-9"`, `{"n":9}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		var rep ops.TimelineReply
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			rep = ops.TimelineReply{}
@@ -894,18 +895,18 @@ func TestNATSUsers(t *testing.T) {
 
 	t.Run("events found by the search index", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "order.create", "find-1", `,"entity_id":"cust-search"`, `{"n":10}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		var rep ops.FindReply
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			rep = ops.FindReply{}
-			return w.call(operator, ops.EventsFind, ops.FindRequest{Account: "acme", EntityID: "cust-search", State: tenaz.StateDone}, &rep) == nil &&
+			return w.call(operator, ops.EventsFind, ops.FindRequest{Account: "acme", EntityID: "cust-search", State: state.Done}, &rep) == nil &&
 				len(rep.Items) == 1 && rep.Items[0].ID == id
 		}, "events.find of cust-search to show %s done: %+v", id, rep)
 	})
 
 	t.Run("manual review resolved by the operator", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "credit.slow", "r-1", "", `{"amount":3}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateManualReview)
+		w.waitStatus(t, acmeKey, id, state.ManualReview)
 		var list ops.ListReply
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			list = ops.ListReply{}
@@ -915,7 +916,7 @@ func TestNATSUsers(t *testing.T) {
 		if err := w.call(operator, ops.ReviewResolve, ops.ResolveRequest{ID: id, Outcome: ops.OutcomeDone, Reason: "checked by hand"}, &act); err != nil || act.Done != 1 {
 			t.Fatalf("review.resolve: %+v, %v", act, err)
 		}
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 	})
 
 	t.Run("breaker opened and closed by the operator", func(t *testing.T) {
@@ -942,7 +943,7 @@ func TestNATSUsers(t *testing.T) {
 		}()
 		at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 		id := w.submit(t, acmeKey, "acme", "order.create", "op-1", `,"not_before":"`+at+`"`, `{"n":71}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateScheduled)
+		w.waitStatus(t, acmeKey, id, state.Scheduled)
 		var ev ops.EventReply
 		if err := w.call(operator, ops.EventsRetry, ops.EventActionRequest{ID: id, Reason: "the customer asked"}, &ev); err != nil {
 			t.Fatalf("events.retry: %v", err)
@@ -951,10 +952,10 @@ func TestNATSUsers(t *testing.T) {
 		if err := w.call(operator, ops.AccountsResume, ops.ResumeRequest{Account: "acme", Reason: "migration done"}, &acct); err != nil || acct.Paused != nil {
 			t.Fatalf("accounts.resume: %+v, %v", acct, err)
 		}
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		hold := w.submit(t, acmeKey, "acme", "credit.hold", "op-2", "", `{"amount":4}`)
-		w.waitStatus(t, acmeKey, hold, tenaz.StateAwaitingCallback)
-		if err := w.call(operator, ops.EventsCancel, ops.EventActionRequest{ID: hold, Reason: "the bureau lost it"}, &ev); err != nil || ev.Status != tenaz.StateCancelled {
+		w.waitStatus(t, acmeKey, hold, state.AwaitingCallback)
+		if err := w.call(operator, ops.EventsCancel, ops.EventActionRequest{ID: hold, Reason: "the bureau lost it"}, &ev); err != nil || ev.Status != state.Cancelled {
 			t.Fatalf("events.cancel_wait: %+v, %v", ev, err)
 		}
 		var b ops.BreakerItem
@@ -992,7 +993,7 @@ func TestNATSUsers(t *testing.T) {
 			id = v.ID
 			return resp.StatusCode == http.StatusAccepted
 		}, "newco's key to be accepted by ingest")
-		w.waitStatus(t, key, id, tenaz.StateDone)
+		w.waitStatus(t, key, id, state.Done)
 		var list ops.StoredListReply
 		if err := w.call(operator, ops.StoredList, ops.StoredListRequest{}, &list); err != nil || len(list.Items) != 1 || strings.Contains(string(list.Items[0].Definition), "n3wco-token") {
 			t.Fatalf("accounts.list: want newco with its token redacted, got %+v, %v", list, err)
@@ -1010,7 +1011,7 @@ func TestNATSUsers(t *testing.T) {
 		// ingest's user writes the repeat's schedule, consumes its firings and submits them.
 		natstest.Eventually(t, 60*time.Second, func() bool {
 			for at := time.Now().Add(-5 * time.Second).Truncate(time.Second); at.Before(time.Now()); at = at.Add(time.Second) {
-				if w.status(t, aliceKey, event.ID("rep", ingest.RepeatKey("pulse", at))) == string(tenaz.StateDone) {
+				if w.status(t, aliceKey, event.ID("rep", ingest.RepeatKey("pulse", at))) == string(state.Done) {
 					return true
 				}
 			}
@@ -1064,14 +1065,14 @@ func TestNATSUsers(t *testing.T) {
 
 	t.Run("idle account retired and provisioned again", func(t *testing.T) {
 		id := w.submit(t, acmeKey, "acme", "order.create", "i-1", "", `{"n":7}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 		_, js := w.jetstream(t, userOperator)
 		natstest.Eventually(t, 30*time.Second, func() bool {
-			_, err := js.Consumer(w.ctx, tenaz.StreamEvents, tenaz.ConsumerName("acme"))
+			_, err := js.Consumer(w.ctx, names.StreamEvents, names.ConsumerName("acme"))
 			return errors.Is(err, jetstream.ErrConsumerNotFound)
 		}, "the idle account's consumer to be retired")
 		id = w.submit(t, acmeKey, "acme", "order.create", "i-2", "", `{"n":8}`)
-		w.waitStatus(t, acmeKey, id, tenaz.StateDone)
+		w.waitStatus(t, acmeKey, id, state.Done)
 	})
 
 	t.Run("digest and advisories reach the operator", func(t *testing.T) {
@@ -1116,7 +1117,7 @@ func serviceUsers() []string {
 func (w *world) refusals(t *testing.T) {
 	w.erp.reject.Store(true)
 	deadID := w.submit(t, acmeKey, "acme", "order.create", "z-1", "", `{"reject":true}`)
-	w.waitStatus(t, acmeKey, deadID, tenaz.StateDead)
+	w.waitStatus(t, acmeKey, deadID, state.Dead)
 	replay, _ := json.Marshal(ops.ReplayRequest{IDs: []string{deadID}, Reason: "not my job"})
 	submission := []byte(`{"n":9}`)
 
@@ -1159,7 +1160,7 @@ func (w *world) refusals(t *testing.T) {
 				m := nats.NewMsg(c.subject)
 				m.Data = c.data
 				m.Header.Set(ops.AuthorizationHeader, "Bearer "+aliceKey) // even with the operator's key
-				m.Header.Set(tenaz.HeaderMsgID, "acme:refused")
+				m.Header.Set(names.HeaderMsgID, "acme:refused")
 				if err := nc.PublishMsg(m); err != nil {
 					t.Fatal(err)
 				}
@@ -1187,12 +1188,12 @@ func (w *world) refusals(t *testing.T) {
 	}
 	m := nats.NewMsg("tenaz.intake.acme.order.create")
 	m.Data = submission
-	m.Header.Set(tenaz.HeaderMsgID, "acme:after-refusals")
+	m.Header.Set(names.HeaderMsgID, "acme:after-refusals")
 	if _, err := js.PublishMsg(w.ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	w.waitStatus(t, acmeKey, event.ID("acme", "after-refusals"), tenaz.StateDone)
-	if got := w.status(t, acmeKey, deadID); got != string(tenaz.StateDead) {
+	w.waitStatus(t, acmeKey, event.ID("acme", "after-refusals"), state.Done)
+	if got := w.status(t, acmeKey, deadID); got != string(state.Dead) {
 		t.Errorf("event %s is %s after refused replays, want dead", deadID, got)
 	}
 	if got := w.status(t, acmeKey, event.ID("acme", "refused")); got != "" {
@@ -1282,14 +1283,14 @@ func TestNATSUsersShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	var layout []string
-	names := []string{}
+	nameList := []string{}
 	for _, s := range ss {
-		names = append(names, s.Name)
+		nameList = append(nameList, s.Name)
 	}
 	for _, b := range bs {
-		names = append(names, "KV_"+b.Bucket)
+		nameList = append(nameList, "KV_"+b.Bucket)
 	}
-	for _, n := range names {
+	for _, n := range nameList {
 		for _, verb := range []string{"CREATE", "UPDATE", "INFO"} {
 			layout = append(layout, "$JS.API.STREAM."+verb+"."+n)
 		}
@@ -1297,7 +1298,7 @@ func TestNATSUsersShape(t *testing.T) {
 	ic, _ := streams.IngestConsumer(o)
 	dc, _ := streams.DeadletterConsumer()
 	layout = append(layout, "$JS.API.INFO",
-		"$JS.API.CONSUMER.CREATE."+tenaz.StreamIntake+"."+ic.Durable+"."+ic.FilterSubject,
+		"$JS.API.CONSUMER.CREATE."+names.StreamIntake+"."+ic.Durable+"."+ic.FilterSubject,
 		"$JS.API.CONSUMER.CREATE.TENAZ_ADVISORIES."+dc.Durable)
 	for p := range streams.DefaultPartitions {
 		pc, _ := streams.PollerConsumer(o, p)
@@ -1328,7 +1329,7 @@ func TestNATSUsersShape(t *testing.T) {
 		t.Errorf("%s may publish %q, want exactly %q: the relay's one request", userOutbox, got, want)
 	}
 	for _, u := range byName {
-		for _, n := range names {
+		for _, n := range nameList {
 			for _, verb := range []string{"DELETE", "PURGE"} {
 				subj := "$JS.API.STREAM." + verb + "." + n
 				if verb == "PURGE" && slices.Contains(purges[u.User], n) {
@@ -1357,8 +1358,8 @@ func TestNATSUsersShape(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(str(r.configMap("tenaz-config"), "data", "tenaz.yaml")), &tc); err != nil {
 		t.Fatal(err)
 	}
-	if tc.Prefix != tenaz.DefaultPrefix {
-		t.Errorf("tenaz.yaml prefix %q: the NATS permissions name %q", tc.Prefix, tenaz.DefaultPrefix)
+	if tc.Prefix != names.DefaultPrefix {
+		t.Errorf("tenaz.yaml prefix %q: the NATS permissions name %q", tc.Prefix, names.DefaultPrefix)
 	}
 }
 
@@ -1367,7 +1368,7 @@ func TestNATSUsersShape(t *testing.T) {
 // schedule when the digest is turned off and an event's schedule when an
 // operator retries it now or cancels its wait.
 var purges = map[string][]string{
-	serviceUser("ingest"):     {tenaz.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3), ingest.StreamRepeats},
+	serviceUser("ingest"):     {names.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3), ingest.StreamRepeats},
 	serviceUser("deadletter"): {deadletter.StreamDigest, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -30,7 +30,7 @@ type Provisioner struct {
 	js   jetstream.JetStream
 	nc   *nats.Conn
 	cfg  *config.Config
-	subj tenaz.Subjects
+	subj names.Subjects
 	mu   sync.Mutex
 	done map[string]chan struct{}
 	errs map[string]error
@@ -44,7 +44,7 @@ const Refresh = 5 * time.Minute
 
 // NewProvisioner returns a Provisioner of the consumers on the EVENTS
 // streams of subj's partitions.
-func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config, subj tenaz.Subjects) *Provisioner {
+func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config, subj names.Subjects) *Provisioner {
 	return &Provisioner{js: js, nc: nc, cfg: cfg, subj: subj,
 		done: map[string]chan struct{}{}, errs: map[string]error{}, at: map[string]time.Time{}}
 }
@@ -106,7 +106,7 @@ func (p *Provisioner) Ensure(ctx context.Context, account string) error {
 }
 
 func (p *Provisioner) create(ctx context.Context, account string) error {
-	if err := tenaz.ValidateAccount(account); err != nil {
+	if err := names.ValidateAccount(account); err != nil {
 		return err
 	}
 	cc, err := ConsumerConfig(p.cfg, p.subj.Parts(), account)

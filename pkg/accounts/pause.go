@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // An operator's pause of an account is a record in the operators' bucket,
@@ -77,13 +77,13 @@ func pauseKey(account string) string { return "pause." + account }
 type Pauses struct {
 	js   jetstream.JetStream
 	kv   jetstream.KeyValue
-	subj tenaz.Subjects
+	subj names.Subjects
 	now  func() time.Time
 }
 
 // OpenPauses binds the operators' bucket (it must exist: streams.Apply)
 // for the consumers on the EVENTS streams of subj's partitions.
-func OpenPauses(ctx context.Context, js jetstream.JetStream, subj tenaz.Subjects) (*Pauses, error) {
+func OpenPauses(ctx context.Context, js jetstream.JetStream, subj names.Subjects) (*Pauses, error) {
 	kv, err := js.KeyValue(ctx, subj.Bucket(BucketOps))
 	if err != nil {
 		return nil, fmt.Errorf("accounts: bucket %s: %w", subj.Bucket(BucketOps), err)
@@ -130,7 +130,7 @@ func (ps *Pauses) List(ctx context.Context) ([]Pause, error) {
 
 // Set stores p as its account's pause (replacing any).
 func (ps *Pauses) Set(ctx context.Context, p Pause) error {
-	if err := tenaz.ValidateAccount(p.Account); err != nil {
+	if err := names.ValidateAccount(p.Account); err != nil {
 		return err
 	}
 	b, err := json.Marshal(p)
@@ -155,7 +155,7 @@ func (ps *Pauses) Clear(ctx context.Context, account string) error {
 // when until is zero. A consumer that does not exist is no error: a lane
 // pauses it before its first pull (see the dispatcher).
 func (ps *Pauses) Apply(ctx context.Context, account string, until time.Time) error {
-	stream, name := ps.subj.EventsStream(account), tenaz.ConsumerName(account)
+	stream, name := ps.subj.EventsStream(account), names.ConsumerName(account)
 	var err error
 	if until.IsZero() {
 		_, err = ps.js.ResumeConsumer(ctx, stream, name)

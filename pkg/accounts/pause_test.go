@@ -10,8 +10,8 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -58,7 +58,7 @@ func TestPausesOnConsumers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := tenaz.NewSubjects("").WithPartitions(n)
+	subj := names.NewSubjects("").WithPartitions(n)
 	cfg, err := config.Parse([]byte("{}"), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestPausesOnConsumers(t *testing.T) {
 	}
 	paused := func(account string) (bool, time.Time) {
 		t.Helper()
-		c, err := js.Consumer(ctx, subj.EventsStream(account), tenaz.ConsumerName(account))
+		c, err := js.Consumer(ctx, subj.EventsStream(account), names.ConsumerName(account))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestPausesOnConsumers(t *testing.T) {
 	if _, err := ps.Sync(ctx, "initech", noBreaker); err != nil {
 		t.Fatalf("Sync of an account without a consumer: want no error, got %v", err)
 	}
-	if _, err := js.Consumer(ctx, subj.EventsStream("initech"), tenaz.ConsumerName("initech")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if _, err := js.Consumer(ctx, subj.EventsStream("initech"), names.ConsumerName("initech")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatalf("Sync must not make a consumer: got %v", err)
 	}
 	if err := ps.Set(ctx, accounts.Pause{Account: "ac.me"}); err == nil {

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Tokens of the subject's fourth place that are not an entity's.
@@ -35,7 +35,7 @@ func EntityToken(entity string) string {
 
 func root(prefix string) string {
 	if prefix == "" {
-		prefix = tenaz.DefaultPrefix
+		prefix = names.DefaultPrefix
 	}
 	return prefix + ".audit"
 }
@@ -87,7 +87,7 @@ type Revision struct {
 	Kind           string      `json:"kind"`
 	EntityID       string      `json:"entity_id,omitempty"`
 	IdempotencyKey string      `json:"idempotency_key,omitempty"`
-	Status         tenaz.State `json:"status"`
+	Status         state.State `json:"status"`
 	Stage          string      `json:"stage,omitempty"`
 	// Revision is the record's revision in its state bucket.
 	Revision uint64 `json:"revision"`

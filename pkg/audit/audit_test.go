@@ -7,11 +7,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func rec(entries ...state.Entry) state.Record {
-	return state.Record{ID: "ev_1", Account: "acme", Kind: "k", Status: tenaz.StatePending, History: entries}
+	return state.Record{ID: "ev_1", Account: "acme", Kind: "k", Status: state.Pending, History: entries}
 }
 
 func entry(a state.ActionName, count int) state.Entry {

@@ -11,7 +11,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // State is the shared state of a breaker as stored in the bucket.
@@ -48,8 +48,8 @@ const forever = 100 * 365 * 24 * time.Hour
 
 // ErrInvalidName is wrapped by the errors of a breaker whose account or
 // target is not one subject token of [A-Za-z0-9_-] (1 to 64 characters).
-// It wraps tenaz.ErrInvalidName.
-var ErrInvalidName = fmt.Errorf("breaker: %w", tenaz.ErrInvalidName)
+// It wraps names.ErrInvalidName.
+var ErrInvalidName = fmt.Errorf("breaker: %w", names.ErrInvalidName)
 
 // errConflict is a failed compare-and-set.
 var errConflict = errors.New("breaker: revision conflict")

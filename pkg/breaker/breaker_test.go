@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func TestMain(m *testing.M) {
@@ -137,7 +137,7 @@ func (e *env) advisories() []advisory {
 // bucket stream's last sequence: every KV revision of every key).
 func (e *env) writes(t *testing.T) uint64 {
 	t.Helper()
-	s, err := e.js.Stream(ctx(t), "KV_"+tenaz.BucketBreakers)
+	s, err := e.js.Stream(ctx(t), "KV_"+names.BucketBreakers)
 	if err != nil {
 		t.Fatalf("bucket stream: %v", err)
 	}
@@ -151,7 +151,7 @@ func (e *env) writes(t *testing.T) uint64 {
 // value reads the stored JSON of the breaker and its revision.
 func (e *env) value(t *testing.T) (map[string]any, uint64) {
 	t.Helper()
-	kv, err := e.js.KeyValue(ctx(t), tenaz.BucketBreakers)
+	kv, err := e.js.KeyValue(ctx(t), names.BucketBreakers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -735,7 +735,7 @@ func TestForConfigAndNames(t *testing.T) {
 
 	for _, bad := range [][2]string{{"acme.x", "erp"}, {"acme", "erp.v2"}, {"", "erp"}, {"acme", "*"}, {"acme", ">"}} {
 		bb := reg.For(bad[0], bad[1], breaker.Config{})
-		if _, err := bb.Allow(ctx(t)); !errors.Is(err, breaker.ErrInvalidName) || !errors.Is(err, tenaz.ErrInvalidName) {
+		if _, err := bb.Allow(ctx(t)); !errors.Is(err, breaker.ErrInvalidName) || !errors.Is(err, names.ErrInvalidName) {
 			t.Errorf("For(%q, %q).Allow: want ErrInvalidName, got %v", bad[0], bad[1], err)
 		}
 		if err := bb.Record(ctx(t), breaker.Permit{OK: true}, false); !errors.Is(err, breaker.ErrInvalidName) {
@@ -779,7 +779,7 @@ func TestStopLeavesNoGoroutines(t *testing.T) {
 	_, js := s.Conn(t)
 	// A first JetStream request starts the connection's reply
 	// subscription, which lives as long as the connection.
-	if _, err := js.KeyValue(ctx(t), tenaz.BucketBreakers); err != nil {
+	if _, err := js.KeyValue(ctx(t), names.BucketBreakers); err != nil {
 		t.Fatal(err)
 	}
 	ignore := goleak.IgnoreCurrent()

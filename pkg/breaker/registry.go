@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Options of a Registry.
@@ -64,7 +64,7 @@ type Registry struct {
 	now      func() time.Time
 	onChange func(Change)
 	pub      func(string, []byte)
-	subjects tenaz.Subjects
+	subjects names.Subjects
 	log      zerolog.Logger
 	metrics  *metrics.Set
 
@@ -87,7 +87,7 @@ type Registry struct {
 // has been loaded (and reported to OnChange when not closed). Call Stop to
 // end the watcher.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, error) {
-	bucket := tenaz.NewSubjects(opts.Prefix).Bucket(tenaz.BucketBreakers)
+	bucket := names.NewSubjects(opts.Prefix).Bucket(names.BucketBreakers)
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("breaker: bucket %s: %w", bucket, err)
@@ -98,7 +98,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 		now:      opts.Now,
 		onChange: opts.OnChange,
 		pub:      opts.Publish,
-		subjects: tenaz.NewSubjects(opts.Prefix),
+		subjects: names.NewSubjects(opts.Prefix),
 		log:      zerolog.Nop(),
 		metrics:  opts.Metrics,
 		breakers: map[string]*Breaker{},

@@ -24,7 +24,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 var (
@@ -60,7 +60,7 @@ type Index struct{ kv jetstream.KeyValue }
 // Open binds to the bucket of the installation of prefix (streams.Apply
 // creates it).
 func Open(ctx context.Context, js jetstream.JetStream, prefix string) (*Index, error) {
-	bucket := tenaz.NewSubjects(prefix).Bucket(tenaz.BucketCallbacks)
+	bucket := names.NewSubjects(prefix).Bucket(names.BucketCallbacks)
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("callbacks: open %s: %w", bucket, err)

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Client calls one tenaz deployment, over NATS (NewNATS) or HTTP
@@ -55,12 +55,12 @@ func WithOperatorKey(key string) Option { return func(o *options) { o.operatorKe
 func WithHTTPClient(hc *http.Client) Option { return func(o *options) { o.httpClient = hc } }
 
 func newOptions(opts []Option) options {
-	o := options{prefix: tenaz.DefaultPrefix, httpClient: &http.Client{}}
+	o := options{prefix: names.DefaultPrefix, httpClient: &http.Client{}}
 	for _, f := range opts {
 		f(&o)
 	}
 	if o.prefix == "" {
-		o.prefix = tenaz.DefaultPrefix
+		o.prefix = names.DefaultPrefix
 	}
 	return o
 }
@@ -134,7 +134,7 @@ func (c *Client) Submit(ctx context.Context, sub event.Submission, opts ...Submi
 	cl := call{endpoint: "ingest.submit", natsBody: event.SubmitRequest{Submission: sub, IdempotencyKey: so.key},
 		method: http.MethodPost, path: "/v1/events", body: sub}
 	if so.key != "" {
-		cl.header = http.Header{tenaz.HeaderIdempotencyKey: {so.key}}
+		cl.header = http.Header{names.HeaderIdempotencyKey: {so.key}}
 	}
 	var r Receipt
 	status, err := c.t.do(ctx, cl, &r.View)

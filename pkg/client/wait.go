@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -25,7 +25,7 @@ const (
 // Settled reports whether an event in state s has its outcome: done or
 // cancelled (terminal), or dead or manual_review (parked until an
 // operator acts). Wait returns at such a state.
-func Settled(s tenaz.State) bool { return s.Terminal() || s.Parked() }
+func Settled(s state.State) bool { return s.Terminal() || s.Parked() }
 
 // Wait follows an event until it is Settled and returns it then. It
 // returns early with ctx's error (and the last view read) when ctx ends,
@@ -73,7 +73,7 @@ func (c *Client) Wait(ctx context.Context, id string) (event.View, error) {
 	}
 }
 
-func orUnknown(s tenaz.State) tenaz.State {
+func orUnknown(s state.State) state.State {
 	if s == "" {
 		return "unknown"
 	}

@@ -3,7 +3,7 @@ package config
 import (
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Built-in defaults, as stated in the field comments.
@@ -100,7 +100,7 @@ func (c *Config) WithDefaults() *Config {
 	if c == nil {
 		return nil
 	}
-	setStr(&c.Prefix, tenaz.DefaultPrefix)
+	setStr(&c.Prefix, names.DefaultPrefix)
 	setStr(&c.NATS.Embedded.StoreDir, defaultStoreDir)
 	setStr(&c.NATS.Embedded.Sync, defaultSync)
 	setStr(&c.NATS.Embedded.Listen, defaultEmbeddedListen)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Repeat is a repeating event of one account: the NATS server's message
@@ -177,11 +177,11 @@ func (v *validator) repeats(key, account string, a Account) {
 }
 
 func (v *validator) repeat(key, account, name string, r Repeat) {
-	if err := tenaz.ValidateAccount(account); err != nil {
+	if err := names.ValidateAccount(account); err != nil {
 		v.addErr(key, err)
 	}
 	if !token(name) {
-		v.add(key, "a repeat's name must be 1-%d characters of [A-Za-z0-9_-], got %q", tenaz.MaxAccountLen, name)
+		v.add(key, "a repeat's name must be 1-%d characters of [A-Za-z0-9_-], got %q", names.MaxAccountLen, name)
 	}
 	k, kindOK := v.c.Kinds[r.Kind]
 	switch {
@@ -216,7 +216,7 @@ func (v *validator) repeat(key, account, name string, r Repeat) {
 		}
 	}
 	if r.EntityID != "" {
-		if err := tenaz.ValidateKey("entity_id", r.EntityID); err != nil {
+		if err := names.ValidateKey("entity_id", r.EntityID); err != nil {
 			v.addErr(join(key, "entity_id"), err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -97,7 +97,7 @@ func sorted[M ~map[string]V, V any](m M) []string {
 
 // token reports whether s is one subject token of [A-Za-z0-9_-], 1-64 bytes.
 func token(s string) bool {
-	return tenaz.ValidateAccount(s) == nil
+	return names.ValidateAccount(s) == nil
 }
 
 // httpToken reports whether s is an RFC 9110 token (a method or header name).
@@ -236,7 +236,7 @@ func (v *validator) accounts() {
 		a := c.Accounts[name]
 		key := join("accounts", name)
 		if name != DefaultAccountName {
-			if err := tenaz.ValidateAccount(name); err != nil {
+			if err := names.ValidateAccount(name); err != nil {
 				v.addErr(key, err)
 			}
 		}
@@ -432,7 +432,7 @@ func (v *validator) kinds() {
 	for _, name := range sorted(v.c.Kinds) {
 		k := v.c.Kinds[name]
 		key := join("kinds", name)
-		if err := tenaz.ValidateKind(name); err != nil {
+		if err := names.ValidateKind(name); err != nil {
 			v.addErr(key, err)
 		}
 		v.stage(key, k.Stage)

@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Reasons an entry is in DEAD.
@@ -67,12 +67,12 @@ type Entry struct {
 // submission's body can be as large as the server's max_payload, and Raw
 // grows by a third as base64). An entry NATS still refuses for its size
 // is an error wrapping size.ErrTooLarge.
-func Publish(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, e Entry, msgID string) error {
+func Publish(ctx context.Context, js jetstream.JetStream, s names.Subjects, e Entry, msgID string) error {
 	acct, kind := e.Account, e.Kind
-	if tenaz.ValidateAccount(acct) != nil {
+	if names.ValidateAccount(acct) != nil {
 		acct = InvalidToken
 	}
-	if tenaz.ValidateKind(kind) != nil {
+	if names.ValidateKind(kind) != nil {
 		kind = InvalidToken
 	}
 	subj, _ := s.Dead(acct, kind)
@@ -84,12 +84,12 @@ func Publish(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, e En
 	e.Error = state.Clip(e.Error, state.MaxDetail)
 	m := nats.NewMsg(subj)
 	if e.ID != "" {
-		m.Header.Set(tenaz.HeaderEventID, e.ID)
+		m.Header.Set(names.HeaderEventID, e.ID)
 	}
 	if msgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
-	b, err := encode(e, size.Room(js.Conn(), tenaz.StreamDead)-headerRoom)
+	b, err := encode(e, size.Room(js.Conn(), names.StreamDead)-headerRoom)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ type Advisory struct {
 
 // Advise publishes the dead advisory of r (best effort: advisories are
 // for people watching; DEAD is the record).
-func Advise(nc *nats.Conn, s tenaz.Subjects, r state.Record) {
+func Advise(nc *nats.Conn, s names.Subjects, r state.Record) {
 	a := Advisory{ID: r.ID, Account: r.Account, Kind: r.Kind, Attempts: r.Attempts, At: r.UpdatedAt}
 	if r.LastError != nil {
 		a.Class, a.Error, a.HTTPStatus = r.LastError.Class, r.LastError.Message, r.LastError.HTTPStatus
@@ -170,7 +170,7 @@ func Advise(nc *nats.Conn, s tenaz.Subjects, r state.Record) {
 
 // AdviseReview publishes <p>.advisory.review.<account>.<kind> for an event
 // that moved to manual_review; Reason is "manual_review" and Error says why.
-func AdviseReview(nc *nats.Conn, s tenaz.Subjects, r state.Record, why string) {
+func AdviseReview(nc *nats.Conn, s names.Subjects, r state.Record, why string) {
 	a := Advisory{ID: r.ID, Account: r.Account, Kind: r.Kind, Attempts: r.Attempts, At: r.UpdatedAt, Reason: ReasonReview, Error: why}
 	if r.LastError != nil {
 		a.Class, a.HTTPStatus = r.LastError.Class, r.LastError.HTTPStatus

@@ -12,9 +12,9 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,11 +22,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // stored is the last DEAD message.
 func stored(t *testing.T, ctx context.Context, js jetstream.JetStream) *jetstream.RawStreamMsg {
 	t.Helper()
-	s, err := js.Stream(ctx, tenaz.StreamDead)
+	s, err := js.Stream(ctx, names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, tenaz.NewSubjects("").DeadAll())
+	m, err := s.GetLastMsgForSubject(ctx, names.NewSubjects("").DeadAll())
 	if err != nil {
 		t.Fatalf("want a DEAD message, got %v", err)
 	}
@@ -49,7 +49,7 @@ func TestPublishStoresThePayloadOnce(t *testing.T) {
 	}
 	rec := queue.Initial(env)
 	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonPermanent, Error: "422", At: time.Now(), Event: &env, Record: &rec}
-	if err := dead.Publish(ctx, js, tenaz.NewSubjects(""), e, env.ID+"/dead/1"); err != nil {
+	if err := dead.Publish(ctx, js, names.NewSubjects(""), e, env.ID+"/dead/1"); err != nil {
 		t.Fatal(err)
 	}
 	m := stored(t, ctx, js)
@@ -84,7 +84,7 @@ func TestPublishKeepsTheFirstPartOfARawBodyTooLargeForDEAD(t *testing.T) {
 	raw := []byte(`{"pad":"` + strings.Repeat("y", maxPayload-200) + `"}`)
 	e := dead.Entry{Account: "acme", Kind: "order.create", Reason: dead.ReasonRejected, Class: "too_large", Error: "payload too large",
 		At: time.Now(), Raw: raw, RawSubject: "tenaz.intake.acme.order.create"}
-	if err := dead.Publish(ctx, js, tenaz.NewSubjects(""), e, "intake-1"); err != nil {
+	if err := dead.Publish(ctx, js, names.NewSubjects(""), e, "intake-1"); err != nil {
 		t.Fatalf("want the rejection kept, got %v", err)
 	}
 	var got dead.Entry

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Conditions callers branch on.
@@ -138,7 +138,7 @@ type Options struct {
 	// Now is the clock leases are set and judged by. Defaults to time.Now.
 	Now func() time.Time
 	// Prefix is the installation's subject prefix, which its bucket names
-	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
 }
 
@@ -188,7 +188,7 @@ func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Ledger, erro
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	bucket := tenaz.NewSubjects(o.Prefix).Bucket(tenaz.BucketEffects)
+	bucket := names.NewSubjects(o.Prefix).Bucket(names.BucketEffects)
 	s, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return nil, fmt.Errorf("effect: bucket %s (created by streams.Apply): %w", bucket, err)

@@ -17,9 +17,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tenaz/tenaz/pkg/effect"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func TestMain(m *testing.M) {
@@ -400,7 +400,7 @@ func TestAnyStringIsAKey(t *testing.T) {
 		"$KV.tenaz_effects.x", "a/b", "a=b", "tab\there", "line\nbreak", "nul\x00byte",
 		"ключ", "鍵", "🙂", "e\u0301", "\u00e9", strings.Repeat("x", 1024), strings.Repeat("é", 2048),
 	}
-	kv, err := e.js.KeyValue(e.ctx, tenaz.BucketEffects)
+	kv, err := e.js.KeyValue(e.ctx, names.BucketEffects)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,11 +509,11 @@ func TestRetention(t *testing.T) {
 	if _, err := long.Do(e.ctx, "kept", returns(&runs, "x")); err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.js.Stream(e.ctx, "KV_"+tenaz.BucketEffects)
+	s, err := e.js.Stream(e.ctx, "KV_"+names.BucketEffects)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(e.ctx, "$KV."+tenaz.BucketEffects+"."+effect.StorageKey("kept"))
+	m, err := s.GetLastMsgForSubject(e.ctx, "$KV."+names.BucketEffects+"."+effect.StorageKey("kept"))
 	if err != nil {
 		t.Fatal(err)
 	}

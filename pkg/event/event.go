@@ -11,7 +11,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Envelope is one event as it travels between services. The payload is kept
@@ -81,10 +81,10 @@ type Fields struct {
 // entityField and orderField name payload fields that supply the entity id
 // and ordering key when the caller gave none (the kind's config).
 func New(f Fields, payload []byte, entityField, orderField string, now time.Time) (Envelope, error) {
-	if err := tenaz.ValidateAccount(f.Account); err != nil {
+	if err := names.ValidateAccount(f.Account); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := tenaz.ValidateKind(f.Kind); err != nil {
+	if err := names.ValidateKind(f.Kind); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if !json.Valid(payload) {
@@ -111,7 +111,7 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 	}
 	for _, kv := range [][2]string{{"entity_id", env.EntityID}, {"ordering_key", env.OrderingKey}} {
 		if kv[1] != "" {
-			if err := tenaz.ValidateKey(kv[0], kv[1]); err != nil {
+			if err := names.ValidateKey(kv[0], kv[1]); err != nil {
 				return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 			}
 		}
@@ -136,7 +136,7 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 			return Envelope{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 		key = DerivedKey(f.Kind, env.EntityID, canon)
-	} else if err := tenaz.ValidateKey("idempotency key", key); err != nil {
+	} else if err := names.ValidateKey("idempotency key", key); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	env.IdempotencyKey = key
@@ -245,13 +245,13 @@ func Unmarshal(b []byte) (Envelope, error) {
 	if err := json.Unmarshal(b, &e); err != nil {
 		return e, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
 	}
-	if err := tenaz.ValidateEventID(e.ID); err != nil {
+	if err := names.ValidateEventID(e.ID); err != nil {
 		return e, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := tenaz.ValidateAccount(e.Account); err != nil {
+	if err := names.ValidateAccount(e.Account); err != nil {
 		return e, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := tenaz.ValidateKind(e.Kind); err != nil {
+	if err := names.ValidateKind(e.Kind); err != nil {
 		return e, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return e, nil

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -100,10 +100,10 @@ func TestNewValidation(t *testing.T) {
 		{"payload with trailing data", fields(nil), `{"a":1}}`, event.ErrMalformed},
 		{"empty payload", fields(nil), ``, event.ErrMalformed},
 		{"entity with space", fields(func(f *event.Fields) { f.EntityID = "o 1" }), `{}`, event.ErrInvalid},
-		{"entity too long", fields(func(f *event.Fields) { f.EntityID = strings.Repeat("e", tenaz.MaxKeyLen+1) }), `{}`, event.ErrInvalid},
+		{"entity too long", fields(func(f *event.Fields) { f.EntityID = strings.Repeat("e", names.MaxKeyLen+1) }), `{}`, event.ErrInvalid},
 		{"ordering key with newline", fields(func(f *event.Fields) { f.OrderingKey = "c\n1" }), `{}`, event.ErrInvalid},
 		{"client key with space", fields(func(f *event.Fields) { f.IdempotencyKey = "k 1" }), `{}`, event.ErrInvalid},
-		{"client key too long", fields(func(f *event.Fields) { f.IdempotencyKey = strings.Repeat("k", tenaz.MaxKeyLen+1) }), `{}`, event.ErrInvalid},
+		{"client key too long", fields(func(f *event.Fields) { f.IdempotencyKey = strings.Repeat("k", names.MaxKeyLen+1) }), `{}`, event.ErrInvalid},
 		{"not_before malformed", fields(func(f *event.Fields) { f.NotBefore = "tomorrow" }), `{}`, event.ErrMalformed},
 		{"not_before date only", fields(func(f *event.Fields) { f.NotBefore = "2026-03-02" }), `{}`, event.ErrMalformed},
 		{"not_before unix seconds", fields(func(f *event.Fields) { f.NotBefore = "1772409600" }), `{}`, event.ErrMalformed},
@@ -121,7 +121,7 @@ func TestNewValidation(t *testing.T) {
 				if err != nil {
 					t.Fatalf("want accepted, got %v", err)
 				}
-				if err := tenaz.ValidateEventID(env.ID); err != nil {
+				if err := names.ValidateEventID(env.ID); err != nil {
 					t.Errorf("want a valid id, got %v", err)
 				}
 				return
@@ -355,7 +355,7 @@ func TestID(t *testing.T) {
 	if len(id) != 29 {
 		t.Errorf("want a 29-character id, got %d: %q", len(id), id)
 	}
-	if err := tenaz.ValidateEventID(id); err != nil {
+	if err := names.ValidateEventID(id); err != nil {
 		t.Errorf("want ValidateEventID to accept %q, got %v", id, err)
 	}
 	if again := event.ID("acme", "key-1"); again != id {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 func FuzzParseSubmission(f *testing.F) {
@@ -57,13 +57,13 @@ func checkNew(t *testing.T, f event.Fields, payload []byte, entityField, orderFi
 		}
 		return
 	}
-	if err := tenaz.ValidateAccount(env.Account); err != nil || env.Account != f.Account {
+	if err := names.ValidateAccount(env.Account); err != nil || env.Account != f.Account {
 		t.Fatalf("accepted account %q: %v", env.Account, err)
 	}
-	if err := tenaz.ValidateKind(env.Kind); err != nil || env.Kind != f.Kind {
+	if err := names.ValidateKind(env.Kind); err != nil || env.Kind != f.Kind {
 		t.Fatalf("accepted kind %q: %v", env.Kind, err)
 	}
-	if err := tenaz.ValidateEventID(env.ID); err != nil {
+	if err := names.ValidateEventID(env.ID); err != nil {
 		t.Fatalf("made id %q: %v", env.ID, err)
 	}
 	if env.ID != event.ID(env.Account, env.IdempotencyKey) {
@@ -74,7 +74,7 @@ func checkNew(t *testing.T, f event.Fields, payload []byte, entityField, orderFi
 	}
 	for name, v := range map[string]string{"entity id": env.EntityID, "ordering key": env.OrderingKey} {
 		if v != "" {
-			if err := tenaz.ValidateKey(name, v); err != nil {
+			if err := names.ValidateKey(name, v); err != nil {
 				t.Fatalf("accepted %s %q: %v", name, v, err)
 			}
 		}

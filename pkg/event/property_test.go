@@ -12,7 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // A generated JSON value: nil, bool, json.Number (a literal, kept as
@@ -200,7 +200,7 @@ func TestIDProperties(t *testing.T) {
 		a1 := rapid.StringMatching(`[A-Za-z0-9_-]{1,64}`).Draw(t, "account1")
 		a2 := rapid.StringMatching(`[A-Za-z0-9_-]{1,64}`).Draw(t, "account2")
 		id1, id2 := event.ID(a1, key), event.ID(a2, key)
-		if err := tenaz.ValidateEventID(id1); err != nil {
+		if err := names.ValidateEventID(id1); err != nil {
 			t.Fatalf("ID(%q, %q) = %q: %v", a1, key, id1, err)
 		}
 		if (a1 == a2) != (id1 == id2) {

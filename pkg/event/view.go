@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // View is an event as the API shows it: the answer of POST /v1/events,
@@ -13,7 +12,7 @@ import (
 // endpoints <prefix>.api.ingest.submit, get and cancel.
 type View struct {
 	ID             string           `json:"id"`
-	Status         tenaz.State      `json:"status"`
+	Status         state.State      `json:"status"`
 	IdempotencyKey string           `json:"idempotency_key"`
 	StatusURL      string           `json:"status_url"`
 	Account        string           `json:"account,omitempty"`
@@ -37,7 +36,7 @@ type View struct {
 // order.
 type HistoryView struct {
 	ID        string        `json:"id"`
-	Status    tenaz.State   `json:"status"`
+	Status    state.State   `json:"status"`
 	History   []state.Entry `json:"history"`
 	Truncated int           `json:"history_truncated,omitempty"`
 }

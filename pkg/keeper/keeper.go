@@ -12,7 +12,7 @@
 // messages are purged (keeping the last few) so the rest of each old block
 // is freed once.
 //
-//	go keeper.Run(ctx, js, tenaz.NewSubjects(prefix), time.Second)
+//	go keeper.Run(ctx, js, names.NewSubjects(prefix), time.Second)
 package keeper
 
 import (
@@ -21,20 +21,20 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Keep is how many recent keeper messages survive a purge.
 const Keep = 4
 
 // Subject is the keeper subject of a stream ("intake" or "events").
-func Subject(s tenaz.Subjects, stream string) string { return s.Prefix + ".keep." + stream }
+func Subject(s names.Subjects, stream string) string { return s.Prefix + ".keep." + stream }
 
 // Run publishes a keeper message to each work-queue stream (INTAKE and
 // every partition's EVENTS) every interval and purges older ones every 10
 // intervals, until ctx ends. Several replicas running it is harmless.
-func Run(ctx context.Context, js jetstream.JetStream, s tenaz.Subjects, every time.Duration) {
-	targets := []struct{ stream, subject string }{{s.Stream(tenaz.StreamIntake), Subject(s, "intake")}}
+func Run(ctx context.Context, js jetstream.JetStream, s names.Subjects, every time.Duration) {
+	targets := []struct{ stream, subject string }{{s.Stream(names.StreamIntake), Subject(s, "intake")}}
 	for p := range s.Parts() {
 		targets = append(targets, struct{ stream, subject string }{s.EventsStreamOf(p), s.KeepIn(p)})
 	}

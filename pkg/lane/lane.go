@@ -25,8 +25,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Bucket is the KV bucket of the lanes.
@@ -38,7 +38,7 @@ type Lanes struct{ kv jetstream.KeyValue }
 // Open binds the bucket of the installation of prefix (it must exist:
 // streams.Apply).
 func Open(ctx context.Context, js jetstream.JetStream, prefix string) (*Lanes, error) {
-	bucket := tenaz.NewSubjects(prefix).Bucket(Bucket)
+	bucket := names.NewSubjects(prefix).Bucket(Bucket)
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("lane: bucket %s: %w", bucket, err)
@@ -61,7 +61,7 @@ func Key(account, orderingKey string) string {
 // the lane was empty). Appending the same id again (a retried accept)
 // returns the same predecessor.
 func (l *Lanes) Append(ctx context.Context, account, orderingKey, id string) (string, error) {
-	if err := tenaz.ValidateAccount(account); err != nil {
+	if err := names.ValidateAccount(account); err != nil {
 		return "", err
 	}
 	key := Key(account, orderingKey)

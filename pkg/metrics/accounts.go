@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Limits an account's calls wait for, the limit label of
@@ -210,7 +210,7 @@ func (a *accounts) read() (map[string]*AccountLoad, map[[2]string]bool) {
 	for _, read := range reads {
 		for _, l := range read() {
 			acct := l.Account
-			if tenaz.ValidateAccount(acct) != nil {
+			if names.ValidateAccount(acct) != nil {
 				acct = Invalid
 			}
 			owners[[2]string{acct, instanceLabel(l.Instance)}] = true

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Defaults of BacklogOptions.
@@ -92,7 +92,7 @@ func (b *backlog) push(account string, pending, ackPending int) {
 // WatchBacklog replaces an earlier one.
 func (s *Set) WatchBacklog(js jetstream.JetStream, o BacklogOptions) (stop func()) {
 	if len(o.Streams) == 0 {
-		o.Streams = []string{tenaz.StreamEvents}
+		o.Streams = []string{names.StreamEvents}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultBacklogTimeout
@@ -162,7 +162,7 @@ func (src *backlogSource) read() (map[string]backlogRow, error) {
 	for _, st := range src.streams {
 		l := st.ListConsumers(ctx)
 		for ci := range l.Info() {
-			account, ok := tenaz.AccountOfConsumer(ci.Name)
+			account, ok := names.AccountOfConsumer(ci.Name)
 			if !ok {
 				continue
 			}

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // fakeClock is the cache's clock, moved by the test.
@@ -42,7 +42,7 @@ func TestWatchBacklog(t *testing.T) {
 	defer cancel()
 
 	consumer := func(name, account string) jetstream.Consumer {
-		c, err := js.CreateOrUpdateConsumer(ctx, tenaz.StreamEvents, jetstream.ConsumerConfig{
+		c, err := js.CreateOrUpdateConsumer(ctx, names.StreamEvents, jetstream.ConsumerConfig{
 			Durable: name, FilterSubject: "tenaz.events." + account + ".>", AckPolicy: jetstream.AckExplicitPolicy,
 		})
 		if err != nil {
@@ -57,8 +57,8 @@ func TestWatchBacklog(t *testing.T) {
 			}
 		}
 	}
-	acme := consumer(tenaz.ConsumerName("acme"), "acme")
-	beta := consumer(tenaz.ConsumerName("beta"), "beta")
+	acme := consumer(names.ConsumerName("acme"), "acme")
+	beta := consumer(names.ConsumerName("beta"), "beta")
 	consumer("someone_else", "gamma") // not a dispatch consumer: ignored
 	publish("acme", 3)
 	publish("beta", 2)
@@ -79,7 +79,7 @@ func TestWatchBacklog(t *testing.T) {
 	stop := s.WatchBacklog(js, metrics.BacklogOptions{Now: clock.Now})
 	defer stop()
 
-	names := []string{metrics.NamePending, metrics.NameAckPending, metrics.NamePaused, metrics.NameBacklogUp}
+	nameList := []string{metrics.NamePending, metrics.NameAckPending, metrics.NamePaused, metrics.NameBacklogUp}
 	compare(t, reg, `
 		tenaz_consumer_pending_messages{account="acme"} 3
 		tenaz_consumer_pending_messages{account="beta"} 2
@@ -88,7 +88,7 @@ func TestWatchBacklog(t *testing.T) {
 		tenaz_consumer_paused{account="acme"} 0
 		tenaz_consumer_paused{account="beta"} 0
 		tenaz_consumer_backlog_up 1
-	`, names...)
+	`, nameList...)
 
 	// One message of beta in flight, two more for acme, acme paused. The
 	// cached read still answers until the TTL has passed.
@@ -105,7 +105,7 @@ func TestWatchBacklog(t *testing.T) {
 	}
 	publish("acme", 2)
 	natstest.Eventually(t, 10*time.Second, pendingIs(acme, 5), "acme's consumer to count its 5 messages")
-	if _, err := js.PauseConsumer(ctx, tenaz.StreamEvents, tenaz.ConsumerName("acme"), time.Now().Add(time.Hour)); err != nil {
+	if _, err := js.PauseConsumer(ctx, names.StreamEvents, names.ConsumerName("acme"), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	clock.Add(metrics.DefaultBacklogTTL - time.Millisecond)
@@ -117,7 +117,7 @@ func TestWatchBacklog(t *testing.T) {
 		tenaz_consumer_paused{account="acme"} 0
 		tenaz_consumer_paused{account="beta"} 0
 		tenaz_consumer_backlog_up 1
-	`, names...)
+	`, nameList...)
 	clock.Add(time.Millisecond)
 	compare(t, reg, `
 		tenaz_consumer_pending_messages{account="acme"} 5
@@ -127,13 +127,13 @@ func TestWatchBacklog(t *testing.T) {
 		tenaz_consumer_paused{account="acme"} 1
 		tenaz_consumer_paused{account="beta"} 0
 		tenaz_consumer_backlog_up 1
-	`, names...)
+	`, nameList...)
 	if snap := s.Snapshot(); snap.Pending != 6 || snap.AckPending != 1 {
 		t.Errorf("Snapshot: pending %d, ack pending %d; want 6, 1", snap.Pending, snap.AckPending)
 	}
 
 	// A consumer that goes away leaves the metrics at the next read.
-	if err := js.DeleteConsumer(ctx, tenaz.StreamEvents, tenaz.ConsumerName("beta")); err != nil {
+	if err := js.DeleteConsumer(ctx, names.StreamEvents, names.ConsumerName("beta")); err != nil {
 		t.Fatal(err)
 	}
 	clock.Add(metrics.DefaultBacklogTTL)
@@ -142,21 +142,21 @@ func TestWatchBacklog(t *testing.T) {
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
 		tenaz_consumer_paused{account="acme"} 1
 		tenaz_consumer_backlog_up 1
-	`, names...)
+	`, nameList...)
 
 	// The server is gone: up 0 and no backlog series, not stale numbers;
 	// the scrape ends within the timeout.
 	srv.Stop()
 	clock.Add(metrics.DefaultBacklogTTL)
 	start := time.Now()
-	compare(t, reg, `tenaz_consumer_backlog_up 0`, names...)
+	compare(t, reg, `tenaz_consumer_backlog_up 0`, nameList...)
 	if d := time.Since(start); d > metrics.DefaultBacklogTimeout+2*time.Second {
 		t.Errorf("a scrape with the server down took %s, want it bounded by the %s timeout", d, metrics.DefaultBacklogTimeout)
 	}
 
 	// stop drops everything, up included.
 	stop()
-	if n := testutil.CollectAndCount(reg, names...); n != 0 {
+	if n := testutil.CollectAndCount(reg, nameList...); n != 0 {
 		t.Errorf("after stop: %d backlog series, want 0", n)
 	}
 }
@@ -168,8 +168,8 @@ func TestWatchBacklogReplaced(t *testing.T) {
 	_, js := srv.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateOrUpdateConsumer(ctx, tenaz.StreamEvents, jetstream.ConsumerConfig{
-		Durable: tenaz.ConsumerName("acme"), FilterSubject: "tenaz.events.acme.>", AckPolicy: jetstream.AckExplicitPolicy,
+	if _, err := js.CreateOrUpdateConsumer(ctx, names.StreamEvents, jetstream.ConsumerConfig{
+		Durable: names.ConsumerName("acme"), FilterSubject: "tenaz.events.acme.>", AckPolicy: jetstream.AckExplicitPolicy,
 	}); err != nil {
 		t.Fatal(err)
 	}

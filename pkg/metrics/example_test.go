@@ -9,7 +9,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // A service records with the package-level functions (on metrics.Default,
@@ -20,9 +20,9 @@ func Example() {
 	s.WaitTime("acme", "order.create", 120*time.Millisecond)
 	s.Attempt("acme", "order.create", outcome.ClassTransient)
 	s.Retry("acme", "order.create", outcome.ClassTransient)
-	s.Outcome("acme", "order.create", tenaz.StateRetrying)
+	s.Outcome("acme", "order.create", state.Retrying)
 	s.Attempt("acme", "order.create", outcome.ClassSuccess)
-	s.Outcome("acme", "order.create", tenaz.StateDone)
+	s.Outcome("acme", "order.create", state.Done)
 
 	b, _ := json.Marshal(s.Snapshot())
 	fmt.Println(string(b))

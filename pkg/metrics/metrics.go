@@ -13,8 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Set is every tenaz metric, registered on one registry as one collector.
@@ -165,7 +166,7 @@ func (o Options) validate() error {
 		return fmt.Errorf("metrics: native histogram max buckets %d: want at least 1", n.MaxBuckets)
 	}
 	for _, acct := range a.Allow {
-		if err := tenaz.ValidateAccount(acct); err != nil {
+		if err := names.ValidateAccount(acct); err != nil {
 			return fmt.Errorf("metrics: accounts allow: %w", err)
 		}
 	}
@@ -265,7 +266,7 @@ func (s *Set) Collect(ch chan<- prometheus.Metric) {
 // account label is the places' (see places.record).
 
 func kindLabel(k string) string {
-	if len(k) == 0 || len(k) > tenaz.MaxKindLen {
+	if len(k) == 0 || len(k) > names.MaxKindLen {
 		return Invalid
 	}
 	tokens, start := 0, 0
@@ -282,7 +283,7 @@ func kindLabel(k string) string {
 			return Invalid
 		}
 	}
-	if tokens > tenaz.MaxKindTokens {
+	if tokens > names.MaxKindTokens {
 		return Invalid
 	}
 	return k
@@ -329,7 +330,7 @@ func classLabel(c outcome.Class) string {
 	return code(string(c))
 }
 
-func stateLabel(s tenaz.State) string {
+func stateLabel(s state.State) string {
 	if !s.Valid() {
 		return Other
 	}
@@ -398,7 +399,7 @@ func (s *Set) Retry(account, kind string, class outcome.Class) {
 }
 
 // Outcome counts an attempt or poll by the state the event moved to.
-func (s *Set) Outcome(account, kind string, to tenaz.State) {
+func (s *Set) Outcome(account, kind string, to state.State) {
 	c := s.core()
 	c.outcomes.WithLabelValues(c.places.record(account), kindLabel(kind), stateLabel(to)).Inc()
 }
@@ -451,7 +452,7 @@ func (s *Set) TargetThrottled(target string) {
 
 // EventsKey is one label set of tenaz_events.
 type EventsKey struct {
-	State   tenaz.State
+	State   state.State
 	Account string
 	Kind    string
 }
@@ -506,7 +507,7 @@ func Attempt(account, kind string, class outcome.Class) { Default.Attempt(accoun
 func Retry(account, kind string, class outcome.Class) { Default.Retry(account, kind, class) }
 
 // Outcome counts the state an attempt or poll moved an event to, on Default.
-func Outcome(account, kind string, to tenaz.State) { Default.Outcome(account, kind, to) }
+func Outcome(account, kind string, to state.State) { Default.Outcome(account, kind, to) }
 
 // BreakerState sets a breaker gauge on Default.
 func BreakerState(account, target, state string) { Default.BreakerState(account, target, state) }

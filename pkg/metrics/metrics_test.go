@@ -15,7 +15,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 func TestMain(m *testing.M) {
@@ -72,9 +72,9 @@ func TestCounters(t *testing.T) {
 	s.Attempt("acme", "order.create", outcome.ClassTimeout)
 	s.Retry("acme", "order.create", outcome.ClassTransient)
 	s.Retry("acme", "order.create", outcome.ClassTimeout)
-	s.Outcome("acme", "order.create", tenaz.StateDone)
-	s.Outcome("acme", "order.create", tenaz.StateRetrying)
-	s.Outcome("acme", "order.create", tenaz.StateRetrying)
+	s.Outcome("acme", "order.create", state.Done)
+	s.Outcome("acme", "order.create", state.Retrying)
+	s.Outcome("acme", "order.create", state.Retrying)
 
 	s.Dead("acme", "order.create", "attempts_exhausted")
 	s.Review("acme", "credit.evaluate")
@@ -236,10 +236,10 @@ func TestLabelsBounded(t *testing.T) {
 func TestEventsByStateReplaces(t *testing.T) {
 	s, reg := setup(t)
 	s.SetEventsByState(map[metrics.EventsKey]int{
-		{tenaz.StatePending, "acme", "order.create"}:   3,
-		{tenaz.StateDone, "acme", "order.create"}:      5,
-		{tenaz.StatePolling, "acme", "credit.eval"}:    2,
-		{tenaz.StateScheduled, "beta", "order.create"}: 7,
+		{state.Pending, "acme", "order.create"}:   3,
+		{state.Done, "acme", "order.create"}:      5,
+		{state.Polling, "acme", "credit.eval"}:    2,
+		{state.Scheduled, "beta", "order.create"}: 7,
 	})
 	compare(t, reg, `
 		tenaz_events{account="acme",kind="credit.eval",state="polling"} 2
@@ -249,8 +249,8 @@ func TestEventsByStateReplaces(t *testing.T) {
 	`, metrics.NameEvents)
 	// The next sweep: what it does not mention is gone.
 	s.SetEventsByState(map[metrics.EventsKey]int{
-		{tenaz.StatePending, "acme", "order.create"}: 1,
-		{tenaz.StateDone, "acme", "order.create"}:    9,
+		{state.Pending, "acme", "order.create"}: 1,
+		{state.Done, "acme", "order.create"}:    9,
 	})
 	compare(t, reg, `
 		tenaz_events{account="acme",kind="order.create",state="done"} 9
@@ -289,7 +289,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.DeliveryLatency("a", "k", "t", time.Second)
 	s.Attempt("a", "k", outcome.ClassSuccess)
 	s.Retry("a", "k", outcome.ClassTransient)
-	s.Outcome("a", "k", tenaz.StateDone)
+	s.Outcome("a", "k", state.Done)
 	s.BreakerState("a", "t", "open")
 	s.Dead("a", "k", "permanent")
 	s.Review("a", "k")
@@ -297,7 +297,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.Callback("t", metrics.CallbackApplied)
 	s.Poll("t", metrics.PollDone)
 	s.TargetThrottled("t")
-	s.SetEventsByState(map[metrics.EventsKey]int{{tenaz.StatePending, "a", "k"}: 1})
+	s.SetEventsByState(map[metrics.EventsKey]int{{state.Pending, "a", "k"}: 1})
 	s.ConsumerBacklog("a", 1, 1)
 	s.SearchLag(1)
 	s.SearchWrite("put")
@@ -412,9 +412,9 @@ func TestSnapshot(t *testing.T) {
 	s.BreakerState("beta", "erp", "half_open")
 	s.BreakerState("gamma", "erp", "closed")
 	s.SetEventsByState(map[metrics.EventsKey]int{
-		{tenaz.StatePending, "acme", "order.create"}: 4,
-		{tenaz.StatePending, "beta", "order.create"}: 1,
-		{tenaz.StateDead, "acme", "order.create"}:    1,
+		{state.Pending, "acme", "order.create"}: 4,
+		{state.Pending, "beta", "order.create"}: 1,
+		{state.Dead, "acme", "order.create"}:    1,
 	})
 	s.ConsumerBacklog("acme", 4, 2)
 	s.ConsumerBacklog("beta", 1, 0)

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Defaults and bounds of AccountOptions.
@@ -97,7 +97,7 @@ func newPlaces(o AccountOptions, now func() time.Time, drop func(string)) *place
 		p.keep = DefaultKeep
 	}
 	for _, a := range o.Allow {
-		if tenaz.ValidateAccount(a) == nil {
+		if names.ValidateAccount(a) == nil {
 			p.accts[a] = &tracked{slot: slotPlaced, allowed: true}
 		}
 	}
@@ -113,7 +113,7 @@ func (p *places) record(account string) string { return p.label(account, true) }
 func (p *places) gauge(account string) string { return p.label(account, false) }
 
 func (p *places) label(account string, traffic bool) string {
-	if tenaz.ValidateAccount(account) != nil {
+	if names.ValidateAccount(account) != nil {
 		return Invalid
 	}
 	if traffic {

@@ -16,7 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // clock is a settable clock for the ranking of the account places.
@@ -182,9 +182,9 @@ func TestAccountPlacesAllowOnly(t *testing.T) {
 	}
 	s.BreakerState("delta", "erp", "closed")
 	s.SetEventsByState(map[metrics.EventsKey]int{
-		{State: tenaz.StatePending, Account: "acme", Kind: "k"}:  1,
-		{State: tenaz.StatePending, Account: "beta", Kind: "k"}:  2,
-		{State: tenaz.StatePending, Account: "gamma", Kind: "k"}: 3,
+		{State: state.Pending, Account: "acme", Kind: "k"}:  1,
+		{State: state.Pending, Account: "beta", Kind: "k"}:  2,
+		{State: state.Pending, Account: "gamma", Kind: "k"}: 3,
 	})
 	compare(t, reg, `
 		tenaz_events_accepted_total{account="acme",kind="k"} 1
@@ -316,7 +316,7 @@ func TestAccountLabelAt10000Accounts(t *testing.T) {
 		events := make(map[metrics.EventsKey]int, accounts)
 		pending, breakers := 0.0, map[string]float64{}
 		for i := range accounts {
-			events[metrics.EventsKey{State: tenaz.StatePending, Account: name(i), Kind: kinds[i%2]}] = i%5 + tick
+			events[metrics.EventsKey{State: state.Pending, Account: name(i), Kind: kinds[i%2]}] = i%5 + tick
 			s.ConsumerBacklog(name(i), i%4+tick, 0)
 			pending += float64(i%4 + tick)
 			if breakerOf[i] == "" || rng.IntN(10) == 0 {

@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -35,14 +35,14 @@ func TestClusterPlacement(t *testing.T) {
 	}
 	ss, _ := streams.Streams(o)
 	bs, _ := streams.Buckets(o)
-	names := []string{}
+	nameList := []string{}
 	for _, s := range ss {
-		names = append(names, s.Name)
+		nameList = append(nameList, s.Name)
 	}
 	for _, b := range bs {
-		names = append(names, "KV_"+b.Bucket)
+		nameList = append(nameList, "KV_"+b.Bucket)
 	}
-	for _, name := range names {
+	for _, name := range nameList {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)
@@ -59,7 +59,7 @@ func TestClusterPlacement(t *testing.T) {
 			t.Errorf("%s: want a leader and 2 replicas in %s, got %+v", name, c.Name, info.Cluster)
 		}
 	}
-	for _, cons := range []struct{ stream, name string }{{tenaz.StreamIntake, "ingest"}, {"TENAZ_ADVISORIES", "deadletter"}} {
+	for _, cons := range []struct{ stream, name string }{{names.StreamIntake, "ingest"}, {"TENAZ_ADVISORIES", "deadletter"}} {
 		cc, err := js.Consumer(ctx, cons.stream, cons.name)
 		if err != nil {
 			t.Fatalf("consumer %s/%s: %v", cons.stream, cons.name, err)
@@ -91,7 +91,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	check := func(round string) {
-		rec := state.Record{ID: event.ID("acme", round), Account: "acme", Kind: "order.create", Status: tenaz.StatePending, CreatedAt: time.Now(), UpdatedAt: time.Now()}
+		rec := state.Record{ID: event.ID("acme", round), Account: "acme", Kind: "order.create", Status: state.Pending, CreatedAt: time.Now(), UpdatedAt: time.Now()}
 		rev, err := st.Create(ctx, rec)
 		if err != nil {
 			t.Fatalf("%s: create: %v", round, err)

@@ -3,7 +3,7 @@ package ops
 import (
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Endpoints of the operators' actions on accounts, events and breakers.
@@ -93,7 +93,7 @@ type EventReply struct {
 	ID      string      `json:"id"`
 	Account string      `json:"account"`
 	Kind    string      `json:"kind"`
-	Status  tenaz.State `json:"status"`
+	Status  state.State `json:"status"`
 	// NextRunAt is when its next step is due (retry: now, to the second).
 	NextRunAt *time.Time `json:"next_run_at,omitempty"`
 }

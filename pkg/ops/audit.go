@@ -3,7 +3,7 @@ package ops
 import (
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // EntitiesTimeline is the endpoint of an entity's timeline (TimelineRequest
@@ -43,7 +43,7 @@ type TimelineEvent struct {
 	ID             string      `json:"id"`
 	Kind           string      `json:"kind"`
 	IdempotencyKey string      `json:"idempotency_key,omitempty"`
-	Status         tenaz.State `json:"status"`
+	Status         state.State `json:"status"`
 	Stage          string      `json:"stage,omitempty"`
 	FirstAt        time.Time   `json:"first_at"`
 	LastAt         time.Time   `json:"last_at"`
@@ -66,8 +66,8 @@ type AuditEntry struct {
 	// state.Record.Step).
 	Step       int         `json:"step,omitempty"`
 	Action     string      `json:"action"`
-	From       tenaz.State `json:"from,omitempty"`
-	To         tenaz.State `json:"to,omitempty"`
+	From       state.State `json:"from,omitempty"`
+	To         state.State `json:"to,omitempty"`
 	Attempt    int         `json:"attempt,omitempty"`
 	Stage      string      `json:"stage,omitempty"`
 	Actor      string      `json:"actor,omitempty"`

@@ -3,7 +3,7 @@ package ops
 import (
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // EventsFind is the search endpoint: FindRequest → FindReply. Unlike the
@@ -20,7 +20,7 @@ const EventsFind = "events.find"
 type FindRequest struct {
 	Account string      `json:"account,omitempty"`
 	Kind    string      `json:"kind,omitempty"`
-	State   tenaz.State `json:"state,omitempty"`
+	State   state.State `json:"state,omitempty"`
 	// EntityID is the entity the events are about (Submission.EntityID).
 	EntityID string `json:"entity,omitempty"`
 	// IdempotencyKey finds the one event of Account with that key
@@ -44,7 +44,7 @@ type EventItem struct {
 	ID        string      `json:"id"`
 	Account   string      `json:"account"`
 	Kind      string      `json:"kind"`
-	State     tenaz.State `json:"state"`
+	State     state.State `json:"state"`
 	Stage     string      `json:"stage,omitempty"`
 	EntityID  string      `json:"entity_id,omitempty"`
 	Attempts  int         `json:"attempts"`

@@ -71,8 +71,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Endpoint names; Subject(prefix, name) is the subject to request.
@@ -111,7 +111,7 @@ const (
 // Subject is the request subject of endpoint name under prefix ("" means "tenaz").
 func Subject(prefix, name string) string {
 	if prefix == "" {
-		prefix = tenaz.DefaultPrefix
+		prefix = names.DefaultPrefix
 	}
 	return prefix + ".api." + name
 }
@@ -154,7 +154,7 @@ type Item struct {
 	Attempts int    `json:"attempts"`
 	Stage    string `json:"stage,omitempty"`
 	// Status is the record's state when listed: dead or manual_review.
-	Status tenaz.State `json:"status"`
+	Status state.State `json:"status"`
 	// At is when the entry arrived in DEAD.
 	At time.Time `json:"at"`
 	// Seq is the entry's sequence in the DEAD stream.

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Defaults of Options.
@@ -53,7 +53,7 @@ type Options struct {
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Prefix is the installation's subject prefix, which its bucket names
-	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
 }
 
@@ -81,7 +81,7 @@ type Group struct {
 
 // Join puts this replica's first heartbeat, reads the others' and the
 // leases, and keeps both current until Leave. The bucket
-// (tenaz.BucketOwners) must exist: streams.Apply creates it.
+// (names.BucketOwners) must exist: streams.Apply creates it.
 func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error) {
 	if o.Instance == "" {
 		return nil, errors.New("owner: Instance is required")
@@ -92,7 +92,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	if o.Expiry <= 0 {
 		o.Expiry = expiryBeats * o.Heartbeat
 	}
-	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(o.Prefix).Bucket(tenaz.BucketOwners))
+	kv, err := js.KeyValue(ctx, names.NewSubjects(o.Prefix).Bucket(names.BucketOwners))
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // DefaultExpiry is how long a replica with the default heartbeat may go
@@ -70,7 +70,7 @@ func Read(ctx context.Context, js jetstream.JetStream, prefix string, expiry tim
 	if expiry <= 0 {
 		expiry = DefaultExpiry
 	}
-	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(prefix).Bucket(tenaz.BucketOwners))
+	kv, err := js.KeyValue(ctx, names.NewSubjects(prefix).Bucket(names.BucketOwners))
 	if err != nil {
 		return View{}, fmt.Errorf("owner: %w", err)
 	}

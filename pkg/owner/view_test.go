@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/owner"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Read, without joining, sees every replica's heartbeat and every lease;
@@ -30,7 +30,7 @@ func TestReadShowsReplicasAndLeases(t *testing.T) {
 	}
 
 	_, js := srv.Conn(t)
-	kv, err := js.KeyValue(context.Background(), tenaz.BucketOwners)
+	kv, err := js.KeyValue(context.Background(), names.BucketOwners)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
@@ -348,14 +348,14 @@ func (p *Provider) serveDelivery(w http.ResponseWriter, r *http.Request) {
 		At:             p.now(),
 		Method:         r.Method,
 		Path:           r.URL.Path,
-		IdempotencyKey: r.Header.Get(tenaz.HeaderIdempotencyKey),
-		EventID:        r.Header.Get(tenaz.HeaderEventID),
+		IdempotencyKey: r.Header.Get(names.HeaderIdempotencyKey),
+		EventID:        r.Header.Get(names.HeaderEventID),
 		Header:         r.Header.Clone(),
 	}
 	if call.IdempotencyKey == "" {
 		call.IdempotencyKey = call.EventID
 	}
-	call.Attempt, _ = strconv.Atoi(r.Header.Get(tenaz.HeaderAttempt))
+	call.Attempt, _ = strconv.Atoi(r.Header.Get(names.HeaderAttempt))
 
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	call.Body = body

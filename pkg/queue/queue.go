@@ -4,7 +4,7 @@
 // and is cancelled by purging that subject. Messages carry the envelope,
 // so whoever receives one has everything needed to act.
 //
-//	q := queue.New(js, tenaz.NewSubjects(""))
+//	q := queue.New(js, names.NewSubjects(""))
 //	_, err := q.EnqueueFresh(ctx, env, rev, env.ID) // a just-accepted event; Nats-Msg-Id dedups re-sends
 package queue
 
@@ -21,8 +21,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // HeaderRev carries the state record's revision at the time the message
@@ -33,7 +33,7 @@ const HeaderRev = "Tenaz-Rev"
 // Queue publishes to the EVENTS stream of each event's partition.
 type Queue struct {
 	js   jetstream.JetStream
-	subj tenaz.Subjects
+	subj names.Subjects
 
 	mu     sync.Mutex
 	events map[string]jetstream.Stream // by name, cached: CancelSchedule runs once per completed callback
@@ -59,12 +59,12 @@ func (q *Queue) stream(ctx context.Context, account string) (jetstream.Stream, e
 }
 
 // New returns a Queue.
-func New(js jetstream.JetStream, s tenaz.Subjects) *Queue { return &Queue{js: js, subj: s} }
+func New(js jetstream.JetStream, s names.Subjects) *Queue { return &Queue{js: js, subj: s} }
 
 func (q *Queue) msg(env event.Envelope, subject string, rev uint64, msgID string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = env.Marshal()
-	m.Header.Set(tenaz.HeaderEventID, env.ID)
+	m.Header.Set(names.HeaderEventID, env.ID)
 	if rev > 0 {
 		m.Header.Set(HeaderRev, strconv.FormatUint(rev, 10))
 	}
@@ -178,7 +178,7 @@ func (q *Queue) schedule(ctx context.Context, env event.Envelope, at time.Time, 
 	return nil
 }
 
-// Timer kinds (the value of tenaz.HeaderTimer).
+// Timer kinds (the value of names.HeaderTimer).
 const (
 	TimerDeadline = "deadline" // a callback is awaited until then
 	TimerPoll     = "poll"     // the poller asks the target then
@@ -196,7 +196,7 @@ func (q *Queue) Timer(ctx context.Context, env event.Envelope, at time.Time, wha
 	m.Header.Set("Nats-Schedule", "@at "+DueTime(at).Format(time.RFC3339))
 	m.Header.Set("Nats-Schedule-Target", target)
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	m.Header.Set(tenaz.HeaderTimer, what)
+	m.Header.Set(names.HeaderTimer, what)
 	if _, err := q.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("queue: timer %s: %w", env.ID, err)
 	}
@@ -234,11 +234,11 @@ func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Re
 	var at *time.Time
 	timer := ""
 	switch rec.Status {
-	case tenaz.StateRetrying, tenaz.StateScheduled:
+	case state.Retrying, state.Scheduled:
 		at = rec.NextRunAt
-	case tenaz.StateAwaitingCallback:
+	case state.AwaitingCallback:
 		at, timer = rec.Deadline, TimerDeadline
-	case tenaz.StatePolling:
+	case state.Polling:
 		at, timer = rec.NextRunAt, TimerPoll
 	}
 	if at == nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Key prefixes in the bucket.
@@ -55,7 +55,7 @@ type Options struct {
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Prefix is the installation's subject prefix, which its bucket names
-	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
 }
 
@@ -74,9 +74,9 @@ type Quotas struct {
 	lines  map[string]*line
 }
 
-// Open binds the bucket (tenaz.BucketQuotas: streams.Apply creates it).
+// Open binds the bucket (names.BucketQuotas: streams.Apply creates it).
 func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Quotas, error) {
-	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(o.Prefix).Bucket(tenaz.BucketQuotas))
+	kv, err := js.KeyValue(ctx, names.NewSubjects(o.Prefix).Bucket(names.BucketQuotas))
 	if err != nil {
 		return nil, fmt.Errorf("quota: %w", err)
 	}
@@ -256,7 +256,7 @@ func (q *Quotas) Usage(key string) (Usage, bool) {
 // counting the calls in flight of the replicas in live (sorted; nil:
 // every replica in the record).
 func Read(ctx context.Context, js jetstream.JetStream, prefix, key string, l Limit, live []string) (Usage, error) {
-	kv, err := js.KeyValue(ctx, tenaz.NewSubjects(prefix).Bucket(tenaz.BucketQuotas))
+	kv, err := js.KeyValue(ctx, names.NewSubjects(prefix).Bucket(names.BucketQuotas))
 	if err != nil {
 		return Usage{}, fmt.Errorf("quota: %w", err)
 	}

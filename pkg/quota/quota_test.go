@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/quota"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -262,7 +262,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctxFor(t, 5*time.Second), tenaz.BucketQuotas)
+	kv, err := js.KeyValue(ctxFor(t, 5*time.Second), names.BucketQuotas)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,5 +10,5 @@
 //	x := search.NewIndexer(js, subj, search.IndexerOptions{Retention: 7 * 24 * time.Hour})
 //	err := x.Start(ctx)
 //	s, err := search.Open(ctx, js, st, subj)
-//	page, err := s.Find(ctx, ops.FindRequest{Account: "acme", State: tenaz.StateRetrying})
+//	page, err := s.Find(ctx, ops.FindRequest{Account: "acme", State: state.Retrying})
 package search

@@ -15,10 +15,10 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // MaxScan bounds the index entries one page scans, so that a filter
@@ -43,7 +43,7 @@ type Searcher struct {
 }
 
 // Open binds the index bucket (streams.Apply creates it).
-func Open(ctx context.Context, js jetstream.JetStream, st *store.Store, subj tenaz.Subjects) (*Searcher, error) {
+func Open(ctx context.Context, js jetstream.JetStream, st *store.Store, subj names.Subjects) (*Searcher, error) {
 	name := "KV_" + subj.Bucket(Bucket)
 	if _, err := js.Stream(ctx, name); err != nil {
 		return nil, fmt.Errorf("search: bucket %s: %w", subj.Bucket(Bucket), err)

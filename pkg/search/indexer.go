@@ -17,7 +17,8 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -69,7 +70,7 @@ type Stats struct {
 // Writes are idempotent, so a redelivered revision changes nothing.
 type Indexer struct {
 	js      jetstream.JetStream
-	subj    tenaz.Subjects
+	subj    names.Subjects
 	o       IndexerOptions
 	log     zerolog.Logger
 	prefix  string // $KV.<bucket>.
@@ -85,7 +86,7 @@ type Indexer struct {
 }
 
 // NewIndexer makes an indexer over subj's partitions; it does no I/O.
-func NewIndexer(js jetstream.JetStream, subj tenaz.Subjects, o IndexerOptions) *Indexer {
+func NewIndexer(js jetstream.JetStream, subj names.Subjects, o IndexerOptions) *Indexer {
 	if o.Retention <= 0 {
 		o.Retention = 7 * 24 * time.Hour
 	}
@@ -390,22 +391,22 @@ type revision struct {
 	Account   string      `json:"account"`
 	Kind      string      `json:"kind"`
 	EntityID  string      `json:"entity_id"`
-	Status    tenaz.State `json:"status"`
+	Status    state.State `json:"status"`
 	Reference string      `json:"reference"`
 	CreatedAt time.Time   `json:"created_at"`
 	History   []struct {
-		From tenaz.State `json:"from"`
-		To   tenaz.State `json:"to"`
+		From state.State `json:"from"`
+		To   state.State `json:"to"`
 	} `json:"history"`
 }
 
 // left is every state the record's history says it has been in, but the
 // one it is in.
-func (r *revision) left() []tenaz.State {
-	var out []tenaz.State
-	seen := map[tenaz.State]bool{r.Status: true, "": true}
+func (r *revision) left() []state.State {
+	var out []state.State
+	seen := map[state.State]bool{r.Status: true, "": true}
 	for _, h := range r.History {
-		for _, st := range []tenaz.State{h.From, h.To} {
+		for _, st := range []state.State{h.From, h.To} {
 			if !seen[st] {
 				seen[st] = true
 				out = append(out, st)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Bucket is the index's bucket (streams/data/kv-search.json); an
@@ -49,7 +49,7 @@ const hourLayout = "2006010215"
 
 func hourToken(t time.Time) string { return t.UTC().Format(hourLayout) }
 
-func stateKey(account string, st tenaz.State, kind string, created time.Time, id string) string {
+func stateKey(account string, st state.State, kind string, created time.Time, id string) string {
 	return account + "." + fieldState + "." + string(st) + "." + kindToken(kind) + "." + hourToken(created) + "." + id
 }
 

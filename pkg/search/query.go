@@ -12,8 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // ErrBadQuery is wrapped by every refusal of a query: a parameter out of
@@ -50,7 +51,7 @@ func ParseQuery(v url.Values) (ops.FindRequest, error) {
 			return ops.FindRequest{}, bad(k, "given %d times; give it once", len(vs))
 		}
 	}
-	q := ops.FindRequest{Account: v.Get("account"), Kind: v.Get("kind"), State: tenaz.State(v.Get("state")),
+	q := ops.FindRequest{Account: v.Get("account"), Kind: v.Get("kind"), State: state.State(v.Get("state")),
 		EntityID: v.Get("entity"), IdempotencyKey: v.Get("idempotency_key"), ProviderRef: v.Get("provider_ref"), Cursor: v.Get("cursor")}
 	for _, p := range []struct {
 		name string
@@ -79,10 +80,10 @@ func ParseQuery(v url.Values) (ops.FindRequest, error) {
 // Validate checks a query's fields (what ParseQuery does after reading
 // them; the NATS endpoint's requests come as JSON).
 func Validate(q ops.FindRequest) error {
-	if q.Account != "" && tenaz.ValidateAccount(q.Account) != nil {
-		return bad("account", "want 1-%d characters of [A-Za-z0-9_-], got %q", tenaz.MaxAccountLen, q.Account)
+	if q.Account != "" && names.ValidateAccount(q.Account) != nil {
+		return bad("account", "want 1-%d characters of [A-Za-z0-9_-], got %q", names.MaxAccountLen, q.Account)
 	}
-	if q.Kind != "" && tenaz.ValidateKind(q.Kind) != nil {
+	if q.Kind != "" && names.ValidateKind(q.Kind) != nil {
 		return bad("kind", "want dot-separated tokens of [A-Za-z0-9_-], got %q", q.Kind)
 	}
 	if q.State != "" && !q.State.Valid() {
@@ -99,8 +100,8 @@ func Validate(q ops.FindRequest) error {
 			}
 			continue
 		}
-		if err := tenaz.ValidateKey(k.param, k.v); err != nil {
-			return bad(k.param, "want 1-%d characters of printable ASCII without spaces", tenaz.MaxKeyLen)
+		if err := names.ValidateKey(k.param, k.v); err != nil {
+			return bad(k.param, "want 1-%d characters of printable ASCII without spaces", names.MaxKeyLen)
 		}
 	}
 	if q.IdempotencyKey != "" && q.Account == "" {

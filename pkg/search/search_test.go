@@ -16,12 +16,12 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func TestMain(m *testing.M) {
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // an indexer and a searcher on it.
 type env struct {
 	js   jetstream.JetStream
-	subj tenaz.Subjects
+	subj names.Subjects
 	st   *store.Store
 	x    *search.Indexer
 	s    *search.Searcher
@@ -47,7 +47,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("store.Open: %v", err)
 	}
-	subj := tenaz.NewSubjects("").WithPartitions(st.Partitions())
+	subj := names.NewSubjects("").WithPartitions(st.Partitions())
 	e := &env{js: js, subj: subj, st: st}
 	if e.set, err = metrics.New(prometheus.NewRegistry()); err != nil {
 		t.Fatalf("metrics: %v", err)
@@ -152,7 +152,7 @@ func (e *env) eventually(t *testing.T, q ops.FindRequest, want []string) {
 var accounts = []string{"acme", "globex", "initech", "umbrella"}
 
 func TestAccountsSpreadOverPartitions(t *testing.T) {
-	subj := tenaz.NewSubjects("").WithPartitions(4)
+	subj := names.NewSubjects("").WithPartitions(4)
 	ps := map[int]bool{}
 	for _, a := range accounts {
 		ps[subj.PartitionOf(a)] = true
@@ -202,10 +202,10 @@ func TestFindEachFilter(t *testing.T) {
 	e.eventually(t, ops.FindRequest{}, all)
 	e.eventually(t, ops.FindRequest{Account: "globex"}, where(func(x ev) bool { return x.account == "globex" }))
 	e.eventually(t, ops.FindRequest{Kind: "order.cancel"}, where(func(x ev) bool { return x.kind == "order.cancel" }))
-	e.eventually(t, ops.FindRequest{State: tenaz.StateRetrying}, []string{evs[1].id})
-	e.eventually(t, ops.FindRequest{State: tenaz.StateDone}, []string{evs[2].id})
-	e.eventually(t, ops.FindRequest{State: tenaz.StatePolling}, []string{evs[3].id})
-	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, where(func(x ev) bool { return x.id != evs[1].id && x.id != evs[2].id && x.id != evs[3].id }))
+	e.eventually(t, ops.FindRequest{State: state.Retrying}, []string{evs[1].id})
+	e.eventually(t, ops.FindRequest{State: state.Done}, []string{evs[2].id})
+	e.eventually(t, ops.FindRequest{State: state.Polling}, []string{evs[3].id})
+	e.eventually(t, ops.FindRequest{State: state.Pending}, where(func(x ev) bool { return x.id != evs[1].id && x.id != evs[2].id && x.id != evs[3].id }))
 	e.eventually(t, ops.FindRequest{EntityID: "proposal-2"}, where(func(x ev) bool { return x.entity == "proposal-2" }))
 	e.eventually(t, ops.FindRequest{Account: "acme", EntityID: "proposal-0"}, where(func(x ev) bool { return x.entity == "proposal-0" && x.account == "acme" }))
 	e.eventually(t, ops.FindRequest{ProviderRef: "job/42 *>"}, []string{evs[3].id})
@@ -214,7 +214,7 @@ func TestFindEachFilter(t *testing.T) {
 	e.eventually(t, ops.FindRequest{Account: "acme", IdempotencyKey: "key-7"}, nil) // key-7 is another account's
 	since, until := t0.Add(10*time.Minute), t0.Add(20*time.Minute)
 	e.eventually(t, ops.FindRequest{Since: &since, Until: &until}, where(func(x ev) bool { return !x.at.Before(since) && x.at.Before(until) }))
-	e.eventually(t, ops.FindRequest{Account: "initech", Kind: "credit.check", State: tenaz.StatePending, Since: &since},
+	e.eventually(t, ops.FindRequest{Account: "initech", Kind: "credit.check", State: state.Pending, Since: &since},
 		where(func(x ev) bool {
 			return x.account == "initech" && x.kind == "credit.check" && !x.at.Before(since) && x.id != evs[1].id && x.id != evs[2].id && x.id != evs[3].id
 		}))
@@ -223,7 +223,7 @@ func TestFindEachFilter(t *testing.T) {
 	if err != nil || len(rep.Items) != 1 {
 		t.Fatalf("find by reference: %+v, %v", rep, err)
 	}
-	if it := rep.Items[0]; it.State != tenaz.StatePolling || it.Kind != evs[3].kind || it.EntityID != evs[3].entity || it.NextRunAt == nil || !it.CreatedAt.Equal(evs[3].at) {
+	if it := rep.Items[0]; it.State != state.Polling || it.Kind != evs[3].kind || it.EntityID != evs[3].entity || it.NextRunAt == nil || !it.CreatedAt.Equal(evs[3].at) {
 		t.Fatalf("item %+v does not say what the record says", it)
 	}
 }
@@ -234,14 +234,14 @@ func TestStateFilterFollowsTransitions(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	id := e.create(t, "acme", "order.create", "k1", "", time.Now())
-	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, []string{id})
+	e.eventually(t, ops.FindRequest{State: state.Pending}, []string{id})
 	e.act(t, "acme", id, state.Action{Name: state.Claim, Seq: 1})
-	e.eventually(t, ops.FindRequest{State: tenaz.StateRunning}, []string{id})
-	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, nil)
+	e.eventually(t, ops.FindRequest{State: state.Running}, []string{id})
+	e.eventually(t, ops.FindRequest{State: state.Pending}, nil)
 	now := time.Now()
 	e.act(t, "acme", id, state.Action{Name: state.Retry, NextRunAt: &now, Error: &state.ErrorInfo{Class: "transient"}})
-	e.eventually(t, ops.FindRequest{Account: "acme", State: tenaz.StateRetrying}, []string{id})
-	e.eventually(t, ops.FindRequest{State: tenaz.StateRunning}, nil)
+	e.eventually(t, ops.FindRequest{Account: "acme", State: state.Retrying}, []string{id})
+	e.eventually(t, ops.FindRequest{State: state.Running}, nil)
 	e.eventually(t, ops.FindRequest{Account: "acme"}, []string{id})
 
 	kv, err := e.js.KeyValue(ctx(t), e.subj.Bucket(search.Bucket))
@@ -311,7 +311,7 @@ func TestIndexerCatchesUpAfterRestart(t *testing.T) {
 	for i := range 20 {
 		ids = append(ids, e.create(t, accounts[i%len(accounts)], "order.create", fmt.Sprintf("r-%d", i), "", time.Now()))
 	}
-	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, ids)
+	e.eventually(t, ops.FindRequest{State: state.Pending}, ids)
 	if err := e.x.Stop(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -326,10 +326,10 @@ func TestIndexerCatchesUpAfterRestart(t *testing.T) {
 		later = append(later, e.create(t, accounts[i%len(accounts)], "order.create", fmt.Sprintf("l-%d", i), "", time.Now()))
 	}
 	// Stopped, the index still says pending; the record check hides them.
-	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, nil)
+	e.eventually(t, ops.FindRequest{State: state.Pending}, nil)
 	e.startIndexer(t)
-	e.eventually(t, ops.FindRequest{State: tenaz.StateDone}, ids)
-	e.eventually(t, ops.FindRequest{State: tenaz.StatePending}, later)
+	e.eventually(t, ops.FindRequest{State: state.Done}, ids)
+	e.eventually(t, ops.FindRequest{State: state.Pending}, later)
 	natstest.Eventually(t, 10*time.Second, func() bool { return e.x.Lag() == 0 }, "lag should come back to 0, is %d", e.x.Lag())
 	// No pending entry is left of the events that went on to done.
 	kv, err := e.js.KeyValue(ctx(t), e.subj.Bucket(search.Bucket))
@@ -353,7 +353,7 @@ func TestIndexerCatchesUpAfterRestart(t *testing.T) {
 	e.eventually(t, ops.FindRequest{}, nil)
 	e.startIndexer(t)
 	e.eventually(t, ops.FindRequest{}, append(slices.Clone(ids), later...))
-	e.eventually(t, ops.FindRequest{State: tenaz.StateDone}, ids)
+	e.eventually(t, ops.FindRequest{State: state.Done}, ids)
 	if st := e.x.Stats(); st.Revisions != int64(len(ids)+len(later)) || st.Puts != st.Revisions {
 		t.Fatalf("a rebuild should index each record once with one entry each: %+v", st)
 	}
@@ -389,7 +389,7 @@ func TestParseQueryNamesTheBadParameter(t *testing.T) {
 	}
 	v, _ := url.ParseQuery("account=acme&kind=order.create&state=retrying&entity=p-1&idempotency_key=k&provider_ref=j&since=2026-03-01T00:00:00Z&until=2026-03-02T00:00:00Z&limit=10")
 	q, err := search.ParseQuery(v)
-	if err != nil || q.Account != "acme" || q.State != tenaz.StateRetrying || q.Limit != 10 || q.Since == nil || q.ProviderRef != "j" {
+	if err != nil || q.Account != "acme" || q.State != state.Retrying || q.Limit != 10 || q.Since == nil || q.ProviderRef != "j" {
 		t.Fatalf("a good query: %+v, %v", q, err)
 	}
 }
@@ -425,7 +425,7 @@ func TestTimeRangeAcrossHours(t *testing.T) {
 		if got, want := e.find(t, ops.FindRequest{Since: &since, Until: &until, Limit: limit}), in(since, until, ""); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 			t.Fatalf("limit %d: got %d events, want %d", limit, len(got), len(want))
 		}
-		if got, want := e.find(t, ops.FindRequest{Account: accounts[1], State: tenaz.StatePending, Since: &since, Limit: limit}), in(since, now.Add(time.Hour), accounts[1]); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		if got, want := e.find(t, ops.FindRequest{Account: accounts[1], State: state.Pending, Since: &since, Limit: limit}), in(since, now.Add(time.Hour), accounts[1]); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 			t.Fatalf("%s since, limit %d: got %d events, want %d", accounts[1], limit, len(got), len(want))
 		}
 	}

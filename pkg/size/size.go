@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -67,10 +67,10 @@ type Limit struct {
 var streamLimits = sync.OnceValue(func() []Limit {
 	var out []Limit
 	for _, f := range []struct{ file, stream, what string }{
-		{"kv-state.json", "KV_" + tenaz.BucketState, "the " + tenaz.BucketState + " bucket's max_value_size"},
-		{"stream-dead.json", tenaz.StreamDead, "the " + tenaz.StreamDead + " stream's max_msg_size"},
-		{"stream-events.json", tenaz.StreamEvents, "the " + tenaz.StreamEvents + " stream's max_msg_size"},
-		{"stream-intake.json", tenaz.StreamIntake, "the " + tenaz.StreamIntake + " stream's max_msg_size"},
+		{"kv-state.json", "KV_" + names.BucketState, "the " + names.BucketState + " bucket's max_value_size"},
+		{"stream-dead.json", names.StreamDead, "the " + names.StreamDead + " stream's max_msg_size"},
+		{"stream-events.json", names.StreamEvents, "the " + names.StreamEvents + " stream's max_msg_size"},
+		{"stream-intake.json", names.StreamIntake, "the " + names.StreamIntake + " stream's max_msg_size"},
 	} {
 		b, err := fs.ReadFile(streams.FS(), f.file)
 		if err != nil {

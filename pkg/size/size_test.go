@@ -17,11 +17,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -49,8 +49,8 @@ func TestOverheadBoundsEveryMessage(t *testing.T) {
 		t.Fatalf("want %d bytes to fit a stock server, got %d (%s)", stockMaxPayload-size.Overhead, fit, l.What)
 	}
 	payload := json.RawMessage(`"` + worst(int(fit)-2) + `"`)
-	account, kind := strings.Repeat("a", tenaz.MaxAccountLen), strings.Repeat("k", tenaz.MaxKindLen)
-	key := worst(tenaz.MaxKeyLen)
+	account, kind := strings.Repeat("a", names.MaxAccountLen), strings.Repeat("k", names.MaxKindLen)
+	key := worst(names.MaxKeyLen)
 	id, next := event.ID(account, key), event.ID(account, key+"x")
 	far := time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("x", 12*3600))
 	env := event.Envelope{ID: id, IdempotencyKey: key, Account: account, Kind: kind, EntityID: key, OrderingKey: key,
@@ -98,17 +98,17 @@ func TestOverheadBoundsEveryMessage(t *testing.T) {
 	}
 
 	within("EVENTS message", len(env.Marshal()))
-	evSubj, _ := tenaz.NewSubjects("").Event(account, kind)
+	evSubj, _ := names.NewSubjects("").Event(account, kind)
 	m := nats.NewMsg(evSubj)
 	m.Data = env.Marshal()
 	m.Header.Set(nats.MsgIdHdr, id+"/primary/1")
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Errorf("want the largest EVENTS message stored, got %v", err)
 	}
-	subj, _ := tenaz.NewSubjects("").Intake(account, kind)
+	subj, _ := names.NewSubjects("").Intake(account, kind)
 	m = nats.NewMsg(subj)
 	m.Data = payload
-	for _, h := range []string{tenaz.HeaderIdempotencyKey, tenaz.HeaderEntityID, tenaz.HeaderOrderingKey, tenaz.HeaderMsgID, "Tenaz-Reply"} {
+	for _, h := range []string{names.HeaderIdempotencyKey, names.HeaderEntityID, names.HeaderOrderingKey, names.HeaderMsgID, "Tenaz-Reply"} {
 		m.Header.Set(h, key)
 	}
 	if _, err := js.PublishMsg(ctx, m); err != nil {
@@ -117,14 +117,14 @@ func TestOverheadBoundsEveryMessage(t *testing.T) {
 
 	e := dead.Entry{ID: id, Account: account, Kind: kind, Reason: dead.ReasonTooLarge, Class: worst(2 * state.MaxName),
 		Error: worst(2 * state.MaxDetail), Status: 599, At: far, Event: &env, Record: &rec}
-	if err := dead.Publish(ctx, js, tenaz.NewSubjects(""), e, id+"/dead/1"); err != nil {
+	if err := dead.Publish(ctx, js, names.NewSubjects(""), e, id+"/dead/1"); err != nil {
 		t.Fatalf("want the largest DEAD entry stored, got %v", err)
 	}
-	stream, err := js.Stream(ctx, tenaz.StreamDead)
+	stream, err := js.Stream(ctx, names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := stream.GetLastMsgForSubject(ctx, tenaz.NewSubjects("").DeadAll())
+	stored, err := stream.GetLastMsgForSubject(ctx, names.NewSubjects("").DeadAll())
 	if err != nil {
 		t.Fatal(err)
 	}

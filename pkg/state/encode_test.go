@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
-
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func genString(t *rapid.T, label string) string {
@@ -31,7 +29,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		r := Record{
 			ID: genString(t, "id"), IdempotencyKey: genString(t, "key"), Account: genString(t, "acct"),
 			Kind: genString(t, "kind"), EntityID: genString(t, "entity"), OrderingKey: genString(t, "ok"),
-			Status: tenaz.State(genString(t, "status")), Stage: genString(t, "stage"),
+			Status: State(genString(t, "status")), Stage: genString(t, "stage"),
 			Attempts: rapid.IntRange(-3, 1000).Draw(t, "attempts"), Reference: genString(t, "ref"),
 			CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
 			RunSeq: rapid.Uint64().Draw(t, "runseq"), Truncated: rapid.IntRange(0, 50).Draw(t, "trunc"),
@@ -62,8 +60,8 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			r.History = []Entry{}
 			for range rapid.IntRange(0, 5).Draw(t, "n") {
 				r.History = append(r.History, Entry{
-					At: genTime(t, "at"), Action: ActionName(genString(t, "action")), From: tenaz.State(genString(t, "from")),
-					To: tenaz.State(genString(t, "to")), Attempt: rapid.IntRange(0, 9).Draw(t, "attempt"),
+					At: genTime(t, "at"), Action: ActionName(genString(t, "action")), From: State(genString(t, "from")),
+					To: State(genString(t, "to")), Attempt: rapid.IntRange(0, 9).Draw(t, "attempt"),
 					Stage: genString(t, "estage"), Actor: genString(t, "actor"), Detail: genString(t, "detail"),
 					HTTPStatus: rapid.IntRange(0, 599).Draw(t, "hs"), Count: rapid.IntRange(0, 3).Draw(t, "count"),
 				})
@@ -82,10 +80,10 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 func BenchmarkEncodeRecord(b *testing.B) {
 	now := time.Now()
 	r := Record{ID: "ev_0123456789abcdefghijklmnop", IdempotencyKey: "o-1", Account: "acme", Kind: "order.create",
-		Status: tenaz.StateDone, Stage: StagePrimary, Attempts: 1, CreatedAt: now, UpdatedAt: now, RunSeq: 42,
-		History: []Entry{{At: now, Action: Accept, To: tenaz.StatePending, Stage: StagePrimary, Actor: "ingest"},
-			{At: now, Action: Claim, From: tenaz.StatePending, To: tenaz.StateRunning, Attempt: 1, Stage: StagePrimary, Actor: "dispatcher/x"},
-			{At: now, Action: Succeed, From: tenaz.StateRunning, To: tenaz.StateDone, Attempt: 1, Stage: StagePrimary, Actor: "dispatcher/x", Detail: "target answered 200"}}}
+		Status: Done, Stage: StagePrimary, Attempts: 1, CreatedAt: now, UpdatedAt: now, RunSeq: 42,
+		History: []Entry{{At: now, Action: Accept, To: Pending, Stage: StagePrimary, Actor: "ingest"},
+			{At: now, Action: Claim, From: Pending, To: Running, Attempt: 1, Stage: StagePrimary, Actor: "dispatcher/x"},
+			{At: now, Action: Succeed, From: Running, To: Done, Attempt: 1, Stage: StagePrimary, Actor: "dispatcher/x", Detail: "target answered 200"}}}
 	b.Run("AppendJSON", func(b *testing.B) {
 		buf := make([]byte, 0, 1024)
 		for b.Loop() {

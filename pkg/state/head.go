@@ -4,22 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"time"
-
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Head is a record without its history: what a sweep over every record
 // (the reconciler, a check of the whole bucket) needs. The history comes
 // last in the stored JSON and dominates its size.
 type Head struct {
-	ID        string      `json:"id"`
-	Account   string      `json:"account"`
-	Kind      string      `json:"kind"`
-	Status    tenaz.State `json:"status"`
-	Stage     string      `json:"stage"`
-	NextRunAt *time.Time  `json:"next_run_at"`
-	Deadline  *time.Time  `json:"deadline"`
-	UpdatedAt time.Time   `json:"updated_at"`
+	ID        string     `json:"id"`
+	Account   string     `json:"account"`
+	Kind      string     `json:"kind"`
+	Status    State      `json:"status"`
+	Stage     string     `json:"stage"`
+	NextRunAt *time.Time `json:"next_run_at"`
+	Deadline  *time.Time `json:"deadline"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 var historyKey = []byte(`,"history":`)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
-
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // DecodeHead of a stored record is the head of the record decoded whole,
@@ -19,7 +17,7 @@ func TestDecodeHeadOfStoredRecord(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := Record{
 			ID: genString(t, "id"), Account: genString(t, "acct"), Kind: genString(t, "kind"),
-			Status: tenaz.State(genString(t, "status")), Stage: genString(t, "stage"),
+			Status: State(genString(t, "status")), Stage: genString(t, "stage"),
 			CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
 			Truncated: rapid.IntRange(0, 3).Draw(t, "trunc"),
 			NextRunAt: genTimeOrNil(t, "next"), Deadline: genTimeOrNil(t, "deadline"),
@@ -57,7 +55,7 @@ func TestDecodeHeadOtherKeyOrder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DecodeHead: %v", err)
 	}
-	if h.ID != "ev_1" || h.Account != "acme" || h.Kind != "order.create" || h.Status != tenaz.StateRetrying ||
+	if h.ID != "ev_1" || h.Account != "acme" || h.Kind != "order.create" || h.Status != Retrying ||
 		h.Stage != StageFallback || h.NextRunAt == nil || h.NextRunAt.Hour() != 10 || h.UpdatedAt.Hour() != 9 {
 		t.Fatalf("DecodeHead: want every field of the head, got %+v", h)
 	}
@@ -80,11 +78,11 @@ func sameHead(h Head, r Record) bool {
 // The history is not parsed: a record whose history would not decode
 // still gives its head.
 func TestDecodeHeadReadsNoHistory(t *testing.T) {
-	r := Record{ID: "ev_1", Account: "acme", Status: tenaz.StateDone, History: []Entry{{Action: Accept}}}
+	r := Record{ID: "ev_1", Account: "acme", Status: Done, History: []Entry{{Action: Accept}}}
 	b := r.AppendJSON(nil)
 	b = append(b[:bytes.LastIndex(b, historyKey)], `,"history":[{"at":`...)
 	h, err := DecodeHead(b)
-	if err != nil || h.ID != "ev_1" || h.Status != tenaz.StateDone {
+	if err != nil || h.ID != "ev_1" || h.Status != Done {
 		t.Fatalf("DecodeHead: want ev_1 done without reading the history, got %+v, %v", h, err)
 	}
 }

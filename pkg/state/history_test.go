@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // apply applies a on r at t0 + dt and fails the test on an error.
@@ -76,7 +75,7 @@ func TestHistoryKeepsStepsUnderNotesAndRepolls(t *testing.T) {
 // starts a new one.
 func TestRepeatedNoteSharesALine(t *testing.T) {
 	t.Parallel()
-	r := setup(t, tenaz.StateAwaitingCallback)
+	r := setup(t, state.AwaitingCallback)
 	for i := range 1000 {
 		r = apply(t, r, state.Action{Name: state.Note, Actor: "ingest", Detail: "callback ignored: bad signature"}, time.Duration(i)*time.Second)
 	}
@@ -98,9 +97,9 @@ func TestOversizedInputsAreBounded(t *testing.T) {
 	t.Parallel()
 	big := json.RawMessage(`{"data":"` + strings.Repeat("x", 2*state.MaxResult) + `"}`)
 	ref := strings.Repeat("r", state.MaxReference+1)
-	r := apply(t, setup(t, tenaz.StateRunning), state.Action{Name: state.Succeed, Actor: strings.Repeat("a", 2*state.MaxName),
+	r := apply(t, setup(t, state.Running), state.Action{Name: state.Succeed, Actor: strings.Repeat("a", 2*state.MaxName),
 		Detail: "target answered 200", Result: big, Reference: ref}, time.Minute)
-	if r.Status != tenaz.StateDone || r.Result != nil || r.Reference != "" {
+	if r.Status != state.Done || r.Result != nil || r.Reference != "" {
 		t.Fatalf("want done without the result and the reference, got %s, %d bytes, %q", r.Status, len(r.Result), r.Reference)
 	}
 	e := r.History[len(r.History)-1]
@@ -113,7 +112,7 @@ func TestOversizedInputsAreBounded(t *testing.T) {
 		t.Errorf("want the actor cut to %d bytes, got %d", state.MaxName, len(e.Actor))
 	}
 	msg := strings.Repeat("é", state.MaxDetail) // 2 bytes each: the cut must fall between runes
-	r = apply(t, setup(t, tenaz.StateRunning), state.Action{Name: state.Fail, Error: &state.ErrorInfo{Class: "permanent", Message: msg}}, time.Minute)
+	r = apply(t, setup(t, state.Running), state.Action{Name: state.Fail, Error: &state.ErrorInfo{Class: "permanent", Message: msg}}, time.Minute)
 	if m := r.LastError.Message; len(m) > state.MaxDetail || !strings.HasSuffix(m, "…") || !json.Valid([]byte(`"`+m+`"`)) {
 		t.Errorf("want the error message cut to %d bytes of valid UTF-8 ending in …, got %d bytes", state.MaxDetail, len(m))
 	}

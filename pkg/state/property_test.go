@@ -13,7 +13,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // deepCopy clones every reference field of r, so
@@ -205,12 +204,12 @@ func checkHistory(t *rapid.T, a state.Action, before, next state.Record, now tim
 // that no sequence of actions leaves it.
 func TestTerminalAbsorbs(t *testing.T) {
 	t.Parallel()
-	paths := map[tenaz.State][]state.ActionName{
-		tenaz.StateDone:      {state.Claim, state.Succeed},
-		tenaz.StateCancelled: {state.Cancel},
+	paths := map[state.State][]state.ActionName{
+		state.Done:      {state.Claim, state.Succeed},
+		state.Cancelled: {state.Cancel},
 	}
 	rapid.Check(t, func(t *rapid.T) {
-		target := rapid.SampledFrom([]tenaz.State{tenaz.StateDone, tenaz.StateCancelled}).Draw(t, "terminal")
+		target := rapid.SampledFrom([]state.State{state.Done, state.Cancelled}).Draw(t, "terminal")
 		r, _, err := state.New(state.Record{ID: "ev_x"}, state.Action{Name: state.Accept}, t0)
 		if err != nil {
 			t.Fatal(err)

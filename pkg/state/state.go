@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // ErrInvalidTransition is wrapped by Apply when the action is not legal
@@ -52,15 +50,15 @@ type ErrorInfo struct {
 
 // Entry is one line of an event's audit timeline.
 type Entry struct {
-	At         time.Time   `json:"at"`
-	Action     ActionName  `json:"action"`
-	From       tenaz.State `json:"from,omitempty"`
-	To         tenaz.State `json:"to"`
-	Attempt    int         `json:"attempt,omitempty"`
-	Stage      string      `json:"stage,omitempty"`
-	Actor      string      `json:"actor,omitempty"`
-	Detail     string      `json:"detail,omitempty"`
-	HTTPStatus int         `json:"http_status,omitempty"`
+	At         time.Time  `json:"at"`
+	Action     ActionName `json:"action"`
+	From       State      `json:"from,omitempty"`
+	To         State      `json:"to"`
+	Attempt    int        `json:"attempt,omitempty"`
+	Stage      string     `json:"stage,omitempty"`
+	Actor      string     `json:"actor,omitempty"`
+	Detail     string     `json:"detail,omitempty"`
+	HTTPStatus int        `json:"http_status,omitempty"`
 	// Count is how many steps the entry stands for when a run of them
 	// shares it (consecutive repolls, the same note again); 0 is one.
 	Count int `json:"count,omitempty"`
@@ -70,17 +68,17 @@ type Entry struct {
 // its id. Its History is the audit trail: every transition and every
 // recorded no-op, in order.
 type Record struct {
-	ID             string      `json:"id"`
-	IdempotencyKey string      `json:"idempotency_key"`
-	Account        string      `json:"account"`
-	Kind           string      `json:"kind"`
-	EntityID       string      `json:"entity_id,omitempty"`
-	OrderingKey    string      `json:"ordering_key,omitempty"`
-	Status         tenaz.State `json:"status"`
-	Stage          string      `json:"stage"`
-	Attempts       int         `json:"attempts"`
-	LastError      *ErrorInfo  `json:"last_error,omitempty"`
-	NextRunAt      *time.Time  `json:"next_run_at,omitempty"`
+	ID             string     `json:"id"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	Account        string     `json:"account"`
+	Kind           string     `json:"kind"`
+	EntityID       string     `json:"entity_id,omitempty"`
+	OrderingKey    string     `json:"ordering_key,omitempty"`
+	Status         State      `json:"status"`
+	Stage          string     `json:"stage"`
+	Attempts       int        `json:"attempts"`
+	LastError      *ErrorInfo `json:"last_error,omitempty"`
+	NextRunAt      *time.Time `json:"next_run_at,omitempty"`
 	// Deadline bounds the wait of awaiting_callback (callback SLA) and
 	// polling (poll SLA); NextRunAt is the next step (the next poll, or the
 	// deadline itself while a callback is awaited).
@@ -166,48 +164,48 @@ const EffectEnqueue EffectKind = "enqueue"
 
 // Rule is one row of the transition table.
 type Rule struct {
-	From    []tenaz.State // legal sources; nil for creating actions
-	To      tenaz.State   // destination; "" = unchanged (Note, RetryNow)
+	From    []State // legal sources; nil for creating actions
+	To      State   // destination; "" = unchanged (Note, RetryNow)
 	Effects []EffectKind
 }
 
-var active = []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.StateRunning, tenaz.StateRetrying, tenaz.StateAwaitingCallback, tenaz.StatePolling}
+var active = []State{Scheduled, Pending, Running, Retrying, AwaitingCallback, Polling}
 
 // Table is every legal transition. It is the only place that knows.
 var Table = map[ActionName]Rule{
-	Accept:        {From: nil, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
-	Delay:         {From: nil, To: tenaz.StateScheduled},
-	Reject:        {From: nil, To: tenaz.StateDead},
-	Due:           {From: []tenaz.State{tenaz.StateScheduled}, To: tenaz.StatePending},
-	Claim:         {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateRunning},
-	Reclaim:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRunning},
-	Succeed:       {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateDone},
-	AwaitCallback: {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateAwaitingCallback},
-	Poll:          {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StatePolling},
-	Retry:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying},
-	Yield:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying},
+	Accept:        {From: nil, To: Pending, Effects: []EffectKind{EffectEnqueue}},
+	Delay:         {From: nil, To: Scheduled},
+	Reject:        {From: nil, To: Dead},
+	Due:           {From: []State{Scheduled}, To: Pending},
+	Claim:         {From: []State{Pending, Retrying}, To: Running},
+	Reclaim:       {From: []State{Running}, To: Running},
+	Succeed:       {From: []State{Running}, To: Done},
+	AwaitCallback: {From: []State{Running}, To: AwaitingCallback},
+	Poll:          {From: []State{Running}, To: Polling},
+	Retry:         {From: []State{Running}, To: Retrying},
+	Yield:         {From: []State{Running}, To: Retrying},
 	// Fail is legal before a run too: an event whose record has grown
 	// too large to claim (pkg/size) fails without a call.
-	Fail:     {From: []tenaz.State{tenaz.StatePending, tenaz.StateRetrying, tenaz.StateRunning}, To: tenaz.StateDead},
-	Fallback: {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
+	Fail:     {From: []State{Pending, Retrying, Running}, To: Dead},
+	Fallback: {From: []State{Running, AwaitingCallback, Polling}, To: Pending, Effects: []EffectKind{EffectEnqueue}},
 	// Complete is legal from running too: a fast provider's callback can
 	// arrive before the dispatcher has stored its await_callback; the run's
 	// own late outcome is then recorded as a no-op.
-	Complete:        {From: []tenaz.State{tenaz.StateRunning, tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateDone},
-	Escalate:        {From: []tenaz.State{tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateManualReview},
-	Replay:          {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StatePending, Effects: []EffectKind{EffectEnqueue}},
-	Resolve:         {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StateDone},
-	Discard:         {From: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview}, To: tenaz.StateCancelled},
-	Cancel:          {From: []tenaz.State{tenaz.StateScheduled, tenaz.StatePending, tenaz.StateRetrying}, To: tenaz.StateCancelled},
-	Note:            {From: tenaz.States, To: ""},
-	DeliveriesMaxed: {From: active, To: tenaz.StateDead},
-	Repoll:          {From: []tenaz.State{tenaz.StatePolling}, To: tenaz.StatePolling},
-	Recover:         {From: []tenaz.State{tenaz.StateRunning}, To: tenaz.StateRetrying, Effects: []EffectKind{EffectEnqueue}},
+	Complete:        {From: []State{Running, AwaitingCallback, Polling}, To: Done},
+	Escalate:        {From: []State{AwaitingCallback, Polling}, To: ManualReview},
+	Replay:          {From: []State{Dead, ManualReview}, To: Pending, Effects: []EffectKind{EffectEnqueue}},
+	Resolve:         {From: []State{Dead, ManualReview}, To: Done},
+	Discard:         {From: []State{Dead, ManualReview}, To: Cancelled},
+	Cancel:          {From: []State{Scheduled, Pending, Retrying}, To: Cancelled},
+	Note:            {From: States, To: ""},
+	DeliveriesMaxed: {From: active, To: Dead},
+	Repoll:          {From: []State{Polling}, To: Polling},
+	Recover:         {From: []State{Running}, To: Retrying, Effects: []EffectKind{EffectEnqueue}},
 	// RetryNow keeps the state ("" To) and moves next_run_at to now.
-	RetryNow: {From: []tenaz.State{tenaz.StateRetrying, tenaz.StateScheduled}, To: ""},
+	RetryNow: {From: []State{Retrying, Scheduled}, To: ""},
 	// CancelWait is the operator's cancel of a wait already begun (the
 	// target has the work); Cancel stays the caller's, before a run.
-	CancelWait: {From: []tenaz.State{tenaz.StateAwaitingCallback, tenaz.StatePolling}, To: tenaz.StateCancelled},
+	CancelWait: {From: []State{AwaitingCallback, Polling}, To: Cancelled},
 }
 
 // Action is one input to Apply.
@@ -471,10 +469,10 @@ func (r Record) Step() int { return len(r.History) + r.Truncated }
 
 // Finished reports whether an ordered lane may move past an event in
 // state s: it is done, dead, in manual review or cancelled.
-func Finished(s tenaz.State) bool { return s.Terminal() || s.Parked() }
+func Finished(s State) bool { return s.Terminal() || s.Parked() }
 
 // Can reports whether action a is legal from state s.
-func Can(s tenaz.State, a ActionName) bool {
+func Can(s State, a ActionName) bool {
 	rule, ok := Table[a]
 	return ok && slices.Contains(rule.From, s)
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -25,7 +24,7 @@ func actions() []state.ActionName {
 }
 
 // setup returns a record in state s, as the store would hold it.
-func setup(t testing.TB, s tenaz.State) state.Record {
+func setup(t testing.TB, s state.State) state.Record {
 	t.Helper()
 	r, _, err := state.New(state.Record{ID: "ev_0123456789abcdefghijklmnop", Account: "acme", Kind: "order.create"},
 		state.Action{Name: state.Accept}, t0)
@@ -39,7 +38,7 @@ func setup(t testing.TB, s tenaz.State) state.Record {
 
 func TestApplyEveryStateAndAction(t *testing.T) {
 	t.Parallel()
-	for _, s := range tenaz.States {
+	for _, s := range state.States {
 		for _, a := range actions() {
 			t.Run(string(s)+"/"+string(a), func(t *testing.T) {
 				t.Parallel()
@@ -147,11 +146,11 @@ func TestTableShape(t *testing.T) {
 	if creating != 3 {
 		t.Errorf("want 3 creating actions (accept, delay, reject), got %d", creating)
 	}
-	if r := state.Table[state.Note]; r.To != "" || len(r.From) != len(tenaz.States) {
+	if r := state.Table[state.Note]; r.To != "" || len(r.From) != len(state.States) {
 		t.Errorf("note: want legal from every state and unchanged, got %+v", r)
 	}
 	// Every state is reachable from a creating action.
-	reach := map[tenaz.State]bool{}
+	reach := map[state.State]bool{}
 	for _, rule := range state.Table {
 		if rule.From == nil {
 			reach[rule.To] = true
@@ -167,7 +166,7 @@ func TestTableShape(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range tenaz.States {
+	for _, s := range state.States {
 		if !reach[s] {
 			t.Errorf("state %s is unreachable", s)
 		}
@@ -178,7 +177,7 @@ func TestApplyFields(t *testing.T) {
 	t.Parallel()
 	at := t0.Add(time.Hour)
 	errInfo := &state.ErrorInfo{Class: "transient", Message: "503 from erp", HTTPStatus: 503}
-	running := setup(t, tenaz.StateRunning)
+	running := setup(t, state.Running)
 	running.RunSeq, running.Reference = 7, "ref_1"
 
 	tests := []struct {
@@ -187,7 +186,7 @@ func TestApplyFields(t *testing.T) {
 		a     state.Action
 		check func(t *testing.T, r state.Record)
 	}{
-		{"claim sets run seq, clears next run", setup(t, tenaz.StateRetrying), state.Action{Name: state.Claim, Seq: 42}, func(t *testing.T, r state.Record) {
+		{"claim sets run seq, clears next run", setup(t, state.Retrying), state.Action{Name: state.Claim, Seq: 42}, func(t *testing.T, r state.Record) {
 			if r.Attempts != 3 || r.RunSeq != 42 || r.NextRunAt != nil {
 				t.Errorf("want attempts 3, run_seq 42, no next run, got %d, %d, %v", r.Attempts, r.RunSeq, r.NextRunAt)
 			}
@@ -220,7 +219,7 @@ func TestApplyFields(t *testing.T) {
 			}
 		}},
 		{"replay keeps the stage unless asked", func() state.Record {
-			r := setup(t, tenaz.StateDead)
+			r := setup(t, state.Dead)
 			r.Stage = state.StageFallback
 			return r
 		}(), state.Action{Name: state.Replay}, func(t *testing.T, r state.Record) {
@@ -228,7 +227,7 @@ func TestApplyFields(t *testing.T) {
 				t.Errorf("want stage kept and attempts 0, got %s %d", r.Stage, r.Attempts)
 			}
 		}},
-		{"replay to primary", setup(t, tenaz.StateManualReview), state.Action{Name: state.Replay, Stage: state.StagePrimary}, func(t *testing.T, r state.Record) {
+		{"replay to primary", setup(t, state.ManualReview), state.Action{Name: state.Replay, Stage: state.StagePrimary}, func(t *testing.T, r state.Record) {
 			if r.Stage != state.StagePrimary {
 				t.Errorf("want stage primary, got %s", r.Stage)
 			}
@@ -239,28 +238,28 @@ func TestApplyFields(t *testing.T) {
 			}
 		}},
 		{"retry now moves the next run and keeps the state", func() state.Record {
-			r := setup(t, tenaz.StateRetrying)
+			r := setup(t, state.Retrying)
 			r.NextRunAt = &at
 			return r
 		}(), state.Action{Name: state.RetryNow, NextRunAt: &t0, Actor: "operator:alice", Detail: "provider back"}, func(t *testing.T, r state.Record) {
 			e := r.History[len(r.History)-1]
-			if r.Status != tenaz.StateRetrying || r.NextRunAt == nil || !r.NextRunAt.Equal(t0) || r.Attempts != 2 {
+			if r.Status != state.Retrying || r.NextRunAt == nil || !r.NextRunAt.Equal(t0) || r.Attempts != 2 {
 				t.Errorf("want retrying, due at %v, attempts 2, got %s %v %d", t0, r.Status, r.NextRunAt, r.Attempts)
 			}
-			if e.Action != state.RetryNow || e.From != "" || e.To != tenaz.StateRetrying || e.Actor != "operator:alice" || e.Detail != "provider back" {
+			if e.Action != state.RetryNow || e.From != "" || e.To != state.Retrying || e.Actor != "operator:alice" || e.Detail != "provider back" {
 				t.Errorf("want a retry_now entry with who and why, got %+v", e)
 			}
 		}},
 		{"cancel wait ends the wait", func() state.Record {
-			r := setup(t, tenaz.StateAwaitingCallback)
+			r := setup(t, state.AwaitingCallback)
 			r.NextRunAt, r.Deadline, r.Reference = &at, &at, "ref_9"
 			return r
 		}(), state.Action{Name: state.CancelWait, Actor: "operator:alice", Detail: "provider lost it"}, func(t *testing.T, r state.Record) {
 			e := r.History[len(r.History)-1]
-			if r.Status != tenaz.StateCancelled || r.NextRunAt != nil || r.Deadline != nil || r.Reference != "ref_9" {
+			if r.Status != state.Cancelled || r.NextRunAt != nil || r.Deadline != nil || r.Reference != "ref_9" {
 				t.Errorf("want cancelled with no next run or deadline and the reference kept, got %+v", r)
 			}
-			if e.From != tenaz.StateAwaitingCallback || e.Actor != "operator:alice" || e.Detail != "provider lost it" {
+			if e.From != state.AwaitingCallback || e.Actor != "operator:alice" || e.Detail != "provider lost it" {
 				t.Errorf("want a cancel_wait entry from awaiting_callback with who and why, got %+v", e)
 			}
 		}},
@@ -288,7 +287,7 @@ func TestApplyFields(t *testing.T) {
 func TestRecordJSONRoundTrip(t *testing.T) {
 	t.Parallel()
 	at := t0.Add(time.Hour)
-	r := setup(t, tenaz.StateRunning)
+	r := setup(t, state.Running)
 	r, _, err := state.Apply(r, state.Action{Name: state.Retry, NextRunAt: &at, Error: &state.ErrorInfo{Class: "timeout", Message: "slow"}}, t0)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -29,7 +29,7 @@ func LayoutOptions(cfg *config.Config) streams.Options {
 // Bind is every service's first step: it applies cfg's layout (unless
 // skip: it then reads the store's partition count) and opens the store.
 // subj is the subjects of cfg's prefix over the store's partitions.
-func Bind(ctx context.Context, js jetstream.JetStream, cfg *config.Config, skip bool, now func() time.Time) (subj tenaz.Subjects, st *Store, err error) {
+func Bind(ctx context.Context, js jetstream.JetStream, cfg *config.Config, skip bool, now func() time.Time) (subj names.Subjects, st *Store, err error) {
 	var n int
 	if skip {
 		if n, err = streams.Partitions(ctx, js, cfg.Prefix); err == nil && n == 0 {
@@ -39,12 +39,12 @@ func Bind(ctx context.Context, js jetstream.JetStream, cfg *config.Config, skip 
 		n, err = streams.Apply(ctx, js, LayoutOptions(cfg))
 	}
 	if err != nil {
-		return tenaz.Subjects{}, nil, err
+		return names.Subjects{}, nil, err
 	}
-	subj = tenaz.NewSubjects(cfg.Prefix).WithPartitions(n)
+	subj = names.NewSubjects(cfg.Prefix).WithPartitions(n)
 	st, err = Open(ctx, js, Options{Retention: cfg.Streams.Retention.D(), Now: now, Partitions: n, Prefix: cfg.Prefix})
 	if err != nil {
-		return tenaz.Subjects{}, nil, err
+		return names.Subjects{}, nil, err
 	}
 	return subj, st, nil
 }

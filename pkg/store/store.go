@@ -1,5 +1,5 @@
 // Package store keeps event records in the state buckets (one per
-// partition: the account's is tenaz.Subjects.StateBucket) and changes them
+// partition: the account's is names.Subjects.StateBucket) and changes them
 // only by compare-and-set on the revision. A write is a JetStream publish
 // to the record's $KV subject with Nats-Expected-Last-Subject-Sequence, so
 // it can be sent synchronously or pipelined (WriteAsync) without another
@@ -21,9 +21,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -80,7 +80,7 @@ type Options struct {
 	// it). 0: read it from the server.
 	Partitions int
 	// Prefix is the installation's subject prefix, which its bucket names
-	// carry (config prefix). Defaults to tenaz.DefaultPrefix.
+	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
 }
 
@@ -88,7 +88,7 @@ type Options struct {
 // account's partition.
 type Store struct {
 	js    jetstream.JetStream
-	subj  tenaz.Subjects
+	subj  names.Subjects
 	parts []partition
 	o     Options
 }
@@ -108,7 +108,7 @@ func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error
 		}
 		o.Partitions = n
 	}
-	subj := tenaz.NewSubjects(o.Prefix).WithPartitions(o.Partitions)
+	subj := names.NewSubjects(o.Prefix).WithPartitions(o.Partitions)
 	parts := make([]partition, subj.Parts())
 	for p := range parts {
 		name := subj.StateBucketOf(p)
@@ -151,7 +151,7 @@ func (s *Store) Bucket(account string) string { return s.subj.StateBucket(accoun
 // ErrNotFound. An account of "" (a caller who knows only the id: an
 // operator, a callback without its account) looks in every partition.
 func (s *Store) Get(ctx context.Context, account, id string) (state.Record, uint64, error) {
-	if err := tenaz.ValidateEventID(id); err != nil {
+	if err := names.ValidateEventID(id); err != nil {
 		return state.Record{}, 0, fmt.Errorf("%w: %v", ErrNotFound, err)
 	}
 	if account != "" || len(s.parts) == 1 {

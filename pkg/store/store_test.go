@@ -14,10 +14,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 func TestMain(m *testing.M) {
@@ -79,7 +79,7 @@ func TestCreateGet(t *testing.T) {
 	if err != nil || grev != rev {
 		t.Fatalf("Get: want revision %d, got %d (%v)", rev, grev, err)
 	}
-	if got.ID != r.ID || got.Status != tenaz.StatePending || len(got.History) != 1 || !got.CreatedAt.Equal(r.CreatedAt) {
+	if got.ID != r.ID || got.Status != state.Pending || len(got.History) != 1 || !got.CreatedAt.Equal(r.CreatedAt) {
 		t.Errorf("Get: want the created record back, got %+v", got)
 	}
 	if _, err := st.Create(ctx(t), r); !errors.Is(err, store.ErrExists) {
@@ -120,7 +120,7 @@ func TestWriteCompareAndSet(t *testing.T) {
 		t.Errorf("Write at a future revision: want ErrConflict, got %v", err)
 	}
 	got, rev, err := st.Get(ctx(t), "", r.ID)
-	if err != nil || rev != rev2 || got.Status != tenaz.StateRunning || got.Attempts != 1 {
+	if err != nil || rev != rev2 || got.Status != state.Running || got.Attempts != 1 {
 		t.Errorf("want the first write kept (running, attempt 1, rev %d), got %s, %d, rev %d (%v)", rev2, got.Status, got.Attempts, rev, err)
 	}
 	// Writing a record that was never created at a non-zero revision is a conflict too.
@@ -230,12 +230,12 @@ func TestTransitionClaimRace(t *testing.T) {
 					switch {
 					case err == nil:
 						wins.Add(1)
-						if want := state.Table[state.Claim].Effects; rec.Status != tenaz.StateRunning || !slices.Equal(effects, want) {
+						if want := state.Table[state.Claim].Effects; rec.Status != state.Running || !slices.Equal(effects, want) {
 							errs <- fmt.Errorf("winner: want running with effects %v, got %s %v", want, rec.Status, effects)
 						}
 					case errors.Is(err, state.ErrInvalidTransition):
 						loses.Add(1)
-						if rec.Status != tenaz.StateRunning {
+						if rec.Status != state.Running {
 							errs <- fmt.Errorf("loser: want the current (running) record back, got %s", rec.Status)
 						}
 					default:
@@ -266,7 +266,7 @@ func TestTransitionIllegal(t *testing.T) {
 	r := record(t)
 	rev := create(t, st, r)
 	got, grev, _, err := st.Transition(ctx(t), "", r.ID, state.Action{Name: state.Succeed})
-	if !errors.Is(err, state.ErrInvalidTransition) || got.Status != tenaz.StatePending || grev != rev {
+	if !errors.Is(err, state.ErrInvalidTransition) || got.Status != state.Pending || grev != rev {
 		t.Errorf("succeed from pending: want ErrInvalidTransition and the record at rev %d, got %s rev %d (%v)", rev, got.Status, grev, err)
 	}
 	if _, rev2, _ := st.Get(ctx(t), "", r.ID); rev2 != rev {
@@ -473,7 +473,7 @@ func TestOpenWithoutBucket(t *testing.T) {
 	t.Parallel()
 	s := natstest.Start(t)
 	_, js := s.Conn(t)
-	if err := js.DeleteKeyValue(ctx(t), tenaz.BucketState); err != nil {
+	if err := js.DeleteKeyValue(ctx(t), names.BucketState); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Open(ctx(t), js, store.Options{}); err == nil {

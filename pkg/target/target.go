@@ -34,8 +34,8 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/webhook"
 )
@@ -231,9 +231,9 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(tenaz.HeaderIdempotencyKey, t.IdempotencyKey(r))
-	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
-	req.Header.Set(tenaz.HeaderAttempt, strconv.Itoa(r.Attempt))
+	req.Header.Set(names.HeaderIdempotencyKey, t.IdempotencyKey(r))
+	req.Header.Set(names.HeaderEventID, r.Event.ID)
+	req.Header.Set(names.HeaderAttempt, strconv.Itoa(r.Attempt))
 	tracing.Inject(ctx, req.Header, r.Event.Traceparent)
 	if t.signing != "" {
 		for k, v := range webhook.Headers(t.signing, r.Event.ID, time.Now(), body) {
@@ -411,7 +411,7 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 		req.Header[k] = v
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set(tenaz.HeaderEventID, r.Event.ID)
+	req.Header.Set(names.HeaderEventID, r.Event.ID)
 	tracing.Inject(ctx, req.Header, r.Event.Traceparent)
 	resp, err := t.client.Do(req)
 	if err != nil {

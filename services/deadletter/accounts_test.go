@@ -11,8 +11,8 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -69,7 +69,7 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 		"a replica to own acme and globex")
 	e.openBreaker("acme", "erp")
 	// What an owner of learner stored of its learned concurrency.
-	kv, err := e.js.KeyValue(ctx(t), tenaz.BucketOwners)
+	kv, err := e.js.KeyValue(ctx(t), names.BucketOwners)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,10 +18,10 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // apiError is a refusal with an HTTP-like status and a machine code; every
@@ -60,7 +60,7 @@ func actorOf(ctx context.Context) string {
 
 // lookup returns the indexed item of an event, or why it cannot be acted on.
 func (s *Service) lookup(ctx context.Context, id string) (ops.Item, error) {
-	if err := tenaz.ValidateEventID(id); err != nil {
+	if err := names.ValidateEventID(id); err != nil {
 		return ops.Item{}, fail(http.StatusBadRequest, "invalid_id", "%v", err)
 	}
 	if it, _, ok := s.x.Get(id); ok {
@@ -78,7 +78,7 @@ func (s *Service) lookup(ctx context.Context, id string) (ops.Item, error) {
 	return ops.Item{}, notParked(id, rec.Status)
 }
 
-func notParked(id string, st tenaz.State) error {
+func notParked(id string, st state.State) error {
 	return fail(http.StatusConflict, "not_parked", "event %s is %s: only dead or manual_review events can be acted on", id, st)
 }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -60,10 +59,10 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	id := submit(t, e, "acme", "order.create", "o-1", `{"order_id":"o-1","reject":true}`)
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		r, _, err := e.st.Get(context.Background(), "", id)
-		return err == nil && r.Status == tenaz.StateDead
+		return err == nil && r.Status == state.Dead
 	}, "the rejected event to be dead")
 	f := url.Values{"account": {"acme"}, "kind": {"order.create"}}
-	e.waitListed(tenaz.StateDead, f, 1)
+	e.waitListed(state.Dead, f, 1)
 
 	var show ops.ShowReply
 	if err := e.call(ops.DeadShow, ops.ShowRequest{ID: id}, &show); err != nil {
@@ -82,7 +81,7 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	if rep.Replayed != 1 {
 		t.Fatalf("want 1 replayed, got %+v", rep)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == tenaz.StateDone }, "the replayed event to be done")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == state.Done }, "the replayed event to be done")
 	calls := e.p.CallsFor(id)
 	last := calls[len(calls)-1]
 	if !strings.Contains(string(last.Body), "fixed by ops") || last.Status != http.StatusOK {
@@ -98,7 +97,7 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	if replay == nil || replay.Actor != "operator:alice" || !strings.Contains(replay.Detail, "customer fixed the address") || !strings.Contains(replay.Detail, "payload edited") {
 		t.Fatalf("history: want a replay by operator:alice with the reason and the edit noted, got %+v", r.History)
 	}
-	e.waitListed(tenaz.StateDead, f, 0)
+	e.waitListed(state.Dead, f, 0)
 
 	err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{id}}, &rep)
 	var oe *ops.Error
@@ -123,7 +122,7 @@ func TestCrashedEventDeadThroughAdvisoryThenReplayed(t *testing.T) {
 		return nil
 	}})
 	submit(t, e, "acme", "order.create", "poison", `{"order_id":"poison"}`)
-	e.waitListed(tenaz.StateDead, url.Values{"reason": {dead.ReasonCrash}}, 1)
+	e.waitListed(state.Dead, url.Values{"reason": {dead.ReasonCrash}}, 1)
 	var list ops.ListReply
 	if err := e.call(ops.DeadList, ops.ListRequest{Account: "acme", Reason: dead.ReasonCrash}, &list); err != nil {
 		t.Fatal(err)
@@ -136,7 +135,7 @@ func TestCrashedEventDeadThroughAdvisoryThenReplayed(t *testing.T) {
 	if err := e.callWith(operatorKeys["bob"], ops.DeadReplay, ops.ReplayRequest{IDs: []string{poison}, Reason: "handler fixed in v2"}, &rep); err != nil || rep.Replayed != 1 {
 		t.Fatalf("replay: %+v, %v", rep, err)
 	}
-	natstest.Eventually(t, 60*time.Second, func() bool { return e.record(poison).Status == tenaz.StateDone }, "the replayed poison event to be done")
+	natstest.Eventually(t, 60*time.Second, func() bool { return e.record(poison).Status == state.Done }, "the replayed poison event to be done")
 	if n := e.p.Effects(poison); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
@@ -151,8 +150,8 @@ func TestResolveReviews(t *testing.T) {
 	e := setup(t, "")
 	e.startDispatcher(nil)
 	ids := e.seed(3, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(i int) string { return `{"applicant":"a` + string(rune('0'+i)) + `"}` })
-	e.waitListed(tenaz.StateManualReview, url.Values{}, 3)
-	if n := e.listed(tenaz.StateDead, url.Values{}); n != 0 {
+	e.waitListed(state.ManualReview, url.Values{}, 3)
+	if n := e.listed(state.Dead, url.Values{}); n != 0 {
 		t.Fatalf("reviews must not be listed as dead, got %d", n)
 	}
 
@@ -161,20 +160,20 @@ func TestResolveReviews(t *testing.T) {
 		t.Fatalf("resolve done: %d %s", code, body)
 	}
 	r := e.record(ids[0])
-	if r.Status != tenaz.StateDone || string(r.Result) != `{"decision":"approved"}` || lastEntry(r).Actor != "operator:carol" || lastEntry(r).Detail != "bureau confirmed by phone" {
+	if r.Status != state.Done || string(r.Result) != `{"decision":"approved"}` || lastEntry(r).Actor != "operator:carol" || lastEntry(r).Detail != "bureau confirmed by phone" {
 		t.Fatalf("resolved: want done with the result and carol's reason, got %s %s %+v", r.Status, r.Result, lastEntry(r))
 	}
 	if err := e.callWith(operatorKeys["dave"], ops.ReviewResolve, ops.ResolveRequest{ID: ids[1], Outcome: ops.OutcomeRequeuePrimary, Reason: "bureau back up"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ids[1]).Status == tenaz.StateDone }, "the requeued review to be delivered")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ids[1]).Status == state.Done }, "the requeued review to be delivered")
 	if err := e.callWith(operatorKeys["erin"], ops.ReviewResolve, ops.ResolveRequest{ID: ids[2], Outcome: ops.OutcomeDiscard, Reason: "applicant withdrew"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.record(ids[2]); r.Status != tenaz.StateCancelled || lastEntry(r).Actor != "operator:erin" {
+	if r := e.record(ids[2]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:erin" {
 		t.Fatalf("discarded: want cancelled by operator:erin, got %s %+v", r.Status, lastEntry(r))
 	}
-	e.waitListed(tenaz.StateManualReview, url.Values{}, 0)
+	e.waitListed(state.ManualReview, url.Values{}, 0)
 }
 
 // Bad requests answer with a code and a message that say what is wrong,
@@ -183,7 +182,7 @@ func TestRequestErrors(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	ids := e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
-	e.waitListed(tenaz.StateDead, url.Values{}, 1)
+	e.waitListed(state.Dead, url.Values{}, 1)
 	for _, tc := range []struct {
 		name   string
 		ep     string
@@ -216,7 +215,7 @@ func TestRequestErrors(t *testing.T) {
 	if code := e.get("/v1/dead?since=yesterday", nil); code != 400 {
 		t.Errorf("HTTP list with a bad since: want 400, got %d", code)
 	}
-	if e.record(ids[0]).Status != tenaz.StateDead {
+	if e.record(ids[0]).Status != state.Dead {
 		t.Fatal("refused requests must change nothing")
 	}
 }
@@ -227,7 +226,7 @@ func TestDiscardSelection(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	ids := e.seed(5, "acme", "invoice.send", dead.ReasonExhausted, "transient", func(int) string { return `{"n":1}` })
-	e.waitListed(tenaz.StateDead, url.Values{"kind": {"invoice.send"}}, 5)
+	e.waitListed(state.Dead, url.Values{"kind": {"invoice.send"}}, 5)
 	var first ops.ActionReply
 	if err := e.callWith(operatorKeys["frank"], ops.DeadDiscard, ops.DiscardRequest{IDs: ids[:1], Reason: "duplicate invoice"}, &first); err != nil || first.Done != 1 {
 		t.Fatalf("discard one: %+v %v", first, err)
@@ -240,11 +239,11 @@ func TestDiscardSelection(t *testing.T) {
 		t.Fatalf("want 4 discarded and 1 skipped, got %+v", rep)
 	}
 	for _, id := range ids {
-		if r := e.record(id); r.Status != tenaz.StateCancelled || lastEntry(r).Detail != "duplicate invoice" {
+		if r := e.record(id); r.Status != state.Cancelled || lastEntry(r).Detail != "duplicate invoice" {
 			t.Fatalf("%s: want cancelled with the reason, got %s %+v", id, r.Status, lastEntry(r))
 		}
 	}
-	e.waitListed(tenaz.StateDead, url.Values{}, 0)
+	e.waitListed(state.Dead, url.Values{}, 0)
 }
 
 // A submission refused at intake has no event: it is listed (by its DEAD
@@ -261,7 +260,7 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	startIngest(t, e)
 	submit(t, e, "acme", "no.such.kind", "k1", `{"x":1}`)
-	e.waitListed(tenaz.StateDead, url.Values{"reason": {dead.ReasonRejected}}, 1)
+	e.waitListed(state.Dead, url.Values{"reason": {dead.ReasonRejected}}, 1)
 	var list ops.ListReply
 	_ = e.call(ops.DeadList, ops.ListRequest{Reason: dead.ReasonRejected}, &list)
 	it := list.Items[0]
@@ -284,5 +283,5 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 	if err := e.callWith(operatorKeys["gina"], ops.DeadDiscard, ops.DiscardRequest{Seqs: []uint64{it.Seq}, Reason: "test traffic"}, &rep); err != nil || rep.Done != 1 {
 		t.Fatalf("discard by seq: %+v %v", rep, err)
 	}
-	e.waitListed(tenaz.StateDead, url.Values{}, 0)
+	e.waitListed(state.Dead, url.Values{}, 0)
 }

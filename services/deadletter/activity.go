@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The overview's figures over time (throughput, retry rate, p95 wait)
@@ -141,8 +140,8 @@ type change struct {
 type changeEntry struct {
 	At      time.Time        `json:"at"`
 	Action  state.ActionName `json:"action"`
-	From    tenaz.State      `json:"from"`
-	To      tenaz.State      `json:"to"`
+	From    state.State      `json:"from"`
+	To      state.State      `json:"to"`
 	Attempt int              `json:"attempt"`
 }
 
@@ -267,13 +266,13 @@ func (a *activity) fold(c change, hist []changeEntry, after time.Time, scale flo
 		switch {
 		case h.Action == state.Accept || h.Action == state.Delay:
 			m.Accepted += scale
-		case h.To == tenaz.StateRunning && h.From != tenaz.StateRunning:
+		case h.To == state.Running && h.From != state.Running:
 			m.Attempts += scale
 			if h.Action == state.Claim && h.Attempt == 1 {
 				// The wait runs from when the event became due (accepted,
 				// its time came, replayed) to its first attempt.
 				for j := i - 1; j >= 0; j-- {
-					if hist[j].To == tenaz.StatePending {
+					if hist[j].To == state.Pending {
 						m.wait(h.At.Sub(hist[j].At), a.rnd)
 						break
 					}
@@ -281,9 +280,9 @@ func (a *activity) fold(c change, hist []changeEntry, after time.Time, scale flo
 			}
 		case h.Action == state.Retry:
 			m.Retries += scale
-		case h.To == tenaz.StateDone && h.From != tenaz.StateDone:
+		case h.To == state.Done && h.From != state.Done:
 			m.Done += scale
-		case h.To == tenaz.StateDead && h.From != tenaz.StateDead:
+		case h.To == state.Dead && h.From != state.Dead:
 			m.Dead += scale
 		}
 	}

@@ -14,8 +14,9 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
 )
 
@@ -50,8 +51,8 @@ import (
 // actor recorded is the principal the Guard authenticated, never a body
 // field.
 func (s *Service) apiRoutes(mux readyMux) {
-	mux.HandleFunc("GET /v1/dead", s.apiList(tenaz.StateDead))
-	mux.HandleFunc("GET /v1/review", s.apiList(tenaz.StateManualReview))
+	mux.HandleFunc("GET /v1/dead", s.apiList(state.Dead))
+	mux.HandleFunc("GET /v1/review", s.apiList(state.ManualReview))
 	mux.HandleFunc("GET /v1/dead/{id}", s.apiShow)
 	mux.HandleFunc("GET /v1/review/{id}", s.apiShow)
 	mux.HandleFunc("POST /v1/dead/replay", func(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +152,7 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func (s *Service) apiList(st tenaz.State) http.HandlerFunc {
+func (s *Service) apiList(st state.State) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q, err := listQuery(r.URL.Query())
 		if err != nil {
@@ -186,7 +187,7 @@ func showRequest(id string) (ops.ShowRequest, error) {
 }
 
 // list serves one page of a list.
-func (s *Service) list(st tenaz.State, q ops.ListRequest) (ops.ListReply, error) {
+func (s *Service) list(st state.State, q ops.ListRequest) (ops.ListReply, error) {
 	rep, err := s.x.List(st, q)
 	if errors.Is(err, index.ErrBadCursor) {
 		return rep, fail(http.StatusBadRequest, "invalid_cursor", "%v", err)
@@ -258,7 +259,7 @@ func breakerItem(c breaker.Change) ops.BreakerItem {
 // closeBreaker closes one breaker for every replica (an operator's call).
 func (s *Service) closeBreaker(ctx context.Context, req ops.CloseBreakerRequest) (ops.BreakerItem, error) {
 	actor := actorOf(ctx)
-	if tenaz.ValidateAccount(req.Account) != nil || req.Target == "" {
+	if names.ValidateAccount(req.Account) != nil || req.Target == "" {
 		return ops.BreakerItem{}, fail(http.StatusBadRequest, "invalid_breaker", "give a valid account and target, got %q and %q", req.Account, req.Target)
 	}
 	known := false

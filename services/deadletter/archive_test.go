@@ -17,12 +17,12 @@ import (
 	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // submitFor submits an event about entity over NATS and returns its id.
@@ -31,7 +31,7 @@ func submitFor(t *testing.T, e *env, account, kind, entity, key, payload string)
 	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
 	m.Data = []byte(payload)
 	m.Header.Set("Idempotency-Key", key)
-	m.Header.Set(tenaz.HeaderEntityID, entity)
+	m.Header.Set(names.HeaderEntityID, entity)
 	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -111,9 +111,9 @@ func TestEntityTimelineOutlivesTheRecords(t *testing.T) {
 	e.waitDone(credit, other)
 	natstest.Eventually(t, 60*time.Second, func() bool {
 		r, _, err := e.st.Get(context.Background(), "", order)
-		return err == nil && r.Status == tenaz.StateDead
+		return err == nil && r.Status == state.Dead
 	}, "the order to die of its 503 (one attempt)")
-	e.waitListed(tenaz.StateDead, url.Values{"account": {"acme"}}, 1)
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 1)
 
 	for _, a := range []struct{ path, reason string }{{"/v1/accounts/acme/pause", "bureau maintenance"}, {"/v1/accounts/acme/resume", "bureau is back"}} {
 		if st, body := e.post(a.path, map[string]string{"reason": a.reason}, nil); st != http.StatusOK {
@@ -141,7 +141,7 @@ func TestEntityTimelineOutlivesTheRecords(t *testing.T) {
 		t.Fatalf("events: want the credit and the order, both expired, got %+v", rep.Events)
 	}
 	for _, ev := range rep.Events {
-		if ev.Status != tenaz.StateDone || ev.ID != credit && ev.ID != order {
+		if ev.Status != state.Done || ev.ID != credit && ev.ID != order {
 			t.Fatalf("event %+v: want one of %s %s, done", ev, credit, order)
 		}
 	}
@@ -408,9 +408,9 @@ func TestExportStreamsEveryLine(t *testing.T) {
 	at := time.Now().UTC().Add(-time.Minute)
 	const n = 2500
 	for i := range 5 { // five revisions of 500 steps each
-		r := audit.Revision{ID: "ev_long", Account: "acme", Kind: "credit.evaluate", EntityID: "L-1", Status: tenaz.StatePolling, Step: (i + 1) * 500}
+		r := audit.Revision{ID: "ev_long", Account: "acme", Kind: "credit.evaluate", EntityID: "L-1", Status: state.Polling, Step: (i + 1) * 500}
 		for j := range 500 {
-			r.Entries = append(r.Entries, state.Entry{At: at.Add(time.Duration(i*500+j) * time.Millisecond), Action: state.Repoll, To: tenaz.StatePolling})
+			r.Entries = append(r.Entries, state.Entry{At: at.Add(time.Duration(i*500+j) * time.Millisecond), Action: state.Repoll, To: state.Polling})
 		}
 		b, _ := json.Marshal(r)
 		if _, err := e.js.Publish(ctx(t), audit.Subject("tenaz", "acme", "L-1", "ev_long"), b); err != nil {

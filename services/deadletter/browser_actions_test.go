@@ -9,7 +9,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The operators' actions on the screen, in a real headless Chromium: pause
@@ -22,7 +21,7 @@ func TestOperatorActionsInChromium(t *testing.T) {
 	startIngest(t, e)
 	e.startDispatcher(nil)
 	e.waitDone(submit(t, e, "acme", "order.create", "a-0", `{"n":0}`)) // acme is owned: it has a row
-	retrying := e.live("acme", "order.slow", tenaz.StateRetrying)
+	retrying := e.live("acme", "order.slow", state.Retrying)
 
 	b := newBrowser(t, e.http.URL)
 	row := `document.querySelector('tr[data-account="acme"] td.dispatch')`
@@ -67,7 +66,7 @@ func TestOperatorActionsInChromium(t *testing.T) {
 	}
 	b.do("confirm the retry", chromedp.Click(chromedp.CSS(`#confirm`)))
 	b.wait("the flash", `!!document.querySelector('#flash') && document.querySelector('#flash').textContent.includes('is due now')`)
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(retrying).Status == tenaz.StateDone }, "the retried event to be delivered")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(retrying).Status == state.Done }, "the retried event to be delivered")
 	b.do("reload the detail", chromedp.Navigate(e.http.URL+"/ui/events/"+retrying), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
 	if tl := b.eval(`document.querySelector('#timeline').textContent`); !strings.Contains(tl, string(state.RetryNow)) || !strings.Contains(tl, "operator:alice") || !strings.Contains(tl, "erp is back") {
 		t.Fatalf("timeline: want the retry_now by operator:alice with the reason, got %q", tl)

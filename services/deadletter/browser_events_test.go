@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // running stores the record of an event of account whose first attempt
@@ -43,7 +43,7 @@ func submitEntity(t *testing.T, e *env, account, kind, key, entity string) strin
 	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
 	m.Data = []byte(`{"proposal":"` + entity + `"}`)
 	m.Header.Set("Idempotency-Key", key)
-	m.Header.Set(tenaz.HeaderEntityID, entity)
+	m.Header.Set(names.HeaderEntityID, entity)
 	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +98,8 @@ func TestEventsInChromium(t *testing.T) {
 	proposal := submitEntity(t, e, "acme", "credit.evaluate", "p-42", "proposal-42")
 	globex := []string{submit(t, e, "globex", "order.create", "g-0", `{"n":1}`), submit(t, e, "globex", "order.create", "g-1", `{"n":1}`)}
 	e.waitDone(append(append([]string{proposal}, acme...), globex...)...)
-	retrying := e.live("acme", "order.slow", tenaz.StateRetrying)
-	awaiting := e.live("acme", "credit.callback", tenaz.StateAwaitingCallback)
+	retrying := e.live("acme", "order.slow", state.Retrying)
+	awaiting := e.live("acme", "credit.callback", state.AwaitingCallback)
 	running := e.running("acme", "order.create")
 	all := append(append([]string{proposal, retrying, awaiting, running}, acme...), globex...)
 	acmeAll := append([]string{proposal, retrying, awaiting, running}, acme...)

@@ -15,7 +15,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // past stores n events of account accepted over the last span, each
@@ -83,8 +82,8 @@ func TestOverviewInChromium(t *testing.T) {
 	e.startDispatcher(nil)
 	acmeRetries := e.past("acme", "order.create", 300, 25*time.Minute, 5)
 	e.past("globex", "order.create", 120, 25*time.Minute, 0)
-	e.live("acme", "order.slow", tenaz.StateRetrying)
-	e.live("acme", "credit.callback", tenaz.StateAwaitingCallback)
+	e.live("acme", "order.slow", state.Retrying)
+	e.live("acme", "credit.callback", state.AwaitingCallback)
 
 	b := newBrowser(t, e.http.URL)
 	b.do("open the overview", chromedp.Navigate(e.http.URL+"/ui/overview"), chromedp.WaitVisible(chromedp.CSS("#overview")))

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // chromium finds the browser; the tests fail (never skip) without one.
@@ -130,8 +130,8 @@ func TestScreenInChromium(t *testing.T) {
 	e.seed(2, "globex", "order.create", dead.ReasonExhausted, "transient", payload)
 	e.seed(2, "acme", "invoice.send", dead.ReasonExhausted, "timeout", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
 	review := e.seed(1, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(int) string { return `{"applicant":"A-17"}` })
-	e.waitListed(tenaz.StateDead, url.Values{}, 7)
-	e.waitListed(tenaz.StateManualReview, url.Values{}, 1)
+	e.waitListed(state.Dead, url.Values{}, 7)
+	e.waitListed(state.ManualReview, url.Values{}, 1)
 
 	b := newBrowser(t, e.http.URL)
 	b.do("open the screen", chromedp.Navigate(e.http.URL+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#filters")))
@@ -172,7 +172,7 @@ func TestScreenInChromium(t *testing.T) {
 	b.do("confirm", chromedp.Click(chromedp.CSS(`#confirm`)))
 	b.wait("the filtered list again, with the flash and without the event", `!!document.querySelector('#flash') && document.querySelector('#flash').textContent.includes('Replayed 1') && !document.body.textContent.includes('`+id+`') && location.search.includes('kind=order.create') && `+rows+` === 2`)
 	b.screenshot("replayed")
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == tenaz.StateDone }, "the replayed event to be delivered")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == state.Done }, "the replayed event to be delivered")
 	if r := e.record(id); !strings.Contains(fmt.Sprint(r.History), "operator:alice") {
 		t.Fatalf("the history must name operator:alice, got %+v", r.History)
 	}
@@ -212,7 +212,7 @@ func TestScreenInChromium(t *testing.T) {
 	b.do("confirm the resolution", chromedp.Click(chromedp.CSS(`#confirm`)))
 	b.wait("the review list empty", `!!document.querySelector('#flash') && document.querySelectorAll('td.empty').length === 1`)
 	b.screenshot("resolved")
-	if r := e.record(review[0]); r.Status != tenaz.StateDone || string(r.Result) != `{"decision":"approved"}` {
+	if r := e.record(review[0]); r.Status != state.Done || string(r.Result) != `{"decision":"approved"}` {
 		t.Fatalf("the review must be done with the result, got %s %s", r.Status, r.Result)
 	}
 	b.do("breakers tab", chromedp.Navigate(e.http.URL+"/ui/breakers"), chromedp.WaitVisible(chromedp.CSS("#breakers")))

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // The screen's retrying and scheduled tabs have no feed of their own: they
@@ -39,10 +39,10 @@ type stateSample struct {
 type scan struct {
 	At     time.Time
 	Took   time.Duration
-	Counts map[tenaz.State]int
+	Counts map[state.State]int
 	// ByAccount counts the states of each account (the overview's backlog).
-	ByAccount map[string]map[tenaz.State]int
-	Samples   map[tenaz.State][]stateSample // soonest next_run_at first
+	ByAccount map[string]map[state.State]int
+	Samples   map[state.State][]stateSample // soonest next_run_at first
 	Err       error
 }
 
@@ -95,7 +95,7 @@ func (s *Service) scanned(ctx context.Context, wait time.Duration) *scan {
 // scanStates reads the last value of every record and counts the states.
 func (s *Service) scanStates(ctx context.Context) *scan {
 	start := s.now()
-	sc := &scan{At: start, Counts: map[tenaz.State]int{}, ByAccount: map[string]map[tenaz.State]int{}, Samples: map[tenaz.State][]stateSample{}}
+	sc := &scan{At: start, Counts: map[state.State]int{}, ByAccount: map[string]map[state.State]int{}, Samples: map[state.State][]stateSample{}}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	for p := range s.subj.Parts() {
@@ -174,20 +174,20 @@ func (s *Service) scanBucket(ctx context.Context, bucket string, sc *scan) error
 			if j < 0 {
 				continue
 			}
-			st := tenaz.State(rest[:j])
+			st := state.State(rest[:j])
 			sc.Counts[st]++
 			if k := bytes.Index(data[:i], accountKey); k >= 0 {
 				acct := data[k+len(accountKey) : i]
 				if e := bytes.IndexByte(acct, '"'); e >= 0 {
 					byState := sc.ByAccount[string(acct[:e])]
 					if byState == nil {
-						byState = map[tenaz.State]int{}
+						byState = map[state.State]int{}
 						sc.ByAccount[string(acct[:e])] = byState
 					}
 					byState[st]++
 				}
 			}
-			if st == tenaz.StateRetrying || st == tenaz.StateScheduled {
+			if st == state.Retrying || st == state.Scheduled {
 				var r struct {
 					stateSample
 					LastError *struct {

@@ -23,10 +23,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	liveconfig "github.com/tenaz/tenaz/pkg/live"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/search"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
 )
 
@@ -83,7 +84,7 @@ type Service struct {
 	live *liveconfig.Config // the accounts and targets in force, the accounts bucket (stored.go)
 	log  zerolog.Logger
 	js   jetstream.JetStream
-	subj tenaz.Subjects
+	subj names.Subjects
 	now  func() time.Time
 
 	st     *store.Store
@@ -145,7 +146,7 @@ func New(o Options) (*Service, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: tenaz.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
+	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: names.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.Init("deadletter", o.Conn)
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
 	if s.live = o.Live; s.live == nil {
@@ -191,8 +192,8 @@ func (s *Service) start(ctx context.Context) (err error) {
 	if s.pauses, err = accounts.OpenPauses(ctx, s.js, s.subj); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
-	if s.dead, err = s.js.Stream(ctx, s.subj.Stream(tenaz.StreamDead)); err != nil {
-		return fmt.Errorf("deadletter: stream %s: %w", s.subj.Stream(tenaz.StreamDead), err)
+	if s.dead, err = s.js.Stream(ctx, s.subj.Stream(names.StreamDead)); err != nil {
+		return fmt.Errorf("deadletter: stream %s: %w", s.subj.Stream(names.StreamDead), err)
 	}
 	if err := s.startView(ctx); err != nil {
 		return err
@@ -200,7 +201,7 @@ func (s *Service) start(ctx context.Context) (err error) {
 	if err := s.consume(ctx, s.subj.Stream(StreamAdvisories), "deadletter", nil, 1, s.handleAdvisory); err != nil {
 		return err
 	}
-	if err := s.consume(ctx, s.subj.Stream(tenaz.StreamDead), "", s.dataConsumer("consumer-deadletter-index.json"), arrivalWorkers, s.handleArrival); err != nil {
+	if err := s.consume(ctx, s.subj.Stream(names.StreamDead), "", s.dataConsumer("consumer-deadletter-index.json"), arrivalWorkers, s.handleArrival); err != nil {
 		return err
 	}
 	if s.brk, err = breaker.New(ctx, s.js, breaker.Options{
@@ -223,7 +224,7 @@ func (s *Service) start(ctx context.Context) (err error) {
 	if s.micro, err = s.registerMicro(); err != nil {
 		return fmt.Errorf("deadletter: micro: %w", err)
 	}
-	s.log.Info().Int("dead", s.x.Count(tenaz.StateDead)).Int("manual_review", s.x.Count(tenaz.StateManualReview)).Msg("deadletter started")
+	s.log.Info().Int("dead", s.x.Count(state.Dead)).Int("manual_review", s.x.Count(state.ManualReview)).Msg("deadletter started")
 	return nil
 }
 

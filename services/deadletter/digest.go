@@ -15,9 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/target"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The digest: the server fires a cron message schedule kept on
@@ -140,7 +141,7 @@ func (s *Service) handleTick(ctx context.Context, m jetstream.Msg) {
 			return
 		}
 		d.From, d.To = st.LastAt, meta.Timestamp.UTC()
-		d.OpenDead, d.OpenReview = s.x.Count(tenaz.StateDead), s.x.Count(tenaz.StateManualReview)
+		d.OpenDead, d.OpenReview = s.x.Count(state.Dead), s.x.Count(state.ManualReview)
 		st = digestState{LastSeq: lastSeq, LastTick: tick, LastAt: d.To, Digest: &d}
 		if rev, err = s.saveDigestState(ctx, st, rev); err != nil {
 			_ = m.NakWithDelay(time.Second) // another replica moved it: look again
@@ -178,7 +179,7 @@ func (s *Service) countDead(ctx context.Context, after uint64, until time.Time) 
 	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
-	cons, err := s.js.OrderedConsumer(ctx, s.subj.Stream(tenaz.StreamDead), cfg)
+	cons, err := s.js.OrderedConsumer(ctx, s.subj.Stream(names.StreamDead), cfg)
 	if err != nil {
 		return d, after, err
 	}

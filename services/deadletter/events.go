@@ -11,7 +11,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/search"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // The screen's events list: every event in any state, found through the
@@ -58,7 +58,7 @@ type eventsData struct {
 	Query   template.URL // the filter as a query string (for links), encoded by url.Values
 	Reply   ops.FindReply
 	First   bool
-	States  []tenaz.State
+	States  []state.State
 	Kinds   []string
 	Filters bool // some filter is set
 }
@@ -77,7 +77,7 @@ func (u *ui) events(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	d := eventsData{Q: q, Form: form, Query: template.URL(form.Encode()), Reply: rep, First: q.Cursor == "", States: tenaz.States, Filters: len(form) > 0}
+	d := eventsData{Q: q, Form: form, Query: template.URL(form.Encode()), Reply: rep, First: q.Cursor == "", States: state.States, Filters: len(form) > 0}
 	for k := range u.s.cfg.Kinds {
 		d.Kinds = append(d.Kinds, k)
 	}

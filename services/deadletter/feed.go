@@ -14,10 +14,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -131,7 +131,7 @@ func (s *Service) handleArrival(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	it := ops.Item{Seq: meta.Sequence.Stream, At: meta.Timestamp.UTC(), Status: tenaz.StateDead}
+	it := ops.Item{Seq: meta.Sequence.Stream, At: meta.Timestamp.UTC(), Status: state.Dead}
 	var e dead.Entry
 	if err := json.Unmarshal(m.Data(), &e); err != nil {
 		// Kept as it is: an operator sees it and may discard it.
@@ -286,10 +286,10 @@ func (s *Service) parseDead(subject string) (string, string, bool) {
 // adviseRaw publishes the dead advisory of an entry without an event.
 func (s *Service) adviseRaw(it ops.Item) {
 	acct, kind := it.Account, it.Kind
-	if tenaz.ValidateAccount(acct) != nil {
+	if names.ValidateAccount(acct) != nil {
 		acct = dead.InvalidToken
 	}
-	if tenaz.ValidateKind(kind) != nil {
+	if names.ValidateKind(kind) != nil {
 		kind = dead.InvalidToken
 	}
 	b, _ := json.Marshal(dead.Advisory{Account: it.Account, Kind: it.Kind, Reason: it.Reason, Class: it.Class,

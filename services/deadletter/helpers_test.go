@@ -22,13 +22,13 @@ import (
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/deadletter"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -43,7 +43,7 @@ type env struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	st   *store.Store
-	subj tenaz.Subjects // the store's, default prefix
+	subj names.Subjects // the store's, default prefix
 	p    *provider.Provider
 	cfg  *config.Config
 	auth *auth.Authenticator
@@ -132,7 +132,7 @@ func setup(t *testing.T, extraYAML string) *env {
 	if e.st, err = store.Open(context.Background(), e.js, store.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	e.subj = tenaz.NewSubjects("").WithPartitions(e.st.Partitions())
+	e.subj = names.NewSubjects("").WithPartitions(e.st.Partitions())
 	e.dl = e.startDeadletter("")
 	mux := http.NewServeMux()
 	e.dl.Routes(mux)
@@ -335,10 +335,10 @@ func (e *env) postWith(key, path string, body any, v any) (int, string) {
 
 // listed counts the items of a list for a filter (one request to
 // whichever replica answers the micro endpoint).
-func (e *env) listed(status tenaz.State, q url.Values) int {
+func (e *env) listed(status state.State, q url.Values) int {
 	e.t.Helper()
 	ep := ops.DeadList
-	if status == tenaz.StateManualReview {
+	if status == state.ManualReview {
 		ep = ops.ReviewList
 	}
 	req := ops.ListRequest{Account: q.Get("account"), Kind: q.Get("kind"), Class: q.Get("class"), Reason: q.Get("reason"), Limit: 1}
@@ -360,7 +360,7 @@ func (e *env) record(id string) state.Record {
 }
 
 // waitListed waits until the list holds n items for the filter.
-func (e *env) waitListed(status tenaz.State, q url.Values, n int) {
+func (e *env) waitListed(status state.State, q url.Values, n int) {
 	e.t.Helper()
 	natstest.Eventually(e.t, 3*time.Minute, func() bool { return e.listed(status, q) == n }, "%d %s items for %v (have %d)", n, status, q, e.listed(status, q))
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // A replay job replays every dead event matching a filter, newest first,
@@ -62,7 +61,7 @@ func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor
 		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_rate", "rate_per_second must be in (0, %g], got %g", maxJobRate, rate)
 	}
 	f.Cursor, f.Limit = "", 0
-	first, err := s.x.List(tenaz.StateDead, ops.ListRequest{Account: f.Account, Kind: f.Kind, Class: f.Class, Reason: f.Reason, Since: f.Since, Until: f.Until, Limit: 1})
+	first, err := s.x.List(state.Dead, ops.ListRequest{Account: f.Account, Kind: f.Kind, Class: f.Class, Reason: f.Reason, Since: f.Since, Until: f.Until, Limit: 1})
 	if err != nil {
 		return ops.JobReply{}, fail(http.StatusBadRequest, "bad_filter", "%v", err)
 	}
@@ -188,7 +187,7 @@ func (s *Service) runJob(ctx context.Context, j job, rev uint64) {
 			return
 		}
 		f.Cursor, f.Limit = j.Cursor, jobPage
-		page, err := s.x.List(tenaz.StateDead, f)
+		page, err := s.x.List(state.Dead, f)
 		if err != nil {
 			j.State, j.Error = ops.JobFailed, err.Error()
 			save(true)

@@ -9,7 +9,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Replaying everything matching a filter: 10,000 dead events of one
@@ -25,8 +25,8 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 	e.startDispatcher(nil)
 	e.seed(n, "acme", "order.create", dead.ReasonExhausted, "transient", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
 	e.seed(300, "globex", "order.create", dead.ReasonExhausted, "transient", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
-	e.waitListed(tenaz.StateDead, url.Values{"account": {"acme"}}, n)
-	e.waitListed(tenaz.StateDead, url.Values{"account": {"globex"}}, 300)
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, n)
+	e.waitListed(state.Dead, url.Values{"account": {"globex"}}, 300)
 
 	var rep ops.ReplayReply
 	err := e.callWith(operatorKeys["hana"], ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme", Kind: "order.create"}, Reason: "erp fixed", RatePerSecond: 5000}, &rep)
@@ -71,8 +71,8 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 	if a := e.p.Applied(); a != n {
 		t.Fatalf("want exactly %d effects, got %d", n, a)
 	}
-	e.waitListed(tenaz.StateDead, url.Values{"account": {"acme"}}, 0)
-	if got := e.listed(tenaz.StateDead, url.Values{"account": {"globex"}}); got != 300 {
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 0)
+	if got := e.listed(state.Dead, url.Values{"account": {"globex"}}); got != 300 {
 		t.Fatalf("the other account's dead events must stay: want 300, got %d", got)
 	}
 }

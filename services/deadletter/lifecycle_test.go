@@ -12,15 +12,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // deadStream is the DEAD stream's current state.
 func (e *env) deadStream() (jetstream.Stream, jetstream.StreamState) {
 	e.t.Helper()
-	s, err := e.js.Stream(context.Background(), tenaz.StreamDead)
+	s, err := e.js.Stream(context.Background(), names.StreamDead)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func (e *env) items(req ops.ListRequest) []ops.Item {
 // intakeLeft counts the submissions INTAKE still holds.
 func (e *env) intakeLeft() uint64 {
 	e.t.Helper()
-	s, err := e.js.Stream(context.Background(), tenaz.StreamIntake)
+	s, err := e.js.Stream(context.Background(), names.StreamIntake)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestSettledEntriesLeaveDead(t *testing.T) {
 	startIngest(t, e)
 	ids := e.seed(3, "acme", "order.create", dead.ReasonPermanent, "permanent", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
 	submit(t, e, "acme", "no.such.kind", "k1", `{"secret":"card 4111"}`)
-	e.waitListed(tenaz.StateDead, url.Values{}, 4)
+	e.waitListed(state.Dead, url.Values{}, 4)
 	seqs := map[string]uint64{}
 	for _, it := range e.items(ops.ListRequest{}) {
 		seqs[it.ID] = it.Seq // the refused submission under ""
@@ -97,8 +98,8 @@ func TestSettledEntriesLeaveDead(t *testing.T) {
 	if _, st := e.deadStream(); st.Msgs != 0 {
 		t.Fatalf("DEAD: want no entries left, got %d", st.Msgs)
 	}
-	e.waitListed(tenaz.StateDead, url.Values{}, 0)
-	if r := e.record(ids[2]); r.Status != tenaz.StatePending || string(r.Payload) != `{"n":2}` {
+	e.waitListed(state.Dead, url.Values{}, 0)
+	if r := e.record(ids[2]); r.Status != state.Pending || string(r.Payload) != `{"n":2}` {
 		t.Fatalf("the replayed event: want pending with its payload (from the record), got %s %s", r.Status, r.Payload)
 	}
 }
@@ -148,7 +149,7 @@ func TestDeadRetentionExpiresEntries(t *testing.T) {
 	startIngest(t, e)
 	ids := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
 	submit(t, e, "acme", "no.such.kind", "k1", `{"x":1}`)
-	e.waitListed(tenaz.StateDead, url.Values{}, 2)
+	e.waitListed(state.Dead, url.Values{}, 2)
 	natstest.Eventually(t, 30*time.Second, func() bool { _, st := e.deadStream(); return st.Msgs == 0 }, "DEAD: want its entries expired after 2s")
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		its := e.items(ops.ListRequest{})
@@ -161,7 +162,7 @@ func TestDeadRetentionExpiresEntries(t *testing.T) {
 	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: ids, Reason: "after expiry"}, nil); err != nil {
 		t.Fatalf("replay an event whose entry expired: %v", err)
 	}
-	if r := e.record(ids[0]); r.Status != tenaz.StatePending || string(r.Payload) != `{"n":1}` {
+	if r := e.record(ids[0]); r.Status != state.Pending || string(r.Payload) != `{"n":1}` {
 		t.Fatalf("the replayed event: want pending with its payload, got %s %s", r.Status, r.Payload)
 	}
 }

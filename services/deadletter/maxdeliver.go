@@ -12,10 +12,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // maxDeliveries is the server's advisory that a consumer gave up on a
@@ -58,7 +58,7 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 }
 
 func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
-	if !s.isEventsStream(a.Stream) && (a.Stream != s.subj.Stream(tenaz.StreamIntake) || a.terminated) {
+	if !s.isEventsStream(a.Stream) && (a.Stream != s.subj.Stream(names.StreamIntake) || a.terminated) {
 		return nil
 	}
 	st, err := s.js.Stream(ctx, a.Stream)
@@ -91,7 +91,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 	if a.terminated && eerr != nil {
 		return nil // an undecodable message is kept in DEAD by whoever terminated it
 	}
-	if a.Stream == s.subj.Stream(tenaz.StreamIntake) || eerr != nil {
+	if a.Stream == s.subj.Stream(names.StreamIntake) || eerr != nil {
 		e := dead.Entry{Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash), Error: why, At: now, Raw: raw.Data, RawSubject: raw.Subject}
 		if acct, kind, err := s.subj.ParseIntake(raw.Subject); err == nil {
 			e.Account, e.Kind = acct, kind

@@ -14,10 +14,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/deadletter"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -94,14 +95,14 @@ kinds: {order.create: {target: erp, attempts: 50}}
 	st, _ := store.Open(context.Background(), js, store.Options{})
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		r, _, err := st.Get(context.Background(), "", poison)
-		return err == nil && r.Status == tenaz.StateDead
+		return err == nil && r.Status == state.Dead
 	}, "poison event to be dead")
 	r, _, _ := st.Get(context.Background(), "", poison)
 	if r.LastError == nil || r.LastError.Class != "crash" {
 		t.Fatalf("want last_error class crash, got %+v", r.LastError)
 	}
 	fine, _, err := st.Get(context.Background(), "", event.ID("acme", "fine"))
-	if err != nil || fine.Status != tenaz.StateDone {
+	if err != nil || fine.Status != state.Done {
 		t.Fatalf("the healthy event must be done, got %s (%v)", fine.Status, err)
 	}
 	s, _ := js.Stream(context.Background(), "DEAD")
@@ -121,7 +122,7 @@ kinds: {order.create: {target: erp, attempts: 50}}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no dead advisory")
 	}
-	subj := tenaz.NewSubjects("").WithPartitions(st.Partitions())
+	subj := names.NewSubjects("").WithPartitions(st.Partitions())
 	ev, _ := js.Stream(context.Background(), subj.EventsStream("acme"))
 	info, _ := ev.Info(context.Background(), jetstream.WithSubjectFilter(subj.EventsOf("acme")))
 	if n := len(info.State.Subjects); n != 0 {

@@ -14,7 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // microTimeout bounds one request's work.
@@ -44,8 +44,8 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		name string
 		h    func(ctx context.Context, data []byte) (any, error)
 	}{
-		{ops.DeadList, listEndpoint(s, tenaz.StateDead)},
-		{ops.ReviewList, listEndpoint(s, tenaz.StateManualReview)},
+		{ops.DeadList, listEndpoint(s, state.Dead)},
+		{ops.ReviewList, listEndpoint(s, state.ManualReview)},
 		{ops.DeadShow, func(ctx context.Context, data []byte) (any, error) {
 			var req ops.ShowRequest
 			if err := strict(data, &req); err != nil {
@@ -186,7 +186,7 @@ func microName(ep string) string {
 	return string(b)
 }
 
-func listEndpoint(s *Service, st tenaz.State) func(context.Context, []byte) (any, error) {
+func listEndpoint(s *Service, st state.State) func(context.Context, []byte) (any, error) {
 	return func(_ context.Context, data []byte) (any, error) {
 		var req ops.ListRequest
 		if err := strict(data, &req); err != nil {

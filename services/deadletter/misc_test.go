@@ -21,7 +21,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/queue"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter"
 )
 
@@ -69,7 +69,7 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	ids := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
-	e.waitListed(tenaz.StateDead, url.Values{}, 1)
+	e.waitListed(state.Dead, url.Values{}, 1)
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	judy := "Bearer " + operatorKeys["judy"]
@@ -121,13 +121,13 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "Discard 1 entr") || !strings.Contains(body, `name="confirm" value="yes"`) {
 		t.Fatalf("first post: want the confirmation page, got %d", code)
 	}
-	if r := e.record(ids[0]); r.Status != tenaz.StateDead {
+	if r := e.record(ids[0]); r.Status != state.Dead {
 		t.Fatalf("nothing may happen before the confirmation, got %s", r.Status)
 	}
 	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}}), "same-origin"); code != http.StatusSeeOther {
 		t.Fatalf("confirmed post: want 303 back to the list, got %d", code)
 	}
-	if r := e.record(ids[0]); r.Status != tenaz.StateCancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
+	if r := e.record(ids[0]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
 		t.Fatalf("want cancelled by operator:judy for spam, got %s %+v", r.Status, lastEntry(r))
 	}
 }
@@ -158,12 +158,12 @@ func TestTerminatedAdvisoryMovesMessageToDead(t *testing.T) {
 	}
 	advise(ack.Sequence + 1000) // gone: nothing happens
 	advise(ack.Sequence)
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ev.ID).Status == tenaz.StateDead }, "the terminated event to be dead")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ev.ID).Status == state.Dead }, "the terminated event to be dead")
 	r := e.record(ev.ID)
 	if r.LastError == nil || r.LastError.Class != deadletter.ReasonTerminated || !strings.Contains(r.LastError.Message, "by hand") {
 		t.Fatalf("want class terminated naming the reason, got %+v", r.LastError)
 	}
-	e.waitListed(tenaz.StateDead, url.Values{"reason": {deadletter.ReasonTerminated}}, 1)
+	e.waitListed(state.Dead, url.Values{"reason": {deadletter.ReasonTerminated}}, 1)
 	s, _ := e.js.Stream(context.Background(), "EVENTS")
 	if _, err := s.GetMsg(context.Background(), ack.Sequence); err == nil {
 		t.Fatal("the terminated message must be gone from EVENTS")
@@ -182,7 +182,7 @@ func TestAPIPagesByCursor(t *testing.T) {
 	}
 	e.seed(300, "acme", "invoice.send", dead.ReasonExhausted, "transient", payload)
 	e.seed(300, "globex", "order.create", dead.ReasonPermanent, "permanent", payload)
-	e.waitListed(tenaz.StateDead, url.Values{}, 1300)
+	e.waitListed(state.Dead, url.Values{}, 1300)
 	seen := map[string]bool{}
 	var lastSeq uint64
 	cursor, pages := "", 0
@@ -222,7 +222,7 @@ func TestRetryingAndScheduledCounts(t *testing.T) {
 	for i := range 4 {
 		ev, _ := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: fmt.Sprint("r", i)}, []byte(`{"n":1}`), "", "", now)
 		rec := queue.Initial(ev)
-		rec.Status = tenaz.StateRetrying
+		rec.Status = state.Retrying
 		next := now.Add(time.Duration(i+1) * time.Minute)
 		rec.NextRunAt = &next
 		if _, err := e.st.Create(context.Background(), rec); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/queue"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Every operator route of deadletter, and the probes every binary serves,
@@ -34,8 +34,8 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	invoice := e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })[0]
 	retired := e.seed(2, "acme", "retired.kind", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
 	reviews := e.seed(2, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(int) string { return `{"a":1}` })
-	e.waitListed(tenaz.StateDead, url.Values{}, 7)
-	e.waitListed(tenaz.StateManualReview, url.Values{}, 2)
+	e.waitListed(state.Dead, url.Values{}, 7)
+	e.waitListed(state.ManualReview, url.Values{}, 2)
 	pendingEnv, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "pending-1"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
 		t.Fatal(err)

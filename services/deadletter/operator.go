@@ -16,11 +16,11 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The operators' actions on live accounts, events and breakers: pause and
@@ -45,7 +45,7 @@ func needReason(reason string) (string, error) {
 }
 
 func validAccount(account string) error {
-	if err := tenaz.ValidateAccount(account); err != nil {
+	if err := names.ValidateAccount(account); err != nil {
 		return fail(http.StatusBadRequest, "invalid_account", "%v", err)
 	}
 	return nil
@@ -216,7 +216,7 @@ func eventReply(r state.Record) ops.EventReply {
 
 // liveEvent reads the record an event action applies to.
 func (s *Service) liveEvent(ctx context.Context, req ops.EventActionRequest) (state.Record, string, error) {
-	if err := tenaz.ValidateEventID(req.ID); err != nil {
+	if err := names.ValidateEventID(req.ID); err != nil {
 		return state.Record{}, "", fail(http.StatusBadRequest, "invalid_id", "%v", err)
 	}
 	why, err := needReason(req.Reason)
@@ -293,7 +293,7 @@ func (s *Service) cancelWait(ctx context.Context, req ops.EventActionRequest) (o
 // time, for every replica, and pauses the account's consumer meanwhile.
 func (s *Service) openBreaker(ctx context.Context, req ops.OpenBreakerRequest) (ops.BreakerItem, error) {
 	actor := actorOf(ctx)
-	if tenaz.ValidateAccount(req.Account) != nil || req.Target == "" {
+	if names.ValidateAccount(req.Account) != nil || req.Target == "" {
 		return ops.BreakerItem{}, fail(http.StatusBadRequest, "invalid_breaker", "give a valid account and target, got %q and %q", req.Account, req.Target)
 	}
 	if _, ok := s.live.Load().Target(req.Target); !ok {

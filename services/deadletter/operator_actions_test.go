@@ -11,18 +11,17 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // live stores the record of an event of account that is st (scheduled,
 // retrying, awaiting_callback or polling), due in an hour, as the
 // dispatcher leaves one, and returns its id.
-func (e *env) live(account, kind string, st tenaz.State) string {
+func (e *env) live(account, kind string, st state.State) string {
 	e.t.Helper()
 	now := time.Now().UTC()
 	later := now.Add(time.Hour)
 	f := event.Fields{Account: account, Kind: kind, IdempotencyKey: fmt.Sprintf("%s-%s-%d", account, st, now.UnixNano())}
-	if st == tenaz.StateScheduled {
+	if st == state.Scheduled {
 		f.NotBefore = later.Format(time.RFC3339)
 	}
 	env, err := event.New(f, []byte(`{"n":1}`), "", "", now)
@@ -30,11 +29,11 @@ func (e *env) live(account, kind string, st tenaz.State) string {
 		e.t.Fatal(err)
 	}
 	rec := queue.Initial(env)
-	steps := map[tenaz.State][]state.Action{
-		tenaz.StateRetrying: {{Name: state.Claim, Seq: 1}, {Name: state.Retry, NextRunAt: &later,
+	steps := map[state.State][]state.Action{
+		state.Retrying: {{Name: state.Claim, Seq: 1}, {Name: state.Retry, NextRunAt: &later,
 			Error: &state.ErrorInfo{Class: "transient", Message: "503 from erp", HTTPStatus: 503}}},
-		tenaz.StateAwaitingCallback: {{Name: state.Claim, Seq: 1}, {Name: state.AwaitCallback, Reference: "ref_9", NextRunAt: &later, Deadline: &later}},
-		tenaz.StatePolling:          {{Name: state.Claim, Seq: 1}, {Name: state.Poll, Reference: "ref_9", NextRunAt: &later, Deadline: &later}},
+		state.AwaitingCallback: {{Name: state.Claim, Seq: 1}, {Name: state.AwaitCallback, Reference: "ref_9", NextRunAt: &later, Deadline: &later}},
+		state.Polling:          {{Name: state.Claim, Seq: 1}, {Name: state.Poll, Reference: "ref_9", NextRunAt: &later, Deadline: &later}},
 	}
 	for _, a := range steps[st] {
 		a.Actor = "dispatcher/test"
@@ -60,10 +59,10 @@ func TestOpenAPIContractOperatorActions(t *testing.T) {
 	e := setup(t, "")
 	c, want := e.contract(t)
 	alice, acme := operatorKeys["alice"], acmeSubmitKey
-	scheduled := e.live("acme", "order.create", tenaz.StateScheduled)
-	retrying := e.live("acme", "order.create", tenaz.StateRetrying)
-	awaiting := e.live("acme", "order.create", tenaz.StateAwaitingCallback)
-	polling := e.live("globex", "order.create", tenaz.StatePolling)
+	scheduled := e.live("acme", "order.create", state.Scheduled)
+	retrying := e.live("acme", "order.create", state.Retrying)
+	awaiting := e.live("acme", "order.create", state.AwaitingCallback)
+	polling := e.live("globex", "order.create", state.Polling)
 	unknown := event.ID("acme", "never")
 	huge := `{"reason":"` + strings.Repeat("x", int(e.cfg.HTTP.MaxBodyBytes)+128<<10) + `"}`
 	soon := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)

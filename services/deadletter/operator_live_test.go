@@ -18,12 +18,12 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -33,7 +33,7 @@ import (
 // paused and until when; exists is false when it has no consumer.
 func (e *env) consumerPause(account string) (paused bool, until time.Time, exists bool) {
 	e.t.Helper()
-	c, err := e.js.Consumer(ctx(e.t), e.subj.EventsStream(account), tenaz.ConsumerName(account))
+	c, err := e.js.Consumer(ctx(e.t), e.subj.EventsStream(account), names.ConsumerName(account))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false, time.Time{}, false
 	}
@@ -72,7 +72,7 @@ func (e *env) waitDone(ids ...string) {
 	for _, id := range ids {
 		natstest.Eventually(e.t, 60*time.Second, func() bool {
 			r, _, err := e.st.Get(context.Background(), "", id)
-			return err == nil && r.Status == tenaz.StateDone
+			return err == nil && r.Status == state.Done
 		}, "%s to be done", id)
 	}
 }
@@ -130,7 +130,7 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 		t.Fatalf("paused acme: want no call, got %d", n)
 	}
 	for _, id := range acme {
-		if r := e.record(id); r.Status != tenaz.StatePending {
+		if r := e.record(id); r.Status != state.Pending {
 			t.Fatalf("paused acme's %s: want it pending, got %s", id, r.Status)
 		}
 	}
@@ -270,7 +270,7 @@ func TestRetryNowCallsWithinSeconds(t *testing.T) {
 	for _, id := range []string{a, g} {
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			r, _, err := e.st.Get(context.Background(), "", id)
-			return err == nil && r.Status == tenaz.StateRetrying
+			return err == nil && r.Status == state.Retrying
 		}, "%s to be retrying after its 503", id)
 	}
 	gBefore := e.record(g)
@@ -283,7 +283,7 @@ func TestRetryNowCallsWithinSeconds(t *testing.T) {
 		t.Fatalf("retry: want 200, got %d %s", st, body)
 	}
 	asked := time.Now()
-	if rep.Status != tenaz.StateRetrying || rep.NextRunAt == nil || rep.NextRunAt.Sub(asked) > time.Second {
+	if rep.Status != state.Retrying || rep.NextRunAt == nil || rep.NextRunAt.Sub(asked) > time.Second {
 		t.Fatalf("retry: want it retrying, due within a second, got %+v", rep)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { return e.calls(a) == 2 }, "acme's second call")
@@ -301,7 +301,7 @@ func TestRetryNowCallsWithinSeconds(t *testing.T) {
 	if entry == nil || entry.Actor != "operator:alice" || entry.Detail != "erp is back" {
 		t.Fatalf("history: want a retry_now by operator:alice with the reason, got %+v", e.record(a).History)
 	}
-	if r := e.record(g); r.Status != tenaz.StateRetrying || !r.NextRunAt.Equal(*gBefore.NextRunAt) || e.calls(g) != 1 {
+	if r := e.record(g); r.Status != state.Retrying || !r.NextRunAt.Equal(*gBefore.NextRunAt) || e.calls(g) != 1 {
 		t.Fatalf("globex's event: want it untouched (retrying, same next run, one call), got %s %v with %d calls", r.Status, r.NextRunAt, e.calls(g))
 	}
 
@@ -314,7 +314,7 @@ func TestRetryNowCallsWithinSeconds(t *testing.T) {
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		r, _, err := e.st.Get(context.Background(), "", env)
-		return err == nil && r.Status == tenaz.StateScheduled
+		return err == nil && r.Status == state.Scheduled
 	}, "the delayed event to be scheduled")
 	if err := e.callWith(operatorKeys["bob"], ops.EventsRetry, ops.EventActionRequest{ID: env, Reason: "the customer asked"}, &rep); err != nil {
 		t.Fatalf("events.retry: %v", err)
@@ -333,7 +333,7 @@ func ingestEvent(e *env, account, kind, key, notBefore string) (string, error) {
 	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
 	m.Data = []byte(`{"n":1}`)
 	m.Header.Set("Idempotency-Key", key)
-	m.Header.Set(tenaz.HeaderNotBefore, notBefore)
+	m.Header.Set(names.HeaderNotBefore, notBefore)
 	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
 		return "", err
 	}
@@ -359,7 +359,7 @@ func TestCancelWaitMakesTheLateCallbackANoOp(t *testing.T) {
 	for _, id := range []string{a, g} {
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			r, _, err := e.st.Get(context.Background(), "", id)
-			return err == nil && r.Status == tenaz.StateAwaitingCallback
+			return err == nil && r.Status == state.AwaitingCallback
 		}, "%s to await its callback", id)
 	}
 	q := queue.New(e.js, e.subj)
@@ -371,11 +371,11 @@ func TestCancelWaitMakesTheLateCallbackANoOp(t *testing.T) {
 	if err := e.callWith(operatorKeys["bob"], ops.EventsCancel, ops.EventActionRequest{ID: a, Reason: "the bureau lost the file"}, &rep); err != nil {
 		t.Fatalf("events.cancel_wait: %v", err)
 	}
-	if rep.Status != tenaz.StateCancelled {
+	if rep.Status != state.Cancelled {
 		t.Fatalf("cancel wait: want cancelled, got %+v", rep)
 	}
 	last := lastEntry(e.record(a))
-	if last.Action != state.CancelWait || last.From != tenaz.StateAwaitingCallback || last.Actor != "operator:bob" || last.Detail != "the bureau lost the file" {
+	if last.Action != state.CancelWait || last.From != state.AwaitingCallback || last.Actor != "operator:bob" || last.Detail != "the bureau lost the file" {
 		t.Fatalf("history: want bob's cancel_wait from awaiting_callback with the reason, got %+v", last)
 	}
 	if has, err := q.HasSchedule(ctx(t), "acme", a); err != nil || has {
@@ -404,7 +404,7 @@ func TestCancelWaitMakesTheLateCallbackANoOp(t *testing.T) {
 		t.Fatalf("acme's callback after the cancel: want %q, got %+v", ingest.CallbackLate, out)
 	}
 	r := e.record(a)
-	if last := lastEntry(r); r.Status != tenaz.StateCancelled || last.Action != state.Note || !strings.Contains(last.Detail, "late callback") || !strings.Contains(last.Detail, "cancelled") {
+	if last := lastEntry(r); r.Status != state.Cancelled || last.Action != state.Note || !strings.Contains(last.Detail, "late callback") || !strings.Contains(last.Detail, "cancelled") {
 		t.Fatalf("acme's event: want it cancelled with the late callback noted, got %s %+v", r.Status, last)
 	}
 	if out := callback(g, "msg_globex"); out.Outcome != ingest.CallbackApplied {

@@ -16,7 +16,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // openBreaker opens account+target's breaker the way a dispatcher does
@@ -71,8 +70,8 @@ func TestMicroEndpointsNeedTheOperatorCredential(t *testing.T) {
 	e := setup(t, "")
 	deadID := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })[0]
 	reviewID := e.seed(1, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(int) string { return `{"n":2}` })[0]
-	e.waitListed(tenaz.StateDead, url.Values{}, 1)
-	e.waitListed(tenaz.StateManualReview, url.Values{}, 1)
+	e.waitListed(state.Dead, url.Values{}, 1)
+	e.waitListed(state.ManualReview, url.Values{}, 1)
 	e.openBreaker("globex", "erp")
 	before := map[string]int{deadID: len(e.record(deadID).History), reviewID: len(e.record(reviewID).History)}
 
@@ -104,10 +103,10 @@ func TestMicroEndpointsNeedTheOperatorCredential(t *testing.T) {
 			}
 		}
 	}
-	if r := e.record(deadID); r.Status != tenaz.StateDead || len(r.History) != before[deadID] {
+	if r := e.record(deadID); r.Status != state.Dead || len(r.History) != before[deadID] {
 		t.Errorf("the dead event: want it untouched, got %s with %d entries (had %d)", r.Status, len(r.History), before[deadID])
 	}
-	if r := e.record(reviewID); r.Status != tenaz.StateManualReview || len(r.History) != before[reviewID] {
+	if r := e.record(reviewID); r.Status != state.ManualReview || len(r.History) != before[reviewID] {
 		t.Errorf("the review: want it untouched, got %s with %d entries (had %d)", r.Status, len(r.History), before[reviewID])
 	}
 	if it := e.breakerState("globex", "erp"); it.State != string(breaker.Open) {
@@ -129,8 +128,8 @@ func TestActorComesFromTheCredential(t *testing.T) {
 	e := setup(t, "")
 	ids := e.seed(4, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
 	review := e.seed(1, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(int) string { return `{"n":2}` })[0]
-	e.waitListed(tenaz.StateDead, url.Values{}, 4)
-	e.waitListed(tenaz.StateManualReview, url.Values{}, 1)
+	e.waitListed(state.Dead, url.Values{}, 4)
+	e.waitListed(state.ManualReview, url.Values{}, 1)
 	e.openBreaker("acme", "erp")
 	e.openBreaker("globex", "erp")
 

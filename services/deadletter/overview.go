@@ -13,7 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/owner"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // The overview: per account (or for all of them) what flows and what
@@ -35,9 +35,9 @@ const recentMinutes = 5
 
 // backlogStates are the states the backlog shows, in the order of an
 // event's way.
-var backlogStates = []tenaz.State{
-	tenaz.StateScheduled, tenaz.StatePending, tenaz.StateRunning, tenaz.StateRetrying,
-	tenaz.StateAwaitingCallback, tenaz.StatePolling, tenaz.StateManualReview, tenaz.StateDead,
+var backlogStates = []state.State{
+	state.Scheduled, state.Pending, state.Running, state.Retrying,
+	state.AwaitingCallback, state.Polling, state.ManualReview, state.Dead,
 }
 
 // figures are the headline numbers of an account (or of all).
@@ -92,7 +92,7 @@ func sum(pts []point, k int, f func(point) float64) float64 {
 	return t
 }
 
-func (s *Service) figuresOf(account string, pts []point, backlog map[tenaz.State]int) figures {
+func (s *Service) figuresOf(account string, pts []point, backlog map[state.State]int) figures {
 	k := recentMinutes
 	f := figures{
 		Throughput: sum(pts, k, func(p point) float64 { return p.Done }) / float64(k),
@@ -107,7 +107,7 @@ func (s *Service) figuresOf(account string, pts []point, backlog map[tenaz.State
 		f.P95 = seconds(p95(w))
 	}
 	for st, n := range backlog {
-		if !st.Terminal() && st != tenaz.StateDead {
+		if !st.Terminal() && st != state.Dead {
 			f.Backlog += n
 		}
 	}
@@ -128,10 +128,10 @@ func seconds(v float64) string {
 
 // backlogOf counts account's events by state ("" for all): dead and
 // review from the index (live), the others from the last scan.
-func (s *Service) backlogOf(account string, sc *scan) map[tenaz.State]int {
-	out := map[tenaz.State]int{}
+func (s *Service) backlogOf(account string, sc *scan) map[state.State]int {
+	out := map[state.State]int{}
 	if sc != nil {
-		add := func(m map[tenaz.State]int) {
+		add := func(m map[state.State]int) {
 			for st, n := range m {
 				out[st] += n
 			}
@@ -142,7 +142,7 @@ func (s *Service) backlogOf(account string, sc *scan) map[tenaz.State]int {
 			add(sc.ByAccount[account])
 		}
 	}
-	for _, st := range []tenaz.State{tenaz.StateDead, tenaz.StateManualReview} {
+	for _, st := range []state.State{state.Dead, state.ManualReview} {
 		if account == "" {
 			out[st] = s.x.Count(st)
 		} else {

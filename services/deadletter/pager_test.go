@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tenaz/tenaz/pkg/dead"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // The pager's links of the dead letters list keep the filter as a query
@@ -17,7 +17,7 @@ func TestDeadListPagerKeepsTheFilter(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	e.seed(2, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
-	e.waitListed(tenaz.StateDead, url.Values{"account": {"acme"}}, 2)
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 2)
 	resp, err := http.Get(e.http.URL + "/ui/dead?account=acme&limit=1")
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // stored creates n pending events of account in the store (the search
@@ -169,7 +168,7 @@ func TestSearchKeepsAKeyToItsAccount(t *testing.T) {
 	}
 	// An operator searches every account, over NATS too.
 	var rep ops.FindReply
-	if err := e.call(ops.EventsFind, ops.FindRequest{State: tenaz.StatePending, Limit: 500}, &rep); err != nil || len(rep.Items) != len(acme)+len(globex) {
+	if err := e.call(ops.EventsFind, ops.FindRequest{State: state.Pending, Limit: 500}, &rep); err != nil || len(rep.Items) != len(acme)+len(globex) {
 		t.Fatalf("alice over NATS: want all %d, got %v %+v", len(acme)+len(globex), err, rep)
 	}
 }

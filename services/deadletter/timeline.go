@@ -14,9 +14,9 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // "What happened to X": the timeline of a business entity and the export
@@ -38,8 +38,8 @@ func (s *Service) timeline(ctx context.Context, req ops.TimelineRequest) (ops.Ti
 	if err := validAccount(req.Account); err != nil {
 		return ops.TimelineReply{}, err
 	}
-	if req.EntityID == "" || len(req.EntityID) > tenaz.MaxKeyLen {
-		return ops.TimelineReply{}, fail(http.StatusBadRequest, "invalid_entity", "entity: want the entity id the events were submitted with (1 to %d bytes)", tenaz.MaxKeyLen)
+	if req.EntityID == "" || len(req.EntityID) > names.MaxKeyLen {
+		return ops.TimelineReply{}, fail(http.StatusBadRequest, "invalid_entity", "entity: want the entity id the events were submitted with (1 to %d bytes)", names.MaxKeyLen)
 	}
 	if err := mayRead(ctx, req.Account); err != nil {
 		return ops.TimelineReply{}, err
@@ -149,7 +149,7 @@ func (s *Service) export(ctx context.Context, req ops.ExportRequest, w func(ops.
 	var since time.Time
 	switch {
 	case req.EventID != "":
-		if err := tenaz.ValidateEventID(req.EventID); err != nil {
+		if err := names.ValidateEventID(req.EventID); err != nil {
 			return fail(http.StatusBadRequest, "invalid_id", "%v", err)
 		}
 		filter = audit.EventFilter(s.cfg.Prefix, req.EventID)

@@ -22,7 +22,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
 )
 
@@ -131,8 +130,8 @@ func (u *ui) routes(mux readyMux) {
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/dead", http.StatusSeeOther)
 	})
-	mux.HandleFunc("GET /ui/dead", u.list(tenaz.StateDead))
-	mux.HandleFunc("GET /ui/review", u.list(tenaz.StateManualReview))
+	mux.HandleFunc("GET /ui/dead", u.list(state.Dead))
+	mux.HandleFunc("GET /ui/review", u.list(state.ManualReview))
 	mux.HandleFunc("GET /ui/events/{id}", u.detail)
 	mux.HandleFunc("GET /ui/entities/{account}/{entity}", u.entity)
 	mux.HandleFunc("GET /ui/entries/{seq}", u.detail)
@@ -141,8 +140,8 @@ func (u *ui) routes(mux readyMux) {
 	mux.HandleFunc("GET /ui/accounts", u.accounts)
 	mux.HandleFunc("GET /ui/overview", u.overview)
 	mux.HandleFunc("GET /ui/events", u.events)
-	mux.HandleFunc("GET /ui/retrying", u.states(tenaz.StateRetrying))
-	mux.HandleFunc("GET /ui/scheduled", u.states(tenaz.StateScheduled))
+	mux.HandleFunc("GET /ui/retrying", u.states(state.Retrying))
+	mux.HandleFunc("GET /ui/scheduled", u.states(state.Scheduled))
 	mux.Handle("POST /ui/actions", u.cop.Handler(http.HandlerFunc(u.action)))
 }
 
@@ -201,15 +200,15 @@ func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) 
 	p.Tabs = []tab{
 		{Name: "Overview", Path: "/ui/overview", NoCount: true},
 		{Name: "Events", Path: "/ui/events", NoCount: true},
-		{Name: "Dead", Path: "/ui/dead", Count: s.x.Count(tenaz.StateDead)},
-		{Name: "Manual review", Path: "/ui/review", Count: s.x.Count(tenaz.StateManualReview)},
+		{Name: "Dead", Path: "/ui/dead", Count: s.x.Count(state.Dead)},
+		{Name: "Manual review", Path: "/ui/review", Count: s.x.Count(state.ManualReview)},
 		{Name: "Retrying", Path: "/ui/retrying", Stale: true},
 		{Name: "Scheduled", Path: "/ui/scheduled", Stale: true},
 		{Name: "Open breakers", Path: "/ui/breakers", Count: open},
 		{Name: "Accounts", Path: "/ui/accounts", NoCount: true},
 	}
 	if sc != nil {
-		p.Tabs[4].Count, p.Tabs[5].Count = sc.Counts[tenaz.StateRetrying], sc.Counts[tenaz.StateScheduled]
+		p.Tabs[4].Count, p.Tabs[5].Count = sc.Counts[state.Retrying], sc.Counts[state.Scheduled]
 	}
 	for i := range p.Tabs {
 		p.Tabs[i].Active = p.Tabs[i].Path == active
@@ -241,7 +240,7 @@ func (u *ui) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // listData is the list page.
 type listData struct {
-	Status   tenaz.State
+	Status   state.State
 	Review   bool
 	Path     string
 	Q        ops.ListRequest
@@ -282,10 +281,10 @@ func filterQuery(q ops.ListRequest) url.Values {
 	return v
 }
 
-func (u *ui) list(st tenaz.State) http.HandlerFunc {
+func (u *ui) list(st state.State) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		path, title := "/ui/dead", "Dead letters"
-		if st == tenaz.StateManualReview {
+		if st == state.ManualReview {
 			path, title = "/ui/review", "Manual review"
 		}
 		q, err := listQuery(r.URL.Query())
@@ -293,7 +292,7 @@ func (u *ui) list(st tenaz.State) http.HandlerFunc {
 			var rep ops.ListReply
 			if rep, err = u.s.list(st, q); err == nil {
 				f := u.s.x.Facets(st)
-				d := listData{Status: st, Review: st == tenaz.StateManualReview, Path: path, Q: q, Query: template.URL(filterQuery(q).Encode()), Reply: rep, Facets: f,
+				d := listData{Status: st, Review: st == state.ManualReview, Path: path, Q: q, Query: template.URL(filterQuery(q).Encode()), Reply: rep, Facets: f,
 					Accounts: keys(f.Accounts), Kinds: keys(f.Kinds), Classes: keys(f.Classes), Reasons: keys(f.Reasons), First: q.Cursor == ""}
 				p := u.page(w, r, path, title)
 				p.Data = d
@@ -342,7 +341,7 @@ func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	d := detailData{Show: sh, Key: keyOf(sh.Item), Parked: sh.Item.Status.Parked(), Review: sh.Item.Status == tenaz.StateManualReview, Live: live(sh.Item.Status)}
+	d := detailData{Show: sh, Key: keyOf(sh.Item), Parked: sh.Item.Status.Parked(), Review: sh.Item.Status == state.ManualReview, Live: live(sh.Item.Status)}
 	d.Back = "/ui/events"
 	switch {
 	case d.Review:
@@ -407,13 +406,13 @@ func (u *ui) accounts(w http.ResponseWriter, r *http.Request) {
 }
 
 type statesData struct {
-	State tenaz.State
+	State state.State
 	Count int
 	Scan  *scan
 	Items []stateSample
 }
 
-func (u *ui) states(st tenaz.State) http.HandlerFunc {
+func (u *ui) states(st state.State) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sc := u.s.scanned(r.Context(), 10*time.Second)
 		p := u.page(w, r, "/ui/"+string(st), strings.ToUpper(string(st[:1]))+string(st[1:]))
@@ -521,7 +520,7 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 			u.fail(w, r, err)
 			return
 		}
-		rep, err := s.list(tenaz.StateDead, ops.ListRequest{Account: q.Account, Kind: q.Kind, Class: q.Class, Reason: q.Reason, Since: q.Since, Until: q.Until, Limit: 1})
+		rep, err := s.list(state.Dead, ops.ListRequest{Account: q.Account, Kind: q.Kind, Class: q.Class, Reason: q.Reason, Since: q.Since, Until: q.Until, Limit: 1})
 		if err != nil {
 			u.fail(w, r, err)
 			return

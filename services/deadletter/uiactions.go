@@ -13,7 +13,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The screen's side of the operators' actions on live accounts, events and
@@ -132,9 +131,9 @@ func (u *ui) act(ctx context.Context, act string, f url.Values) (string, error) 
 
 // live reports whether an event's state has an action of the screen's
 // event detail (retry now, cancel the wait).
-func live(st tenaz.State) bool {
+func live(st state.State) bool {
 	switch st {
-	case tenaz.StateRetrying, tenaz.StateScheduled, tenaz.StateAwaitingCallback, tenaz.StatePolling:
+	case state.Retrying, state.Scheduled, state.AwaitingCallback, state.Polling:
 		return true
 	}
 	return false
@@ -143,20 +142,20 @@ func live(st tenaz.State) bool {
 // nextStep says what an event waits for and until when.
 func nextStep(r state.Record) (string, *time.Time) {
 	switch r.Status {
-	case tenaz.StateScheduled:
+	case state.Scheduled:
 		return "its first attempt, when it is due", r.NextRunAt
-	case tenaz.StatePending:
+	case state.Pending:
 		return "its attempt, at its account's next free call", nil
-	case tenaz.StateRunning:
+	case state.Running:
 		at := r.UpdatedAt
 		return fmt.Sprintf("the answer of attempt %d, under way since", r.Attempts), &at
-	case tenaz.StateRetrying:
+	case state.Retrying:
 		return fmt.Sprintf("attempt %d of its %s stage", r.Attempts+1, r.Stage), r.NextRunAt
-	case tenaz.StateAwaitingCallback:
+	case state.AwaitingCallback:
 		return "the provider's callback, until the deadline", r.Deadline
-	case tenaz.StatePolling:
+	case state.Polling:
 		return fmt.Sprintf("poll %d of the provider", r.Polls+1), r.NextRunAt
-	case tenaz.StateDead, tenaz.StateManualReview:
+	case state.Dead, state.ManualReview:
 		return "an operator (below)", nil
 	}
 	return "", nil

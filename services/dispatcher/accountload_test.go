@@ -12,7 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -100,8 +100,8 @@ kinds:
 			got[`tenaz_account_concurrency_limit{account=narrow}`] == 1 &&
 			got[fmt.Sprintf(`tenaz_account_owner{account=narrow,instance=%s}`, o)] == 1
 	}, "want narrow's owner to show 1 call in flight of 1, and itself as the owner; got %v", got)
-	h.waitAll(narrow, tenaz.StateDone, 20*time.Second)
-	h.waitAll(rated, tenaz.StateDone, 20*time.Second)
+	h.waitAll(narrow, state.Done, 20*time.Second)
+	h.waitAll(rated, state.Done, 20*time.Second)
 
 	for _, account := range []string{"narrow", "rated"} {
 		o := owner(account)

@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/target"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // "concurrency: auto": the account's limit is learned from its targets'
@@ -293,7 +293,7 @@ func laterOf(a, b time.Time) time.Time {
 // costs one read here and a write at most every autoSaveEvery.
 func (s *Service) newAutoLimitFor(ctx context.Context, account string, acct config.Account) *autoLimit {
 	start := autoStart
-	kv, err := s.js.KeyValue(ctx, s.subj.Bucket(tenaz.BucketOwners))
+	kv, err := s.js.KeyValue(ctx, s.subj.Bucket(names.BucketOwners))
 	if err != nil {
 		s.log.Warn().Err(err).Str("account", account).Msg("learned concurrency: the owners bucket is unavailable; starting afresh, not stored")
 		return newAutoLimit(acct.ConcurrencyMin, acct.ConcurrencyMax, start, false, nil)

@@ -13,9 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -132,7 +133,7 @@ func TestAutoConcurrencyLearnsCapacity(t *testing.T) {
 		t.Fatalf("the limit went down to %v with no 429: it was not learned from the provider's answers", limit)
 	}
 	other := h.submitTo("other", keys("o", 40), orderPayload)
-	h.waitAll(other, tenaz.StateDone, 5*time.Second)
+	h.waitAll(other, state.Done, 5*time.Second)
 	if ok, _ := prov.counts(); ok >= len(ids) {
 		t.Fatalf("acme's backlog was served (%d calls) before other's: no test of other waiting behind it", ok)
 	}
@@ -158,7 +159,7 @@ func TestAutoConcurrencyLearnsCapacity(t *testing.T) {
 	if limit = limitOf(t, reg); limit <= 6 || limit > 40 {
 		t.Errorf("after the capacity doubled: want the limit above 6 and within concurrency_max 40, got %v", limit)
 	}
-	h.waitAll(ids, tenaz.StateDone, 2*time.Minute)
+	h.waitAll(ids, state.Done, 2*time.Minute)
 }
 
 // An account's next owner starts from the limit its last owner learned
@@ -171,7 +172,7 @@ func TestAutoConcurrencyStartsFromTheLastOwnersLimit(t *testing.T) {
 	h := setup(t, autoYAML(url, 40), provider.Faults{})
 	d1 := h.dispatcher("d1", nil)
 	first := h.submit(keys("a", 120), orderPayload)
-	h.waitAll(first, tenaz.StateDone, time.Minute)
+	h.waitAll(first, state.Done, time.Minute)
 	if _, refused := prov.counts(); refused == 0 {
 		t.Fatalf("want the first owner to have met the capacity (429s) while it learned it, got none")
 	}
@@ -180,13 +181,13 @@ func TestAutoConcurrencyStartsFromTheLastOwnersLimit(t *testing.T) {
 	if err := d1.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketOwners)
+	kv, err := h.js.KeyValue(h.ctx(), names.BucketOwners)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, err := kv.Get(h.ctx(), "l.acme")
 	if err != nil {
-		t.Fatalf("want the learned limit stored as l.acme in %s once d1 handed acme over: %v", tenaz.BucketOwners, err)
+		t.Fatalf("want the learned limit stored as l.acme in %s once d1 handed acme over: %v", names.BucketOwners, err)
 	}
 	// The learned limit may stand one over the capacity (a probe).
 	if n, err := strconv.Atoi(string(e.Value())); err != nil || n < 1 || n > 3 {
@@ -196,7 +197,7 @@ func TestAutoConcurrencyStartsFromTheLastOwnersLimit(t *testing.T) {
 	_, refused0 := prov.counts()
 	h.dispatcher("d2", nil)
 	second := h.submit(keys("b", 12), orderPayload)
-	h.waitAll(second, tenaz.StateDone, time.Minute)
+	h.waitAll(second, state.Done, time.Minute)
 	if _, refused := prov.counts(); refused > refused0+1 {
 		t.Errorf("d2 started from the stored limit: want at most 1 of its 12 calls refused, got %d 429s", refused-refused0)
 	}

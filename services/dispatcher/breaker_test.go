@@ -10,9 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // A target down for everyone: the breaker opens after the threshold and is
@@ -89,7 +90,7 @@ kinds:
 		}
 	}
 	h.prov.SetDown(false)
-	recs := h.waitAll(ids, tenaz.StateDone, 30*time.Second)
+	recs := h.waitAll(ids, state.Done, 30*time.Second)
 	mu.Lock()
 	closed := advs[len(advs)-1].State == "closed"
 	mu.Unlock()
@@ -133,7 +134,7 @@ func TestBreakerOpenAtStartPausesTheAccount(t *testing.T) {
 	}
 	reg.Stop()
 	h.dispatcher("d1", nil)
-	cons, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
+	cons, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), names.ConsumerName("acme"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -26,11 +25,11 @@ func TestCrashAfterClaim(t *testing.T) {
 	runs := 0
 	h.dispatcher("d1", &dispatcher.Hooks{AfterClaim: failOnce(id, &runs, &mu)})
 	ids := h.submit(keys("crash", 3), orderPayload)
-	recs := h.waitAll(ids, tenaz.StateDone, waitFor)
+	recs := h.waitAll(ids, state.Done, waitFor)
 
 	r := recs[id]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
-	if rc := r.History[2]; rc.From != tenaz.StateRunning || rc.To != tenaz.StateRunning || rc.Attempt != 2 || rc.Actor != "dispatcher/d1" {
+	if rc := r.History[2]; rc.From != state.Running || rc.To != state.Running || rc.Attempt != 2 || rc.Actor != "dispatcher/d1" {
 		t.Fatalf("reclaim entry: want {running → running, attempt 2, actor dispatcher/d1}, got %+v", rc)
 	}
 	if r.Attempts != 2 {
@@ -63,7 +62,7 @@ func TestCrashAfterCall(t *testing.T) {
 	runs := 0
 	h.dispatcher("d1", &dispatcher.Hooks{AfterCall: failOnce(id, &runs, &mu)})
 	ids := h.submit([]string{"call-1"}, orderPayload)
-	r := h.waitAll(ids, tenaz.StateDone, waitFor)[id]
+	r := h.waitAll(ids, state.Done, waitFor)[id]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
 	calls := h.mustCalls("call-1", 2)
@@ -100,13 +99,13 @@ func TestCrashStopDuringCall(t *testing.T) {
 		t.Fatal("Stop with an expired context did not return within 5s while a call hung")
 	}
 	t.Logf("Stop returned after %s", time.Since(start))
-	if r := h.record(ids[0]); r.Status != tenaz.StateRunning {
+	if r := h.record(ids[0]); r.Status != state.Running {
 		t.Fatalf("after the stop: want the event still running (its run lost), got %s (%s)", r.Status, actions(r))
 	}
 
 	h.prov.SetFaults(provider.Faults{})
 	h.dispatcher("d2", nil)
-	r := h.waitAll(ids, tenaz.StateDone, waitFor)[ids[0]]
+	r := h.waitAll(ids, state.Done, waitFor)[ids[0]]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
 	if r.History[2].Actor != "dispatcher/d2" || r.History[3].Actor != "dispatcher/d2" {
 		t.Fatalf("want d2 to reclaim and complete, got %+v", r.History[2:])
@@ -127,7 +126,7 @@ func TestSlowCallOutlivesAckWait(t *testing.T) {
 	h := setup(t, yamlFor(8, crashKind), provider.Faults{Latency: 2500 * time.Millisecond})
 	h.dispatcher("d1", nil)
 	ids := h.submit([]string{"slow-1"}, orderPayload)
-	r := h.waitAll(ids, tenaz.StateDone, waitFor)[ids[0]]
+	r := h.waitAll(ids, state.Done, waitFor)[ids[0]]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Succeed)
 	h.mustCalls("slow-1", 1)

@@ -25,12 +25,13 @@ import (
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // poolIdle is how long an idle delivery worker waits for work before it exits.
@@ -89,7 +90,7 @@ type Hooks struct {
 	// AfterStore runs after the outcome is stored and before the ordered
 	// lane advances and the message is acked; an error abandons the
 	// message unacked, as a crash would.
-	AfterStore func(id string, status tenaz.State) error
+	AfterStore func(id string, status state.State) error
 }
 
 // Service is the dispatcher.
@@ -99,7 +100,7 @@ type Service struct {
 	js    jetstream.JetStream
 	cfg   *config.Config // as started: what cannot change live
 	live  *live.Config   // the accounts, targets and their limits in force (conf)
-	subj  tenaz.Subjects
+	subj  names.Subjects
 	log   zerolog.Logger
 	st    *store.Store
 	q     *queue.Queue
@@ -169,7 +170,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	s := &Service{
-		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
+		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
 		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
@@ -293,13 +294,13 @@ func (s *Service) relistLoop() {
 
 func (s *Service) relistLocked(ctx context.Context) error {
 	for _, st := range s.streams {
-		names := st.ConsumerNames(ctx)
-		for name := range names.Name() {
-			if acct, ok := tenaz.AccountOfConsumer(name); ok {
+		consumers := st.ConsumerNames(ctx)
+		for name := range consumers.Name() {
+			if acct, ok := names.AccountOfConsumer(name); ok {
 				s.ensureReaderLocked(acct)
 			}
 		}
-		if err := names.Err(); err != nil {
+		if err := consumers.Err(); err != nil {
 			return err
 		}
 	}
@@ -320,7 +321,7 @@ func (s *Service) ensureReader(account string) {
 }
 
 func (s *Service) ensureReaderLocked(account string) {
-	if tenaz.ValidateAccount(account) != nil {
+	if names.ValidateAccount(account) != nil {
 		return
 	}
 	s.known[account] = true

@@ -8,7 +8,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // A fired schedule of a just-accepted delayed event is claimed without a
@@ -23,7 +22,7 @@ func TestFreshClaimOfDelayedEvent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("due event: want a claim, got %v", err)
 	}
-	if r.Status != tenaz.StateRunning || r.RunSeq != 42 || r.Attempts != 1 {
+	if r.Status != state.Running || r.RunSeq != 42 || r.Attempts != 1 {
 		t.Fatalf("want running, seq 42, attempt 1; got %s %d %d", r.Status, r.RunSeq, r.Attempts)
 	}
 	if n := len(r.History); n != 3 || r.History[1].Action != state.Due || r.History[2].Action != state.Claim {
@@ -35,7 +34,7 @@ func TestFreshClaimOfDelayedEvent(t *testing.T) {
 		t.Fatalf("not due: want errNotDue, got %v", err)
 	}
 	env.NotBefore = nil
-	if r, err := freshClaim(queue.Initial(env), 44, "d1", now); err != nil || r.Status != tenaz.StateRunning {
+	if r, err := freshClaim(queue.Initial(env), 44, "d1", now); err != nil || r.Status != state.Running {
 		t.Fatalf("pending event: want running, got %v %v", r.Status, err)
 	}
 }

@@ -14,10 +14,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/effect"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -65,7 +65,7 @@ func (h *harness) submitReward(key, payload string) string {
 	h.t.Helper()
 	m := nats.NewMsg("tenaz.intake.acme.reward.credit")
 	m.Data = []byte(payload)
-	m.Header.Set(tenaz.HeaderIdempotencyKey, key)
+	m.Header.Set(names.HeaderIdempotencyKey, key)
 	if _, err := h.js.PublishMsg(h.waitCtx(), m); err != nil {
 		h.t.Fatalf("publish %s: %v", key, err)
 	}
@@ -119,7 +119,7 @@ func TestHandlerDelivers(t *testing.T) {
 		}),
 	}, nil)
 	id := h.submitReward("rw-1", `{"order_id":"o-1","customer":"c-7","points":100}`)
-	r := h.waitAll([]string{id}, tenaz.StateDone, waitFor)[id]
+	r := h.waitAll([]string{id}, state.Done, waitFor)[id]
 
 	d := seen.want(t, id, 1)[0]
 	if d.Event.Account != "acme" || d.Event.Kind != "reward.credit" || d.Event.IdempotencyKey != "rw-1" ||
@@ -141,14 +141,14 @@ func TestHandlerOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		fail    func(attempt int) error // the error of attempt n (nil: success)
-		want    tenaz.State
+		want    state.State
 		history []state.ActionName
 		check   func(t *testing.T, r state.Record, ds []dispatcher.Delivery)
 	}{
 		{
 			name: "permanent is dead with its message",
 			fail: func(int) error { return outcome.Permanent(errors.New("customer c-7 unknown")) },
-			want: tenaz.StateDead, history: []state.ActionName{state.Accept, state.Claim, state.Fail},
+			want: state.Dead, history: []state.ActionName{state.Accept, state.Claim, state.Fail},
 			check: func(t *testing.T, r state.Record, _ []dispatcher.Delivery) {
 				if e := r.LastError; e == nil || e.Class != string(outcome.ClassPermanent) || e.Message != "customer c-7 unknown" {
 					t.Fatalf("want last error {permanent, customer c-7 unknown}, got %+v", e)
@@ -163,7 +163,7 @@ func TestHandlerOutcomes(t *testing.T) {
 				}
 				return nil
 			},
-			want: tenaz.StateDone, history: []state.ActionName{state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed},
+			want: state.Done, history: []state.ActionName{state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed},
 			check: func(t *testing.T, r state.Record, _ []dispatcher.Delivery) {
 				if e := r.LastError; e == nil || e.Class != string(outcome.ClassTransient) || e.Message != "wallet unavailable" || r.History[2].Detail != e.Message {
 					t.Fatalf("retry: want the error {transient, wallet unavailable} in the record and its history, got %+v, %q", e, r.History[2].Detail)
@@ -178,7 +178,7 @@ func TestHandlerOutcomes(t *testing.T) {
 				}
 				return nil
 			},
-			want: tenaz.StateDone, history: []state.ActionName{state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed},
+			want: state.Done, history: []state.ActionName{state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed},
 			check: func(t *testing.T, r state.Record, _ []dispatcher.Delivery) {
 				retry, claim := r.History[2], r.History[3]
 				if !strings.Contains(retry.Detail, "wallet rate limited") {
@@ -198,7 +198,7 @@ func TestHandlerOutcomes(t *testing.T) {
 				}
 				return nil
 			},
-			want: tenaz.StateDone, history: []state.ActionName{state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed},
+			want: state.Done, history: []state.ActionName{state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed},
 			check: func(t *testing.T, r state.Record, _ []dispatcher.Delivery) {
 				if e := r.LastError; e == nil || e.Class != string(outcome.ClassTransient) || !strings.Contains(e.Message, "handler panicked: nil wallet") {
 					t.Fatalf("retry: want a transient error naming the panic, got %+v", e)
@@ -315,7 +315,7 @@ func TestRewardCreditedOnceAcrossACrash(t *testing.T) {
 	h.handlerDispatcher("d1", map[string]dispatcher.Handler{"reward": rewardHandler(led, w, &runs)},
 		&dispatcher.Hooks{AfterCall: failOnce(id, &crashes, &mu)})
 	h.submitReward("rw-o-1", `{"order_id":"o-1","customer":"c-7","points":100}`)
-	r := h.waitAll([]string{id}, tenaz.StateDone, waitFor)[id]
+	r := h.waitAll([]string{id}, state.Done, waitFor)[id]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
 	runs.want(t, id, 2)
@@ -350,7 +350,7 @@ func TestRewardCreditedOnceForTwoEvents(t *testing.T) {
 		h.submitReward("checkout-o-2", `{"order_id":"o-2","customer":"c-8","points":40}`),
 		h.submitReward("backfill-o-2", `{"order_id":"o-2","customer":"c-8","points":40}`),
 	}
-	recs := h.waitAll(ids, tenaz.StateDone, 2*waitFor)
+	recs := h.waitAll(ids, state.Done, 2*waitFor)
 	if points, credits := w.balance("c-8"); points != 40 || credits != 1 {
 		t.Fatalf("want the wallet credited once with 40 points, got %d points in %d credits", points, credits)
 	}

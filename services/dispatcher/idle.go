@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // Many accounts: a reader whose account has been idle for IdleAfter (nothing
@@ -30,7 +30,7 @@ func (s *Service) idleLocked(ctx context.Context) []*reader {
 		if time.Since(time.Unix(0, l.last.Load())) < s.o.IdleAfter {
 			continue
 		}
-		name := tenaz.ConsumerName(account)
+		name := names.ConsumerName(account)
 		c, err := s.streamOf(account).Consumer(ctx, name)
 		if err != nil {
 			continue
@@ -48,7 +48,7 @@ func (s *Service) idleLocked(ctx context.Context) []*reader {
 func (s *Service) retire(ctx context.Context, idle []*reader) {
 	for _, l := range idle {
 		l.stop()
-		err := s.streamOf(l.account).DeleteConsumer(ctx, tenaz.ConsumerName(l.account))
+		err := s.streamOf(l.account).DeleteConsumer(ctx, names.ConsumerName(l.account))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			s.log.Warn().Err(err).Str("account", l.account).Msg("deleting an idle consumer")
 			continue
@@ -80,7 +80,7 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 		s.mu.Lock()
 		for subject := range info.State.Subjects {
 			account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
-			if _, ok := s.readers[account]; ok || seen[account] || tenaz.ValidateAccount(account) != nil {
+			if _, ok := s.readers[account]; ok || seen[account] || names.ValidateAccount(account) != nil {
 				continue
 			}
 			seen[account] = true
@@ -117,7 +117,7 @@ func (s *Service) adopt(ctx context.Context, account string) error {
 func (s *Service) consumerLost(account string, l *reader) {
 	ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
 	defer cancel()
-	_, err := s.streamOf(account).Consumer(ctx, tenaz.ConsumerName(account))
+	_, err := s.streamOf(account).Consumer(ctx, names.ConsumerName(account))
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return
 	}

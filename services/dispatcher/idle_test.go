@@ -9,7 +9,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -35,12 +35,12 @@ func TestIdleAccountRetiredAndRevived(t *testing.T) {
 		return errors.Is(err, jetstream.ErrConsumerNotFound)
 	}
 	ids := h.submit([]string{"i-1"}, orderPayload)
-	h.waitAll(ids, tenaz.StateDone, waitFor)
+	h.waitAll(ids, state.Done, waitFor)
 	natstest.Eventually(t, waitFor, consumerGone, "idle consumer to be deleted")
 	natstest.Eventually(t, waitFor, func() bool { return len(d.Accounts()) == 0 }, "idle reader to stop")
 
 	ids = h.submit([]string{"i-2"}, orderPayload)
-	h.waitAll(ids, tenaz.StateDone, waitFor)
+	h.waitAll(ids, state.Done, waitFor)
 
 	// A consumer lost without ingest hearing of it: the event waits in
 	// EVENTS with no consumer until the sweep adopts the account.
@@ -49,7 +49,7 @@ func TestIdleAccountRetiredAndRevived(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids = h.submit([]string{"i-3"}, orderPayload)
-	h.waitAll(ids, tenaz.StateDone, waitFor)
+	h.waitAll(ids, state.Done, waitFor)
 	if d := h.prov.DuplicateEffects(); len(d) != 0 {
 		t.Fatalf("effects applied more than once: %v", d)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/target"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // A run's message waits past AckWait for a concurrency slot, the server
@@ -71,7 +70,7 @@ func TestLateOutcomeFoundOnAConflictLeavesTheMessageToTheNewRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := r.History[len(r.History)-1]
-	if r.Status != tenaz.StateRunning || r.Attempts != theirs.Attempts || last.Action != state.Note || !strings.Contains(last.Detail, "late outcome ignored: retry") {
+	if r.Status != state.Running || r.Attempts != theirs.Attempts || last.Action != state.Note || !strings.Contains(last.Detail, "late outcome ignored: retry") {
 		t.Fatalf("want the run that took over untouched and the late outcome noted, got %s attempt %d, last %s %q", r.Status, r.Attempts, last.Action, last.Detail)
 	}
 	// The message must still be pending for the run that took it over:

@@ -12,7 +12,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // A run publishes its retry schedule while nats-server restarts; the
@@ -69,7 +68,7 @@ func TestNewerMessageWhileAnotherOwnsTheRunIsLookedAtAgain(t *testing.T) {
 		t.Fatalf("want the newer message delivered a second time, got %d", md.NumDelivered)
 	}
 	got, ok := recordOf(s.claim(ctx, again, env, runSeq+1))
-	if !ok || got.Status != tenaz.StateRunning || got.RunSeq != runSeq+1 || got.Attempts != 2 {
+	if !ok || got.Status != state.Running || got.RunSeq != runSeq+1 || got.Attempts != 2 {
 		t.Fatalf("the message looked at again must claim the retry: ok=%v %s seq %d attempt %d", ok, got.Status, got.RunSeq, got.Attempts)
 	}
 	if err := again.Ack(); err != nil { // what the run would do once done
@@ -187,7 +186,7 @@ func TestCopyOfAnEndedRunsMessageDoesNotClaim(t *testing.T) {
 	if _, ok := s.claim(ctx, own, env, runSeq); ok {
 		t.Fatal("a copy of the ended run's own message must not claim the retry")
 	}
-	if got, _, err := s.st.Get(ctx, "", env.ID); err != nil || got.Status != tenaz.StateRetrying || got.Attempts != 1 {
+	if got, _, err := s.st.Get(ctx, "", env.ID); err != nil || got.Status != state.Retrying || got.Attempts != 1 {
 		t.Fatalf("want the event still retrying after attempt 1, got %s attempt %d (%v)", got.Status, got.Attempts, err)
 	}
 	retry := next(5 * time.Second)
@@ -195,7 +194,7 @@ func TestCopyOfAnEndedRunsMessageDoesNotClaim(t *testing.T) {
 		t.Fatalf("want the retry's message next, got %v", retry)
 	}
 	got, ok := recordOf(s.claim(ctx, retry, env, runSeq+1))
-	if !ok || got.Status != tenaz.StateRunning || got.RunSeq != runSeq+1 || got.Attempts != 2 {
+	if !ok || got.Status != state.Running || got.RunSeq != runSeq+1 || got.Attempts != 2 {
 		t.Fatalf("the retry's own message must claim it: ok=%v %s seq %d attempt %d", ok, got.Status, got.RunSeq, got.Attempts)
 	}
 }

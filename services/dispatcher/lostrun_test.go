@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -35,7 +35,7 @@ kinds:
 `
 	h := setup(t, yaml, provider.Faults{}, provider.WithIdempotent())
 	id := event.ID("acme", "lost-1")
-	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketBreakers)
+	kv, err := h.js.KeyValue(h.ctx(), names.BucketBreakers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +58,10 @@ kinds:
 		return crash(got, attempt)
 	}})
 	ids := h.submit([]string{"lost-1"}, orderPayload)
-	r := h.waitAll(ids, tenaz.StateDone, 20*time.Second)[id]
+	r := h.waitAll(ids, state.Done, 20*time.Second)[id]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Recover, state.Claim, state.Succeed)
-	if rec := r.History[2]; rec.From != tenaz.StateRunning || rec.To != tenaz.StateRetrying || rec.Actor != "dispatcher/d1" {
+	if rec := r.History[2]; rec.From != state.Running || rec.To != state.Retrying || rec.Actor != "dispatcher/d1" {
 		t.Fatalf("want the lost run given up (running → retrying by dispatcher/d1), got %+v", rec)
 	}
 	if n := h.effects("lost-1"); n != 1 {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Events with one ordering key are delivered one at a time in submission
@@ -33,7 +33,7 @@ func TestOrderedLaneKeepsOrderUnderRetries(t *testing.T) {
 	ids := h.submit(ks, func(k string) string {
 		return fmt.Sprintf(`{"order_id":%q,"lane":%q}`, k, laneOf[k])
 	})
-	h.waitAll(ids, tenaz.StateDone, 60*time.Second)
+	h.waitAll(ids, state.Done, 60*time.Second)
 
 	// Per lane: the successful calls come in submission order, and each
 	// event's first call starts only after its predecessor succeeded.
@@ -114,8 +114,8 @@ func TestOrderedLaneMovesOnPastDead(t *testing.T) {
 		}
 		return fmt.Sprintf(`{"order_id":%q,"lane":"A"}`, k)
 	})
-	h.waitAll(ids[:1], tenaz.StateDead, 20*time.Second)
-	h.waitAll(ids[1:], tenaz.StateDone, 20*time.Second)
+	h.waitAll(ids[:1], state.Dead, 20*time.Second)
+	h.waitAll(ids[1:], state.Done, 20*time.Second)
 	for _, k := range ks[1:] {
 		if n := h.effects(k); n != 1 {
 			t.Fatalf("%s: want one effect, got %d", k, n)

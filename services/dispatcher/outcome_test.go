@@ -8,9 +8,9 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // wantHistory fails unless r's history is exactly the actions given.
@@ -38,7 +38,7 @@ func TestDeliverSuccess(t *testing.T) {
 	h.dispatcher("d1", nil)
 	ks := keys("ok", 20)
 	ids := h.submit(ks, orderPayload)
-	recs := h.waitAll(ids, tenaz.StateDone, waitFor)
+	recs := h.waitAll(ids, state.Done, waitFor)
 
 	for i, id := range ids {
 		r := recs[id]
@@ -47,10 +47,10 @@ func TestDeliverSuccess(t *testing.T) {
 		}
 		wantHistory(t, r, state.Accept, state.Claim, state.Succeed)
 		claim, succeed := r.History[1], r.History[2]
-		if claim.From != tenaz.StatePending || claim.To != tenaz.StateRunning || claim.Actor != "dispatcher/d1" || claim.Attempt != 1 {
+		if claim.From != state.Pending || claim.To != state.Running || claim.Actor != "dispatcher/d1" || claim.Attempt != 1 {
 			t.Fatalf("event %s: want claim {pending → running, actor dispatcher/d1, attempt 1}, got %+v", id, claim)
 		}
-		if succeed.From != tenaz.StateRunning || succeed.To != tenaz.StateDone || succeed.Actor != "dispatcher/d1" {
+		if succeed.From != state.Running || succeed.To != state.Done || succeed.Actor != "dispatcher/d1" {
 			t.Fatalf("event %s: want succeed {running → done, actor dispatcher/d1}, got %+v", id, succeed)
 		}
 		if n := h.effects(ks[i]); n != 1 {
@@ -78,7 +78,7 @@ func TestDeliverTransientThenSuccess(t *testing.T) {
 	h := setup(t, yamlFor(8, "attempts: 5, backoff: {initial: 1s, max: 5s, multiplier: 1, jitter: 0}"), provider.Faults{FailFirst: 2})
 	h.dispatcher("d1", nil)
 	ids := h.submit([]string{"tr-1"}, orderPayload)
-	r := h.waitAll(ids, tenaz.StateDone, 15*time.Second)[ids[0]]
+	r := h.waitAll(ids, state.Done, 15*time.Second)[ids[0]]
 
 	if r.Attempts != 3 {
 		t.Fatalf("want done on attempt 3, got attempts %d (%s)", r.Attempts, actions(r))
@@ -86,7 +86,7 @@ func TestDeliverTransientThenSuccess(t *testing.T) {
 	wantHistory(t, r, state.Accept, state.Claim, state.Retry, state.Claim, state.Retry, state.Claim, state.Succeed)
 	for _, i := range []int{2, 4} {
 		e := r.History[i]
-		if e.HTTPStatus != http.StatusServiceUnavailable || e.From != tenaz.StateRunning || e.To != tenaz.StateRetrying {
+		if e.HTTPStatus != http.StatusServiceUnavailable || e.From != state.Running || e.To != state.Retrying {
 			t.Fatalf("history[%d]: want retry {running → retrying, http_status 503}, got %+v", i, e)
 		}
 	}
@@ -123,7 +123,7 @@ func TestDeliverPermanentGoesDead(t *testing.T) {
 	payload := `{"order_id":"p-1","reject":true}`
 	ids := h.submit([]string{"perm-1"}, func(string) string { return payload })
 	id := ids[0]
-	r := h.waitAll(ids, tenaz.StateDead, waitFor)[id]
+	r := h.waitAll(ids, state.Dead, waitFor)[id]
 
 	h.mustCalls("perm-1", 1)
 	if r.Attempts != 1 || r.LastError == nil || r.LastError.Class != "permanent" || r.LastError.HTTPStatus != 422 || r.LastError.Message == "" {
@@ -131,7 +131,7 @@ func TestDeliverPermanentGoesDead(t *testing.T) {
 	}
 	wantHistory(t, r, state.Accept, state.Claim, state.Fail)
 
-	ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestDeliverPermanentGoesDead(t *testing.T) {
 	if compact(t, e.Event.Payload) != compact(t, []byte(payload)) {
 		t.Fatalf("DEAD entry: want the payload %s, got %s", payload, e.Event.Payload)
 	}
-	if e.Record.Status != tenaz.StateDead || len(e.Record.History) != 3 {
+	if e.Record.Status != state.Dead || len(e.Record.History) != 3 {
 		t.Fatalf("DEAD entry: want the dead record with its 3 history entries, got status %s, history %s", e.Record.Status, actions(*e.Record))
 	}
 
@@ -173,7 +173,7 @@ func TestDeliverAttemptsExhausted(t *testing.T) {
 	h := setup(t, yamlFor(8, "attempts: 2, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{Down: true})
 	h.dispatcher("d1", nil)
 	ids := h.submit([]string{"down-1"}, orderPayload)
-	r := h.waitAll(ids, tenaz.StateDead, waitFor)[ids[0]]
+	r := h.waitAll(ids, state.Dead, waitFor)[ids[0]]
 
 	if r.Attempts != 2 || r.LastError == nil || r.LastError.Class != "transient" || r.LastError.HTTPStatus != 503 {
 		t.Fatalf("want attempts 2 and last_error {class transient, http_status 503}, got attempts %d, last_error %+v", r.Attempts, r.LastError)
@@ -183,7 +183,7 @@ func TestDeliverAttemptsExhausted(t *testing.T) {
 	if gap := calls[1].At.Sub(calls[0].At); gap < time.Second {
 		t.Fatalf("want the second call at least the 1s backoff after the first, got %s", gap)
 	}
-	ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestDeliverHonoursRetryAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.prov.SetFaults(provider.Faults{})
-	r := h.waitAll(ids, tenaz.StateDone, waitFor)[ids[0]]
+	r := h.waitAll(ids, state.Done, waitFor)[ids[0]]
 
 	calls := h.mustCalls("ra-1", 2)
 	if calls[0].Status != http.StatusTooManyRequests || calls[1].Status != http.StatusOK {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // One replica owns an account at a time (pkg/owner), so the account's
@@ -96,7 +96,7 @@ func (s *Service) handOver(account string, l *reader, release bool) {
 func (s *Service) giveBack(account string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.streamOf(account).UnpinConsumer(ctx, tenaz.ConsumerName(account), ownerGroup)
+	err := s.streamOf(account).UnpinConsumer(ctx, names.ConsumerName(account), ownerGroup)
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Debug().Err(err).Str("account", account).Msg("unpinning the account's consumer")
 	}

@@ -23,7 +23,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -126,15 +125,15 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		}
 		var actions []state.Action
 		claim := state.Action{Name: state.Claim, Seq: seq, Actor: s.actor}
-		if rec.After != "" && rec.Attempts == 0 && (rec.Status == tenaz.StatePending || rec.Status == tenaz.StateScheduled) {
+		if rec.After != "" && rec.Attempts == 0 && (rec.Status == state.Pending || rec.Status == state.Scheduled) {
 			if s.waitInLane(ctx, m, env, rec, rev) {
 				return nil, false
 			}
 		}
 		switch rec.Status {
-		case tenaz.StatePending:
+		case state.Pending:
 			actions = []state.Action{claim}
-		case tenaz.StateRetrying, tenaz.StateScheduled:
+		case state.Retrying, state.Scheduled:
 			if rec.RunSeq != 0 && seq <= rec.RunSeq {
 				// A copy of the message of a run that has ended (the
 				// server redelivered it while the run was calling, and
@@ -161,11 +160,11 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 				s.drop(ctx, m, rec, "not due yet: a stale message")
 				return nil, false
 			}
-			if rec.Status == tenaz.StateScheduled {
+			if rec.Status == state.Scheduled {
 				actions = append(actions, state.Action{Name: state.Due, Actor: s.actor})
 			}
 			actions = append(actions, claim)
-		case tenaz.StateRunning:
+		case state.Running:
 			if rec.RunSeq != seq {
 				// A message stored after the run's own (a higher
 				// sequence) may be that run's next step: it publishes its
@@ -203,10 +202,10 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 			var ok bool
 			var retryAt time.Time
 			if adm, retryAt, ok = s.ask(ctx, env, rec.Stage == state.StageFallback); !ok {
-				if rec.Status == tenaz.StateRunning && s.giveUpLostRun(ctx, m, env, rec, rev, retryAt) {
+				if rec.Status == state.Running && s.giveUpLostRun(ctx, m, env, rec, rev, retryAt) {
 					continue // the record moved meanwhile: decide again
 				}
-				if rec.Status != tenaz.StateRunning {
+				if rec.Status != state.Running {
 					s.waitForBreaker(ctx, m, env, retryAt)
 				}
 				return nil, false
@@ -492,7 +491,7 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 		s.retryLater(ctx, m, err)
 		return
 	}
-	dying := next.Status == tenaz.StateDead
+	dying := next.Status == state.Dead
 	if dying {
 		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: errInfo.Class,
 			Error: errInfo.Message, Status: errInfo.HTTPStatus, At: now.UTC(), Event: &env, Record: &next}
@@ -605,7 +604,7 @@ func (s *Service) tooLarge(ctx context.Context, m jetstream.Msg, env event.Envel
 	errInfo := &state.ErrorInfo{Class: string(outcome.ClassPermanent), Message: "too large for NATS: " + trimErr(cause)}
 	next := rec
 	var err error
-	if next.Status == tenaz.StateScheduled {
+	if next.Status == state.Scheduled {
 		next, _, err = state.Apply(next, state.Action{Name: state.Due, Actor: s.actor}, now)
 	}
 	if err == nil {
@@ -670,7 +669,7 @@ func (s *Service) contested(id string) bool {
 // reclaim (a redelivery that took the run over) keeps the message's
 // sequence but counts a new attempt.
 func sameRun(cur, rec state.Record) bool {
-	return cur.Status == tenaz.StateRunning && cur.RunSeq == rec.RunSeq && cur.Attempts == rec.Attempts
+	return cur.Status == state.Running && cur.RunSeq == rec.RunSeq && cur.Attempts == rec.Attempts
 }
 
 // lateOutcome records the outcome of a run that is no longer the event's
@@ -694,7 +693,7 @@ func (s *Service) lateOutcome(ctx context.Context, m jetstream.Msg, env event.En
 // (docs/chaos.md, bug 8): the message is left to its new owner, or to
 // AckWait. Any other message is acked.
 func (s *Service) settleLate(m jetstream.Msg, cur state.Record) {
-	if meta, err := m.Metadata(); err == nil && cur.Status == tenaz.StateRunning && cur.RunSeq == meta.Sequence.Stream {
+	if meta, err := m.Metadata(); err == nil && cur.Status == state.Running && cur.RunSeq == meta.Sequence.Stream {
 		return
 	}
 	_ = m.Ack()

@@ -11,8 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // An account's rate limit spaces its calls, and only its own: another
@@ -36,8 +37,8 @@ kinds:
 			key := fmt.Sprintf("%s-%d", account, i)
 			m := nats.NewMsg("tenaz.intake." + account + ".order.create")
 			m.Data = []byte(fmt.Sprintf(`{"order_id":%q}`, key))
-			m.Header.Set(tenaz.HeaderIdempotencyKey, key)
-			if _, err := h.js.PublishMsg(h.ctx(), m, jetstream.WithExpectStream(tenaz.StreamIntake)); err != nil {
+			m.Header.Set(names.HeaderIdempotencyKey, key)
+			if _, err := h.js.PublishMsg(h.ctx(), m, jetstream.WithExpectStream(names.StreamIntake)); err != nil {
 				t.Fatal(err)
 			}
 			ids = append(ids, event.ID(account, key))
@@ -47,9 +48,9 @@ kinds:
 	start := time.Now()
 	slow := submit("slow", 20)
 	fast := submit("fast", 20)
-	h.waitAll(fast, tenaz.StateDone, 20*time.Second)
+	h.waitAll(fast, state.Done, 20*time.Second)
 	fastDone := time.Since(start)
-	h.waitAll(slow, tenaz.StateDone, 20*time.Second)
+	h.waitAll(slow, state.Done, 20*time.Second)
 
 	var at []time.Time
 	for _, c := range h.prov.Calls() {

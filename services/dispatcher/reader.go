@@ -15,10 +15,10 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/logging"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -50,7 +50,7 @@ func (s *Service) startReader(account string) (*reader, error) {
 	if acct.Concurrency.Auto() {
 		auto = s.newAutoLimitFor(ctx, account, acct)
 	}
-	cons, err := s.streamOf(account).Consumer(ctx, tenaz.ConsumerName(account))
+	cons, err := s.streamOf(account).Consumer(ctx, names.ConsumerName(account))
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
@@ -232,7 +232,7 @@ func (s *Service) spawn(l *reader, h held, fn func(ctx context.Context, release 
 // scheduled and fired by its schedule (due, then claim). A scheduled one
 // not due yet is refused, for the full path to look at.
 func freshClaim(r state.Record, seq uint64, actor string, now time.Time) (state.Record, error) {
-	if r.Status == tenaz.StateScheduled {
+	if r.Status == state.Scheduled {
 		if queue.Early(now, r.NextRunAt) {
 			return r, errNotDue
 		}

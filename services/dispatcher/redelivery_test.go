@@ -11,11 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -38,7 +38,7 @@ func TestRedeliveryAfterServerRestartDuringCall(t *testing.T) {
 	h.waitArrivals(1, waitFor)
 	restartServer(t, h)
 
-	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[ids[0]]
+	r := h.waitAll(ids, state.Done, 30*time.Second)[ids[0]]
 	wantHistory(t, r, state.Accept, state.Claim, state.Succeed)
 	if calls := h.calls("restart-1"); len(calls) != 1 {
 		t.Fatalf("want one call, got %s", describeCalls(calls))
@@ -80,7 +80,7 @@ func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 	h.waitArrivals(1, waitFor)
 	h.dispatcher("d2", nil, quickHeartbeat)
 
-	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[id]
+	r := h.waitAll(ids, state.Done, 30*time.Second)[id]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Note, state.Succeed)
 	if n := r.History[3]; n.Actor != "dispatcher/d1" || !strings.Contains(n.Detail, "late outcome ignored: retry") {
 		t.Fatalf("want d1's retry noted as late, got %+v", n)
@@ -133,7 +133,7 @@ func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 		return nil
 	}}, quickHeartbeat)
 
-	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[id]
+	r := h.waitAll(ids, state.Done, 30*time.Second)[id]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Note, state.Reclaim, state.Succeed)
 	if n := h.effects("over-2"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
@@ -179,9 +179,9 @@ func TestFinisherDyingBeforeTheWakeLeavesTheLaneMoving(t *testing.T) {
 		provider.Faults{Latency: 500 * time.Millisecond}, provider.WithIdempotent())
 	first := event.ID("acme", "lane-1")
 	var once sync.Once
-	h.dispatcher("d1", &dispatcher.Hooks{AfterStore: func(id string, st tenaz.State) error {
+	h.dispatcher("d1", &dispatcher.Hooks{AfterStore: func(id string, st state.State) error {
 		crash := false
-		if id == first && st == tenaz.StateDone {
+		if id == first && st == state.Done {
 			once.Do(func() { crash = true })
 		}
 		if crash {
@@ -194,14 +194,14 @@ func TestFinisherDyingBeforeTheWakeLeavesTheLaneMoving(t *testing.T) {
 	for _, k := range []string{"lane-1", "lane-2"} {
 		m := nats.NewMsg("tenaz.intake.acme.order.create")
 		m.Data = []byte(orderPayload(k))
-		m.Header.Set(tenaz.HeaderIdempotencyKey, k)
-		m.Header.Set(tenaz.HeaderOrderingKey, "order-9")
+		m.Header.Set(names.HeaderIdempotencyKey, k)
+		m.Header.Set(names.HeaderOrderingKey, "order-9")
 		if _, err := h.js.PublishMsg(h.ctx(), m); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, event.ID("acme", k))
 	}
-	recs := h.waitAll(ids, tenaz.StateDone, 15*time.Second)
+	recs := h.waitAll(ids, state.Done, 15*time.Second)
 	if recs[ids[1]].After != first {
 		t.Fatalf("want lane-2 behind lane-1, got after %q", recs[ids[1]].After)
 	}
@@ -227,8 +227,8 @@ kinds:
 	h := setup(t, yaml, provider.Faults{}, provider.WithIdempotent())
 	h.dispatcher("d1", nil)
 	ids := h.submit([]string{"timer-1"}, orderPayload)
-	rec := h.waitAll(ids, tenaz.StateAwaitingCallback, waitFor)[ids[0]]
-	timer := func() string { return h.scheduled(ids[0]).Get(tenaz.HeaderTimer) }
+	rec := h.waitAll(ids, state.AwaitingCallback, waitFor)[ids[0]]
+	timer := func() string { return h.scheduled(ids[0]).Get(names.HeaderTimer) }
 	if timer() != queue.TimerDeadline {
 		t.Fatalf("want the callback deadline on the event's schedule subject, got %q", timer())
 	}
@@ -242,7 +242,7 @@ kinds:
 	}
 	natstest.Eventually(t, waitFor, func() bool { return timer() == queue.TimerDeadline },
 		"want the deadline set again after the dispatch schedule fired")
-	if r := h.record(ids[0]); r.Status != tenaz.StateAwaitingCallback {
+	if r := h.record(ids[0]); r.Status != state.AwaitingCallback {
 		t.Fatalf("want the event still awaiting its callback, got %s", r.Status)
 	}
 }
@@ -259,7 +259,7 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 		provider.Faults{FailFirst: 1}, provider.WithIdempotent())
 	h.dispatcher("d1", nil)
 	ids := h.submit([]string{"early-1"}, orderPayload)
-	rec := h.waitAll(ids, tenaz.StateRetrying, waitFor)[ids[0]]
+	rec := h.waitAll(ids, state.Retrying, waitFor)[ids[0]]
 	if rec.NextRunAt == nil {
 		t.Fatal("want a retrying event with its due time")
 	}
@@ -276,9 +276,9 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 	if err := queue.New(h.js, h.subj).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return schedule() == due && h.record(ids[0]).Status == tenaz.StateRetrying },
+	natstest.Eventually(t, waitFor, func() bool { return schedule() == due && h.record(ids[0]).Status == state.Retrying },
 		"want the event's retry set again at its due time once the early one fired")
-	r := h.waitAll(ids, tenaz.StateDone, 30*time.Second)[ids[0]]
+	r := h.waitAll(ids, state.Done, 30*time.Second)[ids[0]]
 	wantHistory(t, r, state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed)
 	if n := h.effects("early-1"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
@@ -304,7 +304,7 @@ func TestMessageWaitingForASlotIsNotTakenOver(t *testing.T) {
 	h.waitArrivals(2, waitFor)
 	// d2 would get any message the server redelivers meanwhile.
 	h.dispatcher("d2", nil)
-	recs := h.waitAll(ids, tenaz.StateDone, 30*time.Second)
+	recs := h.waitAll(ids, state.Done, 30*time.Second)
 	for _, id := range ids {
 		if r := recs[id]; r.Attempts != 1 {
 			t.Errorf("%s: want one attempt, got %s", id, actions(r))
@@ -323,12 +323,12 @@ func TestAccountServedAgainAfterAServerRestart(t *testing.T) {
 	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{})
 	h.dispatcher("d1", nil)
 	ids := h.submit(keys("before", 3), orderPayload)
-	h.waitAll(ids, tenaz.StateDone, 30*time.Second)
+	h.waitAll(ids, state.Done, 30*time.Second)
 	restartServer(t, h)
 	natstest.Eventually(t, 15*time.Second, func() bool {
-		_, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
+		_, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), names.ConsumerName("acme"))
 		return err == nil
 	}, "the account's consumer made again after the restart")
 	ids = h.submit(keys("after", 3), orderPayload)
-	h.waitAll(ids, tenaz.StateDone, 20*time.Second)
+	h.waitAll(ids, state.Done, 20*time.Second)
 }

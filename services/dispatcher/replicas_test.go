@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // The limits of an account hold with three dispatcher replicas, each its
@@ -146,9 +147,9 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 
 	// Nothing lost: every event of the served accounts ends done, the
 	// broken account's wait (retrying behind the open breaker).
-	h.waitAll(append(narrow, rated...), tenaz.StateDone, 90*time.Second)
+	h.waitAll(append(narrow, rated...), state.Done, 90*time.Second)
 	for _, id := range broken {
-		if st := h.record(id).Status; st != tenaz.StateRetrying && st != tenaz.StatePending && st != tenaz.StateRunning {
+		if st := h.record(id).Status; st != state.Retrying && st != state.Pending && st != state.Running {
 			t.Errorf("broken event %s: want it waiting behind the open breaker, got %s", id, st)
 		}
 	}
@@ -314,7 +315,7 @@ func (p *replicaProc) kill(t *testing.T) {
 
 // liveReplicas counts the replicas heartbeating in the owners bucket.
 func (h *harness) liveReplicas() int {
-	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketOwners)
+	kv, err := h.js.KeyValue(h.ctx(), names.BucketOwners)
 	if err != nil {
 		return 0
 	}
@@ -333,7 +334,7 @@ func (h *harness) liveReplicas() int {
 
 // leaseHolder is the replica holding account's lease ("" when none).
 func (h *harness) leaseHolder(account string) string {
-	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketOwners)
+	kv, err := h.js.KeyValue(h.ctx(), names.BucketOwners)
 	if err != nil {
 		return ""
 	}

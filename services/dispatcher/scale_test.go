@@ -11,7 +11,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // checkExactlyOnce fails unless every key's effect was applied exactly
@@ -50,7 +49,7 @@ func TestTwoDispatchersOwnAnAccountEach(t *testing.T) {
 	for _, a := range owned {
 		ids = append(ids, h.submitTo(a, keys(a, 100), orderPayload)...)
 	}
-	recs := h.waitAll(ids, tenaz.StateDone, 20*time.Second)
+	recs := h.waitAll(ids, state.Done, 20*time.Second)
 
 	if d := h.prov.DuplicateEffects(); len(d) > 0 {
 		t.Fatalf("provider: want no effect applied twice, got %d keys applied more than once: %v", len(d), d)
@@ -108,12 +107,12 @@ func TestStopDrainsInFlight(t *testing.T) {
 	called := 0
 	for i, id := range ids {
 		r := after[i]
-		if r.Status == tenaz.StateRunning {
+		if r.Status == state.Running {
 			t.Fatalf("after Stop: event %s is still running (%s): its outcome was not stored", id, actions(r))
 		}
 		if n := len(h.calls(ks[i])); n > 0 {
 			called++
-			if r.Status != tenaz.StateDone {
+			if r.Status != state.Done {
 				t.Fatalf("after Stop: event %s was delivered (%d calls) but is %s", id, n, r.Status)
 			}
 		}
@@ -124,7 +123,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	}
 
 	h.dispatcher("d2", nil)
-	recs := h.waitAll(ids, tenaz.StateDone, waitFor)
+	recs := h.waitAll(ids, state.Done, waitFor)
 	checkExactlyOnce(t, h, ks, ids, recs)
 	if n := h.prov.CallCount(); n != len(ids) {
 		t.Fatalf("provider: want %d calls in all, got %d", len(ids), n)
@@ -165,7 +164,7 @@ func TestStopStartsNoCallItsDeadlineCouldCut(t *testing.T) {
 	}
 
 	h.dispatcher("d2", nil)
-	h.waitAll(ids, tenaz.StateDone, waitFor)
+	h.waitAll(ids, state.Done, waitFor)
 	h.quiesce()
 	byKey := map[string]int{}
 	for _, c := range h.prov.Calls() {
@@ -187,7 +186,7 @@ func TestClaimRaceAtScale(t *testing.T) {
 	}
 	ks := keys("race", 300)
 	ids := h.submit(ks, orderPayload)
-	recs := h.waitAll(ids, tenaz.StateDone, 40*time.Second)
+	recs := h.waitAll(ids, state.Done, 40*time.Second)
 
 	checkExactlyOnce(t, h, ks, ids, recs)
 	attempts, retried := 0, 0

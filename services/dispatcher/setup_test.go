@@ -19,11 +19,11 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -68,7 +68,7 @@ type harness struct {
 	prov   *provider.Provider
 	target *httptest.Server
 	st     *store.Store
-	subj   tenaz.Subjects // the store's, default prefix
+	subj   names.Subjects // the store's, default prefix
 
 	c context.Context // ends with the test
 
@@ -114,7 +114,7 @@ func setup(t *testing.T, yaml string, f provider.Faults, opts ...provider.Option
 	if h.st, err = store.Open(h.ctx(), h.js, store.Options{}); err != nil {
 		t.Fatalf("store: %v", err)
 	}
-	h.subj = tenaz.NewSubjects("").WithPartitions(h.st.Partitions())
+	h.subj = names.NewSubjects("").WithPartitions(h.st.Partitions())
 	nc, _ := h.srv.Conn(t)
 	ing, err := ingest.New(ingest.Options{Conn: nc, Config: cfg})
 	if err != nil {
@@ -190,7 +190,7 @@ func (h *harness) submitTo(account string, keys []string, payload func(key strin
 	for i, k := range keys {
 		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
 		m.Data = []byte(payload(k))
-		m.Header.Set(tenaz.HeaderIdempotencyKey, k)
+		m.Header.Set(names.HeaderIdempotencyKey, k)
 		f, err := h.js.PublishMsgAsync(m)
 		if err != nil {
 			h.t.Fatalf("publish %s: %v", k, err)
@@ -225,7 +225,7 @@ func keys(prefix string, n int) []string {
 // waitAll watches the state bucket until every event of ids has status
 // want, and returns their records. It fails at once if one ends parked or
 // terminal in another status, and after timeout with the stragglers.
-func (h *harness) waitAll(ids []string, want tenaz.State, timeout time.Duration) map[string]state.Record {
+func (h *harness) waitAll(ids []string, want state.State, timeout time.Duration) map[string]state.Record {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -310,7 +310,7 @@ func (h *harness) quiesce() {
 	}
 }
 
-func countStatus(recs map[string]state.Record, want tenaz.State) int {
+func countStatus(recs map[string]state.Record, want state.State) int {
 	n := 0
 	for _, r := range recs {
 		if r.Status == want {

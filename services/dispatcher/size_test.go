@@ -16,11 +16,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // bigTarget is an HTTP target that answers every call 200 with body and
@@ -74,7 +74,7 @@ func (h *harness) submitKind(kind, key, payload string) string {
 	h.t.Helper()
 	m := nats.NewMsg("tenaz.intake.acme." + kind)
 	m.Data = []byte(payload)
-	m.Header.Set(tenaz.HeaderIdempotencyKey, key)
+	m.Header.Set(names.HeaderIdempotencyKey, key)
 	if _, err := h.js.PublishMsg(h.ctx(), m); err != nil {
 		h.t.Fatalf("publish %s: %v", key, err)
 	}
@@ -124,11 +124,11 @@ func (h *harness) subjectMsgs(stream, filter string) uint64 {
 // with the size of its message.
 func (h *harness) lastDead(rec state.Record) (dead.Entry, int) {
 	h.t.Helper()
-	s, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	s, err := h.js.Stream(h.ctx(), names.StreamDead)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	subj, _ := tenaz.NewSubjects("").Dead(rec.Account, rec.Kind)
+	subj, _ := names.NewSubjects("").Dead(rec.Account, rec.Kind)
 	m, err := s.GetLastMsgForSubject(h.ctx(), subj)
 	if err != nil {
 		h.t.Fatalf("want a DEAD entry for %s, got %v", rec.ID, err)
@@ -156,7 +156,7 @@ func TestHugeAnswerEndsVisiblyAfterOneCall(t *testing.T) {
 	h.dispatcher("d1", nil)
 
 	rec := h.waitFinal(h.submitKind("answer.sync", "k-sync", `{"n":1}`))
-	if rec.Status != tenaz.StateDone || rec.Result != nil || rec.Reference != "" {
+	if rec.Status != state.Done || rec.Result != nil || rec.Reference != "" {
 		t.Fatalf("sync: want done without the result and the reference, got %s, result %d bytes, reference %d bytes", rec.Status, len(rec.Result), len(rec.Reference))
 	}
 	last := rec.History[len(rec.History)-1]
@@ -171,7 +171,7 @@ func TestHugeAnswerEndsVisiblyAfterOneCall(t *testing.T) {
 	}
 
 	rec = h.waitFinal(h.submitKind("answer.poll", "k-poll", `{"n":2}`))
-	if rec.Status != tenaz.StateDead || rec.LastError == nil || !strings.Contains(rec.LastError.Message, "reference is 1040000 bytes") {
+	if rec.Status != state.Dead || rec.LastError == nil || !strings.Contains(rec.LastError.Message, "reference is 1040000 bytes") {
 		t.Fatalf("poll: want dead with the reference's size as the error, got %s, %+v", rec.Status, rec.LastError)
 	}
 	if e, _ := h.lastDead(rec); e.Reason != dead.ReasonTooLarge || e.ID != rec.ID {
@@ -213,7 +213,7 @@ func TestRecordTooLargeToWriteEndsDead(t *testing.T) {
 			}
 			h.dispatcher("d1", nil)
 			rec := h.waitFinal(env.ID)
-			if rec.Status != tenaz.StateDead || !strings.HasPrefix(rec.History[len(rec.History)-1].Detail, dead.ReasonTooLarge+":") {
+			if rec.Status != state.Dead || !strings.HasPrefix(rec.History[len(rec.History)-1].Detail, dead.ReasonTooLarge+":") {
 				t.Fatalf("want dead with reason %s, got %s: %s", dead.ReasonTooLarge, rec.Status, actions(rec))
 			}
 			e, _ := h.lastDead(rec)
@@ -268,7 +268,7 @@ func TestDeadEntryHoldsThePayloadOnce(t *testing.T) {
 	payload := `{"order_id":"o-dead","note":"` + marker + strings.Repeat("z", 200<<10) + `"}`
 	ids := h.submit([]string{"o-dead"}, func(string) string { return payload })
 	rec := h.waitFinal(ids[0])
-	if rec.Status != tenaz.StateDead {
+	if rec.Status != state.Dead {
 		t.Fatalf("want dead (the target answers 422), got %s", rec.Status)
 	}
 	e, n := h.lastDead(rec)

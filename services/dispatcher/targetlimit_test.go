@@ -12,7 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/quota"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // A target-wide limit holds across 50 accounts and 3 replicas: three
@@ -115,7 +115,7 @@ func targetLimitAcrossReplicas(t *testing.T, kill bool) {
 	}
 
 	// Nothing lost: a throttled call waits; it does not fail.
-	recs := h.waitAll(ids, tenaz.StateDone, 2*time.Minute)
+	recs := h.waitAll(ids, state.Done, 2*time.Minute)
 	for id, r := range recs {
 		if r.Attempts > 1 && !kill {
 			t.Errorf("event %s: want one attempt (throttled calls wait, they do not fail), got %d", id, r.Attempts)
@@ -151,13 +151,13 @@ func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 		t.Fatalf("want only the call that held the target's slot made by the stopping dispatcher, got %d calls", n)
 	}
 	for _, id := range ids {
-		if r := h.record(id); r.LastError != nil || r.Status == tenaz.StateRetrying {
+		if r := h.record(id); r.LastError != nil || r.Status == state.Retrying {
 			t.Fatalf("event %s: want nothing recorded for the call that was not made, got %s with %+v (%s)", id, r.Status, r.LastError, actions(r))
 		}
 	}
 
 	h.dispatcher("d2", nil)
-	h.waitAll(ids, tenaz.StateDone, 20*time.Second)
+	h.waitAll(ids, state.Done, 20*time.Second)
 	h.quiesce()
 	byKey := map[string]int{}
 	for _, c := range h.prov.Calls() {
@@ -254,5 +254,5 @@ kinds:
 	if got := learned(); got < capacity/2 || got > capacity+1 {
 		t.Errorf("want the learned concurrency near the capacity of %d, got %d", capacity, got)
 	}
-	h.waitAll(ids, tenaz.StateDone, 3*time.Minute)
+	h.waitAll(ids, state.Done, 3*time.Minute)
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/daemon"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -167,7 +167,7 @@ func TestAuthRefusals(t *testing.T) {
 		t.Errorf("want another account's event answered as a missing one:\n%s\ngot\n%s", want, other.Body)
 	}
 	// Nothing the refused calls did reached the record.
-	if rec := h.waitStatus(id, tenaz.StateScheduled); len(rec.History) == 0 {
+	if rec := h.waitStatus(id, state.Scheduled); len(rec.History) == 0 {
 		t.Fatalf("want the event's history, got none")
 	}
 	for _, c := range []struct{ name, key string }{{"own account", keyAcme}, {"operator", keyAlice}} {
@@ -182,7 +182,7 @@ func TestAuthRefusals(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("operator cancels acme's event: want 200, got %d %s", r.Status, r.Body)
 	}
-	rec := h.waitStatus(id, tenaz.StateCancelled)
+	rec := h.waitStatus(id, state.Cancelled)
 	if last := rec.History[len(rec.History)-1]; last.Actor != "api:operator:alice" {
 		t.Errorf("want the cancel recorded as api:operator:alice, got %q", last.Actor)
 	}
@@ -251,7 +251,7 @@ func TestSecretsNotLogged(t *testing.T) {
 	}
 	var v view
 	r.json(t, &v)
-	h.waitStatus(v.ID, tenaz.StateDone)
+	h.waitStatus(v.ID, state.Done)
 	h.call(api, "POST", "/v1/events", keyGlobex, `{"account":"acme","kind":"order.create","payload":{"card":"`+secret+`"}}`)
 	h.call(api, "POST", "/v1/events", keyAcme, `{"account":"acme","kind":"order.create","payload":{"card":"`+secret+`"`)
 	h.call(api, "POST", "/v1/events", keyAcme, `{"account":"acme","kind":"no.such.kind","payload":{"card":"`+secret+`"}}`)

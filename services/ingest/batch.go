@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -117,7 +117,7 @@ func (s *Service) route(m jetstream.Msg) {
 		}
 	}
 	account, kind, err := s.subj.ParseIntake(m.Subject())
-	ordered := m.Headers().Get(tenaz.HeaderOrderingKey) != "" || cePartitioned(m.Headers())
+	ordered := m.Headers().Get(names.HeaderOrderingKey) != "" || cePartitioned(m.Headers())
 	if err == nil && !ordered {
 		k, ok := s.cfg.Kind(kind)
 		ordered = ok && k.OrderedBy != ""

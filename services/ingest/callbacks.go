@@ -17,9 +17,9 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/webhook"
 )
@@ -93,7 +93,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusNotFound, "unknown_target", fmt.Sprintf("no target %q receives callbacks", name))
 		return
 	}
-	if account != "" && tenaz.ValidateAccount(account) != nil {
+	if account != "" && names.ValidateAccount(account) != nil {
 		httpapi.Error(w, http.StatusNotFound, "unknown_account", "the account in the callback URL is not a valid account name")
 		return
 	}
@@ -177,7 +177,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	}
 	id, _ := doc[t.Callback.EventField].(string)
 	ref, _ := doc[t.Callback.ReferenceField].(string)
-	if tenaz.ValidateEventID(id) != nil && ref != "" {
+	if names.ValidateEventID(id) != nil && ref != "" {
 		id, err = s.refs.Lookup(ctx, account, target, ref)
 		switch {
 		case errors.Is(err, callbacks.ErrNotFound):
@@ -189,7 +189,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			return CallbackReply{}, err
 		}
 	}
-	if tenaz.ValidateEventID(id) != nil {
+	if names.ValidateEventID(id) != nil {
 		log.Warn().Msg("callback for an unknown event")
 		return CallbackReply{Outcome: CallbackUnknown}, nil
 	}
@@ -213,7 +213,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: actor, Detail: detail}, now)
 			return n, err
 		}
-		waiting := (cur.Status == tenaz.StateAwaitingCallback || cur.Status == tenaz.StateRunning) && s.awaits(cur, target)
+		waiting := (cur.Status == state.AwaitingCallback || cur.Status == state.Running) && s.awaits(cur, target)
 		switch {
 		case webhookID != "" && applied(cur, actor, webhookID):
 			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))

@@ -20,10 +20,10 @@ import (
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -139,7 +139,7 @@ func (h *harness) awaiting(ref string, ids ...string) []state.Record {
 	h.t.Helper()
 	var out []state.Record
 	for _, id := range ids {
-		rec := h.waitStatus(id, tenaz.StateAwaitingCallback)
+		rec := h.waitStatus(id, state.AwaitingCallback)
 		if rec.Reference != ref {
 			h.t.Fatalf("event %s: want the provider's reference %q, got %q", id, ref, rec.Reference)
 		}
@@ -167,7 +167,7 @@ func TestCallbackReferencesArePerAccount(t *testing.T) {
 	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_cross", `{"event_id":"`+acme+`","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackUnknown || got.ID != "" {
 		t.Fatalf("globex's webhook naming acme's event: want %q without an id, got %+v", ingest.CallbackUnknown, got)
 	}
-	if after, _ := h.record(acme); after.Status != tenaz.StateAwaitingCallback || len(after.History) != len(before.History) {
+	if after, _ := h.record(acme); after.Status != state.AwaitingCallback || len(after.History) != len(before.History) {
 		t.Fatalf("acme's event after globex's webhook: want it untouched (awaiting_callback, %d history entries), got %s with %d",
 			len(before.History), after.Status, len(after.History))
 	}
@@ -175,14 +175,14 @@ func TestCallbackReferencesArePerAccount(t *testing.T) {
 	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_g", `{"reference":"ref_1","status":"approved","by":"globex"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != globex {
 		t.Fatalf("globex's webhook: want applied to %s, got %+v", globex, got)
 	}
-	if rec, _ := h.record(acme); rec.Status != tenaz.StateAwaitingCallback {
+	if rec, _ := h.record(acme); rec.Status != state.AwaitingCallback {
 		t.Fatalf("acme's event after globex's webhook naming the same reference: want awaiting_callback, got %s", rec.Status)
 	}
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_a", `{"reference":"ref_1","status":"approved","by":"acme"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != acme {
 		t.Fatalf("acme's webhook: want applied to %s, got %+v", acme, got)
 	}
 	for id, by := range map[string]string{acme: "acme", globex: "globex"} {
-		rec := h.waitStatus(id, tenaz.StateDone)
+		rec := h.waitStatus(id, state.Done)
 		var res struct{ By string }
 		if err := json.Unmarshal(rec.Result, &res); err != nil || res.By != by {
 			t.Errorf("event %s: want the result of %s's webhook, got %s", id, by, rec.Result)
@@ -220,7 +220,7 @@ func TestCallbackReferenceConflict(t *testing.T) {
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_1", `{"reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != first {
 		t.Fatalf("webhook naming the reference: want applied to the first event %s, got %+v", first, got)
 	}
-	if r, _ := h.record(second); r.Status != tenaz.StateAwaitingCallback {
+	if r, _ := h.record(second); r.Status != state.AwaitingCallback {
 		t.Fatalf("second event: want still awaiting_callback, got %s", r.Status)
 	}
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_2", `{"event_id":"`+second+`","reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != second {
@@ -239,7 +239,7 @@ func TestCallbackLegacyReference(t *testing.T) {
 	h.startDispatcher("d1")
 	old := h.submitCredit("acme", "l-1")
 	h.awaiting("ref_1", old)
-	kv, err := h.js.KeyValue(h.ctx(), tenaz.BucketCallbacks)
+	kv, err := h.js.KeyValue(h.ctx(), names.BucketCallbacks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 		t.Fatalf("100 copies of a webhook for a done event: want 100 late and at most 1 write, got %v and %d writes", outcomes, writes)
 	}
 
-	rec := h.waitStatus(id, tenaz.StateDone)
+	rec := h.waitStatus(id, state.Done)
 	count := map[state.ActionName]int{}
 	for _, e := range rec.History {
 		count[e.Action]++

@@ -4,9 +4,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // DELETE cancels a pending event (200, cancelled), refuses a second time
@@ -29,7 +29,7 @@ func TestCancelPendingEvent(t *testing.T) {
 	}
 	var c view
 	r.json(t, &c)
-	if c.ID != v.ID || c.Status != tenaz.StateCancelled {
+	if c.ID != v.ID || c.Status != state.Cancelled {
 		t.Fatalf("DELETE pending: want {id %s, status cancelled}, got %s", v.ID, r.Body)
 	}
 	r = h.do(http.MethodDelete, "/v1/events/"+v.ID, "")
@@ -44,23 +44,23 @@ func TestCancelPendingEvent(t *testing.T) {
 	}
 
 	// The event's message is still queued; a dispatcher must drop it.
-	if info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme")); info.NumPending != 1 {
+	if info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme")); info.NumPending != 1 {
 		t.Fatalf("acme's dispatch consumer: want the event's message still queued, got %d pending", info.NumPending)
 	}
 	h.startDispatcher("d1")
 	natstest.Eventually(t, waitFor, func() bool {
-		info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
+		info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme"))
 		return info.Delivered.Stream >= 1 && info.NumPending == 0 && info.NumAckPending == 0
 	}, "the dispatcher did not settle the cancelled event's message")
 	if n := h.arrived.Load(); n != 0 {
 		t.Fatalf("provider: want no call for a cancelled event, got %d: %+v", n, h.prov.Calls())
 	}
 	rec, _ := h.record(v.ID)
-	if rec.Status != tenaz.StateCancelled || rec.Attempts != 0 {
+	if rec.Status != state.Cancelled || rec.Attempts != 0 {
 		t.Fatalf("record: want cancelled with 0 attempts, got %s with %d", rec.Status, rec.Attempts)
 	}
 	last := rec.History[len(rec.History)-1]
-	if last.Action != state.Cancel || last.From != tenaz.StatePending || last.Actor != "api:anonymous" {
+	if last.Action != state.Cancel || last.From != state.Pending || last.Actor != "api:anonymous" {
 		t.Fatalf("history: want the last entry {cancel, from pending, actor api:anonymous}, got %+v", last)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/services/ingest/internal/cloudevent"
 )
@@ -56,10 +56,10 @@ func cloudFields(ev cloudevent.Event, account string) (event.Fields, *submitErro
 	if account == "" {
 		return event.Fields{}, ceBad(ceAccount, "missing: name the tenaz account (an API key of one account implies it)")
 	}
-	if err := tenaz.ValidateAccount(account); err != nil {
+	if err := names.ValidateAccount(account); err != nil {
 		return event.Fields{}, ceBad(ceAccount, "%v", err)
 	}
-	if err := tenaz.ValidateKind(ev.Type); err != nil {
+	if err := names.ValidateKind(ev.Type); err != nil {
 		return event.Fields{}, ceBad("type", "%v (the type is the event's kind)", err)
 	}
 	f := event.Fields{Account: account, Kind: ev.Type, IdempotencyKey: ev.ID, EntityID: ev.Subject, OrderingKey: ev.Extensions[cePartitionKey]}
@@ -67,7 +67,7 @@ func cloudFields(ev cloudevent.Event, account string) (event.Fields, *submitErro
 		if c.v == "" && c.attr != "id" {
 			continue
 		}
-		if err := tenaz.ValidateKey(c.attr, c.v); err != nil {
+		if err := names.ValidateKey(c.attr, c.v); err != nil {
 			return event.Fields{}, ceBad(c.attr, "%v", err)
 		}
 	}
@@ -120,7 +120,7 @@ func (s *Service) cloudSubmission(h map[string][]string, body []byte, account st
 	if serr = s.knownType(f); serr != nil {
 		return f, nil, true, serr
 	}
-	if k := http.Header(h).Get(tenaz.HeaderIdempotencyKey); k != "" && k != f.IdempotencyKey {
+	if k := http.Header(h).Get(names.HeaderIdempotencyKey); k != "" && k != f.IdempotencyKey {
 		return f, nil, true, ceBad("id", "%q differs from the Idempotency-Key header %q: send one", f.IdempotencyKey, k)
 	}
 	return f, ev.Data, true, nil
@@ -210,9 +210,9 @@ func intakeCloudEvent(f event.Fields, h nats.Header) (event.Fields, *submitError
 		attr, header, v string
 		dst             *string
 	}{
-		{"id", tenaz.HeaderIdempotencyKey, cf.IdempotencyKey, &f.IdempotencyKey},
-		{"subject", tenaz.HeaderEntityID, cf.EntityID, &f.EntityID},
-		{cePartitionKey, tenaz.HeaderOrderingKey, cf.OrderingKey, &f.OrderingKey},
+		{"id", names.HeaderIdempotencyKey, cf.IdempotencyKey, &f.IdempotencyKey},
+		{"subject", names.HeaderEntityID, cf.EntityID, &f.EntityID},
+		{cePartitionKey, names.HeaderOrderingKey, cf.OrderingKey, &f.OrderingKey},
 	} {
 		if c.v == "" {
 			continue

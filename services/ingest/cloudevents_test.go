@@ -14,7 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // ceYAML adds a second kind to baseYAML.
@@ -36,7 +36,7 @@ func TestCloudEventStructuredHTTP(t *testing.T) {
 		t.Fatalf("POST a structured CloudEvent: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "ce-1")
-	rec := h.waitStatus(id, tenaz.StatePending)
+	rec := h.waitStatus(id, state.Pending)
 	if rec.Kind != "order.create" || rec.IdempotencyKey != "ce-1" || rec.EntityID != "o-1" || rec.OrderingKey != "customer-7" ||
 		string(rec.Payload) != `{"order_id":"o-1"}` {
 		t.Fatalf("want the event mapped from the CloudEvent, got %+v", rec)
@@ -57,7 +57,7 @@ func TestCloudEventBinaryHTTP(t *testing.T) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("POST a binary CloudEvent: want 202, got %d %s", r.Status, r.Body)
 	}
-	rec := h.waitStatus(event.ID("acme", "ce-2"), tenaz.StatePending)
+	rec := h.waitStatus(event.ID("acme", "ce-2"), state.Pending)
 	if rec.Kind != "order.create" || rec.EntityID != "o-2" || string(rec.Payload) != `{"order_id":"o-2"}` {
 		t.Fatalf("want the event mapped from the headers, got %+v", rec)
 	}
@@ -145,7 +145,7 @@ func TestCloudEventAccountOfTheKey(t *testing.T) {
 	if r := binary(); r.Status != http.StatusAccepted {
 		t.Fatalf("acme's key, no tenazaccount: want 202 for acme, got %d %s", r.Status, r.Body)
 	}
-	h.waitStatus(event.ID("acme", "ce-k"), tenaz.StatePending)
+	h.waitStatus(event.ID("acme", "ce-k"), state.Pending)
 }
 
 // Published to an intake subject with ce- headers, a binary CloudEvent is
@@ -156,7 +156,7 @@ func TestCloudEventBinaryNATS(t *testing.T) {
 	h := setup(t, ceYAML)
 	h.publishIntake("tenaz.intake.acme.order.create", []byte(`{"order_id":"o-n"}`), "content-type", "application/json",
 		"ce-specversion", "1.0", "ce-type", "order.create", "ce-source", "/erp", "ce-id", "ce-n", "ce-subject", "o-n", "ce-partitionkey", "c-1")
-	rec := h.waitStatus(event.ID("acme", "ce-n"), tenaz.StatePending)
+	rec := h.waitStatus(event.ID("acme", "ce-n"), state.Pending)
 	if rec.EntityID != "o-n" || rec.OrderingKey != "c-1" || rec.IdempotencyKey != "ce-n" {
 		t.Fatalf("want the event mapped from the ce- headers, got %+v", rec)
 	}
@@ -208,13 +208,13 @@ func TestCloudEventMicroSubmit(t *testing.T) {
 	if rep := request(ceStructured, "Content-Type", "application/cloudevents+json"); rep.Header.Get("Tenaz-Status") != "202" {
 		t.Fatalf("structured: want Tenaz-Status 202, got %q %s", rep.Header.Get("Tenaz-Status"), rep.Data)
 	}
-	h.waitStatus(event.ID("acme", "ce-1"), tenaz.StatePending)
+	h.waitStatus(event.ID("acme", "ce-1"), state.Pending)
 	rep := request(`{"order_id":"o-m"}`, "content-type", "application/json", "ce-specversion", "1.0", "ce-type", "order.create",
 		"ce-source", "/erp", "ce-id", "ce-m", "ce-tenazaccount", "acme")
 	if rep.Header.Get("Tenaz-Status") != "202" {
 		t.Fatalf("binary: want Tenaz-Status 202, got %q %s", rep.Header.Get("Tenaz-Status"), rep.Data)
 	}
-	h.waitStatus(event.ID("acme", "ce-m"), tenaz.StatePending)
+	h.waitStatus(event.ID("acme", "ce-m"), state.Pending)
 	rep = request(`{"order_id":"o-x"}`, "content-type", "application/json", "ce-specversion", "1.0", "ce-type", "order.create",
 		"ce-source", "/erp", "ce-id", "ce-x")
 	if rep.Header.Get("Tenaz-Status") != "400" || !strings.Contains(string(rep.Data), `tenazaccount`) {

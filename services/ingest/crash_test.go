@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -21,7 +21,7 @@ var errCrash = errors.New("simulated crash")
 // claim and one call, and that the provider applied its effect once.
 func (h *harness) assertDeliveredOnce(id, key string) {
 	h.t.Helper()
-	rec := h.waitStatus(id, tenaz.StateDone)
+	rec := h.waitStatus(id, state.Done)
 	if rec.Attempts != 1 {
 		h.t.Fatalf("event %s: want done on attempt 1, got attempts %d (history %+v)", id, rec.Attempts, rec.History)
 	}
@@ -67,10 +67,10 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 		t.Fatalf("AfterCreate: want 2 runs (the crash, then the redelivery), got %d", n)
 	}
 	rec, ok := h.record(id)
-	if !ok || rec.Status != tenaz.StatePending || len(rec.History) != 1 {
+	if !ok || rec.Status != state.Pending || len(rec.History) != 1 {
 		t.Fatalf("record: want pending with only its creation, got %+v (exists %v)", rec, ok)
 	}
-	info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
+	info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme"))
 	if info.NumPending != 1 || info.NumAckPending != 0 {
 		t.Fatalf("acme's dispatch consumer: want exactly 1 message (the event, once), got pending %d, ack pending %d", info.NumPending, info.NumAckPending)
 	}
@@ -113,7 +113,7 @@ func TestCrashIngestStopsAfterCreate(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("AfterCreate was not reached")
 	}
-	if rec, ok := h.record(id); !ok || rec.Status != tenaz.StatePending {
+	if rec, ok := h.record(id); !ok || rec.Status != state.Pending {
 		t.Fatalf("record: want it written (pending) before the crash, got %+v (exists %v)", rec, ok)
 	}
 	stopped := make(chan error, 1)

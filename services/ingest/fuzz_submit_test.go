@@ -10,7 +10,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -43,7 +43,7 @@ kinds: {order.create: {target: erp, entity: order_id}}
 	post := func(body []byte, key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "/v1/events", bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
-		r.Header[tenaz.HeaderIdempotencyKey] = []string{key} // as sent, even a value net/http would refuse to write
+		r.Header[names.HeaderIdempotencyKey] = []string{key} // as sent, even a value net/http would refuse to write
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, r)
 		return w
@@ -64,7 +64,7 @@ kinds: {order.create: {target: erp, entity: order_id}}
 		if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.ID == "" {
 			t.Fatalf("submission %q key %q: %d with a body that is not an event: %s", body, key, w.Code, w.Body)
 		}
-		if err := tenaz.ValidateAccount(v.Account); err != nil {
+		if err := names.ValidateAccount(v.Account); err != nil {
 			t.Fatalf("submission %q accepted for account %q: %v", body, v.Account, err)
 		}
 		if key != "" && v.ID != event.ID(v.Account, key) {

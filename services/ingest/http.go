@@ -13,9 +13,9 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -78,7 +78,7 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := event.Fields{Account: sub.Account, Kind: sub.Kind, EntityID: sub.EntityID, OrderingKey: sub.OrderingKey,
-		NotBefore: sub.NotBefore, IdempotencyKey: r.Header.Get(tenaz.HeaderIdempotencyKey), Traceparent: tracing.From(r.Header.Get)}
+		NotBefore: sub.NotBefore, IdempotencyKey: r.Header.Get(names.HeaderIdempotencyKey), Traceparent: tracing.From(r.Header.Get)}
 	status, v := s.submit(r, f, sub.Payload)
 	httpapi.JSON(w, status, v)
 }
@@ -95,13 +95,13 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	defer forget()
 	m := nats.NewMsg(subject)
 	m.Data = payload
-	m.Header.Set(tenaz.HeaderIdempotencyKey, env.IdempotencyKey)
+	m.Header.Set(names.HeaderIdempotencyKey, env.IdempotencyKey)
 	// INTAKE drops a copy with the same Nats-Msg-Id without a word: only
 	// the very same submission may be dropped, so the id names kind and
 	// payload too (another one under the key gets its 409 from accept).
-	m.Header.Set(tenaz.HeaderMsgID, env.ID+"/"+env.Kind+"/"+event.PayloadSHA256(payload)[:16])
+	m.Header.Set(names.HeaderMsgID, env.ID+"/"+env.Kind+"/"+event.PayloadSHA256(payload)[:16])
 	m.Header.Set(headerReply, reply)
-	for h, v := range map[string]string{tenaz.HeaderEntityID: f.EntityID, tenaz.HeaderOrderingKey: f.OrderingKey, tenaz.HeaderNotBefore: f.NotBefore, tracing.Header: f.Traceparent} {
+	for h, v := range map[string]string{names.HeaderEntityID: f.EntityID, names.HeaderOrderingKey: f.OrderingKey, names.HeaderNotBefore: f.NotBefore, tracing.Header: f.Traceparent} {
 		if v != "" {
 			m.Header.Set(h, v)
 		}
@@ -158,7 +158,7 @@ func answer(b []byte, accepted View, url string) (int, any) {
 
 func (s *Service) lookup(w http.ResponseWriter, r *http.Request) (state.Record, bool) {
 	id := r.PathValue("id")
-	if err := tenaz.ValidateEventID(id); err != nil {
+	if err := names.ValidateEventID(id); err != nil {
 		httpapi.Error(w, http.StatusNotFound, "not_found", "no event "+id)
 		return state.Record{}, false
 	}

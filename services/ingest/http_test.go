@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // view is the part of an event's JSON the tests read.
 type view struct {
 	ID             string      `json:"id"`
-	Status         tenaz.State `json:"status"`
+	Status         state.State `json:"status"`
 	IdempotencyKey string      `json:"idempotency_key"`
 	StatusURL      string      `json:"status_url"`
 	Account        string      `json:"account"`
@@ -36,7 +36,7 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 	var first view
 	r.json(t, &first)
 	wantID := event.ID("acme", "o-1")
-	if first.ID != wantID || first.Status != tenaz.StatePending || first.IdempotencyKey != "o-1" ||
+	if first.ID != wantID || first.Status != state.Pending || first.IdempotencyKey != "o-1" ||
 		first.StatusURL != h.api.URL+"/v1/events/"+wantID {
 		t.Fatalf("POST: want {id %s, status pending, idempotency_key o-1, status_url %s/v1/events/%s}, got %s",
 			wantID, h.api.URL, wantID, r.Body)
@@ -83,7 +83,7 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 	}
 
 	// Two events, each enqueued once: the duplicates added nothing.
-	if info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme")); info.NumPending != 2 {
+	if info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme")); info.NumPending != 2 {
 		t.Fatalf("EVENTS for acme: want 2 messages (one per event), got %d", info.NumPending)
 	}
 
@@ -93,7 +93,7 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 		t.Fatalf("GET: want 200, got %d %s", r.Status, r.Body)
 	}
 	r.json(t, &got)
-	if got.ID != first.ID || got.Status != tenaz.StatePending || got.Account != "acme" || got.Kind != "order.create" || got.EntityID != "o-1" {
+	if got.ID != first.ID || got.Status != state.Pending || got.Account != "acme" || got.Kind != "order.create" || got.EntityID != "o-1" {
 		t.Fatalf("GET: want {id %s, status pending, account acme, kind order.create, entity_id o-1}, got %s", first.ID, r.Body)
 	}
 
@@ -103,12 +103,12 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 	}
 	var hist struct {
 		ID      string        `json:"id"`
-		Status  tenaz.State   `json:"status"`
+		Status  state.State   `json:"status"`
 		History []state.Entry `json:"history"`
 	}
 	r.json(t, &hist)
 	if hist.ID != first.ID || len(hist.History) != 1 || hist.History[0].Action != state.Accept ||
-		hist.History[0].To != tenaz.StatePending || hist.History[0].Actor != "ingest" {
+		hist.History[0].To != state.Pending || hist.History[0].Actor != "ingest" {
 		t.Fatalf("GET history: want one entry {action accept, to pending, actor ingest}, got %s", r.Body)
 	}
 
@@ -187,7 +187,7 @@ func TestHTTPRefusals(t *testing.T) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("valid submission after the refusals: want 202, got %d %s", r.Status, r.Body)
 	}
-	if got := h.streamState(tenaz.StreamDead).Msgs; got != 0 {
+	if got := h.streamState(names.StreamDead).Msgs; got != 0 {
 		t.Fatalf("DEAD: HTTP refusals are answered, not kept: want 0 entries, got %d", got)
 	}
 	if got := h.stateMsgs(); got != 1 {

@@ -23,10 +23,10 @@ import (
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // ErrStopped is the cause of a deliberate stop.
@@ -89,7 +89,7 @@ type Service struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	cfg     *config.Config
-	subj    tenaz.Subjects
+	subj    names.Subjects
 	log     zerolog.Logger
 	st      *store.Store
 	q       *queue.Queue
@@ -147,7 +147,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	s := &Service{
-		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix), log: log,
+		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
 	}
 	s.Init("ingest", o.Conn)
 	s.refused = newRefusals(o.Config, log)
@@ -200,11 +200,11 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	s.Defer(func(context.Context) { _ = s.gone.Unsubscribe() })
-	cons, err := s.js.Consumer(ctx, subj.Stream(tenaz.StreamIntake), "ingest")
+	cons, err := s.js.Consumer(ctx, subj.Stream(names.StreamIntake), "ingest")
 	if err != nil {
 		return fmt.Errorf("ingest: intake consumer: %w", err)
 	}
-	if s.intake, err = s.js.Stream(ctx, subj.Stream(tenaz.StreamIntake)); err != nil {
+	if s.intake, err = s.js.Stream(ctx, subj.Stream(names.StreamIntake)); err != nil {
 		return fmt.Errorf("ingest: intake stream: %w", err)
 	}
 	if s.micro, err = s.registerMicro(); err != nil {
@@ -294,7 +294,7 @@ func (s *Service) Routes(mux httpapi.Router) {
 }
 
 // eventStreams is every partition's EVENTS stream.
-func eventStreams(subj tenaz.Subjects) []string {
+func eventStreams(subj names.Subjects) []string {
 	out := make([]string, subj.Parts())
 	for p := range out {
 		out[p] = subj.EventsStreamOf(p)

@@ -18,11 +18,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -58,10 +58,10 @@ func (s *Service) build(f event.Fields, payload []byte, now time.Time) (event.En
 	if fit, l := size.MaxBody(s.nc); int64(len(payload)) > fit {
 		return event.Envelope{}, refuse(http.StatusRequestEntityTooLarge, "too_large", "payload is %d bytes; with %s at %d, at most %d fit", len(payload), l.What, l.Bytes, fit)
 	}
-	if err := tenaz.ValidateAccount(f.Account); err != nil {
+	if err := names.ValidateAccount(f.Account); err != nil {
 		return event.Envelope{}, refuse(http.StatusBadRequest, "invalid_account", "%v", err)
 	}
-	if err := tenaz.ValidateKind(f.Kind); err != nil {
+	if err := names.ValidateKind(f.Kind); err != nil {
 		return event.Envelope{}, refuse(http.StatusBadRequest, "invalid_kind", "%v", err)
 	}
 	k, ok := s.cfg.Kind(f.Kind)
@@ -140,14 +140,14 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 	// dedups Nats-Msg-Id across the whole INTAKE stream (not per account)
 	// for 100 ms, so publishers that use it should send "<account>:<key>";
 	// that prefix is not part of the key.
-	key := h.Get(tenaz.HeaderIdempotencyKey)
+	key := h.Get(names.HeaderIdempotencyKey)
 	if key == "" {
-		key = strings.TrimPrefix(h.Get(tenaz.HeaderMsgID), account+":")
+		key = strings.TrimPrefix(h.Get(names.HeaderMsgID), account+":")
 	}
 	return intakeCloudEvent(event.Fields{
 		Account: account, Kind: kind, IdempotencyKey: key,
-		EntityID: h.Get(tenaz.HeaderEntityID), OrderingKey: h.Get(tenaz.HeaderOrderingKey),
-		NotBefore: h.Get(tenaz.HeaderNotBefore), Traceparent: tracing.From(h.Get),
+		EntityID: h.Get(names.HeaderEntityID), OrderingKey: h.Get(names.HeaderOrderingKey),
+		NotBefore: h.Get(names.HeaderNotBefore), Traceparent: tracing.From(h.Get),
 	}, h)
 }
 
@@ -417,7 +417,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 	if err := s.prov.Ensure(ctx, env.Account); err != nil {
 		return rec, false, err
 	}
-	if rec.Status == tenaz.StateScheduled && rec.NextRunAt != nil {
+	if rec.Status == state.Scheduled && rec.NextRunAt != nil {
 		err = s.q.ScheduleFresh(ctx, env, *rec.NextRunAt, rev)
 	} else {
 		_, err = s.q.EnqueueFresh(ctx, env, rev, env.ID)
@@ -435,7 +435,7 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 // notStarted: the record is as ingest created it, so its first message may
 // be missing.
 func notStarted(r state.Record) bool {
-	return (r.Status == tenaz.StatePending || r.Status == tenaz.StateScheduled) && len(r.History) == 1
+	return (r.Status == state.Pending || r.Status == state.Scheduled) && len(r.History) == 1
 }
 
 // errUnchanged ends a store.Update without a write.

@@ -11,8 +11,9 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -29,7 +30,7 @@ func TestNATSIntakeDuplicateAfterWindow(t *testing.T) {
 	id := event.ID("acme", "k1")
 
 	ack1 := h.publishIntake(intakeOrderCreate, body, "Nats-Msg-Id", "k1")
-	rec := h.waitStatus(id, tenaz.StatePending)
+	rec := h.waitStatus(id, state.Pending)
 	if rec.IdempotencyKey != "k1" || rec.Account != "acme" || rec.Kind != "order.create" || rec.EntityID != "o-1" {
 		t.Fatalf("record: want {key k1, account acme, kind order.create, entity o-1}, got %+v", rec)
 	}
@@ -48,20 +49,20 @@ func TestNATSIntakeDuplicateAfterWindow(t *testing.T) {
 		"ingest did not settle the second copy (INTAKE seq %d)", ack2.Sequence)
 
 	rec, _ = h.record(id)
-	if rec.Status != tenaz.StatePending || len(rec.History) != 1 {
+	if rec.Status != state.Pending || len(rec.History) != 1 {
 		t.Fatalf("after the duplicate: want the untouched pending record with one history entry, got status %s, history %+v", rec.Status, rec.History)
 	}
 	if n := h.stateMsgs(); n != 1 {
 		t.Fatalf("state bucket: want 1 record, got %d", n)
 	}
-	info := h.consumerInfo(h.subj.EventsStream("acme"), tenaz.ConsumerName("acme"))
+	info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme"))
 	if info.NumPending != 1 || info.NumAckPending != 0 {
 		t.Fatalf("acme's dispatch consumer: want exactly 1 message waiting (no dispatcher runs), got pending %d, ack pending %d", info.NumPending, info.NumAckPending)
 	}
 	if n := h.eventMsgs(); n != 1 {
 		t.Fatalf("EVENTS: want 1 message for the event, got %d", n)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>") == 0 },
+	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 },
 		"INTAKE: want both copies settled and trimmed (0 messages left)")
 }
 
@@ -90,7 +91,7 @@ func TestNATSIntakeSameKeyTwoAccounts(t *testing.T) {
 				t.Fatalf("event ids of two accounts with one key: want distinct, got %s twice", idA)
 			}
 			for _, id := range []string{idA, idB} {
-				rec := h.waitStatus(id, tenaz.StatePending)
+				rec := h.waitStatus(id, state.Pending)
 				if rec.IdempotencyKey != "k1" {
 					t.Fatalf("%s: want idempotency key k1 (account prefix stripped), got %q", id, rec.IdempotencyKey)
 				}
@@ -124,7 +125,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			t.Parallel()
 			h := setup(t, baseYAML)
 			ack := h.publishIntake(c.subject, c.body, append([]string{"Nats-Msg-Id", "bad-1"}, c.headers...)...)
-			ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+			ds, err := h.js.Stream(h.ctx(), names.StreamDead)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +143,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 					dead.ReasonRejected, c.code, c.body, c.subject, raw.Data)
 			}
 			natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
-			is, err := h.js.Stream(h.ctx(), tenaz.StreamIntake)
+			is, err := h.js.Stream(h.ctx(), names.StreamIntake)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +151,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 				_, err = is.GetMsg(h.ctx(), ack.Sequence)
 				return errors.Is(err, jetstream.ErrMsgNotFound)
 			}, "INTAKE seq %d: want it gone (settled and trimmed), got %v", ack.Sequence, lazy(func() string { return errString(err) }))
-			if info := h.consumerInfo(tenaz.StreamIntake, "ingest"); info.NumRedelivered != 0 {
+			if info := h.consumerInfo(names.StreamIntake, "ingest"); info.NumRedelivered != 0 {
 				t.Fatalf("ingest consumer: want the rejection settled at once, got %d redeliveries", info.NumRedelivered)
 			}
 			if rec, ok := h.record(event.ID("acme", "bad-1")); ok {
@@ -159,7 +160,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			if n := h.eventMsgs(); n != 0 {
 				t.Fatalf("EVENTS: want nothing enqueued, got %d messages", n)
 			}
-			if n := h.streamState(tenaz.StreamDead).Msgs; n != 1 {
+			if n := h.streamState(names.StreamDead).Msgs; n != 1 {
 				t.Fatalf("DEAD: want exactly 1 entry, got %d", n)
 			}
 		})
@@ -189,7 +190,7 @@ func TestSubmissionIngestFailsOnIsKeptInDead(t *testing.T) {
 		return nil
 	}}))
 	ack := h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"poison"}`), "Idempotency-Key", "poison-1")
-	ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // An ingest dies holding a lane's first submission (taken from INTAKE, not
@@ -30,7 +30,7 @@ func TestOrderedSubmissionHeldByADeadIngestKeepsItsPlace(t *testing.T) {
 	lane := []string{"Tenaz-Ordering-Key", "lane-1"}
 	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), append([]string{"Idempotency-Key", "first"}, lane...)...)
 	// The dead ingest: it took the first submission and never settled it.
-	cons, err := h.js.Consumer(h.ctx(), tenaz.StreamIntake, "ingest")
+	cons, err := h.js.Consumer(h.ctx(), names.StreamIntake, "ingest")
 	if err != nil {
 		t.Fatal(err)
 	}

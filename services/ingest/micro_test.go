@@ -14,7 +14,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // tenaz-ingest answers get on NATS with the record, and answers pings.
@@ -38,7 +37,7 @@ func TestMicroService(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		t.Fatalf("get: want JSON, got %q", m.Data)
 	}
-	if v.ID != id || v.Status != tenaz.StatePending || v.IdempotencyKey != "micro-1" {
+	if v.ID != id || v.Status != state.Pending || v.IdempotencyKey != "micro-1" {
 		t.Fatalf("get: want {id %s, status pending, idempotency_key micro-1}, got %s", id, m.Data)
 	}
 
@@ -98,7 +97,7 @@ func TestMicroCancel(t *testing.T) {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "micro-cancel-1")
-	h.waitStatus(id, tenaz.StateScheduled)
+	h.waitStatus(id, state.Scheduled)
 	req := `{"id":"` + id + `","reason":"customer withdrew"}`
 
 	for _, c := range []struct {
@@ -114,13 +113,13 @@ func TestMicroCancel(t *testing.T) {
 			t.Errorf("cancel, %s: want Tenaz-Status %s and code %s, got %q %q %s", c.name, c.status, c.code, status, code, m.Data)
 		}
 	}
-	if rec, _ := h.record(id); rec.Status != tenaz.StateScheduled || strings.Contains(fmt.Sprint(rec.History), "mallory") {
+	if rec, _ := h.record(id); rec.Status != state.Scheduled || strings.Contains(fmt.Sprint(rec.History), "mallory") {
 		t.Fatalf("refused cancels must change nothing, got %s %+v", rec.Status, rec.History)
 	}
 
 	status, _, m := h.cancelAs(keyAlice, req)
 	var v view
-	if err := json.Unmarshal(m.Data, &v); status != "200" || err != nil || v.ID != id || v.Status != tenaz.StateCancelled {
+	if err := json.Unmarshal(m.Data, &v); status != "200" || err != nil || v.ID != id || v.Status != state.Cancelled {
 		t.Fatalf("cancel by the operator: want 200 {id %s, status cancelled}, got %q %s (%v)", id, status, m.Data, err)
 	}
 	rec, _ := h.record(id)
@@ -154,7 +153,7 @@ func TestMicroCancelAnonymous(t *testing.T) {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "micro-anon-1")
-	h.waitStatus(id, tenaz.StateScheduled)
+	h.waitStatus(id, state.Scheduled)
 	if status, _, m := h.cancelAs("", id); status != "200" {
 		t.Fatalf("cancel: want 200, got %q %s", status, m.Data)
 	}

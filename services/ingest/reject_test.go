@@ -15,11 +15,11 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -30,12 +30,12 @@ const withInvoice = baseYAML + `  invoice.send: {target: erp, attempts: 3}
 // deadEntries decodes every entry DEAD holds.
 func (h *harness) deadEntries() []dead.Entry {
 	h.t.Helper()
-	ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	var out []dead.Entry
-	for seq := uint64(1); seq <= h.streamState(tenaz.StreamDead).LastSeq; seq++ {
+	for seq := uint64(1); seq <= h.streamState(names.StreamDead).LastSeq; seq++ {
 		raw, err := ds.GetMsg(h.ctx(), seq)
 		if err != nil {
 			continue // deleted
@@ -90,18 +90,18 @@ func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
 		t.Fatalf("POST kept, held by B: want 202 accepted for %s, got %d %s", keptID, r.Status, r.Body)
 	}
 	releaseB()
-	rec := h.waitStatus(keptID, tenaz.StateDead)
+	rec := h.waitStatus(keptID, state.Dead)
 	if rec.LastError == nil || rec.LastError.Class != "unknown_kind" || len(rec.History) != 1 || rec.History[0].Action != state.Reject ||
 		!strings.HasPrefix(rec.History[0].Detail, dead.ReasonRejected+":") || string(rec.Payload) != `{"n":1}` {
 		t.Fatalf("event %s refused by B after the 202: want dead by reject, last_error unknown_kind, the payload kept, got %+v", keptID, rec)
 	}
 	r = h.do(http.MethodGet, "/v1/events/"+keptID, "")
 	r.json(t, &v)
-	if r.Status != http.StatusOK || v.Status != tenaz.StateDead {
+	if r.Status != http.StatusOK || v.Status != state.Dead {
 		t.Fatalf("GET the status URL of %s: want 200 and status dead, got %d %s", keptID, r.Status, r.Body)
 	}
 
-	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(tenaz.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
+	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
 	entries := h.deadEntries()
 	if len(entries) != 1 || entries[0].ID != keptID || entries[0].Reason != dead.ReasonRejected || entries[0].Class != "unknown_kind" ||
 		entries[0].Event == nil || entries[0].Record == nil {
@@ -130,7 +130,7 @@ func TestHTTPIdempotencyKeyReused(t *testing.T) {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "k1")
-	orig := h.waitStatus(id, tenaz.StateDone) // the dispatcher's claim rewrote it from the EVENTS copy
+	orig := h.waitStatus(id, state.Done) // the dispatcher's claim rewrote it from the EVENTS copy
 	for _, body := range []string{
 		first,
 		`{"account":"acme","kind":"order.create","payload":{"note":"<ok>","order_id":"o-1"}}`,
@@ -152,10 +152,10 @@ func TestHTTPIdempotencyKeyReused(t *testing.T) {
 		}
 	}
 	rec, _ := h.record(id)
-	if rec.Kind != "order.create" || string(rec.Payload) != string(orig.Payload) || len(rec.History) != len(orig.History) || rec.Status != tenaz.StateDone {
+	if rec.Kind != "order.create" || string(rec.Payload) != string(orig.Payload) || len(rec.History) != len(orig.History) || rec.Status != state.Done {
 		t.Fatalf("the original event: want it unchanged (%+v), got %+v", orig, rec)
 	}
-	if n := h.streamState(tenaz.StreamDead).Msgs; n != 0 {
+	if n := h.streamState(names.StreamDead).Msgs; n != 0 {
 		t.Fatalf("DEAD: the callers were told, want nothing kept, got %d entries", n)
 	}
 }
@@ -169,10 +169,10 @@ func TestNATSIdempotencyKeyReusedKeptInDead(t *testing.T) {
 	h := setup(t, withInvoice)
 	id := event.ID("acme", "k1")
 	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), "Idempotency-Key", "k1")
-	orig := h.waitStatus(id, tenaz.StatePending)
+	orig := h.waitStatus(id, state.Pending)
 	ack := h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), "Idempotency-Key", "k1")
 	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "the duplicate not settled")
-	if n := h.streamState(tenaz.StreamDead).Msgs; n != 0 {
+	if n := h.streamState(names.StreamDead).Msgs; n != 0 {
 		t.Fatalf("DEAD after a true duplicate: want nothing, got %d entries", n)
 	}
 	sends := []struct{ subject, body string }{
@@ -196,7 +196,7 @@ func TestNATSIdempotencyKeyReusedKeptInDead(t *testing.T) {
 		}
 	}
 	rec, _ := h.record(id)
-	if rec.Status != tenaz.StatePending || string(rec.Payload) != string(orig.Payload) || len(rec.History) != 1 || rec.Kind != "order.create" {
+	if rec.Status != state.Pending || string(rec.Payload) != string(orig.Payload) || len(rec.History) != 1 || rec.Kind != "order.create" {
 		t.Fatalf("the original event: want it unchanged, got %+v", rec)
 	}
 }

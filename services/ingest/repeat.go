@@ -21,8 +21,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -39,7 +39,7 @@ import (
 // restart does not move an interval's phase.
 
 // StreamRepeats is the stream of the repeats' schedules and firings, as
-// the default prefix names it (see tenaz.Subjects.Stream).
+// the default prefix names it (see names.Subjects.Stream).
 const StreamRepeats = "TENAZ_REPEATS"
 
 const (
@@ -89,7 +89,7 @@ func (s *Service) repeatOf(subject, kind string) (account, name string, ok bool)
 		return "", "", false
 	}
 	account, name, ok = strings.Cut(rest, ".")
-	return account, name, ok && tenaz.ValidateAccount(account) == nil && tenaz.ValidateAccount(name) == nil
+	return account, name, ok && names.ValidateAccount(account) == nil && names.ValidateAccount(name) == nil
 }
 
 // storedRepeat is a repeat as its schedule message holds it.
@@ -104,7 +104,7 @@ type storedRepeat struct {
 // decodeRepeat reads the repeat a schedule message or a firing carries.
 func decodeRepeat(h nats.Header, data []byte) (config.Repeat, error) {
 	r := config.Repeat{Kind: h.Get(headerRepeatKind), Cron: h.Get(headerRepeatCron), Timezone: h.Get(headerRepeatTimezone),
-		EntityID: h.Get(tenaz.HeaderEntityID), Payload: string(data)}
+		EntityID: h.Get(names.HeaderEntityID), Payload: string(data)}
 	if e := h.Get(headerRepeatEvery); e != "" {
 		d, err := time.ParseDuration(e)
 		if err != nil {
@@ -295,7 +295,7 @@ func (s *Service) putRepeat(ctx context.Context, account, name string, r config.
 			m.Header.Set(headerRepeatEvery, time.Duration(r.Every).String())
 		}
 		if r.EntityID != "" {
-			m.Header.Set(tenaz.HeaderEntityID, r.EntityID)
+			m.Header.Set(names.HeaderEntityID, r.EntityID)
 		}
 		m.Header.Set(headerRepeatOrigin, origin)
 		if by != "" {
@@ -346,10 +346,10 @@ func (s *Service) handleFire(ctx context.Context, m jetstream.Msg) {
 	key := RepeatKey(name, s.occurrence(m, r))
 	in := nats.NewMsg(subject)
 	in.Data = m.Data()
-	in.Header.Set(tenaz.HeaderIdempotencyKey, key)
-	in.Header.Set(tenaz.HeaderMsgID, account+":"+key) // the twin of a redelivery stops at INTAKE's window
+	in.Header.Set(names.HeaderIdempotencyKey, key)
+	in.Header.Set(names.HeaderMsgID, account+":"+key) // the twin of a redelivery stops at INTAKE's window
 	if r.EntityID != "" {
-		in.Header.Set(tenaz.HeaderEntityID, r.EntityID)
+		in.Header.Set(names.HeaderEntityID, r.EntityID)
 	}
 	if _, err := s.js.PublishMsg(ctx, in); err != nil {
 		if !errors.Is(context.Cause(ctx), ErrStopped) {
@@ -475,8 +475,8 @@ func errorBody(code, format string, args ...any) httpapi.ErrorBody {
 }
 
 func (s *Service) listRepeatsAPI(ctx context.Context, account string) (int, any) {
-	if account != "" && tenaz.ValidateAccount(account) != nil {
-		return http.StatusBadRequest, errorBody("invalid_account", "%v", tenaz.ValidateAccount(account))
+	if account != "" && names.ValidateAccount(account) != nil {
+		return http.StatusBadRequest, errorBody("invalid_account", "%v", names.ValidateAccount(account))
 	}
 	rs, err := s.listRepeats(ctx, account)
 	if err != nil {
@@ -523,7 +523,7 @@ func (s *Service) setRepeatAPI(ctx context.Context, account, name string, req Re
 }
 
 func (s *Service) deleteRepeatAPI(ctx context.Context, account, name string) (int, any) {
-	if tenaz.ValidateAccount(account) != nil || tenaz.ValidateAccount(name) != nil {
+	if names.ValidateAccount(account) != nil || names.ValidateAccount(name) != nil {
 		return http.StatusNotFound, errorBody("not_found", "no repeat %s of %s", name, account)
 	}
 	if s.declared(account, name) {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -125,7 +125,7 @@ func TestRepeatFiresOneEventPerOccurrence(t *testing.T) {
 		fire := h.consumerInfo(ingest.StreamRepeats, "ingest-repeat")
 		var all bool
 		keys, all = twice()
-		return fire.NumPending == 0 && fire.NumAckPending == 0 && h.intakeSettled(h.streamState(tenaz.StreamIntake).LastSeq) && all
+		return fire.NumPending == 0 && fire.NumAckPending == 0 && h.intakeSettled(h.streamState(names.StreamIntake).LastSeq) && all
 	}, "want every firing submitted, each twice; got %v", shown)
 	if n := h.stateMsgs(); n != uint64(len(keys)) {
 		t.Fatalf("want one record per occurrence (%d), got %d records for %v", len(keys), n, keys)

@@ -21,11 +21,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/streams"
@@ -65,7 +65,7 @@ type harness struct {
 	ing    *ingest.Service
 	api    *httptest.Server
 	st     *store.Store
-	subj   tenaz.Subjects // the store's, default prefix
+	subj   names.Subjects // the store's, default prefix
 
 	arrived atomic.Int64    // deliveries that reached the provider, answered or not
 	c       context.Context // ends with the test
@@ -133,7 +133,7 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	if h.st, err = store.Open(ctx, h.js, store.Options{}); err != nil {
 		t.Fatalf("store: %v", err)
 	}
-	h.subj = tenaz.NewSubjects("").WithPartitions(h.st.Partitions())
+	h.subj = names.NewSubjects("").WithPartitions(h.st.Partitions())
 	h.ing = h.startIngest(o.hooks)
 	mux := http.NewServeMux()
 	h.ing.Routes(mux)
@@ -298,7 +298,7 @@ func (h *harness) record(id string) (state.Record, bool) {
 }
 
 // waitStatus waits until the event's record has status want.
-func (h *harness) waitStatus(id string, want tenaz.State) state.Record {
+func (h *harness) waitStatus(id string, want state.State) state.Record {
 	h.t.Helper()
 	var rec state.Record
 	var ok bool
@@ -357,11 +357,11 @@ type footprint struct {
 
 func (h *harness) footprint() footprint {
 	h.t.Helper()
-	in := h.consumerInfo(tenaz.StreamIntake, "ingest")
+	in := h.consumerInfo(names.StreamIntake, "ingest")
 	return footprint{
 		IntakeSeen: in.Delivered.Consumer + in.NumPending,
 		Events:     h.eventMsgs() + h.schedMsgs(),
-		DeadSeq:    h.streamState(tenaz.StreamDead).LastSeq,
+		DeadSeq:    h.streamState(names.StreamDead).LastSeq,
 		StateSeq:   h.stateSeq(),
 	}
 }
@@ -399,7 +399,7 @@ func (h *harness) publishIntake(subject string, body []byte, headers ...string) 
 // intakeSettled reports whether the ingest consumer has taken every INTAKE
 // message up to seq and settled it (nothing pending, nothing unacked).
 func (h *harness) intakeSettled(seq uint64) bool {
-	info := h.consumerInfo(tenaz.StreamIntake, "ingest")
+	info := h.consumerInfo(names.StreamIntake, "ingest")
 	return info.Delivered.Stream >= seq && info.NumPending == 0 && info.NumAckPending == 0
 }
 

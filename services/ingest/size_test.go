@@ -6,8 +6,9 @@ import (
 	"testing"
 
 	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // defaultBodyYAML is baseYAML with http.max_body_bytes at its default.
@@ -39,13 +40,13 @@ func TestSubmissionAtMaxBodyIsReadable(t *testing.T) {
 	sub := func(key string, n int64) string {
 		return `{"account":"acme","kind":"order.create","payload":` + paddedPayload(t, key, n, "<") + `}`
 	}
-	r := h.do("POST", "/v1/events", sub("o-max", max), tenaz.HeaderIdempotencyKey, "k-max")
+	r := h.do("POST", "/v1/events", sub("o-max", max), names.HeaderIdempotencyKey, "k-max")
 	if r.Status != 202 {
 		t.Fatalf("payload of exactly %d bytes: want 202, got %d %.200s", max, r.Status, r.Body)
 	}
 	var v struct{ ID, Status string }
 	r.json(t, &v)
-	if v.Status != string(tenaz.StatePending) {
+	if v.Status != string(state.Pending) {
 		t.Errorf("want the 202 to show the event, pending, got status %q", v.Status)
 	}
 	if g := h.do("GET", "/v1/events/"+v.ID, ""); g.Status != 200 {
@@ -54,7 +55,7 @@ func TestSubmissionAtMaxBodyIsReadable(t *testing.T) {
 	if rec, ok := h.record(v.ID); !ok || int64(len(rec.Payload)) != max {
 		t.Fatalf("want the record with its %d-byte payload, got ok=%v, %d bytes", max, ok, len(rec.Payload))
 	}
-	r = h.do("POST", "/v1/events", sub("o-over", max+1), tenaz.HeaderIdempotencyKey, "k-over")
+	r = h.do("POST", "/v1/events", sub("o-over", max+1), names.HeaderIdempotencyKey, "k-over")
 	if r.Status != 413 || r.errorCode(t) != "too_large" {
 		t.Fatalf("payload of %d bytes: want 413 too_large, got %d %.200s", max+1, r.Status, r.Body)
 	}
@@ -73,7 +74,7 @@ func TestSubmissionTheServerCannotCarryIsRefused(t *testing.T) {
 		t.Fatalf("setup: want max_body_bytes %d, got %d", maxBody, h.cfg.HTTP.MaxBodyBytes)
 	}
 	body := `{"account":"acme","kind":"order.create","payload":` + paddedPayload(t, "o-1", maxBody, "x") + `}`
-	r := h.do("POST", "/v1/events", body, tenaz.HeaderIdempotencyKey, "k-1")
+	r := h.do("POST", "/v1/events", body, names.HeaderIdempotencyKey, "k-1")
 	if r.Status != 413 || r.errorCode(t) != "too_large" {
 		t.Fatalf("want 413 too_large, got %d %.300s", r.Status, r.Body)
 	}
@@ -91,9 +92,9 @@ func TestOversizedNATSSubmissionIsKeptInPart(t *testing.T) {
 	const maxPayload = 1 << 20
 	h := setup(t, defaultBodyYAML, withServer(natstest.MaxPayload(maxPayload)))
 	payload := paddedPayload(t, "o-big", maxPayload-1024, "x")
-	ack := h.publishIntake("tenaz.intake.acme.order.create", []byte(payload), tenaz.HeaderIdempotencyKey, "k-big")
+	ack := h.publishIntake("tenaz.intake.acme.order.create", []byte(payload), names.HeaderIdempotencyKey, "k-big")
 	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "the oversized submission settled")
-	ds, err := h.js.Stream(h.ctx(), tenaz.StreamDead)
+	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}

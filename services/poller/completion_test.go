@@ -11,11 +11,11 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -25,7 +25,7 @@ import (
 func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{})
 	id := w.submit("c-1", `{"applicant":"a-1"}`)
-	rec := w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	rec := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
 	if rec.Reference == "" || rec.Deadline == nil {
 		t.Fatalf("awaiting_callback: want the provider's reference and a deadline, got %+v", rec)
 	}
@@ -57,7 +57,7 @@ func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 	rec = w.get(id)
 	// The two copies are one no-op: recorded once (a copy of a recorded
 	// webhook writes nothing).
-	if rec.Status != tenaz.StateDone || count(rec, state.Complete) != 1 || notes(rec, "callback") != 1 {
+	if rec.Status != state.Done || count(rec, state.Complete) != 1 || notes(rec, "callback") != 1 {
 		t.Fatalf("want done with 1 complete and the copies recorded once, got %s %v", rec.Status, actions(rec))
 	}
 	var res struct{ Score int }
@@ -81,7 +81,7 @@ func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 func TestProviderCallbacksDuplicatedAndByReference(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{callbacks: &provider.CallbackFaults{DuplicateRate: 1}})
 	id := w.submit("c-2", `{"applicant":"a-2"}`)
-	w.waitStatus(id, tenaz.StateDone, 10*time.Second)
+	w.waitStatus(id, state.Done, 10*time.Second)
 	if err := w.a.WaitCallbacks(w.c, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestProviderCallbacksDuplicatedAndByReference(t *testing.T) {
 
 	w.a.SetCallbackFaults(provider.CallbackFaults{DropRate: 1})
 	id = w.submit("c-2b", `{"applicant":"a-2b"}`)
-	rec = w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	rec = w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
 	code, rep := w.callback("bureau_a", cbSecret, "msg_ref", time.Now(), `{"reference":"`+rec.Reference+`","status":"approved"}`)
 	if code != http.StatusOK || rep.Outcome != ingest.CallbackApplied || rep.ID != id {
 		t.Fatalf("callback by reference: want applied to %s, got %d %+v", id, code, rep)
@@ -109,7 +109,7 @@ func TestProviderCallbacksDuplicatedAndByReference(t *testing.T) {
 func TestForgedCallbackRefused(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{})
 	id := w.submit("c-3", `{"applicant":"a-3"}`)
-	rec := w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	rec := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
 	body := `{"event_id":"` + id + `","status":"approved"}`
 	cases := map[string]func() int{
 		"wrong secret": func() int {
@@ -147,7 +147,7 @@ func TestForgedCallbackRefused(t *testing.T) {
 		}
 	}
 	after := w.get(id)
-	if after.Status != tenaz.StateAwaitingCallback || len(after.History) != len(rec.History) {
+	if after.Status != state.AwaitingCallback || len(after.History) != len(rec.History) {
 		t.Errorf("forged callbacks changed the event: %s %v", after.Status, actions(after))
 	}
 	if code, _ := w.callback("nosuch", cbSecret, "msg_x", time.Now(), body); code != http.StatusNotFound {
@@ -165,8 +165,8 @@ func TestWatchdogToManualReviewThenLateCallbackIsNoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := w.submit("c-4", `{"applicant":"a-4"}`)
-	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
-	rec := w.waitStatus(id, tenaz.StateManualReview, 15*time.Second)
+	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec := w.waitStatus(id, state.ManualReview, 15*time.Second)
 	if why := detailOf(rec, state.Escalate); !strings.Contains(why, "no callback from bureau_a by the deadline") {
 		t.Errorf("escalation reason: got %q", why)
 	}
@@ -178,7 +178,7 @@ func TestWatchdogToManualReviewThenLateCallbackIsNoop(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.ID != id || adv.Reason != dead.ReasonReview {
 		t.Errorf("review advisory: got %s (%v)", m.Data, err)
 	}
-	s, _ := w.js.Stream(w.c, tenaz.StreamDead)
+	s, _ := w.js.Stream(w.c, names.StreamDead)
 	dm, err := s.GetLastMsgForSubject(w.c, "tenaz.dead.acme.credit.evaluate")
 	if err != nil {
 		t.Fatalf("DEAD entry: %v", err)
@@ -193,7 +193,7 @@ func TestWatchdogToManualReviewThenLateCallbackIsNoop(t *testing.T) {
 		t.Fatalf("late callback: want 200 late, got %d %q", code, rep.Outcome)
 	}
 	after := w.get(id)
-	if after.Status != tenaz.StateManualReview || after.Result != nil || !strings.Contains(detailOf(after, state.Note), "late callback") {
+	if after.Status != state.ManualReview || after.Result != nil || !strings.Contains(detailOf(after, state.Note), "late callback") {
 		t.Errorf("late callback: want a recorded no-op, got %s result=%s %v", after.Status, after.Result, actions(after))
 	}
 }
@@ -205,8 +205,8 @@ func TestWatchdogToFallbackLatePrimaryNotApplied(t *testing.T) {
 	w := newWorld(t, `attempts: 3, callback_sla: 2s, on_callback_timeout: fallback,
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`, worldOpts{b: provider.Faults{PollAfter: 1}})
 	id := w.submit("c-5", `{"applicant":"a-5","decision":"rejected"}`)
-	first := w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
-	natstest.Eventually(t, 20*time.Second, func() bool { return w.get(id).Status == tenaz.StateDone }, "done: %v", actions(w.get(id)))
+	first := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	natstest.Eventually(t, 20*time.Second, func() bool { return w.get(id).Status == state.Done }, "done: %v", actions(w.get(id)))
 	rec := w.get(id)
 	if rec.Stage != state.StageFallback {
 		t.Fatalf("want done at the fallback stage, got %s: %v", rec.Stage, actions(rec))
@@ -221,7 +221,7 @@ func TestWatchdogToFallbackLatePrimaryNotApplied(t *testing.T) {
 		t.Fatalf("late primary callback: want 200 late, got %d %q", code, rep.Outcome)
 	}
 	after := w.get(id)
-	if string(after.Result) != string(rec.Result) || after.Status != tenaz.StateDone {
+	if string(after.Result) != string(rec.Result) || after.Status != state.Done {
 		t.Errorf("late primary result applied over the fallback's: %s", after.Result)
 	}
 	if w.a.Effects(id) != 1 || w.b.Effects(id) != 1 {
@@ -236,7 +236,7 @@ func TestFallbackAfterThreeFailuresThenPollToDone(t *testing.T) {
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 2}})
 	id := w.submit("c-6", `{"applicant":"a-6"}`)
-	rec := w.waitStatus(id, tenaz.StateDone, 30*time.Second)
+	rec := w.waitStatus(id, state.Done, 30*time.Second)
 	if rec.Stage != state.StageFallback {
 		t.Fatalf("want the fallback stage, got %s", rec.Stage)
 	}
@@ -281,7 +281,7 @@ func TestPollSLAToManualReview(t *testing.T) {
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5s}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1000}})
 	id := w.submit("c-7", `{"applicant":"a-7"}`)
-	rec := w.waitStatus(id, tenaz.StateManualReview, 20*time.Second)
+	rec := w.waitStatus(id, state.ManualReview, 20*time.Second)
 	why := detailOf(rec, state.Escalate)
 	if !strings.Contains(why, "poll SLA passed") || !strings.Contains(why, `status is "processing"`) {
 		t.Errorf("reason: want the poll SLA and the last answer, got %q", why)
@@ -298,7 +298,7 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{noDispatch: true, noPoller: true})
 	p := w.poller(false)
 	id := w.submit("c-8", `{"applicant":"a-8"}`)
-	w.waitStatus(id, tenaz.StatePending, 5*time.Second)
+	w.waitStatus(id, state.Pending, 5*time.Second)
 	natstest.Eventually(t, 5*time.Second, func() bool { return time.Since(w.get(id).UpdatedAt) > 1100*time.Millisecond },
 		"the event's grace to pass")
 	rep, err := p.Reconcile(w.c)
@@ -329,7 +329,7 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 	w.wantMetric("tenaz_events", map[string]string{"state": "pending", "account": "acme", "kind": "credit.evaluate"}, 1)
 	found := false
 	for _, c := range rep.Counts {
-		if c.Account == "acme" && c.Kind == "credit.evaluate" && c.State == tenaz.StatePending && c.N == 1 {
+		if c.Account == "acme" && c.Kind == "credit.evaluate" && c.State == state.Pending && c.N == 1 {
 			found = true
 		}
 	}
@@ -337,7 +337,7 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 		t.Errorf("census: want acme/credit.evaluate/pending = 1, got %+v", rep.Counts)
 	}
 	w.dispatcher()
-	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
 	if n := w.a.Effects(id); n != 1 {
 		t.Errorf("want the repaired event delivered once, got %d", n)
 	}
@@ -350,7 +350,7 @@ func TestReconcilerReschedulesLostPoll(t *testing.T) {
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1000}, noPoller: true})
 	id := w.submit("c-9", `{"applicant":"a-9"}`)
-	w.waitStatus(id, tenaz.StatePolling, 10*time.Second)
+	w.waitStatus(id, state.Polling, 10*time.Second)
 	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
 	if err := s.Purge(w.c, jetstreamPurgeSubject(w.subj.Schedule("acme", id))); err != nil {
 		t.Fatal(err)
@@ -368,7 +368,7 @@ func TestReconcilerReschedulesLostPoll(t *testing.T) {
 	if rep.Repaired["poll_rescheduled"] != 1 {
 		t.Fatalf("want one poll rescheduled, got %+v", rep)
 	}
-	w.waitStatus(id, tenaz.StateDone, 10*time.Second)
+	w.waitStatus(id, state.Done, 10*time.Second)
 }
 
 // With callback.done_when, a not-final callback ("processing") is
@@ -378,7 +378,7 @@ func TestCallbackProgressAndOutOfOrder(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{
 		bureauA: "    callback: {done_when: {field: status, in: [approved, rejected]}}"})
 	id := w.submit("c-10", `{"applicant":"a-10"}`)
-	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
 	cb := func(wid, status string, ts time.Time) string {
 		code, rep := w.callback("bureau_a", cbSecret, wid, ts, `{"event_id":"`+id+`","status":"`+status+`"}`)
 		if code != http.StatusOK {
@@ -390,7 +390,7 @@ func TestCallbackProgressAndOutOfOrder(t *testing.T) {
 	if o := cb("msg_p1", "processing", t0); o != ingest.CallbackProgress {
 		t.Fatalf("processing: want progress, got %q", o)
 	}
-	if s := w.get(id).Status; s != tenaz.StateAwaitingCallback {
+	if s := w.get(id).Status; s != state.AwaitingCallback {
 		t.Fatalf("after a not-final callback: want awaiting_callback, got %s", s)
 	}
 	if o := cb("msg_p3", "rejected", t0.Add(2*time.Second)); o != ingest.CallbackApplied {
@@ -402,7 +402,7 @@ func TestCallbackProgressAndOutOfOrder(t *testing.T) {
 	rec := w.get(id)
 	var res struct{ Status string }
 	_ = json.Unmarshal(rec.Result, &res)
-	if rec.Status != tenaz.StateDone || res.Status != "rejected" || notes(rec, "callback") != 2 {
+	if rec.Status != state.Done || res.Status != "rejected" || notes(rec, "callback") != 2 {
 		t.Errorf("want done with the final result and two recorded callbacks, got %s %s %v", rec.Status, rec.Result, actions(rec))
 	}
 }
@@ -429,7 +429,7 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no claim")
 	}
-	w.waitStatus(id, tenaz.StateRunning, 5*time.Second)
+	w.waitStatus(id, state.Running, 5*time.Second)
 	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
 	subj, _ := w.subj.Event("acme", "credit.evaluate")
 	m, err := s.GetLastMsgForSubject(w.c, subj)
@@ -449,7 +449,7 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 	if rep.Repaired["lost_run"] != 1 {
 		t.Fatalf("want one lost run recovered, got %+v", rep)
 	}
-	rec := w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	rec := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
 	if count(rec, state.Recover) != 1 || w.a.Effects(id) != 1 {
 		t.Errorf("want one recover and one effect, got %v and %d", actions(rec), w.a.Effects(id))
 	}
@@ -462,7 +462,7 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 func TestReplayedEventGetsFreshDeadline(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 2s", worldOpts{})
 	id := w.submit("c-12", `{"applicant":"a-12"}`)
-	w.waitStatus(id, tenaz.StateManualReview, 15*time.Second)
+	w.waitStatus(id, state.ManualReview, 15*time.Second)
 	rec, _, _, err := w.st.Transition(w.c, "", id, state.Action{Name: state.Replay, Actor: "operator:test", Detail: "try again"})
 	if err != nil {
 		t.Fatal(err)
@@ -474,8 +474,8 @@ func TestReplayedEventGetsFreshDeadline(t *testing.T) {
 	if _, err := queue.New(w.js, w.subj).Enqueue(w.c, env, id+"/replay/test"); err != nil {
 		t.Fatal(err)
 	}
-	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
-	rec = w.waitStatus(id, tenaz.StateManualReview, 15*time.Second)
+	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec = w.waitStatus(id, state.ManualReview, 15*time.Second)
 	if count(rec, state.Escalate) != 2 {
 		t.Errorf("want two escalations (before and after the replay), got %v", actions(rec))
 	}

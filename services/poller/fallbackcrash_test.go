@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The callback deadline moves an event to its fallback stage (the record
@@ -22,7 +22,7 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 	w := newWorld(t, `attempts: 3, callback_sla: 2s, on_callback_timeout: fallback,
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`, worldOpts{b: provider.Faults{PollAfter: 1}, noPoller: true})
 	id := w.submit("fb-1", `{"applicant":"a-1"}`)
-	w.waitStatus(id, tenaz.StateAwaitingCallback, 10*time.Second)
+	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
 
 	// What the poller's deadline did before it died: the fallback is
 	// written, its message never published; the deadline's timer waits in
@@ -40,7 +40,7 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 	}
 
 	w.poller(false)
-	done := w.waitStatus(id, tenaz.StateDone, 20*time.Second)
+	done := w.waitStatus(id, state.Done, 20*time.Second)
 	if done.Stage != state.StageFallback || count(done, state.Fallback) != 1 {
 		t.Fatalf("want done at the fallback stage after one fallback, got %s %v", done.Stage, actions(done))
 	}
@@ -56,7 +56,7 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 	w := newWorld(t, `attempts: 3, backoff: {initial: 1h, jitter: 0}, callback_sla: 1h`, worldOpts{a: provider.Faults{FailFirst: 1}})
 	id := w.submit("sch-1", `{"applicant":"a-1"}`)
-	rec := w.waitStatus(id, tenaz.StateRetrying, 10*time.Second)
+	rec := w.waitStatus(id, state.Retrying, 10*time.Second)
 	stream, err := w.js.Stream(w.c, w.subj.EventsStream("acme"))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 		if err != nil {
 			return "none"
 		}
-		if h := m.Header.Get(tenaz.HeaderTimer); h != "" {
+		if h := m.Header.Get(names.HeaderTimer); h != "" {
 			return "timer " + h
 		}
 		return "dispatch"
@@ -81,7 +81,7 @@ func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 	if err := queue.New(w.js, w.subj).Timer(w.c, env, time.Now(), queue.TimerPoll, ""); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return kind() == "dispatch" && w.get(id).Status == tenaz.StateRetrying },
+	natstest.Eventually(t, 10*time.Second, func() bool { return kind() == "dispatch" && w.get(id).Status == state.Retrying },
 		"want the retry schedule set again after the timer fired (now %s)", lazyKind(kind))
 }
 

@@ -9,10 +9,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The poller's side of docs/chaos.md's bug 9: a run gets its 2xx and
@@ -62,7 +62,7 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != tenaz.StateManualReview {
+	if got.Status != state.ManualReview {
 		t.Fatalf("the timer looked at again must pass the deadline: want manual_review, got %s", got.Status)
 	}
 }
@@ -104,10 +104,10 @@ kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
 		t.Fatalf("the early timer was dropped and nothing polls the event: %v", err)
 	}
 	want := "@at " + nextPoll.UTC().Format(time.RFC3339)
-	if got := m.Header.Get("Nats-Schedule"); got != want || m.Header.Get(tenaz.HeaderTimer) != queue.TimerPoll {
-		t.Fatalf("want the event's poll timer %q set again, got %q (%s)", want, got, m.Header.Get(tenaz.HeaderTimer))
+	if got := m.Header.Get("Nats-Schedule"); got != want || m.Header.Get(names.HeaderTimer) != queue.TimerPoll {
+		t.Fatalf("want the event's poll timer %q set again, got %q (%s)", want, got, m.Header.Get(names.HeaderTimer))
 	}
-	if got, _, _ := s.st.Get(ctx, "", env.ID); got.Status != tenaz.StatePolling || got.Polls != rec.Polls {
+	if got, _, _ := s.st.Get(ctx, "", env.ID); got.Status != state.Polling || got.Polls != rec.Polls {
 		t.Fatalf("an early timer must not poll: got %s after %d polls", got.Status, got.Polls)
 	}
 }

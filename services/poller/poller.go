@@ -19,10 +19,10 @@ import (
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Version is reported by the micro service.
@@ -69,7 +69,7 @@ type Service struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	cfg   *config.Config
-	subj  tenaz.Subjects
+	subj  names.Subjects
 	st    *store.Store
 	q     *queue.Queue
 	prov  *accounts.Provisioner
@@ -105,7 +105,7 @@ func New(o Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("poller: %w", err)
 	}
-	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: tenaz.NewSubjects(o.Config.Prefix),
+	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix),
 		actor: "poller/" + o.Instance, live: o.Live}
 	s.Init("poller", o.Conn)
 	if s.live == nil {
@@ -153,7 +153,7 @@ func (s *Service) start(ctx context.Context) error {
 	// One consumer per partition's EVENTS, the workers shared: a timer
 	// waits for a free worker whatever its partition.
 	for p := range subj.Parts() {
-		cons, err := s.js.Consumer(ctx, subj.EventsStreamOf(p), tenaz.ConsumerPoller)
+		cons, err := s.js.Consumer(ctx, subj.EventsStreamOf(p), names.ConsumerPoller)
 		if err != nil {
 			return fmt.Errorf("poller: timers consumer: %w", err)
 		}

@@ -9,9 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Repairs the reconciler makes (Report.Repaired keys).
@@ -26,7 +26,7 @@ const (
 type CountKey struct {
 	Account string      `json:"account"`
 	Kind    string      `json:"kind"`
-	State   tenaz.State `json:"state"`
+	State   state.State `json:"state"`
 }
 
 // Count is a census cell with its value (JSON-friendly).
@@ -84,7 +84,7 @@ func (s *Service) reconcileLoop() {
 // lease lets one poller replica sweep per period: the first to create the
 // lease key (per-key TTL of one period) sweeps, the others skip.
 func (s *Service) lease(ttl time.Duration) bool {
-	kv, err := s.js.KeyValue(s.runCtx, s.subj.Bucket(tenaz.BucketCallbacks))
+	kv, err := s.js.KeyValue(s.runCtx, s.subj.Bucket(names.BucketCallbacks))
 	if err != nil {
 		return true // sweeping twice is safe; not sweeping is not
 	}
@@ -182,23 +182,23 @@ func (c *sweep) overdue(h state.Head, now time.Time) (string, time.Time) {
 	grace := c.s.cfg.Poller.Grace.D()
 	late := func(t *time.Time) bool { return t != nil && now.After(t.Add(grace)) }
 	switch h.Status {
-	case tenaz.StatePending:
+	case state.Pending:
 		if now.After(h.UpdatedAt.Add(grace)) {
 			return RepairRequeued, h.UpdatedAt
 		}
-	case tenaz.StateScheduled, tenaz.StateRetrying:
+	case state.Scheduled, state.Retrying:
 		if late(h.NextRunAt) {
 			return RepairRequeued, *h.NextRunAt
 		}
-	case tenaz.StateRunning:
+	case state.Running:
 		if now.After(h.UpdatedAt.Add(c.s.cfg.Poller.RunningGrace.D())) {
 			return RepairLostRun, h.UpdatedAt
 		}
-	case tenaz.StateAwaitingCallback:
+	case state.AwaitingCallback:
 		if late(h.NextRunAt) {
 			return RepairDeadlineMissed, *h.NextRunAt
 		}
-	case tenaz.StatePolling:
+	case state.Polling:
 		if late(h.NextRunAt) {
 			return RepairPollRescheduled, *h.NextRunAt
 		}
@@ -212,7 +212,7 @@ func (c *sweep) consumerBacklog(ctx context.Context, account string) int {
 		return n
 	}
 	n := -1
-	if cons, err := c.s.js.Consumer(ctx, c.s.subj.EventsStream(account), tenaz.ConsumerName(account)); err == nil {
+	if cons, err := c.s.js.Consumer(ctx, c.s.subj.EventsStream(account), names.ConsumerName(account)); err == nil {
 		if info, err := cons.Info(ctx); err == nil {
 			n = int(info.NumPending) + info.NumAckPending
 		}

@@ -21,11 +21,11 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -72,7 +72,7 @@ type world struct {
 	js    jetstream.JetStream
 	cfg   *config.Config
 	st    *store.Store
-	subj  tenaz.Subjects // the store's, default prefix
+	subj  names.Subjects // the store's, default prefix
 	a, b  *provider.Provider
 	api   *httptest.Server
 	ing   *ingest.Service
@@ -146,7 +146,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	if w.st, err = store.Open(w.c, w.js, store.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	w.subj = tenaz.NewSubjects("").WithPartitions(w.st.Partitions())
+	w.subj = names.NewSubjects("").WithPartitions(w.st.Partitions())
 	nc, _ := w.srv.Conn(t)
 	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: cfg, Metrics: w.mx, Logger: w.log}); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func (w *world) get(id string) state.Record {
 }
 
 // waitStatus waits until the event is in want (and fails with its record).
-func (w *world) waitStatus(id string, want tenaz.State, within time.Duration) state.Record {
+func (w *world) waitStatus(id string, want state.State, within time.Duration) state.Record {
 	w.t.Helper()
 	var r state.Record
 	natstest.Eventually(w.t, within, func() bool {

@@ -20,7 +20,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -90,13 +89,13 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 	}
 	now := s.st.Now()
 	switch rec.Status {
-	case tenaz.StateAwaitingCallback:
+	case state.AwaitingCallback:
 		if queue.Early(now, rec.Deadline) {
 			// Fired early (a stale copy): make sure the real deadline waits.
 			return s.q.EnsureNext(ctx, env, rec, now)
 		}
 		return s.deadlinePassed(ctx, env, rec, rev, now)
-	case tenaz.StatePolling:
+	case state.Polling:
 		if queue.Early(now, rec.NextRunAt) {
 			// Fired early: a stale copy, or a timer that replaced the
 			// event's own (a late outcome's first poll, published after
@@ -105,11 +104,11 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 			return s.q.EnsureNext(ctx, env, rec, now)
 		}
 		return s.poll(ctx, env, rec, rev)
-	case tenaz.StateRunning:
+	case state.Running:
 		if seq > rec.RunSeq {
 			return errRunInFlight
 		}
-	case tenaz.StatePending:
+	case state.Pending:
 		if step, ok := fallbackWithoutRun(rec); ok {
 			// This timer's deadline moved the event to its fallback stage,
 			// and the fallback's message may never have been published (a

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/tracing/tracingtest"
 )
@@ -163,7 +162,7 @@ func TestTraceOfAnEventThatRetriesFallsBackAndCallsBack(t *testing.T) {
     fallback: {target: bureau_a, completion: callback, attempts: 1, callback_sla: 1m}`,
 		worldOpts{a: provider.Faults{FailFirst: 2}, callbacks: &provider.CallbackFaults{}, log: &log})
 	id := w.submitTraced("c-trace")
-	rec := w.waitStatus(id, tenaz.StateDone, 30*time.Second)
+	rec := w.waitStatus(id, state.Done, 30*time.Second)
 	if rec.Stage != state.StageFallback || count(rec, state.Retry) != 1 || count(rec, state.Fallback) != 1 {
 		t.Fatalf("want a retry, then the fallback stage done by callback; got %s at %s: %v", rec.Status, rec.Stage, actions(rec))
 	}
@@ -245,7 +244,7 @@ func TestTraceOfPolls(t *testing.T) {
     fallback: {target: bureau_b, completion: poll, attempts: 1, poll_sla: 1m}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1}})
 	id := w.submitTraced("c-poll-trace")
-	w.waitStatus(id, tenaz.StateDone, 30*time.Second)
+	w.waitStatus(id, state.Done, 30*time.Second)
 	flush()
 
 	_, spans := eventSpans(t, r.Spans(), id)

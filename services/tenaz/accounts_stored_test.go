@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
@@ -27,7 +27,7 @@ func TestAccountAddedWithoutRestart(t *testing.T) {
 	p, targetURL := idempotentTarget(t)
 	yaml := securedConfig(t.TempDir(), targetURL, `sealing_key: "dGVuYXotdGVzdC1zZWFsaW5nLWtleS0zMi1ieXRlcyE="`+"\n")
 	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
-	tz := startWith(t, yaml, standalone.Options{})
+	tz := startWith(t, yaml, tenaz.Options{})
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
 	op.env["NATS_USER"], op.env["NATS_PASSWORD"], op.env[cli.OperatorKeyEnv] = "tenaz", "n4ts-pw-0123", secAliceKey

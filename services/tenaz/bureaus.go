@@ -1,4 +1,4 @@
-package standalone
+package tenaz
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ type bureau struct {
 }
 
 // Bureaus returns the demo bureaus that run (A, then B), for tests.
-func (t *Tenaz) Bureaus() []*provider.Provider {
+func (t *System) Bureaus() []*provider.Provider {
 	var out []*provider.Provider
 	for _, b := range t.bureaus {
 		out = append(out, b.p)
@@ -29,7 +29,7 @@ func (t *Tenaz) Bureaus() []*provider.Provider {
 // listener, misbehaving like a real one: 20% of callbacks twice, 10% late
 // (after the demo's callback SLA), 10% never. Bureau B must be polled.
 // They start once tenaz listens, so that A knows where to call back.
-func (t *Tenaz) startBureaus() error {
+func (t *System) startBureaus() error {
 	d := t.o.Config.Demo
 	if d.BureauA != "" {
 		_, port, err := net.SplitHostPort(t.http.Addr)
@@ -56,7 +56,7 @@ func (t *Tenaz) startBureaus() error {
 	return nil
 }
 
-func (t *Tenaz) serveBureau(name, addr string, p *provider.Provider) error {
+func (t *System) serveBureau(name, addr string, p *provider.Provider) error {
 	h, err := daemon.Serve(addr, p)
 	if err != nil {
 		_ = p.Close()

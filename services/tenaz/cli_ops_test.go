@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
@@ -46,7 +45,7 @@ func TestCLIDeadLetters(t *testing.T) {
 		return list.Total == 3
 	}, "dead ls: want the 3 rejected events, got %+v", &list)
 	for _, it := range list.Items {
-		if it.Reason != "permanent" || it.Class != "permanent" || it.HTTPStatus != 422 || it.Status != tenaz.StateDead {
+		if it.Reason != "permanent" || it.Class != "permanent" || it.HTTPStatus != 422 || it.Status != state.Dead {
 			t.Fatalf("dead ls: want reason and class permanent, HTTP 422, status dead, got %+v", it)
 		}
 	}
@@ -278,7 +277,7 @@ func TestCLIReview(t *testing.T) {
 		return list.Total == 2
 	}, "review ls: want the 2 events whose callback never came, got %+v", &list)
 	for _, it := range list.Items {
-		if (it.ID != requeue.ID && it.ID != byHand.ID) || it.Status != tenaz.StateManualReview || it.Account != "acme" {
+		if (it.ID != requeue.ID && it.ID != byHand.ID) || it.Status != state.ManualReview || it.Account != "acme" {
 			t.Fatalf("review ls: want %s and %s in manual_review for acme, got %+v", requeue.ID, byHand.ID, it)
 		}
 	}
@@ -303,7 +302,7 @@ func TestCLIReview(t *testing.T) {
 	var requeued bool
 	for _, e := range h.History {
 		requeued = requeued || (e.Actor == "anonymous" && strings.HasPrefix(e.Detail, "bureau says resend") &&
-			e.From == tenaz.StateManualReview && e.To == tenaz.StatePending)
+			e.From == state.ManualReview && e.To == state.Pending)
 	}
 	if !requeued {
 		t.Fatalf("history: want the requeue by anonymous from manual_review to pending, got %+v", h.History)

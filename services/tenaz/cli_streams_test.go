@@ -1,12 +1,12 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -24,7 +24,7 @@ func TestCLIStreamsApplyKeepsDeadBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	newOperator(t, srv.ClientURL()).must(cli.ExitOK, "streams", "apply")
-	s, err := js.Stream(ctx, tenaz.StreamDead)
+	s, err := js.Stream(ctx, names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
@@ -25,7 +25,7 @@ func TestCLISubmitAndWait(t *testing.T) {
 	var v ingest.View
 	op.must(cli.ExitOK, "events", "submit", "--account", "acme", "--kind", "order.create", "--payload", `{"order_id":"s-1"}`,
 		"--key", "s-1", "--wait", "--json").decode(t, &v)
-	if v.Status != tenaz.StateDone || v.Attempts != 1 || v.IdempotencyKey != "s-1" || p.Effects(v.ID) != 1 {
+	if v.Status != state.Done || v.Attempts != 1 || v.IdempotencyKey != "s-1" || p.Effects(v.ID) != 1 {
 		t.Fatalf("events submit --wait: want s-1 done after 1 attempt, got %+v", v)
 	}
 	r := op.must(cli.ExitConflict, "events", "submit", "--account", "acme", "--kind", "order.create", "--payload", `{"order_id":"s-1","total":5}`, "--key", "s-1")
@@ -40,7 +40,7 @@ func TestCLISubmitAndWait(t *testing.T) {
 	var sub ingest.View
 	op.must(cli.ExitOK, "events", "submit", "--account", "acme", "--kind", "order.create", "--payload", "@"+file, "--json").decode(t, &sub)
 	op.must(cli.ExitOK, "events", "wait", sub.ID, "--json").decode(t, &v)
-	if v.ID != sub.ID || v.Status != tenaz.StateDead || v.LastError == nil || v.LastError.HTTPStatus != 422 {
+	if v.ID != sub.ID || v.Status != state.Dead || v.LastError == nil || v.LastError.HTTPStatus != 422 {
 		t.Fatalf("events wait on a rejected event: want it dead with the 422, got %+v", v)
 	}
 	r = op.must(cli.ExitOK, "events", "wait", sub.ID)
@@ -50,7 +50,7 @@ func TestCLISubmitAndWait(t *testing.T) {
 
 	due := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	op.must(cli.ExitOK, "events", "submit", "--account", "acme", "--kind", "order.create", "--payload", `{"order_id":"s-3"}`, "--not-before", due, "--json").decode(t, &sub)
-	if sub.Status != tenaz.StateScheduled {
+	if sub.Status != state.Scheduled {
 		t.Fatalf("events submit --not-before: want scheduled, got %+v", sub)
 	}
 	r = op.must(cli.ExitUnavailable, "events", "wait", sub.ID, "--within", "1s")

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"bytes"
@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
@@ -97,7 +97,7 @@ func TestCLIEvents(t *testing.T) {
 	}
 	var got ingest.View
 	op.must(cli.ExitOK, "events", "get", v.ID, "--json").decode(t, &got)
-	if got.ID != v.ID || got.Status != tenaz.StateDone || got.Account != "acme" || got.Kind != "order.create" || got.Attempts != 1 {
+	if got.ID != v.ID || got.Status != state.Done || got.Account != "acme" || got.Kind != "order.create" || got.Attempts != 1 {
 		t.Fatalf("events get --json: want {%s done acme order.create 1 attempt}, got %+v", v.ID, got)
 	}
 
@@ -120,7 +120,7 @@ func TestCLIEvents(t *testing.T) {
 	_, d := post(t, base, "cli-2", fmt.Sprintf(`{"account":"acme","kind":"order.create","not_before":%q,"payload":{"order_id":"cli-2"}}`, due))
 	var c ingest.View
 	op.must(cli.ExitOK, "events", "cancel", d.ID, "-m", "customer withdrew", "--json").decode(t, &c)
-	if c.ID != d.ID || c.Status != tenaz.StateCancelled {
+	if c.ID != d.ID || c.Status != state.Cancelled {
 		t.Fatalf("events cancel: want %s cancelled, got %+v", d.ID, c)
 	}
 	op.must(cli.ExitOK, "events", "history", d.ID, "--json").decode(t, &h)
@@ -202,20 +202,20 @@ func TestCLIStreamsWithContext(t *testing.T) {
 	for _, s := range st.Streams {
 		streams[s.Name] = s
 	}
-	for _, name := range []string{tenaz.StreamIntake, tenaz.StreamEvents, tenaz.StreamDead} {
+	for _, name := range []string{names.StreamIntake, names.StreamEvents, names.StreamDead} {
 		if s, ok := streams[name]; !ok || s.Missing || s.Replicas != 1 {
 			t.Fatalf("status: want stream %s present with 1 replica, got %+v", name, st.Streams)
 		}
 	}
 	var ingestConsumer bool
 	for _, c := range st.Consumers {
-		ingestConsumer = ingestConsumer || (c.Stream == tenaz.StreamIntake && c.Name == "ingest")
+		ingestConsumer = ingestConsumer || (c.Stream == names.StreamIntake && c.Name == "ingest")
 	}
 	buckets := map[string]bool{}
 	for _, b := range st.Buckets {
 		buckets[b.Bucket] = !b.Missing
 	}
-	if !ingestConsumer || !buckets[tenaz.BucketState] || !buckets[tenaz.BucketBreakers] {
+	if !ingestConsumer || !buckets[names.BucketState] || !buckets[names.BucketBreakers] {
 		t.Fatalf("status: want the ingest consumer and the state and breaker buckets, got %+v", st)
 	}
 
@@ -236,7 +236,7 @@ func TestCLIStreamsWithContext(t *testing.T) {
 	natstest.Eventually(t, 5*time.Second, func() bool {
 		op.must(cli.ExitOK, "streams", "status", "--json").decode(t, &st)
 		for _, s := range st.Streams {
-			if s.Name == tenaz.StreamIntake {
+			if s.Name == names.StreamIntake {
 				intake = s
 			}
 		}

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/provider"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // A Go program submits an event to a running tenaz over NATS with
@@ -32,7 +32,7 @@ func Example_client() {
 	if err != nil {
 		panic(err)
 	}
-	tz, err := standalone.New(standalone.Options{Config: cfg})
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		panic(err)
 	}

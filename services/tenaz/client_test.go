@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
@@ -21,7 +21,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // clientTenaz is a secured tenaz for the client tests (operatorConfig: an
@@ -74,7 +73,7 @@ func order(id string, extra string) event.Submission {
 	return event.Submission{Account: "acme", Kind: "order.create", Payload: json.RawMessage(`{"order_id":"` + id + `"` + extra + `}`)}
 }
 
-func mustStatus(t *testing.T, what string, v event.View, err error, want tenaz.State) {
+func mustStatus(t *testing.T, what string, v event.View, err error, want state.State) {
 	t.Helper()
 	if err != nil || v.Status != want {
 		t.Fatalf("%s: want %s, got %+v (%v)", what, want, v, err)
@@ -117,12 +116,12 @@ func TestClient(t *testing.T) {
 				t.Fatalf("submit: want a new acme event under key %s-1, got %+v (%v)", p, r, err)
 			}
 			v, err := tz.Wait(callCtx(t, 20*time.Second), r.ID)
-			mustStatus(t, "wait", v, err, tenaz.StateDone)
+			mustStatus(t, "wait", v, err, state.Done)
 			if v.Attempts != 1 || c.erp.Effects(r.ID) != 1 {
 				t.Fatalf("wait: want done after 1 attempt, its effect applied once, got %+v (%d effects)", v, c.erp.Effects(r.ID))
 			}
 			dup, err := tz.Submit(callCtx(t, 10*time.Second), order(p+"-1", ""), client.IdempotencyKey(p+"-1"))
-			if err != nil || !dup.Duplicate || dup.ID != r.ID || dup.Status != tenaz.StateDone {
+			if err != nil || !dup.Duplicate || dup.ID != r.ID || dup.Status != state.Done {
 				t.Fatalf("submit again: want the done event %s as a duplicate, got %+v (%v)", r.ID, dup, err)
 			}
 			_, err = tz.Submit(callCtx(t, 10*time.Second), order(p+"-1", `,"total":5`), client.IdempotencyKey(p+"-1"))
@@ -131,7 +130,7 @@ func TestClient(t *testing.T) {
 			wantCode(t, "an unknown kind", err, client.ErrUnknownKind, http.StatusUnprocessableEntity)
 
 			v, err = tz.Get(callCtx(t, 5*time.Second), r.ID)
-			mustStatus(t, "get", v, err, tenaz.StateDone)
+			mustStatus(t, "get", v, err, state.Done)
 			h, err := tz.History(callCtx(t, 5*time.Second), r.ID)
 			if err != nil || h.ID != r.ID || strings.Join(actions(h.History), ",") != "accept,claim,succeed" {
 				t.Fatalf("history: want accept,claim,succeed, got %+v (%v)", h, err)
@@ -147,14 +146,14 @@ func TestClient(t *testing.T) {
 			sub := order(p+"-2", "")
 			sub.NotBefore = due
 			d, err := tz.Submit(callCtx(t, 10*time.Second), sub, client.IdempotencyKey(p+"-2"))
-			mustStatus(t, "submit a delayed event", d.View, err, tenaz.StateScheduled)
+			mustStatus(t, "submit a delayed event", d.View, err, state.Scheduled)
 			// Wait gives up when its ctx ends, with the last status seen.
 			v, err = tz.Wait(callCtx(t, 500*time.Millisecond), d.ID)
-			if !errors.Is(err, context.DeadlineExceeded) || v.Status != tenaz.StateScheduled {
+			if !errors.Is(err, context.DeadlineExceeded) || v.Status != state.Scheduled {
 				t.Fatalf("wait on an event due in an hour: want the deadline and status scheduled, got %+v (%v)", v, err)
 			}
 			v, err = tz.Cancel(callCtx(t, 5*time.Second), d.ID, "customer withdrew")
-			mustStatus(t, "cancel", v, err, tenaz.StateCancelled)
+			mustStatus(t, "cancel", v, err, state.Cancelled)
 			h, _ = tz.History(callCtx(t, 5*time.Second), d.ID)
 			if last := h.History[len(h.History)-1]; last.Action != state.Cancel || last.Actor != tr.cancelActor || last.Detail != tr.cancelDetail {
 				t.Fatalf("history after cancel: want {cancel %s %s}, got %+v", tr.cancelActor, tr.cancelDetail, last)
@@ -162,7 +161,7 @@ func TestClient(t *testing.T) {
 			_, err = tz.Cancel(callCtx(t, 5*time.Second), d.ID, "again")
 			wantCode(t, "cancel twice", err, client.ErrNotCancellable, http.StatusConflict)
 			v, err = tz.Wait(callCtx(t, 5*time.Second), d.ID)
-			mustStatus(t, "wait on a cancelled event", v, err, tenaz.StateCancelled)
+			mustStatus(t, "wait on a cancelled event", v, err, state.Cancelled)
 
 			// Three events the target rejects: dead, listed, shown; then replayed
 			// with the payload fixed, discarded, resolved by hand.
@@ -173,7 +172,7 @@ func TestClient(t *testing.T) {
 					t.Fatal(err)
 				}
 				v, err := tz.Wait(callCtx(t, 20*time.Second), r.ID)
-				mustStatus(t, "wait on a rejected event", v, err, tenaz.StateDead)
+				mustStatus(t, "wait on a rejected event", v, err, state.Dead)
 				dead = append(dead, r.ID)
 			}
 			fix, drop, hand := dead[0], dead[1], dead[2]
@@ -183,7 +182,7 @@ func TestClient(t *testing.T) {
 				return err == nil && len(itemIDs(list, dead...)) == 3
 			}, "list dead: want %v listed, got %v", dead, lazyText(func() string { return fmt.Sprint(list, err) }))
 			for _, it := range list.Items {
-				if slices.Contains(dead, it.ID) && (it.Reason != "permanent" || it.HTTPStatus != http.StatusUnprocessableEntity || it.Status != tenaz.StateDead) {
+				if slices.Contains(dead, it.ID) && (it.Reason != "permanent" || it.HTTPStatus != http.StatusUnprocessableEntity || it.Status != state.Dead) {
 					t.Fatalf("list dead: want reason permanent and HTTP 422, got %+v", it)
 				}
 			}
@@ -199,7 +198,7 @@ func TestClient(t *testing.T) {
 				t.Fatalf("replay: want 1 replayed, got %+v (%v)", rep, err)
 			}
 			v, err = tz.Wait(callCtx(t, 20*time.Second), fix)
-			mustStatus(t, "wait on the replayed event", v, err, tenaz.StateDone)
+			mustStatus(t, "wait on the replayed event", v, err, state.Done)
 			_, err = tz.Replay(callCtx(t, 10*time.Second), ops.ReplayRequest{IDs: []string{fix}})
 			wantCode(t, "replay a done event", err, client.ErrNotParked, http.StatusConflict)
 
@@ -208,14 +207,14 @@ func TestClient(t *testing.T) {
 				t.Fatalf("discard: want 1 done, got %+v (%v)", act, err)
 			}
 			v, err = tz.Wait(callCtx(t, 10*time.Second), drop)
-			mustStatus(t, "wait on the discarded event", v, err, tenaz.StateCancelled)
+			mustStatus(t, "wait on the discarded event", v, err, state.Cancelled)
 
 			act, err = tz.Resolve(callCtx(t, 10*time.Second), ops.ResolveRequest{ID: hand, Outcome: ops.OutcomeDone, Result: json.RawMessage(`{"ref":"by-phone"}`), Reason: "booked by phone"})
 			if err != nil || act.Done != 1 {
 				t.Fatalf("resolve: want 1 done, got %+v (%v)", act, err)
 			}
 			v, err = tz.Wait(callCtx(t, 10*time.Second), hand)
-			if mustStatus(t, "wait on the resolved event", v, err, tenaz.StateDone); string(v.Result) != `{"ref":"by-phone"}` {
+			if mustStatus(t, "wait on the resolved event", v, err, state.Done); string(v.Result) != `{"ref":"by-phone"}` {
 				t.Fatalf("resolved event: want the operator's result, got %s", v.Result)
 			}
 			_, err = tz.Resolve(callCtx(t, 10*time.Second), ops.ResolveRequest{ID: hand, Outcome: ops.OutcomeDiscard})
@@ -227,7 +226,7 @@ func TestClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			v, err = tz.Wait(callCtx(t, 30*time.Second), rv.ID)
-			mustStatus(t, "wait on an event whose callback never comes", v, err, tenaz.StateManualReview)
+			mustStatus(t, "wait on an event whose callback never comes", v, err, state.ManualReview)
 			natstest.Eventually(t, 10*time.Second, func() bool {
 				list, err = tz.ListReview(callCtx(t, 5*time.Second), ops.ListRequest{Kind: "credit.check"})
 				return err == nil && len(itemIDs(list, rv.ID)) == 1
@@ -236,7 +235,7 @@ func TestClient(t *testing.T) {
 				t.Fatalf("resolve the review: want 1 done, got %+v (%v)", act, err)
 			}
 			v, err = tz.Wait(callCtx(t, 10*time.Second), rv.ID)
-			mustStatus(t, "wait on the discarded review", v, err, tenaz.StateCancelled)
+			mustStatus(t, "wait on the discarded review", v, err, state.Cancelled)
 		})
 	}
 
@@ -284,7 +283,7 @@ func TestClient(t *testing.T) {
 			t.Fatalf("close breaker: want acme/flaky closed by alice, got %+v (%v)", b, err)
 		}
 		v, err := c.http.Wait(callCtx(t, 20*time.Second), r.ID)
-		mustStatus(t, "wait on the event behind the breaker", v, err, tenaz.StateDone)
+		mustStatus(t, "wait on the event behind the breaker", v, err, state.Done)
 		_, err = c.http.CloseBreaker(callCtx(t, 5*time.Second), "acme", "nosuch")
 		wantCode(t, "close an unknown breaker", err, client.ErrNotFound, http.StatusNotFound)
 	})
@@ -308,9 +307,9 @@ func TestClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, err := c.nats.Wait(callCtx(t, 20*time.Second), r.ID)
-		mustStatus(t, "wait on the other account's event", v, err, tenaz.StateDone)
+		mustStatus(t, "wait on the other account's event", v, err, state.Done)
 		v, err = c.nats.Get(callCtx(t, 5*time.Second), held.ID)
-		mustStatus(t, "the paused account's event", v, err, tenaz.StatePending)
+		mustStatus(t, "the paused account's event", v, err, state.Pending)
 		ps, err := c.http.Pauses(callCtx(t, 5*time.Second), "")
 		if err != nil || !slices.ContainsFunc(ps.Items, func(a ops.AccountReply) bool { return a.Account == "pz" && a.Paused != nil }) {
 			t.Fatalf("pauses: want pz paused, got %+v (%v)", ps, err)
@@ -319,7 +318,7 @@ func TestClient(t *testing.T) {
 			t.Fatalf("resume: want pz running, got %+v (%v)", rep, err)
 		}
 		v, err = c.nats.Wait(callCtx(t, 20*time.Second), held.ID)
-		mustStatus(t, "wait on the resumed account's event", v, err, tenaz.StateDone)
+		mustStatus(t, "wait on the resumed account's event", v, err, state.Done)
 		_, err = c.nats.ResumeAccount(callCtx(t, 5*time.Second), "pz", "again")
 		wantCode(t, "resume a running account", err, client.ErrNotPaused, http.StatusConflict)
 		_, err = c.http.PauseAccount(callCtx(t, 5*time.Second), ops.PauseRequest{Account: "pz"})
@@ -330,11 +329,11 @@ func TestClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e, err := c.http.RetryNow(callCtx(t, 5*time.Second), later.ID, "the customer asked"); err != nil || e.Status != tenaz.StateScheduled || e.NextRunAt == nil {
+		if e, err := c.http.RetryNow(callCtx(t, 5*time.Second), later.ID, "the customer asked"); err != nil || e.Status != state.Scheduled || e.NextRunAt == nil {
 			t.Fatalf("retry now: want it scheduled now, got %+v (%v)", e, err)
 		}
 		v, err = c.nats.Wait(callCtx(t, 20*time.Second), later.ID)
-		mustStatus(t, "wait on the event retried now", v, err, tenaz.StateDone)
+		mustStatus(t, "wait on the event retried now", v, err, state.Done)
 		_, err = c.nats.RetryNow(callCtx(t, 5*time.Second), later.ID, "again")
 		wantCode(t, "retry a done event", err, client.ErrNotWaiting, http.StatusConflict)
 		_, err = c.http.CancelWait(callCtx(t, 5*time.Second), later.ID, "no")
@@ -387,7 +386,7 @@ func TestClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, err := c.nats.Wait(callCtx(t, 30*time.Second), r.ID)
-		mustStatus(t, "wait on a delayed event", v, err, tenaz.StateDone)
+		mustStatus(t, "wait on a delayed event", v, err, state.Done)
 		h, err := c.nats.History(callCtx(t, 5*time.Second), r.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -410,7 +409,7 @@ func TestClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			v, err := c.nats.Wait(callCtx(t, 20*time.Second), r.ID)
-			mustStatus(t, "wait on a rejected event", v, err, tenaz.StateDead)
+			mustStatus(t, "wait on a rejected event", v, err, state.Dead)
 			ids = append(ids, r.ID)
 		}
 		var list ops.ListReply

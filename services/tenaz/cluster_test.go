@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // clusterConfig runs tenaz against the cluster's servers with R3 streams
@@ -114,8 +114,8 @@ func TestClusterFailover(t *testing.T) {
 	t.Cleanup(target.Close)
 	t.Cleanup(func() { _ = p.Close() })
 	yaml := clusterConfig(c, target.URL)
-	a := startWith(t, yaml, standalone.Options{})
-	b := startWith(t, yaml, standalone.Options{})
+	a := startWith(t, yaml, tenaz.Options{})
+	b := startWith(t, yaml, tenaz.Options{})
 	sub := &submitter{t: t, bases: []string{"http://" + a.HTTPAddr(), "http://" + b.HTTPAddr()}, accepted: map[string]string{}}
 
 	const n = 240
@@ -142,9 +142,9 @@ func TestClusterFailover(t *testing.T) {
 		close(keys)
 	}()
 	natstest.Eventually(t, 30*time.Second, func() bool { return sub.count() >= n/3 }, "a third of the events accepted")
-	failover(t, c, tenaz.StreamEvents)
+	failover(t, c, names.StreamEvents)
 	natstest.Eventually(t, 30*time.Second, func() bool { return sub.count() >= 2*n/3 }, "two thirds of the events accepted")
-	failover(t, c, "KV_"+tenaz.BucketState)
+	failover(t, c, "KV_"+names.BucketState)
 	wg.Wait()
 	if sub.count() != n {
 		t.Fatalf("want all %d submissions accepted, got %d", n, sub.count())
@@ -160,13 +160,13 @@ func TestClusterFailover(t *testing.T) {
 	recs := map[string]state.Record{}
 	natstest.Eventually(t, 45*time.Second, func() bool {
 		for key, id := range sub.accepted {
-			if r, ok := recs[key]; ok && r.Status == tenaz.StateDone {
+			if r, ok := recs[key]; ok && r.Status == state.Done {
 				continue
 			}
 			gctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a read lost in a failover is tried again
 			r, _, err := st.Get(gctx, "", id)
 			cancel()
-			if err != nil || r.Status != tenaz.StateDone {
+			if err != nil || r.Status != state.Done {
 				return false
 			}
 			recs[key] = r
@@ -181,7 +181,7 @@ func TestClusterFailover(t *testing.T) {
 		}
 		done := 0
 		for _, h := range r.History {
-			if h.To == tenaz.StateDone {
+			if h.To == state.Done {
 				done++
 			}
 		}

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/provider"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // A delayed event survives a full restart of tenaz run (the embedded
@@ -29,7 +29,7 @@ func TestDelaySurvivesFullRestartAndFiresOnTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := standalone.New(standalone.Options{Config: cfg})
+	first, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +100,11 @@ func TestDemoCreditEvaluationFlow(t *testing.T) {
 		"TENAZ_KINDS_CREDIT_EVALUATE_BACKOFF_INITIAL":          "1s",
 		"TENAZ_KINDS_CREDIT_EVALUATE_FALLBACK_BACKOFF_INITIAL": "1s",
 	}
-	cfg, err := standalone.DemoConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg, err := tenaz.DemoConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatalf("demo config: %v", err)
 	}
-	tz, err := standalone.New(standalone.Options{Config: cfg})
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // Two installations share one NATS account, told apart by their prefix:
@@ -28,7 +28,7 @@ func TestTwoInstallationsInOneNATSAccount(t *testing.T) {
 		base   string
 	}
 	var ins []*install
-	for _, prefix := range []string{tenaz.DefaultPrefix, "acme"} {
+	for _, prefix := range []string{names.DefaultPrefix, "acme"} {
 		p := provider.New(provider.Faults{})
 		target := httptest.NewServer(p)
 		t.Cleanup(target.Close)
@@ -49,14 +49,14 @@ kinds:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var names []string
+	var nameList []string
 	for n := range js.StreamNames(ctx).Name() {
-		names = append(names, n)
+		nameList = append(nameList, n)
 	}
 	for _, want := range []string{"INTAKE", "EVENTS", "DEAD", "KV_tenaz_state", "KV_tenaz_owners",
 		"ACME_INTAKE", "ACME_EVENTS", "ACME_EVENTS_1", "ACME_DEAD", "ACME_ADVISORIES", "ACME_DIGEST", "KV_acme_state", "KV_acme_state_3", "KV_acme_owners", "KV_acme_quotas"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("want stream %s, have %v", want, names)
+		if !slices.Contains(nameList, want) {
+			t.Errorf("want stream %s, have %v", want, nameList)
 		}
 	}
 

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
@@ -73,7 +73,7 @@ func TestBreakersAreOperatorOnly(t *testing.T) {
 	target := httptest.NewServer(p)
 	t.Cleanup(target.Close)
 	t.Cleanup(func() { _ = p.Close() })
-	tz := startWith(t, operatorConfig(t.TempDir(), target.URL), standalone.Options{})
+	tz := startWith(t, operatorConfig(t.TempDir(), target.URL), tenaz.Options{})
 	base := "http://" + tz.HTTPAddr()
 	acme, alice := "bearer:"+secAcmeSubmitKey, "bearer:"+secAliceKey
 
@@ -163,7 +163,7 @@ func TestBreakersAreOperatorOnly(t *testing.T) {
 func TestCLIOperatorKey(t *testing.T) {
 	t.Parallel()
 	_, targetURL := idempotentTarget(t)
-	tz := startWith(t, operatorConfig(t.TempDir(), targetURL), standalone.Options{})
+	tz := startWith(t, operatorConfig(t.TempDir(), targetURL), tenaz.Options{})
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
 	op.env["USER"] = "mallory"

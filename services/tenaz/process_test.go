@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/webhook"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // reloadConfig is a secured config whose acme account has the given rate
@@ -276,7 +276,7 @@ func TestReloadWebhookSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	hup := make(chan os.Signal, 1)
-	tz := startWith(t, yaml(""), standalone.Options{ConfigPath: file, Reload: hup})
+	tz := startWith(t, yaml(""), tenaz.Options{ConfigPath: file, Reload: hup})
 	base := "http://" + tz.HTTPAddr()
 	reload := func(y string) {
 		t.Helper()
@@ -332,7 +332,7 @@ func TestReloadGivesATargetItsRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	hup := make(chan os.Signal, 1)
-	tz := startWith(t, y, standalone.Options{ConfigPath: file, Reload: hup})
+	tz := startWith(t, y, tenaz.Options{ConfigPath: file, Reload: hup})
 	base := "http://" + tz.HTTPAddr()
 	submitN(t, base, "before", 10)
 	natstest.Eventually(t, 20*time.Second, func() bool { return p.CallCount() >= 10 }, "the first 10 calls")
@@ -368,7 +368,7 @@ func TestReloadGivesAKeyItsRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	hup := make(chan os.Signal, 1)
-	tz := startWith(t, y, standalone.Options{ConfigPath: file, Reload: hup})
+	tz := startWith(t, y, tenaz.Options{ConfigPath: file, Reload: hup})
 	base := "http://" + tz.HTTPAddr()
 	submit := func(i int) answer {
 		return send(t, http.MethodPost, base+"/v1/events", "bearer:"+secAcmeKey, fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":"k-%d"}}`, i))

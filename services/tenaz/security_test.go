@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/ingest"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // Credentials of the security tests: an acme key and the operator alice.
@@ -56,14 +56,14 @@ func securedConfig(dir, targetURL, extra string) string {
 
 // startWith starts a standalone tenaz on yaml with options o; it stops
 // when the test ends.
-func startWith(t *testing.T, yaml string, o standalone.Options) *standalone.Tenaz {
+func startWith(t *testing.T, yaml string, o tenaz.Options) *tenaz.System {
 	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	o.Config = cfg
-	tz, err := standalone.New(o)
+	tz, err := tenaz.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestRefusesToStartWithoutKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tz, err := standalone.New(standalone.Options{Config: cfg})
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestRefusesToStartWithoutKeys(t *testing.T) {
 			t.Errorf("want the error to name %q, got %v", want, err)
 		}
 	}
-	demo, err := standalone.DemoConfig(func(string) (string, bool) { return "", false })
+	demo, err := tenaz.DemoConfig(func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestHTTPAuthWired(t *testing.T) {
 	_, targetURL := idempotentTarget(t)
 	yaml := strings.Replace(securedConfig(t.TempDir(), targetURL, ""), "erp: {url: ", `erp: {callback_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", url: `, 1)
 	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1) // HTTP auth on needs NATS auth
-	tz := startWith(t, yaml, standalone.Options{})
+	tz := startWith(t, yaml, tenaz.Options{})
 	base := "http://" + tz.HTTPAddr()
 	acme, alice := "bearer:"+secAcmeKey, "basic:alice:"+secAliceKey
 
@@ -242,7 +242,7 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 	t.Parallel()
 	_, targetURL := idempotentTarget(t)
 	yaml := strings.Replace(testConfig(t.TempDir(), targetURL, ""), "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
-	tz := startWith(t, yaml, standalone.Options{})
+	tz := startWith(t, yaml, tenaz.Options{})
 	base := "http://" + tz.HTTPAddr()
 
 	for _, c := range []struct {
@@ -318,7 +318,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	yaml = strings.Replace(yaml, "erp: {url: ", `erp: {headers: {X-Api-Key: "`+headerKey+`"}, signing_secret: "`+signing+`", url: `, 1)
 	var buf syncBuffer
 	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
-	tz := startWith(t, yaml, standalone.Options{Logger: &log})
+	tz := startWith(t, yaml, tenaz.Options{Logger: &log})
 	base := "http://" + tz.HTTPAddr()
 	acme := "bearer:" + secAcmeKey
 
@@ -433,7 +433,7 @@ deadletter: {digest: {schedule: "* * * * * *", webhook: "http://`+closed+`/servi
 	}
 	var buf syncBuffer
 	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
-	tz := startWith(t, yaml, standalone.Options{Logger: &log})
+	tz := startWith(t, yaml, tenaz.Options{Logger: &log})
 	base := "http://" + tz.HTTPAddr()
 	acme, alice := "bearer:"+secAcmeKey, "basic:alice:"+secAliceKey
 

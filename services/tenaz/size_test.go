@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/size"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // tenaz run refuses an http.max_body_bytes its events cannot fit: with
@@ -27,7 +27,7 @@ func TestRunRefusesABodyThatDoesNotFit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	tz, err := standalone.New(standalone.Options{Config: cfg})
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package standalone
+package tenaz
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func DemoYAML() []byte { return demoYAML }
 // when it runs the built-in demo config.
 const DemoNotice = "demo config: no auth, loopback only, not for production"
 
-// Options configure a standalone tenaz.
+// Options configure a System.
 type Options struct {
 	// Config is the validated config. Required.
 	Config *config.Config
@@ -65,8 +65,8 @@ type Options struct {
 	Reload <-chan os.Signal
 }
 
-// Tenaz is everything of `tenaz run`.
-type Tenaz struct {
+// System is everything of `tenaz run`.
+type System struct {
 	o       Options
 	log     zerolog.Logger
 	srv     *server.Server
@@ -86,29 +86,29 @@ type Tenaz struct {
 }
 
 // New checks the options; it does no I/O.
-func New(o Options) (*Tenaz, error) {
+func New(o Options) (*System, error) {
 	if o.Config == nil {
-		return nil, errors.New("standalone: Config is required")
+		return nil, errors.New("tenaz: Config is required")
 	}
 	log := zerolog.Nop()
 	if o.Logger != nil {
 		log = *o.Logger
 	}
-	return &Tenaz{o: o, log: log}, nil
+	return &System{o: o, log: log}, nil
 }
 
 // HTTPAddr is the bound address of the shared listener.
-func (t *Tenaz) HTTPAddr() string { return t.http.Addr }
+func (t *System) HTTPAddr() string { return t.http.Addr }
 
 // NATSURL is the URL the services use.
-func (t *Tenaz) NATSURL() string { return t.nc.ConnectedUrl() }
+func (t *System) NATSURL() string { return t.nc.ConnectedUrl() }
 
 // Demo is the demo provider, or nil.
-func (t *Tenaz) Demo() *provider.Provider { return t.demo }
+func (t *System) Demo() *provider.Provider { return t.demo }
 
 // Start starts NATS (embedded unless configured), applies the streams,
 // starts the demo provider and the four services, then serves HTTP.
-func (t *Tenaz) Start(ctx context.Context) (err error) {
+func (t *System) Start(ctx context.Context) (err error) {
 	cfg := t.o.Config
 	defer func() {
 		if err != nil {
@@ -222,7 +222,7 @@ func (t *Tenaz) Start(ctx context.Context) (err error) {
 // Stop stops HTTP, then the services (producers first, so in-flight work
 // drains downstream), then NATS; the dispatcher stops taking work from the
 // start. Idempotent.
-func (t *Tenaz) Stop(ctx context.Context) error {
+func (t *System) Stop(ctx context.Context) error {
 	var errs []error
 	// The dispatcher stops taking work at once, not after the HTTP
 	// listener (which a slow client can hold up to http.read_timeout): a
@@ -274,10 +274,10 @@ func (t *Tenaz) Stop(ctx context.Context) error {
 
 // Patterns lists every route pattern the shared listener serves (each
 // needs a class in pkg/auth).
-func (t *Tenaz) Patterns() []string { return t.mux.Patterns() }
+func (t *System) Patterns() []string { return t.mux.Patterns() }
 
 // ServeMux exposes the shared mux's handler (tests).
-func (t *Tenaz) Handler() http.Handler { return t.http.Handler }
+func (t *System) Handler() http.Handler { return t.http.Handler }
 
 // natsCredentials says how to give the embedded server credentials.
 const natsCredentials = "set nats.user and nats.password, nats.token or nats.nkey_seed_file"
@@ -312,7 +312,7 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (t *Tenaz) connect(cfg *config.Config, url, name string) (*nats.Conn, error) {
+func (t *System) connect(cfg *config.Config, url, name string) (*nats.Conn, error) {
 	nc, err := natsconn.Connect(cfg.NATS, name, url)
 	if err != nil {
 		return nil, err

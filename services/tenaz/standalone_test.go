@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // testConfig is a standalone config on an embedded server in dir, with the
@@ -40,13 +40,13 @@ kinds:
 %s`, dir, targetURL+"/api/{{.Kind}}", extra)
 }
 
-func start(t *testing.T, yaml string) *standalone.Tenaz {
+func start(t *testing.T, yaml string) *tenaz.System {
 	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	tz, err := standalone.New(standalone.Options{Config: cfg})
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestTour(t *testing.T) {
 // config; that config must be valid and route the tour's kinds.
 func TestDemoConfigIsValid(t *testing.T) {
 	t.Parallel()
-	cfg, err := standalone.DemoConfig(func(string) (string, bool) { return "", false })
+	cfg, err := tenaz.DemoConfig(func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("demo config: %v", err)
 	}
@@ -203,7 +203,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 	dir := t.TempDir()
 	yaml := testConfig(dir, target.URL, "")
 	cfg, _ := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	tz, err := standalone.New(standalone.Options{Config: cfg})
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package standalone_test
+package tenaz_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
@@ -124,7 +124,7 @@ func TestRunReadsTenazConfig(t *testing.T) {
 	if from != file {
 		t.Fatalf("want tenaz started from %s, got %q:\n%s", file, from, p.out)
 	}
-	if strings.Contains(p.out.String(), standalone.DemoNotice) {
+	if strings.Contains(p.out.String(), tenaz.DemoNotice) {
 		t.Fatalf("want no demo notice with a config file, got:\n%s", p.out)
 	}
 	if err := p.signal(t, syscall.SIGTERM); err != nil {
@@ -146,16 +146,16 @@ func TestRunDemoSaysSo(t *testing.T) {
 	warned := false
 	for _, line := range strings.Split(p.out.String(), "\n") {
 		var l struct{ Level, Message string }
-		if json.Unmarshal([]byte(line), &l) == nil && l.Level == "warn" && l.Message == standalone.DemoNotice {
+		if json.Unmarshal([]byte(line), &l) == nil && l.Level == "warn" && l.Message == tenaz.DemoNotice {
 			warned = true
 		}
 	}
 	if !warned {
-		t.Errorf("want a warning %q at start, got:\n%s", standalone.DemoNotice, p.out)
+		t.Errorf("want a warning %q at start, got:\n%s", tenaz.DemoNotice, p.out)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { // the banner follows the "tenaz running" line
-		return strings.Contains(p.out.String(), "\n"+standalone.DemoNotice+"\n")
-	}, "the banner line %q in the output:\n%s", standalone.DemoNotice, p.out)
+		return strings.Contains(p.out.String(), "\n"+tenaz.DemoNotice+"\n")
+	}, "the banner line %q in the output:\n%s", tenaz.DemoNotice, p.out)
 	if err := p.signal(t, syscall.SIGTERM); err != nil {
 		t.Fatalf("want exit 0 after SIGTERM, got %v", err)
 	}
@@ -187,14 +187,14 @@ func TestEmbeddedNATSNeedsCredentials(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			if tc.want == nil {
-				startWith(t, tc.yaml, standalone.Options{}) // fails the test unless it starts
+				startWith(t, tc.yaml, tenaz.Options{}) // fails the test unless it starts
 				return
 			}
 			cfg, err := config.Parse([]byte(tc.yaml), func(string) (string, bool) { return "", false })
 			if err != nil {
 				t.Fatal(err)
 			}
-			tz, err := standalone.New(standalone.Options{Config: cfg})
+			tz, err := tenaz.New(tenaz.Options{Config: cfg})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,8 +7,8 @@
 // on how many entries there are.
 //
 //	x := index.New()
-//	x.Put("ev_1", 7, ops.Item{ID: "ev_1", Account: "acme", Status: tenaz.StateDead, Seq: 42, At: t})
-//	page, err := x.List(tenaz.StateDead, ops.ListRequest{Account: "acme", Limit: 50})
+//	x.Put("ev_1", 7, ops.Item{ID: "ev_1", Account: "acme", Status: state.Dead, Seq: 42, At: t})
+//	page, err := x.List(state.Dead, ops.ListRequest{Account: "acme", Limit: 50})
 package index
 
 import (
@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // ErrBadCursor is returned by List for a cursor it did not hand out.
@@ -68,7 +68,7 @@ type Index struct {
 }
 
 type totalKey struct {
-	status tenaz.State
+	status state.State
 	f      filter
 }
 
@@ -199,7 +199,7 @@ func (x *Index) Len() int {
 }
 
 // Count is how many items have status s.
-func (x *Index) Count(s tenaz.State) int {
+func (x *Index) Count(s state.State) int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if p := x.lists[string(s)+"\x00"]; p != nil {
@@ -220,7 +220,7 @@ func (x *Index) MaxSeq() uint64 {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	var m uint64
-	for _, s := range []tenaz.State{tenaz.StateDead, tenaz.StateManualReview} {
+	for _, s := range []state.State{state.Dead, state.ManualReview} {
 		if p := x.lists[string(s)+"\x00"]; p != nil && len(p.es) > 0 {
 			m = max(m, p.es[len(p.es)-1].item.Seq)
 		}
@@ -258,7 +258,7 @@ func (f filter) timed() bool { return f.since != 0 || f.until != math.MaxInt64 }
 
 // smallest is the shortest posting list the filter names, and whether it
 // alone decides membership (no other field filters).
-func (x *Index) smallest(s tenaz.State, f filter) (*posting, bool) {
+func (x *Index) smallest(s state.State, f filter) (*posting, bool) {
 	st := string(s) + "\x00"
 	var cands []string
 	n := 0
@@ -304,7 +304,7 @@ func span(p *posting, f filter) (int, int) {
 
 // List returns one page of the items with status s matching q, newest
 // first, and the cursor of the next page.
-func (x *Index) List(s tenaz.State, q ops.ListRequest) (ops.ListReply, error) {
+func (x *Index) List(s state.State, q ops.ListRequest) (ops.ListReply, error) {
 	limit := q.Limit
 	switch {
 	case limit == 0:
@@ -375,7 +375,7 @@ type Counts struct {
 }
 
 // Facets returns the distinct values present for status s.
-func (x *Index) Facets(s tenaz.State) Counts {
+func (x *Index) Facets(s state.State) Counts {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	c := Counts{Accounts: map[string]int{}, Kinds: map[string]int{}, Reasons: map[string]int{}, Classes: map[string]int{}}
@@ -400,7 +400,7 @@ func (x *Index) Facets(s tenaz.State) Counts {
 }
 
 // Oldest is the arrival time of the oldest item with status s (zero when none).
-func (x *Index) Oldest(s tenaz.State) time.Time {
+func (x *Index) Oldest(s state.State) time.Time {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if p := x.lists[string(s)+"\x00"]; p != nil {

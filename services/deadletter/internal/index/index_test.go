@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
 )
 
@@ -32,9 +32,9 @@ func fill(x *index.Index, n int, r *rand.Rand) map[string]ops.Item {
 			acct = "acme"
 		}
 		reason := reasons[r.IntN(len(reasons))]
-		status := tenaz.StateDead
+		status := state.Dead
 		if reason == "manual_review" {
-			status = tenaz.StateManualReview
+			status = state.ManualReview
 		}
 		it := ops.Item{
 			ID: fmt.Sprintf("ev_%06d", i), Account: acct, Kind: kinds[r.IntN(len(kinds))],
@@ -48,7 +48,7 @@ func fill(x *index.Index, n int, r *rand.Rand) map[string]ops.Item {
 }
 
 // want is the list the brute force gives: every matching item, newest first.
-func want(all map[string]ops.Item, s tenaz.State, q ops.ListRequest) []ops.Item {
+func want(all map[string]ops.Item, s state.State, q ops.ListRequest) []ops.Item {
 	var out []ops.Item
 	for _, it := range all {
 		if it.Status != s || q.Account != "" && it.Account != q.Account || q.Kind != "" && it.Kind != q.Kind ||
@@ -63,7 +63,7 @@ func want(all map[string]ops.Item, s tenaz.State, q ops.ListRequest) []ops.Item 
 }
 
 // pages follows the cursor to the end and returns everything seen.
-func pages(t *testing.T, x *index.Index, s tenaz.State, q ops.ListRequest) ([]ops.Item, int) {
+func pages(t *testing.T, x *index.Index, s state.State, q ops.ListRequest) ([]ops.Item, int) {
 	t.Helper()
 	var got []ops.Item
 	total := -1
@@ -99,7 +99,7 @@ func pages(t *testing.T, x *index.Index, s tenaz.State, q ops.ListRequest) ([]op
 
 func ptr(t time.Time) *time.Time { return &t }
 
-func check(t *testing.T, x *index.Index, all map[string]ops.Item, s tenaz.State, q ops.ListRequest) {
+func check(t *testing.T, x *index.Index, all map[string]ops.Item, s state.State, q ops.ListRequest) {
 	t.Helper()
 	w := want(all, s, q)
 	got, total := pages(t, x, s, q)
@@ -140,7 +140,7 @@ func TestListMatchesFullScan(t *testing.T) {
 		{Since: ptr(t0.Add(100 * 24 * time.Hour))},
 	}
 	run := func() {
-		for _, s := range []tenaz.State{tenaz.StateDead, tenaz.StateManualReview} {
+		for _, s := range []state.State{state.Dead, state.ManualReview} {
 			for _, q := range queries {
 				check(t, x, all, s, q)
 			}
@@ -177,17 +177,17 @@ func TestCursorSurvivesChanges(t *testing.T) {
 	x := index.New()
 	all := fill(x, 1000, rand.New(rand.NewPCG(3, 4)))
 	q := ops.ListRequest{Limit: 10}
-	first, err := x.List(tenaz.StateDead, q)
+	first, err := x.List(state.Dead, q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	x.Delete(first.Items[3].ID) // seen item leaves
-	newer := ops.Item{ID: "ev_new", Account: "acme", Status: tenaz.StateDead, Seq: 5000, At: t0.Add(5000 * time.Second)}
+	newer := ops.Item{ID: "ev_new", Account: "acme", Status: state.Dead, Seq: 5000, At: t0.Add(5000 * time.Second)}
 	x.Put("ev_new", 5000, newer) // a new arrival does not shift the cursor
 	delete(all, first.Items[3].ID)
 	q.Cursor = first.NextCursor
-	rest, _ := pages(t, x, tenaz.StateDead, q)
-	w := want(all, tenaz.StateDead, ops.ListRequest{Until: ptr(first.Items[9].At)})
+	rest, _ := pages(t, x, state.Dead, q)
+	w := want(all, state.Dead, ops.ListRequest{Until: ptr(first.Items[9].At)})
 	if len(rest) != len(w) {
 		t.Fatalf("after the cursor: %d items, want %d", len(rest), len(w))
 	}
@@ -201,13 +201,13 @@ func TestCursorSurvivesChanges(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	x := index.New()
-	if _, err := x.List(tenaz.StateDead, ops.ListRequest{Cursor: "abc"}); !errors.Is(err, index.ErrBadCursor) {
+	if _, err := x.List(state.Dead, ops.ListRequest{Cursor: "abc"}); !errors.Is(err, index.ErrBadCursor) {
 		t.Fatalf("cursor abc: want ErrBadCursor, got %v", err)
 	}
-	if _, err := x.List(tenaz.StateDead, ops.ListRequest{Limit: ops.MaxLimit + 1}); err == nil {
+	if _, err := x.List(state.Dead, ops.ListRequest{Limit: ops.MaxLimit + 1}); err == nil {
 		t.Fatal("limit over MaxLimit: want an error")
 	}
-	rep, err := x.List(tenaz.StateDead, ops.ListRequest{})
+	rep, err := x.List(state.Dead, ops.ListRequest{})
 	if err != nil || rep.Total != 0 || rep.Items == nil || rep.NextCursor != "" {
 		t.Fatalf("empty index: want an empty page with a non-nil item list, got %+v, %v", rep, err)
 	}
@@ -218,7 +218,7 @@ func TestBadInput(t *testing.T) {
 func TestPutOrder(t *testing.T) {
 	t.Parallel()
 	x := index.New()
-	it := ops.Item{ID: "ev_1", Account: "acme", Status: tenaz.StateDead, Seq: 10, Class: "transient"}
+	it := ops.Item{ID: "ev_1", Account: "acme", Status: state.Dead, Seq: 10, Class: "transient"}
 	x.Put("ev_1", 5, it)
 	old := it
 	old.Class = "permanent"
@@ -228,13 +228,13 @@ func TestPutOrder(t *testing.T) {
 	}
 	it.Attempts = 3
 	x.Put("ev_1", 6, it)
-	if got, _, _ := x.Get("ev_1"); got.Attempts != 3 || x.Count(tenaz.StateDead) != 1 {
-		t.Fatalf("update in place: got %+v, count %d", got, x.Count(tenaz.StateDead))
+	if got, _, _ := x.Get("ev_1"); got.Attempts != 3 || x.Count(state.Dead) != 1 {
+		t.Fatalf("update in place: got %+v, count %d", got, x.Count(state.Dead))
 	}
-	it.Status = tenaz.StateManualReview
+	it.Status = state.ManualReview
 	x.Put("ev_1", 7, it)
-	if x.Count(tenaz.StateDead) != 0 || x.Count(tenaz.StateManualReview) != 1 {
-		t.Fatalf("moved to review: dead %d, review %d", x.Count(tenaz.StateDead), x.Count(tenaz.StateManualReview))
+	if x.Count(state.Dead) != 0 || x.Count(state.ManualReview) != 1 {
+		t.Fatalf("moved to review: dead %d, review %d", x.Count(state.Dead), x.Count(state.ManualReview))
 	}
 }
 
@@ -253,17 +253,17 @@ func TestPageAt100k(t *testing.T) {
 		{}, {Account: "acme", Kind: "order.create"}, {Account: "hooli", Class: "crash"},
 		{Kind: "invoice.send", Since: ptr(t0.Add(10 * time.Hour))},
 	} {
-		if _, err := x.List(tenaz.StateDead, q); err != nil { // first call computes the total
+		if _, err := x.List(state.Dead, q); err != nil { // first call computes the total
 			t.Fatal(err)
 		}
 		const n = 200
 		start := time.Now()
 		var rep ops.ListReply
 		for range n {
-			rep, _ = x.List(tenaz.StateDead, q)
+			rep, _ = x.List(state.Dead, q)
 			q2 := q
 			q2.Cursor = rep.NextCursor
-			rep, _ = x.List(tenaz.StateDead, q2)
+			rep, _ = x.List(state.Dead, q2)
 		}
 		t.Logf("100,000 items, filter %+v: %v per page (total %d)", q, time.Since(start)/(2*n), rep.Total)
 	}
@@ -273,11 +273,11 @@ func BenchmarkListPage100k(b *testing.B) {
 	x := index.New()
 	fill(x, 100000, rand.New(rand.NewPCG(5, 6)))
 	q := ops.ListRequest{Account: "acme", Kind: "order.create"}
-	first, _ := x.List(tenaz.StateDead, q)
+	first, _ := x.List(state.Dead, q)
 	q.Cursor = first.NextCursor
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := x.List(tenaz.StateDead, q); err != nil {
+		if _, err := x.List(state.Dead, q); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -287,13 +287,13 @@ func BenchmarkListPage100k(b *testing.B) {
 func TestDeleteAt(t *testing.T) {
 	t.Parallel()
 	x := index.New()
-	x.Put("ev_1", 5, ops.Item{ID: "ev_1", Status: tenaz.StateDead, Seq: 1})
+	x.Put("ev_1", 5, ops.Item{ID: "ev_1", Status: state.Dead, Seq: 1})
 	x.DeleteAt("ev_1", 4)
 	if _, _, ok := x.Get("ev_1"); !ok {
 		t.Fatal("a newer value than the purge must stay")
 	}
 	x.DeleteAt("ev_1", 5)
-	if _, _, ok := x.Get("ev_1"); ok || x.Count(tenaz.StateDead) != 0 {
+	if _, _, ok := x.Get("ev_1"); ok || x.Count(state.Dead) != 0 {
 		t.Fatal("the purged value must go")
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/logging"
 	"github.com/tenaz/tenaz/pkg/tracing"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
@@ -52,7 +52,7 @@ const demoConfig = "built-in demo config"
 // ./tenaz.yaml), else the built-in demo.
 func loadConfig(path string) (*config.Config, string, error) {
 	if path = daemon.ConfigPath(path); path == "" {
-		cfg, err := standalone.DemoConfig(os.LookupEnv)
+		cfg, err := tenaz.DemoConfig(os.LookupEnv)
 		return cfg, demoConfig, err
 	}
 	cfg, err := config.Load(path)
@@ -79,7 +79,7 @@ func (r *runCmd) Run() error {
 	if from != demoConfig {
 		path = from
 	}
-	t, err := standalone.New(standalone.Options{Config: cfg, Logger: &log, Demo: from == demoConfig, ConfigPath: path, Reload: hup})
+	t, err := tenaz.New(tenaz.Options{Config: cfg, Logger: &log, Demo: from == demoConfig, ConfigPath: path, Reload: hup})
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (r *runCmd) Run() error {
 	}
 	fmt.Fprintf(os.Stderr, "\ntenaz is running on http://%s (config: %s)\n", t.HTTPAddr(), from)
 	if from == demoConfig {
-		fmt.Fprintln(os.Stderr, standalone.DemoNotice)
+		fmt.Fprintln(os.Stderr, tenaz.DemoNotice)
 	}
 	<-ctx.Done()
 	log.Info().Msg("stopping")

@@ -27,7 +27,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natsd"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -244,7 +244,7 @@ func bytesReader(b []byte) io.Reader { return &byteReader{b: b} }
 
 // Tenaz is a running tenaz against an existing server.
 type Tenaz struct {
-	t      *standalone.Tenaz
+	t      *tenaz.System
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	prefix string // its config's prefix: its subjects and stream names
@@ -270,7 +270,7 @@ kinds:
 
 // StartTenaz starts all of tenaz (no embedded server: it uses url).
 func StartTenaz(ctx context.Context, cfg *config.Config) (*Tenaz, error) {
-	t, err := standalone.New(standalone.Options{Config: cfg})
+	t, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -117,7 +118,7 @@ kinds:
 	if os.Getenv("BENCH_PROFILE_CALLBACKS") != "" {
 		pprof.StopCPUProfile()
 	}
-	if err := tz.checkStatus(ctx, ids, tenaz.StateDone); err != nil {
+	if err := tz.checkStatus(ctx, ids, state.Done); err != nil {
 		return err
 	}
 	if err := tz.Stop(ctx); err != nil {
@@ -146,7 +147,7 @@ func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, 
 	for i := range n {
 		m := nats.NewMsg("tenaz.intake." + callbackAccount + ".credit.check")
 		m.Data = fmt.Appendf(nil, `{"applicant":"a-%d","amount":2500}`, i)
-		m.Header.Set(tenaz.HeaderIdempotencyKey, "c-"+strconv.Itoa(i))
+		m.Header.Set(names.HeaderIdempotencyKey, "c-"+strconv.Itoa(i))
 		for {
 			_, err := b.js.PublishMsgAsync(m)
 			if err == nil {
@@ -188,7 +189,7 @@ func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, 
 	if len(ids) != n {
 		return nil, fmt.Errorf("callbacks: %d distinct events delivered, want %d", len(ids), n)
 	}
-	return ids, b.checkStatus(ctx, ids, tenaz.StateAwaitingCallback)
+	return ids, b.checkStatus(ctx, ids, state.AwaitingCallback)
 }
 
 // record is the stored value of the event's record.
@@ -205,7 +206,7 @@ func (b *Tenaz) record(ctx context.Context, id string) ([]byte, error) {
 }
 
 // checkStatus checks that every event's record is in state want.
-func (b *Tenaz) checkStatus(ctx context.Context, ids []string, want tenaz.State) error {
+func (b *Tenaz) checkStatus(ctx context.Context, ids []string, want state.State) error {
 	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, callbackAccount)))
 	if err != nil {
 		return err
@@ -216,7 +217,7 @@ func (b *Tenaz) checkStatus(ctx context.Context, ids []string, want tenaz.State)
 			return fmt.Errorf("callbacks: record %s: %w", id, err)
 		}
 		var rec struct {
-			Status tenaz.State `json:"status"`
+			Status state.State `json:"status"`
 		}
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			return err

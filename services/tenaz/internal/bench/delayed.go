@@ -21,8 +21,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -117,7 +118,7 @@ kinds:
 		return err
 	}
 	accepted := time.Since(start)
-	if err := d.checkSample(ctx, "h", n, tenaz.StateScheduled); err != nil {
+	if err := d.checkSample(ctx, "h", n, state.Scheduled); err != nil {
 		return err
 	}
 	rss, peak, srvRSS := tz.rssMB(), tz.peakRSSMB(), srv.rssMB()
@@ -232,8 +233,8 @@ func (d *delayedRun) submit(ctx context.Context, tag string, n int, at func(int)
 	for i := range n {
 		m := nats.NewMsg(subject)
 		m.Data = delayedPayload
-		m.Header.Set(tenaz.HeaderIdempotencyKey, tag+"-"+strconv.Itoa(i))
-		m.Header.Set(tenaz.HeaderNotBefore, at(i).Format(time.RFC3339))
+		m.Header.Set(names.HeaderIdempotencyKey, tag+"-"+strconv.Itoa(i))
+		m.Header.Set(names.HeaderNotBefore, at(i).Format(time.RFC3339))
 		for {
 			_, err := d.js.PublishMsgAsync(m)
 			if err == nil {
@@ -299,7 +300,7 @@ func (d *delayedRun) waitScheduled(ctx context.Context, want uint64, timeout tim
 		if err == nil {
 			have = st.Values()
 			var ci jetstream.Consumer
-			if ci, err = d.js.Consumer(ctx, tenaz.StreamIntake, "ingest"); err == nil {
+			if ci, err = d.js.Consumer(ctx, names.StreamIntake, "ingest"); err == nil {
 				info := ci.CachedInfo()
 				pending = info.NumPending + uint64(info.NumAckPending)
 			}
@@ -324,7 +325,7 @@ func (d *delayedRun) waitScheduled(ctx context.Context, want uint64, timeout tim
 
 // checkSample reads back up to 200 of the tag's records spread over the
 // run and checks their status.
-func (d *delayedRun) checkSample(ctx context.Context, tag string, n int, want tenaz.State) error {
+func (d *delayedRun) checkSample(ctx context.Context, tag string, n int, want state.State) error {
 	step := max(n/200, 1)
 	for i := 0; i < n; i += step {
 		id := event.ID(delayedAccount, tag+"-"+strconv.Itoa(i))
@@ -333,7 +334,7 @@ func (d *delayedRun) checkSample(ctx context.Context, tag string, n int, want te
 			return fmt.Errorf("delayed: record %s (%s-%d): %w", id, tag, i, err)
 		}
 		var rec struct {
-			Status tenaz.State `json:"status"`
+			Status state.State `json:"status"`
 		}
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			return err

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // naiveBurst is the burst's reference: raw JetStream doing the same work
@@ -91,7 +91,7 @@ func naiveBurst(ctx context.Context, natsURL string, b, workers int) ([]float64,
 	}
 	wg := naiveWorkers(cctx, iter, kv, workers, func(ctx context.Context, key string, m jetstream.Msg) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytesReader(m.Data()))
-		req.Header.Set(tenaz.HeaderEventID, key)
+		req.Header.Set(names.HeaderEventID, key)
 		if resp, err := httpClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

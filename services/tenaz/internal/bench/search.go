@@ -16,12 +16,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -123,7 +123,7 @@ func Search(ctx context.Context, sz Sizes, r Report) error {
 	if err != nil {
 		return err
 	}
-	subj := tenaz.NewSubjects("").WithPartitions(parts)
+	subj := names.NewSubjects("").WithPartitions(parts)
 	x := search.NewIndexer(js, subj, search.IndexerOptions{})
 	if err := x.Start(ctx); err != nil {
 		return err
@@ -215,10 +215,10 @@ func Search(ctx context.Context, sz Sizes, r Report) error {
 		{"account", func(i int) ops.FindRequest { return ops.FindRequest{Account: searchAccount(i)} }},
 		{"kind", func(i int) ops.FindRequest { return ops.FindRequest{Kind: searchKinds[i%len(searchKinds)]} }},
 		{"state", func(i int) ops.FindRequest {
-			return ops.FindRequest{Account: searchAccount(i), State: tenaz.StateRetrying}
+			return ops.FindRequest{Account: searchAccount(i), State: state.Retrying}
 		}},
 		{"state_all_accounts", func(i int) ops.FindRequest {
-			return ops.FindRequest{State: []tenaz.State{tenaz.StateDead, tenaz.StateManualReview, tenaz.StatePolling}[i%3]}
+			return ops.FindRequest{State: []state.State{state.Dead, state.ManualReview, state.Polling}[i%3]}
 		}},
 		{"entity", func(i int) ops.FindRequest {
 			j := (i * 7919) % n
@@ -245,7 +245,7 @@ func Search(ctx context.Context, sz Sizes, r Report) error {
 		{"combined", func(i int) ops.FindRequest {
 			since := created(i % (searchReps - 20))
 			until := since.Add(24 * time.Hour)
-			return ops.FindRequest{Account: searchAccount(i), Kind: searchKinds[i%len(searchKinds)], State: tenaz.StateDone, Since: &since, Until: &until}
+			return ops.FindRequest{Account: searchAccount(i), Kind: searchKinds[i%len(searchKinds)], State: state.Done, Since: &since, Until: &until}
 		}},
 	}
 	for _, qq := range queries {
@@ -381,7 +381,7 @@ func searchLoad(ctx context.Context, st *store.Store, n int, week time.Time) err
 
 // caughtUp waits until the indexer's consumers have nothing left to
 // deliver or acknowledge.
-func caughtUp(ctx context.Context, js jetstream.JetStream, subj tenaz.Subjects) error {
+func caughtUp(ctx context.Context, js jetstream.JetStream, subj names.Subjects) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for p := range subj.Parts() {
 		for {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natsd"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // ServeNATS runs a nats-server on dir (default sync) until SIGTERM,
@@ -41,7 +41,7 @@ func ServeTenaz(file string) error {
 	if err != nil {
 		return err
 	}
-	t, err := standalone.New(standalone.Options{Config: cfg})
+	t, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		return err
 	}

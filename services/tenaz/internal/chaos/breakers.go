@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // breakerOpen is one opening of a breaker as stored in tenaz_breakers.
@@ -53,7 +53,7 @@ func (b *breakerLog) run(ctx context.Context, js jetstream.JetStream, accounts [
 		}
 		if kv == nil {
 			c, cancel := context.WithTimeout(ctx, 2*time.Second)
-			kv, _ = js.KeyValue(c, tenaz.BucketBreakers)
+			kv, _ = js.KeyValue(c, names.BucketBreakers)
 			cancel()
 			if kv == nil {
 				continue

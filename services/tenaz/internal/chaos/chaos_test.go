@@ -9,7 +9,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // The generated tenaz.yaml is a valid config with every kind the plan
@@ -177,17 +176,17 @@ func TestCheckLimits(t *testing.T) {
 func TestLatestStep(t *testing.T) {
 	at := func(s int) *time.Time { t := time.Date(2026, 11, 30, 8, 0, s, 0, time.UTC); return &t }
 	if _, ok := latestStep(map[string]state.Head{
-		"a": {Status: tenaz.StatePending},
-		"b": {Status: tenaz.StateRunning, NextRunAt: at(50)},
-		"c": {Status: tenaz.StateRetrying},
+		"a": {Status: state.Pending},
+		"b": {Status: state.Running, NextRunAt: at(50)},
+		"c": {Status: state.Retrying},
 	}); ok {
 		t.Fatal("nothing waits for a timed step: the bound must not move")
 	}
 	got, ok := latestStep(map[string]state.Head{
-		"a": {Status: tenaz.StateRetrying, NextRunAt: at(10)},
-		"b": {Status: tenaz.StatePolling, NextRunAt: at(30)},
-		"c": {Status: tenaz.StateAwaitingCallback, NextRunAt: at(20)},
-		"d": {Status: tenaz.StateRunning, NextRunAt: at(59)},
+		"a": {Status: state.Retrying, NextRunAt: at(10)},
+		"b": {Status: state.Polling, NextRunAt: at(30)},
+		"c": {Status: state.AwaitingCallback, NextRunAt: at(20)},
+		"d": {Status: state.Running, NextRunAt: at(59)},
 	})
 	if !ok || !got.Equal(*at(30)) {
 		t.Fatalf("want the latest timed step (08:00:30), got %s %v", got, ok)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -155,7 +154,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 
 	// --- accounting
 	r.section("invariants: every accepted event ends in a terminal state")
-	byState := map[tenaz.State]int{}
+	byState := map[state.State]int{}
 	var lost, open, extraOpen []string
 	for _, e := range evs {
 		if !e.accepted {
@@ -258,7 +257,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	r.figure("runs taken over (reclaims) / of them alive (their late outcome noted)", fmt.Sprintf("%d / %d", reclaims, live))
 	var noEffect []string
 	for id, rec := range recs {
-		if rec.Status != tenaz.StateDone {
+		if rec.Status != state.Done {
 			continue
 		}
 		var fin *state.Entry
@@ -285,7 +284,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	var noReason []string
 	reasons := map[string]int{}
 	for id, rec := range recs {
-		if rec.Status != tenaz.StateDead && rec.Status != tenaz.StateManualReview {
+		if rec.Status != state.Dead && rec.Status != state.ManualReview {
 			continue
 		}
 		why := ""
@@ -295,7 +294,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 				break
 			}
 		}
-		if rec.Status == tenaz.StateDead {
+		if rec.Status == state.Dead {
 			if rec.LastError == nil || rec.LastError.Class == "" || rec.LastError.Message == "" {
 				noReason = append(noReason, id+": dead without last_error class and message")
 				continue
@@ -434,10 +433,10 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 			}
 		}
 		rec, ok := recs[e.id]
-		if e.cancelled && (!ok || rec.Status != tenaz.StateCancelled) {
+		if e.cancelled && (!ok || rec.Status != state.Cancelled) {
 			cancelBad = append(cancelBad, fmt.Sprintf("%s: DELETE answered 200 but the event is %s", e.id, rec.Status))
 		}
-		if ok && rec.Status == tenaz.StateCancelled {
+		if ok && rec.Status == state.Cancelled {
 			cancelledOK++
 			var at time.Time
 			for _, h := range rec.History {

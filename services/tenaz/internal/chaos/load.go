@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // ev is one planned event and what became of its submission.
@@ -114,7 +114,7 @@ func plan(n int, accounts []string, rng *rand.Rand) []job {
 type loader struct {
 	ingest string
 	js     jetstream.JetStream
-	subj   tenaz.Subjects
+	subj   names.Subjects
 	client *http.Client
 
 	httpTries, natsTries, retries atomic.Int64
@@ -127,7 +127,7 @@ type loader struct {
 }
 
 func newLoader(ingest string, js jetstream.JetStream) *loader {
-	return &loader{ingest: ingest, js: js, subj: tenaz.NewSubjects(tenaz.DefaultPrefix),
+	return &loader{ingest: ingest, js: js, subj: names.NewSubjects(names.DefaultPrefix),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
 }
 
@@ -235,7 +235,7 @@ func (l *loader) submitHTTP(ctx context.Context, e *ev) bool {
 		return true
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(tenaz.HeaderIdempotencyKey, e.key)
+	req.Header.Set(names.HeaderIdempotencyKey, e.key)
 	resp, err := l.client.Do(req)
 	if err != nil {
 		return false // ingest down or slow: send it again
@@ -270,10 +270,10 @@ func (l *loader) submitNATS(ctx context.Context, e *ev) bool {
 	}
 	m := nats.NewMsg(subj)
 	m.Data = e.payload
-	m.Header.Set(tenaz.HeaderIdempotencyKey, e.key)
-	m.Header.Set(tenaz.HeaderMsgID, e.account+":"+e.key)
+	m.Header.Set(names.HeaderIdempotencyKey, e.key)
+	m.Header.Set(names.HeaderMsgID, e.account+":"+e.key)
 	if !e.notBefore.IsZero() {
-		m.Header.Set(tenaz.HeaderNotBefore, e.notBefore.UTC().Format(time.RFC3339))
+		m.Header.Set(names.HeaderNotBefore, e.notBefore.UTC().Format(time.RFC3339))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

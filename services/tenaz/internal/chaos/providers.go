@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -180,8 +180,8 @@ func (f *fleet) gate(w http.ResponseWriter, r *http.Request) {
 		p.ServeHTTP(w, r)
 		return
 	}
-	c := callRec{at: now, account: account, target: target, eventID: r.Header.Get(tenaz.HeaderEventID),
-		key: r.Header.Get(tenaz.HeaderIdempotencyKey), down: down, sender: r.Header.Get(headerInstance)}
+	c := callRec{at: now, account: account, target: target, eventID: r.Header.Get(names.HeaderEventID),
+		key: r.Header.Get(names.HeaderIdempotencyKey), down: down, sender: r.Header.Get(headerInstance)}
 	f.mu.Lock()
 	i := len(f.calls)
 	f.calls = append(f.calls, c)

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -91,7 +91,7 @@ func records(ctx context.Context, js jetstream.JetStream) (map[string]state.Reco
 
 // finished reports whether an event is where the crash suite wants every
 // accepted event to end: done, dead, manual_review or cancelled.
-func finished(s tenaz.State) bool { return s.Terminal() || s.Parked() }
+func finished(s state.State) bool { return s.Terminal() || s.Parked() }
 
 // reconcileReport is the poller's micro answer to reconcile.
 type reconcileReport struct {
@@ -114,7 +114,7 @@ func reconcile(nc *nats.Conn) (reconcileReport, error) {
 	var rep reconcileReport
 	var last error
 	for range 5 { // a poller may be starting again
-		m, err := nc.Request(tenaz.DefaultPrefix+".api.poller.reconcile", nil, 3*time.Minute)
+		m, err := nc.Request(names.DefaultPrefix+".api.poller.reconcile", nil, 3*time.Minute)
 		if err != nil {
 			last = err
 			time.Sleep(2 * time.Second)
@@ -137,7 +137,7 @@ func reconcile(nc *nats.Conn) (reconcileReport, error) {
 func intakeBacklog(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := js.Consumer(ctx, tenaz.StreamIntake, "ingest")
+	c, err := js.Consumer(ctx, names.StreamIntake, "ingest")
 	if err != nil {
 		return 0, err
 	}

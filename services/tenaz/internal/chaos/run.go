@@ -13,7 +13,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // chaosCallbackFaults: 20 % of bureau_a's webhooks are sent twice and
@@ -281,7 +280,7 @@ func latestStep(stuck map[string]state.Head) (time.Time, bool) {
 	var last time.Time
 	for _, h := range stuck {
 		switch h.Status {
-		case tenaz.StateRetrying, tenaz.StateScheduled, tenaz.StatePolling, tenaz.StateAwaitingCallback:
+		case state.Retrying, state.Scheduled, state.Polling, state.AwaitingCallback:
 			if h.NextRunAt != nil && h.NextRunAt.After(last) {
 				last = *h.NextRunAt
 			}
@@ -358,4 +357,4 @@ func dump(dir string, f *fleet) error {
 }
 
 // terminalStates in the order the report prints them.
-var terminalStates = []tenaz.State{tenaz.StateDone, tenaz.StateDead, tenaz.StateManualReview, tenaz.StateCancelled}
+var terminalStates = []state.State{state.Done, state.Dead, state.ManualReview, state.Cancelled}

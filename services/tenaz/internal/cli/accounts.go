@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/client"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // AccountsCmd is `tenaz accounts`.
@@ -35,7 +35,7 @@ type AccountsPauseCmd struct {
 
 // Run pauses.
 func (c *AccountsPauseCmd) Run(cl *Connection, env *Env) error {
-	if err := tenaz.ValidateAccount(c.Account); err != nil {
+	if err := names.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
 	until, dur, err := untilFlags(c.Until, c.For)
@@ -69,7 +69,7 @@ type AccountsResumeCmd struct {
 
 // Run resumes.
 func (c *AccountsResumeCmd) Run(cl *Connection, env *Env) error {
-	if err := tenaz.ValidateAccount(c.Account); err != nil {
+	if err := names.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
 	if err := confirm(env, c.Yes, fmt.Sprintf("Resume account %s: its waiting events are delivered", c.Account)); err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // AccountsSetCmd is `tenaz accounts set <account>`.
@@ -28,7 +28,7 @@ type AccountsSetCmd struct {
 
 // Run sets the account.
 func (c *AccountsSetCmd) Run(cl *Connection, env *Env) error {
-	if err := tenaz.ValidateAccount(c.Account); err != nil {
+	if err := names.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
 	def := map[string]any{}
@@ -118,7 +118,7 @@ type AccountsRmCmd struct {
 
 // Run removes the account from the bucket.
 func (c *AccountsRmCmd) Run(cl *Connection, env *Env) error {
-	if err := tenaz.ValidateAccount(c.Account); err != nil {
+	if err := names.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
 	if err := confirm(env, c.Yes, fmt.Sprintf("Remove account %s from the accounts bucket: its API keys stop working and its limits go back to the \"*\" entry's", c.Account)); err != nil {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/client"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
 )
 
 // BreakersCmd is `tenaz breakers`.
@@ -32,7 +32,7 @@ type BreakersOpenCmd struct {
 
 // Run opens a breaker.
 func (c *BreakersOpenCmd) Run(cl *Connection, env *Env) error {
-	if err := tenaz.ValidateAccount(c.Account); err != nil {
+	if err := names.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
 	until, dur, err := untilFlags(c.Until, c.For)
@@ -100,7 +100,7 @@ type BreakersCloseCmd struct {
 
 // Run closes a breaker.
 func (c *BreakersCloseCmd) Run(cl *Connection, env *Env) error {
-	if err := tenaz.ValidateAccount(c.Account); err != nil {
+	if err := names.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
 	s, err := cl.open(env)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // EventsCmd is `tenaz events`.
@@ -125,7 +125,7 @@ type EventsCancelCmd struct {
 }
 
 func checkID(id string) error {
-	if err := tenaz.ValidateEventID(id); err != nil {
+	if err := names.ValidateEventID(id); err != nil {
 		return failf(ErrUsage, "%q is not an event id (want ev_ followed by 26 characters)", id)
 	}
 	return nil

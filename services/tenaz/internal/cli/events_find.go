@@ -8,7 +8,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/client"
 	"github.com/tenaz/tenaz/pkg/ops"
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // EventsFindCmd is `tenaz events find`.
@@ -40,7 +40,7 @@ func (c *EventsFindCmd) Run(cl *Connection, env *Env) error {
 	req := ops.FindRequest{Account: c.Account, Kind: c.Kind, EntityID: c.Entity, IdempotencyKey: c.IdempotencyKey,
 		ProviderRef: c.ProviderRef, Cursor: c.Cursor, Limit: limit}
 	if c.State != "" {
-		st, err := tenaz.ParseState(c.State)
+		st, err := state.ParseState(c.State)
 		if err != nil {
 			return failf(ErrUsage, "--state %q: %v", c.State, err)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -61,12 +61,12 @@ func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 	defer cancel()
 	// Unless told otherwise, keep the replicas and placement the layout has
 	// now (INTAKE's), so that applying never moves or shrinks it.
-	names := tenaz.NewSubjects(cl.Prefix)
+	subj := names.NewSubjects(cl.Prefix)
 	replicas, placement := 1, (*jetstream.Placement)(nil)
-	if st, err := js.Stream(ctx, names.Stream(tenaz.StreamIntake)); err == nil {
+	if st, err := js.Stream(ctx, subj.Stream(names.StreamIntake)); err == nil {
 		replicas, placement = max(st.CachedInfo().Config.Replicas, 1), st.CachedInfo().Config.Placement
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return jsError("read stream "+names.Stream(tenaz.StreamIntake), err)
+		return jsError("read stream "+subj.Stream(names.StreamIntake), err)
 	}
 	if c.Replicas != 0 {
 		replicas = c.Replicas
@@ -77,16 +77,16 @@ func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 	o := streams.Options{Prefix: cl.Prefix, Replicas: replicas, Placement: placement}
 	// DEAD's bounds come from deadletter.retention and max_bytes, which
 	// the services apply; keep the ones DEAD has.
-	if st, err := js.Stream(ctx, names.Stream(tenaz.StreamDead)); err == nil {
+	if st, err := js.Stream(ctx, subj.Stream(names.StreamDead)); err == nil {
 		o.DeadMaxAge, o.DeadMaxBytes = st.CachedInfo().Config.MaxAge, st.CachedInfo().Config.MaxBytes
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return jsError("read stream "+names.Stream(tenaz.StreamDead), err)
+		return jsError("read stream "+subj.Stream(names.StreamDead), err)
 	}
 	// So is TENAZ_AUDIT's audit.retention.
-	if st, err := js.Stream(ctx, names.Stream(streams.StreamAudit)); err == nil {
+	if st, err := js.Stream(ctx, subj.Stream(streams.StreamAudit)); err == nil {
 		o.AuditMaxAge = st.CachedInfo().Config.MaxAge
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return jsError("read stream "+names.Stream(streams.StreamAudit), err)
+		return jsError("read stream "+subj.Stream(streams.StreamAudit), err)
 	}
 	o.Partitions = c.Partitions
 	n, err := streams.Apply(ctx, js, o)

@@ -24,9 +24,9 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/tenaz"
-	standalone "github.com/tenaz/tenaz/services/tenaz"
+	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/outbox"
 )
 
@@ -40,7 +40,7 @@ type harness struct {
 	dir    string
 	dsn    string
 	db     *pgxpool.Pool
-	tz     *standalone.Tenaz
+	tz     *tenaz.System
 	target *target
 
 	accepted, duplicate, refused atomic.Int64 // ingest's answers to the relay: 202, 200, other
@@ -72,7 +72,7 @@ kinds:
 	if err != nil {
 		t.Fatal(err)
 	}
-	tz, err := standalone.New(standalone.Options{Config: cfg})
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func newTarget(t *testing.T) *target {
 		b, _ := io.ReadAll(r.Body)
 		_ = json.Unmarshal(b, &p)
 		tg.mu.Lock()
-		tg.calls[r.Header.Get(tenaz.HeaderEventID)]++
+		tg.calls[r.Header.Get(names.HeaderEventID)]++
 		if p.Key != "" {
 			tg.byKey[p.Key] = append(tg.byKey[p.Key], p.N)
 		}

@@ -1,4 +1,4 @@
-package tenaz
+package names
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package tenaz_test
+package names_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // checkName runs one validation case: ok says whether v must be accepted;
@@ -18,7 +18,7 @@ func checkName(t *testing.T, what, v string, ok bool, err error) {
 		t.Errorf("%s %q: want accepted, got %v", what, v, err)
 	case !ok && err == nil:
 		t.Errorf("%s %q: want refused, got accepted", what, v)
-	case !ok && !errors.Is(err, tenaz.ErrInvalidName):
+	case !ok && !errors.Is(err, names.ErrInvalidName):
 		t.Errorf("%s %q: want an error wrapping ErrInvalidName, got %v", what, v, err)
 	}
 }
@@ -33,8 +33,8 @@ func TestValidateAccount(t *testing.T) {
 		{"all allowed classes", "Acme_Corp-42", true},
 		{"one char", "a", true},
 		{"digits only", "0042", true},
-		{"max length", strings.Repeat("a", tenaz.MaxAccountLen), true},
-		{"over max length", strings.Repeat("a", tenaz.MaxAccountLen+1), false},
+		{"max length", strings.Repeat("a", names.MaxAccountLen), true},
+		{"over max length", strings.Repeat("a", names.MaxAccountLen+1), false},
 		{"empty", "", false},
 		{"dot splits a subject", "acme.eu", false},
 		{"leading dot", ".acme", false},
@@ -57,14 +57,14 @@ func TestValidateAccount(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			checkName(t, "account", tt.in, tt.ok, tenaz.ValidateAccount(tt.in))
+			checkName(t, "account", tt.in, tt.ok, names.ValidateAccount(tt.in))
 		})
 	}
 }
 
 func TestValidateKind(t *testing.T) {
 	t.Parallel()
-	eight := strings.TrimSuffix(strings.Repeat("a.", tenaz.MaxKindTokens), ".")
+	eight := strings.TrimSuffix(strings.Repeat("a.", names.MaxKindTokens), ".")
 	tests := []struct {
 		name, in string
 		ok       bool
@@ -74,8 +74,8 @@ func TestValidateKind(t *testing.T) {
 		{"allowed classes", "Order_V2.create-now", true},
 		{"max tokens", eight, true},
 		{"too many tokens", eight + ".a", false},
-		{"max length", strings.Repeat("k", tenaz.MaxKindLen), true},
-		{"over max length", strings.Repeat("k", tenaz.MaxKindLen+1), false},
+		{"max length", strings.Repeat("k", names.MaxKindLen), true},
+		{"over max length", strings.Repeat("k", names.MaxKindLen+1), false},
 		{"max length in tokens", strings.Repeat("k", 60) + "." + strings.Repeat("k", 67), true},
 		{"empty", "", false},
 		{"only a dot", ".", false},
@@ -95,7 +95,7 @@ func TestValidateKind(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			checkName(t, "kind", tt.in, tt.ok, tenaz.ValidateKind(tt.in))
+			checkName(t, "kind", tt.in, tt.ok, names.ValidateKind(tt.in))
 		})
 	}
 }
@@ -116,8 +116,8 @@ func TestValidateKey(t *testing.T) {
 		{"simple", "order-42", true},
 		{"every printable ASCII byte", printable, true},
 		{"wildcards and dots are fine in keys", "a.*.>", true},
-		{"max length", strings.Repeat("k", tenaz.MaxKeyLen), true},
-		{"over max length", strings.Repeat("k", tenaz.MaxKeyLen+1), false},
+		{"max length", strings.Repeat("k", names.MaxKeyLen), true},
+		{"over max length", strings.Repeat("k", names.MaxKeyLen+1), false},
 		{"empty", "", false},
 		{"space", "order 42", false},
 		{"tab", "order\t42", false},
@@ -129,7 +129,7 @@ func TestValidateKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := tenaz.ValidateKey("entity id", tt.in)
+			err := names.ValidateKey("entity id", tt.in)
 			checkName(t, "key", tt.in, tt.ok, err)
 			if err != nil && !strings.Contains(err.Error(), "entity id") {
 				t.Errorf("key %q: want the error to name the field %q, got %v", tt.in, "entity id", err)
@@ -168,17 +168,17 @@ func TestValidateEventID(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			checkName(t, "event id", tt.in, tt.ok, tenaz.ValidateEventID(tt.in))
+			checkName(t, "event id", tt.in, tt.ok, names.ValidateEventID(tt.in))
 		})
 	}
 }
 
 func TestNewSubjectsDefaultPrefix(t *testing.T) {
 	t.Parallel()
-	if got := tenaz.NewSubjects("").Prefix; got != tenaz.DefaultPrefix {
-		t.Errorf("NewSubjects(\"\"): want prefix %q, got %q", tenaz.DefaultPrefix, got)
+	if got := names.NewSubjects("").Prefix; got != names.DefaultPrefix {
+		t.Errorf("NewSubjects(\"\"): want prefix %q, got %q", names.DefaultPrefix, got)
 	}
-	if got := tenaz.NewSubjects("acme.tenaz").Prefix; got != "acme.tenaz" {
+	if got := names.NewSubjects("acme.tenaz").Prefix; got != "acme.tenaz" {
 		t.Errorf("NewSubjects(\"acme.tenaz\"): want the prefix kept, got %q", got)
 	}
 }
@@ -186,7 +186,7 @@ func TestNewSubjectsDefaultPrefix(t *testing.T) {
 func TestSubjectBuilders(t *testing.T) {
 	t.Parallel()
 	for _, prefix := range []string{"tenaz", "prod.tenaz"} {
-		s := tenaz.NewSubjects(prefix)
+		s := names.NewSubjects(prefix)
 		checked := []struct {
 			name string
 			fn   func(a, k string) (string, error)
@@ -203,7 +203,7 @@ func TestSubjectBuilders(t *testing.T) {
 			}
 			for _, bad := range [][2]string{{"ac.me", "order"}, {"*", "order"}, {"acme", "order.>"}, {"", "order"}, {"acme", ""}, {"acme", "a b"}} {
 				got, err := c.fn(bad[0], bad[1])
-				if err == nil || !errors.Is(err, tenaz.ErrInvalidName) || got != "" {
+				if err == nil || !errors.Is(err, names.ErrInvalidName) || got != "" {
 					t.Errorf("%s(%q, %q): want \"\" and ErrInvalidName, got %q, %v", c.name, bad[0], bad[1], got, err)
 				}
 			}
@@ -245,7 +245,7 @@ func subjectMatches(filter, subject string) bool {
 
 func TestSubjectsFallUnderTheirFilters(t *testing.T) {
 	t.Parallel()
-	s := tenaz.NewSubjects("tenaz")
+	s := names.NewSubjects("tenaz")
 	in, _ := s.Intake("acme", "order.create")
 	ev, _ := s.Event("acme", "order.create")
 	dead, _ := s.Dead("acme", "order.create")
@@ -272,7 +272,7 @@ func TestSubjectsFallUnderTheirFilters(t *testing.T) {
 
 func TestParseIntake(t *testing.T) {
 	t.Parallel()
-	s := tenaz.NewSubjects("tenaz")
+	s := names.NewSubjects("tenaz")
 	tests := []struct {
 		name, subject string
 		account, kind string
@@ -303,7 +303,7 @@ func TestParseIntake(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !errors.Is(err, tenaz.ErrInvalidName) || a != "" || k != "" {
+			if err == nil || !errors.Is(err, names.ErrInvalidName) || a != "" || k != "" {
 				t.Errorf("ParseIntake(%q): want (\"\", \"\", ErrInvalidName), got (%q, %q, %v)", tt.subject, a, k, err)
 			}
 		})
@@ -313,7 +313,7 @@ func TestParseIntake(t *testing.T) {
 func TestParseIntakeRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, prefix := range []string{"tenaz", "prod.eu.tenaz"} {
-		s := tenaz.NewSubjects(prefix)
+		s := names.NewSubjects(prefix)
 		for _, ak := range [][2]string{{"acme", "invoice"}, {"a", "order.create"}, {"A-b_9", "x.y.z.w.v.u.t.s"}} {
 			subj, err := s.Intake(ak[0], ak[1])
 			if err != nil {
@@ -329,14 +329,14 @@ func TestParseIntakeRoundTrip(t *testing.T) {
 
 func TestConsumerName(t *testing.T) {
 	t.Parallel()
-	if got := tenaz.ConsumerName("acme"); got != "acct_acme" {
+	if got := names.ConsumerName("acme"); got != "acct_acme" {
 		t.Errorf("ConsumerName(acme): want acct_acme, got %q", got)
 	}
-	if a, ok := tenaz.AccountOfConsumer(tenaz.ConsumerName("acme-eu_1")); !ok || a != "acme-eu_1" {
+	if a, ok := names.AccountOfConsumer(names.ConsumerName("acme-eu_1")); !ok || a != "acme-eu_1" {
 		t.Errorf("AccountOfConsumer(ConsumerName(acme-eu_1)): want (acme-eu_1, true), got (%q, %v)", a, ok)
 	}
 	for _, name := range []string{"ingest", "acct_", "acct_a.b", "acct_*", "xacct_acme", ""} {
-		if a, ok := tenaz.AccountOfConsumer(name); ok || a != "" {
+		if a, ok := names.AccountOfConsumer(name); ok || a != "" {
 			t.Errorf("AccountOfConsumer(%q): want (\"\", false), got (%q, %v)", name, a, ok)
 		}
 	}
@@ -347,7 +347,7 @@ func TestConsumerName(t *testing.T) {
 // filters match; partition 0 keeps the prefix's root.
 func TestSubjectsOfAPartition(t *testing.T) {
 	t.Parallel()
-	s := tenaz.NewSubjects("tenaz").WithPartitions(4)
+	s := names.NewSubjects("tenaz").WithPartitions(4)
 	seen := map[int]bool{}
 	for i := range 64 {
 		account := fmt.Sprintf("acct-%d", i)

@@ -1,20 +1,20 @@
-package tenaz_test
+package state_test
 
 import (
 	"testing"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 func TestStates(t *testing.T) {
 	t.Parallel()
-	terminal := map[tenaz.State]bool{tenaz.StateDone: true, tenaz.StateCancelled: true}
-	parked := map[tenaz.State]bool{tenaz.StateDead: true, tenaz.StateManualReview: true}
-	if len(tenaz.States) != 10 {
-		t.Errorf("want the 10 states of docs/state-machine.md, got %d: %v", len(tenaz.States), tenaz.States)
+	terminal := map[state.State]bool{state.Done: true, state.Cancelled: true}
+	parked := map[state.State]bool{state.Dead: true, state.ManualReview: true}
+	if len(state.States) != 10 {
+		t.Errorf("want the 10 states of docs/state-machine.md, got %d: %v", len(state.States), state.States)
 	}
-	seen := map[tenaz.State]bool{}
-	for _, s := range tenaz.States {
+	seen := map[state.State]bool{}
+	for _, s := range state.States {
 		if seen[s] {
 			t.Errorf("state %q listed twice", s)
 		}
@@ -31,16 +31,16 @@ func TestStates(t *testing.T) {
 		if s.Terminal() && s.Parked() {
 			t.Errorf("%q is both terminal and parked", s)
 		}
-		p, err := tenaz.ParseState(string(s))
+		p, err := state.ParseState(string(s))
 		if err != nil || p != s {
 			t.Errorf("ParseState(%q): want (%q, nil), got (%q, %v)", s, s, p, err)
 		}
 	}
 	for _, bad := range []string{"", "Done", "DONE", "finished", "awaiting-callback", " pending"} {
-		if tenaz.State(bad).Valid() {
+		if state.State(bad).Valid() {
 			t.Errorf("State(%q).Valid(): want false, got true", bad)
 		}
-		if p, err := tenaz.ParseState(bad); err == nil || p != "" {
+		if p, err := state.ParseState(bad); err == nil || p != "" {
 			t.Errorf("ParseState(%q): want (\"\", error), got (%q, %v)", bad, p, err)
 		}
 	}

@@ -1,11 +1,11 @@
-package tenaz_test
+package names_test
 
 import (
 	"strings"
 	"testing"
 	"unicode"
 
-	"github.com/tenaz/tenaz/pkg/tenaz"
+	"github.com/tenaz/tenaz/pkg/names"
 )
 
 // subjectSafe fails t if an accepted token s could widen or split a NATS
@@ -36,8 +36,8 @@ func subjectSafe(t *testing.T, what, s string, maxLen int, dots bool) {
 	}
 	if dots {
 		toks := strings.Split(s, ".")
-		if len(toks) > tenaz.MaxKindTokens {
-			t.Fatalf("accepted %s %q with %d tokens, want at most %d", what, s, len(toks), tenaz.MaxKindTokens)
+		if len(toks) > names.MaxKindTokens {
+			t.Fatalf("accepted %s %q with %d tokens, want at most %d", what, s, len(toks), names.MaxKindTokens)
 		}
 		for _, tok := range toks {
 			if tok == "" {
@@ -52,11 +52,11 @@ func FuzzValidateAccount(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, a string) {
-		if tenaz.ValidateAccount(a) != nil {
+		if names.ValidateAccount(a) != nil {
 			return
 		}
-		subjectSafe(t, "account", a, tenaz.MaxAccountLen, false)
-		if got, ok := tenaz.AccountOfConsumer(tenaz.ConsumerName(a)); !ok || got != a {
+		subjectSafe(t, "account", a, names.MaxAccountLen, false)
+		if got, ok := names.AccountOfConsumer(names.ConsumerName(a)); !ok || got != a {
 			t.Fatalf("AccountOfConsumer(ConsumerName(%q)): want (%q, true), got (%q, %v)", a, a, got, ok)
 		}
 	})
@@ -67,10 +67,10 @@ func FuzzValidateKind(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, k string) {
-		if tenaz.ValidateKind(k) != nil {
+		if names.ValidateKind(k) != nil {
 			return
 		}
-		subjectSafe(t, "kind", k, tenaz.MaxKindLen, true)
+		subjectSafe(t, "kind", k, names.MaxKindLen, true)
 	})
 }
 
@@ -84,10 +84,10 @@ func FuzzParseIntake(f *testing.F) {
 	f.Add("tenaz.intake..x", "a.b", "x")
 	f.Add("other.intake.acme.x", "acme", "x y")
 	f.Fuzz(func(t *testing.T, subject, account, kind string) {
-		s := tenaz.NewSubjects("tenaz")
+		s := names.NewSubjects("tenaz")
 		if a, k, err := s.ParseIntake(subject); err == nil {
-			subjectSafe(t, "account", a, tenaz.MaxAccountLen, false)
-			subjectSafe(t, "kind", k, tenaz.MaxKindLen, true)
+			subjectSafe(t, "account", a, names.MaxAccountLen, false)
+			subjectSafe(t, "kind", k, names.MaxKindLen, true)
 			back, err := s.Intake(a, k)
 			if err != nil || back != subject {
 				t.Fatalf("Intake(ParseIntake(%q)): want the subject back, got %q (%v)", subject, back, err)
@@ -95,7 +95,7 @@ func FuzzParseIntake(f *testing.F) {
 		}
 		subj, err := s.Intake(account, kind)
 		if err != nil {
-			if tenaz.ValidateAccount(account) == nil && tenaz.ValidateKind(kind) == nil {
+			if names.ValidateAccount(account) == nil && names.ValidateKind(kind) == nil {
 				t.Fatalf("Intake(%q, %q): valid names refused: %v", account, kind, err)
 			}
 			return
