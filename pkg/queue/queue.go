@@ -316,6 +316,26 @@ func Batches[M any](in <-chan M, max int, fn func([]M)) {
 	}
 }
 
+// Settle paces a follower of a state bucket's change feed: after a read
+// that took fewer revisions than it asked for, it waits d before the next
+// one, so that a record changed several times meanwhile is delivered once
+// (the bucket keeps one revision a key, and the server drops the others
+// before any read); after a full read it goes on at once, a backlog being
+// work already due. It reports false when ctx ends first.
+func Settle(ctx context.Context, got, asked int, d time.Duration) bool {
+	if got >= asked || d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // LookAgainLooks bounds how often LookAgainLater hands a message back:
 // its delays (1, 2, then 3 s) add up to 6 s, far under any consumer's
 // MaxDeliver, so a message handed back is never taken for a poison one.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -39,7 +40,12 @@ const priorityGroup = "search"
 const purgeTTL = time.Second
 
 // DefaultBatch is IndexerOptions.Batch unless set.
-const DefaultBatch = 1024
+const DefaultBatch = 4096
+
+// DefaultSettle is IndexerOptions.Settle unless set: the index lags the
+// records by up to this, and an event that passes through several states
+// within it is indexed once (queue.Settle).
+const DefaultSettle = time.Second
 
 // IndexerOptions configure an Indexer.
 type IndexerOptions struct {
@@ -48,6 +54,9 @@ type IndexerOptions struct {
 	Retention time.Duration
 	// Batch is how many revisions one fetch takes. Defaults to DefaultBatch.
 	Batch int
+	// Settle is how long the indexer waits after a fetch that was not
+	// full. Defaults to DefaultSettle; negative: no wait.
+	Settle time.Duration
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Metrics receives the lag and the writes. Defaults to metrics.Default.
@@ -92,6 +101,9 @@ func NewIndexer(js jetstream.JetStream, subj names.Subjects, o IndexerOptions) *
 	}
 	if o.Batch <= 0 {
 		o.Batch = DefaultBatch
+	}
+	if o.Settle == 0 {
+		o.Settle = DefaultSettle
 	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.Default
@@ -235,7 +247,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			case <-time.After(backoff):
 			}
 		}
-		batch, err := c.Fetch(x.o.Batch, jetstream.FetchMaxWait(500*time.Millisecond), jetstream.FetchPriorityGroup(priorityGroup))
+		batch, err := c.Fetch(x.o.Batch, jetstream.FetchMaxWait(fetchWait), jetstream.FetchPriorityGroup(priorityGroup))
 		if err != nil {
 			x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
@@ -252,6 +264,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			x.lag[p].Store(0)
 			x.report()
 			backoff = 0
+			queue.Settle(ctx, 0, x.o.Batch, x.o.Settle)
 			continue
 		}
 		x.got[p].Store(true)
@@ -274,8 +287,14 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			x.lag[p].Store(int64(md.NumPending))
 		}
 		x.report()
+		queue.Settle(ctx, len(msgs), x.o.Batch, x.o.Settle)
 	}
 }
+
+// fetchWait is how long a fetch waits to fill: short, since the wait
+// between fetches (Settle) is what merges revisions, and every revision
+// that arrives while a fetch is open is delivered.
+const fetchWait = 100 * time.Millisecond
 
 // entry is what the index holds under a key, as a batch sees it.
 type entry struct {

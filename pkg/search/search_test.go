@@ -483,3 +483,29 @@ func TestTwoIndexersLeaveOneEntryPerEvent(t *testing.T) {
 		return states == 60 && refs == 60 && len(got) == 120
 	}, "want one polling and one reference entry for each of 60 events, got %v", &got)
 }
+
+// Between two fetches the indexer waits out Settle, and the state bucket
+// keeps only a record's last revision, so an event that passes through
+// several states meanwhile is read once: an event's revisions written
+// within one settle cost one revision indexed, not one each.
+func TestSettleReadsAnEventChangedMeanwhileOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_ = e.x.Stop(ctx(t)) // the default indexer: replaced by one with a long settle
+	x := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set, Settle: 5 * time.Second})
+	if err := x.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	a := accounts[0]
+	first := e.create(t, a, "order.create", "settle-first", "", time.Now())
+	natstest.Eventually(t, 20*time.Second, func() bool { return x.Stats().Revisions == 1 }, "the first event indexed")
+	// Its fetch has ended: the indexer settles now, after its batch of one.
+	id := e.create(t, a, "order.create", "settle-second", "", time.Now())
+	e.act(t, a, id, state.Action{Name: state.Claim, Seq: 1})
+	e.act(t, a, id, state.Action{Name: state.Succeed})
+	e.eventually(t, ops.FindRequest{Account: a, State: state.Done}, []string{id})
+	if got := x.Stats().Revisions; got != 2 {
+		t.Fatalf("revisions indexed: %d, want 2 (%s's, and %s's last only)", got, first, id)
+	}
+}

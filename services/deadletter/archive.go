@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/streams"
@@ -42,9 +45,12 @@ import (
 // Tuning of the archiver.
 const (
 	// archiveBatch is how many revisions of a partition are written
-	// pipelined at once.
-	archiveBatch    = 256
-	archiveAttempts = 8
+	// pipelined at once (the consumer's max_ack_pending).
+	archiveBatch = 1024
+	// archiveFetchWait is how long a fetch waits to fill: short, since
+	// every revision that arrives while a fetch is open is delivered.
+	archiveFetchWait = 100 * time.Millisecond
+	archiveAttempts  = 8
 	// archiveMarks bounds the marks kept in memory (the last message of
 	// recently seen events); a miss costs one direct get.
 	archiveMarks    = 1 << 16
@@ -128,7 +134,7 @@ func (s *Service) runArchiver(c jetstream.Consumer) {
 	defer s.bg.Done()
 	ctx := s.runCtx
 	for ctx.Err() == nil {
-		batch, err := c.Fetch(archiveBatch, jetstream.FetchMaxWait(time.Second))
+		batch, err := c.Fetch(archiveBatch, jetstream.FetchMaxWait(archiveFetchWait))
 		if err != nil {
 			s.log.Debug().Err(err).Msg("audit: fetching revisions")
 			select {
@@ -142,6 +148,7 @@ func (s *Service) runArchiver(c jetstream.Consumer) {
 			msgs = append(msgs, m)
 		}
 		s.archiveBatch(ctx, msgs)
+		queue.Settle(ctx, len(msgs), archiveBatch, cmp.Or(s.o.Settle, search.DefaultSettle))
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 // startSearch starts the indexer and opens the searcher.
 func (s *Service) startSearch(ctx context.Context) error {
-	s.indexer = search.NewIndexer(s.js, s.subj, search.IndexerOptions{Retention: s.cfg.Streams.Retention.D(), Logger: &s.log})
+	s.indexer = search.NewIndexer(s.js, s.subj, search.IndexerOptions{Retention: s.cfg.Streams.Retention.D(), Logger: &s.log, Settle: s.o.Settle})
 	if err := s.indexer.Start(ctx); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
