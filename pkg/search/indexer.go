@@ -45,7 +45,7 @@ const DefaultBatch = 4096
 // DefaultSettle is IndexerOptions.Settle unless set: the index lags the
 // records by up to this, and an event that passes through several states
 // within it is indexed once (queue.Settle).
-const DefaultSettle = time.Second
+const DefaultSettle = 200 * time.Millisecond
 
 // IndexerOptions configure an Indexer.
 type IndexerOptions struct {
@@ -291,10 +291,10 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 	}
 }
 
-// fetchWait is how long a fetch waits to fill: short, since the wait
-// between fetches (Settle) is what merges revisions, and every revision
-// that arrives while a fetch is open is delivered.
-const fetchWait = 100 * time.Millisecond
+// fetchWait is how long a fetch waits to fill: hardly at all, since
+// every revision that arrives while a fetch is open is delivered,
+// superseded or not; the wait between fetches (Settle) is what merges.
+const fetchWait = 10 * time.Millisecond
 
 // entry is what the index holds under a key, as a batch sees it.
 type entry struct {

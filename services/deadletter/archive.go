@@ -46,10 +46,11 @@ import (
 const (
 	// archiveBatch is how many revisions of a partition are written
 	// pipelined at once (the consumer's max_ack_pending).
-	archiveBatch = 1024
-	// archiveFetchWait is how long a fetch waits to fill: short, since
-	// every revision that arrives while a fetch is open is delivered.
-	archiveFetchWait = 100 * time.Millisecond
+	archiveBatch = 4096
+	// archiveFetchWait is how long a fetch waits to fill: hardly at all,
+	// since every revision that arrives while a fetch is open is
+	// delivered, superseded or not.
+	archiveFetchWait = 10 * time.Millisecond
 	archiveAttempts  = 8
 	// archiveMarks bounds the marks kept in memory (the last message of
 	// recently seen events); a miss costs one direct get.
