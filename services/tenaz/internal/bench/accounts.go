@@ -64,6 +64,16 @@ func startChild(args ...string) (*child, error) {
 }
 
 // rssMB is the resident memory of the child.
+// startTenazChild starts tenaz in its own process on the config y, which it
+// writes to dir/tenaz.yaml.
+func startTenazChild(dir, y string) (*child, error) {
+	f := filepath.Join(dir, "tenaz.yaml")
+	if err := os.WriteFile(f, []byte(y), 0o600); err != nil {
+		return nil, err
+	}
+	return startChild("serve-tenaz", f)
+}
+
 func (c *child) rssMB() float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
 	if err != nil {
@@ -112,23 +122,14 @@ func Accounts(ctx context.Context, n int, r Report) error {
 		return err
 	}
 	defer target.srv.Close()
-	cfgFile := filepath.Join(dir, "tenaz.yaml")
-	yaml := fmt.Sprintf(`
-nats: {url: %q}
-http: {addr: "127.0.0.1:0"}
-log: {level: error}
-auth: {disabled: true}
+	tz, err := startTenazChild(dir, configYAML(srv.ready, `
 accounts:
   "*": {concurrency: 2}
 targets:
   noop: {url: %q, timeout: 5s}
 kinds:
   order.create: {target: noop, attempts: 3, backoff: {initial: 1s}}
-`, srv.ready, target.url+"/api/{{.Kind}}")
-	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
-		return err
-	}
-	tz, err := startChild("serve-tenaz", cfgFile)
+`, target.url+"/api/{{.Kind}}"))
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,9 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -94,17 +91,12 @@ func processCPU() time.Duration {
 
 func auditRun(ctx context.Context, n int, archiver bool) (auditResult, error) {
 	var res auditResult
-	dir, err := os.MkdirTemp("", "tenaz-bench-audit-*")
+	srv, stopNATS, err := startNATS("tenaz-bench-audit-*", false)
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, false)
-	if err != nil {
-		return res, err
-	}
-	defer natsd.Shutdown(srv)
-	cfg, err := config.Parse([]byte("auth: {disabled: true}\ntargets: {erp: {url: \"http://127.0.0.1:1\"}}\nkinds: {credit.evaluate: {target: erp}}\n"), func(string) (string, bool) { return "", false })
+	defer stopNATS()
+	cfg, err := parseConfig("auth: {disabled: true}\ntargets: {erp: {url: \"http://127.0.0.1:1\"}}\nkinds: {credit.evaluate: {target: erp}}\n")
 	if err != nil {
 		return res, err
 	}
@@ -234,7 +226,7 @@ func auditRun(ctx context.Context, n int, archiver bool) (auditResult, error) {
 		return res, err
 	}
 	res.msgs, res.raw = info.State.Msgs, info.State.Bytes
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(srv.StoreDir(), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -123,8 +123,57 @@ func startNoop() (*noop, error) {
 	return n, nil
 }
 
-func startServer(dir string, syncAlways bool) (*server.Server, error) {
-	return natsd.Start(natsd.Options{StoreDir: dir, Listen: "127.0.0.1:-1", SyncAlways: syncAlways})
+// startNATS starts a NATS server on a store in a new temporary folder
+// named after pattern (fsync on every write when syncAlways); stop shuts
+// it down and removes the folder.
+func startNATS(pattern string, syncAlways bool) (srv *server.Server, stop func(), err error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err = natsd.Start(natsd.Options{StoreDir: dir, Listen: "127.0.0.1:-1", SyncAlways: syncAlways})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return srv, func() {
+		natsd.Shutdown(srv)
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// startPhase starts a NATS server (startNATS) and tenaz on it with the
+// config cfg makes for its URL; stop stops tenaz, then the server.
+func startPhase(ctx context.Context, pattern string, syncAlways bool, cfg func(natsURL string) (*config.Config, error)) (srv *server.Server, tz *Tenaz, stop func(context.Context), err error) {
+	srv, stopNATS, err := startNATS(pattern, syncAlways)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := cfg(srv.ClientURL())
+	if err == nil {
+		tz, err = StartTenaz(ctx, c)
+	}
+	if err != nil {
+		stopNATS()
+		return nil, nil, nil, err
+	}
+	return srv, tz, func(ctx context.Context) {
+		_ = tz.Stop(ctx)
+		stopNATS()
+	}, nil
+}
+
+// configYAML is a bench config on the NATS server at natsURL: the lines
+// every phase shares (an ephemeral HTTP port, errors-only logs, no auth),
+// then body formatted with args.
+func configYAML(natsURL, body string, args ...any) string {
+	return fmt.Sprintf("nats: {url: %q}\nhttp: {addr: \"127.0.0.1:0\"}\nlog: {level: error}\nauth: {disabled: true}\n", natsURL) +
+		fmt.Sprintf(body, args...)
+}
+
+// parseConfig parses a bench config; the environment is not read.
+func parseConfig(y string) (*config.Config, error) {
+	return config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 }
 
 var httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}}
@@ -253,19 +302,14 @@ type Tenaz struct {
 // BenchConfig is the tenaz config of the bench: one account, one kind, the
 // no-op target.
 func BenchConfig(natsURL, target string, concurrency int) (*config.Config, error) {
-	y := fmt.Sprintf(`
-nats: {url: %q}
-http: {addr: "127.0.0.1:0"}
-log: {level: error}
-auth: {disabled: true}
+	return parseConfig(configYAML(natsURL, `
 accounts:
   "*": {concurrency: %d}
 targets:
   noop: {url: %q, timeout: 5s}
 kinds:
   order.create: {target: noop, attempts: 3, backoff: {initial: 1s}}
-`, natsURL, concurrency, target+"/api/{{.Kind}}")
-	return config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+`, concurrency, target+"/api/{{.Kind}}"))
 }
 
 // StartTenaz starts all of tenaz (no embedded server: it uses url).
@@ -470,62 +514,34 @@ func Run(ctx context.Context, sz Sizes, r Report, concurrency int, ph Phases) er
 // server (medians of each; the machine is noisy, the ratio of medians is
 // the figure), then latency at a steady rate.
 func runMode(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL string, fsync bool) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-*")
+	srv, tz, stop, err := startPhase(ctx, "tenaz-bench-*", fsync, func(url string) (*config.Config, error) {
+		return BenchConfig(url, targetURL, concurrency)
+	})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, fsync)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
-	cfg, err := BenchConfig(srv.ClientURL(), targetURL, concurrency)
-	if err != nil {
-		return err
-	}
-	tz, err := StartTenaz(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tz.Stop(ctx) }()
+	defer stop(ctx)
 	n := sz.Events
 	if fsync {
 		n = sz.EventsFsync
 	}
-	var naive, e2e, naiveCPU, e2eCPU []float64
-	for round := range sz.Rounds {
-		c0 := cpuTime()
-		v, err := Naive(ctx, srv.ClientURL(), targetURL, n, sz.Workers)
-		if err != nil {
-			return err
-		}
-		naive = append(naive, v)
-		naiveCPU = append(naiveCPU, float64((cpuTime()-c0).Microseconds())/float64(n))
-		if f := os.Getenv("BENCH_PROFILE_E2E"); f != "" && !fsync && round == 0 {
-			pf, _ := os.Create(f)
+	profile := os.Getenv("BENCH_PROFILE_E2E")
+	res, err := naiveRounds(ctx, sz, srv.ClientURL(), targetURL, n, func(round int) (float64, error) {
+		if profile != "" && !fsync && round == 0 {
+			pf, _ := os.Create(profile)
 			_ = pprof.StartCPUProfile(pf)
+			defer pprof.StopCPUProfile()
 		}
-		c0 = cpuTime()
-		v, err = tz.Throughput(ctx, fmt.Sprintf("t%v-%d", fsync, round), n)
-		if os.Getenv("BENCH_PROFILE_E2E") != "" && !fsync && round == 0 {
-			pprof.StopCPUProfile()
-		}
-		if err != nil {
-			return err
-		}
-		e2e = append(e2e, v)
-		e2eCPU = append(e2eCPU, float64((cpuTime()-c0).Microseconds())/float64(n))
+		return tz.Throughput(ctx, fmt.Sprintf("t%v-%d", fsync, round), n)
+	})
+	if err != nil {
+		return err
 	}
 	suffix := ""
 	if fsync {
 		suffix = "_fsync_always"
 	}
-	r.Figure("e2e_events_per_s"+suffix, median(e2e), "events/s")
-	r.Figure("naive_events_per_s"+suffix, median(naive), "events/s")
-	r.Figure("e2e_ratio_vs_naive"+suffix, median(e2e)/median(naive), "ratio")
-	r.Figure("e2e_cpu_us_per_event"+suffix, median(e2eCPU), "us")
-	r.Figure("naive_cpu_us_per_event"+suffix, median(naiveCPU), "us")
+	res.report(r, suffix, true)
 	if fsync {
 		return partitionRuns(ctx, sz, r, concurrency, targetURL)
 	}
@@ -536,6 +552,47 @@ func runMode(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL
 	r.Figure(fmt.Sprintf("p50_ms_at_%d", sz.Rate), p50, "ms")
 	r.Figure(fmt.Sprintf("p99_ms_at_%d", sz.Rate), p99, "ms")
 	return nil
+}
+
+// rounds are the events/s and CPU µs per event of each round of the naive
+// loop and of tenaz.
+type rounds struct{ naive, e2e, naiveCPU, e2eCPU []float64 }
+
+// naiveRounds runs sz.Rounds rounds, each of the naive loop (n events on
+// the server at url) then of tenaz (e2e).
+func naiveRounds(ctx context.Context, sz Sizes, url, targetURL string, n int, e2e func(round int) (float64, error)) (rounds, error) {
+	var res rounds
+	for round := range sz.Rounds {
+		c0 := cpuTime()
+		v, err := Naive(ctx, url, targetURL, n, sz.Workers)
+		if err != nil {
+			return res, err
+		}
+		res.naive = append(res.naive, v)
+		res.naiveCPU = append(res.naiveCPU, float64((cpuTime()-c0).Microseconds())/float64(n))
+		c0 = cpuTime()
+		if v, err = e2e(round); err != nil {
+			return res, err
+		}
+		res.e2e = append(res.e2e, v)
+		res.e2eCPU = append(res.e2eCPU, float64((cpuTime()-c0).Microseconds())/float64(n))
+	}
+	return res, nil
+}
+
+// report prints the medians: e2e_events_per_s<suffix> and
+// e2e_ratio_vs_naive<suffix>, and with all the naive side's events/s and
+// both sides' CPU.
+func (res rounds) report(r Report, suffix string, all bool) {
+	r.Figure("e2e_events_per_s"+suffix, median(res.e2e), "events/s")
+	if all {
+		r.Figure("naive_events_per_s"+suffix, median(res.naive), "events/s")
+	}
+	r.Figure("e2e_ratio_vs_naive"+suffix, median(res.e2e)/median(res.naive), "ratio")
+	if all {
+		r.Figure("e2e_cpu_us_per_event"+suffix, median(res.e2eCPU), "us")
+		r.Figure("naive_cpu_us_per_event"+suffix, median(res.naiveCPU), "us")
+	}
 }
 
 func median(v []float64) float64 {
@@ -603,40 +660,23 @@ func partitionRuns(ctx context.Context, sz Sizes, r Report, concurrency int, tar
 }
 
 func partitionRun(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL string, accounts []string, parts int) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-partitions-*")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, true)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
-	cfg, err := BenchConfig(srv.ClientURL(), targetURL, concurrency)
-	if err != nil {
-		return err
-	}
-	cfg.Streams.Partitions = parts
-	tz, err := StartTenaz(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tz.Stop(ctx) }()
-	var naive, e2e []float64
-	for round := range sz.Rounds {
-		v, err := Naive(ctx, srv.ClientURL(), targetURL, sz.EventsFsync, sz.Workers)
-		if err != nil {
-			return err
+	srv, tz, stop, err := startPhase(ctx, "tenaz-bench-partitions-*", true, func(url string) (*config.Config, error) {
+		cfg, err := BenchConfig(url, targetURL, concurrency)
+		if err == nil {
+			cfg.Streams.Partitions = parts
 		}
-		naive = append(naive, v)
-		if v, err = tz.ThroughputOver(ctx, fmt.Sprintf("p%d-%d", parts, round), sz.EventsFsync, accounts); err != nil {
-			return err
-		}
-		e2e = append(e2e, v)
+		return cfg, err
+	})
+	if err != nil {
+		return err
 	}
-	suffix := fmt.Sprintf("_fsync_always_partitions_%d", parts)
-	r.Figure("e2e_events_per_s"+suffix, median(e2e), "events/s")
-	r.Figure("e2e_ratio_vs_naive"+suffix, median(e2e)/median(naive), "ratio")
+	defer stop(ctx)
+	res, err := naiveRounds(ctx, sz, srv.ClientURL(), targetURL, sz.EventsFsync, func(round int) (float64, error) {
+		return tz.ThroughputOver(ctx, fmt.Sprintf("p%d-%d", parts, round), sz.EventsFsync, accounts)
+	})
+	if err != nil {
+		return err
+	}
+	res.report(r, fmt.Sprintf("_fsync_always_partitions_%d", parts), false)
 	return nil
 }

@@ -22,7 +22,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/webhook"
@@ -43,16 +42,6 @@ const callbackAccount = "cb"
 // minimal receiver on the same server doing what any such receiver must:
 // verify the signature, read the record, compare-and-set it done.
 func Callbacks(ctx context.Context, sz Sizes, r Report, concurrency int) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-callbacks-*")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, false)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
 	prov := provider.New(provider.Faults{})
 	defer prov.Close()
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,28 +51,21 @@ func Callbacks(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 	phs := newServer(prov)
 	go func() { _ = phs.Serve(pln) }()
 	defer phs.Close()
-	y := fmt.Sprintf(`
-nats: {url: %q}
-http: {addr: "127.0.0.1:0"}
-log: {level: error}
-auth: {disabled: true}
+	srv, tz, stop, err := startPhase(ctx, "tenaz-bench-callbacks-*", false, func(url string) (*config.Config, error) {
+		return parseConfig(configYAML(url, `
 accounts:
   "*": {concurrency: %d}
 targets:
   bureau: {url: %q, timeout: 5s, callback_secret: %q}
 kinds:
   credit.check: {target: bureau, completion: callback, callback_sla: 1h, attempts: 3, backoff: {initial: 1s}}
-`, srv.ClientURL(), concurrency, "http://"+pln.Addr().String()+"/evaluations", callbackSecret)
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+`, concurrency, "http://"+pln.Addr().String()+"/evaluations", callbackSecret))
+	})
 	if err != nil {
 		return err
 	}
+	defer stop(ctx)
 	n, workers := sz.Callbacks, sz.CallbackWorkers
-	tz, err := StartTenaz(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tz.Stop(ctx) }()
 	ids, err := tz.awaitingCallbacks(ctx, prov, n)
 	if err != nil {
 		return err
@@ -212,21 +194,28 @@ func (b *Tenaz) checkStatus(ctx context.Context, ids []string, want state.State)
 		return err
 	}
 	for _, id := range ids {
-		e, err := kv.Get(ctx, id)
+		status, err := statusOf(ctx, kv, id)
 		if err != nil {
 			return fmt.Errorf("callbacks: record %s: %w", id, err)
 		}
-		var rec struct {
-			Status state.State `json:"status"`
-		}
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			return err
-		}
-		if rec.Status != want {
-			return fmt.Errorf("callbacks: event %s is %s, want %s", id, rec.Status, want)
+		if status != want {
+			return fmt.Errorf("callbacks: event %s is %s, want %s", id, status, want)
 		}
 	}
 	return nil
+}
+
+// statusOf is the status of the record id in kv.
+func statusOf(ctx context.Context, kv jetstream.KeyValue, id string) (state.State, error) {
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	var rec struct {
+		Status state.State `json:"status"`
+	}
+	err = json.Unmarshal(e.Value(), &rec)
+	return rec.Status, err
 }
 
 type fireResult struct {

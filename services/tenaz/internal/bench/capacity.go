@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -172,29 +171,11 @@ func Capacity(ctx context.Context, sz Sizes, r Report) error {
 	return nil
 }
 
-func capacityOnce(ctx context.Context, sz Sizes, r Report, run capacityRun) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-capacity-*")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, false)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
-	prov, err := startCapacityProvider()
-	if err != nil {
-		return err
-	}
-	defer prov.srv.Close()
-	// The breaker is out of the way: the limit is what is measured, and
-	// 429s are transient failures it would count.
-	y := fmt.Sprintf(`
-nats: {url: %q}
-http: {addr: "127.0.0.1:0"}
-log: {level: error}
-auth: {disabled: true}
+// capacityConfig is run's config on the NATS server at natsURL and the
+// accounts it loads. The breaker is out of the way: the limit is what is
+// measured, and 429s are transient failures it would count.
+func capacityConfig(natsURL, providerURL string, run capacityRun) (y string, accounts []string) {
+	y = configYAML(natsURL, `
 accounts:
   "*": {concurrency: 8, breaker: {failures: 1000000}}
   capacity: {concurrency: %s}
@@ -202,25 +183,38 @@ targets:
   provider: {url: %q, timeout: 5s%s}
 kinds:
   order.create: {target: provider, attempts: 100, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
-`, srv.ClientURL(), run.conc, prov.url+"/api/{{.Kind}}", map[bool]string{true: ", concurrency: auto, concurrency_max: 100"}[run.target])
-	accounts := []string{"capacity"}
-	if run.target {
-		accounts = nil
-		for i := range capacityAccounts {
-			a := "capacity-" + strconv.Itoa(i)
-			accounts = append(accounts, a)
-			y = strings.Replace(y, "  capacity: {", "  "+a+": {concurrency: "+run.conc+"}\n  capacity: {", 1)
-		}
+`, run.conc, providerURL+"/api/{{.Kind}}", map[bool]string{true: ", concurrency: auto, concurrency_max: 100"}[run.target])
+	if !run.target {
+		return y, []string{"capacity"}
 	}
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	for i := range capacityAccounts {
+		a := "capacity-" + strconv.Itoa(i)
+		accounts = append(accounts, a)
+		y = strings.Replace(y, "  capacity: {", "  "+a+": {concurrency: "+run.conc+"}\n  capacity: {", 1)
+	}
+	return y, accounts
+}
+
+func capacityOnce(ctx context.Context, sz Sizes, r Report, run capacityRun) error {
+	prov, err := startCapacityProvider()
 	if err != nil {
 		return err
 	}
-	tz, err := StartTenaz(ctx, cfg)
+	defer prov.srv.Close()
+	var (
+		cfg      *config.Config
+		accounts []string
+	)
+	srv, tz, stop, err := startPhase(ctx, "tenaz-bench-capacity-*", false, func(url string) (*config.Config, error) {
+		y, a := capacityConfig(url, prov.url, run)
+		c, err := parseConfig(y)
+		cfg, accounts = c, a
+		return c, err
+	})
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tz.Stop(context.WithoutCancel(ctx)) }()
+	defer stop(context.WithoutCancel(ctx))
 	for i := 2; i <= run.replicas; i++ {
 		nc, err := nats.Connect(srv.ClientURL())
 		if err != nil {

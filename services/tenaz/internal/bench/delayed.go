@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -61,23 +60,14 @@ func Delayed(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 	hs := newServer(prov)
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
-	cfgFile := filepath.Join(dir, "tenaz.yaml")
-	yaml := fmt.Sprintf(`
-nats: {url: %q}
-http: {addr: "127.0.0.1:0"}
-log: {level: error}
-auth: {disabled: true}
+	tz, err := startTenazChild(dir, configYAML(srv.ready, `
 accounts:
   "*": {concurrency: %d}
 targets:
   prov: {url: %q, timeout: 5s}
 kinds:
   order.create: {target: prov, attempts: 3, backoff: {initial: 1s}}
-`, srv.ready, concurrency, "http://"+ln.Addr().String()+"/api/{{.Kind}}")
-	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
-		return err
-	}
-	tz, err := startChild("serve-tenaz", cfgFile)
+`, concurrency, "http://"+ln.Addr().String()+"/api/{{.Kind}}"))
 	if err != nil {
 		return err
 	}
@@ -329,18 +319,12 @@ func (d *delayedRun) checkSample(ctx context.Context, tag string, n int, want st
 	step := max(n/200, 1)
 	for i := 0; i < n; i += step {
 		id := event.ID(delayedAccount, tag+"-"+strconv.Itoa(i))
-		e, err := d.kv.Get(ctx, id)
+		status, err := statusOf(ctx, d.kv, id)
 		if err != nil {
 			return fmt.Errorf("delayed: record %s (%s-%d): %w", id, tag, i, err)
 		}
-		var rec struct {
-			Status state.State `json:"status"`
-		}
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			return err
-		}
-		if rec.Status != want {
-			return fmt.Errorf("delayed: record %s is %s, want %s", id, rec.Status, want)
+		if status != want {
+			return fmt.Errorf("delayed: record %s is %s, want %s", id, status, want)
 		}
 	}
 	return nil

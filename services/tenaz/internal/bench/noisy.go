@@ -5,77 +5,29 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/natsd"
 )
 
 // Noisy measures one account's latency at a steady rate alone, then again
 // while another account's target is down with a 10,000-event backlog, and
 // reports the ratio of the p99s (goal ≤ 1.2).
 func Noisy(ctx context.Context, sz Sizes, r Report, targetURL string) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-noisy-*")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, false)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
 	defer down.Close()
-	y := fmt.Sprintf(`
-nats: {url: %q}
-http: {addr: "127.0.0.1:0"}
-log: {level: error}
-auth: {disabled: true}
-accounts:
-  "*": {concurrency: 16, breaker: {failures: 5, cooldown: 30s}}
-  broken: {targets: {noop: {url: %q}}}
-targets:
-  noop: {url: %q, timeout: 5s}
-kinds:
-  order.create: {target: noop, attempts: 6, backoff: {initial: 30s}}
-`, srv.ClientURL(), down.URL+"/api/{{.Kind}}", targetURL+"/api/{{.Kind}}")
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
-	if err != nil {
-		return err
-	}
-	tz, err := StartTenaz(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tz.Stop(ctx) }()
-	// Warm up the healthy account (its consumer, connections).
-	if _, _, err := tz.LatencyOf(ctx, "healthy", "warm", sz.Rate, time.Second); err != nil {
-		return err
-	}
-	_, alone, err := tz.LatencyOf(ctx, "healthy", "alone", sz.Rate, sz.NoisyFor)
-	if err != nil {
-		return err
-	}
 	// Measured once the backlog is accepted by ingest and waiting in the
 	// broken account's consumer (its breaker open).
-	if err := tz.backlog(ctx, "broken", "n-", sz.Backlog, 2*time.Minute); err != nil {
-		return fmt.Errorf("noisy: %w", err)
-	}
-	_, noisy, err := tz.LatencyOf(ctx, "healthy", "noisy", sz.Rate, sz.NoisyFor)
-	if err != nil {
-		return err
-	}
-	r.Figure("noisy_neighbour_p99_alone_ms", alone, "ms")
-	r.Figure("noisy_neighbour_p99_with_broken_ms", noisy, "ms")
-	r.Figure("noisy_neighbour_p99_ratio", noisy/alone, "ratio")
-	return nil
+	return neighbour{
+		name: "noisy", figure: "noisy_neighbour", with: "with_broken",
+		account: "broken", keyPrefix: "n-", backlog: sz.Backlog, timeout: 2 * time.Minute,
+		breaker: "{failures: 5, cooldown: 30s}", target: down.URL,
+	}.run(ctx, sz, r, targetURL)
 }
 
 // floodBacklog is the flooding account's backlog in Flooded.
@@ -91,16 +43,6 @@ const floodLatency = 20 * time.Millisecond
 // (working) target, and reports the ratio of the p99s
 // (noisy_flooded_p99_ratio, goal ≤ 1.2).
 func Flooded(ctx context.Context, sz Sizes, r Report, targetURL string) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-flooded-*")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, false)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(floodLatency):
@@ -109,28 +51,44 @@ func Flooded(ctx context.Context, sz Sizes, r Report, targetURL string) error {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer slow.Close()
-	y := fmt.Sprintf(`
-nats: {url: %q}
-http: {addr: "127.0.0.1:0"}
-log: {level: error}
-auth: {disabled: true}
+	// Measured once the backlog is accepted and draining: the flooding
+	// account's queue is then as deep as it gets.
+	return neighbour{
+		name: "flooded", figure: "noisy_flooded", with: "with_backlog",
+		account: "flood", keyPrefix: "f-", backlog: floodBacklog, timeout: 3 * time.Minute,
+		breaker: "{failures: 1000}", target: slow.URL,
+	}.run(ctx, sz, r, targetURL)
+}
+
+// neighbour is a run of the healthy account's latency alone, then beside
+// account's backlog sent to its own target.
+type neighbour struct {
+	name               string // the run's latency tag and error prefix
+	figure, with       string // <figure>_p99_alone_ms, <figure>_p99_<with>_ms, <figure>_p99_ratio
+	account, keyPrefix string
+	backlog            int
+	timeout            time.Duration // for the backlog to be accepted
+	breaker            string        // every account's breaker config
+	target             string        // account's target
+}
+
+func (nb neighbour) run(ctx context.Context, sz Sizes, r Report, targetURL string) error {
+	_, tz, stop, err := startPhase(ctx, "tenaz-bench-"+nb.name+"-*", false, func(url string) (*config.Config, error) {
+		return parseConfig(configYAML(url, `
 accounts:
-  "*": {concurrency: 16, breaker: {failures: 1000}}
-  flood: {targets: {noop: {url: %q}}}
+  "*": {concurrency: 16, breaker: %s}
+  %s: {targets: {noop: {url: %q}}}
 targets:
   noop: {url: %q, timeout: 5s}
 kinds:
   order.create: {target: noop, attempts: 6, backoff: {initial: 30s}}
-`, srv.ClientURL(), slow.URL+"/api/{{.Kind}}", targetURL+"/api/{{.Kind}}")
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+`, nb.breaker, nb.account, nb.target+"/api/{{.Kind}}", targetURL+"/api/{{.Kind}}"))
+	})
 	if err != nil {
 		return err
 	}
-	tz, err := StartTenaz(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tz.Stop(ctx) }()
+	defer stop(ctx)
+	// Warm up the healthy account (its consumer, connections).
 	if _, _, err := tz.LatencyOf(ctx, "healthy", "warm", sz.Rate, time.Second); err != nil {
 		return err
 	}
@@ -138,18 +96,16 @@ kinds:
 	if err != nil {
 		return err
 	}
-	// Measured once the backlog is accepted and draining: the flooding
-	// account's queue is then as deep as it gets.
-	if err := tz.backlog(ctx, "flood", "f-", floodBacklog, 3*time.Minute); err != nil {
-		return fmt.Errorf("flooded: %w", err)
+	if err := tz.backlog(ctx, nb.account, nb.keyPrefix, nb.backlog, nb.timeout); err != nil {
+		return fmt.Errorf("%s: %w", nb.name, err)
 	}
-	_, flooded, err := tz.LatencyOf(ctx, "healthy", "flooded", sz.Rate, sz.NoisyFor)
+	_, beside, err := tz.LatencyOf(ctx, "healthy", nb.name, sz.Rate, sz.NoisyFor)
 	if err != nil {
 		return err
 	}
-	r.Figure("noisy_flooded_p99_alone_ms", alone, "ms")
-	r.Figure("noisy_flooded_p99_with_backlog_ms", flooded, "ms")
-	r.Figure("noisy_flooded_p99_ratio", flooded/alone, "ratio")
+	r.Figure(nb.figure+"_p99_alone_ms", alone, "ms")
+	r.Figure(nb.figure+"_p99_"+nb.with+"_ms", beside, "ms")
+	r.Figure(nb.figure+"_p99_ratio", beside/alone, "ratio")
 	return nil
 }
 

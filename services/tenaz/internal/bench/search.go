@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"sync"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -96,16 +94,11 @@ func stateNew(base state.Record, first state.Action, now time.Time, then []state
 // cost per event (writes, bytes) live and over the bulk load, how fast the
 // indexer follows, and each filter's query time.
 func Search(ctx context.Context, sz Sizes, r Report) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-*")
+	srv, stopNATS, err := startNATS("tenaz-bench-*", false)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, false)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
+	defer stopNATS()
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		return err

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/natsd"
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/tracing/tracingtest"
 )
@@ -39,25 +39,13 @@ func Tracing(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 	defer target.srv.Close()
 	recv := tracingtest.Counter()
 	defer recv.Close()
-	dir, err := os.MkdirTemp("", "tenaz-bench-*")
+	_, tz, stop, err := startPhase(ctx, "tenaz-bench-*", false, func(url string) (*config.Config, error) {
+		return BenchConfig(url, target.url, concurrency)
+	})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startServer(dir, false)
-	if err != nil {
-		return err
-	}
-	defer natsd.Shutdown(srv)
-	cfg, err := BenchConfig(srv.ClientURL(), target.url, concurrency)
-	if err != nil {
-		return err
-	}
-	tz, err := StartTenaz(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tz.Stop(ctx) }()
+	defer stop(ctx)
 	// A whole round in flight: on a loaded machine the default bound
 	// (4,000 unacknowledged publishes) stalls the load, not tenaz.
 	if tz.js, err = jetstream.New(tz.nc, jetstream.WithPublishAsyncMaxPending(sz.Events+1)); err != nil {
