@@ -208,17 +208,10 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	// EVENTS message would wait for the reconciler.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	rec, _, effects, err := s.st.Transition(ctx, env.Account, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
-	if errors.Is(err, state.ErrInvalidTransition) {
-		if !rec.Status.Parked() {
-			s.forget(ctx, id)
-		}
-		return notParked(id, rec.Status)
-	}
+	rec, effects, err := s.transitionParked(ctx, env.Account, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
 	if err != nil {
 		return err
 	}
-	s.forget(ctx, id)
 	for _, ef := range effects {
 		if ef != state.EffectEnqueue {
 			continue
@@ -263,21 +256,29 @@ func (s *Service) discard(ctx context.Context, id, actor, why string) error {
 // settle applies a transition that ends a dead or reviewed event's stay,
 // and deletes its DEAD entry.
 func (s *Service) settle(ctx context.Context, it ops.Item, a state.Action) error {
-	id := it.ID
-	rec, _, _, err := s.st.Transition(ctx, it.Account, id, a)
+	if _, _, err := s.transitionParked(ctx, it.Account, it.ID, a); err != nil {
+		return err
+	}
+	s.dropEntry(ctx, it)
+	s.log.Info().Str("event_id", it.ID).Str("actor", a.Actor).Str("action", string(a.Name)).Msg("settled by an operator")
+	return nil
+}
+
+// transitionParked applies a to the parked event id; the index forgets
+// the event once it is no longer parked.
+func (s *Service) transitionParked(ctx context.Context, account, id string, a state.Action) (state.Record, []state.EffectKind, error) {
+	rec, _, effects, err := s.st.Transition(ctx, account, id, a)
 	if errors.Is(err, state.ErrInvalidTransition) {
 		if !rec.Status.Parked() {
 			s.forget(ctx, id)
 		}
-		return notParked(id, rec.Status)
+		return rec, nil, notParked(id, rec.Status)
 	}
 	if err != nil {
-		return err
+		return rec, nil, err
 	}
 	s.forget(ctx, id)
-	s.dropEntry(ctx, it)
-	s.log.Info().Str("event_id", id).Str("actor", a.Actor).Str("action", string(a.Name)).Msg("settled by an operator")
-	return nil
+	return rec, effects, nil
 }
 
 // dropEntry deletes an item's DEAD message, and with it the payload it

@@ -70,39 +70,21 @@ func (s *Service) apiRoutes(mux readyMux) {
 		req.IDs, req.Filter = []string{r.PathValue("id")}, nil
 		s.answerReplay(w, r, req)
 	})
-	mux.HandleFunc("POST /v1/dead/discard", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.DiscardRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
-		rep, err := s.discardRequest(r.Context(), req)
-		s.answer(w, http.StatusOK, rep, err)
-	})
+	mux.HandleFunc("POST /v1/dead/discard", decoded(s, nil, s.discardRequest))
 	mux.HandleFunc("GET /v1/dead/jobs/{job}", func(w http.ResponseWriter, r *http.Request) {
 		rep, err := s.getJob(r.Context(), r.PathValue("job"))
 		s.answer(w, http.StatusOK, rep, err)
 	})
-	mux.HandleFunc("POST /v1/review/{id}/resolve", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.ResolveRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
-		req.ID = r.PathValue("id")
-		err := s.resolve(r.Context(), req)
-		s.answer(w, http.StatusOK, ops.ActionReply{Done: 1}, err)
-	})
+	mux.HandleFunc("POST /v1/review/{id}/resolve", decoded(s, func(r *http.Request, req *ops.ResolveRequest) { req.ID = r.PathValue("id") },
+		func(ctx context.Context, req ops.ResolveRequest) (ops.ActionReply, error) {
+			return ops.ActionReply{Done: 1}, s.resolve(ctx, req)
+		}))
 	mux.HandleFunc("GET /v1/breakers", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.JSON(w, http.StatusOK, s.breakers(r.URL.Query().Get("account")))
 	})
-	mux.HandleFunc("POST /v1/breakers/{account}/{target}/close", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.CloseBreakerRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
+	mux.HandleFunc("POST /v1/breakers/{account}/{target}/close", decoded(s, func(r *http.Request, req *ops.CloseBreakerRequest) {
 		req.Account, req.Target = r.PathValue("account"), r.PathValue("target")
-		item, err := s.closeBreaker(r.Context(), req)
-		s.answer(w, http.StatusOK, item, err)
-	})
+	}, s.closeBreaker))
 	s.operatorRoutes(mux)
 	s.auditRoutes(mux)
 	s.searchRoutes(mux)
@@ -117,6 +99,23 @@ func (s *Service) answerReplay(w http.ResponseWriter, r *http.Request, req ops.R
 		w.Header().Set("Location", "/v1/dead/jobs/"+rep.JobID)
 	}
 	s.answer(w, status, rep, err)
+}
+
+// decoded is the handler of a route whose JSON body is a Req (see decode):
+// path fills in its fields from the URL's path (nil: none), and act's
+// reply or error is the answer.
+func decoded[Req, Rep any](s *Service, path func(*http.Request, *Req), act func(context.Context, Req) (Rep, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if !s.decode(w, r, &req) {
+			return
+		}
+		if path != nil {
+			path(r, &req)
+		}
+		rep, err := act(r.Context(), req)
+		s.answer(w, http.StatusOK, rep, err)
+	}
 }
 
 // answer writes v, or err as a coded error.

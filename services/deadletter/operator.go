@@ -74,6 +74,16 @@ func untilOf(until *time.Time, dur string, now time.Time, required bool) (time.T
 	return time.Time{}, nil
 }
 
+// reasonAndEnd reads an action's reason (needReason) and the end of its
+// pause or opened breaker (untilOf).
+func reasonAndEnd(reason string, until *time.Time, dur string, now time.Time, required bool) (why string, end time.Time, err error) {
+	if why, err = needReason(reason); err != nil {
+		return "", time.Time{}, err
+	}
+	end, err = untilOf(until, dur, now, required)
+	return why, end, err
+}
+
 // syncPause applies the account's pause and open breakers to its consumer.
 func (s *Service) syncPause(ctx context.Context, account string) error {
 	_, err := s.pauses.Sync(ctx, account, func() time.Time { return s.brk.OpenUntil(account) })
@@ -87,12 +97,8 @@ func (s *Service) pauseAccount(ctx context.Context, req ops.PauseRequest) (ops.A
 	if err := validAccount(req.Account); err != nil {
 		return ops.AccountReply{}, err
 	}
-	why, err := needReason(req.Reason)
-	if err != nil {
-		return ops.AccountReply{}, err
-	}
 	now := s.now().UTC()
-	until, err := untilOf(req.Until, req.For, now, false)
+	why, until, err := reasonAndEnd(req.Reason, req.Until, req.For, now, false)
 	if err != nil {
 		return ops.AccountReply{}, err
 	}
@@ -299,12 +305,8 @@ func (s *Service) openBreaker(ctx context.Context, req ops.OpenBreakerRequest) (
 	if _, ok := s.live.Load().Target(req.Target); !ok {
 		return ops.BreakerItem{}, fail(http.StatusNotFound, "unknown_target", "no target %q is configured", req.Target)
 	}
-	why, err := needReason(req.Reason)
-	if err != nil {
-		return ops.BreakerItem{}, err
-	}
 	now := s.now().UTC()
-	until, err := untilOf(req.Until, req.For, now, true)
+	why, until, err := reasonAndEnd(req.Reason, req.Until, req.For, now, true)
 	if err != nil {
 		return ops.BreakerItem{}, err
 	}
@@ -414,50 +416,18 @@ func (s *Service) actions(ctx context.Context, req ops.ActionsRequest) (ops.Acti
 
 // operatorRoutes registers the actions' HTTP routes (see apiRoutes).
 func (s *Service) operatorRoutes(mux readyMux) {
-	mux.HandleFunc("POST /v1/accounts/{account}/pause", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.PauseRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
-		req.Account = r.PathValue("account")
-		rep, err := s.pauseAccount(r.Context(), req)
-		s.answer(w, http.StatusOK, rep, err)
-	})
-	mux.HandleFunc("POST /v1/accounts/{account}/resume", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.ResumeRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
-		req.Account = r.PathValue("account")
-		rep, err := s.resumeAccount(r.Context(), req)
-		s.answer(w, http.StatusOK, rep, err)
-	})
+	mux.HandleFunc("POST /v1/accounts/{account}/pause", decoded(s, func(r *http.Request, req *ops.PauseRequest) { req.Account = r.PathValue("account") }, s.pauseAccount))
+	mux.HandleFunc("POST /v1/accounts/{account}/resume", decoded(s, func(r *http.Request, req *ops.ResumeRequest) { req.Account = r.PathValue("account") }, s.resumeAccount))
 	mux.HandleFunc("GET /v1/pauses", func(w http.ResponseWriter, r *http.Request) {
 		rep, err := s.pausesList(r.Context(), ops.PausesRequest{Account: r.URL.Query().Get("account")})
 		s.answer(w, http.StatusOK, rep, err)
 	})
-	event := func(act func(context.Context, ops.EventActionRequest) (ops.EventReply, error)) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			var req ops.EventActionRequest
-			if !s.decode(w, r, &req) {
-				return
-			}
-			req.ID = r.PathValue("id")
-			rep, err := act(r.Context(), req)
-			s.answer(w, http.StatusOK, rep, err)
-		}
-	}
-	mux.HandleFunc("POST /v1/events/{id}/retry", event(s.retryNow))
-	mux.HandleFunc("POST /v1/events/{id}/cancel-wait", event(s.cancelWait))
-	mux.HandleFunc("POST /v1/breakers/{account}/{target}/open", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.OpenBreakerRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
+	id := func(r *http.Request, req *ops.EventActionRequest) { req.ID = r.PathValue("id") }
+	mux.HandleFunc("POST /v1/events/{id}/retry", decoded(s, id, s.retryNow))
+	mux.HandleFunc("POST /v1/events/{id}/cancel-wait", decoded(s, id, s.cancelWait))
+	mux.HandleFunc("POST /v1/breakers/{account}/{target}/open", decoded(s, func(r *http.Request, req *ops.OpenBreakerRequest) {
 		req.Account, req.Target = r.PathValue("account"), r.PathValue("target")
-		rep, err := s.openBreaker(r.Context(), req)
-		s.answer(w, http.StatusOK, rep, err)
-	})
+	}, s.openBreaker))
 	mux.HandleFunc("GET /v1/actions", func(w http.ResponseWriter, r *http.Request) {
 		req := ops.ActionsRequest{Account: r.URL.Query().Get("account")}
 		if raw := r.URL.Query().Get("limit"); raw != "" {

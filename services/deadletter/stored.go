@@ -30,24 +30,8 @@ func (s *Service) storedRoutes(mux readyMux) {
 		rep, err := s.storedList(r.Context(), ops.StoredListRequest{Account: r.URL.Query().Get("account")})
 		s.answer(w, http.StatusOK, rep, err)
 	})
-	mux.HandleFunc("PUT /v1/config/accounts/{account}", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.StoredSetRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
-		req.Account = r.PathValue("account")
-		rep, err := s.storedSet(r.Context(), req)
-		s.answer(w, http.StatusOK, rep, err)
-	})
-	mux.HandleFunc("DELETE /v1/config/accounts/{account}", func(w http.ResponseWriter, r *http.Request) {
-		var req ops.StoredRemoveRequest
-		if !s.decode(w, r, &req) {
-			return
-		}
-		req.Account = r.PathValue("account")
-		rep, err := s.storedRemove(r.Context(), req)
-		s.answer(w, http.StatusOK, rep, err)
-	})
+	mux.HandleFunc("PUT /v1/config/accounts/{account}", decoded(s, func(r *http.Request, req *ops.StoredSetRequest) { req.Account = r.PathValue("account") }, s.storedSet))
+	mux.HandleFunc("DELETE /v1/config/accounts/{account}", decoded(s, func(r *http.Request, req *ops.StoredRemoveRequest) { req.Account = r.PathValue("account") }, s.storedRemove))
 }
 
 // storedEndpoints are the NATS endpoints of the routes above.
