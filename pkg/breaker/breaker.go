@@ -644,53 +644,23 @@ func (b *Breaker) recordProbe(ctx context.Context, p Permit, success bool) error
 	return nil
 }
 
-// close writes closed (an operator's decision), by compare-and-set on the
-// value read from the bucket.
+// close writes closed (an operator's decision).
 func (b *Breaker) close(ctx context.Context, actor string) error {
-	release, err := b.lock(ctx)
-	if err != nil {
-		return err
+	if actor == "" {
+		actor = "an operator"
 	}
-	defer release()
-	for range maxAttempts {
-		if err := b.refresh(ctx); err != nil {
-			return err
-		}
-		b.mu.Lock()
-		cur, rev := b.rec, b.rev
+	return b.operatorWrite(ctx, "close", func(cur record, now time.Time) (record, bool) {
 		if cur.state() == Closed {
 			b.cb.Close() // also drop a local trip that is not written yet
-			b.mu.Unlock()
-			return nil
+			return record{}, false
 		}
-		b.mu.Unlock()
-		if actor == "" {
-			actor = "an operator"
-		}
-		now := b.r.now()
-		next := record{State: Closed, UpdatedBy: b.r.instance, UpdatedAt: now, Reason: "closed by " + actor}
-		nrev, err := b.write(ctx, next, rev)
-		if errors.Is(err, errConflict) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b.committed(next, nrev, cur.state())
-		return nil
-	}
-	return fmt.Errorf("breaker %s: close: %w after %d attempts", b.key, errConflict, maxAttempts)
+		return record{State: Closed, UpdatedBy: b.r.instance, UpdatedAt: now, Reason: "closed by " + actor}, true
+	})
 }
 
-// open writes open until until (an operator's decision), by
-// compare-and-set on the value read from the bucket; the failure count is
-// kept.
+// open writes open until until (an operator's decision); the failure
+// count is kept.
 func (b *Breaker) open(ctx context.Context, until time.Time, actor, reason string) error {
-	release, err := b.lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
 	if actor == "" {
 		actor = "an operator"
 	}
@@ -698,27 +668,44 @@ func (b *Breaker) open(ctx context.Context, until time.Time, actor, reason strin
 	if reason != "" {
 		why += ": " + reason
 	}
+	return b.operatorWrite(ctx, "open", func(cur record, now time.Time) (record, bool) {
+		return record{State: Open, OpenedAt: now, OpenUntil: until, Failures: cur.Failures,
+			UpdatedBy: b.r.instance, UpdatedAt: now, Reason: why}, true
+	})
+}
+
+// operatorWrite writes an operator's decision by compare-and-set on the
+// record read from the bucket: next (called under b.mu) makes the record
+// to write of the current one, or says there is nothing to write. op names
+// the decision in an error.
+func (b *Breaker) operatorWrite(ctx context.Context, op string, next func(cur record, now time.Time) (record, bool)) error {
+	release, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	for range maxAttempts {
 		if err := b.refresh(ctx); err != nil {
 			return err
 		}
 		b.mu.Lock()
 		cur, rev := b.rec, b.rev
+		rec, write := next(cur, b.r.now())
 		b.mu.Unlock()
-		now := b.r.now()
-		next := record{State: Open, OpenedAt: now, OpenUntil: until, Failures: cur.Failures,
-			UpdatedBy: b.r.instance, UpdatedAt: now, Reason: why}
-		nrev, err := b.write(ctx, next, rev)
+		if !write {
+			return nil
+		}
+		nrev, err := b.write(ctx, rec, rev)
 		if errors.Is(err, errConflict) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		b.committed(next, nrev, cur.state())
+		b.committed(rec, nrev, cur.state())
 		return nil
 	}
-	return fmt.Errorf("breaker %s: open: %w after %d attempts", b.key, errConflict, maxAttempts)
+	return fmt.Errorf("breaker %s: %s: %w after %d attempts", b.key, op, errConflict, maxAttempts)
 }
 
 // State returns this replica's view: the state and, unless closed, the end
