@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,7 +35,7 @@ type Server struct {
 	dir    string // data in dir/data, the socket in dir
 	cmd    *exec.Cmd
 	exited chan error
-	log    *lockedBuffer
+	log    *os.File // the server's output, in dir
 	dbs    atomic.Int32
 	once   sync.Once
 }
@@ -73,7 +72,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, dir: dir, exited: make(chan error, 1), log: &lockedBuffer{}}
+	s := &Server{bin: bin, dir: dir, exited: make(chan error, 1)}
 	// PostgreSQL refuses to run as root (CI runs as root): there it runs
 	// as the postgres user that Debian's package makes.
 	var cred *syscall.Credential
@@ -101,6 +100,12 @@ func Start() (*Server, error) {
 	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", dir, "-c", "listen_addresses=",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	// A file, not a buffer: the server writes it itself, and Log reads it
+	// while it does.
+	if s.log, err = os.Create(filepath.Join(dir, "postgres.log")); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	started := make(chan error, 1)
 	go func() {
@@ -115,6 +120,7 @@ func Start() (*Server, error) {
 		s.exited <- s.cmd.Wait()
 	}()
 	if err := <-started; err != nil {
+		_ = s.log.Close()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
@@ -127,13 +133,15 @@ func Start() (*Server, error) {
 		select {
 		case werr := <-s.exited:
 			s.exited <- werr // for Stop
+			log := s.Log()
 			s.Stop()
-			return nil, fmt.Errorf("postgres exited: %v\n%s", werr, s.log)
+			return nil, fmt.Errorf("postgres exited: %v\n%s", werr, log)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			log := s.Log()
 			s.Stop()
-			return nil, fmt.Errorf("postgres not ready within 30s: %v %s\n%s", err, out, s.log)
+			return nil, fmt.Errorf("postgres not ready within 30s: %v %s\n%s", err, out, log)
 		}
 	}
 }
@@ -159,7 +167,10 @@ func (s *Server) NewDB(tb testing.TB) string {
 }
 
 // Log is what the server has written so far.
-func (s *Server) Log() string { return s.log.String() }
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(s.log.Name())
+	return string(b)
+}
 
 // Stop shuts the server down (fast: connections are closed) and removes
 // its files. Idempotent.
@@ -172,24 +183,7 @@ func (s *Server) Stop() {
 			_ = s.cmd.Process.Kill()
 			<-s.exited
 		}
+		_ = s.log.Close()
 		_ = os.RemoveAll(s.dir)
 	})
-}
-
-// lockedBuffer collects the server's output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
