@@ -319,6 +319,29 @@ func (w *walker) structure(n *yaml.Node, t reflect.Type, path string) {
 		byName[f.name] = f
 		names = append(names, f.name)
 	}
+	w.entries(n, path, func(k, v *yaml.Node, key, p string) {
+		f, ok := byName[key]
+		if !ok {
+			msg := "unknown key"
+			if s := suggest(key, names); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			w.fail(k, p, "%s", msg)
+			return
+		}
+		if (t == kindType && key == "schema" || t == repeatType && key == "payload") && (v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode) {
+			if err := inlineSchema(v); err != nil {
+				w.fail(v, p, "%v", err)
+			}
+			return
+		}
+		w.walk(v, f.typ, p)
+	})
+}
+
+// entries calls each for every entry of the mapping n whose key is a
+// string not seen before in n (the others fail), with the key's path.
+func (w *walker) entries(n *yaml.Node, path string, each func(k, v *yaml.Node, key, p string)) {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -332,22 +355,7 @@ func (w *walker) structure(n *yaml.Node, t reflect.Type, path string) {
 			continue
 		}
 		seen[key] = k.Line
-		f, ok := byName[key]
-		if !ok {
-			msg := "unknown key"
-			if s := suggest(key, names); s != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", s)
-			}
-			w.fail(k, p, "%s", msg)
-			continue
-		}
-		if (t == kindType && key == "schema" || t == repeatType && key == "payload") && (v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode) {
-			if err := inlineSchema(v); err != nil {
-				w.fail(v, p, "%v", err)
-			}
-			continue
-		}
-		w.walk(v, f.typ, p)
+		each(k, v, key, p)
 	}
 }
 
@@ -360,21 +368,7 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) {
 		w.fail(n, path, "cannot be set from YAML")
 		return
 	}
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		key, ok := w.key(k, path)
-		if !ok {
-			continue
-		}
-		p := join(path, key)
-		if line, dup := seen[key]; dup {
-			w.fail(k, p, "duplicate key (first on line %d)", line)
-			continue
-		}
-		seen[key] = k.Line
-		w.walk(v, t.Elem(), p)
-	}
+	w.entries(n, path, func(_, v *yaml.Node, _, p string) { w.walk(v, t.Elem(), p) })
 }
 
 func (w *walker) leaf(n *yaml.Node, t reflect.Type, path string) {
