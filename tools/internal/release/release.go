@@ -223,11 +223,7 @@ func SetVersion(ctx context.Context, root, version string) ([]string, error) {
 	var gomods, changed []string
 	for _, u := range wf.Use {
 		name := filepath.Join(root, filepath.FromSlash(u.Path), "go.mod")
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		f, err := modfile.Parse(name, data, nil)
+		f, err := readMod(name)
 		if err != nil {
 			return nil, err
 		}
@@ -240,11 +236,7 @@ func SetVersion(ctx context.Context, root, version string) ([]string, error) {
 		}
 	}
 	for _, name := range gomods {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		f, err := modfile.Parse(name, data, nil)
+		f, err := readMod(name)
 		if err != nil {
 			return nil, err
 		}
@@ -285,4 +277,13 @@ func gitRaw(ctx context.Context, dir string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
+}
+
+// readMod reads and parses the go.mod file name.
+func readMod(name string) (*modfile.File, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	return modfile.Parse(name, data, nil)
 }
