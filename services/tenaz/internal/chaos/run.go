@@ -27,17 +27,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "tenaz-chaos-*")
+	dir, done, err := workDir("tenaz-chaos-*", o.Keep, out, " (logs/ has every process's log and chaos.log the faults)")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err == nil && !o.Keep {
-			_ = os.RemoveAll(dir)
-			return
-		}
-		fmt.Fprintf(out, "# work directory kept: %s (logs/ has every process's log and chaos.log the faults)\n", dir)
-	}()
+	defer func() { done(err) }()
 	began := time.Now()
 	fmt.Fprintf(out, "# tenaz-chaos %s: %d events, %d accounts, %d dispatchers, load %s, outage %s per account, kill every ~%s, nats-server restart every ~%s, settle bound %s, seed %d\n",
 		o.Name, o.Events, o.Accounts, o.DispatcherReplicas, o.Load, o.Outage, o.KillEvery, o.NATSEvery, o.Settle, o.Seed)
@@ -124,6 +118,22 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	}
 	fmt.Fprintln(out, "# every invariant holds")
 	return nil
+}
+
+// workDir makes a run's work directory, named after pattern. done, given
+// the run's error, removes it unless the run failed or keep; a directory
+// kept is printed, with note.
+func workDir(pattern string, keep bool, out io.Writer, note string) (dir string, done func(error), err error) {
+	if dir, err = os.MkdirTemp("", pattern); err != nil {
+		return "", nil, err
+	}
+	return dir, func(err error) {
+		if err == nil && !keep {
+			_ = os.RemoveAll(dir)
+			return
+		}
+		fmt.Fprintf(out, "# work directory kept: %s%s\n", dir, note)
+	}, nil
 }
 
 // progress prints a line every 15s while the load runs.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,17 +60,11 @@ func Soak(ctx context.Context, o SoakOptions, out io.Writer) (err error) {
 	if o.Accounts <= 0 {
 		o.Accounts = 8
 	}
-	dir, err := os.MkdirTemp("", "tenaz-soak-*")
+	dir, done, err := workDir("tenaz-soak-*", o.Keep, out, "")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err == nil && !o.Keep {
-			_ = os.RemoveAll(dir)
-			return
-		}
-		fmt.Fprintf(out, "# work directory kept: %s\n", dir)
-	}()
+	defer func() { done(err) }()
 	began := time.Now()
 	fmt.Fprintf(out, "# tenaz soak: %s at %.0f events/s over %d accounts, seed %d; work directory %s\n", o.Duration, o.Rate, o.Accounts, o.Seed, dir)
 	c, err := startCluster(ctx, clusterOptions{dir: dir, race: o.Race, dispatchers: 1, pollers: 1, faults: soakFaults(),
