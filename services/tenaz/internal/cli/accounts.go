@@ -46,18 +46,9 @@ func (c *AccountsPauseCmd) Run(cl *Connection, env *Env) error {
 	if err := confirm(env, c.Yes, what); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.AccountReply, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.AccountReply, error) {
 		return tz.PauseAccount(ctx, ops.PauseRequest{Account: c.Account, Until: until, For: dur, Reason: c.Message})
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) { printAccounts(w, rep) })
+	}, func(w io.Writer, rep ops.AccountReply) { printAccounts(w, rep) })
 }
 
 // AccountsResumeCmd is `tenaz accounts resume <account>`.
@@ -75,18 +66,9 @@ func (c *AccountsResumeCmd) Run(cl *Connection, env *Env) error {
 	if err := confirm(env, c.Yes, fmt.Sprintf("Resume account %s: its waiting events are delivered", c.Account)); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.AccountReply, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.AccountReply, error) {
 		return tz.ResumeAccount(ctx, c.Account, c.Message)
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) { printAccounts(w, rep) })
+	}, func(w io.Writer, rep ops.AccountReply) { printAccounts(w, rep) })
 }
 
 // AccountsPausedCmd is `tenaz accounts paused`.
@@ -96,18 +78,9 @@ type AccountsPausedCmd struct {
 
 // Run lists the held accounts.
 func (c *AccountsPausedCmd) Run(cl *Connection, env *Env) error {
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.PausesReply, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.PausesReply, error) {
 		return tz.Pauses(ctx, c.Account)
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) { printAccounts(w, rep.Items...) })
+	}, func(w io.Writer, rep ops.PausesReply) { printAccounts(w, rep.Items...) })
 }
 
 func printAccounts(w io.Writer, items ...ops.AccountReply) {
@@ -132,18 +105,9 @@ type AccountsActionsCmd struct {
 
 // Run prints the audit.
 func (c *AccountsActionsCmd) Run(cl *Connection, env *Env) error {
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.ActionsReply, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.ActionsReply, error) {
 		return tz.Actions(ctx, ops.ActionsRequest{Account: c.Account, Limit: c.Limit})
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) {
+	}, func(w io.Writer, rep ops.ActionsReply) {
 		row(w, "AT", "ACTION", "ACCOUNT", "TARGET", "UNTIL", "ACTOR", "REASON")
 		for _, a := range rep.Items {
 			row(w, a.At, a.Action, a.Account, a.Target, a.Until, a.Actor, short(a.Reason, 60))

@@ -95,18 +95,9 @@ type AccountsLsCmd struct {
 
 // Run lists the accounts of the bucket.
 func (c *AccountsLsCmd) Run(cl *Connection, env *Env) error {
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.StoredListReply, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.StoredListReply, error) {
 		return tz.StoredAccounts(ctx, c.Account)
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) { printStored(w, rep.Items...) })
+	}, func(w io.Writer, rep ops.StoredListReply) { printStored(w, rep.Items...) })
 }
 
 // AccountsRmCmd is `tenaz accounts rm <account>`.
@@ -124,18 +115,9 @@ func (c *AccountsRmCmd) Run(cl *Connection, env *Env) error {
 	if err := confirm(env, c.Yes, fmt.Sprintf("Remove account %s from the accounts bucket: its API keys stop working and its limits go back to the \"*\" entry's", c.Account)); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.StoredAccount, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.StoredAccount, error) {
 		return tz.RemoveAccount(ctx, c.Account, c.Message)
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) { printStored(w, rep) })
+	}, func(w io.Writer, rep ops.StoredAccount) { printStored(w, rep) })
 }
 
 func printStored(w io.Writer, items ...ops.StoredAccount) {

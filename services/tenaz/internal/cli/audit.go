@@ -37,18 +37,9 @@ type EntityHistoryCmd struct {
 
 // Run prints the timeline.
 func (c *EntityHistoryCmd) Run(cl *Connection, env *Env) error {
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.TimelineReply, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.TimelineReply, error) {
 		return tz.EntityTimeline(ctx, c.Account, c.Entity)
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) {
+	}, func(w io.Writer, rep ops.TimelineReply) {
 		row(w, "EVENT", "KIND", "STATUS", "STAGE", "FIRST", "LAST", "RECORD")
 		for _, ev := range rep.Events {
 			rec := "kept"

@@ -46,18 +46,9 @@ func (c *BreakersOpenCmd) Run(cl *Connection, env *Env) error {
 	if err := confirm(env, c.Yes, what); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	b, err := do(s, func(ctx context.Context, tz *client.Client) (ops.BreakerItem, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.BreakerItem, error) {
 		return tz.OpenBreaker(ctx, ops.OpenBreakerRequest{Account: c.Account, Target: c.Target, Until: until, For: dur, Reason: c.Message})
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(b, func(w io.Writer) {
+	}, func(w io.Writer, b ops.BreakerItem) {
 		row(w, "ACCOUNT", "TARGET", "STATE", "OPEN UNTIL", "BY", "REASON")
 		row(w, b.Account, b.Target, b.State, b.OpenUntil, b.By, short(b.Reason, 60))
 	})
@@ -70,21 +61,13 @@ type BreakersLsCmd struct {
 
 // Run lists breakers.
 func (c *BreakersLsCmd) Run(cl *Connection, env *Env) error {
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.BreakersReply, error) {
-		return tz.ListBreakers(ctx, c.Account)
-	})
-	if err != nil {
-		return err
-	}
-	if rep.Items == nil {
-		rep.Items = []ops.BreakerItem{}
-	}
-	return s.emit(rep, func(w io.Writer) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.BreakersReply, error) {
+		rep, err := tz.ListBreakers(ctx, c.Account)
+		if rep.Items == nil {
+			rep.Items = []ops.BreakerItem{}
+		}
+		return rep, err
+	}, func(w io.Writer, rep ops.BreakersReply) {
 		row(w, "ACCOUNT", "TARGET", "STATE", "FAILURES", "OPEN UNTIL", "BY", "AT", "REASON")
 		for _, b := range rep.Items {
 			row(w, b.Account, b.Target, b.State, b.Failures, b.OpenUntil, b.By, b.At, short(b.Reason, 60))
@@ -103,18 +86,9 @@ func (c *BreakersCloseCmd) Run(cl *Connection, env *Env) error {
 	if err := names.ValidateAccount(c.Account); err != nil {
 		return failf(ErrUsage, "%v", err)
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	b, err := do(s, func(ctx context.Context, tz *client.Client) (ops.BreakerItem, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.BreakerItem, error) {
 		return tz.CloseBreaker(ctx, c.Account, c.Target)
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(b, func(w io.Writer) {
+	}, func(w io.Writer, b ops.BreakerItem) {
 		row(w, "ACCOUNT", "TARGET", "STATE", "FAILURES", "BY", "AT")
 		row(w, b.Account, b.Target, b.State, b.Failures, b.By, b.At)
 	})

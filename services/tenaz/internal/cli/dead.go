@@ -166,18 +166,9 @@ func (c *DeadShowCmd) Run(cl *Connection, env *Env) error {
 	if err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	rep, err := do(s, func(ctx context.Context, tz *client.Client) (ops.ShowReply, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.ShowReply, error) {
 		return tz.ShowDead(ctx, ops.ShowRequest{ID: id, Seq: seq})
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(rep, func(w io.Writer) { printShow(w, rep) })
+	}, func(w io.Writer, rep ops.ShowReply) { printShow(w, rep) })
 }
 
 func printShow(w io.Writer, rep ops.ShowReply) {

@@ -136,16 +136,7 @@ func (c *EventsGetCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	v, err := do(s, func(ctx context.Context, tz *client.Client) (event.View, error) { return tz.Get(ctx, c.ID) })
-	if err != nil {
-		return err
-	}
-	return s.emit(v, func(w io.Writer) { printEvent(w, v) })
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (event.View, error) { return tz.Get(ctx, c.ID) }, func(w io.Writer, v event.View) { printEvent(w, v) })
 }
 
 func printEvent(w io.Writer, v event.View) {
@@ -185,16 +176,7 @@ func (c *EventsHistoryCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	h, err := do(s, func(ctx context.Context, tz *client.Client) (event.HistoryView, error) { return tz.History(ctx, c.ID) })
-	if err != nil {
-		return err
-	}
-	return s.emit(h, func(w io.Writer) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (event.HistoryView, error) { return tz.History(ctx, c.ID) }, func(w io.Writer, h event.HistoryView) {
 		row(w, "AT", "ACTION", "FROM", "TO", "ATTEMPT", "STAGE", "ACTOR", "HTTP", "DETAIL")
 		for _, e := range h.History {
 			attempt, httpStatus := "", ""
@@ -217,16 +199,7 @@ func (c *EventsCancelCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	v, err := do(s, func(ctx context.Context, tz *client.Client) (event.View, error) {
+	return call(cl, env, func(ctx context.Context, tz *client.Client) (event.View, error) {
 		return tz.Cancel(ctx, c.ID, c.Message)
-	})
-	if err != nil {
-		return err
-	}
-	return s.emit(v, func(w io.Writer) { printEvent(w, v) })
+	}, func(w io.Writer, v event.View) { printEvent(w, v) })
 }

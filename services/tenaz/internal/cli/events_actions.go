@@ -46,16 +46,7 @@ func eventAction(cl *Connection, env *Env, id string, yes bool, what string, act
 	if err := confirm(env, yes, what); err != nil {
 		return err
 	}
-	s, err := cl.open(env)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	v, err := do(s, act)
-	if err != nil {
-		return err
-	}
-	return s.emit(v, func(w io.Writer) {
+	return call(cl, env, act, func(w io.Writer, v ops.EventReply) {
 		row(w, "ID", "ACCOUNT", "KIND", "STATUS", "NEXT RUN")
 		row(w, v.ID, v.Account, v.Kind, v.Status, v.NextRunAt)
 	})

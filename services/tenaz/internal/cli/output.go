@@ -65,6 +65,21 @@ func do[T any](s *session, call func(context.Context, *client.Client) (T, error)
 	return v, err
 }
 
+// call is a command's one call of the client: it connects, makes the
+// call (see do) and prints its reply (see emit).
+func call[T any](cl *Connection, env *Env, fn func(context.Context, *client.Client) (T, error), human func(w io.Writer, v T)) error {
+	s, err := cl.open(env)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	v, err := do(s, fn)
+	if err != nil {
+		return err
+	}
+	return s.emit(v, func(w io.Writer) { human(w, v) })
+}
+
 // emit prints v as JSON with --json, else calls human with an aligned
 // table writer that is flushed afterwards.
 func (s *session) emit(v any, human func(w io.Writer)) error {
