@@ -8,11 +8,14 @@ package natsd
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -145,4 +148,20 @@ func Shutdown(s *server.Server) {
 	}
 	s.Shutdown()
 	s.WaitForShutdown()
+}
+
+// Serve is a nats-server process: it starts a server with o, prints
+// "READY <url>" on stdout once it accepts connections (the line its parent
+// waits for), and shuts it down on SIGTERM or SIGINT.
+func Serve(o Options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	srv, err := Start(o)
+	if err != nil {
+		return err
+	}
+	fmt.Println("READY", srv.ClientURL())
+	<-ctx.Done()
+	Shutdown(srv)
+	return nil
 }

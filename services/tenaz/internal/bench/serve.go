@@ -18,17 +18,8 @@ import (
 // ServeNATS runs a nats-server on dir (default sync) until SIGTERM,
 // printing "READY <url>" once it accepts connections.
 func ServeNATS(dir string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	profileOnSignal("nats")
-	srv, err := natsd.Start(natsd.Options{StoreDir: dir, Listen: "127.0.0.1:-1"})
-	if err != nil {
-		return err
-	}
-	fmt.Println("READY", srv.ClientURL())
-	<-ctx.Done()
-	natsd.Shutdown(srv)
-	return nil
+	return natsd.Serve(natsd.Options{StoreDir: dir, Listen: "127.0.0.1:-1"})
 }
 
 // ServeTenaz runs tenaz (all services) with the config file until
