@@ -206,25 +206,26 @@ func Accept(ctx context.Context, env *event.Envelope) (context.Context, trace.Sp
 // Attempt starts the span of one attempt at env's target (or Go
 // handler), a child of the event's accept span; Record adds its outcome.
 func Attempt(ctx context.Context, env event.Envelope, attempt int, stage, target string) (context.Context, trace.Span) {
-	t := on.Load()
-	if t == nil {
-		return ctx, noop.Span{}
-	}
-	return (*t).Start(withParent(ctx, env.Traceparent), SpanAttempt, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(AttrEventID.String(env.ID), AttrAccount.String(env.Account), AttrKind.String(env.Kind),
-			AttrAttempt.Int(attempt), AttrStage.String(stage), AttrTarget.String(target)))
+	return targetSpan(ctx, env, SpanAttempt, AttrAttempt.Int(attempt), stage, target)
 }
 
 // Poll starts the span of the poll-th poll of env's target, a child of
 // the event's accept span; Record adds its outcome.
 func Poll(ctx context.Context, env event.Envelope, poll int, stage, target string) (context.Context, trace.Span) {
+	return targetSpan(ctx, env, SpanPoll, AttrPoll.Int(poll), stage, target)
+}
+
+// targetSpan starts the client span name of one call of env's target
+// (n is the call's number: attempt or poll), a child of the event's
+// accept span.
+func targetSpan(ctx context.Context, env event.Envelope, name string, n attribute.KeyValue, stage, target string) (context.Context, trace.Span) {
 	t := on.Load()
 	if t == nil {
 		return ctx, noop.Span{}
 	}
-	return (*t).Start(withParent(ctx, env.Traceparent), SpanPoll, trace.WithSpanKind(trace.SpanKindClient),
+	return (*t).Start(withParent(ctx, env.Traceparent), name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(AttrEventID.String(env.ID), AttrAccount.String(env.Account), AttrKind.String(env.Kind),
-			AttrPoll.Int(poll), AttrStage.String(stage), AttrTarget.String(target)))
+			n, AttrStage.String(stage), AttrTarget.String(target)))
 }
 
 // Callback records the span of one webhook from target, from began until
