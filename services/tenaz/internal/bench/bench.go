@@ -27,6 +27,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natsd"
+	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -101,25 +102,45 @@ type noop struct {
 	calls atomic.Int64
 }
 
-// newServer is an http.Server for the bench's own loopback listeners,
-// with a header deadline as every tenaz listener has.
-func newServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+// serve serves h on a new loopback port, with a header deadline as every
+// tenaz listener has; url is http://<its address>.
+func serve(h http.Handler) (srv *http.Server, url string, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, "http://" + ln.Addr().String(), nil
+}
+
+// startProvider serves the fake provider (pkg/provider, no faults); stop
+// closes both.
+func startProvider() (prov *provider.Provider, url string, stop func(), err error) {
+	prov = provider.New(provider.Faults{})
+	hs, url, err := serve(prov)
+	if err != nil {
+		prov.Close()
+		return nil, "", nil, err
+	}
+	return prov, url, func() {
+		_ = hs.Close()
+		prov.Close()
+	}, nil
 }
 
 func startNoop() (*noop, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	n := &noop{url: "http://" + ln.Addr().String()}
-	n.srv = newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	n := &noop{}
+	var err error
+	n.srv, n.url, err = serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		n.calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"id":"ok"}`))
 	}))
-	go func() { _ = n.srv.Serve(ln) }()
+	if err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime/pprof"
@@ -42,15 +41,11 @@ const callbackAccount = "cb"
 // minimal receiver on the same server doing what any such receiver must:
 // verify the signature, read the record, compare-and-set it done.
 func Callbacks(ctx context.Context, sz Sizes, r Report, concurrency int) error {
-	prov := provider.New(provider.Faults{})
-	defer prov.Close()
-	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	prov, provURL, stopProv, err := startProvider()
 	if err != nil {
 		return err
 	}
-	phs := newServer(prov)
-	go func() { _ = phs.Serve(pln) }()
-	defer phs.Close()
+	defer stopProv()
 	srv, tz, stop, err := startPhase(ctx, "tenaz-bench-callbacks-*", false, func(url string) (*config.Config, error) {
 		return parseConfig(configYAML(url, `
 accounts:
@@ -59,7 +54,7 @@ targets:
   bureau: {url: %q, timeout: 5s, callback_secret: %q}
 kinds:
   credit.check: {target: bureau, completion: callback, callback_sla: 1h, attempts: 3, backoff: {initial: 1s}}
-`, concurrency, "http://"+pln.Addr().String()+"/evaluations", callbackSecret))
+`, concurrency, provURL+"/evaluations", callbackSecret))
 	})
 	if err != nil {
 		return err
@@ -301,11 +296,7 @@ func naiveCallbacks(ctx context.Context, natsURL string, rec []byte, n, workers 
 			return fireResult{}, err
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fireResult{}, err
-	}
-	hs := newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs, url, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -335,10 +326,12 @@ func naiveCallbacks(ctx context.Context, natsURL string, rec []byte, n, workers 
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"outcome":"applied"}`))
 	}))
-	go func() { _ = hs.Serve(ln) }()
+	if err != nil {
+		return fireResult{}, err
+	}
 	defer hs.Close()
 	c0 := cpuTime()
-	res, err := fireCallbacks(ctx, "http://"+ln.Addr().String()+"/", ids, workers, func(status int, body []byte) error {
+	res, err := fireCallbacks(ctx, url+"/", ids, workers, func(status int, body []byte) error {
 		if status != http.StatusOK {
 			return fmt.Errorf("answered %d %s", status, bytes.TrimSpace(body))
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -70,13 +69,11 @@ type capacityProvider struct {
 }
 
 func startCapacityProvider() (*capacityProvider, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &capacityProvider{capacity: capacityHigh, first: make(chan struct{})}
+	var err error
+	if p.srv, p.url, err = serve(p); err != nil {
 		return nil, err
 	}
-	p := &capacityProvider{url: "http://" + ln.Addr().String(), capacity: capacityHigh, first: make(chan struct{})}
-	p.srv = newServer(p)
-	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
 }
 

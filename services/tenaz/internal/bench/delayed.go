@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -51,15 +49,11 @@ func Delayed(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 		return err
 	}
 	defer func() { _, _ = srv.stop(30 * time.Second) }() // its store is thrown away: no need to wait for a clean stop
-	prov := provider.New(provider.Faults{})
-	defer prov.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	prov, provURL, stopProv, err := startProvider()
 	if err != nil {
 		return err
 	}
-	hs := newServer(prov)
-	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
+	defer stopProv()
 	tz, err := startTenazChild(dir, configYAML(srv.ready, `
 accounts:
   "*": {concurrency: %d}
@@ -67,7 +61,7 @@ targets:
   prov: {url: %q, timeout: 5s}
 kinds:
   order.create: {target: prov, attempts: 3, backoff: {initial: 1s}}
-`, concurrency, "http://"+ln.Addr().String()+"/api/{{.Kind}}"))
+`, concurrency, provURL+"/api/{{.Kind}}"))
 	if err != nil {
 		return err
 	}

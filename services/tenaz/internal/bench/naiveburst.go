@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/provider"
 )
 
 // naiveBurst is the burst's reference: raw JetStream doing the same work
@@ -53,16 +51,12 @@ func naiveBurst(ctx context.Context, natsURL string, b, workers int) ([]float64,
 	if err != nil {
 		return nil, err
 	}
-	prov := provider.New(provider.Faults{})
-	defer prov.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	prov, provURL, stopProv, err := startProvider()
 	if err != nil {
 		return nil, err
 	}
-	hs := newServer(prov)
-	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
-	url := "http://" + ln.Addr().String() + "/api/order.create"
+	defer stopProv()
+	url := provURL + "/api/order.create"
 
 	due := time.Now().Add(10 * time.Second).UTC().Truncate(time.Second)
 	for i := range b {
