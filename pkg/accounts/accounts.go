@@ -6,7 +6,7 @@
 // Pauses keeps the operators' pauses of accounts and applies them, with
 // the accounts' open breakers, to those consumers.
 //
-//	p := accounts.NewProvisioner(js, cfg, nc)
+//	p := accounts.NewProvisioner(js, nc, live.Load, subj)
 //	err := p.Ensure(ctx, "acme")
 package accounts
 
@@ -29,7 +29,7 @@ import (
 type Provisioner struct {
 	js   jetstream.JetStream
 	nc   *nats.Conn
-	cfg  *config.Config
+	conf func() *config.Config
 	subj names.Subjects
 	mu   sync.Mutex
 	done map[string]chan struct{}
@@ -43,9 +43,11 @@ type Provisioner struct {
 const Refresh = 5 * time.Minute
 
 // NewProvisioner returns a Provisioner of the consumers on the EVENTS
-// streams of subj's partitions.
-func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, cfg *config.Config, subj names.Subjects) *Provisioner {
-	return &Provisioner{js: js, nc: nc, cfg: cfg, subj: subj,
+// streams of subj's partitions, made under the config conf returns at
+// the time (the config in force: an account's concurrency may change by
+// reload, and a consumer put again must not take it back).
+func NewProvisioner(js jetstream.JetStream, nc *nats.Conn, conf func() *config.Config, subj names.Subjects) *Provisioner {
+	return &Provisioner{js: js, nc: nc, conf: conf, subj: subj,
 		done: map[string]chan struct{}{}, errs: map[string]error{}, at: map[string]time.Time{}}
 }
 
@@ -109,7 +111,7 @@ func (p *Provisioner) create(ctx context.Context, account string) error {
 	if err := names.ValidateAccount(account); err != nil {
 		return err
 	}
-	cc, err := ConsumerConfig(p.cfg, p.subj.Parts(), account)
+	cc, err := ConsumerConfig(p.conf(), p.subj.Parts(), account)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/services/dispatcher"
@@ -51,7 +52,7 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 		run(t, d)
 		ds[name] = d
 	}
-	prov := accounts.NewProvisioner(e.js, e.nc, e.cfg, e.subj)
+	prov := accounts.NewProvisioner(e.js, e.nc, live.Static(e.cfg).Load, e.subj)
 	for _, a := range []string{"acme", "globex"} {
 		if err := prov.Ensure(ctx(t), a); err != nil {
 			t.Fatal(err)

@@ -189,7 +189,7 @@ func (s *Service) start(ctx context.Context) (err error) {
 			return fmt.Errorf("deadletter: %w", err)
 		}
 	}
-	s.prov = accounts.NewProvisioner(s.js, s.o.Conn, s.cfg, s.subj)
+	s.prov = accounts.NewProvisioner(s.js, s.o.Conn, s.live.Load, s.subj)
 	if s.kvIdx, err = s.js.KeyValue(ctx, s.subj.Bucket(BucketIndex)); err != nil {
 		return fmt.Errorf("deadletter: bucket %s: %w", s.subj.Bucket(BucketIndex), err)
 	}

@@ -98,7 +98,7 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 
 // adopt makes account's consumer and starts its reader.
 func (s *Service) adopt(ctx context.Context, account string) error {
-	cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
+	cc, err := accounts.ConsumerConfig(s.conf(), s.subj.Parts(), account)
 	if err != nil {
 		return err
 	}

@@ -20,9 +20,10 @@ func (s *Service) conf() *config.Config { return s.live.Load() }
 // an account's rate limiter when its rate changed, a guard (the account's
 // limiter, its target's provider-wide limit) when either changed. Targets
 // (URLs, headers, secrets) are built again from cfg on their next call. A
-// call already under way ends with what it has. An account's concurrency
-// applies when its reader next starts, its breaker settings to breakers
-// made from then on.
+// call already under way ends with what it has. An account whose
+// concurrency changed has its reader stopped and started again: its calls
+// under way finish under the old limit, then its consumer and its slots
+// take the new one. Breaker settings apply to breakers made from then on.
 //
 // What did not change is kept: a limiter made afresh has no memory of
 // the calls just made, so dropping it at every reload (a watch of the
@@ -48,6 +49,17 @@ func (s *Service) configChanged(cfg *config.Config) {
 	for account := range s.limiters {
 		if rateChanged(account) {
 			delete(s.limiters, account)
+		}
+	}
+	if old != nil {
+		for account, l := range s.readers {
+			was, now := old.Account(account), cfg.Account(account)
+			if was.MaxConcurrency() != now.MaxConcurrency() || was.Concurrency.Auto() != now.Concurrency.Auto() {
+				// Started again once its calls returned (handOver then
+				// reconciles), with its consumer put under cfg.
+				delete(s.readers, account)
+				s.handOver(account, l, false)
+			}
 		}
 	}
 	s.mu.Unlock()

@@ -54,14 +54,15 @@ func (s *Service) startReader(account string) (*reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
-	if cons.CachedInfo().Config.PriorityPolicy != jetstream.PriorityPolicyPinned {
-		// Made before owners: pulls name the group, so it must have one.
-		cc, err := accounts.ConsumerConfig(s.cfg, s.subj.Parts(), account)
-		if err == nil {
-			cons, err = accounts.Put(ctx, s.streamOf(account).CreateOrUpdateConsumer, cc)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("consumer of %s: adding the owner group: %w", account, err)
+	cc, err := accounts.ConsumerConfig(s.conf(), s.subj.Parts(), account)
+	if err != nil {
+		return nil, fmt.Errorf("consumer of %s: %w", account, err)
+	}
+	if have := cons.CachedInfo().Config; have.PriorityPolicy != jetstream.PriorityPolicyPinned || have.MaxAckPending != cc.MaxAckPending {
+		// Made before owners (pulls name the group, so it must have one),
+		// or under another concurrency (a reload changed it).
+		if cons, err = accounts.Put(ctx, s.streamOf(account).CreateOrUpdateConsumer, cc); err != nil {
+			return nil, fmt.Errorf("consumer of %s: putting its config: %w", account, err)
 		}
 	}
 	if err := s.holdPaused(ctx, account, cons); err != nil {

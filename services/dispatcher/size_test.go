@@ -16,6 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -202,7 +203,7 @@ func TestRecordTooLargeToWriteEndsDead(t *testing.T) {
 			ok := newBigTarget(t, "")
 			h := setup(t, sizeYAML(ok.URL), provider.Faults{})
 			env := nearLimit(t, tt.calls == 1)
-			if err := accounts.NewProvisioner(h.js, h.nc, h.cfg, h.subj).Ensure(h.ctx(), env.Account); err != nil {
+			if err := accounts.NewProvisioner(h.js, h.nc, live.Static(h.cfg).Load, h.subj).Ensure(h.ctx(), env.Account); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := h.st.Create(h.ctx(), queue.Initial(env)); err != nil {

@@ -175,7 +175,7 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
-	s.prov = accounts.NewProvisioner(s.js, s.nc, s.cfg, subj)
+	s.prov = accounts.NewProvisioner(s.js, s.nc, s.conf, subj)
 	if s.lanes, err = lane.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}

@@ -127,7 +127,7 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
-	s.prov = accounts.NewProvisioner(s.js, s.nc, s.cfg, subj)
+	s.prov = accounts.NewProvisioner(s.js, s.nc, s.live.Load, subj)
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 	s.Defer(func(context.Context) {
 		s.cancel()
