@@ -327,19 +327,6 @@ func (a *Authenticator) Require(s Scope, h http.Handler) http.Handler {
 	})
 }
 
-// RateLimited reports whether any key has a submission rate.
-func (a *Authenticator) RateLimited() bool {
-	if a.Disabled() {
-		return false
-	}
-	for _, c := range *a.creds.Load() {
-		if c.p.limit != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // ShareRates counts the keys' submission rates in q (tenaz_quotas, one
 // record per key id) instead of in this process, so that a key's rate
 // holds over every replica that shares q's bucket: N ingest replicas

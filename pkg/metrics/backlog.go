@@ -119,11 +119,6 @@ func (s *Set) WatchBacklog(js jetstream.JetStream, o BacklogOptions) (stop func(
 	}
 }
 
-// WatchBacklog watches the consumers' backlog on Default.
-func WatchBacklog(js jetstream.JetStream, o BacklogOptions) (stop func()) {
-	return Default.WatchBacklog(js, o)
-}
-
 // refreshLocked reads the consumers if a source is watched and the last
 // read is older than its TTL.
 func (b *backlog) refreshLocked() {

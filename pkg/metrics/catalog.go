@@ -29,15 +29,6 @@ type Info struct {
 	Buckets []float64
 }
 
-// Series is how many series a histogram has per label set: one per
-// bucket, +Inf, _sum and _count.
-func (i Info) Series() int {
-	if i.Type == Histogram {
-		return len(i.Buckets) + 3
-	}
-	return 1
-}
-
 // Objectives the alert rules (deploy/prometheus/tenaz-rules.yaml) hold the
 // metrics to. A test checks that the rules use these values.
 const (

@@ -487,50 +487,8 @@ func (s *Set) ConsumerBacklog(account string, pending, ackPending int) {
 // Accepted counts an accepted event on Default.
 func Accepted(account, kind string) { Default.Accepted(account, kind) }
 
-// Rejected counts a refused submission on Default.
-func Rejected(reason string) { Default.Rejected(reason) }
-
-// WaitTime observes a wait to the first attempt on Default.
-func WaitTime(account, kind string, d time.Duration, trace ...context.Context) {
-	Default.WaitTime(account, kind, d, trace...)
-}
-
-// DeliveryLatency observes an outbound call's duration on Default.
-func DeliveryLatency(account, kind, target string, d time.Duration, trace ...context.Context) {
-	Default.DeliveryLatency(account, kind, target, d, trace...)
-}
-
-// Attempt counts a delivery attempt on Default.
-func Attempt(account, kind string, class outcome.Class) { Default.Attempt(account, kind, class) }
-
-// Retry counts a retry on Default.
-func Retry(account, kind string, class outcome.Class) { Default.Retry(account, kind, class) }
-
-// Outcome counts the state an attempt or poll moved an event to, on Default.
-func Outcome(account, kind string, to state.State) { Default.Outcome(account, kind, to) }
-
-// BreakerState sets a breaker gauge on Default.
-func BreakerState(account, target, state string) { Default.BreakerState(account, target, state) }
-
 // Dead counts an arrival in DEAD on Default.
 func Dead(account, kind, reason string) { Default.Dead(account, kind, reason) }
 
 // Review counts a move to manual review on Default.
 func Review(account, kind string) { Default.Review(account, kind) }
-
-// ReconcilerRepair counts a reconciler repair on Default.
-func ReconcilerRepair(repair string) { Default.ReconcilerRepair(repair) }
-
-// Callback counts a provider callback on Default.
-func Callback(target, result string) { Default.Callback(target, result) }
-
-// Poll counts a poll on Default.
-func Poll(target, result string) { Default.Poll(target, result) }
-
-// SetEventsByState replaces tenaz_events on Default.
-func SetEventsByState(counts map[EventsKey]int) { Default.SetEventsByState(counts) }
-
-// ConsumerBacklog sets an account's consumer backlog on Default.
-func ConsumerBacklog(account string, pending, ackPending int) {
-	Default.ConsumerBacklog(account, pending, ackPending)
-}

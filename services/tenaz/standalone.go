@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -39,9 +38,6 @@ var demoYAML []byte
 func DemoConfig(getenv func(string) (string, bool)) (*config.Config, error) {
 	return config.Parse(demoYAML, getenv)
 }
-
-// DemoYAML is the text of the built-in demo config.
-func DemoYAML() []byte { return demoYAML }
 
 // DemoNotice is what `tenaz run` says, as a warning and in its banner,
 // when it runs the built-in demo config.
@@ -102,9 +98,6 @@ func (t *System) HTTPAddr() string { return t.http.Addr }
 
 // NATSURL is the URL the services use.
 func (t *System) NATSURL() string { return t.nc.ConnectedUrl() }
-
-// Demo is the demo provider, or nil.
-func (t *System) Demo() *provider.Provider { return t.demo }
 
 // Start starts NATS (embedded unless configured), applies the streams,
 // starts the demo provider and the four services, then serves HTTP.
@@ -275,9 +268,6 @@ func (t *System) Stop(ctx context.Context) error {
 // Patterns lists every route pattern the shared listener serves (each
 // needs a class in pkg/auth).
 func (t *System) Patterns() []string { return t.mux.Patterns() }
-
-// ServeMux exposes the shared mux's handler (tests).
-func (t *System) Handler() http.Handler { return t.http.Handler }
 
 // natsCredentials says how to give the embedded server credentials.
 const natsCredentials = "set nats.user and nats.password, nats.token or nats.nkey_seed_file"
