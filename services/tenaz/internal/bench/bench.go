@@ -165,14 +165,14 @@ func startNATS(pattern string, syncAlways bool) (srv *server.Server, stop func()
 
 // startPhase starts a NATS server (startNATS) and tenaz on it with the
 // config cfg makes for its URL; stop stops tenaz, then the server.
-func startPhase(ctx context.Context, pattern string, syncAlways bool, cfg func(natsURL string) (*config.Config, error)) (srv *server.Server, tz *Tenaz, stop func(context.Context), err error) {
+func startPhase(ctx context.Context, pattern string, syncAlways bool, cfg func(natsURL string) (*config.Config, error)) (srv *server.Server, tz *Instance, stop func(context.Context), err error) {
 	srv, stopNATS, err := startNATS(pattern, syncAlways)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	c, err := cfg(srv.ClientURL())
 	if err == nil {
-		tz, err = StartTenaz(ctx, c)
+		tz, err = StartInstance(ctx, c)
 	}
 	if err != nil {
 		stopNATS()
@@ -312,8 +312,8 @@ func (r *byteReader) Read(p []byte) (int, error) {
 
 func bytesReader(b []byte) io.Reader { return &byteReader{b: b} }
 
-// Tenaz is a running tenaz against an existing server.
-type Tenaz struct {
+// Instance is a running tenaz against an existing server.
+type Instance struct {
 	t      *tenaz.System
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -333,8 +333,8 @@ kinds:
 `, concurrency, target+"/api/{{.Kind}}"))
 }
 
-// StartTenaz starts all of tenaz (no embedded server: it uses url).
-func StartTenaz(ctx context.Context, cfg *config.Config) (*Tenaz, error) {
+// StartInstance starts all of tenaz (no embedded server: it uses url).
+func StartInstance(ctx context.Context, cfg *config.Config) (*Instance, error) {
 	t, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		return nil, err
@@ -348,11 +348,11 @@ func StartTenaz(ctx context.Context, cfg *config.Config) (*Tenaz, error) {
 		return nil, err
 	}
 	js, _ := jetstream.New(nc)
-	return &Tenaz{t: t, nc: nc, js: js, prefix: cfg.Prefix}, nil
+	return &Instance{t: t, nc: nc, js: js, prefix: cfg.Prefix}, nil
 }
 
 // Stop stops tenaz.
-func (b *Tenaz) Stop(ctx context.Context) error {
+func (b *Instance) Stop(ctx context.Context) error {
 	b.nc.Close()
 	return b.t.Stop(ctx)
 }
@@ -360,7 +360,7 @@ func (b *Tenaz) Stop(ctx context.Context) error {
 // waitDrained waits until the ingest consumer and the accounts' dispatch
 // consumers have nothing pending or unacked (a dispatch message is acked
 // once its event is stored done).
-func (b *Tenaz) waitDrained(ctx context.Context, accounts []string, timeout time.Duration) error {
+func (b *Instance) waitDrained(ctx context.Context, accounts []string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	consumers := [][2]string{{streams.StreamName(b.prefix, streams.StreamIntake), "ingest"}}
 	n, _ := streams.Partitions(ctx, b.js, b.prefix)
@@ -393,13 +393,13 @@ func (b *Tenaz) waitDrained(ctx context.Context, accounts []string, timeout time
 
 // Throughput publishes n submissions of the account bench to intake
 // (async) and waits until every one is done. Returns events/s.
-func (b *Tenaz) Throughput(ctx context.Context, tag string, n int) (float64, error) {
+func (b *Instance) Throughput(ctx context.Context, tag string, n int) (float64, error) {
 	return b.ThroughputOver(ctx, tag, n, []string{"bench"})
 }
 
 // ThroughputOver is Throughput with the submissions spread over accounts
 // in turn.
-func (b *Tenaz) ThroughputOver(ctx context.Context, tag string, n int, accounts []string) (float64, error) {
+func (b *Instance) ThroughputOver(ctx context.Context, tag string, n int, accounts []string) (float64, error) {
 	payload := []byte(`{"order_id":"o","total":1990}`)
 	start := time.Now()
 	for i := range n {
@@ -423,12 +423,12 @@ func (b *Tenaz) ThroughputOver(ctx context.Context, tag string, n int, accounts 
 
 // Latency submits at a steady rate for d and returns the p50 and p99 of
 // submit → done (seen by a watcher of the state bucket), in ms.
-func (b *Tenaz) Latency(ctx context.Context, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
+func (b *Instance) Latency(ctx context.Context, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
 	return b.LatencyOf(ctx, "bench", tag, rate, d)
 }
 
 // LatencyOf is Latency for the given account.
-func (b *Tenaz) LatencyOf(ctx context.Context, account, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
+func (b *Instance) LatencyOf(ctx context.Context, account, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
 	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, account)))
 	if err != nil {
 		return 0, 0, err

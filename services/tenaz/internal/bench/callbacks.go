@@ -120,7 +120,7 @@ kinds:
 // awaitingCallbacks submits n events of credit.check and waits until each
 // was delivered and its record moved to awaiting_callback (the dispatch
 // message is acked only after that is stored). It returns their ids.
-func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, n int) ([]string, error) {
+func (b *Instance) awaitingCallbacks(ctx context.Context, prov *provider.Provider, n int) ([]string, error) {
 	for i := range n {
 		m := nats.NewMsg("tenaz.intake." + callbackAccount + ".credit.check")
 		m.Data = fmt.Appendf(nil, `{"applicant":"a-%d","amount":2500}`, i)
@@ -170,7 +170,7 @@ func (b *Tenaz) awaitingCallbacks(ctx context.Context, prov *provider.Provider, 
 }
 
 // record is the stored value of the event's record.
-func (b *Tenaz) record(ctx context.Context, id string) ([]byte, error) {
+func (b *Instance) record(ctx context.Context, id string) ([]byte, error) {
 	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, callbackAccount)))
 	if err != nil {
 		return nil, err
@@ -183,7 +183,7 @@ func (b *Tenaz) record(ctx context.Context, id string) ([]byte, error) {
 }
 
 // checkStatus checks that every event's record is in state want.
-func (b *Tenaz) checkStatus(ctx context.Context, ids []string, want state.State) error {
+func (b *Instance) checkStatus(ctx context.Context, ids []string, want state.State) error {
 	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, callbackAccount)))
 	if err != nil {
 		return err

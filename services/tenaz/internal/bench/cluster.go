@@ -52,7 +52,7 @@ func Cluster(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 		}
 		cfg.Prefix = "c" + strconv.Itoa(parts)
 		cfg.Streams.Replicas, cfg.Streams.Partitions = clusterNodes, parts
-		tz, err := StartTenaz(ctx, cfg)
+		tz, err := StartInstance(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("cluster: %d partitions: %w", parts, err)
 		}
@@ -80,7 +80,7 @@ func Cluster(ctx context.Context, sz Sizes, r Report, concurrency int) error {
 
 // leaderNodes counts the nodes that lead a partition's EVENTS stream or
 // state bucket, as the cluster placed them.
-func leaderNodes(ctx context.Context, tz *Tenaz, prefix string, parts int) (int, error) {
+func leaderNodes(ctx context.Context, tz *Instance, prefix string, parts int) (int, error) {
 	seen := map[string]bool{}
 	for p := range parts {
 		for _, name := range []string{streams.EventsStream(prefix, p), "KV_" + streams.StateBucket(prefix, p)} {

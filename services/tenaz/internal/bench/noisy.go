@@ -111,7 +111,7 @@ kinds:
 
 // backlog submits n events of account over NATS (keys keyPrefix<i>) and
 // waits, within timeout, until ingest has accepted them all.
-func (b *Tenaz) backlog(ctx context.Context, account, keyPrefix string, n int, timeout time.Duration) error {
+func (b *Instance) backlog(ctx context.Context, account, keyPrefix string, n int, timeout time.Duration) error {
 	for i := range n {
 		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
 		m.Data = []byte(`{"order_id":"o","total":1}`)
