@@ -337,7 +337,12 @@ func (x *Indexer) index(ctx context.Context, msgs []jetstream.Msg) error {
 		if last[r.ID] != i {
 			continue
 		}
-		filters = append(filters, x.prefix+r.Account+"."+fieldState+".*."+kindToken(r.Kind)+"."+hourToken(r.CreatedAt)+"."+r.ID)
+		// The state entries it can have are those of the states its
+		// history names: each is looked up by its exact key, which the
+		// server finds in its subject index without matching a wildcard.
+		for _, st := range append([]state.State{r.Status}, r.left()...) {
+			filters = append(filters, x.prefix+stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID))
+		}
 		if r.EntityID != "" {
 			filters = append(filters, x.prefix+entityKey(r.Account, r.EntityID, r.ID))
 		}
