@@ -1,14 +1,11 @@
 package ingest_test
 
 import (
-	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/daemon"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -50,24 +48,6 @@ auth:
     alice: {hash: "` + hashAlice + `"}
 `
 
-// lockedBuffer is a log sink safe for the service's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // secureAPI starts an ingest service with auth (and the logger, if any)
 // behind the same handler a binary serves: Guard over the routes, the body
 // limit over everything. It returns the API's base URL.
@@ -77,21 +57,12 @@ func secureAPI(t *testing.T, h *harness, log *zerolog.Logger) string {
 	if err != nil {
 		t.Fatalf("auth.New: %v", err)
 	}
-	nc, _ := h.srv.Conn(t)
+	nc, _ := h.Srv.Conn(t)
 	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Auth: a, Logger: log})
 	if err != nil {
 		t.Fatalf("ingest.New: %v", err)
 	}
-	if err := svc.Start(h.ctx()); err != nil {
-		t.Fatalf("ingest.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := svc.Stop(ctx); err != nil {
-			t.Errorf("ingest.Stop: %v", err)
-		}
-	})
+	servicetest.Run(t, h.Ctx(), svc)
 	mux := http.NewServeMux()
 	svc.Routes(mux)
 	api := httptest.NewServer(daemon.Handler(h.cfg, a, mux))
@@ -102,7 +73,7 @@ func secureAPI(t *testing.T, h *harness, log *zerolog.Logger) string {
 // call sends one request with an optional bearer key.
 func (h *harness) call(base, method, path, key, body string) response {
 	h.t.Helper()
-	req, err := http.NewRequestWithContext(h.ctx(), method, base+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(h.Ctx(), method, base+path, strings.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -167,7 +138,7 @@ func TestAuthRefusals(t *testing.T) {
 		t.Errorf("want another account's event answered as a missing one:\n%s\ngot\n%s", want, other.Body)
 	}
 	// Nothing the refused calls did reached the record.
-	if rec := h.waitStatus(id, state.Scheduled); len(rec.History) == 0 {
+	if rec := h.WaitStatus(id, state.Scheduled, servicetest.WaitFor); len(rec.History) == 0 {
 		t.Fatalf("want the event's history, got none")
 	}
 	for _, c := range []struct{ name, key string }{{"own account", keyAcme}, {"operator", keyAlice}} {
@@ -182,7 +153,7 @@ func TestAuthRefusals(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("operator cancels acme's event: want 200, got %d %s", r.Status, r.Body)
 	}
-	rec := h.waitStatus(id, state.Cancelled)
+	rec := h.WaitStatus(id, state.Cancelled, servicetest.WaitFor)
 	if last := rec.History[len(rec.History)-1]; last.Actor != "api:operator:alice" {
 		t.Errorf("want the cancel recorded as api:operator:alice, got %q", last.Actor)
 	}
@@ -239,7 +210,7 @@ func TestAuthBodyLimit(t *testing.T) {
 func TestSecretsNotLogged(t *testing.T) {
 	t.Parallel()
 	h := setup(t, authYAML)
-	var buf lockedBuffer
+	var buf servicetest.LogBuffer
 	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
 	api := secureAPI(t, h, &log)
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
@@ -251,7 +222,7 @@ func TestSecretsNotLogged(t *testing.T) {
 	}
 	var v view
 	r.json(t, &v)
-	h.waitStatus(v.ID, state.Done)
+	h.WaitStatus(v.ID, state.Done, servicetest.WaitFor)
 	h.call(api, "POST", "/v1/events", keyGlobex, `{"account":"acme","kind":"order.create","payload":{"card":"`+secret+`"}}`)
 	h.call(api, "POST", "/v1/events", keyAcme, `{"account":"acme","kind":"order.create","payload":{"card":"`+secret+`"`)
 	h.call(api, "POST", "/v1/events", keyAcme, `{"account":"acme","kind":"no.such.kind","payload":{"card":"`+secret+`"}}`)

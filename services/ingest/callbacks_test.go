@@ -23,6 +23,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -139,7 +140,7 @@ func (h *harness) awaiting(ref string, ids ...string) []state.Record {
 	h.t.Helper()
 	var out []state.Record
 	for _, id := range ids {
-		rec := h.waitStatus(id, state.AwaitingCallback)
+		rec := h.WaitStatus(id, state.AwaitingCallback, servicetest.WaitFor)
 		if rec.Reference != ref {
 			h.t.Fatalf("event %s: want the provider's reference %q, got %q", id, ref, rec.Reference)
 		}
@@ -163,11 +164,11 @@ func TestCallbackReferencesArePerAccount(t *testing.T) {
 	if got := h.webhook("/v1/callbacks/bureau", "msg_any", `{"reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackAmbiguous {
 		t.Fatalf("webhook naming no account, reference held by two: want %q, got %+v", ingest.CallbackAmbiguous, got)
 	}
-	before, _ := h.record(acme)
+	before, _ := h.Lookup(acme)
 	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_cross", `{"event_id":"`+acme+`","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackUnknown || got.ID != "" {
 		t.Fatalf("globex's webhook naming acme's event: want %q without an id, got %+v", ingest.CallbackUnknown, got)
 	}
-	if after, _ := h.record(acme); after.Status != state.AwaitingCallback || len(after.History) != len(before.History) {
+	if after, _ := h.Lookup(acme); after.Status != state.AwaitingCallback || len(after.History) != len(before.History) {
 		t.Fatalf("acme's event after globex's webhook: want it untouched (awaiting_callback, %d history entries), got %s with %d",
 			len(before.History), after.Status, len(after.History))
 	}
@@ -175,14 +176,14 @@ func TestCallbackReferencesArePerAccount(t *testing.T) {
 	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_g", `{"reference":"ref_1","status":"approved","by":"globex"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != globex {
 		t.Fatalf("globex's webhook: want applied to %s, got %+v", globex, got)
 	}
-	if rec, _ := h.record(acme); rec.Status != state.AwaitingCallback {
+	if rec, _ := h.Lookup(acme); rec.Status != state.AwaitingCallback {
 		t.Fatalf("acme's event after globex's webhook naming the same reference: want awaiting_callback, got %s", rec.Status)
 	}
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_a", `{"reference":"ref_1","status":"approved","by":"acme"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != acme {
 		t.Fatalf("acme's webhook: want applied to %s, got %+v", acme, got)
 	}
 	for id, by := range map[string]string{acme: "acme", globex: "globex"} {
-		rec := h.waitStatus(id, state.Done)
+		rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
 		var res struct{ By string }
 		if err := json.Unmarshal(rec.Result, &res); err != nil || res.By != by {
 			t.Errorf("event %s: want the result of %s's webhook, got %s", id, by, rec.Result)
@@ -210,17 +211,17 @@ func TestCallbackReferenceConflict(t *testing.T) {
 	if !noted {
 		t.Fatalf("second event's history: want its await_callback entry to record the conflict with %s, got %+v", first, rec.History)
 	}
-	idx, err := callbacks.Open(h.ctx(), h.js, "")
+	idx, err := callbacks.Open(h.Ctx(), h.JS, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, err := idx.Lookup(h.ctx(), "acme", "bureau", "ref_1"); err != nil || id != first {
+	if id, err := idx.Lookup(h.Ctx(), "acme", "bureau", "ref_1"); err != nil || id != first {
 		t.Fatalf("index after the conflict: want ref_1 → %s, got %q, %v", first, id, err)
 	}
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_1", `{"reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != first {
 		t.Fatalf("webhook naming the reference: want applied to the first event %s, got %+v", first, got)
 	}
-	if r, _ := h.record(second); r.Status != state.AwaitingCallback {
+	if r, _ := h.Lookup(second); r.Status != state.AwaitingCallback {
 		t.Fatalf("second event: want still awaiting_callback, got %s", r.Status)
 	}
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_2", `{"event_id":"`+second+`","reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != second {
@@ -239,16 +240,16 @@ func TestCallbackLegacyReference(t *testing.T) {
 	h.startDispatcher("d1")
 	old := h.submitCredit("acme", "l-1")
 	h.awaiting("ref_1", old)
-	kv, err := h.js.KeyValue(h.ctx(), names.BucketCallbacks)
+	kv, err := h.JS.KeyValue(h.Ctx(), names.BucketCallbacks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte("ref_1"))
 	hash := hex.EncodeToString(sum[:16])
-	if err := kv.Delete(h.ctx(), "ref.bureau.acme."+hash); err != nil {
+	if err := kv.Delete(h.Ctx(), "ref.bureau.acme."+hash); err != nil {
 		t.Fatalf("delete the new-layout key: %v", err)
 	}
-	if _, err := kv.Put(h.ctx(), "ref.bureau."+hash, []byte(old)); err != nil {
+	if _, err := kv.Put(h.Ctx(), "ref.bureau."+hash, []byte(old)); err != nil {
 		t.Fatalf("write the legacy key: %v", err)
 	}
 
@@ -323,7 +324,7 @@ func TestWebhookHeadersCheckedBeforeBody(t *testing.T) {
 // gets through.
 func TestWebhookRefusalsRateLimited(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &servicetest.LogBuffer{}
 	reg := prometheus.NewRegistry()
 	set, err := metrics.New(reg)
 	if err != nil {
@@ -373,7 +374,7 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	h.startDispatcher("d1")
 	id := h.submitCredit("acme", "r-1")
 	h.awaiting("ref_1", id)
-	deadline := func() uint64 { return h.subjectMsgs(h.subj.EventsStream("acme"), h.subj.Schedule("acme", id)) }
+	deadline := func() uint64 { return h.SubjectMsgs(h.Subj.EventsStream("acme"), h.Subj.Schedule("acme", id)) }
 	if n := deadline(); n != 1 {
 		t.Fatalf("awaiting its callback: want its deadline scheduled, got %d schedules", n)
 	}
@@ -381,13 +382,13 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	replay := func(webhookID string, n int) (outcomes map[string]int, writes uint64) {
 		body := `{"event_id":"` + id + `","status":"approved"}`
 		hs := signed(webhookID, time.Now(), body) // captured once, sent n times
-		before := h.stateSeq()
+		before := h.StateSeq()
 		answers := h.flood(n, 6, func(int) (string, string, []string) { return "/v1/callbacks/bureau/acme", body, hs })
 		outcomes = map[string]int{}
 		for _, r := range answers {
 			outcomes[r.outcome(t).Outcome]++
 		}
-		return outcomes, h.stateSeq() - before
+		return outcomes, h.StateSeq() - before
 	}
 
 	outcomes, writes := replay("msg_captured", 300)
@@ -397,13 +398,13 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	if writes > 2 {
 		t.Fatalf("300 copies of one webhook: want at most 2 writes of the event's record, got %d", writes)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return deadline() == 0 }, "applied: want the event's deadline purged")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return deadline() == 0 }, "applied: want the event's deadline purged")
 	outcomes, writes = replay("msg_late", 100)
 	if outcomes[ingest.CallbackLate] != 100 || writes > 1 {
 		t.Fatalf("100 copies of a webhook for a done event: want 100 late and at most 1 write, got %v and %d writes", outcomes, writes)
 	}
 
-	rec := h.waitStatus(id, state.Done)
+	rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
 	count := map[state.ActionName]int{}
 	for _, e := range rec.History {
 		count[e.Action]++

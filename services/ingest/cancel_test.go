@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -44,18 +45,18 @@ func TestCancelPendingEvent(t *testing.T) {
 	}
 
 	// The event's message is still queued; a dispatcher must drop it.
-	if info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme")); info.NumPending != 1 {
+	if info := h.ConsumerInfo(h.Subj.EventsStream("acme"), names.ConsumerName("acme")); info.NumPending != 1 {
 		t.Fatalf("acme's dispatch consumer: want the event's message still queued, got %d pending", info.NumPending)
 	}
 	h.startDispatcher("d1")
-	natstest.Eventually(t, waitFor, func() bool {
-		info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme"))
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		info := h.ConsumerInfo(h.Subj.EventsStream("acme"), names.ConsumerName("acme"))
 		return info.Delivered.Stream >= 1 && info.NumPending == 0 && info.NumAckPending == 0
 	}, "the dispatcher did not settle the cancelled event's message")
 	if n := h.arrived.Load(); n != 0 {
 		t.Fatalf("provider: want no call for a cancelled event, got %d: %+v", n, h.prov.Calls())
 	}
-	rec, _ := h.record(v.ID)
+	rec, _ := h.Lookup(v.ID)
 	if rec.Status != state.Cancelled || rec.Attempts != 0 {
 		t.Fatalf("record: want cancelled with 0 attempts, got %s with %d", rec.Status, rec.Attempts)
 	}

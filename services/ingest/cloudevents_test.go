@@ -14,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -36,7 +37,7 @@ func TestCloudEventStructuredHTTP(t *testing.T) {
 		t.Fatalf("POST a structured CloudEvent: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "ce-1")
-	rec := h.waitStatus(id, state.Pending)
+	rec := h.WaitStatus(id, state.Pending, servicetest.WaitFor)
 	if rec.Kind != "order.create" || rec.IdempotencyKey != "ce-1" || rec.EntityID != "o-1" || rec.OrderingKey != "customer-7" ||
 		string(rec.Payload) != `{"order_id":"o-1"}` {
 		t.Fatalf("want the event mapped from the CloudEvent, got %+v", rec)
@@ -57,7 +58,7 @@ func TestCloudEventBinaryHTTP(t *testing.T) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("POST a binary CloudEvent: want 202, got %d %s", r.Status, r.Body)
 	}
-	rec := h.waitStatus(event.ID("acme", "ce-2"), state.Pending)
+	rec := h.WaitStatus(event.ID("acme", "ce-2"), state.Pending, servicetest.WaitFor)
 	if rec.Kind != "order.create" || rec.EntityID != "o-2" || string(rec.Payload) != `{"order_id":"o-2"}` {
 		t.Fatalf("want the event mapped from the headers, got %+v", rec)
 	}
@@ -123,7 +124,7 @@ func TestCloudEventAccountOfTheKey(t *testing.T) {
 	h := setup(t, authYAML)
 	base := secureAPI(t, h, nil)
 	binary := func(extra ...string) response {
-		req, err := http.NewRequestWithContext(h.ctx(), http.MethodPost, base+"/v1/events", strings.NewReader(`{"order_id":"o-k"}`))
+		req, err := http.NewRequestWithContext(h.Ctx(), http.MethodPost, base+"/v1/events", strings.NewReader(`{"order_id":"o-k"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestCloudEventAccountOfTheKey(t *testing.T) {
 	if r := binary(); r.Status != http.StatusAccepted {
 		t.Fatalf("acme's key, no tenazaccount: want 202 for acme, got %d %s", r.Status, r.Body)
 	}
-	h.waitStatus(event.ID("acme", "ce-k"), state.Pending)
+	h.WaitStatus(event.ID("acme", "ce-k"), state.Pending, servicetest.WaitFor)
 }
 
 // Published to an intake subject with ce- headers, a binary CloudEvent is
@@ -156,7 +157,7 @@ func TestCloudEventBinaryNATS(t *testing.T) {
 	h := setup(t, ceYAML)
 	h.publishIntake("tenaz.intake.acme.order.create", []byte(`{"order_id":"o-n"}`), "content-type", "application/json",
 		"ce-specversion", "1.0", "ce-type", "order.create", "ce-source", "/erp", "ce-id", "ce-n", "ce-subject", "o-n", "ce-partitionkey", "c-1")
-	rec := h.waitStatus(event.ID("acme", "ce-n"), state.Pending)
+	rec := h.WaitStatus(event.ID("acme", "ce-n"), state.Pending, servicetest.WaitFor)
 	if rec.EntityID != "o-n" || rec.OrderingKey != "c-1" || rec.IdempotencyKey != "ce-n" {
 		t.Fatalf("want the event mapped from the ce- headers, got %+v", rec)
 	}
@@ -167,8 +168,8 @@ func TestCloudEventBinaryNATS(t *testing.T) {
 		"ce-specversion", "0.3", "ce-type", "order.create", "ce-source", "/erp", "ce-id", "ce-b2")
 	h.publishIntake("tenaz.intake.acme.order.create", []byte(bad[2].body), "Content-Type", "application/cloudevents+json")
 	var entries []dead.Entry
-	natstest.Eventually(t, waitFor, func() bool { entries = h.deadEntries(); return len(entries) == len(bad) },
-		"DEAD: want the %d bad CloudEvents kept, got %v", len(bad), lazy(func() string { return fmt.Sprint(len(entries)) }))
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { entries = h.deadEntries(); return len(entries) == len(bad) },
+		"DEAD: want the %d bad CloudEvents kept, got %v", len(bad), servicetest.Lazy(func() string { return fmt.Sprint(len(entries)) }))
 	for _, b := range bad {
 		found := false
 		for _, e := range entries {
@@ -196,8 +197,8 @@ func TestCloudEventMicroSubmit(t *testing.T) {
 		var err error
 		// Right after start the endpoint's subscription may not have
 		// reached the server yet: no responders is worth another try.
-		natstest.Eventually(t, waitFor, func() bool {
-			rep, err = h.nc.RequestMsg(m, 5*time.Second)
+		natstest.Eventually(t, servicetest.WaitFor, func() bool {
+			rep, err = h.NC.RequestMsg(m, 5*time.Second)
 			return !errors.Is(err, nats.ErrNoResponders)
 		}, "submit: the endpoint never answered")
 		if err != nil {
@@ -208,13 +209,13 @@ func TestCloudEventMicroSubmit(t *testing.T) {
 	if rep := request(ceStructured, "Content-Type", "application/cloudevents+json"); rep.Header.Get("Tenaz-Status") != "202" {
 		t.Fatalf("structured: want Tenaz-Status 202, got %q %s", rep.Header.Get("Tenaz-Status"), rep.Data)
 	}
-	h.waitStatus(event.ID("acme", "ce-1"), state.Pending)
+	h.WaitStatus(event.ID("acme", "ce-1"), state.Pending, servicetest.WaitFor)
 	rep := request(`{"order_id":"o-m"}`, "content-type", "application/json", "ce-specversion", "1.0", "ce-type", "order.create",
 		"ce-source", "/erp", "ce-id", "ce-m", "ce-tenazaccount", "acme")
 	if rep.Header.Get("Tenaz-Status") != "202" {
 		t.Fatalf("binary: want Tenaz-Status 202, got %q %s", rep.Header.Get("Tenaz-Status"), rep.Data)
 	}
-	h.waitStatus(event.ID("acme", "ce-m"), state.Pending)
+	h.WaitStatus(event.ID("acme", "ce-m"), state.Pending, servicetest.WaitFor)
 	rep = request(`{"order_id":"o-x"}`, "content-type", "application/json", "ce-specversion", "1.0", "ce-type", "order.create",
 		"ce-source", "/erp", "ce-id", "ce-x")
 	if rep.Header.Get("Tenaz-Status") != "400" || !strings.Contains(string(rep.Data), `tenazaccount`) {

@@ -11,6 +11,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -21,7 +22,7 @@ var errCrash = errors.New("simulated crash")
 // claim and one call, and that the provider applied its effect once.
 func (h *harness) assertDeliveredOnce(id, key string) {
 	h.t.Helper()
-	rec := h.waitStatus(id, state.Done)
+	rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
 	if rec.Attempts != 1 {
 		h.t.Fatalf("event %s: want done on attempt 1, got attempts %d (history %+v)", id, rec.Attempts, rec.History)
 	}
@@ -33,7 +34,7 @@ func (h *harness) assertDeliveredOnce(id, key string) {
 		h.t.Fatalf("event %s: want history accept, claim, succeed, got %v", id, actions)
 	}
 	// The provider logs a call just after answering it: wait for the log.
-	if err := h.prov.WaitCalls(h.waitCtx(), 1); err != nil {
+	if err := h.prov.WaitCalls(h.WaitCtx(), 1); err != nil {
 		h.t.Fatal(err)
 	}
 	// The target sees the event id as Idempotency-Key, not the key.
@@ -61,20 +62,20 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 	}}))
 	ack := h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-crash"}`), "Nats-Msg-Id", "crash-1")
 
-	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) },
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) },
 		"INTAKE message not settled after the redelivery")
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("AfterCreate: want 2 runs (the crash, then the redelivery), got %d", n)
 	}
-	rec, ok := h.record(id)
+	rec, ok := h.Lookup(id)
 	if !ok || rec.Status != state.Pending || len(rec.History) != 1 {
 		t.Fatalf("record: want pending with only its creation, got %+v (exists %v)", rec, ok)
 	}
-	info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme"))
+	info := h.ConsumerInfo(h.Subj.EventsStream("acme"), names.ConsumerName("acme"))
 	if info.NumPending != 1 || info.NumAckPending != 0 {
 		t.Fatalf("acme's dispatch consumer: want exactly 1 message (the event, once), got pending %d, ack pending %d", info.NumPending, info.NumAckPending)
 	}
-	if n := h.eventMsgs(); n != 1 {
+	if n := h.EventMsgs(); n != 1 {
 		t.Fatalf("EVENTS: want the event exactly once, got %d messages", n)
 	}
 
@@ -110,10 +111,10 @@ func TestCrashIngestStopsAfterCreate(t *testing.T) {
 
 	select {
 	case <-created:
-	case <-time.After(waitFor):
+	case <-time.After(servicetest.WaitFor):
 		t.Fatal("AfterCreate was not reached")
 	}
-	if rec, ok := h.record(id); !ok || rec.Status != state.Pending {
+	if rec, ok := h.Lookup(id); !ok || rec.Status != state.Pending {
 		t.Fatalf("record: want it written (pending) before the crash, got %+v (exists %v)", rec, ok)
 	}
 	stopped := make(chan error, 1)
@@ -126,10 +127,10 @@ func TestCrashIngestStopsAfterCreate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
-	case <-time.After(waitFor):
+	case <-time.After(servicetest.WaitFor):
 		t.Fatal("Stop with an expired context did not return")
 	}
-	if n := h.eventMsgs(); n != 0 || h.arrived.Load() != 0 {
+	if n := h.EventMsgs(); n != 0 || h.arrived.Load() != 0 {
 		t.Fatalf("the stopped ingest must not have enqueued the event, got %d EVENTS messages and %d provider calls", n, h.arrived.Load())
 	}
 

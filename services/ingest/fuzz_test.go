@@ -2,7 +2,6 @@ package ingest_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -85,24 +84,11 @@ func fuzzIngest(f *testing.F, yaml string, replyTimeout time.Duration) *http.Ser
 	f.Helper()
 	srv := natstest.Start(f)
 	nc, _ := srv.Conn(f)
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: servicetest.Config(f, yaml, nil), ReplyTimeout: replyTimeout})
 	if err != nil {
 		f.Fatal(err)
 	}
-	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, ReplyTimeout: replyTimeout})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := svc.Start(ctx); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = svc.Stop(ctx)
-	})
+	servicetest.Run(f, servicetest.Context(f, 30*time.Second), svc)
 	mux := http.NewServeMux()
 	svc.Routes(mux)
 	return mux

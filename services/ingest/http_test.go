@@ -83,7 +83,7 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 	}
 
 	// Two events, each enqueued once: the duplicates added nothing.
-	if info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme")); info.NumPending != 2 {
+	if info := h.ConsumerInfo(h.Subj.EventsStream("acme"), names.ConsumerName("acme")); info.NumPending != 2 {
 		t.Fatalf("EVENTS for acme: want 2 messages (one per event), got %d", info.NumPending)
 	}
 
@@ -173,7 +173,7 @@ func TestHTTPRefusals(t *testing.T) {
 			if code := r.errorCode(t); code != c.code {
 				t.Fatalf("want code %q, got %q (%s)", c.code, code, r.Body)
 			}
-			if rec, ok := h.record(event.ID(c.account, key)); ok {
+			if rec, ok := h.Lookup(event.ID(c.account, key)); ok {
 				t.Fatalf("want no event, got record %+v", rec)
 			}
 			if got := h.footprint(); got != before {
@@ -187,10 +187,10 @@ func TestHTTPRefusals(t *testing.T) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("valid submission after the refusals: want 202, got %d %s", r.Status, r.Body)
 	}
-	if got := h.streamState(names.StreamDead).Msgs; got != 0 {
+	if got := h.StreamState(names.StreamDead).Msgs; got != 0 {
 		t.Fatalf("DEAD: HTTP refusals are answered, not kept: want 0 entries, got %d", got)
 	}
-	if got := h.stateMsgs(); got != 1 {
+	if got := h.StateMsgs(); got != 1 {
 		t.Fatalf("state bucket: want exactly the one valid event, got %d records", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -30,7 +31,7 @@ func TestNATSIntakeDuplicateAfterWindow(t *testing.T) {
 	id := event.ID("acme", "k1")
 
 	ack1 := h.publishIntake(intakeOrderCreate, body, "Nats-Msg-Id", "k1")
-	rec := h.waitStatus(id, state.Pending)
+	rec := h.WaitStatus(id, state.Pending, servicetest.WaitFor)
 	if rec.IdempotencyKey != "k1" || rec.Account != "acme" || rec.Kind != "order.create" || rec.EntityID != "o-1" {
 		t.Fatalf("record: want {key k1, account acme, kind order.create, entity o-1}, got %+v", rec)
 	}
@@ -38,31 +39,31 @@ func TestNATSIntakeDuplicateAfterWindow(t *testing.T) {
 	// Publish again until INTAKE takes the copy (its window has passed):
 	// only then is the second copy really submitted to ingest.
 	var ack2 *jetstream.PubAck
-	natstest.Eventually(t, waitFor, func() bool {
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		ack2 = h.publishIntake(intakeOrderCreate, body, "Nats-Msg-Id", "k1")
 		return !ack2.Duplicate
 	}, "INTAKE kept deduplicating k1 past its 100ms window")
 	if ack2.Sequence <= ack1.Sequence {
 		t.Fatalf("second copy: want a new INTAKE sequence after %d, got %d", ack1.Sequence, ack2.Sequence)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack2.Sequence) },
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack2.Sequence) },
 		"ingest did not settle the second copy (INTAKE seq %d)", ack2.Sequence)
 
-	rec, _ = h.record(id)
+	rec, _ = h.Lookup(id)
 	if rec.Status != state.Pending || len(rec.History) != 1 {
 		t.Fatalf("after the duplicate: want the untouched pending record with one history entry, got status %s, history %+v", rec.Status, rec.History)
 	}
-	if n := h.stateMsgs(); n != 1 {
+	if n := h.StateMsgs(); n != 1 {
 		t.Fatalf("state bucket: want 1 record, got %d", n)
 	}
-	info := h.consumerInfo(h.subj.EventsStream("acme"), names.ConsumerName("acme"))
+	info := h.ConsumerInfo(h.Subj.EventsStream("acme"), names.ConsumerName("acme"))
 	if info.NumPending != 1 || info.NumAckPending != 0 {
 		t.Fatalf("acme's dispatch consumer: want exactly 1 message waiting (no dispatcher runs), got pending %d, ack pending %d", info.NumPending, info.NumAckPending)
 	}
-	if n := h.eventMsgs(); n != 1 {
+	if n := h.EventMsgs(); n != 1 {
 		t.Fatalf("EVENTS: want 1 message for the event, got %d", n)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 },
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.SubjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 },
 		"INTAKE: want both copies settled and trimmed (0 messages left)")
 }
 
@@ -91,13 +92,13 @@ func TestNATSIntakeSameKeyTwoAccounts(t *testing.T) {
 				t.Fatalf("event ids of two accounts with one key: want distinct, got %s twice", idA)
 			}
 			for _, id := range []string{idA, idB} {
-				rec := h.waitStatus(id, state.Pending)
+				rec := h.WaitStatus(id, state.Pending, servicetest.WaitFor)
 				if rec.IdempotencyKey != "k1" {
 					t.Fatalf("%s: want idempotency key k1 (account prefix stripped), got %q", id, rec.IdempotencyKey)
 				}
 			}
-			natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ackB.Sequence) }, "INTAKE not settled")
-			if n := h.eventMsgs(); n != 2 {
+			natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ackB.Sequence) }, "INTAKE not settled")
+			if n := h.EventMsgs(); n != 2 {
 				t.Fatalf("EVENTS: want one message per account, got %d", n)
 			}
 		})
@@ -125,15 +126,15 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			t.Parallel()
 			h := setup(t, baseYAML)
 			ack := h.publishIntake(c.subject, c.body, append([]string{"Nats-Msg-Id", "bad-1"}, c.headers...)...)
-			ds, err := h.js.Stream(h.ctx(), names.StreamDead)
+			ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var raw *jetstream.RawStreamMsg
-			natstest.Eventually(t, waitFor, func() bool {
-				raw, err = ds.GetLastMsgForSubject(h.ctx(), c.deadSubject)
+			natstest.Eventually(t, servicetest.WaitFor, func() bool {
+				raw, err = ds.GetLastMsgForSubject(h.Ctx(), c.deadSubject)
 				return err == nil
-			}, "DEAD: want an entry on %s, last error %v", c.deadSubject, lazy(func() string { return errString(err) }))
+			}, "DEAD: want an entry on %s, last error %v", c.deadSubject, servicetest.Lazy(func() string { return errString(err) }))
 			var e dead.Entry
 			if err := json.Unmarshal(raw.Data, &e); err != nil {
 				t.Fatalf("DEAD entry: want JSON, got %q: %v", raw.Data, err)
@@ -142,25 +143,25 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 				t.Fatalf("DEAD entry: want {reason %s, class %s, raw %q, raw_subject %s, error set}, got %s",
 					dead.ReasonRejected, c.code, c.body, c.subject, raw.Data)
 			}
-			natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
-			is, err := h.js.Stream(h.ctx(), names.StreamIntake)
+			natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
+			is, err := h.JS.Stream(h.Ctx(), names.StreamIntake)
 			if err != nil {
 				t.Fatal(err)
 			}
-			natstest.Eventually(t, waitFor, func() bool {
-				_, err = is.GetMsg(h.ctx(), ack.Sequence)
+			natstest.Eventually(t, servicetest.WaitFor, func() bool {
+				_, err = is.GetMsg(h.Ctx(), ack.Sequence)
 				return errors.Is(err, jetstream.ErrMsgNotFound)
-			}, "INTAKE seq %d: want it gone (settled and trimmed), got %v", ack.Sequence, lazy(func() string { return errString(err) }))
-			if info := h.consumerInfo(names.StreamIntake, "ingest"); info.NumRedelivered != 0 {
+			}, "INTAKE seq %d: want it gone (settled and trimmed), got %v", ack.Sequence, servicetest.Lazy(func() string { return errString(err) }))
+			if info := h.ConsumerInfo(names.StreamIntake, "ingest"); info.NumRedelivered != 0 {
 				t.Fatalf("ingest consumer: want the rejection settled at once, got %d redeliveries", info.NumRedelivered)
 			}
-			if rec, ok := h.record(event.ID("acme", "bad-1")); ok {
+			if rec, ok := h.Lookup(event.ID("acme", "bad-1")); ok {
 				t.Fatalf("want no event, got %+v", rec)
 			}
-			if n := h.eventMsgs(); n != 0 {
+			if n := h.EventMsgs(); n != 0 {
 				t.Fatalf("EVENTS: want nothing enqueued, got %d messages", n)
 			}
-			if n := h.streamState(names.StreamDead).Msgs; n != 1 {
+			if n := h.StreamState(names.StreamDead).Msgs; n != 1 {
 				t.Fatalf("DEAD: want exactly 1 entry, got %d", n)
 			}
 		})
@@ -190,16 +191,16 @@ func TestSubmissionIngestFailsOnIsKeptInDead(t *testing.T) {
 		return nil
 	}}))
 	ack := h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"poison"}`), "Idempotency-Key", "poison-1")
-	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var raw *jetstream.RawStreamMsg
-	natstest.Eventually(t, waitFor, func() bool {
-		raw, err = ds.GetLastMsgForSubject(h.ctx(), "tenaz.dead.acme.order.create")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		raw, err = ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.acme.order.create")
 		return err == nil
 	}, "DEAD: want the submission kept after %d failed deliveries (%s so far), last error %v", maxDeliveries,
-		lazy(func() string { return fmt.Sprint(tries.Load()) }), lazy(func() string { return errString(err) }))
+		servicetest.Lazy(func() string { return fmt.Sprint(tries.Load()) }), servicetest.Lazy(func() string { return errString(err) }))
 	var e dead.Entry
 	if err := json.Unmarshal(raw.Data, &e); err != nil {
 		t.Fatalf("DEAD entry: want JSON, got %q: %v", raw.Data, err)
@@ -207,11 +208,11 @@ func TestSubmissionIngestFailsOnIsKeptInDead(t *testing.T) {
 	if e.Reason != dead.ReasonCrash || e.Account != "acme" || e.Kind != "order.create" || string(e.Raw) != `{"order_id":"poison"}` || e.RawSubject != intakeOrderCreate {
 		t.Fatalf("DEAD entry: want {reason %s, account acme, kind order.create, raw body, raw subject}, got %s", dead.ReasonCrash, raw.Data)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
 	if got := tries.Load(); got != maxDeliveries+1 {
 		t.Fatalf("want %d deliveries (the last one kept in DEAD), got %d", maxDeliveries+1, got)
 	}
-	if rec, ok := h.record(id); ok {
+	if rec, ok := h.Lookup(id); ok {
 		t.Fatalf("want no event, got %+v", rec)
 	}
 }

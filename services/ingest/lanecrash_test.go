@@ -1,15 +1,14 @@
 package ingest_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // An ingest dies holding a lane's first submission (taken from INTAKE, not
@@ -22,19 +21,15 @@ import (
 func TestOrderedSubmissionHeldByADeadIngestKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	h := setup(t, baseYAML)
-	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.ing.Stop(stop); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, h.ing)
 	lane := []string{"Tenaz-Ordering-Key", "lane-1"}
 	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), append([]string{"Idempotency-Key", "first"}, lane...)...)
 	// The dead ingest: it took the first submission and never settled it.
-	cons, err := h.js.Consumer(h.ctx(), names.StreamIntake, "ingest")
+	cons, err := h.JS.Consumer(h.Ctx(), names.StreamIntake, "ingest")
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(waitFor))
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(servicetest.WaitFor))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,9 +42,9 @@ func TestOrderedSubmissionHeldByADeadIngestKeepsItsPlace(t *testing.T) {
 	h.startIngest(nil)
 	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-2"}`), append([]string{"Idempotency-Key", "second"}, lane...)...)
 	first, second := event.ID("acme", "first"), event.ID("acme", "second")
-	natstest.Eventually(t, waitFor, func() bool { _, ok := h.record(second); return ok }, "want the second submission accepted")
-	r2, _ := h.record(second)
-	r1, ok := h.record(first)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { _, ok := h.Lookup(second); return ok }, "want the second submission accepted")
+	r2, _ := h.Lookup(second)
+	r1, ok := h.Lookup(first)
 	if !ok || r2.After != first || r1.Next != second {
 		t.Fatalf("want the first submission accepted first and the second behind it; got first exists %v (next %q), second after %q", ok, r1.Next, r2.After)
 	}

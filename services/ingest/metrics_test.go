@@ -1,7 +1,6 @@
 package ingest_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -32,39 +31,19 @@ type metricsHarness struct {
 // fresh registry (no dispatcher: accepted events stay in the backlog).
 func setupMetrics(t *testing.T) *metricsHarness {
 	t.Helper()
-	h := &harness{t: t}
-	var cancel context.CancelFunc
-	h.c, cancel = context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	h.srv = natstest.Start(t)
-	cfg, err := config.Parse([]byte(baseYAML), func(k string) (string, bool) {
-		return map[string]string{"TARGET": "http://127.0.0.1:1"}[k], k == "TARGET"
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.cfg = cfg
-	h.nc, h.js = h.srv.Conn(t)
+	h := &harness{t: t, Env: servicetest.Start(t, servicetest.Options{})}
+	h.cfg = servicetest.Config(t, baseYAML, map[string]string{"TARGET": "http://127.0.0.1:1"})
 	reg := prometheus.NewRegistry()
 	set, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := h.srv.Conn(t)
-	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, Metrics: set})
+	nc, _ := h.Srv.Conn(t)
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Metrics: set})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Start(h.ctx()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := svc.Stop(ctx); err != nil {
-			t.Errorf("ingest.Stop: %v", err)
-		}
-	})
+	servicetest.Run(t, h.Ctx(), svc)
 	h.ing = svc
 	mux := http.NewServeMux()
 	svc.Routes(mux)
@@ -73,38 +52,11 @@ func setupMetrics(t *testing.T) *metricsHarness {
 	return &metricsHarness{harness: h, set: set, reg: reg}
 }
 
+// value is the series of name with exactly labels (alternating name,
+// value); NaN if there is none.
 func (m *metricsHarness) value(name string, labels ...string) float64 {
 	m.t.Helper()
-	mfs, err := m.reg.Gather()
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, mt := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range mt.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if got[k] != v {
-					continue next
-				}
-			}
-			if c := mt.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return mt.GetGauge().GetValue()
-		}
-	}
-	return -1 // no such series
+	return servicetest.Metric(m.t, m.reg, name, labels...)
 }
 
 // TestMetricsOfSubmissions: accepted counts new events once (not
@@ -133,11 +85,11 @@ func TestMetricsOfSubmissions(t *testing.T) {
 	h.publishIntake("tenaz.intake.beta.order.create", []byte(`{"order_id":"b-1"}`), "Nats-Msg-Id", "beta:b-1")
 	h.publishIntake("tenaz.intake.beta.nope", []byte(`{}`), "Nats-Msg-Id", "beta:b-2")
 	// micro: a malformed request.
-	if _, err := h.nc.Request("tenaz.api.ingest.submit", []byte(`{"account":"acme"}`), 5*time.Second); err != nil {
+	if _, err := h.NC.Request("tenaz.api.ingest.submit", []byte(`{"account":"acme"}`), 5*time.Second); err != nil {
 		t.Fatalf("micro submit: %v", err)
 	}
 
-	natstest.Eventually(t, waitFor, func() bool {
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		return h.value(metrics.NameAccepted, "account", "beta", "kind", "order.create") == 1 &&
 			h.value(metrics.NameRejected, "reason", "unknown_kind") == 2
 	}, "the NATS submissions were not counted")
@@ -162,16 +114,16 @@ func TestMetricsOfSubmissions(t *testing.T) {
 
 	// No dispatcher runs: the accepted events wait in their accounts'
 	// consumers (the read is cached for 5s, so this may take a moment).
-	natstest.Eventually(t, waitFor, func() bool {
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		return h.value(metrics.NamePending, "account", "acme") == 3 && h.value(metrics.NamePending, "account", "beta") == 1 &&
 			h.value(metrics.NameBacklogUp) == 1
-	}, "backlog: want acme 3, beta 1, up 1; got %v, %v, %v", lazy(func() string {
+	}, "backlog: want acme 3, beta 1, up 1; got %v, %v, %v", servicetest.Lazy(func() string {
 		return fmt.Sprint(h.value(metrics.NamePending, "account", "acme"))
-	}), lazy(func() string { return fmt.Sprint(h.value(metrics.NamePending, "account", "beta")) }),
-		lazy(func() string { return fmt.Sprint(h.value(metrics.NameBacklogUp)) }))
+	}), servicetest.Lazy(func() string { return fmt.Sprint(h.value(metrics.NamePending, "account", "beta")) }),
+		servicetest.Lazy(func() string { return fmt.Sprint(h.value(metrics.NameBacklogUp)) }))
 
 	// $SRV.STATS.tenaz-ingest: every endpoint's data is the snapshot.
-	m, err := h.nc.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
+	m, err := h.NC.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
 	if err != nil {
 		t.Fatalf("$SRV.STATS.tenaz-ingest: %v", err)
 	}
@@ -219,7 +171,7 @@ func TestMetricsServedByDaemonMux(t *testing.T) {
 		metrics.NameBacklogUp + " 1",
 	}
 	var body string
-	natstest.Eventually(t, waitFor, func() bool {
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		body = scrape()
 		for _, w := range want {
 			if !strings.Contains(body, w) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -26,7 +27,7 @@ func TestMicroService(t *testing.T) {
 	}
 	id := event.ID("acme", "micro-1")
 
-	m, err := h.nc.Request("tenaz.api.ingest.get", []byte(id), 5*time.Second)
+	m, err := h.NC.Request("tenaz.api.ingest.get", []byte(id), 5*time.Second)
 	if err != nil {
 		t.Fatalf("tenaz.api.ingest.get: want an answer, got %v", err)
 	}
@@ -41,7 +42,7 @@ func TestMicroService(t *testing.T) {
 		t.Fatalf("get: want {id %s, status pending, idempotency_key micro-1}, got %s", id, m.Data)
 	}
 
-	m, err = h.nc.Request("tenaz.api.ingest.get", []byte(event.ID("acme", "unknown")), 5*time.Second)
+	m, err = h.NC.Request("tenaz.api.ingest.get", []byte(event.ID("acme", "unknown")), 5*time.Second)
 	if err != nil {
 		t.Fatalf("get unknown: want an answer, got %v", err)
 	}
@@ -49,7 +50,7 @@ func TestMicroService(t *testing.T) {
 		t.Fatalf("get unknown: want Tenaz-Status 404, got %q (%s)", got, m.Data)
 	}
 
-	m, err = h.nc.Request("$SRV.PING.tenaz-ingest", nil, 5*time.Second)
+	m, err = h.NC.Request("$SRV.PING.tenaz-ingest", nil, 5*time.Second)
 	if err != nil {
 		t.Fatalf("$SRV.PING.tenaz-ingest: want an answer, got %v", err)
 	}
@@ -69,7 +70,7 @@ func (h *harness) cancelAs(key, data string) (status, code string, m *nats.Msg) 
 	if key != "" {
 		msg.Header.Set("Authorization", "Bearer "+key)
 	}
-	m, err := h.nc.RequestMsg(msg, 5*time.Second)
+	m, err := h.NC.RequestMsg(msg, 5*time.Second)
 	if err != nil {
 		h.t.Fatalf("tenaz.api.ingest.cancel: want an answer, got %v", err)
 	}
@@ -97,7 +98,7 @@ func TestMicroCancel(t *testing.T) {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "micro-cancel-1")
-	h.waitStatus(id, state.Scheduled)
+	h.WaitStatus(id, state.Scheduled, servicetest.WaitFor)
 	req := `{"id":"` + id + `","reason":"customer withdrew"}`
 
 	for _, c := range []struct {
@@ -113,7 +114,7 @@ func TestMicroCancel(t *testing.T) {
 			t.Errorf("cancel, %s: want Tenaz-Status %s and code %s, got %q %q %s", c.name, c.status, c.code, status, code, m.Data)
 		}
 	}
-	if rec, _ := h.record(id); rec.Status != state.Scheduled || strings.Contains(fmt.Sprint(rec.History), "mallory") {
+	if rec, _ := h.Lookup(id); rec.Status != state.Scheduled || strings.Contains(fmt.Sprint(rec.History), "mallory") {
 		t.Fatalf("refused cancels must change nothing, got %s %+v", rec.Status, rec.History)
 	}
 
@@ -122,7 +123,7 @@ func TestMicroCancel(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &v); status != "200" || err != nil || v.ID != id || v.Status != state.Cancelled {
 		t.Fatalf("cancel by the operator: want 200 {id %s, status cancelled}, got %q %s (%v)", id, status, m.Data, err)
 	}
-	rec, _ := h.record(id)
+	rec, _ := h.Lookup(id)
 	last := rec.History[len(rec.History)-1]
 	if last.Action != state.Cancel || last.Actor != "operator:alice" || last.Detail != "customer withdrew" {
 		t.Fatalf("history: want the last entry {cancel, operator:alice, customer withdrew}, got %+v", last)
@@ -153,11 +154,11 @@ func TestMicroCancelAnonymous(t *testing.T) {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "micro-anon-1")
-	h.waitStatus(id, state.Scheduled)
+	h.WaitStatus(id, state.Scheduled, servicetest.WaitFor)
 	if status, _, m := h.cancelAs("", id); status != "200" {
 		t.Fatalf("cancel: want 200, got %q %s", status, m.Data)
 	}
-	rec, _ := h.record(id)
+	rec, _ := h.Lookup(id)
 	if last := rec.History[len(rec.History)-1]; last.Action != state.Cancel || last.Actor != "anonymous" {
 		t.Fatalf("history: want the cancel recorded as anonymous, got %+v", last)
 	}
@@ -186,7 +187,7 @@ func TestMicroErrorsCounted(t *testing.T) {
 		{"tenaz.api.ingest.cancel", `{"id":`, "400", "malformed"},
 		{"tenaz.api.ingest.get", id, "200", ""},
 	} {
-		m, err := h.nc.Request(c.subject, []byte(c.data), 5*time.Second)
+		m, err := h.NC.Request(c.subject, []byte(c.data), 5*time.Second)
 		if err != nil {
 			t.Fatalf("%s %s: want an answer, got %v", c.subject, c.data, err)
 		}
@@ -210,7 +211,7 @@ func TestMicroErrorsCounted(t *testing.T) {
 		}
 	}
 
-	m, err := h.nc.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
+	m, err := h.NC.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
 	if err != nil {
 		t.Fatalf("$SRV.STATS.tenaz-ingest: want an answer, got %v", err)
 	}

@@ -2,8 +2,6 @@ package ingest_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/webhook"
 )
 
@@ -38,29 +37,8 @@ func TestOpenAPIContractIngest(t *testing.T) {
 	t.Cleanup(client.CloseIdleConnections)
 	send := func(method, path, key, body string, headers ...string) response {
 		t.Helper()
-		req, err := http.NewRequestWithContext(h.ctx(), method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		for i := 0; i+1 < len(headers); i += 2 {
-			req.Header.Set(headers[i], headers[i+1])
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatalf("%s %s: reading the answer: %v", method, path, err)
-		}
-		return response{Status: resp.StatusCode, Body: b}
+		r := servicetest.Send(t, h.Ctx(), client, method, base+path, key, body, headers...)
+		return response{Status: r.Status, Body: r.Body}
 	}
 	want := func(r response, status int, what string) {
 		t.Helper()
@@ -131,7 +109,7 @@ func TestOpenAPIContractIngest(t *testing.T) {
 	want(send("GET", "/v1/openapi.json", "", ""), 200, "the document")
 
 	// With the NATS server gone nothing can be stored or read: 503.
-	h.srv.Stop()
+	h.Srv.Stop()
 	var wg sync.WaitGroup
 	for _, r := range []struct{ method, path, key, body string }{
 		{"POST", "/v1/events", keyAcme, order("c-down")},

@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -30,13 +31,13 @@ const withInvoice = baseYAML + `  invoice.send: {target: erp, attempts: 3}
 // deadEntries decodes every entry DEAD holds.
 func (h *harness) deadEntries() []dead.Entry {
 	h.t.Helper()
-	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	var out []dead.Entry
-	for seq := uint64(1); seq <= h.streamState(names.StreamDead).LastSeq; seq++ {
-		raw, err := ds.GetMsg(h.ctx(), seq)
+	for seq := uint64(1); seq <= h.StreamState(names.StreamDead).LastSeq; seq++ {
+		raw, err := ds.GetMsg(h.Ctx(), seq)
 		if err != nil {
 			continue // deleted
 		}
@@ -70,7 +71,7 @@ func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
 		if id == keptID {
 			select {
 			case <-release:
-			case <-h.ctx().Done():
+			case <-h.Ctx().Done():
 			}
 		}
 		return nil
@@ -90,7 +91,7 @@ func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
 		t.Fatalf("POST kept, held by B: want 202 accepted for %s, got %d %s", keptID, r.Status, r.Body)
 	}
 	releaseB()
-	rec := h.waitStatus(keptID, state.Dead)
+	rec := h.WaitStatus(keptID, state.Dead, servicetest.WaitFor)
 	if rec.LastError == nil || rec.LastError.Class != "unknown_kind" || len(rec.History) != 1 || rec.History[0].Action != state.Reject ||
 		!strings.HasPrefix(rec.History[0].Detail, dead.ReasonRejected+":") || string(rec.Payload) != `{"n":1}` {
 		t.Fatalf("event %s refused by B after the 202: want dead by reject, last_error unknown_kind, the payload kept, got %+v", keptID, rec)
@@ -101,13 +102,13 @@ func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
 		t.Fatalf("GET the status URL of %s: want 200 and status dead, got %d %s", keptID, r.Status, r.Body)
 	}
 
-	natstest.Eventually(t, waitFor, func() bool { return h.subjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.SubjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
 	entries := h.deadEntries()
 	if len(entries) != 1 || entries[0].ID != keptID || entries[0].Reason != dead.ReasonRejected || entries[0].Class != "unknown_kind" ||
 		entries[0].Event == nil || entries[0].Record == nil {
 		t.Fatalf("DEAD: want one entry, %s with its event and record (told's caller was told: nothing kept), got %+v", keptID, entries)
 	}
-	if rec, ok := h.record(toldID); ok {
+	if rec, ok := h.Lookup(toldID); ok {
 		t.Fatalf("event %s: its caller was told 422, want nothing kept, got %+v", toldID, rec)
 	}
 }
@@ -130,7 +131,7 @@ func TestHTTPIdempotencyKeyReused(t *testing.T) {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	id := event.ID("acme", "k1")
-	orig := h.waitStatus(id, state.Done) // the dispatcher's claim rewrote it from the EVENTS copy
+	orig := h.WaitStatus(id, state.Done, servicetest.WaitFor) // the dispatcher's claim rewrote it from the EVENTS copy
 	for _, body := range []string{
 		first,
 		`{"account":"acme","kind":"order.create","payload":{"note":"<ok>","order_id":"o-1"}}`,
@@ -151,11 +152,11 @@ func TestHTTPIdempotencyKeyReused(t *testing.T) {
 			t.Fatalf("POST %s with key k1: want 409 idempotency_key_reused naming %s, got %d %s", body, id, r.Status, r.Body)
 		}
 	}
-	rec, _ := h.record(id)
+	rec, _ := h.Lookup(id)
 	if rec.Kind != "order.create" || string(rec.Payload) != string(orig.Payload) || len(rec.History) != len(orig.History) || rec.Status != state.Done {
 		t.Fatalf("the original event: want it unchanged (%+v), got %+v", orig, rec)
 	}
-	if n := h.streamState(names.StreamDead).Msgs; n != 0 {
+	if n := h.StreamState(names.StreamDead).Msgs; n != 0 {
 		t.Fatalf("DEAD: the callers were told, want nothing kept, got %d entries", n)
 	}
 }
@@ -169,10 +170,10 @@ func TestNATSIdempotencyKeyReusedKeptInDead(t *testing.T) {
 	h := setup(t, withInvoice)
 	id := event.ID("acme", "k1")
 	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), "Idempotency-Key", "k1")
-	orig := h.waitStatus(id, state.Pending)
+	orig := h.WaitStatus(id, state.Pending, servicetest.WaitFor)
 	ack := h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), "Idempotency-Key", "k1")
-	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "the duplicate not settled")
-	if n := h.streamState(names.StreamDead).Msgs; n != 0 {
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "the duplicate not settled")
+	if n := h.StreamState(names.StreamDead).Msgs; n != 0 {
 		t.Fatalf("DEAD after a true duplicate: want nothing, got %d entries", n)
 	}
 	sends := []struct{ subject, body string }{
@@ -183,8 +184,8 @@ func TestNATSIdempotencyKeyReusedKeptInDead(t *testing.T) {
 		h.publishIntake(s.subject, []byte(s.body), "Idempotency-Key", "k1")
 	}
 	var got []dead.Entry
-	natstest.Eventually(t, waitFor, func() bool { got = h.deadEntries(); return len(got) == len(sends) },
-		"DEAD: want %d entries, got %v", len(sends), lazy(func() string { return fmt.Sprint(len(got)) }))
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { got = h.deadEntries(); return len(got) == len(sends) },
+		"DEAD: want %d entries, got %v", len(sends), servicetest.Lazy(func() string { return fmt.Sprint(len(got)) }))
 	for _, s := range sends {
 		found := false
 		for _, e := range got {
@@ -195,7 +196,7 @@ func TestNATSIdempotencyKeyReusedKeptInDead(t *testing.T) {
 			t.Fatalf("DEAD: want an entry rejected, class idempotency_key_reused, raw %s on %s, naming %s; got %+v", s.body, s.subject, id, got)
 		}
 	}
-	rec, _ := h.record(id)
+	rec, _ := h.Lookup(id)
 	if rec.Status != state.Pending || string(rec.Payload) != string(orig.Payload) || len(rec.History) != 1 || rec.Kind != "order.create" {
 		t.Fatalf("the original event: want it unchanged, got %+v", rec)
 	}
@@ -213,7 +214,7 @@ func maxStore(n int64) natstest.Option {
 func TestFullStoreRefusesWith503AndKeepsAccepted(t *testing.T) {
 	t.Parallel()
 	h := setup(t, baseYAML, withServer(maxStore(8<<20)), withReplyTimeout(200*time.Millisecond))
-	fill, err := h.js.CreateStream(h.ctx(), jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}})
+	fill, err := h.JS.CreateStream(h.Ctx(), jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestFullStoreRefusesWith503AndKeepsAccepted(t *testing.T) {
 			t.Fatalf("POST %s: want 202 or 503, got %d %s", key, r.Status, r.Body)
 		}
 		for j := 0; j < 4; j++ {
-			if _, err := h.js.Publish(h.ctx(), "fill", chunk); err != nil && !store.IsFull(err) {
+			if _, err := h.JS.Publish(h.Ctx(), "fill", chunk); err != nil && !store.IsFull(err) {
 				t.Fatalf("filling: %v", err)
 			}
 		}
@@ -246,11 +247,11 @@ func TestFullStoreRefusesWith503AndKeepsAccepted(t *testing.T) {
 	if len(accepted) == 0 {
 		t.Fatal("want some submissions accepted before the store filled, got none")
 	}
-	if err := h.js.DeleteStream(h.ctx(), fill.CachedInfo().Config.Name); err != nil {
+	if err := h.JS.DeleteStream(h.Ctx(), fill.CachedInfo().Config.Name); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range accepted {
-		natstest.Eventually(t, time.Minute, func() bool { _, ok := h.record(id); return ok }, "event %s answered 202: want its record once room is freed", id)
+		natstest.Eventually(t, time.Minute, func() bool { _, ok := h.Lookup(id); return ok }, "event %s answered 202: want its record once room is freed", id)
 	}
 	if r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"after"}}`, "Idempotency-Key", "after"); r.Status != http.StatusAccepted {
 		t.Fatalf("POST after room was freed: want 202, got %d %s", r.Status, r.Body)

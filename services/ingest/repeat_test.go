@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
@@ -36,11 +36,11 @@ accounts:
 // is none.
 func (h *harness) schedule(account, name string) *jetstream.RawStreamMsg {
 	h.t.Helper()
-	st, err := h.js.Stream(h.ctx(), ingest.StreamRepeats)
+	st, err := h.JS.Stream(h.Ctx(), ingest.StreamRepeats)
 	if err != nil {
 		h.t.Fatalf("stream %s: %v", ingest.StreamRepeats, err)
 	}
-	m, err := st.GetLastMsgForSubject(h.ctx(), "tenaz.repeat.sched."+account+"."+name)
+	m, err := st.GetLastMsgForSubject(h.Ctx(), "tenaz.repeat.sched."+account+"."+name)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
@@ -57,7 +57,7 @@ func (h *harness) occurrences(account, name string, from, to time.Time) []time.T
 	h.t.Helper()
 	var out []time.Time
 	for at := from.Truncate(time.Second); !at.After(to); at = at.Add(time.Second) {
-		if _, ok := h.record(event.ID(account, ingest.RepeatKey(name, at))); ok {
+		if _, ok := h.Lookup(event.ID(account, ingest.RepeatKey(name, at))); ok {
 			out = append(out, at)
 		}
 	}
@@ -91,11 +91,11 @@ func TestRepeatFiresOneEventPerOccurrence(t *testing.T) {
 	if again := h.schedule("acme", "tick"); again.Sequence != first.Sequence {
 		t.Fatalf("the second replica rewrote the schedule: sequence %d, then %d", first.Sequence, again.Sequence)
 	}
-	if n := h.subjectMsgs(ingest.StreamRepeats, "tenaz.repeat.sched.>"); n != 2 {
+	if n := h.SubjectMsgs(ingest.StreamRepeats, "tenaz.repeat.sched.>"); n != 2 {
 		t.Fatalf("want 2 schedules (tick and other), got %d", n)
 	}
 
-	shown := lazy(func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(deliveries) })
+	shown := servicetest.Lazy(func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(deliveries) })
 	twice := func() (keys []string, all bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -108,26 +108,26 @@ func TestRepeatFiresOneEventPerOccurrence(t *testing.T) {
 		}
 		return keys, all
 	}
-	natstest.Eventually(t, 2*waitFor, func() bool { keys, _ := twice(); return len(keys) >= 6 },
+	natstest.Eventually(t, 2*servicetest.WaitFor, func() bool { keys, _ := twice(); return len(keys) >= 6 },
 		"want at least 6 occurrences delivered twice, got %v", shown)
 	// Cancel both, and let every firing stored so far be submitted: then
 	// each occurrence was delivered twice and made one record (nothing
 	// else is submitted here).
-	st, err := h.js.Stream(h.ctx(), ingest.StreamRepeats)
+	st, err := h.JS.Stream(h.Ctx(), ingest.StreamRepeats)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Purge(h.ctx(), jetstream.WithPurgeSubject("tenaz.repeat.sched.>")); err != nil {
+	if err := st.Purge(h.Ctx(), jetstream.WithPurgeSubject("tenaz.repeat.sched.>")); err != nil {
 		t.Fatal(err)
 	}
 	var keys []string
-	natstest.Eventually(t, waitFor, func() bool {
-		fire := h.consumerInfo(ingest.StreamRepeats, "ingest-repeat")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		fire := h.ConsumerInfo(ingest.StreamRepeats, "ingest-repeat")
 		var all bool
 		keys, all = twice()
-		return fire.NumPending == 0 && fire.NumAckPending == 0 && h.intakeSettled(h.streamState(names.StreamIntake).LastSeq) && all
+		return fire.NumPending == 0 && fire.NumAckPending == 0 && h.intakeSettled(h.StreamState(names.StreamIntake).LastSeq) && all
 	}, "want every firing submitted, each twice; got %v", shown)
-	if n := h.stateMsgs(); n != uint64(len(keys)) {
+	if n := h.StateMsgs(); n != uint64(len(keys)) {
 		t.Fatalf("want one record per occurrence (%d), got %d records for %v", len(keys), n, keys)
 	}
 	slices.Sort(keys)
@@ -141,12 +141,12 @@ func TestRepeatFiresOneEventPerOccurrence(t *testing.T) {
 				t.Fatalf("%s: occurrences less than the interval apart: %v", name, occ)
 			}
 		}
-		rec, _ := h.record(event.ID("acme", ingest.RepeatKey(name, occ[0])))
+		rec, _ := h.Lookup(event.ID("acme", ingest.RepeatKey(name, occ[0])))
 		if rec.Kind != "order.create" || rec.EntityID != "r-"+name || string(rec.Payload) != `{"order_id":"r-`+name+`"}` {
 			t.Fatalf("%s: want an order.create event of entity r-%s with the repeat's payload, got %+v", name, name, rec)
 		}
 	}
-	if n := h.eventMsgs(); n < uint64(len(keys)) {
+	if n := h.EventMsgs(); n < uint64(len(keys)) {
 		t.Fatalf("want every occurrence's event in EVENTS (%d), got %d", len(keys), n)
 	}
 }
@@ -162,9 +162,9 @@ func TestRepeatSurvivesRestartAndStopsWhenRemoved(t *testing.T) {
 	count := func(name string) int {
 		return len(h.occurrences("acme", name, start.Add(-time.Second), time.Now().Add(time.Second)))
 	}
-	natstest.Eventually(t, waitFor, func() bool { return count("tick") >= 1 }, "want tick to fire")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return count("tick") >= 1 }, "want tick to fire")
 	before := h.schedule("acme", "tick")
-	stopCtx, cancel := context.WithTimeout(h.ctx(), 10*time.Second)
+	stopCtx, cancel := context.WithTimeout(h.Ctx(), 10*time.Second)
 	defer cancel()
 	if err := h.ing.Stop(stopCtx); err != nil {
 		t.Fatalf("stop: %v", err)
@@ -179,7 +179,7 @@ func TestRepeatSurvivesRestartAndStopsWhenRemoved(t *testing.T) {
 		t.Fatalf("ingest rewrote an unchanged schedule: sequence %d, then %d", before.Sequence, kept.Sequence)
 	}
 	n := count("tick")
-	natstest.Eventually(t, waitFor, func() bool { return count("tick") >= n+2 }, "want tick to fire again after the restart")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return count("tick") >= n+2 }, "want tick to fire again after the restart")
 
 	// The config without tick: the next ingest to start cancels it.
 	without := h.config(strings.Replace(repeatsYAML, "      tick:  {kind: order.create, every: 1s, payload: {order_id: r-tick}}\n", "", 1))
@@ -193,9 +193,9 @@ func TestRepeatSurvivesRestartAndStopsWhenRemoved(t *testing.T) {
 	// A firing stored before the purge is still submitted: let other fire
 	// once, then three more times, and tick not at all meanwhile.
 	o := count("other")
-	natstest.Eventually(t, waitFor, func() bool { return count("other") >= o+1 }, "want other to go on firing")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return count("other") >= o+1 }, "want other to go on firing")
 	ticks, o := count("tick"), count("other")
-	natstest.Eventually(t, waitFor, func() bool { return count("other") >= o+3 }, "want other to go on firing")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return count("other") >= o+3 }, "want other to go on firing")
 	if got := count("tick"); got != ticks {
 		t.Fatalf("tick was removed: want no more events than %d, got %d", ticks, got)
 	}
@@ -205,9 +205,9 @@ func TestRepeatSurvivesRestartAndStopsWhenRemoved(t *testing.T) {
 // same address and store.
 func restartServer(t *testing.T, h *harness) {
 	t.Helper()
-	addr := strings.TrimPrefix(h.srv.ClientURL(), "nats://")
-	h.srv.Stop()
-	natstest.Start(t, natstest.StoreDir(h.srv.Dir), natstest.Listen(addr))
+	addr := strings.TrimPrefix(h.Srv.ClientURL(), "nats://")
+	h.Srv.Stop()
+	natstest.Start(t, natstest.StoreDir(h.Srv.Dir), natstest.Listen(addr))
 }
 
 // A cron repeat is read in its time zone by the server: one set to fire
@@ -234,7 +234,7 @@ accounts:
 		t.Fatalf("want the schedule in Asia/Kolkata, got %q", tz)
 	}
 	id := event.ID("acme", ingest.RepeatKey("daily", at))
-	natstest.Eventually(t, waitFor, func() bool { _, ok := h.record(id); return ok },
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { _, ok := h.Lookup(id); return ok },
 		"want the event of the occurrence %s (key %s)", at, ingest.RepeatKey("daily", at))
 	var list ingest.RepeatsReply
 	h.do(http.MethodGet, "/v1/repeats?account=acme", "").json(t, &list)
@@ -266,23 +266,8 @@ accounts:
 	t.Cleanup(client.CloseIdleConnections)
 	send := func(method, path, key, body string) response {
 		t.Helper()
-		req, err := http.NewRequestWithContext(h.ctx(), method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return response{Status: resp.StatusCode, Body: b}
+		r := servicetest.Send(t, h.Ctx(), client, method, base+path, key, body)
+		return response{Status: r.Status, Body: r.Body}
 	}
 	want := func(r response, status int, what string) response {
 		t.Helper()
@@ -312,7 +297,7 @@ accounts:
 		t.Fatalf("want the repeat made by operator:alice, got %+v", v)
 	}
 	seq := h.schedule("acme", "pulse").Sequence
-	natstest.Eventually(t, waitFor, func() bool { return len(h.occurrences("acme", "pulse", start, time.Now())) >= 1 }, "want pulse to fire")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(h.occurrences("acme", "pulse", start, time.Now())) >= 1 }, "want pulse to fire")
 	want(send("PUT", "/v1/repeats/acme/pulse", keyAlice, pulse), 200, "the same repeat again")
 	if again := h.schedule("acme", "pulse").Sequence; again != seq {
 		t.Fatalf("the same repeat again: want no write, got sequence %d after %d", again, seq)
@@ -341,7 +326,7 @@ accounts:
 		if key != "" {
 			m.Header.Set("Authorization", "Bearer "+key)
 		}
-		ans, err := h.nc.RequestMsg(m, 5*time.Second)
+		ans, err := h.NC.RequestMsg(m, 5*time.Second)
 		if err != nil {
 			t.Fatalf("%s: want an answer, got %v", endpoint, err)
 		}
@@ -364,7 +349,7 @@ accounts:
 		t.Fatalf("repeats without a credential: want 401, got %s", st)
 	}
 
-	h.srv.Stop()
+	h.Srv.Stop()
 	var wg sync.WaitGroup
 	for _, r := range []struct{ method, path, body string }{
 		{"GET", "/v1/repeats", ""}, {"PUT", "/v1/repeats/acme/pulse", pulse}, {"DELETE", "/v1/repeats/acme/pulse", ""},

@@ -1,9 +1,7 @@
 package ingest_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,11 +22,9 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
-	"github.com/tenaz/tenaz/streams"
 )
 
 // TestMain checks that every test stopped what it started: services,
@@ -36,9 +32,6 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
-
-// waitFor bounds every wait on an outcome in this package.
-const waitFor = 10 * time.Second
 
 // baseYAML is the config most tests use: one target (the fault-injecting
 // provider, its URL from ${TARGET}) and one kind. streams.ack_wait is 1s so
@@ -55,20 +48,15 @@ kinds:
 // harness is one test's world: a real nats-server, a real provider behind
 // a real HTTP server, the ingest service and its HTTP API.
 type harness struct {
+	*servicetest.Env
 	t      *testing.T
-	srv    *natstest.Server
-	nc     *nats.Conn
-	js     jetstream.JetStream
 	cfg    *config.Config
 	prov   *provider.Provider
 	target *httptest.Server
 	ing    *ingest.Service
 	api    *httptest.Server
-	st     *store.Store
-	subj   names.Subjects // the store's, default prefix
 
-	arrived atomic.Int64    // deliveries that reached the provider, answered or not
-	c       context.Context // ends with the test
+	arrived atomic.Int64 // deliveries that reached the provider, answered or not
 	o       setupOptions
 }
 
@@ -114,11 +102,7 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	for _, f := range opts {
 		f(&o)
 	}
-	h := &harness{t: t, o: o}
-	var cancel context.CancelFunc
-	h.c, cancel = context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	h.srv = natstest.Start(t, o.server...)
+	h := &harness{t: t, o: o, Env: servicetest.Start(t, servicetest.Options{Server: o.server})}
 	h.prov = provider.New(o.faults, o.provOpts...)
 	h.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.arrived.Add(1)
@@ -127,13 +111,6 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	t.Cleanup(h.target.Close)
 	t.Cleanup(func() { _ = h.prov.Close() })
 	h.cfg = h.config(yaml)
-	h.nc, h.js = h.srv.Conn(t)
-	ctx := h.ctx()
-	var err error
-	if h.st, err = store.Open(ctx, h.js, store.Options{}); err != nil {
-		t.Fatalf("store: %v", err)
-	}
-	h.subj = names.NewSubjects("").WithPartitions(h.st.Partitions())
 	h.ing = h.startIngest(o.hooks)
 	mux := http.NewServeMux()
 	h.ing.Routes(mux)
@@ -145,26 +122,7 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 // config parses yaml with ${TARGET} set to the provider's URL.
 func (h *harness) config(yaml string) *config.Config {
 	h.t.Helper()
-	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) {
-		if k == "TARGET" {
-			return h.target.URL, true
-		}
-		return "", false
-	})
-	if err != nil {
-		h.t.Fatalf("config: want a valid config, got %v", err)
-	}
-	return cfg
-}
-
-// ctx is the context of calls to NATS and HTTP: it ends with the test.
-func (h *harness) ctx() context.Context { return h.c }
-
-// waitCtx bounds one wait by waitFor.
-func (h *harness) waitCtx() context.Context {
-	ctx, cancel := context.WithTimeout(h.c, waitFor)
-	h.t.Cleanup(cancel)
-	return ctx
+	return servicetest.Config(h.t, yaml, map[string]string{"TARGET": h.target.URL})
 }
 
 // startIngest starts an ingest service on its own connection, as a
@@ -177,7 +135,7 @@ func (h *harness) startIngest(hooks *ingest.Hooks) *ingest.Service {
 // startIngestConfig is startIngest for a replica running config cfg.
 func (h *harness) startIngestConfig(cfg *config.Config, hooks *ingest.Hooks) *ingest.Service {
 	h.t.Helper()
-	nc, _ := h.srv.Conn(h.t)
+	nc, _ := h.Srv.Conn(h.t)
 	var a *auth.Authenticator
 	if h.o.auth {
 		var err error
@@ -190,16 +148,7 @@ func (h *harness) startIngestConfig(cfg *config.Config, hooks *ingest.Hooks) *in
 	if err != nil {
 		h.t.Fatalf("ingest.New: %v", err)
 	}
-	if err := svc.Start(h.ctx()); err != nil {
-		h.t.Fatalf("ingest.Start: %v", err)
-	}
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := svc.Stop(ctx); err != nil {
-			h.t.Errorf("ingest.Stop: %v", err)
-		}
-	})
+	servicetest.Run(h.t, h.Ctx(), svc)
 	return svc
 }
 
@@ -207,23 +156,14 @@ func (h *harness) startIngestConfig(cfg *config.Config, hooks *ingest.Hooks) *in
 // stopped when the test ends.
 func (h *harness) startDispatcher(instance string) *dispatcher.Service {
 	h.t.Helper()
-	nc, _ := h.srv.Conn(h.t)
+	nc, _ := h.Srv.Conn(h.t)
 	client := &http.Client{Transport: &http.Transport{}}
 	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: h.cfg, Instance: instance, HTTPClient: client})
 	if err != nil {
 		h.t.Fatalf("dispatcher.New: %v", err)
 	}
-	if err := d.Start(h.ctx()); err != nil {
-		h.t.Fatalf("dispatcher.Start: %v", err)
-	}
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Stop(ctx); err != nil {
-			h.t.Errorf("dispatcher.Stop: %v", err)
-		}
-		client.CloseIdleConnections()
-	})
+	h.t.Cleanup(client.CloseIdleConnections) // after the Stop below
+	servicetest.Run(h.t, h.Ctx(), d)
 	return d
 }
 
@@ -265,7 +205,7 @@ func (h *harness) do(method, path, body string, headers ...string) response {
 
 // send is do for a goroutine other than the test's: it returns the error.
 func (h *harness) send(method, path, body string, headers ...string) (response, error) {
-	req, err := http.NewRequestWithContext(h.ctx(), method, h.api.URL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(h.Ctx(), method, h.api.URL+path, strings.NewReader(body))
 	if err != nil {
 		return response{}, fmt.Errorf("request: %w", err)
 	}
@@ -284,70 +224,6 @@ func (h *harness) send(method, path, body string, headers ...string) (response, 
 	return response{Status: resp.StatusCode, Body: b}, nil
 }
 
-// record reads an event's record; ok is false if there is none.
-func (h *harness) record(id string) (state.Record, bool) {
-	h.t.Helper()
-	rec, _, err := h.st.Get(h.ctx(), "", id)
-	if errors.Is(err, store.ErrNotFound) {
-		return rec, false
-	}
-	if err != nil {
-		h.t.Fatalf("store get %s: %v", id, err)
-	}
-	return rec, true
-}
-
-// waitStatus waits until the event's record has status want.
-func (h *harness) waitStatus(id string, want state.State) state.Record {
-	h.t.Helper()
-	var rec state.Record
-	var ok bool
-	natstest.Eventually(h.t, waitFor, func() bool {
-		rec, ok = h.record(id)
-		return ok && rec.Status == want
-	}, "event %s: want status %s, got %v", id, want, lazy(func() string {
-		if !ok {
-			return "no record"
-		}
-		return string(rec.Status)
-	}))
-	return rec
-}
-
-// streamState is the current state of a stream.
-func (h *harness) streamState(name string) jetstream.StreamState {
-	h.t.Helper()
-	s, err := h.js.Stream(h.ctx(), name)
-	if err != nil {
-		h.t.Fatalf("stream %s: %v", name, err)
-	}
-	info, err := s.Info(h.ctx())
-	if err != nil {
-		h.t.Fatalf("stream %s info: %v", name, err)
-	}
-	return info.State
-}
-
-// subjectMsgs counts the messages stored in stream on subjects matching
-// filter. (A whole-stream count would include messages that are not
-// events, such as the keeper's.)
-func (h *harness) subjectMsgs(stream, filter string) uint64 {
-	h.t.Helper()
-	s, err := h.js.Stream(h.ctx(), stream)
-	if err != nil {
-		h.t.Fatalf("stream %s: %v", stream, err)
-	}
-	info, err := s.Info(h.ctx(), jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		h.t.Fatalf("stream %s info: %v", stream, err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
-}
-
 // footprint is everything a submission can leave behind: INTAKE messages
 // ingest has seen or has yet to see, event messages and schedules, DEAD
 // entries and state records.
@@ -357,27 +233,13 @@ type footprint struct {
 
 func (h *harness) footprint() footprint {
 	h.t.Helper()
-	in := h.consumerInfo(names.StreamIntake, "ingest")
+	in := h.ConsumerInfo(names.StreamIntake, "ingest")
 	return footprint{
 		IntakeSeen: in.Delivered.Consumer + in.NumPending,
-		Events:     h.eventMsgs() + h.schedMsgs(),
-		DeadSeq:    h.streamState(names.StreamDead).LastSeq,
-		StateSeq:   h.stateSeq(),
+		Events:     h.EventMsgs() + h.SchedMsgs(),
+		DeadSeq:    h.StreamState(names.StreamDead).LastSeq,
+		StateSeq:   h.StateSeq(),
 	}
-}
-
-// consumerInfo is the current state of a consumer.
-func (h *harness) consumerInfo(stream, name string) *jetstream.ConsumerInfo {
-	h.t.Helper()
-	c, err := h.js.Consumer(h.ctx(), stream, name)
-	if err != nil {
-		h.t.Fatalf("consumer %s/%s: %v", stream, name, err)
-	}
-	info, err := c.Info(h.ctx())
-	if err != nil {
-		h.t.Fatalf("consumer %s/%s info: %v", stream, name, err)
-	}
-	return info
 }
 
 // publishIntake publishes a submission to INTAKE through JetStream;
@@ -389,7 +251,7 @@ func (h *harness) publishIntake(subject string, body []byte, headers ...string) 
 	for i := 0; i+1 < len(headers); i += 2 {
 		m.Header.Set(headers[i], headers[i+1])
 	}
-	ack, err := h.js.PublishMsg(h.ctx(), m)
+	ack, err := h.JS.PublishMsg(h.Ctx(), m)
 	if err != nil {
 		h.t.Fatalf("publish %s: %v", subject, err)
 	}
@@ -399,47 +261,6 @@ func (h *harness) publishIntake(subject string, body []byte, headers ...string) 
 // intakeSettled reports whether the ingest consumer has taken every INTAKE
 // message up to seq and settled it (nothing pending, nothing unacked).
 func (h *harness) intakeSettled(seq uint64) bool {
-	info := h.consumerInfo(names.StreamIntake, "ingest")
+	info := h.ConsumerInfo(names.StreamIntake, "ingest")
 	return info.Delivered.Stream >= seq && info.NumPending == 0 && info.NumAckPending == 0
-}
-
-// lazy formats as the result of calling it, so that a failure message
-// given to natstest.Eventually shows the value at the time of the failure.
-type lazy func() string
-
-func (l lazy) String() string { return l() }
-
-// eventMsgs counts the dispatch messages stored over every partition, and
-// schedMsgs the schedules.
-func (h *harness) eventMsgs() uint64 { return h.overPartitions(h.subj.EventsIn) }
-
-func (h *harness) schedMsgs() uint64 { return h.overPartitions(h.subj.SchedulesIn) }
-
-func (h *harness) overPartitions(filter func(p int) string) uint64 {
-	h.t.Helper()
-	var n uint64
-	for p := range h.subj.Parts() {
-		n += h.subjectMsgs(streams.EventsStream("", p), filter(p))
-	}
-	return n
-}
-
-// stateMsgs counts the stored messages of every partition's state
-// bucket, and stateSeq adds up their last sequences (a write to any
-// moves it).
-func (h *harness) stateMsgs() uint64 {
-	return h.stateSum(func(s jetstream.StreamState) uint64 { return s.Msgs })
-}
-
-func (h *harness) stateSeq() uint64 {
-	return h.stateSum(func(s jetstream.StreamState) uint64 { return s.LastSeq })
-}
-
-func (h *harness) stateSum(of func(jetstream.StreamState) uint64) uint64 {
-	h.t.Helper()
-	var n uint64
-	for p := range h.subj.Parts() {
-		n += of(h.streamState("KV_" + streams.StateBucket("", p)))
-	}
-	return n
 }

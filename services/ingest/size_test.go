@@ -8,6 +8,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -52,7 +53,7 @@ func TestSubmissionAtMaxBodyIsReadable(t *testing.T) {
 	if g := h.do("GET", "/v1/events/"+v.ID, ""); g.Status != 200 {
 		t.Fatalf("after 202: want GET 200, got %d %.200s", g.Status, g.Body)
 	}
-	if rec, ok := h.record(v.ID); !ok || int64(len(rec.Payload)) != max {
+	if rec, ok := h.Lookup(v.ID); !ok || int64(len(rec.Payload)) != max {
 		t.Fatalf("want the record with its %d-byte payload, got ok=%v, %d bytes", max, ok, len(rec.Payload))
 	}
 	r = h.do("POST", "/v1/events", sub("o-over", max+1), names.HeaderIdempotencyKey, "k-over")
@@ -93,12 +94,12 @@ func TestOversizedNATSSubmissionIsKeptInPart(t *testing.T) {
 	h := setup(t, defaultBodyYAML, withServer(natstest.MaxPayload(maxPayload)))
 	payload := paddedPayload(t, "o-big", maxPayload-1024, "x")
 	ack := h.publishIntake("tenaz.intake.acme.order.create", []byte(payload), names.HeaderIdempotencyKey, "k-big")
-	natstest.Eventually(t, waitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "the oversized submission settled")
-	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "the oversized submission settled")
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ds.GetLastMsgForSubject(h.ctx(), "tenaz.dead.acme.order.create")
+	m, err := ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.acme.order.create")
 	if err != nil {
 		t.Fatalf("want the rejection in DEAD, got %v", err)
 	}
