@@ -12,6 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -76,8 +77,8 @@ kinds:
 		return out
 	}
 	payload := func(key string) string { return fmt.Sprintf(`{"order_id":%q}`, key) }
-	narrow := h.submitTo("narrow", keys("n"), payload)
-	rated := h.submitTo("rated", keys("r"), payload)
+	narrow := h.Submit("narrow", "order.create", keys("n"), payload)
+	rated := h.Submit("rated", "order.create", keys("r"), payload)
 
 	owner := func(account string) string {
 		for name, d := range ds {
@@ -90,7 +91,7 @@ kinds:
 	// While narrow's calls are made (300 ms each, one at a time), its owner
 	// shows one in flight with its limit.
 	var got map[string]float64
-	natstest.Eventually(t, waitFor, func() bool {
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		o := owner("narrow")
 		if o == "" {
 			return false

@@ -1,7 +1,6 @@
 package dispatcher_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -122,7 +122,7 @@ func TestAutoConcurrencyLearnsCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.dispatcher("d1", nil, func(o *dispatcher.Options) { o.Metrics = set })
-	ids := h.submit(keys("a", 600), orderPayload)
+	ids := h.Submit("acme", "order.create", keys("a", 600), orderPayload)
 
 	var limit float64
 	natstest.Eventually(t, 20*time.Second, func() bool {
@@ -132,7 +132,7 @@ func TestAutoConcurrencyLearnsCapacity(t *testing.T) {
 	if _, refused := prov.counts(); refused == 0 {
 		t.Fatalf("the limit went down to %v with no 429: it was not learned from the provider's answers", limit)
 	}
-	other := h.submitTo("other", keys("o", 40), orderPayload)
+	other := h.Submit("other", "order.create", keys("o", 40), orderPayload)
 	h.waitAll(other, state.Done, 5*time.Second)
 	if ok, _ := prov.counts(); ok >= len(ids) {
 		t.Fatalf("acme's backlog was served (%d calls) before other's: no test of other waiting behind it", ok)
@@ -171,21 +171,17 @@ func TestAutoConcurrencyStartsFromTheLastOwnersLimit(t *testing.T) {
 	prov, url := startCapacityTarget(t, 2, 50*time.Millisecond)
 	h := setup(t, autoYAML(url, 40), provider.Faults{})
 	d1 := h.dispatcher("d1", nil)
-	first := h.submit(keys("a", 120), orderPayload)
+	first := h.Submit("acme", "order.create", keys("a", 120), orderPayload)
 	h.waitAll(first, state.Done, time.Minute)
 	if _, refused := prov.counts(); refused == 0 {
 		t.Fatalf("want the first owner to have met the capacity (429s) while it learned it, got none")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d1.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := h.js.KeyValue(h.ctx(), names.BucketOwners)
+	servicetest.Stop(t, d1)
+	kv, err := h.JS.KeyValue(h.Ctx(), names.BucketOwners)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(h.ctx(), "l.acme")
+	e, err := kv.Get(h.Ctx(), "l.acme")
 	if err != nil {
 		t.Fatalf("want the learned limit stored as l.acme in %s once d1 handed acme over: %v", names.BucketOwners, err)
 	}
@@ -196,7 +192,7 @@ func TestAutoConcurrencyStartsFromTheLastOwnersLimit(t *testing.T) {
 
 	_, refused0 := prov.counts()
 	h.dispatcher("d2", nil)
-	second := h.submit(keys("b", 12), orderPayload)
+	second := h.Submit("acme", "order.create", keys("b", 12), orderPayload)
 	h.waitAll(second, state.Done, time.Minute)
 	if _, refused := prov.counts(); refused > refused0+1 {
 		t.Errorf("d2 started from the stored limit: want at most 1 of its 12 calls refused, got %d 429s", refused-refused0)

@@ -13,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -41,7 +42,7 @@ kinds:
 	}
 	var mu sync.Mutex
 	var advs []adv
-	sub, err := h.nc.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
+	sub, err := h.NC.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
 		var a adv
 		if json.Unmarshal(m.Data, &a) == nil {
 			a.calls = h.prov.CallCount()
@@ -56,7 +57,7 @@ kinds:
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	h.dispatcher("d1", nil)
 	h.dispatcher("d2", nil)
-	ids := h.submit(keys("b", 10), orderPayload)
+	ids := h.Submit("acme", "order.create", keys("b", 10), orderPayload)
 
 	opens := func() []adv {
 		mu.Lock()
@@ -121,26 +122,26 @@ kinds:
 func TestBreakerOpenAtStartPausesTheAccount(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, "attempts: 3"), provider.Faults{})
-	h.submit([]string{"before"}, orderPayload) // provisions acme's consumer
-	nc, js := h.srv.Conn(t)
+	h.Submit("acme", "order.create", []string{"before"}, orderPayload) // provisions acme's consumer
+	nc, js := h.Srv.Conn(t)
 	defer nc.Close()
-	reg, err := breaker.New(h.ctx(), js, breaker.Options{Instance: "operator"})
+	reg, err := breaker.New(h.Ctx(), js, breaker.Options{Instance: "operator"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	until := time.Now().Add(time.Minute)
-	if err := reg.Open(h.ctx(), "acme", "erp", until, "operator", "test"); err != nil {
+	if err := reg.Open(h.Ctx(), "acme", "erp", until, "operator", "test"); err != nil {
 		t.Fatal(err)
 	}
 	reg.Stop()
 	h.dispatcher("d1", nil)
-	cons, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), names.ConsumerName("acme"))
+	cons, err := h.JS.Consumer(h.Ctx(), h.Subj.EventsStream("acme"), names.ConsumerName("acme"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var info *jetstream.ConsumerInfo
-	natstest.Eventually(t, waitFor, func() bool {
-		info, err = cons.Info(h.ctx())
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		info, err = cons.Info(h.Ctx())
 		return err == nil && info.Paused
 	}, "want acme's consumer paused by the breaker open at start")
 }

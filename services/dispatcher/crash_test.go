@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -24,8 +25,8 @@ func TestCrashAfterClaim(t *testing.T) {
 	var mu sync.Mutex
 	runs := 0
 	h.dispatcher("d1", &dispatcher.Hooks{AfterClaim: failOnce(id, &runs, &mu)})
-	ids := h.submit(keys("crash", 3), orderPayload)
-	recs := h.waitAll(ids, state.Done, waitFor)
+	ids := h.Submit("acme", "order.create", keys("crash", 3), orderPayload)
+	recs := h.waitAll(ids, state.Done, servicetest.WaitFor)
 
 	r := recs[id]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
@@ -61,8 +62,8 @@ func TestCrashAfterCall(t *testing.T) {
 	var mu sync.Mutex
 	runs := 0
 	h.dispatcher("d1", &dispatcher.Hooks{AfterCall: failOnce(id, &runs, &mu)})
-	ids := h.submit([]string{"call-1"}, orderPayload)
-	r := h.waitAll(ids, state.Done, waitFor)[id]
+	ids := h.Submit("acme", "order.create", []string{"call-1"}, orderPayload)
+	r := h.waitAll(ids, state.Done, servicetest.WaitFor)[id]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
 	calls := h.mustCalls("call-1", 2)
@@ -82,8 +83,8 @@ func TestCrashStopDuringCall(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(8, crashKind), provider.Faults{Latency: 20 * time.Second}, provider.WithIdempotent())
 	d1 := h.dispatcher("d1", nil)
-	ids := h.submit([]string{"stop-1"}, orderPayload)
-	h.waitArrivals(1, waitFor)
+	ids := h.Submit("acme", "order.create", []string{"stop-1"}, orderPayload)
+	h.waitArrivals(1, servicetest.WaitFor)
 
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -99,13 +100,13 @@ func TestCrashStopDuringCall(t *testing.T) {
 		t.Fatal("Stop with an expired context did not return within 5s while a call hung")
 	}
 	t.Logf("Stop returned after %s", time.Since(start))
-	if r := h.record(ids[0]); r.Status != state.Running {
-		t.Fatalf("after the stop: want the event still running (its run lost), got %s (%s)", r.Status, actions(r))
+	if r := h.Record(ids[0]); r.Status != state.Running {
+		t.Fatalf("after the stop: want the event still running (its run lost), got %s (%s)", r.Status, servicetest.Actions(r))
 	}
 
 	h.prov.SetFaults(provider.Faults{})
 	h.dispatcher("d2", nil)
-	r := h.waitAll(ids, state.Done, waitFor)[ids[0]]
+	r := h.waitAll(ids, state.Done, servicetest.WaitFor)[ids[0]]
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
 	if r.History[2].Actor != "dispatcher/d2" || r.History[3].Actor != "dispatcher/d2" {
 		t.Fatalf("want d2 to reclaim and complete, got %+v", r.History[2:])
@@ -125,8 +126,8 @@ func TestSlowCallOutlivesAckWait(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(8, crashKind), provider.Faults{Latency: 2500 * time.Millisecond})
 	h.dispatcher("d1", nil)
-	ids := h.submit([]string{"slow-1"}, orderPayload)
-	r := h.waitAll(ids, state.Done, waitFor)[ids[0]]
+	ids := h.Submit("acme", "order.create", []string{"slow-1"}, orderPayload)
+	r := h.waitAll(ids, state.Done, servicetest.WaitFor)[ids[0]]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Succeed)
 	h.mustCalls("slow-1", 1)

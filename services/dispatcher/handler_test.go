@@ -10,13 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/tenaz/tenaz/pkg/effect"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -40,22 +38,13 @@ kinds:
 // does for HTTP targets.
 func (h *harness) handlerDispatcher(instance string, handlers map[string]dispatcher.Handler, hooks *dispatcher.Hooks) *dispatcher.Service {
 	h.t.Helper()
-	nc, _ := h.srv.Conn(h.t)
+	nc, _ := h.Srv.Conn(h.t)
 	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: h.cfg, Instance: instance, Hooks: hooks, Handlers: handlers,
 		HTTPClient: &http.Client{Transport: &http.Transport{}}})
 	if err != nil {
 		h.t.Fatalf("dispatcher.New: %v", err)
 	}
-	if err := d.Start(h.ctx()); err != nil {
-		h.t.Fatalf("dispatcher.Start: %v", err)
-	}
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Stop(ctx); err != nil {
-			h.t.Errorf("dispatcher %s Stop: %v", instance, err)
-		}
-	})
+	servicetest.Run(h.t, h.Ctx(), d)
 	return d
 }
 
@@ -63,13 +52,7 @@ func (h *harness) handlerDispatcher(instance string, handlers map[string]dispatc
 // Idempotency-Key key) and returns the event's id once INTAKE stored it.
 func (h *harness) submitReward(key, payload string) string {
 	h.t.Helper()
-	m := nats.NewMsg("tenaz.intake.acme.reward.credit")
-	m.Data = []byte(payload)
-	m.Header.Set(names.HeaderIdempotencyKey, key)
-	if _, err := h.js.PublishMsg(h.waitCtx(), m); err != nil {
-		h.t.Fatalf("publish %s: %v", key, err)
-	}
-	return event.ID("acme", key)
+	return h.Submit("acme", "reward.credit", []string{key}, func(string) string { return payload })[0]
 }
 
 // calls records what a test handler was handed.
@@ -119,7 +102,7 @@ func TestHandlerDelivers(t *testing.T) {
 		}),
 	}, nil)
 	id := h.submitReward("rw-1", `{"order_id":"o-1","customer":"c-7","points":100}`)
-	r := h.waitAll([]string{id}, state.Done, waitFor)[id]
+	r := h.waitAll([]string{id}, state.Done, servicetest.WaitFor)[id]
 
 	d := seen.want(t, id, 1)[0]
 	if d.Event.Account != "acme" || d.Event.Kind != "reward.credit" || d.Event.IdempotencyKey != "rw-1" ||
@@ -216,7 +199,7 @@ func TestHandlerOutcomes(t *testing.T) {
 				}),
 			}, nil)
 			id := h.submitReward("rw-1", `{"order_id":"o-1"}`)
-			r := h.waitAll([]string{id}, tc.want, 2*waitFor)[id]
+			r := h.waitAll([]string{id}, tc.want, 2*servicetest.WaitFor)[id]
 			wantHistory(t, r, tc.history...)
 			ds := seen.want(t, id, r.Attempts)
 			tc.check(t, r, ds)
@@ -237,16 +220,16 @@ func TestStartFailsForUnregisteredHandler(t *testing.T) {
 		{"rewards": dispatcher.HandlerFunc(func(context.Context, dispatcher.Delivery) (dispatcher.Result, error) { return dispatcher.Result{}, nil })},
 		{"reward": nil},
 	} {
-		nc, _ := h.srv.Conn(t)
+		nc, _ := h.Srv.Conn(t)
 		d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: h.cfg, Instance: "d1", Handlers: handlers})
 		if err != nil {
 			t.Fatalf("dispatcher.New: %v", err)
 		}
-		err = d.Start(h.ctx())
+		err = d.Start(h.Ctx())
 		if !errors.Is(err, dispatcher.ErrHandlerNotRegistered) || !strings.Contains(err.Error(), "kinds.reward.credit.handler") {
 			t.Fatalf("handlers %v: want ErrHandlerNotRegistered naming kinds.reward.credit.handler, got %v", handlers, err)
 		}
-		if err := d.Stop(h.ctx()); err != nil {
+		if err := d.Stop(h.Ctx()); err != nil {
 			t.Fatalf("Stop after a failed Start: %v", err)
 		}
 	}
@@ -303,7 +286,7 @@ func rewardHandler(led *effect.Ledger, w *wallet, runs *calls) dispatcher.Handle
 func TestRewardCreditedOnceAcrossACrash(t *testing.T) {
 	t.Parallel()
 	h := setup(t, handlerYAML, provider.Faults{})
-	led, err := effect.Open(h.ctx(), h.js, effect.Options{Owner: "d1"})
+	led, err := effect.Open(h.Ctx(), h.JS, effect.Options{Owner: "d1"})
 	if err != nil {
 		t.Fatalf("effect.Open: %v", err)
 	}
@@ -315,7 +298,7 @@ func TestRewardCreditedOnceAcrossACrash(t *testing.T) {
 	h.handlerDispatcher("d1", map[string]dispatcher.Handler{"reward": rewardHandler(led, w, &runs)},
 		&dispatcher.Hooks{AfterCall: failOnce(id, &crashes, &mu)})
 	h.submitReward("rw-o-1", `{"order_id":"o-1","customer":"c-7","points":100}`)
-	r := h.waitAll([]string{id}, state.Done, waitFor)[id]
+	r := h.waitAll([]string{id}, state.Done, servicetest.WaitFor)[id]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Reclaim, state.Succeed)
 	runs.want(t, id, 2)
@@ -325,7 +308,7 @@ func TestRewardCreditedOnceAcrossACrash(t *testing.T) {
 	if string(r.Result) != `{"credited":100,"customer":"c-7"}` {
 		t.Fatalf("want the event's result to be the recorded effect, got %s", r.Result)
 	}
-	rec, err := led.Get(h.ctx(), "reward:o-1")
+	rec, err := led.Get(h.Ctx(), "reward:o-1")
 	if err != nil || rec.Status != effect.StatusDone || rec.Runs != 1 {
 		t.Fatalf("want the effect done in one run, got %+v, %v", rec, err)
 	}
@@ -340,7 +323,7 @@ func TestRewardCreditedOnceForTwoEvents(t *testing.T) {
 	w := &wallet{points: map[string]int{}}
 	var runs calls
 	for _, inst := range []string{"d1", "d2"} {
-		led, err := effect.Open(h.ctx(), h.js, effect.Options{Owner: inst})
+		led, err := effect.Open(h.Ctx(), h.JS, effect.Options{Owner: inst})
 		if err != nil {
 			t.Fatalf("effect.Open: %v", err)
 		}
@@ -350,7 +333,7 @@ func TestRewardCreditedOnceForTwoEvents(t *testing.T) {
 		h.submitReward("checkout-o-2", `{"order_id":"o-2","customer":"c-8","points":40}`),
 		h.submitReward("backfill-o-2", `{"order_id":"o-2","customer":"c-8","points":40}`),
 	}
-	recs := h.waitAll(ids, state.Done, 2*waitFor)
+	recs := h.waitAll(ids, state.Done, 2*servicetest.WaitFor)
 	if points, credits := w.balance("c-8"); points != 40 || credits != 1 {
 		t.Fatalf("want the wallet credited once with 40 points, got %d points in %d credits", points, credits)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -20,36 +21,36 @@ import (
 func TestIdleAccountRetiredAndRevived(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, `attempts: 3`), provider.Faults{})
-	nc, _ := h.srv.Conn(t)
+	nc, _ := h.Srv.Conn(t)
 	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: h.cfg, Instance: "d1", IdleAfter: 500 * time.Millisecond, Relist: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Start(h.ctx()); err != nil {
+	if err := d.Start(h.Ctx()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = d.Stop(h.ctx()) })
+	t.Cleanup(func() { _ = d.Stop(h.Ctx()) })
 
 	consumerGone := func() bool {
-		_, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), "acct_acme")
+		_, err := h.JS.Consumer(h.Ctx(), h.Subj.EventsStream("acme"), "acct_acme")
 		return errors.Is(err, jetstream.ErrConsumerNotFound)
 	}
-	ids := h.submit([]string{"i-1"}, orderPayload)
-	h.waitAll(ids, state.Done, waitFor)
-	natstest.Eventually(t, waitFor, consumerGone, "idle consumer to be deleted")
-	natstest.Eventually(t, waitFor, func() bool { return len(d.Accounts()) == 0 }, "idle reader to stop")
+	ids := h.Submit("acme", "order.create", []string{"i-1"}, orderPayload)
+	h.waitAll(ids, state.Done, servicetest.WaitFor)
+	natstest.Eventually(t, servicetest.WaitFor, consumerGone, "idle consumer to be deleted")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(d.Accounts()) == 0 }, "idle reader to stop")
 
-	ids = h.submit([]string{"i-2"}, orderPayload)
-	h.waitAll(ids, state.Done, waitFor)
+	ids = h.Submit("acme", "order.create", []string{"i-2"}, orderPayload)
+	h.waitAll(ids, state.Done, servicetest.WaitFor)
 
 	// A consumer lost without ingest hearing of it: the event waits in
 	// EVENTS with no consumer until the sweep adopts the account.
-	natstest.Eventually(t, waitFor, consumerGone, "idle consumer to be deleted again")
-	if err := h.js.DeleteConsumer(h.ctx(), h.subj.EventsStream("acme"), "acct_acme"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	natstest.Eventually(t, servicetest.WaitFor, consumerGone, "idle consumer to be deleted again")
+	if err := h.JS.DeleteConsumer(h.Ctx(), h.Subj.EventsStream("acme"), "acct_acme"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatal(err)
 	}
-	ids = h.submit([]string{"i-3"}, orderPayload)
-	h.waitAll(ids, state.Done, waitFor)
+	ids = h.Submit("acme", "order.create", []string{"i-3"}, orderPayload)
+	h.waitAll(ids, state.Done, servicetest.WaitFor)
 	if d := h.prov.DuplicateEffects(); len(d) != 0 {
 		t.Fatalf("effects applied more than once: %v", d)
 	}

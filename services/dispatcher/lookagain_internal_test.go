@@ -7,10 +7,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -117,13 +117,10 @@ func lookHarness(t *testing.T, ackWait time.Duration, start bool) (*Service, jet
 	t.Helper()
 	srv := natstest.Start(t)
 	nc, js := srv.Conn(t)
-	cfg, err := config.Parse([]byte(`
+	cfg := servicetest.Config(t, `
 targets: {erp: {url: "http://127.0.0.1:1/x"}}
 kinds: {order.create: {target: erp}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+`, nil)
 	s, err := New(Options{Conn: nc, Config: cfg, Instance: "d2"})
 	if err != nil {
 		t.Fatal(err)
@@ -131,10 +128,7 @@ kinds: {order.create: {target: erp}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if start {
-		if err := s.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Stop(context.Background()) })
+		servicetest.Run(t, ctx, s)
 	}
 	return s, js, natstest.Inbox(t, js, "LOOK", ackWait, 10)
 }

@@ -35,7 +35,7 @@ kinds:
 `
 	h := setup(t, yaml, provider.Faults{}, provider.WithIdempotent())
 	id := event.ID("acme", "lost-1")
-	kv, err := h.js.KeyValue(h.ctx(), names.BucketBreakers)
+	kv, err := h.JS.KeyValue(h.Ctx(), names.BucketBreakers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +51,13 @@ kinds:
 			b, _ := json.Marshal(map[string]any{"state": "half_open", "opened_at": now.Add(-2 * time.Second),
 				"open_until": now, "failures": 100, "prober": "another-replica", "probe_until": now.Add(3 * time.Second),
 				"updated_by": "another-replica", "updated_at": now, "reason": "cooldown over; probing"})
-			if _, err := kv.Put(h.ctx(), "acme.erp", b); err != nil {
+			if _, err := kv.Put(h.Ctx(), "acme.erp", b); err != nil {
 				t.Errorf("breaker: %v", err)
 			}
 		}
 		return crash(got, attempt)
 	}})
-	ids := h.submit([]string{"lost-1"}, orderPayload)
+	ids := h.Submit("acme", "order.create", []string{"lost-1"}, orderPayload)
 	r := h.waitAll(ids, state.Done, 20*time.Second)[id]
 
 	wantHistory(t, r, state.Accept, state.Claim, state.Recover, state.Claim, state.Succeed)

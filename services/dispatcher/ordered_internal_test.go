@@ -7,9 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // wake fires a parking schedule early, and only a parking one: a retry
@@ -19,22 +19,16 @@ func TestWakeLeavesRetryScheduleAlone(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	nc, _ := srv.Conn(t)
-	cfg, err := config.Parse([]byte(`
+	cfg := servicetest.Config(t, `
 targets: {erp: {url: "http://127.0.0.1:1/x"}}
 kinds: {order.create: {target: erp}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+`, nil)
 	s, err := New(Options{Conn: nc, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	servicetest.Run(t, ctx, s)
 	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
 		t.Fatal(err)

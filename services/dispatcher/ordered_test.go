@@ -30,7 +30,7 @@ func TestOrderedLaneKeepsOrderUnderRetries(t *testing.T) {
 			laneOf[k] = fmt.Sprintf("L%d", l)
 		}
 	}
-	ids := h.submit(ks, func(k string) string {
+	ids := h.Submit("acme", "order.create", ks, func(k string) string {
 		return fmt.Sprintf(`{"order_id":%q,"lane":%q}`, k, laneOf[k])
 	})
 	h.waitAll(ids, state.Done, 60*time.Second)
@@ -87,7 +87,7 @@ func TestOrderedLaneKeepsOrderUnderRetries(t *testing.T) {
 	// was retrying say so in their history.
 	waited := 0
 	for _, id := range ids {
-		for _, e := range h.record(id).History {
+		for _, e := range h.Record(id).History {
 			if strings.HasPrefix(e.Detail, "waiting for ev_") {
 				waited++
 				break
@@ -108,7 +108,7 @@ func TestOrderedLaneMovesOnPastDead(t *testing.T) {
 	h := setup(t, yamlFor(8, `ordered_by: lane, attempts: 2, backoff: {initial: 1s, multiplier: 1, jitter: 0}`), provider.Faults{})
 	h.dispatcher("d1", nil)
 	ks := []string{"a-0", "a-1", "a-2"}
-	ids := h.submit(ks, func(k string) string {
+	ids := h.Submit("acme", "order.create", ks, func(k string) string {
 		if k == "a-0" {
 			return `{"order_id":"a-0","lane":"A","reject":true}`
 		}

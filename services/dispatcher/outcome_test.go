@@ -10,6 +10,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -25,7 +26,7 @@ func wantHistory(t *testing.T, r state.Record, want ...state.ActionName) {
 		for _, a := range want {
 			w.History = append(w.History, state.Entry{Action: a})
 		}
-		t.Fatalf("event %s: want history %s, got %s", r.ID, actions(w), actions(r))
+		t.Fatalf("event %s: want history %s, got %s", r.ID, servicetest.Actions(w), servicetest.Actions(r))
 	}
 }
 
@@ -37,8 +38,8 @@ func TestDeliverSuccess(t *testing.T) {
 	h := setup(t, yamlFor(8, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{})
 	h.dispatcher("d1", nil)
 	ks := keys("ok", 20)
-	ids := h.submit(ks, orderPayload)
-	recs := h.waitAll(ids, state.Done, waitFor)
+	ids := h.Submit("acme", "order.create", ks, orderPayload)
+	recs := h.waitAll(ids, state.Done, servicetest.WaitFor)
 
 	for i, id := range ids {
 		r := recs[id]
@@ -77,11 +78,11 @@ func TestDeliverTransientThenSuccess(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(8, "attempts: 5, backoff: {initial: 1s, max: 5s, multiplier: 1, jitter: 0}"), provider.Faults{FailFirst: 2})
 	h.dispatcher("d1", nil)
-	ids := h.submit([]string{"tr-1"}, orderPayload)
+	ids := h.Submit("acme", "order.create", []string{"tr-1"}, orderPayload)
 	r := h.waitAll(ids, state.Done, 15*time.Second)[ids[0]]
 
 	if r.Attempts != 3 {
-		t.Fatalf("want done on attempt 3, got attempts %d (%s)", r.Attempts, actions(r))
+		t.Fatalf("want done on attempt 3, got attempts %d (%s)", r.Attempts, servicetest.Actions(r))
 	}
 	wantHistory(t, r, state.Accept, state.Claim, state.Retry, state.Claim, state.Retry, state.Claim, state.Succeed)
 	for _, i := range []int{2, 4} {
@@ -112,18 +113,18 @@ func TestDeliverTransientThenSuccess(t *testing.T) {
 func TestDeliverPermanentGoesDead(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(8, "attempts: 5, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{})
-	adv, err := h.nc.SubscribeSync("tenaz.advisory.dead.acme.order.create")
+	adv, err := h.NC.SubscribeSync("tenaz.advisory.dead.acme.order.create")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.nc.Flush(); err != nil {
+	if err := h.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	h.dispatcher("d1", nil)
 	payload := `{"order_id":"p-1","reject":true}`
-	ids := h.submit([]string{"perm-1"}, func(string) string { return payload })
+	ids := h.Submit("acme", "order.create", []string{"perm-1"}, func(string) string { return payload })
 	id := ids[0]
-	r := h.waitAll(ids, state.Dead, waitFor)[id]
+	r := h.waitAll(ids, state.Dead, servicetest.WaitFor)[id]
 
 	h.mustCalls("perm-1", 1)
 	if r.Attempts != 1 || r.LastError == nil || r.LastError.Class != "permanent" || r.LastError.HTTPStatus != 422 || r.LastError.Message == "" {
@@ -131,11 +132,11 @@ func TestDeliverPermanentGoesDead(t *testing.T) {
 	}
 	wantHistory(t, r, state.Accept, state.Claim, state.Fail)
 
-	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := ds.GetLastMsgForSubject(h.ctx(), "tenaz.dead.acme.order.create")
+	raw, err := ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.acme.order.create")
 	if err != nil {
 		t.Fatalf("DEAD: want an entry on tenaz.dead.acme.order.create, got %v", err)
 	}
@@ -150,10 +151,10 @@ func TestDeliverPermanentGoesDead(t *testing.T) {
 		t.Fatalf("DEAD entry: want the payload %s, got %s", payload, e.Event.Payload)
 	}
 	if e.Record.Status != state.Dead || len(e.Record.History) != 3 {
-		t.Fatalf("DEAD entry: want the dead record with its 3 history entries, got status %s, history %s", e.Record.Status, actions(*e.Record))
+		t.Fatalf("DEAD entry: want the dead record with its 3 history entries, got status %s, history %s", e.Record.Status, servicetest.Actions(*e.Record))
 	}
 
-	m, err := adv.NextMsg(waitFor)
+	m, err := adv.NextMsg(servicetest.WaitFor)
 	if err != nil {
 		t.Fatalf("advisory on tenaz.advisory.dead.acme.order.create: want one, got %v", err)
 	}
@@ -172,8 +173,8 @@ func TestDeliverAttemptsExhausted(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(8, "attempts: 2, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{Down: true})
 	h.dispatcher("d1", nil)
-	ids := h.submit([]string{"down-1"}, orderPayload)
-	r := h.waitAll(ids, state.Dead, waitFor)[ids[0]]
+	ids := h.Submit("acme", "order.create", []string{"down-1"}, orderPayload)
+	r := h.waitAll(ids, state.Dead, servicetest.WaitFor)[ids[0]]
 
 	if r.Attempts != 2 || r.LastError == nil || r.LastError.Class != "transient" || r.LastError.HTTPStatus != 503 {
 		t.Fatalf("want attempts 2 and last_error {class transient, http_status 503}, got attempts %d, last_error %+v", r.Attempts, r.LastError)
@@ -183,11 +184,11 @@ func TestDeliverAttemptsExhausted(t *testing.T) {
 	if gap := calls[1].At.Sub(calls[0].At); gap < time.Second {
 		t.Fatalf("want the second call at least the 1s backoff after the first, got %s", gap)
 	}
-	ds, err := h.js.Stream(h.ctx(), names.StreamDead)
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := ds.GetLastMsgForSubject(h.ctx(), "tenaz.dead.acme.order.create")
+	raw, err := ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.acme.order.create")
 	if err != nil {
 		t.Fatalf("DEAD: want an entry, got %v", err)
 	}
@@ -204,12 +205,12 @@ func TestDeliverHonoursRetryAfter(t *testing.T) {
 	h := setup(t, yamlFor(8, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"),
 		provider.Faults{RateLimitRate: 1, RetryAfter: 2 * time.Second})
 	h.dispatcher("d1", nil)
-	ids := h.submit([]string{"ra-1"}, orderPayload)
-	if err := h.prov.WaitCalls(h.waitCtx(), 1); err != nil {
+	ids := h.Submit("acme", "order.create", []string{"ra-1"}, orderPayload)
+	if err := h.prov.WaitCalls(h.WaitCtx(), 1); err != nil {
 		t.Fatal(err)
 	}
 	h.prov.SetFaults(provider.Faults{})
-	r := h.waitAll(ids, state.Done, waitFor)[ids[0]]
+	r := h.waitAll(ids, state.Done, servicetest.WaitFor)[ids[0]]
 
 	calls := h.mustCalls("ra-1", 2)
 	if calls[0].Status != http.StatusTooManyRequests || calls[1].Status != http.StatusOK {

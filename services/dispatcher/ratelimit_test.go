@@ -38,7 +38,7 @@ kinds:
 			m := nats.NewMsg("tenaz.intake." + account + ".order.create")
 			m.Data = []byte(fmt.Sprintf(`{"order_id":%q}`, key))
 			m.Header.Set(names.HeaderIdempotencyKey, key)
-			if _, err := h.js.PublishMsg(h.ctx(), m, jetstream.WithExpectStream(names.StreamIntake)); err != nil {
+			if _, err := h.JS.PublishMsg(h.Ctx(), m, jetstream.WithExpectStream(names.StreamIntake)); err != nil {
 				t.Fatal(err)
 			}
 			ids = append(ids, event.ID(account, key))

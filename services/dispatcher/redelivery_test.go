@@ -15,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -34,8 +35,8 @@ func TestRedeliveryAfterServerRestartDuringCall(t *testing.T) {
 	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"),
 		provider.Faults{Latency: 4500 * time.Millisecond}, provider.WithIdempotent())
 	h.dispatcher("d1", nil)
-	ids := h.submit([]string{"restart-1"}, orderPayload)
-	h.waitArrivals(1, waitFor)
+	ids := h.Submit("acme", "order.create", []string{"restart-1"}, orderPayload)
+	h.waitArrivals(1, servicetest.WaitFor)
 	restartServer(t, h)
 
 	r := h.waitAll(ids, state.Done, 30*time.Second)[ids[0]]
@@ -62,7 +63,7 @@ func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 	// over (its message, no longer kept in progress, comes back after
 	// AckWait; d1 leaves the copies alone while its run is in flight).
 	tookOver := func() bool {
-		r := h.record(id)
+		r := h.Record(id)
 		for _, e := range r.History {
 			if e.Action == state.Reclaim && e.Actor == "dispatcher/d2" {
 				return true
@@ -76,8 +77,8 @@ func TestTakenOverRunsOutcomeIsOnlyNoted(t *testing.T) {
 		}
 		return nil
 	}}, seldomHeartbeat)
-	ids := h.submit([]string{"over-1"}, orderPayload)
-	h.waitArrivals(1, waitFor)
+	ids := h.Submit("acme", "order.create", []string{"over-1"}, orderPayload)
+	h.waitArrivals(1, servicetest.WaitFor)
 	h.dispatcher("d2", nil, quickHeartbeat)
 
 	r := h.waitAll(ids, state.Done, 30*time.Second)[id]
@@ -104,7 +105,7 @@ func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 	id := event.ID("acme", "over-2")
 	has := func(action state.ActionName, actor string) func() bool {
 		return func() bool {
-			for _, e := range h.record(id).History {
+			for _, e := range h.Record(id).History {
 				if e.Action == action && e.Actor == actor {
 					return true
 				}
@@ -118,8 +119,8 @@ func TestTakeoverThatDiesAfterALateOutcomeStillEnds(t *testing.T) {
 		}
 		return nil
 	}}, seldomHeartbeat)
-	ids := h.submit([]string{"over-2"}, orderPayload)
-	h.waitArrivals(1, waitFor)
+	ids := h.Submit("acme", "order.create", []string{"over-2"}, orderPayload)
+	h.waitArrivals(1, servicetest.WaitFor)
 	var once sync.Once
 	h.dispatcher("d2", &dispatcher.Hooks{AfterCall: func(got string, _ int) error {
 		died := false
@@ -150,13 +151,13 @@ func quickHeartbeat(o *dispatcher.Options)  { o.Heartbeat = 100 * time.Milliseco
 // and starts it again on the same address and store.
 func restartServer(t *testing.T, h *harness) {
 	t.Helper()
-	u, err := url.Parse(h.srv.ClientURL())
+	u, err := url.Parse(h.Srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.srv.Stop()
+	h.Srv.Stop()
 	<-time.After(2 * time.Second) // the outage itself, not a wait for an outcome
-	natstest.Start(t, natstest.StoreDir(h.srv.Dir), natstest.Listen(u.Host))
+	natstest.Start(t, natstest.StoreDir(h.Srv.Dir), natstest.Listen(u.Host))
 	// Cleanups run last in, first out: without this the new server would
 	// stop before the dispatchers, whose Stop then waits on every request.
 	t.Cleanup(func() {
@@ -196,7 +197,7 @@ func TestFinisherDyingBeforeTheWakeLeavesTheLaneMoving(t *testing.T) {
 		m.Data = []byte(orderPayload(k))
 		m.Header.Set(names.HeaderIdempotencyKey, k)
 		m.Header.Set(names.HeaderOrderingKey, "order-9")
-		if _, err := h.js.PublishMsg(h.ctx(), m); err != nil {
+		if _, err := h.JS.PublishMsg(h.Ctx(), m); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, event.ID("acme", k))
@@ -226,23 +227,23 @@ kinds:
 `
 	h := setup(t, yaml, provider.Faults{}, provider.WithIdempotent())
 	h.dispatcher("d1", nil)
-	ids := h.submit([]string{"timer-1"}, orderPayload)
-	rec := h.waitAll(ids, state.AwaitingCallback, waitFor)[ids[0]]
+	ids := h.Submit("acme", "order.create", []string{"timer-1"}, orderPayload)
+	rec := h.waitAll(ids, state.AwaitingCallback, servicetest.WaitFor)[ids[0]]
 	timer := func() string { return h.scheduled(ids[0]).Get(names.HeaderTimer) }
 	if timer() != queue.TimerDeadline {
 		t.Fatalf("want the callback deadline on the event's schedule subject, got %q", timer())
 	}
 	// The loser's retry schedule replaces the deadline and fires.
-	env, err := h.st.Envelope(rec)
+	env, err := h.St.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.New(h.js, h.subj).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
+	if err := queue.New(h.JS, h.Subj).ScheduleAt(h.Ctx(), env, time.Now(), ""); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return timer() == queue.TimerDeadline },
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return timer() == queue.TimerDeadline },
 		"want the deadline set again after the dispatch schedule fired")
-	if r := h.record(ids[0]); r.Status != state.AwaitingCallback {
+	if r := h.Record(ids[0]); r.Status != state.AwaitingCallback {
 		t.Fatalf("want the event still awaiting its callback, got %s", r.Status)
 	}
 }
@@ -258,8 +259,8 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 8s, multiplier: 1, jitter: 0}"),
 		provider.Faults{FailFirst: 1}, provider.WithIdempotent())
 	h.dispatcher("d1", nil)
-	ids := h.submit([]string{"early-1"}, orderPayload)
-	rec := h.waitAll(ids, state.Retrying, waitFor)[ids[0]]
+	ids := h.Submit("acme", "order.create", []string{"early-1"}, orderPayload)
+	rec := h.waitAll(ids, state.Retrying, servicetest.WaitFor)[ids[0]]
 	if rec.NextRunAt == nil {
 		t.Fatal("want a retrying event with its due time")
 	}
@@ -269,14 +270,14 @@ func TestRetryScheduleReplacedByAnEarlierOneIsSetAgain(t *testing.T) {
 		t.Fatalf("want the retry on the event's schedule subject (%s), got %q", due, got)
 	}
 	// The loser's retry, due now, replaces it and fires.
-	env, err := h.st.Envelope(rec)
+	env, err := h.St.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.New(h.js, h.subj).ScheduleAt(h.ctx(), env, time.Now(), ""); err != nil {
+	if err := queue.New(h.JS, h.Subj).ScheduleAt(h.Ctx(), env, time.Now(), ""); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return schedule() == due && h.record(ids[0]).Status == state.Retrying },
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return schedule() == due && h.Record(ids[0]).Status == state.Retrying },
 		"want the event's retry set again at its due time once the early one fired")
 	r := h.waitAll(ids, state.Done, 30*time.Second)[ids[0]]
 	wantHistory(t, r, state.Accept, state.Claim, state.Retry, state.Claim, state.Succeed)
@@ -300,14 +301,14 @@ func TestMessageWaitingForASlotIsNotTakenOver(t *testing.T) {
 		provider.Faults{Latency: 1500 * time.Millisecond}, provider.WithIdempotent())
 	h.dispatcher("d1", nil)
 	ks := keys("slot", 4)
-	ids := h.submit(ks, orderPayload)
-	h.waitArrivals(2, waitFor)
+	ids := h.Submit("acme", "order.create", ks, orderPayload)
+	h.waitArrivals(2, servicetest.WaitFor)
 	// d2 would get any message the server redelivers meanwhile.
 	h.dispatcher("d2", nil)
 	recs := h.waitAll(ids, state.Done, 30*time.Second)
 	for _, id := range ids {
 		if r := recs[id]; r.Attempts != 1 {
-			t.Errorf("%s: want one attempt, got %s", id, actions(r))
+			t.Errorf("%s: want one attempt, got %s", id, servicetest.Actions(r))
 		}
 	}
 	for _, k := range ks {
@@ -322,13 +323,13 @@ func TestAccountServedAgainAfterAServerRestart(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{})
 	h.dispatcher("d1", nil)
-	ids := h.submit(keys("before", 3), orderPayload)
+	ids := h.Submit("acme", "order.create", keys("before", 3), orderPayload)
 	h.waitAll(ids, state.Done, 30*time.Second)
 	restartServer(t, h)
 	natstest.Eventually(t, 15*time.Second, func() bool {
-		_, err := h.js.Consumer(h.ctx(), h.subj.EventsStream("acme"), names.ConsumerName("acme"))
+		_, err := h.JS.Consumer(h.Ctx(), h.Subj.EventsStream("acme"), names.ConsumerName("acme"))
 		return err == nil
 	}, "the account's consumer made again after the restart")
-	ids = h.submit(keys("after", 3), orderPayload)
+	ids = h.Submit("acme", "order.create", keys("after", 3), orderPayload)
 	h.waitAll(ids, state.Done, 20*time.Second)
 }

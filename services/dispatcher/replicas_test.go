@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -76,11 +77,11 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 		return h.liveReplicas() == 3
 	}, "want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
 
-	rated := h.submitTo("rated", keys("rated", 300), orderPayload)
-	narrow := h.submitTo("narrow", keys("narrow", 40), orderPayload)
-	broken := h.submitTo("broken", keys("broken", 20), orderPayload)
+	rated := h.Submit("rated", "order.create", keys("rated", 300), orderPayload)
+	narrow := h.Submit("narrow", "order.create", keys("narrow", 40), orderPayload)
+	broken := h.Submit("broken", "order.create", keys("broken", 20), orderPayload)
 
-	natstest.Eventually(t, waitFor, func() bool { return len(m.callsOf("rated")) > 0 }, "want the rated account's first call")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(m.callsOf("rated")) > 0 }, "want the rated account's first call")
 	start := m.callsOf("rated")[0]
 	window := 20 * time.Second
 	var killedAt time.Time
@@ -149,7 +150,7 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 	// broken account's wait (retrying behind the open breaker).
 	h.waitAll(append(narrow, rated...), state.Done, 90*time.Second)
 	for _, id := range broken {
-		if st := h.record(id).Status; st != state.Retrying && st != state.Pending && st != state.Running {
+		if st := h.Record(id).Status; st != state.Retrying && st != state.Pending && st != state.Running {
 			t.Errorf("broken event %s: want it waiting behind the open breaker, got %s", id, st)
 		}
 	}
@@ -262,7 +263,7 @@ func startReplica(t *testing.T, h *harness, name, targetURL string) *replicaProc
 		t.Fatal(err)
 	}
 	cmd := exec.Command(replicaBinary(t), "--config", cfgPath)
-	cmd.Env = append(os.Environ(), "NATS_URL="+h.srv.ClientURL(), "TARGET="+targetURL,
+	cmd.Env = append(os.Environ(), "NATS_URL="+h.Srv.ClientURL(), "TARGET="+targetURL,
 		"LOG_LEVEL=warn", "LOG_FORMAT=json")
 	logf, err := os.Create(filepath.Join(dir, "log"))
 	if err != nil {
@@ -315,11 +316,11 @@ func (p *replicaProc) kill(t *testing.T) {
 
 // liveReplicas counts the replicas heartbeating in the owners bucket.
 func (h *harness) liveReplicas() int {
-	kv, err := h.js.KeyValue(h.ctx(), names.BucketOwners)
+	kv, err := h.JS.KeyValue(h.Ctx(), names.BucketOwners)
 	if err != nil {
 		return 0
 	}
-	ks, err := kv.ListKeys(h.ctx())
+	ks, err := kv.ListKeys(h.Ctx())
 	if err != nil {
 		return 0
 	}
@@ -334,11 +335,11 @@ func (h *harness) liveReplicas() int {
 
 // leaseHolder is the replica holding account's lease ("" when none).
 func (h *harness) leaseHolder(account string) string {
-	kv, err := h.js.KeyValue(h.ctx(), names.BucketOwners)
+	kv, err := h.JS.KeyValue(h.Ctx(), names.BucketOwners)
 	if err != nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(h.ctx(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(h.Ctx(), 2*time.Second)
 	defer cancel()
 	e, err := kv.Get(ctx, "a."+account)
 	if err != nil {

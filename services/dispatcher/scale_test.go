@@ -10,6 +10,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -47,7 +48,7 @@ func TestTwoDispatchersOwnAnAccountEach(t *testing.T) {
 	}
 	var ids []string
 	for _, a := range owned {
-		ids = append(ids, h.submitTo(a, keys(a, 100), orderPayload)...)
+		ids = append(ids, h.Submit(a, "order.create", keys(a, 100), orderPayload)...)
 	}
 	recs := h.waitAll(ids, state.Done, 20*time.Second)
 
@@ -65,7 +66,7 @@ func TestTwoDispatchersOwnAnAccountEach(t *testing.T) {
 				continue
 			}
 			if r.Attempts != 1 {
-				t.Fatalf("event %s: want attempts 1, got %d (%s)", r.ID, r.Attempts, actions(r))
+				t.Fatalf("event %s: want attempts 1, got %d (%s)", r.ID, r.Attempts, servicetest.Actions(r))
 			}
 			if got := r.History[len(r.History)-1].Actor; got != "dispatcher/"+o {
 				t.Fatalf("event %s of %s: want it delivered by its account's owner %s, got %s", r.ID, a, o, got)
@@ -84,8 +85,8 @@ func TestStopDrainsInFlight(t *testing.T) {
 	h := setup(t, yamlFor(20, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{Latency: 300 * time.Millisecond})
 	d1 := h.dispatcher("d1", nil)
 	ks := keys("drain", 60)
-	ids := h.submit(ks, orderPayload)
-	h.waitArrivals(20, waitFor)
+	ids := h.Submit("acme", "order.create", ks, orderPayload)
+	h.waitArrivals(20, servicetest.WaitFor)
 
 	ctx, cancel := context.WithTimeout(context.Background(), config.DefaultStopTimeout.D())
 	defer cancel()
@@ -101,14 +102,14 @@ func TestStopDrainsInFlight(t *testing.T) {
 	// the calls the provider received, once it has logged every answer.
 	after := make([]state.Record, len(ids))
 	for i, id := range ids {
-		after[i] = h.record(id)
+		after[i] = h.Record(id)
 	}
 	h.quiesce()
 	called := 0
 	for i, id := range ids {
 		r := after[i]
 		if r.Status == state.Running {
-			t.Fatalf("after Stop: event %s is still running (%s): its outcome was not stored", id, actions(r))
+			t.Fatalf("after Stop: event %s is still running (%s): its outcome was not stored", id, servicetest.Actions(r))
 		}
 		if n := len(h.calls(ks[i])); n > 0 {
 			called++
@@ -123,7 +124,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	}
 
 	h.dispatcher("d2", nil)
-	recs := h.waitAll(ids, state.Done, waitFor)
+	recs := h.waitAll(ids, state.Done, servicetest.WaitFor)
 	checkExactlyOnce(t, h, ks, ids, recs)
 	if n := h.prov.CallCount(); n != len(ids) {
 		t.Fatalf("provider: want %d calls in all, got %d", len(ids), n)
@@ -142,8 +143,8 @@ func TestStopStartsNoCallItsDeadlineCouldCut(t *testing.T) {
 	h := setup(t, yaml, provider.Faults{Latency: 3 * time.Second})
 	d1 := h.dispatcher("d1", nil)
 	ks := keys("cut", 2)
-	ids := h.submit(ks, orderPayload)
-	h.waitArrivals(1, waitFor)
+	ids := h.Submit("acme", "order.create", ks, orderPayload)
+	h.waitArrivals(1, servicetest.WaitFor)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -164,7 +165,7 @@ func TestStopStartsNoCallItsDeadlineCouldCut(t *testing.T) {
 	}
 
 	h.dispatcher("d2", nil)
-	h.waitAll(ids, state.Done, waitFor)
+	h.waitAll(ids, state.Done, servicetest.WaitFor)
 	h.quiesce()
 	byKey := map[string]int{}
 	for _, c := range h.prov.Calls() {
@@ -185,7 +186,7 @@ func TestClaimRaceAtScale(t *testing.T) {
 		h.dispatcher(name, nil)
 	}
 	ks := keys("race", 300)
-	ids := h.submit(ks, orderPayload)
+	ids := h.Submit("acme", "order.create", ks, orderPayload)
 	recs := h.waitAll(ids, state.Done, 40*time.Second)
 
 	checkExactlyOnce(t, h, ks, ids, recs)

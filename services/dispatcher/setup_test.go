@@ -2,28 +2,23 @@ package dispatcher_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 )
@@ -33,9 +28,6 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
-
-// waitFor bounds a wait on an outcome that needs no retry.
-const waitFor = 10 * time.Second
 
 // yamlFor is a config with one target (the provider, ${TARGET}) and the
 // kind order.create as given by kind (a flow mapping without target).
@@ -59,18 +51,12 @@ kinds:
 // a real HTTP server, an ingest service, and the dispatchers the test
 // starts.
 type harness struct {
+	*servicetest.Env
 	t      *testing.T
 	yaml   string // the config, as setup was given it
-	srv    *natstest.Server
-	nc     *nats.Conn
-	js     jetstream.JetStream
 	cfg    *config.Config
 	prov   *provider.Provider
 	target *httptest.Server
-	st     *store.Store
-	subj   names.Subjects // the store's, default prefix
-
-	c context.Context // ends with the test
 
 	stops []func() // every dispatcher's Stop, in start order
 
@@ -84,11 +70,7 @@ type harness struct {
 // reverse order.
 func setup(t *testing.T, yaml string, f provider.Faults, opts ...provider.Option) *harness {
 	t.Helper()
-	h := &harness{t: t, yaml: yaml, changed: make(chan struct{})}
-	var cancel context.CancelFunc
-	h.c, cancel = context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	h.srv = natstest.Start(t)
+	h := &harness{t: t, yaml: yaml, changed: make(chan struct{}), Env: servicetest.Start(t, servicetest.Options{})}
 	h.prov = provider.New(f, opts...)
 	h.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
@@ -100,47 +82,14 @@ func setup(t *testing.T, yaml string, f provider.Faults, opts ...provider.Option
 	}))
 	t.Cleanup(h.target.Close)
 	t.Cleanup(func() { _ = h.prov.Close() })
-	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) {
-		if k == "TARGET" {
-			return h.target.URL, true
-		}
-		return "", false
-	})
-	if err != nil {
-		t.Fatalf("config: want a valid config, got %v", err)
-	}
-	h.cfg = cfg
-	h.nc, h.js = h.srv.Conn(t)
-	if h.st, err = store.Open(h.ctx(), h.js, store.Options{}); err != nil {
-		t.Fatalf("store: %v", err)
-	}
-	h.subj = names.NewSubjects("").WithPartitions(h.st.Partitions())
-	nc, _ := h.srv.Conn(t)
-	ing, err := ingest.New(ingest.Options{Conn: nc, Config: cfg})
+	h.cfg = servicetest.Config(t, yaml, map[string]string{"TARGET": h.target.URL})
+	nc, _ := h.Srv.Conn(t)
+	ing, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg})
 	if err != nil {
 		t.Fatalf("ingest.New: %v", err)
 	}
-	if err := ing.Start(h.ctx()); err != nil {
-		t.Fatalf("ingest.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ing.Stop(ctx); err != nil {
-			t.Errorf("ingest.Stop: %v", err)
-		}
-	})
+	servicetest.Run(t, h.Ctx(), ing)
 	return h
-}
-
-// ctx is the context of calls to NATS: it ends with the test.
-func (h *harness) ctx() context.Context { return h.c }
-
-// waitCtx bounds one wait by waitFor.
-func (h *harness) waitCtx() context.Context {
-	ctx, cancel := context.WithTimeout(h.c, waitFor)
-	h.t.Cleanup(cancel)
-	return ctx
 }
 
 // dispatcher starts a dispatcher named instance on its own connection, as
@@ -148,7 +97,7 @@ func (h *harness) waitCtx() context.Context {
 // the test ends (again, if the test stopped it: Stop is idempotent).
 func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks, opts ...func(*dispatcher.Options)) *dispatcher.Service {
 	h.t.Helper()
-	nc, _ := h.srv.Conn(h.t)
+	nc, _ := h.Srv.Conn(h.t)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	o := dispatcher.Options{Conn: nc, Config: h.cfg, Instance: instance, Hooks: hooks, HTTPClient: client}
 	for _, opt := range opts {
@@ -158,7 +107,7 @@ func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks, opts ...f
 	if err != nil {
 		h.t.Fatalf("dispatcher.New: %v", err)
 	}
-	if err := d.Start(h.ctx()); err != nil {
+	if err := d.Start(h.Ctx()); err != nil {
 		h.t.Fatalf("dispatcher.Start: %v", err)
 	}
 	stop := func() {
@@ -174,42 +123,6 @@ func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks, opts ...f
 	return d
 }
 
-// submit publishes one submission per key to INTAKE (account acme, kind
-// order.create, Idempotency-Key = key), waits for every publish to be
-// stored, and returns the event ids in key order.
-func (h *harness) submit(keys []string, payload func(key string) string) []string {
-	h.t.Helper()
-	return h.submitTo("acme", keys, payload)
-}
-
-// submitTo is submit for account.
-func (h *harness) submitTo(account string, keys []string, payload func(key string) string) []string {
-	h.t.Helper()
-	ids := make([]string, len(keys))
-	futs := make([]jetstream.PubAckFuture, len(keys))
-	for i, k := range keys {
-		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
-		m.Data = []byte(payload(k))
-		m.Header.Set(names.HeaderIdempotencyKey, k)
-		f, err := h.js.PublishMsgAsync(m)
-		if err != nil {
-			h.t.Fatalf("publish %s: %v", k, err)
-		}
-		futs[i] = f
-		ids[i] = event.ID(account, k)
-	}
-	for i, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			h.t.Fatalf("publish %s: %v", keys[i], err)
-		case <-time.After(waitFor):
-			h.t.Fatalf("publish %s: no answer within %s", keys[i], waitFor)
-		}
-	}
-	return ids
-}
-
 // orderPayload is a plain order for key.
 func orderPayload(key string) string { return `{"order_id":"` + key + `","total":1990}` }
 
@@ -222,73 +135,11 @@ func keys(prefix string, n int) []string {
 	return out
 }
 
-// waitAll watches the state bucket until every event of ids has status
-// want, and returns their records. It fails at once if one ends parked or
-// terminal in another status, and after timeout with the stragglers.
+// waitAll waits as servicetest.Env.WaitAll does, then until the provider
+// has answered every delivery that reached it (quiesce).
 func (h *harness) waitAll(ids []string, want state.State, timeout time.Duration) map[string]state.Record {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	updates := make(chan jetstream.KeyValueEntry)
-	for _, kv := range h.st.KVs() { // every partition's records, merged
-		w, err := kv.WatchAll(ctx)
-		if err != nil {
-			h.t.Fatalf("watch state: %v", err)
-		}
-		defer func() { _ = w.Stop() }()
-		go func() {
-			for e := range w.Updates() {
-				if e == nil {
-					continue
-				}
-				select {
-				case updates <- e:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	wanted := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		wanted[id] = true
-	}
-	recs := map[string]state.Record{}
-	remaining := len(ids)
-	for remaining > 0 {
-		select {
-		case e := <-updates:
-			if e.Operation() != jetstream.KeyValuePut || !wanted[e.Key()] {
-				continue
-			}
-			var r state.Record
-			if err := json.Unmarshal(e.Value(), &r); err != nil {
-				h.t.Fatalf("record %s: %v", e.Key(), err)
-			}
-			prev, seen := recs[r.ID]
-			recs[r.ID] = r
-			if r.Status == want && (!seen || prev.Status != want) {
-				remaining--
-			} else if r.Status != want && seen && prev.Status == want {
-				h.t.Fatalf("event %s left %s for %s: %+v", r.ID, want, r.Status, r.History)
-			}
-			if r.Status != want && (r.Status.Terminal() || r.Status.Parked()) {
-				h.t.Fatalf("event %s: want %s, got %s (last error %+v, history %s)", r.ID, want, r.Status, r.LastError, actions(r))
-			}
-		case <-ctx.Done():
-			var late []string
-			for _, id := range ids {
-				if r, ok := recs[id]; !ok || r.Status != want {
-					late = append(late, fmt.Sprintf("%s=%s", id, r.Status))
-				}
-			}
-			sort.Strings(late)
-			if len(late) > 10 {
-				late = append(late[:10], "…")
-			}
-			h.t.Fatalf("want %d events %s within %s, %d are not: %s", len(ids), want, timeout, len(ids)-countStatus(recs, want), strings.Join(late, " "))
-		}
-	}
+	recs := h.WaitAll(ids, want, timeout)
 	h.quiesce()
 	return recs
 }
@@ -299,47 +150,15 @@ func (h *harness) waitAll(ids []string, want state.State, timeout time.Duration)
 // shows in Calls.
 func (h *harness) quiesce() {
 	h.t.Helper()
-	deadline := time.Now().Add(waitFor)
+	deadline := time.Now().Add(servicetest.WaitFor)
 	for h.arrivals() != h.prov.CallCount() {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("provider: %d deliveries arrived but %d were answered within %s", h.arrivals(), h.prov.CallCount(), waitFor)
+			h.t.Fatalf("provider: %d deliveries arrived but %d were answered within %s", h.arrivals(), h.prov.CallCount(), servicetest.WaitFor)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		_ = h.prov.WaitCalls(ctx, h.arrivals())
 		cancel()
 	}
-}
-
-func countStatus(recs map[string]state.Record, want state.State) int {
-	n := 0
-	for _, r := range recs {
-		if r.Status == want {
-			n++
-		}
-	}
-	return n
-}
-
-// record reads one event's record.
-func (h *harness) record(id string) state.Record {
-	h.t.Helper()
-	rec, _, err := h.st.Get(h.ctx(), "", id)
-	if err != nil {
-		h.t.Fatalf("record %s: %v", id, err)
-	}
-	return rec
-}
-
-// actions is a record's history as "accept>claim>…".
-func actions(r state.Record) string {
-	var b strings.Builder
-	for i, e := range r.History {
-		if i > 0 {
-			b.WriteByte('>')
-		}
-		b.WriteString(string(e.Action))
-	}
-	return b.String()
 }
 
 // arrivals is how many deliveries reached the provider so far, including
@@ -392,12 +211,12 @@ var errCrash = errors.New("simulated crash")
 // (a schedule or a timer), empty if nothing does.
 func (h *harness) scheduled(id string) nats.Header {
 	h.t.Helper()
-	rec := h.record(id)
-	stream, err := h.js.Stream(h.ctx(), h.subj.EventsStream(rec.Account))
+	rec := h.Record(id)
+	stream, err := h.JS.Stream(h.Ctx(), h.Subj.EventsStream(rec.Account))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	m, err := stream.GetLastMsgForSubject(h.ctx(), h.subj.Schedule(rec.Account, id))
+	m, err := stream.GetLastMsgForSubject(h.Ctx(), h.Subj.Schedule(rec.Account, id))
 	if err != nil {
 		return nats.Header{}
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/dead"
@@ -21,6 +20,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -76,7 +76,7 @@ func (h *harness) submitKind(kind, key, payload string) string {
 	m := nats.NewMsg("tenaz.intake.acme." + kind)
 	m.Data = []byte(payload)
 	m.Header.Set(names.HeaderIdempotencyKey, key)
-	if _, err := h.js.PublishMsg(h.ctx(), m); err != nil {
+	if _, err := h.JS.PublishMsg(h.Ctx(), m); err != nil {
 		h.t.Fatalf("publish %s: %v", key, err)
 	}
 	return event.ID("acme", key)
@@ -87,8 +87,8 @@ func (h *harness) submitKind(kind, key, payload string) string {
 func (h *harness) waitFinal(id string) state.Record {
 	h.t.Helper()
 	var rec state.Record
-	natstest.Eventually(h.t, waitFor, func() bool {
-		r, _, err := h.st.Get(h.ctx(), "", id)
+	natstest.Eventually(h.t, servicetest.WaitFor, func() bool {
+		r, _, err := h.St.Get(h.Ctx(), "", id)
 		rec = r
 		return err == nil && (r.Status.Terminal() || r.Status.Parked())
 	}, "event %s: want it done, dead or in review", id)
@@ -99,38 +99,20 @@ func (h *harness) waitFinal(id string) state.Record {
 // was acked, so nothing brings it back to call the target again.
 func (h *harness) settled(rec state.Record) {
 	h.t.Helper()
-	subj, _ := h.subj.Event(rec.Account, rec.Kind)
-	natstest.Eventually(h.t, waitFor, func() bool { return h.subjectMsgs(h.subj.EventsStream(rec.Account), subj) == 0 }, "event %s: want its message acked", rec.ID)
-}
-
-// subjectMsgs counts the messages EVENTS-like stream holds on filter.
-func (h *harness) subjectMsgs(stream, filter string) uint64 {
-	h.t.Helper()
-	s, err := h.js.Stream(h.ctx(), stream)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := s.Info(h.ctx(), jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
+	subj, _ := h.Subj.Event(rec.Account, rec.Kind)
+	natstest.Eventually(h.t, servicetest.WaitFor, func() bool { return h.SubjectMsgs(h.Subj.EventsStream(rec.Account), subj) == 0 }, "event %s: want its message acked", rec.ID)
 }
 
 // lastDead decodes the last DEAD entry of the event's account and kind,
 // with the size of its message.
 func (h *harness) lastDead(rec state.Record) (dead.Entry, int) {
 	h.t.Helper()
-	s, err := h.js.Stream(h.ctx(), names.StreamDead)
+	s, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	subj, _ := names.NewSubjects("").Dead(rec.Account, rec.Kind)
-	m, err := s.GetLastMsgForSubject(h.ctx(), subj)
+	m, err := s.GetLastMsgForSubject(h.Ctx(), subj)
 	if err != nil {
 		h.t.Fatalf("want a DEAD entry for %s, got %v", rec.ID, err)
 	}
@@ -203,19 +185,19 @@ func TestRecordTooLargeToWriteEndsDead(t *testing.T) {
 			ok := newBigTarget(t, "")
 			h := setup(t, sizeYAML(ok.URL), provider.Faults{})
 			env := nearLimit(t, tt.calls == 1)
-			if err := accounts.NewProvisioner(h.js, h.nc, live.Static(h.cfg).Load, h.subj).Ensure(h.ctx(), env.Account); err != nil {
+			if err := accounts.NewProvisioner(h.JS, h.NC, live.Static(h.cfg).Load, h.Subj).Ensure(h.Ctx(), env.Account); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.st.Create(h.ctx(), queue.Initial(env)); err != nil {
+			if _, err := h.St.Create(h.Ctx(), queue.Initial(env)); err != nil {
 				t.Fatalf("want the record stored (it is under the limit), got %v", err)
 			}
-			if _, err := queue.New(h.js, h.subj).Enqueue(h.ctx(), env, env.ID); err != nil {
+			if _, err := queue.New(h.JS, h.Subj).Enqueue(h.Ctx(), env, env.ID); err != nil {
 				t.Fatal(err)
 			}
 			h.dispatcher("d1", nil)
 			rec := h.waitFinal(env.ID)
 			if rec.Status != state.Dead || !strings.HasPrefix(rec.History[len(rec.History)-1].Detail, dead.ReasonTooLarge+":") {
-				t.Fatalf("want dead with reason %s, got %s: %s", dead.ReasonTooLarge, rec.Status, actions(rec))
+				t.Fatalf("want dead with reason %s, got %s: %s", dead.ReasonTooLarge, rec.Status, servicetest.Actions(rec))
 			}
 			e, _ := h.lastDead(rec)
 			if e.Reason != dead.ReasonTooLarge || e.Event == nil || string(e.Event.Payload) != string(env.Payload) {
@@ -267,7 +249,7 @@ func TestDeadEntryHoldsThePayloadOnce(t *testing.T) {
 	h.dispatcher("d1", nil)
 	const marker = "marker-d41d8c"
 	payload := `{"order_id":"o-dead","note":"` + marker + strings.Repeat("z", 200<<10) + `"}`
-	ids := h.submit([]string{"o-dead"}, func(string) string { return payload })
+	ids := h.Submit("acme", "order.create", []string{"o-dead"}, func(string) string { return payload })
 	rec := h.waitFinal(ids[0])
 	if rec.Status != state.Dead {
 		t.Fatalf("want dead (the target answers 422), got %s", rec.Status)

@@ -12,6 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/quota"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -72,9 +73,9 @@ func targetLimitAcrossReplicas(t *testing.T, kill bool) {
 
 	var ids []string
 	for _, a := range names {
-		ids = append(ids, h.submitTo(a, keys(a, perAccount), orderPayload)...)
+		ids = append(ids, h.Submit(a, "order.create", keys(a, perAccount), orderPayload)...)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return len(m.callsOf("bureau")) > 0 }, "want the bureau's first call")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(m.callsOf("bureau")) > 0 }, "want the bureau's first call")
 	start := m.callsOf("bureau")[0]
 	window := 15 * time.Second
 	if kill {
@@ -133,8 +134,8 @@ func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 	yaml := strings.Replace(yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), "timeout: 5s", "timeout: 4s, concurrency: 1", 1)
 	h := setup(t, yaml, provider.Faults{Latency: 3 * time.Second})
 	d1 := h.dispatcher("d1", nil)
-	ids := h.submit(keys("wait", 2), orderPayload)
-	h.waitArrivals(1, waitFor)
+	ids := h.Submit("acme", "order.create", keys("wait", 2), orderPayload)
+	h.waitArrivals(1, servicetest.WaitFor)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -151,8 +152,8 @@ func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 		t.Fatalf("want only the call that held the target's slot made by the stopping dispatcher, got %d calls", n)
 	}
 	for _, id := range ids {
-		if r := h.record(id); r.LastError != nil || r.Status == state.Retrying {
-			t.Fatalf("event %s: want nothing recorded for the call that was not made, got %s with %+v (%s)", id, r.Status, r.LastError, actions(r))
+		if r := h.Record(id); r.LastError != nil || r.Status == state.Retrying {
+			t.Fatalf("event %s: want nothing recorded for the call that was not made, got %s with %+v (%s)", id, r.Status, r.LastError, servicetest.Actions(r))
 		}
 	}
 
@@ -208,13 +209,13 @@ kinds:
 
 	var ids []string
 	for _, a := range names {
-		ids = append(ids, h.submitTo(a, keys(a, perAccount), orderPayload)...)
+		ids = append(ids, h.Submit(a, "order.create", keys(a, perAccount), orderPayload)...)
 	}
-	natstest.Eventually(t, waitFor, func() bool { return len(m.callsOf("bureau")) > 0 }, "want the bureau's first call")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(m.callsOf("bureau")) > 0 }, "want the bureau's first call")
 	start := m.callsOf("bureau")[0]
 	lim := quota.OfTarget(h.cfg.Targets["bureau"])
 	learned := func() int {
-		u, err := quota.Read(h.c, h.js, "", quota.TargetKey("bureau"), lim, nil)
+		u, err := quota.Read(h.Ctx(), h.JS, "", quota.TargetKey("bureau"), lim, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
