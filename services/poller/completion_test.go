@@ -25,7 +25,7 @@ import (
 func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{})
 	id := w.submit("c-1", `{"applicant":"a-1"}`)
-	rec := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec := w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
 	if rec.Reference == "" || rec.Deadline == nil {
 		t.Fatalf("awaiting_callback: want the provider's reference and a deadline, got %+v", rec)
 	}
@@ -54,7 +54,7 @@ func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 	if applied != 1 {
 		t.Fatalf("want exactly one copy applied, got outcomes %v", outcomes)
 	}
-	rec = w.get(id)
+	rec = w.Record(id)
 	// The two copies are one no-op: recorded once (a copy of a recorded
 	// webhook writes nothing).
 	if rec.Status != state.Done || count(rec, state.Complete) != 1 || notes(rec, "callback") != 1 {
@@ -81,19 +81,19 @@ func TestCallbackAppliedOnceWhenSentThreeTimes(t *testing.T) {
 func TestProviderCallbacksDuplicatedAndByReference(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{callbacks: &provider.CallbackFaults{DuplicateRate: 1}})
 	id := w.submit("c-2", `{"applicant":"a-2"}`)
-	w.waitStatus(id, state.Done, 10*time.Second)
-	if err := w.a.WaitCallbacks(w.c, 2); err != nil {
+	w.WaitStatus(id, state.Done, 10*time.Second)
+	if err := w.a.WaitCallbacks(w.Ctx(), 2); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return notes(w.get(id), "duplicate callback") == 1 }, "the duplicate to be recorded")
-	rec := w.get(id)
+	natstest.Eventually(t, 5*time.Second, func() bool { return notes(w.Record(id), "duplicate callback") == 1 }, "the duplicate to be recorded")
+	rec := w.Record(id)
 	if count(rec, state.Complete) != 1 {
 		t.Errorf("want one complete, got %v", actions(rec))
 	}
 
 	w.a.SetCallbackFaults(provider.CallbackFaults{DropRate: 1})
 	id = w.submit("c-2b", `{"applicant":"a-2b"}`)
-	rec = w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec = w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
 	code, rep := w.callback("bureau_a", cbSecret, "msg_ref", time.Now(), `{"reference":"`+rec.Reference+`","status":"approved"}`)
 	if code != http.StatusOK || rep.Outcome != ingest.CallbackApplied || rep.ID != id {
 		t.Fatalf("callback by reference: want applied to %s, got %d %+v", id, code, rep)
@@ -109,7 +109,7 @@ func TestProviderCallbacksDuplicatedAndByReference(t *testing.T) {
 func TestForgedCallbackRefused(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{})
 	id := w.submit("c-3", `{"applicant":"a-3"}`)
-	rec := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec := w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
 	body := `{"event_id":"` + id + `","status":"approved"}`
 	cases := map[string]func() int{
 		"wrong secret": func() int {
@@ -121,7 +121,7 @@ func TestForgedCallbackRefused(t *testing.T) {
 			return c
 		},
 		"tampered body": func() int {
-			req, _ := http.NewRequestWithContext(w.c, http.MethodPost, w.api.URL+"/v1/callbacks/bureau_a", strings.NewReader(strings.Replace(body, "approved", "rejected", 1)))
+			req, _ := http.NewRequestWithContext(w.Ctx(), http.MethodPost, w.api.URL+"/v1/callbacks/bureau_a", strings.NewReader(strings.Replace(body, "approved", "rejected", 1)))
 			for k, v := range webhookHeaders(cbSecret, "msg_f3", body) {
 				req.Header[k] = v
 			}
@@ -146,7 +146,7 @@ func TestForgedCallbackRefused(t *testing.T) {
 			t.Errorf("%s: want 401, got %d", name, code)
 		}
 	}
-	after := w.get(id)
+	after := w.Record(id)
 	if after.Status != state.AwaitingCallback || len(after.History) != len(rec.History) {
 		t.Errorf("forged callbacks changed the event: %s %v", after.Status, actions(after))
 	}
@@ -160,13 +160,13 @@ func TestForgedCallbackRefused(t *testing.T) {
 // reason, advised; a callback arriving after that is a recorded no-op.
 func TestWatchdogToManualReviewThenLateCallbackIsNoop(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 2s", worldOpts{})
-	advisories, err := w.nc.SubscribeSync("tenaz.advisory.review.acme.credit.evaluate")
+	advisories, err := w.NC.SubscribeSync("tenaz.advisory.review.acme.credit.evaluate")
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := w.submit("c-4", `{"applicant":"a-4"}`)
-	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
-	rec := w.waitStatus(id, state.ManualReview, 15*time.Second)
+	w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec := w.WaitStatus(id, state.ManualReview, 15*time.Second)
 	if why := detailOf(rec, state.Escalate); !strings.Contains(why, "no callback from bureau_a by the deadline") {
 		t.Errorf("escalation reason: got %q", why)
 	}
@@ -178,8 +178,8 @@ func TestWatchdogToManualReviewThenLateCallbackIsNoop(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.ID != id || adv.Reason != dead.ReasonReview {
 		t.Errorf("review advisory: got %s (%v)", m.Data, err)
 	}
-	s, _ := w.js.Stream(w.c, names.StreamDead)
-	dm, err := s.GetLastMsgForSubject(w.c, "tenaz.dead.acme.credit.evaluate")
+	s, _ := w.JS.Stream(w.Ctx(), names.StreamDead)
+	dm, err := s.GetLastMsgForSubject(w.Ctx(), "tenaz.dead.acme.credit.evaluate")
 	if err != nil {
 		t.Fatalf("DEAD entry: %v", err)
 	}
@@ -192,7 +192,7 @@ func TestWatchdogToManualReviewThenLateCallbackIsNoop(t *testing.T) {
 	if code != http.StatusOK || rep.Outcome != ingest.CallbackLate {
 		t.Fatalf("late callback: want 200 late, got %d %q", code, rep.Outcome)
 	}
-	after := w.get(id)
+	after := w.Record(id)
 	if after.Status != state.ManualReview || after.Result != nil || !strings.Contains(detailOf(after, state.Note), "late callback") {
 		t.Errorf("late callback: want a recorded no-op, got %s result=%s %v", after.Status, after.Result, actions(after))
 	}
@@ -205,9 +205,9 @@ func TestWatchdogToFallbackLatePrimaryNotApplied(t *testing.T) {
 	w := newWorld(t, `attempts: 3, callback_sla: 2s, on_callback_timeout: fallback,
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`, worldOpts{b: provider.Faults{PollAfter: 1}})
 	id := w.submit("c-5", `{"applicant":"a-5","decision":"rejected"}`)
-	first := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
-	natstest.Eventually(t, 20*time.Second, func() bool { return w.get(id).Status == state.Done }, "done: %v", actions(w.get(id)))
-	rec := w.get(id)
+	first := w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
+	natstest.Eventually(t, 20*time.Second, func() bool { return w.Record(id).Status == state.Done }, "done: %v", actions(w.Record(id)))
+	rec := w.Record(id)
 	if rec.Stage != state.StageFallback {
 		t.Fatalf("want done at the fallback stage, got %s: %v", rec.Stage, actions(rec))
 	}
@@ -220,7 +220,7 @@ func TestWatchdogToFallbackLatePrimaryNotApplied(t *testing.T) {
 	if code != http.StatusOK || rep.Outcome != ingest.CallbackLate {
 		t.Fatalf("late primary callback: want 200 late, got %d %q", code, rep.Outcome)
 	}
-	after := w.get(id)
+	after := w.Record(id)
 	if string(after.Result) != string(rec.Result) || after.Status != state.Done {
 		t.Errorf("late primary result applied over the fallback's: %s", after.Result)
 	}
@@ -236,7 +236,7 @@ func TestFallbackAfterThreeFailuresThenPollToDone(t *testing.T) {
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 2}})
 	id := w.submit("c-6", `{"applicant":"a-6"}`)
-	rec := w.waitStatus(id, state.Done, 30*time.Second)
+	rec := w.WaitStatus(id, state.Done, 30*time.Second)
 	if rec.Stage != state.StageFallback {
 		t.Fatalf("want the fallback stage, got %s", rec.Stage)
 	}
@@ -281,7 +281,7 @@ func TestPollSLAToManualReview(t *testing.T) {
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5s}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1000}})
 	id := w.submit("c-7", `{"applicant":"a-7"}`)
-	rec := w.waitStatus(id, state.ManualReview, 20*time.Second)
+	rec := w.WaitStatus(id, state.ManualReview, 20*time.Second)
 	why := detailOf(rec, state.Escalate)
 	if !strings.Contains(why, "poll SLA passed") || !strings.Contains(why, `status is "processing"`) {
 		t.Errorf("reason: want the poll SLA and the last answer, got %q", why)
@@ -298,10 +298,10 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{noDispatch: true, noPoller: true})
 	p := w.poller(false)
 	id := w.submit("c-8", `{"applicant":"a-8"}`)
-	w.waitStatus(id, state.Pending, 5*time.Second)
-	natstest.Eventually(t, 5*time.Second, func() bool { return time.Since(w.get(id).UpdatedAt) > 1100*time.Millisecond },
+	w.WaitStatus(id, state.Pending, 5*time.Second)
+	natstest.Eventually(t, 5*time.Second, func() bool { return time.Since(w.Record(id).UpdatedAt) > 1100*time.Millisecond },
 		"the event's grace to pass")
-	rep, err := p.Reconcile(w.c)
+	rep, err := p.Reconcile(w.Ctx())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,16 +309,16 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 		t.Fatalf("message still queued: want 1 overdue and no repair, got %+v", rep)
 	}
 	// Delete the event's message by hand.
-	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
-	subj, _ := w.subj.Event("acme", "credit.evaluate")
-	m, err := s.GetLastMsgForSubject(w.c, subj)
+	s, _ := w.JS.Stream(w.Ctx(), w.Subj.EventsStream("acme"))
+	subj, _ := w.Subj.Event("acme", "credit.evaluate")
+	m, err := s.GetLastMsgForSubject(w.Ctx(), subj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteMsg(w.c, m.Sequence); err != nil {
+	if err := s.DeleteMsg(w.Ctx(), m.Sequence); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = p.Reconcile(w.c)
+	rep, err = p.Reconcile(w.Ctx())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestReconcilerRepairsDeletedMessage(t *testing.T) {
 		t.Errorf("census: want acme/credit.evaluate/pending = 1, got %+v", rep.Counts)
 	}
 	w.dispatcher()
-	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
 	if n := w.a.Effects(id); n != 1 {
 		t.Errorf("want the repaired event delivered once, got %d", n)
 	}
@@ -350,25 +350,25 @@ func TestReconcilerReschedulesLostPoll(t *testing.T) {
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1000}, noPoller: true})
 	id := w.submit("c-9", `{"applicant":"a-9"}`)
-	w.waitStatus(id, state.Polling, 10*time.Second)
-	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
-	if err := s.Purge(w.c, jetstreamPurgeSubject(w.subj.Schedule("acme", id))); err != nil {
+	w.WaitStatus(id, state.Polling, 10*time.Second)
+	s, _ := w.JS.Stream(w.Ctx(), w.Subj.EventsStream("acme"))
+	if err := s.Purge(w.Ctx(), jetstreamPurgeSubject(w.Subj.Schedule("acme", id))); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		r := w.get(id)
+		r := w.Record(id)
 		return r.NextRunAt != nil && time.Since(*r.NextRunAt) > 1100*time.Millisecond
 	}, "the poll to be overdue")
 	w.b.SetFaults(provider.Faults{})
 	p := w.poller(false)
-	rep, err := p.Reconcile(w.c)
+	rep, err := p.Reconcile(w.Ctx())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Repaired["poll_rescheduled"] != 1 {
 		t.Fatalf("want one poll rescheduled, got %+v", rep)
 	}
-	w.waitStatus(id, state.Done, 10*time.Second)
+	w.WaitStatus(id, state.Done, 10*time.Second)
 }
 
 // With callback.done_when, a not-final callback ("processing") is
@@ -378,7 +378,7 @@ func TestCallbackProgressAndOutOfOrder(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{
 		bureauA: "    callback: {done_when: {field: status, in: [approved, rejected]}}"})
 	id := w.submit("c-10", `{"applicant":"a-10"}`)
-	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
 	cb := func(wid, status string, ts time.Time) string {
 		code, rep := w.callback("bureau_a", cbSecret, wid, ts, `{"event_id":"`+id+`","status":"`+status+`"}`)
 		if code != http.StatusOK {
@@ -390,7 +390,7 @@ func TestCallbackProgressAndOutOfOrder(t *testing.T) {
 	if o := cb("msg_p1", "processing", t0); o != ingest.CallbackProgress {
 		t.Fatalf("processing: want progress, got %q", o)
 	}
-	if s := w.get(id).Status; s != state.AwaitingCallback {
+	if s := w.Record(id).Status; s != state.AwaitingCallback {
 		t.Fatalf("after a not-final callback: want awaiting_callback, got %s", s)
 	}
 	if o := cb("msg_p3", "rejected", t0.Add(2*time.Second)); o != ingest.CallbackApplied {
@@ -399,7 +399,7 @@ func TestCallbackProgressAndOutOfOrder(t *testing.T) {
 	if o := cb("msg_p2", "processing", t0.Add(time.Second)); o != ingest.CallbackLate {
 		t.Fatalf("out of order after the final one: want late, got %q", o)
 	}
-	rec := w.get(id)
+	rec := w.Record(id)
 	var res struct{ Status string }
 	_ = json.Unmarshal(rec.Result, &res)
 	if rec.Status != state.Done || res.Status != "rejected" || notes(rec, "callback") != 2 {
@@ -429,27 +429,27 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no claim")
 	}
-	w.waitStatus(id, state.Running, 5*time.Second)
-	s, _ := w.js.Stream(w.c, w.subj.EventsStream("acme"))
-	subj, _ := w.subj.Event("acme", "credit.evaluate")
-	m, err := s.GetLastMsgForSubject(w.c, subj)
+	w.WaitStatus(id, state.Running, 5*time.Second)
+	s, _ := w.JS.Stream(w.Ctx(), w.Subj.EventsStream("acme"))
+	subj, _ := w.Subj.Event("acme", "credit.evaluate")
+	m, err := s.GetLastMsgForSubject(w.Ctx(), subj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteMsg(w.c, m.Sequence); err != nil {
+	if err := s.DeleteMsg(w.Ctx(), m.Sequence); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 5*time.Second, func() bool { return time.Since(w.get(id).UpdatedAt) > 1100*time.Millisecond },
+	natstest.Eventually(t, 5*time.Second, func() bool { return time.Since(w.Record(id).UpdatedAt) > 1100*time.Millisecond },
 		"the running grace to pass")
 	p := w.poller(false)
-	rep, err := p.Reconcile(w.c)
+	rep, err := p.Reconcile(w.Ctx())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Repaired["lost_run"] != 1 {
 		t.Fatalf("want one lost run recovered, got %+v", rep)
 	}
-	rec := w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec := w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
 	if count(rec, state.Recover) != 1 || w.a.Effects(id) != 1 {
 		t.Errorf("want one recover and one effect, got %v and %d", actions(rec), w.a.Effects(id))
 	}
@@ -462,20 +462,20 @@ func TestReconcilerRecoversLostRun(t *testing.T) {
 func TestReplayedEventGetsFreshDeadline(t *testing.T) {
 	w := newWorld(t, "attempts: 3, callback_sla: 2s", worldOpts{})
 	id := w.submit("c-12", `{"applicant":"a-12"}`)
-	w.waitStatus(id, state.ManualReview, 15*time.Second)
-	rec, _, _, err := w.st.Transition(w.c, "", id, state.Action{Name: state.Replay, Actor: "operator:test", Detail: "try again"})
+	w.WaitStatus(id, state.ManualReview, 15*time.Second)
+	rec, _, _, err := w.St.Transition(w.Ctx(), "", id, state.Action{Name: state.Replay, Actor: "operator:test", Detail: "try again"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := w.st.Envelope(rec)
+	env, err := w.St.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.New(w.js, w.subj).Enqueue(w.c, env, id+"/replay/test"); err != nil {
+	if _, err := queue.New(w.JS, w.Subj).Enqueue(w.Ctx(), env, id+"/replay/test"); err != nil {
 		t.Fatal(err)
 	}
-	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
-	rec = w.waitStatus(id, state.ManualReview, 15*time.Second)
+	w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
+	rec = w.WaitStatus(id, state.ManualReview, 15*time.Second)
 	if count(rec, state.Escalate) != 2 {
 		t.Errorf("want two escalations (before and after the replay), got %v", actions(rec))
 	}

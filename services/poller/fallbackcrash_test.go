@@ -8,6 +8,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -22,12 +23,12 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 	w := newWorld(t, `attempts: 3, callback_sla: 2s, on_callback_timeout: fallback,
     fallback: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 1m}`, worldOpts{b: provider.Faults{PollAfter: 1}, noPoller: true})
 	id := w.submit("fb-1", `{"applicant":"a-1"}`)
-	w.waitStatus(id, state.AwaitingCallback, 10*time.Second)
+	w.WaitStatus(id, state.AwaitingCallback, 10*time.Second)
 
 	// What the poller's deadline did before it died: the fallback is
 	// written, its message never published; the deadline's timer waits in
 	// the poller's consumer.
-	rec, rev, err := w.st.Get(w.c, "", id)
+	rec, rev, err := w.St.Get(w.Ctx(), "", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,12 +36,12 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.st.Write(w.c, next, rev); err != nil {
+	if _, err := w.St.Write(w.Ctx(), next, rev); err != nil {
 		t.Fatal(err)
 	}
 
 	w.poller(false)
-	done := w.waitStatus(id, state.Done, 20*time.Second)
+	done := w.WaitStatus(id, state.Done, 20*time.Second)
 	if done.Stage != state.StageFallback || count(done, state.Fallback) != 1 {
 		t.Fatalf("want done at the fallback stage after one fallback, got %s %v", done.Stage, actions(done))
 	}
@@ -56,13 +57,13 @@ func TestFallbackWrittenWithoutItsMessageIsSentAgain(t *testing.T) {
 func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 	w := newWorld(t, `attempts: 3, backoff: {initial: 1h, jitter: 0}, callback_sla: 1h`, worldOpts{a: provider.Faults{FailFirst: 1}})
 	id := w.submit("sch-1", `{"applicant":"a-1"}`)
-	rec := w.waitStatus(id, state.Retrying, 10*time.Second)
-	stream, err := w.js.Stream(w.c, w.subj.EventsStream("acme"))
+	rec := w.WaitStatus(id, state.Retrying, 10*time.Second)
+	stream, err := w.JS.Stream(w.Ctx(), w.Subj.EventsStream("acme"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	kind := func() string {
-		m, err := stream.GetLastMsgForSubject(w.c, w.subj.Schedule("acme", id))
+		m, err := stream.GetLastMsgForSubject(w.Ctx(), w.Subj.Schedule("acme", id))
 		if err != nil {
 			return "none"
 		}
@@ -74,17 +75,13 @@ func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 	if k := kind(); k != "dispatch" {
 		t.Fatalf("want the retry's dispatch schedule on the event's subject, got %s", k)
 	}
-	env, err := w.st.Envelope(rec)
+	env, err := w.St.Envelope(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.New(w.js, w.subj).Timer(w.c, env, time.Now(), queue.TimerPoll, ""); err != nil {
+	if err := queue.New(w.JS, w.Subj).Timer(w.Ctx(), env, time.Now(), queue.TimerPoll, ""); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return kind() == "dispatch" && w.get(id).Status == state.Retrying },
-		"want the retry schedule set again after the timer fired (now %s)", lazyKind(kind))
+	natstest.Eventually(t, 10*time.Second, func() bool { return kind() == "dispatch" && w.Record(id).Status == state.Retrying },
+		"want the retry schedule set again after the timer fired (now %s)", servicetest.Lazy(kind))
 }
-
-type lazyKind func() string
-
-func (l lazyKind) String() string { return l() }

@@ -7,11 +7,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -120,20 +120,14 @@ func timerHarness(t *testing.T, yaml, kind string) (*Service, event.Envelope, fu
 	t.Helper()
 	srv := natstest.Start(t)
 	nc, js := srv.Conn(t)
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := servicetest.Config(t, yaml, nil)
 	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	servicetest.Run(t, ctx, s)
 	next := natstest.Inbox(t, js, "LOOK", 30*time.Second, 20)
 	env, err := event.New(event.Fields{Account: "acme", Kind: kind, IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {

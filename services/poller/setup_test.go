@@ -2,9 +2,7 @@ package poller_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -21,11 +18,9 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/metrics"
-	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -66,18 +61,13 @@ kinds:
 // real HTTP servers, and ingest (with its HTTP API, where callbacks
 // arrive), a dispatcher and a poller.
 type world struct {
+	*servicetest.Env
 	t     *testing.T
-	srv   *natstest.Server
-	nc    *nats.Conn
-	js    jetstream.JetStream
 	cfg   *config.Config
-	st    *store.Store
-	subj  names.Subjects // the store's, default prefix
 	a, b  *provider.Provider
 	api   *httptest.Server
 	ing   *ingest.Service
 	poll  *poller.Service
-	c     context.Context
 	sweep chan poller.Report
 	reg   *prometheus.Registry
 	mx    *metrics.Set
@@ -99,16 +89,12 @@ type worldOpts struct {
 
 func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Helper()
-	w := &world{t: t, sweep: make(chan poller.Report, 16), reg: prometheus.NewRegistry(), log: o.log}
+	w := &world{t: t, sweep: make(chan poller.Report, 16), reg: prometheus.NewRegistry(), log: o.log,
+		Env: servicetest.Start(t, servicetest.Options{Timeout: 2 * time.Minute})}
 	var err error
 	if w.mx, err = metrics.New(w.reg); err != nil {
 		t.Fatal(err)
 	}
-	var cancel context.CancelFunc
-	w.c, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	w.srv = natstest.Start(t)
-	w.nc, w.js = w.srv.Conn(t)
 
 	// The API server exists before bureau A so that A can call back to it;
 	// its handler is set once ingest is up.
@@ -129,29 +115,12 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Cleanup(sb.Close)
 	t.Cleanup(func() { _ = w.a.Close(); _ = w.b.Close() })
 
-	var cfg *config.Config
-	cfg, err = config.Parse([]byte(flowWith(kind, o.bureauA)+o.extraConfig), func(k string) (string, bool) {
-		switch k {
-		case "A":
-			return sa.URL, true
-		case "B":
-			return sb.URL, true
-		}
-		return "", false
-	})
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	w.cfg = cfg
-	if w.st, err = store.Open(w.c, w.js, store.Options{}); err != nil {
+	w.cfg = servicetest.Config(t, flowWith(kind, o.bureauA)+o.extraConfig, map[string]string{"A": sa.URL, "B": sb.URL})
+	nc, _ := w.Srv.Conn(t)
+	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: w.cfg, Metrics: w.mx, Logger: w.log}); err != nil {
 		t.Fatal(err)
 	}
-	w.subj = names.NewSubjects("").WithPartitions(w.st.Partitions())
-	nc, _ := w.srv.Conn(t)
-	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: cfg, Metrics: w.mx, Logger: w.log}); err != nil {
-		t.Fatal(err)
-	}
-	w.start(w.ing)
+	servicetest.Run(w.t, w.Ctx(), w.ing)
 	m := http.NewServeMux()
 	w.ing.Routes(m)
 	mux = m
@@ -164,40 +133,21 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	return w
 }
 
-type component interface {
-	Start(context.Context) error
-	Stop(context.Context) error
-}
-
-func (w *world) start(c component) {
-	w.t.Helper()
-	if err := c.Start(w.c); err != nil {
-		w.t.Fatalf("start: %v", err)
-	}
-	w.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Stop(ctx); err != nil {
-			w.t.Errorf("stop: %v", err)
-		}
-	})
-}
-
 func (w *world) dispatcher() { w.dispatcherWith(nil) }
 
 func (w *world) dispatcherWith(hooks *dispatcher.Hooks) {
 	w.t.Helper()
-	nc, _ := w.srv.Conn(w.t)
+	nc, _ := w.Srv.Conn(w.t)
 	d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: w.cfg, Instance: "d1", Metrics: w.mx, Hooks: hooks, Logger: w.log})
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.start(d)
+	servicetest.Run(w.t, w.Ctx(), d)
 }
 
 func (w *world) poller(reconciler bool) *poller.Service {
 	w.t.Helper()
-	nc, _ := w.srv.Conn(w.t)
+	nc, _ := w.Srv.Conn(w.t)
 	p, err := poller.New(poller.Options{Conn: nc, Config: w.cfg, Instance: "p1", NoReconciler: !reconciler, Metrics: w.mx, Logger: w.log,
 		OnSweep: func(r poller.Report) {
 			select {
@@ -208,17 +158,21 @@ func (w *world) poller(reconciler bool) *poller.Service {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.start(p)
+	servicetest.Run(w.t, w.Ctx(), p)
 	w.poll = p
 	return p
 }
 
-// submit posts a credit evaluation over HTTP and returns its id.
-func (w *world) submit(key, payload string) string {
+// submit posts a credit evaluation over HTTP and returns its id; headers
+// alternate name, value.
+func (w *world) submit(key, payload string, headers ...string) string {
 	w.t.Helper()
 	body := `{"account":"acme","kind":"credit.evaluate","payload":` + payload + `}`
-	req, _ := http.NewRequestWithContext(w.c, http.MethodPost, w.api.URL+"/v1/events", strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(w.Ctx(), http.MethodPost, w.api.URL+"/v1/events", strings.NewReader(body))
 	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		w.t.Fatal(err)
@@ -233,33 +187,11 @@ func (w *world) submit(key, payload string) string {
 	return v.ID
 }
 
-func (w *world) get(id string) state.Record {
-	w.t.Helper()
-	r, _, err := w.st.Get(w.c, "", id)
-	if err != nil {
-		w.t.Fatalf("get %s: %v", id, err)
-	}
-	return r
-}
-
-// waitStatus waits until the event is in want (and fails with its record).
-func (w *world) waitStatus(id string, want state.State, within time.Duration) state.Record {
-	w.t.Helper()
-	var r state.Record
-	natstest.Eventually(w.t, within, func() bool {
-		var err error
-		r, _, err = w.st.Get(w.c, "", id)
-		return err == nil && r.Status == want
-	}, "event %s: want status %s", id, want)
-	_ = r
-	return w.get(id)
-}
-
 // callback posts a webhook to /v1/callbacks/<target>, signed with secret
 // at time ts, and returns the status and decoded answer.
 func (w *world) callback(target, secret, webhookID string, ts time.Time, body string) (int, ingest.CallbackReply) {
 	w.t.Helper()
-	req, _ := http.NewRequestWithContext(w.c, http.MethodPost, w.api.URL+"/v1/callbacks/"+target, bytes.NewReader([]byte(body)))
+	req, _ := http.NewRequestWithContext(w.Ctx(), http.MethodPost, w.api.URL+"/v1/callbacks/"+target, bytes.NewReader([]byte(body)))
 	for k, v := range webhook.Headers(secret, webhookID, ts, []byte(body)) {
 		req.Header[k] = v
 	}
@@ -302,8 +234,6 @@ func detailOf(r state.Record, a state.ActionName) string {
 	return ""
 }
 
-var _ = fmt.Sprint
-
 func webhookHeaders(secret, id, body string) http.Header {
 	return webhook.Headers(secret, id, time.Now(), []byte(body))
 }
@@ -321,44 +251,13 @@ func notes(r state.Record, s string) int {
 	return n
 }
 
-// metric is the value of the series of name with exactly these labels
-// (0 when absent).
-func (w *world) metric(name string, labels map[string]string) float64 {
-	w.t.Helper()
-	mfs, err := w.reg.Gather()
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue series
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return 0
-}
-
 func (w *world) wantMetric(name string, labels map[string]string, want float64) {
 	w.t.Helper()
-	if got := w.metric(name, labels); got != want {
+	var pairs []string
+	for k, v := range labels {
+		pairs = append(pairs, k, v)
+	}
+	if got := servicetest.Metric(w.t, w.reg, name, pairs...); got != want {
 		w.t.Errorf("%s%v: want %v, got %v", name, labels, want, got)
 	}
 }

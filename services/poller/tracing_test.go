@@ -2,19 +2,17 @@ package poller_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/tracing/tracingtest"
@@ -28,23 +26,12 @@ const (
 )
 
 // syncBuffer collects log lines from every service of a world.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type syncBuffer struct{ servicetest.LogBuffer }
 
 // lines are the JSON log lines that name the event.
 func (s *syncBuffer) lines(id string) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
 	for sc.Scan() {
 		var l map[string]any
 		if json.Unmarshal(sc.Bytes(), &l) == nil && l["event_id"] == id {
@@ -76,28 +63,6 @@ func traced(t *testing.T) (*tracingtest.Receiver, func()) {
 	}
 	t.Cleanup(flush) // a failed test still uninstalls the provider
 	return r, flush
-}
-
-// submitTraced posts a credit evaluation carrying the submitter's
-// traceparent and returns its id.
-func (w *world) submitTraced(key string) string {
-	w.t.Helper()
-	body := `{"account":"acme","kind":"credit.evaluate","payload":{"applicant":"` + key + `"}}`
-	req, _ := http.NewRequestWithContext(w.c, http.MethodPost, w.api.URL+"/v1/events", strings.NewReader(body))
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set(tracing.Header, submitterTP)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusAccepted {
-		w.t.Fatalf("submit: want 202, got %d %s", resp.StatusCode, b)
-	}
-	var v struct{ ID string }
-	_ = json.Unmarshal(b, &v)
-	return v.ID
 }
 
 // eventSpans checks that the spans of the event are all in the
@@ -161,13 +126,13 @@ func TestTraceOfAnEventThatRetriesFallsBackAndCallsBack(t *testing.T) {
 	w := newWorld(t, `attempts: 2, backoff: {initial: 1s, max: 1s, jitter: 0}, callback_sla: 1m,
     fallback: {target: bureau_a, completion: callback, attempts: 1, callback_sla: 1m}`,
 		worldOpts{a: provider.Faults{FailFirst: 2}, callbacks: &provider.CallbackFaults{}, log: &log})
-	id := w.submitTraced("c-trace")
-	rec := w.waitStatus(id, state.Done, 30*time.Second)
+	id := w.submit("c-trace", `{"applicant":"`+"c-trace"+`"}`, tracing.Header, submitterTP)
+	rec := w.WaitStatus(id, state.Done, 30*time.Second)
 	if rec.Stage != state.StageFallback || count(rec, state.Retry) != 1 || count(rec, state.Fallback) != 1 {
 		t.Fatalf("want a retry, then the fallback stage done by callback; got %s at %s: %v", rec.Status, rec.Stage, actions(rec))
 	}
 	// The callback's span ends after its write: wait for it before the flush.
-	ctx, cancel := context.WithTimeout(w.c, 10*time.Second)
+	ctx, cancel := context.WithTimeout(w.Ctx(), 10*time.Second)
 	defer cancel()
 	if err := r.Wait(ctx, func(ss []tracingtest.Span) bool {
 		for _, s := range ss {
@@ -243,8 +208,8 @@ func TestTraceOfPolls(t *testing.T) {
 	w := newWorld(t, `attempts: 1,
     fallback: {target: bureau_b, completion: poll, attempts: 1, poll_sla: 1m}`,
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1}})
-	id := w.submitTraced("c-poll-trace")
-	w.waitStatus(id, state.Done, 30*time.Second)
+	id := w.submit("c-poll-trace", `{"applicant":"`+"c-poll-trace"+`"}`, tracing.Header, submitterTP)
+	w.WaitStatus(id, state.Done, 30*time.Second)
 	flush()
 
 	_, spans := eventSpans(t, r.Spans(), id)
