@@ -14,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
@@ -44,17 +45,17 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 		Rate: config.Rate{PerSecond: 20, Text: "20/s"}, Concurrency: 4}
 	ds := map[string]*dispatcher.Service{}
 	for _, name := range []string{"d1", "d2"} {
-		nc, _ := e.srv.Conn(t)
+		nc, _ := e.Srv.Conn(t)
 		d, err := dispatcher.New(dispatcher.Options{Conn: nc, Config: e.cfg, Instance: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, d)
+		servicetest.Run(t, context.Background(), d)
 		ds[name] = d
 	}
-	prov := accounts.NewProvisioner(e.js, e.nc, live.Static(e.cfg).Load, e.subj)
+	prov := accounts.NewProvisioner(e.JS, e.NC, live.Static(e.cfg).Load, e.Subj)
 	for _, a := range []string{"acme", "globex"} {
-		if err := prov.Ensure(ctx(t), a); err != nil {
+		if err := prov.Ensure(servicetest.Context(t, 2*time.Minute), a); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -70,11 +71,11 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 		"a replica to own acme and globex")
 	e.openBreaker("acme", "erp")
 	// What an owner of learner stored of its learned concurrency.
-	kv, err := e.js.KeyValue(ctx(t), names.BucketOwners)
+	kv, err := e.JS.KeyValue(servicetest.Context(t, 2*time.Minute), names.BucketOwners)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx(t), "l.learner", []byte("5")); err != nil {
+	if _, err := kv.Put(servicetest.Context(t, 2*time.Minute), "l.learner", []byte("5")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -119,11 +120,7 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 	if owner == "d1" {
 		other = "d2"
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ds[owner].Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, ds[owner])
 	natstest.Eventually(t, 20*time.Second, func() bool { return ds[other].Owner("acme") == other }, "%s to take acme over", other)
 	page = get()
 	if row := accountRow(t, page, "acme"); !strings.HasPrefix(row, "acme "+other+" ") {

@@ -17,30 +17,27 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
-func submit(t *testing.T, e *env, account, kind, key, payload string) string {
+// submit submits one event over NATS (headers alternate name, value) and
+// returns its id.
+func submit(t *testing.T, e *env, account, kind, key, payload string, headers ...string) string {
 	t.Helper()
-	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
-	m.Data = []byte(payload)
-	m.Header.Set("Idempotency-Key", key)
-	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
-	return event.ID(account, key)
+	return e.Submit(account, kind, []string{key}, func(string) string { return payload }, headers...)[0]
 }
 
 func startIngest(t *testing.T, e *env) *ingest.Service {
 	t.Helper()
-	nc, _ := e.srv.Conn(t)
+	nc, _ := e.Srv.Conn(t)
 	ing, err := ingest.New(ingest.Options{Conn: nc, Config: e.cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, ing)
+	servicetest.Run(t, context.Background(), ing)
 	return ing
 }
 
@@ -58,7 +55,7 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	e.startDispatcher(nil)
 	id := submit(t, e, "acme", "order.create", "o-1", `{"order_id":"o-1","reject":true}`)
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		r, _, err := e.st.Get(context.Background(), "", id)
+		r, _, err := e.St.Get(context.Background(), "", id)
 		return err == nil && r.Status == state.Dead
 	}, "the rejected event to be dead")
 	f := url.Values{"account": {"acme"}, "kind": {"order.create"}}
@@ -81,13 +78,13 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	if rep.Replayed != 1 {
 		t.Fatalf("want 1 replayed, got %+v", rep)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == state.Done }, "the replayed event to be done")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.Record(id).Status == state.Done }, "the replayed event to be done")
 	calls := e.p.CallsFor(id)
 	last := calls[len(calls)-1]
 	if !strings.Contains(string(last.Body), "fixed by ops") || last.Status != http.StatusOK {
 		t.Fatalf("the target must get the edited payload and answer 200, got %d %s", last.Status, last.Body)
 	}
-	r := e.record(id)
+	r := e.Record(id)
 	var replay *state.Entry
 	for i := range r.History {
 		if r.History[i].Action == state.Replay {
@@ -135,7 +132,7 @@ func TestCrashedEventDeadThroughAdvisoryThenReplayed(t *testing.T) {
 	if err := e.callWith(operatorKeys["bob"], ops.DeadReplay, ops.ReplayRequest{IDs: []string{poison}, Reason: "handler fixed in v2"}, &rep); err != nil || rep.Replayed != 1 {
 		t.Fatalf("replay: %+v, %v", rep, err)
 	}
-	natstest.Eventually(t, 60*time.Second, func() bool { return e.record(poison).Status == state.Done }, "the replayed poison event to be done")
+	natstest.Eventually(t, 60*time.Second, func() bool { return e.Record(poison).Status == state.Done }, "the replayed poison event to be done")
 	if n := e.p.Effects(poison); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
 	}
@@ -159,18 +156,18 @@ func TestResolveReviews(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("resolve done: %d %s", code, body)
 	}
-	r := e.record(ids[0])
+	r := e.Record(ids[0])
 	if r.Status != state.Done || string(r.Result) != `{"decision":"approved"}` || lastEntry(r).Actor != "operator:carol" || lastEntry(r).Detail != "bureau confirmed by phone" {
 		t.Fatalf("resolved: want done with the result and carol's reason, got %s %s %+v", r.Status, r.Result, lastEntry(r))
 	}
 	if err := e.callWith(operatorKeys["dave"], ops.ReviewResolve, ops.ResolveRequest{ID: ids[1], Outcome: ops.OutcomeRequeuePrimary, Reason: "bureau back up"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ids[1]).Status == state.Done }, "the requeued review to be delivered")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.Record(ids[1]).Status == state.Done }, "the requeued review to be delivered")
 	if err := e.callWith(operatorKeys["erin"], ops.ReviewResolve, ops.ResolveRequest{ID: ids[2], Outcome: ops.OutcomeDiscard, Reason: "applicant withdrew"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.record(ids[2]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:erin" {
+	if r := e.Record(ids[2]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:erin" {
 		t.Fatalf("discarded: want cancelled by operator:erin, got %s %+v", r.Status, lastEntry(r))
 	}
 	e.waitListed(state.ManualReview, url.Values{}, 0)
@@ -215,7 +212,7 @@ func TestRequestErrors(t *testing.T) {
 	if code := e.get("/v1/dead?since=yesterday", nil); code != 400 {
 		t.Errorf("HTTP list with a bad since: want 400, got %d", code)
 	}
-	if e.record(ids[0]).Status != state.Dead {
+	if e.Record(ids[0]).Status != state.Dead {
 		t.Fatal("refused requests must change nothing")
 	}
 }
@@ -239,7 +236,7 @@ func TestDiscardSelection(t *testing.T) {
 		t.Fatalf("want 4 discarded and 1 skipped, got %+v", rep)
 	}
 	for _, id := range ids {
-		if r := e.record(id); r.Status != state.Cancelled || lastEntry(r).Detail != "duplicate invoice" {
+		if r := e.Record(id); r.Status != state.Cancelled || lastEntry(r).Detail != "duplicate invoice" {
 			t.Fatalf("%s: want cancelled with the reason, got %s %+v", id, r.Status, lastEntry(r))
 		}
 	}
@@ -252,7 +249,7 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	adv := make(chan dead.Advisory, 4)
-	sub, _ := e.nc.Subscribe("tenaz.advisory.dead.>", func(m *nats.Msg) {
+	sub, _ := e.NC.Subscribe("tenaz.advisory.dead.>", func(m *nats.Msg) {
 		var a dead.Advisory
 		_ = json.Unmarshal(m.Data, &a)
 		adv <- a

@@ -1,6 +1,7 @@
 package deadletter_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter"
 )
@@ -21,17 +23,17 @@ import (
 func TestArchiveSettleWritesAnEventChangedMeanwhileOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
-	c := ctx(t)
+	c := servicetest.Context(t, 2*time.Minute)
 	if err := e.dl.Stop(c); err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := e.srv.Conn(t)
+	nc, _ := e.Srv.Conn(t)
 	dl, err := deadletter.New(deadletter.Options{Conn: nc, Config: e.cfg, Instance: "settle", Auth: e.auth, Settle: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, dl)
-	archive, err := e.js.Stream(c, "TENAZ_AUDIT")
+	servicetest.Run(t, context.Background(), dl)
+	archive, err := e.JS.Stream(c, "TENAZ_AUDIT")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func TestArchiveSettleWritesAnEventChangedMeanwhileOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.Create(c, r); err != nil {
+		if _, err := e.St.Create(c, r); err != nil {
 			t.Fatal(err)
 		}
 		return id
@@ -62,14 +64,14 @@ func TestArchiveSettleWritesAnEventChangedMeanwhileOnce(t *testing.T) {
 	// The archiver's fetch has ended: it settles now.
 	id := create("settle-second")
 	for _, a := range []state.Action{{Name: state.Claim, Seq: 1}, {Name: state.Succeed}} {
-		if _, _, _, err := e.st.Transition(c, "acme", id, a); err != nil {
+		if _, _, _, err := e.St.Transition(c, "acme", id, a); err != nil {
 			t.Fatal(err)
 		}
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool { return msgsOf(id) > 0 }, "the second event archived")
 	delivered := uint64(0)
-	for p := range e.subj.Parts() {
-		cons, err := e.js.Consumer(c, "KV_"+e.subj.StateBucketOf(p), "deadletter-audit")
+	for p := range e.Subj.Parts() {
+		cons, err := e.JS.Consumer(c, "KV_"+e.Subj.StateBucketOf(p), "deadletter-audit")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package deadletter_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,52 +11,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/tenaz/tenaz/pkg/audit"
-	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 )
-
-// submitFor submits an event about entity over NATS and returns its id.
-func submitFor(t *testing.T, e *env, account, kind, entity, key, payload string) string {
-	t.Helper()
-	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
-	m.Data = []byte(payload)
-	m.Header.Set("Idempotency-Key", key)
-	m.Header.Set(names.HeaderEntityID, entity)
-	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
-	return event.ID(account, key)
-}
 
 // getWith does a GET with "Authorization: Bearer <key>" (alice's Basic
 // when key is "") and returns the status and body.
 func (e *env) getWith(key, path string) (int, string) {
 	e.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		b.WriteString(sc.Text() + "\n")
-	}
-	return resp.StatusCode, b.String()
+	r := servicetest.Send(e.t, e.Ctx(), http.DefaultClient, http.MethodGet, e.http.URL+path, key, "")
+	return r.Status, string(r.Body)
 }
 
 // timeline reads an entity's timeline as alice.
@@ -105,12 +75,12 @@ func TestEntityTimelineOutlivesTheRecords(t *testing.T) {
 	startIngest(t, e)
 	e.startDispatcher(nil)
 	start := time.Now().UTC().Add(-time.Second)
-	credit := submitFor(t, e, "acme", "credit.evaluate", "proposal-42", "p42-credit", `{"applicant":"A-1"}`)
-	order := submitFor(t, e, "acme", "order.create", "proposal-42", "p42-order", `{"n":1}`)
-	other := submitFor(t, e, "acme", "credit.evaluate", "proposal-43", "p43-credit", `{"applicant":"A-2"}`)
+	credit := submit(t, e, "acme", "credit.evaluate", "p42-credit", `{"applicant":"A-1"}`, names.HeaderEntityID, "proposal-42")
+	order := submit(t, e, "acme", "order.create", "p42-order", `{"n":1}`, names.HeaderEntityID, "proposal-42")
+	other := submit(t, e, "acme", "credit.evaluate", "p43-credit", `{"applicant":"A-2"}`, names.HeaderEntityID, "proposal-43")
 	e.waitDone(credit, other)
 	natstest.Eventually(t, 60*time.Second, func() bool {
-		r, _, err := e.st.Get(context.Background(), "", order)
+		r, _, err := e.St.Get(context.Background(), "", order)
 		return err == nil && r.Status == state.Dead
 	}, "the order to die of its 503 (one attempt)")
 	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 1)
@@ -126,9 +96,9 @@ func TestEntityTimelineOutlivesTheRecords(t *testing.T) {
 	e.waitDone(order)
 	for _, id := range []string{credit, order, other} {
 		natstest.Eventually(t, 60*time.Second, func() bool {
-			_, _, err := e.st.Get(context.Background(), "", id)
+			_, _, err := e.St.Get(context.Background(), "", id)
 			return errors.Is(err, store.ErrNotFound)
-		}, "the record of %s to expire (streams.retention 2s): %+v", id, func() any { r, _, _ := e.st.Get(context.Background(), "", id); return r }())
+		}, "the record of %s to expire (streams.retention 2s): %+v", id, func() any { r, _, _ := e.St.Get(context.Background(), "", id); return r }())
 	}
 
 	var rep ops.TimelineReply
@@ -221,8 +191,8 @@ func TestTimelineKeepsAccountsApart(t *testing.T) {
 	startIngest(t, e)
 	e.startDispatcher(nil)
 	start := time.Now().UTC().Add(-time.Second)
-	acme := submitFor(t, e, "acme", "credit.evaluate", "E-1", "acme-e1", `{"applicant":"A"}`)
-	globex := submitFor(t, e, "globex", "credit.evaluate", "E-1", "globex-e1", `{"applicant":"G"}`)
+	acme := submit(t, e, "acme", "credit.evaluate", "acme-e1", `{"applicant":"A"}`, names.HeaderEntityID, "E-1")
+	globex := submit(t, e, "globex", "credit.evaluate", "globex-e1", `{"applicant":"G"}`, names.HeaderEntityID, "E-1")
 	e.waitDone(acme, globex)
 	const path = "/v1/entities/%s/E-1/timeline"
 	read := func(key, account string) (int, ops.TimelineReply) {
@@ -289,7 +259,7 @@ func TestOpenAPIContractAudit(t *testing.T) {
 	alice := operatorKeys["alice"]
 	startIngest(t, e)
 	e.startDispatcher(nil)
-	id := submitFor(t, e, "acme", "credit.evaluate", "E-9", "contract-e9", `{"applicant":"A"}`)
+	id := submit(t, e, "acme", "credit.evaluate", "contract-e9", `{"applicant":"A"}`, names.HeaderEntityID, "E-9")
 	e.waitDone(id)
 	natstest.Eventually(t, 30*time.Second, func() bool { _, st := e.timeline("acme", "E-9"); return st == http.StatusOK }, "E-9 archived")
 	const tl = "/v1/entities/acme/E-9/timeline"
@@ -309,11 +279,7 @@ func TestOpenAPIContractAudit(t *testing.T) {
 	want(401, "GET", ex, "", "", "no credential")
 	want(403, "GET", ex+"&account=acme", globexReadKey, "", "another account's key")
 
-	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.dl.Stop(stop); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, e.dl)
 	want(503, "GET", tl, alice, "", "the service stopped")
 	want(503, "GET", ex, alice, "", "the service stopped")
 	internal := "an unexpected stream error: no request brings one about"
@@ -333,9 +299,9 @@ func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
 	startIngest(t, e)
 	e.startDispatcher(nil)
 	ids := []string{
-		submitFor(t, e, "acme", "credit.evaluate", "R-1", "r1-a", `{"applicant":"A"}`),
-		submitFor(t, e, "acme", "credit.evaluate", "R-1", "r1-b", `{"applicant":"B"}`),
-		submitFor(t, e, "globex", "credit.evaluate", "", "r-none", `{"applicant":"C"}`),
+		submit(t, e, "acme", "credit.evaluate", "r1-a", `{"applicant":"A"}`, names.HeaderEntityID, "R-1"),
+		submit(t, e, "acme", "credit.evaluate", "r1-b", `{"applicant":"B"}`, names.HeaderEntityID, "R-1"),
+		submit(t, e, "globex", "credit.evaluate", "r-none", `{"applicant":"C"}`, names.HeaderEntityID, ""),
 	}
 	e.waitDone(ids...)
 	var before ops.TimelineReply
@@ -350,10 +316,10 @@ func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
 		}
 		return st == http.StatusOK && n == 2
 	}, "R-1's two events archived")
-	c := ctx(t)
+	c := servicetest.Context(t, 2*time.Minute)
 	caughtUp := func() bool {
-		for p := range e.subj.Parts() {
-			cons, err := e.js.Consumer(c, "KV_"+e.subj.StateBucketOf(p), "deadletter-audit")
+		for p := range e.Subj.Parts() {
+			cons, err := e.JS.Consumer(c, "KV_"+e.Subj.StateBucketOf(p), "deadletter-audit")
 			if err != nil {
 				return false
 			}
@@ -365,7 +331,7 @@ func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
 		return true
 	}
 	natstest.Eventually(t, 30*time.Second, caughtUp, "the archiver to have read every revision")
-	audit, err := e.js.Stream(c, "TENAZ_AUDIT")
+	audit, err := e.JS.Stream(c, "TENAZ_AUDIT")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,8 +347,8 @@ func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
 	if err := e.dl.Stop(c); err != nil {
 		t.Fatal(err)
 	}
-	for p := range e.subj.Parts() {
-		if err := e.js.DeleteConsumer(c, "KV_"+e.subj.StateBucketOf(p), "deadletter-audit"); err != nil {
+	for p := range e.Subj.Parts() {
+		if err := e.JS.DeleteConsumer(c, "KV_"+e.Subj.StateBucketOf(p), "deadletter-audit"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -413,7 +379,7 @@ func TestExportStreamsEveryLine(t *testing.T) {
 			r.Entries = append(r.Entries, state.Entry{At: at.Add(time.Duration(i*500+j) * time.Millisecond), Action: state.Repoll, To: state.Polling})
 		}
 		b, _ := json.Marshal(r)
-		if _, err := e.js.Publish(ctx(t), audit.Subject("tenaz", "acme", "L-1", "ev_long"), b); err != nil {
+		if _, err := e.JS.Publish(servicetest.Context(t, 2*time.Minute), audit.Subject("tenaz", "acme", "L-1", "ev_long"), b); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -66,7 +66,7 @@ func TestOperatorActionsInChromium(t *testing.T) {
 	}
 	b.do("confirm the retry", chromedp.Click(chromedp.CSS(`#confirm`)))
 	b.wait("the flash", `!!document.querySelector('#flash') && document.querySelector('#flash').textContent.includes('is due now')`)
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(retrying).Status == state.Done }, "the retried event to be delivered")
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.Record(retrying).Status == state.Done }, "the retried event to be delivered")
 	b.do("reload the detail", chromedp.Navigate(e.http.URL+"/ui/events/"+retrying), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
 	if tl := b.eval(`document.querySelector('#timeline').textContent`); !strings.Contains(tl, string(state.RetryNow)) || !strings.Contains(tl, "operator:alice") || !strings.Contains(tl, "erp is back") {
 		t.Fatalf("timeline: want the retry_now by operator:alice with the reason, got %q", tl)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -22,8 +23,8 @@ func TestEntityPageInChromium(t *testing.T) {
 	e.p.SetFaults(provider.Faults{FailFirst: 1})
 	startIngest(t, e)
 	e.startDispatcher(nil)
-	credit := submitFor(t, e, "acme", "credit.evaluate", "proposal-7", "p7-credit", `{"applicant":"A-7"}`)
-	again := submitFor(t, e, "acme", "credit.evaluate", "proposal-7", "p7-again", `{"applicant":"A-7","retry":true}`)
+	credit := submit(t, e, "acme", "credit.evaluate", "p7-credit", `{"applicant":"A-7"}`, names.HeaderEntityID, "proposal-7")
+	again := submit(t, e, "acme", "credit.evaluate", "p7-again", `{"applicant":"A-7","retry":true}`, names.HeaderEntityID, "proposal-7")
 	e.waitDone(credit, again)
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		rep, st := e.timeline("acme", "proposal-7")

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
@@ -31,23 +30,10 @@ func (e *env) running(account, kind string) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.st.Create(context.Background(), rec); err != nil {
+	if _, err := e.St.Create(context.Background(), rec); err != nil {
 		e.t.Fatal(err)
 	}
 	return env.ID
-}
-
-// submitEntity submits an event about entity over NATS and returns its id.
-func submitEntity(t *testing.T, e *env, account, kind, key, entity string) string {
-	t.Helper()
-	m := nats.NewMsg("tenaz.intake." + account + "." + kind)
-	m.Data = []byte(`{"proposal":"` + entity + `"}`)
-	m.Header.Set("Idempotency-Key", key)
-	m.Header.Set(names.HeaderEntityID, entity)
-	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
-	return event.ID(account, key)
 }
 
 const eventRows = `document.querySelectorAll('#events tbody tr[data-id]')`
@@ -95,7 +81,7 @@ func TestEventsInChromium(t *testing.T) {
 	for i := range 3 {
 		acme = append(acme, submit(t, e, "acme", "order.create", fmt.Sprintf("o-%d", i), `{"order_id":"o-1","amount":1}`))
 	}
-	proposal := submitEntity(t, e, "acme", "credit.evaluate", "p-42", "proposal-42")
+	proposal := submit(t, e, "acme", "credit.evaluate", "p-42", `{"proposal":"proposal-42"}`, names.HeaderEntityID, "proposal-42")
 	globex := []string{submit(t, e, "globex", "order.create", "g-0", `{"n":1}`), submit(t, e, "globex", "order.create", "g-1", `{"n":1}`)}
 	e.waitDone(append(append([]string{proposal}, acme...), globex...)...)
 	retrying := e.live("acme", "order.slow", state.Retrying)

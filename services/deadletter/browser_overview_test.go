@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -24,7 +25,7 @@ import (
 // it wrote.
 func (e *env) past(account, kind string, n int, span time.Duration, retryEvery int) (retries int) {
 	e.t.Helper()
-	c := ctx(e.t)
+	c := servicetest.Context(e.t, 2*time.Minute)
 	end := time.Now().UTC().Add(-5 * time.Second)
 	for i := range n {
 		t0 := end.Add(-span + time.Duration(i)*span/time.Duration(n))
@@ -33,7 +34,7 @@ func (e *env) past(account, kind string, n int, span time.Duration, retryEvery i
 			e.t.Fatal(err)
 		}
 		rec := queue.Initial(env)
-		rev, err := e.st.Create(c, rec)
+		rev, err := e.St.Create(c, rec)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -51,7 +52,7 @@ func (e *env) past(account, kind string, n int, span time.Duration, retryEvery i
 			if rec, _, err = state.Apply(rec, a, at); err != nil {
 				e.t.Fatal(err)
 			}
-			if rev, err = e.st.Write(c, rec, rev); err != nil {
+			if rev, err = e.St.Write(c, rec, rev); err != nil {
 				e.t.Fatal(err)
 			}
 			at = at.Add(500 * time.Millisecond)
@@ -148,7 +149,7 @@ func TestOverviewAndEventsAreOperatorsOnly(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	for _, path := range []string{"/ui/overview", "/ui/overview?account=acme", "/ui/events", "/ui/events?account=acme"} {
-		req, _ := http.NewRequestWithContext(ctx(t), http.MethodGet, e.http.URL+path, nil)
+		req, _ := http.NewRequestWithContext(servicetest.Context(t, 2*time.Minute), http.MethodGet, e.http.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer "+acmeSubmitKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

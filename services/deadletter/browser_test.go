@@ -172,8 +172,8 @@ func TestScreenInChromium(t *testing.T) {
 	b.do("confirm", chromedp.Click(chromedp.CSS(`#confirm`)))
 	b.wait("the filtered list again, with the flash and without the event", `!!document.querySelector('#flash') && document.querySelector('#flash').textContent.includes('Replayed 1') && !document.body.textContent.includes('`+id+`') && location.search.includes('kind=order.create') && `+rows+` === 2`)
 	b.screenshot("replayed")
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(id).Status == state.Done }, "the replayed event to be delivered")
-	if r := e.record(id); !strings.Contains(fmt.Sprint(r.History), "operator:alice") {
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.Record(id).Status == state.Done }, "the replayed event to be delivered")
+	if r := e.Record(id); !strings.Contains(fmt.Sprint(r.History), "operator:alice") {
 		t.Fatalf("the history must name operator:alice, got %+v", r.History)
 	}
 
@@ -212,7 +212,7 @@ func TestScreenInChromium(t *testing.T) {
 	b.do("confirm the resolution", chromedp.Click(chromedp.CSS(`#confirm`)))
 	b.wait("the review list empty", `!!document.querySelector('#flash') && document.querySelectorAll('td.empty').length === 1`)
 	b.screenshot("resolved")
-	if r := e.record(review[0]); r.Status != state.Done || string(r.Result) != `{"decision":"approved"}` {
+	if r := e.Record(review[0]); r.Status != state.Done || string(r.Result) != `{"decision":"approved"}` {
 		t.Fatalf("the review must be done with the result, got %s %s", r.Status, r.Result)
 	}
 	b.do("breakers tab", chromedp.Navigate(e.http.URL+"/ui/breakers"), chromedp.WaitVisible(chromedp.CSS("#breakers")))

@@ -41,7 +41,7 @@ func TestDigestCountsEachArrivalOnce(t *testing.T) {
 	e.startDeadletter("replica-2")
 
 	var digests []ops.Digest
-	sub, err := e.nc.Subscribe("tenaz.advisory.digest", func(m *nats.Msg) {
+	sub, err := e.NC.Subscribe("tenaz.advisory.digest", func(m *nats.Msg) {
 		var d ops.Digest
 		if err := json.Unmarshal(m.Data, &d); err != nil {
 			t.Errorf("digest advisory: %v", err)

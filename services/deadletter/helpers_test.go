@@ -1,12 +1,10 @@
 package deadletter_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,11 +20,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/deadletter"
@@ -38,12 +36,8 @@ import (
 // Guard of every binary, requests without credentials signed in as
 // alice).
 type env struct {
+	*servicetest.Env
 	t    *testing.T
-	srv  *natstest.Server
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	st   *store.Store
-	subj names.Subjects // the store's, default prefix
 	p    *provider.Provider
 	cfg  *config.Config
 	auth *auth.Authenticator
@@ -115,24 +109,15 @@ const cbSecret = "whsec_dGVuYXotZGVhZGxldHRlci1jYWxsYmFjay1zZWNyZXQ="
 
 func setup(t *testing.T, extraYAML string) *env {
 	t.Helper()
-	e := &env{t: t, srv: natstest.Start(t)}
-	e.p = provider.New(provider.Faults{})
-	target := httptest.NewServer(e.p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = e.p.Close() })
-	cfg, err := config.Parse(fmt.Appendf(nil, baseYAML, target.URL, extraYAML, authYAML), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := &env{t: t, Env: servicetest.Start(t, servicetest.Options{Timeout: 10 * time.Minute})}
+	var target *httptest.Server
+	e.p, target = servicetest.Provider(t, provider.Faults{})
+	cfg := servicetest.Config(t, fmt.Sprintf(baseYAML, target.URL, extraYAML, authYAML), nil)
 	e.cfg = cfg
+	var err error
 	if e.auth, err = auth.New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.nc, e.js = e.srv.Conn(t)
-	if e.st, err = store.Open(context.Background(), e.js, store.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	e.subj = names.NewSubjects("").WithPartitions(e.st.Partitions())
 	e.dl = e.startDeadletter("")
 	mux := http.NewServeMux()
 	e.dl.Routes(mux)
@@ -155,12 +140,12 @@ func signedIn(name string, h http.Handler) http.Handler {
 // startDeadletter starts a deadletter replica on its own connection.
 func (e *env) startDeadletter(instance string) *deadletter.Service {
 	e.t.Helper()
-	nc, _ := e.srv.Conn(e.t)
+	nc, _ := e.Srv.Conn(e.t)
 	dl, err := deadletter.New(deadletter.Options{Conn: nc, Config: e.cfg, Instance: instance, Auth: e.auth})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	run(e.t, dl)
+	servicetest.Run(e.t, context.Background(), dl)
 	return dl
 }
 
@@ -174,20 +159,14 @@ func (e *env) startDispatcher(h *dispatcher.Hooks) *dispatcher.Service {
 // (o.Conn and o.Config are the env's).
 func (e *env) startDispatcherWith(o dispatcher.Options) *dispatcher.Service {
 	e.t.Helper()
-	o.Conn, _ = e.srv.Conn(e.t)
+	o.Conn, _ = e.Srv.Conn(e.t)
 	o.Config = e.cfg
 	d, err := dispatcher.New(o)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	run(e.t, d)
+	servicetest.Run(e.t, context.Background(), d)
 	return d
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return c
 }
 
 // seed makes n events dead (or in manual review, with reason
@@ -196,7 +175,7 @@ func ctx(t *testing.T) context.Context {
 // Writes are pipelined so that thousands take a moment. It returns the ids.
 func (e *env) seed(n int, account, kind, reason, class string, payload func(i int) string) []string {
 	e.t.Helper()
-	c := ctx(e.t)
+	c := servicetest.Context(e.t, 2*time.Minute)
 	ids := make([]string, n)
 	type pend struct {
 		p   store.Pending
@@ -227,7 +206,7 @@ func (e *env) seed(n int, account, kind, reason, class string, payload func(i in
 		} else {
 			rec = must(state.Apply(rec, state.Action{Name: state.Fail, Actor: "dispatcher/test", Error: info, Detail: reason + ": " + info.Message}, now))
 		}
-		p, err := e.st.CreateAsync(rec)
+		p, err := e.St.CreateAsync(rec)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -244,7 +223,7 @@ func (e *env) seed(n int, account, kind, reason, class string, payload func(i in
 		b, _ := json.Marshal(en)
 		m := nats.NewMsg(fmt.Sprintf("tenaz.dead.%s.%s", account, kind))
 		m.Data = b
-		f, err := e.js.PublishMsgAsync(m)
+		f, err := e.JS.PublishMsgAsync(m)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -274,7 +253,7 @@ func (e *env) callWith(key, name string, req, rep any) error {
 	for {
 		// Right after start the micro service's subscriptions may not have
 		// reached the server yet: no responders is worth another try.
-		err := ops.Call(c, e.nc, ops.Subject("tenaz", name), req, rep, ops.WithOperatorKey(key))
+		err := ops.Call(c, e.NC, ops.Subject("tenaz", name), req, rep, ops.WithOperatorKey(key))
 		if !errors.Is(err, ops.ErrNoService) {
 			return err
 		}
@@ -289,18 +268,13 @@ func (e *env) callWith(key, name string, req, rep any) error {
 // get does a GET of the JSON API and decodes the answer.
 func (e *env) get(path string, v any) int {
 	e.t.Helper()
-	resp, err := http.Get(e.http.URL + path)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if v != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(b, v); err != nil {
-			e.t.Fatalf("GET %s: %v in %s", path, err, b)
+	r := servicetest.Send(e.t, e.Ctx(), http.DefaultClient, http.MethodGet, e.http.URL+path, "", "")
+	if v != nil && r.Status < 300 {
+		if err := json.Unmarshal(r.Body, v); err != nil {
+			e.t.Fatalf("GET %s: %v in %s", path, err, r.Body)
 		}
 	}
-	return resp.StatusCode
+	return r.Status
 }
 
 // post does a POST of the JSON API with body (as alice) and returns
@@ -314,23 +288,13 @@ func (e *env) post(path string, body any, v any) (int, string) {
 func (e *env) postWith(key, path string, body any, v any) (int, string) {
 	e.t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, e.http.URL+path, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	if v != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(out, v); err != nil {
-			e.t.Fatalf("POST %s: %v in %s", path, err, out)
+	r := servicetest.Send(e.t, e.Ctx(), http.DefaultClient, http.MethodPost, e.http.URL+path, key, string(b))
+	if v != nil && r.Status < 300 {
+		if err := json.Unmarshal(r.Body, v); err != nil {
+			e.t.Fatalf("POST %s: %v in %s", path, err, r.Body)
 		}
 	}
-	return resp.StatusCode, string(out)
+	return r.Status, string(r.Body)
 }
 
 // listed counts the items of a list for a filter (one request to
@@ -347,16 +311,6 @@ func (e *env) listed(status state.State, q url.Values) int {
 		e.t.Fatalf("%s: %v", ep, err)
 	}
 	return rep.Total
-}
-
-// record reads an event's record.
-func (e *env) record(id string) state.Record {
-	e.t.Helper()
-	r, _, err := e.st.Get(context.Background(), "", id)
-	if err != nil {
-		e.t.Fatalf("record %s: %v", id, err)
-	}
-	return r
 }
 
 // waitListed waits until the list holds n items for the filter.

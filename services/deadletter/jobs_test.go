@@ -9,6 +9,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -45,7 +46,7 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 		}
 		if !handedOver && job.Done >= n/3 {
 			handedOver = true
-			stopCtx := ctx(t)
+			stopCtx := servicetest.Context(t, 2*time.Minute)
 			if err := e.dl.Stop(stopCtx); err != nil {
 				t.Errorf("stopping the first replica: %v", err)
 			}

@@ -21,7 +21,7 @@ import (
 // deadStream is the DEAD stream's current state.
 func (e *env) deadStream() (jetstream.Stream, jetstream.StreamState) {
 	e.t.Helper()
-	s, err := e.js.Stream(context.Background(), names.StreamDead)
+	s, err := e.JS.Stream(context.Background(), names.StreamDead)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func (e *env) items(req ops.ListRequest) []ops.Item {
 // intakeLeft counts the submissions INTAKE still holds.
 func (e *env) intakeLeft() uint64 {
 	e.t.Helper()
-	s, err := e.js.Stream(context.Background(), names.StreamIntake)
+	s, err := e.JS.Stream(context.Background(), names.StreamIntake)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestSettledEntriesLeaveDead(t *testing.T) {
 		t.Fatalf("DEAD: want no entries left, got %d", st.Msgs)
 	}
 	e.waitListed(state.Dead, url.Values{}, 0)
-	if r := e.record(ids[2]); r.Status != state.Pending || string(r.Payload) != `{"n":2}` {
+	if r := e.Record(ids[2]); r.Status != state.Pending || string(r.Payload) != `{"n":2}` {
 		t.Fatalf("the replayed event: want pending with its payload (from the record), got %s %s", r.Status, r.Payload)
 	}
 }
@@ -162,7 +162,7 @@ func TestDeadRetentionExpiresEntries(t *testing.T) {
 	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: ids, Reason: "after expiry"}, nil); err != nil {
 		t.Fatalf("replay an event whose entry expired: %v", err)
 	}
-	if r := e.record(ids[0]); r.Status != state.Pending || string(r.Payload) != `{"n":1}` {
+	if r := e.Record(ids[0]); r.Status != state.Pending || string(r.Payload) != `{"n":1}` {
 		t.Fatalf("the replayed event: want pending with its payload, got %s %s", r.Status, r.Payload)
 	}
 }

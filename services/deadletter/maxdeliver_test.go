@@ -4,42 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/deadletter"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
 )
-
-type component interface {
-	Start(context.Context) error
-	Stop(context.Context) error
-}
-
-func run(t *testing.T, c component) {
-	t.Helper()
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
-}
 
 // A message that kills its worker every time (the worker dies after the
 // claim, before any outcome) is given up by the server after max_deliver;
@@ -47,22 +26,16 @@ func run(t *testing.T, c component) {
 // class "crash", DEAD keeps its payload, and nothing stays running.
 func TestPoisonMessageEndsDeadThroughAdvisory(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	p := provider.New(provider.Faults{})
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
-	cfg, err := config.Parse([]byte(`
+	e := servicetest.Start(t, servicetest.Options{})
+	_, target := servicetest.Provider(t, provider.Faults{})
+	cfg := servicetest.Config(t, `
 streams: {ack_wait: 100ms}
 targets: {erp: {url: "`+target.URL+`/x", timeout: 2s}}
 kinds: {order.create: {target: erp, attempts: 50}}
-`), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func() *nats.Conn { nc, _ := srv.Conn(t); return nc }
+`, nil)
+	conn := func() *nats.Conn { nc, _ := e.Srv.Conn(t); return nc }
 	ing, _ := ingest.New(ingest.Options{Conn: conn(), Config: cfg})
-	run(t, ing)
+	servicetest.Run(t, context.Background(), ing)
 	poison := event.ID("acme", "poison")
 	disp, _ := dispatcher.New(dispatcher.Options{Conn: conn(), Config: cfg, Hooks: &dispatcher.Hooks{
 		AfterClaim: func(id string, _ int) error {
@@ -72,11 +45,11 @@ kinds: {order.create: {target: erp, attempts: 50}}
 			return nil
 		},
 	}})
-	run(t, disp)
+	servicetest.Run(t, context.Background(), disp)
 	dl, _ := deadletter.New(deadletter.Options{Conn: conn(), Config: cfg})
-	run(t, dl)
+	servicetest.Run(t, context.Background(), dl)
 
-	nc, js := srv.Conn(t)
+	nc, js := e.NC, e.JS
 	advisories := make(chan dead.Advisory, 4)
 	sub, _ := nc.Subscribe("tenaz.advisory.dead.acme.order.create", func(m *nats.Msg) {
 		var a dead.Advisory
@@ -84,24 +57,12 @@ kinds: {order.create: {target: erp, attempts: 50}}
 		advisories <- a
 	})
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	for _, k := range []string{"poison", "fine"} {
-		m := nats.NewMsg("tenaz.intake.acme.order.create")
-		m.Data = []byte(`{"order_id":"` + k + `"}`)
-		m.Header.Set("Idempotency-Key", k)
-		if _, err := js.PublishMsg(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st, _ := store.Open(context.Background(), js, store.Options{})
-	natstest.Eventually(t, 30*time.Second, func() bool {
-		r, _, err := st.Get(context.Background(), "", poison)
-		return err == nil && r.Status == state.Dead
-	}, "poison event to be dead")
-	r, _, _ := st.Get(context.Background(), "", poison)
+	e.Submit("acme", "order.create", []string{"poison", "fine"}, func(k string) string { return `{"order_id":"` + k + `"}` })
+	r := e.WaitStatus(poison, state.Dead, 30*time.Second)
 	if r.LastError == nil || r.LastError.Class != "crash" {
 		t.Fatalf("want last_error class crash, got %+v", r.LastError)
 	}
-	fine, _, err := st.Get(context.Background(), "", event.ID("acme", "fine"))
+	fine, _, err := e.St.Get(context.Background(), "", event.ID("acme", "fine"))
 	if err != nil || fine.Status != state.Done {
 		t.Fatalf("the healthy event must be done, got %s (%v)", fine.Status, err)
 	}
@@ -110,9 +71,9 @@ kinds: {order.create: {target: erp, attempts: 50}}
 	if err != nil {
 		t.Fatalf("want a DEAD entry: %v", err)
 	}
-	var e dead.Entry
-	if err := json.Unmarshal(m.Data, &e); err != nil || e.Reason != dead.ReasonCrash || e.Event == nil || string(e.Event.Payload) != `{"order_id":"poison"}` {
-		t.Fatalf("want a crash DEAD entry with the payload, got %+v (%v)", e, err)
+	var en dead.Entry
+	if err := json.Unmarshal(m.Data, &en); err != nil || en.Reason != dead.ReasonCrash || en.Event == nil || string(en.Event.Payload) != `{"order_id":"poison"}` {
+		t.Fatalf("want a crash DEAD entry with the payload, got %+v (%v)", en, err)
 	}
 	select {
 	case a := <-advisories:
@@ -122,9 +83,8 @@ kinds: {order.create: {target: erp, attempts: 50}}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no dead advisory")
 	}
-	subj := names.NewSubjects("").WithPartitions(st.Partitions())
-	ev, _ := js.Stream(context.Background(), subj.EventsStream("acme"))
-	info, _ := ev.Info(context.Background(), jetstream.WithSubjectFilter(subj.EventsOf("acme")))
+	ev, _ := js.Stream(context.Background(), e.Subj.EventsStream("acme"))
+	info, _ := ev.Info(context.Background(), jetstream.WithSubjectFilter(e.Subj.EventsOf("acme")))
 	if n := len(info.State.Subjects); n != 0 {
 		t.Fatalf("the poison message must be gone from EVENTS, subjects left: %v", info.State.Subjects)
 	}

@@ -35,7 +35,7 @@ func TestBreakerListAndManualClose(t *testing.T) {
 		t.Fatalf("want acme/erp open until a time with 1 failure, got %+v", it)
 	}
 	adv := make(chan map[string]any, 4)
-	sub, _ := e.nc.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
+	sub, _ := e.NC.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
 		var a map[string]any
 		_ = json.Unmarshal(m.Data, &a)
 		adv <- a
@@ -121,13 +121,13 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "Discard 1 entr") || !strings.Contains(body, `name="confirm" value="yes"`) {
 		t.Fatalf("first post: want the confirmation page, got %d", code)
 	}
-	if r := e.record(ids[0]); r.Status != state.Dead {
+	if r := e.Record(ids[0]); r.Status != state.Dead {
 		t.Fatalf("nothing may happen before the confirmation, got %s", r.Status)
 	}
 	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}}), "same-origin"); code != http.StatusSeeOther {
 		t.Fatalf("confirmed post: want 303 back to the list, got %d", code)
 	}
-	if r := e.record(ids[0]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
+	if r := e.Record(ids[0]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
 		t.Fatalf("want cancelled by operator:judy for spam, got %s %+v", r.Status, lastEntry(r))
 	}
 }
@@ -143,28 +143,28 @@ func TestTerminatedAdvisoryMovesMessageToDead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.Create(context.Background(), queue.Initial(ev)); err != nil {
+	if _, err := e.St.Create(context.Background(), queue.Initial(ev)); err != nil {
 		t.Fatal(err)
 	}
-	ack, err := queue.New(e.js, e.subj).Enqueue(context.Background(), ev, ev.ID)
+	ack, err := queue.New(e.JS, e.Subj).Enqueue(context.Background(), ev, ev.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	advise := func(seq uint64) {
 		b := fmt.Appendf(nil, `{"type":"io.nats.jetstream.advisory.v1.terminated","stream":%q,"consumer":"dispatch-acme","stream_seq":%d,"deliveries":1,"reason":"by hand"}`, ack.Stream, seq)
-		if err := e.nc.Publish("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED."+ack.Stream+".dispatch-acme", b); err != nil {
+		if err := e.NC.Publish("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED."+ack.Stream+".dispatch-acme", b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	advise(ack.Sequence + 1000) // gone: nothing happens
 	advise(ack.Sequence)
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.record(ev.ID).Status == state.Dead }, "the terminated event to be dead")
-	r := e.record(ev.ID)
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.Record(ev.ID).Status == state.Dead }, "the terminated event to be dead")
+	r := e.Record(ev.ID)
 	if r.LastError == nil || r.LastError.Class != deadletter.ReasonTerminated || !strings.Contains(r.LastError.Message, "by hand") {
 		t.Fatalf("want class terminated naming the reason, got %+v", r.LastError)
 	}
 	e.waitListed(state.Dead, url.Values{"reason": {deadletter.ReasonTerminated}}, 1)
-	s, _ := e.js.Stream(context.Background(), "EVENTS")
+	s, _ := e.JS.Stream(context.Background(), "EVENTS")
 	if _, err := s.GetMsg(context.Background(), ack.Sequence); err == nil {
 		t.Fatal("the terminated message must be gone from EVENTS")
 	}
@@ -225,13 +225,13 @@ func TestRetryingAndScheduledCounts(t *testing.T) {
 		rec.Status = state.Retrying
 		next := now.Add(time.Duration(i+1) * time.Minute)
 		rec.NextRunAt = &next
-		if _, err := e.st.Create(context.Background(), rec); err != nil {
+		if _, err := e.St.Create(context.Background(), rec); err != nil {
 			t.Fatal(err)
 		}
 	}
 	later := now.Add(24 * time.Hour)
 	ev, _ := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "s0", NotBefore: later.Format(time.RFC3339)}, []byte(`{"n":1}`), "", "", now)
-	if _, err := e.st.Create(context.Background(), queue.Initial(ev)); err != nil {
+	if _, err := e.St.Create(context.Background(), queue.Initial(ev)); err != nil {
 		t.Fatal(err)
 	}
 	body := func(path string) string {

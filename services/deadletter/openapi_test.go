@@ -2,8 +2,6 @@ package deadletter_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -40,7 +39,7 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.Create(context.Background(), queue.Initial(pendingEnv)); err != nil {
+	if _, err := e.St.Create(context.Background(), queue.Initial(pendingEnv)); err != nil {
 		t.Fatal(err)
 	}
 	pending, unknown := pendingEnv.ID, event.ID("acme", "never")
@@ -116,11 +115,7 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	want(200, "GET", "/metrics", "", "", "metrics")
 
 	// Stopped, the service answers 503 on every route, and is not ready.
-	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.dl.Stop(stop); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, e.dl)
 	for _, r := range operatorRoutes {
 		want(503, r.method, r.path, alice, "", "the service stopped")
 	}
@@ -151,23 +146,7 @@ func (e *env) contract(t *testing.T) (*apitest.Contract, func(status int, method
 	t.Cleanup(client.CloseIdleConnections)
 	send := func(method, path, key, body string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx(t), method, srv.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
+		return servicetest.Send(t, servicetest.Context(t, 2*time.Minute), client, method, srv.URL+path, key, body).Status
 	}
 	want := func(status int, method, path, key, body, what string) {
 		t.Helper()

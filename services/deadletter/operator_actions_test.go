@@ -10,6 +10,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -44,7 +45,7 @@ func (e *env) live(account, kind string, st state.State) string {
 	if rec.Status != st {
 		e.t.Fatalf("live: want %s, made %s", st, rec.Status)
 	}
-	if _, err := e.st.Create(context.Background(), rec); err != nil {
+	if _, err := e.St.Create(context.Background(), rec); err != nil {
 		e.t.Fatal(err)
 	}
 	return env.ID
@@ -120,11 +121,7 @@ func TestOpenAPIContractOperatorActions(t *testing.T) {
 	want(400, "GET", "/v1/actions?limit=0", alice, "", "a bad limit")
 	want(400, "GET", "/v1/actions?account=ac.me", alice, "", "a bad account")
 
-	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.dl.Stop(stop); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, e.dl)
 	for _, r := range routes {
 		want(503, r.method, r.path, alice, "", "the service stopped")
 	}

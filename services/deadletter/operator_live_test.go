@@ -23,6 +23,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/dispatcher"
@@ -33,7 +34,7 @@ import (
 // paused and until when; exists is false when it has no consumer.
 func (e *env) consumerPause(account string) (paused bool, until time.Time, exists bool) {
 	e.t.Helper()
-	c, err := e.js.Consumer(ctx(e.t), e.subj.EventsStream(account), names.ConsumerName(account))
+	c, err := e.JS.Consumer(servicetest.Context(e.t, 2*time.Minute), e.Subj.EventsStream(account), names.ConsumerName(account))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false, time.Time{}, false
 	}
@@ -71,7 +72,7 @@ func (e *env) waitDone(ids ...string) {
 	e.t.Helper()
 	for _, id := range ids {
 		natstest.Eventually(e.t, 60*time.Second, func() bool {
-			r, _, err := e.st.Get(context.Background(), "", id)
+			r, _, err := e.St.Get(context.Background(), "", id)
 			return err == nil && r.Status == state.Done
 		}, "%s to be done", id)
 	}
@@ -81,12 +82,12 @@ func (e *env) waitDone(ids ...string) {
 func (e *env) actionsSubscription() chan *nats.Msg {
 	e.t.Helper()
 	ch := make(chan *nats.Msg, 32)
-	sub, err := e.nc.ChanSubscribe("tenaz.advisory.action.>", ch)
+	sub, err := e.NC.ChanSubscribe("tenaz.advisory.action.>", ch)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := e.nc.Flush(); err != nil {
+	if err := e.NC.Flush(); err != nil {
 		e.t.Fatal(err)
 	}
 	return ch
@@ -130,7 +131,7 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 		t.Fatalf("paused acme: want no call, got %d", n)
 	}
 	for _, id := range acme {
-		if r := e.record(id); r.Status != state.Pending {
+		if r := e.Record(id); r.Status != state.Pending {
 			t.Fatalf("paused acme's %s: want it pending, got %s", id, r.Status)
 		}
 	}
@@ -206,18 +207,18 @@ func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 	// A breaker of acme opens and closes, as a dispatcher's failures
 	// would; globex's too, after acme's: once globex's consumer has been
 	// paused and resumed, the dispatcher has acted on acme's changes.
-	reg, err := breaker.New(ctx(t), e.js, breaker.Options{Instance: "dispatcher-x"})
+	reg, err := breaker.New(servicetest.Context(t, 2*time.Minute), e.JS, breaker.Options{Instance: "dispatcher-x"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Stop)
 	trip := func(account string) {
 		b := reg.For(account, "erp", breaker.Config{Failures: 1, Cooldown: time.Hour})
-		p, err := b.Allow(ctx(t))
+		p, err := b.Allow(servicetest.Context(t, 2*time.Minute))
 		if err != nil || !p.OK {
 			t.Fatalf("allow %s: %+v %v", account, p, err)
 		}
-		if err := b.Record(ctx(t), p, false); err != nil {
+		if err := b.Record(servicetest.Context(t, 2*time.Minute), p, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -229,7 +230,7 @@ func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, func() bool { p, _, _ := e.consumerPause("globex"); return p }, "globex's consumer paused by its breaker")
 	e.pausedForever("acme", "its breaker open")
 	for _, a := range []string{"acme", "globex"} {
-		if err := reg.Close(ctx(t), a, "erp", "operator:carol"); err != nil {
+		if err := reg.Close(servicetest.Context(t, 2*time.Minute), a, "erp", "operator:carol"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,11 +238,7 @@ func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 	e.pausedForever("acme", "its breaker closed")
 
 	// The dispatcher restarts.
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, d)
 	e.startDispatcherWith(opts)
 	e.waitDone(submit(t, e, "globex", "order.create", "g-2", `{"n":2}`))
 	e.pausedForever("acme", "the dispatcher restarted")
@@ -269,11 +266,11 @@ func TestRetryNowCallsWithinSeconds(t *testing.T) {
 	g := submit(t, e, "globex", "order.slow", "s-2", `{"n":2}`)
 	for _, id := range []string{a, g} {
 		natstest.Eventually(t, 30*time.Second, func() bool {
-			r, _, err := e.st.Get(context.Background(), "", id)
+			r, _, err := e.St.Get(context.Background(), "", id)
 			return err == nil && r.Status == state.Retrying
 		}, "%s to be retrying after its 503", id)
 	}
-	gBefore := e.record(g)
+	gBefore := e.Record(g)
 	if gBefore.NextRunAt == nil || time.Until(*gBefore.NextRunAt) < 50*time.Minute {
 		t.Fatalf("globex's event: want its next attempt in about an hour, got %v", gBefore.NextRunAt)
 	}
@@ -293,15 +290,15 @@ func TestRetryNowCallsWithinSeconds(t *testing.T) {
 	t.Logf("retry now: the call %v after the answer", e.p.CallsFor(a)[1].At.Sub(asked).Round(time.Millisecond))
 	e.waitDone(a)
 	var entry *state.Entry
-	for _, h := range e.record(a).History {
+	for _, h := range e.Record(a).History {
 		if h.Action == state.RetryNow {
 			entry = &h
 		}
 	}
 	if entry == nil || entry.Actor != "operator:alice" || entry.Detail != "erp is back" {
-		t.Fatalf("history: want a retry_now by operator:alice with the reason, got %+v", e.record(a).History)
+		t.Fatalf("history: want a retry_now by operator:alice with the reason, got %+v", e.Record(a).History)
 	}
-	if r := e.record(g); r.Status != state.Retrying || !r.NextRunAt.Equal(*gBefore.NextRunAt) || e.calls(g) != 1 {
+	if r := e.Record(g); r.Status != state.Retrying || !r.NextRunAt.Equal(*gBefore.NextRunAt) || e.calls(g) != 1 {
 		t.Fatalf("globex's event: want it untouched (retrying, same next run, one call), got %s %v with %d calls", r.Status, r.NextRunAt, e.calls(g))
 	}
 
@@ -313,7 +310,7 @@ func TestRetryNowCallsWithinSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		r, _, err := e.st.Get(context.Background(), "", env)
+		r, _, err := e.St.Get(context.Background(), "", env)
 		return err == nil && r.Status == state.Scheduled
 	}, "the delayed event to be scheduled")
 	if err := e.callWith(operatorKeys["bob"], ops.EventsRetry, ops.EventActionRequest{ID: env, Reason: "the customer asked"}, &rep); err != nil {
@@ -334,7 +331,7 @@ func ingestEvent(e *env, account, kind, key, notBefore string) (string, error) {
 	m.Data = []byte(`{"n":1}`)
 	m.Header.Set("Idempotency-Key", key)
 	m.Header.Set(names.HeaderNotBefore, notBefore)
-	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+	if _, err := e.JS.PublishMsg(context.Background(), m); err != nil {
 		return "", err
 	}
 	return event.ID(account, key), nil
@@ -358,12 +355,12 @@ func TestCancelWaitMakesTheLateCallbackANoOp(t *testing.T) {
 	g := submit(t, e, "globex", "credit.callback", "c-2", `{"n":2}`)
 	for _, id := range []string{a, g} {
 		natstest.Eventually(t, 30*time.Second, func() bool {
-			r, _, err := e.st.Get(context.Background(), "", id)
+			r, _, err := e.St.Get(context.Background(), "", id)
 			return err == nil && r.Status == state.AwaitingCallback
 		}, "%s to await its callback", id)
 	}
-	q := queue.New(e.js, e.subj)
-	if has, err := q.HasSchedule(ctx(t), "acme", a); err != nil || !has {
+	q := queue.New(e.JS, e.Subj)
+	if has, err := q.HasSchedule(servicetest.Context(t, 2*time.Minute), "acme", a); err != nil || !has {
 		t.Fatalf("acme's event: want its callback deadline scheduled, got %v %v", has, err)
 	}
 
@@ -374,11 +371,11 @@ func TestCancelWaitMakesTheLateCallbackANoOp(t *testing.T) {
 	if rep.Status != state.Cancelled {
 		t.Fatalf("cancel wait: want cancelled, got %+v", rep)
 	}
-	last := lastEntry(e.record(a))
+	last := lastEntry(e.Record(a))
 	if last.Action != state.CancelWait || last.From != state.AwaitingCallback || last.Actor != "operator:bob" || last.Detail != "the bureau lost the file" {
 		t.Fatalf("history: want bob's cancel_wait from awaiting_callback with the reason, got %+v", last)
 	}
-	if has, err := q.HasSchedule(ctx(t), "acme", a); err != nil || has {
+	if has, err := q.HasSchedule(servicetest.Context(t, 2*time.Minute), "acme", a); err != nil || has {
 		t.Fatalf("acme's event: want its deadline purged, got %v %v", has, err)
 	}
 
@@ -403,7 +400,7 @@ func TestCancelWaitMakesTheLateCallbackANoOp(t *testing.T) {
 	if out := callback(a, "msg_late"); out.Outcome != ingest.CallbackLate {
 		t.Fatalf("acme's callback after the cancel: want %q, got %+v", ingest.CallbackLate, out)
 	}
-	r := e.record(a)
+	r := e.Record(a)
 	if last := lastEntry(r); r.Status != state.Cancelled || last.Action != state.Note || !strings.Contains(last.Detail, "late callback") || !strings.Contains(last.Detail, "cancelled") {
 		t.Fatalf("acme's event: want it cancelled with the late callback noted, got %s %+v", r.Status, last)
 	}

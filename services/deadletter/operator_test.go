@@ -23,7 +23,7 @@ import (
 // the service to list it open.
 func (e *env) openBreaker(account, target string) *breaker.Breaker {
 	e.t.Helper()
-	reg, err := breaker.New(context.Background(), e.js, breaker.Options{Instance: "dispatcher-1"})
+	reg, err := breaker.New(context.Background(), e.JS, breaker.Options{Instance: "dispatcher-1"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestMicroEndpointsNeedTheOperatorCredential(t *testing.T) {
 	e.waitListed(state.Dead, url.Values{}, 1)
 	e.waitListed(state.ManualReview, url.Values{}, 1)
 	e.openBreaker("globex", "erp")
-	before := map[string]int{deadID: len(e.record(deadID).History), reviewID: len(e.record(reviewID).History)}
+	before := map[string]int{deadID: len(e.Record(deadID).History), reviewID: len(e.Record(reviewID).History)}
 
 	requests := map[string]any{
 		ops.DeadList:      ops.ListRequest{},
@@ -103,10 +103,10 @@ func TestMicroEndpointsNeedTheOperatorCredential(t *testing.T) {
 			}
 		}
 	}
-	if r := e.record(deadID); r.Status != state.Dead || len(r.History) != before[deadID] {
+	if r := e.Record(deadID); r.Status != state.Dead || len(r.History) != before[deadID] {
 		t.Errorf("the dead event: want it untouched, got %s with %d entries (had %d)", r.Status, len(r.History), before[deadID])
 	}
-	if r := e.record(reviewID); r.Status != state.ManualReview || len(r.History) != before[reviewID] {
+	if r := e.Record(reviewID); r.Status != state.ManualReview || len(r.History) != before[reviewID] {
 		t.Errorf("the review: want it untouched, got %s with %d entries (had %d)", r.Status, len(r.History), before[reviewID])
 	}
 	if it := e.breakerState("globex", "erp"); it.State != string(breaker.Open) {
@@ -154,8 +154,8 @@ func TestActorComesFromTheCredential(t *testing.T) {
 		if !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != "malformed" || !strings.Contains(oe.Message, "actor") {
 			t.Errorf("%s naming the actor: want 400 malformed about the actor field, got %v", a.name, err)
 		}
-		if a.id != "" && !e.record(a.id).Status.Parked() {
-			t.Errorf("%s naming the actor: want the event still parked, got %s", a.name, e.record(a.id).Status)
+		if a.id != "" && !e.Record(a.id).Status.Parked() {
+			t.Errorf("%s naming the actor: want the event still parked, got %s", a.name, e.Record(a.id).Status)
 		}
 		if a.brk != "" && e.breakerState(a.brk, "erp").State != string(breaker.Open) {
 			t.Errorf("%s naming the actor: want the breaker still open", a.name)
@@ -164,7 +164,7 @@ func TestActorComesFromTheCredential(t *testing.T) {
 			t.Fatalf("%s as carol: %v", a.name, err)
 		}
 		if a.id != "" {
-			r := e.record(a.id)
+			r := e.Record(a.id)
 			if last := lastEntry(r); last.Actor != "operator:carol" || strings.Contains(fmt.Sprint(r.History), "mallory") {
 				t.Errorf("%s: want it recorded as operator:carol and mallory nowhere, got %+v", a.name, r.History)
 			}
@@ -185,7 +185,7 @@ func TestActorComesFromTheCredential(t *testing.T) {
 		t.Fatalf("HTTP replay as dave: want 200, got %d %s", code, body)
 	}
 	var replay *state.Entry
-	r := e.record(ids[2])
+	r := e.Record(ids[2])
 	for i := range r.History {
 		if r.History[i].Action == state.Replay {
 			replay = &r.History[i]

@@ -58,7 +58,7 @@ func TestOverviewSamplesABusyFeed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		p, err := e.st.CreateAsync(rec)
+		p, err := e.St.CreateAsync(rec)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package deadletter_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -30,7 +30,7 @@ func (e *env) stored(n int, account, kind, prefix string) []string {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if _, err := e.st.Create(ctx(e.t), r); err != nil {
+		if _, err := e.St.Create(servicetest.Context(e.t, 2*time.Minute), r); err != nil {
 			e.t.Fatal(err)
 		}
 		ids = append(ids, r.ID)
@@ -100,7 +100,7 @@ func TestSearchOverHTTP(t *testing.T) {
 	e.searched("", "account=acme&idempotency_key=a-3", acme[3:4])
 	e.searched("", "", append(slices.Clone(acme), globex...))
 
-	if _, _, _, err := e.st.Transition(ctx(t), "acme", acme[0], state.Action{Name: state.Claim, Seq: 1}); err != nil {
+	if _, _, _, err := e.St.Transition(servicetest.Context(t, 2*time.Minute), "acme", acme[0], state.Action{Name: state.Claim, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	e.searched("", "state=running", acme[:1])
@@ -187,11 +187,7 @@ func TestOpenAPIContractSearch(t *testing.T) {
 	want(400, "GET", "/v1/events?state=asleep", alice, "", "a bad state")
 	want(401, "GET", "/v1/events", "", "", "no credential")
 	want(403, "GET", "/v1/events?account=globex", acmeReadKey, "", "another account")
-	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.dl.Stop(stop); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, e.dl)
 	want(503, "GET", "/v1/events", alice, "", "the service stopped")
 	c.Covered(t, func(op string) bool { return op == "GET /v1/events" },
 		map[string]string{"GET /v1/events 500": "an unexpected store or stream error: no request brings one about"})

@@ -1,7 +1,6 @@
 package deadletter_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi/apitest"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // sealingYAML gives the tests of the accounts bucket a sealing key.
@@ -34,7 +34,7 @@ func storedDef(t *testing.T) (def, key string) {
 // returns the status and body.
 func (e *env) do(method, path, body string) (int, string) {
 	e.t.Helper()
-	req, err := http.NewRequestWithContext(ctx(e.t), method, e.http.URL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(servicetest.Context(e.t, 2*time.Minute), method, e.http.URL+path, strings.NewReader(body))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -76,11 +76,7 @@ func TestOpenAPIContractConfig(t *testing.T) {
 	want(404, "DELETE", "/v1/config/accounts/newco", alice, `{"reason":"gone"}`, "remove again")
 	want(400, "DELETE", "/v1/config/accounts/newco", alice, `{}`, "no reason")
 
-	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := e.dl.Stop(stop); err != nil {
-		t.Fatal(err)
-	}
+	servicetest.Stop(t, e.dl)
 	for _, r := range routes {
 		want(503, r.method, r.path, alice, "", "the service stopped")
 	}
@@ -150,11 +146,11 @@ func TestStoredSecretNotReadableBack(t *testing.T) {
 	if strings.Contains(list, secret) || !strings.Contains(string(rep.Items[0].Definition), `"Authorization":"`+ops.Redacted+`"`) {
 		t.Fatalf("the list shows the secret or no redaction: %s", list)
 	}
-	kv, err := e.js.KeyValue(ctx(t), live.Bucket)
+	kv, err := e.JS.KeyValue(servicetest.Context(t, 2*time.Minute), live.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, err := kv.Get(ctx(t), "newco")
+	entry, err := kv.Get(servicetest.Context(t, 2*time.Minute), "newco")
 	if err != nil {
 		t.Fatal(err)
 	}
