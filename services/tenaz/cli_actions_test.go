@@ -17,9 +17,7 @@ import (
 // Acting where it is not legal is 4, without a reason 2.
 func TestCLIOperatorActions(t *testing.T) {
 	t.Parallel()
-	_, targetURL := idempotentTarget(t)
-	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
-	base := "http://" + tz.HTTPAddr()
+	_, tz, base := running(t)
 	op := newOperator(t, tz.NATSURL())
 
 	op.stdin = "n\n"

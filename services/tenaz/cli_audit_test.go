@@ -19,9 +19,7 @@ import (
 // --since is a usage error.
 func TestCLIEntityHistoryAndAuditExport(t *testing.T) {
 	t.Parallel()
-	_, targetURL := idempotentTarget(t)
-	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
-	base := "http://" + tz.HTTPAddr()
+	_, tz, base := running(t)
 	op := newOperator(t, tz.NATSURL())
 	op.env["TENAZ_URL"] = base
 

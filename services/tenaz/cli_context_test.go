@@ -1,11 +1,8 @@
 package tenaz_test
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,16 +51,7 @@ func TestCLINATSContextFromConfigDir(t *testing.T) {
 	bin := tenazBinary(t)
 	run := func(env []string, args ...string) (int, string, string) {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append([]string{"XDG_CONFIG_HOME=" + xdg, "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatalf("tenaz %v: %v", args, err)
-		}
-		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+		return runBinary(t, bin, append([]string{"XDG_CONFIG_HOME=" + xdg, "HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, env...), args...)
 	}
 
 	// The selected context, its password from the environment.

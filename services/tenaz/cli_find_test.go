@@ -17,9 +17,7 @@ import (
 // as a table and as JSON; a bad flag is a usage error (2).
 func TestCLIEventsFind(t *testing.T) {
 	t.Parallel()
-	_, targetURL := idempotentTarget(t)
-	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
-	base := "http://" + tz.HTTPAddr()
+	_, tz, base := running(t)
 	op := newOperator(t, tz.NATSURL())
 
 	var done []string

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
@@ -26,9 +26,7 @@ import (
 // with the operator key). Acting twice is a conflict (4), an unknown id is 3.
 func TestCLIDeadLetters(t *testing.T) {
 	t.Parallel()
-	p, targetURL := idempotentTarget(t)
-	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
-	base := "http://" + tz.HTTPAddr()
+	p, tz, base := running(t)
 	op := newOperator(t, tz.NATSURL())
 
 	var ids []string
@@ -153,10 +151,7 @@ func hasEntry(history []state.Entry, action state.ActionName, actor, detail stri
 // close closes it for every replica: the waiting event is then delivered.
 func TestCLIBreakers(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{Down: true}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{Down: true}, provider.WithIdempotent())
 	yaml := strings.Replace(testConfig(t.TempDir(), target.URL, ""),
 		`"*": {concurrency: 8, breaker: {failures: 100}}`, `"*": {concurrency: 8, breaker: {failures: 2, cooldown: 10m}}`, 1)
 	yaml = strings.Replace(yaml, "attempts: 3,", "attempts: 20,", 1)
@@ -195,10 +190,7 @@ func TestCLIBreakers(t *testing.T) {
 func TestCLIBulkReplay(t *testing.T) {
 	t.Parallel()
 	const n = 300
-	p := provider.New(provider.Faults{Status: http.StatusUnprocessableEntity}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{Status: http.StatusUnprocessableEntity}, provider.WithIdempotent())
 	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
 	base := "http://" + tz.HTTPAddr()
 	op := newOperator(t, tz.NATSURL())
@@ -209,7 +201,7 @@ func TestCLIBulkReplay(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		op.must(cli.ExitOK, "dead", "ls", "--account", "acme", "--limit", "1", "--json").decode(t, &list)
 		return list.Total == n
-	}, "want %d dead events of acme, got %v", n, lazyText(func() string { return fmt.Sprint(list.Total) }))
+	}, "want %d dead events of acme, got %v", n, servicetest.Lazy(func() string { return fmt.Sprint(list.Total) }))
 	waitStatus(t, base, other.ID, "dead")
 
 	p.SetFaults(provider.Faults{})

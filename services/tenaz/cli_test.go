@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
@@ -66,6 +67,23 @@ func (o *operator) run(args ...string) cliRun {
 	return cliRun{args: args, code: code, stdout: out.String(), stderr: errb.String()}
 }
 
+// runBinary runs the tenaz binary bin with only the environment env and
+// returns its exit code, stdout and stderr; it fails the test if the
+// binary does not run.
+func runBinary(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("tenaz %v: %v", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}
+
 // must runs and fails the test unless the exit code is want.
 func (o *operator) must(want int, args ...string) cliRun {
 	o.t.Helper()
@@ -81,9 +99,7 @@ func (o *operator) must(want int, args ...string) cliRun {
 // codes 3 (unknown event), 4 (cancel a done event), 2 (not an id).
 func TestCLIEvents(t *testing.T) {
 	t.Parallel()
-	_, targetURL := idempotentTarget(t)
-	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
-	base := "http://" + tz.HTTPAddr()
+	_, tz, base := running(t)
 	op := newOperator(t, tz.NATSURL())
 
 	_, v := post(t, base, "cli-1", `{"account":"acme","kind":"order.create","payload":{"order_id":"cli-1"}}`)
@@ -246,7 +262,7 @@ func TestCLIStreamsWithContext(t *testing.T) {
 			}
 		}
 		return intake.Messages == 1 && pending == 1
-	}, "want INTAKE with 1 message and the ingest consumer with 1 pending, got %v", lazyText(func() string {
+	}, "want INTAKE with 1 message and the ingest consumer with 1 pending, got %v", servicetest.Lazy(func() string {
 		return fmt.Sprintf("%d messages and %d pending", intake.Messages, pending)
 	}))
 	r = op.must(cli.ExitOK, "streams", "status")
@@ -264,12 +280,6 @@ func TestCLIStreamsWithContext(t *testing.T) {
 	op.must(cli.ExitUsage, "streams", "apply", "--replicas", "2")
 }
 
-// lazyText formats as the result of calling it (a failure message shows
-// the values at the time of the failure).
-type lazyText func() string
-
-func (l lazyText) String() string { return l() }
-
 // The built binary wires the operator commands: --help documents the exit
 // codes, and the process exits with them (3 for an unknown event, 2 for a
 // bad argument, 0 with JSON for a known one).
@@ -281,16 +291,7 @@ func TestCLIBinaryExitCodes(t *testing.T) {
 
 	run := func(args ...string) (int, string, string) {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Env = []string{"NATS_URL=" + tz.NATSURL(), "XDG_CONFIG_HOME=" + t.TempDir(), "HOME=" + t.TempDir(), "USER=alice"}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatalf("tenaz %v: %v", args, err)
-		}
-		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+		return runBinary(t, bin, []string{"NATS_URL=" + tz.NATSURL(), "XDG_CONFIG_HOME=" + t.TempDir(), "HOME=" + t.TempDir(), "USER=alice"}, args...)
 	}
 	code, out, _ := run("--help")
 	if code != 0 || !strings.Contains(out, "Exit codes: 0 ok, 1 error, 2 usage") || !strings.Contains(out, "dead replay") {

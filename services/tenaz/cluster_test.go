@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/tenaz"
@@ -109,10 +109,7 @@ func failover(t *testing.T, c *natstest.Cluster, stream string) {
 func TestClusterFailover(t *testing.T) {
 	t.Parallel()
 	c := natstest.StartCluster(t, 3)
-	p := provider.New(provider.Faults{Latency: 5 * time.Millisecond}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{Latency: 5 * time.Millisecond}, provider.WithIdempotent())
 	yaml := clusterConfig(c, target.URL)
 	a := startWith(t, yaml, tenaz.Options{})
 	b := startWith(t, yaml, tenaz.Options{})
@@ -172,7 +169,7 @@ func TestClusterFailover(t *testing.T) {
 			recs[key] = r
 		}
 		return true
-	}, "every accepted event done (%d of %d so far)", lazyCount(func() int { return len(recs) }), n)
+	}, "every accepted event done (%v of %d so far)", servicetest.Lazy(func() string { return fmt.Sprint(len(recs)) }), n)
 
 	dupCalls := 0
 	for key, r := range recs {
@@ -197,10 +194,6 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("%d events, %d submission retries during failover, %d repeated calls (answered from the target's Idempotency-Key records)",
 		n, sub.retries, dupCalls)
 }
-
-type lazyCount func() int
-
-func (l lazyCount) String() string { return fmt.Sprint(l()) }
 
 func decodeJSON(resp *http.Response, v any) error {
 	defer resp.Body.Close()

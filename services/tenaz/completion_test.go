@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/tenaz"
 )
 
@@ -19,16 +18,10 @@ import (
 // second of its due time.
 func TestDelaySurvivesFullRestartAndFiresOnTime(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{})
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{})
 	yaml := testConfig(t.TempDir(), target.URL, "")
 
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := servicetest.Config(t, yaml, nil)
 	first, err := tenaz.New(tenaz.Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -104,20 +97,7 @@ func TestDemoCreditEvaluationFlow(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo config: %v", err)
 	}
-	tz, err := tenaz.New(tenaz.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := tz.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = tz.Stop(ctx)
-	})
+	tz := run(t, tenaz.Options{Config: cfg})
 	base := "http://" + tz.HTTPAddr()
 	var ids []string
 	for i := range 30 {

@@ -3,22 +3,19 @@ package tenaz_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // A delayed event is held by the server (status scheduled) and delivered
 // at its due time, not before; a cancelled one never fires.
 func TestDelayedEventRunsAtDueTimeAndCancelStopsIt(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{})
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{})
 	tz := start(t, testConfig(t.TempDir(), target.URL, ""))
 	base := "http://" + tz.HTTPAddr()
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // SIGTERM while clients are still submitting and calls are in flight:
@@ -23,10 +24,7 @@ import (
 // restart, and a target that does not dedup saw each effect once.
 func TestSIGTERMUnderLoad(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{Latency: 100 * time.Millisecond})
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{Latency: 100 * time.Millisecond})
 	cfgFile := writeConfig(t, t.TempDir(), target.URL)
 	tz := runTenaz(t, cfgFile)
 	base := "http://" + tz.addr

@@ -3,7 +3,6 @@ package tenaz_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // Two installations share one NATS account, told apart by their prefix:
@@ -29,10 +29,7 @@ func TestTwoInstallationsInOneNATSAccount(t *testing.T) {
 	}
 	var ins []*install
 	for _, prefix := range []string{names.DefaultPrefix, "acme"} {
-		p := provider.New(provider.Faults{})
-		target := httptest.NewServer(p)
-		t.Cleanup(target.Close)
-		t.Cleanup(func() { _ = p.Close() })
+		p, target := servicetest.Provider(t, provider.Faults{})
 		tz := start(t, fmt.Sprintf(`
 prefix: %s
 nats: {url: %q}

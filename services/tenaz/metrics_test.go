@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // `tenaz run` applies the config's metrics section to what /metrics
@@ -49,7 +50,7 @@ func TestMetricsSectionApplied(t *testing.T) {
 		// One at a time, so that beta is seen before gamma.
 		natstest.Eventually(t, 10*time.Second, func() bool {
 			return strings.Count(scrape(), "tenaz_events_accepted_total{") == i+1
-		}, "the accepted event of %s never showed on /metrics:\n%s", account, lazyScrape(scrape))
+		}, "the accepted event of %s never showed on /metrics:\n%s", account, servicetest.Lazy(func() string { return grep(scrape(), "tenaz_events_accepted_total") }))
 	}
 	out := scrape()
 	for _, want := range []string{
@@ -69,11 +70,6 @@ func TestMetricsSectionApplied(t *testing.T) {
 		t.Errorf("/metrics: want tenaz_build_info with the Go version, the git revision and a version, got:\n%s", grep(out, "tenaz_build_info"))
 	}
 }
-
-// lazyScrape defers a scrape to when a failure message is printed.
-type lazyScrape func() string
-
-func (l lazyScrape) String() string { return grep(l(), "tenaz_events_accepted_total") }
 
 // grep returns the lines of s that contain sub.
 func grep(s, sub string) string {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz"
@@ -69,10 +69,7 @@ func TestEveryRouteHasAClass(t *testing.T) {
 // breaker records who.
 func TestBreakersAreOperatorOnly(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{Down: true}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	_, target := servicetest.Provider(t, provider.Faults{Down: true}, provider.WithIdempotent())
 	tz := startWith(t, operatorConfig(t.TempDir(), target.URL), tenaz.Options{})
 	base := "http://" + tz.HTTPAddr()
 	acme, alice := "bearer:"+secAcmeSubmitKey, "bearer:"+secAliceKey

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // tenazBinary is the real tenaz binary, built once per test run.
@@ -28,7 +29,7 @@ type proc struct {
 	cmd  *exec.Cmd
 	addr string
 	done chan error
-	out  *syncBuffer // stdout and stderr as they come
+	out  *servicetest.LogBuffer // stdout and stderr as they come
 }
 
 // runTenaz starts `tenaz run --config file` and waits until it serves HTTP.
@@ -59,7 +60,7 @@ func startTenaz(t *testing.T, cmd *exec.Cmd) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, done: make(chan error, 1), out: &syncBuffer{}}
+	p := &proc{cmd: cmd, done: make(chan error, 1), out: &servicetest.LogBuffer{}}
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -199,10 +200,7 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 // (a call cut off by the kill is repeated with the same key).
 func TestSIGKILLLosesNothing(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{Latency: 200 * time.Millisecond}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{Latency: 200 * time.Millisecond}, provider.WithIdempotent())
 	cfgFile := writeConfig(t, t.TempDir(), target.URL)
 
 	tz := runTenaz(t, cfgFile)

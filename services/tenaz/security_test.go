@@ -1,8 +1,6 @@
 package tenaz_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -12,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,9 +18,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/auth"
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz"
@@ -52,34 +49,6 @@ func securedConfig(dir, targetURL, extra string) string {
   operators:
     alice: {hash: "`+secAliceHash+`"}
 `, 1)
-}
-
-// startWith starts a standalone tenaz on yaml with options o; it stops
-// when the test ends.
-func startWith(t *testing.T, yaml string, o tenaz.Options) *tenaz.System {
-	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	o.Config = cfg
-	tz, err := tenaz.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := tz.Start(ctx); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := tz.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return tz
 }
 
 type answer struct {
@@ -122,19 +91,7 @@ func send(t *testing.T, method, url, authz, body string) answer {
 func TestRefusesToStartWithoutKeys(t *testing.T) {
 	t.Parallel()
 	yaml := strings.Replace(testConfig(t.TempDir(), "http://127.0.0.1:1", ""), "auth: {disabled: true}\n", "", 1)
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	tz, err := tenaz.New(tenaz.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = tz.Start(context.Background())
-	if err == nil {
-		_ = tz.Stop(context.Background())
-		t.Fatal("want tenaz to refuse to start with no API keys, it started")
-	}
+	err := refused(t, servicetest.Config(t, yaml, nil))
 	for _, want := range []string{"auth.keys", "auth.disabled: true"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("want the error to name %q, got %v", want, err)
@@ -270,24 +227,6 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 	waitStatus(t, base, v.ID, "done")
 }
 
-// syncBuffer is a log sink safe for the services' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Nothing secret reaches the logs of any service at debug level: not the
 // API key, not the payload, not a target's answer that echoes the payload,
 // not the NATS password, not the target's credential header, not the
@@ -316,7 +255,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: "+natsPW+"\n", 1)
 	yaml = strings.Replace(yaml, "log: {level: warn}", "log: {level: debug}", 1)
 	yaml = strings.Replace(yaml, "erp: {url: ", `erp: {headers: {X-Api-Key: "`+headerKey+`"}, signing_secret: "`+signing+`", url: `, 1)
-	var buf syncBuffer
+	var buf servicetest.LogBuffer
 	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
 	tz := startWith(t, yaml, tenaz.Options{Logger: &log})
 	base := "http://" + tz.HTTPAddr()
@@ -366,9 +305,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 // each event's reference and result are its own.
 func TestIdempotencyKeyPerAccountAtTheTarget(t *testing.T) {
 	t.Parallel()
-	p, targetURL := idempotentTarget(t)
-	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
-	base := "http://" + tz.HTTPAddr()
+	p, _, base := running(t)
 
 	var views [2]ingest.View
 	for i, account := range []string{"acme", "globex"} {
@@ -431,7 +368,7 @@ deadletter: {digest: {schedule: "* * * * * *", webhook: "http://`+closed+`/servi
 	if !strings.Contains(yaml, "?token="+urlToken) || !strings.Contains(yaml, headerValue) {
 		t.Fatalf("the config must plant the secrets:\n%s", yaml)
 	}
-	var buf syncBuffer
+	var buf servicetest.LogBuffer
 	log := zerolog.New(&buf).Level(zerolog.DebugLevel)
 	tz := startWith(t, yaml, tenaz.Options{Logger: &log})
 	base := "http://" + tz.HTTPAddr()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/tenaz"
 )
 
@@ -40,13 +40,23 @@ kinds:
 %s`, dir, targetURL+"/api/{{.Kind}}", extra)
 }
 
+// start starts a standalone tenaz on yaml; it stops when the test ends.
 func start(t *testing.T, yaml string) *tenaz.System {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	tz, err := tenaz.New(tenaz.Options{Config: cfg})
+	return startWith(t, yaml, tenaz.Options{})
+}
+
+// startWith is start with options o (o.Config is yaml's).
+func startWith(t *testing.T, yaml string, o tenaz.Options) *tenaz.System {
+	t.Helper()
+	o.Config = servicetest.Config(t, yaml, nil)
+	return run(t, o)
+}
+
+// run starts a standalone tenaz with o; it stops when the test ends.
+func run(t *testing.T, o tenaz.Options) *tenaz.System {
+	t.Helper()
+	tz, err := tenaz.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +73,34 @@ func start(t *testing.T, yaml string) *tenaz.System {
 		}
 	})
 	return tz
+}
+
+// running starts a standalone tenaz on testConfig, delivering to an
+// idempotent provider, and returns the provider, tenaz and its HTTP base
+// URL.
+func running(t *testing.T) (*provider.Provider, *tenaz.System, string) {
+	t.Helper()
+	p, targetURL := idempotentTarget(t)
+	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
+	return p, tz, "http://" + tz.HTTPAddr()
+}
+
+// refused is the error of starting a standalone tenaz with cfg; it fails
+// the test if it starts.
+func refused(t *testing.T, cfg *config.Config) error {
+	t.Helper()
+	tz, err := tenaz.New(tenaz.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = tz.Start(ctx)
+	if err == nil {
+		_ = tz.Stop(context.Background())
+		t.Fatal("want the start refused, it started")
+	}
+	return err
 }
 
 type view struct {
@@ -120,9 +158,7 @@ func waitStatus(t *testing.T, base, id, want string) view {
 // failure is visible in the event's status with the target's answer.
 func TestTour(t *testing.T) {
 	t.Parallel()
-	p, targetURL := idempotentTarget(t)
-	tz := start(t, testConfig(t.TempDir(), targetURL, ""))
-	base := "http://" + tz.HTTPAddr()
+	p, tz, base := running(t)
 
 	body := `{"account":"demo","kind":"order.create","entity_id":"o-1","payload":{"order_id":"o-1","total":1990}}`
 	code, v := post(t, base, "o-1", body)
@@ -196,10 +232,7 @@ func TestDemoConfigIsValid(t *testing.T) {
 // after it: state lives in JetStream, not in the process.
 func TestRestartKeepsEverything(t *testing.T) {
 	t.Parallel()
-	p := provider.New(provider.Faults{Down: true})
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{Down: true})
 	dir := t.TempDir()
 	yaml := testConfig(dir, target.URL, "")
 	cfg, _ := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
@@ -259,9 +292,6 @@ func TestHealthAndMetrics(t *testing.T) {
 // behind a real HTTP server, and its URL; both stop with the test.
 func idempotentTarget(t *testing.T) (*provider.Provider, string) {
 	t.Helper()
-	p := provider.New(provider.Faults{}, provider.WithIdempotent())
-	target := httptest.NewServer(p)
-	t.Cleanup(target.Close)
-	t.Cleanup(func() { _ = p.Close() })
+	p, target := servicetest.Provider(t, provider.Faults{}, provider.WithIdempotent())
 	return p, target.URL
 }

@@ -2,7 +2,6 @@ package tenaz_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
@@ -190,21 +190,7 @@ func TestEmbeddedNATSNeedsCredentials(t *testing.T) {
 				startWith(t, tc.yaml, tenaz.Options{}) // fails the test unless it starts
 				return
 			}
-			cfg, err := config.Parse([]byte(tc.yaml), func(string) (string, bool) { return "", false })
-			if err != nil {
-				t.Fatal(err)
-			}
-			tz, err := tenaz.New(tenaz.Options{Config: cfg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			err = tz.Start(ctx)
-			if err == nil {
-				_ = tz.Stop(context.Background())
-				t.Fatal("want the start refused, it started")
-			}
+			err := refused(t, servicetest.Config(t, tc.yaml, nil))
 			if !errors.Is(err, config.ErrInvalidConfig) {
 				t.Errorf("want an error wrapping config.ErrInvalidConfig, got %v", err)
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/services/tenaz/internal/outbox"
 )
@@ -248,7 +249,7 @@ func (tg *target) assertOnceInOrder(t *testing.T) {
 type relay struct {
 	cmd     *exec.Cmd
 	done    chan error
-	out     *lockedBuffer
+	out     *servicetest.LogBuffer
 	running chan struct{}
 	sent    atomic.Int64 // the sum of its "batch" log lines' sent
 }
@@ -272,7 +273,7 @@ func (h *harness) startRelay(extra string) *relay {
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
-	r := &relay{cmd: cmd, done: make(chan error, 1), out: &lockedBuffer{}, running: make(chan struct{})}
+	r := &relay{cmd: cmd, done: make(chan error, 1), out: &servicetest.LogBuffer{}, running: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {

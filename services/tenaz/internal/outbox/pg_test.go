@@ -3,8 +3,6 @@ package outbox_test
 import (
 	"fmt"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -36,21 +34,3 @@ func TestMain(m *testing.M) {
 
 // newDB creates an empty database for t and returns its DSN.
 func newDB(t *testing.T) string { return pg.NewDB(t) }
-
-// lockedBuffer collects a process's output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
