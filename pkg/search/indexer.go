@@ -40,7 +40,7 @@ const priorityGroup = "search"
 const purgeTTL = time.Second
 
 // DefaultBatch is IndexerOptions.Batch unless set.
-const DefaultBatch = 4096
+const DefaultBatch = 512
 
 // DefaultSettle is IndexerOptions.Settle unless set: the index lags the
 // records by up to this, and an event that passes through several states

@@ -46,7 +46,7 @@ import (
 const (
 	// archiveBatch is how many revisions of a partition are written
 	// pipelined at once (the consumer's max_ack_pending).
-	archiveBatch = 4096
+	archiveBatch = 512
 	// archiveFetchWait is how long a fetch waits to fill: hardly at all,
 	// since every revision that arrives while a fetch is open is
 	// delivered, superseded or not.
