@@ -233,8 +233,14 @@ func PollerConsumer(o Options, p int) (jetstream.ConsumerConfig, error) {
 
 // DeadletterConsumer is the durable consumer of TENAZ_ADVISORIES.
 func DeadletterConsumer() (jetstream.ConsumerConfig, error) {
+	return DataConsumer("consumer-deadletter.json")
+}
+
+// DataConsumer is the consumer config of a data file (consumer-*.json),
+// as the file has it: its filter under the default prefix.
+func DataConsumer(file string) (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
-	err := decode("consumer-deadletter.json", &c)
+	err := decode(file, &c)
 	return c, err
 }
 

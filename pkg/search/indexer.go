@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -117,17 +116,7 @@ func NewIndexer(js jetstream.JetStream, subj names.Subjects, o IndexerOptions) *
 }
 
 // consumerConfig is the data file's consumer.
-func consumerConfig() (jetstream.ConsumerConfig, error) {
-	var c jetstream.ConsumerConfig
-	b, err := fs.ReadFile(streams.FS(), consumerFile)
-	if err != nil {
-		return c, err
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("%s: %w", consumerFile, err)
-	}
-	return c, nil
-}
+func consumerConfig() (jetstream.ConsumerConfig, error) { return streams.DataConsumer(consumerFile) }
 
 func (x *Indexer) stream(p int) string { return "KV_" + x.subj.StateBucketOf(p) }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strconv"
 	"strings"
 	"time"
@@ -55,13 +54,9 @@ const ReasonTerminated = "terminated"
 // subject prefix applied.
 func (s *Service) dataConsumer(name string) func() (jetstream.ConsumerConfig, error) {
 	return func() (jetstream.ConsumerConfig, error) {
-		var c jetstream.ConsumerConfig
-		b, err := fs.ReadFile(streams.FS(), name)
+		c, err := streams.DataConsumer(name)
 		if err != nil {
 			return c, err
-		}
-		if err := json.Unmarshal(b, &c); err != nil {
-			return c, fmt.Errorf("%s: %w", name, err)
 		}
 		if rest, ok := strings.CutPrefix(c.FilterSubject, "tenaz."); ok {
 			c.FilterSubject = s.cfg.Prefix + "." + rest
