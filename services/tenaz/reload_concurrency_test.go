@@ -1,18 +1,14 @@
 package tenaz_test
 
 import (
-	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/services/tenaz"
 )
@@ -49,16 +45,7 @@ func TestReloadGivesARunningAccountItsConcurrency(t *testing.T) {
 		t.Fatalf("at concurrency 1 against 300 ms calls, want calls at least 300 ms apart (250 with slack), got %v", gap)
 	}
 
-	if err := os.WriteFile(file, []byte(strings.Replace(one, "acme: {concurrency: 1}", "acme: {concurrency: 4}", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	before := time.Now()
-	hup <- syscall.SIGHUP
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		var st ops.ConfigStatus
-		_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/config", "", "").body, &st)
-		return st.OK && st.ReloadedAt.After(before)
-	}, "the reload to be applied")
+	reloadFile(t, base, file, strings.Replace(one, "acme: {concurrency: 1}", "acme: {concurrency: 4}", 1), hup)
 	at := time.Now()
 	submitN(t, base, "four", 8)
 	natstest.Eventually(t, 20*time.Second, func() bool { return len(callsAfter(p.Calls(), at)) >= 8 }, "the 8 calls after the reload")

@@ -46,6 +46,22 @@ func configStatus(t *testing.T, base string) ops.ConfigStatus {
 	return st
 }
 
+// reloadFile writes y to file, sends hup and waits until GET /v1/config
+// at base says a reload was applied since.
+func reloadFile(t *testing.T, base, file, y string, hup chan<- os.Signal) {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	hup <- syscall.SIGHUP
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		var st ops.ConfigStatus
+		_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/config", "", "").body, &st)
+		return st.OK && st.ReloadedAt.After(before)
+	}, "the reload to be applied")
+}
+
 // minGap is the shortest time between two calls of calls (sorted by
 // arrival).
 func minGap(calls []provider.Call) time.Duration {
@@ -278,19 +294,7 @@ func TestReloadWebhookSecret(t *testing.T) {
 	hup := make(chan os.Signal, 1)
 	tz := startWith(t, yaml(""), tenaz.Options{ConfigPath: file, Reload: hup})
 	base := "http://" + tz.HTTPAddr()
-	reload := func(y string) {
-		t.Helper()
-		if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		before := time.Now()
-		hup <- syscall.SIGHUP
-		natstest.Eventually(t, 10*time.Second, func() bool {
-			var st ops.ConfigStatus
-			_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/config", "", "").body, &st)
-			return st.OK && st.ReloadedAt.After(before)
-		}, "the reload to be applied")
-	}
+	reload := func(y string) { t.Helper(); reloadFile(t, base, file, y, hup) }
 	hook := func(secret string) int {
 		body := []byte(`{"event_id":"ev_none","status":"done"}`)
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/callbacks/erp", strings.NewReader(string(body)))
@@ -339,16 +343,7 @@ func TestReloadGivesATargetItsRate(t *testing.T) {
 	if gap := minGap(p.Calls()); gap >= 200*time.Millisecond {
 		t.Fatalf("without a rate, 10 events submitted at once should be called closer than 200ms, the closest were %v apart", gap)
 	}
-	if err := os.WriteFile(file, []byte(strings.Replace(y, "erp: {url: ", "erp: {rate: 4/s, url: ", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	before := time.Now()
-	hup <- syscall.SIGHUP
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		var st ops.ConfigStatus
-		_ = json.Unmarshal(send(t, http.MethodGet, base+"/v1/config", "", "").body, &st)
-		return st.OK && st.ReloadedAt.After(before)
-	}, "the reload to be applied")
+	reloadFile(t, base, file, strings.Replace(y, "erp: {url: ", "erp: {rate: 4/s, url: ", 1), hup)
 	at := time.Now()
 	submitN(t, base, "after", 6)
 	natstest.Eventually(t, 20*time.Second, func() bool { return len(callsAfter(p.Calls(), at)) >= 6 }, "the 6 calls after the reload")
