@@ -2,7 +2,6 @@ package tenaz_test
 
 import (
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/services/tenaz"
 )
 
 // A reload that changes an account's concurrency applies to the account
@@ -32,12 +30,7 @@ func TestReloadGivesARunningAccountItsConcurrency(t *testing.T) {
 	if one == y {
 		t.Fatal("the test config has no accounts line to extend")
 	}
-	if err := os.WriteFile(file, []byte(one), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hup := make(chan os.Signal, 1)
-	tz := startWith(t, one, tenaz.Options{ConfigPath: file, Reload: hup})
-	base := "http://" + tz.HTTPAddr()
+	base, hup := startReloadable(t, file, one)
 
 	submitN(t, base, "one", 3)
 	natstest.Eventually(t, 20*time.Second, func() bool { return p.CallCount() >= 3 }, "the first 3 calls")

@@ -46,6 +46,18 @@ func configStatus(t *testing.T, base string) ops.ConfigStatus {
 	return st
 }
 
+// startReloadable writes y to file and starts tenaz from it, reloading
+// on what hup receives; it returns the HTTP base URL and hup.
+func startReloadable(t *testing.T, file, y string) (base string, hup chan os.Signal) {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup = make(chan os.Signal, 1)
+	tz := startWith(t, y, tenaz.Options{ConfigPath: file, Reload: hup})
+	return "http://" + tz.HTTPAddr(), hup
+}
+
 // reloadFile writes y to file, sends hup and waits until GET /v1/config
 // at base says a reload was applied since.
 func reloadFile(t *testing.T, base, file, y string, hup chan<- os.Signal) {
@@ -288,12 +300,7 @@ func TestReloadWebhookSecret(t *testing.T) {
 		}
 		return y
 	}
-	if err := os.WriteFile(file, []byte(yaml("")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hup := make(chan os.Signal, 1)
-	tz := startWith(t, yaml(""), tenaz.Options{ConfigPath: file, Reload: hup})
-	base := "http://" + tz.HTTPAddr()
+	base, hup := startReloadable(t, file, yaml(""))
 	reload := func(y string) { t.Helper(); reloadFile(t, base, file, y, hup) }
 	hook := func(secret string) int {
 		body := []byte(`{"event_id":"ev_none","status":"done"}`)
@@ -332,12 +339,7 @@ func TestReloadGivesATargetItsRate(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tenaz.yaml")
 	y := testConfig(filepath.Join(dir, "data"), targetURL, "")
-	if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hup := make(chan os.Signal, 1)
-	tz := startWith(t, y, tenaz.Options{ConfigPath: file, Reload: hup})
-	base := "http://" + tz.HTTPAddr()
+	base, hup := startReloadable(t, file, y)
 	submitN(t, base, "before", 10)
 	natstest.Eventually(t, 20*time.Second, func() bool { return p.CallCount() >= 10 }, "the first 10 calls")
 	if gap := minGap(p.Calls()); gap >= 200*time.Millisecond {
@@ -359,12 +361,7 @@ func TestReloadGivesAKeyItsRate(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tenaz.yaml")
 	y := strings.Replace(securedConfig(filepath.Join(dir, "data"), "http://127.0.0.1:1", ""), "nats:\n", "nats:\n  user: tenaz\n  password: n4ts-pw-0123\n", 1)
-	if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hup := make(chan os.Signal, 1)
-	tz := startWith(t, y, tenaz.Options{ConfigPath: file, Reload: hup})
-	base := "http://" + tz.HTTPAddr()
+	base, hup := startReloadable(t, file, y)
 	submit := func(i int) answer {
 		return send(t, http.MethodPost, base+"/v1/events", "bearer:"+secAcmeKey, fmt.Sprintf(`{"account":"acme","kind":"order.create","payload":{"order_id":"k-%d"}}`, i))
 	}
