@@ -22,9 +22,19 @@ import (
 	"github.com/tenaz/tenaz/streams"
 )
 
-// consumerFile is the indexer's consumer, created on each partition's
-// state bucket stream.
-const consumerFile = "consumer-deadletter-search.json"
+// consumerFile is the feed's consumer, created on each partition's state
+// bucket stream: the index and whatever follows it (IndexerOptions.Follow)
+// read every revision through it once.
+const consumerFile = "consumer-deadletter-feed.json"
+
+// FeedConsumer is the durable name of the feed's consumers (the data
+// file's).
+const FeedConsumer = "deadletter-feed"
+
+// replaced are the durables the feed replaced: the index's and the audit
+// archive's own, before they shared one. The feed starts where the one
+// further behind had got to, so that neither misses a revision.
+var replaced = []string{"deadletter-search", "deadletter-audit"}
 
 // priorityGroup is the consumers' pinned group: one indexer (one
 // deadletter replica) at a time gets a partition's revisions, in order,
@@ -56,10 +66,22 @@ type IndexerOptions struct {
 	// Settle is how long the indexer waits after a fetch that was not
 	// full. Defaults to DefaultSettle; negative: no wait.
 	Settle time.Duration
+	// Follow, when set, is handed each batch's records (the last revision
+	// of each event in it, in order) while the index's writes are in
+	// flight and before the batch is acknowledged; an error has the batch
+	// delivered again. The audit archive reads the feed this way.
+	Follow func(ctx context.Context, revs []Revision) error
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Metrics receives the lag and the writes. Defaults to metrics.Default.
 	Metrics *metrics.Set
+}
+
+// Revision is one revision of a record as the feed delivered it.
+type Revision struct {
+	Record state.Record
+	// Seq is its sequence in its partition's state bucket stream.
+	Seq uint64
 }
 
 // Stats are an Indexer's counts since it was made.
@@ -134,7 +156,7 @@ func (x *Indexer) Start(ctx context.Context) error {
 	}
 	conss := make([]jetstream.Consumer, x.subj.Parts())
 	for p := range conss {
-		if conss[p], err = x.js.CreateOrUpdateConsumer(ctx, x.stream(p), cfg); err != nil {
+		if conss[p], err = x.consumer(ctx, x.stream(p), cfg); err != nil {
 			return fmt.Errorf("search: consumer %s on %s: %w", cfg.Durable, x.stream(p), err)
 		}
 	}
@@ -149,6 +171,64 @@ func (x *Indexer) Start(ctx context.Context) error {
 	}
 	x.report()
 	return nil
+}
+
+// consumer creates or updates stream's feed consumer. A new one starts
+// after the last revision both durables it replaced had acknowledged
+// (every revision, when there were none), and those are then deleted.
+func (x *Indexer) consumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := x.js.Consumer(ctx, stream, cfg.Durable)
+		switch {
+		case err == nil: // where it starts cannot change
+			cfg.DeliverPolicy, cfg.OptStartSeq = c.CachedInfo().Config.DeliverPolicy, c.CachedInfo().Config.OptStartSeq
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			if cfg.OptStartSeq, err = x.replacedFloor(ctx, stream); err != nil {
+				return nil, err
+			}
+			if cfg.OptStartSeq > 0 {
+				cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			}
+		default:
+			return nil, err
+		}
+		c, err = x.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil && attempt == 0 {
+			continue // another replica made it meanwhile, from elsewhere: take its start
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range replaced {
+			if err := x.js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("delete the replaced consumer %s: %w", name, err)
+			}
+		}
+		return c, nil
+	}
+}
+
+// replacedFloor is the first revision of stream that one of the replaced
+// durables had not acknowledged; 0 when there is neither.
+func (x *Indexer) replacedFloor(ctx context.Context, stream string) (uint64, error) {
+	var floor uint64
+	found := false
+	for _, name := range replaced {
+		c, err := x.js.Consumer(ctx, stream, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read the replaced consumer %s: %w", name, err)
+		}
+		if f := c.CachedInfo().AckFloor.Stream; !found || f < floor {
+			floor, found = f, true
+		}
+	}
+	if !found {
+		return 0, nil
+	}
+	return floor + 1, nil
 }
 
 // Stop ends indexing (what is fetched and not written is redelivered to
@@ -257,12 +337,12 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			continue
 		}
 		x.got[p].Store(true)
-		if err := x.index(ctx, msgs); err != nil {
+		if err := x.step(ctx, msgs); err != nil {
 			for _, m := range msgs {
 				_ = m.NakWithDelay(time.Second)
 			}
 			if ctx.Err() == nil {
-				x.log.Warn().Err(err).Int("partition", p).Msg("writing search entries; the revisions come back")
+				x.log.Warn().Err(err).Int("partition", p).Msg("following a batch of revisions; they come back")
 			}
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			continue
@@ -291,45 +371,77 @@ type entry struct {
 	ttl    bool // written with the retention TTL
 }
 
-// index writes the entries of one batch of revisions and waits for the
-// server to have them all. It keeps nothing between batches: what each
-// revision must write is read from the index itself (one batched request
-// for the batch), so that any replica, a restarted one too, may index any
-// revision, and a redelivered one writes nothing.
-func (x *Indexer) index(ctx context.Context, msgs []jetstream.Msg) error {
-	revs := make([]*revision, 0, len(msgs))
-	var filters []string
+// step follows one batch of revisions: the index's writes, then Follow
+// while they are in flight, then their acknowledgements.
+func (x *Indexer) step(ctx context.Context, msgs []jetstream.Msg) error {
+	revs := x.decode(msgs)
+	pending, err := x.index(ctx, revs)
+	if err == nil && x.o.Follow != nil && len(revs) > 0 {
+		err = x.o.Follow(ctx, revs)
+	}
+	for _, f := range pending {
+		if err != nil {
+			break
+		}
+		select {
+		case <-f.Ok():
+		case err = <-f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	return err
+}
+
+// decode reads the records of a batch, the last revision of each event
+// only: a record carries its whole history, so the last one knows every
+// state the event left, and the states it passed through within the
+// batch were never written. An event claimed and done within one fetch
+// costs its final entries only, and one lookup.
+func (x *Indexer) decode(msgs []jetstream.Msg) []Revision {
+	revs := make([]Revision, 0, len(msgs))
+	last := make(map[string]int, len(msgs))
 	for _, m := range msgs {
-		if len(m.Data()) == 0 {
+		if len(m.Data()) == 0 || m.Headers().Get(kvOperation) != "" || m.Headers().Get(jetstream.MarkerReasonHeader) != "" {
 			// A deletion, a purge or an expiry: the entries of a finished
 			// event expire with it; any other stays until a search meets
 			// it without its record and skips it.
 			continue
 		}
-		var r revision
-		if err := json.Unmarshal(m.Data(), &r); err != nil || r.ID == "" || r.Account == "" {
+		var r Revision
+		if err := json.Unmarshal(m.Data(), &r.Record); err != nil || r.Record.ID == "" || r.Record.Account == "" {
 			x.log.Warn().Err(err).Str("subject", m.Subject()).Msg("a state revision that is not a record: not indexed")
 			continue
 		}
-		revs = append(revs, &r)
-	}
-	// Only an event's last revision in the batch is indexed: a record
-	// carries its whole history, so the last one knows every state the
-	// event left, and the states it passed through within the batch were
-	// never written. An event claimed and done within one fetch costs its
-	// final entries only, and one lookup.
-	last := make(map[string]int, len(revs))
-	for i, r := range revs {
-		last[r.ID] = i
-	}
-	for i, r := range revs {
-		if last[r.ID] != i {
-			continue
+		if md, err := m.Metadata(); err == nil {
+			r.Seq = md.Sequence.Stream
 		}
+		x.revisions.Add(1)
+		last[r.Record.ID] = len(revs)
+		revs = append(revs, r)
+	}
+	kept := revs[:0]
+	for i, r := range revs {
+		if last[r.Record.ID] == i {
+			kept = append(kept, r)
+		}
+	}
+	return kept
+}
+
+// index sends the entries of one batch's records and returns the writes
+// in flight. It keeps nothing between batches: what each record must
+// write is read from the index itself (one batched request for the
+// batch), so that any replica, a restarted one too, may index any
+// revision, and a redelivered one writes nothing.
+func (x *Indexer) index(ctx context.Context, revs []Revision) ([]jetstream.PubAckFuture, error) {
+	var filters []string
+	for _, rv := range revs {
+		r := &rv.Record
 		// The state entries it can have are those of the states its
 		// history names: each is looked up by its exact key, which the
 		// server finds in its subject index without matching a wildcard.
-		for _, st := range append([]state.State{r.Status}, r.left()...) {
+		for _, st := range append([]state.State{r.Status}, left(r)...) {
 			filters = append(filters, x.prefix+stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID))
 		}
 		if r.EntityID != "" {
@@ -345,29 +457,16 @@ func (x *Indexer) index(ctx context.Context, msgs []jetstream.Msg) error {
 		x.log.Debug().Err(err).Msg("reading the entries of a batch of revisions")
 	}
 	var pending []jetstream.PubAckFuture
-	for i, r := range revs {
-		if last[r.ID] != i {
-			x.revisions.Add(1)
-			continue
-		}
-		for _, w := range x.writes(r, index) {
+	for i := range revs {
+		for _, w := range x.writes(&revs[i].Record, index) {
 			f, err := x.js.PublishMsgAsync(w)
 			if err != nil {
-				return err
+				return pending, err
 			}
 			pending = append(pending, f)
 		}
 	}
-	for _, f := range pending {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return pending, nil
 }
 
 // lookup reads the entries the filters name from the server's subject
@@ -398,24 +497,9 @@ func (x *Indexer) lookup(ctx context.Context, filters []string) (map[string]entr
 	return found, nil
 }
 
-// revision is what the index needs of a record.
-type revision struct {
-	ID        string      `json:"id"`
-	Account   string      `json:"account"`
-	Kind      string      `json:"kind"`
-	EntityID  string      `json:"entity_id"`
-	Status    state.State `json:"status"`
-	Reference string      `json:"reference"`
-	CreatedAt time.Time   `json:"created_at"`
-	History   []struct {
-		From state.State `json:"from"`
-		To   state.State `json:"to"`
-	} `json:"history"`
-}
-
 // left is every state the record's history says it has been in, but the
 // one it is in.
-func (r *revision) left() []state.State {
+func left(r *state.Record) []state.State {
 	var out []state.State
 	seen := map[state.State]bool{r.Status: true, "": true}
 	for _, h := range r.History {
@@ -433,8 +517,7 @@ func (r *revision) left() []state.State {
 // (nil: not known), which they update: the entries the record calls for
 // that are missing, or lack the TTL a finished event's carry, and the
 // removal of the state entries of the states it has left.
-func (x *Indexer) writes(r *revision, index map[string]entry) []*nats.Msg {
-	x.revisions.Add(1)
+func (x *Indexer) writes(r *state.Record, index map[string]entry) []*nats.Msg {
 	var out []*nats.Msg
 	val := []byte(strconv.FormatInt(r.CreatedAt.UnixMilli(), 10))
 	var ttl time.Duration
@@ -457,7 +540,7 @@ func (x *Indexer) writes(r *revision, index map[string]entry) []*nats.Msg {
 			index[x.prefix+k] = entry{exists: true, ttl: ttl > 0}
 		}
 	}
-	for _, st := range r.left() {
+	for _, st := range left(r) {
 		k := stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID)
 		if index != nil && !index[x.prefix+k].exists {
 			continue

@@ -509,3 +509,76 @@ func TestSettleReadsAnEventChangedMeanwhileOnce(t *testing.T) {
 		t.Fatalf("revisions indexed: %d, want 2 (%s's, and %s's last only)", got, first, id)
 	}
 }
+
+// The feed replaced the index's and the archive's own consumers: on its
+// first start it begins after the last revision both had acknowledged,
+// so the one further behind misses nothing, and it deletes them.
+func TestFeedStartsWhereTheConsumersItReplacedLeftOff(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	st, err := store.Open(ctx(t), js, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := names.NewSubjects("").WithPartitions(st.Partitions())
+	e := &env{js: js, subj: subj, st: st}
+	a := accounts[0]
+	stream := "KV_" + subj.StateBucket(a)
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, e.create(t, a, "order.create", fmt.Sprintf("old-%d", i), "", time.Now()))
+	}
+	// What each replaced consumer had acknowledged: the index 4 records,
+	// the archive 2.
+	for name, acked := range map[string]int{"deadletter-search": 4, "deadletter-audit": 2} {
+		c, err := js.CreateOrUpdateConsumer(ctx(t), stream, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.Fetch(acked, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range b.Messages() {
+			if err := m.DoubleAck(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if n != acked {
+			t.Fatalf("%s: fetched %d, want %d", name, n, acked)
+		}
+	}
+	followed := make(chan string, 100)
+	x := search.NewIndexer(js, subj, search.IndexerOptions{Follow: func(_ context.Context, revs []search.Revision) error {
+		for _, r := range revs {
+			followed <- r.Record.ID
+		}
+		return nil
+	}})
+	if err := x.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	var got []string
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		for {
+			select {
+			case id := <-followed:
+				got = append(got, id)
+			default:
+				return len(got) >= 4
+			}
+		}
+	}, "the records the archive had not acknowledged followed")
+	if !slices.Equal(got, ids[2:]) {
+		t.Fatalf("followed %v, want %v (the archive's unacknowledged records, in order)", got, ids[2:])
+	}
+	for _, name := range []string{"deadletter-search", "deadletter-audit"} {
+		if _, err := js.Consumer(ctx(t), stream, name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatalf("the replaced consumer %s: %v, want it deleted", name, err)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package deadletter
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/metrics"
-	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -22,42 +20,34 @@ import (
 )
 
 // The archiver writes the audit archive (TENAZ_AUDIT, pkg/audit) from the
-// state buckets' change feed: a durable consumer on each partition's
-// KV_<bucket> stream (streams/data/consumer-deadletter-audit.json),
-// shared by every replica, turns each revision of a record into one
+// state buckets' change feed, which it reads with the search index: the
+// indexer hands it each batch's records (search.IndexerOptions.Follow),
+// and acknowledges the batch once both have written it, so that one
+// consumer per partition (streams/data/consumer-deadletter-feed.json)
+// delivers and decodes each revision once. Each record becomes one
 // message holding the history entries it added. It is off the events'
 // path: nothing the dispatcher, poller or ingest do waits for it, and
-// what it has not read yet waits in its consumer (tenaz_audit_lag_revisions).
+// what it has not read yet waits in the feed (tenaz_audit_lag_revisions).
 //
 // Each message is written with the expected last sequence of its event's
-// subject, so two replicas (or a redelivery) racing on one event never
-// write an entry twice: the loser re-reads what the archive holds and
-// writes only what is still missing. Deleting the consumers rebuilds the
-// archive's missing entries from the records there are.
+// subject, so a redelivery, or another replica taking the feed over, never
+// writes an entry twice: the loser re-reads what the archive holds and
+// writes only what is still missing. Deleting the feed's consumers
+// rebuilds the archive's missing entries from the records there are.
 //
-// A batch of revisions is written pipelined (async publishes, then their
-// acks), each on the last write of its event this replica remembers; an
-// event it does not remember is taken for a new one, and the server's
-// refusal (the subject has messages) sends that revision down the
-// one-at-a-time path, which reads the event's last message first. Two
-// revisions of one event in a batch are written one after the other.
+// A batch is written pipelined (async publishes, then their acks), each
+// on the last write of its event this replica remembers; an event it does
+// not remember is taken for a new one, and the server's refusal (the
+// subject has messages) sends that record down the one-at-a-time path,
+// which reads the event's last message first.
 
 // Tuning of the archiver.
 const (
-	// archiveBatch is how many revisions of a partition are written
-	// pipelined at once (the consumer's max_ack_pending).
-	archiveBatch = 512
-	// archiveFetchWait is how long a fetch waits to fill: hardly at all,
-	// since every revision that arrives while a fetch is open is
-	// delivered, superseded or not.
-	archiveFetchWait = 10 * time.Millisecond
-	archiveAttempts  = 8
+	archiveAttempts = 8
 	// archiveMarks bounds the marks kept in memory (the last message of
 	// recently seen events); a miss costs one direct get.
 	archiveMarks    = 1 << 16
 	archiveLagEvery = 10 * time.Second
-	// consumerAudit is the archiver's durable on every KV_<bucket>.
-	consumerAudit = "deadletter-audit"
 )
 
 // mark is what the archive's last message of an event left, and its
@@ -94,218 +84,83 @@ func (k *marks) drop(subject string) {
 	delete(k.m, subject)
 }
 
-// startArchive binds TENAZ_AUDIT and starts the archiver's consumers and
-// its lag reader.
+// startArchive binds TENAZ_AUDIT; the archiver runs in the indexer's
+// steps (startSearch).
 func (s *Service) startArchive(ctx context.Context) error {
 	var err error
 	name := s.subj.Stream(streams.StreamAudit)
 	if s.archive, err = s.js.Stream(ctx, name); err != nil {
 		return fmt.Errorf("deadletter: stream %s: %w", name, err)
 	}
-	var cons []jetstream.Consumer
-	for p := range s.subj.Parts() {
-		bucket := s.subj.StateBucketOf(p)
-		cfg := func() (jetstream.ConsumerConfig, error) {
-			c, err := s.dataConsumer("consumer-deadletter-audit.json")()
-			c.FilterSubject = "$KV." + bucket + ".>"
-			return c, err
-		}
-		cc, err := cfg()
-		if err != nil {
-			return fmt.Errorf("deadletter: %w", err)
-		}
-		c, err := s.js.CreateOrUpdateConsumer(ctx, "KV_"+bucket, cc)
-		if err != nil {
-			return fmt.Errorf("deadletter: consumer %s on KV_%s: %w", consumerAudit, bucket, err)
-		}
-		cons = append(cons, c)
-	}
-	s.bg.Add(len(cons) + 1)
-	for _, c := range cons {
-		go s.runArchiver(c)
-	}
-	go s.watchArchiveLag(cons)
 	return nil
 }
 
-// runArchiver archives one partition's revisions, a batch at a time,
-// until the service stops (what it has not acknowledged then is
-// delivered again, and found archived).
-func (s *Service) runArchiver(c jetstream.Consumer) {
-	defer s.bg.Done()
-	ctx := s.runCtx
-	for ctx.Err() == nil {
-		batch, err := c.Fetch(archiveBatch, jetstream.FetchMaxWait(archiveFetchWait))
-		if err != nil {
-			s.log.Debug().Err(err).Msg("audit: fetching revisions")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		s.archiveBatch(ctx, msgs)
-		queue.Settle(ctx, len(msgs), archiveBatch, cmp.Or(s.o.Settle, search.DefaultSettle))
-	}
-}
-
-// archiveWrite is one revision's write in flight.
+// archiveWrite is one record's write in flight.
 type archiveWrite struct {
-	m       jetstream.Msg
-	rec     state.Record
-	rev     uint64
+	rv      search.Revision
 	subject string
 	r       audit.Revision
 	f       jetstream.PubAckFuture
 }
 
-// archiveBatch writes what each revision of msgs adds, pipelined.
-func (s *Service) archiveBatch(ctx context.Context, msgs []jetstream.Msg) {
-	var pend []archiveWrite
-	inflight := map[string]bool{}
-	flush := func() {
-		for _, w := range pend {
-			select {
-			case ack := <-w.f.Ok():
-				s.marks.put(w.subject, mark{seq: ack.Sequence, Mark: audit.MarkOf(w.r)})
-				metrics.Default.AuditArchived("written")
-				_ = w.m.Ack()
-			case err := <-w.f.Err():
-				s.marks.drop(w.subject)
-				if store.IsWrongSequence(err) { // not new, or written meanwhile: see what the archive holds
-					s.archiveOne(ctx, w.m, w.rec, w.rev)
-					continue
-				}
-				s.log.Warn().Err(err).Str("event_id", w.rec.ID).Msg("audit: archiving a revision failed; it is retried")
-				_ = w.m.NakWithDelay(time.Second)
-			case <-ctx.Done():
-				return // unacknowledged: delivered again
-			}
-		}
-		pend = pend[:0]
-		clear(inflight)
-	}
-	type revision struct {
-		m   jetstream.Msg
-		rec state.Record
-		rev uint64
-	}
-	var revs []revision
-	latest := map[string]int{} // event id → its last revision in the batch
-	for _, m := range msgs {
-		rec, rev, ok := s.revisionOf(m)
-		if !ok {
-			continue
-		}
-		latest[rec.ID] = len(revs)
-		revs = append(revs, revision{m, rec, rev})
-	}
-	for i, rv := range revs {
-		m, rec, rev := rv.m, rv.rec, rv.rev
-		if latest[rec.ID] != i {
-			// A later revision of the event is in the batch, and its
-			// history holds this one's entries: it writes them all. Were
-			// it lost before its write, its redelivery would.
-			metrics.Default.AuditArchived("merged")
-			_ = m.Ack()
-			continue
-		}
-		subject := audit.Subject(s.cfg.Prefix, rec.Account, rec.EntityID, rec.ID)
-		if inflight[subject] {
-			flush() // the event's previous write first: this one expects its sequence
-		}
+// archiveRevisions writes what each of a batch's records (one per event)
+// adds, pipelined; an error has the batch delivered again.
+func (s *Service) archiveRevisions(ctx context.Context, revs []search.Revision) error {
+	pend := make([]archiveWrite, 0, len(revs))
+	for _, rv := range revs {
+		subject := audit.Subject(s.cfg.Prefix, rv.Record.Account, rv.Record.EntityID, rv.Record.ID)
 		last, _ := s.marks.get(subject) // none remembered: taken for a new event
-		r, add := audit.Diff(rec, rev, last.Mark)
+		r, add := audit.Diff(rv.Record, rv.Seq, last.Mark)
 		if !add {
 			metrics.Default.AuditArchived("unchanged")
-			_ = m.Ack()
 			continue
 		}
 		b, err := json.Marshal(r)
 		if err != nil {
-			_ = m.Term()
-			continue
+			return fmt.Errorf("audit: encode %s: %w", rv.Record.ID, err)
 		}
 		f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: b}, jetstream.WithExpectLastSequencePerSubject(last.seq))
 		if err != nil {
-			s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("audit: archiving a revision failed; it is retried")
-			_ = m.NakWithDelay(time.Second)
-			continue
+			return fmt.Errorf("audit: archive %s: %w", rv.Record.ID, err)
 		}
-		inflight[subject] = true
-		pend = append(pend, archiveWrite{m: m, rec: rec, rev: rev, subject: subject, r: r, f: f})
+		pend = append(pend, archiveWrite{rv: rv, subject: subject, r: r, f: f})
 	}
-	flush()
+	for _, w := range pend {
+		select {
+		case ack := <-w.f.Ok():
+			s.marks.put(w.subject, mark{seq: ack.Sequence, Mark: audit.MarkOf(w.r)})
+			metrics.Default.AuditArchived("written")
+		case err := <-w.f.Err():
+			s.marks.drop(w.subject)
+			if !store.IsWrongSequence(err) {
+				return fmt.Errorf("audit: archive %s: %w", w.rv.Record.ID, err)
+			}
+			// Not new, or written meanwhile: see what the archive holds.
+			result, err := s.archiveRecord(ctx, w.rv.Record, w.rv.Seq)
+			if err != nil {
+				return fmt.Errorf("audit: archive %s: %w", w.rv.Record.ID, err)
+			}
+			metrics.Default.AuditArchived(result)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
-// watchArchiveLag reports the archiver's consumers' backlog.
-func (s *Service) watchArchiveLag(cons []jetstream.Consumer) {
+// watchArchiveLag reports the feed's backlog as the archive's.
+func (s *Service) watchArchiveLag(x *search.Indexer) {
 	defer s.bg.Done()
 	t := time.NewTicker(archiveLagEvery)
 	defer t.Stop()
 	for {
-		lag := 0
-		for _, c := range cons {
-			ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
-			info, err := c.Info(ctx)
-			cancel()
-			if err != nil {
-				lag = -1
-				break
-			}
-			lag += int(info.NumPending) + info.NumAckPending
-		}
-		if lag >= 0 {
-			metrics.Default.AuditLag(lag)
-		}
+		metrics.Default.AuditLag(int(x.Lag()))
 		select {
 		case <-s.runCtx.Done():
 			return
 		case <-t.C:
 		}
 	}
-}
-
-// revisionOf reads a revision of the state bucket; ok is false for one
-// that is no record (a deletion, a purge, an expiry: the record's history
-// was archived as it was written), which it settles.
-func (s *Service) revisionOf(m jetstream.Msg) (state.Record, uint64, bool) {
-	if op := m.Headers().Get("KV-Operation"); op != "" || m.Headers().Get("Nats-Marker-Reason") != "" || len(m.Data()) == 0 {
-		metrics.Default.AuditArchived("skipped")
-		_ = m.Ack()
-		return state.Record{}, 0, false
-	}
-	meta, err := m.Metadata()
-	if err != nil {
-		_ = m.Term()
-		return state.Record{}, 0, false
-	}
-	var rec state.Record
-	if err := json.Unmarshal(m.Data(), &rec); err != nil || rec.ID == "" || rec.Account == "" {
-		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("audit: a state revision that is not a record; not archived")
-		metrics.Default.AuditArchived("skipped")
-		_ = m.Term()
-		return state.Record{}, 0, false
-	}
-	return rec, meta.Sequence.Stream, true
-}
-
-// archiveOne archives one revision the one-at-a-time way.
-func (s *Service) archiveOne(ctx context.Context, m jetstream.Msg, rec state.Record, rev uint64) {
-	result, err := s.archiveRecord(ctx, rec, rev)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("audit: archiving a revision failed; it is retried")
-		}
-		_ = m.NakWithDelay(time.Second)
-		return
-	}
-	metrics.Default.AuditArchived(result)
-	_ = m.Ack()
 }
 
 // archiveRecord writes what revision rev of rec adds to the archive:

@@ -11,6 +11,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter"
@@ -71,7 +72,7 @@ func TestArchiveSettleWritesAnEventChangedMeanwhileOnce(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool { return msgsOf(id) > 0 }, "the second event archived")
 	delivered := uint64(0)
 	for p := range e.Subj.Parts() {
-		cons, err := e.JS.Consumer(c, "KV_"+e.Subj.StateBucketOf(p), "deadletter-audit")
+		cons, err := e.JS.Consumer(c, "KV_"+e.Subj.StateBucketOf(p), search.FeedConsumer)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -319,7 +320,7 @@ func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
 	c := servicetest.Context(t, 2*time.Minute)
 	caughtUp := func() bool {
 		for p := range e.Subj.Parts() {
-			cons, err := e.JS.Consumer(c, "KV_"+e.Subj.StateBucketOf(p), "deadletter-audit")
+			cons, err := e.JS.Consumer(c, "KV_"+e.Subj.StateBucketOf(p), search.FeedConsumer)
 			if err != nil {
 				return false
 			}
@@ -348,7 +349,7 @@ func TestArchiveRebuildAddsNothingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p := range e.Subj.Parts() {
-		if err := e.JS.DeleteConsumer(c, "KV_"+e.Subj.StateBucketOf(p), "deadletter-audit"); err != nil {
+		if err := e.JS.DeleteConsumer(c, "KV_"+e.Subj.StateBucketOf(p), search.FeedConsumer); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,17 +12,22 @@ import (
 )
 
 // Search (pkg/search): the indexer runs in every deadletter replica (its
-// durable consumers share the partitions' feeds between them), and
+// durable consumers share the partitions' feeds between them, and hand
+// each batch to the audit archiver), and
 // GET /v1/events and the events.find endpoint answer from its index.
 // An operator searches every account; an API key with the read scope
 // only its own, whichever account it names.
 
-// startSearch starts the indexer and opens the searcher.
+// startSearch starts the indexer, and with it the archiver, and opens the
+// searcher.
 func (s *Service) startSearch(ctx context.Context) error {
-	s.indexer = search.NewIndexer(s.js, s.subj, search.IndexerOptions{Retention: s.cfg.Streams.Retention.D(), Logger: &s.log, Settle: s.o.Settle})
+	s.indexer = search.NewIndexer(s.js, s.subj, search.IndexerOptions{Retention: s.cfg.Streams.Retention.D(), Logger: &s.log, Settle: s.o.Settle,
+		Follow: s.archiveRevisions})
 	if err := s.indexer.Start(ctx); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
+	s.bg.Add(1)
+	go s.watchArchiveLag(s.indexer)
 	var err error
 	if s.search, err = search.Open(ctx, s.js, s.st, s.subj); err != nil {
 		return fmt.Errorf("deadletter: %w", err)

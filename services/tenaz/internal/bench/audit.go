@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/deadletter"
@@ -24,8 +25,8 @@ import (
 // The audit phase: the audit archive's cost per event. Events written to
 // the state buckets as a delivered event's three revisions (accept,
 // claim, succeed, each about an entity) at the rate the store takes them,
-// once with no archiver and once with the deadletter service's archiver
-// following (its steady state: it reads the revisions as they come), on a
+// once with no archiver and once with the deadletter service's followers
+// (the archive and the index, on one feed) (its steady state: it reads the revisions as they come), on a
 // fresh server each.
 
 func auditEvents(sz Sizes) int {
@@ -40,14 +41,15 @@ func auditBullet(sz Sizes) string {
   revisions of a delivered event (accept, claim, succeed; about an entity,
   with a 60-byte payload) to the state buckets, pipelined, on a fresh server
   without the archiver, then on another with the deadletter service's
-  archiver following (one consumer per partition, as it runs). `+"`audit_disk_bytes_per_event`"+`
+  followers reading the records' feed (the archive and the search index:
+  one consumer per partition, as they run). `+"`audit_disk_bytes_per_event`"+`
   is TENAZ_AUDIT's message blocks on disk over the events (S2-compressed;
   the last, open block is not compressed yet); `+"`audit_raw_bytes_per_event`"+` the
   stream's bytes before compression; `+"`audit_msgs_per_event`"+` the archive's
   writes per event (at most one per revision; a revision replaced before
   the archiver read it costs none, its entries come with the next);
-  `+"`audit_cpu_us_per_event`"+` the process's CPU (server, writer, archiver) with the
-  archiver less without, over the events; `+"`audit_events_per_s`"+` the events
+  `+"`audit_cpu_us_per_event`"+` the process's CPU (server, writer, followers) with the
+  followers less without, over the events; `+"`audit_events_per_s`"+` the events
   archived per second, from the first write until the archiver has read
   and acknowledged every revision; `+"`audit_catchup_s`"+` how long after the last
   write that was. One phase alone: `+"`BENCH_PHASE=audit make bench`"+` (it
@@ -190,7 +192,7 @@ func auditRun(ctx context.Context, n int, archiver bool) (auditResult, error) {
 		for {
 			done := true
 			for p := range subj.Parts() {
-				c, err := js.Consumer(ctx, "KV_"+subj.StateBucketOf(p), "deadletter-audit")
+				c, err := js.Consumer(ctx, "KV_"+subj.StateBucketOf(p), search.FeedConsumer)
 				if err != nil {
 					return res, err
 				}

@@ -378,7 +378,7 @@ func caughtUp(ctx context.Context, js jetstream.JetStream, subj names.Subjects) 
 	deadline := time.Now().Add(5 * time.Minute)
 	for p := range subj.Parts() {
 		for {
-			c, err := js.Consumer(ctx, "KV_"+subj.StateBucketOf(p), "deadletter-search")
+			c, err := js.Consumer(ctx, "KV_"+subj.StateBucketOf(p), search.FeedConsumer)
 			if err != nil {
 				return err
 			}
