@@ -42,6 +42,21 @@ const (
 	metaPartitions = "tenaz_partitions"
 )
 
+// Keys of EVENTS' metadata that `tenaz streams migrate` writes:
+// MetaPartitions is the store's count (metaPartitions), MetaMigrateTo the
+// count a migration in progress moves the store to (set until it is done),
+// MetaMigrateID that migration's id (its copies carry it).
+const (
+	MetaPartitions = metaPartitions
+	MetaMigrateTo  = "tenaz_migrate_to"
+	MetaMigrateID  = "tenaz_migrate_id"
+)
+
+// ErrMigrating is returned by Apply and Partitions for a store that a
+// `tenaz streams migrate` has begun and not finished: its events are in
+// both layouts, so no service may start on it.
+var ErrMigrating = errors.New("streams: the store is being moved to another partition count")
+
 // ErrPartitions is returned by Apply when the configured partition count
 // is not the store's.
 var ErrPartitions = errors.New("streams.partitions: not the store's partition count")
@@ -142,7 +157,11 @@ func storeCount(ctx context.Context, js jetstream.JetStream, prefix string) (int
 	if err != nil {
 		return 0, fmt.Errorf("streams: read %s: %w", name, err)
 	}
-	v, ok := s.CachedInfo().Config.Metadata[metaPartitions]
+	md := s.CachedInfo().Config.Metadata
+	if to, ok := md[MetaMigrateTo]; ok {
+		return 0, fmt.Errorf("%w (to %s partitions), unfinished: finish it with `tenaz streams migrate --partitions %s` before starting the services", ErrMigrating, to, to)
+	}
+	v, ok := md[metaPartitions]
 	if !ok {
 		return 1, nil
 	}

@@ -19,8 +19,9 @@ import (
 type StreamsCmd struct {
 	Connection `embed:""`
 
-	Apply  StreamsApplyCmd  `cmd:"" help:"Create or update every stream, bucket and shared consumer (idempotent; the services do it at start-up too)."`
-	Status StreamsStatusCmd `cmd:"" help:"Each stream's messages, bytes and consumers, each consumer's pending, each bucket's values (exit 3 if any is missing)."`
+	Apply   StreamsApplyCmd   `cmd:"" help:"Create or update every stream, bucket and shared consumer (idempotent; the services do it at start-up too)."`
+	Status  StreamsStatusCmd  `cmd:"" help:"Each stream's messages, bytes and consumers, each consumer's pending, each bucket's values (exit 3 if any is missing)."`
+	Migrate StreamsMigrateCmd `cmd:"" help:"Move the store to another partition count (offline: stop the services first; resumable; --dry-run shows what would move)."`
 }
 
 // StreamsApplyCmd is `tenaz streams apply`.
