@@ -106,6 +106,9 @@ type migration struct {
 	done   map[[2]uint64]bool // (p, seq) already copied by an earlier run
 	moves  map[[2]int]*PartitionMove
 	rep    MigrationReport
+	// afterCopy, when set, runs between a message's copy and the delete
+	// of its original; an error stops the run there (a test's crash).
+	afterCopy func() error
 }
 
 type copied struct{ from, to uint64 }
@@ -406,6 +409,7 @@ func (m *migration) open(ctx context.Context) error {
 	for k := range m.copies {
 		sort.Slice(m.copies[k], func(i, j int) bool { return m.copies[k][i].from < m.copies[k][j].from })
 	}
+	m.logf("the earlier run copied %d message(s) still to delete or already deleted", len(m.done))
 	return nil
 }
 
@@ -528,6 +532,11 @@ func (m *migration) copyMessages(ctx context.Context, p int) (time.Time, error) 
 			if mid != "sched" {
 				k := [2]int{p, q}
 				m.copies[k] = append(m.copies[k], copied{from: msg.Sequence, to: ack.Sequence})
+			}
+			if m.afterCopy != nil {
+				if err := m.afterCopy(); err != nil {
+					return err
+				}
 			}
 		}
 		if err := m.events[p].DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
