@@ -272,7 +272,7 @@ func (m *migration) checkOffline(ctx context.Context) (string, error) {
 			default:
 				for _, g := range ci.PriorityGroups {
 					if g.PinnedClientID != "" {
-						busy = append(busy, fmt.Sprintf("%s is pinned to a client since %s", who, g.PinnedTS.Format(time.RFC3339)))
+						busy = append(busy, fmt.Sprintf("%s is pinned to a client since %s (a pin ends %s after its client's last pull)", who, g.PinnedTS.Format(time.RFC3339), ci.Config.PinnedTTL))
 					}
 				}
 			}
