@@ -148,6 +148,15 @@ func (m *migration) run(ctx context.Context) (MigrationReport, error) {
 		if err := m.begin(ctx); err != nil {
 			return m.rep, err
 		}
+		// Again, now that the mark keeps any service from starting: one
+		// that started since the first check works on the old layout.
+		busy, err := m.checkOffline(ctx)
+		if err != nil {
+			return m.rep, err
+		}
+		if busy != "" {
+			return m.rep, failf(ErrConflict, "a service started on the store meanwhile: %s; stop it and run this again to finish", busy)
+		}
 	}
 	if err := m.open(ctx); err != nil {
 		return m.rep, err

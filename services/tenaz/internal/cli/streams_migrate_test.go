@@ -14,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -36,7 +37,7 @@ func TestMigrationStoppedAfterACopyResumesWithoutDuplicates(t *testing.T) {
 	four := names.NewSubjects("").WithPartitions(st.Partitions())
 	q := queue.New(js, four)
 	const n = 200
-	ids := map[string]bool{}
+	ids, running := map[string]bool{}, map[string]bool{}
 	for i := range n {
 		a, key := fmt.Sprintf("acct%d", i%20), fmt.Sprintf("k%d", i)
 		env := event.Envelope{ID: event.ID(a, key), Account: a, Kind: "order.create", IdempotencyKey: key,
@@ -45,10 +46,19 @@ func TestMigrationStoppedAfterACopyResumesWithoutDuplicates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := q.EnqueueFresh(ctx, env, rev, env.ID); err != nil {
+		ack, err := q.EnqueueFresh(ctx, env, rev, env.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		ids[env.ID] = true
+		if i%10 == 0 {
+			// A run lost with its dispatcher: claimed by this message,
+			// which is still waiting to be redelivered.
+			if _, _, _, err := st.Transition(ctx, a, env.ID, state.Action{Name: state.Claim, Seq: ack.Sequence, Actor: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			running[env.ID] = true
+		}
 	}
 
 	crash := errors.New("crashed after a copy")
@@ -81,6 +91,10 @@ func TestMigrationStoppedAfterACopyResumesWithoutDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st1, err := store.Open(ctx, js, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]int{}
 	for seq := uint64(1); ; {
 		msg, err := events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(four.EventsIn(0)))
@@ -91,7 +105,16 @@ func TestMigrationStoppedAfterACopyResumesWithoutDuplicates(t *testing.T) {
 			t.Fatal(err)
 		}
 		seq = msg.Sequence + 1
-		seen[msg.Header.Get(names.HeaderEventID)]++
+		id := msg.Header.Get(names.HeaderEventID)
+		seen[id]++
+		if running[id] {
+			// Its redelivery takes the run over only if the record names
+			// this message (process.go: Reclaim when RunSeq is its seq).
+			rec, _, err := st1.Get(ctx, "", id)
+			if err != nil || rec.Status != state.Running || rec.RunSeq != msg.Sequence {
+				t.Errorf("running event %s: want its run_seq to be its message's %d in EVENTS, got %d (%s, %v)", id, msg.Sequence, rec.RunSeq, rec.Status, err)
+			}
+		}
 	}
 	for id := range ids {
 		if seen[id] != 1 {
