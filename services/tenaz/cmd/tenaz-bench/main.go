@@ -34,7 +34,7 @@ func run() error {
 		}
 	}
 	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
-	out := flag.String("out", "", "write the markdown report here (full runs of every phase only)")
+	out := flag.String("out", "", "write the markdown report here (not with BENCH_QUICK): a run of every phase writes it whole, one phase merges its figures into it")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
 	phase := flag.String("phase", envOr("BENCH_PHASE", "all"), "which runs (default $BENCH_PHASE, else all): all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied), capacity (concurrency: auto against a provider whose capacity halves), tracing (throughput with tracing off and on), partitions (fsync always over 16 accounts on 1, 4 and 8 partitions; also part of fsync), cluster (a 3-node R3 cluster, 1 partition against 6), search (1,000,000 events indexed, each filter queried), audit (the audit archive's cost per event)")
 	accounts := flag.Int("accounts", 0, "accounts of the many-accounts run (default 10000, 2000 with BENCH_QUICK); a set count names its figures accounts_<count>_*")
@@ -116,7 +116,7 @@ func run() error {
 			return err
 		}
 	}
-	if *out != "" && (*phase == "capacity" || *phase == "tracing" || *phase == "partitions" || *phase == "accounts" || *phase == "noisy" || *phase == "cluster" || *phase == "search" || *phase == "audit") && os.Getenv("BENCH_QUICK") == "" {
+	if *out != "" && *phase != "all" && os.Getenv("BENCH_QUICK") == "" {
 		// One phase: its figures replace theirs in the report, the rest
 		// of which stays as the last full run wrote it.
 		if err := bench.MergeMarkdown(*out, figs, sz, *phase); err != nil {

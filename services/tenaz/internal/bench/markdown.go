@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -371,6 +372,9 @@ func MergeMarkdown(path string, figs []Fig, sz Sizes, phase string) error {
 	if b, ok := phaseBullets[phase]; ok {
 		glob = b.glob
 	}
+	if f, ok := fullRunFigures[phase]; ok {
+		glob = f.glob
+	}
 	notePrefix := "The `" + glob + "` figures are from"
 	note := fmt.Sprintf("%s `BENCH_PHASE=%s make bench` on %s (%s), not from the full run above.", notePrefix, phase, time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
 	var rows []string
@@ -442,7 +446,26 @@ func MergeMarkdown(path string, figs []Fig, sz Sizes, phase string) error {
 // named phase_… (capacity_goodput_ratio) or …_phase_…
 // (e2e_ratio_tracing_on_vs_off).
 func phaseFigure(phase, name string) bool {
+	if f, ok := fullRunFigures[phase]; ok {
+		return f.is(name)
+	}
 	return strings.HasPrefix(name, phase+"_") || strings.Contains(name, "_"+phase+"_")
+}
+
+// fullRunFigures are the figures of the full run's phases that may also
+// run alone, whose names do not carry the phase.
+var fullRunFigures = map[string]struct {
+	glob string
+	is   func(name string) bool
+}{
+	"default": {"e2e_*`, `naive_*` and `p*_ms_at_500", func(n string) bool {
+		return slices.Contains([]string{"e2e_events_per_s", "naive_events_per_s", "e2e_ratio_vs_naive", "e2e_cpu_us_per_event",
+			"naive_cpu_us_per_event", "p50_ms_at_500", "p99_ms_at_500"}, n)
+	}},
+	"fsync": {"*_fsync_always", func(n string) bool { return strings.HasSuffix(n, "_fsync_always") }},
+	"delayed": {"delayed_*`, `naive_burst_*` and `*callbacks_*", func(n string) bool {
+		return strings.HasPrefix(n, "delayed_") || strings.HasPrefix(n, "naive_burst_") || strings.HasPrefix(n, "callbacks_") || strings.HasPrefix(n, "naive_callbacks_")
+	}},
 }
 
 // phaseBullets are the entries of "What is measured" of the phases that

@@ -163,3 +163,34 @@ func TestMergeMarkdownKeepsTheNextEntry(t *testing.T) {
 		t.Fatalf("want the other entry kept and one search entry, got:\n%s", out[strings.Index(out, "## What is measured"):])
 	}
 }
+
+// A phase of the full run whose figures do not carry its name (default:
+// e2e_*, naive_*, p99_ms_at_500) merges its own figures only: the fsync
+// phase's e2e_*_fsync_always stay as they were.
+func TestMergeMarkdownDefaultPhase(t *testing.T) {
+	var b bytes.Buffer
+	Markdown(&b, []Fig{
+		{Name: "e2e_ratio_vs_naive", Unit: "ratio", Value: 0.4},
+		{Name: "e2e_ratio_vs_naive_fsync_always", Unit: "ratio", Value: 0.5},
+		{Name: "callbacks_per_s", Unit: "callbacks/s", Value: 7000},
+	}, Full, 64, time.Minute)
+	path := t.TempDir() + "/performance.md"
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := MergeMarkdown(path, []Fig{{Name: "e2e_ratio_vs_naive", Unit: "ratio", Value: 0.6}}, Full, "default"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(got)
+	want := "| `e2e_ratio_vs_naive_fsync_always` | 0.50 | ratio |\n| `callbacks_per_s` | 7000.00 | callbacks/s |\n| `e2e_ratio_vs_naive` | 0.60 | ratio |\n\nThe `e2e_*`, `naive_*` and `p*_ms_at_500` figures are from `BENCH_PHASE=default make bench` on"
+	if !strings.Contains(out, want) {
+		t.Errorf("merged report lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "| 0.40 |") {
+		t.Errorf("the old default row is still there:\n%s", out)
+	}
+}
