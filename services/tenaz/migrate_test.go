@@ -47,15 +47,17 @@ func legacyStore(t *testing.T) (*natstest.Server, jetstream.JetStream) {
 	}
 	// A store that has run a while: EVENTS' sequences (the runs' fencing
 	// tokens, RunSeq) far above those of a new partition.
-	for range 20000 {
-		if _, err := js.PublishAsync("tenaz.keep.events", nil); err != nil {
-			t.Fatal(err)
+	for range 20 {
+		for range 1000 { // below the client's bound on publishes in flight
+			if _, err := js.PublishAsync("tenaz.keep.events", nil); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		t.Fatal("publishing keeper messages: timed out")
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal("publishing keeper messages: timed out")
+		}
 	}
 	if err := st.Purge(ctx, jetstream.WithPurgeSubject("tenaz.keep.events")); err != nil {
 		t.Fatal(err)
@@ -345,12 +347,15 @@ func TestStreamsMigrateKilledResumes(t *testing.T) {
 		}
 		pend = append(pend, f)
 		ids[env.ID] = env.Account
-	}
-	for _, f := range pend {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatal(err)
+		if len(pend) == 1000 || i == n-1 { // below the client's bound on publishes in flight
+			for _, f := range pend {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					t.Fatal(err)
+				}
+			}
+			pend = pend[:0]
 		}
 	}
 
