@@ -91,6 +91,34 @@ func Start(tb testing.TB, o Options) *Env {
 	return e
 }
 
+// Attach is Start for a server the test did not start (the embedded one
+// of a tenaz run, at url, its streams applied): it connects and opens the
+// store there. Srv is nil.
+func Attach(tb testing.TB, url string, o Options) *Env {
+	tb.Helper()
+	if o.Timeout == 0 {
+		o.Timeout = time.Minute
+	}
+	e := &Env{T: tb}
+	var cancel context.CancelFunc
+	e.c, cancel = context.WithTimeout(context.Background(), o.Timeout)
+	tb.Cleanup(cancel)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatalf("connect %s: %v", url, err)
+	}
+	tb.Cleanup(nc.Close)
+	if e.JS, err = jetstream.New(nc); err != nil {
+		tb.Fatalf("jetstream: %v", err)
+	}
+	e.NC = nc
+	if e.St, err = store.Open(e.c, e.JS, store.Options{}); err != nil {
+		tb.Fatalf("store: %v", err)
+	}
+	e.Subj = names.NewSubjects("").WithPartitions(e.St.Partitions())
+	return e
+}
+
 // Ctx is the context of calls to NATS and HTTP: it ends with the test.
 func (e *Env) Ctx() context.Context { return e.c }
 

@@ -1,0 +1,397 @@
+package tenaz_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
+	"github.com/tenaz/tenaz/pkg/state"
+)
+
+// cost is what one event costs a stream: the messages it stored and the
+// messages it removed (acked off a work queue, purged, or a KV revision
+// replaced under history 1).
+type cost struct{ Stored, Removed float64 }
+
+// writesPath is one way an event goes through tenaz, and what one event
+// of it costs each stream (by role, see countWrites). These are the numbers
+// of docs/performance.md, "Durable writes per event": change one there,
+// change it here.
+type writesPath struct {
+	name   string
+	kind   string          // the mapping of kind order.create
+	faults provider.Faults // the provider's
+	delay  bool            // submitted with a Tenaz-Not-Before
+	// callback: the provider calls back (a webhook per applied call).
+	callback bool
+	want     map[string]cost
+	// tolerance per role, for amortised writes (a count shared by many
+	// events); 0 for everything else, which must be exact.
+	tolerance map[string]float64
+	// cancels is how many schedules one event purges (of its removed
+	// EVENTS messages).
+	cancels float64
+}
+
+var writesPaths = []writesPath{
+	{
+		name: "sync", kind: `{target: erp}`,
+		want: map[string]cost{"intake": {1, 1}, "events": {1, 1}, "state": {3, 2}},
+	},
+	{
+		name: "sync_retried_once", kind: `{target: erp, attempts: 3, backoff: {initial: 1s, max: 1s, jitter: 0}}`,
+		faults: provider.Faults{FailFirst: 1},
+		want: map[string]cost{"intake": {1, 1}, "events": {3, 3}, "state": {5, 4},
+			// The account+target's count of consecutive failures: one
+			// write per failure, one reset by the first success after.
+			"breakers": {1, 1}},
+		tolerance: map[string]float64{"breakers": 0.05},
+	},
+	{
+		name: "delayed", kind: `{target: erp}`, delay: true,
+		want: map[string]cost{"intake": {1, 1}, "events": {2, 2}, "state": {3, 2}},
+	},
+	{
+		name: "callback", kind: `{target: bureau, completion: callback, callback_sla: 1m}`, callback: true,
+		want:    map[string]cost{"intake": {1, 1}, "events": {2, 2}, "state": {4, 3}, "callbacks": {1, 0}},
+		cancels: 1,
+	},
+	{
+		name: "poll", kind: `{target: reports, completion: poll, poll_sla: 1m}`,
+		want: map[string]cost{"intake": {1, 1}, "events": {3, 3}, "state": {4, 3}},
+	},
+}
+
+// writesEvents is how many events of each path are counted: enough that
+// the amortised writes average out.
+const writesEvents = 100
+
+// Every durable write and delete one event makes, per path, counted on a
+// real tenaz run with fsync always: each stream's stored and removed
+// messages over a batch of events, less the keeper's messages (which are
+// per second, not per event), equal docs/performance.md's table
+// ("Durable writes per event"). The followers (search index, audit
+// archive) are counted apart, and any other stream that moves fails the
+// test. INTAKE's trim purges are shared by many events: at most one per
+// trim interval.
+func TestDurableWritesPerEvent(t *testing.T) {
+	t.Parallel()
+	for _, p := range writesPaths {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			r := countWrites(t, p)
+			for _, role := range slices.Sorted(maps.Keys(r.hot)) {
+				if c := r.hot[role]; c != (cost{}) || p.want[role] != (cost{}) {
+					t.Logf("%-9s %s", role, c)
+				}
+			}
+			for _, role := range slices.Sorted(maps.Keys(r.followers)) {
+				t.Logf("%-9s %s (follower)", role, r.followers[role])
+			}
+			t.Logf("over %s: purges per event: %.3f trims of INTAKE, %.3f schedules, %.3f of keeper messages; keeper messages per event %.3f",
+				r.window.Round(time.Millisecond), r.trims, r.cancels, r.keeperPurges, r.keeper)
+			for _, role := range slices.Sorted(maps.Keys(p.want)) {
+				w, g, tol := p.want[role], r.hot[role], p.tolerance[role]+1e-9
+				if math.Abs(g.Stored-w.Stored) > tol || math.Abs(g.Removed-w.Removed) > tol {
+					t.Errorf("%s per %s event: want %s, got %s", role, p.name, w, g)
+				}
+			}
+			for role, g := range r.hot {
+				if _, ok := p.want[role]; !ok && g != (cost{}) {
+					t.Errorf("%s per %s event: want nothing, got %s", role, p.name, g)
+				}
+			}
+			if r.cancels != p.cancels {
+				t.Errorf("schedule purges per %s event: want %v, got %.2f", p.name, p.cancels, r.cancels)
+			}
+			if most := float64(r.window/trimEvery+2) / writesEvents; r.trims > most {
+				t.Errorf("INTAKE trims per %s event: want at most one per %s (%.3f), got %.3f", p.name, trimEvery, most, r.trims)
+			}
+			// The archive writes at most one entry per state revision.
+			if a := r.followers["audit"]; a.Stored > p.want["state"].Stored {
+				t.Errorf("audit archive per %s event: want at most %v entries, got %s", p.name, p.want["state"].Stored, a)
+			}
+		})
+	}
+}
+
+// trimEvery is ingest's INTAKE trim interval (services/ingest/trim.go).
+const trimEvery = 250 * time.Millisecond
+
+func (o cost) String() string { return fmt.Sprintf("stored %.2f, removed %.2f", o.Stored, o.Removed) }
+
+// writesConfig is a standalone tenaz with fsync always whose kind
+// order.create is mapped as kind; the targets are all the provider at
+// targetURL (bureau calls back to httpAddr).
+func writesConfig(dir, httpAddr, targetURL, kind string) string {
+	return fmt.Sprintf(`
+nats:
+  embedded: {store_dir: %q, sync: always, listen: "127.0.0.1:-1"}
+http: {addr: %q}
+log: {level: warn}
+auth: {disabled: true}
+poller: {reconcile_every: 1h}
+accounts:
+  "*": {concurrency: 64, breaker: {failures: 100000}}
+targets:
+  erp: {url: %q, timeout: 5s}
+  bureau: {url: %q, timeout: 5s, callback_secret: %q}
+  reports:
+    url: %q
+    timeout: 5s
+    poll: {url: %q, interval: 1s, done_when: {field: status, in: [approved]}}
+kinds:
+  order.create: %s
+`, dir, httpAddr, targetURL+"/orders", targetURL+"/proposals", writesSecret,
+		targetURL+"/evaluations", targetURL+"/evaluations/{{.Reference}}", kind)
+}
+
+const writesSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
+
+// writesResult is what countWrites counted, per event.
+type writesResult struct {
+	hot, followers map[string]cost // by role, or by stream name for any other stream
+	// Purge requests: INTAKE trims to the ack floor, schedule
+	// cancellations, the keeper's purges of its own messages.
+	trims, cancels, keeperPurges float64
+	keeper                       float64       // keeper messages
+	window                       time.Duration // from the first count to the last
+}
+
+// countWrites runs writesEvents events of path p through a fresh tenaz
+// (after one warm-up event, which creates the account's consumer and
+// keys) and counts what each stream stored and removed meanwhile.
+func countWrites(t *testing.T, p writesPath) writesResult {
+	addr := freePort(t)
+	opts := []provider.Option{provider.WithIdempotent()}
+	if p.callback {
+		// A little later than the call's answer, as from a provider that
+		// does the work first: the event awaits its callback by then.
+		opts = append(opts, provider.WithCallbacks("http://"+addr+"/v1/callbacks/bureau", writesSecret, 300*time.Millisecond))
+	}
+	_, target := servicetest.Provider(t, p.faults, opts...)
+	tz := start(t, writesConfig(t.TempDir(), addr, target.URL, p.kind))
+	e := servicetest.Attach(t, tz.NATSURL(), servicetest.Options{Timeout: 2 * time.Minute})
+	const account = "acme"
+	roles := map[string]string{
+		e.Subj.Stream(names.StreamIntake):        "intake",
+		e.Subj.EventsStream(account):             "events",
+		"KV_" + e.Subj.StateBucket(account):      "state",
+		"KV_" + e.Subj.Bucket("tenaz_callbacks"): "callbacks",
+		"KV_" + e.Subj.Bucket("tenaz_breakers"):  "breakers",
+		e.Subj.Stream("TENAZ_AUDIT"):             "audit",
+		"KV_" + e.Subj.Bucket("tenaz_search"):    "search",
+		// Heartbeats, per second and per replica, not per event.
+		"KV_" + e.Subj.Bucket("tenaz_owners"): "",
+	}
+	isFollower := map[string]bool{"audit": true, "search": true}
+	tp := wiretap(t, e)
+
+	submit := func(prefix string, n int) []string {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		var headers []string
+		if p.delay {
+			due := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339)
+			headers = []string{names.HeaderNotBefore, due}
+		}
+		return e.Submit(account, "order.create", keys, func(k string) string { return fmt.Sprintf(`{"order_id":%q}`, k) }, headers...)
+	}
+	e.WaitAll(submit("warm", 1), state.Done, 30*time.Second)
+	settled(t, e)
+	before := snapshot(t, e, tp)
+	e.WaitAll(submit("ev", writesEvents), state.Done, time.Minute)
+	settled(t, e)
+	after := snapshot(t, e, tp)
+
+	per := func(n int64) float64 { return float64(n) / writesEvents }
+	r := writesResult{hot: map[string]cost{}, followers: map[string]cost{}, window: after.at.Sub(before.at),
+		trims:        per(after.tap.trims - before.tap.trims),
+		cancels:      per(after.tap.cancels - before.tap.cancels),
+		keeperPurges: per(after.tap.keeperPurges - before.tap.keeperPurges)}
+	for name, a := range after.streams {
+		b := before.streams[name]
+		r.keeper += per(a.kept - b.kept)
+		stored := a.lastSeq - b.lastSeq - a.kept + b.kept
+		removed := stored - (a.msgs - a.keepMsgs) + (b.msgs - b.keepMsgs)
+		role, known := roles[name]
+		switch {
+		case !known:
+			role = name // nothing of these events should go there
+		case role == "":
+			continue
+		}
+		if isFollower[role] {
+			r.followers[role] = cost{per(stored), per(removed)}
+		} else {
+			r.hot[role] = cost{per(stored), per(removed)}
+		}
+	}
+	return r
+}
+
+// tap counts, from the client side, the writes that are not any one
+// event's: the keeper's messages (by subject) and the purge requests.
+type tap struct {
+	mu     sync.Mutex
+	counts tapCounts
+	latest string            // the keeper subject last published to
+	stream map[string]string // keeper subject -> its stream
+	last   string            // the keeper subject published to last in a round
+	keep   map[string]bool
+}
+
+type tapCounts struct {
+	kept                         map[string]int64 // keeper messages by subject
+	trims, cancels, keeperPurges int64
+}
+
+func wiretap(t *testing.T, e *servicetest.Env) *tap {
+	tp := &tap{stream: map[string]string{}, keep: map[string]bool{}, counts: tapCounts{kept: map[string]int64{}}}
+	tp.stream[e.Subj.Prefix+".keep.intake"] = e.Subj.Stream(names.StreamIntake)
+	for p := range e.Subj.Parts() {
+		tp.stream[e.Subj.KeepIn(p)] = e.Subj.EventsStreamOf(p)
+	}
+	tp.last = e.Subj.KeepIn(e.Subj.Parts() - 1) // pkg/keeper's order: INTAKE, then each partition
+	for subj := range tp.stream {
+		tp.keep[subj] = true
+		if _, err := e.NC.Subscribe(subj, func(m *nats.Msg) {
+			tp.mu.Lock()
+			tp.counts.kept[m.Subject]++
+			tp.latest = m.Subject
+			tp.mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.NC.Subscribe("$JS.API.STREAM.PURGE.*", func(m *nats.Msg) {
+		var req struct {
+			Filter string `json:"filter"`
+			Seq    uint64 `json:"seq"`
+		}
+		_ = json.Unmarshal(m.Data, &req)
+		tp.mu.Lock()
+		defer tp.mu.Unlock()
+		switch {
+		case tp.keep[req.Filter]:
+			tp.counts.keeperPurges++
+		case req.Filter != "":
+			tp.counts.cancels++
+		default:
+			tp.counts.trims++
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+// betweenRounds waits for the end of a round of keeper messages (one on
+// every keeper subject, the round's last one last), so that the next
+// second has none.
+func (tp *tap) betweenRounds(t *testing.T) {
+	t.Helper()
+	tp.mu.Lock()
+	start := maps.Clone(tp.counts.kept)
+	tp.mu.Unlock()
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		tp.mu.Lock()
+		defer tp.mu.Unlock()
+		for s := range tp.stream {
+			if tp.counts.kept[s] <= start[s] {
+				return false
+			}
+		}
+		return tp.latest == tp.last
+	}, "a full round of keeper messages")
+}
+
+// streamCount is one stream at one moment: its last sequence and message
+// count, of those the keeper's (on its keeper subject), and how many
+// keeper messages were published to it so far.
+type streamCount struct{ lastSeq, msgs, keepMsgs, kept int64 }
+
+type counted struct {
+	at      time.Time
+	streams map[string]streamCount
+	tap     tapCounts
+}
+
+// snapshot counts every stream between two rounds of keeper messages.
+func snapshot(t *testing.T, e *servicetest.Env, tp *tap) counted {
+	t.Helper()
+	tp.betweenRounds(t)
+	c := counted{at: time.Now(), streams: map[string]streamCount{}}
+	lister := e.JS.ListStreams(e.Ctx())
+	for info := range lister.Info() {
+		c.streams[info.Config.Name] = streamCount{lastSeq: int64(info.State.LastSeq), msgs: int64(info.State.Msgs)}
+	}
+	if err := lister.Err(); err != nil {
+		t.Fatal(err)
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	c.tap = tp.counts
+	c.tap.kept = maps.Clone(tp.counts.kept)
+	for subj, name := range tp.stream {
+		// One read, so that a keeper purge cannot fall between the
+		// stream's counts and its keeper subject's.
+		st, err := e.JS.Stream(e.Ctx(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(e.Ctx(), jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.streams[name] = streamCount{lastSeq: int64(info.State.LastSeq), msgs: int64(info.State.Msgs),
+			keepMsgs: int64(info.State.Subjects[subj]), kept: tp.counts.kept[subj]}
+	}
+	return c
+}
+
+// settled waits until nothing of the events is left to settle: INTAKE
+// trimmed, no message or schedule left in EVENTS (acks are sent without
+// waiting), and the followers have read every revision.
+func settled(t *testing.T, e *servicetest.Env) {
+	t.Helper()
+	intake := e.Subj.Stream(names.StreamIntake)
+	left := func() string {
+		if n := e.SubjectMsgs(intake, e.Subj.IntakeAll()); n > 0 {
+			return fmt.Sprintf("%d in INTAKE", n)
+		}
+		for p := range e.Subj.Parts() {
+			ev := e.Subj.EventsStreamOf(p)
+			for _, f := range []string{e.Subj.EventsIn(p), e.Subj.SchedulesIn(p), e.Subj.TimersIn(p)} {
+				if n := e.SubjectMsgs(ev, f); n > 0 {
+					return fmt.Sprintf("%d on %s", n, f)
+				}
+			}
+			// The followers' one feed (search index and audit archive).
+			ci := e.ConsumerInfo("KV_"+e.Subj.StateBucketOf(p), "deadletter-feed")
+			if ci.NumPending+uint64(ci.NumAckPending) > 0 {
+				return fmt.Sprintf("the followers behind by %d", ci.NumPending+uint64(ci.NumAckPending))
+			}
+		}
+		return ""
+	}
+	var why string
+	natstest.Eventually(t, 30*time.Second, func() bool { why = left(); return why == "" }, "everything settled; left: %v", servicetest.Lazy(func() string { return why }))
+}
