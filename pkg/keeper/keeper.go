@@ -10,7 +10,9 @@
 // consumer reads (<p>.keep.intake, <p>.keep.events) keeps the current last
 // block non-empty, so acks become cheap in-place deletes; older keeper
 // messages are purged (keeping the last few) so the rest of each old block
-// is freed once.
+// is freed once. A stream that is not a work queue (a trimmed INTAKE,
+// whose acks delete nothing) gets none: there they would be writes that
+// keep nothing.
 //
 //	go keeper.Run(ctx, js, names.NewSubjects(prefix), time.Second)
 package keeper
@@ -30,13 +32,22 @@ const Keep = 4
 // Subject is the keeper subject of a stream ("intake" or "events").
 func Subject(s names.Subjects, stream string) string { return s.Prefix + ".keep." + stream }
 
-// Run publishes a keeper message to each work-queue stream (INTAKE and
-// every partition's EVENTS) every interval and purges older ones every 10
-// intervals, until ctx ends. Several replicas running it is harmless.
+// Run publishes a keeper message to each work-queue stream (every
+// partition's EVENTS, and INTAKE in a store from before trimming) every
+// interval and purges older ones every 10 intervals, until ctx ends.
+// Several replicas running it is harmless.
 func Run(ctx context.Context, js jetstream.JetStream, s names.Subjects, every time.Duration) {
-	targets := []struct{ stream, subject string }{{s.Stream(names.StreamIntake), Subject(s, "intake")}}
+	var targets []struct{ stream, subject string }
+	add := func(stream, subject string) {
+		// A stream not there yet (or not readable) is kept, as before.
+		if st, err := js.Stream(ctx, stream); err == nil && st.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
+			return
+		}
+		targets = append(targets, struct{ stream, subject string }{stream, subject})
+	}
+	add(s.Stream(names.StreamIntake), Subject(s, "intake"))
 	for p := range s.Parts() {
-		targets = append(targets, struct{ stream, subject string }{s.EventsStreamOf(p), s.KeepIn(p)})
+		add(s.EventsStreamOf(p), s.KeepIn(p))
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
