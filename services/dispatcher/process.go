@@ -546,6 +546,13 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 			// metrics); the message goes as for any late outcome. Acked
 			// here, it would be settled for the run that had taken it
 			// over too (docs/chaos.md, bug 10).
+			if next.Status.Terminal() && (a.Name == state.AwaitCallback || a.Name == state.Poll) {
+				// A webhook (or an operator) finished the event during the
+				// call: the timer accepted published waits for nothing.
+				if err := s.q.CancelSchedule(ctx, env.Account, env.ID); err != nil {
+					log.Debug().Err(err).Msg("a finished event's timer not purged; it will find the event finished")
+				}
+			}
 			s.settleLate(m, next)
 			return
 		}
