@@ -389,6 +389,10 @@ func TestStreamsMigrateKilledResumes(t *testing.T) {
 		t.Fatalf("tenaz on a half-moved store: want refused naming `tenaz streams migrate --partitions 4`, got %v", err)
 	}
 
+	if r := newOperator(t, srv.ClientURL()).run("streams", "status"); r.code != cli.ExitOK || !strings.Contains(r.stdout, "tenaz streams migrate --partitions 4") || !strings.Contains(r.stdout, "EVENTS_3") {
+		t.Fatalf("streams status of a half-moved store: want both layouts' streams and the command that finishes the move, got\n%s", r)
+	}
+
 	start := time.Now()
 	again := newOperator(t, srv.ClientURL()).must(cli.ExitOK, "streams", "migrate", "--partitions", "4")
 	t.Logf("resumed migrate of %d events: %.1fs after the killed run had copied %d messages\n%s", n, time.Since(start).Seconds(), copiedBefore, again.stderr)

@@ -169,6 +169,9 @@ type Status struct {
 	Streams   []StreamStatus   `json:"streams"`
 	Consumers []ConsumerStatus `json:"consumers"`
 	Buckets   []BucketStatus   `json:"buckets"`
+	// Migrating says that a `streams migrate` is unfinished, and how to
+	// finish it.
+	Migrating string `json:"migrating,omitempty"`
 }
 
 // Run prints the status.
@@ -183,9 +186,15 @@ func (c *StreamsStatusCmd) Run(cl *Connection, env *Env) error {
 		return err
 	}
 	o := streams.Options{Prefix: cl.Prefix}
+	migrating := ""
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), cl.Timeout)
 		n, err := streams.Partitions(ctx, js, cl.Prefix)
+		if errors.Is(err, streams.ErrMigrating) {
+			// Half moved: show both layouts' partitions.
+			migrating = err.Error()
+			n, err = migratingCount(ctx, js, cl.Prefix)
+		}
 		cancel()
 		if err != nil {
 			return jsError("partitions", err)
@@ -200,7 +209,7 @@ func (c *StreamsStatusCmd) Run(cl *Connection, env *Env) error {
 	if err != nil {
 		return err
 	}
-	out := Status{Streams: []StreamStatus{}, Consumers: []ConsumerStatus{}, Buckets: []BucketStatus{}}
+	out := Status{Streams: []StreamStatus{}, Consumers: []ConsumerStatus{}, Buckets: []BucketStatus{}, Migrating: migrating}
 	var missing []string
 	for _, sc := range ss {
 		ctx, cancel := context.WithTimeout(context.Background(), cl.Timeout)
@@ -262,6 +271,9 @@ func (c *StreamsStatusCmd) Run(cl *Connection, env *Env) error {
 }
 
 func printStatus(w io.Writer, st Status) {
+	if st.Migrating != "" {
+		fmt.Fprintf(w, "%s\n\n", st.Migrating)
+	}
 	row(w, "STREAM", "MESSAGES", "BYTES", "CONSUMERS", "REPLICAS", "SUBJECTS")
 	for _, s := range st.Streams {
 		if s.Missing {

@@ -225,6 +225,25 @@ func (m *migration) plan(ctx context.Context) error {
 	return nil
 }
 
+// migratingCount is how many partitions a store being migrated has in
+// its two layouts together.
+func migratingCount(ctx context.Context, js jetstream.JetStream, prefix string) (int, error) {
+	m := &migration{js: js, prefix: prefix}
+	st, err := js.Stream(ctx, streams.EventsStream(prefix, 0))
+	if err != nil {
+		return 0, err
+	}
+	to, err := strconv.Atoi(st.CachedInfo().Config.Metadata[streams.MetaMigrateTo])
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: metadata %s is not a partition count", streams.EventsStream(prefix, 0), streams.MetaMigrateTo)
+	}
+	m.to = to
+	if err := m.plan(ctx); err != nil {
+		return 0, err
+	}
+	return max(m.from, m.to), nil
+}
+
 // layout is the store's layout over n partitions, with EVENTS' replicas
 // and placement.
 func (m *migration) layout(ctx context.Context, n int) (streams.Options, error) {
