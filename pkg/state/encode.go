@@ -149,6 +149,21 @@ func (e *Entry) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
+// maxJSONLen bounds the length of e's appendJSON without encoding it:
+// every key, quote and number at its longest, the time at its longest
+// (a 12-digit year and its sign, 9 decimals, an offset of any int
+// seconds: 58 bytes), and each byte of a string escaped to at most 6
+// (\u00XX, or \ufffd for an invalid byte; a 3-byte U+2028 becomes 6).
+// evict calls it for every entry on every transition: encoding them all
+// there was most of its cost.
+func (e *Entry) maxJSONLen() int {
+	const fixed = len(`{"at":,"action":,"from":,"to":,"attempt":,"stage":,"actor":,"detail":,"http_status":,"count":}`) +
+		6*2 + // the quotes of six strings
+		3*20 + // three ints
+		64 // the time, quoted
+	return fixed + 6*(len(e.Action)+len(e.From)+len(e.To)+len(e.Stage)+len(e.Actor)+len(e.Detail))
+}
+
 func appendTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
@@ -159,13 +174,18 @@ const hex = "0123456789abcdef"
 
 // appendString quotes s as encoding/json does (with HTML escaping, and
 // invalid UTF-8 replaced by U+FFFD).
-func appendString(b []byte, s string) []byte {
+func appendString(b []byte, s string) []byte { return AppendString(b, s, true) }
+
+// AppendString quotes s as encoding/json does, escaping <, > and & only
+// with escapeHTML (json.Encoder.SetEscapeHTML), invalid UTF-8 replaced by
+// U+FFFD.
+func AppendString(b []byte, s string, escapeHTML bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!escapeHTML || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}

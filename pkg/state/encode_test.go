@@ -2,6 +2,8 @@ package state
 
 import (
 	"encoding/json"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +97,48 @@ func BenchmarkEncodeRecord(b *testing.B) {
 			_, _ = json.Marshal(r)
 		}
 	})
+}
+
+// maxJSONLen is never under the length appendJSON writes, for any entry:
+// evict trusts it to skip encoding a history within its limits. Strings
+// of bytes that escape to six, ints of 20 characters and times at their
+// longest come up often, so that a bound too tight by a little fails.
+func TestEntryMaxJSONLen(t *testing.T) {
+	str := func(t *rapid.T, label string) string {
+		if rapid.Bool().Draw(t, label+".worst") {
+			return strings.Repeat(rapid.SampledFrom([]string{"\x00", "\xff", "\u2028"}).Draw(t, label+".c"), rapid.IntRange(0, 400).Draw(t, label+".n"))
+		}
+		return genString(t, label)
+	}
+	num := func(t *rapid.T, label string) int {
+		return rapid.OneOf(rapid.Int(), rapid.Just(math.MinInt64)).Draw(t, label)
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		at := genTime(t, "at")
+		if rapid.Bool().Draw(t, "extreme time") {
+			at = time.Unix(rapid.SampledFrom([]int64{math.MinInt64 / 2, -62135596800 * 4700000, 1 << 62}).Draw(t, "s"), 999999999).
+				In(time.FixedZone("z", rapid.OneOf(rapid.Int(), rapid.Just(math.MinInt64)).Draw(t, "offset")))
+		}
+		e := Entry{
+			At: at, Action: ActionName(str(t, "action")), From: State(str(t, "from")),
+			To: State(str(t, "to")), Attempt: num(t, "attempt"),
+			Stage: str(t, "stage"), Actor: str(t, "actor"), Detail: str(t, "detail"),
+			HTTPStatus: num(t, "hs"), Count: num(t, "count"),
+		}
+		if n, bound := len(e.appendJSON(nil)), e.maxJSONLen(); n > bound {
+			t.Fatalf("appendJSON wrote %d bytes, over the bound %d: %s", n, bound, e.appendJSON(nil))
+		}
+	})
+}
+
+func BenchmarkApplyClaim(b *testing.B) {
+	now := time.Now()
+	r, _, err := New(Record{ID: "ev_0123456789abcdefghijklmnop", IdempotencyKey: "o-1", Account: "acme", Kind: "order.create", Stage: StagePrimary},
+		Action{Name: Accept, Actor: "ingest"}, now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		_, _, _ = Apply(r, Action{Name: Claim, Seq: 42, Actor: "dispatcher/x"}, now)
+	}
 }

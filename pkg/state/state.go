@@ -413,6 +413,15 @@ func repeats(prev, e Entry) bool {
 // if that is not enough (a timeline of many replays) do the oldest other
 // entries go. The first entry (how the event began) always stays.
 func evict(h []Entry) ([]Entry, int) {
+	if len(h) <= MaxHistory {
+		bound := 1
+		for i := range h {
+			bound += h[i].maxJSONLen() + 1
+		}
+		if bound <= MaxHistoryBytes {
+			return h, 0 // within both limits whatever the escaping: no need to encode
+		}
+	}
 	sizes := make([]int, len(h))
 	var buf []byte
 	total := 1 // "[" and "]", with a comma between entries
