@@ -36,7 +36,59 @@ const maxURLLen = 8192
 // URLTemplate is a parsed URL template. Render escapes every value for
 // where it lands (see ParseURLTemplate), so no value can add a path
 // segment, a query parameter or a fragment.
-type URLTemplate struct{ t *template.Template }
+type URLTemplate struct {
+	t *template.Template
+	// parts is the template as text and fields when it is only that
+	// ({{.Kind}}, not pipelines, functions or branches): Render then
+	// writes what Execute would without text/template's reflection, on
+	// every call of a target. nil: Execute.
+	parts []urlPart
+}
+
+// urlPart is a template's text, or the value of a field of URLVars.
+type urlPart struct {
+	text  string
+	field func(URLVars) string // nil for text
+}
+
+// urlFields are the fields of URLVars, for the parts of a template.
+var urlFields = map[string]func(URLVars) string{
+	"Kind":      func(v URLVars) string { return v.Kind },
+	"Account":   func(v URLVars) string { return v.Account },
+	"ID":        func(v URLVars) string { return v.ID },
+	"EntityID":  func(v URLVars) string { return v.EntityID },
+	"Reference": func(v URLVars) string { return v.Reference },
+}
+
+// textAndFields returns root as parts, or nil if it holds anything but
+// text and actions that print one field of URLVars (escapeActions having
+// added valueFunc to them).
+func textAndFields(root *tparse.ListNode) []urlPart {
+	if root == nil || len(root.Nodes) == 0 {
+		return nil
+	}
+	parts := make([]urlPart, 0, len(root.Nodes))
+	for _, n := range root.Nodes {
+		switch n := n.(type) {
+		case *tparse.TextNode:
+			parts = append(parts, urlPart{text: string(n.Text)})
+		case *tparse.ActionNode:
+			p := n.Pipe
+			if len(p.Decl) > 0 || len(p.Cmds) != 2 || len(p.Cmds[0].Args) != 1 || len(p.Cmds[1].Args) != 1 {
+				return nil
+			}
+			f, ok := p.Cmds[0].Args[0].(*tparse.FieldNode)
+			id, isID := p.Cmds[1].Args[0].(*tparse.IdentifierNode)
+			if !ok || len(f.Ident) != 1 || !isID || id.Ident != valueFunc || urlFields[f.Ident[0]] == nil {
+				return nil
+			}
+			parts = append(parts, urlPart{field: urlFields[f.Ident[0]]})
+		default:
+			return nil
+		}
+	}
+	return parts
+}
 
 // valueFunc is the escaper ParseURLTemplate appends to every action. It is
 // registered after parsing, so a template cannot call it itself.
@@ -71,7 +123,11 @@ func ParseURLTemplate(text string) (*URLTemplate, error) {
 		escapeActions(t.Tree.Root)
 	}
 	t.Funcs(template.FuncMap{valueFunc: markValue})
-	return &URLTemplate{t: t}, nil
+	u := &URLTemplate{t: t}
+	if t.Tree != nil {
+		u.parts = textAndFields(t.Tree.Root)
+	}
+	return u, nil
 }
 
 // Render executes the template over v and returns the URL, every value
@@ -81,6 +137,18 @@ func ParseURLTemplate(text string) (*URLTemplate, error) {
 // never quote a value.
 func (u *URLTemplate) Render(v URLVars) (string, error) {
 	b := limitedBuilder{max: 2*maxURLLen + 2}
+	if u.parts != nil {
+		for _, p := range u.parts {
+			s := p.text
+			if p.field != nil {
+				s = markValue(p.field(v))
+			}
+			if _, err := b.WriteString(s); err != nil {
+				return "", err
+			}
+		}
+		return placeValues(b.String())
+	}
 	if err := u.t.Execute(&b, v); err != nil {
 		var lim *tooLongError
 		if errors.As(err, &lim) {
@@ -356,6 +424,14 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 		return 0, &tooLongError{}
 	}
 	return b.Builder.Write(p)
+}
+
+// WriteString is Write for a string.
+func (b *limitedBuilder) WriteString(s string) (int, error) {
+	if b.Len()+len(s) > b.max {
+		return 0, &tooLongError{}
+	}
+	return b.Builder.WriteString(s)
 }
 
 func truncate(s string, n int) string {
