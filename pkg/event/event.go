@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Envelope is one event as it travels between services. The payload is kept
@@ -232,6 +233,65 @@ func ID(account, key string) string {
 // write each <, > and & of the payload as six bytes, and a payload that
 // fits the size budget (pkg/size) could then not fit a message.
 func (e Envelope) Marshal() []byte {
+	if b, ok := e.appendJSON(make([]byte, 0, 320+len(e.Payload))); ok {
+		return b
+	}
+	return e.marshalJSON()
+}
+
+// appendJSON appends what marshalJSON writes, without reflection (the
+// envelope is encoded for every message of an event;
+// TestMarshalMatchesEncodingJSON checks it), or reports false for what
+// encoding/json fails on (a time it cannot write, a payload that is not
+// JSON).
+func (e Envelope) appendJSON(b []byte) ([]byte, bool) {
+	var err error
+	b = append(b, `{"id":`...)
+	b = state.AppendString(b, e.ID, false)
+	b = append(b, `,"idempotency_key":`...)
+	b = state.AppendString(b, e.IdempotencyKey, false)
+	b = append(b, `,"account":`...)
+	b = state.AppendString(b, e.Account, false)
+	b = append(b, `,"kind":`...)
+	b = state.AppendString(b, e.Kind, false)
+	if e.EntityID != "" {
+		b = append(b, `,"entity_id":`...)
+		b = state.AppendString(b, e.EntityID, false)
+	}
+	if e.OrderingKey != "" {
+		b = append(b, `,"ordering_key":`...)
+		b = state.AppendString(b, e.OrderingKey, false)
+	}
+	if e.NotBefore != nil {
+		b = append(b, `,"not_before":"`...)
+		if b, err = e.NotBefore.AppendText(b); err != nil {
+			return nil, false
+		}
+		b = append(b, '"')
+	}
+	b = append(b, `,"created_at":"`...)
+	if b, err = e.CreatedAt.AppendText(b); err != nil {
+		return nil, false
+	}
+	b = append(b, `","payload":`...)
+	if e.Payload == nil {
+		b = append(b, "null"...)
+	} else {
+		buf := bytes.NewBuffer(b)
+		if json.Compact(buf, e.Payload) != nil { // as encoding/json writes a json.RawMessage
+			return nil, false
+		}
+		b = buf.Bytes()
+	}
+	if e.Traceparent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = state.AppendString(b, e.Traceparent, false)
+	}
+	return append(b, '}'), true
+}
+
+// marshalJSON is Marshal by encoding/json.
+func (e Envelope) marshalJSON() []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

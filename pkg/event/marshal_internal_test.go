@@ -1,0 +1,58 @@
+package event
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// Marshal writes exactly what encoding/json writes for any envelope, and
+// what it writes when encoding/json fails (a time past year 9999, a
+// payload that is not JSON).
+func TestMarshalMatchesEncodingJSON(t *testing.T) {
+	str := rapid.OneOf(
+		rapid.StringMatching(`[a-z0-9_.:-]{0,12}`),
+		rapid.String(),
+		rapid.SampledFrom([]string{"", "<a&b>", "\"q\"\\", "\u2028\u2029", "tab\tnl\ncr\r\b\f", "\x00\x1f\x7f", "\xff\xfe bad utf8", "é中🙂"}),
+	)
+	when := func(t *rapid.T, label string) time.Time {
+		sec := rapid.OneOf(rapid.Int64Range(-62135596800-86400, 253402300799+86400), rapid.Int64()).Draw(t, label+".s")
+		zone := rapid.SampledFrom([]*time.Location{time.UTC, time.FixedZone("x", 3*3600+1800), time.FixedZone("y", -23*3600-59*60), time.FixedZone("z", 24*3600)}).Draw(t, label+".zone")
+		return time.Unix(sec, rapid.Int64Range(0, 999999999).Draw(t, label+".ns")).In(zone)
+	}
+	payload := rapid.OneOf(
+		rapid.SampledFrom([]string{`{"order_id":"o-1","total":1990}`, ` { "a" : [ 1 , 2 ] ,"b":"<&>"} `, `[]`, `"s"`, `null`, `1e3`, "\t{\n}\n", `{"x":"\u2028"}`, `{"bad":`, ``, `{} {}`}),
+		rapid.String(),
+	)
+	rapid.Check(t, func(t *rapid.T) {
+		e := Envelope{ID: str.Draw(t, "id"), IdempotencyKey: str.Draw(t, "key"), Account: str.Draw(t, "account"), Kind: str.Draw(t, "kind"),
+			EntityID: str.Draw(t, "entity"), OrderingKey: str.Draw(t, "ordering"), CreatedAt: when(t, "created"), Traceparent: str.Draw(t, "tp")}
+		if rapid.Bool().Draw(t, "not before") {
+			nb := when(t, "nb")
+			e.NotBefore = &nb
+		}
+		if p := payload.Draw(t, "payload"); p != "" || rapid.Bool().Draw(t, "empty, not nil") {
+			e.Payload = json.RawMessage(p)
+		}
+		if got, want := e.Marshal(), e.marshalJSON(); string(got) != string(want) {
+			t.Fatalf("Marshal differs from encoding/json\n got: %q\nwant: %q", got, want)
+		}
+	})
+}
+
+func BenchmarkMarshal(b *testing.B) {
+	e := Envelope{ID: "ev_0123456789abcdefghijklmnop", IdempotencyKey: "o-1", Account: "acme", Kind: "order.create",
+		CreatedAt: time.Now().UTC(), Payload: json.RawMessage(`{"order_id":"o","total":1990}`)}
+	b.Run("Marshal", func(b *testing.B) {
+		for b.Loop() {
+			_ = e.Marshal()
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			_ = e.marshalJSON()
+		}
+	})
+}
