@@ -37,8 +37,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 		s.poison(ctx, m, err)
 		return
 	}
-	l := tracing.Log(s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger(), env.Traceparent)
-	ctx = logging.WithEvent(l.WithContext(ctx), env.ID, env.Account, env.Kind)
+	ctx = s.eventCtx(ctx, env)
 	r, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
 	if !ok {
 		return
@@ -51,6 +50,12 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 		}
 	}
 	s.deliver(ctx, r, release)
+}
+
+// eventCtx is ctx with the logger of env's event: its id, account, kind
+// and trace id on every line, each once.
+func (s *Service) eventCtx(ctx context.Context, env event.Envelope) context.Context {
+	return logging.WithEvent(tracing.Log(s.log, env.Traceparent).WithContext(ctx), env.ID, env.Account, env.Kind)
 }
 
 // run is one claim of an event by this replica: the message that started

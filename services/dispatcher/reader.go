@@ -14,12 +14,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/logging"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
 // reader consumes one account's consumer with the account's concurrency:
@@ -183,8 +181,7 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 		s.runs.add(c.env.ID, c.next.RunSeq, s.nc.Stats().Reconnects)
 		s.spawn(l, c.h, func(ctx context.Context, release func()) {
 			defer s.runs.done(c.env.ID)
-			l := tracing.Log(s.log.With().Str("event_id", c.env.ID).Str("account", c.env.Account).Str("kind", c.env.Kind).Logger(), c.env.Traceparent)
-			ctx = logging.WithEvent(l.WithContext(ctx), c.env.ID, c.env.Account, c.env.Kind)
+			ctx = s.eventCtx(ctx, c.env)
 			if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
 				if err := h.AfterClaim(c.env.ID, c.next.Attempts); err != nil {
 					return // as if the process died here
