@@ -252,11 +252,23 @@ var ErrPast = errors.New("breaker: the time is not in the future")
 // OpenUntil is the latest end of a cooldown among account's open
 // breakers, as this replica knows them; zero when none is open.
 func (r *Registry) OpenUntil(account string) time.Time {
-	var until time.Time
-	for _, c := range r.List() {
-		if c.Account == account && c.State == Open && c.OpenUntil.After(until) {
-			until = c.OpenUntil
+	// A reader asks at its start: with many accounts, listing (and sorting)
+	// every breaker for each would cost the square of their count.
+	r.mu.Lock()
+	var bs []*Breaker
+	for _, b := range r.breakers {
+		if b.account == account && b.err == nil {
+			bs = append(bs, b)
 		}
+	}
+	r.mu.Unlock()
+	var until time.Time
+	for _, b := range bs {
+		b.mu.Lock()
+		if b.rec.state() == Open && b.rec.OpenUntil.After(until) {
+			until = b.rec.OpenUntil
+		}
+		b.mu.Unlock()
 	}
 	return until
 }
