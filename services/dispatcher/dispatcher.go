@@ -63,6 +63,11 @@ type Options struct {
 	// up any that were created while an announcement was missed).
 	// Defaults to 30s.
 	Relist time.Duration
+	// Adopt is how often the accounts with events waiting in EVENTS and no
+	// consumer this replica knows of are looked for (an idle account's
+	// delayed event that fired, a consumer lost with its server).
+	// Defaults to 1s.
+	Adopt time.Duration
 	// IdleAfter retires an account's reader and consumer after this long
 	// without events (nothing pending). Defaults to 10m; negative: never.
 	IdleAfter time.Duration
@@ -153,6 +158,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.Relist <= 0 {
 		o.Relist = 30 * time.Second
+	}
+	if o.Adopt <= 0 {
+		o.Adopt = time.Second
 	}
 	if o.IdleAfter == 0 {
 		o.IdleAfter = 10 * time.Minute
@@ -258,10 +266,32 @@ func (s *Service) start(ctx context.Context) error {
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.log.Warn().Err(err).Msg("micro registration failed")
 	}
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.relistLoop()
+	go s.adoptLoop()
 	s.log.Info().Int("accounts", len(s.readers)).Msg("dispatcher started")
 	return nil
+}
+
+// adoptLoop looks for orphaned accounts (adoptOrphans) every Adopt, the
+// first time at once: the consumers are memory-backed, so after a
+// restart of the server every account with events waiting has none.
+func (s *Service) adoptLoop() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.o.Adopt)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(s.runCtx, max(s.o.Adopt, 10*time.Second))
+		if err := s.adoptOrphans(ctx, true); err != nil && s.runCtx.Err() == nil {
+			s.log.Debug().Err(err).Msg("looking for accounts with waiting events")
+		}
+		cancel()
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (s *Service) relistLoop() {
@@ -284,7 +314,7 @@ func (s *Service) relistLoop() {
 			}
 			s.mu.Unlock()
 			s.retire(ctx, idle)
-			if err := s.adoptOrphans(ctx); err != nil && s.runCtx.Err() == nil {
+			if err := s.adoptOrphans(ctx, false); err != nil && s.runCtx.Err() == nil {
 				s.log.Warn().Err(err).Msg("looking for accounts with waiting events")
 			}
 			cancel()

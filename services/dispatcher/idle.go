@@ -68,7 +68,7 @@ func (s *Service) retire(ctx context.Context, idle []*reader) {
 // consumer and a reader: an event published while its account's consumer was
 // being retired is never stranded. It holds s.mu only to read and update
 // the readers, not across the server calls.
-func (s *Service) adoptOrphans(ctx context.Context) error {
+func (s *Service) adoptOrphans(ctx context.Context, skipKnown bool) error {
 	seen := map[string]bool{}
 	var orphans []string
 	for p, st := range s.streams {
@@ -80,7 +80,7 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 		s.mu.Lock()
 		for subject := range info.State.Subjects {
 			account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
-			if _, ok := s.readers[account]; ok || seen[account] || names.ValidateAccount(account) != nil {
+			if _, ok := s.readers[account]; ok || skipKnown && s.known[account] || seen[account] || names.ValidateAccount(account) != nil {
 				continue
 			}
 			seen[account] = true
