@@ -128,13 +128,14 @@ does not rewrite this file).
 %s%s%s%s
 ## Where the time goes
 
-Measured with `+"`BENCH_PROFILE_E2E=cpu.prof`"+` (a CPU profile of one tenaz
+Measured with `+"`"+`BENCH_PROFILE_E2E=cpu.prof`+"`"+` (a CPU profile of one tenaz
 throughput round):
 
 - **Server work per event.** tenaz stores five messages per plain event
   (INTAKE, the record create, EVENTS, the claim, done) and deletes one (the
-  EVENTS ack; INTAKE is purged to its ack floor in bulk); the naive loop
-  stores three and deletes one. The
+  EVENTS ack; INTAKE's ack deletes nothing, its settled messages go with one
+  purge every 250 ms); the naive loop stores three and deletes one. Every
+  path's writes: "Durable writes per event" below. The
   claim is what makes "two dispatchers never deliver the same attempt" true,
   the INTAKE→EVENTS hop is what lets ingest answer at once and dedup.
 - **Round trips are pipelined.** Ingest accepts intake messages in batches
@@ -146,98 +147,165 @@ throughput round):
 - **Fixed along the way** (each visible in profiles): nats-server deletes
   and re-creates a work queue's last block file whenever an ack empties it,
   which a near-empty queue does on almost every ack (~30%% of CPU; a keeper
-  message per second keeps the block — `+"`pkg/keeper`"+`); encoding the record
-  with encoding/json (~9%%; `+"`state.Record.AppendJSON`"+`, property-tested
+  message per second keeps the block — `+"`"+`pkg/keeper`+"`"+`); encoding the record
+  with encoding/json (~9%%; `+"`"+`state.Record.AppendJSON`+"`"+`, property-tested
   against encoding/json); goroutine stack growth per delivery (~5%%; a pool
   of delivery workers).
 - **Profiling the delayed and callback runs.** tenaz and nats-server run
-  as child processes there, outside `+"`-cpuprofile`"+`:
-  `+"`BENCH_CHILD_PROFILE=<dir>`"+` writes a CPU profile of each child from
+  as child processes there, outside `+"`"+`-cpuprofile`+"`"+`:
+  `+"`"+`BENCH_CHILD_PROFILE=<dir>`+"`"+` writes a CPU profile of each child from
   one second before the burst's due time to its last delivery
-  (`+"`<dir>/tenaz-1.cpu.prof`"+`, `+"`nats-1.cpu.prof`"+`; read them with `+"`go tool pprof`"+`
-  and the tenaz-bench binary); `+"`BENCH_PROFILE_CALLBACKS=<file>`"+` profiles
+  (`+"`"+`<dir>/tenaz-1.cpu.prof`+"`"+`, `+"`"+`nats-1.cpu.prof`+"`"+`; read them with `+"`"+`go tool pprof`+"`"+`
+  and the tenaz-bench binary); `+"`"+`BENCH_PROFILE_CALLBACKS=<file>`+"`"+` profiles
   the tenaz side of the callback run.
 - **Holding delayed events.** tenaz keeps nothing in memory per held
   event: after accepting them all its resident memory is an idle
-  tenaz's. Its peak (`+"`delayed_1m_service_peak_rss_mb`"+`) is the
-  reconciler's sweep (`+"`poller.reconcile_every`"+`), which watches the whole
+  tenaz's. Its peak (`+"`"+`delayed_1m_service_peak_rss_mb`+"`"+`) is the
+  reconciler's sweep (`+"`"+`poller.reconcile_every`+"`"+`), which watches the whole
   state bucket while the client buffers what the server sends ahead of
   it; with the reconciler off the peak stays at the idle figure
   (measured at 300,000 events). The server keeps per held event an entry
   in the subject index of EVENTS (the schedule subject
-  `+"`tenaz.sched.<id>`"+`) and of the state bucket, and one in its message
+  `+"`"+`tenaz.sched.<id>`+"`"+`) and of the state bucket, and one in its message
   scheduler: about 0.5 KB in a heap profile at 300,000 events; its
-  resident memory right after the intake (`+"`delayed_1m_server_rss_mb`"+`)
+  resident memory right after the intake (`+"`"+`delayed_1m_server_rss_mb`+"`"+`)
   is several times that (buffers, caches, garbage not yet collected).
 - **The burst.** The server fires all of the burst's messages within a
-  few hundred milliseconds (`+"`delayed_burst_fired_ms`"+`); the rest of the
+  few hundred milliseconds (`+"`"+`delayed_burst_fired_ms`+"`"+`); the rest of the
   lateness is dispatch throughput in this two-process setup, and 10,000
   fresh (not delayed) events sent to the same tenaz take about as long.
-  Raw JetStream doing the same work (`+"`naive_burst_*`"+`) is at the
+  Raw JetStream doing the same work (`+"`"+`naive_burst_*`+"`"+`) is at the
   one-second goal on this machine, under it in some runs and over it in
   others (0.99 to 1.5 s): with two cores shared by the server, tenaz, the
   provider and the load, a claim, a call and an outcome per event bound
   how fast 10,000 can go out, whoever dispatches them.
-  What is left between the two (`+"`delayed_burst_max_lateness_ratio`"+`) is
+  What is left between the two (`+"`"+`delayed_burst_max_lateness_ratio`+"`"+`) is
   tenaz's own CPU per event: ~150 µs in a CPU profile of the burst (tenaz
   used half a core over it; syscalls, allocation, the HTTP call and
   storing the outcome lead), for a record that carries the payload and
   the history, against the naive loop's few bytes of state. More cores
   (or dispatcher replicas on other machines) shorten it.
   A just-accepted delayed event's schedule carries its record revision
-  (`+"`Tenaz-Rev`"+`), so the fired message takes the batched claim of fresh
+  (`+"`"+`Tenaz-Rev`+"`"+`), so the fired message takes the batched claim of fresh
   events (due, then claim), not the read-then-claim path.
-- **Callbacks.** tenaz makes three requests to the server one after the
-  other for each applied callback matched by event id: the record's read,
-  its compare-and-set (which also records the webhook-id, the duplicate
-  check), and the purge of the deadline timer; a match by reference adds
-  the index lookup. The naive receiver makes two. (Two fixes took this run
-  from 0.24 to 0.61 of the naive rate: `+"`queue.CancelSchedule`"+` no longer
+- **Callbacks.** tenaz makes two requests to the server one after the
+  other for each applied callback matched by event id, as the naive
+  receiver does: the record's read and its compare-and-set (which also
+  records the webhook-id, the duplicate check); the purge of the deadline
+  timer follows the answer, made by a worker; a match by reference adds
+  the index lookup. (Two fixes took this run
+  from 0.24 to 0.61 of the naive rate: `+"`"+`queue.CancelSchedule`+"`"+` no longer
   fetches the stream info on every call, and the webhook-id is checked in
   the record's history instead of a separate key.)
 - **fsync always.** Each stream fsyncs its writes one at a time (~0.3 ms
   each here), so throughput is bounded by the busiest stream: the state
   bucket takes three writes per event (create, claim, done) against the
   naive loop's two, which is the ratio you see for one account. Different
-  streams fsync in parallel: partitions (`+"`streams.partitions`"+`) give the
+  streams fsync in parallel: partitions (`+"`"+`streams.partitions`+"`"+`) give the
   accounts of each partition a state bucket and an EVENTS stream of their
-  own (`+"`*_partitions_*`"+`), and INTAKE, one stream, takes one write per
+  own (`+"`"+`*_partitions_*`+"`"+`), and INTAKE, one stream, takes one write per
   event (its acks delete nothing: ingest purges it to the ack floor).
 
 ## Durable writes per event
 
-Every durable write and delete on the hot path, what it protects, and
-why it does not merge with another. (A delete of a work-queue message
-costs a write too: measured here, acking from one stream ran at about the
-rate of publishing to it.)
+What one event makes the server store (a publish, a KV create or
+compare-and-set, a schedule) and remove (a work-queue ack, a purge, a
+schedule the server drops once it has fired it), path by path. Under
+`+"`"+`sync: always`+"`"+` each is an fsync of its stream (~0.3 ms here), and one
+stream fsyncs one write at a time, so the writes of the busiest stream,
+the account's state bucket, bound throughput (partitions spread accounts
+over buckets that fsync in parallel). `+"`"+`TestDurableWritesPerEvent`+"`"+`
+(services/tenaz/writes_test.go) counts them on a real `+"`"+`tenaz run`+"`"+` with
+`+"`"+`sync: always`+"`"+`, from each stream's last sequence and message count over a
+batch of 100 events of each path, less the keeper's messages, and fails
+when they differ from this table (its expected numbers are these).
 
-| path | write | by | protects | why not merged |
-|---|---|---|---|---|
-| every event | INTAKE publish | producer, or ingest for HTTP | the submission is durable before it is acknowledged; the stream's duplicate window dedups a re-sent one | the producers' API: a NATS producer publishes and is done; the record cannot be written by the producer |
-| every event | record create (state, compare-and-set on no record) | ingest | exactly one event per account and idempotency key; the timeline every operator sees | the uniqueness check must be a compare-and-set on the id's key, which INTAKE (keyed by account and kind) cannot do |
-| every event | EVENTS publish | ingest | the account's dispatch queue: its consumer, its owner, its order | a queue per account is a stream filter; the state bucket's writes (create, claim, done) are not a queue of pending work |
-| every event | INTAKE ack (no delete) | ingest | the submission is not taken again | not a write: INTAKE is of limits retention, and ingest purges it up to the consumer's ack floor every 250 ms, one purge for every submission settled meanwhile (a store from before keeps a work-queue INTAKE, whose acks delete) |
-| every event | claim (state, compare-and-set on the create's revision) | dispatcher | the fencing token of the run: a run taken over (redelivery, a new owner) cannot write after another claimed | the claim must be durable before the call: after a crash, the claim is how the next run knows a call may have been made |
-| every event | outcome (state, compare-and-set on the claim's revision) | dispatcher | done, retrying, dead, awaiting a callback: the outcome and its history | it carries the answer, which exists only after the call |
-| every event | EVENTS ack (delete) | dispatcher | the message is not dispatched again | the work queue's removal, after the outcome is stored |
-| retry | schedule publish (EVENTS, on the event's schedule subject, rollup) | dispatcher | the retry survives every restart and fires at its time | the server fires it; the outcome write cannot carry a schedule |
-| delayed | schedule publish, instead of the EVENTS publish; the server stores the fired message | ingest, server | as a retry's | as a retry's |
-| callback | deadline timer (a schedule) | dispatcher | an awaited callback that never comes still ends (`+"`on_callback_timeout`"+`) | as a retry's |
-| callback | record compare-and-set, then a purge of the timer | ingest | the result, once (the webhook-id is checked in the history); the deadline no longer fires | the purge is a different stream's, made after the webhook is answered (so its answer costs what a minimal receiver's does: the read and the compare-and-set); a late timer finding the event done is a recorded no-op, so the purge can be lost without harm |
-| poll | poll timer per poll, record write per answer | poller | each poll's answer in the timeline, the next poll's time | as a retry's |
+Per event, stored / removed:
 
-Writes that only some events pay: a target's provider-wide limit (two
-compare-and-sets per call in `+"`tenaz_quotas`"+`, which also carry a learned
-concurrency's changes), a failed call's shared breaker count (one), an
-ordered lane (its tail in `+"`tenaz_lanes`"+`). An account's owner lease costs
-one write per handover, not per call.
+| path | INTAKE | EVENTS (the account's partition) | state bucket | other | durable writes | deletes |
+|---|---|---|---|---|---:|---:|
+| sync | 1 / 1 (trim) | 1 / 1 | 3 | — | 5 | 1 + trim |
+| sync, retried once | 1 / 1 (trim) | 3 / 3 | 5 | `+"`"+`tenaz_breakers`+"`"+` 1 (+ one reset) | 10 | 3 + trim |
+| delayed (`+"`"+`not_before`+"`"+`) | 1 / 1 (trim) | 2 / 2 | 3 | — | 6 | 2 + trim |
+| `+"`"+`completion: callback`+"`"+`, completed by a webhook | 1 / 1 (trim) | 2 / 2 | 4 | `+"`"+`tenaz_callbacks`+"`"+` 1 (with a reference) | 8 | 2 + trim |
+| `+"`"+`completion: poll`+"`"+`, done at the first poll | 1 / 1 (trim) | 3 / 3 | 4 | — | 8 | 3 + trim |
 
-Off the hot path, from the state buckets' change feeds: the search index
-(`+"`tenaz_search`"+`, written by the deadletter service's indexer; about 7 writes
-per event that runs through claim and done, `+"`search_index_live_writes_per_event`"+`)
-is never waited for by an event; nor is the audit archive (`+"`TENAZ_AUDIT`"+`, written
-by the deadletter service's archiver: at most one write per revision of a
-record, `+"`audit_msgs_per_event`"+`, each `+"`audit_disk_bytes_per_event`"+` on disk).
+A state-bucket write also drops the record's previous revision (the
+bucket keeps one, `+"`"+`history: 1`+"`"+`): that is part of the write, not an
+operation of its own. "trim" is INTAKE's purge to the ingest consumer's
+ack floor, every 250 ms while submissions arrive: one purge for all of
+them (0.01 per event in the test's batch of 100; one per ~1,000 events
+at 4,000 events/s). The ingest consumer's ack deletes nothing.
+
+Every step, and why it stays:
+
+| path | step | op | stream | what it protects (the failure it prevents) | why it cannot merge with another |
+|---|---|---|---|---|---|
+| all | submit | write | INTAKE | An answered submission (HTTP 202, a PubAck) survives ingest being down or dying: it is accepted when ingest comes back. The publisher's re-send within the duplicate window is dropped (`+"`"+`Nats-Msg-Id`+"`"+`). | It is the NATS API (publishers write INTAKE). Writing the record instead would need the accept's checks in every publisher, and JetStream writes one stream atomically, never two. |
+| all | trim | delete, amortised | INTAKE | Keeps INTAKE to the submissions not settled yet. | Already merged: one purge for the 250 ms of submissions below the ack floor. |
+| all | create the record (`+"`"+`accept`+"`"+`, `+"`"+`delay`+"`"+`) | write | state | The idempotency check: a create expecting revision 0 makes a re-submitted key the same event for as long as the record is kept, not only for the two-minute duplicate window. The state every reader and the claim start from. | The dispatch message is on EVENTS, consumed per account; a bucket's revisions are not a work queue. |
+| sync, callback, poll, retried | enqueue | write | EVENTS | Delivery: the account's consumer hands the event to its owner under the account's concurrency and redelivers it if the dispatcher dies (AckWait). It carries the record's revision (`+"`"+`Tenaz-Rev`+"`"+`), so the claim needs no read. | Another stream than the record. A delayed event publishes its schedule instead, never both. |
+| all | claim (`+"`"+`claim`+"`"+`; `+"`"+`due`+"`"+` + `+"`"+`claim`+"`"+` for a delayed one, in one write) | write | state | The run's fencing token (state-machine.md, "Runs"): two replicas never make the same attempt; a run whose event was taken over cannot store its outcome; a dispatcher dying during the call leaves `+"`"+`running`+"`"+` with its message's sequence, so the redelivery counts the attempt (`+"`"+`reclaim`+"`"+`) and a crash loop ends at the attempts limit. | Merged into the outcome, a call that outlives AckWait would be made again by the replica the message is redelivered to, with nothing to stop either, and an attempt cut by a crash would go uncounted. |
+| sync, retried | done (`+"`"+`succeed`+"`"+`) | write | state | The outcome, with the target's answer and the retention TTL. | It needs the call's answer, which the claim must precede. |
+| all | ack | delete | EVENTS | The message goes only once its run's outcome is stored: a dispatcher dying before that has it redelivered, and the claim reads the record. | Another stream than the outcome. (A trimmed EVENTS would merge these deletes: see below.) |
+| delayed | schedule | write | EVENTS (`+"`"+`…sched.<id>`+"`"+`) | The delay survives every restart of tenaz and of the server: the server fires it at the due time. It carries `+"`"+`Tenaz-Rev`+"`"+`, so the fired message is claimed without a read. | Replaces the enqueue; the create must come first (the fired message is claimed against it). |
+| delayed, retried, poll | fire | write + delete | EVENTS | The server publishes the fired copy to the dispatch (or timer) subject, where the account's consumer (or the poller's) takes it, and drops the schedule. | The server's own: a schedule is not deliverable to a consumer until it fires. |
+| retried | retry schedule | write | EVENTS | The retry fires at its backoff across restarts; published before the record says `+"`"+`retrying`+"`"+`, so no record waits for a schedule that does not exist. | The schedule is a message, the record a KV entry: two streams. |
+| retried | `+"`"+`retry`+"`"+` | write | state | The record says why and until when (the last error; `+"`"+`next_run_at`+"`"+`); the fired message's claim checks it (a copy that fires early is not claimed). Without it the record stays `+"`"+`running`+"`"+`, and the fired message, of another sequence, would be taken for another run's: looked at again a few times, then dropped. | It needs the call's failure; the next claim needs the message the schedule fires. |
+| retried | breaker count | write | `+"`"+`tenaz_breakers`+"`"+` | The account+target's count of consecutive failures, shared by every replica, which opens the breaker; the first success after failures writes it back to 0 (one write for the whole run of failures). | One key per account+target, shared by all its events; an event's record cannot hold it. |
+| retried | second claim, done, ack | 2 writes + delete | state, EVENTS | As for the first run. The claim reads the record first (the fired message's revision is not the record's). | As above. |
+| callback | reference | write | `+"`"+`tenaz_callbacks`+"`"+` | A webhook that names only the provider's reference finds its event at once (the search index has it only after its lag, and is not the authority); a reference held by another event is refused. Only when the provider answers with a reference. | A key by reference, the record's is the event id. |
+| callback | deadline timer | write | EVENTS (`+"`"+`…sched.<id>`+"`"+`) | An awaited callback that never comes moves the event on at the deadline (manual review or the fallback stage). Published before `+"`"+`await_callback`+"`"+`. | Two streams, as for the retry schedule. |
+| callback | `+"`"+`await_callback`+"`"+` | write | state | The 2xx is stored: a redelivery of the message does not call the provider again; the record has the deadline and the reference. | It needs the call's answer. |
+| callback | `+"`"+`complete`+"`"+` | write | state | The result, and the webhook-id in the history in the same compare-and-set: a copy of the webhook is a recorded no-op, and no crash separates the result from its duplicate check. | One write already. |
+| callback | deadline purge | delete | EVENTS | The deadline never fires for a completed event. Made after the webhook's answer, by a worker. | Left to fire, it would cost a fired message, its ack, the schedule's removal and a poller read, later. |
+| poll | first poll's timer | write | EVENTS (`+"`"+`…sched.<id>`+"`"+`) | The poll happens at its interval across restarts. Published before `+"`"+`poll`+"`"+`. | Two streams. |
+| poll | `+"`"+`poll`+"`"+` | write | state | As `+"`"+`await_callback`+"`"+`: the 2xx and the reference are stored, so no second call. | It needs the call's answer. |
+| poll | poller's `+"`"+`complete`+"`"+`, ack | write + delete | state, EVENTS | The polled result; the timer goes once the result is stored. | As for the dispatcher's outcome and ack. |
+
+Not per event: the keeper's messages, one a second on each partition's
+EVENTS (a work queue; on INTAKE only while it is one, a store from
+before trimming) and a purge of them every 10 s (`+"`"+`pkg/keeper`+"`"+`): with 4
+partitions 4 writes and 0.4 purges a second, 0.001 per event at 4,000
+events/s (0.04 in the test's batch, which takes about a second); each
+dispatcher replica's heartbeat in `+"`"+`tenaz_owners`+"`"+`. Consumer acks and
+deliveries update consumer state, which the server writes in the
+background; they are not stream writes. Other paths add their own:
+ordered events the lane's key (`+"`"+`tenaz_lanes`+"`"+`) and the predecessor's link;
+limited targets their `+"`"+`tenaz_quotas`+"`"+` record; a dead or escalated event its
+DEAD entry; a fallback stage its enqueue.
+
+Off the hot path, the followers read the state buckets' change feeds and
+write derived data (measured in the same test, not asserted but for the
+archive's bound): the audit archive (TENAZ_AUDIT) at most one entry per
+state revision it reads, 1.7 to 2.7 per event over the five paths (a
+revision replaced before it read it costs none); the search index
+(`+"`"+`tenaz_search`+"`"+`) 3.4 to 6.4 puts and 0.7 to 3.8 purges per event (a
+state change moves an entry). Both read one feed, `+"`"+`deadletter-feed`+"`"+`;
+its acks are consumer state, not stream writes.
+
+Removed while counting: the keeper's message on a trimmed INTAKE (one
+write a second and a purge every ten that kept nothing: only a work
+queue's ack deletes; `+"`"+`TestKeeperWritesOnlyToWorkQueues`+"`"+`), and the
+deadline (or poll) timer of a run whose event a webhook finished during
+the call: a provider that calls back before its 2xx reaches the
+dispatcher completes the event while it is `+"`"+`running`+"`"+`, the run's
+`+"`"+`await_callback`+"`"+` finds another revision and is noted as late (one more
+state write, the run rule's), and the timer it had just published waited
+for `+"`"+`callback_sla`+"`"+` to fire at a done event (a fired message, its ack, the
+schedule's removal and a poller read). The run now purges it
+(`+"`"+`TestWebhookBeforeTheRunsOutcomeLeavesNoDeadline`+"`"+`).
+
+Found while counting, not removed (a larger change):
+
+- **EVENTS' acks.** Every path deletes each EVENTS message by acking it
+  (1 to 3 deletes per event), where INTAKE removes its settled messages
+  with one purge per 250 ms. EVENTS trimmed the same way would save them,
+  but its floor is the lowest ack floor of every account's consumer and
+  the poller's on the partition, the purge must spare the schedules
+  (`+"`"+`…sched.>`+"`"+`) that share the stream, a consumer made later (accounts are
+  made on demand) must not deliver acked messages not purged yet, and the
+  server cannot change a stream's retention in place (a migration).
 `, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
 		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz), tracingBullet(sz), searchBullet(sz), auditBullet(sz))
 }
