@@ -151,6 +151,21 @@ throughput round):
   with encoding/json (~9%%; `+"`"+`state.Record.AppendJSON`+"`"+`, property-tested
   against encoding/json); goroutine stack growth per delivery (~5%%; a pool
   of delivery workers).
+- **tenaz's own CPU per event** (issue 15). In the e2e profile with the
+  followers off, tenaz's own code was about a tenth of the CPU; the rest
+  is nats-server (~35%%), nats.go (publishes, and encoding/json decoding
+  every pub ack: ~4%%), net/http on both sides of the call (~18%%) and the
+  GC. Removed (micro-benchmarks in the packages): a transition encoding
+  the whole history to measure it (`+"`state.Entry.maxJSONLen`"+` bounds it;
+  a claim's `+"`Apply`"+` 2.4 → 1.0 µs, 8 → 2 allocations); text/template on
+  every call of a URL of text and `+"`{{.Field}}`"+`s (5.2 → 1.1 µs); encoding/json
+  for the envelope (1.4 → 0.76 µs, 4 → 1 allocations); a second logger
+  per run. About 10 µs and 22 allocations an event (519 → 497, most of
+  them nats-server's and the libraries'). Interleaved runs of
+  `+"`BENCH_QUICK=1 -phase default`"+` on the shared machine cannot resolve that:
+  `+"`e2e_ratio_vs_naive`"+` 0.46 and 0.27 before, 0.51 and 0.53 after.
+  Left: `+"`event.Unmarshal`"+` (~1%%), the pub-ack decoding (one per write),
+  the URL check's `+"`url.Parse`"+`.
 - **Profiling the delayed and callback runs.** tenaz and nats-server run
   as child processes there, outside `+"`"+`-cpuprofile`+"`"+`:
   `+"`"+`BENCH_CHILD_PROFILE=<dir>`+"`"+` writes a CPU profile of each child from
