@@ -2,6 +2,8 @@ package event
 
 import (
 	"encoding/json"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,6 +40,72 @@ func TestMarshalMatchesEncodingJSON(t *testing.T) {
 		}
 		if got, want := e.Marshal(), e.marshalJSON(); string(got) != string(want) {
 			t.Fatalf("Marshal differs from encoding/json\n got: %q\nwant: %q", got, want)
+		}
+	})
+}
+
+// Whatever parseMarshaled accepts, json.Unmarshal decodes to the same
+// envelope: Marshal's output (payloads of every shape, with and without
+// the optional fields) and that output cut, spliced and altered.
+func TestUnmarshalMatchesEncodingJSON(t *testing.T) {
+	str := rapid.OneOf(
+		rapid.StringMatching(`[a-zA-Z0-9_.:-]{0,12}`),
+		rapid.SampledFrom([]string{"", "a\\b", "q\"", "é", ",\"traceparent\":\"x", "}", "null"}),
+	)
+	payload := rapid.SampledFrom([]string{`{"order_id":"o-1","total":1990}`, ` { "a" : [ 1 , 2 ] } `, `[]`, `"s"`, `null`, `1e3`, `{"x":1,"traceparent":"t"}`,
+		`{"traceparent":"t"}`, `"\",\"traceparent\":\"t"`, `{"a":"}"}`, `[1,{"b":null}]`})
+	accepted := 0
+	rapid.Check(t, func(t *rapid.T) {
+		created := time.Unix(rapid.Int64Range(0, 4102444800).Draw(t, "s"), rapid.Int64Range(0, 999999999).Draw(t, "ns")).
+			In(rapid.SampledFrom([]*time.Location{time.UTC, time.FixedZone("x", 3*3600+1800)}).Draw(t, "zone"))
+		e := Envelope{ID: str.Draw(t, "id"), IdempotencyKey: str.Draw(t, "key"), Account: str.Draw(t, "account"), Kind: str.Draw(t, "kind"),
+			EntityID: str.Draw(t, "entity"), OrderingKey: str.Draw(t, "ordering"), CreatedAt: created, Traceparent: str.Draw(t, "tp"),
+			Payload: json.RawMessage(payload.Draw(t, "payload"))}
+		if rapid.Bool().Draw(t, "not before") {
+			nb := created.Add(time.Hour)
+			e.NotBefore = &nb
+		}
+		b := e.Marshal()
+		switch rapid.IntRange(0, 3).Draw(t, "mutation") {
+		case 1: // cut
+			b = b[:rapid.IntRange(0, len(b)).Draw(t, "cut")]
+		case 2: // a byte changed
+			b = slices.Clone(b)
+			b[rapid.IntRange(0, len(b)-1).Draw(t, "at")] = rapid.SampledFrom([]byte(`"{}[],:\ xZ0`)).Draw(t, "byte")
+		case 3: // a field added at the end
+			b = append(slices.Clone(b[:len(b)-1]), rapid.SampledFrom([]string{`,"traceparent":"t"}`, `,"id":"other"}`, `,"x":1}`}).Draw(t, "extra")...)
+		}
+		got, ok := parseMarshaled(b)
+		if !ok {
+			return
+		}
+		accepted++
+		var want Envelope
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("parseMarshaled accepted %q, which json.Unmarshal refuses: %v", b, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nparseMarshaled: %#v\njson.Unmarshal: %#v", b, got, want)
+		}
+	})
+	if accepted == 0 {
+		t.Fatal("parseMarshaled accepted nothing")
+	}
+}
+
+func BenchmarkUnmarshal(b *testing.B) {
+	e := Envelope{ID: "ev_0123456789abcdefghijklmnop", IdempotencyKey: "o-1", Account: "acme", Kind: "order.create",
+		CreatedAt: time.Now().UTC(), Payload: json.RawMessage(`{"order_id":"o","total":1990}`), Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	m := e.Marshal()
+	b.Run("parseMarshaled", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = parseMarshaled(m)
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			var e Envelope
+			_ = json.Unmarshal(m, &e)
 		}
 	})
 }
