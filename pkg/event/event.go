@@ -222,11 +222,12 @@ var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadd
 // base32 characters (130 bits) of SHA-256. Keys are per account, so two
 // accounts may use the same key.
 func ID(account, key string) string {
-	h := sha256.New()
-	h.Write([]byte(account))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return "ev_" + idEncoding.EncodeToString(h.Sum(nil))[:26]
+	var in [256]byte // on the stack for the usual account and key (ingest derives an id per submission)
+	b := append(append(append(in[:0], account...), 0), key...)
+	sum := sha256.Sum256(b)
+	var out [52]byte // idEncoding.EncodedLen(sha256.Size)
+	idEncoding.Encode(out[:], sum[:])
+	return "ev_" + string(out[:26])
 }
 
 // Marshal encodes the envelope. It escapes no HTML: json.Marshal would
