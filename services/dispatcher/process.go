@@ -390,26 +390,37 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 // meanwhile. A timer, not a goroutine: most messages are settled long
 // before the first tick.
 func (s *Service) keepAlive(m jetstream.Msg) func() {
-	every := progressEvery(s.cfg.Streams.AckWait.D())
-	var mu sync.Mutex // guards t and stopped, also against the first tick
-	stopped := false
-	var t *time.Timer
-	mu.Lock()
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			_ = m.InProgress()
-			t.Reset(every)
-		}
-	})
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
+	a := &alive{m: m, every: progressEvery(s.cfg.Streams.AckWait.D())}
+	a.mu.Lock()
+	a.t = time.AfterFunc(a.every, a.tick)
+	a.mu.Unlock()
+	return a.stop
+}
+
+// alive is one message's keepAlive: one allocation for what the closures
+// of each message captured one by one.
+type alive struct {
+	mu      sync.Mutex // guards t and stopped, also against the first tick
+	stopped bool
+	t       *time.Timer
+	m       jetstream.Msg
+	every   time.Duration
+}
+
+func (a *alive) tick() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.stopped {
+		_ = a.m.InProgress()
+		a.t.Reset(a.every)
 	}
+}
+
+func (a *alive) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopped = true
+	a.t.Stop()
 }
 
 // progressEvery is how often a running call reports progress: a third of
