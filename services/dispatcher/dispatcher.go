@@ -275,12 +275,14 @@ func (s *Service) start(ctx context.Context) error {
 
 // adoptLoop looks for orphaned accounts (adoptOrphans) every Adopt, the
 // first time at once: the consumers are memory-backed, so after a
-// restart of the server every account with events waiting has none.
+// restart of the server every account with events waiting has none. A
+// look that took long (many accounts with events waiting) waits ten
+// times as long before the next, so that it stays a small share of the
+// server's work.
 func (s *Service) adoptLoop() {
 	defer s.bg.Done()
-	t := time.NewTicker(s.o.Adopt)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(s.runCtx, max(s.o.Adopt, 10*time.Second))
 		if err := s.adoptOrphans(ctx, true); err != nil && s.runCtx.Err() == nil {
 			s.log.Debug().Err(err).Msg("looking for accounts with waiting events")
@@ -289,7 +291,7 @@ func (s *Service) adoptLoop() {
 		select {
 		case <-s.runCtx.Done():
 			return
-		case <-t.C:
+		case <-time.After(max(s.o.Adopt, 10*time.Since(start))):
 		}
 	}
 }
