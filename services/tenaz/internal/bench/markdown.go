@@ -158,14 +158,18 @@ throughput round):
   GC. Removed (micro-benchmarks in the packages): a transition encoding
   the whole history to measure it (`+"`state.Entry.maxJSONLen`"+` bounds it;
   a claim's `+"`Apply`"+` 2.4 → 1.0 µs, 8 → 2 allocations); text/template on
-  every call of a URL of text and `+"`{{.Field}}`"+`s (5.2 → 1.1 µs); encoding/json
-  for the envelope (1.4 → 0.76 µs, 4 → 1 allocations); a second logger
-  per run. About 10 µs and 22 allocations an event (519 → 497, most of
-  them nats-server's and the libraries'). Interleaved runs of
-  `+"`BENCH_QUICK=1 -phase default`"+` on the shared machine cannot resolve that:
-  `+"`e2e_ratio_vs_naive`"+` 0.46 and 0.27 before, 0.51 and 0.53 after.
-  Left: `+"`event.Unmarshal`"+` (~1%%), the pub-ack decoding (one per write),
-  the URL check's `+"`url.Parse`"+`.
+  every call of a URL of text and `+"`{{.Field}}`"+`s (5.2 → 1.1 µs);
+  encoding/json for the envelope (`+"`Marshal`"+` 1.4 → 0.76 µs, 4 → 1
+  allocations; `+"`Unmarshal`"+` 5.0 → 1.6 µs, 12 → 7); a second logger per
+  run; the id's hash.Hash (4 → 1 allocations); a message's keepAlive
+  (6 → 4). Allocations per event, whole process: 519 → 488. On
+  2026-12-01, `+"`BENCH_QUICK=1 -phase default`"+`, interleaved, the same
+  commit with and without these: followers off (a scratch build),
+  `+"`e2e_ratio_vs_naive`"+` 0.46 and 0.52 (232 and 217 µs per event) before,
+  0.61 and 0.59 (190 and 180 µs) after; as built, four runs each, a
+  median of 0.34 (363 µs) before and 0.45 (358 µs) after, the followers'
+  share varying from run to run. Left: the pub-ack decoding (one per
+  write, in nats.go), the URL check's `+"`url.Parse`"+`.
 - **Profiling the delayed and callback runs.** tenaz and nats-server run
   as child processes there, outside `+"`"+`-cpuprofile`+"`"+`:
   `+"`"+`BENCH_CHILD_PROFILE=<dir>`+"`"+` writes a CPU profile of each child from
