@@ -65,7 +65,9 @@ func naiveBurst(ctx context.Context, natsURL string, b, workers int) ([]float64,
 		m.Header.Set("Nats-Schedule", "@at "+due.Format(time.RFC3339))
 		m.Header.Set("Nats-Schedule-Target", "naive.fire."+strconv.Itoa(i))
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		// On a loaded machine the server may lag the async window for more
+		// than the default 200 ms: wait for room rather than fail the run.
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			return nil, fmt.Errorf("naive burst: publish: %w", err)
 		}
 	}
