@@ -150,7 +150,7 @@ kinds:
 		m := nats.NewMsg(fmt.Sprintf("tenaz.intake.acct%05d.order.create", i))
 		m.Data = []byte(`{"order_id":"o","total":1}`)
 		m.Header.Set("Idempotency-Key", "k")
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil { // a loaded server may lag the window
 			return err
 		}
 	}
