@@ -107,38 +107,6 @@ func (p *Provisioner) Ensure(ctx context.Context, account string) error {
 	return err
 }
 
-// ensureAtOnce bounds the creations EnsureAll has in flight.
-const ensureAtOnce = 32
-
-// EnsureAll is Ensure for several accounts, their creations at once (at
-// most ensureAtOnce): a batch holding the first events of many accounts
-// waits for its slowest creation, not for their sum. It returns each
-// account's error (nil entries for those that have their consumer).
-func (p *Provisioner) EnsureAll(ctx context.Context, accounts []string) map[string]error {
-	errs := make(map[string]error, len(accounts))
-	if len(accounts) == 1 {
-		errs[accounts[0]] = p.Ensure(ctx, accounts[0])
-		return errs
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, ensureAtOnce)
-	for _, a := range accounts {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := p.Ensure(ctx, a)
-			<-slots
-			mu.Lock()
-			errs[a] = err
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
 func (p *Provisioner) create(ctx context.Context, account string) error {
 	if err := names.ValidateAccount(account); err != nil {
 		return err

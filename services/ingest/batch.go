@@ -77,25 +77,13 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 			fresh = append(fresh, it)
 		}
 	}
-	var accounts []string // of the batch, each once
-	seen := map[string]bool{}
 	for _, it := range fresh {
 		if h := s.o.Hooks; h != nil && h.AfterCreate != nil {
 			if it.err = h.AfterCreate(it.env.ID); it.err != nil {
 				continue
 			}
 		}
-		if !seen[it.env.Account] {
-			seen[it.env.Account] = true
-			accounts = append(accounts, it.env.Account)
-		}
-	}
-	provisioned := s.prov.EnsureAll(ctx, accounts)
-	for _, it := range fresh {
-		if it.err != nil {
-			continue
-		}
-		if it.err = provisioned[it.env.Account]; it.err == nil {
+		if it.err = s.prov.Ensure(ctx, it.env.Account); it.err == nil {
 			it.fut, it.err = s.q.EnqueueAsync(it.env, it.rev, it.env.ID)
 		}
 	}
