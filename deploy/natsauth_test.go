@@ -1366,10 +1366,12 @@ func TestNATSUsersShape(t *testing.T) {
 // purges are the streams a user may purge (by subject): ingest its
 // keeper messages and cancelled schedules, the deadletter the digest's
 // schedule when the digest is turned off and an event's schedule when an
-// operator retries it now or cancels its wait.
+// operator retries it now or cancels its wait, the dispatcher the timer of
+// an event a webhook finished during its run.
 var purges = map[string][]string{
 	serviceUser("ingest"):     {names.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3), ingest.StreamRepeats},
 	serviceUser("deadletter"): {deadletter.StreamDigest, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
+	serviceUser("dispatcher"): {streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 }
 
 // TestNATSVersionPinned checks that the values pin a server image that
