@@ -126,7 +126,10 @@ func TestFullDeadKeepsRefusalsUntilRoomIsFreed(t *testing.T) {
 	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{Seqs: seqs, Reason: "load test"}, &rep); err != nil || rep.Done != len(seqs) {
 		t.Fatalf("discard %d: %+v %v", len(seqs), rep, err)
 	}
-	natstest.Eventually(t, time.Minute, func() bool {
+	// A refusal DEAD could not take comes back after a backoff of up to
+	// 30 s (ingest's retryDelay), and one that came back just before the
+	// discard waits that long again.
+	natstest.Eventually(t, 2*time.Minute, func() bool {
 		return e.intakeLeft() == 0 && len(e.items(ops.ListRequest{Reason: dead.ReasonRejected})) == n-len(first)
 	}, "after the discard: want the %d waiting refusals kept in DEAD and INTAKE empty", n-len(first))
 }
