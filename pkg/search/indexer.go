@@ -374,7 +374,7 @@ type entry struct {
 // step follows one batch of revisions: the index's writes, then Follow
 // while they are in flight, then their acknowledgements.
 func (x *Indexer) step(ctx context.Context, msgs []jetstream.Msg) error {
-	revs := x.decode(msgs)
+	revs := x.records(msgs)
 	pending, err := x.index(ctx, revs)
 	if err == nil && x.o.Follow != nil && len(revs) > 0 {
 		err = x.o.Follow(ctx, revs)
@@ -393,19 +393,27 @@ func (x *Indexer) step(ctx context.Context, msgs []jetstream.Msg) error {
 	return err
 }
 
-// decode reads the records of a batch, the last revision of each event
+// records reads the records of a batch, the last revision of each event
 // only: a record carries its whole history, so the last one knows every
 // state the event left, and the states it passed through within the
-// batch were never written. An event claimed and done within one fetch
-// costs its final entries only, and one lookup.
-func (x *Indexer) decode(msgs []jetstream.Msg) []Revision {
-	revs := make([]Revision, 0, len(msgs))
+// batch were never written. Only those last revisions are decoded (a
+// revision's subject is its event's key), so an event claimed and done
+// within one fetch costs one decode, its final entries and one lookup.
+func (x *Indexer) records(msgs []jetstream.Msg) []Revision {
 	last := make(map[string]int, len(msgs))
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if len(m.Data()) == 0 || m.Headers().Get(kvOperation) != "" || m.Headers().Get(jetstream.MarkerReasonHeader) != "" {
 			// A deletion, a purge or an expiry: the entries of a finished
 			// event expire with it; any other stays until a search meets
 			// it without its record and skips it.
+			continue
+		}
+		x.revisions.Add(1)
+		last[m.Subject()] = i
+	}
+	revs := make([]Revision, 0, len(last))
+	for i, m := range msgs {
+		if j, ok := last[m.Subject()]; !ok || j != i {
 			continue
 		}
 		var r Revision
@@ -416,17 +424,9 @@ func (x *Indexer) decode(msgs []jetstream.Msg) []Revision {
 		if md, err := m.Metadata(); err == nil {
 			r.Seq = md.Sequence.Stream
 		}
-		x.revisions.Add(1)
-		last[r.Record.ID] = len(revs)
 		revs = append(revs, r)
 	}
-	kept := revs[:0]
-	for i, r := range revs {
-		if last[r.Record.ID] == i {
-			kept = append(kept, r)
-		}
-	}
-	return kept
+	return revs
 }
 
 // index sends the entries of one batch's records and returns the writes
@@ -459,7 +459,7 @@ func (x *Indexer) index(ctx context.Context, revs []Revision) ([]jetstream.PubAc
 	var pending []jetstream.PubAckFuture
 	for i := range revs {
 		for _, w := range x.writes(&revs[i].Record, index) {
-			f, err := x.js.PublishMsgAsync(w)
+			f, err := x.js.PublishMsgAsync(w, jetstream.WithStallWait(stallWait))
 			if err != nil {
 				return pending, err
 			}
@@ -468,6 +468,11 @@ func (x *Indexer) index(ctx context.Context, revs []Revision) ([]jetstream.PubAc
 	}
 	return pending, nil
 }
+
+// stallWait is how long a write waits for room when the JetStream context
+// bounds the writes in flight (jetstream.WithPublishAsyncMaxPending)
+// before its batch fails and comes back.
+const stallWait = 30 * time.Second
 
 // lookup reads the entries the filters name from the server's subject
 // index (the last message of each subject, a few hundred filters a
