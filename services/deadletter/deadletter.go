@@ -91,8 +91,13 @@ type Service struct {
 	live *liveconfig.Config // the accounts and targets in force, the accounts bucket (stored.go)
 	log  zerolog.Logger
 	js   jetstream.JetStream
-	subj names.Subjects
-	now  func() time.Time
+	// follow is the followers' own context on the connection: its writes
+	// in flight are bounded (followWindow), so that a batch's hundreds of
+	// index and archive writes reach the server a window at a time and
+	// events' writes are not queued behind them.
+	follow jetstream.JetStream
+	subj   names.Subjects
+	now    func() time.Time
 
 	st     *store.Store
 	q      *queue.Queue
@@ -125,6 +130,13 @@ type Service struct {
 	watchEnd chan struct{}
 }
 
+// followWindow bounds the followers' writes in flight (Service.follow);
+// followStall is how long one waits for room before its batch fails.
+const (
+	followWindow = 32
+	followStall  = 30 * time.Second
+)
+
 // ErrStopped is the cause of the service's context once Stop is called.
 var ErrStopped = errors.New("deadletter: stopped")
 
@@ -141,6 +153,10 @@ func New(o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	follow, err := jetstream.New(o.Conn, jetstream.WithPublishAsyncMaxPending(followWindow))
+	if err != nil {
+		return nil, err
+	}
 	if o.Instance == "" {
 		host, _ := os.Hostname()
 		var b [3]byte
@@ -153,7 +169,7 @@ func New(o Options) (*Service, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	s := &Service{o: o, cfg: o.Config, log: log, js: js, subj: names.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
+	s := &Service{o: o, cfg: o.Config, log: log, js: js, follow: follow, subj: names.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.Init("deadletter", o.Conn)
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
 	if s.live = o.Live; s.live == nil {

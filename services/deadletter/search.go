@@ -21,7 +21,7 @@ import (
 // startSearch starts the indexer, and with it the archiver, and opens the
 // searcher.
 func (s *Service) startSearch(ctx context.Context) error {
-	s.indexer = search.NewIndexer(s.js, s.subj, search.IndexerOptions{Retention: s.cfg.Streams.Retention.D(), Logger: &s.log, Settle: s.o.Settle,
+	s.indexer = search.NewIndexer(s.follow, s.subj, search.IndexerOptions{Retention: s.cfg.Streams.Retention.D(), Logger: &s.log, Settle: s.o.Settle,
 		Follow: s.archiveRevisions})
 	if err := s.indexer.Start(ctx); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
