@@ -26,8 +26,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -317,7 +319,8 @@ type Instance struct {
 	t      *tenaz.System
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	prefix string // its config's prefix: its subjects and stream names
+	prefix string          // its config's prefix: its subjects and stream names
+	behind []time.Duration // per Throughput: how long after the last delivery the followers caught up
 }
 
 // BenchConfig is the tenaz config of the bench: one account, one kind, the
@@ -418,7 +421,40 @@ func (b *Instance) ThroughputOver(ctx context.Context, tag string, n int, accoun
 	if err := b.waitDrained(ctx, accounts, 10*time.Minute); err != nil {
 		return 0, err
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	took, drained := time.Since(start), time.Now()
+	if err := b.waitFollowed(ctx, 10*time.Minute); err != nil {
+		return 0, err
+	}
+	b.behind = append(b.behind, time.Since(drained))
+	return float64(n) / took.Seconds(), nil
+}
+
+// waitFollowed waits until the change-feed followers (the search index
+// and the audit archive, on one feed per partition) have taken every
+// revision: the events' CPU then includes theirs, and the next round
+// does not pay for this one's.
+func (b *Instance) waitFollowed(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	subj := names.NewSubjects(b.prefix)
+	n, _ := streams.Partitions(ctx, b.js, b.prefix)
+	for {
+		left := uint64(0)
+		for p := range n {
+			c, err := b.js.Consumer(ctx, "KV_"+subj.StateBucketOf(p), search.FeedConsumer)
+			if err != nil {
+				return fmt.Errorf("the followers' feed of partition %d: %w", p, err)
+			}
+			info := c.CachedInfo()
+			left += info.NumPending + uint64(info.NumAckPending)
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the followers %d revisions behind after %s", left, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Latency submits at a steady rate for d and returns the p50 and p99 of
@@ -563,6 +599,7 @@ func runMode(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL
 		suffix = "_fsync_always"
 	}
 	res.report(r, suffix, true)
+	r.Figure("e2e_followers_behind_ms"+suffix, medianMs(tz.behind), "ms")
 	if fsync {
 		return partitionRuns(ctx, sz, r, concurrency, targetURL)
 	}
@@ -614,6 +651,15 @@ func (res rounds) report(r Report, suffix string, all bool) {
 		r.Figure("e2e_cpu_us_per_event"+suffix, median(res.e2eCPU), "us")
 		r.Figure("naive_cpu_us_per_event"+suffix, median(res.naiveCPU), "us")
 	}
+}
+
+// medianMs is the median of d in milliseconds.
+func medianMs(d []time.Duration) float64 {
+	v := make([]float64, len(d))
+	for i := range d {
+		v[i] = float64(d[i].Microseconds()) / 1000
+	}
+	return median(v)
 }
 
 func median(v []float64) float64 {
