@@ -83,7 +83,8 @@ does not rewrite this file).
   (accepted, breaker open, consumer paused). `+"`noisy_flooded_*`"+`: the same, with
   a flooding account instead, draining a 100,000-event backlog to a
   working target of 20 ms per call at its concurrency of 16 (its queue as
-  deep as it gets, all along the measure).
+  deep as it gets, all along the measure). tenaz and nats-server each run
+  in their own process, as deployed, apart from the load and the targets.
 - **Many accounts** (`+"`accounts_10k_*`"+`): one event for each of %d
   accounts through tenaz in its own process against nats-server in
   another; resident memory of each; the time tenaz takes to stop on

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Noisy measures one account's latency at a steady rate alone, then again
@@ -72,9 +73,22 @@ type neighbour struct {
 	target             string        // account's target
 }
 
+// run starts nats-server and tenaz each in its own process, as they are
+// deployed: in one process with the load, the Go scheduler's run queue
+// is shared too, and what one account's work costs another shows as much
+// in goroutine wake-ups as in the server's or the services' work.
 func (nb neighbour) run(ctx context.Context, sz Sizes, r Report, targetURL string) error {
-	_, tz, stop, err := startPhase(ctx, "tenaz-bench-"+nb.name+"-*", false, func(url string) (*config.Config, error) {
-		return parseConfig(configYAML(url, `
+	dir, err := os.MkdirTemp("", "tenaz-bench-"+nb.name+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startChild("serve-nats", filepath.Join(dir, "nats"))
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = srv.stop(30 * time.Second) }() // its store is thrown away
+	tzc, err := startTenazChild(dir, configYAML(srv.ready, `
 accounts:
   "*": {concurrency: 16, breaker: %s}
   %s: {targets: {noop: {url: %q}}}
@@ -83,11 +97,20 @@ targets:
 kinds:
   order.create: {target: noop, attempts: 6, backoff: {initial: 30s}}
 `, nb.breaker, nb.account, nb.target+"/api/{{.Kind}}", targetURL+"/api/{{.Kind}}"))
-	})
 	if err != nil {
 		return err
 	}
-	defer stop(ctx)
+	defer func() { _, _ = tzc.stop(2 * time.Minute) }()
+	nc, err := nats.Connect(srv.ready)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	tz := &Instance{nc: nc, js: js} // the load's handle: tenaz runs in tzc
 	// Warm up the healthy account (its consumer, connections).
 	if _, _, err := tz.LatencyOf(ctx, "healthy", "warm", sz.Rate, time.Second); err != nil {
 		return err
