@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // stored creates n pending events of account in the store (the search
@@ -191,4 +194,54 @@ func TestOpenAPIContractSearch(t *testing.T) {
 	want(503, "GET", "/v1/events", alice, "", "the service stopped")
 	c.Covered(t, func(op string) bool { return op == "GET /v1/events" },
 		map[string]string{"GET /v1/events 500": "an unexpected store or stream error: no request brings one about"})
+}
+
+// The followers write at most a window at a time (32 in flight): a burst
+// of records, read in batches of hundreds of index and archive writes,
+// still gets every entry, each event once in the archive.
+func TestFollowersWriteBatchesLargerThanTheirWindow(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	c := servicetest.Context(t, 2*time.Minute)
+	const n = 400 // ~3 writes each (state and entity entries, archive): a batch is hundreds
+	var pends []store.Pending
+	var ids []string
+	for i := range n {
+		key := fmt.Sprintf("burst-%d", i)
+		r, _, err := state.New(state.Record{ID: event.ID("acme", key), IdempotencyKey: key, Account: "acme", Kind: "order.create", EntityID: "E-burst"},
+			state.Action{Name: state.Accept}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.St.CreateAsync(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pends = append(pends, p)
+		ids = append(ids, r.ID)
+	}
+	for _, p := range pends {
+		if _, err := p.Wait(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.searched("", "account=acme&entity=E-burst&limit=500", ids)
+	archive, err := e.JS.Stream(c, "TENAZ_AUDIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subjects map[string]uint64
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		info, err := archive.Info(c, jetstream.WithSubjectFilter("tenaz.audit.acme.>"))
+		if err != nil {
+			return false
+		}
+		subjects = info.State.Subjects
+		return len(subjects) == n
+	}, "the archive to hold all %d events (has %d)", n, len(subjects))
+	for s, msgs := range subjects {
+		if msgs != 1 {
+			t.Fatalf("%s: %d archive messages for one revision, want 1", s, msgs)
+		}
+	}
 }
