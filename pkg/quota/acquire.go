@@ -104,8 +104,14 @@ func (ln *line) learnInto(r *record, now time.Time) (grew bool) {
 	case ln.refusedAt > 0:
 		if c := max(lr.Min, int(math.Floor(learnCut*float64(ln.refusedAt-1)))); c < cur {
 			r.Learned, r.Grown = c, now.UnixNano()
+			r.Refused = ln.refusedAt
+		} else {
+			// Refused above the limit in force: a call let through before
+			// it came down. It teaches nothing the limit does not know, and
+			// must not raise the level regrowth doubles towards (from 10 to
+			// 20 against a capacity of 10).
+			r.Refused = min(ln.refusedAt, cur)
 		}
-		r.Refused = ln.refusedAt
 		r.Hold = max(r.Hold, ln.holdTill.UnixNano())
 	case ln.answeredOK && ln.pressed && cur < lr.Max && now.UnixNano() > r.Hold &&
 		now.UnixNano()-r.Grown >= int64(learnGrowEvery):
