@@ -459,7 +459,7 @@ func (x *Indexer) index(ctx context.Context, revs []Revision) ([]jetstream.PubAc
 	var pending []jetstream.PubAckFuture
 	for i := range revs {
 		for _, w := range x.writes(&revs[i].Record, index) {
-			f, err := x.js.PublishMsgAsync(w, jetstream.WithStallWait(stallWait))
+			f, err := x.js.PublishMsgAsync(w, jetstream.WithStallWait(StallWait))
 			if err != nil {
 				return pending, err
 			}
@@ -469,10 +469,11 @@ func (x *Indexer) index(ctx context.Context, revs []Revision) ([]jetstream.PubAc
 	return pending, nil
 }
 
-// stallWait is how long a write waits for room when the JetStream context
-// bounds the writes in flight (jetstream.WithPublishAsyncMaxPending)
-// before its batch fails and comes back.
-const stallWait = 30 * time.Second
+// StallWait is how long a follower's write waits for room when its
+// JetStream context bounds the writes in flight
+// (jetstream.WithPublishAsyncMaxPending) before its batch fails and comes
+// back.
+const StallWait = 30 * time.Second
 
 // lookup reads the entries the filters name from the server's subject
 // index (the last message of each subject, a few hundred filters a

@@ -119,7 +119,7 @@ func (s *Service) archiveRevisions(ctx context.Context, revs []search.Revision) 
 		if err != nil {
 			return fmt.Errorf("audit: encode %s: %w", rv.Record.ID, err)
 		}
-		f, err := s.follow.PublishMsgAsync(&nats.Msg{Subject: subject, Data: b}, jetstream.WithExpectLastSequencePerSubject(last.seq), jetstream.WithStallWait(followStall))
+		f, err := s.follow.PublishMsgAsync(&nats.Msg{Subject: subject, Data: b}, jetstream.WithExpectLastSequencePerSubject(last.seq), jetstream.WithStallWait(search.StallWait))
 		if err != nil {
 			return fmt.Errorf("audit: archive %s: %w", rv.Record.ID, err)
 		}

@@ -131,11 +131,8 @@ type Service struct {
 }
 
 // followWindow bounds the followers' writes in flight (Service.follow);
-// followStall is how long one waits for room before its batch fails.
-const (
-	followWindow = 32
-	followStall  = 30 * time.Second
-)
+// each waits up to search.StallWait for room.
+const followWindow = 32
 
 // ErrStopped is the cause of the service's context once Stop is called.
 var ErrStopped = errors.New("deadletter: stopped")
