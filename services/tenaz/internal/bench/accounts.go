@@ -64,6 +64,23 @@ func startChild(args ...string) (*child, error) {
 }
 
 // rssMB is the resident memory of the child.
+// startNATSChild starts nats-server in its own process, its store in
+// <dir>/nats of a new temporary directory named for name; cleanup stops
+// it (SIGTERM, then a kill after stopWithin) and removes the directory.
+func startNATSChild(name string, stopWithin time.Duration) (dir string, srv *child, cleanup func(), err error) {
+	if dir, err = os.MkdirTemp("", "tenaz-bench-"+name+"-*"); err != nil {
+		return "", nil, nil, err
+	}
+	if srv, err = startChild("serve-nats", filepath.Join(dir, "nats")); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, nil, err
+	}
+	return dir, srv, func() {
+		_, _ = srv.stop(stopWithin)
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
 // startTenazChild starts tenaz in its own process on the config y, which it
 // writes to dir/tenaz.yaml.
 func startTenazChild(dir, y string) (*child, error) {
@@ -112,16 +129,11 @@ const accountsFor = 15 * time.Minute
 // throughput, both processes' memory, and how long tenaz takes to stop,
 // as figures named name_* (accounts_10k unless the count was set).
 func Accounts(ctx context.Context, n int, name string, r Report) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-accounts-*")
+	dir, srv, cleanup, err := startNATSChild("accounts", 5*time.Minute)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startChild("serve-nats", filepath.Join(dir, "nats"))
-	if err != nil {
-		return err
-	}
-	defer func() { _, _ = srv.stop(5 * time.Minute) }()
+	defer cleanup()
 	target, err := startNoop()
 	if err != nil {
 		return err

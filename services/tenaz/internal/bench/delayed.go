@@ -38,17 +38,12 @@ const delayedAccount = "delayed"
 //     ahead (on top of the held ones); for each, the time its delivery
 //     reached the provider minus the due time.
 func Delayed(ctx context.Context, sz Sizes, r Report, concurrency int) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-delayed-*")
+	dir, srv, cleanup, err := startNATSChild("delayed", 30*time.Second) // its store is thrown away: no need to wait for a clean stop
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer cleanup()
 	storeDir := filepath.Join(dir, "nats")
-	srv, err := startChild("serve-nats", storeDir)
-	if err != nil {
-		return err
-	}
-	defer func() { _, _ = srv.stop(30 * time.Second) }() // its store is thrown away: no need to wait for a clean stop
 	prov, provURL, stopProv, err := startProvider()
 	if err != nil {
 		return err

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -78,16 +76,11 @@ type neighbour struct {
 // is shared too, and what one account's work costs another shows as much
 // in goroutine wake-ups as in the server's or the services' work.
 func (nb neighbour) run(ctx context.Context, sz Sizes, r Report, targetURL string) error {
-	dir, err := os.MkdirTemp("", "tenaz-bench-"+nb.name+"-*")
+	dir, srv, cleanup, err := startNATSChild(nb.name, 30*time.Second) // its store is thrown away
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := startChild("serve-nats", filepath.Join(dir, "nats"))
-	if err != nil {
-		return err
-	}
-	defer func() { _, _ = srv.stop(30 * time.Second) }() // its store is thrown away
+	defer cleanup()
 	tzc, err := startTenazChild(dir, configYAML(srv.ready, `
 accounts:
   "*": {concurrency: 16, breaker: %s}
