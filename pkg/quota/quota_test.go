@@ -448,13 +448,22 @@ func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
 	// counts once each of them has returned.
 	natstest.Eventually(t, 10*time.Second, func() bool { return early.Load() == 0 }, "the calls begun before the cut to return")
 	r0, a0 := refused.Load(), answered.Load()
+	// Never above the capacity (+1, the probe of growth); a cut deeper than
+	// the capacity (a refusal counted at a stale low level) may last until
+	// regrowth, a second a step, so the samples' median must hold near it.
+	var samples []int
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		if u := usage(); u.Concurrency > 11 || u.Concurrency < 5 {
-			t.Errorf("want the learned concurrency within 5–11 of a capacity of 10, got %d", u.Concurrency)
+		u := usage()
+		if u.Concurrency > 11 {
+			t.Errorf("want the learned concurrency at most 11 against a capacity of 10, got %d", u.Concurrency)
 			break
 		}
+		samples = append(samples, u.Concurrency)
 		<-time.After(100 * time.Millisecond) // sampling the record, not waiting for an outcome
+	}
+	if slices.Sort(samples); len(samples) > 0 && samples[len(samples)/2] < 5 {
+		t.Errorf("want the learned concurrency near a capacity of 10 (median of its samples 5–11), got %v", samples)
 	}
 	if p := peakAfter.Load(); p > 11 {
 		t.Errorf("want at most 11 calls in flight over the replicas once learned, saw %d", p)
