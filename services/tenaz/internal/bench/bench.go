@@ -364,18 +364,39 @@ func (b *Instance) Stop(ctx context.Context) error {
 // consumers have nothing pending or unacked (a dispatch message is acked
 // once its event is stored done).
 func (b *Instance) waitDrained(ctx context.Context, accounts []string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	consumers := [][2]string{{streams.StreamName(b.prefix, streams.StreamIntake), "ingest"}}
 	n, _ := streams.Partitions(ctx, b.js, b.prefix)
 	for _, a := range accounts {
 		consumers = append(consumers, [2]string{streams.EventsStream(b.prefix, streams.PartitionOf(a, n)), "acct_" + a})
 	}
+	return b.waitIdle(ctx, consumers, timeout, "not drained")
+}
+
+// waitFollowed waits until the change-feed followers (the search index
+// and the audit archive, on one feed per partition) have taken every
+// revision: the events' CPU then includes theirs, and the next round
+// does not pay for this one's.
+func (b *Instance) waitFollowed(ctx context.Context, timeout time.Duration) error {
+	subj := names.NewSubjects(b.prefix)
+	n, _ := streams.Partitions(ctx, b.js, b.prefix)
+	var feeds [][2]string
+	for p := range n {
+		feeds = append(feeds, [2]string{"KV_" + subj.StateBucketOf(p), search.FeedConsumer})
+	}
+	return b.waitIdle(ctx, feeds, timeout, "the followers behind")
+}
+
+// waitIdle waits until every consumer ({stream, durable}) has nothing
+// pending or unacked; one not there yet counts as busy (an account's
+// appears with its first event). Past timeout it fails as what.
+func (b *Instance) waitIdle(ctx context.Context, consumers [][2]string, timeout time.Duration, what string) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		left := uint64(0)
 		for _, c := range consumers {
 			ci, err := b.js.Consumer(ctx, c[0], c[1])
 			if err != nil {
-				left++ // the account consumer appears with the first event
+				left++
 				continue
 			}
 			info := ci.CachedInfo()
@@ -385,10 +406,10 @@ func (b *Instance) waitDrained(ctx context.Context, accounts []string, timeout t
 			return nil
 		}
 		if os.Getenv("BENCH_DEBUG") != "" {
-			fmt.Fprintf(os.Stderr, "%s left=%d\n", time.Now().Format("15:04:05.000"), left)
+			fmt.Fprintf(os.Stderr, "%s %s: left=%d\n", time.Now().Format("15:04:05.000"), what, left)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not drained within %s", timeout)
+			return fmt.Errorf("%s within %s (%d left)", what, timeout, left)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -427,34 +448,6 @@ func (b *Instance) ThroughputOver(ctx context.Context, tag string, n int, accoun
 	}
 	b.behind = append(b.behind, time.Since(drained))
 	return float64(n) / took.Seconds(), nil
-}
-
-// waitFollowed waits until the change-feed followers (the search index
-// and the audit archive, on one feed per partition) have taken every
-// revision: the events' CPU then includes theirs, and the next round
-// does not pay for this one's.
-func (b *Instance) waitFollowed(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	subj := names.NewSubjects(b.prefix)
-	n, _ := streams.Partitions(ctx, b.js, b.prefix)
-	for {
-		left := uint64(0)
-		for p := range n {
-			c, err := b.js.Consumer(ctx, "KV_"+subj.StateBucketOf(p), search.FeedConsumer)
-			if err != nil {
-				return fmt.Errorf("the followers' feed of partition %d: %w", p, err)
-			}
-			info := c.CachedInfo()
-			left += info.NumPending + uint64(info.NumAckPending)
-		}
-		if left == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the followers %d revisions behind after %s", left, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // Latency submits at a steady rate for d and returns the p50 and p99 of
