@@ -69,7 +69,8 @@ type Registry struct {
 	metrics  *metrics.Set
 
 	mu       sync.Mutex
-	breakers map[string]*Breaker
+	breakers map[string]*Breaker   // by account.target
+	accounts map[string][]*Breaker // the same, by account (OpenUntil)
 
 	w        jetstream.KeyWatcher
 	wctx     context.Context  // the watches' context (ends with Stop)
@@ -102,6 +103,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Registry, 
 		log:      zerolog.Nop(),
 		metrics:  opts.Metrics,
 		breakers: map[string]*Breaker{},
+		accounts: map[string][]*Breaker{},
 		own:      make(chan ownWrite, 64),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -176,6 +178,7 @@ func (r *Registry) breaker(account, target string) *Breaker {
 	if !ok {
 		b = newBreaker(r, account, target)
 		r.breakers[key] = b
+		r.accounts[account] = append(r.accounts[account], b)
 	}
 	return b
 }
@@ -252,20 +255,15 @@ var ErrPast = errors.New("breaker: the time is not in the future")
 // OpenUntil is the latest end of a cooldown among account's open
 // breakers, as this replica knows them; zero when none is open.
 func (r *Registry) OpenUntil(account string) time.Time {
-	// A reader asks at its start: with many accounts, listing (and sorting)
+	// A reader asks at its start: with many accounts, looking through
 	// every breaker for each would cost the square of their count.
 	r.mu.Lock()
-	var bs []*Breaker
-	for _, b := range r.breakers {
-		if b.account == account && b.err == nil {
-			bs = append(bs, b)
-		}
-	}
+	bs := slices.Clone(r.accounts[account])
 	r.mu.Unlock()
 	var until time.Time
 	for _, b := range bs {
 		b.mu.Lock()
-		if b.rec.state() == Open && b.rec.OpenUntil.After(until) {
+		if b.err == nil && b.rec.state() == Open && b.rec.OpenUntil.After(until) {
 			until = b.rec.OpenUntil
 		}
 		b.mu.Unlock()

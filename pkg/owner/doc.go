@@ -13,7 +13,7 @@
 // hold one account at a time, even while their views of who is alive
 // differ for a heartbeat or two.
 //
-//	g, err := owner.Join(ctx, js, owner.Options{Instance: "d-1", OnChange: reconcile})
+//	g, err := owner.Join(ctx, js, owner.Options{Instance: "d-1", OnChange: reconcile}) // reconcile(owner.Change)
 //	if g.Assigned(acct) { ok, err := g.Acquire(ctx, acct) … }
 //	defer g.Leave(ctx)
 package owner

@@ -46,15 +46,24 @@ type Options struct {
 	// it for dead and its accounts move. Defaults to 3 heartbeats.
 	Expiry time.Duration
 	// OnChange is called, from one goroutine and never concurrently, after
-	// the live replicas or a lease changed: the caller then starts and
-	// stops what it owns. Calls are coalesced: one call may cover several
-	// changes.
-	OnChange func()
+	// the live replicas or a lease changed, with what changed: the caller
+	// then starts and stops what it owns. Calls are coalesced: one call
+	// may cover several changes.
+	OnChange func(Change)
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Prefix is the installation's subject prefix, which its bucket names
 	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
+}
+
+// Change is what changed since the last OnChange.
+type Change struct {
+	// Replicas: the live replicas changed, so any account's assignment
+	// may have moved.
+	Replicas bool
+	// Leases are the accounts whose lease changed holder.
+	Leases []string
 }
 
 // Group is a replica's view of the live replicas and the account leases.
@@ -72,6 +81,10 @@ type Group struct {
 	since  time.Time        // when this replica's heartbeats got through again
 	live   []string         // sorted, self included
 	leases map[string]lease // account → its holder as last known
+	// pending is what changed since the last OnChange. With many accounts
+	// a caller cannot look at every one on each lease change: the leases
+	// of new accounts change thousands of times a second.
+	pending Change
 
 	changed chan struct{}
 	stop    context.CancelFunc
@@ -239,7 +252,11 @@ func (g *Group) learn(account string, l lease) bool {
 	} else {
 		g.leases[account] = l
 	}
-	return before.holder != l.holder
+	if before.holder == l.holder {
+		return false
+	}
+	g.pending.Leases = append(g.pending.Leases, account)
+	return true
 }
 
 // Leave stops the heartbeat and removes it, so the others move this
@@ -325,8 +342,12 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 func (g *Group) notify() {
 	defer g.done.Done()
 	for range g.changed {
+		g.mu.Lock()
+		c := g.pending
+		g.pending = Change{}
+		g.mu.Unlock()
 		if g.o.OnChange != nil {
-			g.o.OnChange()
+			g.o.OnChange(c)
 		}
 	}
 }
@@ -457,6 +478,7 @@ func (g *Group) refreshLocked(now time.Time) bool {
 		return false
 	}
 	g.live = live
+	g.pending.Replicas = true
 	return true
 }
 

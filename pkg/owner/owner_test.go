@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func join(t *testing.T, srv *natstest.Server, name string) *replica {
 	nc, js := srv.Conn(t)
 	r := &replica{nc: nc}
 	g, err := owner.Join(context.Background(), js, owner.Options{Instance: name, Heartbeat: beat,
-		OnChange: func() { r.changes.Add(1) }})
+		OnChange: func(owner.Change) { r.changes.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,4 +323,51 @@ func TestReplicaJoiningAfterServerRestartIsSeen(t *testing.T) {
 		}
 	}
 	waitLive(t, map[string]*replica{"d1": d1}, []string{"d1", "d3"})
+}
+
+// OnChange names the accounts whose lease changed holder, so that a
+// replica with many accounts looks at those only, and says when the live
+// replicas changed, when every account's assignment may have moved.
+func TestChangeNamesTheLeasesThatMoved(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	var mu sync.Mutex
+	leases, replicas := map[string]int{}, 0
+	_, js := srv.Conn(t)
+	watcher, err := owner.Join(context.Background(), js, owner.Options{Instance: "w", Heartbeat: beat,
+		OnChange: func(c owner.Change) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, a := range c.Leases {
+				leases[a]++
+			}
+			if c.Replicas {
+				replicas++
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { watcher.Leave(context.Background()) })
+	seen := func(f func() bool) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return f() }
+	}
+
+	d1 := join(t, srv, "d1")
+	natstest.Eventually(t, 5*time.Second, seen(func() bool { return replicas > 0 }), "want a change of the live replicas when d1 joined")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if ok, err := d1.g.Acquire(ctx, "acct-a"); err != nil || !ok {
+		t.Fatalf("d1 acquiring acct-a: ok %v, err %v", ok, err)
+	}
+	natstest.Eventually(t, 5*time.Second, seen(func() bool { return leases["acct-a"] == 1 }), "want acct-a's lease named once when d1 took it, got %v", leases)
+	if err := d1.g.Release(ctx, "acct-a"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, seen(func() bool { return leases["acct-a"] == 2 }), "want acct-a's lease named again when d1 gave it back, got %v", leases)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(leases) != 1 {
+		t.Fatalf("want only acct-a's lease named, got %v", leases)
+	}
 }

@@ -122,13 +122,18 @@ type Service struct {
 	serving bool               // readers may start: set by start, cleared by stop
 	streams []jetstream.Stream // EVENTS of each partition
 	readers map[string]*reader
-	known   map[string]bool          // every account with a consumer this replica heard of
-	handing map[string]chan struct{} // accounts whose reader is stopping to hand them over
-	owners  *owner.Group
-	quotas  *quota.Quotas // the targets' provider-wide limits (a reload may give a target one); nil before Start
-	targets *target.Cache
-	guards  map[string]*guard
-	built   *config.Config // the config the guards and limiters were built from (configChanged)
+	// starting holds the accounts whose reader startAccount is starting;
+	// starts counts those goroutines, startSlots bounds them.
+	starting   map[string]bool
+	starts     sync.WaitGroup
+	startSlots chan struct{}
+	known      map[string]bool          // every account with a consumer this replica heard of
+	handing    map[string]chan struct{} // accounts whose reader is stopping to hand them over
+	owners     *owner.Group
+	quotas     *quota.Quotas // the targets' provider-wide limits (a reload may give a target one); nil before Start
+	targets    *target.Cache
+	guards     map[string]*guard
+	built      *config.Config // the config the guards and limiters were built from (configChanged)
 	// targetAuto is each "concurrency: auto" target's latency-learned
 	// share on this replica (see targetLimit).
 	targetAuto map[string]*autoLimit
@@ -179,7 +184,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
+		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startSlots: make(chan struct{}, startsAtOnce), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
@@ -237,7 +242,7 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: breakers: %w", err)
 	}
 	if s.owners, err = owner.Join(ctx, s.js, owner.Options{Instance: s.o.Instance, Heartbeat: s.o.Heartbeat, Prefix: s.cfg.Prefix,
-		OnChange: s.reconcile, Logger: &log}); err != nil {
+		OnChange: s.ownersChanged, Logger: &log}); err != nil {
 		s.breakers.Stop()
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: owners: %w", err)
@@ -269,7 +274,7 @@ func (s *Service) start(ctx context.Context) error {
 	s.bg.Add(2)
 	go s.relistLoop()
 	go s.adoptLoop()
-	s.log.Info().Int("accounts", len(s.readers)).Msg("dispatcher started")
+	s.log.Info().Int("accounts", len(s.known)).Msg("dispatcher started")
 	return nil
 }
 
@@ -352,20 +357,23 @@ func (s *Service) ensureReader(account string) {
 	}
 }
 
+// ensureReaderLocked notes account as known and, when it is this
+// replica's to serve and has no reader yet, starts one in the background
+// (startAccount). Callers hold s.mu.
 func (s *Service) ensureReaderLocked(account string) {
 	if names.ValidateAccount(account) != nil {
 		return
 	}
 	s.known[account] = true
-	if _, ok := s.readers[account]; ok || !s.ownLocked(account) {
+	if _, ok := s.readers[account]; ok || s.starting[account] {
 		return
 	}
-	l, err := s.startReader(account)
-	if err != nil {
-		s.log.Warn().Err(err).Str("account", account).Msg("starting account reader")
+	if _, ok := s.handing[account]; ok || !s.owners.Assigned(account) {
 		return
 	}
-	s.readers[account] = l
+	s.starting[account] = true
+	s.starts.Add(1)
+	go s.startAccount(account)
 }
 
 // Stop drains every reader: no new messages; in-flight deliveries finish
@@ -397,6 +405,7 @@ func (s *Service) stop(ctx context.Context) {
 			go func() { defer wg.Done(); l.stop() }()
 		}
 		wg.Wait()
+		s.starts.Wait() // a reader started meanwhile stops itself (startAccount)
 		close(done)
 	}()
 	select {
@@ -405,9 +414,7 @@ func (s *Service) stop(ctx context.Context) {
 		s.cancel(ErrStopped)
 		<-done
 	}
-	for account := range readers {
-		s.giveBack(account)
-	}
+	s.giveBackAll(readers)
 	if s.quotas != nil { // every call returned: no slot is held
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		s.quotas.Close(qctx)
@@ -422,6 +429,22 @@ func (s *Service) stop(ctx context.Context) {
 		_ = s.micro.Stop()
 	}
 	s.log.Info().Msg("dispatcher stopped")
+}
+
+// giveBackAll gives back the accounts of the stopped readers, as many at
+// once as readers start: each costs three round trips, and one at a time
+// 10,000 accounts took 10 s to stop.
+func (s *Service) giveBackAll(readers map[string]*reader) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, startsAtOnce)
+	for account := range readers {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.giveBack(account)
+		})
+	}
+	wg.Wait()
 }
 
 // longestCall is the longest timeout of a target call.

@@ -80,7 +80,7 @@ func (s *Service) adoptOrphans(ctx context.Context, skipKnown bool) error {
 		s.mu.Lock()
 		for subject := range info.State.Subjects {
 			account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
-			if _, ok := s.readers[account]; ok || skipKnown && s.known[account] || seen[account] || names.ValidateAccount(account) != nil {
+			if _, ok := s.readers[account]; ok || s.starting[account] || skipKnown && s.known[account] || seen[account] || names.ValidateAccount(account) != nil {
 				continue
 			}
 			seen[account] = true
