@@ -37,6 +37,7 @@ func run() error {
 	out := flag.String("out", "", "write the markdown report here (not with BENCH_QUICK): a run of every phase writes it whole, one phase merges its figures into it")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
 	phase := flag.String("phase", envOr("BENCH_PHASE", "all"), "which runs (default $BENCH_PHASE, else all): all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied), capacity (concurrency: auto against a provider whose capacity halves), tracing (throughput with tracing off and on), partitions (fsync always over 16 accounts on 1, 4 and 8 partitions; also part of fsync), cluster (a 3-node R3 cluster, 1 partition against 6), search (1,000,000 events indexed, each filter queried), audit (the audit archive's cost per event)")
+	partitions := flag.Int("partitions", 0, "streams.partitions of the many-accounts run (default: a new store's); a set count adds _partitions_<count> to its figures' names")
 	accounts := flag.Int("accounts", 0, "accounts of the many-accounts run (default 10000, 2000 with BENCH_QUICK); a set count names its figures accounts_<count>_*")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -84,7 +85,10 @@ func run() error {
 		if *accounts > 0 {
 			n, name = *accounts, fmt.Sprintf("accounts_%d", *accounts)
 		}
-		if err := bench.Accounts(ctx, n, name, r); err != nil {
+		if *partitions > 0 {
+			name += fmt.Sprintf("_partitions_%d", *partitions)
+		}
+		if err := bench.Accounts(ctx, n, *partitions, name, r); err != nil {
 			return err
 		}
 	}

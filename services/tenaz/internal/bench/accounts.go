@@ -127,8 +127,9 @@ const accountsFor = 15 * time.Minute
 // Accounts sends one event for each of n accounts through a tenaz running
 // in its own process against a nats-server in another, and reports
 // throughput, both processes' memory, and how long tenaz takes to stop,
-// as figures named name_* (accounts_10k unless the count was set).
-func Accounts(ctx context.Context, n int, name string, r Report) error {
+// as figures named name_* (accounts_10k unless the count was set). With
+// partitions > 0 the store has that many partitions, else a new store's.
+func Accounts(ctx context.Context, n, partitions int, name string, r Report) error {
 	dir, srv, cleanup, err := startNATSChild("accounts", 5*time.Minute)
 	if err != nil {
 		return err
@@ -139,7 +140,11 @@ func Accounts(ctx context.Context, n int, name string, r Report) error {
 		return err
 	}
 	defer target.srv.Close()
-	tz, err := startTenazChild(dir, configYAML(srv.ready, `
+	streamsYAML := ""
+	if partitions > 0 {
+		streamsYAML = fmt.Sprintf("streams: {partitions: %d}\n", partitions)
+	}
+	tz, err := startTenazChild(dir, configYAML(srv.ready, streamsYAML+`
 accounts:
   "*": {concurrency: 2}
 targets:
@@ -158,6 +163,8 @@ kinds:
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	start := time.Now()
+	tz.toggleProfile() // BENCH_CHILD_PROFILE: from the first publish to the last delivery
+	srv.toggleProfile()
 	for i := range n {
 		m := nats.NewMsg(fmt.Sprintf("tenaz.intake.acct%05d.order.create", i))
 		m.Data = []byte(`{"order_id":"o","total":1}`)
@@ -177,6 +184,8 @@ kinds:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	tz.toggleProfile()
+	srv.toggleProfile()
 	for target.calls.Load() == int64(n) {
 		// A busy server may not answer one stream info in time: ask again
 		// until the deadline.

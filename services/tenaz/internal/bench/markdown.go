@@ -88,7 +88,9 @@ does not rewrite this file).
 - **Many accounts** (`+"`accounts_10k_*`"+`): one event for each of %d
   accounts through tenaz in its own process against nats-server in
   another; resident memory of each; the time tenaz takes to stop on
-  SIGTERM, and the server's.
+  SIGTERM, and the server's. `+"`-accounts N`"+` sets the count
+  (`+"`accounts_<N>_*`"+`), `+"`-partitions P`"+` the store's partitions
+  (`+"`…_partitions_<P>_*`"+`).
 - **Delayed events held** (`+"`delayed_1m_*`"+`): %d events (`+"`delayed_1m_events`"+`;
   the name keeps "1m" whatever the count) published to
   `+"`tenaz.intake.delayed.order.create`"+` with `+"`Tenaz-Not-Before`"+` a day ahead
