@@ -122,11 +122,13 @@ type Service struct {
 	serving bool               // readers may start: set by start, cleared by stop
 	streams []jetstream.Stream // EVENTS of each partition
 	readers map[string]*reader
-	// starting holds the accounts whose reader startAccount is starting;
-	// starts counts those goroutines, startSlots bounds them.
+	// New accounts' readers are started by workers (starts.go):
+	// starting holds the accounts queued or being started, startQueue
+	// those queued; starts counts the starts under way.
 	starting   map[string]bool
+	startQueue []string
+	startWake  chan struct{}
 	starts     sync.WaitGroup
-	startSlots chan struct{}
 	known      map[string]bool          // every account with a consumer this replica heard of
 	handing    map[string]chan struct{} // accounts whose reader is stopping to hand them over
 	owners     *owner.Group
@@ -184,7 +186,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startSlots: make(chan struct{}, startsAtOnce), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
+		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
@@ -271,9 +273,12 @@ func (s *Service) start(ctx context.Context) error {
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.log.Warn().Err(err).Msg("micro registration failed")
 	}
-	s.bg.Add(2)
+	s.bg.Add(2 + startsAtOnce)
 	go s.relistLoop()
 	go s.adoptLoop()
+	for range startsAtOnce {
+		go s.startLoop()
+	}
 	s.log.Info().Int("accounts", len(s.known)).Msg("dispatcher started")
 	return nil
 }
@@ -358,8 +363,8 @@ func (s *Service) ensureReader(account string) {
 }
 
 // ensureReaderLocked notes account as known and, when it is this
-// replica's to serve and has no reader yet, starts one in the background
-// (startAccount). Callers hold s.mu.
+// replica's to serve and has no reader yet, queues the start of one
+// (starts.go). Callers hold s.mu.
 func (s *Service) ensureReaderLocked(account string) {
 	if names.ValidateAccount(account) != nil {
 		return
@@ -371,9 +376,7 @@ func (s *Service) ensureReaderLocked(account string) {
 	if _, ok := s.handing[account]; ok || !s.owners.Assigned(account) {
 		return
 	}
-	s.starting[account] = true
-	s.starts.Add(1)
-	go s.startAccount(account)
+	s.queueStartLocked(account)
 }
 
 // Stop drains every reader: no new messages; in-flight deliveries finish
@@ -386,6 +389,7 @@ func (s *Service) ensureReaderLocked(account string) {
 func (s *Service) stop(ctx context.Context) {
 	s.mu.Lock()
 	s.serving = false
+	s.dropStartsLocked()
 	readers := s.readers
 	s.readers = map[string]*reader{}
 	workers := s.pool

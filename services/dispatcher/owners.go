@@ -78,67 +78,6 @@ func (s *Service) reconcileLocked(account string) {
 	}
 }
 
-// startsAtOnce bounds the readers being started at once. Each start
-// waits on a few server round trips (the lease, the consumer, its
-// pause), so one at a time under s.mu made a replica take up many new
-// accounts at ~4 ms each: 10,000 accounts waited 40 s for their readers.
-const startsAtOnce = 16
-
-// startAccount starts account's reader, one of at most startsAtOnce at a
-// time and outside s.mu: it takes the account's lease (the reader pulls
-// only once it holds it), starts the reader, then keeps it only if the
-// replica still serves; one whose account moved on meanwhile is handed
-// over at once (reconcileLocked).
-func (s *Service) startAccount(account string) {
-	defer s.starts.Done()
-	var l *reader
-	defer func() {
-		s.mu.Lock()
-		delete(s.starting, account)
-		keep := l != nil && s.serving
-		if keep {
-			s.readers[account] = l
-			s.reconcileLocked(account)
-		}
-		s.mu.Unlock()
-		if l != nil && !keep { // stopping: the replica gives back what it started
-			l.stop()
-			s.giveBack(account)
-		}
-	}()
-	select {
-	case s.startSlots <- struct{}{}:
-		defer func() { <-s.startSlots }()
-	case <-s.runCtx.Done():
-		return
-	}
-	s.mu.Lock()
-	serving := s.serving
-	s.mu.Unlock()
-	if !serving || !s.own(account) {
-		return
-	}
-	var err error
-	if l, err = s.startReader(account); err != nil {
-		s.log.Warn().Err(err).Str("account", account).Msg("starting account reader")
-	}
-}
-
-// own reports whether this replica may run account's reader: the account
-// is assigned to it and it holds (or now takes) the lease.
-func (s *Service) own(account string) bool {
-	if !s.owners.Assigned(account) {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
-	defer cancel()
-	ok, err := s.owners.Acquire(ctx, account)
-	if err != nil {
-		s.log.Warn().Err(err).Str("account", account).Msg("taking the account's lease")
-	}
-	return ok
-}
-
 // handOver stops l in the background and, when release is set, gives the
 // account back once its last call returned: it unpins the consumer (so the
 // next owner is served at once, not after the pin's TTL) and releases the

@@ -2,12 +2,16 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -204,4 +208,50 @@ func TestClaimRaceAtScale(t *testing.T) {
 		t.Fatalf("want some events retried (20%% of calls fail), got none")
 	}
 	t.Logf("300 events, %d calls, %d events retried", attempts, retried)
+}
+
+// A replica takes up many new accounts at once (more than it starts at a
+// time), and one stopped while their starts are still queued or under
+// way gives every lease back: the next replica serves them all at once,
+// and every event is delivered.
+func TestManyNewAccountsAndAStopWhileTheyStart(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(2, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{})
+	const n = 120
+	d1 := h.dispatcher("d1", nil)
+	var ids []string
+	for i := range n {
+		a := fmt.Sprintf("new%03d", i)
+		ids = append(ids, h.Submit(a, "order.create", keys(a, 1), orderPayload)...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d1.Stop(ctx); err != nil {
+		t.Fatalf("d1 Stop: %v", err)
+	}
+	owners, err := h.JS.KeyValue(ctx, h.Subj.Bucket(names.BucketOwners))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	if l, err := owners.ListKeysFiltered(ctx, "a.>"); err == nil {
+		for k := range l.Keys() {
+			if e, err := owners.Get(ctx, k); err == nil && string(e.Value()) == "d1" {
+				held++
+			}
+		}
+	} else if !errors.Is(err, jetstream.ErrNoKeysFound) {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("want every lease given back once d1 stopped, %d still name d1", held)
+	}
+
+	h.dispatcher("d2", nil)
+	recs := h.waitAll(ids, state.Done, 60*time.Second)
+	for _, id := range ids {
+		if n := h.prov.Effects(id); n != 1 {
+			t.Fatalf("event %s: want its effect applied once, got %d (%s)", id, n, servicetest.Actions(recs[id]))
+		}
+	}
 }
