@@ -70,7 +70,7 @@ type Registry struct {
 
 	mu       sync.Mutex
 	breakers map[string]*Breaker   // by account.target
-	accounts map[string][]*Breaker // the same, by account (OpenUntil)
+	accounts map[string][]*Breaker // the valid ones, by account (OpenUntil)
 
 	w        jetstream.KeyWatcher
 	wctx     context.Context  // the watches' context (ends with Stop)
@@ -178,7 +178,9 @@ func (r *Registry) breaker(account, target string) *Breaker {
 	if !ok {
 		b = newBreaker(r, account, target)
 		r.breakers[key] = b
-		r.accounts[account] = append(r.accounts[account], b)
+		if b.err == nil { // an invalid name's breaker is never open
+			r.accounts[account] = append(r.accounts[account], b)
+		}
 	}
 	return b
 }
@@ -263,7 +265,7 @@ func (r *Registry) OpenUntil(account string) time.Time {
 	var until time.Time
 	for _, b := range bs {
 		b.mu.Lock()
-		if b.err == nil && b.rec.state() == Open && b.rec.OpenUntil.After(until) {
+		if b.rec.state() == Open && b.rec.OpenUntil.After(until) {
 			until = b.rec.OpenUntil
 		}
 		b.mu.Unlock()
