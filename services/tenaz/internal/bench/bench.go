@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -532,6 +533,57 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// hostSample is the host's CPU time from /proc/stat, in ticks, summed
+// over every core: busy and in all. ok is false where /proc/stat is not
+// readable (not Linux).
+type hostSample struct {
+	busy, total uint64
+	ok          bool
+}
+
+func hostCPU() hostSample {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostSample{}
+	}
+	return parseProcStat(string(b))
+}
+
+// parseProcStat reads the first line of /proc/stat: "cpu" then user,
+// nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice.
+func parseProcStat(stat string) hostSample {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return hostSample{}
+	}
+	var h hostSample
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return hostSample{}
+		}
+		if i >= 8 { // guest time is counted in user time already
+			break
+		}
+		h.total += n
+		if i != 3 && i != 4 { // idle, iowait; steal is a core we wanted and did not get
+			h.busy += n
+		}
+	}
+	h.ok = true
+	return h
+}
+
+// busyPct is the share of the host's CPU that was busy from h to later,
+// in percent.
+func (h hostSample) busyPct(later hostSample) (float64, bool) {
+	if !h.ok || !later.ok || later.total <= h.total {
+		return 0, false
+	}
+	return 100 * float64(later.busy-h.busy) / float64(later.total-h.total), true
 }
 
 // Phases selects the runs.

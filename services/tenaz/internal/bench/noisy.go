@@ -108,20 +108,33 @@ kinds:
 	if _, _, err := tz.LatencyOf(ctx, "healthy", "warm", sz.Rate, time.Second); err != nil {
 		return err
 	}
+	h0 := hostCPU()
 	_, alone, err := tz.LatencyOf(ctx, "healthy", "alone", sz.Rate, sz.NoisyFor)
 	if err != nil {
 		return err
 	}
+	h1 := hostCPU()
 	if err := tz.backlog(ctx, nb.account, nb.keyPrefix, nb.backlog, nb.timeout); err != nil {
 		return fmt.Errorf("%s: %w", nb.name, err)
 	}
+	h2 := hostCPU()
 	_, beside, err := tz.LatencyOf(ctx, "healthy", nb.name, sz.Rate, sz.NoisyFor)
 	if err != nil {
 		return err
 	}
+	h3 := hostCPU()
 	r.Figure(nb.figure+"_p99_alone_ms", alone, "ms")
 	r.Figure(nb.figure+"_p99_"+nb.with+"_ms", beside, "ms")
 	r.Figure(nb.figure+"_p99_ratio", beside/alone, "ratio")
+	// How busy the host was in each window: a neighbour that leaves the
+	// host no idle CPU slows the other account's every step, whatever
+	// tenaz isolates.
+	if b, ok := h0.busyPct(h1); ok {
+		r.Figure(nb.figure+"_host_cpu_alone_pct", b, "%")
+	}
+	if b, ok := h2.busyPct(h3); ok {
+		r.Figure(nb.figure+"_host_cpu_"+nb.with+"_pct", b, "%")
+	}
 	return nil
 }
 
