@@ -133,6 +133,10 @@ does not rewrite this file).
   callback) from a plain KV bucket and writes it back done by
   compare-and-set: the least any receiver must do. Both in this process
   with an embedded server; CPU per callback as for events.
+  `+"`callbacks_account_*`"+`: as many again, once the followers have taken
+  the first run's revisions, sent to `+"`/v1/callbacks/<target>/<account>`"+`,
+  which reads the record from the account's partition alone; the plain
+  form, not knowing the account, asks every partition.
 %s%s%s%s
 ## Where the time goes
 

@@ -81,7 +81,7 @@ func TestMergeMarkdownReplacesOnePhase(t *testing.T) {
 		for _, want := range []string{
 			"| `e2e_events_per_s` | 7000.00 | events/s |\n| `noisy_neighbour_p99_ratio` | 1.00 | ratio |\n| `capacity_goodput_ratio` | 0.95 | ratio |\n| `capacity_429_ratio` | 0.50 | ratio |\n\nThe `capacity_*` figures are from `BENCH_PHASE=capacity make bench` on",
 			"| `noisy_neighbour_p99_ratio` | <= 1.2 (issue 3) | 1.00 | yes |\n| `capacity_goodput_ratio` | >= 0.9 (issue 13) | 0.95 | yes |\n| `capacity_429_ratio` | <= 0.02 (issue 13) | 0.50 | **no** |\n",
-			"as for events.\n- **Capacity** (`capacity_*`)",
+			"asks every partition.\n- **Capacity** (`capacity_*`)",
 			"figures only).\n\n## Where the time goes",
 		} {
 			if !strings.Contains(out, want) {
