@@ -560,13 +560,10 @@ func parseProcStat(stat string) hostSample {
 		return hostSample{}
 	}
 	var h hostSample
-	for i, v := range f[1:] {
+	for i, v := range f[1:min(len(f), 9)] { // guest time is counted in user time already
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			return hostSample{}
-		}
-		if i >= 8 { // guest time is counted in user time already
-			break
 		}
 		h.total += n
 		if i != 3 && i != 4 { // idle, iowait; steal is a core we wanted and did not get
