@@ -42,7 +42,13 @@ func TestOrderedSubmissionHeldByADeadIngestKeepsItsPlace(t *testing.T) {
 	h.startIngest(nil)
 	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-2"}`), append([]string{"Idempotency-Key", "second"}, lane...)...)
 	first, second := event.ID("acme", "first"), event.ID("acme", "second")
-	natstest.Eventually(t, servicetest.WaitFor, func() bool { _, ok := h.Lookup(second); return ok }, "want the second submission accepted")
+	// The second is created before its predecessor is pointed at it
+	// (link): wait for both writes, whichever order they came in.
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		_, ok2 := h.Lookup(second)
+		r1, ok1 := h.Lookup(first)
+		return ok2 && ok1 && r1.Next != ""
+	}, "want the second submission accepted and a successor linked to the first")
 	r2, _ := h.Lookup(second)
 	r1, ok := h.Lookup(first)
 	if !ok || r2.After != first || r1.Next != second {

@@ -169,7 +169,23 @@ func TestClusterFailover(t *testing.T) {
 			recs[key] = r
 		}
 		return true
-	}, "every accepted event done (%v of %d so far)", servicetest.Lazy(func() string { return fmt.Sprint(len(recs)) }), n)
+	}, "every accepted event done (%v of %d so far)", servicetest.Lazy(func() string {
+		// Name a few of the others, with where they stopped.
+		var b strings.Builder
+		fmt.Fprint(&b, len(recs))
+		named := 0
+		for key, id := range sub.accepted {
+			if _, ok := recs[key]; ok || named == 5 {
+				continue
+			}
+			named++
+			gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			r, _, err := st.Get(gctx, "", id)
+			cancel()
+			fmt.Fprintf(&b, "; %s: %s %s (%v)", id, r.Status, servicetest.Actions(r), err)
+		}
+		return b.String()
+	}), n)
 
 	dupCalls := 0
 	for key, r := range recs {
