@@ -207,6 +207,14 @@ func (e *env) seed(n int, account, kind, reason, class string, payload func(i in
 			rec = must(state.Apply(rec, state.Action{Name: state.Fail, Actor: "dispatcher/test", Error: info, Detail: reason + ": " + info.Message}, now))
 		}
 		p, err := e.St.CreateAsync(rec)
+		for errors.Is(err, jetstream.ErrTooManyStalledMsgs) { // a slow disk: let the writes in flight land
+			select {
+			case <-e.JS.PublishAsyncComplete():
+			case <-c.Done():
+				e.t.Fatal("seeding records timed out")
+			}
+			p, err = e.St.CreateAsync(rec)
+		}
 		if err != nil {
 			e.t.Fatal(err)
 		}
