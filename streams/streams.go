@@ -272,10 +272,8 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 		return 0, err
 	}
 	for _, c := range ss {
-		if c.Name == StreamName(o.prefix(), StreamIntake) {
-			if c.Retention, err = intakeRetention(ctx, js, c); err != nil {
-				return 0, err
-			}
+		if c.Retention, err = keptRetention(ctx, js, c); err != nil {
+			return 0, err
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
 			return 0, fmt.Errorf("streams: apply stream %s: %w", c.Name, err)
@@ -316,10 +314,11 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 	return o.parts(), nil
 }
 
-// intakeRetention is the retention INTAKE is applied with: c's (limits,
-// trimmed by ingest), unless the store's INTAKE is a work queue from
-// before, which the server cannot change and which then stays one.
-func intakeRetention(ctx context.Context, js jetstream.JetStream, c jetstream.StreamConfig) (jetstream.RetentionPolicy, error) {
+// keptRetention is the retention c is applied with: its own, unless the
+// store's stream is a work queue from before (INTAKE and EVENTS were; now
+// they are trimmed), which the server cannot change and which then stays
+// one.
+func keptRetention(ctx context.Context, js jetstream.JetStream, c jetstream.StreamConfig) (jetstream.RetentionPolicy, error) {
 	st, err := js.Stream(ctx, c.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return c.Retention, nil

@@ -10,9 +10,9 @@
 // consumer reads (<p>.keep.intake, <p>.keep.events) keeps the current last
 // block non-empty, so acks become cheap in-place deletes; older keeper
 // messages are purged (keeping the last few) so the rest of each old block
-// is freed once. A stream that is not a work queue (a trimmed INTAKE,
-// whose acks delete nothing) gets none: there they would be writes that
-// keep nothing.
+// is freed once. A stream that is not a work queue (a trimmed INTAKE or
+// EVENTS, whose acks delete nothing: a new store's) gets none: there they
+// would be writes that keep nothing.
 //
 //	go keeper.Run(ctx, js, names.NewSubjects(prefix), time.Second)
 package keeper
@@ -32,31 +32,44 @@ const Keep = 4
 // Subject is the keeper subject of a stream ("intake" or "events").
 func Subject(s names.Subjects, stream string) string { return s.Prefix + ".keep." + stream }
 
-// Run publishes a keeper message to each work-queue stream (every
-// partition's EVENTS, and INTAKE in a store from before trimming) every
-// interval and purges older ones every 10 intervals, until ctx ends.
-// Several replicas running it is harmless.
-func Run(ctx context.Context, js jetstream.JetStream, s names.Subjects, every time.Duration) {
-	var targets []struct{ stream, subject string }
+// Target is a work-queue stream the keeper writes to, and its keeper
+// subject.
+type Target struct{ Stream, Subject string }
+
+// Targets are the work queues of a store: INTAKE and every partition's
+// EVENTS in a store from before trimming (a new store has none: both are
+// trimmed). A stream not there yet (or not readable) is kept, as before.
+func Targets(ctx context.Context, js jetstream.JetStream, s names.Subjects) []Target {
+	var out []Target
 	add := func(stream, subject string) {
-		// A stream not there yet (or not readable) is kept, as before.
 		if st, err := js.Stream(ctx, stream); err == nil && st.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
 			return
 		}
-		targets = append(targets, struct{ stream, subject string }{stream, subject})
+		out = append(out, Target{stream, subject})
 	}
 	add(s.Stream(names.StreamIntake), Subject(s, "intake"))
 	for p := range s.Parts() {
 		add(s.EventsStreamOf(p), s.KeepIn(p))
 	}
+	return out
+}
+
+// Run publishes a keeper message to each of the store's Targets every
+// interval and purges older ones every 10 intervals, until ctx ends; with
+// no target it returns at once. Several replicas running it is harmless.
+func Run(ctx context.Context, js jetstream.JetStream, s names.Subjects, every time.Duration) {
+	targets := Targets(ctx, js, s)
+	if len(targets) == 0 {
+		return
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for n := 0; ; n++ {
 		for _, tg := range targets {
-			_, _ = js.Publish(ctx, tg.subject, nil)
+			_, _ = js.Publish(ctx, tg.Subject, nil)
 			if n%10 == 9 {
-				if st, err := js.Stream(ctx, tg.stream); err == nil {
-					_ = st.Purge(ctx, jetstream.WithPurgeSubject(tg.subject), jetstream.WithPurgeKeep(Keep))
+				if st, err := js.Stream(ctx, tg.Stream); err == nil {
+					_ = st.Purge(ctx, jetstream.WithPurgeSubject(tg.Subject), jetstream.WithPurgeKeep(Keep))
 				}
 			}
 		}

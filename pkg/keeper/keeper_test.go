@@ -13,31 +13,46 @@ import (
 	"github.com/tenaz/tenaz/streams"
 )
 
-// The keeper writes to the work queues only: every partition's EVENTS,
-// and INTAKE only in a store from before trimming, where it is one. A
-// trimmed INTAKE's acks delete nothing, so a keeper message there would
-// be a write that keeps nothing.
+// The keeper writes to the work queues only. A new store has none (INTAKE
+// and EVENTS are trimmed: their acks delete nothing, so a keeper message
+// would be a write that keeps nothing). A store made before EVENTS was
+// trimmed has work-queue EVENTS, and one made before INTAKE was trimmed
+// also a work-queue INTAKE: the server cannot change either.
 func TestKeeperWritesOnlyToWorkQueues(t *testing.T) {
 	t.Parallel()
-	for _, workQueue := range []bool{false, true} {
-		name := "trimmed INTAKE"
-		if workQueue {
-			name = "work-queue INTAKE"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		intakeWQ, eventsWQ bool
+	}{
+		{"new store", false, false},
+		{"work-queue EVENTS", false, true},
+		{"work-queue INTAKE and EVENTS", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			srv := natstest.Start(t)
 			_, js := srv.Conn(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if workQueue {
-				intakeWorkQueue(ctx, t, js)
-			}
 			n, err := streams.Partitions(ctx, js, "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			s := names.NewSubjects("").WithPartitions(n)
+			if c.intakeWQ {
+				workQueue(ctx, t, js, names.StreamIntake)
+			}
+			if c.eventsWQ {
+				for p := range s.Parts() {
+					workQueue(ctx, t, js, s.EventsStreamOf(p))
+				}
+			}
+			if !c.intakeWQ && !c.eventsWQ {
+				if got := keeper.Targets(ctx, js, s); len(got) != 0 {
+					t.Fatalf("a new store: want no keeper target, got %v", got)
+				}
+				return
+			}
 			run, stop := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); keeper.Run(run, js, s, 10*time.Millisecond) }()
@@ -50,34 +65,31 @@ func TestKeeperWritesOnlyToWorkQueues(t *testing.T) {
 					"a keeper message in %s", s.EventsStreamOf(p))
 			}
 			got := kept(ctx, t, js, s.Stream(names.StreamIntake), keeper.Subject(s, "intake"))
-			if workQueue && got == 0 {
+			if c.intakeWQ && got == 0 {
 				t.Fatal("a work-queue INTAKE: want keeper messages, got none")
 			}
-			if !workQueue && got != 0 {
+			if !c.intakeWQ && got != 0 {
 				t.Fatalf("a trimmed INTAKE: want no keeper message, got %d", got)
 			}
 		})
 	}
 }
 
-// intakeWorkQueue makes INTAKE a work queue, as in a store from before.
-func intakeWorkQueue(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+// workQueue makes the stream named name a work queue, as in a store from
+// before.
+func workQueue(ctx context.Context, t *testing.T, js jetstream.JetStream, name string) {
 	t.Helper()
-	ss, err := streams.Streams(streams.Options{})
+	st, err := js.Stream(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range ss {
-		if c.Name != streams.StreamIntake {
-			continue
-		}
-		if err := js.DeleteStream(ctx, c.Name); err != nil {
-			t.Fatal(err)
-		}
-		c.Retention = jetstream.WorkQueuePolicy
-		if _, err := js.CreateStream(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+	c := st.CachedInfo().Config
+	if err := js.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	c.Retention = jetstream.WorkQueuePolicy
+	if _, err := js.CreateStream(ctx, c); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -14,8 +14,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // maxDeliveries is the server's advisory that a consumer gave up on a
@@ -101,35 +99,13 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 		}
 		return deleteMsg(ctx, st, a.StreamSeq)
 	}
-	for range 16 {
-		rec, rev, err := s.st.Get(ctx, env.Account, env.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if !state.Can(rec.Status, state.DeliveriesMaxed) {
-			break // it finished meanwhile: the message is only a stale copy
-		}
-		next, _, err := state.Apply(rec, state.Action{Name: state.DeliveriesMaxed, Actor: "deadletter",
-			Error: &state.ErrorInfo{Class: class, Message: why}, Detail: reason + ": " + why}, now)
-		if err != nil {
-			return err
-		}
-		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: class,
-			Error: why, At: now, Event: &env, Record: &next}
-		if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
-			return err
-		}
-		if _, err := s.st.Write(ctx, next, rev); errors.Is(err, store.ErrConflict) {
-			continue
-		} else if err != nil {
-			return err
-		}
-		dead.Advise(s.o.Conn, s.subj, next)
+	g := dead.GiveUp{JS: s.js, Conn: s.o.Conn, Subj: s.subj, Store: s.st, Actor: "deadletter"}
+	moved, err := g.Maxed(ctx, env, reason, class, why, msgID)
+	if err != nil {
+		return err
+	}
+	if moved {
 		s.log.Warn().Str("event_id", env.ID).Str("reason", why).Msg("dead-lettered by the server's advisory")
-		break
 	}
 	return deleteMsg(ctx, st, a.StreamSeq)
 }

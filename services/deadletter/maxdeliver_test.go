@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -21,10 +22,12 @@ import (
 )
 
 // A message that kills its worker every time (the worker dies after the
-// claim, before any outcome) is given up by the server after max_deliver;
-// the max-deliveries advisory brings it to DEAD: the event is dead with
-// class "crash", DEAD keeps its payload, and nothing stays running.
-func TestPoisonMessageEndsDeadThroughAdvisory(t *testing.T) {
+// claim, before any outcome) is given up by the dispatcher at its 11th
+// delivery (its consumer never gives a message up, since EVENTS is trimmed
+// to the ack floor): the event is dead with class "crash", DEAD keeps its
+// payload, the dead advisory goes out, nothing stays running, and the
+// message leaves EVENTS.
+func TestPoisonMessageEndsDead(t *testing.T) {
 	t.Parallel()
 	e := servicetest.Start(t, servicetest.Options{})
 	_, target := servicetest.Provider(t, provider.Faults{})
@@ -83,9 +86,59 @@ kinds: {order.create: {target: erp, attempts: 50}}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no dead advisory")
 	}
-	ev, _ := js.Stream(context.Background(), e.Subj.EventsStream("acme"))
-	info, _ := ev.Info(context.Background(), jetstream.WithSubjectFilter(e.Subj.EventsOf("acme")))
-	if n := len(info.State.Subjects); n != 0 {
-		t.Fatalf("the poison message must be gone from EVENTS, subjects left: %v", info.State.Subjects)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return e.SubjectMsgs(e.Subj.EventsStream("acme"), e.Subj.EventsOf("acme")) == 0 },
+		"the poison message to leave EVENTS")
+}
+
+// A consumer that lets the server give messages up (one made by an older
+// version, during a rolling upgrade) is still covered: the server's
+// max-deliveries advisory brings the event to DEAD, and its message is
+// removed from EVENTS.
+func TestMaxDeliveriesAdvisoryEndsDead(t *testing.T) {
+	t.Parallel()
+	e := servicetest.Start(t, servicetest.Options{})
+	cfg := servicetest.Config(t, `
+targets: {erp: {url: "http://127.0.0.1:1/x", timeout: 2s}}
+kinds: {order.create: {target: erp}}
+`, nil)
+	conn := func() *nats.Conn { nc, _ := e.Srv.Conn(t); return nc }
+	ing, _ := ingest.New(ingest.Options{Conn: conn(), Config: cfg})
+	servicetest.Run(t, context.Background(), ing)
+	dl, _ := deadletter.New(deadletter.Options{Conn: conn(), Config: cfg})
+	servicetest.Run(t, context.Background(), dl)
+
+	ids := e.Submit("legacy", "order.create", []string{"k"}, func(k string) string { return `{"order_id":"` + k + `"}` })
+	stream := e.Subj.EventsStream("legacy")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return e.SubjectMsgs(stream, e.Subj.EventsOf("legacy")) == 1 }, "the event enqueued")
+	cons, err := e.JS.CreateOrUpdateConsumer(e.Ctx(), stream, jetstream.ConsumerConfig{Durable: "legacy",
+		FilterSubject: e.Subj.EventsOf("legacy"), AckPolicy: jetstream.AckExplicitPolicy, AckWait: 200 * time.Millisecond, MaxDeliver: 2})
+	if err != nil {
+		t.Fatal(err)
 	}
+	for range 2 { // delivered twice, never acked: the server gives it up
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for range b.Messages() {
+			got++
+		}
+		if got != 1 {
+			t.Fatalf("want the event's message delivered, got %d messages (%v)", got, b.Error())
+		}
+	}
+	// The server gives it up when it would deliver it a third time, to a
+	// pull waiting for it.
+	if b, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second)); err == nil {
+		for m := range b.Messages() {
+			t.Fatalf("delivered beyond max_deliver: %s", m.Subject())
+		}
+	}
+	r := e.WaitStatus(ids[0], state.Dead, 30*time.Second)
+	if r.LastError == nil || r.LastError.Class != "crash" {
+		t.Fatalf("want last_error class crash, got %+v", r.LastError)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return e.SubjectMsgs(stream, e.Subj.EventsOf("legacy")) == 0 },
+		"the given-up message to leave EVENTS")
 }

@@ -273,9 +273,10 @@ func (s *Service) start(ctx context.Context) error {
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.log.Warn().Err(err).Msg("micro registration failed")
 	}
-	s.bg.Add(2 + startsAtOnce)
+	s.bg.Add(3 + startsAtOnce)
 	go s.relistLoop()
 	go s.adoptLoop()
+	go s.trimLoop()
 	for range startsAtOnce {
 		go s.startLoop()
 	}
@@ -441,11 +442,11 @@ func (s *Service) stop(ctx context.Context) {
 func (s *Service) giveBackAll(readers map[string]*reader) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, startsAtOnce)
-	for account := range readers {
+	for account, l := range readers {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s.giveBack(account)
+			s.giveBack(account, l)
 		})
 	}
 	wg.Wait()

@@ -44,10 +44,12 @@ func (s *Service) idleLocked(ctx context.Context) []*reader {
 	return idle
 }
 
-// retire stops idle readers, deletes their consumers and tells ingest.
+// retire stops idle readers, trims their accounts, deletes their
+// consumers and tells ingest.
 func (s *Service) retire(ctx context.Context, idle []*reader) {
 	for _, l := range idle {
 		l.stop()
+		s.trimAccount(ctx, l) // what stays would come again to the account's next consumer
 		err := s.streamOf(l.account).DeleteConsumer(ctx, names.ConsumerName(l.account))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			s.log.Warn().Err(err).Str("account", l.account).Msg("deleting an idle consumer")
@@ -154,5 +156,5 @@ func (s *Service) readerGone(account string, l *reader) {
 	delete(s.known, account)
 	s.mu.Unlock()
 	l.stop()
-	s.giveBack(account)
+	s.giveBack(account, l)
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // An idle account's reader and consumer are retired (so many quiet accounts
-// cost nothing), and its next event still gets delivered: ingest is told
+// cost nothing), its settled messages trimmed first, and its next event
+// still gets delivered: ingest is told
 // and provisions the consumer again. An event that lands while no consumer
 // exists is adopted by the sweep.
 func TestIdleAccountRetiredAndRevived(t *testing.T) {
@@ -39,6 +40,10 @@ func TestIdleAccountRetiredAndRevived(t *testing.T) {
 	h.waitAll(ids, state.Done, servicetest.WaitFor)
 	natstest.Eventually(t, servicetest.WaitFor, consumerGone, "idle consumer to be deleted")
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(d.Accounts()) == 0 }, "idle reader to stop")
+	// Trimmed before its consumer went: the next consumer does not get it again.
+	if n := h.SubjectMsgs(h.Subj.EventsStream("acme"), h.Subj.EventsOf("acme")); n != 0 {
+		t.Fatalf("a retired account's settled messages: want none left in EVENTS, got %d", n)
+	}
 
 	ids = h.Submit("acme", "order.create", []string{"i-2"}, orderPayload)
 	h.waitAll(ids, state.Done, servicetest.WaitFor)

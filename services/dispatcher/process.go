@@ -38,6 +38,12 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 		return
 	}
 	ctx = s.eventCtx(ctx, env)
+	if meta.NumDelivered > maxDeliveries {
+		if _, inFlight := s.runs.get(env.ID); !inFlight {
+			s.giveUp(ctx, m, env, meta)
+			return
+		}
+	}
 	r, ok := s.claim(ctx, m, env, meta.Sequence.Stream)
 	if !ok {
 		return
@@ -88,6 +94,28 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 	}
 	s.log.Error().Err(cause).Str("subject", m.Subject()).Msg("undecodable message kept in DEAD")
 	_ = m.TermWithReason("malformed message")
+}
+
+// maxDeliveries is how many deliveries of one message the dispatcher
+// makes before it keeps the event in DEAD (reason max_deliveries): a
+// message that kills its worker every time before the claim counts an
+// attempt (a crash in the claim's own path) ends there. Its consumer never
+// gives it up itself (pkg/dead, GiveUp).
+const maxDeliveries = 10
+
+// giveUp keeps in DEAD the event of a message delivered more than
+// maxDeliveries times, and settles the message.
+func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelope, meta *jetstream.MsgMetadata) {
+	g := dead.GiveUp{JS: s.js, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor}
+	moved, err := g.Crash(ctx, env, meta.Stream, meta.Sequence.Stream, meta.NumDelivered-1)
+	if err != nil {
+		s.retryLater(ctx, m, err)
+		return
+	}
+	if moved {
+		zerolog.Ctx(ctx).Error().Uint64("deliveries", meta.NumDelivered-1).Msg("workers failed on this event's message every time: kept in DEAD")
+	}
+	_ = m.Ack()
 }
 
 // claim moves the event to running for this message, by compare-and-set,

@@ -28,12 +28,14 @@ import (
 // (auto). (An ordering lane, of events sharing a key, is pkg/lane's.)
 type reader struct {
 	account string
+	cons    jetstream.Consumer
 	cc      jetstream.ConsumeContext
 	in      chan held
 	last    atomic.Int64 // unix nanos of the last message taken
 	sem     chan struct{}
 	auto    *autoLimit // the learned limit; nil for a fixed concurrency
 	wg      sync.WaitGroup
+	trim    trimmer
 }
 
 func (s *Service) startReader(account string) (*reader, error) {
@@ -56,9 +58,10 @@ func (s *Service) startReader(account string) (*reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer of %s: %w", account, err)
 	}
-	if have := cons.CachedInfo().Config; have.PriorityPolicy != jetstream.PriorityPolicyPinned || have.MaxAckPending != cc.MaxAckPending {
+	if have := cons.CachedInfo().Config; have.PriorityPolicy != jetstream.PriorityPolicyPinned || have.MaxAckPending != cc.MaxAckPending || have.MaxDeliver != cc.MaxDeliver {
 		// Made before owners (pulls name the group, so it must have one),
-		// or under another concurrency (a reload changed it).
+		// under another concurrency (a reload changed it), or by a version
+		// that let the server give messages up.
 		if cons, err = accounts.Put(ctx, s.streamOf(account).CreateOrUpdateConsumer, cc); err != nil {
 			return nil, fmt.Errorf("consumer of %s: putting its config: %w", account, err)
 		}
@@ -66,12 +69,15 @@ func (s *Service) startReader(account string) (*reader, error) {
 	if err := s.holdPaused(ctx, account, cons); err != nil {
 		return nil, err
 	}
-	l := &reader{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
+	l := &reader{account: account, cons: cons, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
 	l.last.Store(time.Now().UnixNano())
 	l.wg.Add(1)
 	go s.readLoop(l)
 	l.cc, err = cons.Consume(func(m jetstream.Msg) {
 		l.last.Store(time.Now().UnixNano())
+		if md, err := m.Metadata(); err == nil {
+			l.trim.took(md.Sequence.Stream)
+		}
 		l.in <- held{m: m, stop: s.keepAlive(m)}
 	}, jetstream.PullMaxMessages(conc), jetstream.PullPriorityGroup(ownerGroup),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {

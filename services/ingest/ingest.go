@@ -264,7 +264,7 @@ func (s *Service) start(ctx context.Context) error {
 	})
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); keeper.Run(runCtx, s.js, s.subj, time.Second) }()
-	if trims(s.intake) {
+	if queue.Trims(s.intake) {
 		s.trim = &trimmer{stream: s.intake, cons: cons, log: s.log}
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.trim.run(runCtx) }()

@@ -11,23 +11,19 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/queue"
 )
 
-// INTAKE is trimmed, not emptied message by message. A store's INTAKE
-// keeps its messages (limits retention) and ingest purges it, a few times
-// a second, up to the ingest consumer's ack floor: one purge removes every
-// settled submission below it, where a work queue deletes each one on its
-// ack, and under fsync always that delete costs as much as the publish
-// (measured here: 20,000 small messages published and acked moved at
-// ~2,800/s through a work queue and ~4,500/s through a trimmed stream).
-//
-// Purging to the floor is safe because the consumer never gives a message
-// up (max_deliver -1): ingest settles every message itself, accepted,
-// refused into DEAD, or kept in DEAD after maxDeliveries failed
-// deliveries, before it acks or terminates it. So every submission at or
-// below the floor is settled. A store from before has a work-queue INTAKE
-// (the server cannot change a stream's retention to or from a work queue):
-// there its acks delete and nothing is trimmed.
+// INTAKE is trimmed (pkg/queue, Trim), not emptied message by message:
+// ingest purges it, a few times a second, up to the ingest consumer's ack
+// floor. Under fsync always a work queue's delete on each ack costs as
+// much as the publish (measured here: 20,000 small messages published and
+// acked moved at ~2,800/s through a work queue and ~4,500/s through a
+// trimmed stream). The consumer never gives a message up (max_deliver
+// -1): ingest settles every message itself, accepted, refused into DEAD,
+// or kept in DEAD after maxDeliveries failed deliveries, before it acks or
+// terminates it. A store from before has a work-queue INTAKE: there its
+// acks delete and nothing is trimmed.
 
 // trimEvery is how often INTAKE is purged to the floor: often enough that
 // a backlog of settled submissions stays a few hundred messages, rarely
@@ -49,12 +45,6 @@ type trimmer struct {
 	floor atomic.Uint64
 }
 
-// trims reports whether the stream is INTAKE of limits retention, which
-// ingest trims, rather than a work queue whose acks delete.
-func trims(st jetstream.Stream) bool {
-	return st.CachedInfo().Config.Retention == jetstream.LimitsPolicy
-}
-
 func (t *trimmer) run(ctx context.Context) {
 	tick := time.NewTicker(trimEvery)
 	defer tick.Stop()
@@ -72,19 +62,11 @@ func (t *trimmer) run(ctx context.Context) {
 // trimming at once is harmless: a purge to a floor already passed removes
 // nothing.
 func (t *trimmer) trim(ctx context.Context) {
-	ci, err := t.cons.Info(ctx)
-	if err != nil {
-		t.log.Debug().Err(err).Msg("intake trim: consumer info")
-		return
-	}
-	f := ci.AckFloor.Stream
-	if f <= t.floor.Load() {
-		return
-	}
 	// Unfiltered, the server drops whole blocks at once; the keeper's
 	// messages below the floor go with them, which is harmless.
-	if err := t.stream.Purge(ctx, jetstream.WithPurgeSequence(f+1)); err != nil {
-		t.log.Debug().Err(err).Msg("intake trim: purge")
+	f, err := queue.Trim(ctx, t.stream, t.cons, "", t.floor.Load())
+	if err != nil {
+		t.log.Debug().Err(err).Msg("intake trim")
 		return
 	}
 	t.floor.Store(f)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -28,7 +29,7 @@ func TestTrimPurgesOnlyToTheAckFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !trims(st) {
+	if !queue.Trims(st) {
 		t.Fatalf("a new store's INTAKE: want limits retention (trimmed), got %v", st.CachedInfo().Config.Retention)
 	}
 	cons, err := js.Consumer(ctx, streams.StreamIntake, "ingest")

@@ -15,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -257,6 +258,12 @@ func TestFallbackAfterThreeFailuresThenPollToDone(t *testing.T) {
 	if rec.Polls != 2 {
 		t.Errorf("polls before the final one: want 2, got %d", rec.Polls)
 	}
+	// Every message its path put in EVENTS (its dispatches, the fired
+	// retries and polls) leaves it, trimmed by the dispatcher and the poller.
+	events := w.Subj.EventsStream("acme")
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		return w.SubjectMsgs(events, w.Subj.EventsOf("acme")) == 0 && w.SubjectMsgs(events, w.Subj.TimersIn(w.Subj.PartitionOf("acme"))) == 0
+	}, "the event's messages to leave EVENTS")
 	acme := func(kv ...string) map[string]string {
 		m := map[string]string{"account": "acme", "kind": "credit.evaluate"}
 		for i := 0; i < len(kv); i += 2 {

@@ -81,7 +81,7 @@ type Service struct {
 	live    *live.Config // the targets and account overrides in force
 	sem     chan struct{}
 	wg      sync.WaitGroup // timers in flight
-	bg      sync.WaitGroup // reconciler loop
+	bg      sync.WaitGroup // reconciler and trim loops
 	runCtx  context.Context
 	cancel  context.CancelFunc
 }
@@ -162,6 +162,14 @@ func (s *Service) start(ctx context.Context) error {
 			return fmt.Errorf("poller: consume timers: %w", err)
 		}
 		s.cc = append(s.cc, cc)
+		st, err := s.js.Stream(ctx, subj.EventsStreamOf(p))
+		if err != nil {
+			return fmt.Errorf("poller: timers stream: %w", err)
+		}
+		if queue.Trims(st) {
+			s.bg.Add(1)
+			go s.trimTimers(s.runCtx, p, st, cons)
+		}
 	}
 	m, err := s.addMicro()
 	if err != nil {

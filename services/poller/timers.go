@@ -42,6 +42,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	ctx = log.WithContext(ctx)
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
+		if md.NumDelivered > maxDeliveries {
+			s.giveUp(ctx, m, env, md)
+			return
+		}
 		seq = md.Sequence.Stream
 	}
 	for range 8 {

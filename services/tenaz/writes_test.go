@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -103,8 +104,8 @@ func TestDurableWritesPerEvent(t *testing.T) {
 			for _, role := range slices.Sorted(maps.Keys(r.followers)) {
 				t.Logf("%-9s %s (follower)", role, r.followers[role])
 			}
-			t.Logf("over %s: purges per event: %.3f trims of INTAKE, %.3f schedules, %.3f of keeper messages; keeper messages per event %.3f",
-				r.window.Round(time.Millisecond), r.trims, r.cancels, r.keeperPurges, r.keeper)
+			t.Logf("over %s: purges per event: %.3f trims of INTAKE, %.3f of EVENTS, %.3f schedules, %.3f of keeper messages; keeper messages per event %.3f",
+				r.window.Round(time.Millisecond), r.trims, r.eventTrims, r.cancels, r.keeperPurges, r.keeper)
 			for _, role := range slices.Sorted(maps.Keys(p.want)) {
 				w, g, tol := p.want[role], r.hot[role], p.tolerance[role]+1e-9
 				if math.Abs(g.Stored-w.Stored) > tol || math.Abs(g.Removed-w.Removed) > tol {
@@ -127,6 +128,15 @@ func TestDurableWritesPerEvent(t *testing.T) {
 			if most := float64(r.window/trimEvery+2) / writesEvents; r.trims > most {
 				t.Errorf("INTAKE trims per %s event: want at most one per %s (%.3f), got %.3f", p.name, trimEvery, most, r.trims)
 			}
+			// EVENTS is trimmed by the account's reader and by the
+			// poller, each at most once per its interval (and once more
+			// when the reader stops).
+			if most := 2 * float64(r.window/eventsTrimEvery+2) / writesEvents; r.eventTrims > most {
+				t.Errorf("EVENTS trims per %s event: want at most two per %s (%.3f), got %.3f", p.name, eventsTrimEvery, most, r.eventTrims)
+			}
+			if r.keeper != 0 {
+				t.Errorf("keeper messages in a new store: want none, got %.3f per event", r.keeper)
+			}
 			// The archive writes at most one entry per state revision.
 			if a := r.followers["audit"]; a.Stored > p.want["state"].Stored {
 				t.Errorf("audit archive per %s event: want at most %v entries, got %s", p.name, p.want["state"].Stored, a)
@@ -135,8 +145,13 @@ func TestDurableWritesPerEvent(t *testing.T) {
 	}
 }
 
-// trimEvery is ingest's INTAKE trim interval (services/ingest/trim.go).
-const trimEvery = 250 * time.Millisecond
+// trimEvery is ingest's INTAKE trim interval (services/ingest/trim.go),
+// eventsTrimEvery the dispatcher's and the poller's for EVENTS
+// (services/dispatcher/trim.go, services/poller/trim.go).
+const (
+	trimEvery       = 250 * time.Millisecond
+	eventsTrimEvery = 500 * time.Millisecond
+)
 
 func (o cost) String() string { return fmt.Sprintf("stored %.2f, removed %.2f", o.Stored, o.Removed) }
 
@@ -171,12 +186,13 @@ const writesSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 // writesResult is what countWrites counted, per event.
 type writesResult struct {
 	hot, followers map[string]cost // by role, or by stream name for any other stream
-	// Purge requests: INTAKE trims to the ack floor, schedule
+	// Purge requests: INTAKE trims to the ack floor, EVENTS trims (an
+	// account's dispatch subjects, a partition's timers), schedule
 	// cancellations, the keeper's purges of its own messages.
-	trims, cancels, keeperPurges float64
-	keeper                       float64       // keeper messages
-	keeperIntake                 int64         // of those, INTAKE's
-	window                       time.Duration // from the first count to the last
+	trims, eventTrims, cancels, keeperPurges float64
+	keeper                                   float64       // keeper messages
+	keeperIntake                             int64         // of those, INTAKE's
+	window                                   time.Duration // from the first count to the last
 }
 
 // countWrites runs writesEvents events of path p through a fresh tenaz
@@ -236,6 +252,7 @@ func countWrites(t *testing.T, p writesPath) writesResult {
 	per := func(n int64) float64 { return float64(n) / writesEvents }
 	r := writesResult{hot: map[string]cost{}, followers: map[string]cost{}, window: after.at.Sub(before.at),
 		trims:        per(after.tap.trims - before.tap.trims),
+		eventTrims:   per(after.tap.eventTrims - before.tap.eventTrims),
 		cancels:      per(after.tap.cancels - before.tap.cancels),
 		keeperPurges: per(after.tap.keeperPurges - before.tap.keeperPurges),
 		keeperIntake: after.tap.kept[keeperIntake(e)] - before.tap.kept[keeperIntake(e)]}
@@ -290,17 +307,17 @@ type tap struct {
 }
 
 type tapCounts struct {
-	kept                         map[string]int64 // keeper messages by subject
-	trims, cancels, keeperPurges int64
+	kept                                     map[string]int64 // keeper messages by subject
+	trims, eventTrims, cancels, keeperPurges int64
 }
 
 func wiretap(t *testing.T, e *servicetest.Env) *tap {
 	tp := &tap{stream: map[string]string{}, keep: map[string]bool{}, counts: tapCounts{kept: map[string]int64{}}}
-	tp.stream[keeperIntake(e)] = e.Subj.Stream(names.StreamIntake)
-	for p := range e.Subj.Parts() {
-		tp.stream[e.Subj.KeepIn(p)] = e.Subj.EventsStreamOf(p)
+	// A new store has no work queue, so no keeper message (pkg/keeper).
+	for _, tg := range keeper.Targets(e.Ctx(), e.JS, e.Subj) {
+		tp.stream[tg.Subject] = tg.Stream
+		tp.last = tg.Subject // pkg/keeper's order: INTAKE, then each partition
 	}
-	tp.last = e.Subj.KeepIn(e.Subj.Parts() - 1) // pkg/keeper's order: INTAKE, then each partition
 	for subj := range tp.stream {
 		tp.keep[subj] = true
 		if _, err := e.NC.Subscribe(subj, func(m *nats.Msg) {
@@ -323,10 +340,12 @@ func wiretap(t *testing.T, e *servicetest.Env) *tap {
 		switch {
 		case tp.keep[req.Filter]:
 			tp.counts.keeperPurges++
-		case req.Filter != "":
-			tp.counts.cancels++
-		default:
+		case req.Filter == "":
 			tp.counts.trims++
+		case strings.Contains(req.Filter, ".sched."):
+			tp.counts.cancels++
+		default: // an account's dispatch subjects, or a partition's timers
+			tp.counts.eventTrims++
 		}
 	}); err != nil {
 		t.Fatal(err)
@@ -342,6 +361,9 @@ func wiretap(t *testing.T, e *servicetest.Env) *tap {
 // none.
 func (tp *tap) betweenRounds(t *testing.T) {
 	t.Helper()
+	if tp.last == "" {
+		return // no keeper message at all
+	}
 	tp.mu.Lock()
 	start := maps.Clone(tp.counts.kept)
 	tp.mu.Unlock()

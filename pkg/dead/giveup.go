@@ -1,0 +1,78 @@
+package dead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+)
+
+// GiveUp is what a consumer of events does with a message it has been
+// delivered too many times (its workers died on it, or kept failing to
+// settle it): the event goes to dead, its DEAD entry keeping the payload
+// and the history, unless the event has moved on meanwhile (the message
+// is then only a stale copy). The caller settles the message once GiveUp
+// returns nil.
+//
+// The consumers themselves give up, never the server (their max_deliver is
+// unlimited): a message the server gives up on counts as settled for its
+// consumer's ack floor, and EVENTS is trimmed to that floor, so it could
+// be purged before anyone had kept it.
+type GiveUp struct {
+	JS    jetstream.JetStream
+	Conn  *nats.Conn
+	Subj  names.Subjects
+	Store *store.Store
+	Actor string
+}
+
+// Maxed moves env's event to dead with reason, class and why, reporting
+// whether it did (false: the event had moved on, or its record is gone);
+// msgID dedups the DEAD entry of a retried call.
+func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, why, msgID string) (bool, error) {
+	for range 16 {
+		rec, rev, err := g.Store.Get(ctx, env.Account, env.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if !state.Can(rec.Status, state.DeliveriesMaxed) {
+			return false, nil // it finished meanwhile: the message is only a stale copy
+		}
+		next, _, err := state.Apply(rec, state.Action{Name: state.DeliveriesMaxed, Actor: g.Actor,
+			Error: &state.ErrorInfo{Class: class, Message: why}, Detail: reason + ": " + why}, g.Store.Now())
+		if err != nil {
+			return false, err
+		}
+		e := Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: class,
+			Error: why, At: next.UpdatedAt, Event: &env, Record: &next}
+		if err := Publish(ctx, g.JS, g.Subj, e, msgID); err != nil {
+			return false, err
+		}
+		if _, err := g.Store.Write(ctx, next, rev); errors.Is(err, store.ErrConflict) {
+			continue
+		} else if err != nil {
+			return false, err
+		}
+		Advise(g.Conn, g.Subj, next)
+		return true, nil
+	}
+	return false, fmt.Errorf("dead: %s kept changing while being given up", env.ID)
+}
+
+// Crash gives env's event up after deliveries failed deliveries of its
+// message seq on stream (class crash).
+func (g GiveUp) Crash(ctx context.Context, env event.Envelope, stream string, seq, deliveries uint64) (bool, error) {
+	why := fmt.Sprintf("workers failed on it %d times", deliveries)
+	return g.Maxed(ctx, env, ReasonCrash, string(outcome.ClassCrash), why, fmt.Sprintf("maxdeliver/%s/%d", stream, seq))
+}
