@@ -1367,11 +1367,14 @@ func TestNATSUsersShape(t *testing.T) {
 // keeper messages and cancelled schedules, the deadletter the digest's
 // schedule when the digest is turned off and an event's schedule when an
 // operator retries it now or cancels its wait, the dispatcher the timer of
-// an event a webhook finished during its run.
+// an event a webhook finished during its run; the dispatcher and the
+// poller trim EVENTS (an account's settled messages, a partition's
+// settled timers) and ingest INTAKE.
 var purges = map[string][]string{
 	serviceUser("ingest"):     {names.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3), ingest.StreamRepeats},
 	serviceUser("deadletter"): {deadletter.StreamDigest, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 	serviceUser("dispatcher"): {streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
+	serviceUser("poller"):     {streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 }
 
 // TestNATSVersionPinned checks that the values pin a server image that
