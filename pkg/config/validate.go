@@ -219,6 +219,7 @@ func (v *validator) top() {
 	}
 	v.positive("streams.retention", c.Streams.Retention)
 	v.positive("streams.ack_wait", c.Streams.AckWait)
+	v.positive("streams.trim_after", c.Streams.TrimAfter)
 	if f := c.Demo.FailureRate; math.IsNaN(f) || f < 0 || f > 1 {
 		v.add("demo.failure_rate", "must be between 0 and 1, got %v", f)
 	}

@@ -32,7 +32,7 @@ func TestPoisonMessageEndsDead(t *testing.T) {
 	e := servicetest.Start(t, servicetest.Options{})
 	_, target := servicetest.Provider(t, provider.Faults{})
 	cfg := servicetest.Config(t, `
-streams: {ack_wait: 100ms}
+streams: {ack_wait: 100ms, trim_after: 100ms}
 targets: {erp: {url: "`+target.URL+`/x", timeout: 2s}}
 kinds: {order.create: {target: erp, attempts: 50}}
 `, nil)

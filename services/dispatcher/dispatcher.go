@@ -442,11 +442,11 @@ func (s *Service) stop(ctx context.Context) {
 func (s *Service) giveBackAll(readers map[string]*reader) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, startsAtOnce)
-	for account, l := range readers {
+	for account := range readers {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s.giveBack(account, l)
+			s.giveBack(account)
 		})
 	}
 	wg.Wait()

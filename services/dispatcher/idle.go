@@ -156,5 +156,5 @@ func (s *Service) readerGone(account string, l *reader) {
 	delete(s.known, account)
 	s.mu.Unlock()
 	l.stop()
-	s.giveBack(account, l)
+	s.giveBack(account)
 }

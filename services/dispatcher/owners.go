@@ -90,7 +90,7 @@ func (s *Service) handOver(account string, l *reader, release bool) {
 		defer s.bg.Done()
 		l.stop()
 		if release {
-			s.giveBack(account, l)
+			s.giveBack(account)
 		}
 		s.mu.Lock()
 		delete(s.handing, account)
@@ -103,14 +103,11 @@ func (s *Service) handOver(account string, l *reader, release bool) {
 	}()
 }
 
-// giveBack trims account, unpins its consumer and releases its lease; its
-// reader l is stopped and its calls have returned.
-func (s *Service) giveBack(account string, l *reader) {
+// giveBack unpins account's consumer and releases its lease; its reader is
+// stopped and its calls have returned.
+func (s *Service) giveBack(account string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if l.trim.behind() {
-		s.trimAccount(ctx, l)
-	}
 	err := s.streamOf(account).UnpinConsumer(ctx, names.ConsumerName(account), ownerGroup)
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Debug().Err(err).Str("account", account).Msg("unpinning the account's consumer")

@@ -74,9 +74,10 @@ func (s *Service) startReader(account string) (*reader, error) {
 	l.wg.Add(1)
 	go s.readLoop(l)
 	l.cc, err = cons.Consume(func(m jetstream.Msg) {
-		l.last.Store(time.Now().UnixNano())
+		now := time.Now()
+		l.last.Store(now.UnixNano())
 		if md, err := m.Metadata(); err == nil {
-			l.trim.took(md.Sequence.Stream)
+			l.trim.took(md.Sequence.Stream, now)
 		}
 		l.in <- held{m: m, stop: s.keepAlive(m)}
 	}, jetstream.PullMaxMessages(conc), jetstream.PullPriorityGroup(ownerGroup),

@@ -95,12 +95,16 @@ func (h *harness) waitFinal(id string) state.Record {
 	return rec
 }
 
-// settled waits until EVENTS holds no message of the event: its message
-// was acked, so nothing brings it back to call the target again.
+// settled waits until the account's consumer has nothing pending or
+// unacked: the event's message was acked, so nothing brings it back to
+// call the target again (the message itself leaves EVENTS with the
+// account's next trim).
 func (h *harness) settled(rec state.Record) {
 	h.t.Helper()
-	subj, _ := h.Subj.Event(rec.Account, rec.Kind)
-	natstest.Eventually(h.t, servicetest.WaitFor, func() bool { return h.SubjectMsgs(h.Subj.EventsStream(rec.Account), subj) == 0 }, "event %s: want its message acked", rec.ID)
+	natstest.Eventually(h.t, servicetest.WaitFor, func() bool {
+		ci := h.ConsumerInfo(h.Subj.EventsStream(rec.Account), names.ConsumerName(rec.Account))
+		return ci.NumPending == 0 && ci.NumAckPending == 0
+	}, "event %s: want its message acked", rec.ID)
 }
 
 // lastDead decodes the last DEAD entry of the event's account and kind,

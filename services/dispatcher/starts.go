@@ -96,7 +96,7 @@ func (s *Service) startAccount(account string) {
 		s.mu.Unlock()
 		if l != nil && !keep { // stopping: the replica gives back what it started
 			l.stop()
-			s.giveBack(account, l)
+			s.giveBack(account)
 		}
 	}()
 	if !s.own(account) {

@@ -11,19 +11,30 @@ import (
 
 // An account's messages leave a trimmed EVENTS (pkg/queue, Trim) when its
 // owner purges the account's dispatch subjects up to its consumer's ack
-// floor: a few times a second while its reader takes messages, when the
-// reader stops (a handover, an idle account's retirement, the replica
-// stopping), never below a message not settled. On a work-queue EVENTS (a
-// store from before) the acks delete and nothing is trimmed.
+// floor: once its reader has taken trimBatch messages since the last
+// trim, or took one more than streams.trim_after ago, and when an idle
+// account is retired (before its consumer is deleted); never below a
+// message not settled. On a work-queue EVENTS (a store from before) the
+// acks delete and nothing is trimmed.
+//
+// Why so rarely: the server checks every purge against each consumer of
+// the stream (nats-server's purgeLocked), one per live account. Purging
+// each account half a second after its messages took a third of the
+// server's CPU in the many-accounts run, and more the more accounts.
+// Handing an account over or stopping does not trim either: the next
+// owner does, and 10,000 purges would slow a replica's stop.
 //
 // A consumer made again (after a server restart, or an idle account's next
-// event) starts from the messages still in the stream: those acked since
-// the last trim come again, and the claim drops them as stale copies.
+// event) starts from the messages still in the stream: those settled
+// since the last trim come again, and the claim drops them as stale
+// copies.
 
-// trimEvery is how often a reader that took messages is trimmed; while
-// its floor stays (a slow call in flight) it waits twice as long each
-// time, up to trimWaitMax.
+// trimBatch is how many messages a reader takes before its account is
+// trimmed; trimEvery how often the readers are looked at. While a
+// reader's floor stays (a slow call in flight) it waits twice as long
+// each time, up to trimWaitMax.
 const (
+	trimBatch   = 64
 	trimEvery   = 500 * time.Millisecond
 	trimWaitMax = 8 * time.Second
 )
@@ -31,6 +42,8 @@ const (
 // trimmer is a reader's trimming state.
 type trimmer struct {
 	taken atomic.Uint64 // the highest stream sequence its reader took
+	since atomic.Int64  // messages taken and not trimmed yet, about
+	first atomic.Int64  // unix nanos of the first of those
 
 	mu    sync.Mutex // one trim of the account at a time
 	floor uint64     // the ack floor trimmed to
@@ -39,7 +52,10 @@ type trimmer struct {
 }
 
 // took notes a message the reader took.
-func (t *trimmer) took(seq uint64) {
+func (t *trimmer) took(seq uint64, now time.Time) {
+	if t.since.Add(1) == 1 {
+		t.first.Store(now.UnixNano())
+	}
 	for {
 		had := t.taken.Load()
 		if seq <= had || t.taken.CompareAndSwap(had, seq) {
@@ -48,16 +64,13 @@ func (t *trimmer) took(seq uint64) {
 	}
 }
 
-// behind reports whether the reader took a message beyond the floor.
-func (t *trimmer) behind() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.taken.Load() > t.floor
-}
-
-// due reports whether the reader took a message beyond the floor and its
-// wait is over.
-func (t *trimmer) due(now time.Time) bool {
+// due reports whether the reader took trimBatch messages since the last
+// trim, or its first of them more than after ago, and its wait is over.
+func (t *trimmer) due(now time.Time, after time.Duration) bool {
+	n := t.since.Load()
+	if n == 0 || n < trimBatch && now.Sub(time.Unix(0, t.first.Load())) < after {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.taken.Load() > t.floor && !now.Before(t.next)
@@ -78,7 +91,7 @@ func (s *Service) trimLoop() {
 		var due []*reader
 		s.mu.Lock()
 		for _, l := range s.readers {
-			if l.trim.due(now) {
+			if l.trim.due(now, s.cfg.Streams.TrimAfter.D()) {
 				due = append(due, l)
 			}
 		}
@@ -112,6 +125,7 @@ func (s *Service) trimAccount(ctx context.Context, l *reader) {
 	t := &l.trim
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	n := t.since.Load()
 	f, err := queue.Trim(ctx, st, l.cons, s.subj.EventsOf(l.account), t.floor)
 	if err != nil && ctx.Err() == nil {
 		s.log.Debug().Err(err).Str("account", l.account).Msg("trimming the account's messages")
@@ -122,4 +136,9 @@ func (s *Service) trimAccount(ctx context.Context, l *reader) {
 		t.wait = min(max(2*t.wait, trimEvery), trimWaitMax)
 	}
 	t.next = time.Now().Add(t.wait)
+	if f >= t.taken.Load() {
+		// Every message taken is trimmed; those taken meanwhile stay
+		// counted. Otherwise some were in flight: due again after the wait.
+		t.since.Add(-n)
+	}
 }

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -12,13 +13,14 @@ import (
 )
 
 // EVENTS is trimmed account by account, to the account's consumer's ack
-// floor: a settled message leaves the stream, and no message leaves before
-// it is settled, nor any of its account's above it. Two accounts of one
+// floor: a settled message leaves the stream (here within
+// streams.trim_after of 100ms), and no message leaves before it is
+// settled, nor any of its account's above it. Two accounts of one
 // partition: one's events go through, the other's first event is held in
 // its run (as a slow call would be) while its later ones finish.
 func TestEventsTrimmedToEachAccountsFloor(t *testing.T) {
 	t.Parallel()
-	h := setup(t, yamlFor(4, `attempts: 3`), provider.Faults{})
+	h := setup(t, strings.Replace(yamlFor(4, `attempts: 3`), "streams: {ack_wait: 1s}", "streams: {ack_wait: 1s, trim_after: 100ms}", 1), provider.Faults{})
 	fast, slow := "fast", ""
 	for i := 0; slow == ""; i++ {
 		if a := fmt.Sprintf("slow%d", i); h.Subj.PartitionOf(a) == h.Subj.PartitionOf(fast) {

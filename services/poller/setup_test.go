@@ -38,7 +38,7 @@ const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 // mapping.
 func flowWith(kind, bureauA string) string {
 	return `
-streams: {ack_wait: 2s}
+streams: {ack_wait: 2s, trim_after: 100ms}
 poller: {grace: 1s, reconcile_every: 1h}
 accounts:
   "*": {concurrency: 4, breaker: {failures: 100}}

@@ -27,8 +27,10 @@ import (
 
 // legacyStore is a nats-server holding a store from before partitions:
 // EVENTS and tenaz_state alone, and no partition count in EVENTS'
-// metadata.
-func legacyStore(t *testing.T) (*natstest.Server, jetstream.JetStream) {
+// metadata. EVENTS is a work queue, as it was then, unless trimmed (a
+// one-partition store made since); a migration adds trimmed partitions
+// beside it.
+func legacyStore(t *testing.T, trimmed bool) (*natstest.Server, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.Start(t)
 	_, js := srv.Conn(t)
@@ -44,6 +46,16 @@ func legacyStore(t *testing.T) (*natstest.Server, jetstream.JetStream) {
 	st, err := js.Stream(ctx, names.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !trimmed {
+		wq := st.CachedInfo().Config
+		wq.Retention = jetstream.WorkQueuePolicy
+		if err := js.DeleteStream(ctx, wq.Name); err != nil {
+			t.Fatal(err)
+		}
+		if st, err = js.CreateStream(ctx, wq); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// A store that has run a while: EVENTS' sequences (the runs' fencing
 	// tokens, RunSeq) far above those of a new partition.
@@ -131,9 +143,20 @@ kinds:
 // and tenaz started again on it brings every event to its end: each
 // delivered once, the retry, the delay, the polls and the callback
 // deadline firing in the new partitions. A second migrate moves nothing.
+// Its EVENTS a work queue or trimmed: a trimmed one's settled messages not
+// trimmed yet are copied too, come again and are dropped as stale.
 func TestStreamsMigrateOnePartitionStore(t *testing.T) {
 	t.Parallel()
-	srv, js := legacyStore(t)
+	for _, trimmed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "work queue", true: "trimmed"}[trimmed], func(t *testing.T) {
+			t.Parallel()
+			migrateOnePartitionStore(t, trimmed)
+		})
+	}
+}
+
+func migrateOnePartitionStore(t *testing.T, trimmed bool) {
+	srv, js := legacyStore(t, trimmed)
 	ok, okSrv := servicetest.Provider(t, provider.Faults{}, provider.WithIdempotent())
 	flaky, flakySrv := servicetest.Provider(t, provider.Faults{FailFirst: 1}, provider.WithIdempotent())
 	_, badSrv := servicetest.Provider(t, provider.Faults{Status: http.StatusUnprocessableEntity})
@@ -205,8 +228,13 @@ func TestStreamsMigrateOnePartitionStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		info, err := events.Info(servicetest.Context(t, 5*time.Second), jetstream.WithSubjectFilter("tenaz.events.>"))
-		return err == nil && len(info.State.Subjects) == len(accounts)
+		for _, a := range accounts {
+			c, err := events.Consumer(servicetest.Context(t, 5*time.Second), names.ConsumerName(a))
+			if err != nil || c.CachedInfo().NumPending != 1 {
+				return false
+			}
+		}
+		return true
 	}, "the pending events' messages to wait in EVENTS")
 	servicetest.Stop(t, ing)
 
@@ -314,7 +342,7 @@ func TestStreamsMigrateOnePartitionStore(t *testing.T) {
 // ending in its account's partition exactly once.
 func TestStreamsMigrateKilledResumes(t *testing.T) {
 	t.Parallel()
-	srv, js := legacyStore(t)
+	srv, js := legacyStore(t, false)
 	ctx := servicetest.Context(t, 3*time.Minute)
 	one := names.NewSubjects("")
 	st, err := store.Open(ctx, js, store.Options{Partitions: 1})
