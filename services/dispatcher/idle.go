@@ -91,20 +91,23 @@ func (s *Service) adoptOrphans(ctx context.Context, skipKnown bool) error {
 		s.mu.Unlock()
 	}
 	for _, account := range orphans {
-		if skipKnown {
-			// Most are accounts whose announcement is still on its way
-			// (ingest makes the consumer before it enqueues): one look,
-			// and they are known; the announcement starts the reader.
-			_, err := s.streamOf(account).Consumer(ctx, names.ConsumerName(account))
-			if err == nil {
-				s.mu.Lock()
-				s.known[account] = true
-				s.mu.Unlock()
-				continue
+		// Most have a consumer: accounts whose announcement is still on
+		// its way (ingest makes the consumer before it enqueues), or, on
+		// a trimmed EVENTS, whose settled messages are not trimmed yet
+		// (another replica's accounts among them). One look, and they are
+		// known; the announcement or the owner's relist starts the reader.
+		_, err := s.streamOf(account).Consumer(ctx, names.ConsumerName(account))
+		if err == nil {
+			s.mu.Lock()
+			s.known[account] = true
+			s.mu.Unlock()
+			if !skipKnown {
+				s.ensureReader(account)
 			}
-			if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				continue
-			}
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
 		}
 		if err := s.adopt(ctx, account); err != nil {
 			s.log.Warn().Err(err).Str("account", account).Msg("adopting an account with waiting events")
