@@ -3,8 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // Trimmed streams keep their messages (limits retention) until they are
@@ -51,4 +54,51 @@ func Trim(ctx context.Context, st jetstream.Stream, cons jetstream.Consumer, fil
 		return after, fmt.Errorf("queue: trim: purge: %w", err)
 	}
 	return f, nil
+}
+
+// Trimmer trims one stream's filter to one consumer's ack floor every
+// interval: ingest's INTAKE, the poller's timers of each partition. (An
+// account's dispatch messages are trimmed in batches by their dispatcher
+// instead, which calls Trim.)
+type Trimmer struct {
+	Stream   jetstream.Stream
+	Consumer jetstream.Consumer
+	Filter   string // "": the whole stream
+	// floor is the last ack floor trimmed to: every message of Filter at
+	// or below it is settled (and gone).
+	floor atomic.Uint64
+}
+
+// Run trims every interval until ctx ends; a failed trim is logged and
+// tried again at the next.
+func (t *Trimmer) Run(ctx context.Context, every time.Duration, log zerolog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := t.Trim(ctx); err != nil && ctx.Err() == nil {
+			log.Debug().Err(err).Str("stream", t.Stream.CachedInfo().Config.Name).Str("filter", t.Filter).Msg("trim")
+		}
+	}
+}
+
+// Trim trims once.
+func (t *Trimmer) Trim(ctx context.Context) error {
+	f, err := Trim(ctx, t.Stream, t.Consumer, t.Filter, t.floor.Load())
+	t.floor.Store(f)
+	return err
+}
+
+// Floor is the sequence at or below which every message of Filter is
+// settled, as far as this trimmer has seen (0: nothing known, or no
+// trimmer).
+func (t *Trimmer) Floor() uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.floor.Load()
 }

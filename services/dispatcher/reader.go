@@ -76,10 +76,11 @@ func (s *Service) startReader(account string) (*reader, error) {
 	l.cc, err = cons.Consume(func(m jetstream.Msg) {
 		now := time.Now()
 		l.last.Store(now.UnixNano())
-		if md, err := m.Metadata(); err == nil {
-			l.trim.took(md.Sequence.Stream, now)
+		meta, err := m.Metadata()
+		if err == nil {
+			l.trim.took(meta.Sequence.Stream, now)
 		}
-		l.in <- held{m: m, stop: s.keepAlive(m)}
+		l.in <- held{m: m, meta: meta, stop: s.keepAlive(m)}
 	}, jetstream.PullMaxMessages(conc), jetstream.PullPriorityGroup(ownerGroup),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) && s.runCtx.Err() == nil {
@@ -134,6 +135,7 @@ func (s *Service) readLoop(l *reader) {
 // the call (storing the outcome) takes milliseconds.
 type held struct {
 	m    jetstream.Msg
+	meta *jetstream.MsgMetadata // nil when m has none
 	stop func()
 }
 
@@ -153,9 +155,9 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 	for _, h := range msgs {
 		m := h.m
 		rev, err := strconv.ParseUint(m.Headers().Get(queue.HeaderRev), 10, 64)
-		meta, merr := m.Metadata()
+		meta := h.meta
 		env, eerr := event.Unmarshal(m.Data())
-		if err != nil || merr != nil || eerr != nil || meta.NumDelivered > 1 {
+		if err != nil || meta == nil || eerr != nil || meta.NumDelivered > 1 {
 			// A redelivery is no fresh event: its run may have been
 			// claimed and lost. The one-message path reads the record.
 			s.spawn(l, h, nil)

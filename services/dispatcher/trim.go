@@ -91,7 +91,9 @@ func (s *Service) trimLoop() {
 		var due []*reader
 		s.mu.Lock()
 		for _, l := range s.readers {
-			if l.trim.due(now, s.cfg.Streams.TrimAfter.D()) {
+			// A work-queue EVENTS' readers are never trimmed, and would
+			// stay due.
+			if queue.Trims(s.streamOf(l.account)) && l.trim.due(now, s.cfg.Streams.TrimAfter.D()) {
 				due = append(due, l)
 			}
 		}

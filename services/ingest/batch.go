@@ -189,7 +189,7 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 	}
 	seq := meta.Sequence.Stream
 	s.scanMu.Lock()
-	from := max(s.scanned[env.Account], s.trim.settled()) + 1
+	from := max(s.scanned[env.Account], s.trim.Floor()) + 1
 	s.scanMu.Unlock()
 	filter := s.subj.Prefix + ".intake." + env.Account + ".>"
 	for from < seq {

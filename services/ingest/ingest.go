@@ -109,7 +109,7 @@ type Service struct {
 	in      chan jetstream.Msg
 	ordered []chan jetstream.Msg
 	intake  jetstream.Stream
-	trim    *trimmer // nil when INTAKE is a work queue (a store from before)
+	trim    *queue.Trimmer // nil when INTAKE is a work queue (a store from before)
 
 	deadlines *deadlines // purges the deadlines of applied callbacks
 
@@ -265,9 +265,11 @@ func (s *Service) start(ctx context.Context) error {
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); keeper.Run(runCtx, s.js, s.subj, time.Second) }()
 	if queue.Trims(s.intake) {
-		s.trim = &trimmer{stream: s.intake, cons: cons, log: s.log}
+		// Unfiltered, the server drops whole blocks at once; the keeper's
+		// messages below the floor go with them, which is harmless.
+		s.trim = &queue.Trimmer{Stream: s.intake, Consumer: cons}
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.trim.run(runCtx) }()
+		go func() { defer s.bg.Done(); s.trim.Run(runCtx, trimEvery, s.log) }()
 	}
 	if err := s.startRepeats(ctx, runCtx); err != nil {
 		return fmt.Errorf("ingest: repeats: %w", err)

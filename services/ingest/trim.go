@@ -3,15 +3,12 @@ package ingest
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/queue"
 )
 
 // INTAKE is trimmed (pkg/queue, Trim), not emptied message by message:
@@ -34,52 +31,6 @@ const trimEvery = 250 * time.Millisecond
 // before it keeps it in DEAD (reason max_deliveries), as the server gives
 // up the other consumers' messages.
 const maxDeliveries = 20
-
-// trimmer purges INTAKE to the ingest consumer's ack floor.
-type trimmer struct {
-	stream jetstream.Stream
-	cons   jetstream.Consumer
-	log    zerolog.Logger
-	// floor is the last ack floor purged to: every INTAKE message at or
-	// below it is settled (and gone).
-	floor atomic.Uint64
-}
-
-func (t *trimmer) run(ctx context.Context) {
-	tick := time.NewTicker(trimEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		t.trim(ctx)
-	}
-}
-
-// trim purges every message at or below the ack floor. Several replicas
-// trimming at once is harmless: a purge to a floor already passed removes
-// nothing.
-func (t *trimmer) trim(ctx context.Context) {
-	// Unfiltered, the server drops whole blocks at once; the keeper's
-	// messages below the floor go with them, which is harmless.
-	f, err := queue.Trim(ctx, t.stream, t.cons, "", t.floor.Load())
-	if err != nil {
-		t.log.Debug().Err(err).Msg("intake trim")
-		return
-	}
-	t.floor.Store(f)
-}
-
-// settled is the sequence at or below which every INTAKE message is
-// settled, as far as this replica has seen (0: nothing known).
-func (t *trimmer) settled() uint64 {
-	if t == nil {
-		return 0
-	}
-	return t.floor.Load()
-}
 
 // giveUp keeps in DEAD a submission ingest failed on maxDeliveries times
 // (it died on it, or the store kept refusing it), and settles it.

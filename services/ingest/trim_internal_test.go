@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/streams"
 )
 
-// The trimmer purges INTAKE up to the ingest consumer's ack floor and not
+// A trimmer purges INTAKE up to the ingest consumer's ack floor and not
 // past it: a submission still unsettled, and every one after it, stays.
 func TestTrimPurgesOnlyToTheAckFloor(t *testing.T) {
 	t.Parallel()
@@ -57,8 +56,10 @@ func TestTrimPurgesOnlyToTheAckFloor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tr := &trimmer{stream: st, cons: cons, log: zerolog.Nop()}
-	tr.trim(ctx)
+	tr := &queue.Trimmer{Stream: st, Consumer: cons}
+	if err := tr.Trim(ctx); err != nil {
+		t.Fatal(err)
+	}
 	kept := func(seq uint64) bool {
 		_, err := st.GetMsg(ctx, seq)
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -66,15 +67,17 @@ func TestTrimPurgesOnlyToTheAckFloor(t *testing.T) {
 		}
 		return err == nil
 	}
-	if kept(1) || !kept(2) || !kept(3) || tr.settled() != 1 {
+	if kept(1) || !kept(2) || !kept(3) || tr.Floor() != 1 {
 		t.Fatalf("one unsettled submission (seq 2): want seq 1 purged, 2 and 3 kept, floor 1; got kept %v %v %v, floor %d",
-			kept(1), kept(2), kept(3), tr.settled())
+			kept(1), kept(2), kept(3), tr.Floor())
 	}
 	if err := msgs[1].DoubleAck(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tr.trim(ctx)
-	if kept(2) || kept(3) || tr.settled() != 3 {
-		t.Fatalf("all settled: want every submission purged, floor 3; got kept %v %v, floor %d", kept(2), kept(3), tr.settled())
+	if err := tr.Trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kept(2) || kept(3) || tr.Floor() != 3 {
+		t.Fatalf("all settled: want every submission purged, floor 3; got kept %v %v, floor %d", kept(2), kept(3), tr.Floor())
 	}
 }

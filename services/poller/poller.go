@@ -167,8 +167,9 @@ func (s *Service) start(ctx context.Context) error {
 			return fmt.Errorf("poller: timers stream: %w", err)
 		}
 		if queue.Trims(st) {
+			t := &queue.Trimmer{Stream: st, Consumer: cons, Filter: subj.TimersIn(p)}
 			s.bg.Add(1)
-			go s.trimTimers(s.runCtx, p, st, cons)
+			go func() { defer s.bg.Done(); t.Run(s.runCtx, trimEvery, s.log) }()
 		}
 	}
 	m, err := s.addMicro()

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/queue"
 )
 
 // maxDeliveries is how many deliveries of one timer the poller makes
@@ -18,30 +17,9 @@ import (
 const maxDeliveries = 20
 
 // trimEvery is how often each partition's timers are purged up to the
-// poller's ack floor (a trimmed EVENTS; pkg/queue, Trim).
+// poller's ack floor (a trimmed EVENTS; pkg/queue, Trimmer). Every
+// replica trims: a purge to a floor already passed removes nothing.
 const trimEvery = 500 * time.Millisecond
-
-// trimTimers purges partition p's settled timers every trimEvery until ctx
-// ends. Every replica trims: a purge to a floor already passed removes
-// nothing.
-func (s *Service) trimTimers(ctx context.Context, p int, st jetstream.Stream, cons jetstream.Consumer) {
-	defer s.bg.Done()
-	tick := time.NewTicker(trimEvery)
-	defer tick.Stop()
-	var floor uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		f, err := queue.Trim(ctx, st, cons, s.subj.TimersIn(p), floor)
-		if err != nil && ctx.Err() == nil {
-			s.log.Debug().Err(err).Int("partition", p).Msg("trimming timers")
-		}
-		floor = f
-	}
-}
 
 // giveUp keeps in DEAD the event of a timer delivered more than
 // maxDeliveries times, and settles the timer.
