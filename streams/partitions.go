@@ -11,12 +11,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Partitions. An event's dispatch messages, its schedule and its state
-// record live in the partition of its account: each partition is its own
-// EVENTS stream and its own state bucket, so their writes (each stream
-// fsyncs one write at a time) run in parallel, and on a cluster their
-// leaders spread over the nodes. An account is in exactly one partition,
-// so its order and its limits stay in one place.
+// Partitions. An event's dispatch messages and its schedule live in the
+// partition of its account, its state record in the partition of its
+// event id (Layout): each partition is its own EVENTS stream and its own
+// state bucket, so their writes (each stream fsyncs one write at a time)
+// run in parallel, and on a cluster their leaders spread over the nodes.
+// An account's dispatch is in exactly one partition, so its order and its
+// limits stay in one place; its records are spread over all of them, so
+// one busy account's state writes are not bound to one bucket, and a
+// record is found by its id alone (a callback, an operator).
 //
 // Partition 0 is laid out as a store from before partitions was (EVENTS,
 // tenaz_state, subjects at the prefix's root: tenaz.events.>), so such a
@@ -40,16 +43,54 @@ const (
 	streamAdvisories = "TENAZ_ADVISORIES"
 	// metaPartitions is the key of the partition count in EVENTS' metadata.
 	metaPartitions = "tenaz_partitions"
+	// metaRecords is the key of the records' placement in EVENTS'
+	// metadata: recordsByEvent, or absent in a store from before (by
+	// account).
+	metaRecords    = "tenaz_records"
+	recordsByEvent = "event"
+	// metaEpoch is the key of the store's epoch in EVENTS' metadata: the
+	// id of the last migration, absent before any.
+	metaEpoch = "tenaz_epoch"
 )
 
+// Layout is what every service of a store must agree on: its partition
+// count and where its state records are.
+type Layout struct {
+	Partitions int
+	// RecordsByEvent places each state record in the partition of its
+	// event id. A store from before (no tenaz_records in EVENTS'
+	// metadata) has each in its account's partition, and keeps that
+	// until `tenaz streams migrate` moves it.
+	RecordsByEvent bool
+	// Epoch names the store's layout since its last migration ("" before
+	// any). A record revision that a message carries (Tenaz-Rev) is only
+	// good in the epoch it was written in: a migration moves records,
+	// which then have other revisions (pkg/queue, RevOf).
+	Epoch string
+}
+
+// RecordPartition is the partition of the state bucket that holds the
+// record of account's event id.
+func (l Layout) RecordPartition(account, id string) int {
+	if l.RecordsByEvent {
+		return PartitionOf(id, l.Partitions)
+	}
+	return PartitionOf(account, l.Partitions)
+}
+
 // Keys of EVENTS' metadata that `tenaz streams migrate` writes:
-// MetaPartitions is the store's count (metaPartitions), MetaMigrateTo the
+// MetaPartitions is the store's count (metaPartitions), MetaRecords the
+// records' placement (metaRecords: MetaRecordsByEvent), MetaEpoch the
+// store's epoch (metaEpoch: the migration's id), MetaMigrateTo the
 // count a migration in progress moves the store to (set until it is done),
 // MetaMigrateID that migration's id (its copies carry it).
 const (
-	MetaPartitions = metaPartitions
-	MetaMigrateTo  = "tenaz_migrate_to"
-	MetaMigrateID  = "tenaz_migrate_id"
+	MetaPartitions     = metaPartitions
+	MetaRecords        = metaRecords
+	MetaRecordsByEvent = recordsByEvent
+	MetaEpoch          = metaEpoch
+	MetaMigrateTo      = "tenaz_migrate_to"
+	MetaMigrateID      = "tenaz_migrate_id"
 )
 
 // ErrMigrating is returned by Apply and Partitions for a store that a
@@ -61,13 +102,14 @@ var ErrMigrating = errors.New("streams: the store is being moved to another part
 // is not the store's.
 var ErrPartitions = errors.New("streams.partitions: not the store's partition count")
 
-// PartitionOf is account's partition of n: FNV-1a of the name, modulo n.
-func PartitionOf(account string, n int) int {
+// PartitionOf is the partition of n of an account (or, for a record
+// placed by event, of an event id): FNV-1a of the name, modulo n.
+func PartitionOf(name string, n int) int {
 	if n <= 1 {
 		return 0
 	}
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(account))
+	_, _ = h.Write([]byte(name))
 	return int(h.Sum32() % uint32(n))
 }
 
@@ -121,6 +163,12 @@ func (o Options) eventsStream(c jetstream.StreamConfig, p int) jetstream.StreamC
 	c.Placement = o.Placement
 	if p == 0 {
 		c.Metadata = map[string]string{metaPartitions: strconv.Itoa(o.parts())}
+		if !o.RecordsByAccount {
+			c.Metadata[metaRecords] = recordsByEvent
+		}
+		if o.epoch != "" {
+			c.Metadata[metaEpoch] = o.epoch
+		}
 	} else {
 		c.Description = fmt.Sprintf("Partition %d of %s (subjects under %s): %s", p, EventsStream(o.prefix(), 0), Root(o.prefix(), p), c.Description)
 	}
@@ -146,36 +194,36 @@ func (o Options) advisorySubjects(subs []string) []string {
 	return out
 }
 
-// storeCount is the partition count of the store of prefix on js: 0 when
-// there is no store yet, 1 for a store from before partitions.
-func storeCount(ctx context.Context, js jetstream.JetStream, prefix string) (int, error) {
-	name := EventsStream(prefix, 0)
+// StoreLayout reads the layout of the store of prefix on js: a zero
+// Layout when there is no store yet, one partition with its records by
+// account for a store from before partitions.
+func StoreLayout(ctx context.Context, js jetstream.JetStream, prefix string) (Layout, error) {
+	name := EventsStream(defaultTo(prefix), 0)
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil
+		return Layout{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("streams: read %s: %w", name, err)
+		return Layout{}, fmt.Errorf("streams: read %s: %w", name, err)
 	}
 	md := s.CachedInfo().Config.Metadata
 	if to, ok := md[MetaMigrateTo]; ok {
-		return 0, fmt.Errorf("%w (to %s partitions), unfinished: finish it with `tenaz streams migrate --partitions %s` before starting the services", ErrMigrating, to, to)
+		return Layout{}, fmt.Errorf("%w (to %s partitions), unfinished: finish it with `tenaz streams migrate --partitions %s` before starting the services", ErrMigrating, to, to)
 	}
-	v, ok := md[metaPartitions]
-	if !ok {
-		return 1, nil
+	l := Layout{Partitions: 1, RecordsByEvent: md[metaRecords] == recordsByEvent, Epoch: md[metaEpoch]}
+	if v, ok := md[metaPartitions]; ok {
+		if l.Partitions, err = strconv.Atoi(v); err != nil || l.Partitions < 1 {
+			return Layout{}, fmt.Errorf("streams: %s's metadata %s is %q, not a partition count", StreamEvents, metaPartitions, v)
+		}
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("streams: %s's metadata %s is %q, not a partition count", StreamEvents, metaPartitions, v)
-	}
-	return n, nil
+	return l, nil
 }
 
 // Partitions reads the partition count of the store of prefix (0: no
 // store yet), for a service that does not apply the layout itself.
 func Partitions(ctx context.Context, js jetstream.JetStream, prefix string) (int, error) {
-	return storeCount(ctx, js, defaultTo(prefix))
+	l, err := StoreLayout(ctx, js, prefix)
+	return l.Partitions, err
 }
 
 // Names. Every stream and bucket name carries the installation's prefix,

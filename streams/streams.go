@@ -56,6 +56,12 @@ type Options struct {
 	// DefaultPartitions for a new store. Streams and Buckets lay out
 	// Partitions (1 when 0).
 	Partitions int
+	// RecordsByAccount keeps a store from before in its placement of the
+	// state records: each in its account's partition, not its event id's
+	// (Layout). Apply sets it from the store; a new store has it false.
+	RecordsByAccount bool
+	// epoch is an existing store's, kept in EVENTS' metadata by Apply.
+	epoch string
 }
 
 func (o Options) prefix() string {
@@ -245,18 +251,23 @@ func DataConsumer(file string) (jetstream.ConsumerConfig, error) {
 }
 
 // Apply creates or updates every stream and bucket and the shared
-// consumers, and returns the store's partition count. It is idempotent:
-// running it on every start-up is the intended use.
+// consumers, and returns the store's layout. It is idempotent: running it
+// on every start-up is the intended use.
 //
-// The count is the store's: a new store gets o.Partitions (or
-// DefaultPartitions), recorded in EVENTS' metadata; an existing one keeps
-// its own (a store from before partitions has one). A configured count
+// The layout is the store's: a new store gets o.Partitions (or
+// DefaultPartitions) and its records placed by event id, both recorded in
+// EVENTS' metadata; an existing one keeps its own (a store from before
+// partitions has one, and its records by account). A configured count
 // that differs from an existing store's is refused (ErrPartitions): its
 // events would be looked for where they are not.
-func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) {
-	n, err := storeCount(ctx, js, o.prefix())
+func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Layout, error) {
+	l, err := StoreLayout(ctx, js, o.prefix())
 	if err != nil {
-		return 0, err
+		return Layout{}, err
+	}
+	n := l.Partitions
+	if n > 0 {
+		o.RecordsByAccount, o.epoch = !l.RecordsByEvent, l.Epoch
 	}
 	switch {
 	case n == 0 && o.Partitions == 0:
@@ -265,53 +276,53 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (int, error) 
 	case o.Partitions == 0:
 		o.Partitions = n
 	case o.Partitions != n:
-		return 0, fmt.Errorf("%w: the store has %d, the config asks for %d; leave streams.partitions unset (or set it to %d) to keep the store's (a store keeps the count it was made with)", ErrPartitions, n, o.Partitions, n)
+		return Layout{}, fmt.Errorf("%w: the store has %d, the config asks for %d; leave streams.partitions unset (or set it to %d) to keep the store's (a store keeps the count it was made with)", ErrPartitions, n, o.Partitions, n)
 	}
 	ss, err := Streams(o)
 	if err != nil {
-		return 0, err
+		return Layout{}, err
 	}
 	for _, c := range ss {
 		if c.Retention, err = keptRetention(ctx, js, c); err != nil {
-			return 0, err
+			return Layout{}, err
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
-			return 0, fmt.Errorf("streams: apply stream %s: %w", c.Name, err)
+			return Layout{}, fmt.Errorf("streams: apply stream %s: %w", c.Name, err)
 		}
 	}
 	bs, err := Buckets(o)
 	if err != nil {
-		return 0, err
+		return Layout{}, err
 	}
 	for _, c := range bs {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, c); err != nil {
-			return 0, fmt.Errorf("streams: apply bucket %s: %w", c.Bucket, err)
+			return Layout{}, fmt.Errorf("streams: apply bucket %s: %w", c.Bucket, err)
 		}
 	}
 	ic, err := IngestConsumer(o)
 	if err != nil {
-		return 0, err
+		return Layout{}, err
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, StreamName(o.prefix(), StreamIntake), ic); err != nil {
-		return 0, fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
+		return Layout{}, fmt.Errorf("streams: apply consumer %s: %w", ic.Durable, err)
 	}
 	for p := range o.parts() {
 		pc, err := PollerConsumer(o, p)
 		if err != nil {
-			return 0, err
+			return Layout{}, err
 		}
 		if _, err := js.CreateOrUpdateConsumer(ctx, EventsStream(o.prefix(), p), pc); err != nil {
-			return 0, fmt.Errorf("streams: apply consumer %s on %s: %w", pc.Durable, EventsStream(o.prefix(), p), err)
+			return Layout{}, fmt.Errorf("streams: apply consumer %s on %s: %w", pc.Durable, EventsStream(o.prefix(), p), err)
 		}
 	}
 	dc, err := DeadletterConsumer()
 	if err != nil {
-		return 0, err
+		return Layout{}, err
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, StreamName(o.prefix(), streamAdvisories), dc); err != nil {
-		return 0, fmt.Errorf("streams: apply consumer %s: %w", dc.Durable, err)
+		return Layout{}, fmt.Errorf("streams: apply consumer %s: %w", dc.Durable, err)
 	}
-	return o.parts(), nil
+	return Layout{Partitions: o.parts(), RecordsByEvent: !o.RecordsByAccount, Epoch: o.epoch}, nil
 }
 
 // keptRetention is the retention c is applied with: its own, unless the

@@ -265,17 +265,22 @@ func TestDeadLimitsApplied(t *testing.T) {
 var ownerGroup = jetstream.FetchPriorityGroup("owner")
 
 // A new store gets DefaultPartitions (or the count asked for), each with
-// its EVENTS stream, its state bucket and its poller consumer, recorded
-// in EVENTS' metadata; applying again without a count keeps the store's,
-// and a different count is refused with ErrPartitions, changing nothing.
+// its EVENTS stream, its state bucket and its poller consumer, and its
+// records placed by event id, both recorded in EVENTS' metadata; applying
+// again without a count keeps the store's, and a different count is
+// refused with ErrPartitions, changing nothing.
 func TestApplyPartitions(t *testing.T) {
 	t.Parallel()
 	js := setup(t)
 	ctx := context.Background()
-	n, err := streams.Apply(ctx, js, streams.Options{})
-	if err != nil || n != streams.DefaultPartitions {
-		t.Fatalf("a new store: want %d partitions, got %d (%v)", streams.DefaultPartitions, n, err)
+	l, err := streams.Apply(ctx, js, streams.Options{})
+	if err != nil || l != (streams.Layout{Partitions: streams.DefaultPartitions, RecordsByEvent: true}) {
+		t.Fatalf("a new store: want %d partitions, records by event, got %+v (%v)", streams.DefaultPartitions, l, err)
 	}
+	if read, err := streams.StoreLayout(ctx, js, ""); err != nil || read != l {
+		t.Fatalf("read back: want %+v, got %+v (%v)", l, read, err)
+	}
+	n := l.Partitions
 	for p := range n {
 		s, err := js.Stream(ctx, streams.EventsStream("", p))
 		if err != nil {
@@ -294,8 +299,8 @@ func TestApplyPartitions(t *testing.T) {
 			t.Errorf("partition %d: poller consumer: %v", p, err)
 		}
 	}
-	if n, err := streams.Apply(ctx, js, streams.Options{}); err != nil || n != streams.DefaultPartitions {
-		t.Fatalf("again, no count asked: want the store's %d, got %d (%v)", streams.DefaultPartitions, n, err)
+	if again, err := streams.Apply(ctx, js, streams.Options{}); err != nil || again != l {
+		t.Fatalf("again, no count asked: want the store's %+v, got %+v (%v)", l, again, err)
 	}
 	if _, err := streams.Apply(ctx, js, streams.Options{Partitions: 2}); !errors.Is(err, streams.ErrPartitions) {
 		t.Fatalf("another count: want ErrPartitions, got %v", err)
@@ -306,7 +311,8 @@ func TestApplyPartitions(t *testing.T) {
 }
 
 // A store from before partitions (EVENTS without the metadata) is a
-// one-partition store and stays one: its streams are applied as they were.
+// one-partition store with its records by account, and stays one: its
+// streams are applied as they were.
 func TestApplyKeepsAStoreFromBeforePartitions(t *testing.T) {
 	t.Parallel()
 	js := setup(t)
@@ -323,9 +329,12 @@ func TestApplyKeepsAStoreFromBeforePartitions(t *testing.T) {
 			}
 		}
 	}
-	n, err := streams.Apply(ctx, js, streams.Options{})
-	if err != nil || n != 1 {
-		t.Fatalf("want the old store's one partition, got %d (%v)", n, err)
+	l, err := streams.Apply(ctx, js, streams.Options{})
+	if err != nil || l != (streams.Layout{Partitions: 1}) {
+		t.Fatalf("want the old store's one partition, records by account, got %+v (%v)", l, err)
+	}
+	if read, err := streams.StoreLayout(ctx, js, ""); err != nil || read != l {
+		t.Fatalf("read back after Apply: want %+v kept, got %+v (%v)", l, read, err)
 	}
 	if _, err := js.Stream(ctx, streams.EventsStream("", 1)); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("want no second partition made, got %v", err)
@@ -399,5 +408,38 @@ func TestNamesCarryThePrefix(t *testing.T) {
 	}
 	if got := streams.StateBucket("", 3); got != "tenaz_state_3" {
 		t.Errorf("StateBucket(\"\", 3) = %q", got)
+	}
+}
+
+// A store of several partitions made before records were placed by event
+// (no tenaz_records in EVENTS' metadata) keeps its records by account:
+// Apply neither moves nor relabels them (`tenaz streams migrate` does).
+func TestApplyKeepsRecordsByAccount(t *testing.T) {
+	t.Parallel()
+	js := setup(t)
+	ctx := context.Background()
+	ss, err := streams.Streams(streams.Options{Partitions: 2, RecordsByAccount: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ss {
+		if c.Name == "EVENTS" {
+			if _, ok := c.Metadata[streams.MetaRecords]; ok {
+				t.Fatalf("laid out by account: want no %s in the metadata, got %v", streams.MetaRecords, c.Metadata)
+			}
+			if _, err := js.CreateStream(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l, err := streams.Apply(ctx, js, streams.Options{})
+	if err != nil || l != (streams.Layout{Partitions: 2}) {
+		t.Fatalf("want the store's 2 partitions, records by account, got %+v (%v)", l, err)
+	}
+	if read, err := streams.StoreLayout(ctx, js, ""); err != nil || read != l {
+		t.Fatalf("read back after Apply: want %+v kept, got %+v (%v)", l, read, err)
+	}
+	if a, id := "acme", "ev_0000000000000000000000000a"; l.RecordPartition(a, id) != streams.PartitionOf(a, 2) {
+		t.Fatalf("by account: want the record in %s's partition %d, got %d", a, streams.PartitionOf(a, 2), l.RecordPartition(a, id))
 	}
 }

@@ -92,11 +92,20 @@ func (c *Client) watch(ctx context.Context, id string) (<-chan struct{}, func())
 	if err != nil {
 		return nil, func() {}
 	}
-	// The event's partition is its account's, which the id does not
-	// tell: watch the key in every partition's bucket.
-	n, err := streams.Partitions(ctx, js, c.o.prefix)
-	if err != nil || n == 0 {
+	// A record is in its event id's partition; in a store from before,
+	// its account's, which the id does not tell: then watch the key in
+	// every partition's bucket.
+	l, err := streams.StoreLayout(ctx, js, c.o.prefix)
+	if err != nil || l.Partitions == 0 {
 		return nil, func() {}
+	}
+	parts := make([]int, 0, l.Partitions)
+	if l.RecordsByEvent {
+		parts = append(parts, streams.PartitionOf(id, l.Partitions))
+	} else {
+		for p := range l.Partitions {
+			parts = append(parts, p)
+		}
 	}
 	changed := make(chan struct{}, 1)
 	var ws []jetstream.KeyWatcher
@@ -105,7 +114,7 @@ func (c *Client) watch(ctx context.Context, id string) (<-chan struct{}, func())
 			_ = w.Stop()
 		}
 	}
-	for p := range n {
+	for _, p := range parts {
 		kv, err := js.KeyValue(ctx, streams.StateBucket(c.o.prefix, p))
 		if err != nil {
 			stop()

@@ -26,7 +26,7 @@ const (
 const (
 	StreamIntake = streams.StreamIntake
 	// StreamEvents and BucketState are partition 0's names; every
-	// partition has its own (Subjects.EventsStream, Subjects.StateBucket).
+	// partition has its own (Subjects.EventsStreamOf, Subjects.StateBucketOf).
 	StreamEvents   = streams.StreamEvents
 	StreamDead     = "DEAD"
 	BucketState    = streams.BucketState
@@ -134,14 +134,16 @@ func ValidateEventID(id string) error {
 }
 
 // Subjects builds every subject under one prefix, and knows the store's
-// partitions: an account's dispatch, schedule and timer subjects, its
-// EVENTS stream and its state bucket are its partition's (package
-// streams lays them out).
+// partitions: an account's dispatch, schedule and timer subjects and its
+// EVENTS stream are its partition's (package streams lays them out).
 type Subjects struct {
 	Prefix string
 	// Partitions is the store's partition count (streams.Apply returns
 	// it); below 1: 1.
 	Partitions int
+	// Epoch is the store's (streams.Layout): the record revisions that
+	// messages carry are tagged with it (pkg/queue, RevOf).
+	Epoch string
 }
 
 // NewSubjects returns subject builders for prefix ("" means DefaultPrefix)
@@ -159,6 +161,12 @@ func (s Subjects) WithPartitions(n int) Subjects {
 	return s
 }
 
+// WithLayout returns s over the store's layout: its partitions and epoch.
+func (s Subjects) WithLayout(l streams.Layout) Subjects {
+	s.Epoch = l.Epoch
+	return s.WithPartitions(l.Partitions)
+}
+
 // Parts is the partition count (at least 1).
 func (s Subjects) Parts() int { return max(s.Partitions, 1) }
 
@@ -172,11 +180,6 @@ func (s Subjects) EventsStream(account string) string {
 
 // EventsStreamOf is partition p's EVENTS stream.
 func (s Subjects) EventsStreamOf(p int) string { return streams.EventsStream(s.Prefix, p) }
-
-// StateBucket is the state bucket of account's partition.
-func (s Subjects) StateBucket(account string) string {
-	return streams.StateBucket(s.Prefix, s.PartitionOf(account))
-}
 
 // StateBucketOf is partition p's state bucket.
 func (s Subjects) StateBucketOf(p int) string { return streams.StateBucket(s.Prefix, p) }

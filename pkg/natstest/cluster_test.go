@@ -114,7 +114,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 			t.Fatalf("%s: async write at a stale revision: want ErrConflict, got %v", round, err)
 		}
 		// The raw error is the clustered code on a replicated bucket.
-		_, err = js.Publish(ctx, "$KV."+st.Bucket(rec.Account)+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
+		_, err = js.Publish(ctx, "$KV."+st.Bucket(rec.Account, rec.ID)+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
 		var apiErr *jetstream.APIError
 		if !errors.As(err, &apiErr) || !store.IsWrongSequence(err) {
 			t.Fatalf("%s: want a wrong-sequence API error, got %v", round, err)
@@ -156,7 +156,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 		codes := map[jetstream.ErrorCode]int{}
 		var acks []jetstream.PubAckFuture
 		for range 32 {
-			f, err := js.PublishAsync("$KV."+st.Bucket(rec.Account)+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
+			f, err := js.PublishAsync("$KV."+st.Bucket(rec.Account, rec.ID)+"."+rec.ID, []byte("x"), jetstream.WithExpectLastSequencePerSubject(rev))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +182,9 @@ func TestClusterCompareAndSet(t *testing.T) {
 		t.Logf("%s: codes of 32 concurrent writes at one revision (0 = won): %v", round, codes)
 	}
 	check("before")
-	bucket := "KV_" + st.Bucket("acme")
+	// The bucket of the record the second round writes.
+	after := st.Bucket("acme", event.ID("acme", "after"))
+	bucket := "KV_" + after
 	leader := c.StreamLeader(bucket)
 	if leader < 0 {
 		t.Fatal("want a leader of the state bucket")
@@ -195,7 +197,7 @@ func TestClusterCompareAndSet(t *testing.T) {
 	natstest.Eventually(t, time.Minute, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		kv, err := js.KeyValue(pctx, st.Bucket("acme"))
+		kv, err := js.KeyValue(pctx, after)
 		if err != nil {
 			return false
 		}

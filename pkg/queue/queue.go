@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +28,31 @@ import (
 
 // HeaderRev carries the state record's revision at the time the message
 // was published: a dispatcher may claim by compare-and-set on it without
-// reading the record first.
+// reading the record first. In a store that was migrated it is
+// "<revision> <epoch>" (names.Subjects.Epoch): a migration moves records
+// to other buckets, where the same number may be another revision, so a
+// revision is only used in the epoch it was written in (RevOf).
 const HeaderRev = "Tenaz-Rev"
+
+// revValue is HeaderRev's value for rev in epoch.
+func revValue(rev uint64, epoch string) string {
+	if epoch == "" {
+		return strconv.FormatUint(rev, 10)
+	}
+	return strconv.FormatUint(rev, 10) + " " + epoch
+}
+
+// RevOf is the record revision h carries, when it was written in epoch;
+// ok is false when it carries none, or one of another epoch (the record
+// must be read).
+func RevOf(h nats.Header, epoch string) (rev uint64, ok bool) {
+	v, e, _ := strings.Cut(h.Get(HeaderRev), " ")
+	if e != epoch {
+		return 0, false
+	}
+	rev, err := strconv.ParseUint(v, 10, 64)
+	return rev, err == nil && rev > 0
+}
 
 // Queue publishes to the EVENTS stream of each event's partition.
 type Queue struct {
@@ -66,7 +90,7 @@ func (q *Queue) msg(env event.Envelope, subject string, rev uint64, msgID string
 	m.Data = env.Marshal()
 	m.Header.Set(names.HeaderEventID, env.ID)
 	if rev > 0 {
-		m.Header.Set(HeaderRev, strconv.FormatUint(rev, 10))
+		m.Header.Set(HeaderRev, revValue(rev, q.subj.Epoch))
 	}
 	if msgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, msgID)

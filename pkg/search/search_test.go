@@ -524,11 +524,16 @@ func TestFeedStartsWhereTheConsumersItReplacedLeftOff(t *testing.T) {
 	subj := names.NewSubjects("").WithPartitions(st.Partitions())
 	e := &env{js: js, subj: subj, st: st}
 	a := accounts[0]
-	stream := "KV_" + subj.StateBucket(a)
+	// Six records of one bucket (records are placed by event id).
 	var ids []string
-	for i := range 6 {
-		ids = append(ids, e.create(t, a, "order.create", fmt.Sprintf("old-%d", i), "", time.Now()))
+	for i := 0; len(ids) < 6; i++ {
+		key := fmt.Sprintf("old-%d", i)
+		if len(ids) > 0 && st.Bucket(a, event.ID(a, key)) != st.Bucket(a, ids[0]) {
+			continue
+		}
+		ids = append(ids, e.create(t, a, "order.create", key, "", time.Now()))
 	}
+	stream := "KV_" + st.Bucket(a, ids[0])
 	// What each replaced consumer had acknowledged: the index 4 records,
 	// the archive 2.
 	for name, acked := range map[string]int{"deadletter-search": 4, "deadletter-audit": 2} {

@@ -27,22 +27,22 @@ func LayoutOptions(cfg *config.Config) streams.Options {
 }
 
 // Bind is every service's first step: it applies cfg's layout (unless
-// skip: it then reads the store's partition count) and opens the store.
+// skip: it then reads the store's layout) and opens the store.
 // subj is the subjects of cfg's prefix over the store's partitions.
 func Bind(ctx context.Context, js jetstream.JetStream, cfg *config.Config, skip bool, now func() time.Time) (subj names.Subjects, st *Store, err error) {
-	var n int
+	var l streams.Layout
 	if skip {
-		if n, err = streams.Partitions(ctx, js, cfg.Prefix); err == nil && n == 0 {
+		if l, err = streams.StoreLayout(ctx, js, cfg.Prefix); err == nil && l.Partitions == 0 {
 			err = ErrNoStore
 		}
 	} else {
-		n, err = streams.Apply(ctx, js, LayoutOptions(cfg))
+		l, err = streams.Apply(ctx, js, LayoutOptions(cfg))
 	}
 	if err != nil {
 		return names.Subjects{}, nil, err
 	}
-	subj = names.NewSubjects(cfg.Prefix).WithPartitions(n)
-	st, err = Open(ctx, js, Options{Retention: cfg.Streams.Retention.D(), Now: now, Partitions: n, Prefix: cfg.Prefix})
+	subj = names.NewSubjects(cfg.Prefix).WithLayout(l)
+	st, err = Open(ctx, js, Options{Retention: cfg.Streams.Retention.D(), Now: now, Layout: l, Prefix: cfg.Prefix})
 	if err != nil {
 		return names.Subjects{}, nil, err
 	}

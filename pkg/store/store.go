@@ -1,5 +1,5 @@
 // Package store keeps event records in the state buckets (one per
-// partition: the account's is names.Subjects.StateBucket) and changes them
+// partition: a record's is its event id's, streams.Layout) and changes them
 // only by compare-and-set on the revision. A write is a JetStream publish
 // to the record's $KV subject with Nats-Expected-Last-Subject-Sequence, so
 // it can be sent synchronously or pipelined (WriteAsync) without another
@@ -76,16 +76,17 @@ type Options struct {
 	Now func() time.Time
 	// MaxConflicts bounds the read-modify-write retries of Update. Defaults to 32.
 	MaxConflicts int
-	// Partitions is the store's partition count (streams.Apply returns
-	// it). 0: read it from the server.
-	Partitions int
+	// Layout is the store's (streams.Apply returns it). Zero: read it
+	// from the server.
+	Layout streams.Layout
 	// Prefix is the installation's subject prefix, which its bucket names
 	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
 }
 
 // Store reads and writes event records, each in the state bucket of its
-// account's partition.
+// partition (Options.Layout: its event id's, or in a store from before
+// its account's).
 type Store struct {
 	js    jetstream.JetStream
 	subj  names.Subjects
@@ -101,14 +102,14 @@ type partition struct {
 
 // Open binds the state buckets (they must exist: streams.Apply).
 func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
-	if o.Partitions == 0 {
-		n, err := streams.Partitions(ctx, js, o.Prefix)
+	if o.Layout.Partitions == 0 {
+		l, err := streams.StoreLayout(ctx, js, o.Prefix)
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
-		o.Partitions = n
+		o.Layout = l
 	}
-	subj := names.NewSubjects(o.Prefix).WithPartitions(o.Partitions)
+	subj := names.NewSubjects(o.Prefix).WithLayout(o.Layout)
 	parts := make([]partition, subj.Parts())
 	for p := range parts {
 		name := subj.StateBucketOf(p)
@@ -142,20 +143,28 @@ func (s *Store) KVs() []jetstream.KeyValue {
 	return out
 }
 
-func (s *Store) of(account string) partition { return s.parts[s.subj.PartitionOf(account)] }
+// Layout is the store's.
+func (s *Store) Layout() streams.Layout { return s.o.Layout }
 
-// Bucket is the state bucket of account's records.
-func (s *Store) Bucket(account string) string { return s.subj.StateBucket(account) }
+func (s *Store) of(account, id string) partition {
+	return s.parts[s.o.Layout.RecordPartition(account, id)]
+}
+
+// Bucket is the state bucket of the record of account's event id.
+func (s *Store) Bucket(account, id string) string {
+	return s.subj.StateBucketOf(s.o.Layout.RecordPartition(account, id))
+}
 
 // Get returns the record of account's event id and its revision, or
-// ErrNotFound. An account of "" (a caller who knows only the id: an
+// ErrNotFound. Records placed by event id are found by it alone; in a
+// store from before, an account of "" (a caller who knows only the id: an
 // operator, a callback without its account) looks in every partition.
 func (s *Store) Get(ctx context.Context, account, id string) (state.Record, uint64, error) {
 	if err := names.ValidateEventID(id); err != nil {
 		return state.Record{}, 0, fmt.Errorf("%w: %v", ErrNotFound, err)
 	}
-	if account != "" || len(s.parts) == 1 {
-		return get(ctx, s.of(account).kv, id)
+	if account != "" || s.o.Layout.RecordsByEvent || len(s.parts) == 1 {
+		return get(ctx, s.of(account, id).kv, id)
 	}
 	type found struct {
 		r   state.Record
@@ -201,7 +210,7 @@ func get(ctx context.Context, kv jetstream.KeyValue, id string) (state.Record, u
 }
 
 func (s *Store) msg(r state.Record, rev uint64) *nats.Msg {
-	m := nats.NewMsg(s.of(r.Account).prefix + r.ID)
+	m := nats.NewMsg(s.of(r.Account, r.ID).prefix + r.ID)
 	m.Data = r.AppendJSON(make([]byte, 0, 512+256*len(r.History)))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if r.Status.Terminal() {

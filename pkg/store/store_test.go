@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/streams"
 )
 
 func TestMain(m *testing.M) {
@@ -362,7 +363,7 @@ func TestUpdateFnErrorWritesNothing(t *testing.T) {
 // lastMsg is the stored message of a record.
 func lastMsg(t *testing.T, js jetstream.JetStream, st *store.Store, r state.Record) *jetstream.RawStreamMsg {
 	t.Helper()
-	bucket, id := st.Bucket(r.Account), r.ID
+	bucket, id := st.Bucket(r.Account, r.ID), r.ID
 	s, err := js.Stream(ctx(t), "KV_"+bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -478,5 +479,55 @@ func TestOpenWithoutBucket(t *testing.T) {
 	}
 	if _, err := store.Open(ctx(t), js, store.Options{}); err == nil {
 		t.Error("Open without the tenaz_state bucket: want an error, got nil")
+	}
+}
+
+// In a new store each record is in its event id's partition, so one
+// account's records are spread over every bucket and each is found by its
+// id alone; a store from before keeps each in its account's partition.
+func TestRecordsPlacedByEvent(t *testing.T) {
+	t.Parallel()
+	st, js := setup(t, store.Options{})
+	l := st.Layout()
+	if !l.RecordsByEvent || l.Partitions < 2 {
+		t.Fatalf("a new store: want records by event over several partitions, got %+v", l)
+	}
+	buckets := map[string]int{}
+	for range 40 {
+		r := record(t)
+		create(t, st, r)
+		b := st.Bucket(r.Account, r.ID)
+		if want := names.NewSubjects("").StateBucketOf(streams.PartitionOf(r.ID, l.Partitions)); b != want {
+			t.Fatalf("record %s: in %s, want its event's %s", r.ID, b, want)
+		}
+		kv, err := js.KeyValue(ctx(t), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Get(ctx(t), r.ID); err != nil {
+			t.Fatalf("record %s: not in %s: %v", r.ID, b, err)
+		}
+		if got, _, err := st.Get(ctx(t), "", r.ID); err != nil || got.ID != r.ID {
+			t.Fatalf("Get by id alone: %v", err)
+		}
+		buckets[b]++
+	}
+	if len(buckets) != l.Partitions {
+		t.Fatalf("one account's 40 records: want them in all %d buckets, got %v", l.Partitions, buckets)
+	}
+
+	old, err := store.Open(ctx(t), js, store.Options{Layout: streams.Layout{Partitions: l.Partitions}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := record(t)
+	if _, err := old.Create(ctx(t), r); err != nil {
+		t.Fatal(err)
+	}
+	if want := names.NewSubjects("").StateBucketOf(streams.PartitionOf(r.Account, l.Partitions)); old.Bucket(r.Account, r.ID) != want {
+		t.Fatalf("by account: record in %s, want the account's %s", old.Bucket(r.Account, r.ID), want)
+	}
+	if got, _, err := old.Get(ctx(t), "", r.ID); err != nil || got.ID != r.ID {
+		t.Fatalf("by account, Get by id alone (every partition): %v", err)
 	}
 }

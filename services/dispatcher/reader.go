@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,10 +153,10 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 	fresh := make([]*claimed, 0, len(msgs))
 	for _, h := range msgs {
 		m := h.m
-		rev, err := strconv.ParseUint(m.Headers().Get(queue.HeaderRev), 10, 64)
+		rev, revOK := queue.RevOf(m.Headers(), s.subj.Epoch)
 		meta := h.meta
 		env, eerr := event.Unmarshal(m.Data())
-		if err != nil || meta == nil || eerr != nil || meta.NumDelivered > 1 {
+		if !revOK || meta == nil || eerr != nil || meta.NumDelivered > 1 {
 			// A redelivery is no fresh event: its run may have been
 			// claimed and lost. The one-message path reads the record.
 			s.spawn(l, h, nil)

@@ -245,9 +245,17 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 		dry = migrateReport(t, op, "--partitions", "4", "--dry-run")
 		return dry.Busy == ""
 	}, "the stopped services' consumers to be idle: %s", &dry.Busy)
+	// Messages move with their accounts, records to their event id's
+	// partition (a migrated store places records by event).
+	records := map[int]int{}
+	for _, e := range evs {
+		if q := streams.PartitionOf(e.id, 4); q != 0 {
+			records[q]++
+		}
+	}
 	for _, mv := range dry.Moves {
-		if mv.From != 0 || mv.Records != 8 || mv.Messages+mv.Schedules < 5 {
-			t.Errorf("dry run: want 8 records and at least 5 messages or schedules from partition 0 to each other, got %+v", dry.Moves)
+		if mv.From != 0 || mv.Records != records[mv.To] || mv.Messages+mv.Schedules < 5 {
+			t.Errorf("dry run: want %v records and at least 5 messages or schedules from partition 0 to each other, got %+v", records, dry.Moves)
 		}
 	}
 	if len(dry.Moves) != 3 {
@@ -262,8 +270,8 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 		t.Fatalf("migrate: want 1 to 4 with moves to 3 partitions, got %+v", rep)
 	}
 	for _, mv := range rep.Moves {
-		if mv.Records != 8 {
-			t.Errorf("migrate: want 8 records moved to partition %d, got %+v", mv.To, mv)
+		if mv.Records != records[mv.To] {
+			t.Errorf("migrate: want %d records moved to partition %d, got %+v", records[mv.To], mv.To, mv)
 		}
 	}
 	ctx := servicetest.Context(t, 2*time.Minute)
@@ -312,7 +320,7 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 			"%s %s (%s) to be %s: %s", e.account, e.kind, e.id, e.want, servicetest.Lazy(func() string { return get(t, base+"/v1/events/"+e.id).Status }))
 		rec, _, err := st.Get(ctx, e.account, e.id)
 		if err != nil {
-			t.Errorf("%s in its account's partition %d: %v", e.id, subj.PartitionOf(e.account), err)
+			t.Errorf("%s in its event's partition %d: %v", e.id, streams.PartitionOf(e.id, 4), err)
 		}
 		if e.prov != nil {
 			if n := e.prov.Effects(e.id); n != 1 {
@@ -338,14 +346,14 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 
 // A migrate killed part-way leaves the store marked: tenaz refuses to
 // start on it, naming the command that finishes it, and that command run
-// again moves the rest, each of 10,000 events' records and messages
-// ending in its account's partition exactly once.
+// again moves the rest, each of 10,000 events' messages ending in its
+// account's partition and its record in its event's, exactly once.
 func TestStreamsMigrateKilledResumes(t *testing.T) {
 	t.Parallel()
 	srv, js := legacyStore(t, false)
 	ctx := servicetest.Context(t, 3*time.Minute)
 	one := names.NewSubjects("")
-	st, err := store.Open(ctx, js, store.Options{Partitions: 1})
+	st, err := store.Open(ctx, js, store.Options{Layout: streams.Layout{Partitions: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +436,7 @@ func TestStreamsMigrateKilledResumes(t *testing.T) {
 		t.Fatalf("migrate again: want the migration resumed and finished, got\n%s", again)
 	}
 
-	// Each event: one record and one message, in its account's partition.
+	// Each event: one message, in its account's partition, and one record, in its event's.
 	four := one.WithPartitions(4)
 	seen := map[string]int{}
 	for p := range 4 {
@@ -460,8 +468,8 @@ func TestStreamsMigrateKilledResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for id := range keys.Keys() {
-			if four.PartitionOf(ids[id]) != p {
-				t.Fatalf("record %s (account %q) in partition %d", id, ids[id], p)
+			if streams.PartitionOf(id, 4) != p {
+				t.Fatalf("record %s (account %q) in partition %d, not its event's", id, ids[id], p)
 			}
 			seen[id] += 1000
 		}

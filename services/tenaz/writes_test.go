@@ -209,13 +209,15 @@ func countWrites(t *testing.T, p writesPath) writesResult {
 	roles := map[string]string{
 		e.Subj.Stream(names.StreamIntake):        "intake",
 		e.Subj.EventsStream(account):             "events",
-		"KV_" + e.Subj.StateBucket(account):      "state",
 		"KV_" + e.Subj.Bucket("tenaz_callbacks"): "callbacks",
 		"KV_" + e.Subj.Bucket("tenaz_breakers"):  "breakers",
 		e.Subj.Stream("TENAZ_AUDIT"):             "audit",
 		"KV_" + e.Subj.Bucket("tenaz_search"):    "search",
 		// Heartbeats, per second and per replica, not per event.
 		"KV_" + e.Subj.Bucket("tenaz_owners"): "",
+	}
+	for p := range e.Subj.Parts() { // records are spread over every partition's
+		roles["KV_"+e.Subj.StateBucketOf(p)] = "state"
 	}
 	isFollower := map[string]bool{"audit": true, "search": true}
 	tp := wiretap(t, e)
@@ -271,11 +273,12 @@ func countWrites(t *testing.T, p writesPath) writesResult {
 		case role == "":
 			continue
 		}
+		costs := r.hot
 		if isFollower[role] {
-			r.followers[role] = cost{per(stored), per(removed)}
-		} else {
-			r.hot[role] = cost{per(stored), per(removed)}
+			costs = r.followers
 		}
+		c := costs[role]
+		costs[role] = cost{c.Stored + per(stored), c.Removed + per(removed)}
 	}
 	return r
 }

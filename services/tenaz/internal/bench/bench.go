@@ -459,15 +459,15 @@ func (b *Instance) Latency(ctx context.Context, tag string, rate int, d time.Dur
 
 // LatencyOf is Latency for the given account.
 func (b *Instance) LatencyOf(ctx context.Context, account, tag string, rate int, d time.Duration) (p50, p99 float64, err error) {
-	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, account)))
+	recs, err := openRecords(ctx, b.js)
 	if err != nil {
 		return 0, 0, err
 	}
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	updates, stop, err := recs.watch(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer func() { _ = w.Stop() }()
+	defer stop()
 	sent := sync.Map{} // key → time
 	var lats []float64
 	n := int(float64(rate) * d.Seconds())
@@ -475,10 +475,7 @@ func (b *Instance) LatencyOf(ctx context.Context, account, tag string, rate int,
 	go func() {
 		defer close(done)
 		seen := 0
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
+		for e := range updates {
 			var r struct {
 				Status         string `json:"status"`
 				IdempotencyKey string `json:"idempotency_key"`
@@ -788,4 +785,70 @@ func partitionRun(ctx context.Context, sz Sizes, r Report, concurrency int, targ
 	}
 	res.report(r, fmt.Sprintf("_fsync_always_partitions_%d", parts), false)
 	return nil
+}
+
+// records reads the store's state records wherever its layout puts them
+// (by event id in a new store: one account's are in every bucket).
+type records struct {
+	layout streams.Layout
+	kvs    []jetstream.KeyValue
+}
+
+func openRecords(ctx context.Context, js jetstream.JetStream) (*records, error) {
+	l, err := streams.StoreLayout(ctx, js, "")
+	if err != nil {
+		return nil, err
+	}
+	r := &records{layout: l, kvs: make([]jetstream.KeyValue, l.Partitions)}
+	for p := range r.kvs {
+		if r.kvs[p], err = js.KeyValue(ctx, streams.StateBucket("", p)); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// of is the bucket of the record of account's event id.
+func (r *records) of(account, id string) jetstream.KeyValue {
+	return r.kvs[r.layout.RecordPartition(account, id)]
+}
+
+// values is how many records the buckets hold.
+func (r *records) values(ctx context.Context) (uint64, error) {
+	var n uint64
+	for _, kv := range r.kvs {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n += st.Values()
+	}
+	return n, nil
+}
+
+// watch sends every update of every bucket on one channel until stop.
+func (r *records) watch(ctx context.Context) (<-chan jetstream.KeyValueEntry, func(), error) {
+	out := make(chan jetstream.KeyValueEntry, 1024)
+	var ws []jetstream.KeyWatcher
+	stop := func() {
+		for _, w := range ws {
+			_ = w.Stop()
+		}
+	}
+	for _, kv := range r.kvs {
+		w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		ws = append(ws, w)
+		go func() {
+			for e := range w.Updates() { // closed by Stop
+				if e != nil {
+					out <- e
+				}
+			}
+		}()
+	}
+	return out, stop, nil
 }

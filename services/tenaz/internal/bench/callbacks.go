@@ -197,11 +197,11 @@ func (b *Instance) awaitingCallbacks(ctx context.Context, prov *provider.Provide
 
 // record is the stored value of the event's record.
 func (b *Instance) record(ctx context.Context, id string) ([]byte, error) {
-	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, callbackAccount)))
+	recs, err := openRecords(ctx, b.js)
 	if err != nil {
 		return nil, err
 	}
-	e, err := kv.Get(ctx, id)
+	e, err := recs.of(callbackAccount, id).Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -210,12 +210,12 @@ func (b *Instance) record(ctx context.Context, id string) ([]byte, error) {
 
 // checkStatus checks that every event's record is in state want.
 func (b *Instance) checkStatus(ctx context.Context, ids []string, want state.State) error {
-	kv, err := b.js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, b.js, callbackAccount)))
+	recs, err := openRecords(ctx, b.js)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
-		status, err := statusOf(ctx, kv, id)
+		status, err := statusOf(ctx, recs.of(callbackAccount, id), id)
 		if err != nil {
 			return fmt.Errorf("callbacks: record %s: %w", id, err)
 		}

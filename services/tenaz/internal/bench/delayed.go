@@ -72,7 +72,7 @@ kinds:
 		return err
 	}
 	d := &delayedRun{js: js, pubErrs: &pubErrs}
-	if d.kv, err = js.KeyValue(ctx, streams.StateBucket("", partitionOf(ctx, js, delayedAccount))); err != nil {
+	if d.recs, err = openRecords(ctx, js); err != nil {
 		return err
 	}
 	disk0, err := diskBytes(storeDir)
@@ -198,7 +198,7 @@ kinds:
 // delayedRun submits delayed events and follows them.
 type delayedRun struct {
 	js      jetstream.JetStream
-	kv      jetstream.KeyValue
+	recs    *records
 	pubErrs *atomic.Int64
 }
 
@@ -274,10 +274,9 @@ func (d *delayedRun) waitScheduled(ctx context.Context, want uint64, timeout tim
 	lastLog := time.Now()
 	for {
 		// A busy server may not answer in time: ask again until the deadline.
-		var have, pending uint64
-		st, err := d.kv.Status(ctx)
+		var pending uint64
+		have, err := d.recs.values(ctx)
 		if err == nil {
-			have = st.Values()
 			var ci jetstream.Consumer
 			if ci, err = d.js.Consumer(ctx, names.StreamIntake, "ingest"); err == nil {
 				info := ci.CachedInfo()
@@ -308,7 +307,7 @@ func (d *delayedRun) checkSample(ctx context.Context, tag string, n int, want st
 	step := max(n/200, 1)
 	for i := 0; i < n; i += step {
 		id := event.ID(delayedAccount, tag+"-"+strconv.Itoa(i))
-		status, err := statusOf(ctx, d.kv, id)
+		status, err := statusOf(ctx, d.recs.of(delayedAccount, id), id)
 		if err != nil {
 			return fmt.Errorf("delayed: record %s (%s-%d): %w", id, tag, i, err)
 		}

@@ -108,15 +108,15 @@ func Search(ctx context.Context, sz Sizes, r Report) error {
 	if err != nil {
 		return err
 	}
-	parts, err := streams.Apply(ctx, js, streams.Options{})
+	l, err := streams.Apply(ctx, js, streams.Options{})
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, js, store.Options{Partitions: parts})
+	st, err := store.Open(ctx, js, store.Options{Layout: l})
 	if err != nil {
 		return err
 	}
-	subj := names.NewSubjects("").WithPartitions(parts)
+	subj := names.NewSubjects("").WithPartitions(l.Partitions)
 	x := search.NewIndexer(js, subj, search.IndexerOptions{})
 	if err := x.Start(ctx); err != nil {
 		return err

@@ -90,14 +90,14 @@ func (c *StreamsApplyCmd) Run(cl *Connection, env *Env) error {
 		return jsError("read stream "+subj.Stream(streams.StreamAudit), err)
 	}
 	o.Partitions = c.Partitions
-	n, err := streams.Apply(ctx, js, o)
+	l, err := streams.Apply(ctx, js, o)
 	if errors.Is(err, streams.ErrPartitions) {
 		return failf(ErrUsage, "--partitions: %v", err)
 	}
 	if err != nil {
 		return jsError("apply", err)
 	}
-	o.Partitions = n
+	o.Partitions, o.RecordsByAccount = l.Partitions, !l.RecordsByEvent
 	out := AppliedLayout{Prefix: cl.Prefix, Replicas: replicas}
 	if placement != nil {
 		out.Cluster, out.Tags = placement.Cluster, placement.Tags

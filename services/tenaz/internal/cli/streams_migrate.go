@@ -92,13 +92,17 @@ type migration struct {
 	log    io.Writer
 	now    func() time.Time
 
-	from    int
-	id      string // the migration's, in EVENTS' metadata and on its copies
-	resumed bool   // begun by an earlier run
-	old     names.Subjects
-	new     names.Subjects
-	events  []jetstream.Stream // EVENTS of partition p, over both layouts
-	state   []jetstream.Stream // KV_<state bucket> of partition p
+	from int
+	// byAccount: the store's records are in their account's partition (a
+	// store from before), to be moved to their event id's even when the
+	// count stays.
+	byAccount bool
+	id        string // the migration's, in EVENTS' metadata and on its copies
+	resumed   bool   // begun by an earlier run
+	old       names.Subjects
+	new       names.Subjects
+	events    []jetstream.Stream // EVENTS of partition p, over both layouts
+	state     []jetstream.Stream // KV_<state bucket> of partition p
 	// copies maps a message copied from partition p (at its sequence
 	// there) to its copy's sequence, by (p, new partition), in the order of
 	// p's sequences: a moved record's RunSeq is translated with it.
@@ -113,8 +117,9 @@ type migration struct {
 
 type copied struct{ from, to uint64 }
 
-// HeaderMigrated marks a message copied by a migration: "<id> <partition>
-// <sequence>" of its original, so that a run again knows what is copied.
+// HeaderMigrated marks a message or record copied by a migration: "<id>
+// <partition> <sequence>" of its original, so that a run again knows what
+// is copied.
 const HeaderMigrated = "Tenaz-Migrated"
 
 // dueHorizon is how close to its time a schedule is left to fire where it
@@ -136,7 +141,7 @@ func (m *migration) run(ctx context.Context) (MigrationReport, error) {
 		m.rep.Busy = busy
 	case busy != "":
 		return m.rep, failf(ErrConflict, "the store is in use: %s; stop every tenaz service on it (tenaz run, or tenaz-ingest, -dispatcher, -poller, -deadletter), then run this again", busy)
-	case m.from == m.to && !m.resumed:
+	case m.from == m.to && !m.resumed && !(m.byAccount && m.from > 1):
 		// Nothing to move; a run stopped after its switch may have left
 		// the emptied partitions of a smaller count.
 		if err := m.dropExtra(ctx); err != nil {
@@ -210,6 +215,7 @@ func (m *migration) plan(ctx context.Context) error {
 			return fmt.Errorf("stream %s: metadata %s is %q, not a partition count", name, streams.MetaPartitions, v)
 		}
 	}
+	m.byAccount = md[streams.MetaRecords] != streams.MetaRecordsByEvent
 	if v, ok := md[streams.MetaMigrateTo]; ok {
 		if v != strconv.Itoa(m.to) {
 			return failf(ErrConflict, "a migration of this store to %s partitions is unfinished: finish it first with `tenaz streams migrate --partitions %s`", v, v)
@@ -602,36 +608,48 @@ func scheduleDue(pattern string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// copyRecords moves partition p's state records whose account is in
-// another partition now, keeping the time a finished one has left.
+// copyRecords moves partition p's state records to their partition in
+// the new layout (their event id's: a migrated store places records by
+// event), keeping the time a finished one has left, and translates the
+// run sequence of a record whose account's messages moved (in place when
+// the record stays). What it writes carries HeaderMigrated, so that the
+// next pass, or a run again, leaves it alone.
 func (m *migration) copyRecords(ctx context.Context, p int) error {
 	prefix := "$KV." + streams.StateBucket(m.prefix, p) + "."
-	for k, cs := range m.copies {
-		if k[0] == p {
-			sort.Slice(cs, func(i, j int) bool { return cs[i].from < cs[j].from })
-		}
+	for _, cs := range m.copies {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].from < cs[j].from })
 	}
+	placed := streams.Layout{Partitions: m.to, RecordsByEvent: true}
 	return each(ctx, m.state[p], prefix+">", func(msg *jetstream.RawStreamMsg) error {
 		if msg.Header.Get("KV-Operation") != "" {
 			return nil // a delete or purge marker: nothing to move
 		}
+		if strings.HasPrefix(msg.Header.Get(HeaderMigrated), m.id+" ") {
+			return nil // written by this migration
+		}
+		id := strings.TrimPrefix(msg.Subject, prefix)
 		var rec state.Record
 		if err := json.Unmarshal(msg.Data, &rec); err != nil || names.ValidateAccount(rec.Account) != nil {
-			m.logf("left record %s in %s: not a readable record", strings.TrimPrefix(msg.Subject, prefix), streams.StateBucket(m.prefix, p))
+			m.logf("left record %s in %s: not a readable record", id, streams.StateBucket(m.prefix, p))
 			return nil
 		}
-		q := m.new.PartitionOf(rec.Account)
-		if q == p {
+		q := placed.RecordPartition(rec.Account, id)
+		from, to := m.old.PartitionOf(rec.Account), m.new.PartitionOf(rec.Account)
+		translate := rec.RunSeq != 0 && from != to
+		if q == p && !translate {
 			return nil
 		}
-		m.move(p, q).Records++
+		if q != p {
+			m.move(p, q).Records++
+		}
 		if m.dry {
 			return nil
 		}
-		c := nats.NewMsg("$KV." + streams.StateBucket(m.prefix, q) + "." + strings.TrimPrefix(msg.Subject, prefix))
+		c := nats.NewMsg("$KV." + streams.StateBucket(m.prefix, q) + "." + id)
+		c.Header.Set(HeaderMigrated, fmt.Sprintf("%s %d %d", m.id, p, msg.Sequence))
 		c.Data = msg.Data
-		if rec.RunSeq != 0 {
-			rec.RunSeq = m.runSeq(p, q, rec.RunSeq)
+		if translate {
+			rec.RunSeq = m.runSeq(from, to, rec.RunSeq)
 			c.Data = rec.AppendJSON(nil)
 		}
 		keep := true
@@ -650,14 +668,19 @@ func (m *migration) copyRecords(ctx context.Context, p int) error {
 				c.Header.Set("Nats-TTL", left.Truncate(time.Second).String())
 			}
 		}
+		upTo := msg.Sequence + 1
 		if keep {
-			if _, err := m.js.PublishMsg(ctx, c); err != nil {
+			ack, err := m.js.PublishMsg(ctx, c)
+			if err != nil {
 				return err
+			}
+			if q == p {
+				upTo = ack.Sequence // rewritten in place: the copy stays
 			}
 		}
 		// A bucket's stream denies deleting a message; a purge of the key
 		// up to this revision removes it, leaving no marker to watchers.
-		return m.state[p].Purge(ctx, jetstream.WithPurgeSubject(msg.Subject), jetstream.WithPurgeSequence(msg.Sequence+1))
+		return m.state[p].Purge(ctx, jetstream.WithPurgeSubject(msg.Subject), jetstream.WithPurgeSequence(upTo))
 	})
 }
 
@@ -715,6 +738,9 @@ func (m *migration) switchCount(ctx context.Context) error {
 		}
 	}
 	md[streams.MetaPartitions] = strconv.Itoa(m.to)
+	// The records are by event now, and the messages' revisions of
+	// before are stale: the new epoch tells the dispatchers to read.
+	md[streams.MetaRecords], md[streams.MetaEpoch] = streams.MetaRecordsByEvent, m.id
 	c.Metadata = md
 	if _, err := m.js.UpdateStream(ctx, c); err != nil {
 		return jsError("switch "+name+" to "+strconv.Itoa(m.to)+" partitions", err)
@@ -779,7 +805,7 @@ func printMigration(w io.Writer, r MigrationReport) {
 	case r.DryRun:
 		verb = "would move"
 		fmt.Fprintf(w, "dry run: the store (prefix %q) has %d partition(s); to %d:\n", r.Prefix, r.From, r.To)
-	case r.From == r.To && !r.Resumed:
+	case r.From == r.To && !r.Resumed && len(r.Moves) == 0:
 		fmt.Fprintf(w, "the store (prefix %q) has %d partition(s) already: nothing to move\n", r.Prefix, r.To)
 	default:
 		fmt.Fprintf(w, "the store (prefix %q) is moved from %d to %d partition(s) in %.1fs\n", r.Prefix, r.From, r.To, r.Seconds)

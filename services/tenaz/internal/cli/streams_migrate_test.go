@@ -35,31 +35,7 @@ func TestMigrationStoppedAfterACopyResumesWithoutDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	four := names.NewSubjects("").WithPartitions(st.Partitions())
-	q := queue.New(js, four)
-	const n = 200
-	ids, running := map[string]bool{}, map[string]bool{}
-	for i := range n {
-		a, key := fmt.Sprintf("acct%d", i%20), fmt.Sprintf("k%d", i)
-		env := event.Envelope{ID: event.ID(a, key), Account: a, Kind: "order.create", IdempotencyKey: key,
-			Payload: []byte(`{}`), CreatedAt: time.Now().UTC()}
-		rev, err := st.Create(ctx, queue.Initial(env))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ack, err := q.EnqueueFresh(ctx, env, rev, env.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[env.ID] = true
-		if i%10 == 0 {
-			// A run lost with its dispatcher: claimed by this message,
-			// which is still waiting to be redelivered.
-			if _, _, _, err := st.Transition(ctx, a, env.ID, state.Action{Name: state.Claim, Seq: ack.Sequence, Actor: "test"}); err != nil {
-				t.Fatal(err)
-			}
-			running[env.ID] = true
-		}
-	}
+	ids, running := fill(ctx, t, js, st, 200, 20)
 
 	crash := errors.New("crashed after a copy")
 	copies := 0
@@ -107,7 +83,7 @@ func TestMigrationStoppedAfterACopyResumesWithoutDuplicates(t *testing.T) {
 		seq = msg.Sequence + 1
 		id := msg.Header.Get(names.HeaderEventID)
 		seen[id]++
-		if running[id] {
+		if _, ok := running[id]; ok {
 			// Its redelivery takes the run over only if the record names
 			// this message (process.go: Reclaim when RunSeq is its seq).
 			rec, _, err := st1.Get(ctx, "", id)
@@ -124,4 +100,130 @@ func TestMigrationStoppedAfterACopyResumesWithoutDuplicates(t *testing.T) {
 	if _, err := js.Stream(ctx, streams.EventsStream("", 1)); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Errorf("EVENTS_1 after moving to 1 partition: want it dropped, got %v", err)
 	}
+}
+
+// A store of 4 partitions from before records were placed by event (its
+// records in their accounts' partitions) is moved to records by event by
+// a migration to the same count: each record ends in its event id's
+// partition, once, the run of a claimed one still naming its message
+// (which did not move), and the store's layout says records by event, in
+// the migration's epoch. A second run moves nothing.
+func TestMigrationPlacesRecordsByEventAtTheSameCount(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	events, err := js.Stream(ctx, names.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := events.CachedInfo().Config
+	delete(c.Metadata, streams.MetaRecords)
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, js, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := st.Layout(); l.RecordsByEvent || l.Partitions != 4 {
+		t.Fatalf("want a store of 4 partitions with records by account, got %+v", l)
+	}
+	accounts, running := fill(ctx, t, js, st, 120, 12)
+	moving := map[[2]int]int{} // (from, to) -> records
+	for id, a := range accounts {
+		if from, to := streams.PartitionOf(a, 4), streams.PartitionOf(id, 4); from != to {
+			moving[[2]int{from, to}]++
+		}
+	}
+
+	m := &migration{js: js, prefix: names.DefaultPrefix, to: 4, log: io.Discard, now: time.Now}
+	rep, err := m.run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]int]int{}
+	for _, mv := range rep.Moves {
+		if mv.Messages+mv.Schedules != 0 {
+			t.Errorf("same count: want no message moved, got %+v", mv)
+		}
+		got[[2]int{mv.From, mv.To}] = mv.Records
+	}
+	if fmt.Sprint(got) != fmt.Sprint(moving) {
+		t.Fatalf("records moved by partitions: want %v, got %v", moving, got)
+	}
+	l, err := streams.StoreLayout(ctx, js, "")
+	if err != nil || !l.RecordsByEvent || l.Partitions != 4 || l.Epoch == "" {
+		t.Fatalf("after: want 4 partitions, records by event, an epoch; got %+v, %v", l, err)
+	}
+	byEvent, err := store.Open(ctx, js, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for p := range 4 {
+		kv, err := js.KeyValue(ctx, streams.StateBucket("", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id := range keys.Keys() {
+			if streams.PartitionOf(id, 4) != p {
+				t.Errorf("record %s in partition %d, not its event's %d", id, p, streams.PartitionOf(id, 4))
+			}
+			seen[id]++
+		}
+	}
+	for id, a := range accounts {
+		if seen[id] != 1 {
+			t.Errorf("record %s: want it once, got %d", id, seen[id])
+		}
+		rec, _, err := byEvent.Get(ctx, "", id)
+		if err != nil || rec.Account != a {
+			t.Errorf("record %s by its id: %v", id, err)
+			continue
+		}
+		if seq, ok := running[id]; ok && (rec.Status != state.Running || rec.RunSeq != seq) {
+			t.Errorf("running event %s: want run_seq %d (its message did not move), got %d (%s)", id, seq, rec.RunSeq, rec.Status)
+		}
+	}
+	if again, err := (&migration{js: js, prefix: names.DefaultPrefix, to: 4, log: io.Discard, now: time.Now}).run(ctx); err != nil || len(again.Moves) != 0 {
+		t.Fatalf("a second run: want nothing moved, got %+v, %v", again, err)
+	}
+}
+
+// fill makes n fresh events over accounts acct0, acct1, …: each record
+// created and its message enqueued, and every tenth claimed by its
+// message, a run lost with its dispatcher (the message still waits to be
+// redelivered). It returns each event's account and, of the claimed ones,
+// their message's sequence.
+func fill(ctx context.Context, t *testing.T, js jetstream.JetStream, st *store.Store, n, accounts int) (ids map[string]string, running map[string]uint64) {
+	t.Helper()
+	q := queue.New(js, names.NewSubjects("").WithPartitions(st.Partitions()))
+	ids, running = map[string]string{}, map[string]uint64{}
+	for i := range n {
+		a, key := fmt.Sprintf("acct%d", i%accounts), fmt.Sprintf("k%d", i)
+		env := event.Envelope{ID: event.ID(a, key), Account: a, Kind: "order.create", IdempotencyKey: key,
+			Payload: []byte(`{}`), CreatedAt: time.Now().UTC()}
+		rev, err := st.Create(ctx, queue.Initial(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := q.EnqueueFresh(ctx, env, rev, env.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[env.ID] = a
+		if i%10 == 0 {
+			if _, _, _, err := st.Transition(ctx, a, env.ID, state.Action{Name: state.Claim, Seq: ack.Sequence, Actor: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			running[env.ID] = ack.Sequence
+		}
+	}
+	return ids, running
 }
