@@ -84,6 +84,7 @@ const (
 	NameDead         = "tenaz_dead_total"
 	NameReview       = "tenaz_review_total"
 	NameRepairs      = "tenaz_reconciler_repairs_total"
+	NameTrimFailures = "tenaz_trim_failures_total"
 	NameEvents       = "tenaz_events"
 	NamePending      = "tenaz_consumer_pending_messages"
 	NameAckPending   = "tenaz_consumer_ack_pending_messages"
@@ -152,6 +153,8 @@ var Catalog = []Info{
 		Help: "Events moved to manual_review."},
 	{Name: NameRepairs, Type: Counter, Labels: []string{"repair"}, Emitter: "poller (reconciler)",
 		Help: "Events the reconciler found stuck and put back on their path or escalated, by kind of repair."},
+	{Name: NameTrimFailures, Type: Counter, Labels: []string{"stream"}, Emitter: "ingest, dispatcher, poller",
+		Help: "Trims of settled messages that failed, by what was trimmed (intake, events, timers); the messages stay until a later trim succeeds."},
 	{Name: NameEvents, Type: Gauge, Labels: []string{"state", "account", "kind"}, Emitter: "poller (periodic sweep)",
 		Help: "Events in each state, as counted by the last sweep of tenaz_state."},
 	{Name: NamePending, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (backlog collector)",

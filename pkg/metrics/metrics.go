@@ -45,6 +45,7 @@ type core struct {
 
 	accepted, rejected, attempts, retries, outcomes    *prometheus.CounterVec
 	dead, review, repairs, callbacks, polls, throttled *prometheus.CounterVec
+	trimFailures                                       *prometheus.CounterVec
 	wait, delivery                                     *prometheus.HistogramVec
 }
 
@@ -217,6 +218,7 @@ func (s *Set) newCore(o Options) *core {
 	c.dead = counter(NameDead)
 	c.review = counter(NameReview)
 	c.repairs = counter(NameRepairs)
+	c.trimFailures = counter(NameTrimFailures)
 	c.callbacks = counter(NameCallbacks)
 	c.polls = counter(NamePolls)
 	c.throttled = counter(NameTargetThrottled)
@@ -237,7 +239,7 @@ func (c *core) byAccount() []*prometheus.MetricVec {
 
 func (c *core) collectors() []prometheus.Collector {
 	return []prometheus.Collector{c.accepted, c.rejected, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
-		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled}
+		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled, c.trimFailures}
 }
 
 func (s *Set) collectors() []prometheus.Collector {
@@ -428,6 +430,21 @@ func (s *Set) Review(account, kind string) {
 // kind of repair (a short code such as "requeued" or "escalated").
 func (s *Set) ReconcilerRepair(repair string) {
 	s.core().repairs.WithLabelValues(code(repair)).Inc()
+}
+
+// What a trim purges (TrimFailed's stream): INTAKE, an account's
+// dispatch messages in EVENTS, a partition's timers in EVENTS.
+const (
+	TrimIntake = "intake"
+	TrimEvents = "events"
+	TrimTimers = "timers"
+)
+
+// TrimFailed counts one failed trim of stream (TrimIntake, TrimEvents,
+// TrimTimers): settled messages stay until a later trim succeeds, so a
+// count that keeps growing means a stream that keeps growing.
+func (s *Set) TrimFailed(stream string) {
+	s.core().trimFailures.WithLabelValues(code(stream)).Inc()
 }
 
 // Callback counts a provider callback by result (CallbackApplied,

@@ -303,6 +303,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.SearchWrite("put")
 	s.AuditLag(1)
 	s.AuditArchived("written")
+	s.TrimFailed(metrics.TrimEvents)
 	s.ConfigReloaded(true, time.Unix(1, 0))
 	s.ConfigReloaded(false, time.Time{})
 	s.ConfigStored(1, 0)

@@ -64,6 +64,8 @@ type Trimmer struct {
 	Stream   jetstream.Stream
 	Consumer jetstream.Consumer
 	Filter   string // "": the whole stream
+	// Failed, when set, is told of each failed trim of Run (a metric).
+	Failed func()
 	// floor is the last ack floor trimmed to: every message of Filter at
 	// or below it is settled (and gone).
 	floor atomic.Uint64
@@ -81,6 +83,9 @@ func (t *Trimmer) Run(ctx context.Context, every time.Duration, log zerolog.Logg
 		case <-tick.C:
 		}
 		if err := t.Trim(ctx); err != nil && ctx.Err() == nil {
+			if t.Failed != nil {
+				t.Failed()
+			}
 			log.Debug().Err(err).Str("stream", t.Stream.CachedInfo().Config.Name).Str("filter", t.Filter).Msg("trim")
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/queue"
 )
 
@@ -130,6 +131,7 @@ func (s *Service) trimAccount(ctx context.Context, l *reader) {
 	n := t.since.Load()
 	f, err := queue.Trim(ctx, st, l.cons, s.subj.EventsOf(l.account), t.floor)
 	if err != nil && ctx.Err() == nil {
+		s.o.Metrics.TrimFailed(metrics.TrimEvents)
 		s.log.Debug().Err(err).Str("account", l.account).Msg("trimming the account's messages")
 	}
 	if f > t.floor {

@@ -267,7 +267,7 @@ func (s *Service) start(ctx context.Context) error {
 	if queue.Trims(s.intake) {
 		// Unfiltered, the server drops whole blocks at once; the keeper's
 		// messages below the floor go with them, which is harmless.
-		s.trim = &queue.Trimmer{Stream: s.intake, Consumer: cons}
+		s.trim = &queue.Trimmer{Stream: s.intake, Consumer: cons, Failed: func() { s.metrics.TrimFailed(metrics.TrimIntake) }}
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.trim.Run(runCtx, trimEvery, s.log) }()
 	}

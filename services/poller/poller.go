@@ -167,7 +167,8 @@ func (s *Service) start(ctx context.Context) error {
 			return fmt.Errorf("poller: timers stream: %w", err)
 		}
 		if queue.Trims(st) {
-			t := &queue.Trimmer{Stream: st, Consumer: cons, Filter: subj.TimersIn(p)}
+			t := &queue.Trimmer{Stream: st, Consumer: cons, Filter: subj.TimersIn(p),
+				Failed: func() { s.o.Metrics.TrimFailed(metrics.TrimTimers) }}
 			s.bg.Add(1)
 			go func() { defer s.bg.Done(); t.Run(s.runCtx, trimEvery, s.log) }()
 		}
