@@ -148,7 +148,10 @@ func (s *Service) consumerLost(account string, l *reader) {
 }
 
 // readerGone forgets a reader whose consumer was deleted (by another replica
-// retiring it); the next announcement or sweep starts it again.
+// retiring it) or lost; the next announcement or sweep starts it again,
+// once its calls have returned: until then the account is handing, so no
+// other reader of it starts here (an announcement, the adoption sweep),
+// whose calls its concurrency would not count with these.
 func (s *Service) readerGone(account string, l *reader) {
 	s.mu.Lock()
 	if s.readers[account] != l {
@@ -157,7 +160,13 @@ func (s *Service) readerGone(account string, l *reader) {
 	}
 	delete(s.readers, account)
 	delete(s.known, account)
+	done := make(chan struct{})
+	s.handing[account] = done
 	s.mu.Unlock()
 	l.stop()
 	s.giveBack(account)
+	s.mu.Lock()
+	delete(s.handing, account)
+	s.mu.Unlock()
+	close(done)
 }

@@ -333,3 +333,31 @@ func TestAccountServedAgainAfterAServerRestart(t *testing.T) {
 	ids = h.Submit("acme", "order.create", keys("after", 3), orderPayload)
 	h.waitAll(ids, state.Done, 20*time.Second)
 }
+
+// The account's concurrency holds across a server restart that loses its
+// (memory-backed) consumer while calls are in flight: the reader stops,
+// and the account's next reader starts only once the old one's calls have
+// returned (readerGone marks the account handing meanwhile). The chaos
+// suite saw 9 calls of an account in flight at concurrency 8 right after
+// a server restart; this test did not catch the race without the mark in
+// its runs here (the adoption sweep must land inside the window), so it
+// guards the invariant rather than proving the cause.
+func TestLostConsumerKeepsTheAccountsConcurrency(t *testing.T) {
+	t.Parallel()
+	const call = 4500 * time.Millisecond // within the target's 5 s timeout
+	h := setup(t, yamlFor(2, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), provider.Faults{Latency: call})
+	h.dispatcher("d1", nil)
+	ids := h.Submit("acme", "order.create", keys("slow", 4), orderPayload)
+	if err := h.prov.WaitCalls(h.Ctx(), 2); err != nil {
+		t.Fatal(err)
+	}
+	first := h.prov.Calls()[1].At
+	restartServer(t, h)
+	h.waitAll(ids, state.Done, 40*time.Second)
+	calls := h.prov.Calls()
+	for _, c := range calls[2:] {
+		if c.At.Before(first.Add(call - 500*time.Millisecond)) {
+			t.Fatalf("a third call arrived at %s while the first two (from %s, %s each) were in flight: concurrency 2 exceeded", c.At.Format("15:04:05.000"), first.Format("15:04:05.000"), call)
+		}
+	}
+}
