@@ -31,6 +31,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/search"
+	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/services/tenaz"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -795,17 +796,11 @@ type records struct {
 }
 
 func openRecords(ctx context.Context, js jetstream.JetStream) (*records, error) {
-	l, err := streams.StoreLayout(ctx, js, "")
+	st, err := store.Open(ctx, js, store.Options{})
 	if err != nil {
 		return nil, err
 	}
-	r := &records{layout: l, kvs: make([]jetstream.KeyValue, l.Partitions)}
-	for p := range r.kvs {
-		if r.kvs[p], err = js.KeyValue(ctx, streams.StateBucket("", p)); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
+	return &records{layout: st.Layout(), kvs: st.KVs()}, nil
 }
 
 // of is the bucket of the record of account's event id.
