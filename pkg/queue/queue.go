@@ -340,22 +340,19 @@ func Batches[M any](in <-chan M, max int, fn func([]M)) {
 	}
 }
 
-// Settle paces a follower of a state bucket's change feed: after a read
-// that took fewer revisions than it asked for, it waits d before the next
-// one, so that a record changed several times meanwhile is delivered once
-// (the bucket keeps one revision a key, and the server drops the others
-// before any read); after a full read it goes on at once, a backlog being
-// work already due. It reports false when ctx ends first.
-func Settle(ctx context.Context, got, asked int, d time.Duration) bool {
-	if got >= asked || d <= 0 {
+// SleepUntil waits until t, or until ctx ends; it reports whether ctx is
+// still live.
+func SleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
 		return ctx.Err() == nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+	tm := time.NewTimer(d)
+	defer tm.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-tm.C:
 		return true
 	}
 }

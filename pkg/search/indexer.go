@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,8 +53,8 @@ const purgeTTL = time.Second
 const DefaultBatch = 512
 
 // DefaultSettle is IndexerOptions.Settle unless set: the index lags the
-// records by up to this, and an event that passes through several states
-// within it is indexed once (queue.Settle).
+// records by about this, and an event that passes through several states
+// within it is indexed once (run).
 const DefaultSettle = 200 * time.Millisecond
 
 // IndexerOptions configure an Indexer.
@@ -63,8 +64,9 @@ type IndexerOptions struct {
 	Retention time.Duration
 	// Batch is how many revisions one fetch takes. Defaults to DefaultBatch.
 	Batch int
-	// Settle is how long the indexer waits after a fetch that was not
-	// full. Defaults to DefaultSettle; negative: no wait.
+	// Settle is how old a revision is when it is followed: one that
+	// another revision of its event replaces within it is never read.
+	// Defaults to DefaultSettle; negative: no wait.
 	Settle time.Duration
 	// Follow, when set, is handed each batch's records (the last revision
 	// of each event in it, in order) while the index's writes are in
@@ -306,40 +308,51 @@ func (x *Indexer) Lag() int64 {
 func (x *Indexer) report() { x.o.Metrics.SearchLag(int(x.Lag())) }
 
 // run indexes partition p until ctx ends.
+//
+// A revision is followed once it is Settle old (ripe): what is fetched
+// younger is held, unacknowledged, and followed with the next fetch, so
+// that an event whose later revision arrives meanwhile is read at that one
+// only (the record carries its whole history). Without the wait, an event
+// created, claimed and done within a few milliseconds of each other is
+// indexed and archived at each revision a fetch happens to cut it at,
+// which under sync: always cost one fsync each.
 func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 	backoff := time.Duration(0)
-	for ctx.Err() == nil {
-		if backoff > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
+	var held []fed // fetched, not ripe yet
+	defer func() {
+		for _, f := range held {
+			_ = f.m.Nak() // to the next indexer now, not after AckWait
 		}
-		batch, err := c.Fetch(x.o.Batch, jetstream.FetchMaxWait(fetchWait), jetstream.FetchPriorityGroup(priorityGroup))
+	}()
+	for ctx.Err() == nil {
+		if backoff > 0 && !queue.SleepUntil(ctx, time.Now().Add(backoff)) {
+			return
+		}
+		msgs, full, err := x.fetch(ctx, p, c, x.o.Batch-len(held))
 		if err != nil {
 			x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			continue
 		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrPinIDMismatch) && ctx.Err() == nil {
-			x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
-		}
-		if len(msgs) == 0 {
+		batch := append(held, msgs...)
+		held = nil
+		if len(batch) == 0 {
 			x.lag[p].Store(0)
 			x.report()
 			backoff = 0
-			queue.Settle(ctx, 0, x.o.Batch, x.o.Settle)
+			queue.SleepUntil(ctx, time.Now().Add(x.o.Settle))
 			continue
 		}
 		x.got[p].Store(true)
-		if err := x.step(ctx, msgs); err != nil {
-			for _, m := range msgs {
-				_ = m.NakWithDelay(time.Second)
+		ripe, young := x.ripen(batch, time.Now())
+		if len(ripe) == 0 {
+			held = young
+			queue.SleepUntil(ctx, x.ripeAt(held))
+			continue
+		}
+		if err := x.step(ctx, ripe, young); err != nil {
+			for _, f := range batch {
+				_ = f.m.NakWithDelay(time.Second)
 			}
 			if ctx.Err() == nil {
 				x.log.Warn().Err(err).Int("partition", p).Msg("following a batch of revisions; they come back")
@@ -348,21 +361,90 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			continue
 		}
 		backoff = 0
-		last := msgs[len(msgs)-1]
-		if err := last.Ack(); err != nil { // ack_policy all: acks the batch
+		last := ripe[len(ripe)-1]
+		if err := last.m.Ack(); err != nil { // ack_policy all: acks every revision up to it, none held
 			x.log.Warn().Err(err).Int("partition", p).Msg("acknowledging indexed revisions; they come back")
 		}
-		if md, err := last.Metadata(); err == nil {
-			x.lag[p].Store(int64(md.NumPending))
-		}
+		x.lag[p].Store(int64(last.pending) + int64(len(young)))
 		x.report()
-		queue.Settle(ctx, len(msgs), x.o.Batch, x.o.Settle)
+		held = young
+		if full {
+			continue // a backlog: work already due
+		}
+		// Otherwise wait a settle, by when what is held is ripe: one read
+		// a settle, not one each time the oldest held revision ripens.
+		queue.SleepUntil(ctx, time.Now().Add(x.o.Settle))
 	}
+}
+
+// fed is a revision as the feed delivered it.
+type fed struct {
+	m       jetstream.Msg
+	seq     uint64    // in the stream
+	at      time.Time // written
+	pending uint64    // the revisions after it the feed had still to deliver
+}
+
+// fetch takes up to n revisions, and reports whether it got all n.
+func (x *Indexer) fetch(ctx context.Context, p int, c jetstream.Consumer, n int) ([]fed, bool, error) {
+	if n <= 0 {
+		return nil, true, nil
+	}
+	batch, err := c.Fetch(n, jetstream.FetchMaxWait(fetchWait), jetstream.FetchPriorityGroup(priorityGroup))
+	if err != nil {
+		return nil, false, err
+	}
+	var out []fed
+	for m := range batch.Messages() {
+		f := fed{m: m}
+		if md, err := m.Metadata(); err == nil {
+			f.seq, f.at, f.pending = md.Sequence.Stream, md.Timestamp, md.NumPending
+		}
+		out = append(out, f)
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrPinIDMismatch) && ctx.Err() == nil {
+		x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
+	}
+	return out, len(out) == n, nil
+}
+
+// ripen splits a batch, in delivery order, into the revisions to follow
+// now and those to hold: every revision before the first one in the
+// stream still younger than Settle is ripe. The cut is by stream
+// sequence, since acknowledging the last ripe revision (ack_policy all)
+// acknowledges every one before it in the stream: a redelivered revision
+// after a young one in the batch, but before it in the stream, is ripe.
+func (x *Indexer) ripen(batch []fed, now time.Time) (ripe, young []fed) {
+	cut := uint64(math.MaxUint64)
+	for _, f := range batch {
+		if now.Sub(f.at) < x.o.Settle && f.seq < cut {
+			cut = f.seq
+		}
+	}
+	for _, f := range batch {
+		if f.seq < cut {
+			ripe = append(ripe, f)
+		} else {
+			young = append(young, f)
+		}
+	}
+	return ripe, young
+}
+
+// ripeAt is when the oldest of held is ripe.
+func (x *Indexer) ripeAt(held []fed) time.Time {
+	oldest := held[0].at
+	for _, f := range held[1:] {
+		if f.at.Before(oldest) {
+			oldest = f.at
+		}
+	}
+	return oldest.Add(x.o.Settle)
 }
 
 // fetchWait is how long a fetch waits to fill: hardly at all, since
 // every revision that arrives while a fetch is open is delivered,
-// superseded or not; the wait between fetches (Settle) is what merges.
+// superseded or not; holding young revisions (run) is what merges.
 const fetchWait = 10 * time.Millisecond
 
 // entry is what the index holds under a key, as a batch sees it.
@@ -371,10 +453,11 @@ type entry struct {
 	ttl    bool // written with the retention TTL
 }
 
-// step follows one batch of revisions: the index's writes, then Follow
-// while they are in flight, then their acknowledgements.
-func (x *Indexer) step(ctx context.Context, msgs []jetstream.Msg) error {
-	revs := x.records(msgs)
+// step follows the ripe revisions of one batch, each event at its last
+// one unless a held (young) revision follows it: the index's writes, then
+// Follow while they are in flight, then their acknowledgements.
+func (x *Indexer) step(ctx context.Context, ripe, young []fed) error {
+	revs := x.records(ripe, young)
 	pending, err := x.index(ctx, revs)
 	if err == nil && x.o.Follow != nil && len(revs) > 0 {
 		err = x.o.Follow(ctx, revs)
@@ -393,37 +476,40 @@ func (x *Indexer) step(ctx context.Context, msgs []jetstream.Msg) error {
 	return err
 }
 
-// records reads the records of a batch, the last revision of each event
-// only: a record carries its whole history, so the last one knows every
-// state the event left, and the states it passed through within the
-// batch were never written. Only those last revisions are decoded (a
-// revision's subject is its event's key), so an event claimed and done
-// within one fetch costs one decode, its final entries and one lookup.
-func (x *Indexer) records(msgs []jetstream.Msg) []Revision {
-	last := make(map[string]int, len(msgs))
-	for i, m := range msgs {
+// records reads the records of the ripe revisions, the last revision of
+// each event only, and none of an event a young one follows: a record
+// carries its whole history, so the last one knows every state the event
+// left, and the states it passed through meanwhile were never written.
+// Only those last revisions are decoded (a revision's subject is its
+// event's key), so an event claimed and done within one settle costs one
+// decode, its final entries and one lookup.
+func (x *Indexer) records(ripe, young []fed) []Revision {
+	last := make(map[string]int, len(ripe))
+	for i, f := range ripe {
+		m := f.m
 		if len(m.Data()) == 0 || m.Headers().Get(kvOperation) != "" || m.Headers().Get(jetstream.MarkerReasonHeader) != "" {
 			// A deletion, a purge or an expiry: the entries of a finished
 			// event expire with it; any other stays until a search meets
 			// it without its record and skips it.
 			continue
 		}
-		x.revisions.Add(1)
 		last[m.Subject()] = i
 	}
+	for _, f := range young {
+		delete(last, f.m.Subject())
+	}
 	revs := make([]Revision, 0, len(last))
-	for i, m := range msgs {
-		if j, ok := last[m.Subject()]; !ok || j != i {
+	for i, f := range ripe {
+		if j, ok := last[f.m.Subject()]; !ok || j != i {
 			continue
 		}
 		var r Revision
-		if err := json.Unmarshal(m.Data(), &r.Record); err != nil || r.Record.ID == "" || r.Record.Account == "" {
-			x.log.Warn().Err(err).Str("subject", m.Subject()).Msg("a state revision that is not a record: not indexed")
+		if err := json.Unmarshal(f.m.Data(), &r.Record); err != nil || r.Record.ID == "" || r.Record.Account == "" {
+			x.log.Warn().Err(err).Str("subject", f.m.Subject()).Msg("a state revision that is not a record: not indexed")
 			continue
 		}
-		if md, err := m.Metadata(); err == nil {
-			r.Seq = md.Sequence.Stream
-		}
+		x.revisions.Add(1)
+		r.Seq = f.seq
 		revs = append(revs, r)
 	}
 	return revs

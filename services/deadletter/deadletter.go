@@ -75,12 +75,11 @@ type Options struct {
 	Now func() time.Time
 	// HTTPClient posts the digest webhook. Defaults to a client with a 10s timeout.
 	HTTPClient *http.Client
-	// Settle is how long the followers of the state buckets (the search
-	// indexer, the audit archiver) wait after a read of a change feed
-	// that found no backlog: the index and the archive lag the records by
-	// up to this, and an event that passes through several states within
-	// it is read and written once (queue.Settle). Defaults to
-	// search.DefaultSettle.
+	// Settle is how old a revision of a state bucket is when its
+	// followers (the search indexer, the audit archiver) read it: the
+	// index and the archive lag the records by about this, and an event
+	// that passes through several states within it is read and written
+	// once. Defaults to search.DefaultSettle.
 	Settle time.Duration
 }
 
