@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -135,11 +134,11 @@ type Service struct {
 	quotas     *quota.Quotas // the targets' provider-wide limits (a reload may give a target one); nil before Start
 	targets    *target.Cache
 	guards     map[string]*guard
-	built      *config.Config // the config the guards and limiters were built from (configChanged)
+	built      *config.Config // the config the guards and pacers were built from (configChanged)
 	// targetAuto is each "concurrency: auto" target's latency-learned
 	// share on this replica (see targetLimit).
 	targetAuto map[string]*autoLimit
-	limiters   map[string]ratelimiter.RateLimiter[target.Response]
+	pacers     map[string]*pacer
 	announce   *nats.Subscription
 	micro      micro.Service
 	runCtx     context.Context
@@ -187,7 +186,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
 		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
-		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, limiters: map[string]ratelimiter.RateLimiter[target.Response]{},
+		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, pacers: map[string]*pacer{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
 	if s.live = o.Live; s.live == nil {

@@ -3,10 +3,12 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/target"
 )
@@ -21,28 +23,46 @@ type guard struct {
 	limit *targetLimit // nil: the target has no provider-wide limit
 }
 
-// pacer spaces an account's calls at its rate with failsafe-go's smooth
-// rate limiter (one permit every interval, shared by the account's
-// targets), and takes another permit when a call wakes late for its own:
-// calls whose permits passed while the process stalled (a starved CPU, a
-// long pause) would otherwise go out together, over the rate at the
-// provider. It takes at most maxRepace more, so a process that is always
-// late still calls.
+// pacer spaces an account's calls at its rate, shared by the account's
+// targets. failsafe-go's smooth rate limiter hands out one permit every
+// interval. Two rules hold the rate at the provider when the process
+// stalls (a starved CPU, a long pause), where calls whose permits passed
+// meanwhile would otherwise go out together:
+//   - a call that wakes late for its permit takes another, at most
+//     repace more, so a process that is always late still calls;
+//   - whatever the permits said, two calls never go less than an
+//     interval apart: a call that would waits for the gap. So any
+//     second holds at most rate + 1 calls' starts (one at each end), and
+//     a call that went late, after all its permits, cannot pair up with
+//     the next one on time.
 type pacer struct {
 	rl       ratelimiter.RateLimiter[target.Response]
 	interval time.Duration
 	// until sleeps until t, or ctx ends; tests stall it.
-	until func(ctx context.Context, t time.Time) error
+	until  func(ctx context.Context, t time.Time) error
+	repace int // the permits a late call takes again, at most
+
+	mu   sync.Mutex
+	went time.Time // the last call's go
 }
 
-// maxRepace bounds the permits one call takes again when it is late.
-const maxRepace = 3
+func newPacer(perSecond float64) *pacer {
+	interval := time.Duration(float64(time.Second) / perSecond)
+	return &pacer{
+		// Smooth: one call every 1/rate, waiting (within the account's own
+		// concurrency slots, so no other account waits) rather than failing.
+		rl:       ratelimiter.NewSmoothBuilderWithMaxRate[target.Response](interval).WithMaxWaitTime(24 * time.Hour).Build(),
+		interval: interval,
+		until:    sleepUntil,
+		repace:   3,
+	}
+}
 
-// lateAfter is how late a call may wake for its permit and still go: half
-// the interval, and never under the few milliseconds timers are late by
-// on a busy machine (at a high rate, a call taking its permit again for
-// that would cut the rate, not hold it).
-func (p *pacer) lateAfter() time.Duration { return max(p.interval/2, 10*time.Millisecond) }
+// lateAfter is how late a call may wake for its permit and still go: a
+// quarter of the interval, and never under the few milliseconds timers
+// are late by on a busy machine (at a high rate, a call taking its permit
+// again for that would cut the rate, not hold it).
+func (p *pacer) lateAfter() time.Duration { return max(p.interval/4, 10*time.Millisecond) }
 
 // wait returns when the call may go, or with ctx's error.
 func (p *pacer) wait(ctx context.Context) error {
@@ -51,26 +71,39 @@ func (p *pacer) wait(ctx context.Context) error {
 		if err := p.until(ctx, due); err != nil {
 			return err
 		}
-		if i == maxRepace || time.Since(due) <= p.lateAfter() {
+		if i == p.repace || time.Since(due) <= p.lateAfter() {
+			break
+		}
+	}
+	for {
+		free := p.take(time.Now())
+		if free.IsZero() {
 			return nil
+		}
+		if err := p.until(ctx, free); err != nil {
+			return err
 		}
 	}
 }
 
-// sleepUntil sleeps until t, or until ctx ends.
+// take records a call going at now and returns the zero time, or, when
+// the last call went less than an interval before now, the time it may.
+func (p *pacer) take(now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if free := p.went.Add(p.interval); now.Before(free) {
+		return free
+	}
+	p.went = now
+	return time.Time{}
+}
+
+// sleepUntil sleeps until t, or until ctx ends (with its error).
 func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
+	if queue.SleepUntil(ctx, t) {
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return ctx.Err()
 }
 
 // targetLimit is a target's provider-wide rate and concurrency
@@ -95,21 +128,18 @@ type targetLimit struct {
 // made, and its message comes back.
 var errNotCalled = errors.New("stopping: the call was not made")
 
-// rateLimiter returns the account's limiter (shared by its targets), or
+// pacerLocked returns the account's pacer (shared by its targets), or
 // nil when the account's rate is unlimited. Callers hold s.mu.
-func (s *Service) rateLimiterLocked(account string) ratelimiter.RateLimiter[target.Response] {
-	if rl, ok := s.limiters[account]; ok {
-		return rl
+func (s *Service) pacerLocked(account string) *pacer {
+	if p, ok := s.pacers[account]; ok {
+		return p
 	}
-	var rl ratelimiter.RateLimiter[target.Response]
+	var p *pacer
 	if r := s.conf().Account(account).Rate; r.PerSecond > 0 {
-		// Smooth: one call every 1/rate, waiting (within the account's own
-		// concurrency slots, so no other account waits) rather than failing.
-		rl = ratelimiter.NewSmoothBuilderWithMaxRate[target.Response](time.Duration(float64(time.Second) / r.PerSecond)).
-			WithMaxWaitTime(24 * time.Hour).Build()
+		p = newPacer(r.PerSecond)
 	}
-	s.limiters[account] = rl
-	return rl
+	s.pacers[account] = p
+	return p
 }
 
 // guardFor returns the guard of account + target name.
@@ -121,10 +151,7 @@ func (s *Service) guardFor(account, name string) *guard {
 		return g
 	}
 	g := &guard{}
-	if rl := s.rateLimiterLocked(account); rl != nil {
-		interval := time.Duration(float64(time.Second) / s.conf().Account(account).Rate.PerSecond)
-		g.pace = &pacer{rl: rl, interval: interval, until: sleepUntil}
-	}
+	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		g.limit = &targetLimit{s: s, name: name, lim: quota.OfTarget(t)}
 		if l := g.limit.lim.Learn; l != nil {

@@ -4,10 +4,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/failsafe-go/failsafe-go/ratelimiter"
-
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/target"
 )
 
 // conf is the config in force: the accounts' limits and target overrides
@@ -35,7 +32,7 @@ func (s *Service) configChanged(cfg *config.Config) {
 	s.built = cfg
 	if old == nil {
 		s.guards = map[string]*guard{}
-		s.limiters = map[string]ratelimiter.RateLimiter[target.Response]{}
+		s.pacers = map[string]*pacer{}
 	}
 	rateChanged := func(account string) bool {
 		return old.Account(account).Rate.PerSecond != cfg.Account(account).Rate.PerSecond
@@ -46,9 +43,9 @@ func (s *Service) configChanged(cfg *config.Config) {
 			delete(s.guards, key)
 		}
 	}
-	for account := range s.limiters {
+	for account := range s.pacers {
 		if rateChanged(account) {
-			delete(s.limiters, account)
+			delete(s.pacers, account)
 		}
 	}
 	if old != nil {

@@ -43,10 +43,10 @@ accounts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	limiter := func(account string) any {
+	limiter := func(account string) *pacer {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.rateLimiterLocked(account)
+		return s.pacerLocked(account)
 	}
 	acme, globex := limiter("acme"), limiter("globex")
 	if acme == nil || globex == nil {

@@ -2,14 +2,11 @@ package dispatcher
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/failsafe-go/failsafe-go/ratelimiter"
-
-	"github.com/tenaz/tenaz/pkg/target"
 )
 
 // Calls whose permits pass while the process stalls take new permits
@@ -18,17 +15,61 @@ import (
 func TestPacerSpacesCallsThatWokeLate(t *testing.T) {
 	t.Parallel()
 	const interval = 100 * time.Millisecond
-	rl := ratelimiter.NewSmoothBuilderWithMaxRate[target.Response](interval).WithMaxWaitTime(time.Hour).Build()
+	p := newPacer(float64(time.Second / interval))
 	stallEnd := time.Now().Add(470 * time.Millisecond)
-	p := &pacer{rl: rl, interval: interval, until: func(ctx context.Context, t time.Time) error {
+	p.until = func(ctx context.Context, t time.Time) error {
 		// The process stalls until stallEnd: every sleep due before it
 		// ends then.
 		return sleepUntil(ctx, later(t, stallEnd))
-	}}
+	}
+	went := goTimes(t, p, 5) // permits due at 0, 100, 200, 300 and 400 ms
+	for i := 1; i < len(went); i++ {
+		if gap := went[i].Sub(went[i-1]); gap < interval*8/10 {
+			t.Fatalf("calls %d and %d went %s apart after the stall, want about %s", i, i+1, gap, interval)
+		}
+	}
+}
+
+// Calls that go late for their permits, each by its own amount, and take
+// no other (as once a late call has taken all it may): still no two of
+// them go less than an interval apart. The permits alone would let them
+// go together.
+func TestPacerHoldsTheRateWhenCallsGoLate(t *testing.T) {
+	t.Parallel()
+	const perSecond, calls = 20, 60
+	p := newPacer(perSecond)
+	p.repace = 0
+	var rmu sync.Mutex
+	rnd := rand.New(rand.NewPCG(1, 2))
+	p.until = func(ctx context.Context, t time.Time) error {
+		rmu.Lock()
+		late := time.Duration(rnd.Int64N(int64(10 * p.interval)))
+		rmu.Unlock()
+		return sleepUntil(ctx, t.Add(late))
+	}
+	went := goTimes(t, p, calls)
+	// went is stamped after wait returned, a little after the pacer's own
+	// stamp: allow that much.
+	const stamping = 15 * time.Millisecond
+	for i := 1; i < len(went); i++ {
+		if gap := went[i].Sub(went[i-1]); gap < p.interval-stamping {
+			t.Fatalf("calls %d and %d went %s apart, want at least %s", i, i+1, gap, p.interval)
+		}
+	}
+	for i := perSecond; i < len(went); i++ {
+		if span := went[i].Sub(went[i-perSecond]); span < time.Second-stamping {
+			t.Fatalf("calls %d to %d (%d) went within %s, want at least 1s", i-perSecond+1, i+1, perSecond+1, span)
+		}
+	}
+}
+
+// goTimes makes n calls wait on p at once and returns when each went, in
+// order.
+func goTimes(t *testing.T, p *pacer, n int) []time.Time {
 	var mu sync.Mutex
 	var went []time.Time
 	var wg sync.WaitGroup
-	for range 5 { // permits due at 0, 100, 200, 300 and 400 ms
+	for range n {
 		wg.Go(func() {
 			if err := p.wait(context.Background()); err != nil {
 				t.Error(err)
@@ -40,11 +81,7 @@ func TestPacerSpacesCallsThatWokeLate(t *testing.T) {
 	}
 	wg.Wait()
 	slices.SortFunc(went, func(a, b time.Time) int { return a.Compare(b) })
-	for i := 1; i < len(went); i++ {
-		if gap := went[i].Sub(went[i-1]); gap < interval*8/10 {
-			t.Fatalf("calls %d and %d went %s apart after the stall, want about %s", i, i+1, gap, interval)
-		}
-	}
+	return went
 }
 
 func later(a, b time.Time) time.Time {
