@@ -14,8 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -195,7 +198,7 @@ func Buckets(o Options) ([]jetstream.KeyValueConfig, error) {
 // IngestConsumer is the shared durable consumer of INTAKE.
 func IngestConsumer(o Options) (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
-	if err := decode("consumer-ingest.json", &c); err != nil {
+	if err := decodeConsumer("consumer-ingest.json", &c); err != nil {
 		return c, err
 	}
 	c.FilterSubject = o.subject(c.FilterSubject)
@@ -209,7 +212,7 @@ func IngestConsumer(o Options) (jetstream.ConsumerConfig, error) {
 // With o.AckWait set, the redelivery backoff becomes AckWait ×1, ×2, ×4, ×10.
 func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
-	if err := decode("consumer-dispatch.json", &c); err != nil {
+	if err := decodeConsumer("consumer-dispatch.json", &c); err != nil {
 		return c, err
 	}
 	c.Durable = strings.ReplaceAll(c.Durable, "ACCOUNT", account)
@@ -229,7 +232,7 @@ func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.C
 // (callback deadlines and polls) on partition p's EVENTS stream.
 func PollerConsumer(o Options, p int) (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
-	if err := decode("consumer-poller.json", &c); err != nil {
+	if err := decodeConsumer("consumer-poller.json", &c); err != nil {
 		return c, err
 	}
 	c.FilterSubject = o.inPartition(c.FilterSubject, p)
@@ -246,8 +249,33 @@ func DeadletterConsumer() (jetstream.ConsumerConfig, error) {
 // as the file has it: its filter under the default prefix.
 func DataConsumer(file string) (jetstream.ConsumerConfig, error) {
 	var c jetstream.ConsumerConfig
-	err := decode(file, &c)
+	err := decodeConsumer(file, &c)
 	return c, err
+}
+
+// consumers holds each consumer file decoded once: a dispatch consumer's
+// config is made for every account that becomes live (by ingest and by
+// its owner), and decoding the JSON each time was 4% of tenaz's CPU in
+// the 10,000-account run.
+var consumers sync.Map // file name → jetstream.ConsumerConfig
+
+// decodeConsumer sets c to the consumer file name's config, a copy the
+// caller may change.
+func decodeConsumer(name string, c *jetstream.ConsumerConfig) error {
+	v, ok := consumers.Load(name)
+	if !ok {
+		var fresh jetstream.ConsumerConfig
+		if err := decode(name, &fresh); err != nil {
+			return err
+		}
+		v, _ = consumers.LoadOrStore(name, fresh)
+	}
+	*c = v.(jetstream.ConsumerConfig)
+	c.BackOff = slices.Clone(c.BackOff)
+	c.FilterSubjects = slices.Clone(c.FilterSubjects)
+	c.PriorityGroups = slices.Clone(c.PriorityGroups)
+	c.Metadata = maps.Clone(c.Metadata)
+	return nil
 }
 
 // Apply creates or updates every stream and bucket and the shared

@@ -443,3 +443,21 @@ func TestApplyKeepsRecordsByAccount(t *testing.T) {
 		t.Fatalf("by account: want the record in %s's partition %d, got %d", a, streams.PartitionOf(a, 2), l.RecordPartition(a, id))
 	}
 }
+
+// A consumer file is decoded once; each caller gets its own copy, which
+// it may change without changing the next caller's.
+func TestConsumerConfigsAreCopies(t *testing.T) {
+	a, err := streams.DispatchConsumer(streams.Options{}, "acme", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.PriorityGroups[0] = "changed"
+	a.BackOff = append(a.BackOff[:0], time.Hour)
+	b, err := streams.DispatchConsumer(streams.Options{}, "globex", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Durable != "acct_globex" || b.MaxAckPending != 4 || b.PriorityGroups[0] != "owner" || b.BackOff[0] != 30*time.Second {
+		t.Fatalf("the second config: durable %q, max_ack_pending %d, groups %v, backoff %v", b.Durable, b.MaxAckPending, b.PriorityGroups, b.BackOff)
+	}
+}

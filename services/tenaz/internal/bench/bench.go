@@ -623,8 +623,11 @@ func runMode(ctx context.Context, sz Sizes, r Report, concurrency int, targetURL
 		n = sz.EventsFsync
 	}
 	profile := os.Getenv("BENCH_PROFILE_E2E")
+	if profile != "" && fsync {
+		profile += ".fsync"
+	}
 	res, err := naiveRounds(ctx, sz, srv.ClientURL(), targetURL, n, func(round int) (float64, error) {
-		if profile != "" && !fsync && round == 0 {
+		if profile != "" && round == 0 {
 			pf, _ := os.Create(profile)
 			_ = pprof.StartCPUProfile(pf)
 			defer pprof.StopCPUProfile()

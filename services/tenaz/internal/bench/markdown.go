@@ -141,7 +141,7 @@ does not rewrite this file).
 ## Where the time goes
 
 Measured with `+"`"+`BENCH_PROFILE_E2E=cpu.prof`+"`"+` (a CPU profile of one tenaz
-throughput round):
+throughput round; the fsync phase writes `+"`"+`cpu.prof.fsync`+"`"+`):
 
 - **Server work per event.** tenaz stores five messages per plain event
   (INTAKE, the record create, EVENTS, the claim, done) and deletes one (the
@@ -187,7 +187,7 @@ throughput round):
   `+"`"+`BENCH_CHILD_PROFILE=<dir>`+"`"+` writes a CPU profile of each child from
   one second before the burst's due time to its last delivery
   (`+"`"+`<dir>/tenaz-1.cpu.prof`+"`"+`, `+"`"+`nats-1.cpu.prof`+"`"+`; read them with `+"`"+`go tool pprof`+"`"+`
-  and the tenaz-bench binary); `+"`"+`BENCH_PROFILE_CALLBACKS=<file>`+"`"+` profiles
+  and the tenaz-bench binary), and at its end the child's live heap (`+"`"+`<dir>/tenaz-2.heap.prof`+"`"+`, `+"`"+`nats-2.heap.prof`+"`"+`); `+"`"+`BENCH_PROFILE_CALLBACKS=<file>`+"`"+` profiles
   the tenaz side of the callback run.
 - **Holding delayed events.** tenaz keeps nothing in memory per held
   event: after accepting them all its resident memory is an idle
@@ -308,11 +308,15 @@ DEAD entry; a fallback stage its enqueue.
 
 Off the hot path, the followers read the state buckets' change feeds and
 write derived data (measured in the same test, not asserted but for the
-archive's bound): the audit archive (TENAZ_AUDIT) at most one entry per
-state revision it reads, 1.7 to 2.7 per event over the five paths (a
-revision replaced before it read it costs none); the search index
-(`+"`"+`tenaz_search`+"`"+`) 3.4 to 6.4 puts and 0.7 to 3.8 purges per event (a
-state change moves an entry). Both read one feed, `+"`"+`deadletter-feed`+"`"+`;
+archive's bound), each revision once it is 200 ms old, so an event that
+moves on within that time is followed at its last revision only
+(docs/operators.md, "The feed settles"): the audit archive (TENAZ_AUDIT)
+at most one entry per state revision it reads, 1.0 (sync) to 2.0
+(delayed, callback, poll: each waits in a state) per event; the search
+index (`+"`"+`tenaz_search`+"`"+`) 2.0 to 5.0 puts and 0 to 2.0 purges per event (a
+state change moves an entry). Before revisions were held until 200 ms
+old, a read followed whatever it fetched: 2.0 to 3.0 and 4.0 to 7.0
+(sync: 2.0 and 5.0). Both read one feed, `+"`"+`deadletter-feed`+"`"+`;
 its acks are consumer state, not stream writes.
 
 Removed while counting: the keeper's message on a trimmed INTAKE (one

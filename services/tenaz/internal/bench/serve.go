@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -48,7 +49,8 @@ func ServeTenaz(file string) error {
 
 // profileOnSignal lets the parent profile a window of this child's life:
 // with BENCH_CHILD_PROFILE=<dir> set, each SIGUSR1 starts or stops a CPU
-// profile written to <dir>/<name>-<n>.cpu.prof.
+// profile written to <dir>/<name>-<n>.cpu.prof; a stop also writes the
+// heap as it is then to <dir>/<name>-<n+1>.heap.prof.
 func profileOnSignal(name string) {
 	dir := os.Getenv("BENCH_CHILD_PROFILE")
 	if dir == "" {
@@ -64,6 +66,7 @@ func profileOnSignal(name string) {
 				pprof.StopCPUProfile()
 				_ = f.Close()
 				f = nil
+				writeHeapProfile(filepath.Join(dir, fmt.Sprintf("%s-%d.heap.prof", name, n)))
 				continue
 			}
 			var err error
@@ -78,6 +81,21 @@ func profileOnSignal(name string) {
 			}
 		}
 	}()
+}
+
+// writeHeapProfile writes what the heap holds at the end of a profiled
+// window, after a collection, so it counts live memory only.
+func writeHeapProfile(path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+	}
 }
 
 // toggleProfile starts or stops the child's CPU profile (BENCH_CHILD_PROFILE).
