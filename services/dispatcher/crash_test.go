@@ -104,6 +104,11 @@ func TestCrashStopDuringCall(t *testing.T) {
 		t.Fatalf("after the stop: want the event still running (its run lost), got %s (%s)", r.Status, servicetest.Actions(r))
 	}
 
+	// The arrival is counted before the provider reads its faults: clear
+	// them only once the cut call is recorded, or it could answer at once.
+	if err := h.prov.WaitCalls(h.WaitCtx(), 1); err != nil {
+		t.Fatalf("the cut call was never recorded: %v", err)
+	}
 	h.prov.SetFaults(provider.Faults{})
 	h.dispatcher("d2", nil)
 	r := h.waitAll(ids, state.Done, servicetest.WaitFor)[ids[0]]

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
@@ -211,25 +213,28 @@ func TestMicroErrorsCounted(t *testing.T) {
 		}
 	}
 
-	m, err := h.NC.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
-	if err != nil {
-		t.Fatalf("$SRV.STATS.tenaz-ingest: want an answer, got %v", err)
-	}
-	var stats micro.Stats
-	if err := json.Unmarshal(m.Data, &stats); err != nil {
-		t.Fatalf("stats: want micro.Stats JSON, got %q: %v", m.Data, err)
-	}
+	// micro counts a request once its handler returned, after the answer
+	// went out: the stats are read until they show the last one.
 	type counts struct{ requests, errors int }
-	got := map[string]counts{}
-	for _, ep := range stats.Endpoints {
-		got[ep.Name] = counts{ep.NumRequests, ep.NumErrors}
-	}
 	want := map[string]counts{"submit": {2, 2}, "get": {2, 1}, "history": {1, 1}, "cancel": {1, 1}}
-	for name, w := range want {
-		if got[name] != w {
-			t.Errorf("stats of %s: want %d requests and %d errors, got %+v", name, w.requests, w.errors, got[name])
+	var stats micro.Stats
+	got := map[string]counts{}
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		m, err := h.NC.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
+		if err != nil {
+			t.Fatalf("$SRV.STATS.tenaz-ingest: want an answer, got %v", err)
 		}
-	}
+		if err := json.Unmarshal(m.Data, &stats); err != nil {
+			t.Fatalf("stats: want micro.Stats JSON, got %q: %v", m.Data, err)
+		}
+		got = map[string]counts{}
+		for _, ep := range stats.Endpoints {
+			if _, ok := want[ep.Name]; ok {
+				got[ep.Name] = counts{ep.NumRequests, ep.NumErrors}
+			}
+		}
+		return maps.Equal(got, want)
+	}, "the endpoints' stats: want %+v, got %+v", want, servicetest.Lazy(func() string { return fmt.Sprintf("%+v", got) }))
 	for _, ep := range stats.Endpoints {
 		if ep.Name == "submit" && !strings.Contains(ep.LastError, "422") {
 			t.Errorf("stats of submit: want the last error to be the 422, got %q", ep.LastError)
