@@ -95,6 +95,10 @@ type Hooks struct {
 	// lane advances and the message is acked; an error abandons the
 	// message unacked, as a crash would.
 	AfterStore func(id string, status state.State) error
+	// BeforeStart runs once this replica took an account's lease, before
+	// its reader starts; an error fails the start, as a failed server
+	// call would (a stream or its consumer changing leader).
+	BeforeStart func(account string) error
 }
 
 // Service is the dispatcher.
@@ -126,6 +130,7 @@ type Service struct {
 	// those queued; starts counts the starts under way.
 	starting   map[string]bool
 	startQueue []string
+	startFails map[string]int // failed starts in a row, by account (retryStartLocked)
 	startWake  chan struct{}
 	starts     sync.WaitGroup
 	known      map[string]bool          // every account with a consumer this replica heard of
@@ -185,7 +190,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
+		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startFails: map[string]int{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, pacers: map[string]*pacer{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}

@@ -57,6 +57,7 @@ func (s *Service) retire(ctx context.Context, idle []*reader) {
 		}
 		s.mu.Lock()
 		delete(s.known, l.account)
+		delete(s.startFails, l.account)
 		s.mu.Unlock()
 		if err := s.owners.Release(ctx, l.account); err != nil {
 			s.log.Warn().Err(err).Str("account", l.account).Msg("releasing an idle account's lease")
@@ -160,6 +161,7 @@ func (s *Service) readerGone(account string, l *reader) {
 	}
 	delete(s.readers, account)
 	delete(s.known, account)
+	delete(s.startFails, account)
 	done := make(chan struct{})
 	s.handing[account] = done
 	s.mu.Unlock()

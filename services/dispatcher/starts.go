@@ -2,7 +2,10 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Readers of new accounts are started by startsAtOnce workers, outside
@@ -81,17 +84,22 @@ func (s *Service) nextStart() (account string, ok bool) {
 // startAccount takes account's lease (the reader pulls only once it holds
 // it) and starts its reader, then keeps it only if the replica still
 // serves; one whose account moved on meanwhile is handed over at once
-// (reconcileLocked).
+// (reconcileLocked). A start that failed on a server call is tried again
+// (retryStart).
 func (s *Service) startAccount(account string) {
 	defer s.starts.Done()
 	var l *reader
+	var failed error
 	defer func() {
 		s.mu.Lock()
 		delete(s.starting, account)
 		keep := l != nil && s.serving
 		if keep {
+			delete(s.startFails, account)
 			s.readers[account] = l
 			s.reconcileLocked(account)
+		} else if failed != nil && s.serving {
+			s.retryStartLocked(account, failed)
 		}
 		s.mu.Unlock()
 		if l != nil && !keep { // stopping: the replica gives back what it started
@@ -99,26 +107,70 @@ func (s *Service) startAccount(account string) {
 			s.giveBack(account)
 		}
 	}()
-	if !s.own(account) {
+	ok, err := s.own(account)
+	if err != nil {
+		s.log.Warn().Err(err).Str("account", account).Msg("taking the account's lease")
+		failed = err
+	}
+	if !ok {
 		return
 	}
-	var err error
+	if h := s.o.Hooks; h != nil && h.BeforeStart != nil {
+		if failed = h.BeforeStart(account); failed != nil {
+			return
+		}
+	}
 	if l, err = s.startReader(account); err != nil {
 		s.log.Warn().Err(err).Str("account", account).Msg("starting account reader")
+		failed = err
 	}
 }
 
 // own reports whether this replica may run account's reader: the account
-// is assigned to it and it holds (or now takes) the lease.
-func (s *Service) own(account string) bool {
+// is assigned to it and it holds (or now takes) the lease. err is a
+// failed server call: whether it may is then unknown.
+func (s *Service) own(account string) (bool, error) {
 	if !s.owners.Assigned(account) {
-		return false
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
 	defer cancel()
-	ok, err := s.owners.Acquire(ctx, account)
-	if err != nil {
-		s.log.Warn().Err(err).Str("account", account).Msg("taking the account's lease")
-	}
-	return ok
+	return s.owners.Acquire(ctx, account)
+}
+
+// Bounds of the wait before a failed start is tried again: it doubles
+// with each failure in a row.
+const (
+	firstStartRetry = 250 * time.Millisecond
+	maxStartRetry   = 8 * time.Second
+)
+
+// retryStartLocked tries account's start again after a wait. Nothing else
+// would soon: the account is known, so the adoption sweep passes it by,
+// and the next relist may be Relist away, while its events wait (a start
+// fails on a server call while a stream or its consumer changes leader).
+// A consumer found missing is made again (adopt). Callers hold s.mu.
+func (s *Service) retryStartLocked(account string, err error) {
+	n := s.startFails[account]
+	s.startFails[account] = n + 1
+	wait := min(firstStartRetry<<min(n, 6), maxStartRetry)
+	missing := errors.Is(err, jetstream.ErrConsumerNotFound)
+	time.AfterFunc(wait, func() {
+		if s.runCtx.Err() != nil {
+			return
+		}
+		if !missing {
+			s.ensureReader(account)
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
+		defer cancel()
+		if err := s.adopt(ctx, account); err != nil && s.runCtx.Err() == nil {
+			s.mu.Lock()
+			if s.serving {
+				s.retryStartLocked(account, err)
+			}
+			s.mu.Unlock()
+		}
+	})
 }
