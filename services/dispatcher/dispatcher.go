@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -54,7 +56,9 @@ type Options struct {
 	Live *live.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
-	// Instance names this replica in history entries. Defaults to host-pid.
+	// Instance names this replica in history entries and among the
+	// owners of accounts: it must differ between replicas. Defaults to
+	// host-pid-<random>.
 	Instance string
 	// HTTPClient makes the target calls. Defaults to target.DefaultClient.
 	HTTPClient *http.Client
@@ -99,6 +103,9 @@ type Hooks struct {
 	// its reader starts; an error fails the start, as a failed server
 	// call would (a stream or its consumer changing leader).
 	BeforeStart func(account string) error
+	// BeforeRelease runs before this replica releases an account's lease;
+	// an error fails the release, as a failed server call would.
+	BeforeRelease func(account string) error
 }
 
 // Service is the dispatcher.
@@ -177,8 +184,14 @@ func New(o Options) (*Service, error) {
 		o.IdleAfter = 10 * time.Minute
 	}
 	if o.Instance == "" {
+		// The name is the replica's identity among the owners: two
+		// replicas with one name would both hold every lease. Host and pid
+		// are not enough (one process running two, or containers on the
+		// host's network each with pid 1), hence the random suffix.
 		h, _ := os.Hostname()
-		o.Instance = fmt.Sprintf("%s-%d", h, os.Getpid())
+		var b [4]byte
+		_, _ = crand.Read(b[:])
+		o.Instance = fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	log := zerolog.Nop()
 	if o.Logger != nil {
