@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/owner"
+	"github.com/tenaz/tenaz/pkg/queue"
 )
 
 // One replica owns an account at a time (pkg/owner), so the account's
@@ -90,7 +91,7 @@ func (s *Service) handOver(account string, l *reader, release bool) {
 		defer s.bg.Done()
 		l.stop()
 		if release {
-			s.giveBack(account)
+			s.giveBackUntilDone(account)
 		}
 		s.mu.Lock()
 		delete(s.handing, account)
@@ -105,15 +106,40 @@ func (s *Service) handOver(account string, l *reader, release bool) {
 
 // giveBack unpins account's consumer and releases its lease; its reader is
 // stopped and its calls have returned.
-func (s *Service) giveBack(account string) {
+func (s *Service) giveBack(account string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := s.streamOf(account).UnpinConsumer(ctx, names.ConsumerName(account), ownerGroup)
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Debug().Err(err).Str("account", account).Msg("unpinning the account's consumer")
 	}
+	if h := s.o.Hooks; h != nil && h.BeforeRelease != nil {
+		if err := h.BeforeRelease(account); err != nil {
+			s.log.Warn().Err(err).Str("account", account).Msg("releasing the account's lease")
+			return err
+		}
+	}
 	if err := s.owners.Release(ctx, account); err != nil {
 		s.log.Warn().Err(err).Str("account", account).Msg("releasing the account's lease")
+		return err
+	}
+	return nil
+}
+
+// giveBackUntilDone gives back an account handed over to another replica,
+// trying again while the release fails: the lease of a live replica is
+// never taken from it, so until this one releases it the account's new
+// owner cannot start, and nothing else would tell it to. It stops trying
+// once the account is this replica's again or the replica stops (its
+// leases are then taken as a dead replica's).
+func (s *Service) giveBackUntilDone(account string) {
+	for wait := firstStartRetry; s.giveBack(account) != nil; wait = min(2*wait, maxStartRetry) {
+		s.mu.Lock()
+		again := s.serving && !s.owners.Assigned(account)
+		s.mu.Unlock()
+		if !again || !queue.SleepUntil(s.runCtx, time.Now().Add(wait)) {
+			return
+		}
 	}
 }
 

@@ -2,10 +2,13 @@ package dispatcher_test
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -34,5 +37,43 @@ func TestFailedStartTriedAgain(t *testing.T) {
 	}
 	if d := h.prov.DuplicateEffects(); len(d) != 0 {
 		t.Fatalf("effects applied more than once: %v", d)
+	}
+}
+
+// A replica that hands an account over keeps trying to release its lease
+// while the release fails: the lease of a live replica is never taken
+// from it, so the new owner could not start until it is released, and
+// nothing else would tell the old one to try again. Here the first three
+// releases fail; the account still moves to d2, and its events are
+// delivered there.
+func TestFailedReleaseTriedAgain(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(4, `attempts: 3`), provider.Faults{})
+	account := ""
+	for i := 0; account == ""; i++ {
+		if a := fmt.Sprintf("acct-%d", i); owner.Assign([]string{"d1", "d2"}, a) == "d2" {
+			account = a
+		}
+	}
+	var releases atomic.Int32
+	h.dispatcher("d1", &dispatcher.Hooks{BeforeRelease: func(a string) error {
+		if a == account && releases.Add(1) <= 3 {
+			return errors.New("a server call failed")
+		}
+		return nil
+	}})
+	ids := h.Submit(account, "order.create", keys("first", 2), orderPayload)
+	h.waitAll(ids, state.Done, servicetest.WaitFor)
+	h.dispatcher("d2", nil)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.leaseHolder(account) == "d2" },
+		"%s's lease to move to d2 (releases tried by d1: %v)", account, servicetest.Lazy(func() string { return fmt.Sprint(releases.Load()) }))
+	if n := releases.Load(); n != 4 {
+		t.Fatalf("d1's releases of %s's lease: want 4 (3 failed, then 1), got %d", account, n)
+	}
+	ids = h.Submit(account, "order.create", keys("second", 3), orderPayload)
+	for _, r := range h.waitAll(ids, state.Done, servicetest.WaitFor) {
+		if r.History[len(r.History)-1].Actor != "dispatcher/d2" {
+			t.Fatalf("%s: want it done by d2, its owner now, got %s", r.ID, servicetest.Actions(r))
+		}
 	}
 }
