@@ -109,21 +109,20 @@ func (s *Service) handOver(account string, l *reader, release bool) {
 func (s *Service) giveBack(account string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.streamOf(account).UnpinConsumer(ctx, names.ConsumerName(account), ownerGroup)
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := s.streamOf(account).UnpinConsumer(ctx, names.ConsumerName(account), ownerGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Debug().Err(err).Str("account", account).Msg("unpinning the account's consumer")
 	}
+	var err error
 	if h := s.o.Hooks; h != nil && h.BeforeRelease != nil {
-		if err := h.BeforeRelease(account); err != nil {
-			s.log.Warn().Err(err).Str("account", account).Msg("releasing the account's lease")
-			return err
-		}
+		err = h.BeforeRelease(account)
 	}
-	if err := s.owners.Release(ctx, account); err != nil {
+	if err == nil {
+		err = s.owners.Release(ctx, account)
+	}
+	if err != nil {
 		s.log.Warn().Err(err).Str("account", account).Msg("releasing the account's lease")
-		return err
 	}
-	return nil
+	return err
 }
 
 // giveBackUntilDone gives back an account handed over to another replica,
@@ -133,11 +132,11 @@ func (s *Service) giveBack(account string) error {
 // once the account is this replica's again or the replica stops (its
 // leases are then taken as a dead replica's).
 func (s *Service) giveBackUntilDone(account string) {
-	for wait := firstStartRetry; s.giveBack(account) != nil; wait = min(2*wait, maxStartRetry) {
+	for n := 0; s.giveBack(account) != nil; n++ {
 		s.mu.Lock()
 		again := s.serving && !s.owners.Assigned(account)
 		s.mu.Unlock()
-		if !again || !queue.SleepUntil(s.runCtx, time.Now().Add(wait)) {
+		if !again || !queue.SleepUntil(s.runCtx, time.Now().Add(retryWait(n))) {
 			return
 		}
 	}

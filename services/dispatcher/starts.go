@@ -138,12 +138,11 @@ func (s *Service) own(account string) (bool, error) {
 	return s.owners.Acquire(ctx, account)
 }
 
-// Bounds of the wait before a failed start is tried again: it doubles
-// with each failure in a row.
-const (
-	firstStartRetry = 250 * time.Millisecond
-	maxStartRetry   = 8 * time.Second
-)
+// retryWait is the wait before an owner's step (a start, a release) that
+// failed n times in a row is tried again: 250 ms, doubling to 8 s.
+func retryWait(n int) time.Duration {
+	return min(250*time.Millisecond<<min(n, 6), 8*time.Second)
+}
 
 // retryStartLocked tries account's start again after a wait. Nothing else
 // would soon: the account is known, so the adoption sweep passes it by,
@@ -153,7 +152,7 @@ const (
 func (s *Service) retryStartLocked(account string, err error) {
 	n := s.startFails[account]
 	s.startFails[account] = n + 1
-	wait := min(firstStartRetry<<min(n, 6), maxStartRetry)
+	wait := retryWait(n)
 	missing := errors.Is(err, jetstream.ErrConsumerNotFound)
 	time.AfterFunc(wait, func() {
 		if s.runCtx.Err() != nil {
