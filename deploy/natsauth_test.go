@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -328,6 +329,7 @@ type world struct {
 	a         *provider.Provider
 	api       *httptest.Server // ingest's HTTP (submissions, status, callbacks)
 	ops       *httptest.Server // deadletter's HTTP (the operator's API)
+	disp      *dispatcher.Service
 }
 
 // recorder is a target: 200 unless the payload asks for a failure. It
@@ -404,9 +406,9 @@ func newWorld(t *testing.T) *world {
 	w.service("poller", func(p daemon.Process) (daemon.Component, error) {
 		return poller.New(poller.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Instance: "p1"})
 	})
-	w.service("dispatcher", func(p daemon.Process) (daemon.Component, error) {
+	w.disp = w.service("dispatcher", func(p daemon.Process) (daemon.Component, error) {
 		return dispatcher.New(dispatcher.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Instance: "d1", IdleAfter: 3 * time.Second, Relist: 2 * time.Second})
-	})
+	}).(*dispatcher.Service)
 	var ingAuth *auth.Authenticator
 	ing := w.service("ingest", func(p daemon.Process) (daemon.Component, error) {
 		ingAuth = p.Auth
@@ -493,8 +495,8 @@ func (w *world) client(t *testing.T, user string) (*nats.Conn, chan error) {
 	if user != "" {
 		opts = append(opts, nats.UserInfo(user, w.passwords[user]))
 	}
-	if user == userProducer || user == userOutbox {
-		opts = append(opts, nats.CustomInboxPrefix(natsconn.InboxPrefix(user)))
+	if user == userProducer || user == userOutbox || slices.Contains(serviceUsers(), user) {
+		opts = append(opts, nats.CustomInboxPrefix(natsconn.InboxPrefix(user))) // the only inboxes it may read
 	}
 	nc, err := nats.Connect(w.srv.ClientURL(), opts...)
 	if err != nil {
@@ -731,8 +733,8 @@ func (w *world) call(nc *nats.Conn, name string, req, rep any) error {
 // from the producer over NATS and from a producer's outbox relay,
 // deliveries, a retry, a callback, polls, a manual review, dead letters
 // and their replay, a breaker and its close, the digest, a delayed event
-// and its cancel, an idle account's consumer retired and provisioned
-// again) without one permission violation; and a user doing another's job
+// and its cancel, an idle account's reader retired and started again)
+// without one permission violation; and a user doing another's job
 // is refused (refusals).
 func TestNATSUsers(t *testing.T) {
 	tenazBin := natstest.Binary(t, tenazCmd) // before the world's clock starts
@@ -1063,16 +1065,75 @@ func TestNATSUsers(t *testing.T) {
 		}
 	})
 
-	t.Run("idle account retired and provisioned again", func(t *testing.T) {
-		id := w.submit(t, acmeKey, "acme", "order.create", "i-1", "", `{"n":7}`)
-		w.waitStatus(t, acmeKey, id, state.Done)
+	t.Run("idle account retired and read again", func(t *testing.T) {
+		// The dispatcher's user trims the retired account's messages (purge) and
+		// releases its lease; its watch of the partition (an ordered consumer)
+		// starts the account's tail (direct gets) again for the next event.
 		_, js := w.jetstream(t, userOperator)
-		natstest.Eventually(t, 30*time.Second, func() bool {
-			_, err := js.Consumer(w.ctx, names.StreamEvents, names.ConsumerName("acme"))
-			return errors.Is(err, jetstream.ErrConsumerNotFound)
-		}, "the idle account's consumer to be retired")
-		id = w.submit(t, acmeKey, "acme", "order.create", "i-2", "", `{"n":8}`)
-		w.waitStatus(t, acmeKey, id, state.Done)
+		subj := names.NewSubjects(names.DefaultPrefix).WithPartitions(streams.DefaultPartitions)
+		var left uint64
+		waiting := func() uint64 { // acme's messages in EVENTS, as the operator reads them
+			st, err := js.Stream(w.ctx, subj.EventsStream("acme"))
+			if err != nil {
+				return math.MaxUint64
+			}
+			info, err := st.Info(w.ctx, jetstream.WithSubjectFilter(subj.EventsOf("acme")))
+			if err != nil {
+				return math.MaxUint64
+			}
+			return info.State.Msgs
+		}
+		for i, n := range []string{"7", "8"} {
+			id := w.submit(t, acmeKey, "acme", "order.create", fmt.Sprintf("i-%d", i+1), "", `{"n":`+n+`}`)
+			w.waitStatus(t, acmeKey, id, state.Done)
+			natstest.Eventually(t, 30*time.Second, func() bool {
+				left = waiting()
+				return !slices.Contains(w.disp.Accounts(), "acme") && w.disp.Owner("acme") == "" && left == 0
+			}, "the idle account retired: its reader stopped (readers %v), its lease released (owner %q), its messages trimmed (%d left); permission violations: %v",
+				lazy(func() string { return fmt.Sprint(w.disp.Accounts()) }), lazy(func() string { return w.disp.Owner("acme") }),
+				lazy(func() string { return fmt.Sprint(left) }), lazy(func() string { return fmt.Sprint(w.allViolations()) }))
+		}
+	})
+
+	t.Run("EVENTS read by direct get", func(t *testing.T) {
+		// EVENTS allows direct gets, so nats.go reads its messages so: a
+		// tail's batch (the dispatcher, tail.go), an event's schedule (the
+		// dispatcher and the poller, queue.HasSchedule), a message by
+		// sequence (the deadletter, a max-deliveries advisory's). The flows
+		// above need not reach each; these name the boundaries. Ingest's
+		// user is refused a batch (refusals).
+		subj := names.NewSubjects(names.DefaultPrefix).WithPartitions(streams.DefaultPartitions)
+		stream := subj.EventsStream("acme")
+		violations := func(svc string) lazy {
+			return func() string { return fmt.Sprint(w.log.violations(serviceUser(svc))) }
+		}
+		nc, _ := w.client(t, serviceUser("dispatcher"))
+		req := fmt.Sprintf(`{"seq":1,"next_by_subj":%q,"batch":8}`, subj.EventsOf("acme"))
+		m, err := nc.Request("$JS.API.DIRECT.GET."+stream, []byte(req), 10*time.Second)
+		if err != nil {
+			t.Fatalf("a tail's direct get of %s as %s: %v; violations: %v", stream, serviceUser("dispatcher"), err, violations("dispatcher"))
+		}
+		if st := m.Header.Get("Status"); st != "" && st != "204" && st != "404" { // a message, the batch's end, or none
+			t.Fatalf("a tail's direct get of %s: status %s %s", stream, st, m.Header.Get("Description"))
+		}
+		for _, svc := range []string{"dispatcher", "poller", "deadletter"} {
+			_, js := w.jetstream(t, serviceUser(svc))
+			st, err := js.Stream(w.ctx, stream)
+			if err != nil {
+				t.Fatalf("%s: stream info of %s: %v; violations: %v", serviceUser(svc), stream, err, violations(svc))
+			}
+			if !st.CachedInfo().Config.AllowDirect {
+				t.Fatalf("%s does not allow direct gets: this reads nothing by them", stream)
+			}
+			if svc == "deadletter" {
+				_, err = st.GetMsg(w.ctx, 1)
+			} else {
+				_, err = st.GetLastMsgForSubject(w.ctx, subj.Schedule("acme", event.ID("acme", "no-such-event")))
+			}
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				t.Errorf("%s reading %s by direct get: %v; violations: %v", serviceUser(svc), stream, err, violations(svc))
+			}
+		}
 	})
 
 	t.Run("digest and advisories reach the operator", func(t *testing.T) {
@@ -1131,6 +1192,12 @@ func (w *world) refusals(t *testing.T) {
 		{serviceUser("poller"), "discard a dead letter", false, "tenaz.api.dead.discard", replay},
 		{serviceUser("dispatcher"), "submit to INTAKE", false, "tenaz.intake.acme.order.create", submission},
 		{serviceUser("dispatcher"), "take the poller's timers", false, "$JS.API.CONSUMER.MSG.NEXT.EVENTS.poller", []byte(`{"batch":1}`)},
+		{serviceUser("dispatcher"), "delete the poller's consumer", false, "$JS.API.CONSUMER.DELETE.EVENTS.poller", nil},
+		{serviceUser("dispatcher"), "pause an account", false, "$KV.tenaz_ops.pause.acme", []byte(`{"account":"acme"}`)},
+		{serviceUser("dispatcher"), "make a consumer of an account's events", false, "$JS.API.CONSUMER.CREATE.EVENTS.acct_acme.tenaz.events.acme.>", nil},
+		{serviceUser("ingest"), "read the dispatch subjects by direct get", false, "$JS.API.DIRECT.GET.EVENTS", []byte(`{"seq":1,"next_by_subj":"tenaz.events.acme.>","batch":8}`)},
+		{serviceUser("ingest"), "make a consumer of an account's events", false, "$JS.API.CONSUMER.CREATE.EVENTS.acct_acme.tenaz.events.acme.>", nil},
+		{serviceUser("deadletter"), "pause a consumer of EVENTS", false, "$JS.API.CONSUMER.PAUSE.EVENTS.acct_acme", nil},
 		{serviceUser("deadletter"), "take ingest's submissions", false, "$JS.API.CONSUMER.MSG.NEXT.INTAKE.ingest", []byte(`{"batch":1}`)},
 		{serviceUser("ingest"), "forge a breaker advisory", false, "tenaz.advisory.breaker.acme.erp", []byte(`{}`)},
 		{serviceUser("ingest"), "delete a stream", false, "$JS.API.STREAM.DELETE.EVENTS", nil},
@@ -1317,6 +1384,54 @@ func TestNATSUsersShape(t *testing.T) {
 		inbox := natsconn.InboxPrefix(serviceUser(svc)) + ".x"
 		if !u.Permissions.Subscribe.allowed(inbox) {
 			t.Errorf("%s may not subscribe to its own inbox %s", u.User, inbox)
+		}
+	}
+	// The dispatcher reads each account's messages by direct get and
+	// watches each partition's dispatch subjects with an ordered consumer
+	// that it makes, reads and deletes under a random name (nats.go:
+	// <nuid>_<serial>), and the operators' pauses with a KV watch; it may
+	// not touch the poller's consumer, nor write a pause. No service makes
+	// a consumer of an account's events any more.
+	subj := names.NewSubjects(names.DefaultPrefix).WithPartitions(streams.DefaultPartitions)
+	const watch = "mQ3cT8vJ2kX9pL4rW7nB1d_1"
+	disp := byName[serviceUser("dispatcher")].Permissions.Publish
+	for p := range streams.DefaultPartitions {
+		st := subj.EventsStreamOf(p)
+		for _, subject := range []string{
+			"$JS.API.DIRECT.GET." + st,
+			"$JS.API.DIRECT.GET." + st + "." + strings.TrimSuffix(subj.SchedulesIn(p), ">") + "acme-1",
+			"$JS.API.CONSUMER.CREATE." + st + "." + watch + "." + subj.EventsIn(p),
+			"$JS.API.CONSUMER.MSG.NEXT." + st + "." + watch,
+			"$JS.API.CONSUMER.DELETE." + st + "." + watch,
+		} {
+			if !disp.allowed(subject) {
+				t.Errorf("%s may not publish %s: its tails and watches need it", serviceUser("dispatcher"), subject)
+			}
+		}
+		for _, subject := range []string{
+			"$JS.API.CONSUMER.MSG.NEXT." + st + "." + names.ConsumerPoller, "$JS.ACK." + st + "." + names.ConsumerPoller + ".1.1.1.1.1.0",
+			"$JS.API.CONSUMER.DELETE." + st + "." + names.ConsumerPoller, "$JS.API.CONSUMER.PAUSE." + st + "." + names.ConsumerPoller,
+			"$JS.API.CONSUMER.UNPIN." + st + "." + names.ConsumerPoller,
+		} {
+			if disp.allowed(subject) {
+				t.Errorf("%s may publish %s: the poller's consumer is not its", serviceUser("dispatcher"), subject)
+			}
+		}
+		account := "$JS.API.CONSUMER.CREATE." + st + ".acct_acme." + strings.TrimSuffix(subj.EventsIn(p), ">") + "acme.>"
+		for _, svc := range services {
+			if byName[serviceUser(svc)].Permissions.Publish.allowed(account) {
+				t.Errorf("%s may publish %s: no service makes a consumer per account", serviceUser(svc), account)
+			}
+		}
+	}
+	for subject, want := range map[string]bool{
+		"$JS.API.CONSUMER.CREATE.KV_tenaz_ops." + watch + ".$KV.tenaz_ops.pause.*": true,
+		"$JS.API.CONSUMER.DELETE.KV_tenaz_ops." + watch:                            true,
+		"$JS.API.CONSUMER.CREATE.KV_tenaz_ops." + watch + ".$KV.tenaz_ops.>":       false,
+		"$KV.tenaz_ops.pause.acme":                                                 false,
+	} {
+		if disp.allowed(subject) != want {
+			t.Errorf("%s may publish %s: %v, want %v (it reads the operators' pauses, nothing else of tenaz_ops)", serviceUser("dispatcher"), subject, !want, want)
 		}
 	}
 	for _, name := range []string{userProducer, userOutbox} {

@@ -206,28 +206,6 @@ func IngestConsumer(o Options) (jetstream.ConsumerConfig, error) {
 	return c, nil
 }
 
-// DispatchConsumer is the durable consumer of one account's events, on
-// its partition's EVENTS stream (o.Partitions must be the store's).
-// maxAckPending bounds the account's messages in flight across replicas.
-// With o.AckWait set, the redelivery backoff becomes AckWait ×1, ×2, ×4, ×10.
-func DispatchConsumer(o Options, account string, maxAckPending int) (jetstream.ConsumerConfig, error) {
-	var c jetstream.ConsumerConfig
-	if err := decodeConsumer("consumer-dispatch.json", &c); err != nil {
-		return c, err
-	}
-	c.Durable = strings.ReplaceAll(c.Durable, "ACCOUNT", account)
-	c.Description = strings.ReplaceAll(c.Description, "ACCOUNT", account)
-	c.FilterSubject = o.inPartition(strings.ReplaceAll(c.FilterSubject, "ACCOUNT", account), PartitionOf(account, o.parts()))
-	if maxAckPending > 0 {
-		c.MaxAckPending = maxAckPending
-	}
-	if o.AckWait > 0 {
-		c.AckWait = o.AckWait
-		c.BackOff = []time.Duration{o.AckWait, 2 * o.AckWait, 4 * o.AckWait, 10 * o.AckWait}
-	}
-	return c, nil
-}
-
 // PollerConsumer is the poller's shared durable consumer of the timers
 // (callback deadlines and polls) on partition p's EVENTS stream.
 func PollerConsumer(o Options, p int) (jetstream.ConsumerConfig, error) {

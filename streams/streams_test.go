@@ -110,22 +110,20 @@ func TestApplyIsIdempotent(t *testing.T) {
 			t.Fatalf("bucket %s: want per-key TTLs allowed (limit_marker_ttl), got a stream without them", b)
 		}
 	}
-	o.Partitions = streams.DefaultPartitions
-	c, err := streams.DispatchConsumer(o, "shop-1", 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := streams.PartitionOf("shop-1", o.Partitions)
-	if c.Durable != "acct_shop-1" || c.FilterSubject != streams.Root("acme", p)+".events.shop-1.>" || c.MaxAckPending != 16 {
-		t.Fatalf("dispatch consumer = %+v", c)
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, streams.EventsStream("acme", p), c); err != nil {
-		t.Fatalf("dispatch consumer does not apply: %v", err)
+	// The dispatchers read each account's messages by direct get.
+	for p := range streams.DefaultPartitions {
+		s, err := js.Stream(ctx, streams.EventsStream("acme", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.CachedInfo().Config.AllowDirect {
+			t.Fatalf("%s: want direct gets allowed", streams.EventsStream("acme", p))
+		}
 	}
 }
 
-// A schedule in the EVENTS work queue fires onto its target subject, where
-// the account's consumer receives it: the mechanism delays and retries use.
+// A schedule in EVENTS fires onto its target subject, where the account's
+// messages are read: the mechanism delays and retries use.
 func TestScheduleFiresIntoWorkQueue(t *testing.T) {
 	t.Parallel()
 	js := setup(t)
@@ -133,8 +131,7 @@ func TestScheduleFiresIntoWorkQueue(t *testing.T) {
 	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := streams.DispatchConsumer(streams.Options{}, "a", 8)
-	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", c)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", accountConsumer("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +140,7 @@ func TestScheduleFiresIntoWorkQueue(t *testing.T) {
 		jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget("tenaz.events.a.k")); err != nil {
 		t.Fatalf("publish schedule: %v", err)
 	}
-	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second), ownerGroup)
+	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,14 +181,13 @@ func TestScheduleReplaceAndCancel(t *testing.T) {
 			t.Fatalf("publish %s: %v", body, err)
 		}
 	}
-	c, _ := streams.DispatchConsumer(streams.Options{}, "b", 8)
-	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", c)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "EVENTS", accountConsumer("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub("old", time.Now().Add(time.Hour), "tenaz.events.b.k")
 	pub("new", time.Now().Add(time.Second), "tenaz.events.b.k")
-	msgs, err := cons.Fetch(2, jetstream.FetchMaxWait(4*time.Second), ownerGroup)
+	msgs, err := cons.Fetch(2, jetstream.FetchMaxWait(4*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +204,7 @@ func TestScheduleReplaceAndCancel(t *testing.T) {
 	if err := s.Purge(ctx, jetstream.WithPurgeSubject("tenaz.sched.ev_y")); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err = cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond), ownerGroup)
+	msgs, err = cons.Fetch(1, jetstream.FetchMaxWait(2500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +255,6 @@ func TestDeadLimitsApplied(t *testing.T) {
 		}
 	}
 }
-
-// ownerGroup is how these tests pull from a dispatch consumer: as its
-// owner replica does, in its pinned priority group.
-var ownerGroup = jetstream.FetchPriorityGroup("owner")
 
 // A new store gets DefaultPartitions (or the count asked for), each with
 // its EVENTS stream, its state bucket and its poller consumer, and its
@@ -447,17 +439,24 @@ func TestApplyKeepsRecordsByAccount(t *testing.T) {
 // A consumer file is decoded once; each caller gets its own copy, which
 // it may change without changing the next caller's.
 func TestConsumerConfigsAreCopies(t *testing.T) {
-	a, err := streams.DispatchConsumer(streams.Options{}, "acme", 8)
+	a, err := streams.PollerConsumer(streams.Options{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.PriorityGroups[0] = "changed"
-	a.BackOff = append(a.BackOff[:0], time.Hour)
-	b, err := streams.DispatchConsumer(streams.Options{}, "globex", 4)
+	want := a.Durable
+	a.Durable = "changed"
+	a.FilterSubjects = append(a.FilterSubjects[:0], "changed")
+	b, err := streams.PollerConsumer(streams.Options{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Durable != "acct_globex" || b.MaxAckPending != 4 || b.PriorityGroups[0] != "owner" || b.BackOff[0] != 30*time.Second {
-		t.Fatalf("the second config: durable %q, max_ack_pending %d, groups %v, backoff %v", b.Durable, b.MaxAckPending, b.PriorityGroups, b.BackOff)
+	if b.Durable != want || b.Durable == "changed" || len(b.FilterSubjects) > 0 && b.FilterSubjects[0] == "changed" {
+		t.Fatalf("the second config: durable %q, filters %v", b.Durable, b.FilterSubjects)
 	}
+}
+
+// accountConsumer reads one account's dispatch subjects, as a test's
+// stand-in for its owner.
+func accountConsumer(account string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: "t_" + account, FilterSubject: "tenaz.events." + account + ".>", AckPolicy: jetstream.AckExplicitPolicy}
 }

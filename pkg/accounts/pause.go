@@ -1,3 +1,5 @@
+// Package accounts keeps the operators' pauses of accounts (Pauses), in
+// the operators' bucket.
 package accounts
 
 import (
@@ -12,27 +14,21 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 )
 
-// An operator's pause of an account is a record in the operators' bucket,
-// not only the state of the account's dispatch consumer: the consumer
-// pause is also what an open breaker uses (and lifts when it closes), and
-// a consumer deleted while idle comes back unpaused. Whoever changes a
-// consumer's pause (the deadletter service on a pause or resume, every
-// dispatcher on a breaker's transition and before a lane's first pull)
-// pauses it until the later of the operator's pause and the account's
-// open breakers (Want), so neither undoes the other.
+// An operator's pause of an account is a record in the operators' bucket.
+// Every dispatcher replica watches the pauses (Watch) and reads nothing
+// of a paused account until the later of the operator's pause and the
+// account's open breakers (Want), so neither undoes the other.
 
 // BucketOps is the operators' bucket (streams/data/kv-ops.json): replay
 // jobs, the digest's state, the accounts' pauses ("pause.<account>") and
 // the audit of operator actions on accounts and breakers.
 const BucketOps = "tenaz_ops"
 
-// PauseForever is the consumer's pause end of a pause until resumed:
-// JetStream pauses a consumer until a time.
+// PauseForever is the end of a pause until resumed.
 var PauseForever = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Pause is an operator's pause of an account's dispatch: while it holds,
-// the account's consumer delivers nothing, so no call of the account is
-// made; its events wait in EVENTS.
+// no call of the account is made; its events wait in EVENTS.
 type Pause struct {
 	Account string `json:"account"`
 	// Until ends the pause by itself; zero: until an operator resumes.
@@ -54,7 +50,7 @@ func (p Pause) End() time.Time {
 	return p.Until
 }
 
-// Want is until when an account's dispatch consumer must be paused at
+// Want is until when an account's dispatch must be paused at
 // now: the later of the operator's pause p (when there is one, ok, and it
 // holds) and breakerUntil, the end of its open breakers' cooldown. Zero:
 // it must run.
@@ -72,23 +68,20 @@ func Want(p Pause, ok bool, breakerUntil, now time.Time) time.Time {
 // pauseKey is account's key in the operators' bucket.
 func pauseKey(account string) string { return "pause." + account }
 
-// Pauses keeps the operators' pauses in the operators' bucket and applies
-// them to the accounts' dispatch consumers.
+// Pauses keeps the operators' pauses in the operators' bucket, for the
+// dispatchers to apply.
 type Pauses struct {
-	js   jetstream.JetStream
-	kv   jetstream.KeyValue
-	subj names.Subjects
-	now  func() time.Time
+	kv jetstream.KeyValue
 }
 
 // OpenPauses binds the operators' bucket (it must exist: streams.Apply)
-// for the consumers on the EVENTS streams of subj's partitions.
+// of subj's installation.
 func OpenPauses(ctx context.Context, js jetstream.JetStream, subj names.Subjects) (*Pauses, error) {
 	kv, err := js.KeyValue(ctx, subj.Bucket(BucketOps))
 	if err != nil {
 		return nil, fmt.Errorf("accounts: bucket %s: %w", subj.Bucket(BucketOps), err)
 	}
-	return &Pauses{js: js, kv: kv, subj: subj, now: time.Now}, nil
+	return &Pauses{kv: kv}, nil
 }
 
 // Get reads account's pause; ok is false when it has none. rev is the
@@ -151,46 +144,36 @@ func (ps *Pauses) Clear(ctx context.Context, account string) error {
 	return nil
 }
 
-// Apply pauses account's dispatch consumer until until, or resumes it
-// when until is zero. A consumer that does not exist is no error: a lane
-// pauses it before its first pull (see the dispatcher).
-func (ps *Pauses) Apply(ctx context.Context, account string, until time.Time) error {
-	stream, name := ps.subj.EventsStream(account), names.ConsumerName(account)
-	var err error
-	if until.IsZero() {
-		_, err = ps.js.ResumeConsumer(ctx, stream, name)
-	} else {
-		_, err = ps.js.PauseConsumer(ctx, stream, name, until)
-	}
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("accounts: pausing the consumer of %s until %v: %w", account, until, err)
-	}
-	return nil
-}
-
-// Sync applies Want to account's consumer, with breakerUntil the end of
-// its open breakers' cooldown, and returns the pause it applied (zero:
-// resumed). It reads the operator's pause again afterwards and, if it
-// changed meanwhile (another operator, another replica), applies again:
-// the consumer ends as the last pause written says.
-func (ps *Pauses) Sync(ctx context.Context, account string, breakerUntil func() time.Time) (time.Time, error) {
-	p, ok, rev, err := ps.Get(ctx, account)
+// Watch calls fn with each account's pause as it is now, then with each
+// change (ok false: resumed), until ctx ends; it returns once the pauses
+// held now were passed to fn.
+func (ps *Pauses) Watch(ctx context.Context, fn func(account string, p Pause, ok bool)) error {
+	w, err := ps.kv.Watch(ctx, pauseKey("*"))
 	if err != nil {
-		return time.Time{}, err
+		return fmt.Errorf("accounts: watching the pauses: %w", err)
 	}
-	for range 8 {
-		until := Want(p, ok, breakerUntil(), ps.now())
-		if err := ps.Apply(ctx, account, until); err != nil {
-			return time.Time{}, err
+	apply := func(e jetstream.KeyValueEntry) {
+		account := e.Key()[len(pauseKey("")):]
+		var p Pause
+		if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &p) != nil {
+			fn(account, Pause{}, false)
+			return
 		}
-		p2, ok2, rev2, err := ps.Get(ctx, account)
-		if err != nil {
-			return time.Time{}, err
-		}
-		if ok2 == ok && rev2 == rev {
-			return until, nil
-		}
-		p, ok, rev = p2, ok2, rev2
+		fn(account, p, true)
 	}
-	return time.Time{}, fmt.Errorf("accounts: the pause of %s kept changing", account)
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		apply(e)
+	}
+	go func() {
+		defer func() { _ = w.Stop() }()
+		for e := range w.Updates() {
+			if e != nil {
+				apply(e)
+			}
+		}
+	}()
+	return nil
 }

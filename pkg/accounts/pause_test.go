@@ -2,14 +2,10 @@ package accounts_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tenaz/tenaz/pkg/accounts"
-	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/streams"
@@ -44,11 +40,10 @@ func TestWant(t *testing.T) {
 	}
 }
 
-// The pause of one account, on real consumers: Sync pauses acme's
-// consumer until resumed and leaves globex's running, a breaker's end
-// never shortens it, Clear and Sync resume acme (or hold it for its open
-// breaker), and an account without a consumer is no error.
-func TestPausesOnConsumers(t *testing.T) {
+// The pauses in the bucket, on a real server: Watch reports those held
+// when it starts, then each pause and resume of each account; Get and
+// List read them.
+func TestPausesWatched(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	_, js := srv.Conn(t)
@@ -58,33 +53,7 @@ func TestPausesOnConsumers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := names.NewSubjects("").WithPartitions(n)
-	cfg, err := config.Parse([]byte("{}"), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []string{"acme", "globex"} {
-		cc, err := accounts.ConsumerConfig(cfg, n, a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.CreateOrUpdateConsumer(ctx, subj.EventsStream(a), cc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	paused := func(account string) (bool, time.Time) {
-		t.Helper()
-		c, err := js.Consumer(ctx, subj.EventsStream(account), names.ConsumerName(account))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info := c.CachedInfo()
-		if info.Config.PauseUntil == nil {
-			return info.Paused, time.Time{}
-		}
-		return info.Paused, *info.Config.PauseUntil
-	}
-	ps, err := accounts.OpenPauses(ctx, js, subj)
+	ps, err := accounts.OpenPauses(ctx, js, names.NewSubjects("").WithPartitions(n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,54 +63,45 @@ func TestPausesOnConsumers(t *testing.T) {
 	if err := ps.Set(ctx, accounts.Pause{Account: "acme", Actor: "operator:alice", Reason: "erp migration", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	breaker := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	noBreaker := func() time.Time { return time.Time{} }
-	if until, err := ps.Sync(ctx, "acme", func() time.Time { return breaker }); err != nil || !until.Equal(accounts.PauseForever) {
-		t.Fatalf("Sync(acme): want paused until %v, got %v %v", accounts.PauseForever, until, err)
+	type heard struct {
+		account string
+		p       accounts.Pause
+		ok      bool
 	}
-	if p, at := paused("acme"); !p || !at.Equal(accounts.PauseForever) {
-		t.Fatalf("acme's consumer: want paused until %v, got %v %v", accounts.PauseForever, p, at)
+	events := make(chan heard, 16)
+	if err := ps.Watch(ctx, func(a string, p accounts.Pause, ok bool) { events <- heard{a, p, ok} }); err != nil {
+		t.Fatal(err)
 	}
-	if p, _ := paused("globex"); p {
-		t.Fatal("globex's consumer: want it running")
+	next := func() heard {
+		t.Helper()
+		select {
+		case h := <-events:
+			return h
+		case <-ctx.Done():
+			t.Fatal("no pause heard")
+			return heard{}
+		}
 	}
-	got, ok, _, err := ps.Get(ctx, "acme")
-	if err != nil || !ok || got.Actor != "operator:alice" || got.Reason != "erp migration" {
-		t.Fatalf("Get(acme): want alice's pause, got %+v %v %v", got, ok, err)
+	if h := next(); h.account != "acme" || !h.ok || h.p.Actor != "operator:alice" {
+		t.Fatalf("Watch's start: want acme's pause, got %+v", h)
 	}
-	if l, err := ps.List(ctx); err != nil || len(l) != 1 || l[0].Account != "acme" {
-		t.Fatalf("List: want acme's pause, got %+v %v", l, err)
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	if err := ps.Set(ctx, accounts.Pause{Account: "globex", Until: until}); err != nil {
+		t.Fatal(err)
 	}
-
-	// Resumed while a breaker of acme is open: held for the breaker.
+	if h := next(); h.account != "globex" || !h.ok || !h.p.Until.Equal(until) {
+		t.Fatalf("globex paused: want its pause until %v, got %+v", until, h)
+	}
 	if err := ps.Clear(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
-	if until, err := ps.Sync(ctx, "acme", func() time.Time { return breaker }); err != nil || !until.Equal(breaker) {
-		t.Fatalf("Sync(acme) after Clear: want paused for the breaker until %v, got %v %v", breaker, until, err)
+	if h := next(); h.account != "acme" || h.ok {
+		t.Fatalf("acme resumed: want it heard, got %+v", h)
 	}
-	if p, at := paused("acme"); !p || !at.Equal(breaker) {
-		t.Fatalf("acme's consumer: want paused until %v, got %v %v", breaker, p, at)
-	}
-	if until, err := ps.Sync(ctx, "acme", noBreaker); err != nil || !until.IsZero() {
-		t.Fatalf("Sync(acme) with no breaker: want resumed, got %v %v", until, err)
-	}
-	if p, _ := paused("acme"); p {
-		t.Fatal("acme's consumer: want it running")
+	if l, err := ps.List(ctx); err != nil || len(l) != 1 || l[0].Account != "globex" {
+		t.Fatalf("List: want globex's pause, got %+v %v", l, err)
 	}
 	if _, ok, _, err := ps.Get(ctx, "acme"); ok || err != nil {
 		t.Fatalf("Get(acme) after Clear: want none, got %v %v", ok, err)
-	}
-	if err := ps.Set(ctx, accounts.Pause{Account: "initech"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ps.Sync(ctx, "initech", noBreaker); err != nil {
-		t.Fatalf("Sync of an account without a consumer: want no error, got %v", err)
-	}
-	if _, err := js.Consumer(ctx, subj.EventsStream("initech"), names.ConsumerName("initech")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		t.Fatalf("Sync must not make a consumer: got %v", err)
-	}
-	if err := ps.Set(ctx, accounts.Pause{Account: "ac.me"}); err == nil {
-		t.Fatal("Set of an invalid account: want an error")
 	}
 }

@@ -159,11 +159,12 @@ type Streams struct {
 	// one). 0: the store's own count, or 4 for a new store. A count that
 	// is not the store's is refused at start-up.
 	Partitions int `yaml:"partitions"`
-	// TrimAfter is how long an account's settled messages may stay in a
-	// trimmed EVENTS before its dispatcher purges them, when fewer than a
-	// batch (64) have gathered: each purge costs the server a check of
-	// every consumer of the stream, one per live account, so quiet
-	// accounts are trimmed rarely. Defaults to 1m.
+	// TrimAfter is how long an account's settled messages may stay in
+	// EVENTS before its dispatcher purges them, when fewer than a batch
+	// (64) have gathered: a purge is a write, so a busy account is
+	// trimmed once per batch, and the backlog metric (which counts the
+	// account's messages in EVENTS) is right within this long. Defaults
+	// to 1s.
 	TrimAfter Duration `yaml:"trim_after"`
 }
 

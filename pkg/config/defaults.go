@@ -119,7 +119,7 @@ func (c *Config) WithDefaults() *Config {
 	}
 	setDur(&c.Streams.Retention, defaultRetention)
 	setDur(&c.Streams.AckWait, Duration(30*time.Second))
-	setDur(&c.Streams.TrimAfter, Duration(time.Minute))
+	setDur(&c.Streams.TrimAfter, Duration(time.Second))
 
 	if c.Accounts == nil {
 		c.Accounts = map[string]Account{}

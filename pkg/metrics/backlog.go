@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,10 +21,10 @@ const (
 
 // BacklogOptions configure WatchBacklog.
 type BacklogOptions struct {
-	// Streams are the streams whose acct_<account> consumers are read:
-	// every partition's EVENTS. Defaults to EVENTS alone.
+	// Streams are the streams whose accounts' messages are counted: every
+	// partition's EVENTS. Defaults to EVENTS alone.
 	Streams []string
-	// Timeout bounds one read of the consumers (a scrape waits at most
+	// Timeout bounds one read of the streams (a scrape waits at most
 	// this long for it). Defaults to 2s.
 	Timeout time.Duration
 	// TTL is how long a read is reused before a scrape reads again, so
@@ -34,16 +35,16 @@ type BacklogOptions struct {
 	Now func() time.Time
 }
 
-// backlogRow is one account's consumer backlog.
+// backlogRow is one account's backlog.
 type backlogRow struct {
 	pending, ackPending float64
 	paused              float64
 	pausedKnown         bool
 }
 
-// backlog is the collector of the per-account consumer backlog. Its rows
-// come from ConsumerBacklog (pushed) or, when a source is watched, from a
-// read of the stream's consumers at scrape time, cached for TTL.
+// backlog is the collector of the per-account backlog. Its rows come from
+// ConsumerBacklog (pushed) or, when a source is watched, from a read of
+// the accounts' messages in the streams at scrape time, cached for TTL.
 type backlog struct {
 	pendingDesc, ackDesc, pausedDesc, upDesc *prometheus.Desc
 	label                                    func(account string) string
@@ -81,11 +82,11 @@ func (b *backlog) push(account string, pending, ackPending int) {
 	b.rows[account] = r
 }
 
-// WatchBacklog makes the Set report the backlog of every acct_<account>
-// consumer of the EVENTS stream (tenaz_consumer_pending_messages,
-// tenaz_consumer_ack_pending_messages, tenaz_consumer_paused,
-// tenaz_consumer_backlog_up), read through js when scraped: one listing of
-// the stream's consumers, bounded by o.Timeout and reused for o.TTL. A
+// WatchBacklog makes the Set report each account's messages in the EVENTS
+// streams (tenaz_consumer_pending_messages, with
+// tenaz_consumer_ack_pending_messages 0, and tenaz_consumer_backlog_up),
+// read through js when scraped: one stream info per stream, with the
+// dispatch subjects' counts, bounded by o.Timeout and reused for o.TTL. A
 // failed read reports up 0 and no backlog series (absent rather than
 // stale), and is itself reused for o.TTL. Call the returned stop when the
 // connection goes away: it ends the watch and drops the series. A later
@@ -119,7 +120,7 @@ func (s *Set) WatchBacklog(js jetstream.JetStream, o BacklogOptions) (stop func(
 	}
 }
 
-// refreshLocked reads the consumers if a source is watched and the last
+// refreshLocked reads the streams if a source is watched and the last
 // read is older than its TTL.
 func (b *backlog) refreshLocked() {
 	src := b.src
@@ -155,23 +156,44 @@ func (src *backlogSource) read() (map[string]backlogRow, error) {
 	}
 	rows := map[string]backlogRow{}
 	for _, st := range src.streams {
-		l := st.ListConsumers(ctx)
-		for ci := range l.Info() {
-			account, ok := names.AccountOfConsumer(ci.Name)
+		// The dispatch subjects, <root>.events.<account>.<kind>, not the
+		// schedules (one per delayed event).
+		filter := ""
+		for _, sub := range st.CachedInfo().Config.Subjects {
+			if strings.HasSuffix(sub, ".events.>") {
+				filter = sub
+			}
+		}
+		if filter == "" {
+			continue
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return nil, fmt.Errorf("metrics: messages of %s: %w", st.CachedInfo().Config.Name, err)
+		}
+		for subject, n := range info.State.Subjects {
+			account, ok := accountOfEvent(subject)
 			if !ok {
 				continue
 			}
-			r := backlogRow{pending: float64(ci.NumPending), ackPending: float64(ci.NumAckPending), pausedKnown: true}
-			if ci.Paused {
-				r.paused = 1
-			}
+			r := rows[account]
+			r.pending += float64(n)
 			rows[account] = r
-		}
-		if err := l.Err(); err != nil {
-			return nil, fmt.Errorf("metrics: consumers of %s: %w", st.CachedInfo().Config.Name, err)
 		}
 	}
 	return rows, nil
+}
+
+// accountOfEvent is the account of a dispatch subject
+// (<prefix>[.p<n>].events.<account>.<kind>).
+func accountOfEvent(subject string) (string, bool) {
+	toks := strings.Split(subject, ".")
+	for i := 1; i+2 < len(toks); i++ {
+		if toks[i] == "events" {
+			return toks[i+1], names.ValidateAccount(toks[i+1]) == nil
+		}
+	}
+	return "", false
 }
 
 // totals sums the cached rows (no read).
@@ -193,9 +215,10 @@ func (b *backlog) Describe(ch chan<- *prometheus.Desc) {
 	ch <- b.upDesc
 }
 
-// Collect implements prometheus.Collector: it reads the consumers first
+// Collect implements prometheus.Collector: it reads the streams first
 // when the cached read is stale. Accounts without their own series add
-// up under account="other" (its paused value counts the paused consumers).
+// up under account="other" (its paused value, when known, counts the
+// paused accounts).
 func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
 	b.refreshLocked()

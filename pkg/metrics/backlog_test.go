@@ -32,47 +32,26 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// TestWatchBacklog reads real consumers of EVENTS on an embedded server:
-// per-account pending and in-flight counts, paused, the cache, a failed
-// read, and stop.
+// TestWatchBacklog reads the accounts' messages in a real EVENTS on an
+// embedded server: per-account counts (the schedules are not an
+// account's backlog), the cache, a trim, a failed read, and stop.
 func TestWatchBacklog(t *testing.T) {
 	srv := natstest.Start(t)
 	_, js := srv.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	consumer := func(name, account string) jetstream.Consumer {
-		c, err := js.CreateOrUpdateConsumer(ctx, names.StreamEvents, jetstream.ConsumerConfig{
-			Durable: name, FilterSubject: "tenaz.events." + account + ".>", AckPolicy: jetstream.AckExplicitPolicy,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	publish := func(account string, n int) {
+	publish := func(subject string, n int) {
 		for range n {
-			if _, err := js.Publish(ctx, "tenaz.events."+account+".order.create", []byte("{}")); err != nil {
+			if _, err := js.Publish(ctx, subject, []byte("{}")); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	acme := consumer(names.ConsumerName("acme"), "acme")
-	beta := consumer(names.ConsumerName("beta"), "beta")
-	consumer("someone_else", "gamma") // not a dispatch consumer: ignored
-	publish("acme", 3)
-	publish("beta", 2)
-	publish("gamma", 4)
-	// A consumer counts a new message when its own goroutine has seen it:
-	// on a loaded machine its info can lag the publish for a moment.
-	pendingIs := func(c jetstream.Consumer, want uint64) func() bool {
-		return func() bool {
-			info, err := c.Info(ctx)
-			return err == nil && info.NumPending == want
-		}
-	}
-	natstest.Eventually(t, 10*time.Second, pendingIs(acme, 3), "acme's consumer to count its 3 messages")
-	natstest.Eventually(t, 10*time.Second, pendingIs(beta, 2), "beta's consumer to count its 2 messages")
+	publish("tenaz.events.acme.order.create", 2)
+	publish("tenaz.events.acme.order.cancel", 1)
+	publish("tenaz.events.beta.order.create", 2)
+	publish("tenaz.sched.ev_1", 1) // a schedule, no account's backlog
 
 	s, reg := setup(t)
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
@@ -85,27 +64,17 @@ func TestWatchBacklog(t *testing.T) {
 		tenaz_consumer_pending_messages{account="beta"} 2
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
 		tenaz_consumer_ack_pending_messages{account="beta"} 0
-		tenaz_consumer_paused{account="acme"} 0
-		tenaz_consumer_paused{account="beta"} 0
 		tenaz_consumer_backlog_up 1
 	`, nameList...)
 
-	// One message of beta in flight, two more for acme, acme paused. The
-	// cached read still answers until the TTL has passed.
-	msgs, err := beta.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	// Two more for acme, beta's trimmed by its owner. The cached read
+	// still answers until the TTL has passed.
+	publish("tenaz.events.acme.order.create", 2)
+	events, err := js.Stream(ctx, names.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for range msgs.Messages() {
-		n++ // not acked: in flight
-	}
-	if n != 1 {
-		t.Fatalf("fetched %d messages, want 1", n)
-	}
-	publish("acme", 2)
-	natstest.Eventually(t, 10*time.Second, pendingIs(acme, 5), "acme's consumer to count its 5 messages")
-	if _, err := js.PauseConsumer(ctx, names.StreamEvents, names.ConsumerName("acme"), time.Now().Add(time.Hour)); err != nil {
+	if err := events.Purge(ctx, jetstream.WithPurgeSubject("tenaz.events.beta.>")); err != nil {
 		t.Fatal(err)
 	}
 	clock.Add(metrics.DefaultBacklogTTL - time.Millisecond)
@@ -114,35 +83,17 @@ func TestWatchBacklog(t *testing.T) {
 		tenaz_consumer_pending_messages{account="beta"} 2
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
 		tenaz_consumer_ack_pending_messages{account="beta"} 0
-		tenaz_consumer_paused{account="acme"} 0
-		tenaz_consumer_paused{account="beta"} 0
 		tenaz_consumer_backlog_up 1
 	`, nameList...)
 	clock.Add(time.Millisecond)
 	compare(t, reg, `
 		tenaz_consumer_pending_messages{account="acme"} 5
-		tenaz_consumer_pending_messages{account="beta"} 1
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
-		tenaz_consumer_ack_pending_messages{account="beta"} 1
-		tenaz_consumer_paused{account="acme"} 1
-		tenaz_consumer_paused{account="beta"} 0
 		tenaz_consumer_backlog_up 1
 	`, nameList...)
-	if snap := s.Snapshot(); snap.Pending != 6 || snap.AckPending != 1 {
-		t.Errorf("Snapshot: pending %d, ack pending %d; want 6, 1", snap.Pending, snap.AckPending)
+	if snap := s.Snapshot(); snap.Pending != 5 || snap.AckPending != 0 {
+		t.Errorf("Snapshot: pending %d, ack pending %d; want 5, 0", snap.Pending, snap.AckPending)
 	}
-
-	// A consumer that goes away leaves the metrics at the next read.
-	if err := js.DeleteConsumer(ctx, names.StreamEvents, names.ConsumerName("beta")); err != nil {
-		t.Fatal(err)
-	}
-	clock.Add(metrics.DefaultBacklogTTL)
-	compare(t, reg, `
-		tenaz_consumer_pending_messages{account="acme"} 5
-		tenaz_consumer_ack_pending_messages{account="acme"} 0
-		tenaz_consumer_paused{account="acme"} 1
-		tenaz_consumer_backlog_up 1
-	`, nameList...)
 
 	// The server is gone: up 0 and no backlog series, not stale numbers;
 	// the scrape ends within the timeout.
@@ -168,9 +119,7 @@ func TestWatchBacklogReplaced(t *testing.T) {
 	_, js := srv.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateOrUpdateConsumer(ctx, names.StreamEvents, jetstream.ConsumerConfig{
-		Durable: names.ConsumerName("acme"), FilterSubject: "tenaz.events.acme.>", AckPolicy: jetstream.AckExplicitPolicy,
-	}); err != nil {
+	if _, err := js.Publish(ctx, "tenaz.events.acme.order.create", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	s, reg := setup(t)
@@ -179,9 +128,42 @@ func TestWatchBacklogReplaced(t *testing.T) {
 	defer stop2()
 	stop1()
 	compare(t, reg, `
-		tenaz_consumer_pending_messages{account="acme"} 0
+		tenaz_consumer_pending_messages{account="acme"} 1
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
-		tenaz_consumer_paused{account="acme"} 0
+		tenaz_consumer_backlog_up 1
+	`, metrics.NamePending, metrics.NameAckPending, metrics.NamePaused, metrics.NameBacklogUp)
+}
+
+// The account of a dispatch subject, in every partition read; other
+// subjects (timers, keeper messages) have none. Accounts without their own
+// series add up under "other", and no paused series is reported: the
+// pauses are not in EVENTS.
+func TestBacklogCountsDispatchSubjectsOnly(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subj := names.NewSubjects(names.DefaultPrefix)
+	for _, s := range []string{
+		"tenaz.events.acme.k", "tenaz.timers.acme.k", "tenaz.keep.events",
+		"tenaz.p1.events.acme.k", "tenaz.p1.events.beta.k", "tenaz.p1.events.beta.j", "tenaz.p1.sched.ev_1",
+		"tenaz.p2.events.gamma.k", "tenaz.p3.events.delta.k", // partitions not read
+	} {
+		if _, err := js.Publish(ctx, s, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, reg := setup(t)
+	if err := s.Configure(metrics.Options{Accounts: metrics.AccountOptions{Top: 0, Allow: []string{"acme"}}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := s.WatchBacklog(js, metrics.BacklogOptions{Streams: []string{subj.EventsStreamOf(0), subj.EventsStreamOf(1)}})
+	defer stop()
+	compare(t, reg, `
+		tenaz_consumer_pending_messages{account="acme"} 2
+		tenaz_consumer_pending_messages{account="other"} 2
+		tenaz_consumer_ack_pending_messages{account="acme"} 0
+		tenaz_consumer_ack_pending_messages{account="other"} 0
 		tenaz_consumer_backlog_up 1
 	`, metrics.NamePending, metrics.NameAckPending, metrics.NamePaused, metrics.NameBacklogUp)
 }

@@ -19,7 +19,7 @@
 //
 // Catalog lists every metric (name, type, labels, meaning, emitter);
 // docs/metrics.md documents them and a test keeps the two in step.
-// WatchBacklog adds the per-account consumer backlog, read from the server
+// WatchBacklog adds the per-account backlog, read from the server
 // when Prometheus scrapes (bounded by a timeout, cached for a few seconds),
 // and Snapshot sums the essentials for a NATS micro service's stats.
 package metrics

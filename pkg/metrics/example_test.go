@@ -27,5 +27,5 @@ func Example() {
 	b, _ := json.Marshal(s.Snapshot())
 	fmt.Println(string(b))
 	// Output:
-	// {"accepted":1,"rejected":0,"attempts":2,"retries":1,"dead":0,"review":0,"reconciler_repairs":0,"callbacks":0,"polls":0,"breakers_open":0,"pending":0,"ack_pending":0}
+	// {"accepted":1,"rejected":0,"attempts":2,"outcomes":2,"retries":1,"dead":0,"review":0,"reconciler_repairs":0,"callbacks":0,"polls":0,"breakers_open":0,"pending":0,"ack_pending":0}
 }

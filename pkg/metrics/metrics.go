@@ -492,9 +492,9 @@ func (s *Set) SetEventsByState(counts map[EventsKey]int) {
 	s.events.replace(rows)
 }
 
-// ConsumerBacklog sets the backlog of account's dispatch consumer from a
-// ConsumerInfo the caller already has (NumPending, NumAckPending). A
-// watched backlog (WatchBacklog) replaces it at its next read.
+// ConsumerBacklog sets account's backlog from counts the caller already
+// has (waiting, in flight). A watched backlog (WatchBacklog) replaces it at
+// its next read.
 func (s *Set) ConsumerBacklog(account string, pending, ackPending int) {
 	s.backlog.push(account, pending, ackPending)
 }

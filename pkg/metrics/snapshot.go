@@ -12,9 +12,11 @@ import (
 // Prometheus sees the same numbers. Counts cover the whole process (under
 // `tenaz run`, all four services).
 type Snapshot struct {
-	Accepted  uint64 `json:"accepted"`
-	Rejected  uint64 `json:"rejected"`
-	Attempts  uint64 `json:"attempts"`
+	Accepted uint64 `json:"accepted"`
+	Rejected uint64 `json:"rejected"`
+	Attempts uint64 `json:"attempts"`
+	// Outcomes is how many attempts and polls had their outcome stored.
+	Outcomes  uint64 `json:"outcomes"`
 	Retries   uint64 `json:"retries"`
 	Dead      uint64 `json:"dead"`
 	Review    uint64 `json:"review"`
@@ -25,8 +27,8 @@ type Snapshot struct {
 	BreakersOpen uint64 `json:"breakers_open"`
 	// Events is the last sweep's count of events by state.
 	Events map[string]uint64 `json:"events,omitempty"`
-	// Pending and AckPending are the dispatch consumers' backlog summed
-	// over accounts, as last read (no read is made for a snapshot).
+	// Pending and AckPending are the accounts' backlog summed, as last
+	// read (no read is made for a snapshot).
 	Pending    uint64 `json:"pending"`
 	AckPending uint64 `json:"ack_pending"`
 }
@@ -38,6 +40,7 @@ func (s *Set) Snapshot() Snapshot {
 		Accepted:     uint64(sum(c.accepted)),
 		Rejected:     uint64(sum(c.rejected)),
 		Attempts:     uint64(sum(c.attempts)),
+		Outcomes:     uint64(sum(c.outcomes)),
 		Retries:      uint64(sum(c.retries)),
 		Dead:         uint64(sum(c.dead)),
 		Review:       uint64(sum(c.review)),

@@ -44,6 +44,9 @@ const (
 	BucketQuotas = "tenaz_quotas"
 	// ConsumerPoller is the poller's shared consumer of the timers.
 	ConsumerPoller = "poller"
+	// ConsumerWatchPrefix begins the name of each dispatcher replica's
+	// watch of a partition's dispatch subjects (an ordered consumer).
+	ConsumerWatchPrefix = "dispatch-watch-"
 	// HeaderTimer says what a timer message is for ("deadline" or "poll").
 	HeaderTimer = "Tenaz-Timer"
 )
@@ -252,7 +255,8 @@ func (s Subjects) Event(account, kind string) (string, error) {
 // EventsIn is partition p's filter of every account's events.
 func (s Subjects) EventsIn(p int) string { return s.root(p) + ".events.>" }
 
-// EventsOf filters one account's events (its consumer's filter).
+// EventsOf filters one account's events (what its dispatcher's tail
+// reads and trims).
 func (s Subjects) EventsOf(account string) string {
 	return s.root(s.PartitionOf(account)) + ".events." + account + ".>"
 }
@@ -305,17 +309,9 @@ func (s Subjects) AdvisoryBreaker(account, target string) string {
 // AdvisoryDigest carries the nightly dead-letter digest.
 func (s Subjects) AdvisoryDigest() string { return s.Prefix + ".advisory.digest" }
 
-// AccountAnnounce is a core NATS subject on which ingest announces an
-// account it has just provisioned a consumer for, so dispatchers start
-// consuming it without waiting for their periodic listing.
-func (s Subjects) AccountAnnounce() string { return s.Prefix + ".ctl.account" }
-
-// AccountGone is a core NATS subject on which a dispatcher announces that
-// it deleted an idle account's consumer, so ingest provisions it again
-// before the account's next event.
-func (s Subjects) AccountGone() string { return s.Prefix + ".ctl.account.gone" }
-
-// ConsumerName is the durable name of an account's dispatch consumer.
+// ConsumerName is the durable name of an account's dispatch consumer in
+// a version that gave each account one; what such a version left is
+// deleted by `tenaz streams migrate`.
 func ConsumerName(account string) string { return "acct_" + account }
 
 // AccountOfConsumer inverts ConsumerName; ok is false for other consumers.

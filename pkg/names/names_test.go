@@ -219,7 +219,6 @@ func TestSubjectBuilders(t *testing.T) {
 			"AdvisoryReview":  {s.AdvisoryReview("acme", "order.create"), prefix + ".advisory.review.acme.order.create"},
 			"AdvisoryBreaker": {s.AdvisoryBreaker("acme", "erp"), prefix + ".advisory.breaker.acme.erp"},
 			"AdvisoryDigest":  {s.AdvisoryDigest(), prefix + ".advisory.digest"},
-			"AccountAnnounce": {s.AccountAnnounce(), prefix + ".ctl.account"},
 		}
 		for name, gw := range fixed {
 			if gw[0] != gw[1] {

@@ -78,6 +78,7 @@ type Group struct {
 	mu     sync.Mutex
 	seen   map[string]heard // replica → its last heartbeat heard
 	cut    bool             // this replica's last heartbeat failed: it hears nobody
+	sent   time.Time        // when the last heartbeat that got through was sent
 	since  time.Time        // when this replica's heartbeats got through again
 	live   []string         // sorted, self included
 	leases map[string]lease // account → its holder as last known
@@ -114,7 +115,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 		log = *o.Logger
 	}
 	g := &Group{o: o, kv: kv, nc: js.Conn(), self: token(o.Instance), log: log,
-		seen: map[string]heard{}, leases: map[string]lease{}, changed: make(chan struct{}, 1)}
+		seen: map[string]heard{}, leases: map[string]lease{}, changed: make(chan struct{}, 1), sent: time.Now()}
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
@@ -169,6 +170,18 @@ func (g *Group) Holder(account string) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.leases[account].holder
+}
+
+// Current reports whether no other replica can have taken this one for
+// dead yet: its last heartbeat that got through was sent less than an
+// Expiry ago, less half a heartbeat for the margin. It is dated from the
+// sending, not the answer, so a replica stopped for longer than Expiry
+// (SIGSTOP, a long pause) knows on waking that its leases may be gone
+// before it hears so.
+func (g *Group) Current() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Since(g.sent) < g.o.Expiry-g.o.Heartbeat/2
 }
 
 // Holds reports whether this replica holds account's lease.
@@ -318,6 +331,9 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 			bctx, cancel := context.WithTimeout(ctx, g.o.Heartbeat)
 			err := g.beat(bctx)
 			if err == nil {
+				g.mu.Lock()
+				g.sent = now
+				g.mu.Unlock()
 				g.confirm(bctx, now)
 			}
 			cancel()
@@ -531,4 +547,37 @@ func token(s string) string {
 func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// Heard lists the replicas whose last heartbeat in the bucket was stored
+// less than within ago (by the server's stamp): for a tool that must know
+// whether any replica runs. A replica that left removed its heartbeat.
+func Heard(ctx context.Context, js jetstream.JetStream, prefix string, within time.Duration) ([]string, error) {
+	kv, err := js.KeyValue(ctx, names.NewSubjects(prefix).Bucket(names.BucketOwners))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("owner: %w", err)
+	}
+	keys, err := kv.ListKeysFiltered(ctx, memberPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("owner: listing the replicas: %w", err)
+	}
+	var heard []string
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			_ = keys.Stop()
+			return nil, fmt.Errorf("owner: %w", err)
+		}
+		if time.Since(e.Created()) < within {
+			heard = append(heard, strings.TrimPrefix(k, memberPrefix))
+		}
+	}
+	slices.Sort(heard)
+	return heard, nil
 }

@@ -371,3 +371,49 @@ func TestChangeNamesTheLeasesThatMoved(t *testing.T) {
 		t.Fatalf("want only acct-a's lease named, got %v", leases)
 	}
 }
+
+// A replica whose heartbeats stop getting through stops being current
+// within an Expiry less half a heartbeat, before any other could take it
+// for dead, and is current again once one gets through: a dispatcher
+// claims nothing meanwhile. Heard lists the replicas by their heartbeats
+// in the bucket, and forgets one that left.
+func TestCurrentEndsBeforeOthersMayTakeOver(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	d1, d2 := join(t, srv, "d1"), join(t, srv, "d2")
+	if !d1.g.Current() {
+		t.Fatal("a replica that just joined: want it current")
+	}
+	_, js := srv.Conn(t)
+	heard, err := owner.Heard(context.Background(), js, "", time.Minute)
+	if err != nil || !slices.Equal(heard, []string{"d1", "d2"}) {
+		t.Fatalf("Heard: want d1 and d2, got %v %v", heard, err)
+	}
+	d2.g.Leave(context.Background())
+	if heard, err = owner.Heard(context.Background(), js, "", time.Minute); err != nil || !slices.Equal(heard, []string{"d1"}) {
+		t.Fatalf("Heard after d2 left: want d1 alone, got %v %v", heard, err)
+	}
+
+	// A heartbeat of a second: the margin (half a heartbeat) is then
+	// wide against a loaded host's scheduling.
+	nc, js3 := srv.Conn(t)
+	defer nc.Close()
+	d3, err := owner.Join(context.Background(), js3, owner.Options{Instance: "d3", Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.Leave(context.Background())
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	cut := time.Now()
+	natstest.Eventually(t, 10*time.Second, func() bool { return !d3.Current() }, "d3: want it no longer current once its heartbeats fail")
+	if expiry := 3 * time.Second; time.Since(cut) >= expiry {
+		t.Fatalf("d3 was current %s after its heartbeats stopped, past the %s after which others may take it for dead", time.Since(cut), expiry)
+	}
+	natstest.Start(t, natstest.StoreDir(srv.Dir), natstest.Listen(u.Host))
+	natstest.Eventually(t, 10*time.Second, d3.Current, "d3: want it current again once a heartbeat gets through")
+	natstest.Eventually(t, 10*time.Second, d1.g.Current, "d1: want it current again too")
+}

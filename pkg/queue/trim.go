@@ -42,7 +42,15 @@ func Trim(ctx context.Context, st jetstream.Stream, cons jetstream.Consumer, fil
 	if err != nil {
 		return after, fmt.Errorf("queue: trim: consumer info: %w", err)
 	}
-	f := ci.AckFloor.Stream
+	return TrimTo(ctx, st, filter, ci.AckFloor.Stream, after)
+}
+
+// TrimTo purges the messages on filter ("": all of st's) at or below
+// floor, when floor is above after, and returns the floor it trimmed to
+// (after when nothing was purged). Every message on filter at or below
+// floor must be settled.
+func TrimTo(ctx context.Context, st jetstream.Stream, filter string, floor, after uint64) (uint64, error) {
+	f := floor
 	if f <= after {
 		return after, nil
 	}

@@ -62,7 +62,7 @@ type accountRow struct {
 	Learned    int // under "auto": the concurrency its owner last learned (0: none stored yet)
 	Breakers   []breakerCell
 	// Paused is an operator's pause in force (nil: none); HeldUntil is
-	// when its consumer delivers again (the pause's or a breaker's end).
+	// when its dispatch goes on again (the pause's or a breaker's end).
 	Paused    *ops.AccountPause
 	HeldUntil *time.Time
 }

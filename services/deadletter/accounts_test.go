@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -53,9 +51,16 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 		servicetest.Run(t, context.Background(), d)
 		ds[name] = d
 	}
-	prov := accounts.NewProvisioner(e.JS, e.NC, live.Static(e.cfg).Load, e.Subj)
+	// An account is owned while it has messages: each gets one that
+	// waits, its breaker open, so that it stays owned.
+	e.openBreaker("acme", "erp")
+	e.openBreaker("globex", "erp")
 	for _, a := range []string{"acme", "globex"} {
-		if err := prov.Ensure(servicetest.Context(t, 2*time.Minute), a); err != nil {
+		subj, err := e.Subj.Event(a, "order.create")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.JS.Publish(servicetest.Context(t, 2*time.Minute), subj, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -69,7 +74,6 @@ func TestAccountsPageShowsOwnersLimitsAndBreakers(t *testing.T) {
 	}
 	natstest.Eventually(t, 20*time.Second, func() bool { return holder("acme") != "" && holder("globex") != "" },
 		"a replica to own acme and globex")
-	e.openBreaker("acme", "erp")
 	// What an owner of learner stored of its learned concurrency.
 	kv, err := e.JS.KeyValue(servicetest.Context(t, 2*time.Minute), names.BucketOwners)
 	if err != nil {

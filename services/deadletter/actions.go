@@ -200,9 +200,6 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	if _, ok := s.cfg.Kind(env.Kind); !ok {
 		return fail(http.StatusUnprocessableEntity, "unknown_kind", "kind %q is no longer configured", env.Kind)
 	}
-	if err := s.prov.Ensure(ctx, env.Account); err != nil {
-		return err
-	}
 	// From the transition on, finish even if the caller goes away (a
 	// stopping job, a closed connection): a replayed record without its
 	// EVENTS message would wait for the reconciler.

@@ -277,9 +277,6 @@ func (s *Service) closeBreaker(ctx context.Context, req ops.CloseBreakerRequest)
 	if err := s.audit(ctx, ops.Action{At: s.now().UTC(), Action: ops.ActionCloseBreaker, Account: req.Account, Target: req.Target, Actor: actor, Reason: strings.TrimSpace(req.Reason)}); err != nil {
 		return ops.BreakerItem{}, err
 	}
-	if err := s.syncPause(ctx, req.Account); err != nil {
-		s.log.Warn().Err(err).Str("account", req.Account).Msg("resuming the consumer of a closed breaker's account; the dispatchers do it too")
-	}
 	s.log.Info().Str("account", req.Account).Str("target", req.Target).Str("actor", actor).Msg("breaker closed by an operator")
 	return s.breakerNow(req.Account, req.Target), nil
 }

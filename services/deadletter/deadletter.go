@@ -100,7 +100,6 @@ type Service struct {
 
 	st     *store.Store
 	q      *queue.Queue
-	prov   *accounts.Provisioner
 	pauses *accounts.Pauses
 	kvIdx  jetstream.KeyValue
 	kvOps  jetstream.KeyValue
@@ -201,7 +200,6 @@ func (s *Service) start(ctx context.Context) (err error) {
 			return fmt.Errorf("deadletter: %w", err)
 		}
 	}
-	s.prov = accounts.NewProvisioner(s.js, s.o.Conn, s.live.Load, s.subj)
 	if s.kvIdx, err = s.js.KeyValue(ctx, s.subj.Bucket(BucketIndex)); err != nil {
 		return fmt.Errorf("deadletter: bucket %s: %w", s.subj.Bucket(BucketIndex), err)
 	}

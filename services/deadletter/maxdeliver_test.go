@@ -23,8 +23,8 @@ import (
 
 // A message that kills its worker every time (the worker dies after the
 // claim, before any outcome) is given up by the dispatcher at its 11th
-// delivery (its consumer never gives a message up, since EVENTS is trimmed
-// to the ack floor): the event is dead with class "crash", DEAD keeps its
+// delivery (the server gives nothing up: the dispatcher counts the
+// deliveries of what it reads from EVENTS itself): the event is dead with class "crash", DEAD keeps its
 // payload, the dead advisory goes out, nothing stays running, and the
 // message leaves EVENTS.
 func TestPoisonMessageEndsDead(t *testing.T) {

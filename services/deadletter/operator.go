@@ -84,14 +84,8 @@ func reasonAndEnd(reason string, until *time.Time, dur string, now time.Time, re
 	return why, end, err
 }
 
-// syncPause applies the account's pause and open breakers to its consumer.
-func (s *Service) syncPause(ctx context.Context, account string) error {
-	_, err := s.pauses.Sync(ctx, account, func() time.Time { return s.brk.OpenUntil(account) })
-	return err
-}
-
-// pauseAccount records an operator's pause of an account and pauses its
-// consumer. A pause already in force is replaced (new end, new reason).
+// pauseAccount records an operator's pause of an account; the dispatchers
+// watch the pauses. A pause already in force is replaced (new end, new reason).
 func (s *Service) pauseAccount(ctx context.Context, req ops.PauseRequest) (ops.AccountReply, error) {
 	actor := actorOf(ctx)
 	if err := validAccount(req.Account); err != nil {
@@ -113,9 +107,6 @@ func (s *Service) pauseAccount(ctx context.Context, req ops.PauseRequest) (ops.A
 	}
 	if err := s.audit(ctx, a); err != nil {
 		return ops.AccountReply{}, err
-	}
-	if err := s.syncPause(ctx, req.Account); err != nil {
-		return ops.AccountReply{}, fmt.Errorf("the pause of %s is recorded (dispatchers keep it) but its consumer could not be paused now: %w", req.Account, err)
 	}
 	s.log.Info().Str("account", req.Account).Str("actor", actor).Time("until", until).Msg("account paused by an operator")
 	return s.accountState(ctx, req.Account)
@@ -148,14 +139,11 @@ func (s *Service) resumeAccount(ctx context.Context, req ops.ResumeRequest) (ops
 	if err := s.audit(ctx, ops.Action{At: now, Action: ops.ActionResume, Account: req.Account, Actor: actor, Reason: why}); err != nil {
 		return ops.AccountReply{}, err
 	}
-	if err := s.syncPause(ctx, req.Account); err != nil {
-		return ops.AccountReply{}, fmt.Errorf("the pause of %s is lifted but its consumer could not be resumed now (the next breaker change or dispatcher start does): %w", req.Account, err)
-	}
 	s.log.Info().Str("account", req.Account).Str("actor", actor).Msg("account resumed by an operator")
 	return s.accountState(ctx, req.Account)
 }
 
-// accountState is an account's pause and what holds its consumer.
+// accountState is an account's pause and what holds its dispatch.
 func (s *Service) accountState(ctx context.Context, account string) (ops.AccountReply, error) {
 	p, ok, _, err := s.pauses.Get(ctx, account)
 	if err != nil {
@@ -246,9 +234,6 @@ func (s *Service) retryNow(ctx context.Context, req ops.EventActionRequest) (ops
 	if err != nil {
 		return ops.EventReply{}, err
 	}
-	if err := s.prov.Ensure(ctx, rec.Account); err != nil {
-		return ops.EventReply{}, err
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actionTimeout)
 	defer cancel()
 	due := queue.DueTime(s.now())
@@ -296,7 +281,7 @@ func (s *Service) cancelWait(ctx context.Context, req ops.EventActionRequest) (o
 }
 
 // openBreaker opens a configured target's breaker for an account until a
-// time, for every replica, and pauses the account's consumer meanwhile.
+// time, for every replica, and pauses the account's dispatch meanwhile.
 func (s *Service) openBreaker(ctx context.Context, req ops.OpenBreakerRequest) (ops.BreakerItem, error) {
 	actor := actorOf(ctx)
 	if names.ValidateAccount(req.Account) != nil || req.Target == "" {
@@ -320,9 +305,6 @@ func (s *Service) openBreaker(ctx context.Context, req ops.OpenBreakerRequest) (
 	}
 	if err := s.audit(ctx, ops.Action{At: now, Action: ops.ActionOpenBreaker, Account: req.Account, Target: req.Target, Until: &until, Actor: actor, Reason: why}); err != nil {
 		return ops.BreakerItem{}, err
-	}
-	if err := s.syncPause(ctx, req.Account); err != nil {
-		s.log.Warn().Err(err).Str("account", req.Account).Msg("pausing the consumer of an opened breaker's account; the dispatchers do it too")
 	}
 	s.log.Info().Str("account", req.Account).Str("target", req.Target).Str("actor", actor).Time("until", until).Msg("breaker opened by an operator")
 	return s.breakerNow(req.Account, req.Target), nil

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/breaker"
@@ -30,32 +30,28 @@ import (
 	"github.com/tenaz/tenaz/services/ingest"
 )
 
-// consumerPause is account's dispatch consumer's pause: whether it is
-// paused and until when; exists is false when it has no consumer.
-func (e *env) consumerPause(account string) (paused bool, until time.Time, exists bool) {
+// recordedPause is account's pause as recorded in tenaz_ops: whether it
+// holds now and until when.
+func (e *env) recordedPause(account string) (paused bool, until time.Time) {
 	e.t.Helper()
-	c, err := e.JS.Consumer(servicetest.Context(e.t, 2*time.Minute), e.Subj.EventsStream(account), names.ConsumerName(account))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return false, time.Time{}, false
-	}
+	ps, err := accounts.OpenPauses(servicetest.Context(e.t, 2*time.Minute), e.JS, e.Subj)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	info := c.CachedInfo()
-	if info.Config.PauseUntil != nil {
-		until = *info.Config.PauseUntil
+	p, ok, _, err := ps.Get(servicetest.Context(e.t, 2*time.Minute), account)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	return info.Paused, until, true
+	return ok && p.Holds(time.Now()), p.End()
 }
 
-// pausedForever waits until account's consumer exists and is paused until
+// pausedForever waits until dispatcher d holds account paused until
 // resumed.
-func (e *env) pausedForever(account, when string) {
+func (e *env) pausedForever(d *dispatcher.Service, account, when string) {
 	e.t.Helper()
 	natstest.Eventually(e.t, 20*time.Second, func() bool {
-		p, until, ok := e.consumerPause(account)
-		return ok && p && until.Equal(accounts.PauseForever)
-	}, "%s: %s's consumer paused until resumed", when, account)
+		return d.PausedUntil(account).Equal(accounts.PauseForever)
+	}, "%s: %s paused until resumed", when, account)
 }
 
 // calls is how many calls the provider got for the events ids.
@@ -100,9 +96,9 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	startIngest(t, e)
-	e.startDispatcher(nil)
+	d := e.startDispatcher(nil)
 	advisories := e.actionsSubscription()
-	// Both accounts running, with their consumers and lanes.
+	// Both accounts running, with their readers and lanes.
 	e.waitDone(submit(t, e, "acme", "order.create", "a-0", `{"n":0}`), submit(t, e, "globex", "order.create", "g-0", `{"n":0}`))
 
 	var rep ops.AccountReply
@@ -113,11 +109,12 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 		rep.HeldUntil == nil || !rep.HeldUntil.Equal(accounts.PauseForever) {
 		t.Fatalf("pause: want alice's pause until resumed, got %+v", rep)
 	}
-	if p, _, _ := e.consumerPause("acme"); !p {
-		t.Fatal("acme's consumer: want it paused once the pause is answered")
+	if p, _ := e.recordedPause("acme"); !p {
+		t.Fatal("acme: want its pause recorded once the pause is answered")
 	}
-	if p, _, _ := e.consumerPause("globex"); p {
-		t.Fatal("globex's consumer: want it running")
+	e.pausedForever(d, "acme", "paused")
+	if until := d.PausedUntil("globex"); !until.IsZero() {
+		t.Fatalf("globex: want it running, got paused until %v", until)
 	}
 	var acme, globex []string
 	for i := 1; i <= 3; i++ {
@@ -181,9 +178,9 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 	}
 }
 
-// An operator's pause holds through everything else that changes the
-// consumer's pause: the consumer deleted while idle and made again by
-// the next event, a breaker of the account opening and closing, and a
+// An operator's pause holds through everything else that changes whether
+// an account runs: its reader retired while idle and started again by the
+// next event, a breaker of the account opening and closing, and a
 // dispatcher's restart. Only the resume lets the account's event through.
 func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 	t.Parallel()
@@ -195,18 +192,18 @@ func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 	if st, body := e.post("/v1/accounts/acme/pause", map[string]string{"reason": "erp migration"}, nil); st != http.StatusOK {
 		t.Fatalf("pause: want 200, got %d %s", st, body)
 	}
-	e.pausedForever("acme", "paused")
+	e.pausedForever(d, "acme", "paused")
 
-	// Idle, the paused account's consumer is retired; the next event makes
-	// it again, and it comes back paused.
-	natstest.Eventually(t, 30*time.Second, func() bool { _, _, ok := e.consumerPause("acme"); return !ok }, "acme's idle consumer to be retired")
+	// Idle, the paused account's reader is retired; the next event starts
+	// one again, which reads nothing.
+	natstest.Eventually(t, 30*time.Second, func() bool { return !slices.Contains(d.Accounts(), "acme") }, "acme's idle reader to be retired")
 	a1 := submit(t, e, "acme", "order.create", "a-1", `{"n":1}`)
 	e.waitDone(submit(t, e, "globex", "order.create", "g-1", `{"n":1}`))
-	e.pausedForever("acme", "made again")
+	e.pausedForever(d, "acme", "started again")
 
 	// A breaker of acme opens and closes, as a dispatcher's failures
-	// would; globex's too, after acme's: once globex's consumer has been
-	// paused and resumed, the dispatcher has acted on acme's changes.
+	// would; globex's too, after acme's: once globex has been held and
+	// let go, the dispatcher has heard acme's changes.
 	reg, err := breaker.New(servicetest.Context(t, 2*time.Minute), e.JS, breaker.Options{Instance: "dispatcher-x"})
 	if err != nil {
 		t.Fatal(err)
@@ -222,26 +219,23 @@ func TestOperatorPauseOutlastsRetirementBreakersAndRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// globex has just been served, so it is not idle (retired, its
-	// consumer could not show the breaker's pause).
-	e.waitDone(submit(t, e, "globex", "order.create", "g-2", `{"n":2}`))
 	trip("acme")
 	trip("globex")
-	natstest.Eventually(t, 20*time.Second, func() bool { p, _, _ := e.consumerPause("globex"); return p }, "globex's consumer paused by its breaker")
-	e.pausedForever("acme", "its breaker open")
+	natstest.Eventually(t, 20*time.Second, func() bool { return !d.PausedUntil("globex").IsZero() }, "globex held by its breaker")
+	e.pausedForever(d, "acme", "its breaker open")
 	for _, a := range []string{"acme", "globex"} {
 		if err := reg.Close(servicetest.Context(t, 2*time.Minute), a, "erp", "operator:carol"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	natstest.Eventually(t, 20*time.Second, func() bool { p, _, _ := e.consumerPause("globex"); return !p }, "globex's consumer resumed when its breaker closed")
-	e.pausedForever("acme", "its breaker closed")
+	natstest.Eventually(t, 20*time.Second, func() bool { return d.PausedUntil("globex").IsZero() }, "globex let go when its breaker closed")
+	e.pausedForever(d, "acme", "its breaker closed")
 
 	// The dispatcher restarts.
 	servicetest.Stop(t, d)
-	e.startDispatcherWith(opts)
+	d = e.startDispatcherWith(opts)
 	e.waitDone(submit(t, e, "globex", "order.create", "g-2", `{"n":2}`))
-	e.pausedForever("acme", "the dispatcher restarted")
+	e.pausedForever(d, "acme", "the dispatcher restarted")
 	if n := e.calls(a1); n != 0 {
 		t.Fatalf("paused acme: want no call of %s, got %d", a1, n)
 	}

@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
-	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -115,10 +113,10 @@ kinds:
 	}
 }
 
-// A breaker already open when a dispatcher starts pauses its account's
-// consumer: the registry reports it while it loads, before the dispatcher
-// holds the registry (under -race, a report acted on then is a data race,
-// and it was a nil dereference in make chaos).
+// A breaker already open when a dispatcher starts pauses its account: the
+// registry reports it while it loads, before the dispatcher holds the
+// registry (under -race, a report acted on then is a data race, and it was
+// a nil dereference in make chaos), and the account's event waits.
 func TestBreakerOpenAtStartPausesTheAccount(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, "attempts: 3"), provider.Faults{})
@@ -134,14 +132,12 @@ func TestBreakerOpenAtStartPausesTheAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Stop()
-	h.dispatcher("d1", nil)
-	cons, err := h.JS.Consumer(h.Ctx(), h.Subj.EventsStream("acme"), names.ConsumerName("acme"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info *jetstream.ConsumerInfo
+	d := h.dispatcher("d1", nil)
 	natstest.Eventually(t, servicetest.WaitFor, func() bool {
-		info, err = cons.Info(h.Ctx())
-		return err == nil && info.Paused
-	}, "want acme's consumer paused by the breaker open at start")
+		got := d.PausedUntil("acme")
+		return got.After(until.Add(-time.Second)) && got.Before(until.Add(time.Second))
+	}, "want acme paused by the breaker open at start")
+	if n := h.prov.CallCount(); n != 0 {
+		t.Fatalf("want no call while the breaker is open, got %d", n)
+	}
 }

@@ -82,33 +82,17 @@ func (a admission) record(ctx context.Context, callErr error) {
 	_ = a.b.Record(ctx, a.p, c == outcome.ClassSuccess || c == outcome.ClassPermanent)
 }
 
-// onBreaker pauses an account's consumer while one of its breakers is open
-// (the server then delivers nothing: no deliveries, no attempts burnt) and
-// resumes it when the breaker closes, unless an operator's pause or
-// another open breaker of the account holds it (syncPause). Every replica
-// does it; it is idempotent.
+// onBreaker wakes the tail of an account whose breaker opened or closed:
+// while one of its breakers is open its tail reads nothing (no
+// deliveries, no attempts burnt), and once it closes the tail goes on at
+// once, unless an operator's pause or another open breaker of the account
+// holds it (pausedUntil).
 func (s *Service) onBreaker(c breaker.Change) {
 	if c.State != breaker.Open && c.State != breaker.Closed {
 		return
 	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		// The registry reports the breakers it loads before New returns:
-		// Start holds s.mu until s.breakers is set (or it failed).
-		s.mu.Lock()
-		started := s.breakers != nil
-		s.mu.Unlock()
-		if !started {
-			return
-		}
-		ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
-		defer cancel()
-		until, err := s.syncPause(ctx, c.Account)
-		l := s.log.Info()
-		if err != nil {
-			l = s.log.Warn().Err(err)
-		}
-		l.Str("account", c.Account).Str("target", c.Target).Str("state", string(c.State)).Time("open_until", c.OpenUntil).Time("paused_until", until).Msg("breaker")
-	}()
+	s.log.Info().Str("account", c.Account).Str("target", c.Target).Str("state", string(c.State)).Time("open_until", c.OpenUntil).Msg("breaker")
+	// Not here: the registry reports the breakers it loads while Start
+	// holds s.mu.
+	go s.wakeTail(c.Account)
 }

@@ -62,17 +62,16 @@ type Options struct {
 	Instance string
 	// HTTPClient makes the target calls. Defaults to target.DefaultClient.
 	HTTPClient *http.Client
-	// Relist is how often the account consumers are listed again (to pick
-	// up any that were created while an announcement was missed).
-	// Defaults to 30s.
+	// Relist is how often every tail that has caught up looks again for
+	// its account's messages (a backstop to the watch) and idle readers
+	// are retired. Defaults to 30s.
 	Relist time.Duration
 	// Adopt is how often the accounts with events waiting in EVENTS and no
-	// consumer this replica knows of are looked for (an idle account's
-	// delayed event that fired, a consumer lost with its server).
+	// reader are looked for (those from before this replica started).
 	// Defaults to 1s.
 	Adopt time.Duration
-	// IdleAfter retires an account's reader and consumer after this long
-	// without events (nothing pending). Defaults to 10m; negative: never.
+	// IdleAfter retires an account's reader after this long without
+	// events (nothing unsettled). Defaults to 10m; negative: never.
 	IdleAfter time.Duration
 	// Heartbeat is how often this replica tells the others it is alive;
 	// after three missed ones its accounts move to the others. Defaults
@@ -124,6 +123,7 @@ type Service struct {
 
 	breakers *breaker.Registry
 	pauses   *accounts.Pauses // the operators' pauses of accounts (pause.go)
+	paused   pauseBook        // those pauses as last heard
 	actor    string
 
 	lifecycle.Base
@@ -140,7 +140,7 @@ type Service struct {
 	startFails map[string]int // failed starts in a row, by account (retryStartLocked)
 	startWake  chan struct{}
 	starts     sync.WaitGroup
-	known      map[string]bool          // every account with a consumer this replica heard of
+	known      map[string]bool          // every account with messages this replica heard of
 	handing    map[string]chan struct{} // accounts whose reader is stopping to hand them over
 	owners     *owner.Group
 	quotas     *quota.Quotas // the targets' provider-wide limits (a reload may give a target one); nil before Start
@@ -151,7 +151,9 @@ type Service struct {
 	// share on this replica (see targetLimit).
 	targetAuto map[string]*autoLimit
 	pacers     map[string]*pacer
-	announce   *nats.Subscription
+	watches    []jetstream.ConsumeContext // of each trimmed partition (watch.go)
+	published  []*nats.Subscription       // of each work-queue partition (watch.go)
+	gets       *getMux                    // the tails' direct gets (tail.go)
 	micro      micro.Service
 	runCtx     context.Context
 	cancel     context.CancelCauseFunc
@@ -203,7 +205,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startFails: map[string]int{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
+		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startFails: map[string]int{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, paused: pauseBook{m: map[string]accounts.Pause{}}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, pacers: map[string]*pacer{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
@@ -217,8 +219,9 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-// Start binds the stream and store, starts a reader per existing account
-// consumer, and listens for new accounts. It returns once started.
+// Start binds the streams and the store, watches the accounts' messages
+// and starts a reader for each account of this replica with messages
+// waiting. It returns once started.
 func (s *Service) Start(ctx context.Context) error { return s.Base.Start(ctx, s.start) }
 
 func (s *Service) start(ctx context.Context) error {
@@ -245,11 +248,14 @@ func (s *Service) start(ctx context.Context) error {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
 	}
-	// Before the breakers, whose initial open ones pause consumers.
 	if s.pauses, err = accounts.OpenPauses(ctx, s.js, subj); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
+	if err := s.watchPauses(s.runCtx); err != nil {
+		s.cancel(ErrStopped)
+		return fmt.Errorf("dispatcher: %w", err)
+	}
 	s.noCalls = make(chan struct{})
 	s.pool = newPool(poolIdle)
 	log := s.log
@@ -275,23 +281,32 @@ func (s *Service) start(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: quotas: %w", err)
 	}
-	s.announce, err = s.nc.Subscribe(s.subj.AccountAnnounce(), func(m *nats.Msg) {
-		s.ensureReader(string(m.Data))
-	})
-	if err != nil {
+	if s.gets, err = newGetMux(s.nc); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.watchLoads()
 	s.serving = true
 	s.Defer(s.stop)
-	if err := s.relistLocked(ctx); err != nil {
-		s.log.Warn().Err(err).Msg("listing account consumers")
+	for p, st := range s.streams {
+		if !queue.Trims(st) {
+			sub, err := s.watchPublishes(p) // a work queue takes no watch (watch.go)
+			if err != nil {
+				return fmt.Errorf("dispatcher: %w", err)
+			}
+			s.published = append(s.published, sub)
+			continue
+		}
+		w, err := s.watch(s.runCtx, p)
+		if err != nil {
+			return fmt.Errorf("dispatcher: %w", err)
+		}
+		s.watches = append(s.watches, w)
 	}
 	if s.micro, err = s.registerMicro(); err != nil {
 		s.log.Warn().Err(err).Msg("micro registration failed")
 	}
 	s.bg.Add(3 + startsAtOnce)
-	go s.relistLoop()
+	go s.sweepLoop()
 	go s.adoptLoop()
 	go s.trimLoop()
 	for range startsAtOnce {
@@ -301,18 +316,16 @@ func (s *Service) start(ctx context.Context) error {
 	return nil
 }
 
-// adoptLoop looks for orphaned accounts (adoptOrphans) every Adopt, the
-// first time at once: the consumers are memory-backed, so after a
-// restart of the server every account with events waiting has none. A
-// look that took long (many accounts with events waiting) waits ten
-// times as long before the next, so that it stays a small share of the
-// server's work.
+// adoptLoop looks for accounts with messages and no reader
+// (adoptOrphans) every Adopt, the first time at once. A look that took
+// long (many accounts with events waiting) waits ten times as long before
+// the next, so that it stays a small share of the server's work.
 func (s *Service) adoptLoop() {
 	defer s.bg.Done()
 	for {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(s.runCtx, max(s.o.Adopt, 10*time.Second))
-		if err := s.adoptOrphans(ctx, true); err != nil && s.runCtx.Err() == nil {
+		if err := s.adoptOrphans(ctx); err != nil && s.runCtx.Err() == nil {
 			s.log.Debug().Err(err).Msg("looking for accounts with waiting events")
 		}
 		cancel()
@@ -324,7 +337,9 @@ func (s *Service) adoptLoop() {
 	}
 }
 
-func (s *Service) relistLoop() {
+// sweepLoop retires the idle readers and wakes every tail that has
+// caught up, every Relist.
+func (s *Service) sweepLoop() {
 	defer s.bg.Done()
 	t := time.NewTicker(s.o.Relist)
 	defer t.Stop()
@@ -337,34 +352,16 @@ func (s *Service) relistLoop() {
 			var idle []*reader
 			s.mu.Lock()
 			if s.serving {
-				if err := s.relistLocked(ctx); err != nil && s.runCtx.Err() == nil {
-					s.log.Warn().Err(err).Msg("listing account consumers")
+				idle = s.idleLocked()
+				for _, l := range s.readers {
+					l.tail.poke()
 				}
-				idle = s.idleLocked(ctx)
 			}
 			s.mu.Unlock()
 			s.retire(ctx, idle)
-			if err := s.adoptOrphans(ctx, false); err != nil && s.runCtx.Err() == nil {
-				s.log.Warn().Err(err).Msg("looking for accounts with waiting events")
-			}
 			cancel()
 		}
 	}
-}
-
-func (s *Service) relistLocked(ctx context.Context) error {
-	for _, st := range s.streams {
-		consumers := st.ConsumerNames(ctx)
-		for name := range consumers.Name() {
-			if acct, ok := names.AccountOfConsumer(name); ok {
-				s.ensureReaderLocked(acct)
-			}
-		}
-		if err := consumers.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // streamOf is the EVENTS stream of account's partition.
@@ -411,8 +408,11 @@ func (s *Service) stop(ctx context.Context) {
 	readers := s.readers
 	s.readers = map[string]*reader{}
 	workers := s.pool
-	if s.announce != nil {
-		_ = s.announce.Unsubscribe()
+	for _, w := range s.watches {
+		w.Stop()
+	}
+	for _, sub := range s.published {
+		_ = sub.Unsubscribe()
 	}
 	s.mu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
@@ -446,6 +446,7 @@ func (s *Service) stop(ctx context.Context) {
 	s.breakers.Stop()
 	s.cancel(ErrStopped)
 	s.bg.Wait()
+	s.gets.close()
 	workers.stop()
 	if s.micro != nil {
 		_ = s.micro.Stop()

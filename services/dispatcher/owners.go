@@ -2,12 +2,8 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
 )
@@ -20,13 +16,11 @@ import (
 // its last call returned, so while a handover is under way the account is
 // served by the old owner until it is done, then by the new one.
 //
-// The consumer's pinned priority group is the server's half of it: of the
-// replicas pulling, only the pinned one gets messages, so even a replica
-// that was taken for dead while it still ran gets none once the new owner
-// is pinned.
-
-// ownerGroup is the priority group of every dispatch consumer.
-const ownerGroup = "owner"
+// A replica that may have been taken for dead (its last heartbeat that got
+// through was sent more than an Expiry ago: a long stall, SIGSTOP) claims
+// nothing until it is current again (owner.Group.Current), so even a
+// replica that wakes after the others moved its accounts makes no call
+// beside the new owner's.
 
 // ownersChanged is pkg/owner's OnChange: every account is looked at
 // again when the live replicas changed, only those whose lease changed
@@ -80,9 +74,8 @@ func (s *Service) reconcileLocked(account string) {
 }
 
 // handOver stops l in the background and, when release is set, gives the
-// account back once its last call returned: it unpins the consumer (so the
-// next owner is served at once, not after the pin's TTL) and releases the
-// lease. Callers hold s.mu.
+// account back once its last call returned: it releases the lease, so the
+// next owner starts at once. Callers hold s.mu.
 func (s *Service) handOver(account string, l *reader, release bool) {
 	done := make(chan struct{})
 	s.handing[account] = done
@@ -104,14 +97,11 @@ func (s *Service) handOver(account string, l *reader, release bool) {
 	}()
 }
 
-// giveBack unpins account's consumer and releases its lease; its reader is
-// stopped and its calls have returned.
+// giveBack releases account's lease; its reader is stopped and its calls
+// have returned.
 func (s *Service) giveBack(account string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.streamOf(account).UnpinConsumer(ctx, names.ConsumerName(account), ownerGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		s.log.Debug().Err(err).Str("account", account).Msg("unpinning the account's consumer")
-	}
 	var err error
 	if h := s.o.Hooks; h != nil && h.BeforeRelease != nil {
 		err = h.BeforeRelease(account)

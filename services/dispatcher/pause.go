@@ -2,44 +2,66 @@ package dispatcher
 
 import (
 	"context"
-	"fmt"
+	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 )
 
-// An operator's pause of an account (pkg/accounts.Pause, in tenaz_ops) is
-// applied to the account's consumer by the deadletter service. The
-// dispatcher keeps it in force where it changes the same consumer's pause
-// itself: when a breaker of the account opens or closes (syncPause), and
-// before a reader's first pull (holdPaused), which is where a consumer made
-// afresh (deleted while idle, provisioned again by ingest) would start
-// delivering.
+// An account is paused by an operator (pkg/accounts.Pause, in tenaz_ops)
+// or by an open breaker of one of its targets: its tail then reads
+// nothing (no call, no attempt burnt) and its events wait in EVENTS. Each
+// replica watches the operators' pauses, and a pause or a breaker's change
+// wakes the account's tail, so a resumed account goes on at once.
 
-// syncPause pauses account's consumer as its operator's pause and its open
-// breakers want together, or resumes it when neither does.
-func (s *Service) syncPause(ctx context.Context, account string) (time.Time, error) {
-	return s.pauses.Sync(ctx, account, func() time.Time { return s.breakers.OpenUntil(account) })
+// pauseBook is the operators' pauses as this replica last heard them.
+type pauseBook struct {
+	mu sync.Mutex
+	m  map[string]accounts.Pause
 }
 
-// holdPaused pauses cons before the reader pulls from it, when the account's
-// pause or breakers want it paused longer than it is. It never resumes:
-// only a resume or a breaker's close does.
-func (s *Service) holdPaused(ctx context.Context, account string, cons jetstream.Consumer) error {
-	p, ok, _, err := s.pauses.Get(ctx, account)
-	if err != nil {
-		return fmt.Errorf("reading the pause of %s: %w", account, err)
+func (b *pauseBook) get(account string) (accounts.Pause, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.m[account]
+	return p, ok
+}
+
+func (b *pauseBook) set(account string, p accounts.Pause, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ok {
+		b.m[account] = p
+	} else {
+		delete(b.m, account)
 	}
-	want := accounts.Want(p, ok, s.breakers.OpenUntil(account), time.Now())
-	info := cons.CachedInfo()
-	if want.IsZero() || info.Paused && info.Config.PauseUntil != nil && !info.Config.PauseUntil.Before(want) {
-		return nil
+}
+
+// PausedUntil is until when account's dispatch is paused on this replica
+// (zero: it runs), by an operator's pause or an open breaker.
+func (s *Service) PausedUntil(account string) time.Time { return s.pausedUntil(account) }
+
+// pausedUntil is until when account's dispatch is paused (zero: it runs).
+func (s *Service) pausedUntil(account string) time.Time {
+	p, ok := s.paused.get(account)
+	return accounts.Want(p, ok, s.breakers.OpenUntil(account), time.Now())
+}
+
+// watchPauses keeps s.paused current and wakes the tail of each account
+// whose pause changed; it returns once the pauses held now are known.
+func (s *Service) watchPauses(ctx context.Context) error {
+	return s.pauses.Watch(ctx, func(account string, p accounts.Pause, ok bool) {
+		s.paused.set(account, p, ok)
+		go s.wakeTail(account) // not here: Start holds s.mu while the pauses held now are passed
+	})
+}
+
+// wakeTail wakes account's tail, if this replica runs one.
+func (s *Service) wakeTail(account string) {
+	s.mu.Lock()
+	l := s.readers[account]
+	s.mu.Unlock()
+	if l != nil {
+		l.tail.poke()
 	}
-	if err := s.pauses.Apply(ctx, account, want); err != nil {
-		return err
-	}
-	s.log.Info().Str("account", account).Time("until", want).Bool("operator", ok && p.Holds(time.Now())).Msg("account paused before its reader starts")
-	return nil
 }

@@ -3,32 +3,28 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 )
 
-// reader consumes one account's consumer with the account's concurrency:
-// at most that many target calls in flight on this replica. A slot is
-// freed as soon as the call returns, while its outcome is still being
-// stored. With "concurrency: auto" the reader takes up to concurrency_max
-// messages and each call also waits for a slot of the learned limit
-// (auto). (An ordering lane, of events sharing a key, is pkg/lane's.)
+// reader serves one account with the account's concurrency: its tail
+// reads the account's messages, and at most that many target calls are in
+// flight on this replica. A slot is freed as soon as the call returns,
+// while its outcome is still being stored. With "concurrency: auto" the
+// reader takes up to concurrency_max messages and each call also waits
+// for a slot of the learned limit (auto). (An ordering lane, of events
+// sharing a key, is pkg/lane's.)
 type reader struct {
 	account string
-	cons    jetstream.Consumer
-	cc      jetstream.ConsumeContext
+	tail    *tail
 	in      chan held
 	last    atomic.Int64 // unix nanos of the last message taken
 	sem     chan struct{}
@@ -49,64 +45,35 @@ func (s *Service) startReader(account string) (*reader, error) {
 	if acct.Concurrency.Auto() {
 		auto = s.newAutoLimitFor(ctx, account, acct)
 	}
-	cons, err := s.streamOf(account).Consumer(ctx, names.ConsumerName(account))
-	if err != nil {
-		return nil, fmt.Errorf("consumer of %s: %w", account, err)
-	}
-	cc, err := accounts.ConsumerConfig(s.conf(), s.subj.Parts(), account)
-	if err != nil {
-		return nil, fmt.Errorf("consumer of %s: %w", account, err)
-	}
-	if have := cons.CachedInfo().Config; have.PriorityPolicy != jetstream.PriorityPolicyPinned || have.MaxAckPending != cc.MaxAckPending || have.MaxDeliver != cc.MaxDeliver {
-		// Made before owners (pulls name the group, so it must have one),
-		// under another concurrency (a reload changed it), or by a version
-		// that let the server give messages up.
-		if cons, err = accounts.Put(ctx, s.streamOf(account).CreateOrUpdateConsumer, cc); err != nil {
-			return nil, fmt.Errorf("consumer of %s: putting its config: %w", account, err)
-		}
-	}
-	if err := s.holdPaused(ctx, account, cons); err != nil {
-		return nil, err
-	}
-	l := &reader{account: account, cons: cons, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
+	l := &reader{account: account, in: make(chan held, conc), sem: make(chan struct{}, conc), auto: auto}
 	l.last.Store(time.Now().UnixNano())
-	l.wg.Add(1)
-	go s.readLoop(l)
-	l.cc, err = cons.Consume(func(m jetstream.Msg) {
+	l.tail = s.newTail(account, unsettledPerSlot*conc, func(h held) bool {
 		now := time.Now()
 		l.last.Store(now.UnixNano())
-		meta, err := m.Metadata()
-		if err == nil {
-			l.trim.took(meta.Sequence.Stream, now)
+		l.trim.took(h.meta.Sequence.Stream, now)
+		select {
+		case l.in <- h:
+			return true
+		case <-l.tail.quit:
+			h.stop()
+			return false
 		}
-		l.in <- held{m: m, meta: meta, stop: s.keepAlive(m)}
-	}, jetstream.PullMaxMessages(conc), jetstream.PullPriorityGroup(ownerGroup),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if errors.Is(err, jetstream.ErrConsumerDeleted) && s.runCtx.Err() == nil {
-				go s.readerGone(account, l)
-				return
-			}
-			if (errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound)) && s.runCtx.Err() == nil {
-				go s.consumerLost(account, l)
-				return
-			}
-			if !errors.Is(err, jetstream.ErrNoHeartbeat) && s.runCtx.Err() == nil {
-				s.log.Debug().Err(err).Str("account", account).Msg("consume")
-			}
-		}))
-	if err != nil {
-		close(l.in)
-		l.wg.Wait()
-		return nil, fmt.Errorf("consume %s: %w", account, err)
-	}
+	})
+	l.wg.Add(1)
+	go s.readLoop(l)
+	l.tail.start()
 	return l, nil
 }
 
-// stop stops taking messages and waits for what was taken to finish; the
-// learned limit is then stored for the account's next owner.
+// unsettledPerSlot is how many unsettled messages a tail may hold per unit
+// of concurrency: a call may start while the previous outcome is still
+// being stored.
+const unsettledPerSlot = 2
+
+// stop stops reading and waits for what was taken to finish; the learned
+// limit is then stored for the account's next owner.
 func (l *reader) stop() {
-	l.cc.Drain()
-	<-l.cc.Closed()
+	l.tail.stop()
 	close(l.in)
 	l.wg.Wait()
 	if l.auto != nil {
@@ -121,7 +88,18 @@ func (l *reader) stop() {
 // claim (a retry, a redelivery, a conflict) takes the one-at-a-time path.
 func (s *Service) readLoop(l *reader) {
 	defer l.wg.Done()
-	queue.Batches(l.in, cap(l.in), func(batch []held) { s.claimBatch(l, batch) })
+	queue.Batches(l.in, cap(l.in), func(batch []held) {
+		if !s.owners.Current() || !s.owners.Holds(l.account) {
+			// Its lease may be another replica's by now (owners.go):
+			// the tail hands these out again once it is sure.
+			for _, h := range batch {
+				h.stop()
+				_ = h.m.Nak()
+			}
+			return
+		}
+		s.claimBatch(l, batch)
+	})
 }
 
 // held is a message the reader took, with the stop of its keepAlive: the

@@ -12,10 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -95,16 +93,15 @@ func (h *harness) waitFinal(id string) state.Record {
 	return rec
 }
 
-// settled waits until the account's consumer has nothing pending or
-// unacked: the event's message was acked, so nothing brings it back to
-// call the target again (the message itself leaves EVENTS with the
-// account's next trim).
+// settled waits until the account's messages are gone from EVENTS: its
+// owner trims only below its lowest unsettled message, so the event's
+// message was settled and nothing brings it back to call the target
+// again.
 func (h *harness) settled(rec state.Record) {
 	h.t.Helper()
 	natstest.Eventually(h.t, servicetest.WaitFor, func() bool {
-		ci := h.ConsumerInfo(h.Subj.EventsStream(rec.Account), names.ConsumerName(rec.Account))
-		return ci.NumPending == 0 && ci.NumAckPending == 0
-	}, "event %s: want its message acked", rec.ID)
+		return h.SubjectMsgs(h.Subj.EventsStream(rec.Account), h.Subj.EventsOf(rec.Account)) == 0
+	}, "event %s: want its message settled and trimmed", rec.ID)
 }
 
 // lastDead decodes the last DEAD entry of the event's account and kind,
@@ -189,9 +186,6 @@ func TestRecordTooLargeToWriteEndsDead(t *testing.T) {
 			ok := newBigTarget(t, "")
 			h := setup(t, sizeYAML(ok.URL), provider.Faults{})
 			env := nearLimit(t, tt.calls == 1)
-			if err := accounts.NewProvisioner(h.JS, h.NC, live.Static(h.cfg).Load, h.Subj).Ensure(h.Ctx(), env.Account); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := h.St.Create(h.Ctx(), queue.Initial(env)); err != nil {
 				t.Fatalf("want the record stored (it is under the limit), got %v", err)
 			}

@@ -2,15 +2,12 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Readers of new accounts are started by startsAtOnce workers, outside
 // s.mu. Each start waits on a few server round trips (the lease, the
-// consumer, its pause): made one at a time under s.mu they took ~4.5 ms
+// auto limit): made one at a time under s.mu they took ~4.5 ms
 // an account, half the time 2,000 new accounts took to get their first
 // events. The accounts wait in a queue, not in a goroutine each, so that
 // 100,000 new accounts cost a slice, not 100,000 goroutines.
@@ -99,7 +96,7 @@ func (s *Service) startAccount(account string) {
 			s.readers[account] = l
 			s.reconcileLocked(account)
 		} else if failed != nil && s.serving {
-			s.retryStartLocked(account, failed)
+			s.retryStartLocked(account)
 		}
 		s.mu.Unlock()
 		if l != nil && !keep { // stopping: the replica gives back what it started
@@ -144,32 +141,17 @@ func retryWait(n int) time.Duration {
 	return min(250*time.Millisecond<<min(n, 6), 8*time.Second)
 }
 
-// retryStartLocked tries account's start again after a wait. Nothing else
-// would soon: the account is known, so the adoption sweep passes it by,
-// and the next relist may be Relist away, while its events wait (a start
-// fails on a server call while a stream or its consumer changes leader).
-// A consumer found missing is made again (adopt). Callers hold s.mu.
-func (s *Service) retryStartLocked(account string, err error) {
+// retryStartLocked tries account's start again after a wait (a start
+// fails on a server call while the owners' bucket changes leader). The
+// watch has no news of an account whose messages are there already, and
+// the sweep that would find it runs every Adopt, or much later with many
+// accounts. Callers hold s.mu.
+func (s *Service) retryStartLocked(account string) {
 	n := s.startFails[account]
 	s.startFails[account] = n + 1
-	wait := retryWait(n)
-	missing := errors.Is(err, jetstream.ErrConsumerNotFound)
-	time.AfterFunc(wait, func() {
-		if s.runCtx.Err() != nil {
-			return
-		}
-		if !missing {
+	time.AfterFunc(retryWait(n), func() {
+		if s.runCtx.Err() == nil {
 			s.ensureReader(account)
-			return
-		}
-		ctx, cancel := context.WithTimeout(s.runCtx, 10*time.Second)
-		defer cancel()
-		if err := s.adopt(ctx, account); err != nil && s.runCtx.Err() == nil {
-			s.mu.Lock()
-			if s.serving {
-				s.retryStartLocked(account, err)
-			}
-			s.mu.Unlock()
 		}
 	})
 }

@@ -15,11 +15,9 @@ import (
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
-// A start that fails on a server call (as while EVENTS or the account's
-// consumer changes leader) is tried again, soon: the account is known,
-// so the adoption sweep passes it by, and nothing else would start its
-// reader before the next relist (an hour here). The first three starts
-// fail; the events are still delivered within seconds, each once.
+// A start that fails on a server call (as while the owners' bucket
+// changes leader) is tried again, soon. The first three starts fail; the
+// events are still delivered within seconds, each once.
 func TestFailedStartTriedAgain(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, `attempts: 3`), provider.Faults{})

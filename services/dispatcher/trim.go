@@ -10,25 +10,18 @@ import (
 	"github.com/tenaz/tenaz/pkg/queue"
 )
 
-// An account's messages leave a trimmed EVENTS (pkg/queue, Trim) when its
-// owner purges the account's dispatch subjects up to its consumer's ack
-// floor: once its reader has taken trimBatch messages since the last
-// trim, or took one more than streams.trim_after ago, and when an idle
-// account is retired (before its consumer is deleted); never below a
-// message not settled. On a work-queue EVENTS (a store from before) the
-// acks delete and nothing is trimmed.
-//
-// Why so rarely: the server checks every purge against each consumer of
-// the stream (nats-server's purgeLocked), one per live account. Purging
-// each account half a second after its messages took a third of the
-// server's CPU in the many-accounts run, and more the more accounts.
-// Handing an account over or stopping does not trim either: the next
+// An account's messages leave EVENTS (pkg/queue, TrimTo) when its owner
+// purges the account's dispatch subjects up to its tail's floor (below
+// the lowest unsettled message): once its reader has taken trimBatch
+// messages since the last trim, or took one more than streams.trim_after
+// ago, and when an idle account is retired; never past a message not
+// settled. A purge per batch, not per message: each is a write of the
+// stream. Handing an account over or stopping does not trim: the next
 // owner does, and 10,000 purges would slow a replica's stop.
 //
-// A consumer made again (after a server restart, or an idle account's next
-// event) starts from the messages still in the stream: those settled
-// since the last trim come again, and the claim drops them as stale
-// copies.
+// A new owner (after a handover, a restart, an idle account's next event)
+// starts from the messages still in the stream: those settled since the
+// last trim come again, and the claim drops them as stale copies.
 
 // trimBatch is how many messages a reader takes before its account is
 // trimmed; trimEvery how often the readers are looked at. While a
@@ -47,7 +40,7 @@ type trimmer struct {
 	first atomic.Int64  // unix nanos of the first of those
 
 	mu    sync.Mutex // one trim of the account at a time
-	floor uint64     // the ack floor trimmed to
+	floor uint64     // the floor trimmed to
 	wait  time.Duration
 	next  time.Time
 }
@@ -92,9 +85,7 @@ func (s *Service) trimLoop() {
 		var due []*reader
 		s.mu.Lock()
 		for _, l := range s.readers {
-			// A work-queue EVENTS' readers are never trimmed, and would
-			// stay due.
-			if queue.Trims(s.streamOf(l.account)) && l.trim.due(now, s.cfg.Streams.TrimAfter.D()) {
+			if l.trim.due(now, s.cfg.Streams.TrimAfter.D()) {
 				due = append(due, l)
 			}
 		}
@@ -118,18 +109,14 @@ func (s *Service) trimAll(ctx context.Context, readers []*reader) {
 	wg.Wait()
 }
 
-// trimAccount purges l's account up to its consumer's ack floor, if its
-// partition's EVENTS is trimmed.
+// trimAccount purges l's account up to its tail's floor.
 func (s *Service) trimAccount(ctx context.Context, l *reader) {
 	st := s.streamOf(l.account)
-	if !queue.Trims(st) {
-		return
-	}
 	t := &l.trim
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.since.Load()
-	f, err := queue.Trim(ctx, st, l.cons, s.subj.EventsOf(l.account), t.floor)
+	f, err := queue.TrimTo(ctx, st, s.subj.EventsOf(l.account), l.tail.floor(), t.floor)
 	if err != nil && ctx.Err() == nil {
 		s.o.Metrics.TrimFailed(metrics.TrimEvents)
 		s.log.Debug().Err(err).Str("account", l.account).Msg("trimming the account's messages")

@@ -83,9 +83,7 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 				continue
 			}
 		}
-		if it.err = s.prov.Ensure(ctx, it.env.Account); it.err == nil {
-			it.fut, it.err = s.q.EnqueueAsync(it.env, it.rev, it.env.ID)
-		}
+		it.fut, it.err = s.q.EnqueueAsync(it.env, it.rev, it.env.ID)
 	}
 	for _, it := range fresh {
 		if it.err == nil {

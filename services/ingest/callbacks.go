@@ -294,8 +294,7 @@ func applied(r state.Record, actor, webhookID string) bool {
 }
 
 // conf is the config in force: a reload (pkg/live) changes a target's
-// callback_secret and callback fields, and an account's concurrency (its
-// consumer's max_ack_pending, put by the provisioner), without a restart.
+// callback_secret and callback fields without a restart.
 func (s *Service) conf() *config.Config {
 	if s.o.Live != nil {
 		return s.o.Live.Load()

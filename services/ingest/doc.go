@@ -5,11 +5,11 @@
 //
 // Every submission, whichever way it came, goes through INTAKE and is
 // accepted by one function: create the state record (the idempotency
-// check: the id is derived from account and key), ensure the account's
-// dispatch consumer, publish to EVENTS, and only then ack the INTAKE
-// message. A crash anywhere in between leaves the INTAKE message unacked;
-// its redelivery finds the record and re-publishes it (deduplicated by
-// Nats-Msg-Id = event id), so nothing is lost and nothing doubles.
+// check: the id is derived from account and key), publish to EVENTS,
+// and only then ack the INTAKE message. A crash anywhere in between
+// leaves the INTAKE message unacked; its redelivery finds the record and
+// re-publishes it (deduplicated by Nats-Msg-Id = event id), so nothing is
+// lost and nothing doubles.
 //
 //	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, Logger: log})
 //	err = svc.Start(ctx)

@@ -83,8 +83,8 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 	}
 
 	// Two events, each enqueued once: the duplicates added nothing.
-	if info := h.ConsumerInfo(h.Subj.EventsStream("acme"), names.ConsumerName("acme")); info.NumPending != 2 {
-		t.Fatalf("EVENTS for acme: want 2 messages (one per event), got %d", info.NumPending)
+	if n := h.SubjectMsgs(h.Subj.EventsStream("acme"), h.Subj.EventsOf("acme")); n != 2 {
+		t.Fatalf("EVENTS for acme: want 2 messages (one per event), got %d", n)
 	}
 
 	r = h.do(http.MethodGet, "/v1/events/"+first.ID, "")

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
-	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
@@ -93,13 +92,11 @@ type Service struct {
 	log     zerolog.Logger
 	st      *store.Store
 	q       *queue.Queue
-	prov    *accounts.Provisioner
 	lanes   *lane.Lanes
 	refs    *callbacks.Index
 	refused map[string]*refusals // by target: refused webhooks' rate and log
 	replies *replies
-	gone    *nats.Subscription // a dispatcher deleted an idle account's consumer
-	quotas  *quota.Quotas      // the API keys' submission rates, shared by every replica; nil when no key has one
+	quotas  *quota.Quotas // the API keys' submission rates, shared by every replica; nil when no key has one
 
 	metrics *metrics.Set
 
@@ -175,7 +172,6 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
-	s.prov = accounts.NewProvisioner(s.js, s.nc, s.conf, subj)
 	if s.lanes, err = lane.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -196,10 +192,6 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	s.Defer(func(context.Context) { s.replies.close() })
-	if s.gone, err = s.nc.Subscribe(s.subj.AccountGone(), func(m *nats.Msg) { s.prov.Forget(string(m.Data)) }); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	s.Defer(func(context.Context) { _ = s.gone.Unsubscribe() })
 	cons, err := s.js.Consumer(ctx, subj.Stream(names.StreamIntake), "ingest")
 	if err != nil {
 		return fmt.Errorf("ingest: intake consumer: %w", err)

@@ -414,9 +414,6 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 		}
 		rev = 0 // no read-free claim: the record is not queue.Initial(env)
 	}
-	if err := s.prov.Ensure(ctx, env.Account); err != nil {
-		return rec, false, err
-	}
 	if rec.Status == state.Scheduled && rec.NextRunAt != nil {
 		err = s.q.ScheduleFresh(ctx, env, *rec.NextRunAt, rev)
 	} else {

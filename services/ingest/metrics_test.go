@@ -112,8 +112,8 @@ func TestMetricsOfSubmissions(t *testing.T) {
 		t.Errorf("%d accepted/rejected series, want 5 (no other label sets)", n)
 	}
 
-	// No dispatcher runs: the accepted events wait in their accounts'
-	// consumers (the read is cached for 5s, so this may take a moment).
+	// No dispatcher runs: the accepted events wait in EVENTS, counted by
+	// account (the read is cached for 5s, so this may take a moment).
 	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		return h.value(metrics.NamePending, "account", "acme") == 3 && h.value(metrics.NamePending, "account", "beta") == 1 &&
 			h.value(metrics.NameBacklogUp) == 1

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
-	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
@@ -72,7 +71,6 @@ type Service struct {
 	subj  names.Subjects
 	st    *store.Store
 	q     *queue.Queue
-	prov  *accounts.Provisioner
 	actor string
 
 	lifecycle.Base
@@ -127,7 +125,6 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
-	s.prov = accounts.NewProvisioner(s.js, s.nc, s.live.Load, subj)
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 	s.Defer(func(context.Context) {
 		s.cancel()

@@ -173,7 +173,7 @@ func (c *sweep) sweepBucket(ctx context.Context, kv jetstream.KeyValue, now time
 // sweep caches per-account facts for one pass.
 type sweep struct {
 	s       *Service
-	backlog map[string]int // account → messages pending or in flight on its consumer; -1 = no consumer
+	backlog map[string]int // account → its messages in EVENTS; -1 = unknown
 }
 
 // overdue says which repair h may need (checked further by repair), and
@@ -206,15 +206,20 @@ func (c *sweep) overdue(h state.Head, now time.Time) (string, time.Time) {
 	return "", time.Time{}
 }
 
-// consumerBacklog is the account's messages waiting or in flight.
-func (c *sweep) consumerBacklog(ctx context.Context, account string) int {
+// accountBacklog is the account's messages in EVENTS: waiting, in
+// flight, or settled and not trimmed yet (its owner trims within
+// streams.trim_after).
+func (c *sweep) accountBacklog(ctx context.Context, account string) int {
 	if n, ok := c.backlog[account]; ok {
 		return n
 	}
 	n := -1
-	if cons, err := c.s.js.Consumer(ctx, c.s.subj.EventsStream(account), names.ConsumerName(account)); err == nil {
-		if info, err := cons.Info(ctx); err == nil {
-			n = int(info.NumPending) + info.NumAckPending
+	if st, err := c.s.js.Stream(ctx, c.s.subj.EventsStream(account)); err == nil {
+		if info, err := st.Info(ctx, jetstream.WithSubjectFilter(c.s.subj.EventsOf(account))); err == nil {
+			n = 0
+			for _, k := range info.State.Subjects {
+				n += int(k)
+			}
 		}
 	}
 	c.backlog[account] = n
@@ -249,11 +254,8 @@ func (c *sweep) repair(ctx context.Context, kind string, h state.Head, due time.
 		// A message may be queued behind others on a busy or paused
 		// account; only once the account has nothing on its way, or the
 		// event is late beyond the running grace, is it taken for lost.
-		if b := c.consumerBacklog(ctx, h.Account); b > 0 && now.Sub(due) < s.cfg.Poller.RunningGrace.D() {
+		if b := c.accountBacklog(ctx, h.Account); b > 0 && now.Sub(due) < s.cfg.Poller.RunningGrace.D() {
 			return false, nil
-		}
-		if err := s.prov.Ensure(ctx, h.Account); err != nil {
-			return false, err
 		}
 		_, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/reconcile/%d", h.ID, rev))
 		return err == nil, err
@@ -266,9 +268,6 @@ func (c *sweep) repair(ctx context.Context, kind string, h state.Head, due time.
 		}
 		nrev, err := s.write(ctx, next, rev)
 		if err != nil {
-			return false, err
-		}
-		if err := s.prov.Ensure(ctx, h.Account); err != nil {
 			return false, err
 		}
 		_, err = s.q.Enqueue(ctx, env, fmt.Sprintf("%s/reconcile/%d", h.ID, nrev))

@@ -120,9 +120,6 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 			// publish): publish it again under the same message id (a copy
 			// within the stream's duplicate window is dropped, a later one
 			// by the dispatcher's claim).
-			if err := s.prov.Ensure(ctx, env.Account); err != nil {
-				return err
-			}
 			_, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/%s/%d", env.ID, state.StageFallback, step))
 			return err
 		}
@@ -170,9 +167,6 @@ func (s *Service) toFallback(ctx context.Context, env event.Envelope, rec state.
 	}
 	_, err = s.write(ctx, next, rev)
 	if err != nil {
-		return err
-	}
-	if err := s.prov.Ensure(ctx, env.Account); err != nil {
 		return err
 	}
 	// The record says pending at the fallback stage; if this publish is

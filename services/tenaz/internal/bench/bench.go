@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -362,16 +363,30 @@ func (b *Instance) Stop(ctx context.Context) error {
 	return b.t.Stop(ctx)
 }
 
-// waitDrained waits until the ingest consumer and the accounts' dispatch
-// consumers have nothing pending or unacked (a dispatch message is acked
-// once its event is stored done).
-func (b *Instance) waitDrained(ctx context.Context, accounts []string, timeout time.Duration) error {
+// waitDrained waits until the ingest consumer has nothing pending or
+// unacked and the in-process dispatcher has stored outcomes outcomes in
+// all (metrics.Default: an outcome is counted once stored and its message
+// settled, as the naive loop counts its acks).
+func (b *Instance) waitDrained(ctx context.Context, outcomes uint64, timeout time.Duration) error {
 	consumers := [][2]string{{streams.StreamName(b.prefix, streams.StreamIntake), "ingest"}}
-	n, _ := streams.Partitions(ctx, b.js, b.prefix)
-	for _, a := range accounts {
-		consumers = append(consumers, [2]string{streams.EventsStream(b.prefix, streams.PartitionOf(a, n)), "acct_" + a})
+	if err := b.waitIdle(ctx, consumers, timeout, "not accepted"); err != nil {
+		return err
 	}
-	return b.waitIdle(ctx, consumers, timeout, "not drained")
+	deadline := time.Now().Add(timeout)
+	for {
+		have := metrics.Default.Snapshot().Outcomes
+		if have >= outcomes {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not drained within %s (%d outcomes left)", timeout, outcomes-have)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // waitFollowed waits until the change-feed followers (the search index
@@ -389,8 +404,8 @@ func (b *Instance) waitFollowed(ctx context.Context, timeout time.Duration) erro
 }
 
 // waitIdle waits until every consumer ({stream, durable}) has nothing
-// pending or unacked; one not there yet counts as busy (an account's
-// appears with its first event). Past timeout it fails as what.
+// pending or unacked; one not there yet counts as busy (the services make
+// theirs at their start). Past timeout it fails as what.
 func (b *Instance) waitIdle(ctx context.Context, consumers [][2]string, timeout time.Duration, what string) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -427,6 +442,7 @@ func (b *Instance) Throughput(ctx context.Context, tag string, n int) (float64, 
 // in turn.
 func (b *Instance) ThroughputOver(ctx context.Context, tag string, n int, accounts []string) (float64, error) {
 	payload := []byte(`{"order_id":"o","total":1990}`)
+	outcomes := metrics.Default.Snapshot().Outcomes + uint64(n)
 	start := time.Now()
 	for i := range n {
 		m := nats.NewMsg(cmp.Or(b.prefix, "tenaz") + ".intake." + accounts[i%len(accounts)] + ".order.create")
@@ -441,7 +457,7 @@ func (b *Instance) ThroughputOver(ctx context.Context, tag string, n int, accoun
 	case <-time.After(time.Minute):
 		return 0, fmt.Errorf("publish did not complete")
 	}
-	if err := b.waitDrained(ctx, accounts, 10*time.Minute); err != nil {
+	if err := b.waitDrained(ctx, outcomes, 10*time.Minute); err != nil {
 		return 0, err
 	}
 	took, drained := time.Since(start), time.Now()

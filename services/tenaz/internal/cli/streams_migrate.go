@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/streams"
@@ -142,8 +143,12 @@ func (m *migration) run(ctx context.Context) (MigrationReport, error) {
 	case busy != "":
 		return m.rep, failf(ErrConflict, "the store is in use: %s; stop every tenaz service on it (tenaz run, or tenaz-ingest, -dispatcher, -poller, -deadletter), then run this again", busy)
 	case m.from == m.to && !m.resumed && !(m.byAccount && m.from > 1):
-		// Nothing to move; a run stopped after its switch may have left
-		// the emptied partitions of a smaller count.
+		// Nothing to move; a version before may have left its consumers
+		// per account, and a run stopped after its switch the emptied
+		// partitions of a smaller count.
+		if err := m.cleanUp(ctx); err != nil {
+			return m.rep, err
+		}
 		if err := m.dropExtra(ctx); err != nil {
 			return m.rep, err
 		}
@@ -286,7 +291,16 @@ func (m *migration) checkOffline(ctx context.Context) (string, error) {
 	for _, b := range bs {
 		all = append(all, "KV_"+b.Bucket)
 	}
+	// A dispatcher of a store whose EVENTS is a work queue has no
+	// consumer there: its heartbeat says it runs.
+	replicas, err := owner.Heard(ctx, m.js, m.prefix, 10*time.Second)
+	if err != nil {
+		return "", err
+	}
 	var busy []string
+	for _, r := range replicas {
+		busy = append(busy, "dispatcher "+r+" (tenaz-dispatcher) is heard in "+names.BucketOwners)
+	}
 	for _, name := range all {
 		st, err := m.js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -326,7 +340,7 @@ func (m *migration) checkOffline(ctx context.Context) (string, error) {
 // to stop.
 func consumerService(ci *jetstream.ConsumerInfo) string {
 	switch name := ci.Name; {
-	case strings.HasPrefix(name, "acct_"):
+	case strings.HasPrefix(name, names.ConsumerWatchPrefix), strings.HasPrefix(name, "acct_"):
 		return "tenaz-dispatcher"
 	case name == names.ConsumerPoller:
 		return "tenaz-poller"
@@ -584,12 +598,15 @@ func (m *migration) copyMessages(ctx context.Context, p int) (time.Time, error) 
 // copyHeader is h without what belongs to the original's publish: its
 // message id (a copy is no re-send), expectations, the state record's
 // revision (the record's copy has another; the dispatcher reads it
-// instead), and on a fired message what the scheduler added.
+// instead), what a direct get adds (the original's sequence, subject and
+// time), and on a fired message what the scheduler added.
 func copyHeader(h nats.Header, schedule bool) nats.Header {
 	out := nats.Header{}
 	for k, v := range h {
 		switch {
 		case k == jetstream.MsgIDHeader, k == queue.HeaderRev, k == HeaderMigrated, strings.HasPrefix(k, "Nats-Expected-"):
+		case k == jetstream.StreamHeader, k == jetstream.SequenceHeader, k == jetstream.SubjectHeader, k == jetstream.TimeStampHeaer,
+			k == "Nats-Num-Pending", k == "Nats-Last-Sequence":
 		case !schedule && strings.HasPrefix(k, "Nats-Schedule"):
 		default:
 			out[k] = v
@@ -697,26 +714,35 @@ func (m *migration) runSeq(p, q int, seq uint64) uint64 {
 	return cs[i-1].to
 }
 
-// cleanUp deletes the dispatch consumers of the accounts that left each
-// old partition; the services make them again where the accounts are
-// now, for the events waiting there.
+// cleanUp deletes every consumer per account (acct_<account>) that a
+// version before left on any partition's EVENTS, whether its account
+// moved or not: the dispatchers read each account's messages without one,
+// and a leftover holds server memory until it expires.
 func (m *migration) cleanUp(ctx context.Context) error {
-	for p := range min(m.from, m.to) {
-		l := m.events[p].ConsumerNames(ctx)
+	for p := range streams.MaxPartitions {
+		name := streams.EventsStream(m.prefix, p)
+		st, err := m.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			break
+		}
+		if err != nil {
+			return jsError("read stream "+name, err)
+		}
+		l := st.ConsumerNames(ctx)
 		var gone []string
-		for name := range l.Name() {
-			if a, ok := names.AccountOfConsumer(name); ok && m.new.PartitionOf(a) != p {
-				gone = append(gone, name)
+		for c := range l.Name() {
+			if _, ok := names.AccountOfConsumer(c); ok {
+				gone = append(gone, c)
 			}
 		}
 		if err := l.Err(); err != nil {
-			return jsError("consumers of "+m.events[p].CachedInfo().Config.Name, err)
+			return jsError("consumers of "+name, err)
 		}
-		for _, name := range gone {
-			if err := m.events[p].DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return jsError("delete consumer "+name, err)
+		for _, c := range gone {
+			if err := st.DeleteConsumer(ctx, c); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return jsError("delete consumer "+c, err)
 			}
-			m.rep.Consumers = append(m.rep.Consumers, m.events[p].CachedInfo().Config.Name+"/"+name)
+			m.rep.Consumers = append(m.rep.Consumers, name+"/"+c)
 		}
 	}
 	return nil

@@ -1,0 +1,40 @@
+package dispatcher_test
+
+import (
+	"testing"
+
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
+	"github.com/tenaz/tenaz/pkg/state"
+)
+
+// An EVENTS without direct gets (applied by a version before, during a
+// rolling upgrade) is still read: a message at a time, from the stream's
+// leader. Every event is delivered, each once.
+func TestTailReadsWithoutDirectGets(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(4, `attempts: 3`), provider.Faults{})
+	h.dispatcher("d1", nil) // applies the layout at its start: direct gets allowed
+	st, err := h.JS.Stream(h.Ctx(), h.Subj.EventsStream("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Config
+	c.AllowDirect = false
+	if _, err := h.JS.UpdateStream(h.Ctx(), c); err != nil {
+		t.Fatal(err)
+	}
+	ids := h.Submit("acme", "order.create", keys("nd", 12), orderPayload)
+	recs := h.waitAll(ids, state.Done, servicetest.WaitFor)
+	for _, id := range ids {
+		if r := recs[id]; r.Attempts != 1 {
+			t.Errorf("%s: want one attempt, got %s", id, servicetest.Actions(r))
+		}
+	}
+	if d := h.prov.DuplicateEffects(); len(d) != 0 {
+		t.Fatalf("effects applied more than once: %v", d)
+	}
+	if st, err = h.JS.Stream(h.Ctx(), h.Subj.EventsStream("acme")); err != nil || st.CachedInfo().Config.AllowDirect {
+		t.Fatalf("EVENTS: want it still without direct gets (so they were read without), got %v", err)
+	}
+}
