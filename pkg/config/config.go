@@ -148,11 +148,12 @@ type Streams struct {
 	Tags []string `yaml:"tags"`
 	// Retention is how long done and cancelled events are kept. Defaults to 168h (7 days).
 	Retention Duration `yaml:"retention"`
-	// AckWait is how long a dispatch message may go unacknowledged before
-	// the server redelivers it (a dispatcher died mid-call); it is also the
-	// first step of the consumer's redelivery backoff (AckWait ×1, ×2, ×4,
-	// ×10). Live calls send progress, so it need not exceed target timeouts.
-	// Defaults to 30s.
+	// AckWait is how long a message may go unacknowledged before it is
+	// delivered again: a dispatch message by its account's owner (its
+	// worker died or gave no sign), a submission or a timer by the server.
+	// It is also the first step of that redelivery backoff (AckWait ×1,
+	// ×2, ×4, ×10). Live calls send progress, so it need not exceed target
+	// timeouts. Defaults to 30s.
 	AckWait Duration `yaml:"ack_wait"`
 	// Partitions is how many partitions hold the events' dispatch and
 	// state, each its own EVENTS stream and state bucket (an account is in
@@ -171,8 +172,8 @@ type Streams struct {
 // Account holds one account's limits. Zero fields inherit from "*".
 type Account struct {
 	// Concurrency is how many calls to the account's targets one
-	// dispatcher replica makes at once; the account's consumer also caps its
-	// unacknowledged messages at twice this across replicas. "auto" learns
+	// dispatcher replica makes at once; the account's owner also holds at
+	// most twice this of its messages unsettled. "auto" learns
 	// it from the targets' answers (latency, 429 and 503, Retry-After),
 	// between ConcurrencyMin and ConcurrencyMax. Defaults to 8.
 	Concurrency Concurrency `yaml:"concurrency"`
@@ -314,7 +315,7 @@ type Poller struct {
 	Grace Duration `yaml:"grace"`
 	// RunningGrace is how long an event may stay running before the
 	// reconciler takes the run for lost. Defaults to 1h (longer than the
-	// consumer's whole redelivery backoff and any call timeout).
+	// whole redelivery backoff and any call timeout).
 	RunningGrace Duration `yaml:"running_grace"`
 }
 

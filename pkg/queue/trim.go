@@ -11,20 +11,18 @@ import (
 )
 
 // Trimmed streams keep their messages (limits retention) until they are
-// purged up to a consumer's ack floor, where a work queue deletes each
-// message on its ack: one purge removes many settled messages, and a work
-// queue also checks each ack and each new consumer against every other
-// consumer of the stream (nats-server's checkForInterest and
-// partitionUnique), which cost in proportion to the consumers (one per
-// account on EVENTS). INTAKE (ingest) and EVENTS (the dispatchers, per
-// account, and the poller, for timers) are trimmed in a new store; a store
-// from before keeps its work queues, which the server cannot change.
+// purged up to a floor, where a work queue deletes each message on its
+// ack: one purge removes many settled messages. INTAKE (ingest, to its
+// consumer's ack floor) and EVENTS (each account's owner, below its
+// lowest unsettled message; the poller, its timers to its consumer's ack
+// floor) are trimmed in a new store; a store from before keeps its work
+// queues, which the server cannot change.
 //
-// Trimming to the floor is safe only when every message below it was
-// settled by its consumer: tenaz's consumers of trimmed streams never let
-// the server give a message up (max_deliver -1), since a message given up
-// counts as settled for the floor. Each gives up on a message itself,
-// after keeping it in DEAD (dead.GiveUp).
+// Trimming to a consumer's ack floor is safe only when every message
+// below it was settled by its consumer: tenaz's consumers of trimmed
+// streams never let the server give a message up (max_deliver -1), since
+// a message given up counts as settled for the floor. Each gives up on a
+// message itself, after keeping it in DEAD (dead.GiveUp).
 
 // Trims reports whether st is trimmed (limits retention) rather than a
 // work queue whose acks delete.
@@ -66,8 +64,8 @@ func TrimTo(ctx context.Context, st jetstream.Stream, filter string, floor, afte
 
 // Trimmer trims one stream's filter to one consumer's ack floor every
 // interval: ingest's INTAKE, the poller's timers of each partition. (An
-// account's dispatch messages are trimmed in batches by their dispatcher
-// instead, which calls Trim.)
+// account's dispatch messages are trimmed in batches by their owner
+// instead, which calls TrimTo.)
 type Trimmer struct {
 	Stream   jetstream.Stream
 	Consumer jetstream.Consumer

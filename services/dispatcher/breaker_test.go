@@ -120,7 +120,7 @@ kinds:
 func TestBreakerOpenAtStartPausesTheAccount(t *testing.T) {
 	t.Parallel()
 	h := setup(t, yamlFor(4, "attempts: 3"), provider.Faults{})
-	h.Submit("acme", "order.create", []string{"before"}, orderPayload) // provisions acme's consumer
+	h.Submit("acme", "order.create", []string{"before"}, orderPayload) // a message that waits for acme's reader
 	nc, js := h.Srv.Conn(t)
 	defer nc.Close()
 	reg, err := breaker.New(h.Ctx(), js, breaker.Options{Instance: "operator"})

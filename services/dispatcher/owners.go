@@ -12,7 +12,7 @@ import (
 // concurrency, rate and breaker count are this process's and hold with any
 // number of replicas. Owning takes two things: the account is assigned to
 // this replica among the live ones, and this replica holds its lease. The
-// lease is taken before the reader's first pull and given back only after
+// lease is taken before the reader's first read and given back only after
 // its last call returned, so while a handover is under way the account is
 // served by the old owner until it is done, then by the new one.
 //
@@ -62,7 +62,7 @@ func (s *Service) reconcileLocked(account string) {
 	switch {
 	case running && !s.owners.Holds(account):
 		// Taken over while this replica was taken for dead: stop at
-		// once; the lease and the pin are the new owner's.
+		// once; the lease is the new owner's.
 		delete(s.readers, account)
 		s.handOver(account, l, false)
 	case running && !s.owners.Assigned(account):

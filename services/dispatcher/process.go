@@ -452,7 +452,7 @@ func (a *alive) stop() {
 }
 
 // progressEvery is how often a running call reports progress: a third of
-// the consumer's AckWait (the first step of its redelivery backoff), at
+// AckWait (the first step of the tail's redelivery backoff), at
 // most every 10s, so that a call slower than AckWait is never taken for a
 // lost one and redelivered (a second, concurrent call to the target).
 func progressEvery(ackWait time.Duration) time.Duration {

@@ -12,8 +12,8 @@ import (
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
-// EVENTS is trimmed account by account, to the account's consumer's ack
-// floor: a settled message leaves the stream (here within
+// EVENTS is trimmed account by account, below the account's lowest
+// unsettled message: a settled message leaves the stream (here within
 // streams.trim_after of 100ms), and no message leaves before it is
 // settled, nor any of its account's above it. Two accounts of one
 // partition: one's events go through, the other's first event is held in

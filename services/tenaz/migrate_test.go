@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -262,7 +263,7 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 	}
 
 	// The dry run says what would move, and that nothing reads the store
-	// any more once the dispatchers' pins have expired.
+	// any more once the stopped services' pull requests have expired.
 	var dry cli.MigrationReport
 	natstest.Eventually(t, 15*time.Second, func() bool {
 		dry = migrateReport(t, op, "--partitions", "4", "--dry-run")
@@ -301,10 +302,16 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 	if n, err := streams.Partitions(ctx, js, ""); n != 4 || err != nil {
 		t.Fatalf("after migrate: want the store's count 4, got %d, %v", n, err)
 	}
+	var deleted []string
 	for _, a := range accounts {
+		deleted = append(deleted, names.StreamEvents+"/"+names.ConsumerName(a))
 		if _, err := events.Consumer(ctx, names.ConsumerName(a)); err == nil {
 			t.Errorf("account %s's consumer left by a version before: want it deleted", a)
 		}
+	}
+	slices.Sort(rep.Consumers)
+	if slices.Sort(deleted); !slices.Equal(rep.Consumers, deleted) {
+		t.Errorf("migrate: want the consumers left by a version before reported deleted, %v; got %v", deleted, rep.Consumers)
 	}
 	for _, a := range accounts[1:] {
 		info, err := events.Info(ctx, jetstream.WithSubjectFilter("tenaz.events."+a+".>"))
@@ -355,6 +362,23 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 			if calls := ok.CallsFor(e.id); len(calls) == 0 || calls[0].At.Before(due) {
 				t.Errorf("delayed %s: want delivered after %s, got calls %+v", e.id, due, calls)
 			}
+		}
+	}
+	// Every event delivered without a consumer per account: none made
+	// again on any partition.
+	for p := range 4 {
+		s, err := js.Stream(ctx, streams.EventsStream("", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := s.ConsumerNames(ctx)
+		for name := range l.Name() {
+			if _, ok := names.AccountOfConsumer(name); ok {
+				t.Errorf("%s after tenaz ran: want no consumer per account, got %s", streams.EventsStream("", p), name)
+			}
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

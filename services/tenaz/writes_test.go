@@ -130,7 +130,7 @@ func TestDurableWritesPerEvent(t *testing.T) {
 			}
 			// EVENTS is trimmed by the account's reader and by the
 			// poller, each at most once per its interval (and once more
-			// when the reader stops).
+			// when an idle reader is retired).
 			if most := 2 * float64(r.window/eventsTrimEvery+2) / writesEvents; r.eventTrims > most {
 				t.Errorf("EVENTS trims per %s event: want at most two per %s (%.3f), got %.3f", p.name, eventsTrimEvery, most, r.eventTrims)
 			}
@@ -157,9 +157,9 @@ func (o cost) String() string { return fmt.Sprintf("stored %.2f, removed %.2f", 
 
 // writesConfig is a standalone tenaz with fsync always whose kind
 // order.create is mapped as kind; the targets are all the provider at
-// targetURL. The account is trimmed 100ms after its messages (1m by
-// default, or every 64 messages): sooner, so that the count ends with
-// EVENTS trimmed; the purges per event are what a busy account costs.
+// targetURL. The account is trimmed 100ms after its messages (1s by
+// default, or every 64 messages): sooner, so that each count waits less
+// for EVENTS trimmed; the purges per event are what a busy account costs.
 func writesConfig(dir, targetURL, kind string) string {
 	return fmt.Sprintf(`
 nats:
@@ -199,8 +199,8 @@ type writesResult struct {
 }
 
 // countWrites runs writesEvents events of path p through a fresh tenaz
-// (after one warm-up event, which creates the account's consumer and
-// keys) and counts what each stream stored and removed meanwhile.
+// (after one warm-up event, which starts the account's reader and makes
+// its keys) and counts what each stream stored and removed meanwhile.
 func countWrites(t *testing.T, p writesPath) writesResult {
 	_, target := servicetest.Provider(t, p.faults, provider.WithIdempotent())
 	tz := start(t, writesConfig(t.TempDir(), target.URL, p.kind))

@@ -169,14 +169,16 @@ func (b *Instance) awaitingCallbacks(ctx context.Context, prov *provider.Provide
 		return nil, fmt.Errorf("callbacks: %d of %d delivered: %w", prov.CallCount(), n, err)
 	}
 	deadline := time.Now().Add(5 * time.Minute)
-	// Its owner trims the account below its lowest unsettled message:
-	// none left means every call's outcome was stored.
-	p := partitionOf(ctx, b.js, callbackAccount)
+	// Its owner trims the account below its lowest unsettled message
+	// (within streams.trim_after of the last settle): none left means
+	// every call's outcome was stored.
+	n0, _ := streams.Partitions(ctx, b.js, "")
+	subj := names.NewSubjects("").WithPartitions(n0)
 	for {
-		st, err := b.js.Stream(ctx, streams.EventsStream("", p))
+		st, err := b.js.Stream(ctx, subj.EventsStream(callbackAccount))
 		if err == nil {
 			var info *jetstream.StreamInfo
-			if info, err = st.Info(ctx, jetstream.WithSubjectFilter(streams.Root("", p)+".events."+callbackAccount+".>")); err == nil && len(info.State.Subjects) == 0 {
+			if info, err = st.Info(ctx, jetstream.WithSubjectFilter(subj.EventsOf(callbackAccount))); err == nil && len(info.State.Subjects) == 0 {
 				break
 			}
 		}

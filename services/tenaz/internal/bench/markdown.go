@@ -63,7 +63,7 @@ does not rewrite this file).
   per round, %d rounds, medians. *tenaz*: async publish to
   `+"`tenaz.intake.bench.order.create`"+` → ingest (record create, EVENTS
   publish) → dispatcher (claim, HTTP POST to a local no-op target, done)
-  → until the consumers have nothing pending. Account concurrency %d.
+  → until every event's outcome is stored. Account concurrency %d.
   *naive*: async publish → pull consumer → %d workers doing KV
   create(running) → HTTP POST → KV update(done) with the revision → ack.
   Both run in this process against the same embedded server and target.
@@ -80,7 +80,7 @@ does not rewrite this file).
   the server writing every message to disk before acknowledging it.
 - **Noisy neighbour**: the healthy account's p99 at %d/s alone, then with
   a broken account (its target answers 503) holding a %d-event backlog
-  (accepted, breaker open, consumer paused). `+"`noisy_flooded_*`"+`: the same, with
+  (accepted, breaker open, the account held). `+"`noisy_flooded_*`"+`: the same, with
   a flooding account instead, draining a 100,000-event backlog to a
   working target of 20 ms per call at its concurrency of 16 (its queue as
   deep as it gets, all along the measure). tenaz and nats-server each run
@@ -144,9 +144,10 @@ Measured with `+"`"+`BENCH_PROFILE_E2E=cpu.prof`+"`"+` (a CPU profile of one ten
 throughput round; the fsync phase writes `+"`"+`cpu.prof.fsync`+"`"+`):
 
 - **Server work per event.** tenaz stores five messages per plain event
-  (INTAKE, the record create, EVENTS, the claim, done) and deletes one (the
-  EVENTS ack; INTAKE's ack deletes nothing, its settled messages go with one
-  purge every 250 ms); the naive loop stores three and deletes one. Every
+  (INTAKE, the record create, EVENTS, the claim, done) and deletes none by
+  its acks: INTAKE's settled messages go with one purge every 250 ms, and
+  EVENTS' with one purge of the account every 64 messages or a minute (a
+  store from before, whose EVENTS is a work queue, deletes on the ack); the naive loop stores three and deletes one. Every
   path's writes: "Durable writes per event" below. The
   claim is what makes "two dispatchers never deliver the same attempt" true,
   the INTAKE→EVENTS hop is what lets ingest answer at once and dedup.
@@ -168,20 +169,20 @@ throughput round; the fsync phase writes `+"`"+`cpu.prof.fsync`+"`"+`):
   is nats-server (~35%%), nats.go (publishes, and encoding/json decoding
   every pub ack: ~4%%), net/http on both sides of the call (~18%%) and the
   GC. Removed (micro-benchmarks in the packages): a transition encoding
-  the whole history to measure it (`+"`state.Entry.maxJSONLen`"+` bounds it;
-  a claim's `+"`Apply`"+` 2.4 → 1.0 µs, 8 → 2 allocations); text/template on
-  every call of a URL of text and `+"`{{.Field}}`"+`s (5.2 → 1.1 µs);
-  encoding/json for the envelope (`+"`Marshal`"+` 1.4 → 0.76 µs, 4 → 1
-  allocations; `+"`Unmarshal`"+` 5.0 → 1.6 µs, 12 → 7); a second logger per
+  the whole history to measure it (`+"`"+`state.Entry.maxJSONLen`+"`"+` bounds it;
+  a claim's `+"`"+`Apply`+"`"+` 2.4 → 1.0 µs, 8 → 2 allocations); text/template on
+  every call of a URL of text and `+"`"+`{{.Field}}`+"`"+`s (5.2 → 1.1 µs);
+  encoding/json for the envelope (`+"`"+`Marshal`+"`"+` 1.4 → 0.76 µs, 4 → 1
+  allocations; `+"`"+`Unmarshal`+"`"+` 5.0 → 1.6 µs, 12 → 7); a second logger per
   run; the id's hash.Hash (4 → 1 allocations); a message's keepAlive
   (6 → 4). Allocations per event, whole process: 519 → 488. On
-  2026-12-01, `+"`BENCH_QUICK=1 -phase default`"+`, interleaved, the same
+  2026-12-01, `+"`"+`BENCH_QUICK=1 -phase default`+"`"+`, interleaved, the same
   commit with and without these: followers off (a scratch build),
-  `+"`e2e_ratio_vs_naive`"+` 0.46 and 0.52 (232 and 217 µs per event) before,
+  `+"`"+`e2e_ratio_vs_naive`+"`"+` 0.46 and 0.52 (232 and 217 µs per event) before,
   0.61 and 0.59 (190 and 180 µs) after; as built, four runs each, a
   median of 0.34 (363 µs) before and 0.45 (358 µs) after, the followers'
   share varying from run to run. Left: the pub-ack decoding (one per
-  write, in nats.go), the URL check's `+"`url.Parse`"+`.
+  write, in nats.go), the URL check's `+"`"+`url.Parse`+"`"+`.
 - **Profiling the delayed and callback runs.** tenaz and nats-server run
   as child processes there, outside `+"`"+`-cpuprofile`+"`"+`:
   `+"`"+`BENCH_CHILD_PROFILE=<dir>`+"`"+` writes a CPU profile of each child from
@@ -229,13 +230,15 @@ throughput round; the fsync phase writes `+"`"+`cpu.prof.fsync`+"`"+`):
   fetches the stream info on every call, and the webhook-id is checked in
   the record's history instead of a separate key.)
 - **fsync always.** Each stream fsyncs its writes one at a time (~0.3 ms
-  each here), so throughput is bounded by the busiest stream: the state
-  bucket takes three writes per event (create, claim, done) against the
-  naive loop's two, which is the ratio you see for one account. Different
-  streams fsync in parallel: partitions (`+"`"+`streams.partitions`+"`"+`) give the
-  accounts of each partition a state bucket and an EVENTS stream of their
-  own (`+"`"+`*_partitions_*`+"`"+`), and INTAKE, one stream, takes one write per
-  event (its acks delete nothing: ingest purges it to the ack floor).
+  each here), so throughput is bounded by the busiest stream: a record
+  takes three writes per event (create, claim, done) against the naive
+  loop's two. Different streams fsync in parallel: partitions
+  (`+"`"+`streams.partitions`+"`"+`) give the accounts of each partition an EVENTS
+  stream of their own, and spread the records over every partition's
+  state bucket by event id, so one account's state writes go to
+  different buckets in parallel (`+"`"+`*_partitions_*`+"`"+`); INTAKE, one stream,
+  takes one write per event (its acks delete nothing: ingest purges it
+  to the ack floor).
 
 ## Durable writes per event
 
@@ -244,8 +247,9 @@ compare-and-set, a schedule) and remove (a work-queue ack, a purge, a
 schedule the server drops once it has fired it), path by path. Under
 `+"`"+`sync: always`+"`"+` each is an fsync of its stream (~0.3 ms here), and one
 stream fsyncs one write at a time, so the writes of the busiest stream,
-the account's state bucket, bound throughput (partitions spread accounts
-over buckets that fsync in parallel). `+"`"+`TestDurableWritesPerEvent`+"`"+`
+a state bucket (an event's three go to its record's), bound throughput
+(partitions spread the records over every partition's bucket by event
+id, and those buckets fsync in parallel). `+"`"+`TestDurableWritesPerEvent`+"`"+`
 (services/tenaz/writes_test.go) counts them on a real `+"`"+`tenaz run`+"`"+` with
 `+"`"+`sync: always`+"`"+`, from each stream's last sequence and message count over a
 batch of 100 events of each path, less the keeper's messages, and fails
@@ -253,20 +257,25 @@ when they differ from this table (its expected numbers are these).
 
 Per event, stored / removed:
 
-| path | INTAKE | EVENTS (the account's partition) | state bucket | other | durable writes | deletes |
+| path | INTAKE | EVENTS (the account's partition) | state bucket (the record's: its event id's partition) | other | durable writes | deletes |
 |---|---|---|---|---|---:|---:|
-| sync | 1 / 1 (trim) | 1 / 1 | 3 | — | 5 | 1 + trim |
-| sync, retried once | 1 / 1 (trim) | 3 / 3 | 5 | `+"`"+`tenaz_breakers`+"`"+` 1 (+ one reset) | 10 | 3 + trim |
-| delayed (`+"`"+`not_before`+"`"+`) | 1 / 1 (trim) | 2 / 2 | 3 | — | 6 | 2 + trim |
-| `+"`"+`completion: callback`+"`"+`, completed by a webhook | 1 / 1 (trim) | 2 / 2 | 4 | `+"`"+`tenaz_callbacks`+"`"+` 1 (with a reference) | 8 | 2 + trim |
-| `+"`"+`completion: poll`+"`"+`, done at the first poll | 1 / 1 (trim) | 3 / 3 | 4 | — | 8 | 3 + trim |
+| sync | 1 / 1 (trim) | 1 / 1 (trim) | 3 | — | 5 | trims |
+| sync, retried once | 1 / 1 (trim) | 3 / 3 (1 fired: the server drops the schedule; 2 trimmed) | 5 | `+"`"+`tenaz_breakers`+"`"+` 1 (+ one reset) | 10 | 1 + trims |
+| delayed (`+"`"+`not_before`+"`"+`) | 1 / 1 (trim) | 2 / 2 (1 fired, 1 trimmed) | 3 | — | 6 | 1 + trims |
+| `+"`"+`completion: callback`+"`"+`, completed by a webhook | 1 / 1 (trim) | 2 / 2 (1 trimmed, 1 purged: the deadline) | 4 | `+"`"+`tenaz_callbacks`+"`"+` 1 (with a reference) | 8 | 1 + trims |
+| `+"`"+`completion: poll`+"`"+`, done at the first poll | 1 / 1 (trim) | 3 / 3 (1 fired, 2 trimmed) | 4 | — | 8 | 1 + trims |
 
 A state-bucket write also drops the record's previous revision (the
 bucket keeps one, `+"`"+`history: 1`+"`"+`): that is part of the write, not an
-operation of its own. "trim" is INTAKE's purge to the ingest consumer's
-ack floor, every 250 ms while submissions arrive: one purge for all of
-them (0.01 per event in the test's batch of 100; one per ~1,000 events
-at 4,000 events/s). The ingest consumer's ack deletes nothing.
+operation of its own. "trim" is a purge to a floor, for many messages at
+once: INTAKE's by ingest to its consumer's ack floor every 250 ms while
+submissions arrive (0.01 per event in the test's batch of 100; one per
+~1,000 events at 4,000 events/s); EVENTS' by the account's owner, below
+its lowest unsettled message, every 64 messages or `+"`"+`streams.trim_after`+"`"+`
+(1 s) after one (0.01 to 0.02 per event in the test, which sets it to
+100 ms to end trimmed), and the timers' by the poller to its consumer's
+ack floor every 500 ms. No ack deletes anything: an EVENTS message is
+settled with its owner's tail, in memory.
 
 Every step, and why it stays:
 
@@ -275,16 +284,16 @@ Every step, and why it stays:
 | all | submit | write | INTAKE | An answered submission (HTTP 202, a PubAck) survives ingest being down or dying: it is accepted when ingest comes back. The publisher's re-send within the duplicate window is dropped (`+"`"+`Nats-Msg-Id`+"`"+`). | It is the NATS API (publishers write INTAKE). Writing the record instead would need the accept's checks in every publisher, and JetStream writes one stream atomically, never two. |
 | all | trim | delete, amortised | INTAKE | Keeps INTAKE to the submissions not settled yet. | Already merged: one purge for the 250 ms of submissions below the ack floor. |
 | all | create the record (`+"`"+`accept`+"`"+`, `+"`"+`delay`+"`"+`) | write | state | The idempotency check: a create expecting revision 0 makes a re-submitted key the same event for as long as the record is kept, not only for the two-minute duplicate window. The state every reader and the claim start from. | The dispatch message is on EVENTS, consumed per account; a bucket's revisions are not a work queue. |
-| sync, callback, poll, retried | enqueue | write | EVENTS | Delivery: the account's consumer hands the event to its owner under the account's concurrency and redelivers it if the dispatcher dies (AckWait). It carries the record's revision (`+"`"+`Tenaz-Rev`+"`"+`), so the claim needs no read. | Another stream than the record. A delayed event publishes its schedule instead, never both. |
+| sync, callback, poll, retried | enqueue | write | EVENTS | Delivery: the account's owner reads it (its tail) under the account's concurrency; a dispatcher that dies leaves it for the next owner, which reads the account from its first message still in EVENTS. It carries the record's revision (`+"`"+`Tenaz-Rev`+"`"+`), so the claim needs no read. | Another stream than the record. A delayed event publishes its schedule instead, never both. |
 | all | claim (`+"`"+`claim`+"`"+`; `+"`"+`due`+"`"+` + `+"`"+`claim`+"`"+` for a delayed one, in one write) | write | state | The run's fencing token (state-machine.md, "Runs"): two replicas never make the same attempt; a run whose event was taken over cannot store its outcome; a dispatcher dying during the call leaves `+"`"+`running`+"`"+` with its message's sequence, so the redelivery counts the attempt (`+"`"+`reclaim`+"`"+`) and a crash loop ends at the attempts limit. | Merged into the outcome, a call that outlives AckWait would be made again by the replica the message is redelivered to, with nothing to stop either, and an attempt cut by a crash would go uncounted. |
 | sync, retried | done (`+"`"+`succeed`+"`"+`) | write | state | The outcome, with the target's answer and the retention TTL. | It needs the call's answer, which the claim must precede. |
-| all | ack | delete | EVENTS | The message goes only once its run's outcome is stored: a dispatcher dying before that has it redelivered, and the claim reads the record. | Another stream than the outcome. (A trimmed EVENTS would merge these deletes: see below.) |
+| all | ack, then trim | delete, amortised | EVENTS | The message goes only once its run's outcome is stored: a dispatcher dying before that leaves it to the next owner, and the claim reads the record. The trim purges the account's messages below its lowest unsettled one (the dispatcher gives a message up itself, into DEAD). | Already merged: one purge per 64 messages of the account (or a second): a purge is a write. |
 | delayed | schedule | write | EVENTS (`+"`"+`…sched.<id>`+"`"+`) | The delay survives every restart of tenaz and of the server: the server fires it at the due time. It carries `+"`"+`Tenaz-Rev`+"`"+`, so the fired message is claimed without a read. | Replaces the enqueue; the create must come first (the fired message is claimed against it). |
-| delayed, retried, poll | fire | write + delete | EVENTS | The server publishes the fired copy to the dispatch (or timer) subject, where the account's consumer (or the poller's) takes it, and drops the schedule. | The server's own: a schedule is not deliverable to a consumer until it fires. |
+| delayed, retried, poll | fire | write + delete | EVENTS | The server publishes the fired copy to the dispatch (or timer) subject, where the account's owner (or the poller's consumer) takes it, and drops the schedule. | The server's own: a schedule is not deliverable to a consumer until it fires. |
 | retried | retry schedule | write | EVENTS | The retry fires at its backoff across restarts; published before the record says `+"`"+`retrying`+"`"+`, so no record waits for a schedule that does not exist. | The schedule is a message, the record a KV entry: two streams. |
 | retried | `+"`"+`retry`+"`"+` | write | state | The record says why and until when (the last error; `+"`"+`next_run_at`+"`"+`); the fired message's claim checks it (a copy that fires early is not claimed). Without it the record stays `+"`"+`running`+"`"+`, and the fired message, of another sequence, would be taken for another run's: looked at again a few times, then dropped. | It needs the call's failure; the next claim needs the message the schedule fires. |
 | retried | breaker count | write | `+"`"+`tenaz_breakers`+"`"+` | The account+target's count of consecutive failures, shared by every replica, which opens the breaker; the first success after failures writes it back to 0 (one write for the whole run of failures). | One key per account+target, shared by all its events; an event's record cannot hold it. |
-| retried | second claim, done, ack | 2 writes + delete | state, EVENTS | As for the first run. The claim reads the record first (the fired message's revision is not the record's). | As above. |
+| retried | second claim, done, ack | 2 writes + trim | state, EVENTS | As for the first run. The claim reads the record first (the fired message's revision is not the record's). | As above. |
 | callback | reference | write | `+"`"+`tenaz_callbacks`+"`"+` | A webhook that names only the provider's reference finds its event at once (the search index has it only after its lag, and is not the authority); a reference held by another event is refused. Only when the provider answers with a reference. | A key by reference, the record's is the event id. |
 | callback | deadline timer | write | EVENTS (`+"`"+`…sched.<id>`+"`"+`) | An awaited callback that never comes moves the event on at the deadline (manual review or the fallback stage). Published before `+"`"+`await_callback`+"`"+`. | Two streams, as for the retry schedule. |
 | callback | `+"`"+`await_callback`+"`"+` | write | state | The 2xx is stored: a redelivery of the message does not call the provider again; the record has the deadline and the reference. | It needs the call's answer. |
@@ -292,16 +301,16 @@ Every step, and why it stays:
 | callback | deadline purge | delete | EVENTS | The deadline never fires for a completed event. Made after the webhook's answer, by a worker. | Left to fire, it would cost a fired message, its ack, the schedule's removal and a poller read, later. |
 | poll | first poll's timer | write | EVENTS (`+"`"+`…sched.<id>`+"`"+`) | The poll happens at its interval across restarts. Published before `+"`"+`poll`+"`"+`. | Two streams. |
 | poll | `+"`"+`poll`+"`"+` | write | state | As `+"`"+`await_callback`+"`"+`: the 2xx and the reference are stored, so no second call. | It needs the call's answer. |
-| poll | poller's `+"`"+`complete`+"`"+`, ack | write + delete | state, EVENTS | The polled result; the timer goes once the result is stored. | As for the dispatcher's outcome and ack. |
+| poll | poller's `+"`"+`complete`+"`"+`, ack | write + trim | state, EVENTS | The polled result; the timer goes once the result is stored (the poller trims each partition's timers to its consumer's ack floor every 500 ms). | As for the dispatcher's outcome and ack. |
 
-Not per event: the keeper's messages, one a second on each partition's
-EVENTS (a work queue; on INTAKE only while it is one, a store from
-before trimming) and a purge of them every 10 s (`+"`"+`pkg/keeper`+"`"+`): with 4
+Not per event: in a store from before, whose EVENTS (and maybe INTAKE)
+is a work queue, the keeper's messages, one a second on each such
+stream (none in a new store), and a purge of them every 10 s (`+"`"+`pkg/keeper`+"`"+`): with 4
 partitions 4 writes and 0.4 purges a second, 0.001 per event at 4,000
 events/s (0.04 in the test's batch, which takes about a second); each
 dispatcher replica's heartbeat in `+"`"+`tenaz_owners`+"`"+`. Consumer acks and
-deliveries update consumer state, which the server writes in the
-background; they are not stream writes. Other paths add their own:
+deliveries (INTAKE's, the timers', the feeds') update consumer state,
+which the server writes in the background; they are not stream writes. Other paths add their own:
 ordered events the lane's key (`+"`"+`tenaz_lanes`+"`"+`) and the predecessor's link;
 limited targets their `+"`"+`tenaz_quotas`+"`"+` record; a dead or escalated event its
 DEAD entry; a fallback stage its enqueue.
@@ -331,16 +340,14 @@ for `+"`"+`callback_sla`+"`"+` to fire at a done event (a fired message, its ack
 schedule's removal and a poller read). The run now purges it
 (`+"`"+`TestWebhookBeforeTheRunsOutcomeLeavesNoDeadline`+"`"+`).
 
-Found while counting, not removed (a larger change):
-
-- **EVENTS' acks.** Every path deletes each EVENTS message by acking it
-  (1 to 3 deletes per event), where INTAKE removes its settled messages
-  with one purge per 250 ms. EVENTS trimmed the same way would save them,
-  but its floor is the lowest ack floor of every account's consumer and
-  the poller's on the partition, the purge must spare the schedules
-  (`+"`"+`…sched.>`+"`"+`) that share the stream, a consumer made later (accounts are
-  made on demand) must not deliver acked messages not purged yet, and the
-  server cannot change a stream's retention in place (a migration).
+Removed since (2026-12-02): **EVENTS' acks.** Every path deleted each
+EVENTS message by acking it (1 to 3 deletes per event), and on a work
+queue each ack also asked every consumer of the stream whether it still
+needed the message. A new store's EVENTS is trimmed like INTAKE
+(docs/architecture.md, "Many accounts": the floor is each account's
+consumer's, the purge is by the account's subjects so it spares the
+schedules, and the consumers never give a message up). A store from
+before keeps its work queue.
 `, sz.Events, sz.Rounds, concurrency, sz.Workers, sz.Rate, sz.Rate, sz.Rate, sz.LatencyFor, sz.Rate, sz.Backlog, sz.Accounts,
 		sz.Delayed, sz.Burst, concurrency, concurrency, sz.Callbacks, sz.CallbackWorkers, capacityBullet(sz), tracingBullet(sz), searchBullet(sz), auditBullet(sz))
 }

@@ -20,8 +20,8 @@ func Noisy(ctx context.Context, sz Sizes, r Report, targetURL string) error {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
 	defer down.Close()
-	// Measured once the backlog is accepted by ingest and waiting in the
-	// broken account's consumer (its breaker open).
+	// Measured once the backlog is accepted by ingest and waiting in
+	// EVENTS for the broken account (its breaker open).
 	return neighbour{
 		name: "noisy", figure: "noisy_neighbour", with: "with_broken",
 		account: "broken", keyPrefix: "n-", backlog: sz.Backlog, timeout: 2 * time.Minute,

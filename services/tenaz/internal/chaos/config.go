@@ -67,8 +67,9 @@ const breakerFailures = 10
 // (the call timeout + 10s); see the breaker check.
 const probeTimeout = callTimeout + 10*time.Second
 
-// ackWait is the dispatch consumers' AckWait: a killed dispatcher's
-// messages come back after it.
+// ackWait is streams.ack_wait: an account's tail hands a message out
+// again after it (a call cut short by a lost run), and so does the
+// poller's consumer a timer.
 const ackWait = 6 * time.Second
 
 type configParams struct {

@@ -266,11 +266,13 @@ func (m *migration) layout(ctx context.Context, n int) (streams.Options, error) 
 	return streams.Options{Prefix: m.prefix, Replicas: c.Replicas, Placement: c.Placement, Partitions: n}, nil
 }
 
-// checkOffline says which of the installation's consumers a client is
-// reading right now: a pull request waiting (the server counts only those
-// whose client is still there), a client pinned to a dispatch consumer
-// (until priority_timeout after its last pull), a push consumer bound to a
-// client (a bucket's watcher). "" when none.
+// checkOffline says which dispatchers run (heard in tenaz_owners) and
+// which of the installation's consumers a client is reading right now: a
+// pull request waiting (the server counts only those whose client is
+// still there; a dispatcher's watch has one), a client pinned to a
+// consumer per account a version before left (until its pinned_ttl after
+// its last pull), a push consumer bound to a client (a bucket's watcher).
+// "" when none.
 func (m *migration) checkOffline(ctx context.Context) (string, error) {
 	o, err := m.layout(ctx, max(m.from, m.to))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -193,6 +194,75 @@ func TestMigrationPlacesRecordsByEventAtTheSameCount(t *testing.T) {
 	}
 	if again, err := (&migration{js: js, prefix: names.DefaultPrefix, to: 4, log: io.Discard, now: time.Now}).run(ctx); err != nil || len(again.Moves) != 0 {
 		t.Fatalf("a second run: want nothing moved, got %+v, %v", again, err)
+	}
+}
+
+// A store at its count with the consumers per account a version before
+// left (acct_<account>, on every partition, whatever the account's
+// partition) is cleaned by a migration to the same count: every one is
+// deleted and reported, and the other consumers stay.
+func TestMigrationDeletesLeftoverAccountConsumersAtTheSameCount(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := streams.Partitions(ctx, js, "")
+	if err != nil || n < 2 {
+		t.Fatalf("want a store of several partitions, got %d, %v", n, err)
+	}
+	var want []string
+	for p := range n {
+		name := streams.EventsStream("", p)
+		for _, a := range []string{fmt.Sprintf("acct%d", p), fmt.Sprintf("other%d", p)} {
+			if _, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{
+				Durable: names.ConsumerName(a), FilterSubject: streams.Root(names.DefaultPrefix, p) + ".events." + a + ".>",
+				AckPolicy: jetstream.AckExplicitPolicy, MemoryStorage: true,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, name+"/"+names.ConsumerName(a))
+		}
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, names.StreamEvents, jetstream.ConsumerConfig{
+		Durable: "mine", FilterSubject: "tenaz.events.mine.>", AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := (&migration{js: js, prefix: names.DefaultPrefix, to: n, log: io.Discard, now: time.Now}).run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	slices.Sort(rep.Consumers)
+	if len(rep.Moves) != 0 || !slices.Equal(rep.Consumers, want) {
+		t.Fatalf("same count: want nothing moved and %v deleted, got %+v", want, rep)
+	}
+	for p := range n {
+		st, err := js.Stream(ctx, streams.EventsStream("", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := st.ConsumerNames(ctx)
+		var left []string
+		for name := range l.Name() {
+			left = append(left, name)
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range left {
+			if _, ok := names.AccountOfConsumer(name); ok {
+				t.Errorf("%s: want %s deleted", streams.EventsStream("", p), name)
+			}
+		}
+		if !slices.Contains(left, names.ConsumerPoller) {
+			t.Errorf("%s: want the poller's consumer kept, got %v", streams.EventsStream("", p), left)
+		}
+		if p == 0 && !slices.Contains(left, "mine") {
+			t.Errorf("%s: want a client's own consumer kept, got %v", names.StreamEvents, left)
+		}
 	}
 }
 
