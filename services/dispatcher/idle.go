@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -68,11 +67,11 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		prefix := strings.TrimSuffix(s.subj.EventsIn(p), ">")
+		accountOf := s.accountIn(p)
 		s.mu.Lock()
 		watched := queue.Trims(st)
 		for subject := range info.State.Subjects {
-			account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
+			account := accountOf(subject)
 			if l, ok := s.readers[account]; ok {
 				if !watched {
 					l.tail.poke() // no watch on a work queue (watch.go)

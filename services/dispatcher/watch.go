@@ -42,29 +42,35 @@ func (s *Service) watch(ctx context.Context, p int) (jetstream.ConsumeContext, e
 	if err != nil {
 		return nil, fmt.Errorf("watching partition %d: %w", p, err)
 	}
-	prefix := strings.TrimSuffix(s.subj.EventsIn(p), ">")
+	accountOf := s.accountIn(p)
 	return c.Consume(func(m jetstream.Msg) {
-		account, _, _ := strings.Cut(strings.TrimPrefix(m.Subject(), prefix), ".")
 		meta, err := m.Metadata()
 		if err != nil {
 			return
 		}
-		s.seen(account, meta.Sequence.Stream)
+		s.seen(accountOf(m.Subject()), meta.Sequence.Stream)
 	})
 }
 
 // watchPublishes follows what is published to a work-queue partition p's
 // dispatch subjects (see above).
 func (s *Service) watchPublishes(p int) (*nats.Subscription, error) {
-	prefix := strings.TrimSuffix(s.subj.EventsIn(p), ">")
-	sub, err := s.nc.Subscribe(s.subj.EventsIn(p), func(m *nats.Msg) {
-		account, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, prefix), ".")
-		s.seen(account, 0)
-	})
+	accountOf := s.accountIn(p)
+	sub, err := s.nc.Subscribe(s.subj.EventsIn(p), func(m *nats.Msg) { s.seen(accountOf(m.Subject), 0) })
 	if err != nil {
 		return nil, fmt.Errorf("watching partition %d: %w", p, err)
 	}
 	return sub, nil
+}
+
+// accountIn returns the account of one of partition p's dispatch subjects
+// (<root>.events.<account>.<kind>).
+func (s *Service) accountIn(p int) func(subject string) string {
+	prefix := strings.TrimSuffix(s.subj.EventsIn(p), ">")
+	return func(subject string) string {
+		account, _, _ := strings.Cut(strings.TrimPrefix(subject, prefix), ".")
+		return account
+	}
 }
 
 // seen is the watch's news that account has message seq (0: a message
