@@ -239,6 +239,14 @@ func placeValues(marked string) (string, error) {
 			}
 			continue
 		}
+		// url.Parse reads a leading "//" (but not "///") as the start of
+		// a host, scheme or not.
+		if at == inScheme && i == 0 && strings.HasPrefix(marked, "//") && !strings.HasPrefix(marked, "///") {
+			b.WriteString("//")
+			i += 2
+			at = inHost
+			continue
+		}
 		if at == inScheme && strings.HasPrefix(marked[i:], "://") {
 			b.WriteString("://")
 			i += 3
