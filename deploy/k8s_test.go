@@ -466,7 +466,7 @@ func checkPrometheusTrigger(t *testing.T, name string, md map[string]string) {
 		t.Errorf("%s: threshold %q is not a number", name, md["threshold"])
 	}
 	q := md["query"]
-	for _, m := range []string{"tenaz_consumer_pending_messages"} {
+	for _, m := range []string{"tenaz_backlog_runnable_messages"} {
 		if !strings.Contains(q, m) {
 			t.Errorf("%s: the query does not use %s", name, m)
 		}

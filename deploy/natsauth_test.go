@@ -1194,6 +1194,7 @@ func (w *world) refusals(t *testing.T) {
 		{serviceUser("dispatcher"), "take the poller's timers", false, "$JS.API.CONSUMER.MSG.NEXT.EVENTS.poller", []byte(`{"batch":1}`)},
 		{serviceUser("dispatcher"), "delete the poller's consumer", false, "$JS.API.CONSUMER.DELETE.EVENTS.poller", nil},
 		{serviceUser("dispatcher"), "pause an account", false, "$KV.tenaz_ops.pause.acme", []byte(`{"account":"acme"}`)},
+		{serviceUser("ingest"), "pause an account", false, "$KV.tenaz_ops.pause.acme", []byte(`{"account":"acme"}`)},
 		{serviceUser("dispatcher"), "make a consumer of an account's events", false, "$JS.API.CONSUMER.CREATE.EVENTS.acct_acme.tenaz.events.acme.>", nil},
 		{serviceUser("ingest"), "read the dispatch subjects by direct get", false, "$JS.API.DIRECT.GET.EVENTS", []byte(`{"seq":1,"next_by_subj":"tenaz.events.acme.>","batch":8}`)},
 		{serviceUser("ingest"), "make a consumer of an account's events", false, "$JS.API.CONSUMER.CREATE.EVENTS.acct_acme.tenaz.events.acme.>", nil},
@@ -1424,14 +1425,17 @@ func TestNATSUsersShape(t *testing.T) {
 			}
 		}
 	}
-	for subject, want := range map[string]bool{
-		"$JS.API.CONSUMER.CREATE.KV_tenaz_ops." + watch + ".$KV.tenaz_ops.pause.*": true,
-		"$JS.API.CONSUMER.DELETE.KV_tenaz_ops." + watch:                            true,
-		"$JS.API.CONSUMER.CREATE.KV_tenaz_ops." + watch + ".$KV.tenaz_ops.>":       false,
-		"$KV.tenaz_ops.pause.acme":                                                 false,
-	} {
-		if disp.allowed(subject) != want {
-			t.Errorf("%s may publish %s: %v, want %v (it reads the operators' pauses, nothing else of tenaz_ops)", serviceUser("dispatcher"), subject, !want, want)
+	// The dispatcher (its tails) and ingest (its backlog) read the pauses.
+	for _, svc := range []string{"dispatcher", "ingest"} {
+		for subject, want := range map[string]bool{
+			"$JS.API.CONSUMER.CREATE.KV_tenaz_ops." + watch + ".$KV.tenaz_ops.pause.*": true,
+			"$JS.API.CONSUMER.DELETE.KV_tenaz_ops." + watch:                            true,
+			"$JS.API.CONSUMER.CREATE.KV_tenaz_ops." + watch + ".$KV.tenaz_ops.>":       false,
+			"$KV.tenaz_ops.pause.acme":                                                 false,
+		} {
+			if byName[serviceUser(svc)].Permissions.Publish.allowed(subject) != want {
+				t.Errorf("%s may publish %s: %v, want %v (it reads the operators' pauses, nothing else of tenaz_ops)", serviceUser(svc), subject, !want, want)
+			}
 		}
 	}
 	for _, name := range []string{userProducer, userOutbox} {

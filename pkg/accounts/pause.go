@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -176,4 +178,59 @@ func (ps *Pauses) Watch(ctx context.Context, fn func(account string, p Pause, ok
 		}
 	}()
 	return nil
+}
+
+// PauseBook is the operators' pauses as a replica last heard them
+// (Follow). Its zero value is empty and ready.
+type PauseBook struct {
+	mu sync.Mutex
+	m  map[string]Pause
+}
+
+// Get is account's pause as last heard; ok is false when it has none.
+func (b *PauseBook) Get(account string) (p Pause, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok = b.m[account]
+	return p, ok
+}
+
+// Holding returns the accounts whose pause holds at now, sorted.
+func (b *PauseBook) Holding(now time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for account, p := range b.m {
+		if p.Holds(now) {
+			out = append(out, account)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (b *PauseBook) set(account string, p Pause, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !ok {
+		delete(b.m, account)
+		return
+	}
+	if b.m == nil {
+		b.m = map[string]Pause{}
+	}
+	b.m[account] = p
+}
+
+// Follow keeps book current with the pauses in the bucket until ctx ends,
+// and calls changed (when not nil) with the account of each pause it
+// hears, those held now included; it returns once the pauses held now are
+// in book.
+func (ps *Pauses) Follow(ctx context.Context, book *PauseBook, changed func(account string)) error {
+	return ps.Watch(ctx, func(account string, p Pause, ok bool) {
+		book.set(account, p, ok)
+		if changed != nil {
+			changed(account)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package accounts_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,5 +104,51 @@ func TestPausesWatched(t *testing.T) {
 	}
 	if _, ok, _, err := ps.Get(ctx, "acme"); ok || err != nil {
 		t.Fatalf("Get(acme) after Clear: want none, got %v %v", ok, err)
+	}
+}
+
+// A followed PauseBook holds the pauses in the bucket once Follow
+// returns, then every change; Holding leaves out a pause that has ended.
+func TestPauseBookFollowed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ps, err := accounts.OpenPauses(ctx, js, names.NewSubjects(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, p := range []accounts.Pause{
+		{Account: "acme", Actor: "operator:alice"},
+		{Account: "globex", Until: now.Add(time.Hour)},
+		{Account: "initech", Until: now.Add(-time.Second)}, // ended
+	} {
+		if err := ps.Set(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var book accounts.PauseBook
+	changed := make(chan string, 16)
+	if err := ps.Follow(ctx, &book, func(a string) { changed <- a }); err != nil {
+		t.Fatal(err)
+	}
+	if got := book.Holding(now); !slices.Equal(got, []string{"acme", "globex"}) {
+		t.Fatalf("Holding once followed: want [acme globex], got %v", got)
+	}
+	if p, ok := book.Get("acme"); !ok || p.Actor != "operator:alice" {
+		t.Fatalf("Get(acme): want alice's pause, got %+v %v", p, ok)
+	}
+	if got := book.Holding(now.Add(2 * time.Hour)); !slices.Equal(got, []string{"acme"}) {
+		t.Fatalf("Holding in two hours: want [acme], got %v", got)
+	}
+	if err := ps.Clear(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return !slices.Contains(book.Holding(now), "acme") },
+		"acme resumed: still held in the book")
+	if len(changed) < 4 {
+		t.Errorf("changed called %d times, want one per pause heard (4)", len(changed))
 	}
 }

@@ -31,7 +31,14 @@ type BacklogOptions struct {
 	// that several scrapers (Prometheus replicas, KEDA) cost one read.
 	// Defaults to 5s.
 	TTL time.Duration
-	// Now is the clock of the cache. Defaults to time.Now.
+	// Paused returns the accounts an operator has paused at now
+	// (accounts.PauseBook.Holding). With it, the collector reports
+	// tenaz_consumer_paused for every account it reports and for every
+	// paused one, and tenaz_backlog_runnable_messages; nil: the pauses are
+	// not known, and neither is reported.
+	Paused func(now time.Time) []string
+	// Now is the clock of the cache and of the pauses. Defaults to
+	// time.Now.
 	Now func() time.Time
 }
 
@@ -46,8 +53,8 @@ type backlogRow struct {
 // ConsumerBacklog (pushed) or, when a source is watched, from a read of
 // the accounts' messages in the streams at scrape time, cached for TTL.
 type backlog struct {
-	pendingDesc, ackDesc, pausedDesc, upDesc *prometheus.Desc
-	label                                    func(account string) string
+	pendingDesc, ackDesc, pausedDesc, upDesc, runnableDesc *prometheus.Desc
+	label                                                  func(account string) string
 
 	mu     sync.Mutex // held across a read, so concurrent scrapes share it
 	rows   map[string]backlogRow
@@ -69,7 +76,7 @@ func newBacklog(label func(string) string) *backlog {
 	}
 	return &backlog{
 		pendingDesc: desc(NamePending), ackDesc: desc(NameAckPending),
-		pausedDesc: desc(NamePaused), upDesc: desc(NameBacklogUp),
+		pausedDesc: desc(NamePaused), upDesc: desc(NameBacklogUp), runnableDesc: desc(NameRunnable),
 		label: label, rows: map[string]backlogRow{},
 	}
 }
@@ -196,6 +203,26 @@ func accountOfEvent(subject string) (string, bool) {
 	return "", false
 }
 
+// withPauses returns rows with every account's paused value known, a row
+// of its own for each paused account without messages, and the messages
+// of the accounts not paused.
+func withPauses(rows map[string]backlogRow, paused []string) (map[string]backlogRow, float64) {
+	out := make(map[string]backlogRow, len(rows)+len(paused))
+	var runnable float64
+	for account, r := range rows {
+		r.pausedKnown = true
+		out[account] = r
+		runnable += r.pending
+	}
+	for _, account := range paused {
+		r := out[account]
+		r.paused, r.pausedKnown = 1, true
+		out[account] = r
+		runnable -= r.pending
+	}
+	return out, runnable
+}
+
 // totals sums the cached rows (no read).
 func (b *backlog) totals() (pending, ackPending float64) {
 	b.mu.Lock()
@@ -213,24 +240,32 @@ func (b *backlog) Describe(ch chan<- *prometheus.Desc) {
 	ch <- b.ackDesc
 	ch <- b.pausedDesc
 	ch <- b.upDesc
+	ch <- b.runnableDesc
 }
 
 // Collect implements prometheus.Collector: it reads the streams first
 // when the cached read is stale. Accounts without their own series add
 // up under account="other" (its paused value, when known, counts the
-// paused accounts).
+// paused accounts), which is why the runnable backlog is a series of its
+// own: a query cannot take the paused accounts out of "other".
 func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
 	b.refreshLocked()
+	rows := b.rows
 	if b.src != nil {
 		up := 0.0
 		if b.up {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(b.upDesc, prometheus.GaugeValue, up)
+		if b.up && b.src.o.Paused != nil {
+			var runnable float64
+			rows, runnable = withPauses(b.rows, b.src.o.Paused(b.src.o.Now()))
+			ch <- prometheus.MustNewConstMetric(b.runnableDesc, prometheus.GaugeValue, runnable)
+		}
 	}
-	folded := make(map[string]backlogRow, len(b.rows))
-	for account, r := range b.rows {
+	folded := make(map[string]backlogRow, len(rows))
+	for account, r := range rows {
 		l := b.label(account)
 		f := folded[l]
 		f.pending, f.ackPending, f.paused = f.pending+r.pending, f.ackPending+r.ackPending, f.paused+r.paused

@@ -167,3 +167,71 @@ func TestBacklogCountsDispatchSubjectsOnly(t *testing.T) {
 		tenaz_consumer_backlog_up 1
 	`, metrics.NamePending, metrics.NameAckPending, metrics.NamePaused, metrics.NameBacklogUp)
 }
+
+// With the pauses known, every account reported says whether an operator
+// paused it, a paused account without messages is reported too, and the
+// runnable backlog leaves the paused accounts out, also those folded into
+// "other". A pause that has ended is no pause.
+func TestWatchBacklogKnowsPauses(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for subject, n := range map[string]int{
+		"tenaz.events.acme.k": 3, "tenaz.events.beta.k": 2, "tenaz.events.gamma.k": 4, "tenaz.events.delta.k": 1,
+	} {
+		for range n {
+			if _, err := js.Publish(ctx, subject, []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s, reg := setup(t)
+	if err := s.Configure(metrics.Options{Accounts: metrics.AccountOptions{Top: 0, Allow: []string{"acme", "beta", "idle"}}}); err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	pauseEnds := clock.Now().Add(time.Minute)
+	paused := func(now time.Time) []string {
+		out := []string{"beta", "gamma", "idle"} // gamma is folded into "other"
+		if now.Before(pauseEnds) {
+			out = append(out, "acme")
+		}
+		return out
+	}
+	stop := s.WatchBacklog(js, metrics.BacklogOptions{Now: clock.Now, Paused: paused})
+	defer stop()
+	nameList := []string{metrics.NamePending, metrics.NamePaused, metrics.NameRunnable, metrics.NameBacklogUp}
+	compare(t, reg, `
+		tenaz_consumer_pending_messages{account="acme"} 3
+		tenaz_consumer_pending_messages{account="beta"} 2
+		tenaz_consumer_pending_messages{account="idle"} 0
+		tenaz_consumer_pending_messages{account="other"} 5
+		tenaz_consumer_paused{account="acme"} 1
+		tenaz_consumer_paused{account="beta"} 1
+		tenaz_consumer_paused{account="idle"} 1
+		tenaz_consumer_paused{account="other"} 1
+		tenaz_backlog_runnable_messages 1
+		tenaz_consumer_backlog_up 1
+	`, nameList...)
+
+	// acme's pause ends: its 3 messages can be worked off.
+	clock.Add(time.Minute)
+	compare(t, reg, `
+		tenaz_consumer_pending_messages{account="acme"} 3
+		tenaz_consumer_pending_messages{account="beta"} 2
+		tenaz_consumer_pending_messages{account="idle"} 0
+		tenaz_consumer_pending_messages{account="other"} 5
+		tenaz_consumer_paused{account="acme"} 0
+		tenaz_consumer_paused{account="beta"} 1
+		tenaz_consumer_paused{account="idle"} 1
+		tenaz_consumer_paused{account="other"} 1
+		tenaz_backlog_runnable_messages 4
+		tenaz_consumer_backlog_up 1
+	`, nameList...)
+
+	// The server is gone: no runnable figure either, not a stale one.
+	srv.Stop()
+	clock.Add(metrics.DefaultBacklogTTL)
+	compare(t, reg, `tenaz_consumer_backlog_up 0`, nameList...)
+}

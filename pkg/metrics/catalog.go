@@ -90,6 +90,7 @@ const (
 	NameAckPending   = "tenaz_consumer_ack_pending_messages"
 	NamePaused       = "tenaz_consumer_paused"
 	NameBacklogUp    = "tenaz_consumer_backlog_up"
+	NameRunnable     = "tenaz_backlog_runnable_messages"
 	NameCallbacks    = "tenaz_callbacks_total"
 	NamePolls        = "tenaz_polls_total"
 	// NameTargetThrottled counts calls held back by a target's limit.
@@ -162,7 +163,9 @@ var Catalog = []Info{
 	{Name: NameAckPending, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (backlog collector)",
 		Help: "0 when read from EVENTS (messages in flight count in tenaz_consumer_pending_messages); a service that knows its in-flight messages may report them."},
 	{Name: NamePaused, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (backlog collector)",
-		Help: "1 while the account is paused, else 0, where the reporter knows it (the backlog read from EVENTS does not)."},
+		Help: "1 while an operator has paused the account, else 0: for every account with messages in EVENTS and every paused one (under account=\"other\", how many of those it holds are paused). An open breaker is not a pause here (tenaz_breaker_state)."},
+	{Name: NameRunnable, Type: Gauge, Emitter: "ingest (backlog collector)",
+		Help: "Messages in EVENTS of the accounts no operator has paused: the backlog that dispatchers can work off, which the dispatcher's autoscaler reads."},
 	{Name: NameBacklogUp, Type: Gauge, Emitter: "ingest (backlog collector)",
 		Help: "1 if the last read of the accounts' backlog in EVENTS succeeded, else 0."},
 	{Name: NameCallbacks, Type: Counter, Labels: []string{"target", "result"}, Emitter: "ingest (callback receiver)",

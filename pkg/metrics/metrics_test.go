@@ -323,7 +323,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 		got[mf.GetName()] = strings.ToLower(mf.GetType().String())
 	}
 	for _, i := range metrics.Catalog {
-		if i.Name == metrics.NamePaused || i.Name == metrics.NameBacklogUp {
+		if i.Name == metrics.NamePaused || i.Name == metrics.NameBacklogUp || i.Name == metrics.NameRunnable {
 			continue // only with a watched backlog (TestWatchBacklog)
 		}
 		typ, ok := got[i.Name]

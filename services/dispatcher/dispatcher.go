@@ -122,8 +122,8 @@ type Service struct {
 	refs  *callbacks.Index
 
 	breakers *breaker.Registry
-	pauses   *accounts.Pauses // the operators' pauses of accounts (pause.go)
-	paused   pauseBook        // those pauses as last heard
+	pauses   *accounts.Pauses   // the operators' pauses of accounts (pause.go)
+	paused   accounts.PauseBook // those pauses as last heard
 	actor    string
 
 	lifecycle.Base
@@ -205,7 +205,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
-		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startFails: map[string]int{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, paused: pauseBook{m: map[string]accounts.Pause{}}, targets: target.NewCache(o.Config, o.HTTPClient),
+		actor: "dispatcher/" + o.Instance, readers: map[string]*reader{}, starting: map[string]bool{}, startFails: map[string]int{}, startWake: make(chan struct{}, 1), known: map[string]bool{}, handing: map[string]chan struct{}{}, targets: target.NewCache(o.Config, o.HTTPClient),
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, pacers: map[string]*pacer{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}

@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
@@ -14,44 +13,20 @@ import (
 // replica watches the operators' pauses, and a pause or a breaker's change
 // wakes the account's tail, so a resumed account goes on at once.
 
-// pauseBook is the operators' pauses as this replica last heard them.
-type pauseBook struct {
-	mu sync.Mutex
-	m  map[string]accounts.Pause
-}
-
-func (b *pauseBook) get(account string) (accounts.Pause, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p, ok := b.m[account]
-	return p, ok
-}
-
-func (b *pauseBook) set(account string, p accounts.Pause, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if ok {
-		b.m[account] = p
-	} else {
-		delete(b.m, account)
-	}
-}
-
 // PausedUntil is until when account's dispatch is paused on this replica
 // (zero: it runs), by an operator's pause or an open breaker.
 func (s *Service) PausedUntil(account string) time.Time { return s.pausedUntil(account) }
 
 // pausedUntil is until when account's dispatch is paused (zero: it runs).
 func (s *Service) pausedUntil(account string) time.Time {
-	p, ok := s.paused.get(account)
+	p, ok := s.paused.Get(account)
 	return accounts.Want(p, ok, s.breakers.OpenUntil(account), time.Now())
 }
 
 // watchPauses keeps s.paused current and wakes the tail of each account
 // whose pause changed; it returns once the pauses held now are known.
 func (s *Service) watchPauses(ctx context.Context) error {
-	return s.pauses.Watch(ctx, func(account string, p accounts.Pause, ok bool) {
-		s.paused.set(account, p, ok)
+	return s.pauses.Follow(ctx, &s.paused, func(account string) {
 		go s.wakeTail(account) // not here: Start holds s.mu while the pauses held now are passed
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
@@ -99,6 +100,7 @@ type Service struct {
 	quotas  *quota.Quotas // the API keys' submission rates, shared by every replica; nil when no key has one
 
 	metrics *metrics.Set
+	paused  accounts.PauseBook // the operators' pauses, for the backlog collector
 
 	lifecycle.Base
 	cc      jetstream.ConsumeContext
@@ -204,8 +206,18 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.Defer(func(context.Context) { _ = s.micro.Stop() })
 	// ingest always runs (it is never scaled to zero), so it reports the
-	// dispatch backlog that the dispatcher's autoscaler reads.
-	stopBacklog := s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj)})
+	// dispatch backlog that the dispatcher's autoscaler reads, less the
+	// paused accounts'.
+	pauses, err := accounts.OpenPauses(ctx, s.js, subj)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	pauseCtx, stopPauses := context.WithCancel(context.Background())
+	s.Defer(func(context.Context) { stopPauses() })
+	if err := pauses.Follow(pauseCtx, &s.paused, nil); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	stopBacklog := s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj), Paused: s.paused.Holding})
 	s.Defer(func(context.Context) { stopBacklog() })
 	s.deadlines = newDeadlines(s.q, s.log)
 	s.Defer(func(context.Context) { s.deadlines.close() })

@@ -13,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -121,6 +123,31 @@ func TestMetricsOfSubmissions(t *testing.T) {
 		return fmt.Sprint(h.value(metrics.NamePending, "account", "acme"))
 	}), servicetest.Lazy(func() string { return fmt.Sprint(h.value(metrics.NamePending, "account", "beta")) }),
 		servicetest.Lazy(func() string { return fmt.Sprint(h.value(metrics.NameBacklogUp)) }))
+	if got := h.value(metrics.NameRunnable); got != 4 {
+		t.Errorf("runnable backlog with no pause: %v, want 4", got)
+	}
+
+	// An operator pauses beta: its message leaves the runnable backlog
+	// (what the dispatchers' autoscaler reads), and stays in its own.
+	pauses, err := accounts.OpenPauses(h.Ctx(), h.JS, names.NewSubjects(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pauses.Set(h.Ctx(), accounts.Pause{Account: "beta", Actor: "operator:alice", Reason: "erp migration", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		return h.value(metrics.NamePaused, "account", "beta") == 1 && h.value(metrics.NamePaused, "account", "acme") == 0 &&
+			h.value(metrics.NameRunnable) == 3 && h.value(metrics.NamePending, "account", "beta") == 1
+	}, "beta paused: want paused beta 1, acme 0, runnable 3; got %v", servicetest.Lazy(func() string {
+		return fmt.Sprint(h.value(metrics.NamePaused, "account", "beta"), h.value(metrics.NamePaused, "account", "acme"), h.value(metrics.NameRunnable))
+	}))
+	if err := pauses.Clear(h.Ctx(), "beta"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		return h.value(metrics.NamePaused, "account", "beta") == 0 && h.value(metrics.NameRunnable) == 4
+	}, "beta resumed: want paused 0, runnable 4")
 
 	// $SRV.STATS.tenaz-ingest: every endpoint's data is the snapshot.
 	m, err := h.NC.Request("$SRV.STATS.tenaz-ingest", nil, 5*time.Second)
