@@ -224,6 +224,22 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error
 // Release gives account's lease back if this replica holds it.
 func (g *Group) Release(ctx context.Context, account string) error {
 	key := leasePrefix + account
+	g.mu.Lock()
+	known, ok := g.leases[account]
+	g.mu.Unlock()
+	if ok && known.holder == g.self {
+		// One round trip while the lease is still the revision this
+		// replica wrote or last heard (a replica stopping gives back every
+		// lease it holds); a conflict means it changed: read it.
+		err := g.kv.Delete(ctx, key, jetstream.LastRevision(known.rev))
+		if err == nil {
+			g.learn(account, lease{rev: known.rev + 1})
+			return nil
+		}
+		if !isConflict(err) {
+			return err
+		}
+	}
 	e, err := g.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/streams"
@@ -171,6 +172,27 @@ func TestLeaseHasOneHolder(t *testing.T) {
 		t.Fatal("d1: want acme assigned to the last live replica")
 	}
 	mustAcquire(t, d1, "acme", true)
+
+	// Another replica took the lease (as from a replica it took for dead)
+	// and d1 releases before or after it hears so: the new holder keeps it.
+	_, js := srv.Conn(t)
+	kv, err := js.KeyValue(ctx, names.NewSubjects("").Bucket(names.BucketOwners))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "a.acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "a.acme", []byte("d3"), e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.g.Release(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "a.acme"); err != nil || string(e.Value()) != "d3" {
+		t.Fatalf("after d1's release of a lease d3 took: want d3's, got %v %v", e, err)
+	}
 }
 
 // Of replicas racing for a free lease, exactly one wins.
