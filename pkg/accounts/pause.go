@@ -147,12 +147,35 @@ func (ps *Pauses) Clear(ctx context.Context, account string) error {
 }
 
 // Watch calls fn with each account's pause as it is now, then with each
-// change (ok false: resumed), until ctx ends; it returns once the pauses
-// held now were passed to fn.
-func (ps *Pauses) Watch(ctx context.Context, fn func(account string, p Pause, ok bool)) error {
-	w, err := ps.kv.Watch(ctx, pauseKey("*"))
-	if err != nil {
-		return fmt.Errorf("accounts: watching the pauses: %w", err)
+// change (ok false: resumed), until stop. It returns once the pauses held
+// now were passed to fn, or fails when ctx ends first: a NATS user that
+// may not watch the pauses gets no answer from the server, only ctx's end.
+func (ps *Pauses) Watch(ctx context.Context, fn func(account string, p Pause, ok bool)) (stop func(), err error) {
+	// The watch lives until stop, not ctx: nats.go ends a watch with the
+	// context it was created with.
+	life, cancel := context.WithCancel(context.Background())
+	type started struct {
+		w   jetstream.KeyWatcher
+		err error
+	}
+	got := make(chan started, 1)
+	go func() {
+		w, err := ps.kv.Watch(life, pauseKey("*"))
+		got <- started{w, err}
+	}()
+	fail := func(err error) (func(), error) {
+		cancel()
+		return nil, fmt.Errorf("accounts: watching the pauses (pause.* in %s): %w", BucketOps, err)
+	}
+	var w jetstream.KeyWatcher
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return fail(r.err)
+		}
+		w = r.w
+	case <-ctx.Done():
+		return fail(ctx.Err())
 	}
 	apply := func(e jetstream.KeyValueEntry) {
 		account := e.Key()[len(pauseKey("")):]
@@ -163,11 +186,20 @@ func (ps *Pauses) Watch(ctx context.Context, fn func(account string, p Pause, ok
 		}
 		fn(account, p, true)
 	}
-	for e := range w.Updates() {
-		if e == nil {
-			break
+	for held := true; held; {
+		select {
+		case e, open := <-w.Updates():
+			switch {
+			case !open:
+				return fail(errors.New("the watch ended"))
+			case e == nil:
+				held = false
+			default:
+				apply(e)
+			}
+		case <-ctx.Done():
+			return fail(ctx.Err())
 		}
-		apply(e)
 	}
 	go func() {
 		defer func() { _ = w.Stop() }()
@@ -177,7 +209,7 @@ func (ps *Pauses) Watch(ctx context.Context, fn func(account string, p Pause, ok
 			}
 		}
 	}()
-	return nil
+	return cancel, nil
 }
 
 // PauseBook is the operators' pauses as a replica last heard them
@@ -222,11 +254,15 @@ func (b *PauseBook) set(account string, p Pause, ok bool) {
 	b.m[account] = p
 }
 
-// Follow keeps book current with the pauses in the bucket until ctx ends,
-// and calls changed (when not nil) with the account of each pause it
-// hears, those held now included; it returns once the pauses held now are
-// in book.
-func (ps *Pauses) Follow(ctx context.Context, book *PauseBook, changed func(account string)) error {
+// FollowWait bounds a service's wait at its start for the pauses held now
+// (Follow): a NATS user that may not watch them gets no answer at all.
+const FollowWait = 10 * time.Second
+
+// Follow keeps book current with the pauses in the bucket until stop, and
+// calls changed (when not nil) with the account of each pause it hears,
+// those held now included. It returns once the pauses held now are in
+// book, or fails when ctx ends first (Watch).
+func (ps *Pauses) Follow(ctx context.Context, book *PauseBook, changed func(account string)) (stop func(), err error) {
 	return ps.Watch(ctx, func(account string, p Pause, ok bool) {
 		book.set(account, p, ok)
 		if changed != nil {

@@ -3,11 +3,17 @@ package accounts_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/streams"
 )
@@ -70,9 +76,11 @@ func TestPausesWatched(t *testing.T) {
 		ok      bool
 	}
 	events := make(chan heard, 16)
-	if err := ps.Watch(ctx, func(a string, p accounts.Pause, ok bool) { events <- heard{a, p, ok} }); err != nil {
+	stop, err := ps.Watch(ctx, func(a string, p accounts.Pause, ok bool) { events <- heard{a, p, ok} })
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer stop()
 	next := func() heard {
 		t.Helper()
 		select {
@@ -131,7 +139,8 @@ func TestPauseBookFollowed(t *testing.T) {
 	}
 	var book accounts.PauseBook
 	changed := make(chan string, 16)
-	if err := ps.Follow(ctx, &book, func(a string) { changed <- a }); err != nil {
+	stop, err := ps.Follow(ctx, &book, func(a string) { changed <- a })
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got := book.Holding(now); !slices.Equal(got, []string{"acme", "globex"}) {
@@ -150,5 +159,51 @@ func TestPauseBookFollowed(t *testing.T) {
 		"acme resumed: still held in the book")
 	if len(changed) < 4 {
 		t.Errorf("changed called %d times, want one per pause heard (4)", len(changed))
+	}
+
+	stop()
+}
+
+// A NATS user that may not watch the pauses gets no answer from the
+// server: Watch fails when its context ends, and does not hang.
+func TestWatchWithoutPermissionFails(t *testing.T) {
+	t.Parallel()
+	srv, err := natsd.Start(natsd.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Configure: func(o *server.Options) {
+		o.Users = []*server.User{{Username: "svc", Password: "s", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.CONSUMER.CREATE.KV_tenaz_ops.>"}},
+		}}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("svc", "s"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := accounts.OpenPauses(ctx, js, names.NewSubjects(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, cancelWait := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelWait()
+	var book accounts.PauseBook
+	stop, err := ps.Follow(wait, &book, nil)
+	if err == nil {
+		stop()
+		t.Fatal("Follow without the permission to watch: want an error")
+	}
+	if !strings.Contains(err.Error(), "pause.* in tenaz_ops") || ctx.Err() != nil {
+		t.Fatalf("want an error naming the pauses, within the wait; got %v", err)
 	}
 }

@@ -34,8 +34,9 @@ type BacklogOptions struct {
 	// Paused returns the accounts an operator has paused at now
 	// (accounts.PauseBook.Holding). With it, the collector reports
 	// tenaz_consumer_paused for every account it reports and for every
-	// paused one, and tenaz_backlog_runnable_messages; nil: the pauses are
-	// not known, and neither is reported.
+	// paused one, and leaves them out of tenaz_backlog_runnable_messages;
+	// nil: the pauses are not known, no paused series is reported, and
+	// every account's messages are runnable.
 	Paused func(now time.Time) []string
 	// Now is the clock of the cache and of the pauses. Defaults to
 	// time.Now.
@@ -203,14 +204,14 @@ func accountOfEvent(subject string) (string, bool) {
 	return "", false
 }
 
-// withPauses returns rows with every account's paused value known, a row
-// of its own for each paused account without messages, and the messages
-// of the accounts not paused.
-func withPauses(rows map[string]backlogRow, paused []string) (map[string]backlogRow, float64) {
+// withPauses returns rows with every account's paused value known (when
+// the pauses are), a row of its own for each paused account without
+// messages, and the messages of the accounts not paused.
+func withPauses(rows map[string]backlogRow, known bool, paused []string) (map[string]backlogRow, float64) {
 	out := make(map[string]backlogRow, len(rows)+len(paused))
 	var runnable float64
 	for account, r := range rows {
-		r.pausedKnown = true
+		r.pausedKnown = known
 		out[account] = r
 		runnable += r.pending
 	}
@@ -258,9 +259,13 @@ func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(b.upDesc, prometheus.GaugeValue, up)
-		if b.up && b.src.o.Paused != nil {
+		if b.up {
+			var paused []string
+			if b.src.o.Paused != nil {
+				paused = b.src.o.Paused(b.src.o.Now())
+			}
 			var runnable float64
-			rows, runnable = withPauses(b.rows, b.src.o.Paused(b.src.o.Now()))
+			rows, runnable = withPauses(b.rows, b.src.o.Paused != nil, paused)
 			ch <- prometheus.MustNewConstMetric(b.runnableDesc, prometheus.GaugeValue, runnable)
 		}
 	}

@@ -58,13 +58,15 @@ func TestWatchBacklog(t *testing.T) {
 	stop := s.WatchBacklog(js, metrics.BacklogOptions{Now: clock.Now})
 	defer stop()
 
-	nameList := []string{metrics.NamePending, metrics.NameAckPending, metrics.NamePaused, metrics.NameBacklogUp}
+	nameList := []string{metrics.NamePending, metrics.NameAckPending, metrics.NamePaused, metrics.NameBacklogUp, metrics.NameRunnable}
+	// The pauses are not known: no paused series, every message runnable.
 	compare(t, reg, `
 		tenaz_consumer_pending_messages{account="acme"} 3
 		tenaz_consumer_pending_messages{account="beta"} 2
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
 		tenaz_consumer_ack_pending_messages{account="beta"} 0
 		tenaz_consumer_backlog_up 1
+		tenaz_backlog_runnable_messages 5
 	`, nameList...)
 
 	// Two more for acme, beta's trimmed by its owner. The cached read
@@ -84,12 +86,14 @@ func TestWatchBacklog(t *testing.T) {
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
 		tenaz_consumer_ack_pending_messages{account="beta"} 0
 		tenaz_consumer_backlog_up 1
+		tenaz_backlog_runnable_messages 5
 	`, nameList...)
 	clock.Add(time.Millisecond)
 	compare(t, reg, `
 		tenaz_consumer_pending_messages{account="acme"} 5
 		tenaz_consumer_ack_pending_messages{account="acme"} 0
 		tenaz_consumer_backlog_up 1
+		tenaz_backlog_runnable_messages 5
 	`, nameList...)
 	if snap := s.Snapshot(); snap.Pending != 5 || snap.AckPending != 0 {
 		t.Errorf("Snapshot: pending %d, ack pending %d; want 5, 0", snap.Pending, snap.AckPending)

@@ -165,7 +165,7 @@ var Catalog = []Info{
 	{Name: NamePaused, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (backlog collector)",
 		Help: "1 while an operator has paused the account, else 0: for every account with messages in EVENTS and every paused one (under account=\"other\", how many of those it holds are paused). An open breaker is not a pause here (tenaz_breaker_state)."},
 	{Name: NameRunnable, Type: Gauge, Emitter: "ingest (backlog collector)",
-		Help: "Messages in EVENTS of the accounts no operator has paused: the backlog that dispatchers can work off, which the dispatcher's autoscaler reads."},
+		Help: "Messages in EVENTS of the accounts no operator has paused (every account's, while ingest cannot read the pauses): the backlog that dispatchers can work off, which the dispatcher's autoscaler reads."},
 	{Name: NameBacklogUp, Type: Gauge, Emitter: "ingest (backlog collector)",
 		Help: "1 if the last read of the accounts' backlog in EVENTS succeeded, else 0."},
 	{Name: NameCallbacks, Type: Counter, Labels: []string{"target", "result"}, Emitter: "ingest (callback receiver)",

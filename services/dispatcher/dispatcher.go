@@ -252,7 +252,7 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.runCtx, s.cancel = context.WithCancelCause(context.Background())
-	if err := s.watchPauses(s.runCtx); err != nil {
+	if err := s.watchPauses(ctx); err != nil {
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: %w", err)
 	}

@@ -26,9 +26,16 @@ func (s *Service) pausedUntil(account string) time.Time {
 // watchPauses keeps s.paused current and wakes the tail of each account
 // whose pause changed; it returns once the pauses held now are known.
 func (s *Service) watchPauses(ctx context.Context) error {
-	return s.pauses.Follow(ctx, &s.paused, func(account string) {
+	ctx, cancel := context.WithTimeout(ctx, accounts.FollowWait)
+	defer cancel()
+	stop, err := s.pauses.Follow(ctx, &s.paused, func(account string) {
 		go s.wakeTail(account) // not here: Start holds s.mu while the pauses held now are passed
 	})
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(s.runCtx, stop)
+	return nil
 }
 
 // wakeTail wakes account's tail, if this replica runs one.

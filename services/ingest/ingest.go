@@ -208,16 +208,7 @@ func (s *Service) start(ctx context.Context) error {
 	// ingest always runs (it is never scaled to zero), so it reports the
 	// dispatch backlog that the dispatcher's autoscaler reads, less the
 	// paused accounts'.
-	pauses, err := accounts.OpenPauses(ctx, s.js, subj)
-	if err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	pauseCtx, stopPauses := context.WithCancel(context.Background())
-	s.Defer(func(context.Context) { stopPauses() })
-	if err := pauses.Follow(pauseCtx, &s.paused, nil); err != nil {
-		return fmt.Errorf("ingest: %w", err)
-	}
-	stopBacklog := s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj), Paused: s.paused.Holding})
+	stopBacklog := s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj), Paused: s.followPauses(ctx, subj)})
 	s.Defer(func(context.Context) { stopBacklog() })
 	s.deadlines = newDeadlines(s.q, s.log)
 	s.Defer(func(context.Context) { s.deadlines.close() })
@@ -297,6 +288,26 @@ func (s *Service) Routes(mux httpapi.Router) {
 	// The document covers deadletter's routes too; ingest serves it, as
 	// the service every installation exposes.
 	mux.HandleFunc("GET "+httpapi.OpenAPIPath, httpapi.ServeOpenAPI)
+}
+
+// followPauses keeps s.paused current with the operators' pauses until
+// stop and returns what the backlog collector asks of it; nil when ingest
+// cannot read them (a NATS user from before they were its): the backlog
+// then counts every account's messages as runnable, as it did before, and
+// ingest accepts events all the same.
+func (s *Service) followPauses(ctx context.Context, subj names.Subjects) func(time.Time) []string {
+	pauses, err := accounts.OpenPauses(ctx, s.js, subj)
+	if err == nil {
+		wait, cancel := context.WithTimeout(ctx, accounts.FollowWait)
+		defer cancel()
+		var stop func()
+		if stop, err = pauses.Follow(wait, &s.paused, nil); err == nil {
+			s.Defer(func(context.Context) { stop() })
+			return s.paused.Holding
+		}
+	}
+	s.log.Warn().Err(err).Msg("the backlog leaves no paused account out: the operators' pauses (pause.* in tenaz_ops) cannot be read")
+	return nil
 }
 
 // eventStreams is every partition's EVENTS stream.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -52,6 +55,54 @@ func setupMetrics(t *testing.T) *metricsHarness {
 	h.api = httptest.NewServer(mux)
 	t.Cleanup(h.api.Close)
 	return &metricsHarness{harness: h, set: set, reg: reg}
+}
+
+// TestBacklogWithoutThePauses: an ingest whose NATS user may not watch the
+// operators' pauses (a user from before they were ingest's) starts within
+// the pauses' wait, accepts events, and reports every account's messages
+// as runnable, with no paused series.
+func TestBacklogWithoutThePauses(t *testing.T) {
+	t.Parallel()
+	h := &harness{t: t, Env: servicetest.Start(t, servicetest.Options{Server: []natstest.Option{func(o *natsd.Options) {
+		o.Configure = func(so *server.Options) {
+			so.Users = []*server.User{{Username: "admin", Password: "a"}, {Username: "ingest", Password: "i", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.CONSUMER.CREATE.KV_tenaz_ops.>"}},
+			}}}
+			so.NoAuthUser = "admin"
+		}
+	}}})}
+	h.cfg = servicetest.Config(t, baseYAML, map[string]string{"TARGET": "http://127.0.0.1:1"})
+	nc, err := nats.Connect(h.Srv.ClientURL(), nats.UserInfo("ingest", "i"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	reg := prometheus.NewRegistry()
+	set, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Metrics: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servicetest.Run(t, h.Ctx(), svc)
+	h.ing = svc
+	mux := http.NewServeMux()
+	svc.Routes(mux)
+	h.api = httptest.NewServer(mux)
+	t.Cleanup(h.api.Close)
+	m := &metricsHarness{harness: h, set: set, reg: reg}
+
+	if r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-1"}}`, "Idempotency-Key", "k1"); r.Status != http.StatusAccepted {
+		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		return m.value(metrics.NamePending, "account", "acme") == 1 && m.value(metrics.NameRunnable) == 1
+	}, "backlog without the pauses: want acme 1, runnable 1")
+	if n := testutil.CollectAndCount(reg, metrics.NamePaused); n != 0 {
+		t.Errorf("%d paused series while the pauses cannot be read, want 0", n)
+	}
 }
 
 // value is the series of name with exactly labels (alternating name,
