@@ -354,7 +354,7 @@ func (s *Service) sweepLoop() {
 			if s.serving {
 				idle = s.idleLocked()
 				for _, l := range s.readers {
-					l.tail.poke()
+					l.tail.lookAgain()
 				}
 			}
 			s.mu.Unlock()

@@ -74,7 +74,7 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 			account := accountOf(subject)
 			if l, ok := s.readers[account]; ok {
 				if !watched {
-					l.tail.poke() // no watch on a work queue (watch.go)
+					l.tail.lookAgain() // no watch on a work queue (watch.go)
 				}
 				continue
 			}

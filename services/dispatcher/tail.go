@@ -50,6 +50,7 @@ type tail struct {
 	unsettled map[uint64]*tailEntry
 	due       []*tailEntry // to hand out again
 	caught    bool         // the last read found nothing past cursor
+	relook    bool         // read even when caught (lookAgain)
 	stopped   bool
 	wake      chan struct{}
 	quit      chan struct{}
@@ -94,7 +95,18 @@ func (t *tail) ackWait(n uint64) time.Duration {
 	return w * time.Duration(tailBackoff[min(int(max(n, 1)-1), len(tailBackoff)-1)])
 }
 
-// poke wakes the tail's loop.
+// lookAgain makes the tail read past its cursor once more even though it
+// has caught up and the watch reported nothing since: a backstop for a
+// report that never came.
+func (t *tail) lookAgain() {
+	t.mu.Lock()
+	t.relook = true
+	t.mu.Unlock()
+	t.poke()
+}
+
+// poke wakes the tail's loop: to hand out what is due, and to read when
+// it may find something (read).
 func (t *tail) poke() {
 	select {
 	case t.wake <- struct{}{}:
@@ -266,14 +278,26 @@ func (t *tail) redeliver() bool {
 }
 
 // read reads up to the room left from the cursor and hands the messages
-// out.
+// out. A tail that has caught up reads again only once the watch reports
+// a message past its cursor (or lookAgain): a read from inside the stream
+// with the account's wildcard filter costs the server a walk of every
+// message stored after the cursor, most of them other accounts', and a
+// read after every settlement made that quadratic in the backlog
+// (docs/performance.md, "Many accounts").
 func (t *tail) read() (int, error) {
 	t.mu.Lock()
 	room := t.limit - len(t.unsettled)
 	from := t.cursor
+	uptodate := t.caught && t.want < from && !t.relook
+	if room > 0 && !uptodate {
+		t.relook = false
+	}
 	t.mu.Unlock()
 	if room <= 0 {
 		return readFull, nil // a settlement pokes
+	}
+	if uptodate {
+		return readAll, nil
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 	defer cancel()

@@ -1,7 +1,12 @@
 package dispatcher_test
 
 import (
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -36,5 +41,34 @@ func TestTailReadsWithoutDirectGets(t *testing.T) {
 	}
 	if st, err = h.JS.Stream(h.Ctx(), h.Subj.EventsStream("acme")); err != nil || st.CachedInfo().Config.AllowDirect {
 		t.Fatalf("EVENTS: want it still without direct gets (so they were read without), got %v", err)
+	}
+}
+
+// A tail that has caught up reads again only when the watch reports a
+// message past its cursor, not after each settlement: such a read walks
+// the stream from the cursor on the server, and one per settlement made
+// many accounts' backlogs cost the server their square. Events sent one at
+// a time cost about one read each.
+func TestCaughtUpTailReadsOnlyWhatTheWatchReports(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(4, `attempts: 3`), provider.Faults{})
+	h.dispatcher("d1", nil)
+	var reads atomic.Int64
+	sub, err := h.NC.Subscribe("$JS.API.DIRECT.GET."+h.Subj.EventsStream("acme"), func(m *nats.Msg) {
+		if strings.Contains(string(m.Data), strings.TrimSuffix(h.Subj.EventsOf("acme"), ">")) { // json.Marshal escapes ">"
+			reads.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	const n = 20
+	for i := range n {
+		ids := h.Submit("acme", "order.create", keys(fmt.Sprint("one-", i), 1), orderPayload)
+		h.waitAll(ids, state.Done, servicetest.WaitFor)
+	}
+	if got := reads.Load(); got > n+n/4 {
+		t.Fatalf("%d direct gets of acme's messages for %d events sent one at a time, want about one each", got, n)
 	}
 }

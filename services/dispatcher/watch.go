@@ -20,16 +20,18 @@ import (
 // was stored before it started is found by the sweep (adoptLoop), which
 // lists the accounts with messages in EVENTS. An ordered consumer makes
 // itself again after a gap or a lost server, from where it was, so a
-// message is reported late, never lost; every Relist the sweep also
-// wakes each tail that has caught up, as a backstop.
+// message is reported late, never lost. A tail that has caught up reads
+// only when the watch reports a message past its cursor; every Relist the
+// sweep makes each look again all the same, as a backstop (lookAgain).
 //
 // A work-queue EVENTS (a store from before, which the server cannot turn
 // into a trimmed one) takes no watch: the server refuses a consumer that
 // does not acknowledge on a work queue, and an acknowledged message would
 // be deleted. There a subscription to the dispatch subjects hears what is
 // published to them (watchPublishes), and the sweep that adopts accounts
-// (every Adopt, 1 s) also wakes the tails of the accounts with messages,
-// for what the server itself stores there: the schedules that fire.
+// (every Adopt, 1 s) also makes the tails of the accounts with messages
+// look again, for what the server itself stores there: the schedules that
+// fire.
 
 // watch follows partition p's dispatch subjects until ctx ends.
 func (s *Service) watch(ctx context.Context, p int) (jetstream.ConsumeContext, error) {
