@@ -62,9 +62,7 @@ type Options struct {
 	Instance string
 	// HTTPClient makes the target calls. Defaults to target.DefaultClient.
 	HTTPClient *http.Client
-	// Relist is how often every tail that has caught up looks again for
-	// its account's messages (a backstop to the watch) and idle readers
-	// are retired. Defaults to 30s.
+	// Relist is how often idle readers are retired. Defaults to 30s.
 	Relist time.Duration
 	// Adopt is how often the accounts with events waiting in EVENTS and no
 	// reader are looked for (those from before this replica started).
@@ -337,8 +335,7 @@ func (s *Service) adoptLoop() {
 	}
 }
 
-// sweepLoop retires the idle readers and wakes every tail that has
-// caught up, every Relist.
+// sweepLoop retires the idle readers every Relist.
 func (s *Service) sweepLoop() {
 	defer s.bg.Done()
 	t := time.NewTicker(s.o.Relist)
@@ -353,9 +350,6 @@ func (s *Service) sweepLoop() {
 			s.mu.Lock()
 			if s.serving {
 				idle = s.idleLocked()
-				for _, l := range s.readers {
-					l.tail.lookAgain()
-				}
 			}
 			s.mu.Unlock()
 			s.retire(ctx, idle)

@@ -58,9 +58,11 @@ func (s *Service) retire(ctx context.Context, idle []*reader) {
 // adoptOrphans starts a reader for every account of this replica with
 // messages in EVENTS and none running: the accounts with events from
 // before this replica started (the watch reports only what is stored
-// after it started), and any whose start was missed. On a work queue it
-// also wakes the running ones (watch.go). It holds s.mu only
-// to read and update the readers, not across the server calls.
+// after it started), and any whose start was missed. A running reader
+// whose tail read and trimmed everything it knows of looks again (a
+// report the watch never gave); on a work queue every running one does
+// (watch.go). It holds s.mu only to read and update the readers, not
+// across the server calls.
 func (s *Service) adoptOrphans(ctx context.Context) error {
 	for p, st := range s.streams {
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.subj.EventsIn(p)))
@@ -73,8 +75,11 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 		for subject := range info.State.Subjects {
 			account := accountOf(subject)
 			if l, ok := s.readers[account]; ok {
-				if !watched {
-					l.tail.lookAgain() // no watch on a work queue (watch.go)
+				// The backstop to the watch: a tail that read everything it
+				// knows of and trimmed it, whose account still has messages,
+				// missed a report. A work queue has no watch (watch.go).
+				if !watched || l.tail.readAllBelow(l.trim.trimmed.Load()) {
+					l.tail.lookAgain()
 				}
 				continue
 			}

@@ -164,6 +164,15 @@ func (t *tail) floor() uint64 {
 	return f
 }
 
+// readAllBelow reports whether the tail has caught up, holds nothing, and
+// read nothing above floor: then any message of its account in the stream
+// is one it has not read.
+func (t *tail) readAllBelow(floor uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.caught && len(t.unsettled) == 0 && t.want < t.cursor && t.cursor-1 <= floor
+}
+
 // idle reports whether the tail holds nothing and found nothing to read.
 func (t *tail) idle() bool {
 	t.mu.Lock()

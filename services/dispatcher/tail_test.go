@@ -5,12 +5,16 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
 // An EVENTS without direct gets (applied by a version before, during a
@@ -71,4 +75,26 @@ func TestCaughtUpTailReadsOnlyWhatTheWatchReports(t *testing.T) {
 	if got := reads.Load(); got > n+n/4 {
 		t.Fatalf("%d direct gets of acme's messages for %d events sent one at a time, want about one each", got, n)
 	}
+}
+
+// The backstop to the watch: a tail that read, settled and trimmed all it
+// knew of looks again when its account still has messages in EVENTS, so a
+// message the watch never reported is delivered all the same.
+func TestUnreportedMessageFoundByTheSweep(t *testing.T) {
+	t.Parallel()
+	h := setup(t, strings.Replace(yamlFor(4, `attempts: 3`), "ack_wait: 1s", "ack_wait: 1s, trim_after: 100ms", 1), provider.Faults{})
+	d := h.dispatcher("d1", nil, func(o *dispatcher.Options) { o.Adopt = 200 * time.Millisecond })
+	first := h.Submit("acme", "order.create", keys("seen", 1), orderPayload)
+	h.waitAll(first, state.Done, servicetest.WaitFor)
+	st, err := h.JS.Stream(h.Ctx(), h.Subj.EventsStream("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		info, err := st.Info(h.Ctx(), jetstream.WithSubjectFilter(h.Subj.EventsOf("acme")))
+		return err == nil && len(info.State.Subjects) == 0
+	}, "acme's first message was not trimmed")
+	d.StopWatches()
+	later := h.Submit("acme", "order.create", keys("unreported", 1), orderPayload)
+	h.waitAll(later, state.Done, servicetest.WaitFor)
 }

@@ -39,10 +39,11 @@ type trimmer struct {
 	since atomic.Int64  // messages taken and not trimmed yet, about
 	first atomic.Int64  // unix nanos of the first of those
 
-	mu    sync.Mutex // one trim of the account at a time
-	floor uint64     // the floor trimmed to
-	wait  time.Duration
-	next  time.Time
+	mu      sync.Mutex    // one trim of the account at a time
+	floor   uint64        // the floor trimmed to
+	trimmed atomic.Uint64 // floor, read without waiting for a trim under way
+	wait    time.Duration
+	next    time.Time
 }
 
 // took notes a message the reader took.
@@ -123,6 +124,7 @@ func (s *Service) trimAccount(ctx context.Context, l *reader) {
 	}
 	if f > t.floor {
 		t.floor, t.wait = f, trimEvery
+		t.trimmed.Store(f)
 	} else {
 		t.wait = min(max(2*t.wait, trimEvery), trimWaitMax)
 	}

@@ -21,8 +21,9 @@ import (
 // lists the accounts with messages in EVENTS. An ordered consumer makes
 // itself again after a gap or a lost server, from where it was, so a
 // message is reported late, never lost. A tail that has caught up reads
-// only when the watch reports a message past its cursor; every Relist the
-// sweep makes each look again all the same, as a backstop (lookAgain).
+// only when the watch reports a message past its cursor; as a backstop,
+// the sweep (adoptOrphans) makes a tail look again when its account has
+// messages in EVENTS though the tail read and trimmed all it knew of.
 //
 // A work-queue EVENTS (a store from before, which the server cannot turn
 // into a trimmed one) takes no watch: the server refuses a consumer that
