@@ -51,6 +51,8 @@ type tail struct {
 	due       []*tailEntry // to hand out again
 	caught    bool         // the last read found nothing past cursor
 	relook    bool         // read even when caught (lookAgain)
+	left      uint64       // the account's messages past the last read, as it found them
+	news      int          // messages past the cursor the watch reported since the last read
 	stopped   bool
 	wake      chan struct{}
 	quit      chan struct{}
@@ -126,6 +128,9 @@ func (t *tail) notify(seq uint64) {
 		t.want = seq
 	}
 	late := seq >= t.cursor
+	if late {
+		t.news++
+	}
 	t.mu.Unlock()
 	if late {
 		t.poke()
@@ -298,8 +303,9 @@ func (t *tail) read() (int, error) {
 	room := t.limit - len(t.unsettled)
 	from := t.cursor
 	uptodate := t.caught && t.want < from && !t.relook
+	n := t.batchLocked(room)
 	if room > 0 && !uptodate {
-		t.relook = false
+		t.relook, t.news = false, 0
 	}
 	t.mu.Unlock()
 	if room <= 0 {
@@ -310,12 +316,12 @@ func (t *tail) read() (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 	defer cancel()
-	msgs, pending, err := t.s.getBatch(ctx, t.stream, t.subject, from, room)
+	msgs, pending, err := t.s.getBatch(ctx, t.stream, t.subject, from, n)
 	if err != nil {
 		return readAll, err
 	}
 	t.mu.Lock()
-	t.caught = pending == 0
+	t.caught, t.left = pending == 0, pending
 	entries := make([]*tailEntry, 0, len(msgs))
 	for _, m := range msgs {
 		seq, at, err := directMeta(m)
@@ -338,6 +344,22 @@ func (t *tail) read() (int, error) {
 		return readMore, nil
 	}
 	return readAll, nil
+}
+
+// batchLocked is how many messages the next read asks for, at most room:
+// as many as the last read left or the watch reported since, else one
+// (a first read, a look again). The server looks for a batch's next
+// message until it finds one, so a batch larger than what there is makes
+// it walk every message stored after the account's last, most of them
+// other accounts'. Callers hold t.mu.
+func (t *tail) batchLocked(room int) int {
+	switch {
+	case t.left > 0:
+		return int(min(t.left, uint64(max(room, 1))))
+	case t.news > 0:
+		return min(t.news, max(room, 1))
+	}
+	return 1
 }
 
 // handOut delivers e once more; false when the tail stopped.
