@@ -37,13 +37,21 @@ type metricsHarness struct {
 func setupMetrics(t *testing.T) *metricsHarness {
 	t.Helper()
 	h := &harness{t: t, Env: servicetest.Start(t, servicetest.Options{})}
+	nc, _ := h.Srv.Conn(t)
+	return startMetrics(h, nc)
+}
+
+// startMetrics starts, in h's world and on nc, an ingest service whose
+// metrics go to a fresh registry.
+func startMetrics(h *harness, nc *nats.Conn) *metricsHarness {
+	t := h.t
+	t.Helper()
 	h.cfg = servicetest.Config(t, baseYAML, map[string]string{"TARGET": "http://127.0.0.1:1"})
 	reg := prometheus.NewRegistry()
 	set, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := h.Srv.Conn(t)
 	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Metrics: set})
 	if err != nil {
 		t.Fatal(err)
@@ -71,36 +79,20 @@ func TestBacklogWithoutThePauses(t *testing.T) {
 			so.NoAuthUser = "admin"
 		}
 	}}})}
-	h.cfg = servicetest.Config(t, baseYAML, map[string]string{"TARGET": "http://127.0.0.1:1"})
 	nc, err := nats.Connect(h.Srv.ClientURL(), nats.UserInfo("ingest", "i"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	reg := prometheus.NewRegistry()
-	set, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := ingest.New(ingest.Options{Conn: nc, Config: h.cfg, Metrics: set})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Run(t, h.Ctx(), svc)
-	h.ing = svc
-	mux := http.NewServeMux()
-	svc.Routes(mux)
-	h.api = httptest.NewServer(mux)
-	t.Cleanup(h.api.Close)
-	m := &metricsHarness{harness: h, set: set, reg: reg}
+	m := startMetrics(h, nc)
 
-	if r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-1"}}`, "Idempotency-Key", "k1"); r.Status != http.StatusAccepted {
+	if r := m.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-1"}}`, "Idempotency-Key", "k1"); r.Status != http.StatusAccepted {
 		t.Fatalf("POST: want 202, got %d %s", r.Status, r.Body)
 	}
 	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		return m.value(metrics.NamePending, "account", "acme") == 1 && m.value(metrics.NameRunnable) == 1
 	}, "backlog without the pauses: want acme 1, runnable 1")
-	if n := testutil.CollectAndCount(reg, metrics.NamePaused); n != 0 {
+	if n := testutil.CollectAndCount(m.reg, metrics.NamePaused); n != 0 {
 		t.Errorf("%d paused series while the pauses cannot be read, want 0", n)
 	}
 }
