@@ -334,6 +334,9 @@ func (t *tail) read() (int, error) {
 		t.unsettled[seq] = e
 		entries = append(entries, e)
 	}
+	if t.want < t.cursor {
+		t.news = 0 // reports that came during the read, of what it read
+	}
 	t.mu.Unlock()
 	for _, e := range entries {
 		if !t.handOut(e) {
