@@ -47,15 +47,14 @@ func TestWant(t *testing.T) {
 	}
 }
 
-// The pauses in the bucket, on a real server: Watch reports those held
-// when it starts, then each pause and resume of each account; Get and
-// List read them.
-func TestPausesWatched(t *testing.T) {
-	t.Parallel()
+// openPauses starts a server with the store's streams and opens its
+// pauses, under a context that ends with the test (at most a minute).
+func openPauses(t *testing.T) (context.Context, *accounts.Pauses) {
+	t.Helper()
 	srv := natstest.Start(t)
 	_, js := srv.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	n, err := streams.Partitions(ctx, js, "")
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +63,15 @@ func TestPausesWatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, ps
+}
+
+// The pauses in the bucket, on a real server: Watch reports those held
+// when it starts, then each pause and resume of each account; Get and
+// List read them.
+func TestPausesWatched(t *testing.T) {
+	t.Parallel()
+	ctx, ps := openPauses(t)
 	if l, err := ps.List(ctx); err != nil || len(l) != 0 {
 		t.Fatalf("List with no pause: want none, got %v %v", l, err)
 	}
@@ -119,14 +127,7 @@ func TestPausesWatched(t *testing.T) {
 // returns, then every change; Holding leaves out a pause that has ended.
 func TestPauseBookFollowed(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ps, err := accounts.OpenPauses(ctx, js, names.NewSubjects(""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, ps := openPauses(t)
 	now := time.Now()
 	for _, p := range []accounts.Pause{
 		{Account: "acme", Actor: "operator:alice"},

@@ -47,7 +47,6 @@ type BacklogOptions struct {
 type backlogRow struct {
 	pending, ackPending float64
 	paused              float64
-	pausedKnown         bool
 }
 
 // backlog is the collector of the per-account backlog. Its rows come from
@@ -204,20 +203,19 @@ func accountOfEvent(subject string) (string, bool) {
 	return "", false
 }
 
-// withPauses returns rows with every account's paused value known (when
-// the pauses are), a row of its own for each paused account without
-// messages, and the messages of the accounts not paused.
-func withPauses(rows map[string]backlogRow, known bool, paused []string) (map[string]backlogRow, float64) {
+// withPauses returns rows with each paused account's paused value, a row
+// of its own for each paused account without messages, and the messages
+// of the accounts not paused.
+func withPauses(rows map[string]backlogRow, paused []string) (map[string]backlogRow, float64) {
 	out := make(map[string]backlogRow, len(rows)+len(paused))
 	var runnable float64
 	for account, r := range rows {
-		r.pausedKnown = known
 		out[account] = r
 		runnable += r.pending
 	}
 	for _, account := range paused {
 		r := out[account]
-		r.paused, r.pausedKnown = 1, true
+		r.paused = 1
 		out[account] = r
 		runnable -= r.pending
 	}
@@ -252,7 +250,7 @@ func (b *backlog) Describe(ch chan<- *prometheus.Desc) {
 func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
 	b.refreshLocked()
-	rows := b.rows
+	rows, pausesKnown := b.rows, false
 	if b.src != nil {
 		up := 0.0
 		if b.up {
@@ -261,11 +259,11 @@ func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(b.upDesc, prometheus.GaugeValue, up)
 		if b.up {
 			var paused []string
-			if b.src.o.Paused != nil {
+			if pausesKnown = b.src.o.Paused != nil; pausesKnown {
 				paused = b.src.o.Paused(b.src.o.Now())
 			}
 			var runnable float64
-			rows, runnable = withPauses(b.rows, b.src.o.Paused != nil, paused)
+			rows, runnable = withPauses(b.rows, paused)
 			ch <- prometheus.MustNewConstMetric(b.runnableDesc, prometheus.GaugeValue, runnable)
 		}
 	}
@@ -274,14 +272,13 @@ func (b *backlog) Collect(ch chan<- prometheus.Metric) {
 		l := b.label(account)
 		f := folded[l]
 		f.pending, f.ackPending, f.paused = f.pending+r.pending, f.ackPending+r.ackPending, f.paused+r.paused
-		f.pausedKnown = f.pausedKnown || r.pausedKnown
 		folded[l] = f
 	}
 	b.mu.Unlock()
 	for account, r := range folded {
 		ch <- prometheus.MustNewConstMetric(b.pendingDesc, prometheus.GaugeValue, r.pending, account)
 		ch <- prometheus.MustNewConstMetric(b.ackDesc, prometheus.GaugeValue, r.ackPending, account)
-		if r.pausedKnown {
+		if pausesKnown {
 			ch <- prometheus.MustNewConstMetric(b.pausedDesc, prometheus.GaugeValue, r.paused, account)
 		}
 	}

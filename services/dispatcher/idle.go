@@ -78,7 +78,7 @@ func (s *Service) adoptOrphans(ctx context.Context) error {
 				// The backstop to the watch: a tail that read everything it
 				// knows of and trimmed it, whose account still has messages,
 				// missed a report. A work queue has no watch (watch.go).
-				if !watched || l.tail.readAllBelow(l.trim.trimmed.Load()) {
+				if !watched || l.tail.readAllBelow(l.trim.floor.Load()) {
 					l.tail.lookAgain()
 				}
 				continue

@@ -175,15 +175,19 @@ func (t *tail) floor() uint64 {
 func (t *tail) readAllBelow(floor uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.caught && len(t.unsettled) == 0 && t.want < t.cursor && t.cursor-1 <= floor
+	return t.quietLocked() && len(t.unsettled) == 0 && t.cursor-1 <= floor
 }
 
 // idle reports whether the tail holds nothing and found nothing to read.
 func (t *tail) idle() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.caught && len(t.unsettled) == 0 && t.want < t.cursor
+	return t.quietLocked() && len(t.unsettled) == 0
 }
+
+// quietLocked reports whether the tail has caught up and the watch has
+// reported nothing past its cursor since. Callers hold t.mu.
+func (t *tail) quietLocked() bool { return t.caught && t.want < t.cursor }
 
 // loop hands out the messages due again and reads new ones while there is
 // room, the account is not paused and this replica holds its lease.
@@ -302,7 +306,7 @@ func (t *tail) read() (int, error) {
 	t.mu.Lock()
 	room := t.limit - len(t.unsettled)
 	from := t.cursor
-	uptodate := t.caught && t.want < from && !t.relook
+	uptodate := t.quietLocked() && !t.relook
 	n := t.batchLocked(room)
 	if room > 0 && !uptodate {
 		t.relook, t.news = false, 0

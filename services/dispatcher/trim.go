@@ -39,11 +39,10 @@ type trimmer struct {
 	since atomic.Int64  // messages taken and not trimmed yet, about
 	first atomic.Int64  // unix nanos of the first of those
 
-	mu      sync.Mutex    // one trim of the account at a time
-	floor   uint64        // the floor trimmed to
-	trimmed atomic.Uint64 // floor, read without waiting for a trim under way
-	wait    time.Duration
-	next    time.Time
+	mu    sync.Mutex    // one trim of the account at a time
+	floor atomic.Uint64 // the floor trimmed to; read without waiting for a trim under way
+	wait  time.Duration
+	next  time.Time
 }
 
 // took notes a message the reader took.
@@ -68,7 +67,7 @@ func (t *trimmer) due(now time.Time, after time.Duration) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.taken.Load() > t.floor && !now.Before(t.next)
+	return t.taken.Load() > t.floor.Load() && !now.Before(t.next)
 }
 
 // trimLoop trims the readers that are due, startsAtOnce at a time.
@@ -117,14 +116,14 @@ func (s *Service) trimAccount(ctx context.Context, l *reader) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.since.Load()
-	f, err := queue.TrimTo(ctx, st, s.subj.EventsOf(l.account), l.tail.floor(), t.floor)
+	f, err := queue.TrimTo(ctx, st, s.subj.EventsOf(l.account), l.tail.floor(), t.floor.Load())
 	if err != nil && ctx.Err() == nil {
 		s.o.Metrics.TrimFailed(metrics.TrimEvents)
 		s.log.Debug().Err(err).Str("account", l.account).Msg("trimming the account's messages")
 	}
-	if f > t.floor {
-		t.floor, t.wait = f, trimEvery
-		t.trimmed.Store(f)
+	if f > t.floor.Load() {
+		t.floor.Store(f)
+		t.wait = trimEvery
 	} else {
 		t.wait = min(max(2*t.wait, trimEvery), trimWaitMax)
 	}
