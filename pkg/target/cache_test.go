@@ -10,8 +10,9 @@ import (
 )
 
 // The cache builds each account's view of a target once: an account's
-// override of the URL is used for that account only, and an unknown
-// target is an error naming it.
+// override of the URL is used for that account only, the accounts without
+// one share a single Target (so the cache does not grow with the accounts
+// served), and an unknown target is an error naming it.
 func TestCacheKeepsOneTargetPerAccount(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
 accounts: {acme: {targets: {erp: {url: "http://acme.example/{{.Kind}}"}}}}
@@ -38,8 +39,15 @@ kinds: {order.create: {target: erp}}
 	if u != "http://acme.example/order.create" {
 		t.Fatalf("acme's override: got %s", u)
 	}
-	if _, u := url("globex"); u != "http://erp.example/order.create" {
+	globex, u := url("globex")
+	if u != "http://erp.example/order.create" {
 		t.Fatalf("globex gets the target's own URL, got %s", u)
+	}
+	if initech, _ := url("initech"); initech != globex {
+		t.Fatal("two accounts without an override got a Target each")
+	}
+	if globex == acme {
+		t.Fatal("an account with an override shares the others' Target")
 	}
 	if again, _ := url("acme"); again != acme {
 		t.Fatal("a second Get built the target again")

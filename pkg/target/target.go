@@ -442,9 +442,11 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 // DoneField is the poll answer's field that done_when looks at.
 func (t *Target) DoneField() string { return t.doneWhen.Field }
 
-// Cache holds one Target per account and target name, built from the
-// config on first use (an account may override a target's URL, headers or
-// secret, so the pair is the key). Safe for concurrent use.
+// Cache holds the Targets built from the config on first use: one per
+// target as every account without an override of its own calls it, and one
+// per account and target for an account that overrides its URL or headers.
+// Keyed by account alone, it would hold a Target (and its parsed URL
+// templates) for every account ever served. Safe for concurrent use.
 type Cache struct {
 	cfg    *config.Config
 	client *http.Client
@@ -471,9 +473,12 @@ func (c *Cache) Reset(cfg *config.Config) {
 // Get returns the account's view of the named target, or an error when no
 // such target is configured.
 func (c *Cache) Get(account, name string) (*Target, error) {
-	key := account + "\x00" + name
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, own := c.cfg.Accounts[account].Targets[name]; !own {
+		account = config.DefaultAccountName // it calls the target as "*" does
+	}
+	key := account + "\x00" + name
 	if t, ok := c.m[key]; ok {
 		return t, nil
 	}
