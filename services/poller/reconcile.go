@@ -102,7 +102,7 @@ func (s *Service) lease(ttl time.Duration) bool {
 func (s *Service) Reconcile(ctx context.Context) (Report, error) {
 	rep := Report{Started: time.Now().UTC(), Repaired: map[string]int{}}
 	counts := map[CountKey]int{}
-	c := &sweep{s: s, backlog: map[string]int{}}
+	c := &sweep{s: s, backlog: map[string]int{}, streams: map[string]jetstream.Stream{}}
 	now := s.st.Now()
 	for _, kv := range s.st.KVs() { // a partition at a time
 		if err := c.sweepBucket(ctx, kv, now, &rep, counts); err != nil {
@@ -173,7 +173,8 @@ func (c *sweep) sweepBucket(ctx context.Context, kv jetstream.KeyValue, now time
 // sweep caches per-account facts for one pass.
 type sweep struct {
 	s       *Service
-	backlog map[string]int // account → its messages in EVENTS; -1 = unknown
+	backlog map[string]int              // account → its messages in EVENTS; -1 = unknown
+	streams map[string]jetstream.Stream // EVENTS partitions looked up so far
 }
 
 // overdue says which repair h may need (checked further by repair), and
@@ -214,7 +215,7 @@ func (c *sweep) accountBacklog(ctx context.Context, account string) int {
 		return n
 	}
 	n := -1
-	if st, err := c.s.js.Stream(ctx, c.s.subj.EventsStream(account)); err == nil {
+	if st, err := c.stream(ctx, c.s.subj.EventsStream(account)); err == nil {
 		if info, err := st.Info(ctx, jetstream.WithSubjectFilter(c.s.subj.EventsOf(account))); err == nil {
 			n = 0
 			for _, k := range info.State.Subjects {
@@ -224,6 +225,19 @@ func (c *sweep) accountBacklog(ctx context.Context, account string) int {
 	}
 	c.backlog[account] = n
 	return n
+}
+
+// stream is the named EVENTS partition, looked up once a sweep: each
+// account's count then costs one round trip, not two.
+func (c *sweep) stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if st, ok := c.streams[name]; ok {
+		return st, nil
+	}
+	st, err := c.s.js.Stream(ctx, name)
+	if err == nil {
+		c.streams[name] = st
+	}
+	return st, err
 }
 
 // repair makes the repair if the event really has no next step on its
