@@ -319,7 +319,9 @@ func Initial(env event.Envelope) state.Record {
 // Batches calls fn with each message received from in together with
 // whatever more is already waiting there (up to max in all), until in is
 // closed: a consumer handles a burst in one go (pipelined writes, one
-// round trip) without ever waiting to fill a batch.
+// round trip) without ever waiting to fill a batch. fn must not keep the
+// slice: it is cleared once fn returns, so that a consumer waiting for its
+// next message does not hold the last batch's.
 func Batches[M any](in <-chan M, max int, fn func([]M)) {
 	batch := make([]M, 0, max)
 	for m := range in {
@@ -337,6 +339,7 @@ func Batches[M any](in <-chan M, max int, fn func([]M)) {
 			}
 		}
 		fn(batch)
+		clear(batch)
 	}
 }
 
