@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -84,16 +85,29 @@ func profileOnSignal(name string) {
 }
 
 // writeHeapProfile writes what the heap holds at the end of a profiled
-// window, after a collection, so it counts live memory only.
+// window, after a collection, so it counts live memory only; beside it,
+// the goroutines (.goroutine.prof) and the runtime's memory outside the
+// heap profile, stacks first (.mem.txt).
 func writeHeapProfile(path string) {
 	runtime.GC()
-	f, err := os.Create(path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "profile:", err)
-		return
+	base := strings.TrimSuffix(path, ".heap.prof")
+	for _, p := range []struct{ name, path string }{{"heap", path}, {"goroutine", base + ".goroutine.prof"}} {
+		f, err := os.Create(p.path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "profile:", err)
+			return
+		}
+		if err := pprof.Lookup(p.name).WriteTo(f, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "profile:", err)
+		}
+		_ = f.Close()
 	}
-	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	mb := func(b uint64) float64 { return float64(b) / (1 << 20) }
+	txt := fmt.Sprintf("goroutines %d\nstack_inuse_mb %.1f\nheap_inuse_mb %.1f\nheap_idle_mb %.1f\nheap_released_mb %.1f\nsys_mb %.1f\n",
+		runtime.NumGoroutine(), mb(m.StackInuse), mb(m.HeapInuse), mb(m.HeapIdle), mb(m.HeapReleased), mb(m.Sys))
+	if err := os.WriteFile(base+".mem.txt", []byte(txt), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
 	}
 }
