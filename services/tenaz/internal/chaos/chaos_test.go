@@ -171,13 +171,13 @@ func TestCheckLimits(t *testing.T) {
 }
 
 // The settle bound moves only for events that wait for a timed step: a
-// retry, a delay, a poll or a callback deadline. An event pending or
-// running at the bound, or one with no next step, moves nothing.
+// retry, a delay, a poll, a callback deadline, or a running call's end
+// (its claim + callTimeout + ackWait, whatever its next_run_at says). An
+// event pending at the bound, or one with no next step, moves nothing.
 func TestLatestStep(t *testing.T) {
 	at := func(s int) *time.Time { t := time.Date(2026, 11, 30, 8, 0, s, 0, time.UTC); return &t }
 	if _, ok := latestStep(map[string]state.Head{
 		"a": {Status: state.Pending},
-		"b": {Status: state.Running, NextRunAt: at(50)},
 		"c": {Status: state.Retrying},
 	}); ok {
 		t.Fatal("nothing waits for a timed step: the bound must not move")
@@ -186,10 +186,17 @@ func TestLatestStep(t *testing.T) {
 		"a": {Status: state.Retrying, NextRunAt: at(10)},
 		"b": {Status: state.Polling, NextRunAt: at(30)},
 		"c": {Status: state.AwaitingCallback, NextRunAt: at(20)},
-		"d": {Status: state.Running, NextRunAt: at(59)},
+		"d": {Status: state.Running, UpdatedAt: *at(0), NextRunAt: at(59)},
 	})
 	if !ok || !got.Equal(*at(30)) {
 		t.Fatalf("want the latest timed step (08:00:30), got %s %v", got, ok)
+	}
+	got, ok = latestStep(map[string]state.Head{
+		"a": {Status: state.Retrying, NextRunAt: at(10)},
+		"d": {Status: state.Running, UpdatedAt: *at(20), NextRunAt: at(59)},
+	})
+	if want := at(20).Add(callTimeout + ackWait); !ok || !got.Equal(want) {
+		t.Fatalf("want the running call's end (%s), got %s %v", want.Format(time.TimeOnly), got, ok)
 	}
 }
 

@@ -285,15 +285,26 @@ const (
 )
 
 // latestStep is the latest due time of a timed next step (a retry, a
-// delay, a poll, a callback deadline) among the unfinished events.
+// delay, a poll, a callback deadline) among the unfinished events. A
+// running event's next step is its call's end, or, if its run was lost,
+// its message handed out again: due at the latest callTimeout + ackWait
+// after its claim. (A run failed on an event claimed again just before
+// the bound, after a 503 and a timeout: it finished 23 s past it.) A run
+// that never ends keeps its claim time, so the bound stops moving for it.
 func latestStep(stuck map[string]state.Head) (time.Time, bool) {
 	var last time.Time
 	for _, h := range stuck {
+		next := h.NextRunAt
 		switch h.Status {
 		case state.Retrying, state.Scheduled, state.Polling, state.AwaitingCallback:
-			if h.NextRunAt != nil && h.NextRunAt.After(last) {
-				last = *h.NextRunAt
-			}
+		case state.Running:
+			end := h.UpdatedAt.Add(callTimeout + ackWait)
+			next = &end
+		default:
+			continue
+		}
+		if next != nil && next.After(last) {
+			last = *next
 		}
 	}
 	return last, !last.IsZero()
