@@ -54,9 +54,10 @@ type tail struct {
 	left      uint64       // the account's messages past the last read, as it found them
 	news      int          // messages past the cursor the watch reported since the last read
 	stopped   bool
-	wake      chan struct{}
+	running   bool          // a loop goroutine is live (poke starts one)
+	wake      chan struct{} // wakes a live loop
 	quit      chan struct{}
-	done      chan struct{}
+	loops     sync.WaitGroup
 	ctx       context.Context // ends at stop: a read under way returns at once
 	cancel    context.CancelFunc
 }
@@ -81,7 +82,7 @@ func (s *Service) newTail(account string, limit int, out func(held) bool) *tail 
 	t := &tail{
 		s: s, account: account, stream: s.subj.EventsStream(account), subject: s.subj.EventsOf(account),
 		limit: limit, out: out, cursor: 1, unsettled: map[uint64]*tailEntry{},
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), quit: make(chan struct{}),
 	}
 	t.ctx, t.cancel = context.WithCancel(s.runCtx)
 	return t
@@ -107,13 +108,40 @@ func (t *tail) lookAgain() {
 	t.poke()
 }
 
-// poke wakes the tail's loop: to hand out what is due, and to read when
-// it may find something (read).
+// poke wakes the tail's loop, or starts it if it has ended: to hand out
+// what is due, and to read when it may find something (read).
 func (t *tail) poke() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	if !t.running {
+		t.running = true
+		t.loops.Add(1)
+		go t.loop()
+		return
+	}
+	// Sent under mu: a loop deciding to end (rest) sees it.
 	select {
 	case t.wake <- struct{}{}:
 	default:
 	}
+}
+
+// rest ends the loop when nothing has woken it meanwhile: a tail with
+// nothing to do until a poke holds no goroutine, and no stack (4 KB each,
+// 400 MB at 100,000 live accounts). It reports whether the loop ended.
+func (t *tail) rest() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.wake:
+		return false
+	default:
+	}
+	t.running = false
+	return true
 }
 
 // notify is the watch's news that the account has message seq; 0: a
@@ -137,8 +165,9 @@ func (t *tail) notify(seq uint64) {
 	}
 }
 
-// start runs the loop until stop.
-func (t *tail) start() { go t.loop() }
+// start runs the loop for the first read; from then on a poke runs it
+// whenever it has ended.
+func (t *tail) start() { t.poke() }
 
 // stop ends the loop; what was handed out is still settled through it.
 func (t *tail) stop() {
@@ -154,7 +183,7 @@ func (t *tail) stop() {
 		}
 	}
 	t.mu.Unlock()
-	<-t.done
+	t.loops.Wait() // no loop starts once stopped is set
 }
 
 // floor is the highest sequence below which every message of the account
@@ -192,7 +221,7 @@ func (t *tail) quietLocked() bool { return t.caught && t.want < t.cursor }
 // loop hands out the messages due again and reads new ones while there is
 // room, the account is not paused and this replica holds its lease.
 func (t *tail) loop() {
-	defer close(t.done)
+	defer t.loops.Done()
 	backoff := 10 * time.Millisecond
 	misses := 0 // reads in a row that missed what the watch reported
 	for {
@@ -234,6 +263,9 @@ func (t *tail) loop() {
 					misses = 0
 				}
 			}
+		}
+		if wait < 0 && t.rest() {
+			return
 		}
 		if !t.sleep(wait) {
 			return
