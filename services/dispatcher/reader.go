@@ -28,10 +28,10 @@ type reader struct {
 	in       chan held
 	draining atomic.Bool  // a drain goroutine is taking what waits in in
 	last     atomic.Int64 // unix nanos of the last message taken
-	sem     chan struct{}
-	auto    *autoLimit // the learned limit; nil for a fixed concurrency
-	wg      sync.WaitGroup
-	trim    trimmer
+	sem      chan struct{}
+	auto     *autoLimit // the learned limit; nil for a fixed concurrency
+	wg       sync.WaitGroup
+	trim     trimmer
 }
 
 func (s *Service) startReader(account string) (*reader, error) {
