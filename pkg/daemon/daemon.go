@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -283,7 +282,7 @@ func Live(ctx context.Context, nc *nats.Conn, cfg *config.Config, path string, a
 			log.Error().Err(err).Msg("the API keys of the config in force could not be applied; the previous keys stay")
 		}
 	})
-	js, err := jetstream.New(nc)
+	js, err := natsconn.JetStream(nc)
 	if err != nil {
 		return nil, err
 	}

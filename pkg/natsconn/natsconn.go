@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
 )
@@ -30,6 +31,22 @@ const MinServerVersion = "2.14.0"
 // ErrServerTooOld is returned by Connect for a server older than
 // MinServerVersion.
 var ErrServerTooOld = errors.New("natsconn: nats-server too old")
+
+// JetStream is a service's JetStream context. Its asynchronous publishes
+// (pipelined record writes, claims, dispatch messages) fail after
+// PublishAckWait without an answer: on a cluster, a publish whose stream
+// leader went away before answering is never answered, and a write
+// waiting for it would hold its batch (an account's claims, an intake
+// batch) for good. The caller's error path then decides from the stored
+// state, as for any failed write.
+func JetStream(nc *nats.Conn, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	return jetstream.New(nc, append([]jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(PublishAckWait)}, opts...)...)
+}
+
+// PublishAckWait is how long an asynchronous publish waits for its
+// acknowledgement: well past what a loaded server takes (seconds under
+// fsync on every write), well within what an event may wait.
+const PublishAckWait = 10 * time.Second
 
 // InboxPrefix is the prefix of the reply subjects of the connection named
 // name ("_INBOX.tenaz-ingest"): a NATS user of one service may subscribe

@@ -24,6 +24,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	liveconfig "github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -144,11 +145,11 @@ func New(o Options) (*Service, error) {
 	if o.Logger != nil {
 		log = o.Logger.With().Str("service", "deadletter").Logger()
 	}
-	js, err := jetstream.New(o.Conn)
+	js, err := natsconn.JetStream(o.Conn)
 	if err != nil {
 		return nil, err
 	}
-	follow, err := jetstream.New(o.Conn, jetstream.WithPublishAsyncMaxPending(followWindow))
+	follow, err := natsconn.JetStream(o.Conn, jetstream.WithPublishAsyncMaxPending(followWindow))
 	if err != nil {
 		return nil, err
 	}

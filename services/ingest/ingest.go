@@ -24,6 +24,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -141,7 +142,7 @@ func New(o Options) (*Service, error) {
 	if o.Logger != nil {
 		log = o.Logger.With().Str("service", "ingest").Logger()
 	}
-	js, err := jetstream.New(o.Conn)
+	js, err := natsconn.JetStream(o.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}

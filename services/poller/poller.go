@@ -19,6 +19,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -99,7 +100,7 @@ func New(o Options) (*Service, error) {
 	if o.Instance == "" {
 		o.Instance, _ = os.Hostname()
 	}
-	js, err := jetstream.New(o.Conn)
+	js, err := natsconn.JetStream(o.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("poller: %w", err)
 	}

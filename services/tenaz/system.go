@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/auth"
@@ -145,7 +144,7 @@ func (t *System) Start(ctx context.Context) (err error) {
 	if err := daemon.CheckSizes(ctx, t.nc, cfg); err != nil {
 		return err
 	}
-	js, err := jetstream.New(t.nc)
+	js, err := natsconn.JetStream(t.nc)
 	if err != nil {
 		return err
 	}
