@@ -325,22 +325,27 @@ func Initial(env event.Envelope) state.Record {
 func Batches[M any](in <-chan M, max int, fn func([]M)) {
 	batch := make([]M, 0, max)
 	for m := range in {
-		batch = append(batch[:0], m)
-	fill:
-		for len(batch) < max {
-			select {
-			case m, ok := <-in:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, m)
-			default:
-				break fill
-			}
-		}
+		batch = Take(in, append(batch[:0], m), max)
 		fn(batch)
 		clear(batch)
 	}
+}
+
+// Take appends to batch what waits in in, without waiting, until batch
+// holds max or in is empty or closed.
+func Take[M any](in <-chan M, batch []M, max int) []M {
+	for len(batch) < max {
+		select {
+		case m, ok := <-in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, m)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // SleepUntil waits until t, or until ctx ends; it reports whether ctx is

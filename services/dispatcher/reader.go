@@ -100,15 +100,7 @@ func (s *Service) drain(l *reader) {
 	defer l.wg.Done()
 	var batch []held
 	for {
-	fill:
-		for len(batch) < cap(l.in) {
-			select {
-			case h := <-l.in:
-				batch = append(batch, h)
-			default:
-				break fill
-			}
-		}
+		batch = queue.Take(l.in, batch, cap(l.in))
 		if len(batch) == 0 {
 			// A message handed out since the reads above found this
 			// drain on and started none: look once more, unless one
