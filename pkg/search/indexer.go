@@ -90,6 +90,9 @@ type Revision struct {
 type Stats struct {
 	// Revisions is how many record revisions it indexed.
 	Revisions int64
+	// Superseded is how many it passed over, since the bucket already
+	// held a later revision of their event (latest).
+	Superseded int64
 	// Puts and Purges are the index writes they took; Bytes their
 	// subjects, headers and values.
 	Puts, Purges, Bytes int64
@@ -108,9 +111,9 @@ type Indexer struct {
 	prefix  string // $KV.<bucket>.
 	stream0 string // KV_<bucket>
 
-	revisions, puts, purges, bytes atomic.Int64
-	lag                            []atomic.Int64
-	got                            []atomic.Bool // a partition's revisions came to this indexer: it holds the pin
+	revisions, superseded, puts, purges, bytes atomic.Int64
+	lag                                        []atomic.Int64
+	got                                        []atomic.Bool // a partition's revisions came to this indexer: it holds the pin
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -292,7 +295,7 @@ func (x *Indexer) Rebuild(ctx context.Context) error {
 
 // Stats returns the counts so far.
 func (x *Indexer) Stats() Stats {
-	return Stats{Revisions: x.revisions.Load(), Puts: x.puts.Load(), Purges: x.purges.Load(), Bytes: x.bytes.Load()}
+	return Stats{Revisions: x.revisions.Load(), Superseded: x.superseded.Load(), Puts: x.puts.Load(), Purges: x.purges.Load(), Bytes: x.bytes.Load()}
 }
 
 // Lag is how many revisions the consumers had still to deliver when each
@@ -350,7 +353,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			queue.SleepUntil(ctx, x.ripeAt(held))
 			continue
 		}
-		if err := x.step(ctx, ripe, young); err != nil {
+		if err := x.step(ctx, p, ripe, young); err != nil {
 			for _, f := range batch {
 				_ = f.m.NakWithDelay(time.Second)
 			}
@@ -456,8 +459,9 @@ type entry struct {
 // step follows the ripe revisions of one batch, each event at its last
 // one unless a held (young) revision follows it: the index's writes, then
 // Follow while they are in flight, then their acknowledgements.
-func (x *Indexer) step(ctx context.Context, ripe, young []fed) error {
-	revs := x.records(ripe, young)
+func (x *Indexer) step(ctx context.Context, p int, ripe, young []fed) error {
+	revs, behind := x.records(ripe, young)
+	revs = x.latest(ctx, p, revs, behind)
 	pending, err := x.index(ctx, revs)
 	if err == nil && x.o.Follow != nil && len(revs) > 0 {
 		err = x.o.Follow(ctx, revs)
@@ -482,12 +486,14 @@ func (x *Indexer) step(ctx context.Context, ripe, young []fed) error {
 // left, and the states it passed through meanwhile were never written.
 // Only those last revisions are decoded (a revision's subject is its
 // event's key), so an event claimed and done within one settle costs one
-// decode, its final entries and one lookup.
-func (x *Indexer) records(ripe, young []fed) []Revision {
+// decode, its final entries and one lookup. behind holds, for each
+// revision the feed delivered with more after it, its index in revs by
+// its subject.
+func (x *Indexer) records(ripe, young []fed) (revs []Revision, behind map[string]int) {
 	last := make(map[string]int, len(ripe))
 	for i, f := range ripe {
 		m := f.m
-		if len(m.Data()) == 0 || m.Headers().Get(kvOperation) != "" || m.Headers().Get(jetstream.MarkerReasonHeader) != "" {
+		if !isData(m.Data(), m.Headers()) {
 			// A deletion, a purge or an expiry: the entries of a finished
 			// event expire with it; any other stays until a search meets
 			// it without its record and skips it.
@@ -498,7 +504,7 @@ func (x *Indexer) records(ripe, young []fed) []Revision {
 	for _, f := range young {
 		delete(last, f.m.Subject())
 	}
-	revs := make([]Revision, 0, len(last))
+	revs = make([]Revision, 0, len(last))
 	for i, f := range ripe {
 		if j, ok := last[f.m.Subject()]; !ok || j != i {
 			continue
@@ -508,10 +514,59 @@ func (x *Indexer) records(ripe, young []fed) []Revision {
 			x.log.Warn().Err(err).Str("subject", f.m.Subject()).Msg("a state revision that is not a record: not indexed")
 			continue
 		}
-		x.revisions.Add(1)
 		r.Seq = f.seq
+		if f.pending > 0 && !r.Record.Status.Terminal() {
+			if behind == nil {
+				behind = map[string]int{}
+			}
+			behind[f.m.Subject()] = len(revs)
+		}
 		revs = append(revs, r)
 	}
+	return revs, behind
+}
+
+// latest drops from revs the revisions whose event partition p's bucket
+// already holds a later revision of: the feed delivers that one later,
+// and it carries the whole history, so following this one would write
+// what the later one undoes or repeats (an entry for a state the event
+// has left, an archive message). The settle merges the revisions of an
+// event only when they are written within it of each other; a feed that
+// has fallen behind meets a busy account's events at each revision it
+// was written at (accepted, then done once their backlog drained, seconds
+// later), and followed both, which doubled the followers' writes under
+// load. Only the revisions delivered with more behind them (the feed
+// behind), not terminal, are looked up, in one batched read of the
+// bucket's last revisions; a deletion that followed does not drop one
+// (its entries would reach the archive through no later revision), and a
+// failed read drops none.
+func (x *Indexer) latest(ctx context.Context, p int, revs []Revision, behind map[string]int) []Revision {
+	if len(behind) > 0 {
+		subjects := make([]string, 0, len(behind))
+		for s := range behind {
+			subjects = append(subjects, s)
+		}
+		drop := map[int]bool{}
+		err := x.lasts(ctx, x.stream(p), subjects, func(m *jetstream.RawStreamMsg) {
+			if i, ok := behind[m.Subject]; ok && m.Sequence > revs[i].Seq && isData(m.Data, m.Header) {
+				drop[i] = true
+			}
+		})
+		if err != nil {
+			x.log.Debug().Err(err).Int("partition", p).Msg("reading the last revisions of a batch's events")
+			drop = nil
+		}
+		kept := revs[:0]
+		for i, r := range revs {
+			if drop[i] {
+				x.superseded.Add(1)
+				continue
+			}
+			kept = append(kept, r)
+		}
+		revs = kept
+	}
+	x.revisions.Add(int64(len(revs)))
 	return revs
 }
 
@@ -562,31 +617,48 @@ func (x *Indexer) index(ctx context.Context, revs []Revision) ([]jetstream.PubAc
 const StallWait = 30 * time.Second
 
 // lookup reads the entries the filters name from the server's subject
-// index (the last message of each subject, a few hundred filters a
-// request), by subject.
+// index (the last message of each subject), by subject.
 func (x *Indexer) lookup(ctx context.Context, filters []string) (map[string]entry, error) {
 	found := map[string]entry{}
+	err := x.lasts(ctx, x.stream0, filters, func(m *jetstream.RawStreamMsg) {
+		if isData(m.Data, m.Header) {
+			found[m.Subject] = entry{exists: true, ttl: m.Header.Get(jetstream.MsgTTLHeader) != ""}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// lasts hands fn the last message of each of the subjects of stream
+// that has one, a few hundred subjects a request.
+func (x *Indexer) lasts(ctx context.Context, stream string, subjects []string, fn func(*jetstream.RawStreamMsg)) error {
 	const chunk = 256 // at most 1,024 answers a request: an event has a few state entries at most
-	for len(filters) > 0 {
-		n := min(chunk, len(filters))
-		msgs, err := jetstreamext.GetLastMsgsFor(ctx, x.js, x.stream0, filters[:n])
+	for len(subjects) > 0 {
+		n := min(chunk, len(subjects))
+		msgs, err := jetstreamext.GetLastMsgsFor(ctx, x.js, stream, subjects[:n])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for m, err := range msgs {
 			if errors.Is(err, jetstreamext.ErrNoMessages) {
 				break
 			}
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if len(m.Data) > 0 && m.Header.Get(kvOperation) == "" {
-				found[m.Subject] = entry{exists: true, ttl: m.Header.Get(jetstream.MsgTTLHeader) != ""}
-			}
+			fn(m)
 		}
-		filters = filters[n:]
+		subjects = subjects[n:]
 	}
-	return found, nil
+	return nil
+}
+
+// isData reports whether a KV message is a value, not a deletion, a
+// purge or an expiry.
+func isData(data []byte, h nats.Header) bool {
+	return len(data) > 0 && h.Get(kvOperation) == "" && h.Get(jetstream.MarkerReasonHeader) == ""
 }
 
 // left is every state the record's history says it has been in, but the
