@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -117,6 +117,7 @@ type Indexer struct {
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
+	gets   *directget.Mux // the lookups' direct gets, while it runs
 	wg     sync.WaitGroup
 }
 
@@ -164,6 +165,9 @@ func (x *Indexer) Start(ctx context.Context) error {
 		if conss[p], err = x.consumer(ctx, x.stream(p), cfg); err != nil {
 			return fmt.Errorf("search: consumer %s on %s: %w", cfg.Durable, x.stream(p), err)
 		}
+	}
+	if x.gets, err = directget.New(x.js.Conn()); err != nil {
+		return fmt.Errorf("search: %w", err)
 	}
 	run, cancel := context.WithCancel(context.Background())
 	x.cancel = cancel
@@ -240,7 +244,7 @@ func (x *Indexer) replacedFloor(ctx context.Context, stream string) (uint64, err
 // the next indexer); it is idempotent.
 func (x *Indexer) Stop(ctx context.Context) error {
 	x.mu.Lock()
-	cancel := x.cancel
+	cancel, gets := x.cancel, x.gets
 	x.cancel = nil
 	x.mu.Unlock()
 	if cancel == nil {
@@ -248,7 +252,7 @@ func (x *Indexer) Stop(ctx context.Context) error {
 	}
 	cancel()
 	done := make(chan struct{})
-	go func() { x.wg.Wait(); close(done) }()
+	go func() { x.wg.Wait(); gets.Close(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -547,8 +551,8 @@ func (x *Indexer) latest(ctx context.Context, p int, revs []Revision, behind map
 			subjects = append(subjects, s)
 		}
 		drop := map[int]bool{}
-		err := x.lasts(ctx, x.stream(p), subjects, func(m *jetstream.RawStreamMsg) {
-			if i, ok := behind[m.Subject]; ok && m.Sequence > revs[i].Seq && isData(m.Data, m.Header) {
+		err := x.lasts(ctx, x.stream(p), subjects, func(subject string, seq uint64, m *nats.Msg) {
+			if i, ok := behind[subject]; ok && seq > revs[i].Seq && isData(m.Data, m.Header) {
 				drop[i] = true
 			}
 		})
@@ -620,9 +624,9 @@ const StallWait = 30 * time.Second
 // index (the last message of each subject), by subject.
 func (x *Indexer) lookup(ctx context.Context, filters []string) (map[string]entry, error) {
 	found := map[string]entry{}
-	err := x.lasts(ctx, x.stream0, filters, func(m *jetstream.RawStreamMsg) {
+	err := x.lasts(ctx, x.stream0, filters, func(subject string, _ uint64, m *nats.Msg) {
 		if isData(m.Data, m.Header) {
-			found[m.Subject] = entry{exists: true, ttl: m.Header.Get(jetstream.MsgTTLHeader) != ""}
+			found[subject] = entry{exists: true, ttl: m.Header.Get(jetstream.MsgTTLHeader) != ""}
 		}
 	})
 	if err != nil {
@@ -633,22 +637,20 @@ func (x *Indexer) lookup(ctx context.Context, filters []string) (map[string]entr
 
 // lasts hands fn the last message of each of the subjects of stream
 // that has one, a few hundred subjects a request.
-func (x *Indexer) lasts(ctx context.Context, stream string, subjects []string, fn func(*jetstream.RawStreamMsg)) error {
-	const chunk = 256 // at most 1,024 answers a request: an event has a few state entries at most
+func (x *Indexer) lasts(ctx context.Context, stream string, subjects []string, fn func(subject string, seq uint64, m *nats.Msg)) error {
+	const chunk = 256
 	for len(subjects) > 0 {
 		n := min(chunk, len(subjects))
-		msgs, err := jetstreamext.GetLastMsgsFor(ctx, x.js, stream, subjects[:n])
+		msgs, _, err := x.gets.Get(ctx, stream, directget.Request{MultiLast: subjects[:n]})
 		if err != nil {
 			return err
 		}
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
+		for _, m := range msgs {
+			subject, seq, _, err := directget.Meta(m)
 			if err != nil {
 				return err
 			}
-			fn(m)
+			fn(subject, seq, m)
 		}
 		subjects = subjects[n:]
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -31,6 +32,10 @@ func TestLatestPassesOverSupersededRevisions(t *testing.T) {
 	}
 	subj := names.NewSubjects("").WithPartitions(st.Partitions())
 	x := NewIndexer(js, subj, IndexerOptions{})
+	if x.gets, err = directget.New(js.Conn()); err != nil {
+		t.Fatal(err)
+	}
+	defer x.gets.Close()
 
 	// Four events whose records share a partition, as one fetch's do.
 	const account = "acme"

@@ -22,6 +22,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
@@ -152,7 +153,7 @@ type Service struct {
 	pacers     map[string]*pacer
 	watches    []jetstream.ConsumeContext // of each trimmed partition (watch.go)
 	published  []*nats.Subscription       // of each work-queue partition (watch.go)
-	gets       *getMux                    // the tails' direct gets (tail.go)
+	gets       *directget.Mux             // the tails' direct gets (tail.go)
 	micro      micro.Service
 	runCtx     context.Context
 	cancel     context.CancelCauseFunc
@@ -280,7 +281,7 @@ func (s *Service) start(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: quotas: %w", err)
 	}
-	if s.gets, err = newGetMux(s.nc); err != nil {
+	if s.gets, err = directget.New(s.nc); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	s.watchLoads()
@@ -441,7 +442,7 @@ func (s *Service) stop(ctx context.Context) {
 	s.breakers.Stop()
 	s.cancel(ErrStopped)
 	s.bg.Wait()
-	s.gets.close()
+	s.gets.Close()
 	workers.stop()
 	if s.micro != nil {
 		_ = s.micro.Stop()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/directget"
 )
 
 // An account's messages are read by its owner, not delivered by a server
@@ -369,11 +371,11 @@ func (t *tail) read() (int, error) {
 	t.caught, t.left = pending == 0, pending
 	entries := make([]*tailEntry, 0, len(msgs))
 	for _, m := range msgs {
-		seq, at, err := directMeta(m)
+		subject, seq, at, err := directget.Meta(m)
 		if err != nil || seq < t.cursor {
 			continue
 		}
-		m.Subject = lastHeader(m.Header, jetstream.SubjectHeader) // it came on the request's inbox
+		m.Subject = subject // it came on the request's inbox
 		t.cursor = seq + 1
 		e := &tailEntry{msg: m, seq: seq, at: at}
 		t.unsettled[seq] = e
@@ -509,52 +511,18 @@ func (d *tailMsg) Nak() error                                { d.t.again(d, 0); 
 func (d *tailMsg) NakWithDelay(delay time.Duration) error    { d.t.again(d, delay); return nil }
 func (d *tailMsg) InProgress() error                         { d.t.progress(d); return nil }
 
-// directGet is a batched direct get's request (nats-server's
-// JSApiMsgGetRequest): up to Batch messages on NextFor from Seq.
-type directGet struct {
-	Seq     uint64 `json:"seq"`
-	NextFor string `json:"next_by_subj"`
-	Batch   int    `json:"batch,omitempty"`
-}
-
 // getBatch reads up to n of stream's messages on subject from sequence
 // from, by one batched direct get, and the number of the subject's
 // messages left past them.
 func (s *Service) getBatch(ctx context.Context, stream, subject string, from uint64, n int) ([]*nats.Msg, uint64, error) {
-	req, err := json.Marshal(directGet{Seq: from, NextFor: subject, Batch: n})
-	if err != nil {
-		return nil, 0, err
+	msgs, pending, err := s.gets.Get(ctx, stream, directget.Request{Seq: from, NextFor: subject, Batch: n})
+	if errors.Is(err, directget.ErrNoDirect) {
+		// The stream was applied by a version that did not allow direct
+		// gets (a rolling upgrade). One message at a time from the
+		// stream's leader meanwhile.
+		return s.getOne(ctx, stream, subject, from)
 	}
-	reply, answers, done := s.gets.open(n + 1)
-	defer done()
-	if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, reply, req); err != nil {
-		return nil, 0, err
-	}
-	var msgs []*nats.Msg
-	for {
-		var m *nats.Msg
-		select {
-		case m = <-answers:
-		case <-ctx.Done():
-			return nil, 0, fmt.Errorf("direct get from %s: %w", stream, context.Cause(ctx))
-		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-			msgs = append(msgs, m)
-		case "204": // end of the batch
-			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			return msgs, pending, nil
-		case "404": // nothing from there on
-			return msgs, 0, nil
-		case "503":
-			// No direct gets: the stream was applied by a version
-			// that did not allow them (a rolling upgrade). One message
-			// at a time from the stream's leader meanwhile.
-			return s.getOne(ctx, stream, subject, from)
-		default:
-			return nil, 0, fmt.Errorf("direct get from %s: status %s %s", stream, status, m.Header.Get("Description"))
-		}
-	}
+	return msgs, pending, err
 }
 
 // getOne reads stream's first message on subject from sequence from,
@@ -562,7 +530,7 @@ func (s *Service) getBatch(ctx context.Context, stream, subject string, from uin
 // answer would have it; pending is 1 when one was found (there may be
 // more).
 func (s *Service) getOne(ctx context.Context, stream, subject string, from uint64) ([]*nats.Msg, uint64, error) {
-	req, err := json.Marshal(directGet{Seq: from, NextFor: subject})
+	req, err := json.Marshal(directget.Request{Seq: from, NextFor: subject})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -604,78 +572,4 @@ func (s *Service) getOne(ctx context.Context, stream, subject string, from uint6
 	m.Header.Add(jetstream.SequenceHeader, strconv.FormatUint(r.Message.Seq, 10))
 	m.Header.Add(jetstream.TimeStampHeaer, r.Message.Time.Format(time.RFC3339Nano))
 	return []*nats.Msg{m}, 1, nil
-}
-
-// getMux routes the answers of every tail's direct gets, on one
-// subscription: a subscription per request costs its channel (512 KB by
-// default), which at 10,000 new accounts was 90% of the dispatcher's
-// allocations.
-type getMux struct {
-	prefix  string // <inbox>.
-	sub     *nats.Subscription
-	mu      sync.Mutex
-	next    uint64
-	pending map[string]chan *nats.Msg
-}
-
-func newGetMux(nc *nats.Conn) (*getMux, error) {
-	g := &getMux{prefix: nc.NewInbox() + ".", pending: map[string]chan *nats.Msg{}}
-	sub, err := nc.Subscribe(g.prefix+"*", func(m *nats.Msg) {
-		g.mu.Lock()
-		ch := g.pending[m.Subject[len(g.prefix):]]
-		g.mu.Unlock()
-		if ch != nil {
-			select {
-			case ch <- m:
-			default: // more than asked for: the request has given up
-			}
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return nil, err
-	}
-	g.sub = sub
-	return g, nil
-}
-
-// open returns the reply subject of a request answered by up to n
-// messages, where they arrive, and done, which forgets it.
-func (g *getMux) open(n int) (string, <-chan *nats.Msg, func()) {
-	g.mu.Lock()
-	g.next++
-	token := strconv.FormatUint(g.next, 36)
-	ch := make(chan *nats.Msg, n)
-	g.pending[token] = ch
-	g.mu.Unlock()
-	return g.prefix + token, ch, func() {
-		g.mu.Lock()
-		delete(g.pending, token)
-		g.mu.Unlock()
-	}
-}
-
-func (g *getMux) close() { _ = g.sub.Unsubscribe() }
-
-// directMeta is a direct get's sequence and time.
-func directMeta(m *nats.Msg) (uint64, time.Time, error) {
-	seq, err := strconv.ParseUint(lastHeader(m.Header, jetstream.SequenceHeader), 10, 64)
-	if err != nil {
-		return 0, time.Time{}, errors.New("direct get: no sequence")
-	}
-	at, _ := time.Parse(time.RFC3339Nano, lastHeader(m.Header, jetstream.TimeStampHeaer))
-	return seq, at, nil
-}
-
-// lastHeader is h's last value of key: the server appends what a direct
-// get says of the message (its sequence, subject, time) to the headers
-// it was stored with, which may hold such a header of their own.
-func lastHeader(h nats.Header, key string) string {
-	v := h.Values(key)
-	if len(v) == 0 {
-		return ""
-	}
-	return v[len(v)-1]
 }

@@ -1,0 +1,112 @@
+package directget_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/directget"
+	"github.com/tenaz/tenaz/pkg/natstest"
+)
+
+func setup(t *testing.T, allowDirect bool) (jetstream.JetStream, *directget.Mux, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: allowDirect}); err != nil {
+		t.Fatal(err)
+	}
+	// s.a.0 s.b.1 s.a.2 s.b.3 ... s.a.8 s.b.9 at sequences 1 to 10.
+	for i := range 10 {
+		if _, err := js.Publish(ctx, fmt.Sprintf("s.%c.%d", 'a'+i%2, i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := directget.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return js, g, ctx
+}
+
+func seqs(t *testing.T, msgs []*nats.Msg) (out []uint64) {
+	t.Helper()
+	for _, m := range msgs {
+		subject, seq, at, err := directget.Meta(m)
+		if err != nil || at.IsZero() || subject == "" || int(m.Data[0])+1 != int(seq) {
+			t.Fatalf("answer %v: subject %q seq %d at %s err %v", m.Header, subject, seq, at, err)
+		}
+		out = append(out, seq)
+	}
+	return out
+}
+
+// A batch returns the subject's messages from a sequence and how many
+// match past them; the last of each of several subjects comes in one
+// request; nothing matching is no error; many requests at once each get
+// their own answers on the one subscription.
+func TestGetBatchesAndLasts(t *testing.T) {
+	t.Parallel()
+	_, g, ctx := setup(t, true)
+	msgs, pending, err := g.Get(ctx, "S", directget.Request{Seq: 2, NextFor: "s.a.>", Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqs(t, msgs); !slices.Equal(got, []uint64{3, 5}) || pending != 2 {
+		t.Fatalf("batch: sequences %v pending %d, want [3 5] and 2", got, pending)
+	}
+	msgs, _, err = g.Get(ctx, "S", directget.Request{MultiLast: []string{"s.a.4", "s.b.9", "s.c.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqs(t, msgs); !slices.Equal(got, []uint64{5, 10}) {
+		t.Fatalf("last of s.a.4, s.b.9, s.c.0: sequences %v, want [5 10]", got)
+	}
+	msgs, pending, err = g.Get(ctx, "S", directget.Request{Seq: 1, NextFor: "s.c.>", Batch: 5})
+	if err != nil || len(msgs) != 0 || pending != 0 {
+		t.Fatalf("nothing matching: %d messages, pending %d, err %v", len(msgs), pending, err)
+	}
+	errs := make(chan error, 20)
+	for i := range 20 {
+		go func() {
+			want := uint64(i%10 + 1)
+			msgs, _, err := g.Get(ctx, "S", directget.Request{MultiLast: []string{fmt.Sprintf("s.%c.%d", 'a'+i%2, i%10)}})
+			if err == nil {
+				var seq uint64
+				if len(msgs) == 1 {
+					_, seq, _, err = directget.Meta(msgs[0])
+				}
+				if err == nil && seq != want {
+					err = fmt.Errorf("request %d: %d answers (sequence %d), want sequence %d", i, len(msgs), seq, want)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 20 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A stream that answers no direct gets is told apart, so the caller can
+// read another way (the server answers for it that nobody listens).
+func TestGetWithoutDirectGets(t *testing.T) {
+	t.Parallel()
+	_, g, ctx := setup(t, false)
+	for _, stream := range []string{"S", "NONE"} {
+		if _, _, err := g.Get(ctx, stream, directget.Request{Seq: 1, NextFor: "s.>", Batch: 2}); !errors.Is(err, directget.ErrNoDirect) {
+			t.Fatalf("%s: err %v, want ErrNoDirect", stream, err)
+		}
+	}
+}
