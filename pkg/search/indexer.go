@@ -557,7 +557,7 @@ func (x *Indexer) latest(ctx context.Context, p int, revs []Revision, behind map
 			}
 		})
 		if err != nil {
-			x.log.Debug().Err(err).Int("partition", p).Msg("reading the last revisions of a batch's events")
+			x.log.Warn().Err(err).Int("partition", p).Msg("reading the last revisions of a batch's events; each is followed")
 			drop = nil
 		}
 		kept := revs[:0]
@@ -639,6 +639,10 @@ func (x *Indexer) lookup(ctx context.Context, filters []string) (map[string]entr
 // that has one, a few hundred subjects a request.
 func (x *Indexer) lasts(ctx context.Context, stream string, subjects []string, fn func(subject string, seq uint64, m *nats.Msg)) error {
 	const chunk = 256
+	// A request the server refuses (a NATS user not allowed it) or loses
+	// is never answered.
+	ctx, cancel := context.WithTimeout(ctx, lookupWait)
+	defer cancel()
 	for len(subjects) > 0 {
 		n := min(chunk, len(subjects))
 		msgs, _, err := x.gets.Get(ctx, stream, directget.Request{MultiLast: subjects[:n]})
@@ -656,6 +660,9 @@ func (x *Indexer) lasts(ctx context.Context, stream string, subjects []string, f
 	}
 	return nil
 }
+
+// lookupWait bounds the reads of one batch.
+const lookupWait = 5 * time.Second
 
 // isData reports whether a KV message is a value, not a deletion, a
 // purge or an expiry.
