@@ -336,6 +336,13 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			return
 		}
 		msgs, full, err := x.fetch(ctx, p, c, x.o.Batch-len(held))
+		if errors.Is(err, errPinMoved) {
+			// Nothing ripens on a read cut short: a revision held
+			// until its event's next one came would be followed alone
+			// if that next one was still to be delivered. Read again.
+			held = append(held, msgs...)
+			continue
+		}
 		if err != nil {
 			x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
@@ -409,11 +416,19 @@ func (x *Indexer) fetch(ctx context.Context, p int, c jetstream.Consumer, n int)
 		}
 		out = append(out, f)
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrPinIDMismatch) && ctx.Err() == nil {
+	switch err := batch.Error(); {
+	case errors.Is(err, jetstream.ErrPinIDMismatch):
+		return out, false, errPinMoved
+	case err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil:
 		x.log.Warn().Err(err).Int("partition", p).Msg("fetching state revisions to index")
 	}
 	return out, len(out) == n, nil
 }
+
+// errPinMoved is fetch's error when the feed's pin lapsed (the indexer
+// read nothing for the priority timeout) or went to another replica: the
+// read was cut short, so it says nothing of what else is there.
+var errPinMoved = errors.New("search: the feed's pin moved")
 
 // ripen splits a batch, in delivery order, into the revisions to follow
 // now and those to hold: every revision before the first one in the
