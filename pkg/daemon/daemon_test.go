@@ -49,12 +49,14 @@ func TestServeCutsOffSlowClients(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// Timed from before the dial: the server's deadline runs
+			// from its accept, which may come before Dial returns.
+			start := time.Now()
 			conn, err := net.Dial("tcp", srv.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			start := time.Now()
 			if _, err := io.WriteString(conn, tt.head); err != nil {
 				t.Fatal(err)
 			}
