@@ -24,15 +24,11 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
-require (
-	github.com/robfig/cron/v3 v3.0.1
-	github.com/synadia-io/orbit.go/jetstreamext v0.3.2
-)
+require github.com/robfig/cron/v3 v3.0.1
 
 require (
 	github.com/go-openapi/jsonpointer v1.0.1 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
-	github.com/synadia-io/orbit.go/natsext v0.1.3 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
 )
 

@@ -22,13 +22,15 @@ import (
 )
 
 // Request is a direct get's request (nats-server's JSApiMsgGetRequest):
-// up to Batch messages on NextFor from Seq, or the last message of each
-// of MultiLast's subjects.
+// up to Batch messages on NextFor (empty: any subject) from Seq or from
+// StartTime (one of the two), or the last message of each of MultiLast's
+// subjects.
 type Request struct {
-	Seq       uint64   `json:"seq,omitempty"`
-	NextFor   string   `json:"next_by_subj,omitempty"`
-	MultiLast []string `json:"multi_last,omitempty"`
-	Batch     int      `json:"batch,omitempty"`
+	Seq       uint64     `json:"seq,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+	NextFor   string     `json:"next_by_subj,omitempty"`
+	MultiLast []string   `json:"multi_last,omitempty"`
+	Batch     int        `json:"batch,omitempty"`
 }
 
 // answers is the most messages a request can be answered with, its end

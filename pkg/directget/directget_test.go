@@ -110,3 +110,47 @@ func TestGetWithoutDirectGets(t *testing.T) {
 		}
 	}
 }
+
+// A batch can start at a time: the first message stored at or after it.
+// A multi-last that matches more subjects than the server answers at once
+// (1,024) is an error, not a short answer: the searcher then scans.
+func TestGetFromATimeAndTooMany(t *testing.T) {
+	t.Parallel()
+	js, g, ctx := setup(t, true)
+	all, _, err := g.Get(ctx, "S", directget.Request{Seq: 1, Batch: 10})
+	if err != nil || len(all) != 10 {
+		t.Fatalf("all: %d messages, err %v", len(all), err)
+	}
+	_, _, at, err := directget.Meta(all[6])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(7) // the first stored at or after the seventh's time
+	for i := 5; i >= 0; i-- {
+		if _, _, t0, _ := directget.Meta(all[i]); t0.Before(at) {
+			break
+		}
+		want = uint64(i + 1)
+	}
+	msgs, pending, err := g.Get(ctx, "S", directget.Request{StartTime: &at, NextFor: "s.>", Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqs(t, msgs); len(got) != 2 || got[0] != want || pending != 10-want-1 {
+		t.Fatalf("from the seventh's time: sequences %v pending %d, want [%d %d] and %d", got, pending, want, want+1, 10-want-1)
+	}
+
+	for i := range 1025 {
+		if _, err := js.PublishAsync(fmt.Sprintf("s.many.%d", i), []byte{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if msgs, _, err := g.Get(ctx, "S", directget.Request{MultiLast: []string{"s.many.*"}, Batch: 1024}); err == nil {
+		t.Fatalf("a multi-last of 1,025 subjects: %d messages and no error", len(msgs))
+	}
+}

@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -34,21 +35,43 @@ const clockMargin = 10 * time.Second
 // readers bounds the records one page reads at once.
 const readers = 32
 
+// readWait bounds one read of the index: a request the server never
+// answers (a NATS user not allowed it) fails the search, not hangs it.
+const readWait = 10 * time.Second
+
 // Searcher answers searches from the index and the records.
 type Searcher struct {
-	js     jetstream.JetStream
+	gets   *directget.Mux
 	st     *store.Store
 	stream string // KV_<bucket>
 	prefix string // $KV.<bucket>.
 }
 
-// Open binds the index bucket (streams.Apply creates it).
+// Open binds the index bucket (streams.Apply creates it); Close lets it go.
 func Open(ctx context.Context, js jetstream.JetStream, st *store.Store, subj names.Subjects) (*Searcher, error) {
 	name := "KV_" + subj.Bucket(Bucket)
 	if _, err := js.Stream(ctx, name); err != nil {
 		return nil, fmt.Errorf("search: bucket %s: %w", subj.Bucket(Bucket), err)
 	}
-	return &Searcher{js: js, st: st, stream: name, prefix: "$KV." + subj.Bucket(Bucket) + "."}, nil
+	gets, err := directget.New(js.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("search: %w", err)
+	}
+	return &Searcher{gets: gets, st: st, stream: name, prefix: "$KV." + subj.Bucket(Bucket) + "."}, nil
+}
+
+// Close ends the subscription the index's reads are answered on.
+func (s *Searcher) Close() { s.gets.Close() }
+
+// get reads the index, bounded by readWait.
+func (s *Searcher) get(ctx context.Context, req directget.Request) ([]*nats.Msg, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, readWait)
+	defer cancel()
+	msgs, pending, err := s.gets.Get(ctx, s.stream, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("search: read the index: %w", err)
+	}
+	return msgs, pending, nil
 }
 
 // filter is the index subject that answers q, for the s entries of the
@@ -216,14 +239,7 @@ func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint6
 	}
 	for len(p.rep.Items) < p.limit {
 		want := p.want()
-		opts := []jetstreamext.GetBatchOpt{jetstreamext.GetBatchSubject(filter)}
-		switch {
-		case start > 0:
-			opts = append(opts, jetstreamext.GetBatchSeq(start))
-		case since != nil:
-			opts = append(opts, jetstreamext.GetBatchStartTime(since.Add(-clockMargin)))
-		}
-		hits, last, more, err := s.batch(ctx, p.q, want, opts)
+		hits, last, more, err := s.batch(ctx, p.q, from(directget.Request{NextFor: filter, Batch: want}, start, since))
 		if err != nil {
 			return 0, err
 		}
@@ -251,26 +267,13 @@ func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint6
 // time since, when set) unfiltered and adds the filter's events to the
 // page; ok is true when they filled it (next is then where to go on).
 func (s *Searcher) probe(ctx context.Context, p *page, filter string, since *time.Time) (next uint64, ok bool, err error) {
-	var opts []jetstreamext.GetBatchOpt
-	if since != nil {
-		opts = append(opts, jetstreamext.GetBatchStartTime(since.Add(-clockMargin)))
-	}
-	msgs, err := jetstreamext.GetBatch(ctx, s.js, s.stream, 1000, opts...)
+	msgs, _, err := s.get(ctx, from(directget.Request{Batch: 1000}, 0, since))
 	if err != nil {
-		return 0, false, fmt.Errorf("search: read the index: %w", err)
+		return 0, false, err
 	}
 	var hits []hit
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
-		if err != nil {
-			return 0, false, fmt.Errorf("search: read the index: %w", err)
-		}
-		if !subjectMatch(filter, m.Subject) {
-			continue
-		}
-		if h, ok := s.hitOf(p.q, m); ok {
+	for _, m := range msgs {
+		if h, ok := s.hitOf(p.q, m); ok && subjectMatch(filter, h.subject) {
 			hits = append(hits, h)
 		}
 	}
@@ -310,9 +313,25 @@ func subjectMatch(filter, subj string) bool {
 	}
 }
 
+// from is req read from sequence start, or when that is 0 from the
+// index's time since (less clockMargin), or else from the first entry.
+func from(req directget.Request, start uint64, since *time.Time) directget.Request {
+	switch {
+	case start > 0:
+		req.Seq = start
+	case since != nil:
+		t := since.Add(-clockMargin)
+		req.StartTime = &t
+	default:
+		req.Seq = 1
+	}
+	return req
+}
+
 // hit is one index entry that passed the checks the index can make.
 type hit struct {
 	seq         uint64
+	subject     string
 	account, id string
 }
 
@@ -324,18 +343,12 @@ const maxSparse = 1024
 // the server's subject index (one request, whatever the size of the
 // index), in order; ok is false for a filter with more, which is scanned.
 func (s *Searcher) sparse(ctx context.Context, q ops.FindRequest, filter string, start uint64) (hits []hit, ok bool) {
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, s.stream, []string{filter}, jetstreamext.GetLastMsgsBatchSize(maxSparse))
-	if err != nil {
+	msgs, _, err := s.get(ctx, directget.Request{MultiLast: []string{filter}, Batch: maxSparse})
+	if err != nil { // too many entries (413), or a failure the scan meets again
 		return nil, false
 	}
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
-		if err != nil { // too many results, or a failure the scan meets again
-			return nil, false
-		}
-		if h, ok := s.hitOf(q, m); ok && m.Sequence >= start {
+	for _, m := range msgs {
+		if h, ok := s.hitOf(q, m); ok && h.seq >= start {
 			hits = append(hits, h)
 		}
 	}
@@ -343,50 +356,45 @@ func (s *Searcher) sparse(ctx context.Context, q ops.FindRequest, filter string,
 	return hits, true
 }
 
-// batch reads up to want entries of the filter: those that pass q's time
-// bounds, the last sequence read, and whether the filter has more.
-func (s *Searcher) batch(ctx context.Context, q ops.FindRequest, want int, opts []jetstreamext.GetBatchOpt) (hits []hit, last uint64, more bool, err error) {
-	msgs, err := jetstreamext.GetBatch(ctx, s.js, s.stream, want, opts...)
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("search: read the index: %w", err)
+// batch reads the entries req asks for: those that pass q's time bounds,
+// the last sequence read, and whether the filter has more.
+func (s *Searcher) batch(ctx context.Context, q ops.FindRequest, req directget.Request) (hits []hit, last uint64, more bool, err error) {
+	msgs, pending, err := s.get(ctx, req)
+	if err != nil || len(msgs) == 0 {
+		return nil, 0, false, err
 	}
-	n := 0
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			return hits, last, false, nil
-		}
-		if err != nil {
-			return nil, 0, false, fmt.Errorf("search: read the index: %w", err)
-		}
-		n++
-		last = m.Sequence
-		more = m.Header.Get("Nats-Num-Pending") != "0"
-		if h, ok := s.hitOf(q, m); ok {
+	for _, m := range msgs {
+		h, ok := s.hitOf(q, m)
+		last = max(last, h.seq)
+		if ok {
 			hits = append(hits, h)
 		}
 	}
-	return hits, last, more && n > 0, nil
+	return hits, last, pending > 0, nil
 }
 
-// hitOf reads an index entry: its event, unless it is a purge marker or
-// q's time bounds leave it out.
-func (s *Searcher) hitOf(q ops.FindRequest, m *jetstream.RawStreamMsg) (hit, bool) {
-	if len(m.Data) == 0 || m.Header.Get(kvOperation) != "" || len(m.Subject) <= len(s.prefix) {
-		return hit{}, false
-	}
-	ms, err := strconv.ParseInt(string(m.Data), 10, 64)
+// hitOf reads an index entry (its sequence, even when not ok): its event,
+// unless it is a purge marker or q's time bounds leave it out.
+func (s *Searcher) hitOf(q ops.FindRequest, m *nats.Msg) (hit, bool) {
+	subject, seq, _, err := directget.Meta(m)
 	if err != nil {
 		return hit{}, false
 	}
+	h := hit{seq: seq, subject: subject}
+	if len(m.Data) == 0 || m.Header.Get(kvOperation) != "" || len(subject) <= len(s.prefix) {
+		return h, false
+	}
+	ms, err := strconv.ParseInt(string(m.Data), 10, 64)
+	if err != nil {
+		return h, false
+	}
 	created := time.UnixMilli(ms)
 	if q.Since != nil && created.Before(q.Since.Truncate(time.Millisecond)) || q.Until != nil && !created.Before(*q.Until) {
-		return hit{}, false
+		return h, false
 	}
-	account, id, ok := parseKey(m.Subject[len(s.prefix):])
-	if !ok {
-		return hit{}, false
-	}
-	return hit{seq: m.Sequence, account: account, id: id}, true
+	var ok bool
+	h.account, h.id, ok = parseKey(subject[len(s.prefix):])
+	return h, ok
 }
 
 // read reads the records of hits, as many at a time as the page has

@@ -57,6 +57,7 @@ func setup(t *testing.T) *env {
 	if e.s, err = search.Open(ctx(t), js, st, subj); err != nil {
 		t.Fatalf("search.Open: %v", err)
 	}
+	t.Cleanup(e.s.Close)
 	return e
 }
 

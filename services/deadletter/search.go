@@ -36,8 +36,11 @@ func (s *Service) startSearch(ctx context.Context) error {
 }
 
 // stopSearch stops the indexer (what it has not acknowledged comes back
-// to the next one).
+// to the next one) and closes the searcher.
 func (s *Service) stopSearch(ctx context.Context) error {
+	if s.search != nil {
+		s.search.Close() // a search still running fails
+	}
 	if s.indexer == nil {
 		return nil
 	}

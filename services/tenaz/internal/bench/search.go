@@ -126,6 +126,7 @@ func Search(ctx context.Context, sz Sizes, r Report) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 
 	// Live: each event created, claimed and finished (some retried once,
 	// some polled with a reference), the indexer following as it would.
