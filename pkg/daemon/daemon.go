@@ -231,7 +231,7 @@ func Run(ctx context.Context, name, configPath string, hup <-chan os.Signal, bui
 	if err != nil {
 		return err
 	}
-	nc, err := natsconn.Connect(cfg.NATS, name, "")
+	nc, err := natsconn.Connect(cfg.NATS, name, "", natsconn.Logged(&log))
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/config"
 )
@@ -52,6 +53,25 @@ const PublishAckWait = 10 * time.Second
 // name ("_INBOX.tenaz-ingest"): a NATS user of one service may subscribe
 // to its own replies only (deploy/nats/values.yaml).
 func InboxPrefix(name string) string { return "_INBOX." + name }
+
+// Logged makes a connection log what the server refuses or drops after
+// the call that caused it returned: a permission its NATS user lacks (the
+// publish or request it refused is otherwise just never answered, and
+// its caller waits out a timeout), a subscription that fell behind. Five
+// lines a minute at most, so a refused hot path cannot flood the log.
+func Logged(log *zerolog.Logger) nats.Option {
+	l := log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})
+	return nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		ev, msg := l.Warn(), "nats: an asynchronous error"
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			ev, msg = l.Error(), "nats: the server refused this connection's NATS user: grant the permission (deploy/nats/values.yaml lists each service's)"
+		}
+		if sub != nil {
+			ev = ev.Str("subscription", sub.Subject)
+		}
+		ev.Err(err).Str("connection", nc.Opts.Name).Msg(msg)
+	})
+}
 
 // Connect dials NATS as name, with the replies under InboxPrefix(name).
 // url overrides c.URL when non-empty (embedded server).

@@ -138,7 +138,7 @@ func (t *System) Start(ctx context.Context) (err error) {
 		t.log.Info().Str("nats", url).Str("store_dir", cfg.NATS.Embedded.StoreDir).
 			Str("sync", cfg.NATS.Embedded.Sync).Msg("embedded nats-server started")
 	}
-	if t.nc, err = natsconn.Connect(cfg.NATS, "tenaz", url); err != nil {
+	if t.nc, err = natsconn.Connect(cfg.NATS, "tenaz", url, natsconn.Logged(&t.log)); err != nil {
 		return err
 	}
 	if err := daemon.CheckSizes(ctx, t.nc, cfg); err != nil {
@@ -302,7 +302,7 @@ func isLoopback(host string) bool {
 }
 
 func (t *System) connect(cfg *config.Config, url, name string) (*nats.Conn, error) {
-	nc, err := natsconn.Connect(cfg.NATS, name, url)
+	nc, err := natsconn.Connect(cfg.NATS, name, url, natsconn.Logged(&t.log))
 	if err != nil {
 		return nil, err
 	}
