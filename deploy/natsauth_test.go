@@ -51,6 +51,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/pgtest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter"
 	"github.com/tenaz/tenaz/services/dispatcher"
@@ -1485,13 +1486,14 @@ func TestNATSUsersShape(t *testing.T) {
 // purges are the streams a user may purge (by subject): ingest its
 // keeper messages and cancelled schedules, the deadletter the digest's
 // schedule when the digest is turned off and an event's schedule when an
-// operator retries it now or cancels its wait, the dispatcher the timer of
+// operator retries it now or cancels its wait (and the search index the
+// entity entries of an earlier version), the dispatcher the timer of
 // an event a webhook finished during its run; the dispatcher and the
 // poller trim EVENTS (an account's settled messages, a partition's
 // settled timers) and ingest INTAKE.
 var purges = map[string][]string{
 	serviceUser("ingest"):     {names.StreamIntake, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3), ingest.StreamRepeats},
-	serviceUser("deadletter"): {deadletter.StreamDigest, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
+	serviceUser("deadletter"): {deadletter.StreamDigest, "KV_" + search.Bucket, streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 	serviceUser("dispatcher"): {streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 	serviceUser("poller"):     {streams.EventsStream("", 0), streams.EventsStream("", 1), streams.EventsStream("", 2), streams.EventsStream("", 3)},
 }

@@ -5,7 +5,9 @@
 // entry per searchable fact in the tenaz_search bucket, under keys the
 // server's subject index can filter; a Searcher reads a page of a filter
 // from the subject index (multi-last) or with batched direct gets, and
-// checks each hit against the event's record.
+// checks each hit against the event's record. An entity is searched the
+// same way in the audit archive (pkg/audit), whose subjects hold it, so
+// the index keeps no entry for it.
 //
 //	x := search.NewIndexer(js, subj, search.IndexerOptions{Retention: 7 * 24 * time.Hour})
 //	err := x.Start(ctx)

@@ -3,6 +3,7 @@ package search
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,12 +15,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/streams"
 )
 
 // MaxScan bounds the index entries one page scans, so that a filter
@@ -39,50 +42,69 @@ const readers = 32
 // answers (a NATS user not allowed it) fails the search, not hangs it.
 const readWait = 10 * time.Second
 
-// Searcher answers searches from the index and the records.
+// Searcher answers searches from the index, the audit archive and the
+// records.
 type Searcher struct {
+	nc     *nats.Conn
 	gets   *directget.Mux
 	st     *store.Store
-	stream string // KV_<bucket>
+	index  string // KV_<bucket>
 	prefix string // $KV.<bucket>.
+	// The audit archive answers a search by entity: its subjects hold the
+	// entity (audit.EntityFilter), so the index needs no entry for it.
+	archive     string // TENAZ_AUDIT
+	auditPrefix string // subj.Prefix
 }
 
-// Open binds the index bucket (streams.Apply creates it); Close lets it go.
+// Open binds the index bucket and the audit archive (streams.Apply
+// creates them); Close lets them go.
 func Open(ctx context.Context, js jetstream.JetStream, st *store.Store, subj names.Subjects) (*Searcher, error) {
-	name := "KV_" + subj.Bucket(Bucket)
-	if _, err := js.Stream(ctx, name); err != nil {
-		return nil, fmt.Errorf("search: bucket %s: %w", subj.Bucket(Bucket), err)
+	s := &Searcher{nc: js.Conn(), st: st, index: "KV_" + subj.Bucket(Bucket), prefix: "$KV." + subj.Bucket(Bucket) + ".",
+		archive: subj.Stream(streams.StreamAudit), auditPrefix: subj.Prefix}
+	for _, name := range []string{s.index, s.archive} {
+		if _, err := js.Stream(ctx, name); err != nil {
+			return nil, fmt.Errorf("search: stream %s: %w", name, err)
+		}
 	}
-	gets, err := directget.New(js.Conn())
-	if err != nil {
+	var err error
+	if s.gets, err = directget.New(js.Conn()); err != nil {
 		return nil, fmt.Errorf("search: %w", err)
 	}
-	return &Searcher{gets: gets, st: st, stream: name, prefix: "$KV." + subj.Bucket(Bucket) + "."}, nil
+	return s, nil
 }
 
 // Close ends the subscription the index's reads are answered on.
 func (s *Searcher) Close() { s.gets.Close() }
 
-// get reads the index, bounded by readWait.
-func (s *Searcher) get(ctx context.Context, req directget.Request) ([]*nats.Msg, uint64, error) {
+// source is the stream a search reads: the index, or for an entity the
+// archive.
+func (s *Searcher) source(q ops.FindRequest) string {
+	if q.EntityID != "" && q.ProviderRef == "" {
+		return s.archive
+	}
+	return s.index
+}
+
+// get reads stream (the index or the archive), bounded by readWait.
+func (s *Searcher) get(ctx context.Context, stream string, req directget.Request) ([]*nats.Msg, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, readWait)
 	defer cancel()
-	msgs, pending, err := s.gets.Get(ctx, s.stream, req)
+	msgs, pending, err := s.gets.Get(ctx, stream, req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("search: read the index: %w", err)
+		return nil, 0, fmt.Errorf("search: read %s: %w", stream, err)
 	}
 	return msgs, pending, nil
 }
 
-// filter is the index subject that answers q, for the s entries of the
-// hour token hour ("*": any).
+// filter is the subject of q's source that answers q, for the s entries
+// of the hour token hour ("*": any).
 func (s *Searcher) filter(q ops.FindRequest, hour string) string {
 	a := anyOr(q.Account)
 	switch {
 	case q.ProviderRef != "":
 		return s.prefix + a + "." + fieldRef + "." + hashToken(q.ProviderRef) + ".*"
 	case q.EntityID != "":
-		return s.prefix + a + "." + fieldEntity + "." + hashToken(q.EntityID) + ".*"
+		return audit.EntityFilter(s.auditPrefix, a, q.EntityID)
 	}
 	kind := "*"
 	if q.Kind != "" {
@@ -131,6 +153,16 @@ func (s *Searcher) Find(ctx context.Context, q ops.FindRequest) (ops.FindReply, 
 		at, _ = decodeCursor(q) // Validate has read it
 	}
 	p := &page{q: q, limit: cmp.Or(q.Limit, ops.DefaultLimit), seen: map[string]bool{}, rep: ops.FindReply{Items: []ops.EventItem{}}}
+	if s.source(q) == s.archive {
+		next, err := s.byEntity(ctx, p, at)
+		if err != nil {
+			return ops.FindReply{}, err
+		}
+		if next != (cursor{}) {
+			p.rep.NextCursor = encodeCursor(q, next)
+		}
+		return p.rep, nil
+	}
 	hs := hours(q, time.Now())
 	if hs == nil {
 		next, err := s.fill(ctx, p, s.filter(q, "*"), at.seq, q.Since)
@@ -202,7 +234,10 @@ func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint6
 	// Listing a filter's entries from the subject index costs as many as
 	// it has before the server says they are too many: it is tried unless
 	// the filter spans every account's events of a state or kind.
-	try := p.q.Account != "" || p.q.EntityID != "" || p.q.ProviderRef != "" || !strings.HasSuffix(filter, ".*.*")
+	// An entity's archive subjects are listed by byEntity: here they are
+	// only scanned.
+	stream := s.source(p.q)
+	try := stream == s.index && (p.q.Account != "" || p.q.ProviderRef != "" || !strings.HasSuffix(filter, ".*.*"))
 	var hits []hit
 	listed := false
 	if try {
@@ -226,7 +261,7 @@ func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint6
 		}
 		return 0, nil
 	}
-	if !try && start == 0 {
+	if stream == s.index && !try && start == 0 {
 		// Every account's events of a kind or a state: often dense, and
 		// the server matches such a filter against every subject of its
 		// kind, where 1,000 entries read unfiltered cost a millisecond or
@@ -239,7 +274,10 @@ func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint6
 	}
 	for len(p.rep.Items) < p.limit {
 		want := p.want()
-		hits, last, more, err := s.batch(ctx, p.q, from(directget.Request{NextFor: filter, Batch: want}, start, since))
+		hits, last, more, err := s.batch(ctx, stream, p.q, from(directget.Request{NextFor: filter, Batch: want}, start, since))
+		if err == nil && stream == s.archive {
+			hits, err = s.lastOnly(ctx, hits)
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -267,7 +305,7 @@ func (s *Searcher) fill(ctx context.Context, p *page, filter string, start uint6
 // time since, when set) unfiltered and adds the filter's events to the
 // page; ok is true when they filled it (next is then where to go on).
 func (s *Searcher) probe(ctx context.Context, p *page, filter string, since *time.Time) (next uint64, ok bool, err error) {
-	msgs, _, err := s.get(ctx, from(directget.Request{Batch: 1000}, 0, since))
+	msgs, _, err := s.get(ctx, s.index, from(directget.Request{Batch: 1000}, 0, since))
 	if err != nil {
 		return 0, false, err
 	}
@@ -335,6 +373,113 @@ type hit struct {
 	account, id string
 }
 
+// byEntity fills the page with an entity's events from the archive. An
+// entity of at most maxSparse events is listed from the server's subject
+// index, in the order of their ids (at.after: the last id of the page
+// before): the stream's subjects, no message read, since the archive is
+// compressed and the last message of each event would load a block of its
+// own. A larger one is scanned by sequence (at.seq). A cursor of the other
+// way, the entity having crossed maxSparse between two pages, starts over.
+func (s *Searcher) byEntity(ctx context.Context, p *page, at cursor) (cursor, error) {
+	filter := s.filter(p.q, "*")
+	if at.seq == 0 {
+		all, ok, err := s.entityEvents(ctx, filter)
+		if err != nil {
+			return cursor{}, err
+		}
+		if ok {
+			return s.fillListed(ctx, p, all, at.after)
+		}
+	}
+	next, err := s.fill(ctx, p, filter, at.seq, p.q.Since)
+	if err != nil || next == 0 {
+		return cursor{}, err
+	}
+	return cursor{seq: next}, nil
+}
+
+// fillListed adds to the page the events of all (an entity's, in the
+// order of their ids) after the id after, and returns where the next page
+// goes on (none when all are read).
+func (s *Searcher) fillListed(ctx context.Context, p *page, all []hit, after string) (cursor, error) {
+	slices.SortFunc(all, func(a, b hit) int { return strings.Compare(a.id, b.id) })
+	for i := range all {
+		all[i].seq = uint64(i + 1) // read's upTo names a hit by it
+	}
+	i, _ := slices.BinarySearchFunc(all, after, func(h hit, id string) int { return strings.Compare(h.id, id) })
+	if i < len(all) && all[i].id == after {
+		i++
+	}
+	hits := all[i:]
+	for len(hits) > 0 {
+		n := min(len(hits), p.want())
+		items, upTo, err := s.read(ctx, p.q, hits[:n], p.limit-len(p.rep.Items), p.seen)
+		if err != nil {
+			return cursor{}, err
+		}
+		p.rep.Items = append(p.rep.Items, items...)
+		hits = hits[n:]
+		switch {
+		case upTo != 0:
+			return cursor{after: all[upTo-1].id}, nil
+		case len(p.rep.Items) == p.limit && len(hits) > 0:
+			return cursor{after: all[hits[0].seq-2].id}, nil
+		}
+	}
+	return cursor{}, nil
+}
+
+// entityEvents lists the events of filter (an entity's subjects in the
+// archive) from the server's subject index, one stream info request; ok
+// is false when there are more than maxSparse.
+func (s *Searcher) entityEvents(ctx context.Context, filter string) (hits []hit, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, readWait)
+	defer cancel()
+	req, err := json.Marshal(map[string]string{"subjects_filter": filter})
+	if err != nil {
+		return nil, false, err
+	}
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+s.archive, req)
+	if err != nil {
+		return nil, false, fmt.Errorf("search: read %s: %w", s.archive, err)
+	}
+	var rep struct {
+		Total int `json:"total"`
+		State struct {
+			Subjects map[string]uint64 `json:"subjects"`
+		} `json:"state"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return nil, false, fmt.Errorf("search: read %s: %w", s.archive, err)
+	}
+	if rep.Error != nil {
+		return nil, false, fmt.Errorf("search: read %s: %s (%d)", s.archive, rep.Error.Description, rep.Error.Code)
+	}
+	if rep.Total > maxSparse || len(rep.State.Subjects) > maxSparse {
+		return nil, false, nil
+	}
+	for subject := range rep.State.Subjects {
+		if h, ok := archiveHit(subject); ok {
+			hits = append(hits, h)
+		}
+	}
+	return hits, true, nil
+}
+
+// archiveHit reads the account and the event id of an archive subject,
+// <prefix>.audit.<account>.<entity token>.<id>.
+func archiveHit(subject string) (hit, bool) {
+	t := strings.Split(subject, ".")
+	if len(t) < 5 {
+		return hit{}, false
+	}
+	return hit{subject: subject, account: t[len(t)-3], id: t[len(t)-1]}, true
+}
+
 // maxSparse is how many entries a filter may have for the server's
 // subject index to list them all at once (its multi-last limit).
 const maxSparse = 1024
@@ -343,7 +488,7 @@ const maxSparse = 1024
 // the server's subject index (one request, whatever the size of the
 // index), in order; ok is false for a filter with more, which is scanned.
 func (s *Searcher) sparse(ctx context.Context, q ops.FindRequest, filter string, start uint64) (hits []hit, ok bool) {
-	msgs, _, err := s.get(ctx, directget.Request{MultiLast: []string{filter}, Batch: maxSparse})
+	msgs, _, err := s.get(ctx, s.index, directget.Request{MultiLast: []string{filter}, Batch: maxSparse})
 	if err != nil { // too many entries (413), or a failure the scan meets again
 		return nil, false
 	}
@@ -358,8 +503,8 @@ func (s *Searcher) sparse(ctx context.Context, q ops.FindRequest, filter string,
 
 // batch reads the entries req asks for: those that pass q's time bounds,
 // the last sequence read, and whether the filter has more.
-func (s *Searcher) batch(ctx context.Context, q ops.FindRequest, req directget.Request) (hits []hit, last uint64, more bool, err error) {
-	msgs, pending, err := s.get(ctx, req)
+func (s *Searcher) batch(ctx context.Context, stream string, q ops.FindRequest, req directget.Request) (hits []hit, last uint64, more bool, err error) {
+	msgs, pending, err := s.get(ctx, stream, req)
 	if err != nil || len(msgs) == 0 {
 		return nil, 0, false, err
 	}
@@ -373,14 +518,55 @@ func (s *Searcher) batch(ctx context.Context, q ops.FindRequest, req directget.R
 	return hits, last, pending > 0, nil
 }
 
-// hitOf reads an index entry (its sequence, even when not ok): its event,
-// unless it is a purge marker or q's time bounds leave it out.
+// lastOnly keeps the hits that are their event's last archive message.
+// A scan of the archive meets every revision of an event; the page lists
+// the event where its last one is, so that paging lists it once.
+func (s *Searcher) lastOnly(ctx context.Context, hits []hit) ([]hit, error) {
+	var subjects []string
+	last := map[string]uint64{}
+	for _, h := range hits {
+		if _, ok := last[h.subject]; !ok {
+			last[h.subject] = 0
+			subjects = append(subjects, h.subject)
+		}
+	}
+	const chunk = 256
+	for len(subjects) > 0 {
+		n := min(chunk, len(subjects))
+		msgs, _, err := s.get(ctx, s.archive, directget.Request{MultiLast: subjects[:n]})
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if subject, seq, _, err := directget.Meta(m); err == nil {
+				last[subject] = seq
+			}
+		}
+		subjects = subjects[n:]
+	}
+	kept := hits[:0]
+	for _, h := range hits {
+		if last[h.subject] == h.seq {
+			kept = append(kept, h)
+		}
+	}
+	return kept, nil
+}
+
+// hitOf reads an index entry or an archive message (its sequence, even
+// when not ok): its event, unless it is a purge marker or q's time bounds
+// leave it out.
 func (s *Searcher) hitOf(q ops.FindRequest, m *nats.Msg) (hit, bool) {
 	subject, seq, _, err := directget.Meta(m)
 	if err != nil {
 		return hit{}, false
 	}
 	h := hit{seq: seq, subject: subject}
+	if !strings.HasPrefix(subject, s.prefix) { // an archive message: its time bounds are the record's to check
+		a, ok := archiveHit(subject)
+		h.account, h.id = a.account, a.id
+		return h, ok && len(m.Data) > 0
+	}
 	if len(m.Data) == 0 || m.Header.Get(kvOperation) != "" || len(subject) <= len(s.prefix) {
 		return h, false
 	}

@@ -8,11 +8,14 @@ import (
 )
 
 // A cursor comes from the outside: any string is refused with ErrBadQuery
-// or read as a sequence that encodes back to a cursor of the same filter.
+// or read as a sequence (or an event id) that encodes back to a cursor of
+// the same filter.
 func FuzzCursor(f *testing.F) {
 	q := ops.FindRequest{Account: "acme", State: "dead"}
 	f.Add(encodeCursor(q, cursor{seq: 1}))
 	f.Add(encodeCursor(q, cursor{seq: 1 << 40, hour: 493000}))
+	f.Add(encodeCursor(q, cursor{after: "ev_j316bgkf314ocqth5in0fp1gj0"}))
+	f.Add("c2")
 	f.Add("c1")
 	f.Add("c1AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("")
@@ -26,8 +29,8 @@ func FuzzCursor(f *testing.F) {
 			}
 			return
 		}
-		if c.seq == 0 {
-			t.Fatalf("%q: accepted with sequence 0", cur)
+		if c.seq == 0 && c.after == "" {
+			t.Fatalf("%q: accepted with neither a sequence nor an event id", cur)
 		}
 		q.Cursor = encodeCursor(q, c)
 		if again, err := decodeCursor(q); err != nil || again != c {

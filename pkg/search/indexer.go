@@ -171,6 +171,11 @@ func (x *Indexer) Start(ctx context.Context) error {
 	}
 	run, cancel := context.WithCancel(context.Background())
 	x.cancel = cancel
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		x.dropEntityEntries(run)
+	}()
 	for p, c := range conss {
 		x.wg.Add(1)
 		go func() {
@@ -180,6 +185,31 @@ func (x *Indexer) Start(ctx context.Context) error {
 	}
 	x.report()
 	return nil
+}
+
+// legacyEntity matches the entity entries an earlier version wrote
+// (<account>.e.<hash>.<id>): the audit archive answers a search by entity
+// now, whose subjects hold the entity already.
+const legacyEntity = "*.e.>"
+
+// dropEntityEntries removes the entity entries an earlier version left,
+// one purge of the index's stream; with none left it removes nothing.
+func (x *Indexer) dropEntityEntries(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := func() error {
+		st, err := x.js.Stream(ctx, x.stream0)
+		if err != nil {
+			return err
+		}
+		return st.Purge(ctx, jetstream.WithPurgeSubject(x.prefix+legacyEntity))
+	}()
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled): // stopped
+	default:
+		x.log.Warn().Err(err).Str("stream", x.stream0).Msg("removing the entity entries of an earlier version; they stay, unread, and the next start tries again")
+	}
 }
 
 // consumer creates or updates stream's feed consumer. A new one starts
@@ -604,9 +634,6 @@ func (x *Indexer) index(ctx context.Context, revs []Revision) ([]jetstream.PubAc
 		for _, st := range append([]state.State{r.Status}, left(r)...) {
 			filters = append(filters, x.prefix+stateKey(r.Account, st, r.Kind, r.CreatedAt, r.ID))
 		}
-		if r.EntityID != "" {
-			filters = append(filters, x.prefix+entityKey(r.Account, r.EntityID, r.ID))
-		}
 		if r.Reference != "" {
 			filters = append(filters, x.prefix+refKey(r.Account, r.Reference, r.ID))
 		}
@@ -713,9 +740,6 @@ func (x *Indexer) writes(r *state.Record, index map[string]entry) []*nats.Msg {
 		ttl = x.o.Retention
 	}
 	want := []string{stateKey(r.Account, r.Status, r.Kind, r.CreatedAt, r.ID)}
-	if r.EntityID != "" {
-		want = append(want, entityKey(r.Account, r.EntityID, r.ID))
-	}
 	if r.Reference != "" {
 		want = append(want, refKey(r.Account, r.Reference, r.ID))
 	}

@@ -18,18 +18,17 @@ const Bucket = "tenaz_search"
 // checked without reading the record:
 //
 //	<account>.s.<state>.<kind>.<hour>.<id>   one per event, moved on each change of state
-//	<account>.e.<entity>.<id>                the entity id, hashed
 //	<account>.r.<reference>.<id>             each provider reference the event was given, hashed
 //
 // A search by state, kind, or account alone is a filter on the s entries
 // (acme.s.*.order/create.*.*), so those need no entries of their own; the
 // hour the event was created in (UTC, 2026120115) makes a time range a
 // few filters of one hour each. An idempotency key needs no entry: the
-// event id is derived from the account and the key (event.ID).
+// event id is derived from the account and the key (event.ID). Nor does
+// an entity: the audit archive's subjects hold it (audit.EntityFilter).
 const (
-	fieldState  = "s"
-	fieldEntity = "e"
-	fieldRef    = "r"
+	fieldState = "s"
+	fieldRef   = "r"
 )
 
 // kindToken is kind as one key token: its dots (the only character of a
@@ -51,10 +50,6 @@ func hourToken(t time.Time) string { return t.UTC().Format(hourLayout) }
 
 func stateKey(account string, st state.State, kind string, created time.Time, id string) string {
 	return account + "." + fieldState + "." + string(st) + "." + kindToken(kind) + "." + hourToken(created) + "." + id
-}
-
-func entityKey(account, entity, id string) string {
-	return account + "." + fieldEntity + "." + hashToken(entity) + "." + id
 }
 
 func refKey(account, ref, id string) string {

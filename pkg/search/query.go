@@ -121,16 +121,22 @@ func Validate(q ops.FindRequest) error {
 	return nil
 }
 
-// A cursor is where a search goes on: the index's stream sequence, in the
-// creation hour (Unix hours; 0 when the search is not an hour at a time),
-// and a checksum of the filter it belongs to (a cursor of another filter
-// would skip that filter's events): "c1" then base64url of uvarint(seq),
-// uvarint(hour) and the CRC-32.
-const cursorVersion = "c1"
+// A cursor is where a search goes on: the stream sequence of the index
+// (or of the archive, for an entity scanned), in the creation hour (Unix
+// hours; 0 when the search is not an hour at a time), or the last event
+// id of the page before (an entity listed), and a checksum of the filter
+// it belongs to (a cursor of another filter would skip that filter's
+// events): "c1" then base64url of uvarint(seq), uvarint(hour) and the
+// CRC-32; "c2" then base64url of the id and the CRC-32.
+const (
+	cursorVersion   = "c1"
+	cursorVersionID = "c2"
+)
 
 type cursor struct {
-	seq  uint64
-	hour int64
+	seq   uint64
+	hour  int64
+	after string // an event id
 }
 
 // filterSum is the checksum of q's filter (everything but the page).
@@ -146,10 +152,19 @@ func filterSum(q ops.FindRequest) uint32 {
 		}
 		b.WriteByte(0)
 	}
+	if q.EntityID != "" && q.ProviderRef == "" {
+		// Its sequences are the archive's: a cursor of the index's entity
+		// entries (before the archive answered) goes nowhere.
+		b.WriteString("archive")
+	}
 	return crc32.ChecksumIEEE([]byte(b.String()))
 }
 
 func encodeCursor(q ops.FindRequest, c cursor) string {
+	if c.after != "" {
+		b := binary.BigEndian.AppendUint32([]byte(c.after), filterSum(q))
+		return cursorVersionID + base64.RawURLEncoding.EncodeToString(b)
+	}
 	b := binary.AppendUvarint(nil, c.seq)
 	b = binary.AppendUvarint(b, uint64(c.hour))
 	b = binary.BigEndian.AppendUint32(b, filterSum(q))
@@ -159,6 +174,20 @@ func encodeCursor(q ops.FindRequest, c cursor) string {
 // decodeCursor reads q's cursor.
 func decodeCursor(q ops.FindRequest) (cursor, error) {
 	notOne := bad("cursor", "not a cursor of this API: pass a reply's next_cursor as it is")
+	if rest, ok := strings.CutPrefix(q.Cursor, cursorVersionID); ok {
+		b, err := base64.RawURLEncoding.DecodeString(rest)
+		if err != nil || len(b) <= 4 || len(b) > 4+names.MaxKeyLen {
+			return cursor{}, notOne
+		}
+		id := string(b[:len(b)-4])
+		if names.ValidateKey("cursor", id) != nil {
+			return cursor{}, notOne
+		}
+		if binary.BigEndian.Uint32(b[len(b)-4:]) != filterSum(q) {
+			return cursor{}, wrongFilter
+		}
+		return cursor{after: id}, nil
+	}
 	rest, ok := strings.CutPrefix(q.Cursor, cursorVersion)
 	if !ok || len(rest) > 40 {
 		return cursor{}, notOne
@@ -176,7 +205,9 @@ func decodeCursor(q ops.FindRequest) (cursor, error) {
 		return cursor{}, notOne
 	}
 	if binary.BigEndian.Uint32(b[n+m:]) != filterSum(q) {
-		return cursor{}, bad("cursor", "belongs to another filter: a cursor goes on only with the filter of the page it came with")
+		return cursor{}, wrongFilter
 	}
 	return cursor{seq: seq, hour: int64(hour)}, nil
 }
+
+var wrongFilter = bad("cursor", "belongs to another filter: a cursor goes on only with the filter of the page it came with")

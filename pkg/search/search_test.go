@@ -2,6 +2,7 @@ package search_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
@@ -63,12 +65,29 @@ func setup(t *testing.T) *env {
 
 func (e *env) startIndexer(t *testing.T) {
 	t.Helper()
-	e.x = search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set})
+	e.x = search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set, Follow: e.archive})
 	if err := e.x.Start(ctx(t)); err != nil {
 		t.Fatalf("indexer Start: %v", err)
 	}
 	x := e.x
 	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+}
+
+// archive writes each revision the indexer follows to the audit archive,
+// as the deadletter service's archiver does (one message per revision,
+// under the event's account and entity): a search by entity reads it.
+func (e *env) archive(ctx context.Context, revs []search.Revision) error {
+	for _, rv := range revs {
+		r, _ := audit.Diff(rv.Record, rv.Seq, audit.Mark{})
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if _, err := e.js.Publish(ctx, audit.Subject(e.subj.Prefix, r.Account, r.EntityID, r.ID), b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func ctx(t *testing.T) context.Context {
@@ -674,5 +693,121 @@ func TestFeedStartsWhereTheConsumersItReplacedLeftOff(t *testing.T) {
 		if _, err := js.Consumer(ctx(t), stream, name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			t.Fatalf("the replaced consumer %s: %v, want it deleted", name, err)
 		}
+	}
+}
+
+// An entity of more events than the server lists at once (1,024) is
+// scanned in the archive, where each event has a message per revision:
+// paging lists each event once, where its last revision is, and only the
+// entity's.
+func TestEntityOfManyEventsPagesEachOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const n = 1100
+	at := time.Now().Add(-time.Hour)
+	var want []string
+	for i := range n {
+		want = append(want, e.create(t, "acme", "order.create", fmt.Sprintf("many-%d", i), "customer-7", at))
+	}
+	other := e.create(t, "acme", "order.create", "other", "customer-8", at)
+	elsewhere := e.create(t, "globex", "order.create", "many-0", "customer-7", at)
+	stream, err := e.js.Stream(ctx(t), e.subj.Stream("TENAZ_AUDIT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	archived := func(msgs uint64) func() bool {
+		return func() bool {
+			info, err := stream.Info(ctx(t))
+			return err == nil && info.State.Msgs >= msgs
+		}
+	}
+	natstest.Eventually(t, 30*time.Second, archived(n+2), "the archive has not got every event")
+	// Every other event moves on: a second message, after the first
+	// messages of the others.
+	for i := 0; i < n; i += 2 {
+		e.act(t, "acme", want[i], state.Action{Name: state.Claim, Seq: uint64(i + 1)})
+	}
+	natstest.Eventually(t, 30*time.Second, archived(n+2+n/2), "the archive has not got every claim")
+	slices.Sort(want)
+	got := e.find(t, ops.FindRequest{Account: "acme", EntityID: "customer-7", Limit: 100})
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("found %d events of the entity, want %d (never %s or %s)", len(got), len(want), other, elsewhere)
+	}
+}
+
+// The entity entries an earlier version kept in the index are removed
+// when an indexer starts; the rest of the index stays.
+func TestIndexerRemovesEntityEntriesOfAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	id := e.create(t, "acme", "order.create", "kept", "customer-1", time.Now())
+	e.eventually(t, ops.FindRequest{Account: "acme"}, []string{id})
+	kv, err := e.js.KeyValue(ctx(t), e.subj.Bucket(search.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := "acme.e.0123456789abcdef0123456789abcdef." + id
+	if _, err := kv.Put(ctx(t), legacy, []byte("1764800000000")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.x.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.startIndexer(t)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		_, err := kv.Get(ctx(t), legacy)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, "the entity entry of an earlier version is still there")
+	keys, err := kv.ListKeys(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for k := range keys.Keys() {
+		left = append(left, k)
+	}
+	if len(left) != 1 || !strings.Contains(left[0], ".s.pending.") {
+		t.Fatalf("the index holds %v, want the event's state entry alone", left)
+	}
+}
+
+// An entity's events are listed from the archive's subjects in the order
+// of their ids, page after page: each once, the last page without a
+// cursor, whatever moves on between two pages.
+func TestEntityPagesInIDOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	at := time.Now().Add(-time.Hour)
+	var want []string
+	for i := range 30 {
+		want = append(want, e.create(t, "acme", "order.create", fmt.Sprintf("paged-%d", i), "cust-3", at))
+		e.create(t, "acme", "order.create", fmt.Sprintf("not-%d", i), "cust-4", at)
+	}
+	slices.Sort(want)
+	e.eventually(t, ops.FindRequest{Account: "acme", EntityID: "cust-3"}, want)
+	q := ops.FindRequest{Account: "acme", EntityID: "cust-3", Limit: 7}
+	var got []string
+	for page := 0; ; page++ {
+		rep, err := e.s.Find(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range rep.Items {
+			got = append(got, it.ID)
+		}
+		if page == 1 { // an event of the first page moves on: it is not listed again
+			e.act(t, "acme", got[0], state.Action{Name: state.Claim, Seq: 1})
+		}
+		if rep.NextCursor == "" {
+			break
+		}
+		if len(rep.Items) != q.Limit || page > 10 {
+			t.Fatalf("page %d: %d events with a next cursor", page, len(rep.Items))
+		}
+		q.Cursor = rep.NextCursor
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pages listed\n%v\nwant, in the order of their ids,\n%v", got, want)
 	}
 }

@@ -604,12 +604,15 @@ func searchBullet(sz Sizes) string {
   the 4 partitions, 5 kinds, of every 20 events 14 done, one each pending,
   retrying, dead, scheduled, polling with a reference and in manual review,
   with the timelines that led there; created over the week before), the
-  indexer following as it runs in production (`+"`search_index_events_per_s`"+`:
+  indexer following as it runs in production, and handing each batch to
+  a writer of the audit archive as the deadletter service's archiver does
+  (a search by entity reads the archive) (`+"`search_index_events_per_s`"+`:
   the records over the time until it had them all; `+"`search_index_lag_max_revisions`"+`
   its largest lag; `+"`search_index_*_per_event`"+`: its writes, and the index's
   entries and bytes left per event). Then %d queries of each filter
-  through Searcher.Find (the index's multi-last or batched direct gets,
-  then each hit's record), each a page of 50, with values that change from
+  through Searcher.Find (the index's multi-last or batched direct gets;
+  for an entity, the archive's subjects; then each hit's record), each a
+  page of 50, with values that change from
   one query to the next: an account; a kind (every account); an account's
   retrying events; dead, manual-review or polling events of every account;
   an account's entity; an idempotency key; a provider reference; an

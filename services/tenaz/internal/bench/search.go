@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/audit"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -90,6 +92,38 @@ func stateNew(base state.Record, first state.Action, now time.Time, then []state
 	return r, err
 }
 
+// archiveFollow writes what the indexer hands it to the audit archive,
+// pipelined, as the deadletter service's archiver does from the same feed
+// (a message per record read, under its account and entity): a search by
+// entity reads it.
+func archiveFollow(js jetstream.JetStream, prefix string) func(context.Context, []search.Revision) error {
+	return func(ctx context.Context, revs []search.Revision) error {
+		pend := make([]jetstream.PubAckFuture, 0, len(revs))
+		for _, rv := range revs {
+			r, _ := audit.Diff(rv.Record, rv.Seq, audit.Mark{})
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			f, err := js.PublishAsync(audit.Subject(prefix, r.Account, r.EntityID, r.ID), b, jetstream.WithStallWait(search.StallWait))
+			if err != nil {
+				return err
+			}
+			pend = append(pend, f)
+		}
+		for _, f := range pend {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+}
+
 // Search measures the search at searchEvents events held: the index's
 // cost per event (writes, bytes) live and over the bulk load, how fast the
 // indexer follows, and each filter's query time.
@@ -117,7 +151,7 @@ func Search(ctx context.Context, sz Sizes, r Report) error {
 		return err
 	}
 	subj := names.NewSubjects("").WithPartitions(l.Partitions)
-	x := search.NewIndexer(js, subj, search.IndexerOptions{})
+	x := search.NewIndexer(js, subj, search.IndexerOptions{Follow: archiveFollow(js, subj.Prefix)})
 	if err := x.Start(ctx); err != nil {
 		return err
 	}
