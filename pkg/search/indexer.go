@@ -2,7 +2,6 @@ package search
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -559,7 +558,7 @@ func (x *Indexer) records(ripe, young []fed) (revs []Revision, behind map[string
 			continue
 		}
 		var r Revision
-		if err := json.Unmarshal(f.m.Data(), &r.Record); err != nil || r.Record.ID == "" || r.Record.Account == "" {
+		if err := state.DecodeJSON(f.m.Data(), &r.Record); err != nil || r.Record.ID == "" || r.Record.Account == "" {
 			x.log.Warn().Err(err).Str("subject", f.m.Subject()).Msg("a state revision that is not a record: not indexed")
 			continue
 		}

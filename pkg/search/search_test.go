@@ -76,15 +76,28 @@ func (e *env) startIndexer(t *testing.T) {
 // archive writes each revision the indexer follows to the audit archive,
 // as the deadletter service's archiver does (one message per revision,
 // under the event's account and entity): a search by entity reads it.
+// The writes are pipelined, as the archiver's.
 func (e *env) archive(ctx context.Context, revs []search.Revision) error {
+	pend := make([]jetstream.PubAckFuture, 0, len(revs))
 	for _, rv := range revs {
 		r, _ := audit.Diff(rv.Record, rv.Seq, audit.Mark{})
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
-		if _, err := e.js.Publish(ctx, audit.Subject(e.subj.Prefix, r.Account, r.EntityID, r.ID), b); err != nil {
+		f, err := e.js.PublishAsync(audit.Subject(e.subj.Prefix, r.Account, r.EntityID, r.ID), b)
+		if err != nil {
 			return err
+		}
+		pend = append(pend, f)
+	}
+	for _, f := range pend {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil

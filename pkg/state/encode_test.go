@@ -25,50 +25,57 @@ func genTime(t *rapid.T, label string) time.Time {
 	return time.Unix(sec, ns).In(loc)
 }
 
+// genRecord draws a record of any content: strings that need escaping
+// or hold invalid UTF-8, times in other zones, nil or empty histories.
+func genRecord(t *rapid.T) Record {
+	r := Record{
+		ID: genString(t, "id"), IdempotencyKey: genString(t, "key"), Account: genString(t, "acct"),
+		Kind: genString(t, "kind"), EntityID: genString(t, "entity"), OrderingKey: genString(t, "ok"),
+		Status: State(genString(t, "status")), Stage: genString(t, "stage"),
+		Attempts: rapid.IntRange(-3, 1000).Draw(t, "attempts"), Reference: genString(t, "ref"),
+		CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
+		RunSeq: rapid.Uint64().Draw(t, "runseq"), Truncated: rapid.IntRange(0, 50).Draw(t, "trunc"),
+		After: genString(t, "after"), Next: genString(t, "next"), Traceparent: genString(t, "traceparent"),
+	}
+	if rapid.Bool().Draw(t, "err") {
+		r.LastError = &ErrorInfo{Class: genString(t, "class"), Message: genString(t, "msg"), HTTPStatus: rapid.IntRange(0, 599).Draw(t, "status")}
+	}
+	if rapid.Bool().Draw(t, "next") {
+		n := genTime(t, "next")
+		r.NextRunAt = &n
+	}
+	if rapid.Bool().Draw(t, "deadline") {
+		d := genTime(t, "deadline")
+		r.Deadline = &d
+	}
+	r.Polls = rapid.IntRange(0, 300).Draw(t, "polls")
+	if rapid.Bool().Draw(t, "payload") {
+		r.Payload = json.RawMessage(rapid.SampledFrom([]string{`{"order_id":"o-1","total":1990}`, `[]`, `{"a":{"history":[1]},"b":1}`}).Draw(t, "payload"))
+	}
+	if rapid.Bool().Draw(t, "hash") {
+		r.PayloadSHA256 = genString(t, "hash")
+	}
+	if rapid.Bool().Draw(t, "result") {
+		r.Result = json.RawMessage(rapid.SampledFrom([]string{`{"id":"ref_1","ok":true}`, `[1,2]`, `"s"`, `null`}).Draw(t, "res"))
+	}
+	if rapid.Bool().Draw(t, "hasHistory") {
+		r.History = []Entry{}
+		for range rapid.IntRange(0, 5).Draw(t, "n") {
+			r.History = append(r.History, Entry{
+				At: genTime(t, "at"), Action: ActionName(genString(t, "action")), From: State(genString(t, "from")),
+				To: State(genString(t, "to")), Attempt: rapid.IntRange(0, 9).Draw(t, "attempt"),
+				Stage: genString(t, "estage"), Actor: genString(t, "actor"), Detail: genString(t, "detail"),
+				HTTPStatus: rapid.IntRange(0, 599).Draw(t, "hs"), Count: rapid.IntRange(0, 3).Draw(t, "count"),
+			})
+		}
+	}
+	return r
+}
+
 // AppendJSON writes exactly what encoding/json writes for any record.
 func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		r := Record{
-			ID: genString(t, "id"), IdempotencyKey: genString(t, "key"), Account: genString(t, "acct"),
-			Kind: genString(t, "kind"), EntityID: genString(t, "entity"), OrderingKey: genString(t, "ok"),
-			Status: State(genString(t, "status")), Stage: genString(t, "stage"),
-			Attempts: rapid.IntRange(-3, 1000).Draw(t, "attempts"), Reference: genString(t, "ref"),
-			CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
-			RunSeq: rapid.Uint64().Draw(t, "runseq"), Truncated: rapid.IntRange(0, 50).Draw(t, "trunc"),
-			After: genString(t, "after"), Next: genString(t, "next"), Traceparent: genString(t, "traceparent"),
-		}
-		if rapid.Bool().Draw(t, "err") {
-			r.LastError = &ErrorInfo{Class: genString(t, "class"), Message: genString(t, "msg"), HTTPStatus: rapid.IntRange(0, 599).Draw(t, "status")}
-		}
-		if rapid.Bool().Draw(t, "next") {
-			n := genTime(t, "next")
-			r.NextRunAt = &n
-		}
-		if rapid.Bool().Draw(t, "deadline") {
-			d := genTime(t, "deadline")
-			r.Deadline = &d
-		}
-		r.Polls = rapid.IntRange(0, 300).Draw(t, "polls")
-		if rapid.Bool().Draw(t, "payload") {
-			r.Payload = json.RawMessage(rapid.SampledFrom([]string{`{"order_id":"o-1","total":1990}`, `[]`, `{"a":{"history":[1]},"b":1}`}).Draw(t, "payload"))
-		}
-		if rapid.Bool().Draw(t, "hash") {
-			r.PayloadSHA256 = genString(t, "hash")
-		}
-		if rapid.Bool().Draw(t, "result") {
-			r.Result = json.RawMessage(rapid.SampledFrom([]string{`{"id":"ref_1","ok":true}`, `[1,2]`, `"s"`, `null`}).Draw(t, "res"))
-		}
-		if rapid.Bool().Draw(t, "hasHistory") {
-			r.History = []Entry{}
-			for range rapid.IntRange(0, 5).Draw(t, "n") {
-				r.History = append(r.History, Entry{
-					At: genTime(t, "at"), Action: ActionName(genString(t, "action")), From: State(genString(t, "from")),
-					To: State(genString(t, "to")), Attempt: rapid.IntRange(0, 9).Draw(t, "attempt"),
-					Stage: genString(t, "estage"), Actor: genString(t, "actor"), Detail: genString(t, "detail"),
-					HTTPStatus: rapid.IntRange(0, 599).Draw(t, "hs"), Count: rapid.IntRange(0, 3).Draw(t, "count"),
-				})
-			}
-		}
+		r := genRecord(t)
 		want, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)

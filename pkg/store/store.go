@@ -10,7 +10,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -203,7 +202,7 @@ func get(ctx context.Context, kv jetstream.KeyValue, id string) (state.Record, u
 		return state.Record{}, 0, fmt.Errorf("store: get %s: %w", id, err)
 	}
 	var r state.Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
+	if err := state.DecodeJSON(e.Value(), &r); err != nil {
 		return state.Record{}, 0, fmt.Errorf("store: decode %s: %w", id, err)
 	}
 	return r, e.Revision(), nil
