@@ -430,18 +430,37 @@ func (s *Searcher) fillListed(ctx context.Context, p *page, all []hit, after str
 }
 
 // entityEvents lists the events of filter (an entity's subjects in the
-// archive) from the server's subject index, one stream info request; ok
-// is false when there are more than maxSparse.
+// archive) from the server's subject index; ok is false when there are
+// more than maxSparse.
 func (s *Searcher) entityEvents(ctx context.Context, filter string) (hits []hit, ok bool, err error) {
+	total, list, err := subjects(ctx, s.nc, s.archive, filter)
+	if err != nil {
+		return nil, false, fmt.Errorf("search: %w", err)
+	}
+	if total > maxSparse {
+		return nil, false, nil
+	}
+	for subject := range list {
+		if h, ok := archiveHit(subject); ok {
+			hits = append(hits, h)
+		}
+	}
+	return hits, true, nil
+}
+
+// subjects asks the server which subjects of stream match filter, and how
+// many there are (a stream info request: it reads the stream's subject
+// index, no message; it lists at most 100,000).
+func subjects(ctx context.Context, nc *nats.Conn, stream, filter string) (total int, list map[string]uint64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, readWait)
 	defer cancel()
 	req, err := json.Marshal(map[string]string{"subjects_filter": filter})
 	if err != nil {
-		return nil, false, err
+		return 0, nil, err
 	}
-	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+s.archive, req)
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+stream, req)
 	if err != nil {
-		return nil, false, fmt.Errorf("search: read %s: %w", s.archive, err)
+		return 0, nil, fmt.Errorf("subjects of %s: %w", stream, err)
 	}
 	var rep struct {
 		Total int `json:"total"`
@@ -454,20 +473,12 @@ func (s *Searcher) entityEvents(ctx context.Context, filter string) (hits []hit,
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &rep); err != nil {
-		return nil, false, fmt.Errorf("search: read %s: %w", s.archive, err)
+		return 0, nil, fmt.Errorf("subjects of %s: %w", stream, err)
 	}
 	if rep.Error != nil {
-		return nil, false, fmt.Errorf("search: read %s: %s (%d)", s.archive, rep.Error.Description, rep.Error.Code)
+		return 0, nil, fmt.Errorf("subjects of %s: %s (%d)", stream, rep.Error.Description, rep.Error.Code)
 	}
-	if rep.Total > maxSparse || len(rep.State.Subjects) > maxSparse {
-		return nil, false, nil
-	}
-	for subject := range rep.State.Subjects {
-		if h, ok := archiveHit(subject); ok {
-			hits = append(hits, h)
-		}
-	}
-	return hits, true, nil
+	return max(rep.Total, len(rep.State.Subjects)), rep.State.Subjects, nil
 }
 
 // archiveHit reads the account and the event id of an archive subject,

@@ -191,17 +191,26 @@ func (x *Indexer) Start(ctx context.Context) error {
 // now, whose subjects hold the entity already.
 const legacyEntity = "*.e.>"
 
-// dropEntityEntries removes the entity entries an earlier version left,
-// one purge of the index's stream; with none left it removes nothing.
+// dropEntityEntries removes the entity entries an earlier version left:
+// it asks the index's subject index whether there are any, and purges
+// them by subject when there are.
 func (x *Indexer) dropEntityEntries(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err := func() error {
+		n, _, err := subjects(ctx, x.js.Conn(), x.stream0, x.prefix+legacyEntity)
+		if err != nil || n == 0 {
+			return err
+		}
 		st, err := x.js.Stream(ctx, x.stream0)
 		if err != nil {
 			return err
 		}
-		return st.Purge(ctx, jetstream.WithPurgeSubject(x.prefix+legacyEntity))
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(x.prefix+legacyEntity)); err != nil {
+			return err
+		}
+		x.log.Info().Int("entries", n).Msg("removed the entity entries of an earlier version: the audit archive answers a search by entity")
+		return nil
 	}()
 	switch {
 	case err == nil:
