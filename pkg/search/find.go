@@ -79,11 +79,16 @@ func (s *Searcher) Close() { s.gets.Close() }
 // source is the stream a search reads: the index, or for an entity the
 // archive.
 func (s *Searcher) source(q ops.FindRequest) string {
-	if q.EntityID != "" && q.ProviderRef == "" {
+	if fromArchive(q) {
 		return s.archive
 	}
 	return s.index
 }
+
+// fromArchive reports whether q is answered from the archive: an entity, not
+// narrowed to a provider reference (the index's reference entries are
+// fewer).
+func fromArchive(q ops.FindRequest) bool { return q.EntityID != "" && q.ProviderRef == "" }
 
 // get reads stream (the index or the archive), bounded by readWait.
 func (s *Searcher) get(ctx context.Context, stream string, req directget.Request) ([]*nats.Msg, uint64, error) {
@@ -541,19 +546,11 @@ func (s *Searcher) lastOnly(ctx context.Context, hits []hit) ([]hit, error) {
 			subjects = append(subjects, h.subject)
 		}
 	}
-	const chunk = 256
-	for len(subjects) > 0 {
-		n := min(chunk, len(subjects))
-		msgs, _, err := s.get(ctx, s.archive, directget.Request{MultiLast: subjects[:n]})
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range msgs {
-			if subject, seq, _, err := directget.Meta(m); err == nil {
-				last[subject] = seq
-			}
-		}
-		subjects = subjects[n:]
+	ctx, cancel := context.WithTimeout(ctx, readWait)
+	defer cancel()
+	err := lastsOf(ctx, s.gets, s.archive, subjects, func(subject string, seq uint64, _ *nats.Msg) { last[subject] = seq })
+	if err != nil {
+		return nil, fmt.Errorf("search: read %s: %w", s.archive, err)
 	}
 	kept := hits[:0]
 	for _, h := range hits {

@@ -686,16 +686,22 @@ func (x *Indexer) lookup(ctx context.Context, filters []string) (map[string]entr
 }
 
 // lasts hands fn the last message of each of the subjects of stream
-// that has one, a few hundred subjects a request.
+// that has one, bounded by lookupWait.
 func (x *Indexer) lasts(ctx context.Context, stream string, subjects []string, fn func(subject string, seq uint64, m *nats.Msg)) error {
-	const chunk = 256
 	// A request the server refuses (a NATS user not allowed it) or loses
 	// is never answered.
 	ctx, cancel := context.WithTimeout(ctx, lookupWait)
 	defer cancel()
+	return lastsOf(ctx, x.gets, stream, subjects, fn)
+}
+
+// lastsOf hands fn the last message of each of the subjects of stream
+// that has one, a few hundred subjects a request.
+func lastsOf(ctx context.Context, gets *directget.Mux, stream string, subjects []string, fn func(subject string, seq uint64, m *nats.Msg)) error {
+	const chunk = 256
 	for len(subjects) > 0 {
 		n := min(chunk, len(subjects))
-		msgs, _, err := x.gets.Get(ctx, stream, directget.Request{MultiLast: subjects[:n]})
+		msgs, _, err := gets.Get(ctx, stream, directget.Request{MultiLast: subjects[:n]})
 		if err != nil {
 			return err
 		}

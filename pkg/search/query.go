@@ -152,7 +152,7 @@ func filterSum(q ops.FindRequest) uint32 {
 		}
 		b.WriteByte(0)
 	}
-	if q.EntityID != "" && q.ProviderRef == "" {
+	if fromArchive(q) {
 		// Its sequences are the archive's: a cursor of the index's entity
 		// entries (before the archive answered) goes nowhere.
 		b.WriteString("archive")

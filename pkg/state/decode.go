@@ -206,68 +206,84 @@ func (d *decoder) history() ([]Entry, bool) {
 	if d.null() {
 		return nil, true
 	}
-	if !d.next('[') {
+	h := []Entry{}
+	ok := d.array(func() bool {
+		e, ok := d.entry()
+		h = append(h, e)
+		return ok
+	})
+	if !ok {
 		return nil, false
 	}
-	h := []Entry{}
+	return h, true
+}
+
+func (d *decoder) entry() (Entry, bool) {
+	var e Entry
+	ok := d.object(func(key []byte, seen *uint64) bool {
+		var n uint
+		var ok bool
+		switch string(key) {
+		case "at":
+			ok = d.time(&e.At)
+		case "action":
+			n = 1
+			var s string
+			s, ok = d.name()
+			e.Action = ActionName(s)
+		case "from":
+			n = 2
+			var s string
+			s, ok = d.name()
+			e.From = State(s)
+		case "to":
+			n = 3
+			var s string
+			s, ok = d.name()
+			e.To = State(s)
+		case "attempt":
+			n = 4
+			e.Attempt, ok = d.int()
+		case "stage":
+			n = 5
+			e.Stage, ok = d.name()
+		case "actor":
+			n = 6
+			e.Actor, ok = d.string()
+		case "detail":
+			n = 7
+			e.Detail, ok = d.string()
+		case "http_status":
+			n = 8
+			e.HTTPStatus, ok = d.int()
+		case "count":
+			n = 9
+			e.Count, ok = d.int()
+		default:
+			return false
+		}
+		return ok && once(seen, n)
+	})
+	return e, ok
+}
+
+// array reads [element,...], elem reading each element.
+func (d *decoder) array(elem func() bool) bool {
+	if !d.next('[') {
+		return false
+	}
 	if d.next(']') {
-		return h, true
+		return true
 	}
 	for {
-		var e Entry
-		ok := d.object(func(key []byte, seen *uint64) bool {
-			var n uint
-			var ok bool
-			switch string(key) {
-			case "at":
-				ok = d.time(&e.At)
-			case "action":
-				n = 1
-				var s string
-				s, ok = d.name()
-				e.Action = ActionName(s)
-			case "from":
-				n = 2
-				var s string
-				s, ok = d.name()
-				e.From = State(s)
-			case "to":
-				n = 3
-				var s string
-				s, ok = d.name()
-				e.To = State(s)
-			case "attempt":
-				n = 4
-				e.Attempt, ok = d.int()
-			case "stage":
-				n = 5
-				e.Stage, ok = d.name()
-			case "actor":
-				n = 6
-				e.Actor, ok = d.string()
-			case "detail":
-				n = 7
-				e.Detail, ok = d.string()
-			case "http_status":
-				n = 8
-				e.HTTPStatus, ok = d.int()
-			case "count":
-				n = 9
-				e.Count, ok = d.int()
-			default:
-				return false
-			}
-			return ok && once(seen, n)
-		})
-		if !ok {
-			return nil, false
+		if !elem() {
+			return false
 		}
-		h = append(h, e)
 		if d.next(']') {
-			return h, true
+			return true
 		}
 		if !d.next(',') {
-			return nil, false
+			return false
 		}
 	}
 }
@@ -346,38 +362,10 @@ func (d *decoder) skip(depth int) bool {
 	case c == '"':
 		_, ok := d.rawString()
 		return ok
-	case c == '{':
-		d.i++
-		if d.next('}') {
-			return true
-		}
-		for {
-			if _, ok := d.rawString(); !ok || !d.next(':') || !d.skip(depth+1) {
-				return false
-			}
-			if d.next('}') {
-				return true
-			}
-			if !d.next(',') {
-				return false
-			}
-		}
+	case c == '{': // a raw value may repeat a key: encoding/json keeps it as it is
+		return d.object(func([]byte, *uint64) bool { return d.skip(depth + 1) })
 	case c == '[':
-		d.i++
-		if d.next(']') {
-			return true
-		}
-		for {
-			if !d.skip(depth + 1) {
-				return false
-			}
-			if d.next(']') {
-				return true
-			}
-			if !d.next(',') {
-				return false
-			}
-		}
+		return d.array(func() bool { return d.skip(depth + 1) })
 	case c == '-' || '0' <= c && c <= '9':
 		return d.number()
 	default:
