@@ -363,7 +363,7 @@ func (x *Indexer) report() { x.o.Metrics.SearchLag(int(x.Lag())) }
 // which under sync: always cost one fsync each.
 func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 	backoff := time.Duration(0)
-	var held []fed // fetched, not ripe yet
+	var held []fed // fetched, not followed yet: not ripe, or its batch failed
 	defer func() {
 		for _, f := range held {
 			_ = f.m.Nak() // to the next indexer now, not after AckWait
@@ -403,17 +403,18 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			continue
 		}
 		if err := x.step(ctx, p, ripe, young); err != nil {
-			for _, f := range batch {
-				_ = f.m.NakWithDelay(time.Second)
-			}
+			// Kept in hand and followed again, not given back: acks are
+			// cumulative (ack_policy all), so a newer batch's ack would
+			// acknowledge a given-back revision before it came back.
+			held = batch
 			if ctx.Err() == nil {
-				x.log.Warn().Err(err).Int("partition", p).Msg("following a batch of revisions; they come back")
+				x.log.Warn().Err(err).Int("partition", p).Msg("following a batch of revisions; it is followed again")
 			}
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			continue
 		}
 		backoff = 0
-		last := ripe[len(ripe)-1]
+		last := highest(ripe)
 		if err := last.m.Ack(); err != nil { // ack_policy all: acks every revision up to it, none held
 			x.log.Warn().Err(err).Int("partition", p).Msg("acknowledging indexed revisions; they come back")
 		}
@@ -427,6 +428,18 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 		// a settle, not one each time the oldest held revision ripens.
 		queue.SleepUntil(ctx, time.Now().Add(x.o.Settle))
 	}
+}
+
+// highest is the revision of batch last in the stream: acknowledging it
+// acknowledges every other (a redelivered one comes after newer ones).
+func highest(batch []fed) fed {
+	h := batch[0]
+	for _, f := range batch[1:] {
+		if f.seq > h.seq {
+			h = f
+		}
+	}
+	return h
 }
 
 // fed is a revision as the feed delivered it.

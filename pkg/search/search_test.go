@@ -824,3 +824,66 @@ func TestEntityPagesInIDOrder(t *testing.T) {
 		t.Fatalf("pages listed\n%v\nwant, in the order of their ids,\n%v", got, want)
 	}
 }
+
+// A batch whose following fails comes back, even when a newer batch of
+// the same partition is followed first: the feed's acknowledgements are
+// cumulative (ack_policy all), so acknowledging the newer batch must not
+// acknowledge the failed one unfollowed.
+func TestFailedBatchIsFollowedAfterANewerOne(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_ = e.x.Stop(ctx(t))
+	a := accounts[0]
+	var (
+		mu       sync.Mutex
+		calls    int
+		followed = map[string]bool{}
+	)
+	failing := make(chan struct{}) // the first batch is being followed
+	newer := make(chan struct{})   // newer revisions of its partition are stored
+	x := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
+		Follow: func(_ context.Context, revs []search.Revision) error {
+			mu.Lock()
+			calls++
+			first := calls == 1
+			mu.Unlock()
+			if first {
+				close(failing)
+				<-newer
+				return errors.New("the archive is unavailable")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range revs {
+				followed[r.Record.ID] = true
+			}
+			return nil
+		}})
+	if err := x.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	old := e.create(t, a, "order.create", "failed-first", "", time.Now())
+	select {
+	case <-failing:
+	case <-ctx(t).Done():
+		t.Fatal("the first batch was never followed")
+	}
+	// Newer events in the failed event's partition (its record's bucket).
+	var later []string
+	for i := 0; len(later) < 3; i++ {
+		if i > 200 {
+			t.Fatal("no event id fell in the first event's partition")
+		}
+		id := e.create(t, a, "order.create", fmt.Sprintf("failed-later-%d", i), "", time.Now())
+		if e.st.Bucket(a, id) == e.st.Bucket(a, old) {
+			later = append(later, id)
+		}
+	}
+	close(newer)
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return followed[old] && followed[later[0]] && followed[later[1]] && followed[later[2]]
+	}, "the failed event %s and the newer %v should all be followed", old, later)
+}
