@@ -8,6 +8,7 @@ GO ?= go
 BUILDVCS := $(shell git rev-parse --is-inside-work-tree >/dev/null 2>&1 && echo true || echo auto)
 BIN := $(CURDIR)/bin
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
+PACKAGES = $(patsubst $(CURDIR)/%,./%/...,$(MODULES))
 NATSCLI_VERSION := v0.5.0
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME ?= 10s
@@ -40,13 +41,16 @@ run: build tools ## Start tenaz on :8080: embedded NATS, demo config, demo provi
 	$(BIN)/tenaz run $(if $(CONFIG),--config $(CONFIG))
 
 .PHONY: test
+# One go test over every module: it runs two packages at a time (one a
+# core), so a module whose tests are one long package no longer leaves a
+# core idle for minutes. Every package runs even after one fails, and the
+# failed ones are named at the end.
 test: test-deps ## Unit, property and integration tests of every module, with the race detector
-	@failed=""; for m in $(MODULES); do \
-	  echo "== $${m#$(CURDIR)/}"; \
-	  (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || failed="$$failed $${m#$(CURDIR)/}"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "make test: FAILED in:$$failed"; exit 1; fi; \
-	echo "make test: every module passed"
+	@out=$$(mktemp); \
+	$(GO) test -race -count=1 -timeout 15m $(PACKAGES) 2>&1 | tee $$out; rc=$${PIPESTATUS[0]}; \
+	failed=$$(awk '$$1 == "FAIL" && NF >= 2 {print $$2}' $$out | sort -u | xargs); rm -f $$out; \
+	if [ $$rc -ne 0 ]; then echo "make test: FAILED in: $${failed:-nothing named (a build or setup error, above)}"; exit 1; fi; \
+	echo "make test: every package passed"
 
 # The system packages the tests drive for real, from Debian, installed
 # only when missing (root, or through sudo): chromium for the operator
@@ -71,10 +75,12 @@ test-deps: ## Install what the tests need and Go cannot fetch (Debian packages; 
 	fi
 
 .PHONY: fuzz
+# The targets are found in the test files' source: asking go test -list
+# builds every package's tests, minutes of CI for the few with a target.
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10s); fails if any target fails
 	@failed=""; for m in $(MODULES); do cd $$m; \
-	  for pkg in $$($(GO) list ./...); do \
-	    for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	  for pd in $$($(GO) list -f '{{.ImportPath}}={{.Dir}}' ./...); do pkg=$${pd%%=*}; \
+	    for f in $$(cat $${pd#*=}/*_test.go 2>/dev/null | sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p'); do \
 	      echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || failed="$$failed $$pkg.$$f"; \
 	    done; done; done; \
 	if [ -n "$$failed" ]; then echo "make fuzz: FAILED:$$failed"; exit 1; fi; \
@@ -100,11 +106,13 @@ soak: ## Soak for SOAK_DURATION (default 30m): RSS and goroutines of every proce
 release-check: ## A module outside the repo go-gets the dispatcher from a proxy made of HEAD at the release version and runs a handler
 	cd tools && $(GO) run ./releasecheck
 
+# One run over every module of the workspace: a run per module analysed
+# the modules they share again each time (62 s against 24 s here).
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck on every module
 	@test -z "$$(gofmt -l $(MODULES))" || (gofmt -l $(MODULES); echo "gofmt: files above need formatting"; exit 1)
-	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./... && \
-	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
+	$(GO) vet $(PACKAGES)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PACKAGES)
 
 # Each go.mod's replace lines point at its local siblings, so go mod tidy
 # resolves them from the checkout, not from a proxy that has no release of
