@@ -69,8 +69,9 @@ type IndexerOptions struct {
 	Settle time.Duration
 	// Follow, when set, is handed each batch's records (the last revision
 	// of each event in it, in order) while the index's writes are in
-	// flight and before the batch is acknowledged; an error has the batch
-	// delivered again. The audit archive reads the feed this way.
+	// flight and before the batch is acknowledged; after an error the
+	// batch is handed over again, with what the feed delivered meanwhile.
+	// The audit archive reads the feed this way.
 	Follow func(ctx context.Context, revs []Revision) error
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger

@@ -104,7 +104,7 @@ type archiveWrite struct {
 }
 
 // archiveRevisions writes what each of a batch's records (one per event)
-// adds, pipelined; an error has the batch delivered again.
+// adds, pipelined; after an error the indexer hands the batch over again.
 func (s *Service) archiveRevisions(ctx context.Context, revs []search.Revision) error {
 	pend := make([]archiveWrite, 0, len(revs))
 	for _, rv := range revs {
