@@ -46,9 +46,47 @@ func Open(ctx context.Context, js jetstream.JetStream, prefix string) (*Lanes, e
 	return &Lanes{kv: kv}, nil
 }
 
+// Recent is how many of a lane's last appends an Append recognises as
+// its own again (a retried accept): one retried after more later events
+// joined its lane would join it a second time.
+const Recent = 16
+
 type entry struct {
 	Tail string `json:"tail"`
 	Prev string `json:"prev,omitempty"` // the tail's predecessor, for a retried Append
+	// Earlier are the appends before the tail's, newest first, up to
+	// Recent-1 of them: an accept retried after later events joined (ingest
+	// died between joining and creating the record, or two replicas took
+	// the same submission) finds its predecessor here. Joining again would
+	// put it after its own successor, each waiting for the other for ever.
+	Earlier []link `json:"earlier,omitempty"`
+}
+
+// link is an append: id joined after prev.
+type link struct {
+	ID   string `json:"id"`
+	Prev string `json:"prev,omitempty"`
+}
+
+// prevOf is id's predecessor when id is among the lane's recent appends.
+func (e entry) prevOf(id string) (string, bool) {
+	if e.Tail == id {
+		return e.Prev, true
+	}
+	for _, l := range e.Earlier {
+		if l.ID == id {
+			return l.Prev, true
+		}
+	}
+	return "", false
+}
+
+// after is the entry with id appended to it.
+func (e entry) after(id string) entry {
+	earlier := make([]link, 0, Recent-1)
+	earlier = append(earlier, link{ID: e.Tail, Prev: e.Prev})
+	earlier = append(earlier, e.Earlier[:min(len(e.Earlier), Recent-2)]...)
+	return entry{Tail: id, Prev: e.Tail, Earlier: earlier}
 }
 
 // Key is the KV key of an account's lane for an ordering key.
@@ -58,8 +96,9 @@ func Key(account, orderingKey string) string {
 }
 
 // Append makes id the tail of the lane and returns its predecessor ("" if
-// the lane was empty). Appending the same id again (a retried accept)
-// returns the same predecessor.
+// the lane was empty). Appending an id among the lane's Recent last
+// appends again (a retried accept) returns the same predecessor and
+// changes nothing.
 func (l *Lanes) Append(ctx context.Context, account, orderingKey, id string) (string, error) {
 	if err := names.ValidateAccount(account); err != nil {
 		return "", err
@@ -81,10 +120,10 @@ func (l *Lanes) Append(ctx context.Context, account, orderingKey, id string) (st
 		}
 		var cur entry
 		_ = json.Unmarshal(e.Value(), &cur)
-		if cur.Tail == id {
-			return cur.Prev, nil
+		if prev, ok := cur.prevOf(id); ok {
+			return prev, nil
 		}
-		b, _ := json.Marshal(entry{Tail: id, Prev: cur.Tail})
+		b, _ := json.Marshal(cur.after(id))
 		if _, err := l.kv.Update(ctx, key, b, e.Revision()); err == nil {
 			return cur.Tail, nil
 		} else if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
