@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -224,10 +223,19 @@ func (x *Indexer) dropEntityEntries(ctx context.Context) {
 // consumer creates or updates stream's feed consumer. A new one starts
 // after the last revision both durables it replaced had acknowledged
 // (every revision, when there were none), and those are then deleted.
+// One an earlier version made with cumulative acks (ack_policy all,
+// which the server cannot change on a consumer) is replaced by one
+// starting after the last revision it had acknowledged.
 func (x *Indexer) consumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := x.js.Consumer(ctx, stream, cfg.Durable)
 		switch {
+		case err == nil && c.CachedInfo().Config.AckPolicy != cfg.AckPolicy:
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, c.CachedInfo().AckFloor.Stream+1
+			if err := x.js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("replace the consumer %s of an earlier version: %w", cfg.Durable, err)
+			}
+			x.log.Info().Str("stream", stream).Uint64("from", cfg.OptStartSeq).Msg("replaced the feed's consumer of an earlier version (cumulative acks)")
 		case err == nil: // where it starts cannot change
 			cfg.DeliverPolicy, cfg.OptStartSeq = c.CachedInfo().Config.DeliverPolicy, c.CachedInfo().Config.OptStartSeq
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -404,9 +412,7 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			continue
 		}
 		if err := x.step(ctx, p, ripe, young); err != nil {
-			// Kept in hand and followed again, not given back: acks are
-			// cumulative (ack_policy all), so a newer batch's ack would
-			// acknowledge a given-back revision before it came back.
+			// Kept in hand and followed again with what comes next.
 			held = batch
 			if ctx.Err() == nil {
 				x.log.Warn().Err(err).Int("partition", p).Msg("following a batch of revisions; it is followed again")
@@ -415,11 +421,18 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 			continue
 		}
 		backoff = 0
-		last := highest(ripe)
-		if err := last.m.Ack(); err != nil { // ack_policy all: acks every revision up to it, none held
-			x.log.Warn().Err(err).Int("partition", p).Msg("acknowledging indexed revisions; they come back")
+		// Each revision its own ack: acknowledged cumulatively (ack_policy
+		// all), a batch would acknowledge revisions delivered to another
+		// replica before it, which that replica had not followed yet (it
+		// lost the pin in a long step, and was stopped).
+		var pending uint64
+		for _, f := range ripe {
+			if err := f.m.Ack(); err != nil {
+				x.log.Warn().Err(err).Int("partition", p).Msg("acknowledging an indexed revision; it comes back")
+			}
+			pending = f.pending
 		}
-		x.lag[p].Store(int64(last.pending) + int64(len(young)))
+		x.lag[p].Store(int64(pending) + int64(len(young)))
 		x.report()
 		held = young
 		if full {
@@ -431,24 +444,13 @@ func (x *Indexer) run(ctx context.Context, p int, c jetstream.Consumer) {
 	}
 }
 
-// highest is the revision of batch last in the stream: acknowledging it
-// acknowledges every other (a redelivered one comes after newer ones).
-func highest(batch []fed) fed {
-	h := batch[0]
-	for _, f := range batch[1:] {
-		if f.seq > h.seq {
-			h = f
-		}
-	}
-	return h
-}
-
 // fed is a revision as the feed delivered it.
 type fed struct {
-	m       jetstream.Msg
-	seq     uint64    // in the stream
-	at      time.Time // written
-	pending uint64    // the revisions after it the feed had still to deliver
+	m           jetstream.Msg
+	seq         uint64    // in the stream
+	at          time.Time // written
+	pending     uint64    // the revisions after it the feed had still to deliver
+	redelivered bool      // given to a replica before (that one gave it back, or died)
 }
 
 // fetch takes up to n revisions, and reports whether it got all n.
@@ -464,7 +466,7 @@ func (x *Indexer) fetch(ctx context.Context, p int, c jetstream.Consumer, n int)
 	for m := range batch.Messages() {
 		f := fed{m: m}
 		if md, err := m.Metadata(); err == nil {
-			f.seq, f.at, f.pending = md.Sequence.Stream, md.Timestamp, md.NumPending
+			f.seq, f.at, f.pending, f.redelivered = md.Sequence.Stream, md.Timestamp, md.NumPending, md.NumDelivered > 1
 		}
 		out = append(out, f)
 	}
@@ -483,23 +485,13 @@ func (x *Indexer) fetch(ctx context.Context, p int, c jetstream.Consumer, n int)
 var errPinMoved = errors.New("search: the feed's pin moved")
 
 // ripen splits a batch, in delivery order, into the revisions to follow
-// now and those to hold: every revision before the first one in the
-// stream still younger than Settle is ripe. The cut is by stream
-// sequence, since acknowledging the last ripe revision (ack_policy all)
-// acknowledges every one before it in the stream: a redelivered revision
-// after a young one in the batch, but before it in the stream, is ripe.
+// now (older than Settle) and those to hold.
 func (x *Indexer) ripen(batch []fed, now time.Time) (ripe, young []fed) {
-	cut := uint64(math.MaxUint64)
 	for _, f := range batch {
-		if now.Sub(f.at) < x.o.Settle && f.seq < cut {
-			cut = f.seq
-		}
-	}
-	for _, f := range batch {
-		if f.seq < cut {
-			ripe = append(ripe, f)
-		} else {
+		if now.Sub(f.at) < x.o.Settle {
 			young = append(young, f)
+		} else {
+			ripe = append(ripe, f)
 		}
 	}
 	return ripe, young
@@ -558,8 +550,8 @@ func (x *Indexer) step(ctx context.Context, p int, ripe, young []fed) error {
 // Only those last revisions are decoded (a revision's subject is its
 // event's key), so an event claimed and done within one settle costs one
 // decode, its final entries and one lookup. behind holds, for each
-// revision the feed delivered with more after it, its index in revs by
-// its subject.
+// revision the feed delivered with more after it, or delivered again, its
+// index in revs by its subject.
 func (x *Indexer) records(ripe, young []fed) (revs []Revision, behind map[string]int) {
 	last := make(map[string]int, len(ripe))
 	for i, f := range ripe {
@@ -586,7 +578,7 @@ func (x *Indexer) records(ripe, young []fed) (revs []Revision, behind map[string
 			continue
 		}
 		r.Seq = f.seq
-		if f.pending > 0 && !r.Record.Status.Terminal() {
+		if (f.pending > 0 || f.redelivered) && !r.Record.Status.Terminal() {
 			if behind == nil {
 				behind = map[string]int{}
 			}
@@ -598,7 +590,8 @@ func (x *Indexer) records(ripe, young []fed) (revs []Revision, behind map[string
 }
 
 // latest drops from revs the revisions whose event partition p's bucket
-// already holds a later revision of: the feed delivers that one later,
+// already holds a later revision of: the feed delivers that one later
+// (or did, to a replica that took over while this one was given back),
 // and it carries the whole history, so following this one would write
 // what the later one undoes or repeats (an entry for a state the event
 // has left, an archive message). The settle merges the revisions of an
@@ -607,7 +600,7 @@ func (x *Indexer) records(ripe, young []fed) (revs []Revision, behind map[string
 // was written at (accepted, then done once their backlog drained, seconds
 // later), and followed both, which doubled the followers' writes under
 // load. Only the revisions delivered with more behind them (the feed
-// behind), not terminal, are looked up, in one batched read of the
+// behind) or delivered again, not terminal, are looked up, in one batched read of the
 // bucket's last revisions; a deletion that followed does not drop one
 // (its entries would reach the archive through no later revision), and a
 // failed read drops none.

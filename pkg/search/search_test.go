@@ -887,3 +887,172 @@ func TestFailedBatchIsFollowedAfterANewerOne(t *testing.T) {
 		return followed[old] && followed[later[0]] && followed[later[1]] && followed[later[2]]
 	}, "the failed event %s and the newer %v should all be followed", old, later)
 }
+
+// A replica whose step outlives the feed's pin (priority_timeout, 10 s)
+// loses the feed to another, which follows what comes next; stopped
+// then, the first gives its revisions back, and the other follows them:
+// acknowledging its own revisions must not acknowledge those.
+func TestRevisionsOfAReplicaThatLostThePinAreFollowed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_ = e.x.Stop(ctx(t))
+	a := accounts[0]
+	var (
+		mu       sync.Mutex
+		followed = map[string]bool{}
+	)
+	stuck := make(chan struct{}) // replica 1 is in its step
+	one := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
+		Follow: func(ctx context.Context, _ []search.Revision) error {
+			select {
+			case <-stuck:
+			default:
+				close(stuck)
+			}
+			<-ctx.Done() // until stopped
+			return ctx.Err()
+		}})
+	if err := one.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = one.Stop(context.Background()) })
+	held := e.create(t, a, "order.create", "pin-held", "", time.Now())
+	select {
+	case <-stuck:
+	case <-ctx(t).Done():
+		t.Fatal("replica 1 never followed a batch")
+	}
+	two := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
+		Follow: func(_ context.Context, revs []search.Revision) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range revs {
+				followed[r.Record.ID] = true
+			}
+			return nil
+		}})
+	if err := two.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = two.Stop(context.Background()) })
+	// Newer events in the held event's partition, which replica 2 gets once
+	// the pin lapses.
+	var later []string
+	for i := 0; len(later) < 2; i++ {
+		if i > 200 {
+			t.Fatal("no event id fell in the held event's partition")
+		}
+		id := e.create(t, a, "order.create", fmt.Sprintf("pin-later-%d", i), "", time.Now())
+		if e.st.Bucket(a, id) == e.st.Bucket(a, held) {
+			later = append(later, id)
+		}
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return followed[later[0]] && followed[later[1]]
+	}, "replica 2 should follow the newer events once the pin lapses")
+	if err := one.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return followed[held]
+	}, "replica 2 should follow %s, which replica 1 gave back when stopped", held)
+}
+
+// The feed's consumer of an earlier version acknowledged cumulatively,
+// which the server cannot change on a consumer: it is replaced by one
+// that acknowledges each revision, starting after the last revision the
+// old one had acknowledged, so nothing is followed twice or missed.
+func TestFeedOfAnEarlierVersionIsReplacedFromItsAckFloor(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_ = e.x.Stop(ctx(t))
+	a := accounts[0]
+	var streamsOf []string
+	for p := range e.subj.Parts() {
+		s := "KV_" + e.subj.StateBucketOf(p)
+		streamsOf = append(streamsOf, s)
+		if err := e.js.DeleteConsumer(ctx(t), s, search.FeedConsumer); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.js.CreateConsumer(ctx(t), s, jetstream.ConsumerConfig{Durable: search.FeedConsumer,
+			AckPolicy: jetstream.AckAllPolicy, MaxDeliver: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after []string
+	for i := range 8 {
+		before = append(before, e.create(t, a, "order.create", fmt.Sprintf("old-%d", i), "", time.Now()))
+	}
+	// The earlier version followed these: its cumulative ack of each
+	// partition's last one.
+	for _, s := range streamsOf {
+		c, err := e.js.Consumer(ctx(t), s, search.FeedConsumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := c.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last jetstream.Msg
+		for m := range batch.Messages() {
+			last = m
+		}
+		if last != nil {
+			if err := last.DoubleAck(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 8 {
+		after = append(after, e.create(t, a, "order.create", fmt.Sprintf("new-%d", i), "", time.Now()))
+	}
+	var (
+		mu       sync.Mutex
+		followed = map[string]int{}
+	)
+	x := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
+		Follow: func(_ context.Context, revs []search.Revision) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range revs {
+				followed[r.Record.ID]++
+			}
+			return nil
+		}})
+	if err := x.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range after {
+			if followed[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}, "every event created after the old feed's ack floor should be followed")
+	natstest.Eventually(t, 10*time.Second, func() bool { return x.Lag() == 0 }, "the feed should be caught up, lag %d", x.Lag())
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range before {
+		if followed[id] != 0 {
+			t.Errorf("%s was followed by the earlier version and again", id)
+		}
+	}
+	for _, s := range streamsOf {
+		c, err := e.js.Consumer(ctx(t), s, search.FeedConsumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.CachedInfo().Config.AckPolicy; got != jetstream.AckExplicitPolicy {
+			t.Errorf("%s: the feed's consumer acknowledges %v, want explicit", s, got)
+		}
+	}
+}
