@@ -113,6 +113,7 @@ func (g *Mux) Get(ctx context.Context, stream string, req Request) ([]*nats.Msg,
 		return nil, 0, fmt.Errorf("direct get from %s: %w", stream, err)
 	}
 	var msgs []*nats.Msg
+	var last uint64 // the sequence of the answer before
 	for {
 		var m *nats.Msg
 		select {
@@ -122,8 +123,15 @@ func (g *Mux) Get(ctx context.Context, stream string, req Request) ([]*nats.Msg,
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
+			if err := follows(m, last); err != nil {
+				return nil, 0, fmt.Errorf("direct get from %s: %w", stream, err)
+			}
+			last, _ = strconv.ParseUint(lastHeader(m.Header, jetstream.SequenceHeader), 10, 64)
 			msgs = append(msgs, m)
 		case "204": // end of the batch
+			if err := follows(m, last); err != nil {
+				return nil, 0, fmt.Errorf("direct get from %s: %w", stream, err)
+			}
 			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
 			return msgs, pending, nil
 		case "404": // nothing from there on
@@ -135,6 +143,30 @@ func (g *Mux) Get(ctx context.Context, stream string, req Request) ([]*nats.Msg,
 		}
 	}
 }
+
+// ErrGap is Get's error when an answer of a batch did not arrive: each
+// answer, and the end of the batch, names the sequence of the one before
+// it (Nats-Last-Sequence), and one named another than the last that
+// came. A reader that went on would take its cursor past a message it
+// never saw.
+var ErrGap = errors.New("directget: an answer of the batch is missing")
+
+// follows checks that answer m comes right after the answer of sequence
+// last (0: none yet).
+func follows(m *nats.Msg, last uint64) error {
+	v := lastHeader(m.Header, lastSequenceHeader)
+	if v == "" {
+		return nil // a server that does not say
+	}
+	if prev, err := strconv.ParseUint(v, 10, 64); err != nil || prev != last {
+		return fmt.Errorf("%w: the answer after %d names %s as the one before it", ErrGap, last, v)
+	}
+	return nil
+}
+
+// lastSequenceHeader is the header of a batch's answer naming the
+// sequence of the answer before it (0 in the first).
+const lastSequenceHeader = "Nats-Last-Sequence"
 
 // Meta is an answer's subject, sequence and time in the stream.
 func Meta(m *nats.Msg) (subject string, seq uint64, at time.Time, err error) {

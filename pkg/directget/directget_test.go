@@ -154,3 +154,65 @@ func TestGetFromATimeAndTooMany(t *testing.T) {
 		t.Fatalf("a multi-last of 1,025 subjects: %d messages and no error", len(msgs))
 	}
 }
+
+// An answer lost in the middle of a batch (one connection does not lose
+// one alone, but a route that reconnects mid-batch may) is an error,
+// not a shorter batch: each answer names the sequence of the one before
+// it, and a reader that went on would move past a message it never saw.
+// A responder on the stream's direct get subject plays the server here,
+// answering as nats-server does, with one answer left out.
+func TestGetRefusesABatchWithAnAnswerMissing(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc, _ := srv.Conn(t)
+	g, err := directget.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	answer := func(reply string, seq, last uint64, status string) {
+		m := nats.NewMsg(reply)
+		if status != "" {
+			m.Header.Set("Status", status)
+		} else {
+			m.Header.Set(jetstream.StreamHeader, "LOSSY")
+			m.Header.Set(jetstream.SubjectHeader, fmt.Sprintf("s.%d", seq))
+			m.Header.Set(jetstream.SequenceHeader, fmt.Sprint(seq))
+			m.Header.Set(jetstream.TimeStampHeaer, time.Now().UTC().Format(time.RFC3339Nano))
+			m.Data = []byte{byte(seq)}
+		}
+		m.Header.Set("Nats-Num-Pending", "0")
+		m.Header.Set("Nats-Last-Sequence", fmt.Sprint(last))
+		if err := nc.PublishMsg(m); err != nil {
+			t.Error(err)
+		}
+	}
+	lose := map[string]uint64{"middle": 5, "last": 7, "none": 0}
+	for name, lost := range lose {
+		sub, err := nc.Subscribe("$JS.API.DIRECT.GET.LOSSY."+name, func(m *nats.Msg) {
+			prev := uint64(0)
+			for _, seq := range []uint64{3, 5, 7} {
+				if seq != lost {
+					answer(m.Reply, seq, prev, "")
+				}
+				prev = seq
+			}
+			answer(m.Reply, 0, prev, "204")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, lost := range lose {
+		msgs, _, err := g.Get(ctx, "LOSSY."+name, directget.Request{Seq: 1, Batch: 3})
+		switch {
+		case lost == 0 && (err != nil || len(msgs) != 3):
+			t.Errorf("%s: want the 3 answers, got %d, %v", name, len(msgs), err)
+		case lost != 0 && (!errors.Is(err, directget.ErrGap) || msgs != nil):
+			t.Errorf("%s: with answer %d lost, want ErrGap and no messages, got %d messages, %v", name, lost, len(msgs), err)
+		}
+	}
+}
