@@ -388,10 +388,14 @@ func (s *Service) accept(ctx context.Context, env event.Envelope) (state.Record,
 	switch {
 	case errors.Is(err, store.ErrExists):
 		created = false
-		rec, rev, err = s.st.Get(ctx, env.Account, env.ID)
+		rec, _, err = s.st.Get(ctx, env.Account, env.ID)
 		if err != nil {
 			return rec, false, err
 		}
+		// No read-free claim: the record may have changed since its
+		// create (a lane's link to the next event), and this envelope is
+		// the resubmission's, not the one it was made from.
+		rev = 0
 		if serr := reused(rec, env); serr != nil {
 			return rec, false, serr
 		}
