@@ -65,6 +65,24 @@ func traced(t *testing.T) (*tracingtest.Receiver, func()) {
 	return r, flush
 }
 
+// waitSpans waits until the receiver has n spans called name of event id.
+func waitSpans(t *testing.T, r *tracingtest.Receiver, id, name string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Wait(ctx, func(ss []tracingtest.Span) bool {
+		got := 0
+		for _, s := range ss {
+			if s.Name == name && s.Attrs["tenaz.event_id"] == id {
+				got++
+			}
+		}
+		return got >= n
+	}); err != nil {
+		t.Fatalf("waiting for %d %s spans of %s: %v", n, name, id, err)
+	}
+}
+
 // eventSpans checks that the spans of the event are all in the
 // submitter's trace and returns its accept span and its other spans by
 // name, in start order.
@@ -132,18 +150,7 @@ func TestTraceOfAnEventThatRetriesFallsBackAndCallsBack(t *testing.T) {
 		t.Fatalf("want a retry, then the fallback stage done by callback; got %s at %s: %v", rec.Status, rec.Stage, actions(rec))
 	}
 	// The callback's span ends after its write: wait for it before the flush.
-	ctx, cancel := context.WithTimeout(w.Ctx(), 10*time.Second)
-	defer cancel()
-	if err := r.Wait(ctx, func(ss []tracingtest.Span) bool {
-		for _, s := range ss {
-			if s.Name == tracing.SpanCallback && s.Attrs["tenaz.event_id"] == id {
-				return true
-			}
-		}
-		return false
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitSpans(t, r, id, tracing.SpanCallback, 1)
 	exemplar := w.exemplar("tenaz_delivery_duration_seconds")
 	flush()
 
@@ -210,6 +217,9 @@ func TestTraceOfPolls(t *testing.T) {
 		worldOpts{a: provider.Faults{Status: http.StatusServiceUnavailable}, b: provider.Faults{PollAfter: 1}})
 	id := w.submit("c-poll-trace", `{"applicant":"`+"c-poll-trace"+`"}`, tracing.Header, submitterTP)
 	w.WaitStatus(id, state.Done, 30*time.Second)
+	// The last poll's span ends after its write: wait for it before the
+	// flush, which ends the exporter.
+	waitSpans(t, r, id, tracing.SpanPoll, 2)
 	flush()
 
 	_, spans := eventSpans(t, r.Spans(), id)
