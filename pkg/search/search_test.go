@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,12 +66,7 @@ func setup(t *testing.T) *env {
 
 func (e *env) startIndexer(t *testing.T) {
 	t.Helper()
-	e.x = search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set, Follow: e.archive})
-	if err := e.x.Start(ctx(t)); err != nil {
-		t.Fatalf("indexer Start: %v", err)
-	}
-	x := e.x
-	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	e.x = e.indexer(t, search.IndexerOptions{Follow: e.archive})
 }
 
 // archive writes each revision the indexer follows to the audit archive,
@@ -475,11 +471,7 @@ func TestTimeRangeAcrossHours(t *testing.T) {
 func TestTwoIndexersLeaveOneEntryPerEvent(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	second := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set, Batch: 3})
-	if err := second.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = second.Stop(context.Background()) })
+	e.indexer(t, search.IndexerOptions{Batch: 3})
 	for i := range 60 {
 		a := accounts[i%len(accounts)]
 		id := e.create(t, a, "order.create", fmt.Sprintf("two-%d", i), "", time.Now())
@@ -522,12 +514,71 @@ func TestTwoIndexersLeaveOneEntryPerEvent(t *testing.T) {
 func (e *env) indexerSettling(t *testing.T, d time.Duration) *search.Indexer {
 	t.Helper()
 	_ = e.x.Stop(ctx(t))
-	x := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set, Settle: d})
+	return e.indexer(t, search.IndexerOptions{Settle: d})
+}
+
+// indexer starts another indexer on e's feed, stopped at the test's end.
+func (e *env) indexer(t *testing.T, o search.IndexerOptions) *search.Indexer {
+	t.Helper()
+	o.Metrics = e.set
+	x := search.NewIndexer(e.js, e.subj, o)
 	if err := x.Start(ctx(t)); err != nil {
-		t.Fatal(err)
+		t.Fatalf("indexer Start: %v", err)
 	}
 	t.Cleanup(func() { _ = x.Stop(context.Background()) })
 	return x
+}
+
+// followLog is a Follow that counts the revisions followed, by event.
+type followLog struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *followLog) follow(_ context.Context, revs []search.Revision) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = map[string]int{}
+	}
+	for _, r := range revs {
+		l.n[r.Record.ID]++
+	}
+	return nil
+}
+
+// of is how many revisions of event id were followed.
+func (l *followLog) of(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[id]
+}
+
+// all reports whether each of ids was followed.
+func (l *followLog) all(ids ...string) bool {
+	for _, id := range ids {
+		if l.of(id) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// inPartitionOf creates events of account until n of them fall in the
+// partition of id's record (its bucket), and returns those.
+func (e *env) inPartitionOf(t *testing.T, account, id, keyPrefix string, n int) []string {
+	t.Helper()
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if i > 200 {
+			t.Fatalf("no event id fell in the partition of %s", id)
+		}
+		other := e.create(t, account, "order.create", fmt.Sprintf("%s-%d", keyPrefix, i), "", time.Now())
+		if e.st.Bucket(account, other) == e.st.Bucket(account, id) {
+			out = append(out, other)
+		}
+	}
+	return out
 }
 
 // The indexer follows a revision once it is Settle old, and the state
@@ -564,22 +615,9 @@ func TestSettleHoldsAYoungRevisionUntilItsEventMovesOn(t *testing.T) {
 	// The claim and the done must come within the settle of the create:
 	// under -race on a loaded machine, 4 s was once too short.
 	const settle = 10 * time.Second
-	var mu sync.Mutex
-	followed := map[string]int{} // revisions indexed, by event
+	var followed followLog // revisions indexed, by event
 	_ = e.x.Stop(ctx(t))
-	x := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set, Settle: settle,
-		Follow: func(_ context.Context, revs []search.Revision) error {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, r := range revs {
-				followed[r.Record.ID]++
-			}
-			return nil
-		}})
-	if err := x.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	e.indexer(t, search.IndexerOptions{Settle: settle, Follow: followed.follow})
 	a := accounts[0]
 	// An idle indexer fetches once a settle, so the create is fetched
 	// anywhere within its settle. Fetched late, the done would land next
@@ -602,10 +640,7 @@ func TestSettleHoldsAYoungRevisionUntilItsEventMovesOn(t *testing.T) {
 			ci, err := feed.Info(ctx(t))
 			return err == nil && ci.Delivered.Stream >= rev
 		}, "the created revision of %s fetched", id)
-		mu.Lock()
-		early := followed[id]
-		mu.Unlock()
-		if early != 0 {
+		if early := followed.of(id); early != 0 {
 			t.Fatalf("revisions of %s indexed right after the fetch: %d, want 0 (held until ripe)", id, early)
 		}
 		if time.Since(created) < settle/2 {
@@ -624,9 +659,7 @@ func TestSettleHoldsAYoungRevisionUntilItsEventMovesOn(t *testing.T) {
 	natstest.Eventually(t, 3*settle, func() bool {
 		return slices.Equal(e.find(t, ops.FindRequest{Account: a, State: state.Done}), []string{id})
 	}, "%s found as done", id)
-	mu.Lock()
-	defer mu.Unlock()
-	if got := followed[id]; got != 1 {
+	if got := followed.of(id); got != 1 {
 		t.Fatalf("revisions of %s indexed: %d, want 1 (the last only)", id, got)
 	}
 }
@@ -826,65 +859,37 @@ func TestEntityPagesInIDOrder(t *testing.T) {
 }
 
 // A batch whose following fails comes back, even when a newer batch of
-// the same partition is followed first: the feed's acknowledgements are
-// cumulative (ack_policy all), so acknowledging the newer batch must not
-// acknowledge the failed one unfollowed.
+// the same partition is followed first: acknowledging the newer batch
+// must not acknowledge the failed one unfollowed.
 func TestFailedBatchIsFollowedAfterANewerOne(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_ = e.x.Stop(ctx(t))
 	a := accounts[0]
 	var (
-		mu       sync.Mutex
-		calls    int
-		followed = map[string]bool{}
+		calls    atomic.Int32
+		followed followLog
 	)
 	failing := make(chan struct{}) // the first batch is being followed
 	newer := make(chan struct{})   // newer revisions of its partition are stored
-	x := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
-		Follow: func(_ context.Context, revs []search.Revision) error {
-			mu.Lock()
-			calls++
-			first := calls == 1
-			mu.Unlock()
-			if first {
-				close(failing)
-				<-newer
-				return errors.New("the archive is unavailable")
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, r := range revs {
-				followed[r.Record.ID] = true
-			}
-			return nil
-		}})
-	if err := x.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	e.indexer(t, search.IndexerOptions{Follow: func(ctx context.Context, revs []search.Revision) error {
+		if calls.Add(1) == 1 {
+			close(failing)
+			<-newer
+			return errors.New("the archive is unavailable")
+		}
+		return followed.follow(ctx, revs)
+	}})
 	old := e.create(t, a, "order.create", "failed-first", "", time.Now())
 	select {
 	case <-failing:
 	case <-ctx(t).Done():
 		t.Fatal("the first batch was never followed")
 	}
-	// Newer events in the failed event's partition (its record's bucket).
-	var later []string
-	for i := 0; len(later) < 3; i++ {
-		if i > 200 {
-			t.Fatal("no event id fell in the first event's partition")
-		}
-		id := e.create(t, a, "order.create", fmt.Sprintf("failed-later-%d", i), "", time.Now())
-		if e.st.Bucket(a, id) == e.st.Bucket(a, old) {
-			later = append(later, id)
-		}
-	}
+	later := e.inPartitionOf(t, a, old, "failed-later", 3)
 	close(newer)
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return followed[old] && followed[later[0]] && followed[later[1]] && followed[later[2]]
+		return followed.all(append([]string{old}, later...)...)
 	}, "the failed event %s and the newer %v should all be followed", old, later)
 }
 
@@ -897,68 +902,35 @@ func TestRevisionsOfAReplicaThatLostThePinAreFollowed(t *testing.T) {
 	e := setup(t)
 	_ = e.x.Stop(ctx(t))
 	a := accounts[0]
-	var (
-		mu       sync.Mutex
-		followed = map[string]bool{}
-	)
+	var followed followLog
 	stuck := make(chan struct{}) // replica 1 is in its step
-	one := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
-		Follow: func(ctx context.Context, _ []search.Revision) error {
-			select {
-			case <-stuck:
-			default:
-				close(stuck)
-			}
-			<-ctx.Done() // until stopped
-			return ctx.Err()
-		}})
-	if err := one.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = one.Stop(context.Background()) })
+	one := e.indexer(t, search.IndexerOptions{Follow: func(ctx context.Context, _ []search.Revision) error {
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+		<-ctx.Done() // until stopped
+		return ctx.Err()
+	}})
 	held := e.create(t, a, "order.create", "pin-held", "", time.Now())
 	select {
 	case <-stuck:
 	case <-ctx(t).Done():
 		t.Fatal("replica 1 never followed a batch")
 	}
-	two := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
-		Follow: func(_ context.Context, revs []search.Revision) error {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, r := range revs {
-				followed[r.Record.ID] = true
-			}
-			return nil
-		}})
-	if err := two.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = two.Stop(context.Background()) })
+	e.indexer(t, search.IndexerOptions{Follow: followed.follow})
 	// Newer events in the held event's partition, which replica 2 gets once
 	// the pin lapses.
-	var later []string
-	for i := 0; len(later) < 2; i++ {
-		if i > 200 {
-			t.Fatal("no event id fell in the held event's partition")
-		}
-		id := e.create(t, a, "order.create", fmt.Sprintf("pin-later-%d", i), "", time.Now())
-		if e.st.Bucket(a, id) == e.st.Bucket(a, held) {
-			later = append(later, id)
-		}
-	}
+	later := e.inPartitionOf(t, a, held, "pin-later", 2)
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return followed[later[0]] && followed[later[1]]
+		return followed.all(later...)
 	}, "replica 2 should follow the newer events once the pin lapses")
 	if err := one.Stop(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return followed[held]
+		return followed.all(held)
 	}, "replica 2 should follow %s, which replica 1 gave back when stopped", held)
 }
 
@@ -1011,38 +983,14 @@ func TestFeedOfAnEarlierVersionIsReplacedFromItsAckFloor(t *testing.T) {
 	for i := range 8 {
 		after = append(after, e.create(t, a, "order.create", fmt.Sprintf("new-%d", i), "", time.Now()))
 	}
-	var (
-		mu       sync.Mutex
-		followed = map[string]int{}
-	)
-	x := search.NewIndexer(e.js, e.subj, search.IndexerOptions{Metrics: e.set,
-		Follow: func(_ context.Context, revs []search.Revision) error {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, r := range revs {
-				followed[r.Record.ID]++
-			}
-			return nil
-		}})
-	if err := x.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	var followed followLog
+	x := e.indexer(t, search.IndexerOptions{Follow: followed.follow})
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, id := range after {
-			if followed[id] == 0 {
-				return false
-			}
-		}
-		return true
+		return followed.all(after...)
 	}, "every event created after the old feed's ack floor should be followed")
 	natstest.Eventually(t, 10*time.Second, func() bool { return x.Lag() == 0 }, "the feed should be caught up, lag %d", x.Lag())
-	mu.Lock()
-	defer mu.Unlock()
 	for _, id := range before {
-		if followed[id] != 0 {
+		if followed.of(id) != 0 {
 			t.Errorf("%s was followed by the earlier version and again", id)
 		}
 	}
