@@ -53,6 +53,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/webhook"
 	"github.com/tenaz/tenaz/services/deadletter"
 	"github.com/tenaz/tenaz/services/dispatcher"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -707,6 +708,62 @@ func (w *world) waitStatus(t *testing.T, key, id string, want state.State) {
 		"event %s to be %s (it is %q); permission violations: %v", id, want, lazy(func() string { return last }), lazy(func() string { return fmt.Sprint(w.allViolations()) }))
 }
 
+// cancel cancels an event over HTTP as the operator alice.
+func (w *world) cancel(t *testing.T, id string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, w.api.URL+"/v1/events/"+id, nil)
+	req.SetBasicAuth("alice", aliceKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE /v1/events/%s: %d", id, resp.StatusCode)
+	}
+}
+
+// waitInLane waits until event id has noted that it waits for blocker in
+// its ordered lane.
+func (w *world) waitInLane(t *testing.T, id, blocker string) {
+	t.Helper()
+	note := "waiting for " + blocker + " (ordered lane)"
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, w.api.URL+"/v1/events/"+id+"/history", nil)
+		req.Header.Set("Authorization", "Bearer "+acmeKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h event.HistoryView
+		_ = json.NewDecoder(resp.Body).Decode(&h)
+		return slices.ContainsFunc(h.History, func(e state.Entry) bool { return e.Detail == note })
+	}, "event %s to note %q", id, note)
+}
+
+// webhook posts a callback to /v1/callbacks/<path> signed with cbSecret
+// and returns its outcome.
+func (w *world) webhook(t *testing.T, path, body string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, w.api.URL+"/v1/callbacks/"+path, strings.NewReader(body))
+	for k, v := range webhook.Headers(cbSecret, "msg_"+strconv.FormatInt(time.Now().UnixNano(), 36), time.Now(), []byte(body)) {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Outcome string }
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("webhook to %s: %d %s", path, resp.StatusCode, b)
+	}
+	return out.Outcome
+}
+
 // lazy is formatted when the message is: the state at the failure.
 type lazy func() string
 
@@ -821,19 +878,66 @@ func TestNATSUsers(t *testing.T) {
 		w.waitStatus(t, acmeKey, id, state.Done)
 		id = w.submit(t, acmeKey, "acme", "credit.check", "c-2", "", `{"amount":2}`)
 		w.waitStatus(t, acmeKey, id, state.Done)
+		// A reference nobody recorded is awaited (a watch of the callbacks
+		// bucket) for the target's call timeout, then answered unknown.
+		if out := w.webhook(t, "bureau_c/acme", `{"reference":"nobody-has-it"}`); out != "unknown_event" {
+			t.Fatalf("webhook naming an unknown reference: want unknown_event, got %s", out)
+		}
+		if v := w.log.violations(serviceUser("ingest")); len(v) > 0 {
+			t.Fatalf("ingest's permission violations: %v", v)
+		}
+	})
+
+	t.Run("ordered lanes moved along by a webhook, a poll, an escalation and cancels", func(t *testing.T) {
+		// Each next event below is parked behind the head of its lane; its
+		// parking schedule would wake it after 5 minutes, and waitStatus
+		// gives up after one: whoever finishes the head wakes it.
+		lane := func(key string) string { return `,"ordering_key":"` + key + `"` }
+		head := w.submit(t, acmeKey, "acme", "credit.hold", "ln-1", lane("ln-webhook"), `{"amount":1}`)
+		w.waitStatus(t, acmeKey, head, state.AwaitingCallback)
+		next := w.submit(t, acmeKey, "acme", "order.create", "ln-2", lane("ln-webhook"), `{"n":81}`)
+		w.waitInLane(t, next, head)
+		if out := w.webhook(t, "bureau_c", `{"event_id":"`+head+`"}`); out != "applied" { // ingest completes the head
+			t.Fatalf("webhook completing %s: %s", head, out)
+		}
+		w.waitStatus(t, acmeKey, next, state.Done)
+
+		head = w.submit(t, acmeKey, "acme", "credit.check", "ln-3", lane("ln-poll"), `{"amount":3}`)
+		next = w.submit(t, acmeKey, "acme", "order.create", "ln-4", lane("ln-poll"), `{"n":82}`)
+		w.waitInLane(t, next, head) // the head's first poll is a second away
+		w.waitStatus(t, acmeKey, next, state.Done)
+		w.waitStatus(t, acmeKey, head, state.Done) // the poller completed it
+
+		head = w.submit(t, acmeKey, "acme", "credit.slow", "ln-5", lane("ln-review"), `{"amount":5}`)
+		next = w.submit(t, acmeKey, "acme", "order.create", "ln-6", lane("ln-review"), `{"n":83}`)
+		w.waitInLane(t, next, head)
+		w.waitStatus(t, acmeKey, next, state.Done)
+		w.waitStatus(t, acmeKey, head, state.ManualReview) // the poller escalated it at its deadline
+
+		// A cancelled event holds nobody: the event after it waits for the
+		// one before it, which still runs.
+		head = w.submit(t, acmeKey, "acme", "credit.hold", "ln-7", lane("ln-cancel"), `{"amount":7}`)
+		w.waitStatus(t, acmeKey, head, state.AwaitingCallback)
+		mid := w.submit(t, acmeKey, "acme", "order.create", "ln-8", lane("ln-cancel"), `{"n":84}`)
+		w.waitInLane(t, mid, head)
+		w.cancel(t, mid)
+		last := w.submit(t, acmeKey, "acme", "order.create", "ln-9", lane("ln-cancel"), `{"n":85}`)
+		w.waitInLane(t, last, head)
+		if st := w.status(t, acmeKey, last); st != string(state.Pending) || w.erp.count(last) != 0 {
+			t.Fatalf("the last of the lane is %s with %d calls while its first awaits its callback: want pending, no call", st, w.erp.count(last))
+		}
+		var ev ops.EventReply
+		if err := w.call(operator, ops.EventsCancel, ops.EventActionRequest{ID: head, Reason: "the bureau lost it"}, &ev); err != nil || ev.Status != state.Cancelled {
+			t.Fatalf("events.cancel_wait: %+v, %v", ev, err)
+		}
+		w.waitStatus(t, acmeKey, last, state.Done) // the operator's cancel wakes it, passing over the cancelled one
 	})
 
 	t.Run("delayed and cancelled", func(t *testing.T) {
 		at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 		id := w.submit(t, acmeKey, "acme", "order.create", "d-1", `,"not_before":"`+at+`"`, `{"n":6}`)
 		w.waitStatus(t, acmeKey, id, state.Scheduled)
-		req, _ := http.NewRequest(http.MethodDelete, w.api.URL+"/v1/events/"+id, nil)
-		req.SetBasicAuth("alice", aliceKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		w.cancel(t, id)
 		w.waitStatus(t, acmeKey, id, state.Cancelled)
 	})
 
@@ -1417,6 +1521,21 @@ func TestNATSUsersShape(t *testing.T) {
 		} {
 			if disp.allowed(subject) {
 				t.Errorf("%s may publish %s: the poller's consumer is not its", serviceUser("dispatcher"), subject)
+			}
+		}
+		// Each service that finishes events wakes the next of an ordered
+		// lane (queue.Wake) and releases a lane whose last event finished.
+		for _, svc := range services {
+			for _, subject := range []string{
+				"$JS.API.DIRECT.GET." + st + "." + strings.TrimSuffix(subj.SchedulesIn(p), ">") + "acme-1",
+				"$JS.API.STREAM.MSG.DELETE." + st,
+				strings.TrimSuffix(subj.EventsIn(p), ">") + "acme.order.create",
+				"$JS.API.DIRECT.GET.KV_tenaz_lanes.$KV.tenaz_lanes.x",
+				"$KV.tenaz_lanes.x",
+			} {
+				if !byName[serviceUser(svc)].Permissions.Publish.allowed(subject) {
+					t.Errorf("%s may not publish %s: it wakes the next event of a lane", serviceUser(svc), subject)
+				}
 			}
 		}
 		account := "$JS.API.CONSUMER.CREATE." + st + ".acct_acme." + strings.TrimSuffix(subj.EventsIn(p), ">") + "acme.>"

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -32,6 +33,8 @@ type GiveUp struct {
 	Subj  names.Subjects
 	Store *store.Store
 	Actor string
+	// Order wakes what waits behind the event in its ordered lane.
+	Order lane.Order
 }
 
 // Maxed moves env's event to dead with reason, class and why, reporting
@@ -47,7 +50,12 @@ func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, wh
 			return false, err
 		}
 		if !state.Can(rec.Status, state.DeliveriesMaxed) {
-			return false, nil // it finished meanwhile: the message is only a stale copy
+			// It finished meanwhile: the message is only a stale copy. Its
+			// finisher may have died before waking its lane's next event.
+			if state.Finished(rec.Status) {
+				return false, g.Order.Advance(ctx, rec)
+			}
+			return false, nil
 		}
 		next, _, err := state.Apply(rec, state.Action{Name: state.DeliveriesMaxed, Actor: g.Actor,
 			Error: &state.ErrorInfo{Class: class, Message: why}, Detail: reason + ": " + why}, g.Store.Now())
@@ -65,7 +73,9 @@ func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, wh
 			return false, err
 		}
 		Advise(g.Conn, g.Subj, next)
-		return true, nil
+		// Failed, the call is made again (the caller keeps its message),
+		// and finds the event finished (above).
+		return true, g.Order.Advance(ctx, next)
 	}
 	return false, fmt.Errorf("dead: %s kept changing while being given up", env.ID)
 }

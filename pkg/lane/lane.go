@@ -2,15 +2,16 @@
 // only after its predecessor (the one accepted before it with the same
 // account and key) is finished — done, dead, in manual review or
 // cancelled — so a failing event holds its lane until it is done or dead,
-// and different keys run in parallel.
+// and different keys run in parallel. A cancelled event holds nobody: the
+// one behind it waits for what it waited for.
 //
 // The lane itself is one KV entry per account + key (bucket tenaz_lanes)
 // holding its tail; each event record points back to its predecessor
 // (After) and forward to its successor (Next). Ingest appends (Append),
-// the dispatcher checks the predecessor before claiming, parks a waiting
-// event on its own server-side schedule, and wakes the successor when it
-// finishes an event; the lane entry is removed when its last event
-// finishes (Release).
+// the dispatcher checks the predecessor before claiming (Order.Blocker)
+// and parks a waiting event on its own server-side schedule; whoever
+// finishes an event wakes its successor (Order.Advance), and the lane
+// entry is removed when its last event finishes (Release).
 //
 //	prev, err := lanes.Append(ctx, "acme", "order-7", id)
 package lane

@@ -282,6 +282,49 @@ func (q *Queue) EnsureNext(ctx context.Context, env event.Envelope, rec state.Re
 	return q.ScheduleAt(ctx, env, when, "")
 }
 
+// Wake fires the parking schedule of account's event id now: it
+// re-publishes the parked event to its dispatch subject and deletes that
+// schedule. Only a parking schedule is fired (HeaderParked): the event may
+// have moved on and hold a retry or a timer there, which must keep its
+// time. scheduled reports whether the event held a schedule of any kind;
+// one that holds none has not parked yet (its own message is on its way)
+// or has left its lane's wait for good (cancelled, finished).
+func (q *Queue) Wake(ctx context.Context, account, id string) (scheduled bool, err error) {
+	s, err := q.stream(ctx, account)
+	if err != nil {
+		return false, fmt.Errorf("queue: wake %s: %w", id, err)
+	}
+	sm, err := s.GetLastMsgForSubject(ctx, q.subj.Schedule(account, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue: wake %s: %w", id, err)
+	}
+	if sm.Header.Get(HeaderParked) == "" {
+		return true, nil
+	}
+	env, err := event.Unmarshal(sm.Data)
+	if err != nil {
+		return true, nil // not an envelope: nothing to fire; its schedule fires what it holds
+	}
+	subj, err := q.subj.Event(env.Account, env.Kind)
+	if err != nil {
+		return true, nil
+	}
+	m := nats.NewMsg(subj)
+	m.Data = sm.Data
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s/wake/%d", id, sm.Sequence))
+	if _, err := q.js.PublishMsg(ctx, m); err != nil {
+		return true, fmt.Errorf("queue: wake %s: %w", id, err)
+	}
+	// Delete exactly the parking schedule that was fired: by now the event
+	// may have run, failed and stored a retry schedule on the same subject,
+	// which purging the subject would lose.
+	_ = s.DeleteMsg(ctx, sm.Sequence)
+	return true, nil
+}
+
 // CancelSchedule purges the schedule subject of account's event id so
 // that it never fires.
 func (q *Queue) CancelSchedule(ctx context.Context, account, id string) error {

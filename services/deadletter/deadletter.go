@@ -21,6 +21,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	liveconfig "github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
@@ -101,6 +102,7 @@ type Service struct {
 
 	st     *store.Store
 	q      *queue.Queue
+	order  lane.Order // wakes what waits behind an event an operator or a give-up finished
 	pauses *accounts.Pauses
 	kvIdx  jetstream.KeyValue
 	kvOps  jetstream.KeyValue
@@ -196,6 +198,11 @@ func (s *Service) start(ctx context.Context) (err error) {
 		return fmt.Errorf("deadletter: %w", err)
 	}
 	s.q = queue.New(s.js, s.subj)
+	lanes, err := lane.Open(ctx, s.js, s.cfg.Prefix)
+	if err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
+	s.order = lane.Order{Lanes: lanes, Records: s.st, Queue: s.q}
 	if s.o.Live == nil { // no process watches the accounts bucket for us
 		if err = s.live.Watch(s.runCtx, s.js, store.LayoutOptions(s.cfg)); err != nil {
 			return fmt.Errorf("deadletter: %w", err)

@@ -99,7 +99,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 		}
 		return deleteMsg(ctx, st, a.StreamSeq)
 	}
-	g := dead.GiveUp{JS: s.js, Conn: s.o.Conn, Subj: s.subj, Store: s.st, Actor: "deadletter"}
+	g := dead.GiveUp{JS: s.js, Conn: s.o.Conn, Subj: s.subj, Store: s.st, Actor: "deadletter", Order: s.order}
 	moved, err := g.Maxed(ctx, env, reason, class, why, msgID)
 	if err != nil {
 		return err

@@ -256,8 +256,9 @@ func (s *Service) retryNow(ctx context.Context, req ops.EventActionRequest) (ops
 }
 
 // cancelWait cancels an event awaiting its callback or polling, then purges
-// its deadline or next poll: a callback or poll answer that comes later
-// finds it cancelled and is recorded as a no-op.
+// its deadline or next poll (a callback or poll answer that comes later
+// finds it cancelled and is recorded as a no-op) and wakes the next event
+// of its ordered lane.
 func (s *Service) cancelWait(ctx context.Context, req ops.EventActionRequest) (ops.EventReply, error) {
 	actor := actorOf(ctx)
 	rec, why, err := s.liveEvent(ctx, req)
@@ -275,6 +276,9 @@ func (s *Service) cancelWait(ctx context.Context, req ops.EventActionRequest) (o
 	}
 	if err := s.q.CancelSchedule(ctx, next.Account, next.ID); err != nil {
 		s.log.Warn().Err(err).Str("event_id", next.ID).Msg("cancel wait: purging the timer failed; it finds the event cancelled when it fires")
+	}
+	if err := s.order.Advance(s.log.WithContext(ctx), next); err != nil {
+		s.log.Warn().Err(err).Str("event_id", next.ID).Msg("cancel wait: the next event of its lane not woken; its parking schedule wakes it")
 	}
 	s.log.Info().Str("event_id", next.ID).Str("actor", actor).Msg("wait cancelled by an operator")
 	return eventReply(next), nil

@@ -118,7 +118,7 @@ type Service struct {
 	log   zerolog.Logger
 	st    *store.Store
 	q     *queue.Queue
-	order *lane.Lanes
+	order lane.Order
 	refs  *callbacks.Index
 
 	breakers *breaker.Registry
@@ -236,9 +236,11 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
-	if s.order, err = lane.Open(ctx, s.js, s.cfg.Prefix); err != nil {
+	lanes, err := lane.Open(ctx, s.js, s.cfg.Prefix)
+	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
+	s.order = lane.Order{Lanes: lanes, Records: st, Queue: s.q}
 	if s.refs, err = callbacks.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}

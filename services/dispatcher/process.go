@@ -106,7 +106,7 @@ const maxDeliveries = 10
 // giveUp keeps in DEAD the event of a message delivered more than
 // maxDeliveries times, and settles the message.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelope, meta *jetstream.MsgMetadata) {
-	g := dead.GiveUp{JS: s.js, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor}
+	g := dead.GiveUp{JS: s.js, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
 	moved, err := g.Crash(ctx, env, meta.Stream, meta.Sequence.Stream, meta.NumDelivered-1)
 	if err != nil {
 		s.retryLater(ctx, m, err)
@@ -219,7 +219,7 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		default:
 			if state.Finished(rec.Status) {
 				// In case its finisher died before waking the next.
-				if err := s.advanceLane(ctx, rec); err != nil {
+				if err := s.order.Advance(ctx, rec); err != nil {
 					s.retryLater(ctx, m, err)
 					return nil, false
 				}
@@ -621,7 +621,7 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 	// wakes the next one; acked first, the next would wait for its
 	// parking schedule's safety net (docs/chaos.md, bug 6).
 	if state.Finished(next.Status) {
-		if err := s.advanceLane(ctx, next); err != nil {
+		if err := s.order.Advance(ctx, next); err != nil {
 			s.retryLater(ctx, m, err)
 			return
 		}
@@ -696,7 +696,7 @@ func (s *Service) tooLarge(ctx context.Context, m jetstream.Msg, env event.Envel
 		s.retryLater(ctx, m, err)
 		return
 	}
-	if err := s.advanceLane(ctx, next); err != nil {
+	if err := s.order.Advance(ctx, next); err != nil {
 		s.retryLater(ctx, m, err)
 		return
 	}

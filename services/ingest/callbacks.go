@@ -244,7 +244,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		return CallbackReply{}, err
 	}
 	if outcome == CallbackApplied {
-		s.deadlines.add(rec.Account, id)
+		s.deadlines.add(rec)
 	}
 	log.Info().Str("event_id", rec.ID).Str("outcome", outcome).Msg("callback")
 	return CallbackReply{Outcome: outcome, ID: rec.ID}, nil

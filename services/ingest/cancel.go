@@ -40,7 +40,7 @@ type cancelError struct {
 }
 
 // cancelEvent moves rec to cancelled, recording actor and detail in its history,
-// and purges its schedule. It is shared by the HTTP API and the micro
+// purges its schedule and moves its ordered lane along. It is shared by the HTTP API and the micro
 // endpoint: 409 not_cancellable unless scheduled, pending or retrying.
 func (s *Service) cancelEvent(ctx context.Context, rec state.Record, actor, detail string) (state.Record, *cancelError) {
 	next, _, _, err := s.st.Transition(ctx, rec.Account, rec.ID, state.Action{Name: state.Cancel, Actor: actor, Detail: detail})
@@ -53,6 +53,9 @@ func (s *Service) cancelEvent(ctx context.Context, rec state.Record, actor, deta
 	}
 	if err := s.q.CancelSchedule(ctx, rec.Account, rec.ID); err != nil {
 		s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("cancel: purge schedule failed; the dispatcher will drop it when it fires")
+	}
+	if err := s.order.Advance(s.log.WithContext(ctx), next); err != nil {
+		s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("cancel: the next event of its lane not woken; its parking schedule wakes it")
 	}
 	return next, nil
 }

@@ -95,6 +95,7 @@ type Service struct {
 	st      *store.Store
 	q       *queue.Queue
 	lanes   *lane.Lanes
+	order   lane.Order // wakes what waits behind an event a callback or a cancel finished
 	refs    *callbacks.Index
 	refused map[string]*refusals // by target: refused webhooks' rate and log
 	replies *replies
@@ -178,6 +179,7 @@ func (s *Service) start(ctx context.Context) error {
 	if s.lanes, err = lane.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
+	s.order = lane.Order{Lanes: s.lanes, Records: st, Queue: s.q}
 	if s.refs, err = callbacks.Open(ctx, s.js, s.cfg.Prefix); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -211,7 +213,7 @@ func (s *Service) start(ctx context.Context) error {
 	// paused accounts'.
 	stopBacklog := s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj), Paused: s.followPauses(ctx, subj)})
 	s.Defer(func(context.Context) { stopBacklog() })
-	s.deadlines = newDeadlines(s.q, s.log)
+	s.deadlines = newDeadlines(s.q, s.order, s.log)
 	s.Defer(func(context.Context) { s.deadlines.close() })
 	s.scanned = map[string]uint64{}
 	runCtx, cancel := context.WithCancelCause(context.Background())

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/metrics"
@@ -72,6 +73,7 @@ type Service struct {
 	subj  names.Subjects
 	st    *store.Store
 	q     *queue.Queue
+	order lane.Order // wakes what waits behind an event the poller finished
 	actor string
 
 	lifecycle.Base
@@ -126,6 +128,11 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.subj, s.st = subj, st
 	s.q = queue.New(s.js, subj)
+	lanes, err := lane.Open(ctx, s.js, s.cfg.Prefix)
+	if err != nil {
+		return fmt.Errorf("poller: %w", err)
+	}
+	s.order = lane.Order{Lanes: lanes, Records: st, Queue: s.q}
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 	s.Defer(func(context.Context) {
 		s.cancel()

@@ -124,6 +124,13 @@ func (s *Service) step(ctx context.Context, env event.Envelope, seq uint64) erro
 			return err
 		}
 	}
+	if state.Finished(rec.Status) {
+		// Its finisher may have failed to wake its lane's next event (this
+		// poller, whose timer comes back for that, or a webhook).
+		if err := s.order.Advance(ctx, rec); err != nil {
+			return err
+		}
+	}
 	if err := s.q.EnsureNext(ctx, env, rec, now); err != nil {
 		return err
 	}
@@ -205,7 +212,8 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 	dead.AdviseReview(s.nc, s.subj, next, why)
 	s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
 	zerolog.Ctx(ctx).Warn().Str("why", why).Msg("moved to manual review")
-	return nil
+	// Failed, the timer comes back and finds the event finished (step).
+	return s.order.Advance(ctx, next)
 }
 
 // poll asks the target once and moves the event: done on a final answer,
@@ -252,12 +260,12 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		if err != nil {
 			return err
 		}
-		_, err = s.write(ctx, next, rev)
-		if err == nil {
-			mx.Outcome(env.Account, env.Kind, next.Status)
-			zerolog.Ctx(ctx).Debug().Int("polls", n).Msg("poll brought the result")
+		if _, err := s.write(ctx, next, rev); err != nil {
+			return err
 		}
-		return err
+		mx.Outcome(env.Account, env.Kind, next.Status)
+		zerolog.Ctx(ctx).Debug().Int("polls", n).Msg("poll brought the result")
+		return s.order.Advance(ctx, next)
 	}
 	answer := "not final"
 	var errInfo *state.ErrorInfo
