@@ -142,6 +142,36 @@ func (x *Index) Lookup(ctx context.Context, account, target, ref string) (string
 	return id, err
 }
 
+// Await returns once account's reference ref at target is recorded (at
+// once if it is), or with ctx's error; with account "" once any account's
+// is. A provider may call back before its answer to the call reaches
+// tenaz, and so before the dispatcher records the reference the webhook
+// names. Look the reference up again after it.
+func (x *Index) Await(ctx context.Context, account, target, ref string) error {
+	filter := refKey(account, target, ref)
+	if account == "" {
+		filter = "ref." + target + ".*." + hash(ref)
+	}
+	w, err := x.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("callbacks: await reference: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("callbacks: await reference: %w", context.Cause(ctx))
+			}
+			if e != nil {
+				return nil
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
 func (x *Index) get(ctx context.Context, key string) (string, error) {
 	e, err := x.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -179,6 +179,9 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	ref, _ := doc[t.Callback.ReferenceField].(string)
 	if names.ValidateEventID(id) != nil && ref != "" {
 		id, err = s.refs.Lookup(ctx, account, target, ref)
+		if errors.Is(err, callbacks.ErrNotFound) {
+			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, t.Timeout.D())
+		}
 		switch {
 		case errors.Is(err, callbacks.ErrNotFound):
 			id = ""
@@ -248,6 +251,41 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	}
 	log.Info().Str("event_id", rec.ID).Str("outcome", outcome).Msg("callback")
 	return CallbackReply{Outcome: outcome, ID: rec.ID}, nil
+}
+
+// earlyWebhooks bounds the webhooks held at once by awaitRef: beyond it,
+// one naming a reference nobody recorded is answered unknown at once.
+const earlyWebhooks = 256
+
+// maxEarlyWait bounds how long awaitRef holds a webhook, whatever its
+// target's call timeout.
+const maxEarlyWait = 30 * time.Second
+
+// awaitRef holds a webhook that names a reference nobody recorded, for up
+// to wait (its target's call timeout), and looks the reference up again
+// once it is recorded. A provider may call back before its answer to the
+// call reaches tenaz, and the dispatcher records the reference only on
+// that answer; a call that takes longer than its timeout is abandoned by
+// tenaz (its event retries), so a reference recorded later answers
+// nothing this webhook could complete. Answered unknown at once, the
+// webhook would be lost, and its event left to its deadline.
+func (s *Service) awaitRef(ctx context.Context, account, target, ref string, wait time.Duration) (string, error) {
+	select {
+	case s.early <- struct{}{}:
+		defer func() { <-s.early }()
+	default:
+		return "", callbacks.ErrNotFound
+	}
+	zerolog.Ctx(ctx).Debug().Msg("webhook names a reference not recorded yet: waiting for the call's answer")
+	wctx, cancel := context.WithTimeout(ctx, min(wait, maxEarlyWait))
+	defer cancel()
+	if err := s.refs.Await(wctx, account, target, ref); err != nil {
+		if ctx.Err() == nil && wctx.Err() != nil {
+			return "", callbacks.ErrNotFound
+		}
+		return "", err
+	}
+	return s.refs.Lookup(ctx, account, target, ref)
 }
 
 // errOtherAccount ends the update of an event that is not the webhook's

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,5 +412,65 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	}
 	if count[state.Claim] != 1 || count[state.AwaitCallback] != 1 || count[state.Complete] != 1 || count[state.Note] > 2 {
 		t.Fatalf("history after the replays: want 1 claim, 1 await_callback, 1 complete and at most 2 notes, got %v", count)
+	}
+}
+
+// TestWebhookBeforeTheCallsAnswerIsApplied: the provider calls back,
+// naming only its own reference, before its answer to the call reaches
+// tenaz, so before the dispatcher records the reference. The webhook is
+// held until the reference is recorded, then applied; answered unknown at
+// once, it was lost and its event left to its deadline.
+func TestWebhookBeforeTheCallsAnswerIsApplied(t *testing.T) {
+	t.Parallel()
+	var h *harness
+	const body = `{"reference":"job-1","status":"approved"}`
+	replies := make(chan response, 1)
+	errs := make(chan error, 1)
+	var answered atomic.Bool
+	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		go func() {
+			rep, err := h.send(http.MethodPost, "/v1/callbacks/bureau/acme", body, signed("msg_early", time.Now(), body)...)
+			answered.Store(true)
+			if err != nil {
+				errs <- err
+				return
+			}
+			replies <- rep
+		}()
+		// Answer once the webhook is answered (it was not held) or held:
+		// the watch of its reference is a consumer of the callbacks bucket.
+		held := func() bool {
+			s, err := h.JS.Stream(r.Context(), "KV_"+names.BucketCallbacks)
+			if err != nil {
+				return false
+			}
+			info, err := s.Info(r.Context())
+			return err == nil && info.State.Consumers > 0
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !answered.Load() && !held() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // polling a condition, not waiting out an outcome
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{"id":"job-1"}`))
+	}))
+	t.Cleanup(bureau.Close)
+	h = setup(t, callbackYAML(bureau.URL))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "early-1")
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	case rep := <-replies:
+		if got := rep.outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+			t.Fatalf("webhook before the call's answer: want applied to %s, got %+v", id, got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer to the webhook")
+	}
+	rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
+	if rec.Reference != "job-1" {
+		t.Fatalf("event %s: want the reference job-1, got %q", id, rec.Reference)
 	}
 }

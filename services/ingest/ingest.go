@@ -112,7 +112,8 @@ type Service struct {
 	intake  jetstream.Stream
 	trim    *queue.Trimmer // nil when INTAKE is a work queue (a store from before)
 
-	deadlines *deadlines // purges the deadlines of applied callbacks
+	deadlines *deadlines    // purges the deadlines of applied callbacks
+	early     chan struct{} // the webhooks held waiting for their reference (awaitRef)
 
 	// repeats is TENAZ_REPEATS, and repeatCC consumes its firings (repeat.go).
 	repeats  jetstream.Stream
@@ -149,6 +150,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
+		early: make(chan struct{}, earlyWebhooks),
 	}
 	s.Init("ingest", o.Conn)
 	s.refused = newRefusals(o.Config, log)
