@@ -190,8 +190,10 @@ var Table = map[ActionName]Rule{
 	Fallback: {From: []State{Running, AwaitingCallback, Polling}, To: Pending, Effects: []EffectKind{EffectEnqueue}},
 	// Complete is legal from running too: a fast provider's callback can
 	// arrive before the dispatcher has stored its await_callback; the run's
-	// own late outcome is then recorded as a no-op.
-	Complete:        {From: []State{Running, AwaitingCallback, Polling}, To: Done},
+	// own late outcome is then recorded as a no-op. And from retrying: the
+	// provider took an attempt whose answer tenaz gave up on (a timeout),
+	// and its callback carries the result the retry would wait for.
+	Complete:        {From: []State{Running, AwaitingCallback, Polling, Retrying}, To: Done},
 	Escalate:        {From: []State{AwaitingCallback, Polling}, To: ManualReview},
 	Replay:          {From: []State{Dead, ManualReview}, To: Pending, Effects: []EffectKind{EffectEnqueue}},
 	Resolve:         {From: []State{Dead, ManualReview}, To: Done},

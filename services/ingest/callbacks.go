@@ -177,7 +177,8 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	}
 	id, _ := doc[t.Callback.EventField].(string)
 	ref, _ := doc[t.Callback.ReferenceField].(string)
-	if names.ValidateEventID(id) != nil && ref != "" {
+	byRef := names.ValidateEventID(id) != nil && ref != ""
+	if byRef {
 		id, err = s.refs.Lookup(ctx, account, target, ref)
 		if errors.Is(err, callbacks.ErrNotFound) {
 			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, t.Timeout.D())
@@ -216,12 +217,18 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: actor, Detail: detail}, now)
 			return n, err
 		}
-		waiting := (cur.Status == state.AwaitingCallback || cur.Status == state.Running) && s.awaits(cur, target)
+		// Retrying: the provider took an attempt whose answer never
+		// reached tenaz (a timeout); its callback brings the result.
+		waiting := (cur.Status == state.AwaitingCallback || cur.Status == state.Running || cur.Status == state.Retrying) && s.awaits(cur, target)
 		switch {
 		case webhookID != "" && applied(cur, actor, webhookID):
 			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))
 		case !waiting:
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, target, cur.Status, cur.Stage))
+		case byRef && cur.Reference != "" && ref != cur.Reference:
+			// The index keeps every reference the event was given until its
+			// TTL: this one is a run's before a replay.
+			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it names the reference of an earlier run, not the one the event waits on", webhookID, target))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +25,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/webhook"
@@ -472,5 +474,83 @@ func TestWebhookBeforeTheCallsAnswerIsApplied(t *testing.T) {
 	rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
 	if rec.Reference != "job-1" {
 		t.Fatalf("event %s: want the reference job-1, got %q", id, rec.Reference)
+	}
+}
+
+// TestCallbackOfATimedOutAttemptCompletesTheEvent: the provider took the
+// work but its answer never reached tenaz (the call timed out), then
+// called back. The event is retrying (its next attempt a minute away);
+// the callback brings the result that attempt would wait for.
+func TestCallbackOfATimedOutAttemptCompletesTheEvent(t *testing.T) {
+	t.Parallel()
+	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // read whole, so that the server sees the caller hang up
+		<-r.Context().Done()               // takes the work, never answers in time
+	}))
+	t.Cleanup(bureau.Close)
+	h := setup(t, `
+streams: {ack_wait: 2s}
+targets:
+  bureau: {url: "`+bureau.URL+`/proposals", timeout: 1s, callback_secret: "`+cbSecret+`"}
+kinds:
+  credit.evaluate: {target: bureau, completion: callback, entity: app_id, backoff: {initial: 1m, jitter: 0}}
+`)
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "slow-1")
+	h.WaitStatus(id, state.Retrying, servicetest.WaitFor)
+	body := `{"event_id":"` + id + `","status":"approved"}`
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_slow", body).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+		t.Fatalf("callback of the timed-out attempt: want applied to %s, got %+v", id, got)
+	}
+	rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
+	if rec.NextRunAt != nil || rec.Attempts != 1 {
+		t.Fatalf("event %s: want done after its one attempt, nothing due; got %d attempts, next run %v", id, rec.Attempts, rec.NextRunAt)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return h.SchedMsgs() == 0 }, "the retry's schedule purged")
+}
+
+// TestCallbackOfARunBeforeAReplayIsLate: the provider gives each call its
+// own reference. After an operator replays the event, a callback naming
+// only the reference of the run before the replay finds the event through
+// the index (it keeps every reference until its TTL), yet completes
+// nothing: the event waits on its new run's reference.
+func TestCallbackOfARunBeforeAReplayIsLate(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, `{"id":"job-%d"}`, calls.Add(1))
+	}))
+	t.Cleanup(bureau.Close)
+	h := setup(t, callbackYAML(bureau.URL))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "replayed-1")
+	h.awaiting("job-1", id)
+
+	// What an operator's replay does (services/deadletter): the event,
+	// sent to review, back to pending and on its way again.
+	for _, a := range []state.Action{{Name: state.Escalate, Actor: "test"}, {Name: state.Replay, Actor: "operator:alice"}} {
+		if _, _, _, err := h.St.Transition(h.Ctx(), "acme", id, a); err != nil {
+			t.Fatalf("%s: %v", a.Name, err)
+		}
+	}
+	env, err := h.St.Envelope(h.Record(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.New(h.JS, h.Subj).Enqueue(h.Ctx(), env, id+"/replay"); err != nil {
+		t.Fatal(err)
+	}
+	h.awaiting("job-2", id)
+
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_old", `{"reference":"job-1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackLate || got.ID != id {
+		t.Fatalf("callback of the run before the replay: want %q for %s, got %+v", ingest.CallbackLate, id, got)
+	}
+	if rec := h.Record(id); rec.Status != state.AwaitingCallback {
+		t.Fatalf("event %s after the earlier run's callback: want awaiting_callback, got %s", id, rec.Status)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_new", `{"reference":"job-2","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+		t.Fatalf("callback of the replayed run: want applied to %s, got %+v", id, got)
 	}
 }

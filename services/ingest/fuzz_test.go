@@ -21,7 +21,9 @@ const fuzzSecret = "whsec_dGVuYXotZnV6ei1jYWxsYmFjay1zZWNyZXQ="
 // the target's secret or not at all. An unsigned one is refused with 401
 // (429 past the target's refusal budget); a signed one is answered 200
 // with a known outcome, or 400 when it is not a JSON object; nothing else
-// (no 5xx, no panic), whatever the body names.
+// (no 5xx, no panic), whatever the body names. The target's call timeout
+// is 1ms: a webhook naming a reference nobody recorded is held that long
+// (awaitRef), not the default 10 s the fuzzer would take for a hang.
 func FuzzCallback(f *testing.F) {
 	for _, s := range []string{
 		`{"event_id":"ev_00000000000000000000000000","reference":"ref_1","status":"approved"}`,
@@ -35,7 +37,7 @@ func FuzzCallback(f *testing.F) {
 	f.Add([]byte(`{"event_id":"ev_00000000000000000000000000","status":"approved"}`), false)
 	mux := fuzzIngest(f, `
 targets:
-  bureau_a: {url: "http://127.0.0.1:1/proposals", callback_secret: "`+fuzzSecret+`",
+  bureau_a: {url: "http://127.0.0.1:1/proposals", timeout: 1ms, callback_secret: "`+fuzzSecret+`",
              callback: {done_when: {field: status, in: [approved, rejected]}}}
 kinds:
   credit.evaluate: {target: bureau_a, completion: callback}
