@@ -447,23 +447,25 @@ func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
 	// Calls granted before the cut may still be on their way: the peak
 	// counts once each of them has returned.
 	natstest.Eventually(t, 10*time.Second, func() bool { return early.Load() == 0 }, "the calls begun before the cut to return")
+	// Never above the capacity (+1, the probe of growth). A cut deeper than
+	// the capacity (a refusal counted at a stale low level, likelier on a
+	// loaded machine) lasts until regrowth, a step a second: the level
+	// comes back near the capacity, and holds there.
+	highest := 0
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		c := usage().Concurrency
+		highest = max(highest, c)
+		return c >= 8
+	}, "the learned concurrency back near the capacity of 10")
 	r0, a0 := refused.Load(), answered.Load()
-	// Never above the capacity (+1, the probe of growth); a cut deeper than
-	// the capacity (a refusal counted at a stale low level) may last until
-	// regrowth, a second a step, so the samples' median must hold near it.
 	var samples []int
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		u := usage()
-		if u.Concurrency > 11 {
-			t.Errorf("want the learned concurrency at most 11 against a capacity of 10, got %d", u.Concurrency)
-			break
-		}
-		samples = append(samples, u.Concurrency)
+		samples = append(samples, usage().Concurrency)
 		<-time.After(100 * time.Millisecond) // sampling the record, not waiting for an outcome
 	}
-	if slices.Sort(samples); len(samples) > 0 && samples[len(samples)/2] < 5 {
-		t.Errorf("want the learned concurrency near a capacity of 10 (median of its samples 5–11), got %v", samples)
+	if slices.Sort(samples); highest > 11 || samples[len(samples)-1] > 11 || samples[len(samples)/2] < 5 {
+		t.Errorf("want the learned concurrency at most 11 against a capacity of 10, and near it once regrown (median 5–11); highest before %d, then %v", highest, samples)
 	}
 	if p := peakAfter.Load(); p > 11 {
 		t.Errorf("want at most 11 calls in flight over the replicas once learned, saw %d", p)
