@@ -161,7 +161,7 @@ func (x *Index) Await(ctx context.Context, account, target, ref string) error {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return fmt.Errorf("callbacks: await reference: %w", context.Cause(ctx))
+				return errors.New("callbacks: await reference: the watch ended")
 			}
 			if e != nil {
 				return nil

@@ -181,7 +181,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	if byRef {
 		id, err = s.refs.Lookup(ctx, account, target, ref)
 		if errors.Is(err, callbacks.ErrNotFound) {
-			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, t.Timeout.D())
+			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, s.conf().TargetFor(account, target).Timeout.D())
 		}
 		switch {
 		case errors.Is(err, callbacks.ErrNotFound):
@@ -217,17 +217,16 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: actor, Detail: detail}, now)
 			return n, err
 		}
-		// Retrying: the provider took an attempt whose answer never
-		// reached tenaz (a timeout); its callback brings the result.
-		waiting := (cur.Status == state.AwaitingCallback || cur.Status == state.Running || cur.Status == state.Retrying) && s.awaits(cur, target)
+		waiting := (cur.Status == state.AwaitingCallback || cur.Status == state.Running || unanswered(cur)) && s.awaits(cur, target)
 		switch {
 		case webhookID != "" && applied(cur, actor, webhookID):
 			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))
 		case !waiting:
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, target, cur.Status, cur.Stage))
-		case byRef && cur.Reference != "" && ref != cur.Reference:
+		case byRef && (cur.Status == state.Retrying || cur.Reference != "" && ref != cur.Reference):
 			// The index keeps every reference the event was given until its
-			// TTL: this one is a run's before a replay.
+			// TTL: this one is a run's before a replay (a retrying event's
+			// last attempt got no answer, so recorded no reference).
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it names the reference of an earlier run, not the one the event waits on", webhookID, target))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
@@ -287,12 +286,36 @@ func (s *Service) awaitRef(ctx context.Context, account, target, ref string, wai
 	wctx, cancel := context.WithTimeout(ctx, min(wait, maxEarlyWait))
 	defer cancel()
 	if err := s.refs.Await(wctx, account, target, ref); err != nil {
-		if ctx.Err() == nil && wctx.Err() != nil {
+		if wctx.Err() != nil { // waited long enough, or the sender hung up
 			return "", callbacks.ErrNotFound
 		}
 		return "", err
 	}
 	return s.refs.Lookup(ctx, account, target, ref)
+}
+
+// unanswered reports whether rec is retrying after an attempt that got no
+// answer: it timed out, its connection was lost, or its run was lost with
+// its dispatcher. The provider may have taken it, and its callback then
+// brings the result the retry would wait for. After an answer (a 5xx, a
+// 429) or a yield, no callback can be this run's.
+func unanswered(rec state.Record) bool {
+	if rec.Status != state.Retrying {
+		return false
+	}
+	for i := len(rec.History) - 1; i >= 0; i-- {
+		switch e := rec.History[i]; e.Action {
+		case state.Note:
+			continue
+		case state.Recover:
+			return true
+		case state.Retry:
+			return e.HTTPStatus == 0
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // errOtherAccount ends the update of an event that is not the webhook's

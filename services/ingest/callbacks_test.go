@@ -480,12 +480,18 @@ func TestWebhookBeforeTheCallsAnswerIsApplied(t *testing.T) {
 // TestCallbackOfATimedOutAttemptCompletesTheEvent: the provider took the
 // work but its answer never reached tenaz (the call timed out), then
 // called back. The event is retrying (its next attempt a minute away);
-// the callback brings the result that attempt would wait for.
+// the callback brings the result that attempt would wait for. One
+// retrying after the provider answered 503 took nothing: a callback for
+// it is late.
 func TestCallbackOfATimedOutAttemptCompletesTheEvent(t *testing.T) {
 	t.Parallel()
 	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // read whole, so that the server sees the caller hang up
-		<-r.Context().Done()               // takes the work, never answers in time
+		b, _ := io.ReadAll(r.Body) // read whole, so that the server sees the caller hang up
+		if strings.Contains(string(b), "busy") {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		<-r.Context().Done() // takes the work, never answers in time
 	}))
 	t.Cleanup(bureau.Close)
 	h := setup(t, `
@@ -507,6 +513,16 @@ kinds:
 		t.Fatalf("event %s: want done after its one attempt, nothing due; got %d attempts, next run %v", id, rec.Attempts, rec.NextRunAt)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { return h.SchedMsgs() == 0 }, "the retry's schedule purged")
+
+	busy := h.submitCredit("acme", "busy-1")
+	h.WaitStatus(busy, state.Retrying, servicetest.WaitFor)
+	body = `{"event_id":"` + busy + `","status":"approved"}`
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_busy", body).outcome(t); got.Outcome != ingest.CallbackLate {
+		t.Fatalf("callback for an event whose attempt was answered 503: want %q, got %+v", ingest.CallbackLate, got)
+	}
+	if rec := h.Record(busy); rec.Status != state.Retrying {
+		t.Fatalf("event %s after a callback its attempt cannot have caused: want retrying, got %s", busy, rec.Status)
+	}
 }
 
 // TestCallbackOfARunBeforeAReplayIsLate: the provider gives each call its

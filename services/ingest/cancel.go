@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/httpapi"
@@ -54,7 +55,10 @@ func (s *Service) cancelEvent(ctx context.Context, rec state.Record, actor, deta
 	if err := s.q.CancelSchedule(ctx, rec.Account, rec.ID); err != nil {
 		s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("cancel: purge schedule failed; the dispatcher will drop it when it fires")
 	}
-	if err := s.order.Advance(s.log.WithContext(ctx), next); err != nil {
+	// Not cut short by a caller that hangs up: the cancel is stored.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(s.log.WithContext(ctx)), 10*time.Second)
+	defer cancel()
+	if err := s.order.Advance(actx, next); err != nil {
 		s.log.Warn().Err(err).Str("event_id", rec.ID).Msg("cancel: the next event of its lane not woken; its parking schedule wakes it")
 	}
 	return next, nil
