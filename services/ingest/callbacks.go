@@ -246,6 +246,11 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		return CallbackReply{Outcome: CallbackUnknown}, nil
 	}
 	if errors.Is(err, errUnchanged) {
+		if outcome == CallbackDuplicate {
+			// Sent again: the answer to the first copy may have been lost
+			// with this process, before it woke the lane's next event.
+			s.advanceLane(ctx, log, rec)
+		}
 		log.Debug().Str("event_id", rec.ID).Str("outcome", outcome).Msg("callback repeated; already recorded")
 		return CallbackReply{Outcome: outcome, ID: rec.ID}, nil
 	}
@@ -253,7 +258,8 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		return CallbackReply{}, err
 	}
 	if outcome == CallbackApplied {
-		s.deadlines.add(rec)
+		s.advanceLane(ctx, log, rec)
+		s.deadlines.add(rec.Account, rec.ID)
 	}
 	log.Info().Str("event_id", rec.ID).Str("outcome", outcome).Msg("callback")
 	return CallbackReply{Outcome: outcome, ID: rec.ID}, nil
@@ -316,6 +322,21 @@ func unanswered(rec state.Record) bool {
 		}
 	}
 	return false
+}
+
+// advanceLane wakes the next event of rec's ordered lane, rec being
+// finished, before the webhook is answered: a sender that gets no answer
+// (this process died) sends it again, and the copy wakes it (a duplicate).
+// An event of no lane costs nothing. If the wake fails, the event's
+// deadline timer (its purge comes after) or the next event's parking
+// schedule wakes it later.
+func (s *Service) advanceLane(ctx context.Context, log zerolog.Logger, rec state.Record) {
+	if rec.Next == "" && rec.OrderingKey == "" || !state.Finished(rec.Status) {
+		return
+	}
+	if err := s.order.Advance(log.WithContext(ctx), rec); err != nil {
+		log.Warn().Err(err).Str("event_id", rec.ID).Msg("the next event of its lane not woken; its deadline or its parking schedule wakes it")
+	}
 }
 
 // errOtherAccount ends the update of an event that is not the webhook's

@@ -215,7 +215,7 @@ func (s *Service) start(ctx context.Context) error {
 	// paused accounts'.
 	stopBacklog := s.metrics.WatchBacklog(s.js, metrics.BacklogOptions{Streams: eventStreams(subj), Paused: s.followPauses(ctx, subj)})
 	s.Defer(func(context.Context) { stopBacklog() })
-	s.deadlines = newDeadlines(s.q, s.order, s.log)
+	s.deadlines = newDeadlines(s.q, s.log)
 	s.Defer(func(context.Context) { s.deadlines.close() })
 	s.scanned = map[string]uint64{}
 	runCtx, cancel := context.WithCancelCause(context.Background())

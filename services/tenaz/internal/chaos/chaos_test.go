@@ -51,7 +51,7 @@ func TestPlan(t *testing.T) {
 			if e.delay > 0 {
 				delayed++
 			}
-			if len(j) > 1 && (e.kind != kindLane || e.lane != j[0].lane) {
+			if len(j) > 1 && (e.kind != kindLane && e.kind != kindLaneCallback || e.lane != j[0].lane) {
 				t.Fatalf("a job of %d events must be one lane, got %+v", len(j), e)
 			}
 		}

@@ -24,6 +24,8 @@ var stageTargets = map[string][2]string{
 	kindEvaluate: {targetBureauA, targetBureauB},
 	kindCheck:    {targetBureauA, targetBureauB},
 	kindReport:   {targetBureauB, ""},
+
+	kindLaneCallback: {targetBureauA, ""},
 }
 
 func targetOf(kind, stage string) string {
@@ -461,30 +463,70 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	r.figure("cancelled / cancel refused with 409 (it had started)", fmt.Sprintf("%d / %d", cancelledOK, refusedCancels))
 	r.invariant("delayed events called before not_before (2s of slack)", len(early), early...)
 	r.invariant("cancelled events called after the cancel, or a 200 cancel not kept", len(cancelBad), cancelBad...)
+	// A lane's next event may be called once its predecessor finished
+	// (done, dead, in review, cancelled): for a callback event, long
+	// after its last call. Whoever finished it wakes the next; the
+	// next's parking schedule does after 5 minutes if nobody did.
 	var outOfOrder []string
-	checked := 0
+	checked, slow := 0, 0
+	var waits []time.Duration
+	longestPair := ""
 	for _, j := range jobs {
 		for i := 1; i < len(j); i++ {
 			a, b := j[i-1], j[i]
-			if !a.accepted || !b.accepted || len(callsOf[a.id]) == 0 || len(callsOf[b.id]) == 0 {
+			if !a.accepted || !b.accepted || len(callsOf[b.id]) == 0 {
 				continue
 			}
 			checked++
-			lastA := callsOf[a.id][len(callsOf[a.id])-1].at
 			firstB := callsOf[b.id][0].at
-			if !firstB.After(lastA) {
-				outOfOrder = append(outOfOrder, fmt.Sprintf("%s (%s) first called at %s, before its predecessor %s's last call at %s",
-					b.id, b.lane, firstB.Format("15:04:05.000"), a.id, lastA.Format("15:04:05.000")))
+			finished, ok := finishedAt(recs[a.id])
+			if !ok || !firstB.After(finished) {
+				outOfOrder = append(outOfOrder, fmt.Sprintf("%s (%s) first called at %s, before its predecessor %s finished (at %s)",
+					b.id, b.lane, firstB.Format("15:04:05.000"), a.id, finished.Format("15:04:05.000")))
+				continue
+			}
+			wait := firstB.Sub(finished)
+			if len(waits) == 0 || wait > slices.Max(waits) {
+				longestPair = fmt.Sprintf("%s after %s", b.id, a.id)
+			}
+			waits = append(waits, wait)
+			if wait >= laneSafetyNet {
+				slow++
 			}
 		}
 	}
 	r.figure("ordered pairs checked", checked)
-	r.invariant("ordered events called before their predecessor's last call", len(outOfOrder), outOfOrder...)
+	if len(waits) > 0 {
+		// An account's outage (its breaker's cooldown) or its rate holds a
+		// next event up too: the figure is for the parking schedule's safety
+		// net (5 minutes), which shows when nobody woke it.
+		slices.Sort(waits)
+		r.figure("wait of a lane's next event after its predecessor finished: median; longest (pair)",
+			fmt.Sprintf("%s; %s (%s)", waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond), longestPair))
+	}
+	r.invariant("lanes whose next event waited 5 minutes (the parking schedule's safety net) or more", slow)
+	r.invariant("ordered events called before their predecessor finished", len(outOfOrder), outOfOrder...)
 
 	// --- processes
 	r.section("invariants: processes")
 	f := c.findings()
 	r.invariant("panics, fatal errors or data races in the logs", len(f), f...)
+}
+
+// laneSafetyNet is the parking schedule's delay (services/dispatcher,
+// laneRecheck): a lane's next event that waited that long was woken by
+// nobody.
+const laneSafetyNet = 5 * time.Minute
+
+// finishedAt is when rec first finished (state.Finished): done, dead, in
+// review or cancelled; ok is false if it never did.
+func finishedAt(rec state.Record) (time.Time, bool) {
+	for _, h := range rec.History {
+		if h.Action != state.Note && state.Finished(h.To) { // a note keeps the state it was written in
+			return h.At, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func effectsAt(p *provider.Provider, key string) int {

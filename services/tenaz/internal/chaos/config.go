@@ -23,6 +23,9 @@ const (
 	kindEvaluate = "credit.evaluate" // callback at bureau_a; no callback in time → fallback (poll at bureau_b)
 	kindCheck    = "credit.check"    // callback at bureau_a; no callback in time → manual review
 	kindReport   = "report.fetch"    // poll at bureau_b
+	// callback at bureau_a, ordered by the payload's lane (with
+	// order.update); no callback in time → manual review
+	kindLaneCallback = "credit.ordered"
 )
 
 // callbackSecret verifies bureau_a's webhooks (a test value).
@@ -137,6 +140,14 @@ kinds:
     on_callback_timeout: manual_review
     fallback: {target: bureau_b, completion: poll, attempts: 6, backoff: %[5]s, poll_sla: %[4]s}
   report.fetch: {target: bureau_b, completion: poll, attempts: 8, backoff: %[5]s, poll_sla: %[4]s}
+  credit.ordered:
+    target: bureau_a
+    completion: callback
+    attempts: 4
+    backoff: %[5]s
+    callback_sla: %[3]s
+    on_callback_timeout: manual_review
+    ordered_by: lane
 `, p.providers, secs(p.cooldown), secs(p.callbackSLA), secs(p.pollSLA), backoff, secs(ackWait), p.logLevel,
 		breakerFailures, secs(callTimeout), callbackSecret, accountConcurrency,
 		ratedAccount, ratedPerSecond, narrowAccount, narrowConcurrency)

@@ -48,7 +48,9 @@ type job []*ev
 // plan makes the run's events: every completion mode, spread over the
 // accounts. The mix, by job: 30 % order.create (2 % of them rejected by
 // the provider: dead), 6 % delayed order.create (half cancelled), 7 %
-// lanes of four order.update (about a fifth of the events), 25 %
+// lanes of four (about a fifth of the events: half of the lanes
+// order.update only, half with credit.ordered first and third, whose
+// webhook or deadline, not a dispatcher, moves the lane on), 25 %
 // credit.evaluate, 14 % credit.check, 18 % report.fetch. 40 % go over
 // NATS, the rest over HTTP.
 func plan(n int, accounts []string, rng *rand.Rand) []job {
@@ -76,8 +78,13 @@ func plan(n int, accounts []string, rng *rand.Rand) []job {
 		case r < 0.43:
 			lanes++
 			lane := fmt.Sprintf("lane-%d", lanes)
-			for range 4 {
-				e := next(account, kindLane)
+			callbacks := rng.Float64() < 0.5
+			for i := range 4 {
+				kind := kindLane
+				if callbacks && i%2 == 0 {
+					kind = kindLaneCallback
+				}
+				e := next(account, kind)
 				e.lane = lane
 				j = append(j, e)
 			}
@@ -209,7 +216,7 @@ func (l *loader) submit(ctx context.Context, e *ev) {
 		l.firstAccept = e.acceptedAt
 	}
 	l.lastAccept = e.acceptedAt
-	if e.kind == kindEvaluate || e.kind == kindCheck {
+	if e.kind == kindEvaluate || e.kind == kindCheck || e.kind == kindLaneCallback {
 		l.credit = append(l.credit, e.id)
 	}
 	l.mu.Unlock()
