@@ -327,11 +327,11 @@ func unanswered(rec state.Record) bool {
 // advanceLane wakes the next event of rec's ordered lane, rec being
 // finished, before the webhook is answered: a sender that gets no answer
 // (this process died) sends it again, and the copy wakes it (a duplicate).
-// An event of no lane costs nothing. If the wake fails, the event's
+// An event of no lane costs nothing (lane.Order.Advance). If the wake fails, the event's
 // deadline timer (its purge comes after) or the next event's parking
 // schedule wakes it later.
 func (s *Service) advanceLane(ctx context.Context, log zerolog.Logger, rec state.Record) {
-	if rec.Next == "" && rec.OrderingKey == "" || !state.Finished(rec.Status) {
+	if !state.Finished(rec.Status) { // a copy of a webhook applied before a replay
 		return
 	}
 	if err := s.order.Advance(log.WithContext(ctx), rec); err != nil {

@@ -428,11 +428,11 @@ func TestWebhookBeforeTheCallsAnswerIsApplied(t *testing.T) {
 	const body = `{"reference":"job-1","status":"approved"}`
 	replies := make(chan response, 1)
 	errs := make(chan error, 1)
-	var answered atomic.Bool
+	answered := make(chan struct{})
 	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		go func() {
 			rep, err := h.send(http.MethodPost, "/v1/callbacks/bureau/acme", body, signed("msg_early", time.Now(), body)...)
-			answered.Store(true)
+			close(answered)
 			if err != nil {
 				errs <- err
 				return
@@ -449,9 +449,18 @@ func TestWebhookBeforeTheCallsAnswerIsApplied(t *testing.T) {
 			info, err := s.Info(r.Context())
 			return err == nil && info.State.Consumers > 0
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for !answered.Load() && !held() && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond) // polling a condition, not waiting out an outcome
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(10 * time.Second)
+	wait:
+		for !held() {
+			select {
+			case <-answered:
+				break wait
+			case <-deadline:
+				break wait
+			case <-tick.C:
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusAccepted)
