@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
@@ -265,9 +266,38 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	return CallbackReply{Outcome: outcome, ID: rec.ID}, nil
 }
 
-// earlyWebhooks bounds the webhooks held at once by awaitRef: beyond it,
-// one naming a reference nobody recorded is answered unknown at once.
-const earlyWebhooks = 256
+// slots bounds the webhooks awaitRef holds, per target: beyond
+// Options.EarlyWebhooks, one naming a reference nobody recorded is
+// answered unknown at once. Per target, so that a provider sending
+// webhooks for work tenaz never gave it (its other customers' jobs, a
+// misconfigured endpoint) fills its own target's slots, not those of
+// every other provider's early webhooks.
+type slots struct {
+	size int
+	mu   sync.Mutex
+	by   map[string]chan struct{}
+}
+
+// take holds one of key's slots; ok is false when all are held. release
+// gives it back.
+func (sl *slots) take(key string) (release func(), ok bool) {
+	sl.mu.Lock()
+	c, found := sl.by[key]
+	if !found {
+		if sl.by == nil {
+			sl.by = map[string]chan struct{}{}
+		}
+		c = make(chan struct{}, sl.size)
+		sl.by[key] = c
+	}
+	sl.mu.Unlock()
+	select {
+	case c <- struct{}{}:
+		return func() { <-c }, true
+	default:
+		return nil, false
+	}
+}
 
 // maxEarlyWait bounds how long awaitRef holds a webhook, whatever its
 // target's call timeout.
@@ -282,12 +312,11 @@ const maxEarlyWait = 30 * time.Second
 // nothing this webhook could complete. Answered unknown at once, the
 // webhook would be lost, and its event left to its deadline.
 func (s *Service) awaitRef(ctx context.Context, account, target, ref string, wait time.Duration) (string, error) {
-	select {
-	case s.early <- struct{}{}:
-		defer func() { <-s.early }()
-	default:
+	release, ok := s.early.take(target)
+	if !ok {
 		return "", callbacks.ErrNotFound
 	}
+	defer release()
 	zerolog.Ctx(ctx).Debug().Msg("webhook names a reference not recorded yet: waiting for the call's answer")
 	wctx, cancel := context.WithTimeout(ctx, min(wait, maxEarlyWait))
 	defer cancel()

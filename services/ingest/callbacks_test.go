@@ -486,6 +486,75 @@ func TestWebhookBeforeTheCallsAnswerIsApplied(t *testing.T) {
 	}
 }
 
+// TestEarlyWebhooksAreHeldPerTarget: a provider that sends webhooks
+// for references tenaz never gave out fills its own target's hold slots,
+// and its next such webhook is answered unknown at once; another
+// target's early webhook is still held for its reference.
+func TestEarlyWebhooksAreHeldPerTarget(t *testing.T) {
+	t.Parallel()
+	h := setup(t, `
+targets:
+  bureau: {url: "http://127.0.0.1:1", timeout: 5s, callback_secret: "`+cbSecret+`"}
+  ledger: {url: "http://127.0.0.1:1", timeout: 5s, callback_secret: "`+cbSecret+`"}
+kinds:
+  credit.evaluate: {target: bureau, completion: callback}
+  ledger.post: {target: ledger, completion: callback}
+`, withEarlyWebhooks(1))
+	// hold sends a webhook naming ref to target and answers on a channel.
+	hold := func(target, ref string) <-chan response {
+		c := make(chan response, 1)
+		body := `{"reference":"` + ref + `","status":"approved"}`
+		go func() {
+			rep, err := h.send(http.MethodPost, "/v1/callbacks/"+target, body, signed("msg_"+ref, time.Now(), body)...)
+			if err != nil {
+				rep = response{Status: -1, Body: []byte(err.Error())}
+			}
+			c <- rep
+		}()
+		return c
+	}
+	// held waits until n webhooks are held (each watches its reference:
+	// a consumer of the callbacks bucket), failing if answer comes first.
+	held := func(n int, answer <-chan response) {
+		t.Helper()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(10 * time.Second)
+		for {
+			if s, err := h.JS.Stream(h.Ctx(), "KV_"+names.BucketCallbacks); err == nil {
+				if info, err := s.Info(h.Ctx()); err == nil && info.State.Consumers >= n {
+					return
+				}
+			}
+			select {
+			case rep := <-answer:
+				t.Fatalf("want the webhook held (%d held), it was answered %d %s", n, rep.Status, rep.Body)
+			case <-deadline:
+				t.Fatalf("%d webhooks not held within 10s", n)
+			case <-tick.C:
+			}
+		}
+	}
+	first := hold("bureau", "other-job-1")
+	held(1, first)
+	second := hold("ledger", "ledger-job-1")
+	held(2, second)
+	third := <-hold("bureau", "other-job-2")
+	if got := third.outcome(t); got.Outcome != ingest.CallbackUnknown {
+		t.Fatalf("a webhook past bureau's held slot: want %s at once, got %+v", ingest.CallbackUnknown, got)
+	}
+	select {
+	case rep := <-first:
+		t.Fatalf("bureau's held webhook answered %d %s before its hold ended", rep.Status, rep.Body)
+	default:
+	}
+	for _, c := range []<-chan response{first, second} {
+		if got := (<-c).outcome(t); got.Outcome != ingest.CallbackUnknown {
+			t.Fatalf("a held webhook whose reference nobody recorded: want %s once its hold ends, got %+v", ingest.CallbackUnknown, got)
+		}
+	}
+}
+
 // TestCallbackOfATimedOutAttemptCompletesTheEvent: the provider took the
 // work but its answer never reached tenaz (the call timed out), then
 // called back. The event is retrying (its next attempt a minute away);

@@ -66,6 +66,10 @@ type Options struct {
 	// needs, the key's account, its submission rate. Nil serves them
 	// without authentication (tests, embedded use); binaries set it.
 	Auth *auth.Authenticator
+	// EarlyWebhooks is how many webhooks naming a reference not recorded
+	// yet each target may have held at once (see awaitRef). Defaults to
+	// 256.
+	EarlyWebhooks int
 }
 
 // Hooks let tests stop the accept path at its dangerous points.
@@ -112,8 +116,8 @@ type Service struct {
 	intake  jetstream.Stream
 	trim    *queue.Trimmer // nil when INTAKE is a work queue (a store from before)
 
-	deadlines *deadlines    // purges the deadlines of applied callbacks
-	early     chan struct{} // the webhooks held waiting for their reference (awaitRef)
+	deadlines *deadlines // purges the deadlines of applied callbacks
+	early     slots      // the webhooks held waiting for their reference, by target (awaitRef)
 
 	// repeats is TENAZ_REPEATS, and repeatCC consumes its firings (repeat.go).
 	repeats  jetstream.Stream
@@ -140,6 +144,9 @@ func New(o Options) (*Service, error) {
 	if o.ReplyTimeout <= 0 {
 		o.ReplyTimeout = 5 * time.Second
 	}
+	if o.EarlyWebhooks <= 0 {
+		o.EarlyWebhooks = 256
+	}
 	log := zerolog.Nop()
 	if o.Logger != nil {
 		log = o.Logger.With().Str("service", "ingest").Logger()
@@ -150,7 +157,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
-		early: make(chan struct{}, earlyWebhooks),
+		early: slots{size: o.EarlyWebhooks},
 	}
 	s.Init("ingest", o.Conn)
 	s.refused = newRefusals(o.Config, log)

@@ -69,6 +69,7 @@ type setupOptions struct {
 	auth         bool            // the ingest services check the config's keys
 	server       []natstest.Option
 	replyTimeout time.Duration // the ingest services' ReplyTimeout
+	early        int           // the ingest services' EarlyWebhooks
 }
 
 type option func(*setupOptions)
@@ -80,6 +81,9 @@ func withServer(opts ...natstest.Option) option { return func(o *setupOptions) {
 
 // withReplyTimeout sets the ingest services' ReplyTimeout.
 func withReplyTimeout(d time.Duration) option { return func(o *setupOptions) { o.replyTimeout = d } }
+
+// withEarlyWebhooks sets the ingest services' EarlyWebhooks.
+func withEarlyWebhooks(n int) option { return func(o *setupOptions) { o.early = n } }
 
 // withLog sends the ingest services' logs to w.
 func withLog(w io.Writer) option {
@@ -144,7 +148,7 @@ func (h *harness) startIngestConfig(cfg *config.Config, hooks *ingest.Hooks) *in
 		}
 	}
 	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, Hooks: hooks, Logger: h.o.log, Metrics: h.o.metrics, Auth: a,
-		ReplyTimeout: h.o.replyTimeout})
+		ReplyTimeout: h.o.replyTimeout, EarlyWebhooks: h.o.early})
 	if err != nil {
 		h.t.Fatalf("ingest.New: %v", err)
 	}
