@@ -490,6 +490,15 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "concurrency bounds crossed", doc: minimal + "accounts: {acme: {concurrency: auto, concurrency_min: 20, concurrency_max: 10}}", want: []string{"accounts.acme.concurrency_max: concurrency_min (20) must not exceed concurrency_max (10)"}},
 		{name: "concurrency bound crossing the inherited one", doc: minimal + "accounts: {acme: {concurrency: auto, concurrency_min: 100}}", want: []string{"accounts.acme.concurrency_min: concurrency_min (100) must not exceed concurrency_max (64)"}},
 		{name: "negative concurrency bound", doc: minimal + "accounts: {acme: {concurrency: auto, concurrency_min: -2}}", want: []string{"accounts.acme.concurrency_min: must be at least 1, got -2"}},
+		{name: "concurrency above the ceiling", doc: minimal + "accounts: {acme: {concurrency: 10001}}", want: []string{`accounts.acme.concurrency: must be at most 10000 calls at once, got "10001"`}},
+		{name: "huge concurrency", doc: minimal + "accounts: {acme: {concurrency: 1000000000000}}", want: []string{`accounts.acme.concurrency: must be at most 10000 calls at once`}},
+		{name: "concurrency bound above the ceiling", doc: minimal + "accounts: {acme: {concurrency: auto, concurrency_max: 20000}}", want: []string{"accounts.acme.concurrency_max: must be at most 10000, got 20000"}},
+		{name: "target concurrency above the ceiling", doc: "targets: {erp: {url: 'http://x/', concurrency: 10001}}", want: []string{`targets.erp.concurrency: must be at most 10000 calls at once`}},
+		{name: "rate too fast to pace", doc: minimal + "accounts: {acme: {rate: 2000000000/s}}", want: []string{`accounts.acme.rate: invalid rate "2000000000/s": must be at least one a day (0.0417/h) and at most 1000000/s`}},
+		{name: "rate too slow to pace", doc: minimal + "accounts: {acme: {rate: 1e-10/s}}", want: []string{`accounts.acme.rate: invalid rate "1e-10/s"`}},
+		{name: "key rate too fast", doc: minimal + "auth: {keys: {k1: {account: acme, scopes: [submit], hash: 'sha256:0000000000000000000000000000000000000000000000000000000000000000', rate: 2e9}}}", want: []string{`auth.keys.k1.rate: invalid rate "2e9"`}},
+		{name: "poller concurrency above the ceiling", doc: minimal + "poller: {concurrency: 10001}", want: []string{"poller.concurrency: must be between 1 and 10000, got 10001"}},
+		{name: "replay rate above the replay job's", doc: minimal + "deadletter: {replay_rate: 20000}", want: []string{"deadletter.replay_rate: must be a number of events per second in (0, 10000], got 20000"}},
 		{name: "not a finite number", doc: erpTarget + "kinds: {order.create: {target: erp, backoff: {jitter: .nan}}}", want: []string{"kinds.order.create.backoff.jitter: expected a finite number"}},
 		{name: "syntax error", doc: "targets: {erp: [", want: []string{"yaml:"}},
 		{name: "two documents", doc: minimal + "---\nprefix: x\n", want: []string{"more than one YAML document"}},
@@ -951,6 +960,12 @@ func TestDurationAndRate(t *testing.T) {
 		{"-1/s", 0, true},
 		{"NaN", 0, true},
 		{"Inf/s", 0, true},
+		{"1000000/s", 1e6, false},
+		{"0.0417/h", 0.0417 / 3600, false},
+		{"1000001/s", 0, true}, // 1/rate rounds to no interval at all
+		{"2e9", 0, true},       // …and the pacer divides by it
+		{"0.04/h", 0, true},    // less than one a day
+		{"1e-10/s", 0, true},   // 1/rate overflows a duration
 	} {
 		r, err := config.ParseRate(tc.in)
 		if (err != nil) != tc.err {

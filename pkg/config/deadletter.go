@@ -15,7 +15,8 @@ type Deadletter struct {
 	// between; the dead and review counts are always live). Defaults to 30s.
 	CountsEvery Duration `yaml:"counts_every"`
 	// ReplayRate is how many events per second a replay-matching job
-	// replays unless the request says otherwise. Defaults to 100.
+	// replays unless the request says otherwise. At most MaxReplayRate.
+	// Defaults to 100.
 	ReplayRate float64 `yaml:"replay_rate"`
 	// Digest is the nightly digest of what died. Off unless At or
 	// Schedule is set.
@@ -52,6 +53,10 @@ type Digest struct {
 	// {"text": "..."} with each digest. Defaults to "" (advisory only).
 	Webhook Secret `yaml:"webhook"`
 }
+
+// MaxReplayRate is the fastest a replay job runs, in events per second,
+// whether the config or the request sets its rate.
+const MaxReplayRate = 10_000.0
 
 const (
 	defaultCountsEvery   = Duration(30 * time.Second)
@@ -94,8 +99,8 @@ func (v *validator) deadletter() {
 	if min := 4 * v.c.HTTP.MaxBodyBytes; d.MaxBytes < 0 || d.MaxBytes > 0 && d.MaxBytes < min {
 		v.add("deadletter.max_bytes", "must be 0 (no bound) or at least 4 × http.max_body_bytes (%d), room for a few of the largest entries; got %d", min, d.MaxBytes)
 	}
-	if d.ReplayRate <= 0 {
-		v.add("deadletter.replay_rate", "must be a positive number of events per second, got %g", d.ReplayRate)
+	if r := d.ReplayRate; !(r > 0 && r <= MaxReplayRate) {
+		v.add("deadletter.replay_rate", "must be a number of events per second in (0, %g], got %g", MaxReplayRate, r)
 	}
 	g := d.Digest
 	if g.At != "" {

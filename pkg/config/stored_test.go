@@ -37,6 +37,7 @@ func FuzzParseStoredAccount(f *testing.F) {
 		`{"keys":{"k":{"scopes":["submit","read"],"hash":"sha256:` + strings.Repeat("0", 64) + `","rate":"1/s","burst":2}}}`,
 		`{"keys":{"k":{"account":"other","scopes":["fly"]}}}`,
 		`{"repeats":{}}`, `{"rate":"${A}"}`, `[1]`, `{"targets":{"nope":{}}}`, `{"a":1}`, `null`, `{"rate":1e400}`,
+		`{"rate":"2e9/s"}`, `{"rate":1e-10}`, `{"concurrency":1000000000000}`, `{"concurrency":"auto","concurrency_max":99999}`,
 	} {
 		f.Add("newco", []byte(seed))
 	}
@@ -63,8 +64,13 @@ func FuzzParseStoredAccount(f *testing.F) {
 		if err := m.Validate(); err != nil {
 			t.Fatalf("With put in force a config that does not Validate: %v", err)
 		}
-		if a := m.Account(name); a.MaxConcurrency() < 1 || a.Breaker.Failures < 1 {
+		a := m.Account(name)
+		if a.MaxConcurrency() < 1 || a.Breaker.Failures < 1 {
 			t.Fatalf("account %q: want positive limits, got %+v", name, a)
+		}
+		// Past these, the dispatcher's slots and pacer cannot be built.
+		if a.MaxConcurrency() > config.ConcurrencyCeiling || !a.Rate.Unlimited() && (a.Rate.PerSecond < config.MinRate || a.Rate.PerSecond > config.MaxRate) {
+			t.Fatalf("account %q: want limits within the bounds, got concurrency %d, rate %v/s", name, a.MaxConcurrency(), a.Rate.PerSecond)
 		}
 	})
 }

@@ -109,8 +109,20 @@ func ParseRate(s string) (Rate, error) {
 			return Rate{}, fmt.Errorf("invalid rate %q: the unit after / must be s, m or h", s)
 		}
 	}
-	return Rate{PerSecond: n / per, Text: s}, nil
+	r := Rate{PerSecond: n / per, Text: s}
+	if n > 0 && (r.PerSecond < MinRate || r.PerSecond > MaxRate) {
+		// Outside these, 1/rate is no interval a timer keeps: a smaller
+		// rate overflows it, a larger one rounds it to nothing.
+		return Rate{}, fmt.Errorf("invalid rate %q: must be at least one a day (0.0417/h) and at most %d/s, or 0 for unlimited", s, int(MaxRate))
+	}
+	return r, nil
 }
+
+// The bounds of a limited Rate, in calls per second.
+const (
+	MinRate = 1.0 / 86400 // one a day
+	MaxRate = 1_000_000
+)
 
 // Unlimited reports whether r puts no limit on calls.
 func (r Rate) Unlimited() bool { return !(r.PerSecond > 0) }
@@ -205,6 +217,11 @@ type Concurrency int
 // concurrency_min and concurrency_max.
 const ConcurrencyAuto Concurrency = -1
 
+// ConcurrencyCeiling is the most calls at once a concurrency (or its
+// concurrency_max) may set: each slot is buffered memory in every
+// dispatcher, and no API takes more from one account.
+const ConcurrencyCeiling = 10_000
+
 // Auto reports whether c is ConcurrencyAuto.
 func (c Concurrency) Auto() bool { return c == ConcurrencyAuto }
 
@@ -231,6 +248,9 @@ func (c *Concurrency) UnmarshalYAML(n *yaml.Node) error {
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 {
 		return fmt.Errorf("expected %s, got %s", want, describe(n))
+	}
+	if v > ConcurrencyCeiling {
+		return fmt.Errorf("must be at most %d calls at once, got %s", ConcurrencyCeiling, describe(n))
 	}
 	*c = Concurrency(v)
 	return nil

@@ -157,8 +157,8 @@ func (v *validator) top() {
 	if p := c.Streams.Partitions; p < 0 || p > streams.MaxPartitions {
 		v.add("streams.partitions", "must be 1 to %d (or 0: the store's own count), got %d", streams.MaxPartitions, p)
 	}
-	if c.Poller.Concurrency < 1 {
-		v.add("poller.concurrency", "must be at least 1, got %d", c.Poller.Concurrency)
+	if n := c.Poller.Concurrency; n < 1 || n > ConcurrencyCeiling {
+		v.add("poller.concurrency", "must be between 1 and %d, got %d", ConcurrencyCeiling, n)
 	}
 	v.positive("poller.reconcile_every", c.Poller.ReconcileEvery)
 	v.positive("poller.grace", c.Poller.Grace)
@@ -285,6 +285,8 @@ func (v *validator) concurrencyBounds(key string, star bool, a, eff Account) {
 		switch {
 		case b.n < 0 || star && b.n == 0:
 			v.add(join(key, b.name), "must be at least 1, got %d", b.n)
+		case b.n > ConcurrencyCeiling:
+			v.add(join(key, b.name), "must be at most %d, got %d", ConcurrencyCeiling, b.n)
 		case b.n > 0 && !star && !eff.Concurrency.Auto():
 			v.add(join(key, b.name), "applies only with concurrency: auto; the account's concurrency is %d", eff.Concurrency)
 		}
@@ -308,6 +310,8 @@ func (v *validator) targetConcurrencyBounds(key string, t Target) {
 		switch {
 		case b.n < 0:
 			v.add(join(key, b.name), "must be at least 1, got %d", b.n)
+		case b.n > ConcurrencyCeiling:
+			v.add(join(key, b.name), "must be at most %d, got %d", ConcurrencyCeiling, b.n)
 		case b.n > 0 && !t.Concurrency.Auto():
 			v.add(join(key, b.name), "applies only with concurrency: auto; the target's concurrency is %s", t.Concurrency)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 )
@@ -33,7 +34,6 @@ const (
 	jobPage     = 100              // events per page (and per progress write)
 	jobWorkers  = 16               // replays in flight per job
 	jobPoll     = time.Second      // how often idle runners look for work
-	maxJobRate  = 10000.0
 	maxJobError = 20
 )
 
@@ -57,8 +57,8 @@ func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor
 	if rate == 0 {
 		rate = s.cfg.Deadletter.ReplayRate
 	}
-	if rate < 0 || rate > maxJobRate {
-		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_rate", "rate_per_second must be in (0, %g], got %g", maxJobRate, rate)
+	if !(rate > 0 && rate <= config.MaxReplayRate) {
+		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_rate", "rate_per_second must be in (0, %g], got %g", config.MaxReplayRate, rate)
 	}
 	f.Cursor, f.Limit = "", 0
 	first, err := s.x.List(state.Dead, ops.ListRequest{Account: f.Account, Kind: f.Kind, Class: f.Class, Reason: f.Reason, Since: f.Since, Until: f.Until, Limit: 1})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -47,6 +48,9 @@ type pacer struct {
 }
 
 func newPacer(perSecond float64) *pacer {
+	// Config refuses rates outside these bounds; held here too, since past
+	// them the interval overflows or rounds to zero and the pacer panics.
+	perSecond = min(max(perSecond, config.MinRate), config.MaxRate)
 	interval := time.Duration(float64(time.Second) / perSecond)
 	return &pacer{
 		// Smooth: one call every 1/rate, waiting (within the account's own

@@ -90,3 +90,21 @@ func later(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// A rate past the config's bounds (one stored before the bounds, say)
+// still builds a pacer that paces: too fast a rate would round the
+// interval to zero and panic the limiter, too slow a one overflow it.
+func TestPacerClampsRatesPastTheBounds(t *testing.T) {
+	t.Parallel()
+	for _, perSecond := range []float64{2e9, 1e-10} {
+		p := newPacer(perSecond)
+		if p.interval <= 0 {
+			t.Fatalf("newPacer(%g): interval %s, want positive", perSecond, p.interval)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		if err := p.wait(ctx); err != nil {
+			t.Fatalf("newPacer(%g): first call: %v", perSecond, err)
+		}
+		cancel()
+	}
+}
