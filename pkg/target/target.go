@@ -18,7 +18,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -351,22 +350,13 @@ func scrub(msg, rawURL string) string {
 	return msg
 }
 
-// reference is the string or number (as written: a numeric job id such as
-// 12345678901234567890 stays exact) in field of a JSON object answer.
+// reference is Reference of a JSON object answer; "" for any other answer.
 func reference(b []byte, field string) string {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var obj map[string]any
-	if dec.Decode(&obj) != nil {
+	obj, err := DecodeObject(b)
+	if err != nil {
 		return ""
 	}
-	switch v := obj[field].(type) {
-	case string:
-		return v
-	case json.Number:
-		return v.String()
-	}
-	return ""
+	return Reference(obj, field)
 }
 
 func excerpt(b []byte) string {
@@ -434,7 +424,9 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	default:
 		return a, t.httpError(resp.StatusCode, body)
 	}
-	a.Value = reference(body, t.doneWhen.Field)
+	if obj, err := DecodeObject(body); err == nil {
+		a.Value = DoneValue(obj, t.doneWhen.Field)
+	}
 	a.Done = a.Value != "" && slices.Contains(t.doneWhen.In, a.Value)
 	return a, nil
 }

@@ -34,8 +34,8 @@ type seen struct {
 }
 
 // setup starts a server answering with h and returns a target for cfg
-// pointed at it ({{.URL}} in cfg.URL is the server's address) and the
-// requests the server received.
+// pointed at it ({{.URL}} in cfg.URL and cfg.Poll.URL is the server's
+// address) and the requests the server received.
 func setup(t *testing.T, cfg config.Target, h http.HandlerFunc) (*target.Target, <-chan seen) {
 	t.Helper()
 	got := make(chan seen, 16)
@@ -47,6 +47,11 @@ func setup(t *testing.T, cfg config.Target, h http.HandlerFunc) (*target.Target,
 	}))
 	t.Cleanup(srv.Close)
 	cfg.URL = strings.ReplaceAll(cfg.URL, "{{.URL}}", srv.URL)
+	if cfg.Poll != nil {
+		p := *cfg.Poll
+		p.URL = strings.ReplaceAll(p.URL, "{{.URL}}", srv.URL)
+		cfg.Poll = &p
+	}
 	if cfg.URL == "" {
 		cfg.URL = srv.URL + "/"
 	}
@@ -500,5 +505,50 @@ func TestURLEscapesCallerValues(t *testing.T) {
 	}
 	if _, err := tg.Call(context.Background(), target.Request{Event: event.Envelope{ID: "ev_x", EntityID: ".."}}); !outcome.IsPermanent(err) {
 		t.Fatalf(`entity id "..": want a permanent error and no call, got %v`, err)
+	}
+}
+
+// A poll answer's done_when value may be a string, a number or a boolean:
+// each is compared as written (a number is not reformatted, so 1000000
+// is not "1e+06"), and null or a missing field is never done.
+func TestPollDoneWhenValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in        []string
+		body      string
+		wantValue string
+		wantDone  bool
+	}{
+		{[]string{"approved"}, `{"status":"approved"}`, "approved", true},
+		{[]string{"true"}, `{"status":true}`, "true", true},
+		{[]string{"true"}, `{"status":false}`, "false", false},
+		{[]string{"1000000"}, `{"status":1000000}`, "1000000", true},
+		{[]string{"12345678901234567890"}, `{"status":12345678901234567890}`, "12345678901234567890", true},
+		{[]string{"null", "<nil>", ""}, `{"status":null}`, "", false},
+		{[]string{"<nil>", ""}, `{}`, "", false},
+		{[]string{"approved"}, `{"status":{"approved":true}}`, "", false},
+	} {
+		tg, _ := setup(t, config.Target{Poll: &config.Poll{URL: "{{.URL}}/jobs/{{.Reference}}", DoneWhen: config.DoneWhen{Field: "status", In: tc.in}}}, answer(200, tc.body))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		a, err := tg.Poll(ctx, target.Request{Event: envelope(t), Reference: "r1"})
+		cancel()
+		if err != nil || a.Value != tc.wantValue || a.Done != tc.wantDone {
+			t.Errorf("poll answering %s with done_when.in %q: want value %q, done %v; got %q, %v, %v", tc.body, tc.in, tc.wantValue, tc.wantDone, a.Value, a.Done, err)
+		}
+	}
+}
+
+// DecodeObject takes one JSON object and nothing after it, as
+// json.Unmarshal does, keeping numbers as written.
+func TestDecodeObject(t *testing.T) {
+	t.Parallel()
+	for body, ok := range map[string]bool{`{"id":1e3}`: true, ` {"id":"a"} `: true, `null`: true, `{"id":1} {"id":2}`: false, `{"id":1} x`: false, `[1]`: false, `{`: false} {
+		obj, err := target.DecodeObject([]byte(body))
+		if (err == nil) != ok {
+			t.Errorf("DecodeObject(%s): want ok=%v, got %v", body, ok, err)
+		}
+		if body == `{"id":1e3}` && target.Reference(obj, "id") != "1e3" {
+			t.Errorf("DecodeObject(%s): want the reference as written, 1e3, got %q", body, target.Reference(obj, "id"))
+		}
 	}
 }

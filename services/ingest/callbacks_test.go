@@ -648,3 +648,31 @@ func TestCallbackOfARunBeforeAReplayIsLate(t *testing.T) {
 		t.Fatalf("callback of the replayed run: want applied to %s, got %+v", id, got)
 	}
 }
+
+// TestWebhookWithNumericReferenceAndBooleanStatus: a provider whose job
+// ids are numbers (beyond float64's exact range) and whose final flag is
+// a boolean. Its webhook names the job by the number its answer gave; a
+// false flag is progress, a true one completes the event.
+func TestWebhookWithNumericReferenceAndBooleanStatus(t *testing.T) {
+	t.Parallel()
+	const job = "12345678901234567890"
+	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"id":`+job+`}`)
+	}))
+	t.Cleanup(bureau.Close)
+	h := setup(t, strings.Replace(callbackYAML(bureau.URL), "{field: status, in: [approved, rejected]}", `{field: approved, in: ["true"]}`, 1))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "n-1")
+	h.awaiting(job, id)
+
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_progress", `{"reference":`+job+`,"approved":false}`).outcome(t); got.Outcome != ingest.CallbackProgress || got.ID != id {
+		t.Fatalf("webhook with approved false: want %q for %s, got %+v", ingest.CallbackProgress, id, got)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_final", `{"reference":`+job+`,"approved":true}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+		t.Fatalf("webhook with approved true: want applied to %s, got %+v", id, got)
+	}
+	h.WaitStatus(id, state.Done, servicetest.WaitFor)
+}
