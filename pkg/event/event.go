@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/names"
@@ -101,12 +102,12 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 		Traceparent: f.Traceparent,
 	}
 	if (env.EntityID == "" && entityField != "") || (env.OrderingKey == "" && orderField != "") {
-		if obj := payloadFields(payload); obj != nil {
+		if obj, _ := DecodeObject(payload); obj != nil {
 			if env.EntityID == "" && entityField != "" {
-				env.EntityID = scalar(obj[entityField])
+				env.EntityID = Scalar(obj[entityField])
 			}
 			if env.OrderingKey == "" && orderField != "" {
-				env.OrderingKey = scalar(obj[orderField])
+				env.OrderingKey = Scalar(obj[orderField])
 			}
 		}
 	}
@@ -153,29 +154,35 @@ func atEOF(dec *json.Decoder) bool {
 	return err == io.EOF
 }
 
-// payloadFields decodes the top-level fields of an object payload with
-// numbers kept as written (nil if the payload is not an object).
-func payloadFields(payload []byte) map[string]any {
-	dec := json.NewDecoder(bytes.NewReader(payload))
+// DecodeObject decodes a JSON object (a payload, a provider's answer or
+// webhook) with its numbers kept as written, for Scalar. Nothing but
+// whitespace may follow it; "null" is a nil map.
+func DecodeObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var obj map[string]any
-	if dec.Decode(&obj) != nil {
-		return nil
+	if err := dec.Decode(&obj); err != nil {
+		return nil, err
 	}
-	return obj
+	if !atEOF(dec) {
+		return nil, errors.New("trailing data after the JSON value")
+	}
+	return obj, nil
 }
 
-func scalar(v any) string {
+// Scalar is a value of a DecodeObject object as text: a string as is, a
+// number as written (12345678901234567890 stays exact, 1e3 stays 1e3),
+// true or false; "" for null, an object or a list. So a provider's job id
+// reads alike in its answer and its webhook, and done_when compares
+// values as the provider wrote them.
+func Scalar(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
-	case json.Number: // as written: 12345678901234567890 stays exact
+	case json.Number:
 		return x.String()
 	case bool:
-		if x {
-			return "true"
-		}
-		return "false"
+		return strconv.FormatBool(x)
 	}
 	return ""
 }

@@ -450,3 +450,27 @@ func TestUnmarshalChecksNames(t *testing.T) {
 		}
 	}
 }
+
+// DecodeObject takes one JSON object and nothing after it, as
+// json.Unmarshal does; Scalar reads its values as the sender wrote them.
+func TestDecodeObjectAndScalar(t *testing.T) {
+	t.Parallel()
+	for body, ok := range map[string]bool{`{"v":1}`: true, ` {"v":"a"} `: true, `null`: true, `{"v":1} {"v":2}`: false, `{"v":1} x`: false, `{"v":1}}`: false, `[1]`: false, `{`: false} {
+		if _, err := event.DecodeObject([]byte(body)); (err == nil) != ok {
+			t.Errorf("DecodeObject(%s): want ok=%v, got %v", body, ok, err)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"v":"ref_1"}`: "ref_1", `{"v":12345678901234567890}`: "12345678901234567890", `{"v":1e3}`: "1e3",
+		`{"v":1000000}`: "1000000", `{"v":true}`: "true", `{"v":false}`: "false",
+		`{"v":null}`: "", `{}`: "", `{"v":{"a":1}}`: "", `{"v":[1]}`: "",
+	} {
+		obj, err := event.DecodeObject([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := event.Scalar(obj["v"]); got != want {
+			t.Errorf("Scalar of v in %s: want %q, got %q", body, want, got)
+		}
+	}
+}

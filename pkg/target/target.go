@@ -350,13 +350,11 @@ func scrub(msg, rawURL string) string {
 	return msg
 }
 
-// reference is Reference of a JSON object answer; "" for any other answer.
+// reference is the provider's job id in field of a JSON object answer
+// (event.Scalar); "" for any other answer.
 func reference(b []byte, field string) string {
-	obj, err := DecodeObject(b)
-	if err != nil {
-		return ""
-	}
-	return Reference(obj, field)
+	obj, _ := event.DecodeObject(b)
+	return event.Scalar(obj[field])
 }
 
 func excerpt(b []byte) string {
@@ -424,9 +422,7 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	default:
 		return a, t.httpError(resp.StatusCode, body)
 	}
-	if obj, err := DecodeObject(body); err == nil {
-		a.Value = DoneValue(obj, t.doneWhen.Field)
-	}
+	a.Value = reference(body, t.doneWhen.Field)
 	a.Done = a.Value != "" && slices.Contains(t.doneWhen.In, a.Value)
 	return a, nil
 }

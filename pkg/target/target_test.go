@@ -537,18 +537,3 @@ func TestPollDoneWhenValues(t *testing.T) {
 		}
 	}
 }
-
-// DecodeObject takes one JSON object and nothing after it, as
-// json.Unmarshal does, keeping numbers as written.
-func TestDecodeObject(t *testing.T) {
-	t.Parallel()
-	for body, ok := range map[string]bool{`{"id":1e3}`: true, ` {"id":"a"} `: true, `null`: true, `{"id":1} {"id":2}`: false, `{"id":1} x`: false, `[1]`: false, `{`: false} {
-		obj, err := target.DecodeObject([]byte(body))
-		if (err == nil) != ok {
-			t.Errorf("DecodeObject(%s): want ok=%v, got %v", body, ok, err)
-		}
-		if body == `{"id":1e3}` && target.Reference(obj, "id") != "1e3" {
-			t.Errorf("DecodeObject(%s): want the reference as written, 1e3, got %q", body, target.Reference(obj, "id"))
-		}
-	}
-}

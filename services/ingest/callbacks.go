@@ -16,12 +16,12 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tracing"
 	"github.com/tenaz/tenaz/pkg/webhook"
 )
@@ -117,7 +117,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, name, err)
 		return
 	}
-	doc, err := target.DecodeObject(body)
+	doc, err := event.DecodeObject(body)
 	if err != nil {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "a callback body must be a JSON object: "+err.Error())
 		return
@@ -158,32 +158,32 @@ func (s *Service) refuse(w http.ResponseWriter, target string, err error) {
 	httpapi.Error(w, http.StatusUnauthorized, "invalid_signature", err.Error())
 }
 
-// ApplyCallback applies a verified callback of target tname to the event it
+// ApplyCallback applies a verified callback of target to the event it
 // names (by event id, else by the provider's reference), once: only an
 // event that still waits for this target's result moves (to done); every
 // other case is a recorded no-op, recorded once per webhook-id and
 // outcome. With account set, the reference is looked up in that account
 // only, and an event of another account is unknown (and left untouched).
 // It is safe to call concurrently with copies of the same callback.
-func (s *Service) ApplyCallback(ctx context.Context, account, tname, webhookID string, doc map[string]any, body []byte) (reply CallbackReply, err error) {
+func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, doc map[string]any, body []byte) (reply CallbackReply, err error) {
 	began, tp := time.Now(), ""
 	defer func() {
 		if err == nil {
-			tracing.Callback(ctx, tp, began, reply.ID, tname, webhookID, reply.Outcome)
+			tracing.Callback(ctx, tp, began, reply.ID, target, webhookID, reply.Outcome)
 		}
 	}()
-	t, _ := s.conf().Target(tname)
-	log := s.log.With().Str("target", tname).Str("webhook_id", webhookID).Logger()
+	t, _ := s.conf().Target(target)
+	log := s.log.With().Str("target", target).Str("webhook_id", webhookID).Logger()
 	if account != "" {
 		log = log.With().Str("account", account).Logger()
 	}
 	id, _ := doc[t.Callback.EventField].(string)
-	ref := target.Reference(doc, t.Callback.ReferenceField)
+	ref := event.Scalar(doc[t.Callback.ReferenceField])
 	byRef := names.ValidateEventID(id) != nil && ref != ""
 	if byRef {
-		id, err = s.refs.Lookup(ctx, account, tname, ref)
+		id, err = s.refs.Lookup(ctx, account, target, ref)
 		if errors.Is(err, callbacks.ErrNotFound) {
-			id, err = s.awaitRef(log.WithContext(ctx), account, tname, ref, s.conf().TargetFor(account, tname).Timeout.D())
+			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, s.conf().TargetFor(account, target).Timeout.D())
 		}
 		switch {
 		case errors.Is(err, callbacks.ErrNotFound):
@@ -201,10 +201,10 @@ func (s *Service) ApplyCallback(ctx context.Context, account, tname, webhookID s
 	}
 	final, status := true, ""
 	if dw := t.Callback.DoneWhen; dw.Field != "" {
-		status = target.DoneValue(doc, dw.Field)
+		status = event.Scalar(doc[dw.Field])
 		final = status != "" && slices.Contains(dw.In, status)
 	}
-	actor := "callback:" + tname
+	actor := "callback:" + target
 	outcome := ""
 	now := s.st.Now()
 	rec, _, err := s.st.Update(ctx, account, id, func(cur state.Record) (state.Record, error) {
@@ -219,17 +219,17 @@ func (s *Service) ApplyCallback(ctx context.Context, account, tname, webhookID s
 			n, _, err := state.Apply(cur, state.Action{Name: state.Note, Actor: actor, Detail: detail}, now)
 			return n, err
 		}
-		waiting := (cur.Status == state.AwaitingCallback || cur.Status == state.Running || unanswered(cur)) && s.awaits(cur, tname)
+		waiting := (cur.Status == state.AwaitingCallback || cur.Status == state.Running || unanswered(cur)) && s.awaits(cur, target)
 		switch {
 		case webhookID != "" && applied(cur, actor, webhookID):
 			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))
 		case !waiting:
-			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, tname, cur.Status, cur.Stage))
+			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, target, cur.Status, cur.Stage))
 		case byRef && (cur.Status == state.Retrying || cur.Reference != "" && ref != cur.Reference):
 			// The index keeps every reference the event was given until its
 			// TTL: this one is a run's before a replay (a retrying event's
 			// last attempt got no answer, so recorded no reference).
-			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it names the reference of an earlier run, not the one the event waits on", webhookID, tname))
+			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it names the reference of an earlier run, not the one the event waits on", webhookID, target))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}

@@ -95,11 +95,15 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	defer forget()
 	m := nats.NewMsg(subject)
 	m.Data = payload
-	m.Header.Set(names.HeaderIdempotencyKey, env.IdempotencyKey)
-	// INTAKE drops a copy with the same Nats-Msg-Id without a word: only
-	// the very same submission may be dropped, so the id names kind and
-	// payload too (another one under the key gets its 409 from accept).
-	m.Header.Set(names.HeaderMsgID, env.ID+"/"+env.Kind+"/"+event.PayloadSHA256(payload)[:16])
+	if f.IdempotencyKey != "" {
+		// A derived key is derived again at accept, from the same bytes: as
+		// a header it would be checked as a caller's key, which it may
+		// outgrow (kind, entity and a hash).
+		m.Header.Set(names.HeaderIdempotencyKey, f.IdempotencyKey)
+	}
+	// No Nats-Msg-Id: INTAKE dedups it over every account, so another
+	// account's producer could publish this one's id first and have the
+	// server drop this submission. A copy is the same event at accept.
 	m.Header.Set(headerReply, reply)
 	for h, v := range map[string]string{names.HeaderEntityID: f.EntityID, names.HeaderOrderingKey: f.OrderingKey, names.HeaderNotBefore: f.NotBefore, tracing.Header: f.Traceparent} {
 		if v != "" {
@@ -108,7 +112,7 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	}
 	url := statusURL(r, env.ID)
 	ctx := r.Context()
-	ack, err := s.js.PublishMsg(ctx, m)
+	_, err := s.js.PublishMsg(ctx, m)
 	if store.IsFull(err) {
 		s.metrics.Rejected("store_full")
 		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "store_full",
@@ -119,12 +123,6 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "unavailable", Message: "could not persist the submission: " + err.Error()}}
 	}
 	accepted := View{ID: env.ID, Status: "accepted", IdempotencyKey: env.IdempotencyKey, StatusURL: url, Account: env.Account, Kind: env.Kind}
-	if ack.Duplicate { // the same submission is being accepted right now
-		if rec, _, err := s.st.Get(ctx, env.Account, env.ID); err == nil {
-			return http.StatusOK, viewOf(rec, url)
-		}
-		return http.StatusOK, accepted
-	}
 	t := time.NewTimer(s.o.ReplyTimeout)
 	defer t.Stop()
 	select {

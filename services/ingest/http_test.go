@@ -7,6 +7,8 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -192,5 +194,37 @@ func TestHTTPRefusals(t *testing.T) {
 	}
 	if got := h.StateMsgs(); got != 1 {
 		t.Fatalf("state bucket: want exactly the one valid event, got %d records", got)
+	}
+}
+
+// A submission without a key whose entity id is long (up to the 255
+// bytes an entity may have) is taken over HTTP as over NATS: its derived
+// key, longer than a caller's key may be, is the same on both ways in.
+func TestDerivedKeyOfALongEntity(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	entity := strings.Repeat("e", names.MaxKeyLen)
+	payload := `{"order_id":"` + entity + `","total":1}`
+	canon, err := event.Canonical([]byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := event.DerivedKey("order.create", entity, canon)
+	if len(key) <= names.MaxKeyLen {
+		t.Fatalf("derived key of %d bytes: want one longer than a caller's key may be", len(key))
+	}
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":`+payload+`}`)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST without a key, entity of %d bytes: want 202, got %d %s", len(entity), r.Status, r.Body)
+	}
+	var v view
+	r.json(t, &v)
+	if v.ID != event.ID("acme", key) || v.IdempotencyKey != key {
+		t.Fatalf("POST: want the derived key's event %s, got %s (key %.40s…)", event.ID("acme", key), v.ID, v.IdempotencyKey)
+	}
+	ack := h.publishIntake(intakeOrderCreate, []byte(payload))
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE not settled")
+	if n := h.EventMsgs(); n != 1 {
+		t.Fatalf("EVENTS after the same submission over NATS: want 1 message (one event), got %d", n)
 	}
 }

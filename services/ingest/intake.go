@@ -136,10 +136,10 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 	if err != nil {
 		return event.Fields{}, refuse(http.StatusBadRequest, "invalid_subject", "%v", err)
 	}
-	// The idempotency key: Idempotency-Key, else Nats-Msg-Id. The server
-	// dedups Nats-Msg-Id across the whole INTAKE stream (not per account)
-	// for 100 ms, so publishers that use it should send "<account>:<key>";
-	// that prefix is not part of the key.
+	// The idempotency key: Idempotency-Key, else (for publishers written
+	// before it was advised against) Nats-Msg-Id, less an "<account>:"
+	// prefix. The server dedups Nats-Msg-Id over every account's INTAKE
+	// messages, so another account can take one first (docs/producers.md).
 	key := h.Get(names.HeaderIdempotencyKey)
 	if key == "" {
 		key = strings.TrimPrefix(h.Get(names.HeaderMsgID), account+":")

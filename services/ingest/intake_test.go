@@ -215,3 +215,31 @@ func TestSubmissionIngestFailsOnIsKeptInDead(t *testing.T) {
 		t.Fatalf("want no event, got %+v", rec)
 	}
 }
+
+// An account cannot drop another's HTTP submission through INTAKE's
+// stream-wide dedup: acme publishes, over NATS, every Nats-Msg-Id globex's
+// submission could carry (its event id, alone or with kind and payload
+// hash, as ingest once sent it), then globex submits over HTTP at once.
+// Globex's event exists, and acme's messages are acme's own events.
+func TestAnotherAccountsMsgIDDropsNoSubmission(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	body := `{"order_id":"o-9","total":5}`
+	victim := event.ID("globex", "k9")
+	for i, forged := range []string{victim, victim + "/order.create/" + event.PayloadSHA256([]byte(body))[:16], "globex:k9"} {
+		h.publishIntake(intakeOrderCreate, []byte(body), "Nats-Msg-Id", forged, "Idempotency-Key", fmt.Sprintf("acme-%d", i))
+	}
+	r := h.do("POST", "/v1/events", `{"account":"globex","kind":"order.create","payload":`+body+`}`, "Idempotency-Key", "k9")
+	if r.Status != 202 && r.Status != 200 {
+		t.Fatalf("globex's submission: want 202, got %d %s", r.Status, r.Body)
+	}
+	rec := h.WaitStatus(victim, state.Pending, servicetest.WaitFor)
+	if rec.Account != "globex" {
+		t.Fatalf("event %s: want globex's, got account %s", victim, rec.Account)
+	}
+	for i := range 3 {
+		if rec := h.WaitStatus(event.ID("acme", fmt.Sprintf("acme-%d", i)), state.Pending, servicetest.WaitFor); rec.Account != "acme" {
+			t.Fatalf("acme's submission %d: want acme's event, got account %s", i, rec.Account)
+		}
+	}
+}

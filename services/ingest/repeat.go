@@ -346,8 +346,9 @@ func (s *Service) handleFire(ctx context.Context, m jetstream.Msg) {
 	key := RepeatKey(name, s.occurrence(m, r))
 	in := nats.NewMsg(subject)
 	in.Data = m.Data()
+	// The key makes a redelivered firing the same event at accept; no
+	// Nats-Msg-Id, which another account could take first (see submit).
 	in.Header.Set(names.HeaderIdempotencyKey, key)
-	in.Header.Set(names.HeaderMsgID, account+":"+key) // the twin of a redelivery stops at INTAKE's window
 	if r.EntityID != "" {
 		in.Header.Set(names.HeaderEntityID, r.EntityID)
 	}

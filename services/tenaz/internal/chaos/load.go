@@ -278,7 +278,6 @@ func (l *loader) submitNATS(ctx context.Context, e *ev) bool {
 	m := nats.NewMsg(subj)
 	m.Data = e.payload
 	m.Header.Set(names.HeaderIdempotencyKey, e.key)
-	m.Header.Set(names.HeaderMsgID, e.account+":"+e.key)
 	if !e.notBefore.IsZero() {
 		m.Header.Set(names.HeaderNotBefore, e.notBefore.UTC().Format(time.RFC3339))
 	}
