@@ -52,9 +52,12 @@ type Entry struct {
 	At      time.Time       `json:"at"`
 	Event   *event.Envelope `json:"event,omitempty"`
 	Record  *state.Record   `json:"record,omitempty"`
-	// Raw is a rejected submission's body and subject, kept as received.
-	Raw        []byte `json:"raw,omitempty"`
-	RawSubject string `json:"raw_subject,omitempty"`
+	// Raw is a rejected submission's body, subject and headers (its
+	// idempotency key, entity, ordering key, not-before, CloudEvent
+	// attributes), kept as received.
+	Raw        []byte              `json:"raw,omitempty"`
+	RawSubject string              `json:"raw_subject,omitempty"`
+	RawHeader  map[string][]string `json:"raw_header,omitempty"`
 	// RawBytes is the size of the body as received when Raw holds only its
 	// first part: all of it would not fit in a DEAD message.
 	RawBytes int `json:"raw_bytes,omitempty"`

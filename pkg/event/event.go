@@ -11,6 +11,7 @@ import (
 	"io"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -58,18 +59,33 @@ type Submission struct {
 // fields are refused so that a typo ("ordering-key") is not silently lost.
 func ParseSubmission(body []byte) (Submission, error) {
 	var s Submission
+	err := parseStrict(body, &s, &s)
+	return s, err
+}
+
+// ParseSubmitRequest decodes and checks a request of the submit endpoint
+// as ParseSubmission does an HTTP body.
+func ParseSubmitRequest(body []byte) (SubmitRequest, error) {
+	var r SubmitRequest
+	err := parseStrict(body, &r, &r.Submission)
+	return r, err
+}
+
+// parseStrict decodes body into v, refusing unknown fields and trailing
+// data, and checks s, the submission v holds.
+func parseStrict(body []byte, v any, s *Submission) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("%w: %v", ErrMalformed, err)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if !atEOF(dec) {
-		return s, fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
+		return fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
 	}
 	if len(s.Payload) == 0 || string(s.Payload) == "null" {
-		return s, fmt.Errorf("%w: payload is required", ErrInvalid)
+		return fmt.Errorf("%w: payload is required", ErrInvalid)
 	}
-	return s, nil
+	return nil
 }
 
 // Fields are the submission's parts that are not the payload.
@@ -91,6 +107,11 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 	}
 	if !json.Valid(payload) {
 		return Envelope{}, fmt.Errorf("%w: payload is not valid JSON", ErrMalformed)
+	}
+	if !utf8.Valid(payload) {
+		// JSON text is UTF-8 (RFC 8259). Decoding would turn each invalid
+		// byte into U+FFFD, so two different payloads would derive one key.
+		return Envelope{}, fmt.Errorf("%w: payload is not valid UTF-8, as JSON text must be: send text as UTF-8, bytes as base64", ErrMalformed)
 	}
 	env := Envelope{
 		Account:     f.Account,

@@ -99,6 +99,10 @@ func TestNewValidation(t *testing.T) {
 		{"payload not JSON", fields(nil), `{"a":`, event.ErrMalformed},
 		{"payload with trailing data", fields(nil), `{"a":1}}`, event.ErrMalformed},
 		{"empty payload", fields(nil), ``, event.ErrMalformed},
+		// Latin-1 é and ü: decoded, both would be U+FFFD and derive one key.
+		{"payload not UTF-8", fields(nil), "{\"name\":\"Jos\xe9\"}", event.ErrMalformed},
+		{"payload not UTF-8 either", fields(nil), "{\"name\":\"Jos\xfc\"}", event.ErrMalformed},
+		{"payload in UTF-8", fields(nil), `{"name":"José"}`, nil},
 		{"entity with space", fields(func(f *event.Fields) { f.EntityID = "o 1" }), `{}`, event.ErrInvalid},
 		{"entity too long", fields(func(f *event.Fields) { f.EntityID = strings.Repeat("e", names.MaxKeyLen+1) }), `{}`, event.ErrInvalid},
 		{"ordering key with newline", fields(func(f *event.Fields) { f.OrderingKey = "c\n1" }), `{}`, event.ErrInvalid},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
@@ -41,6 +42,7 @@ func FuzzNew(f *testing.F) {
 	f.Add("ac.me", "order.>", "e 1", "", "tomorrow", "k 1", []byte(`{`), "x", "y")
 	f.Add("acme", "k", "", "", "2099-01-01T00:00:00Z", "", []byte(`{"n":12345678901234567890}`), "n", "n")
 	f.Add("acme", "k", "", "", "", "", []byte(`[1,2]`), "n", "")
+	f.Add("acme", "k", "", "", "", "", []byte("{\"n\":\"Jos\xe9\"}"), "n", "")
 	f.Fuzz(func(t *testing.T, account, kind, entity, ordering, notBefore, key string, payload []byte, entityField, orderField string) {
 		checkNew(t, event.Fields{Account: account, Kind: kind, EntityID: entity, OrderingKey: ordering, NotBefore: notBefore, IdempotencyKey: key},
 			payload, entityField, orderField, now)
@@ -82,7 +84,7 @@ func checkNew(t *testing.T, f event.Fields, payload []byte, entityField, orderFi
 	if f.EntityID != "" && env.EntityID != f.EntityID || f.OrderingKey != "" && env.OrderingKey != f.OrderingKey {
 		t.Fatalf("caller's entity/ordering %q/%q replaced by %q/%q", f.EntityID, f.OrderingKey, env.EntityID, env.OrderingKey)
 	}
-	if !json.Valid(env.Payload) {
+	if !json.Valid(env.Payload) || !utf8.Valid(env.Payload) {
 		t.Fatalf("accepted invalid payload %q", env.Payload)
 	}
 	if nb := env.NotBefore; nb != nil && (!nb.After(now) || nb.After(now.Add(event.MaxNotBefore))) {

@@ -186,9 +186,10 @@ type ShowReply struct {
 	// timeline (attempts, HTTP statuses, who did what); the one kept in
 	// DEAD when the record is gone.
 	Record *state.Record `json:"record,omitempty"`
-	// Raw and RawSubject are a rejected submission as received.
-	Raw        []byte `json:"raw,omitempty"`
-	RawSubject string `json:"raw_subject,omitempty"`
+	// Raw, RawSubject and RawHeader are a rejected submission as received.
+	Raw        []byte              `json:"raw,omitempty"`
+	RawSubject string              `json:"raw_subject,omitempty"`
+	RawHeader  map[string][]string `json:"raw_header,omitempty"`
 }
 
 // ReplayRequest replays dead or reviewed events: a fresh attempt cycle

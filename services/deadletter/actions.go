@@ -95,7 +95,7 @@ func (s *Service) entry(ctx context.Context, it ops.Item) (dead.Entry, error) {
 	}
 	var e dead.Entry
 	if err := json.Unmarshal(raw.Data, &e); err != nil {
-		e = dead.Entry{Account: it.Account, Kind: it.Kind, Reason: it.Reason, Error: it.Error, Raw: raw.Data, RawSubject: raw.Subject}
+		e = dead.Entry{Account: it.Account, Kind: it.Kind, Reason: it.Reason, Error: it.Error, Raw: raw.Data, RawSubject: raw.Subject, RawHeader: raw.Header}
 	}
 	return e, nil
 }
@@ -121,7 +121,7 @@ func (s *Service) show(ctx context.Context, req ops.ShowRequest) (ops.ShowReply,
 	if err != nil {
 		return ops.ShowReply{}, err
 	}
-	rep := ops.ShowReply{Item: it, Event: e.Event, Record: e.Record, Raw: e.Raw, RawSubject: e.RawSubject}
+	rep := ops.ShowReply{Item: it, Event: e.Event, Record: e.Record, Raw: e.Raw, RawSubject: e.RawSubject, RawHeader: e.RawHeader}
 	if it.ID != "" {
 		if rec, _, err := s.st.Get(ctx, it.Account, it.ID); err == nil {
 			rep.Record = &rec

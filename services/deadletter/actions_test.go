@@ -273,8 +273,9 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 		t.Fatal("no dead advisory for the rejected submission")
 	}
 	var show ops.ShowReply
-	if err := e.call(ops.DeadShow, ops.ShowRequest{Seq: it.Seq}, &show); err != nil || string(show.Raw) != `{"x":1}` {
-		t.Fatalf("show: want the raw body, got %+v %v", show, err)
+	if err := e.call(ops.DeadShow, ops.ShowRequest{Seq: it.Seq}, &show); err != nil || string(show.Raw) != `{"x":1}` ||
+		len(show.RawHeader["Idempotency-Key"]) != 1 || show.RawHeader["Idempotency-Key"][0] != "k1" {
+		t.Fatalf("show: want the raw body and headers (Idempotency-Key k1), got %+v %v", show, err)
 	}
 	var rep ops.ActionReply
 	if err := e.callWith(operatorKeys["gina"], ops.DeadDiscard, ops.DiscardRequest{Seqs: []uint64{it.Seq}, Reason: "test traffic"}, &rep); err != nil || rep.Done != 1 {

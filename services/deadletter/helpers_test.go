@@ -109,7 +109,13 @@ const cbSecret = "whsec_dGVuYXotZGVhZGxldHRlci1jYWxsYmFjay1zZWNyZXQ="
 
 func setup(t *testing.T, extraYAML string) *env {
 	t.Helper()
-	e := &env{t: t, Env: servicetest.Start(t, servicetest.Options{Timeout: 10 * time.Minute})}
+	return setupWith(t, extraYAML)
+}
+
+// setupWith is setup on a nats-server started with server.
+func setupWith(t *testing.T, extraYAML string, server ...natstest.Option) *env {
+	t.Helper()
+	e := &env{t: t, Env: servicetest.Start(t, servicetest.Options{Timeout: 10 * time.Minute, Server: server})}
 	var target *httptest.Server
 	e.p, target = servicetest.Provider(t, provider.Faults{})
 	cfg := servicetest.Config(t, fmt.Sprintf(baseYAML, target.URL, extraYAML, authYAML), nil)

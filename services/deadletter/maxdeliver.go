@@ -90,7 +90,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 		return nil // an undecodable message is kept in DEAD by whoever terminated it
 	}
 	if a.Stream == s.subj.Stream(names.StreamIntake) || eerr != nil {
-		e := dead.Entry{Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash), Error: why, At: now, Raw: raw.Data, RawSubject: raw.Subject}
+		e := dead.Entry{Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash), Error: why, At: now, Raw: raw.Data, RawSubject: raw.Subject, RawHeader: raw.Header}
 		if acct, kind, err := s.subj.ParseIntake(raw.Subject); err == nil {
 			e.Account, e.Kind = acct, kind
 		}

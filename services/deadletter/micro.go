@@ -149,7 +149,12 @@ func (s *Service) registerMicro() (micro.Service, error) {
 				microError(r, status, code, msg)
 				return
 			}
-			_ = r.RespondJSON(v)
+			if err := r.RespondJSON(v); err != nil {
+				// Most often an answer over the server's max_payload:
+				// unanswered, the caller would only see its timeout.
+				s.log.Warn().Err(err).Str("endpoint", name).Msg("operator request's answer not sent")
+				microError(r, http.StatusInternalServerError, "answer_not_sent", "the answer could not be sent ("+err.Error()+"): ask for less, such as a smaller limit, or use the HTTP API")
+			}
 		}), micro.WithEndpointSubject(ops.Subject(s.cfg.Prefix, ep.name))); err != nil {
 			_ = m.Stop()
 			return nil, err

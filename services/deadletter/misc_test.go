@@ -250,3 +250,30 @@ func TestRetryingAndScheduledCounts(t *testing.T) {
 		t.Fatalf("scheduled tab: want the delayed event, got\n%s", b)
 	}
 }
+
+// An answer larger than the server's max_payload cannot be sent; the
+// caller gets an error that says so, and how to ask for less, at once,
+// not its own timeout.
+func TestAnswerOverMaxPayloadIsAnError(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 160 << 10 // what an event needs (size.Overhead and a 16 KiB body) and little more
+	e := setupWith(t, "http: {max_body_bytes: 16384}", natstest.MaxPayload(maxPayload))
+	account, kind := strings.Repeat("a", 64), strings.Repeat("k", 63)+"."+strings.Repeat("k", 64)
+	e.seed(ops.MaxLimit, account, kind, dead.ReasonPermanent, "permanent", func(int) string { return `{}` })
+	e.waitListed(state.Dead, url.Values{"account": {account}, "limit": {"1"}}, ops.MaxLimit)
+	began := time.Now()
+	var list ops.ListReply
+	err := e.call(ops.DeadList, ops.ListRequest{Account: account, Limit: ops.MaxLimit}, &list)
+	if err == nil {
+		t.Fatalf("a page of %d items with long names: want it over max_payload (%d bytes) and refused, got %d items", ops.MaxLimit, maxPayload, len(list.Items))
+	}
+	if !strings.Contains(err.Error(), "answer could not be sent") || !strings.Contains(err.Error(), "ask for less") {
+		t.Fatalf("want an error saying the answer could not be sent and to ask for less, got %v", err)
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Fatalf("the error took %s: want it at once, not after a timeout", d)
+	}
+	if err := e.call(ops.DeadList, ops.ListRequest{Account: account, Limit: 10}, &list); err != nil || len(list.Items) != 10 {
+		t.Fatalf("a page of 10: want 10 items, got %d, %v", len(list.Items), err)
+	}
+}

@@ -87,7 +87,7 @@ type run struct {
 func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 	meta, _ := m.Metadata()
 	e := dead.Entry{Reason: dead.ReasonRejected, Class: "malformed_message", Error: cause.Error(),
-		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject()}
+		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
 	if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("events-%d", meta.Sequence.Stream)); err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return

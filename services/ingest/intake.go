@@ -304,7 +304,7 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	}
 	if err == nil && !kept {
 		e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
-			Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject()}
+			Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
 		err = dead.Publish(ctx, s.js, s.subj, e, msgID)
 	}
 	if err != nil {

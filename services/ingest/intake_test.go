@@ -105,7 +105,8 @@ func TestNATSIntakeSameKeyTwoAccounts(t *testing.T) {
 }
 
 // An invalid NATS submission is not lost: it is kept in DEAD with reason
-// rejected_at_intake and its raw body, and its INTAKE message is gone.
+// rejected_at_intake and its raw body and headers, and its INTAKE message
+// is gone.
 func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -124,7 +125,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := setup(t, baseYAML)
-			ack := h.publishIntake(c.subject, c.body, append([]string{"Nats-Msg-Id", "bad-1"}, c.headers...)...)
+			ack := h.publishIntake(c.subject, c.body, append([]string{"Idempotency-Key", "bad-1", "Tenaz-Entity-Id", "o-1", "Tenaz-Not-Before", "2030-01-01T00:00:00Z"}, c.headers...)...)
 			ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 			if err != nil {
 				t.Fatal(err)
@@ -141,6 +142,13 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			if e.Reason != dead.ReasonRejected || e.Class != c.code || string(e.Raw) != string(c.body) || e.RawSubject != c.subject || e.Error == "" {
 				t.Fatalf("DEAD entry: want {reason %s, class %s, raw %q, raw_subject %s, error set}, got %s",
 					dead.ReasonRejected, c.code, c.body, c.subject, raw.Data)
+			}
+			// The headers are the submission too: without them, the
+			// operator could not resubmit it as it was meant.
+			for k, v := range map[string]string{"Idempotency-Key": "bad-1", "Tenaz-Entity-Id": "o-1", "Tenaz-Not-Before": "2030-01-01T00:00:00Z"} {
+				if got := e.RawHeader[k]; len(got) != 1 || got[0] != v {
+					t.Fatalf("DEAD entry: want raw header %s: %s, got %q (entry %s)", k, v, got, raw.Data)
+				}
 			}
 			natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE message not settled")
 			is, err := h.JS.Stream(h.Ctx(), names.StreamIntake)

@@ -41,10 +41,10 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		if s.microCloudEvent(req) {
 			return
 		}
-		var ms event.SubmitRequest
-		if err := json.Unmarshal(req.Data(), &ms); err != nil || len(ms.Payload) == 0 {
+		ms, err := event.ParseSubmitRequest(req.Data())
+		if err != nil {
 			s.metrics.Rejected("malformed")
-			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want {account, kind, payload, idempotency_key?}"}})
+			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: err.Error() + ": want {account, kind, payload, entity_id?, ordering_key?, not_before?, idempotency_key?}"}})
 			return
 		}
 		f := event.Fields{Account: ms.Account, Kind: ms.Kind, EntityID: ms.EntityID, OrderingKey: ms.OrderingKey, NotBefore: ms.NotBefore, IdempotencyKey: ms.IdempotencyKey,
@@ -140,7 +140,13 @@ func respond(req micro.Request, status int, v any) {
 func reply(req micro.Request, status int, body []byte) {
 	h := micro.WithHeaders(micro.Headers{"Tenaz-Status": []string{strconv.Itoa(status)}})
 	if status < http.StatusBadRequest {
-		_ = req.Respond(body, h)
+		if err := req.Respond(body, h); err != nil {
+			// Most often an answer over the server's max_payload (an
+			// event's payload and history): unanswered, the caller would
+			// only see its timeout.
+			b, _ := json.Marshal(httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "answer_not_sent", Message: "the answer could not be sent (" + err.Error() + "): use the HTTP API"}})
+			reply(req, http.StatusInternalServerError, b)
+		}
 		return
 	}
 	_ = req.Error(strconv.Itoa(status), errorMessage(status, body), body, h)

@@ -183,6 +183,11 @@ func TestMicroErrorsCounted(t *testing.T) {
 		subject, data, status, code string
 	}{
 		{"tenaz.api.ingest.submit", `{"account":`, "400", "malformed"},
+		// Refused as POST /v1/events refuses them: a typo is not dropped
+		// silently, a null payload is no submission.
+		{"tenaz.api.ingest.submit", `{"account":"acme","kind":"order.create","payload":{},"ordering-key":"c-1"}`, "400", "malformed"},
+		{"tenaz.api.ingest.submit", `{"account":"acme","kind":"order.create","payload":null}`, "400", "malformed"},
+		{"tenaz.api.ingest.submit", `{"account":"acme","kind":"order.create","payload":{}} {}`, "400", "malformed"},
 		{"tenaz.api.ingest.submit", `{"account":"acme","kind":"no.such.kind","payload":{}}`, "422", "unknown_kind"},
 		{"tenaz.api.ingest.get", event.ID("acme", "unknown"), "404", "not_found"},
 		{"tenaz.api.ingest.history", event.ID("acme", "unknown"), "404", "not_found"},
@@ -216,7 +221,7 @@ func TestMicroErrorsCounted(t *testing.T) {
 	// micro counts a request once its handler returned, after the answer
 	// went out: the stats are read until they show the last one.
 	type counts struct{ requests, errors int }
-	want := map[string]counts{"submit": {2, 2}, "get": {2, 1}, "history": {1, 1}, "cancel": {1, 1}}
+	want := map[string]counts{"submit": {5, 5}, "get": {2, 1}, "history": {1, 1}, "cancel": {1, 1}}
 	var stats micro.Stats
 	got := map[string]counts{}
 	natstest.Eventually(t, 5*time.Second, func() bool {

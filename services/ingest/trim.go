@@ -37,7 +37,7 @@ const maxDeliveries = 20
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata) {
 	why := fmt.Sprintf("ingest failed on it %d times", meta.NumDelivered-1)
 	e := dead.Entry{Reason: dead.ReasonCrash, Class: string(outcome.ClassCrash), Error: why,
-		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject()}
+		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
 	if acct, kind, err := s.subj.ParseIntake(m.Subject()); err == nil {
 		e.Account, e.Kind = acct, kind
 	}

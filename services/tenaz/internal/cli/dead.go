@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -195,6 +197,9 @@ func printShow(w io.Writer, rep ops.ShowReply) {
 	}
 	if rep.RawSubject != "" || len(rep.Raw) > 0 {
 		row(w, "RAW SUBJECT", rep.RawSubject)
+		for _, k := range slices.Sorted(maps.Keys(rep.RawHeader)) {
+			row(w, "RAW HEADER", k+": "+strings.Join(rep.RawHeader[k], ", "))
+		}
 		row(w, "RAW", short(string(rep.Raw), 400))
 	}
 	if rep.Record != nil && len(rep.Record.History) > 0 {
