@@ -225,10 +225,12 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))
 		case !waiting:
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, target, cur.Status, cur.Stage))
-		case byRef && (cur.Status == state.Retrying || cur.Reference != "" && ref != cur.Reference):
-			// The index keeps every reference the event was given until its
-			// TTL: this one is a run's before a replay (a retrying event's
-			// last attempt got no answer, so recorded no reference).
+		case byRef && cur.Status == state.Retrying || ref != "" && cur.Reference != "" && ref != cur.Reference:
+			// A webhook naming another job than the one the event waits on
+			// is a run's before a replay, found by its event id or by the
+			// index (which keeps every reference the event was given until
+			// its TTL); so is one found by reference while the event
+			// retries (its last attempt got no answer, so recorded none).
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it names the reference of an earlier run, not the one the event waits on", webhookID, target))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))

@@ -676,3 +676,24 @@ func TestWebhookWithNumericReferenceAndBooleanStatus(t *testing.T) {
 	}
 	h.WaitStatus(id, state.Done, servicetest.WaitFor)
 }
+
+// TestWebhookNamingAnotherJobOfTheEventIsLate: a webhook that names the
+// event by its id but another job than the one the event waits on (the
+// job of a run before a replay) is late: it does not complete the event,
+// and the webhook of the awaited job still does.
+func TestWebhookNamingAnotherJobOfTheEventIsLate(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "j-1")
+	h.awaiting("ref_1", id)
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_old", `{"event_id":"`+id+`","reference":"ref_0","status":"rejected"}`).outcome(t); got.Outcome != ingest.CallbackLate || got.ID != id {
+		t.Fatalf("webhook with the event id and another job's reference: want %q for %s, got %+v", ingest.CallbackLate, id, got)
+	}
+	if rec, _ := h.Lookup(id); rec.Status != state.AwaitingCallback {
+		t.Fatalf("event after the other job's webhook: want awaiting_callback, got %s", rec.Status)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_new", `{"event_id":"`+id+`","reference":"ref_1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+		t.Fatalf("webhook of the awaited job: want applied to %s, got %+v", id, got)
+	}
+}
