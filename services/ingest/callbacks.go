@@ -205,6 +205,17 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		final = status != "" && slices.Contains(dw.In, status)
 	}
 	actor := "callback:" + target
+	// earlierJob reports whether ref is a job the event was given (the
+	// index keeps each until its TTL). A reference it never held, with the
+	// event's id, is the provider's own business (a field that is not the
+	// job id): the id alone decides then.
+	earlierJob := func() bool {
+		if byRef {
+			return true
+		}
+		held, err := s.refs.Lookup(ctx, account, target, ref)
+		return err == nil && held == id
+	}
 	outcome := ""
 	now := s.st.Now()
 	rec, _, err := s.st.Update(ctx, account, id, func(cur state.Record) (state.Record, error) {
@@ -225,12 +236,11 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))
 		case !waiting:
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, target, cur.Status, cur.Stage))
-		case byRef && cur.Status == state.Retrying || ref != "" && cur.Reference != "" && ref != cur.Reference:
-			// A webhook naming another job than the one the event waits on
-			// is a run's before a replay, found by its event id or by the
-			// index (which keeps every reference the event was given until
-			// its TTL); so is one found by reference while the event
-			// retries (its last attempt got no answer, so recorded none).
+		case byRef && cur.Status == state.Retrying || ref != "" && cur.Reference != "" && ref != cur.Reference && earlierJob():
+			// A webhook naming a job the event was given before, not the
+			// one it waits on, is a run's before a replay; so is one found
+			// by reference while the event retries (its last attempt got
+			// no answer, so recorded none).
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it names the reference of an earlier run, not the one the event waits on", webhookID, target))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
