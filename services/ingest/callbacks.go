@@ -209,11 +209,11 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	// index keeps each until its TTL). A reference it never held, with the
 	// event's id, is the provider's own business (a field that is not the
 	// job id): the id alone decides then.
-	earlierJob := func() bool {
+	earlierJob := func(cur state.Record) bool {
 		if byRef {
 			return true
 		}
-		held, err := s.refs.Lookup(ctx, account, target, ref)
+		held, err := s.refs.Lookup(ctx, cur.Account, target, ref)
 		return err == nil && held == id
 	}
 	outcome := ""
@@ -236,7 +236,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			return note(CallbackDuplicate, fmt.Sprintf("duplicate callback (webhook-id %s, applied before) ignored", webhookID))
 		case !waiting:
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: the event is %s at stage %s", webhookID, target, cur.Status, cur.Stage))
-		case byRef && cur.Status == state.Retrying || ref != "" && cur.Reference != "" && ref != cur.Reference && earlierJob():
+		case byRef && cur.Status == state.Retrying || ref != "" && cur.Reference != "" && ref != cur.Reference && earlierJob(cur):
 			// A webhook naming a job the event was given before, not the
 			// one it waits on, is a run's before a replay; so is one found
 			// by reference while the event retries (its last attempt got

@@ -271,7 +271,7 @@ func fireCallbacks(ctx context.Context, url string, ids []string, workers int, c
 				if i >= len(ids) || ctx.Err() != nil {
 					return
 				}
-				b := fmt.Appendf(nil, `{"event_id":%q,"reference":"ref_%d","status":"approved"}`, ids[i], i)
+				b := fmt.Appendf(nil, `{"event_id":%q,"status":"approved"}`, ids[i])
 				t0 := time.Now()
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 				req.Header = webhook.Headers(callbackSecret, "msg_"+strconv.Itoa(i), t0, b)
