@@ -53,6 +53,9 @@ const (
 	Other = "other"
 	// Invalid replaces an account, kind or target that is not a valid name.
 	Invalid = "invalid"
+	// Unconfigured replaces a kind the config does not name (a refused
+	// submission's): a producer could send any number of them.
+	Unconfigured = "unconfigured"
 )
 
 // Results of tenaz_callbacks_total.

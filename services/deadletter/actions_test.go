@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -271,6 +273,30 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no dead advisory for the rejected submission")
+	}
+	// Counted under "unconfigured", not under the kind a producer chose:
+	// any number of made-up kinds add no series.
+	kinds := func() (made, unconfigured bool) {
+		mfs, err := prometheus.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != metrics.NameDead {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					made = made || l.GetName() == "kind" && l.GetValue() == "no.such.kind"
+					unconfigured = unconfigured || l.GetName() == "kind" && l.GetValue() == metrics.Unconfigured
+				}
+			}
+		}
+		return made, unconfigured
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { _, u := kinds(); return u }, "%s: want a series of kind %q", metrics.NameDead, metrics.Unconfigured)
+	if made, _ := kinds(); made {
+		t.Fatalf("%s: want no series of the made-up kind no.such.kind", metrics.NameDead)
 	}
 	var show ops.ShowReply
 	if err := e.call(ops.DeadShow, ops.ShowRequest{Seq: it.Seq}, &show); err != nil || string(show.Raw) != `{"x":1}` ||

@@ -183,10 +183,14 @@ func (s *Service) settleArrival(ctx context.Context, m jetstream.Msg, it ops.Ite
 		return
 	}
 	if rev != 0 { // a new arrival (a redelivered one finds its entry in place)
+		kind := it.Kind
+		if _, ok := s.cfg.Kind(kind); !ok {
+			kind = metrics.Unconfigured
+		}
 		if it.Reason == dead.ReasonReview {
-			metrics.Review(it.Account, it.Kind)
+			metrics.Review(it.Account, kind)
 		} else {
-			metrics.Dead(it.Account, it.Kind, it.Reason)
+			metrics.Dead(it.Account, kind, it.Reason)
 		}
 	}
 	if rec != nil && rev != 0 {
