@@ -36,7 +36,8 @@ var (
 	// another run took the key over, so the effect may have been applied
 	// twice. The record says what the other run did.
 	ErrLeaseLost = errors.New("effect: lease lost to another run")
-	// ErrInvalidKey: the key is empty, longer than MaxKeyLen or not UTF-8.
+	// ErrInvalidKey: the key is empty, longer than MaxKeyLen or not UTF-8,
+	// or the account is not an account name.
 	ErrInvalidKey = errors.New("effect: invalid key")
 	// ErrResultTooLarge: fn succeeded and done is recorded, but its result
 	// was longer than MaxResult and is not kept.
@@ -80,9 +81,10 @@ const (
 	StatusFailed Status = "failed"
 )
 
-// Record is what the ledger keeps for one key, as JSON in tenaz_effects
-// under StorageKey(Key).
+// Record is what the ledger keeps for one key of an account, as JSON in
+// tenaz_effects under StorageKey(Account, Key).
 type Record struct {
+	Account    string    `json:"account,omitempty"`    // "" in a record written before keys were per account
 	Key        string    `json:"key"`                  // the caller's key
 	Status     Status    `json:"status"`               // see the Status constants
 	Owner      string    `json:"owner,omitempty"`      // Options.Owner of the run that last claimed the key
@@ -198,17 +200,27 @@ func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Ledger, erro
 
 var storageEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// StorageKey is the KV key a caller's key is recorded under in
-// tenaz_effects: 52 base32 characters of its SHA-256, so that any string
-// (dots, wildcards, spaces, any length) is a valid, distinct KV key. The
-// record keeps the key itself. For operators:
-// `nats kv get tenaz_effects <StorageKey(key)>`.
-func StorageKey(key string) string {
+// StorageKey is the KV key an account's key is recorded under in
+// tenaz_effects: 52 base32 characters of the SHA-256 of both, so that any
+// string (dots, wildcards, spaces, any length) is a valid, distinct KV
+// key, and two accounts' equal keys are two records. The record keeps
+// both. For operators: `nats kv get tenaz_effects <StorageKey(account, key)>`.
+func StorageKey(account, key string) string {
+	// An account name has no newline: "a\nb" names one pair only.
+	sum := sha256.Sum256([]byte(account + "\n" + key))
+	return storageEncoding.EncodeToString(sum[:])
+}
+
+// legacyKey is where a key was recorded before keys were per account.
+func legacyKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return storageEncoding.EncodeToString(sum[:])
 }
 
-func checkKey(key string) error {
+func checkKey(account, key string) error {
+	if err := names.ValidateAccount(account); err != nil {
+		return fmt.Errorf("%w: account: %v", ErrInvalidKey, err)
+	}
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
@@ -220,12 +232,12 @@ func checkKey(key string) error {
 	return nil
 }
 
-// Get returns the record of key, or ErrNotFound.
-func (l *Ledger) Get(ctx context.Context, key string) (Record, error) {
-	if err := checkKey(key); err != nil {
+// Get returns the record of account's key, or ErrNotFound.
+func (l *Ledger) Get(ctx context.Context, account, key string) (Record, error) {
+	if err := checkKey(account, key); err != nil {
 		return Record{}, err
 	}
-	r, _, found, err := l.read(ctx, key)
+	r, _, found, err := l.read(ctx, account, key)
 	if err != nil {
 		return Record{}, err
 	}
@@ -235,8 +247,12 @@ func (l *Ledger) Get(ctx context.Context, key string) (Record, error) {
 	return r, nil
 }
 
-// Do applies an effect once per key: it claims key, runs fn, and records
-// done with fn's result, all by compare-and-set on the key's record.
+// Do applies an effect once per key of an account: it claims key, runs
+// fn, and records done with fn's result, all by compare-and-set on the
+// key's record. Keys are per account, as idempotency keys are: a handler
+// passes its event's account (Delivery.Event.Account), so that another
+// account's event with the same business key (an order id of its own)
+// neither skips this one's effect nor reads its result.
 //
 //   - key done: fn is not run; Do returns the recorded result, Applied false.
 //   - key claimed by a live run (any process, this one too): fn is not run;
@@ -259,11 +275,11 @@ func (l *Ledger) Get(ctx context.Context, key string) (Record, error) {
 // to record done. If the process dies in between, fn runs again once the
 // lease runs out: pass the key on to the external system as its
 // idempotency key, or make fn check first whether the effect exists.
-func (l *Ledger) Do(ctx context.Context, key string, fn func(ctx context.Context) ([]byte, error)) (Outcome, error) {
-	if err := checkKey(key); err != nil {
+func (l *Ledger) Do(ctx context.Context, account, key string, fn func(ctx context.Context) ([]byte, error)) (Outcome, error) {
+	if err := checkKey(account, key); err != nil {
 		return Outcome{}, err
 	}
-	c, out, err := l.claim(ctx, key)
+	c, out, err := l.claim(ctx, account, key)
 	if err != nil || c == nil {
 		return out, err
 	}
@@ -278,14 +294,14 @@ type claim struct {
 
 // claim takes key for this run, or reports why not: a non-nil claim, or
 // the outcome and error Do returns.
-func (l *Ledger) claim(ctx context.Context, key string) (*claim, Outcome, error) {
+func (l *Ledger) claim(ctx context.Context, account, key string) (*claim, Outcome, error) {
 	for range maxConflicts {
-		cur, rev, found, err := l.read(ctx, key)
+		cur, rev, found, err := l.read(ctx, account, key)
 		if err != nil {
 			return nil, Outcome{}, err
 		}
 		now := l.o.Now()
-		next := Record{Key: key, Status: StatusRunning, Owner: l.o.Owner, Runs: 1,
+		next := Record{Account: account, Key: key, Status: StatusRunning, Owner: l.o.Owner, Runs: 1,
 			LeaseUntil: now.Add(l.o.Lease), CreatedAt: now, UpdatedAt: now}
 		if found {
 			switch cur.Status {
@@ -427,11 +443,25 @@ func trimMsg(m string) string {
 // errConflict is a failed compare-and-set.
 var errConflict = errors.New("effect: revision conflict")
 
-// read returns key's record and the revision to compare-and-set against: 0
-// when the key never had a message, the marker's when it was deleted or
-// expired (found false).
-func (l *Ledger) read(ctx context.Context, key string) (Record, uint64, bool, error) {
-	m, err := l.stream.GetLastMsgForSubject(ctx, l.subj+StorageKey(key))
+// read returns account's record of key and the revision to
+// compare-and-set against: 0 when the key never had a message, the
+// marker's when it was deleted or expired (found false). A key that never
+// had one may have a record from before keys were per account: it is
+// taken as the key's (its effect was applied, or is being applied, for
+// some account), at revision 0, so that an upgrade runs nothing twice;
+// the next write goes to the account's own record.
+func (l *Ledger) read(ctx context.Context, account, key string) (Record, uint64, bool, error) {
+	r, rev, found, err := l.readAt(ctx, StorageKey(account, key), account, key)
+	if err != nil || found || rev != 0 {
+		return r, rev, found, err
+	}
+	r, _, found, err = l.readAt(ctx, legacyKey(key), "", key)
+	return r, 0, found, err
+}
+
+// readAt reads the record at storage key sk, which must be account's key.
+func (l *Ledger) readAt(ctx context.Context, sk, account, key string) (Record, uint64, bool, error) {
+	m, err := l.stream.GetLastMsgForSubject(ctx, l.subj+sk)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Record{}, 0, false, nil
 	}
@@ -447,8 +477,8 @@ func (l *Ledger) read(ctx context.Context, key string) (Record, uint64, bool, er
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return Record{}, 0, false, fmt.Errorf("effect: decode record: %w", err)
 	}
-	if r.Key != key { // two keys with one SHA-256: never seen, never ignored
-		return Record{}, 0, false, fmt.Errorf("effect: storage key %s holds another key", StorageKey(key))
+	if r.Key != key || r.Account != account { // two keys with one SHA-256: never seen, never ignored
+		return Record{}, 0, false, fmt.Errorf("effect: storage key %s holds another key", sk)
 	}
 	r.Revision = m.Sequence
 	return r, m.Sequence, true, nil
@@ -461,7 +491,7 @@ func (l *Ledger) write(ctx context.Context, r Record, rev uint64) (uint64, error
 	if err != nil {
 		return 0, fmt.Errorf("effect: encode record: %w", err)
 	}
-	m := nats.NewMsg(l.subj + StorageKey(r.Key))
+	m := nats.NewMsg(l.subj + StorageKey(r.Account, r.Key))
 	m.Data = b
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(l.o.Retention))
 	if err != nil {

@@ -2,6 +2,8 @@ package effect_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,7 +62,7 @@ func (e *env) ledger(o effect.Options) *effect.Ledger {
 
 func (e *env) get(l *effect.Ledger, key string) effect.Record {
 	e.t.Helper()
-	r, err := l.Get(e.ctx, key)
+	r, err := l.Get(e.ctx, "acme", key)
 	if err != nil {
 		e.t.Fatalf("Get(%q): want a record, got %v", key, err)
 	}
@@ -103,7 +105,7 @@ func TestOncePerKeyWhileRunning(t *testing.T) {
 		l := e.ledger(effect.Options{Owner: fmt.Sprintf("w%d", i)})
 		wg.Go(func() {
 			<-start
-			out, err := l.Do(e.ctx, "reward:o-1", func(context.Context) ([]byte, error) {
+			out, err := l.Do(e.ctx, "acme", "reward:o-1", func(context.Context) ([]byte, error) {
 				runs.Add(1)
 				for range n - 1 { // hold the claim until every other call answered
 					select {
@@ -141,7 +143,7 @@ func TestOncePerKeyWhileRunning(t *testing.T) {
 	if applied != 1 {
 		t.Fatalf("want exactly one call to report Applied, got %d", applied)
 	}
-	out, err := e.ledger(effect.Options{}).Do(e.ctx, "reward:o-1", mustNotRun(t))
+	out, err := e.ledger(effect.Options{}).Do(e.ctx, "acme", "reward:o-1", mustNotRun(t))
 	if err != nil || out.Applied || string(out.Result) != "credited 100" || out.At.IsZero() {
 		t.Fatalf("after the run: want the recorded result, not applied, got %+v, %v", out, err)
 	}
@@ -169,10 +171,10 @@ func TestOncePerKeyUnderRace(t *testing.T) {
 				key := fmt.Sprintf("k-%d", (k+i)%keys) // each worker starts elsewhere
 				want := "result of " + key
 				fn := returns(&runs[(k+i)%keys], want)
-				out, err := l.Do(e.ctx, key, fn)
+				out, err := l.Do(e.ctx, "acme", key, fn)
 				if errors.Is(err, effect.ErrInProgress) {
 					for errors.Is(err, effect.ErrInProgress) { // the job's retry
-						out, err = l.Do(e.ctx, key, fn)
+						out, err = l.Do(e.ctx, "acme", key, fn)
 					}
 				}
 				if err != nil || string(out.Result) != want {
@@ -199,13 +201,13 @@ func TestDoneKeyNeverRunsAgain(t *testing.T) {
 	e := setup(t)
 	a := e.ledger(effect.Options{Owner: "a"})
 	var runs atomic.Int32
-	first, err := a.Do(e.ctx, "email:welcome:u-1", returns(&runs, "msg-1"))
+	first, err := a.Do(e.ctx, "acme", "email:welcome:u-1", returns(&runs, "msg-1"))
 	if err != nil || !first.Applied || string(first.Result) != "msg-1" {
 		t.Fatalf("first Do: want applied with msg-1, got %+v, %v", first, err)
 	}
 	for _, l := range []*effect.Ledger{a, e.ledger(effect.Options{Owner: "b"})} {
 		for range 3 {
-			out, err := l.Do(e.ctx, "email:welcome:u-1", mustNotRun(t))
+			out, err := l.Do(e.ctx, "acme", "email:welcome:u-1", mustNotRun(t))
 			if err != nil || out.Applied || string(out.Result) != "msg-1" || !out.At.Equal(first.At) {
 				t.Fatalf("repeat Do: want {Applied false, msg-1, At %s}, got %+v, %v", first.At, out, err)
 			}
@@ -227,20 +229,20 @@ func TestTransientErrorReleasesTheKey(t *testing.T) {
 	e := setup(t)
 	l := e.ledger(effect.Options{Owner: "a"})
 	boom := errors.New("wallet unavailable")
-	_, err := l.Do(e.ctx, "k", func(context.Context) ([]byte, error) { return nil, boom })
+	_, err := l.Do(e.ctx, "acme", "k", func(context.Context) ([]byte, error) { return nil, boom })
 	if !errors.Is(err, boom) || outcome.IsPermanent(err) {
 		t.Fatalf("want fn's transient error back, got %v", err)
 	}
 	if r := e.get(l, "k"); r.Status != effect.StatusReleased || r.Error != boom.Error() || r.Runs != 1 || !r.LeaseUntil.IsZero() {
 		t.Fatalf("want a released record with the error, got %+v", r)
 	}
-	_, err = l.Do(e.ctx, "k", func(context.Context) ([]byte, error) { return nil, outcome.RetryAfter(5*time.Second, boom) })
+	_, err = l.Do(e.ctx, "acme", "k", func(context.Context) ([]byte, error) { return nil, outcome.RetryAfter(5*time.Second, boom) })
 	var ra *outcome.RetryAfterError
 	if !errors.As(err, &ra) || ra.After != 5*time.Second {
 		t.Fatalf("want the RetryAfter error back, got %v", err)
 	}
 	var runs atomic.Int32
-	out, err := l.Do(e.ctx, "k", returns(&runs, "ok"))
+	out, err := l.Do(e.ctx, "acme", "k", returns(&runs, "ok"))
 	if err != nil || !out.Applied || runs.Load() != 1 {
 		t.Fatalf("after a release: want fn to run and apply, got %+v, %v", out, err)
 	}
@@ -255,7 +257,7 @@ func TestPermanentErrorIsRecorded(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	l := e.ledger(effect.Options{})
-	_, err := l.Do(e.ctx, "k", func(context.Context) ([]byte, error) {
+	_, err := l.Do(e.ctx, "acme", "k", func(context.Context) ([]byte, error) {
 		return nil, outcome.Permanent(errors.New("card closed"))
 	})
 	if !outcome.IsPermanent(err) || err.Error() != "card closed" {
@@ -265,7 +267,7 @@ func TestPermanentErrorIsRecorded(t *testing.T) {
 		t.Fatalf("want a failed record, got %+v", r)
 	}
 	for range 2 {
-		out, err := e.ledger(effect.Options{}).Do(e.ctx, "k", mustNotRun(t))
+		out, err := e.ledger(effect.Options{}).Do(e.ctx, "acme", "k", mustNotRun(t))
 		if !errors.Is(err, effect.ErrFailed) || !outcome.IsPermanent(err) || !strings.Contains(err.Error(), "card closed") || out.Applied {
 			t.Fatalf("want a permanent ErrFailed naming the cause, got %+v, %v", out, err)
 		}
@@ -289,7 +291,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		out, err := a.Do(e.ctx, "k", func(ctx context.Context) ([]byte, error) {
+		out, err := a.Do(e.ctx, "acme", "k", func(ctx context.Context) ([]byte, error) {
 			close(started)
 			select {
 			case <-release:
@@ -301,11 +303,11 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	}()
 	<-started
 	var ip *effect.InProgressError
-	if _, err := now.Do(e.ctx, "k", mustNotRun(t)); !errors.As(err, &ip) || ip.Owner != "a" {
+	if _, err := now.Do(e.ctx, "acme", "k", mustNotRun(t)); !errors.As(err, &ip) || ip.Owner != "a" {
 		t.Fatalf("a live claim: want InProgressError owned by a, got %v", err)
 	}
 	var runs atomic.Int32
-	out, err := later.Do(e.ctx, "k", returns(&runs, "by b"))
+	out, err := later.Do(e.ctx, "acme", "k", returns(&runs, "by b"))
 	if err != nil || !out.Applied || string(out.Result) != "by b" || runs.Load() != 1 {
 		t.Fatalf("an expired claim: want b to take over and apply, got %+v, %v", out, err)
 	}
@@ -322,7 +324,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	if r := e.get(a, "k"); r.Status != effect.StatusDone || r.Owner != "b" || r.Runs != 2 || string(r.Result) != "by b" {
 		t.Fatalf("want done by b after 2 runs, got %+v", r)
 	}
-	out, err = now.Do(e.ctx, "k", mustNotRun(t))
+	out, err = now.Do(e.ctx, "acme", "k", mustNotRun(t))
 	if err != nil || out.Applied || string(out.Result) != "by b" {
 		t.Fatalf("after the takeover: want b's result, got %+v, %v", out, err)
 	}
@@ -336,16 +338,16 @@ func TestLeaseIsRenewedWhileFnRuns(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	a := e.ledger(effect.Options{Owner: "a", Lease: lease})
 	b := e.ledger(effect.Options{Owner: "b", Lease: lease})
-	out, err := a.Do(e.ctx, "slow", func(ctx context.Context) ([]byte, error) {
+	out, err := a.Do(e.ctx, "acme", "slow", func(ctx context.Context) ([]byte, error) {
 		first := e.get(b, "slow")
 		natstest.Eventually(t, waitFor, func() bool {
-			r, err := b.Get(e.ctx, "slow")
+			r, err := b.Get(e.ctx, "acme", "slow")
 			return err == nil && r.LeaseUntil.After(first.LeaseUntil.Add(lease))
 		}, "lease of %q not renewed past %s", "slow", first.LeaseUntil.Add(lease))
 		if !time.Now().After(first.LeaseUntil) {
 			t.Errorf("want the first lease over by now")
 		}
-		if _, err := b.Do(e.ctx, "slow", mustNotRun(t)); !errors.Is(err, effect.ErrInProgress) {
+		if _, err := b.Do(e.ctx, "acme", "slow", mustNotRun(t)); !errors.Is(err, effect.ErrInProgress) {
 			t.Errorf("past the first lease of a running fn: want ErrInProgress, got %v", err)
 		}
 		return []byte("done"), ctx.Err()
@@ -366,9 +368,9 @@ func TestLostLeaseCancelsFn(t *testing.T) {
 	a := e.ledger(effect.Options{Owner: "a", Lease: 300 * time.Millisecond})
 	later := e.ledger(effect.Options{Owner: "b", Now: func() time.Time { return time.Now().Add(time.Hour) }})
 	var cause error
-	_, err := a.Do(e.ctx, "k", func(ctx context.Context) ([]byte, error) {
+	_, err := a.Do(e.ctx, "acme", "k", func(ctx context.Context) ([]byte, error) {
 		var runs atomic.Int32
-		if out, err := later.Do(e.ctx, "k", returns(&runs, "by b")); err != nil || !out.Applied {
+		if out, err := later.Do(e.ctx, "acme", "k", returns(&runs, "by b")); err != nil || !out.Applied {
 			t.Errorf("want b to take over, got %+v, %v", out, err)
 		}
 		select {
@@ -406,12 +408,12 @@ func TestAnyStringIsAKey(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for _, k := range keys {
-		sk := effect.StorageKey(k)
+		sk := effect.StorageKey("acme", k)
 		if prev, ok := seen[sk]; ok {
 			t.Fatalf("keys %q and %q share storage key %s", prev, k, sk)
 		}
 		seen[sk] = k
-		out, err := l.Do(e.ctx, k, func(context.Context) ([]byte, error) { return []byte(k), nil })
+		out, err := l.Do(e.ctx, "acme", k, func(context.Context) ([]byte, error) { return []byte(k), nil })
 		if err != nil || !out.Applied {
 			t.Fatalf("key %q: want applied, got %+v, %v", k, out, err)
 		}
@@ -426,37 +428,40 @@ func TestAnyStringIsAKey(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		out, err := l.Do(e.ctx, k, mustNotRun(t))
+		out, err := l.Do(e.ctx, "acme", k, mustNotRun(t))
 		if err != nil || out.Applied || string(out.Result) != k {
 			t.Fatalf("key %q again: want its own result, got %q, %v", k, out.Result, err)
 		}
 	}
 	for _, bad := range []string{"", strings.Repeat("x", effect.MaxKeyLen+1), "\xff\xfe"} {
-		if _, err := l.Do(e.ctx, bad, mustNotRun(t)); !errors.Is(err, effect.ErrInvalidKey) {
+		if _, err := l.Do(e.ctx, "acme", bad, mustNotRun(t)); !errors.Is(err, effect.ErrInvalidKey) {
 			t.Fatalf("key %q: want ErrInvalidKey from Do, got %v", bad, err)
 		}
-		if _, err := l.Get(e.ctx, bad); !errors.Is(err, effect.ErrInvalidKey) {
+		if _, err := l.Get(e.ctx, "acme", bad); !errors.Is(err, effect.ErrInvalidKey) {
 			t.Fatalf("key %q: want ErrInvalidKey from Get, got %v", bad, err)
 		}
 	}
-	if _, err := l.Get(e.ctx, "never"); !errors.Is(err, effect.ErrNotFound) {
+	if _, err := l.Get(e.ctx, "acme", "never"); !errors.Is(err, effect.ErrNotFound) {
 		t.Fatalf("unknown key: want ErrNotFound, got %v", err)
 	}
 }
 
-// Storage keys are valid KV keys, and distinct for distinct keys.
+// Storage keys are valid KV keys, and distinct for distinct keys or
+// accounts.
 func TestStorageKeyProperty(t *testing.T) {
 	t.Parallel()
 	valid := regexp.MustCompile(`^[A-Z2-7]{52}$`)
+	account := rapid.StringMatching(`[A-Za-z0-9_-]{1,64}`)
 	rapid.Check(t, func(t *rapid.T) {
+		aa, ab := account.Draw(t, "account a"), account.Draw(t, "account b")
 		a := rapid.String().Draw(t, "a")
 		b := rapid.String().Draw(t, "b")
-		sa, sb := effect.StorageKey(a), effect.StorageKey(b)
+		sa, sb := effect.StorageKey(aa, a), effect.StorageKey(ab, b)
 		if !valid.MatchString(sa) {
 			t.Fatalf("storage key of %q is %q, not 52 base32 characters", a, sa)
 		}
-		if (sa == sb) != (a == b) {
-			t.Fatalf("keys %q and %q: storage keys %s and %s", a, b, sa, sb)
+		if (sa == sb) != (aa == ab && a == b) {
+			t.Fatalf("keys %s/%q and %s/%q: storage keys %s and %s", aa, a, ab, b, sa, sb)
 		}
 	})
 }
@@ -472,13 +477,13 @@ func TestPanicReleasesTheKey(t *testing.T) {
 				t.Fatalf("want the panic to reach the caller, got %v", p)
 			}
 		}()
-		_, _ = l.Do(e.ctx, "k", func(context.Context) ([]byte, error) { panic("wallet exploded") })
+		_, _ = l.Do(e.ctx, "acme", "k", func(context.Context) ([]byte, error) { panic("wallet exploded") })
 	}()
 	if r := e.get(l, "k"); r.Status != effect.StatusReleased || r.Error != "fn panicked" {
 		t.Fatalf("want a released record after the panic, got %+v", r)
 	}
 	var runs atomic.Int32
-	if out, err := l.Do(e.ctx, "k", returns(&runs, "ok")); err != nil || !out.Applied {
+	if out, err := l.Do(e.ctx, "acme", "k", returns(&runs, "ok")); err != nil || !out.Applied {
 		t.Fatalf("after a panic: want fn to run again, got %+v, %v", out, err)
 	}
 }
@@ -489,11 +494,11 @@ func TestResultTooLarge(t *testing.T) {
 	e := setup(t)
 	l := e.ledger(effect.Options{})
 	big := make([]byte, effect.MaxResult+1)
-	out, err := l.Do(e.ctx, "k", func(context.Context) ([]byte, error) { return big, nil })
+	out, err := l.Do(e.ctx, "acme", "k", func(context.Context) ([]byte, error) { return big, nil })
 	if !errors.Is(err, effect.ErrResultTooLarge) || !out.Applied || len(out.Result) != len(big) {
 		t.Fatalf("want Applied with the result and ErrResultTooLarge, got Applied=%v %d bytes, %v", out.Applied, len(out.Result), err)
 	}
-	out, err = l.Do(e.ctx, "k", mustNotRun(t))
+	out, err = l.Do(e.ctx, "acme", "k", mustNotRun(t))
 	if err != nil || out.Applied || out.Result != nil {
 		t.Fatalf("want done without a result, got %+v, %v", out, err)
 	}
@@ -506,14 +511,14 @@ func TestRetention(t *testing.T) {
 	e := setup(t)
 	long := e.ledger(effect.Options{Retention: 90 * 24 * time.Hour})
 	var runs atomic.Int32
-	if _, err := long.Do(e.ctx, "kept", returns(&runs, "x")); err != nil {
+	if _, err := long.Do(e.ctx, "acme", "kept", returns(&runs, "x")); err != nil {
 		t.Fatal(err)
 	}
 	s, err := e.js.Stream(e.ctx, "KV_"+names.BucketEffects)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(e.ctx, "$KV."+names.BucketEffects+"."+effect.StorageKey("kept"))
+	m, err := s.GetLastMsgForSubject(e.ctx, "$KV."+names.BucketEffects+"."+effect.StorageKey("acme", "kept"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,14 +527,14 @@ func TestRetention(t *testing.T) {
 	}
 
 	short := e.ledger(effect.Options{Retention: time.Second, Lease: effect.MinLease})
-	if _, err := short.Do(e.ctx, "brief", returns(&runs, "y")); err != nil {
+	if _, err := short.Do(e.ctx, "acme", "brief", returns(&runs, "y")); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, waitFor, func() bool {
-		_, err := short.Get(e.ctx, "brief")
+		_, err := short.Get(e.ctx, "acme", "brief")
 		return errors.Is(err, effect.ErrNotFound)
 	}, "record not expired after its 1s retention")
-	out, err := short.Do(e.ctx, "brief", returns(&runs, "z"))
+	out, err := short.Do(e.ctx, "acme", "brief", returns(&runs, "z"))
 	if err != nil || !out.Applied || string(out.Result) != "z" {
 		t.Fatalf("an expired key: want fn to run again, got %+v, %v", out, err)
 	}
@@ -559,5 +564,75 @@ func TestOptionsValidate(t *testing.T) {
 				t.Fatalf("want defaults for Owner and Now, got %+v", o)
 			}
 		})
+	}
+}
+
+// Keys are per account: two accounts' events with one business key (each
+// its own order o-1) each apply their effect and read their own result,
+// and neither learns the other's.
+func TestKeysArePerAccount(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	l := e.ledger(effect.Options{})
+	var runs atomic.Int32
+	for _, account := range []string{"acme", "globex"} {
+		out, err := l.Do(e.ctx, account, "reward:o-1", returns(&runs, "credited for "+account))
+		if err != nil || !out.Applied || string(out.Result) != "credited for "+account {
+			t.Fatalf("%s: want its own effect applied, got %+v, %v", account, out, err)
+		}
+	}
+	for _, account := range []string{"acme", "globex"} {
+		out, err := l.Do(e.ctx, account, "reward:o-1", mustNotRun(t))
+		if err != nil || out.Applied || string(out.Result) != "credited for "+account {
+			t.Fatalf("%s again: want its own recorded result, got %q, %v", account, out.Result, err)
+		}
+		if r, err := l.Get(e.ctx, account, "reward:o-1"); err != nil || r.Account != account {
+			t.Fatalf("%s: want its own record, got %+v, %v", account, r, err)
+		}
+	}
+	if _, err := l.Do(e.ctx, "bad.account", "k", mustNotRun(t)); !errors.Is(err, effect.ErrInvalidKey) {
+		t.Fatalf("an invalid account: want ErrInvalidKey, got %v", err)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("want fn run once per account (2), got %d", n)
+	}
+}
+
+// A record written before keys were per account (under the key alone)
+// still counts once the ledger is upgraded: a done one is not run again,
+// for any account; a released one runs, recorded in the account's own
+// record from then on.
+func TestRecordFromBeforeKeysWerePerAccount(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	l := e.ledger(effect.Options{})
+	kv, err := e.js.KeyValue(e.ctx, names.BucketEffects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := func(key string, st effect.Status, result string) {
+		sum := sha256.Sum256([]byte(key))
+		b, _ := json.Marshal(effect.Record{Key: key, Status: st, Runs: 1, Result: []byte(result), CreatedAt: time.Now(), UpdatedAt: time.Now()})
+		if _, err := kv.Put(e.ctx, base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:]), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old("reward:o-7", effect.StatusDone, "credited before")
+	old("reward:o-8", effect.StatusReleased, "")
+	out, err := l.Do(e.ctx, "acme", "reward:o-7", mustNotRun(t))
+	if err != nil || out.Applied || string(out.Result) != "credited before" {
+		t.Fatalf("a done record from before: want not run again, its result; got %+v, %v", out, err)
+	}
+	var runs atomic.Int32
+	if out, err := l.Do(e.ctx, "acme", "reward:o-8", returns(&runs, "credited now")); err != nil || !out.Applied {
+		t.Fatalf("a released record from before: want run, got %+v, %v", out, err)
+	}
+	r, err := kv.Get(e.ctx, effect.StorageKey("acme", "reward:o-8"))
+	if err != nil {
+		t.Fatalf("the account's own record: %v", err)
+	}
+	var rec effect.Record
+	if err := json.Unmarshal(r.Value(), &rec); err != nil || rec.Status != effect.StatusDone || rec.Account != "acme" || rec.Runs != 2 {
+		t.Fatalf("the account's own record: want done for acme after 2 runs, got %s (%v)", r.Value(), err)
 	}
 }

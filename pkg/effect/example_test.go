@@ -33,7 +33,7 @@ func ExampleLedger_Do() {
 	wallet := map[string]int{} // stands in for the wallet service
 
 	creditJob := func(orderID, customer string, points int) error {
-		out, err := led.Do(ctx, "reward:"+orderID, func(ctx context.Context) ([]byte, error) {
+		out, err := led.Do(ctx, "acme", "reward:"+orderID, func(ctx context.Context) ([]byte, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			wallet[customer] += points
@@ -70,13 +70,13 @@ func ExampleLedger_Do_permanent() {
 		return
 	}
 	for range 2 {
-		_, err := led.Do(ctx, "email:welcome:u-1", func(context.Context) ([]byte, error) {
+		_, err := led.Do(ctx, "acme", "email:welcome:u-1", func(context.Context) ([]byte, error) {
 			fmt.Println("sending")
 			return nil, outcome.Permanent(errors.New("address bounced"))
 		})
 		fmt.Println(err, outcome.IsPermanent(err), errors.Is(err, effect.ErrFailed))
 	}
-	rec, _ := led.Get(ctx, "email:welcome:u-1")
+	rec, _ := led.Get(ctx, "acme", "email:welcome:u-1")
 	fmt.Println(rec.Status, rec.Runs)
 	// Output:
 	// sending

@@ -81,7 +81,7 @@ kinds:
 		if err := json.Unmarshal(d.Event.Payload, &order); err != nil {
 			return dispatcher.Result{}, outcome.Permanent(err) // dead-lettered, never retried
 		}
-		out, err := ledger.Do(ctx, "reward:"+order.OrderID, func(ctx context.Context) ([]byte, error) {
+		out, err := ledger.Do(ctx, d.Event.Account, "reward:"+order.OrderID, func(ctx context.Context) ([]byte, error) {
 			mu.Lock()
 			balance[order.Customer] += order.Points
 			mu.Unlock()

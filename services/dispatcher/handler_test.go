@@ -269,7 +269,7 @@ func rewardHandler(led *effect.Ledger, w *wallet, runs *calls) dispatcher.Handle
 		if err := json.Unmarshal(d.Event.Payload, &order); err != nil {
 			return dispatcher.Result{}, outcome.Permanent(err)
 		}
-		out, err := led.Do(ctx, "reward:"+order.OrderID, func(ctx context.Context) ([]byte, error) {
+		out, err := led.Do(ctx, d.Event.Account, "reward:"+order.OrderID, func(ctx context.Context) ([]byte, error) {
 			w.credit(order.Customer, order.Points)
 			return json.Marshal(map[string]any{"customer": order.Customer, "credited": order.Points})
 		})
@@ -308,7 +308,7 @@ func TestRewardCreditedOnceAcrossACrash(t *testing.T) {
 	if string(r.Result) != `{"credited":100,"customer":"c-7"}` {
 		t.Fatalf("want the event's result to be the recorded effect, got %s", r.Result)
 	}
-	rec, err := led.Get(h.Ctx(), "reward:o-1")
+	rec, err := led.Get(h.Ctx(), "acme", "reward:o-1")
 	if err != nil || rec.Status != effect.StatusDone || rec.Runs != 1 {
 		t.Fatalf("want the effect done in one run, got %+v, %v", rec, err)
 	}
