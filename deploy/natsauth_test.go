@@ -513,8 +513,9 @@ func (w *world) client(t *testing.T, user string) (*nats.Conn, chan error) {
 // tenazCmd is the tenaz CLI, whose `outbox relay` a producer runs.
 const tenazCmd = "github.com/tenaz/tenaz/services/tenaz/cmd/tenaz"
 
-// submitSubject is ingest's submit endpoint, the one request of the relay.
-const submitSubject = names.DefaultPrefix + ".api.ingest.submit"
+// submitSubject is ingest's submit endpoints of each account, the one
+// request of the relay.
+const submitSubject = names.DefaultPrefix + ".api.ingest.submit.>"
 
 // outboxDB is a producer's database with the outbox table, relayed by
 // `tenaz outbox relay` running as a process.
@@ -1316,6 +1317,7 @@ func (w *world) refusals(t *testing.T) {
 		{userProducer, "read the services' replies", true, "_INBOX.tenaz-deadletter.>", nil},
 		{userOutbox, "bypass the answer onto INTAKE", false, "tenaz.intake.acme.order.create", submission},
 		{userOutbox, "read an event", false, "tenaz.api.ingest.get", []byte(deadID)},
+		{userOutbox, "submit through the endpoint of no account", false, "tenaz.api.ingest.submit", submission},
 		{userOutbox, "read a record", false, "$JS.API.DIRECT.GET.KV_tenaz_state.$KV.tenaz_state." + deadID, nil},
 		{userOutbox, "replay a dead letter", false, "tenaz.api.dead.replay", replay},
 		{userOutbox, "read the services' replies", true, "_INBOX.tenaz-ingest.>", nil},

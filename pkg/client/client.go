@@ -131,7 +131,14 @@ func (c *Client) Submit(ctx context.Context, sub event.Submission, opts ...Submi
 	for _, f := range opts {
 		f(&so)
 	}
-	cl := call{endpoint: "ingest.submit", natsBody: event.SubmitRequest{Submission: sub, IdempotencyKey: so.key},
+	// Over NATS, to the account's own endpoint, which permissions can
+	// grant per account (a name that is no subject token goes to the
+	// plain endpoint, which refuses it as POST /v1/events does).
+	endpoint := "ingest.submit"
+	if names.ValidateAccount(sub.Account) == nil {
+		endpoint += "." + sub.Account
+	}
+	cl := call{endpoint: endpoint, natsBody: event.SubmitRequest{Submission: sub, IdempotencyKey: so.key},
 		method: http.MethodPost, path: "/v1/events", body: sub}
 	if so.key != "" {
 		cl.header = http.Header{names.HeaderIdempotencyKey: {so.key}}

@@ -338,6 +338,11 @@ type Outbox struct {
 	// notification (NOTIFY is a hint; a poll finds what it missed).
 	// Defaults to 1s.
 	PollInterval Duration `yaml:"poll_interval"`
+	// Account binds the relay to one account: a row of another account
+	// fails, and the relay's replies come on _INBOX.tenaz-outbox-<account>,
+	// so that a NATS user per producer can be granted that account's
+	// submit endpoint and inbox only. Defaults to "" (any account).
+	Account string `yaml:"account"`
 }
 
 // Poll configures how the poller asks a target for a result.

@@ -150,6 +150,9 @@ func (v *validator) outbox() {
 		v.add("outbox.batch", "must be between 1 and %d, got %d", MaxOutboxBatch, o.Batch)
 	}
 	v.positive("outbox.poll_interval", o.PollInterval)
+	if o.Account != "" && !token(o.Account) {
+		v.add("outbox.account", "must be an account name of 1-64 characters of [A-Za-z0-9_-], got %q", o.Account)
+	}
 }
 
 func (v *validator) top() {

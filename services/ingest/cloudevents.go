@@ -149,15 +149,20 @@ func (s *Service) postCloudEvent(w http.ResponseWriter, r *http.Request, body []
 
 // microCloudEvent answers a submit request that is a CloudEvent
 // (structured by its Content-Type header, binary by its ce- headers; the
-// account in tenazaccount) and reports whether it was one.
-func (s *Service) microCloudEvent(req micro.Request) bool {
-	f, payload, ok, serr := s.cloudSubmission(req.Headers(), req.Data(), "")
+// account in tenazaccount, else the subject's account) and reports
+// whether it was one. With account set, the event must be that account's.
+func (s *Service) microCloudEvent(req micro.Request, account string) bool {
+	f, payload, ok, serr := s.cloudSubmission(req.Headers(), req.Data(), account)
 	switch {
 	case !ok:
 		return false
 	case serr != nil:
 		s.metrics.Rejected(serr.Code)
 		respond(req, serr.Status, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: serr.Code, Message: serr.Error()}})
+	case account != "" && f.Account != account:
+		s.metrics.Rejected("forbidden")
+		respond(req, http.StatusForbidden, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "forbidden",
+			Message: fmt.Sprintf("a CloudEvent of account %q sent to the submit endpoint of account %q", f.Account, account)}})
 	default:
 		f.Traceparent = tracing.From(req.Headers().Get)
 		r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)

@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -37,23 +38,15 @@ func (s *Service) registerMicro() (micro.Service, error) {
 	}
 	g := svc.AddGroup(s.cfg.Prefix + ".api.ingest")
 	add := func(name string, h micro.HandlerFunc) error { return g.AddEndpoint(name, h) }
-	if err := add("submit", func(req micro.Request) {
-		if s.microCloudEvent(req) {
-			return
-		}
-		ms, err := event.ParseSubmitRequest(req.Data())
-		if err != nil {
-			s.metrics.Rejected("malformed")
-			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: err.Error() + ": want {account, kind, payload, entity_id?, ordering_key?, not_before?, idempotency_key?}"}})
-			return
-		}
-		f := event.Fields{Account: ms.Account, Kind: ms.Kind, EntityID: ms.EntityID, OrderingKey: ms.OrderingKey, NotBefore: ms.NotBefore, IdempotencyKey: ms.IdempotencyKey,
-			Traceparent: tracing.From(req.Headers().Get)}
-		r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)
-		r.Host = "nats"
-		status, v := s.submit(r, f, ms.Payload)
-		respond(req, status, v)
-	}); err != nil {
+	if err := add("submit", func(req micro.Request) { s.microSubmit(req, "") }); err != nil {
+		return nil, err
+	}
+	// submit.<account> takes that account's submissions only, so that NATS
+	// permissions can bind a user (a producer's outbox relay) to its
+	// account, as tenaz.intake.<account>.> does; plain submit takes any.
+	if err := g.AddEndpoint("submit-account", micro.HandlerFunc(func(req micro.Request) {
+		s.microSubmit(req, req.Subject()[strings.LastIndexByte(req.Subject(), '.')+1:])
+	}), micro.WithEndpointSubject("submit.*")); err != nil {
 		return nil, err
 	}
 	for _, ep := range []struct {
@@ -78,6 +71,38 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		return nil, err
 	}
 	return svc, nil
+}
+
+// microSubmit answers a submission as POST /v1/events does. With account
+// set (the subject's), the submission must be that account's; one that
+// names no account is.
+func (s *Service) microSubmit(req micro.Request, account string) {
+	if s.microCloudEvent(req, account) {
+		return
+	}
+	ms, err := event.ParseSubmitRequest(req.Data())
+	if err != nil {
+		s.metrics.Rejected("malformed")
+		respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: err.Error() + ": want {account, kind, payload, entity_id?, ordering_key?, not_before?, idempotency_key?}"}})
+		return
+	}
+	if account != "" {
+		if ms.Account == "" {
+			ms.Account = account
+		}
+		if ms.Account != account {
+			s.metrics.Rejected("forbidden")
+			respond(req, http.StatusForbidden, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "forbidden",
+				Message: fmt.Sprintf("a submission of account %q sent to the submit endpoint of account %q", ms.Account, account)}})
+			return
+		}
+	}
+	f := event.Fields{Account: ms.Account, Kind: ms.Kind, EntityID: ms.EntityID, OrderingKey: ms.OrderingKey, NotBefore: ms.NotBefore, IdempotencyKey: ms.IdempotencyKey,
+		Traceparent: tracing.From(req.Headers().Get)}
+	r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)
+	r.Host = "nats"
+	status, v := s.submit(r, f, ms.Payload)
+	respond(req, status, v)
 }
 
 // CancelRequest is the request of the cancel endpoint (see event.CancelRequest).

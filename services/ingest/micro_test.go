@@ -246,3 +246,46 @@ func TestMicroErrorsCounted(t *testing.T) {
 		}
 	}
 }
+
+// The submit endpoint of an account (submit.<account>, which NATS
+// permissions can grant per account) takes that account's submissions
+// only: one naming no account is the subject's, one naming another
+// account is refused 403, as a CloudEvent of another account is, and
+// nothing is created for it.
+func TestMicroSubmitOfAnAccount(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	for _, c := range []struct {
+		name, key, data string
+		headers         nats.Header
+		status          string
+		account         string // whose event is created ("": none)
+	}{
+		{"the subject's account", "k1", `{"account":"globex","kind":"order.create","payload":{"order_id":"o-1"},"idempotency_key":"k1"}`, nil, "202", "globex"},
+		{"no account", "k2", `{"kind":"order.create","payload":{"order_id":"o-2"},"idempotency_key":"k2"}`, nil, "202", "globex"},
+		{"another account", "k3", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-3"},"idempotency_key":"k3"}`, nil, "403", ""},
+		{"a CloudEvent of another account", "k4", `{"specversion":"1.0","id":"k4","source":"shop","type":"order.create","tenazaccount":"acme","data":{"order_id":"o-4"}}`,
+			nats.Header{"Content-Type": {"application/cloudevents+json"}}, "403", ""},
+		{"a CloudEvent naming no account", "k5", `{"specversion":"1.0","id":"k5","source":"shop","type":"order.create","data":{"order_id":"o-5"}}`,
+			nats.Header{"Content-Type": {"application/cloudevents+json"}}, "202", "globex"},
+	} {
+		m := &nats.Msg{Subject: "tenaz.api.ingest.submit.globex", Data: []byte(c.data), Header: c.headers}
+		ans, err := h.NC.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: want an answer, got %v", c.name, err)
+		}
+		if got := ans.Header.Get("Tenaz-Status"); got != c.status {
+			t.Fatalf("%s: want Tenaz-Status %s, got %s %s", c.name, c.status, got, ans.Data)
+		}
+		key := c.key
+		if c.account == "" {
+			if _, ok := h.Lookup(event.ID("acme", key)); ok {
+				t.Fatalf("%s: want no event of acme, got one", c.name)
+			}
+			continue
+		}
+		if rec := h.WaitStatus(event.ID(c.account, key), state.Pending, servicetest.WaitFor); rec.Account != c.account {
+			t.Fatalf("%s: want %s's event, got %s's", c.name, c.account, rec.Account)
+		}
+	}
+}

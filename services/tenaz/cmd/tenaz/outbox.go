@@ -44,7 +44,7 @@ func (c *outboxRelayCmd) Run() error {
 	log := logging.New(cfg.Log.Format, cfg.Log.Level, nil)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	nc, err := natsconn.Connect(cfg.NATS, outbox.Name, "", natsconn.Logged(&log))
+	nc, err := natsconn.Connect(cfg.NATS, outbox.ConnName(cfg.Outbox), "", natsconn.Logged(&log))
 	if err != nil {
 		return err
 	}

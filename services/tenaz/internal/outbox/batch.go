@@ -173,6 +173,9 @@ func nullable(vs []string) []*string {
 // event this key already made), both sent; 408, 429, 5xx and no answer
 // are tried again; any other 4xx is the row's own fault and fails it.
 func (r *Relay) submit(ctx context.Context, w *row) outcome {
+	if a := r.o.Config.Account; a != "" && w.account != a {
+		return outcome{status: StatusFailed, reason: fmt.Sprintf("403 forbidden: the row's account %q is not outbox.account %q", w.account, a)}
+	}
 	sub := event.Submission{Account: w.account, Kind: w.kind, Payload: json.RawMessage(w.payload)}
 	if w.entityID != nil {
 		sub.EntityID = *w.entityID

@@ -17,9 +17,19 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 )
 
-// Name is the relay's NATS connection name; its replies come on
-// natsconn.InboxPrefix(Name).
+// Name is the relay's NATS connection name (ConnName); its replies come
+// on natsconn.InboxPrefix(Name).
 const Name = "tenaz-outbox"
+
+// ConnName is the NATS connection name of a relay with settings c: Name,
+// or Name-<account> for a relay bound to an account, whose replies then
+// come on an inbox a NATS permission can grant to that producer alone.
+func ConnName(c config.Outbox) string {
+	if c.Account != "" {
+		return Name + "-" + c.Account
+	}
+	return Name
+}
 
 // ErrStopped is the cause of a deliberate stop: what it cancels is not a
 // failure.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // (DSN filled in) and stops it at the end of the test.
 func (h *harness) startInProcess(c config.Outbox) *outbox.Relay {
 	h.t.Helper()
-	nc, err := natsconn.Connect(config.NATS{}, outbox.Name, h.tz.NATSURL())
+	nc, err := natsconn.Connect(config.NATS{}, outbox.ConnName(c), h.tz.NATSURL())
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -141,4 +142,48 @@ func (h *harness) eventStatus(id string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// A relay bound to an account (outbox.account) sends that account's rows
+// and fails another account's with the reason, sending nothing for it;
+// its replies come on the account's own inbox, which a NATS permission
+// can grant to that producer alone.
+func TestRelayBoundToAnAccount(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	nc, err := nats.Connect(h.tz.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var replies atomic.Int32
+	if _, err := nc.Subscribe("_INBOX.tenaz-outbox-acme.>", func(*nats.Msg) { replies.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ids := h.insert([]string{"o1"}, 1)
+	var other string
+	if err := h.db.QueryRow(t.Context(), `INSERT INTO tenaz_outbox (account, kind, payload) VALUES ('globex', 'order.paid', '{"key":"g1","n":2}') RETURNING id`).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	h.startInProcess(config.Outbox{Account: "acme", PollInterval: config.Duration(100 * time.Millisecond)})
+	h.waitSettled()
+	var status, reason string
+	if err := h.db.QueryRow(t.Context(), "SELECT status, coalesce(error, '') FROM tenaz_outbox WHERE id = $1", other).Scan(&status, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if status != outbox.StatusFailed || !strings.HasPrefix(reason, `403 forbidden: the row's account "globex" is not outbox.account "acme"`) {
+		t.Fatalf("globex's row: want failed 403 forbidden, got %s %q", status, reason)
+	}
+	if n := h.count(outbox.StatusSent); n != 1 {
+		t.Fatalf("want acme's row sent, got %d rows sent", n)
+	}
+	if got := h.eventStatus(event.ID("acme", ids[0])); got != http.StatusOK || replies.Load() == 0 {
+		t.Fatalf("acme's row: want its event (200) and the answer on _INBOX.tenaz-outbox-acme, got %d and %d answers", got, replies.Load())
+	}
+	if got := h.eventStatus(event.ID("globex", other)); got != http.StatusNotFound {
+		t.Fatalf("globex's row: want no event (404), got %d", got)
+	}
 }
