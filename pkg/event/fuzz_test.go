@@ -95,3 +95,38 @@ func checkNew(t *testing.T, f event.Fields, payload []byte, entityField, orderFi
 		t.Fatalf("Unmarshal(Marshal(env)): want id %s back, got %s (%v)", env.ID, back.ID, err)
 	}
 }
+
+// FuzzDecodeObject: a provider's answer or webhook never panics the
+// decoder; what it takes is valid JSON (one object, nothing after), and
+// Scalar gives a string as is and a number as its literal.
+func FuzzDecodeObject(f *testing.F) {
+	for _, s := range []string{`{"id":12345678901234567890,"ok":true,"s":"x"}`, `{"a":1e3} `, `null`, `{"a":1}}`, `[1]`, `{"a":{"b":[]}}`, "{\"a\":\"\xff\"}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		obj, err := event.DecodeObject(b)
+		if err != nil {
+			return
+		}
+		if !json.Valid(b) {
+			t.Fatalf("DecodeObject took %q, which is not valid JSON", b)
+		}
+		for k, v := range obj {
+			s := event.Scalar(v)
+			switch x := v.(type) {
+			case string:
+				if s != x {
+					t.Fatalf("field %q: Scalar of the string %q is %q", k, x, s)
+				}
+			case json.Number:
+				if s != x.String() || !json.Valid([]byte(s)) {
+					t.Fatalf("field %q: Scalar of the number %s is %q, want its literal", k, x, s)
+				}
+			case map[string]any, []any, nil:
+				if s != "" {
+					t.Fatalf("field %q: Scalar of %v is %q, want \"\"", k, x, s)
+				}
+			}
+		}
+	})
+}
