@@ -115,7 +115,7 @@ func (s *Service) route(m jetstream.Msg) {
 		}
 	}
 	account, kind, err := s.subj.ParseIntake(m.Subject())
-	ordered := m.Headers().Get(names.HeaderOrderingKey) != "" || cePartitioned(m.Headers())
+	ordered := headerOf(m.Headers(), names.HeaderOrderingKey) != "" || cePartitioned(m.Headers())
 	if err == nil && !ordered {
 		k, ok := s.cfg.Kind(kind)
 		ordered = ok && k.OrderedBy != ""

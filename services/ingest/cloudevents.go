@@ -222,7 +222,7 @@ func intakeCloudEvent(f event.Fields, h nats.Header) (event.Fields, *submitError
 		if c.v == "" {
 			continue
 		}
-		if hv := h.Get(c.header); hv != "" && hv != c.v {
+		if hv := headerOf(h, c.header); hv != "" && hv != c.v {
 			return f, ceBad(c.attr, "%q differs from the %s header %q: send one", c.v, c.header, hv)
 		}
 		*c.dst = c.v // the id wins over a Nats-Msg-Id, which is only the server's dedup id then

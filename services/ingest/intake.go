@@ -140,15 +140,32 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 	// before it was advised against) Nats-Msg-Id, less an "<account>:"
 	// prefix. The server dedups Nats-Msg-Id over every account's INTAKE
 	// messages, so another account can take one first (docs/producers.md).
-	key := h.Get(names.HeaderIdempotencyKey)
+	get := func(name string) string { return headerOf(h, name) }
+	key := get(names.HeaderIdempotencyKey)
 	if key == "" {
-		key = strings.TrimPrefix(h.Get(names.HeaderMsgID), account+":")
+		key = strings.TrimPrefix(get(names.HeaderMsgID), account+":")
 	}
 	return intakeCloudEvent(event.Fields{
 		Account: account, Kind: kind, IdempotencyKey: key,
-		EntityID: h.Get(names.HeaderEntityID), OrderingKey: h.Get(names.HeaderOrderingKey),
-		NotBefore: h.Get(names.HeaderNotBefore), Traceparent: tracing.From(h.Get),
+		EntityID: get(names.HeaderEntityID), OrderingKey: get(names.HeaderOrderingKey),
+		NotBefore: get(names.HeaderNotBefore), Traceparent: tracing.From(get),
 	}, h)
+}
+
+// headerOf is h's value of name, whatever the case its publisher wrote
+// the name in: NATS keeps header names as sent, and a producer's
+// "idempotency-key" or "tenaz-not-before" ignored would make its
+// submission another (a derived key, no delay, no order).
+func headerOf(h nats.Header, name string) string {
+	if v := h.Get(name); v != "" {
+		return v
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, name) {
+			return vs[0]
+		}
+	}
+	return ""
 }
 
 // outcomeMsg is what the intake consumer tells a waiting HTTP handler.

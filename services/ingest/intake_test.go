@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -250,4 +251,22 @@ func TestAnotherAccountsMsgIDDropsNoSubmission(t *testing.T) {
 			t.Fatalf("acme's submission %d: want acme's event, got account %s", i, rec.Account)
 		}
 	}
+}
+
+// NATS keeps header names as the publisher wrote them: tenaz's headers
+// in lower case (as a HTTP/2 habit or a CLI writes them) are read, not
+// ignored. Ignored, two submissions with different keys would derive one
+// key and the second would be lost as a duplicate, and a delay dropped.
+func TestNATSIntakeHeadersInAnyCase(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	body := []byte(`{"order_id":"o-1","total":1}`)
+	notBefore := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	h.publishIntake(intakeOrderCreate, body, "idempotency-key", "lk-1", "tenaz-not-before", notBefore, "TENAZ-ENTITY-ID", "e-9")
+	h.publishIntake(intakeOrderCreate, body, "idempotency-key", "lk-2")
+	rec := h.WaitStatus(event.ID("acme", "lk-1"), state.Scheduled, servicetest.WaitFor)
+	if rec.EntityID != "e-9" || rec.IdempotencyKey != "lk-1" {
+		t.Fatalf("lk-1: want entity e-9 and key lk-1 from lower- and upper-case headers, got %q and %q", rec.EntityID, rec.IdempotencyKey)
+	}
+	h.WaitStatus(event.ID("acme", "lk-2"), state.Pending, servicetest.WaitFor)
 }
