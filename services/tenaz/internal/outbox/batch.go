@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/client"
@@ -55,7 +56,7 @@ type row struct {
 	id, account, kind, payload string
 	seq                        int64
 	entityID, orderingKey      *string
-	notBefore                  *time.Time
+	notBefore                  pgtype.Timestamptz
 
 	submitted bool
 	outcome
@@ -183,9 +184,14 @@ func (r *Relay) submit(ctx context.Context, w *row) outcome {
 	if w.orderingKey != nil {
 		sub.OrderingKey = *w.orderingKey
 	}
-	if w.notBefore != nil {
-		sub.NotBefore = w.notBefore.UTC().Format(time.RFC3339)
-	}
+	switch nb := w.notBefore; {
+	case nb.InfinityModifier == pgtype.Infinity:
+		// Never due: ingest refuses what is more than a year ahead, and
+		// so fails the row with its reason rather than stalling the batch.
+		sub.NotBefore = "9999-12-31T23:59:59Z"
+	case nb.Valid && nb.InfinityModifier == pgtype.Finite:
+		sub.NotBefore = nb.Time.UTC().Format(time.RFC3339)
+	} // -infinity, like NULL, is due now
 	ctx, cancel := context.WithTimeout(ctx, SubmitTimeout)
 	defer cancel()
 	rc, err := r.client.Submit(ctx, sub, client.IdempotencyKey(w.id))

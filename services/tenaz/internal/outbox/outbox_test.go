@@ -402,7 +402,8 @@ func TestTwoRelaysSendEachRowOnce(t *testing.T) {
 }
 
 // A row tenaz refuses for good (an unknown kind: 422; an invalid account:
-// 400; one over NATS's max_payload, which nats.go never sends) is marked
+// 400; one over NATS's max_payload, which nats.go never sends; one never
+// due, not_before infinity: 400) is marked
 // failed with the reason; the rows around it, of the same ordering key,
 // are sent and delivered in order.
 func TestPoisonRowIsMarkedFailedAndTheRestFlow(t *testing.T) {
@@ -420,10 +421,17 @@ func TestPoisonRowIsMarkedFailedAndTheRestFlow(t *testing.T) {
 	if err := h.db.QueryRow(t.Context(), `INSERT INTO tenaz_outbox (account, kind, ordering_key, payload) VALUES ('acme', 'order.paid', 'o1', json_build_object('pad', repeat('x', 9000000))) RETURNING id`).Scan(&tooLarge); err != nil {
 		t.Fatal(err)
 	}
-	h.insert([]string{"o1", ""}, 4)
+	var never string // a timestamp pgx cannot put in a time.Time
+	if err := h.db.QueryRow(t.Context(), `INSERT INTO tenaz_outbox (account, kind, ordering_key, payload, not_before) VALUES ('acme', 'order.paid', 'o1', '{"key":"o1","n":4}', 'infinity') RETURNING id`).Scan(&never); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.Exec(t.Context(), `INSERT INTO tenaz_outbox (account, kind, ordering_key, payload, not_before) VALUES ('acme', 'order.paid', 'o1', '{"key":"o1","n":5}', '-infinity')`); err != nil {
+		t.Fatal(err)
+	}
+	h.insert([]string{"o1", ""}, 6)
 	h.startRelay(", poll_interval: 100ms")
 	h.waitSettled()
-	for id, want := range map[string]string{unknownKind: "422 unknown_kind", badAccount: "400 invalid_account", tooLarge: "413 too_large: the submission is over the NATS server's max_payload"} {
+	for id, want := range map[string]string{unknownKind: "422 unknown_kind", badAccount: "400 invalid_account", tooLarge: "413 too_large: the submission is over the NATS server's max_payload", never: "400 malformed: invalid submission: not_before is more than a year ahead"} {
 		var status, reason string
 		if err := h.db.QueryRow(t.Context(), "SELECT status, coalesce(error, '') FROM tenaz_outbox WHERE id = $1", id).Scan(&status, &reason); err != nil {
 			t.Fatal(err)
@@ -432,13 +440,13 @@ func TestPoisonRowIsMarkedFailedAndTheRestFlow(t *testing.T) {
 			t.Errorf("row %s: want failed with %q…, got %s with %q", id, want, status, reason)
 		}
 	}
-	if n := h.count(outbox.StatusSent); n != 3 {
-		t.Fatalf("want the 3 good rows sent, got %d", n)
+	if n := h.count(outbox.StatusSent); n != 4 {
+		t.Fatalf("want the 4 good rows sent, got %d", n)
 	}
-	h.target.waitCalls(t, 3)
+	h.target.waitCalls(t, 4)
 	h.target.assertOnceInOrder(t)
-	if got := h.target.byKey["o1"]; len(got) != 2 || got[0] != 1 || got[1] != 4 {
-		t.Fatalf("target: want o1's good rows 1 then 4, got %v", got)
+	if got := h.target.byKey["o1"]; len(got) != 3 || got[0] != 1 || got[1] != 5 || got[2] != 6 {
+		t.Fatalf("target: want o1's good rows 1, 5 (due since -infinity) then 6, got %v", got)
 	}
 }
 
