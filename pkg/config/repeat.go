@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 )
 
@@ -229,8 +229,7 @@ func (v *validator) repeatPayload(key string, r Repeat, k Kind, kindOK bool) {
 		v.add(key, "is %d bytes; http.max_body_bytes is %d", len(p), max)
 		return
 	}
-	var doc any
-	if err := json.Unmarshal(p, &doc); err != nil {
+	if err := event.CheckPayload(p); err != nil {
 		v.add(key, "must be JSON (a mapping or list in the file is written as JSON): %v", err)
 		return
 	}
@@ -241,7 +240,7 @@ func (v *validator) repeatPayload(key string, r Repeat, k Kind, kindOK bool) {
 	if err != nil || sch == nil {
 		return // reported at the kind's schema key
 	}
-	if err := sch.Validate(doc); err != nil {
+	if err := MatchSchema(sch, p); err != nil {
 		v.add(key, "does not match the schema of %q: %s", r.Kind, SchemaViolation(err))
 	}
 }

@@ -19,7 +19,7 @@ kinds:
   report.daily: {target: erp}
   order.create:
     target: erp
-    schema: {type: object, required: [order_id]}
+    schema: {type: object, required: [order_id], properties: {total: {maximum: 9007199254740992}}}
 `
 
 func noEnv(string) (string, bool) { return "", false }
@@ -78,6 +78,8 @@ func TestRepeatsRefused(t *testing.T) {
 		{"neither", `{kind: report.daily}`, "accounts.acme.repeats.r", "set cron"},
 		{"not JSON", `{kind: report.daily, every: 1h, payload: "{nope"}`, "accounts.acme.repeats.r.payload", "must be JSON"},
 		{"schema", `{kind: order.create, every: 1h, payload: {total: 1}}`, "accounts.acme.repeats.r.payload", "schema"},
+		{"schema, a number past 2^53", `{kind: order.create, every: 1h, payload: {order_id: o, total: 9007199254740993}}`, "accounts.acme.repeats.r.payload", "at most 9007199254740992"},
+		{"null", `{kind: report.daily, every: 1h, payload: "null"}`, "accounts.acme.repeats.r.payload", "payload is required"},
 		{"too large", `{kind: report.daily, every: 1h, payload: {x: "` + strings.Repeat("x", 300) + `"}}`, "accounts.acme.repeats.r.payload", "max_body_bytes"},
 		{"entity", `{kind: report.daily, every: 1h, entity_id: "a b"}`, "accounts.acme.repeats.r.entity_id", "printable"},
 		{"unknown key", `{kind: report.daily, every: 1h, time_zone: UTC}`, "accounts.acme.repeats.r.time_zone", "unknown key"},

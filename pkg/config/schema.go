@@ -162,6 +162,18 @@ func loadSchemaFile(path string) (any, error) {
 	return doc, nil
 }
 
+// MatchSchema checks payload, valid JSON, against sch. Numbers are read
+// exactly (json.Number): read as float64, a const, enum or maximum beyond
+// 2^53 would be judged against a rounded value. A failure is reported by
+// SchemaViolation.
+func MatchSchema(sch *jsonschema.Schema, payload []byte) error {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+	if err != nil {
+		return err
+	}
+	return sch.Validate(doc)
+}
+
 // maxViolations bounds the failures SchemaViolation lists.
 const maxViolations = 10
 

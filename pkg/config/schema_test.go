@@ -64,3 +64,42 @@ kinds:
 		}
 	}
 }
+
+// Numbers past 2^53 are judged exactly: read as float64, 9007199254740993
+// would round to the schema's 9007199254740992 and pass its maximum and
+// its const alike.
+func TestMatchSchemaReadsNumbersExactly(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`
+targets: {erp: {url: "https://erp.example.com/{{.Kind}}"}}
+kinds:
+  ledger.post:
+    target: erp
+    schema:
+      type: object
+      properties:
+        amount: {type: integer, maximum: 9007199254740992}
+        account_no: {const: 9007199254740993}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sch, err := cfg.SchemaFor("ledger.post")
+	if err != nil || sch == nil {
+		t.Fatalf("SchemaFor: %v", err)
+	}
+	for payload, want := range map[string]string{
+		`{"amount": 9007199254740992}`:     "",
+		`{"amount": 9007199254740993}`:     `at "/amount": must be at most 9007199254740992`,
+		`{"account_no": 9007199254740993}`: "",
+		`{"account_no": 9007199254740992}`: `at "/account_no": must be 9007199254740993`,
+	} {
+		err := config.MatchSchema(sch, []byte(payload))
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: want it to match, got %s", payload, config.SchemaViolation(err))
+		case want != "" && (err == nil || config.SchemaViolation(err) != want):
+			t.Errorf("%s: want %q, got %v", payload, want, err)
+		}
+	}
+}

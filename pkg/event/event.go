@@ -88,6 +88,28 @@ func parseStrict(body []byte, v any, s *Submission) error {
 	return nil
 }
 
+// CheckPayload is what every way in asks of a payload, a submission's or
+// an operator's edit: present (not null) and one JSON document in UTF-8.
+func CheckPayload(p []byte) error {
+	if t := bytes.TrimSpace(p); len(t) == 0 || string(t) == "null" {
+		return fmt.Errorf("%w: payload is required", ErrInvalid)
+	}
+	return checkJSONText(p)
+}
+
+// checkJSONText requires one JSON document in UTF-8. JSON text is UTF-8
+// (RFC 8259); decoding would turn each invalid byte into U+FFFD, so two
+// different payloads would derive one key.
+func checkJSONText(p []byte) error {
+	if !json.Valid(p) {
+		return fmt.Errorf("%w: payload is not valid JSON", ErrMalformed)
+	}
+	if !utf8.Valid(p) {
+		return fmt.Errorf("%w: payload is not valid UTF-8, as JSON text must be: send text as UTF-8, bytes as base64", ErrMalformed)
+	}
+	return nil
+}
+
 // Fields are the submission's parts that are not the payload.
 type Fields struct {
 	Account, Kind, EntityID, OrderingKey, NotBefore, IdempotencyKey string
@@ -105,13 +127,8 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 	if err := names.ValidateKind(f.Kind); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if !json.Valid(payload) {
-		return Envelope{}, fmt.Errorf("%w: payload is not valid JSON", ErrMalformed)
-	}
-	if !utf8.Valid(payload) {
-		// JSON text is UTF-8 (RFC 8259). Decoding would turn each invalid
-		// byte into U+FFFD, so two different payloads would derive one key.
-		return Envelope{}, fmt.Errorf("%w: payload is not valid UTF-8, as JSON text must be: send text as UTF-8, bytes as base64", ErrMalformed)
+	if err := checkJSONText(payload); err != nil {
+		return Envelope{}, err
 	}
 	env := Envelope{
 		Account:     f.Account,

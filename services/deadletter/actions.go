@@ -136,16 +136,15 @@ func (s *Service) checkPayload(kind string, p json.RawMessage) error {
 	if max := s.cfg.HTTP.MaxBodyBytes; max > 0 && int64(len(p)) > max {
 		return fail(http.StatusRequestEntityTooLarge, "too_large", "payload is %d bytes; the limit is %d", len(p), max)
 	}
-	var doc any
-	if err := json.Unmarshal(p, &doc); err != nil {
-		return fail(http.StatusBadRequest, "malformed", "payload is not JSON: %v", err)
+	if err := event.CheckPayload(p); err != nil {
+		return fail(http.StatusBadRequest, "malformed", "%v", err)
 	}
 	sch, err := s.cfg.SchemaFor(kind)
 	if err != nil {
 		return fmt.Errorf("schema of %q: %w", kind, err)
 	}
 	if sch != nil {
-		if err := sch.Validate(doc); err != nil {
+		if err := config.MatchSchema(sch, p); err != nil {
 			return fail(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %s", kind, config.SchemaViolation(err))
 		}
 	}

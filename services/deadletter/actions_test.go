@@ -194,6 +194,8 @@ func TestRequestErrors(t *testing.T) {
 		{"bad stage", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Stage: "third"}, 400, "invalid_stage"},
 		{"no fallback", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Stage: "fallback"}, 400, "no_fallback"},
 		{"payload against the schema", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`{"x":1}`)}, 422, "schema_violation"},
+		{"payload null", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`null`)}, 400, "malformed"},
+		{"payload not UTF-8", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage("{\"n\":\"caf\xe9\"}")}, 400, "malformed"},
 		{"payload with two ids", ops.DeadReplay, ops.ReplayRequest{IDs: []string{ids[0], ids[0]}, Payload: json.RawMessage(`{"n":2}`)}, 400, "bad_request"},
 		{"discard without reason", ops.DeadDiscard, ops.DiscardRequest{IDs: ids}, 400, "reason_required"},
 		{"bad cursor", ops.DeadList, ops.ListRequest{Cursor: "zzz"}, 400, "invalid_cursor"},

@@ -132,7 +132,7 @@ func TestHTTPSubmitDuplicateAndRead(t *testing.T) {
 // schemaYAML adds a kind with an inline JSON Schema.
 const schemaYAML = baseYAML + `  invoice.send:
     target: erp
-    schema: '{"type": "object", "required": ["invoice_id"], "properties": {"invoice_id": {"type": "string"}}}'
+    schema: '{"type": "object", "required": ["invoice_id"], "properties": {"invoice_id": {"type": "string"}, "total": {"maximum": 9007199254740992}}}'
 `
 
 // Every refused submission is answered with its code and leaves no trace:
@@ -160,6 +160,7 @@ func TestHTTPRefusals(t *testing.T) {
 		{"unknown kind", "acme", sub("acme", "order.nope", `{"order_id":"o"}`), 422, "unknown_kind"},
 		{"schema violation", "acme", sub("acme", "invoice.send", `{"invoice_id":5}`), 422, "schema_violation"},
 		{"schema: missing field", "acme", sub("acme", "invoice.send", `{"total":5}`), 422, "schema_violation"},
+		{"schema: a number past 2^53", "acme", sub("acme", "invoice.send", `{"invoice_id":"i","total":9007199254740993}`), 422, "schema_violation"},
 		{"account with a dot", "a.b", sub("a.b", "order.create", `{"order_id":"o"}`), 400, "invalid_account"},
 		{"account with a wildcard", "a*", sub("a*", "order.create", `{"order_id":"o"}`), 400, "invalid_account"},
 		{"empty account", "", sub("", "order.create", `{"order_id":"o"}`), 400, "invalid_account"},

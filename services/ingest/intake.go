@@ -81,11 +81,7 @@ func (s *Service) build(f event.Fields, payload []byte, now time.Time) (event.En
 		return env, refuse(http.StatusInternalServerError, "schema_unavailable", "schema of %q: %v", f.Kind, err)
 	}
 	if sch != nil {
-		var doc any
-		if err := json.Unmarshal(payload, &doc); err != nil {
-			return event.Envelope{}, refuse(http.StatusBadRequest, "malformed", "payload: %v", err)
-		}
-		if err := sch.Validate(doc); err != nil {
+		if err := config.MatchSchema(sch, payload); err != nil {
 			return env, refuse(http.StatusUnprocessableEntity, "schema_violation", "payload does not match the schema of %q: %s", f.Kind, config.SchemaViolation(err))
 		}
 	}
