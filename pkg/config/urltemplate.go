@@ -159,6 +159,64 @@ func (u *URLTemplate) Render(v URLVars) (string, error) {
 	return placeValues(b.String())
 }
 
+// Needs reports whether the template reads field of URLVars
+// ("Reference") other than under an if or with on that field: a URL that
+// comes out wrong when the value is empty.
+func (u *URLTemplate) Needs(field string) bool {
+	return u.t.Tree != nil && needsField(u.t.Tree.Root, field)
+}
+
+func needsField(n tparse.Node, field string) bool {
+	switch n := n.(type) {
+	case *tparse.ListNode:
+		if n == nil {
+			return false
+		}
+		for _, c := range n.Nodes {
+			if needsField(c, field) {
+				return true
+			}
+		}
+	case *tparse.ActionNode:
+		return readsField(n.Pipe, field)
+	case *tparse.IfNode:
+		return branchNeeds(&n.BranchNode, field)
+	case *tparse.WithNode:
+		return branchNeeds(&n.BranchNode, field)
+	}
+	return false
+}
+
+// branchNeeds: what an if or with on the field does holds the value.
+func branchNeeds(b *tparse.BranchNode, field string) bool {
+	if readsField(b.Pipe, field) {
+		return needsField(b.ElseList, field)
+	}
+	return needsField(b.List, field) || needsField(b.ElseList, field)
+}
+
+// readsField reports whether a pipeline reads field.
+func readsField(n tparse.Node, field string) bool {
+	switch n := n.(type) {
+	case *tparse.PipeNode:
+		if n == nil {
+			return false
+		}
+		for _, c := range n.Cmds {
+			for _, a := range c.Args {
+				if readsField(a, field) {
+					return true
+				}
+			}
+		}
+	case *tparse.FieldNode:
+		return len(n.Ident) > 0 && n.Ident[0] == field
+	case *tparse.VariableNode: // $.Reference
+		return len(n.Ident) > 1 && n.Ident[0] == "$" && n.Ident[1] == field
+	}
+	return false
+}
+
 // escapeActions makes every printing action end in valueFunc.
 func escapeActions(n tparse.Node) {
 	switch n := n.(type) {

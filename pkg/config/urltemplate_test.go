@@ -191,3 +191,29 @@ func FuzzURLTemplate(f *testing.F) {
 		}
 	})
 }
+
+// A template needs a field when an empty value would make its URL wrong:
+// it prints or tests the field other than under an if or with on it.
+func TestURLTemplateNeeds(t *testing.T) {
+	t.Parallel()
+	for tpl, want := range map[string]bool{
+		"https://p.example/jobs/{{.Reference}}":                                  true,
+		"https://p.example/jobs?id={{.Reference | urlquery}}":                    true,
+		"https://p.example/jobs/{{$.Reference}}":                                 true,
+		"https://p.example/jobs/{{printf \"%s-x\" .Reference}}":                  true,
+		"https://p.example/{{if .Kind}}{{.Reference}}{{end}}":                    true,
+		"https://p.example/{{if .Reference}}a{{else}}{{.Reference}}{{end}}":      true,
+		"https://p.example/jobs/{{.ID}}":                                         false,
+		"https://p.example/jobs{{if .Reference}}/{{.Reference}}{{end}}/{{.ID}}":  false,
+		"https://p.example/jobs{{with $.Reference}}/{{.}}{{end}}?event={{.ID}}":  false,
+		"https://p.example/jobs/{{if .Reference}}{{.Reference}}{{else}}x{{end}}": false,
+	} {
+		tm, err := config.ParseURLTemplate(tpl)
+		if err != nil {
+			t.Fatalf("ParseURLTemplate(%q): %v", tpl, err)
+		}
+		if got := tm.Needs("Reference"); got != want {
+			t.Errorf("%s: Needs(Reference) = %v, want %v", tpl, got, want)
+		}
+	}
+}

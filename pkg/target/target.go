@@ -378,6 +378,15 @@ type PollAnswer struct {
 	Done   bool   // Value is one of done_when.in: Body is the result
 }
 
+// PollNeedsReference reports whether the poll URL is built from the
+// provider's reference, so that an answer without one cannot be polled.
+func (t *Target) PollNeedsReference() bool {
+	return t.pollURL != nil && t.pollURL.Needs("Reference")
+}
+
+// RefField is the JSON field of a 2xx answer read as the reference.
+func (t *Target) RefField() string { return t.refField }
+
 // Poll asks the target's poll URL (GET, with the target's headers) for
 // r's result. A 2xx JSON answer is judged by done_when; any other answer
 // is an error classified like a delivery's (transient or permanent).

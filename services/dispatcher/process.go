@@ -504,12 +504,12 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 	switch d.Verdict {
 	case outcome.VerdictDone:
 		var err error
-		if a, err = s.accepted(ctx, env, rec, stage, resp, now); err != nil {
+		if a, reason, err = s.accepted(ctx, env, rec, stage, resp, now); err != nil {
 			s.retryLater(ctx, m, err)
 			return
 		}
 		if a.Name == state.Fail {
-			reason, errInfo = dead.ReasonTooLarge, a.Error
+			errInfo = a.Error
 		}
 	case outcome.VerdictRetry:
 		at := queue.DueTime(now.Add(d.Delay))
@@ -753,12 +753,13 @@ func (s *Service) settleLate(m jetstream.Msg, cur state.Record) {
 // accepted is the action for a 2xx answer: done for a sync stage; for a
 // callback or poll stage, the wait for the result, whose next step (the
 // callback deadline or the first poll) is scheduled before the record
-// says so, so that no event ever waits without a pending next step.
-func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Record, stage config.Stage, resp target.Response, now time.Time) (state.Action, error) {
+// says so, so that no event ever waits without a pending next step. An
+// answer that cannot be waited on fails the event, with the DEAD reason.
+func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Record, stage config.Stage, resp target.Response, now time.Time) (state.Action, string, error) {
 	detail := fmt.Sprintf("target answered %d", resp.Status)
 	switch {
 	case stage.Handler != "":
-		return state.Action{Name: state.Succeed, Actor: s.actor, Detail: "handler " + stage.Handler + " succeeded", Result: result(resp), Reference: resp.Reference}, nil
+		return state.Action{Name: state.Succeed, Actor: s.actor, Detail: "handler " + stage.Handler + " succeeded", Result: result(resp), Reference: resp.Reference}, "", nil
 	case stage.Completion == config.CompletionCallback:
 		deadline := queue.DueTime(now.Add(stage.CallbackSLA.D()))
 		if resp.Reference != "" {
@@ -776,22 +777,29 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 				detail += "; reference conflict: the provider's reference is held by " + holder +
 					" (webhooks naming it go there), so this event completes only by a webhook naming its event id"
 			} else if err != nil {
-				return state.Action{}, err
+				return state.Action{}, "", err
 			}
 		}
 		if err := s.q.Timer(ctx, env, deadline, queue.TimerDeadline, fmt.Sprintf("%s/deadline/%d", env.ID, rec.Step())); err != nil {
-			return state.Action{}, err
+			return state.Action{}, "", err
 		}
 		return state.Action{Name: state.AwaitCallback, Actor: s.actor, Reference: resp.Reference, NextRunAt: &deadline, Deadline: &deadline,
-			Detail: detail + "; callback awaited until " + deadline.Format(time.RFC3339)}, nil
+			Detail: detail + "; callback awaited until " + deadline.Format(time.RFC3339)}, "", nil
 	case stage.Completion == config.CompletionPoll:
+		if resp.Reference == "" {
+			// Without it the poll URL would name no job and be polled,
+			// wrongly, until the poll SLA.
+			if tgt, err := s.target(env.Account, stage.Target); err == nil && tgt.PollNeedsReference() {
+				msg := fmt.Sprintf("%s without a reference in its field %q (targets.%s.reference_field), which the poll url needs, so the event cannot be polled", detail, tgt.RefField(), stage.Target)
+				return s.cannotWait(dead.ReasonPermanent, msg, resp), dead.ReasonPermanent, nil
+			}
+		}
 		if n := len(resp.Reference); n > state.MaxReference {
 			// The record cannot keep it, and the event cannot be polled
 			// without it. (A callback stage waits on: the callback index
 			// keeps a hash of the reference, and the record notes it.)
 			msg := fmt.Sprintf("%s; the provider's reference is %d bytes, over the %d a record keeps, so the event cannot be polled", detail, n, state.MaxReference)
-			return state.Action{Name: state.Fail, Actor: s.actor, Error: &state.ErrorInfo{Class: string(outcome.ClassPermanent), Message: msg, HTTPStatus: resp.Status},
-				Detail: dead.ReasonTooLarge + ": " + msg}, nil
+			return s.cannotWait(dead.ReasonTooLarge, msg, resp), dead.ReasonTooLarge, nil
 		}
 		every := config.Duration(30 * time.Second)
 		if t := s.conf().TargetFor(env.Account, stage.Target); t.Poll != nil {
@@ -800,12 +808,19 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 		next := queue.DueTime(now.Add(every.D()))
 		deadline := now.Add(stage.PollSLA.D()).UTC()
 		if err := s.q.Timer(ctx, env, next, queue.TimerPoll, fmt.Sprintf("%s/poll/%d/0", env.ID, rec.Step())); err != nil {
-			return state.Action{}, err
+			return state.Action{}, "", err
 		}
 		return state.Action{Name: state.Poll, Actor: s.actor, Reference: resp.Reference, NextRunAt: &next, Deadline: &deadline,
-			Detail: detail + "; polling every " + every.String() + " until " + deadline.Format(time.RFC3339)}, nil
+			Detail: detail + "; polling every " + every.String() + " until " + deadline.Format(time.RFC3339)}, "", nil
 	}
-	return state.Action{Name: state.Succeed, Actor: s.actor, Detail: detail, Result: result(resp), Reference: resp.Reference}, nil
+	return state.Action{Name: state.Succeed, Actor: s.actor, Detail: detail, Result: result(resp), Reference: resp.Reference}, "", nil
+}
+
+// cannotWait fails an event whose 2xx answer cannot be waited on: the
+// call was made, so a retry would repeat it; an operator decides.
+func (s *Service) cannotWait(reason, msg string, resp target.Response) state.Action {
+	return state.Action{Name: state.Fail, Actor: s.actor, Error: &state.ErrorInfo{Class: string(outcome.ClassPermanent), Message: msg, HTTPStatus: resp.Status},
+		Detail: reason + ": " + msg}
 }
 
 // result is the target's JSON answer as the event's result: the record

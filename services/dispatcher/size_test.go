@@ -170,6 +170,50 @@ func TestHugeAnswerEndsVisiblyAfterOneCall(t *testing.T) {
 	}
 }
 
+// A poll stage whose 2xx answer holds no reference (a provider that
+// answers {"status":"queued"}, or a reference_field that names another
+// field) ends at once, dead with reason permanent naming the field, when
+// the poll URL is built from the reference: polling it would ask for no
+// job until the poll SLA. A poll URL built from the event id polls as
+// usual.
+func TestPollAnswerWithoutAReference(t *testing.T) {
+	t.Parallel()
+	big := newBigTarget(t, `{"status":"queued"}`)
+	h := setup(t, fmt.Sprintf(`
+accounts:
+  "*": {concurrency: 4, breaker: {failures: 100}}
+targets:
+  big: {url: "%[1]s/{{.Kind}}", timeout: 5s, poll: {url: "%[1]s/status/{{.Reference}}", interval: 1m, done_when: {field: status, in: [done]}}}
+  byid: {url: "%[1]s/{{.Kind}}", timeout: 5s, poll: {url: "%[1]s/status{{with $.Reference}}/{{.}}{{end}}/by-id/{{.ID}}", interval: 1m, done_when: {field: status, in: [done]}}}
+kinds:
+  answer.poll: {target: big, completion: poll, attempts: 3}
+  answer.pollbyid: {target: byid, completion: poll, attempts: 3}
+`, big.URL), provider.Faults{})
+	h.dispatcher("d1", nil)
+
+	rec := h.waitFinal(h.submitKind("answer.poll", "k-poll", `{"n":1}`))
+	if rec.Status != state.Dead || rec.LastError == nil || !strings.Contains(rec.LastError.Message, `without a reference in its field "id" (targets.big.reference_field)`) {
+		t.Fatalf("want dead naming the reference field, got %s, %+v", rec.Status, rec.LastError)
+	}
+	if e, _ := h.lastDead(rec); e.Reason != dead.ReasonPermanent || e.ID != rec.ID {
+		t.Errorf("want a DEAD entry with reason %s, got %q for %s", dead.ReasonPermanent, e.Reason, e.ID)
+	}
+	h.settled(rec)
+	if n := big.callsTo("/answer.poll"); n != 1 {
+		t.Errorf("want exactly one call, got %d", n)
+	}
+
+	id := h.submitKind("answer.pollbyid", "k-byid", `{"n":2}`)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		r, _, err := h.St.Get(h.Ctx(), "", id)
+		rec = r
+		return err == nil && r.Status != state.Pending && r.Status != state.Running
+	}, "the event polled by id to leave running")
+	if rec.Status != state.Polling {
+		t.Fatalf("a poll url built from the event id: want polling, got %s %+v", rec.Status, rec.LastError)
+	}
+}
+
 // A record already near the state bucket's 1 MiB (written under a config
 // or a server that allowed it) that a write pushes over: the event goes
 // dead with reason too_large, its payload kept in the DEAD entry, and its
