@@ -36,6 +36,8 @@ const (
 	ErrNotPaused Code = "not_paused"
 	// ErrReasonRequired: an operator action needs a reason (400).
 	ErrReasonRequired Code = "reason_required"
+	// ErrReasonTooLong: the reason is over ops.MaxReason bytes (400).
+	ErrReasonTooLong Code = "reason_too_long"
 	// ErrMalformed: the request could not be parsed (400).
 	ErrMalformed Code = "malformed"
 	// ErrUnknownKind: the kind is not configured (422).

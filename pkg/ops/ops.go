@@ -97,6 +97,10 @@ const (
 	MaxLimit     = 500
 	// MaxSelection is the most IDs one replay or discard takes.
 	MaxSelection = 1000
+	// MaxReason is the longest reason an action takes, in bytes: it is
+	// kept in the event's history and in the audit entry, which must stay
+	// within what NATS stores.
+	MaxReason = 1024
 	// DefaultRate is ReplayRequest.RatePerSecond when 0.
 	DefaultRate = 100.0
 	// ErrorCodeHeader carries an error answer's HTTP-like code.

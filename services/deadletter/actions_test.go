@@ -182,6 +182,7 @@ func TestRequestErrors(t *testing.T) {
 	e := setup(t, "")
 	ids := e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
 	e.waitListed(state.Dead, url.Values{}, 1)
+	long := strings.Repeat("é", ops.MaxReason/2+1) // kept in the history and the audit: bounded
 	for _, tc := range []struct {
 		name   string
 		ep     string
@@ -198,6 +199,9 @@ func TestRequestErrors(t *testing.T) {
 		{"payload not UTF-8", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage("{\"n\":\"caf\xe9\"}")}, 400, "malformed"},
 		{"payload with two ids", ops.DeadReplay, ops.ReplayRequest{IDs: []string{ids[0], ids[0]}, Payload: json.RawMessage(`{"n":2}`)}, 400, "bad_request"},
 		{"discard without reason", ops.DeadDiscard, ops.DiscardRequest{IDs: ids}, 400, "reason_required"},
+		{"discard with a reason too long", ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Reason: long}, 400, "reason_too_long"},
+		{"replay with a reason too long", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Reason: long}, 400, "reason_too_long"},
+		{"pause with a reason too long", ops.AccountsPause, ops.PauseRequest{Account: "acme", For: "1h", Reason: long}, 400, "reason_too_long"},
 		{"bad cursor", ops.DeadList, ops.ListRequest{Cursor: "zzz"}, 400, "invalid_cursor"},
 		{"unknown field", ops.DeadList, map[string]any{"acount": "acme"}, 400, "malformed"},
 		{"bad outcome", ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: "maybe"}, 400, "invalid_outcome"},
@@ -215,6 +219,16 @@ func TestRequestErrors(t *testing.T) {
 	}
 	if code := e.get("/v1/dead?since=yesterday", nil); code != 400 {
 		t.Errorf("HTTP list with a bad since: want 400, got %d", code)
+	}
+	if code, body := e.post("/v1/dead/discard", map[string]any{"ids": ids, "reason": long}, nil); code != 400 || !strings.Contains(body, `"reason_too_long"`) {
+		t.Errorf("HTTP discard with a reason too long: want 400 reason_too_long, got %d %s", code, body)
+	}
+	var held ops.PausesReply
+	if err := e.call(ops.PausesList, ops.PausesRequest{}, &held); err != nil {
+		t.Fatal(err)
+	}
+	if len(held.Items) != 0 {
+		t.Fatalf("refused requests must change nothing, got %+v held", held.Items)
 	}
 	if e.Record(ids[0]).Status != state.Dead {
 		t.Fatal("refused requests must change nothing")

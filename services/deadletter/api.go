@@ -147,6 +147,10 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 			httpapi.Error(w, http.StatusBadRequest, "malformed", "body: "+err.Error())
 			return false
 		}
+		if err := checkReasonIn(body); err != nil {
+			s.answer(w, 0, nil, err)
+			return false
+		}
 	}
 	return true
 }

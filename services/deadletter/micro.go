@@ -212,5 +212,5 @@ func strict(data []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fail(http.StatusBadRequest, "malformed", "request body: %v", err)
 	}
-	return nil
+	return checkReasonIn(data)
 }

@@ -93,6 +93,7 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 		}
 		return v
 	}
+	var location string // of the last answer
 	post := func(v url.Values, site string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/ui/actions", strings.NewReader(v.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -105,6 +106,7 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
+		location = resp.Header.Get("Location")
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
@@ -117,6 +119,9 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}}), "cross-site"); code != http.StatusForbidden {
 		t.Fatalf("cross-site post: want 403, got %d", code)
 	}
+	if code, body := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}, "reason": {strings.Repeat("x", ops.MaxReason+1)}}), "same-origin"); code != http.StatusBadRequest || !strings.Contains(body, "at most 1024") {
+		t.Fatalf("a reason too long: want 400 saying the limit, got %d", code)
+	}
 	code, body := post(form(url.Values{"csrf": {token}}), "same-origin")
 	if code != http.StatusOK || !strings.Contains(body, "Discard 1 entr") || !strings.Contains(body, `name="confirm" value="yes"`) {
 		t.Fatalf("first post: want the confirmation page, got %d", code)
@@ -124,8 +129,10 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	if r := e.Record(ids[0]); r.Status != state.Dead {
 		t.Fatalf("nothing may happen before the confirmation, got %s", r.Status)
 	}
-	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}}), "same-origin"); code != http.StatusSeeOther {
-		t.Fatalf("confirmed post: want 303 back to the list, got %d", code)
+	// A back path that is not a URL (a hand-edited form) returns to the
+	// list.
+	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}, "back": {"/ui/%zz"}}), "same-origin"); code != http.StatusSeeOther || !strings.HasPrefix(location, "/ui/dead?flash=") {
+		t.Fatalf("confirmed post: want 303 back to the list, got %d to %q", code, location)
 	}
 	if r := e.Record(ids[0]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
 		t.Fatalf("want cancelled by operator:judy for spam, got %s %+v", r.Status, lastEntry(r))

@@ -41,7 +41,29 @@ func needReason(reason string) (string, error) {
 	if r == "" {
 		return "", fail(http.StatusBadRequest, "reason_required", "say why: the reason is recorded with the action")
 	}
-	return r, nil
+	return r, checkReason(r)
+}
+
+// checkReason refuses a reason over ops.MaxReason bytes, before anything
+// is done: otherwise an action could take effect and then fail to write
+// its audit entry.
+func checkReason(reason string) error {
+	if n := len(reason); n > ops.MaxReason {
+		return fail(http.StatusBadRequest, "reason_too_long", "the reason is %d bytes; at most %d", n, ops.MaxReason)
+	}
+	return nil
+}
+
+// checkReasonIn checks the reason a request body carries, if any: every
+// operator request names it "reason".
+func checkReasonIn(body []byte) error {
+	var r struct {
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(body, &r) != nil {
+		return nil // the request's own decoding says what is wrong
+	}
+	return checkReason(r.Reason)
 }
 
 func validAccount(account string) error {

@@ -453,7 +453,8 @@ func formFilter(f url.Values) (ops.ListRequest, error) {
 
 // backTo is a safe place to return to: a path of the screen, else def.
 func backTo(raw, def string) string {
-	if strings.HasPrefix(raw, "/ui/") && !strings.HasPrefix(raw, "/ui//") {
+	if u, err := url.Parse(raw); err == nil && u.Scheme == "" && u.Host == "" &&
+		strings.HasPrefix(raw, "/ui/") && !strings.HasPrefix(raw, "/ui//") {
 		return raw
 	}
 	return def
@@ -498,6 +499,10 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	back := backTo(f.Get("back"), "/ui/dead")
+	if err := checkReason(strings.TrimSpace(f.Get("reason"))); err != nil {
+		u.fail(w, r, err)
+		return
+	}
 	var summary string
 	danger := false
 	n := len(ids) + len(seqs)
