@@ -38,6 +38,7 @@ func FuzzParseStoredAccount(f *testing.F) {
 		`{"keys":{"k":{"account":"other","scopes":["fly"]}}}`,
 		`{"repeats":{}}`, `{"rate":"${A}"}`, `[1]`, `{"targets":{"nope":{}}}`, `{"a":1}`, `null`, `{"rate":1e400}`,
 		`{"rate":"2e9/s"}`, `{"rate":1e-10}`, `{"concurrency":1000000000000}`, `{"concurrency":"auto","concurrency_max":99999}`,
+		`{"rate":"1/s","rate":"1000/s"}`, `{"keys":{},"keys":{}}`, `{"rate":"1/s"} {}`,
 	} {
 		f.Add("newco", []byte(seed))
 	}
@@ -73,6 +74,25 @@ func FuzzParseStoredAccount(f *testing.F) {
 			t.Fatalf("account %q: want limits within the bounds, got concurrency %d, rate %v/s", name, a.MaxConcurrency(), a.Rate.PerSecond)
 		}
 	})
+}
+
+// A member given twice is refused, naming it, at any depth: a reader of
+// the first would not expect the last to count. So is anything after the
+// object.
+func TestStoredAccountRefusesRepeatsAndTrailingData(t *testing.T) {
+	t.Parallel()
+	for def, key := range map[string]string{
+		`{"rate":"1/s","concurrency":2,"rate":"1000/s"}`:               "accounts.newco.rate",
+		`{"keys":{"k":{"scopes":["read"]}},"keys":{}}`:                 "accounts.newco.keys",
+		`{"breaker":{"failures":3,"failures":9}}`:                      "accounts.newco.breaker.failures",
+		`{"keys":{"k":{"scopes":["read"]},"k":{"scopes":["submit"]}}}`: "auth.keys.k",
+		`{"rate":"1/s"} {"rate":"1000/s"}`:                             "accounts.newco",
+	} {
+		_, err := config.ParseStoredAccount("newco", []byte(def))
+		if !errors.Is(err, config.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), key+":") {
+			t.Errorf("%s: want an error naming %s, got %v", def, key, err)
+		}
+	}
 }
 
 // BenchmarkWith merges 1,000 stored accounts, each with a key and a
