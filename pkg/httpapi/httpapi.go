@@ -7,9 +7,43 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
+	"strings"
 )
+
+// QueryError is a query parameter a GET refuses.
+type QueryError struct {
+	Param, Reason string
+}
+
+func (e *QueryError) Error() string { return e.Param + ": " + e.Reason }
+
+// CheckQuery refuses a parameter outside known, or one given more than
+// once: a typo (?acount=acme) would otherwise be ignored and list every
+// account, and of a repeated one only the first would count. The first
+// refused parameter, in sorted order, is the error's.
+func CheckQuery(v url.Values, known ...string) *QueryError {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			if len(known) == 0 {
+				return &QueryError{Param: k, Reason: "unknown parameter; this takes none"}
+			}
+			return &QueryError{Param: k, Reason: "unknown parameter; known are " + strings.Join(known, ", ")}
+		}
+		if n := len(v[k]); n > 1 {
+			return &QueryError{Param: k, Reason: fmt.Sprintf("given %d times; give it once", n)}
+		}
+	}
+	return nil
+}
 
 // ErrorBody is the JSON of every error answer.
 type ErrorBody struct {

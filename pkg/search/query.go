@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -43,13 +43,8 @@ var params = []string{"account", "kind", "state", "entity", "idempotency_key", "
 // screen's search form) and validates them: an unknown or repeated
 // parameter, or one out of shape, is a *ParamError naming it.
 func ParseQuery(v url.Values) (ops.FindRequest, error) {
-	for k, vs := range v {
-		if !slices.Contains(params, k) {
-			return ops.FindRequest{}, bad(k, "unknown parameter; known are %s", strings.Join(params, ", "))
-		}
-		if len(vs) > 1 {
-			return ops.FindRequest{}, bad(k, "given %d times; give it once", len(vs))
-		}
+	if qe := httpapi.CheckQuery(v, params...); qe != nil {
+		return ops.FindRequest{}, bad(qe.Param, "%s", qe.Reason)
 	}
 	q := ops.FindRequest{Account: v.Get("account"), Kind: v.Get("kind"), State: state.State(v.Get("state")),
 		EntityID: v.Get("entity"), IdempotencyKey: v.Get("idempotency_key"), ProviderRef: v.Get("provider_ref"), Cursor: v.Get("cursor")}

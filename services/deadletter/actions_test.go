@@ -220,6 +220,16 @@ func TestRequestErrors(t *testing.T) {
 	if code := e.get("/v1/dead?since=yesterday", nil); code != 400 {
 		t.Errorf("HTTP list with a bad since: want 400, got %d", code)
 	}
+	// A misspelt parameter is not ignored (that would list every account)
+	// and a repeated one is not half read.
+	for _, path := range []string{"/v1/dead", "/v1/review", "/v1/breakers", "/v1/pauses", "/v1/actions", "/v1/config/accounts", "/v1/audit/export", "/v1/events"} {
+		for query, code := range map[string]string{"?acount=acme": "invalid_acount", "?account=acme&account=globex": "invalid_account"} {
+			r := servicetest.Send(t, e.Ctx(), http.DefaultClient, http.MethodGet, e.http.URL+path+query, "", "")
+			if r.Status != 400 || !strings.Contains(string(r.Body), `"`+code+`"`) {
+				t.Errorf("GET %s%s: want 400 %s, got %d %s", path, query, code, r.Status, r.Body)
+			}
+		}
+	}
 	if code, body := e.post("/v1/dead/discard", map[string]any{"ids": ids, "reason": long}, nil); code != 400 || !strings.Contains(body, `"reason_too_long"`) {
 		t.Errorf("HTTP discard with a reason too long: want 400 reason_too_long, got %d %s", code, body)
 	}

@@ -80,7 +80,9 @@ func (s *Service) apiRoutes(mux readyMux) {
 			return ops.ActionReply{Done: 1}, s.resolve(ctx, req)
 		}))
 	mux.HandleFunc("GET /v1/breakers", func(w http.ResponseWriter, r *http.Request) {
-		httpapi.JSON(w, http.StatusOK, s.breakers(r.URL.Query().Get("account")))
+		if q, ok := s.query(w, r, "account"); ok {
+			httpapi.JSON(w, http.StatusOK, s.breakers(q.Get("account")))
+		}
 	})
 	mux.HandleFunc("POST /v1/breakers/{account}/{target}/close", decoded(s, func(r *http.Request, req *ops.CloseBreakerRequest) {
 		req.Account, req.Target = r.PathValue("account"), r.PathValue("target")
@@ -131,6 +133,17 @@ func (s *Service) answer(w http.ResponseWriter, status int, v any, err error) {
 	httpapi.JSON(w, status, v)
 }
 
+// query is r's query string if it holds only known parameters, each
+// once (httpapi.CheckQuery); else it answers 400 invalid_<param>.
+func (s *Service) query(w http.ResponseWriter, r *http.Request, known ...string) (url.Values, bool) {
+	v := r.URL.Query()
+	if qe := httpapi.CheckQuery(v, known...); qe != nil {
+		s.answer(w, 0, nil, fail(http.StatusBadRequest, "invalid_"+qe.Param, "%v", qe))
+		return nil, false
+	}
+	return v, true
+}
+
 // decode reads a JSON body into v (strictly: a field v does not have, such
 // as "actor", is a 400).
 func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
@@ -157,7 +170,11 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func (s *Service) apiList(st state.State) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		q, err := listQuery(r.URL.Query())
+		v, ok := s.query(w, r, listParams...)
+		if !ok {
+			return
+		}
+		q, err := listQuery(v)
 		if err != nil {
 			s.answer(w, 0, nil, err)
 			return
@@ -202,6 +219,9 @@ func (s *Service) list(st state.State, q ops.ListRequest) (ops.ListReply, error)
 }
 
 // listQuery reads a ListRequest from query parameters.
+// listParams are the parameters listQuery reads.
+var listParams = []string{"account", "kind", "class", "reason", "cursor", "since", "until", "limit"}
+
 func listQuery(v url.Values) (ops.ListRequest, error) {
 	q := ops.ListRequest{Account: v.Get("account"), Kind: v.Get("kind"), Class: v.Get("class"), Reason: v.Get("reason"), Cursor: v.Get("cursor")}
 	for _, p := range []struct {

@@ -427,7 +427,11 @@ func (s *Service) operatorRoutes(mux readyMux) {
 	mux.HandleFunc("POST /v1/accounts/{account}/pause", decoded(s, func(r *http.Request, req *ops.PauseRequest) { req.Account = r.PathValue("account") }, s.pauseAccount))
 	mux.HandleFunc("POST /v1/accounts/{account}/resume", decoded(s, func(r *http.Request, req *ops.ResumeRequest) { req.Account = r.PathValue("account") }, s.resumeAccount))
 	mux.HandleFunc("GET /v1/pauses", func(w http.ResponseWriter, r *http.Request) {
-		rep, err := s.pausesList(r.Context(), ops.PausesRequest{Account: r.URL.Query().Get("account")})
+		q, ok := s.query(w, r, "account")
+		if !ok {
+			return
+		}
+		rep, err := s.pausesList(r.Context(), ops.PausesRequest{Account: q.Get("account")})
 		s.answer(w, http.StatusOK, rep, err)
 	})
 	id := func(r *http.Request, req *ops.EventActionRequest) { req.ID = r.PathValue("id") }
@@ -437,8 +441,12 @@ func (s *Service) operatorRoutes(mux readyMux) {
 		req.Account, req.Target = r.PathValue("account"), r.PathValue("target")
 	}, s.openBreaker))
 	mux.HandleFunc("GET /v1/actions", func(w http.ResponseWriter, r *http.Request) {
-		req := ops.ActionsRequest{Account: r.URL.Query().Get("account")}
-		if raw := r.URL.Query().Get("limit"); raw != "" {
+		q, ok := s.query(w, r, "account", "limit")
+		if !ok {
+			return
+		}
+		req := ops.ActionsRequest{Account: q.Get("account")}
+		if raw := q.Get("limit"); raw != "" {
 			n, err := strconv.Atoi(raw)
 			if err != nil || n < 1 {
 				s.answer(w, 0, nil, fail(http.StatusBadRequest, "invalid_limit", "limit: want 1..%d, got %q", ops.MaxLimit, raw))

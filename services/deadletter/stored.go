@@ -27,7 +27,11 @@ func (s *Service) storedRoutes(mux readyMux) {
 		s.answer(w, http.StatusOK, s.configStatus(), nil)
 	})
 	mux.HandleFunc("GET /v1/config/accounts", func(w http.ResponseWriter, r *http.Request) {
-		rep, err := s.storedList(r.Context(), ops.StoredListRequest{Account: r.URL.Query().Get("account")})
+		q, ok := s.query(w, r, "account")
+		if !ok {
+			return
+		}
+		rep, err := s.storedList(r.Context(), ops.StoredListRequest{Account: q.Get("account")})
 		s.answer(w, http.StatusOK, rep, err)
 	})
 	mux.HandleFunc("PUT /v1/config/accounts/{account}", decoded(s, func(r *http.Request, req *ops.StoredSetRequest) { req.Account = r.PathValue("account") }, s.storedSet))

@@ -230,7 +230,11 @@ func (s *Service) auditRoutes(mux readyMux) {
 // written ends the stream with an {"error":…} line, since the status is
 // already sent.
 func (s *Service) apiExport(w http.ResponseWriter, r *http.Request) {
-	req, err := exportQuery(r.URL.Query())
+	v, ok := s.query(w, r, "account", "event", "since", "until")
+	if !ok {
+		return
+	}
+	req, err := exportQuery(v)
 	if err != nil {
 		s.answer(w, 0, nil, err)
 		return

@@ -442,7 +442,12 @@ func viewOfRepeat(r storedRepeat, now time.Time) RepeatView {
 // any key).
 func (s *Service) repeatRoutes(mux httpapi.Router) {
 	mux.HandleFunc("GET /v1/repeats", func(w http.ResponseWriter, r *http.Request) {
-		status, v := s.listRepeatsAPI(r.Context(), r.URL.Query().Get("account"))
+		q := r.URL.Query()
+		if qe := httpapi.CheckQuery(q, "account"); qe != nil {
+			httpapi.Error(w, http.StatusBadRequest, "invalid_"+qe.Param, qe.Error())
+			return
+		}
+		status, v := s.listRepeatsAPI(r.Context(), q.Get("account"))
 		httpapi.JSON(w, status, v)
 	})
 	mux.HandleFunc("PUT /v1/repeats/{account}/{name}", func(w http.ResponseWriter, r *http.Request) {

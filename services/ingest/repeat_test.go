@@ -286,6 +286,8 @@ accounts:
 	want(send("GET", "/v1/repeats", "", ""), 401, "no credential")
 	want(send("GET", "/v1/repeats", keyAcmeOps, ""), 403, "an API key")
 	want(send("GET", "/v1/repeats?account=a.b", keyAlice, ""), 400, "no account name")
+	want(send("GET", "/v1/repeats?acount=acme", keyAlice, ""), 400, "a parameter misspelt")
+	want(send("GET", "/v1/repeats?account=acme&account=globex", keyAlice, ""), 400, "a parameter given twice")
 	want(send("PUT", "/v1/repeats/acme/pulse", keyAcmeOps, pulse), 403, "an API key")
 	want(send("PUT", "/v1/repeats/acme/pulse", "", pulse), 401, "no credential")
 	want(send("DELETE", "/v1/repeats/acme/declared", "", ""), 401, "no credential")
