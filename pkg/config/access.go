@@ -113,6 +113,19 @@ func (c *Config) Target(name string) (Target, bool) {
 	return t, ok
 }
 
+// OwnTarget reports whether account calls target with a url or headers
+// of its own (accounts.<account>.targets.<target>, not "*"'s): its own
+// endpoint or credentials, which the provider limits apart from every
+// other account's. The target's rate and concurrency then hold for the
+// account's calls alone, and its answers teach only its own "auto" limit.
+func (c *Config) OwnTarget(account, target string) bool {
+	if account == DefaultAccountName {
+		return false
+	}
+	o := c.Accounts[account].Targets[target]
+	return o.URL != "" || len(o.Headers) > 0
+}
+
 // TargetFor returns target as the given account calls it: the target with
 // the "*" account's and then the account's TargetOverride applied (headers
 // merged, URL replaced when set). It returns the zero Target (URL "") when

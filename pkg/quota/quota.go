@@ -24,6 +24,13 @@ const (
 // TargetKey is the record of a target's limit.
 func TargetKey(target string) string { return targetPrefix + target }
 
+// AccountTargetKey is the record of a target's limit as account calls it
+// with an endpoint or credentials of its own (config.OwnTarget). Target
+// and account names hold no dot, so it never names another record.
+func AccountTargetKey(target, account string) string {
+	return targetPrefix + target + "." + account
+}
+
 // APIKey is the record of an API key's submission rate (by key id).
 func APIKey(id string) string { return keyPrefix + id }
 

@@ -123,6 +123,7 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 type targetLimit struct {
 	s     *Service
 	name  string
+	key   string // its record: the target's, or an account's own (config.OwnTarget)
 	lim   quota.Limit
 	local *autoLimit // under "auto": this replica's latency-learned share; nil otherwise
 }
@@ -157,9 +158,13 @@ func (s *Service) guardFor(account, name string) *guard {
 	g := &guard{}
 	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
-		g.limit = &targetLimit{s: s, name: name, lim: quota.OfTarget(t)}
+		key := quota.TargetKey(name)
+		if s.conf().OwnTarget(account, name) {
+			key = quota.AccountTargetKey(name, account)
+		}
+		g.limit = &targetLimit{s: s, name: name, key: key, lim: quota.OfTarget(t)}
 		if l := g.limit.lim.Learn; l != nil {
-			g.limit.local = s.targetAutoLocked(name, l)
+			g.limit.local = s.targetAutoLocked(key, l)
 		}
 	}
 	s.guards[key] = g
@@ -210,7 +215,7 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 		}
 		local = p
 	}
-	release, waited, err := tl.s.quotas.Acquire(wctx, quota.TargetKey(tl.name), tl.lim)
+	release, waited, err := tl.s.quotas.Acquire(wctx, tl.key, tl.lim)
 	if waited {
 		tl.s.o.Metrics.TargetThrottled(tl.name)
 	}
@@ -245,13 +250,14 @@ func answerOf(err error, made bool) quota.Answer {
 	return quota.Answer{OK: err == nil}
 }
 
-// targetAutoLocked is this replica's latency-learned share of target
-// name's "auto" concurrency, shared by every account. Callers hold s.mu.
-func (s *Service) targetAutoLocked(name string, l *quota.Learn) *autoLimit {
-	if a, ok := s.targetAuto[name]; ok {
+// targetAutoLocked is this replica's latency-learned share of the "auto"
+// concurrency of a target's record key: the target's, shared by every
+// account, or an account's own. Callers hold s.mu.
+func (s *Service) targetAutoLocked(key string, l *quota.Learn) *autoLimit {
+	if a, ok := s.targetAuto[key]; ok {
 		return a
 	}
 	a := newAutoLimit(1, l.Max, l.Start, false, nil)
-	s.targetAuto[name] = a
+	s.targetAuto[key] = a
 	return a
 }

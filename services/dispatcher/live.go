@@ -39,7 +39,8 @@ func (s *Service) configChanged(cfg *config.Config) {
 	}
 	for key := range s.guards {
 		account, name, _ := strings.Cut(key, "\x00")
-		if rateChanged(account) || !reflect.DeepEqual(old.Targets[name], cfg.Targets[name]) {
+		if rateChanged(account) || !reflect.DeepEqual(old.Targets[name], cfg.Targets[name]) ||
+			old.OwnTarget(account, name) != cfg.OwnTarget(account, name) {
 			delete(s.guards, key)
 		}
 	}

@@ -257,3 +257,69 @@ kinds:
 	}
 	h.waitAll(ids, state.Done, 3*time.Minute)
 }
+
+// An account that calls a limited target at an endpoint of its own
+// (accounts.<a>.targets.<t>.url) has the target's limit to itself: the
+// provider limits its endpoint apart. Over three dispatcher processes,
+// one killed mid-run, the bureau (10/s) serves quiet at its full rate
+// while noisy, with its own endpoint, is held to 10/s there too. Counted
+// in one record, as before, quiet got half the bureau's rate (and, under
+// "auto", noisy's own refusals cut the limit of both).
+func TestAccountsOwnEndpointHasTheTargetLimitToItself(t *testing.T) {
+	t.Parallel()
+	const perAccount = 150
+	m := newMeter(map[string]time.Duration{"bureau/quiet": 20 * time.Millisecond, "own/noisy": 20 * time.Millisecond})
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	h := setup(t, `
+streams: {ack_wait: 2s}
+http: {addr: "127.0.0.1:0"}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 4, breaker: {failures: 100}}
+  noisy: {targets: {bureau: {url: "${TARGET}/own/noisy"}}}
+targets:
+  bureau: {url: "${TARGET}/bureau/{{.Account}}", timeout: 5s, rate: 10/s}
+kinds:
+  order.create: {target: bureau, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
+`, provider.Faults{})
+	procs := make([]*replicaProc, 3)
+	for i := range procs {
+		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool { return h.liveReplicas() == 3 },
+		"want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+	var ids []string
+	for _, a := range []string{"quiet", "noisy"} {
+		ids = append(ids, h.Submit(a, "order.create", keys(a, perAccount), orderPayload)...)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(m.callsOf("bureau")) > 0 && len(m.callsOf("own")) > 0 },
+		"want both endpoints' first calls")
+	start := time.Now()
+	steady, window := 4*time.Second, 10*time.Second
+	<-time.After(steady) // mid-run: the point of the kill, not a wait for an outcome
+	procs[1].kill(t)
+	natstest.Eventually(t, window+5*time.Second, func() bool { return time.Since(start) > window }, "the measuring window")
+	count := func(endpoint string, d time.Duration) int {
+		n := 0
+		for _, at := range m.callsOf(endpoint) {
+			if !at.Before(start) && at.Before(start.Add(d)) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, endpoint := range []string{"bureau", "own"} {
+		before, all := count(endpoint, steady), count(endpoint, window)
+		t.Logf("%s: %d calls in the %s before the kill, %d in %s", endpoint, before, steady, all, window)
+		// Until the kill each has the 10/s to itself; after it, an
+		// account of the killed replica waits to be taken over.
+		if least := int(7.5 * steady.Seconds()); before < least {
+			t.Errorf("%s: want the 10/s to itself, at least %d calls in %s, got %d", endpoint, least, steady, before)
+		}
+		if most := int(11 * window.Seconds()); all > most {
+			t.Errorf("%s (10/s): want at most %d calls in %s, got %d", endpoint, most, window, all)
+		}
+	}
+	h.waitAll(ids, state.Done, 2*time.Minute)
+}
