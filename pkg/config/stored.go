@@ -1,14 +1,13 @@
 package config
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"io"
 	"maps"
 	"sort"
 	"strings"
+
+	"github.com/tenaz/tenaz/pkg/event"
 )
 
 // SealingKeyBytes is the length sealing_key must decode to (AES-256).
@@ -36,7 +35,7 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 	if err := ValidateAccountName(name); err != nil {
 		return StoredAccount{}, err
 	}
-	members, dup, err := objectMembers(data)
+	members, dup, err := event.Members(data)
 	if dup != "" {
 		return StoredAccount{}, &KeyError{Key: join(join("accounts", name), dup), Msg: "is given twice"}
 	}
@@ -74,41 +73,6 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 		}
 	}
 	return sa, joinSorted(errs)
-}
-
-// objectMembers reads a JSON object's members, refusing one given twice
-// (dup names it): json.Unmarshal would keep the last, so
-// {"rate":"1/s","rate":"1000/s"} would mean what a reader of its first
-// line does not expect. (Nested objects are decoded as YAML, which refuses
-// a repeated key itself.)
-func objectMembers(data []byte) (members map[string]json.RawMessage, dup string, err error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, "", errors.New("not an object")
-	}
-	members = map[string]json.RawMessage{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, "", err
-		}
-		key, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, "", err
-		}
-		if _, ok := members[key]; ok {
-			return nil, key, nil
-		}
-		members[key] = v
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, "", err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, "", errors.New("trailing data after the object")
-	}
-	return members, "", nil
 }
 
 // ValidateAccountName checks the name of an account entry (not "*").

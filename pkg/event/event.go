@@ -71,8 +71,43 @@ func ParseSubmitRequest(body []byte) (SubmitRequest, error) {
 	return r, err
 }
 
-// parseStrict decodes body into v, refusing unknown fields and trailing
-// data, and checks s, the submission v holds.
+// Members reads a JSON object's members. A member given twice is
+// refused, naming it (dup): decoders keep the last, while a proxy or a
+// reviewer reading the body may take the first, so
+// {"account":"a","account":"b"} means two things. An error means data is
+// not one JSON object.
+func Members(data []byte) (members map[string]json.RawMessage, dup string, err error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, "", errors.New("not a JSON object")
+	}
+	members = map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, "", err
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, "", err
+		}
+		if _, ok := members[key]; ok {
+			return nil, key, nil
+		}
+		members[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, "", err
+	}
+	if !atEOF(dec) {
+		return nil, "", errors.New("trailing data after the JSON object")
+	}
+	return members, "", nil
+}
+
+// parseStrict decodes body into v, refusing unknown fields, a member given
+// twice and trailing data, and checks s, the submission v holds.
 func parseStrict(body []byte, v any, s *Submission) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -81,6 +116,9 @@ func parseStrict(body []byte, v any, s *Submission) error {
 	}
 	if !atEOF(dec) {
 		return fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
+	}
+	if _, dup, _ := Members(body); dup != "" {
+		return fmt.Errorf("%w: %q is given twice", ErrMalformed, dup)
 	}
 	if len(s.Payload) == 0 || string(s.Payload) == "null" {
 		return fmt.Errorf("%w: payload is required", ErrInvalid)

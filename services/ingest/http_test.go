@@ -154,6 +154,7 @@ func TestHTTPRefusals(t *testing.T) {
 		{"malformed JSON", "acme", `{"account":"acme","kind":`, 400, "malformed"},
 		{"trailing data", "acme", sub("acme", "order.create", `{"order_id":"o"}`) + `{}`, 400, "malformed"},
 		{"unknown field", "acme", `{"account":"acme","kind":"order.create","ordering-key":"x","payload":{"order_id":"o"}}`, 400, "malformed"},
+		{"a field given twice", "globex", `{"account":"acme","kind":"order.create","account":"globex","payload":{"order_id":"o"}}`, 400, "malformed"},
 		{"no payload", "acme", `{"account":"acme","kind":"order.create"}`, 400, "malformed"},
 		{"payload over max_body_bytes", "acme", sub("acme", "order.create", big), 413, "too_large"},
 		{"body far over max_body_bytes", "acme", sub("acme", "order.create", huge), 413, "too_large"},

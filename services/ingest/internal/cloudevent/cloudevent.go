@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"mime"
 	"net/url"
@@ -23,6 +22,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tenaz/tenaz/pkg/event"
 )
 
 // Media types of the JSON event format.
@@ -116,14 +117,12 @@ var attrs = []string{"specversion", "id", "source", "type", "datacontenttype", "
 
 // Structured reads an event in the JSON event format.
 func Structured(body []byte) (Event, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var members map[string]json.RawMessage
-	if err := dec.Decode(&members); err != nil || members == nil {
-		return Event{}, bad("", "the body is not a JSON object (the JSON event format)")
+	members, dup, err := event.Members(body)
+	if dup != "" {
+		return Event{}, bad(dup, "given twice")
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Event{}, bad("", "trailing data after the JSON object")
+	if err != nil {
+		return Event{}, bad("", "the body is not a JSON object (the JSON event format): %v", err)
 	}
 	str := map[string]string{}
 	ext := map[string]string{}

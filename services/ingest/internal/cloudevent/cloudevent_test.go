@@ -92,6 +92,8 @@ func TestRefusalsNameTheAttribute(t *testing.T) {
 		{"extension name upper case", set(good, "Retries", `1`), "Retries"},
 		{"not an object", `[]`, ""},
 		{"trailing data", good + `{}`, ""},
+		{"an extension given twice", `{"tenazaccount":"globex",` + good[1:], "tenazaccount"},
+		{"id given twice", `{"id":"a",` + good[1:], "id"},
 	} {
 		_, err := cloudevent.Structured([]byte(c.body))
 		var ce *cloudevent.Error
