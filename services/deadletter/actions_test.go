@@ -183,6 +183,7 @@ func TestRequestErrors(t *testing.T) {
 	ids := e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
 	e.waitListed(state.Dead, url.Values{}, 1)
 	long := strings.Repeat("é", ops.MaxReason/2+1) // kept in the history and the audit: bounded
+	twoYears := time.Now().AddDate(2, 0, 0)
 	for _, tc := range []struct {
 		name   string
 		ep     string
@@ -202,6 +203,8 @@ func TestRequestErrors(t *testing.T) {
 		{"discard with a reason too long", ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Reason: long}, 400, "reason_too_long"},
 		{"replay with a reason too long", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Reason: long}, 400, "reason_too_long"},
 		{"pause with a reason too long", ops.AccountsPause, ops.PauseRequest{Account: "acme", For: "1h", Reason: long}, 400, "reason_too_long"},
+		{"pause for a century", ops.AccountsPause, ops.PauseRequest{Account: "acme", For: "1000000h", Reason: "maintenance"}, 400, "invalid_until"},
+		{"breaker opened for two years", ops.BreakersOpen, ops.OpenBreakerRequest{Account: "acme", Target: "erp", Until: &twoYears, Reason: "maintenance"}, 400, "invalid_until"},
 		{"bad cursor", ops.DeadList, ops.ListRequest{Cursor: "zzz"}, 400, "invalid_cursor"},
 		{"unknown field", ops.DeadList, map[string]any{"acount": "acme"}, 400, "malformed"},
 		{"bad outcome", ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: "maybe"}, 400, "invalid_outcome"},

@@ -83,17 +83,36 @@ func untilOf(until *time.Time, dur string, now time.Time, required bool) (time.T
 		if !until.After(now) {
 			return time.Time{}, fail(http.StatusBadRequest, "invalid_until", "until %s is not in the future", until.UTC().Format(time.RFC3339))
 		}
+		if until.After(now.Add(maxHold)) {
+			return time.Time{}, fail(http.StatusBadRequest, "invalid_until", "until %s is more than a year ahead%s", until.UTC().Format(time.RFC3339), untilResumed(required))
+		}
 		return until.UTC(), nil
 	case dur != "":
 		d, err := time.ParseDuration(dur)
 		if err != nil || d <= 0 {
 			return time.Time{}, fail(http.StatusBadRequest, "invalid_until", "for: want a positive duration such as 30m or 2h, got %q", dur)
 		}
+		if d > maxHold {
+			return time.Time{}, fail(http.StatusBadRequest, "invalid_until", "for %s is more than a year%s", dur, untilResumed(required))
+		}
 		return now.Add(d).UTC(), nil
 	case required:
 		return time.Time{}, fail(http.StatusBadRequest, "invalid_until", "give until (RFC 3339) or for (a duration such as 30m)")
 	}
 	return time.Time{}, nil
+}
+
+// maxHold is the longest a pause or an opened breaker may be set to last:
+// longer is a slip of the unit (1000000h) more likely than a plan.
+const maxHold = 366 * 24 * time.Hour
+
+// untilResumed is the advice for an end too far ahead: a pause may be
+// left to its resume instead; an opened breaker (end required) may not.
+func untilResumed(required bool) string {
+	if required {
+		return ""
+	}
+	return "; to pause until resumed, give neither until nor for"
 }
 
 // reasonAndEnd reads an action's reason (needReason) and the end of its
