@@ -69,13 +69,7 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 	// The harness's own provider stands unused: the replicas call the meter.
 	h := setup(t, replicasYAML, provider.Faults{})
 
-	procs := make([]*replicaProc, 3)
-	for i := range procs {
-		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
-	}
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		return h.liveReplicas() == 3
-	}, "want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+	procs := startReplicas(t, h, 3, target.URL)
 
 	rated := h.Submit("rated", "order.create", keys("rated", 300), orderPayload)
 	narrow := h.Submit("narrow", "order.create", keys("narrow", 40), orderPayload)
@@ -255,6 +249,19 @@ type replicaProc struct {
 
 // startReplica runs tenaz-dispatcher named name against h's server, with
 // h's config; it is stopped (SIGTERM) when the test ends.
+// startReplicas starts n replicas (r1, r2, …) and waits until every one
+// heartbeats.
+func startReplicas(t *testing.T, h *harness, n int, targetURL string) []*replicaProc {
+	t.Helper()
+	procs := make([]*replicaProc, n)
+	for i := range procs {
+		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), targetURL)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool { return h.liveReplicas() == n },
+		"want %d dispatcher replicas heartbeating, got %d", n, h.liveReplicas())
+	return procs
+}
+
 func startReplica(t *testing.T, h *harness, name, targetURL string) *replicaProc {
 	t.Helper()
 	dir := t.TempDir()

@@ -63,13 +63,7 @@ func targetLimitAcrossReplicas(t *testing.T, kill bool) {
 	t.Cleanup(target.Close)
 	h := setup(t, targetLimitYAML, provider.Faults{}) // its own provider stands unused: the replicas call the meter
 
-	procs := make([]*replicaProc, 3)
-	for i := range procs {
-		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
-	}
-	natstest.Eventually(t, 20*time.Second, func() bool {
-		return h.liveReplicas() == 3
-	}, "want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+	procs := startReplicas(t, h, 3, target.URL)
 
 	var ids []string
 	for _, a := range names {
@@ -200,12 +194,7 @@ targets:
 kinds:
   order.create: {target: bureau, entity: order_id, attempts: 50, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
 `, provider.Faults{})
-	procs := make([]*replicaProc, 3)
-	for i := range procs {
-		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
-	}
-	natstest.Eventually(t, 20*time.Second, func() bool { return h.liveReplicas() == 3 },
-		"want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+	procs := startReplicas(t, h, 3, target.URL)
 
 	var ids []string
 	for _, a := range names {
@@ -283,12 +272,7 @@ targets:
 kinds:
   order.create: {target: bureau, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
 `, provider.Faults{})
-	procs := make([]*replicaProc, 3)
-	for i := range procs {
-		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), target.URL)
-	}
-	natstest.Eventually(t, 20*time.Second, func() bool { return h.liveReplicas() == 3 },
-		"want 3 dispatcher replicas heartbeating, got %d", h.liveReplicas())
+	procs := startReplicas(t, h, 3, target.URL)
 	var ids []string
 	for _, a := range []string{"quiet", "noisy"} {
 		ids = append(ids, h.Submit(a, "order.create", keys(a, perAccount), orderPayload)...)
