@@ -71,9 +71,9 @@ func ParseSubmitRequest(body []byte) (SubmitRequest, error) {
 	return r, err
 }
 
-// Members reads a JSON object's members. A member given twice is
-// refused, naming it (dup): decoders keep the last, while a proxy or a
-// reviewer reading the body may take the first, so
+// Members reads a JSON object's members. An object that gives a member
+// twice is refused, naming it (dup): decoders keep the last, while a proxy
+// or a reviewer reading the body may take the first, so
 // {"account":"a","account":"b"} means two things. An error means data is
 // not one JSON object.
 func Members(data []byte) (members map[string]json.RawMessage, dup string, err error) {
@@ -92,8 +92,8 @@ func Members(data []byte) (members map[string]json.RawMessage, dup string, err e
 		if err := dec.Decode(&v); err != nil {
 			return nil, "", err
 		}
-		if _, ok := members[key]; ok {
-			return nil, key, nil
+		if _, ok := members[key]; ok && dup == "" {
+			dup = key
 		}
 		members[key] = v
 	}
@@ -102,6 +102,9 @@ func Members(data []byte) (members map[string]json.RawMessage, dup string, err e
 	}
 	if !atEOF(dec) {
 		return nil, "", errors.New("trailing data after the JSON object")
+	}
+	if dup != "" {
+		return nil, dup, nil
 	}
 	return members, "", nil
 }

@@ -130,3 +130,41 @@ func FuzzDecodeObject(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMembers checks the reader of a body's top-level members: it never
+// panics; what it accepts is exactly what encoding/json reads into a map
+// (same names, same values); a name it reports as given twice is one
+// that json keeps only the last of.
+func FuzzMembers(f *testing.F) {
+	f.Add([]byte(`{"account":"acme","kind":"order.create","payload":{"a":1}}`))
+	f.Add([]byte(`{"account":"acme","account":"globex"}`))
+	f.Add([]byte(`{"a":{"b":1,"b":2}}`))
+	f.Add([]byte(`{"a":1} {}`))
+	f.Add([]byte(`{"\u0061":1,"a":2}`))
+	f.Add([]byte(`[1]`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		members, dup, err := event.Members(data)
+		var want map[string]json.RawMessage
+		jerr := json.Unmarshal(data, &want)
+		switch {
+		case dup != "":
+			if _, ok := want[dup]; jerr != nil || !ok {
+				t.Fatalf("Members(%q) says %q is given twice; json reads %v (%v)", data, dup, want, jerr)
+			}
+		case err != nil:
+			if jerr == nil && want != nil {
+				t.Fatalf("Members(%q) refused what json reads as an object: %v", data, err)
+			}
+		default:
+			if jerr != nil || len(members) != len(want) {
+				t.Fatalf("Members(%q) = %v; json reads %v (%v)", data, members, want, jerr)
+			}
+			for k, v := range want {
+				if string(members[k]) != string(v) {
+					t.Fatalf("Members(%q)[%q] = %s, json reads %s", data, k, members[k], v)
+				}
+			}
+		}
+	})
+}
