@@ -126,23 +126,42 @@ func (s *Service) route(m jetstream.Msg) {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(account))
-	s.ordered[h.Sum32()%uint32(len(s.ordered))] <- m
+	s.ordered[h.Sum32()%uint32(len(s.ordered))].push(m)
 }
 
 func (s *Service) closeIn() {
 	close(s.in)
-	for _, ch := range s.ordered {
-		close(ch)
+	for _, q := range s.ordered {
+		q.close()
 	}
 }
 
 // orderedLoop accepts ordered submissions one at a time, in order. A
 // failure is retried in place (with progress sent, so the message is not
 // redelivered meanwhile) rather than handed back, which would let the next
-// submission overtake it.
-func (s *Service) orderedLoop(ctx context.Context, in <-chan jetstream.Msg) {
+// submission overtake it; the ones queued behind it are kept in progress
+// too.
+func (s *Service) orderedLoop(ctx context.Context, in *orderedQueue) {
 	defer s.wg.Done()
-	for m := range in {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(queuedProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				in.progress()
+			}
+		}
+	}()
+	for {
+		m, ok := in.pop()
+		if !ok {
+			return
+		}
 		env, ok := s.parseIntake(ctx, m)
 		if !ok {
 			continue

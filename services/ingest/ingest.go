@@ -112,7 +112,7 @@ type Service struct {
 	cc      jetstream.ConsumeContext
 	micro   micro.Service
 	in      chan jetstream.Msg
-	ordered []chan jetstream.Msg
+	ordered []*orderedQueue
 	intake  jetstream.Stream
 	trim    *queue.Trimmer // nil when INTAKE is a work queue (a store from before)
 
@@ -233,9 +233,9 @@ func (s *Service) start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.batchLoop(runCtx)
 	}
-	s.ordered = make([]chan jetstream.Msg, s.o.Batchers)
+	s.ordered = make([]*orderedQueue, s.o.Batchers)
 	for i := range s.ordered {
-		s.ordered[i] = make(chan jetstream.Msg, s.o.Workers/len(s.ordered)+1)
+		s.ordered[i] = newOrderedQueue()
 		s.wg.Add(1)
 		go s.orderedLoop(runCtx, s.ordered[i])
 	}

@@ -1,9 +1,12 @@
 package ingest_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
@@ -102,5 +105,72 @@ func TestRetriedAcceptKeepsTheLanesLink(t *testing.T) {
 	}, "the lane's first event should be done")
 	if r, _ := h.Lookup(id); r.Next != next {
 		t.Fatalf("the done record's link to the next event: want %s, got %q", next, r.Next)
+	}
+}
+
+// An account flooding ordered submissions does not hold up another
+// account's: its ordered loop accepts one at a time (several round
+// trips each), and its queue takes what the ack window lets this
+// replica have, so the consumer hands the next account's submissions on
+// at once. With the small channel the queue replaced, the intake callback
+// waited for the flood, and calm's submissions, behind it in INTAKE, came
+// only after nearly all of it. The flood's lane keeps INTAKE's order.
+func TestOrderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
+	t.Parallel()
+	const flood, calm = 1000, 20
+	h := setup(t, baseYAML)
+	servicetest.Stop(t, h.ing)
+	var acks []jetstream.PubAckFuture
+	publish := func(account, key string, headers ...string) {
+		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
+		m.Data = []byte(`{"order_id":"` + key + `"}`)
+		m.Header.Set("Idempotency-Key", key)
+		for i := 0; i+1 < len(headers); i += 2 {
+			m.Header.Set(headers[i], headers[i+1])
+		}
+		f, err := h.JS.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, f)
+	}
+	for i := range flood {
+		publish("flood", fmt.Sprintf("f-%04d", i), "Tenaz-Ordering-Key", "lane")
+	}
+	for i := range calm {
+		publish("calm", fmt.Sprintf("c-%02d", i))
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-time.After(servicetest.WaitFor):
+			t.Fatal("no PubAck")
+		}
+	}
+
+	h.startIngest(nil)
+	accepted := func(account, format string, n int) int {
+		got := 0
+		for i := range n {
+			if _, ok := h.Lookup(event.ID(account, fmt.Sprintf(format, i))); ok {
+				got++
+			}
+		}
+		return got
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return accepted("calm", "c-%02d", calm) == calm },
+		"want calm's %d submissions accepted", calm)
+	if n := accepted("flood", "f-%04d", flood); n > flood/2 {
+		t.Fatalf("want calm's submissions accepted while most of the flood waits, got %d of the flood's %d accepted first", n, flood)
+	}
+	natstest.Eventually(t, 3*time.Minute, func() bool { return accepted("flood", "f-%04d", flood) == flood },
+		"want the flood accepted")
+	for i := 1; i < flood; i++ {
+		r, _ := h.Lookup(event.ID("flood", fmt.Sprintf("f-%04d", i)))
+		if want := event.ID("flood", fmt.Sprintf("f-%04d", i-1)); r.After != want {
+			t.Fatalf("f-%04d: want it behind f-%04d in the lane, got after %q", i, i-1, r.After)
+		}
 	}
 }
