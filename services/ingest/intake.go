@@ -152,16 +152,20 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 // the name in: NATS keeps header names as sent, and a producer's
 // "idempotency-key" or "tenaz-not-before" ignored would make its
 // submission another (a derived key, no delay, no order).
+// A name sent in several spellings reads the same on every delivery: the
+// exact (canonical) one first, else the smallest spelling, not whichever
+// the map ranges to first (a redelivery would then derive another key).
 func headerOf(h nats.Header, name string) string {
 	if v := h.Get(name); v != "" {
 		return v
 	}
+	found, v := "", ""
 	for k, vs := range h {
-		if len(vs) > 0 && strings.EqualFold(k, name) {
-			return vs[0]
+		if len(vs) > 0 && strings.EqualFold(k, name) && (found == "" || k < found) {
+			found, v = k, vs[0]
 		}
 	}
-	return ""
+	return v
 }
 
 // outcomeMsg is what the intake consumer tells a waiting HTTP handler.

@@ -344,11 +344,14 @@ func hasPrefixFold(s, prefix string) bool {
 
 // ContentTypeOf is h's Content-Type, its name in any case (NATS headers
 // are case-sensitive; publishers write content-type as often as not).
+// Sent in several spellings, the smallest spelling's counts, the same on
+// every delivery.
 func ContentTypeOf(h map[string][]string) string {
+	found, v := "", ""
 	for k, vs := range h {
-		if strings.EqualFold(k, "Content-Type") && len(vs) > 0 {
-			return vs[0]
+		if strings.EqualFold(k, "Content-Type") && len(vs) > 0 && (found == "" || k < found) {
+			found, v = k, vs[0]
 		}
 	}
-	return ""
+	return v
 }
