@@ -29,9 +29,15 @@ const queuedProgressEvery = 10 * time.Second
 type orderedQueue struct {
 	mu     sync.Mutex
 	cond   *sync.Cond // signalled on every push, pop and close
-	msgs   []jetstream.Msg
+	msgs   []queued
 	bytes  int
 	closed bool
+}
+
+// queued is a waiting message and what it counts against maxQueuedBytes.
+type queued struct {
+	m    jetstream.Msg
+	size int
 }
 
 func newOrderedQueue() *orderedQueue {
@@ -61,7 +67,7 @@ func (q *orderedQueue) push(m jetstream.Msg) {
 	for q.bytes > 0 && q.bytes+n > maxQueuedBytes && !q.closed {
 		q.cond.Wait()
 	}
-	q.msgs = append(q.msgs, m)
+	q.msgs = append(q.msgs, queued{m, n})
 	q.bytes += n
 	q.cond.Broadcast()
 }
@@ -77,12 +83,12 @@ func (q *orderedQueue) pop() (jetstream.Msg, bool) {
 	if len(q.msgs) == 0 {
 		return nil, false
 	}
-	m := q.msgs[0]
-	q.msgs[0] = nil
+	w := q.msgs[0]
+	q.msgs[0] = queued{}
 	q.msgs = q.msgs[1:]
-	q.bytes -= queuedSize(m)
+	q.bytes -= w.size
 	q.cond.Broadcast()
-	return m, true
+	return w.m, true
 }
 
 // close lets pop drain what is queued and then report the end.
@@ -96,9 +102,9 @@ func (q *orderedQueue) close() {
 // progress tells the server that every queued message is in progress.
 func (q *orderedQueue) progress() {
 	q.mu.Lock()
-	waiting := append([]jetstream.Msg(nil), q.msgs...)
+	waiting := append([]queued(nil), q.msgs...)
 	q.mu.Unlock()
-	for _, m := range waiting {
-		_ = m.InProgress()
+	for _, w := range waiting {
+		_ = w.m.InProgress()
 	}
 }
