@@ -218,10 +218,10 @@ func (s *Service) list(st state.State, q ops.ListRequest) (ops.ListReply, error)
 	return rep, nil
 }
 
-// listQuery reads a ListRequest from query parameters.
 // listParams are the parameters listQuery reads.
 var listParams = []string{"account", "kind", "class", "reason", "cursor", "since", "until", "limit"}
 
+// listQuery reads a ListRequest from query parameters.
 func listQuery(v url.Values) (ops.ListRequest, error) {
 	q := ops.ListRequest{Account: v.Get("account"), Kind: v.Get("kind"), Class: v.Get("class"), Reason: v.Get("reason"), Cursor: v.Get("cursor")}
 	for _, p := range []struct {
