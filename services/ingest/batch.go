@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
-	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
@@ -105,7 +105,8 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 // route sends an intake message to the batch loops, or — if it may belong
 // to an ordered lane — to the ordered loop of its account, which accepts
 // one message at a time in stream order, so that a lane's events are
-// appended in the order they were submitted.
+// appended in the order they were submitted. A message an anchor of its
+// account now stands for is acked here (orderedEntry).
 func (s *Service) route(m jetstream.Msg) {
 	if h := s.o.Hooks; h != nil && h.BeforeIntake != nil {
 		f, _ := s.fieldsOf(m.Subject(), m.Headers())
@@ -114,19 +115,31 @@ func (s *Service) route(m jetstream.Msg) {
 			return
 		}
 	}
-	account, kind, err := s.subj.ParseIntake(m.Subject())
-	ordered := headerOf(m.Headers(), names.HeaderOrderingKey) != "" || cePartitioned(m.Headers())
-	if err == nil && !ordered {
-		k, ok := s.cfg.Kind(kind)
-		ordered = ok && k.OrderedBy != ""
-	}
+	account, ordered := s.orderedSubmission(m.Subject(), m.Headers())
 	if !ordered {
 		s.in <- m
 		return
 	}
 	h := fnv.New32a()
 	h.Write([]byte(account))
-	s.ordered[h.Sum32()%uint32(len(s.ordered))].push(m)
+	if s.ordered[h.Sum32()%uint32(len(s.ordered))].push(account, m) {
+		_ = m.Ack()
+	}
+}
+
+// orderedSubmission reports an intake message's account and whether it
+// may belong to an ordered lane: an ordering key of its own, or a kind
+// ordered by a field.
+func (s *Service) orderedSubmission(subject string, h nats.Header) (account string, ordered bool) {
+	account, kind, err := s.subj.ParseIntake(subject)
+	if headerOf(h, names.HeaderOrderingKey) != "" || cePartitioned(h) {
+		return account, true
+	}
+	if err != nil {
+		return account, false
+	}
+	k, ok := s.cfg.Kind(kind)
+	return account, ok && k.OrderedBy != ""
 }
 
 func (s *Service) closeIn() {
@@ -134,118 +147,4 @@ func (s *Service) closeIn() {
 	for _, q := range s.ordered {
 		q.close()
 	}
-}
-
-// orderedLoop accepts ordered submissions one at a time, in order. A
-// failure is retried in place (with progress sent, so the message is not
-// redelivered meanwhile) rather than handed back, which would let the next
-// submission overtake it; the ones queued behind it are kept in progress
-// too.
-func (s *Service) orderedLoop(ctx context.Context, in *orderedQueue) {
-	defer s.wg.Done()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		t := time.NewTicker(queuedProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				in.progress()
-			}
-		}
-	}()
-	for {
-		m, ok := in.pop()
-		if !ok {
-			return
-		}
-		env, ok := s.parseIntake(ctx, m)
-		if !ok {
-			continue
-		}
-		wait := 100 * time.Millisecond
-		for {
-			err := s.acceptOlder(ctx, m, env)
-			var rec state.Record
-			var created bool
-			if err == nil {
-				rec, created, err = s.accept(ctx, env)
-			}
-			if serr := (*submitError)(nil); err == nil || ctx.Err() != nil || errors.As(err, &serr) {
-				s.settle(ctx, m, env, rec, created, err) // a refusal is final: it is not retried in place
-				break
-			}
-			s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accepting an ordered event failed; retrying in place")
-			_ = m.InProgress()
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, 5*time.Second)
-		}
-	}
-}
-
-// acceptOlder accepts, before an ordered submission, the older ordered
-// submissions of its account that are still in INTAKE and not accepted
-// yet: taken by an ingest that died (they come back only after the
-// consumer's AckWait, 30s) or by another replica that has not got to them.
-// Without it a lane's later submission overtakes them and they join the
-// lane at its tail (docs/chaos.md, bug 3). What INTAKE still holds of the
-// account below this submission and above the trimmed floor is what may
-// not be settled (a work queue holds only that; a trimmed INTAKE also what
-// was settled since the last trim, which the record lookup skips); the
-// next scan of the account starts where this one ended.
-func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.Envelope) error {
-	meta, err := m.Metadata()
-	if err != nil {
-		return nil
-	}
-	seq := meta.Sequence.Stream
-	s.scanMu.Lock()
-	from := max(s.scanned[env.Account], s.trim.Floor()) + 1
-	s.scanMu.Unlock()
-	filter := s.subj.Prefix + ".intake." + env.Account + ".>"
-	for from < seq {
-		raw, err := s.intake.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if raw.Sequence >= seq {
-			break
-		}
-		from = raw.Sequence + 1
-		f, serr := s.fieldsOf(raw.Subject, raw.Header)
-		var older event.Envelope
-		if serr == nil {
-			older, serr = s.build(f, raw.Data, raw.Time)
-		}
-		if serr != nil || older.OrderingKey == "" {
-			continue // not ordered, or refused: its own delivery settles it
-		}
-		if _, _, err := s.st.Get(ctx, older.Account, older.ID); err == nil {
-			continue
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if _, _, err := s.accept(ctx, older); errors.As(err, new(*submitError)) {
-			continue // refused (its key names another submission): its own delivery settles it
-		} else if err != nil {
-			return err
-		}
-		s.log.Info().Str("event_id", older.ID).Uint64("intake_seq", raw.Sequence).Str("before", env.ID).
-			Msg("accepted an older ordered submission still waiting in INTAKE first")
-	}
-	s.scanMu.Lock()
-	if s.scanned[env.Account] < seq-1 {
-		s.scanned[env.Account] = seq - 1
-	}
-	s.scanMu.Unlock()
-	return nil
 }

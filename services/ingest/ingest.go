@@ -235,7 +235,7 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.ordered = make([]*orderedQueue, s.o.Batchers)
 	for i := range s.ordered {
-		s.ordered[i] = newOrderedQueue()
+		s.ordered[i] = newOrderedQueue(queue.Trims(s.intake))
 		s.wg.Add(1)
 		go s.orderedLoop(runCtx, s.ordered[i])
 	}

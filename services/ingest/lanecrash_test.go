@@ -108,17 +108,20 @@ func TestRetriedAcceptKeepsTheLanesLink(t *testing.T) {
 	}
 }
 
-// An account flooding ordered submissions does not hold up another
-// account's: its ordered loop accepts one at a time (several round
-// trips each), and its queue takes what the ack window lets this
-// replica have, so the consumer hands the next account's submissions on
-// at once. With the small channel the queue replaced, the intake callback
-// waited for the flood, and calm's submissions, behind it in INTAKE, came
-// only after nearly all of it. The flood's lane keeps INTAKE's order.
+// An account flooding ordered submissions holds up neither another
+// account's submissions nor another account's lane, even with a flood
+// larger than the ingest consumer's ack window (4,096). Past a few held
+// submissions the flood's newest held one anchors the rest, acked as they
+// come and read back from INTAKE behind it, so the window keeps moving;
+// and the accounts of one ordered loop (one here, so all of them) take
+// turns. Before, the flood's first 4,096 filled the window and calm's
+// submissions, behind the flood in INTAKE, came only once the loop had
+// accepted the flood's excess; quiet's lane waited for the whole flood.
+// The flood's lane keeps INTAKE's order, and every submission is settled.
 func TestOrderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	t.Parallel()
-	const flood, calm = 1000, 20
-	h := setup(t, baseYAML)
+	const flood, calm = 6000, 20
+	h := setup(t, baseYAML, withBatchers(1))
 	servicetest.Stop(t, h.ing)
 	var acks []jetstream.PubAckFuture
 	publish := func(account, key string, headers ...string) {
@@ -139,16 +142,9 @@ func TestOrderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	}
 	for i := range calm {
 		publish("calm", fmt.Sprintf("c-%02d", i))
+		publish("quiet", fmt.Sprintf("q-%02d", i), "Tenaz-Ordering-Key", "lane")
 	}
-	for _, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatal(err)
-		case <-time.After(servicetest.WaitFor):
-			t.Fatal("no PubAck")
-		}
-	}
+	last := h.pubAcked(acks)
 
 	h.startIngest(nil)
 	accepted := func(account, format string, n int) int {
@@ -160,10 +156,11 @@ func TestOrderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 		}
 		return got
 	}
-	natstest.Eventually(t, servicetest.WaitFor, func() bool { return accepted("calm", "c-%02d", calm) == calm },
-		"want calm's %d submissions accepted", calm)
-	if n := accepted("flood", "f-%04d", flood); n > flood/2 {
-		t.Fatalf("want calm's submissions accepted while most of the flood waits, got %d of the flood's %d accepted first", n, flood)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		return accepted("calm", "c-%02d", calm) == calm && accepted("quiet", "q-%02d", calm) == calm
+	}, "want calm's and quiet's %d submissions accepted", calm)
+	if n := accepted("flood", "f-%04d", flood); n > flood/10 {
+		t.Fatalf("want calm's and quiet's submissions accepted while the flood waits, got %d of the flood's %d accepted first", n, flood)
 	}
 	natstest.Eventually(t, 3*time.Minute, func() bool { return accepted("flood", "f-%04d", flood) == flood },
 		"want the flood accepted")
@@ -173,4 +170,91 @@ func TestOrderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 			t.Fatalf("f-%04d: want it behind f-%04d in the lane, got after %q", i, i-1, r.After)
 		}
 	}
+	for i := 1; i < calm; i++ {
+		r, _ := h.Lookup(event.ID("quiet", fmt.Sprintf("q-%02d", i)))
+		if want := event.ID("quiet", fmt.Sprintf("q-%02d", i-1)); r.After != want {
+			t.Fatalf("q-%02d: want it behind q-%02d in the lane, got after %q", i, i-1, r.After)
+		}
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(last) },
+		"want every INTAKE message settled")
+}
+
+// An ingest process is killed (SIGKILL) while it drains a flood's anchor:
+// the submissions the anchor stood for were acked as they came and only
+// part of them is accepted. The anchor, never acked, comes back to the
+// next ingest after the consumer's AckWait (30s), which reads what INTAKE
+// holds of the account after it: every submission is accepted, once, in
+// its lane's order, and nothing is trimmed before (the anchor held the
+// floor).
+func TestFloodsAnchorSurvivesItsIngestKilled(t *testing.T) {
+	t.Parallel()
+	const flood = 3000
+	h := setup(t, baseYAML, withTimeout(3*time.Minute))
+	servicetest.Stop(t, h.ing)
+	var acks []jetstream.PubAckFuture
+	for i := range flood {
+		m := nats.NewMsg(intakeOrderCreate)
+		m.Data = []byte(fmt.Sprintf(`{"order_id":"f-%04d"}`, i))
+		m.Header.Set("Idempotency-Key", fmt.Sprintf("f-%04d", i))
+		m.Header.Set("Tenaz-Ordering-Key", "lane")
+		f, err := h.JS.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, f)
+	}
+	last := h.pubAcked(acks)
+	yaml := fmt.Sprintf(`
+http: {addr: "127.0.0.1:0", max_body_bytes: 4096}
+log: {level: info, format: json}
+auth: {disabled: true}
+targets:
+  erp: {url: "%s/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp, entity: order_id}
+`, h.target.URL)
+	id := func(i int) string { return event.ID("acme", fmt.Sprintf("f-%04d", i)) }
+	accepted := func(i int) bool { _, ok := h.Lookup(id(i)); return ok }
+
+	_, first := startIngestProc(t, h.Srv.ClientURL(), yaml, "i1")
+	// A lane is accepted in order: f-0300 accepted means the 300 before it are.
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return accepted(300) }, "want i1 draining the flood")
+	if err := first.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if accepted(flood - 1) {
+		t.Fatal("want i1 killed before it accepted the whole flood")
+	}
+	startIngestProc(t, h.Srv.ClientURL(), yaml, "i2")
+	natstest.Eventually(t, 90*time.Second, func() bool { return accepted(flood - 1) }, "want the flood's last submission accepted")
+	for i := range flood {
+		r, ok := h.Lookup(id(i))
+		if !ok {
+			t.Fatalf("f-%04d: want it accepted", i)
+		}
+		if i > 0 && r.After != id(i-1) {
+			t.Fatalf("f-%04d: want it behind f-%04d in the lane, got after %q", i, i-1, r.After)
+		}
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(last) },
+		"want every INTAKE message settled")
+}
+
+// pubAcked waits for every publish of acks to be stored and returns the
+// last one's INTAKE sequence.
+func (h *harness) pubAcked(acks []jetstream.PubAckFuture) uint64 {
+	h.t.Helper()
+	var last uint64
+	for _, f := range acks {
+		select {
+		case a := <-f.Ok():
+			last = max(last, a.Sequence)
+		case err := <-f.Err():
+			h.t.Fatal(err)
+		case <-time.After(servicetest.WaitFor):
+			h.t.Fatal("no PubAck")
+		}
+	}
+	return last
 }

@@ -13,6 +13,13 @@ import (
 // small whatever the payloads.
 const maxQueuedBytes = 16 << 20
 
+// heldPerAccount is how many of one account's ordered submissions an
+// ordered queue holds unacked. Past it the account's newest held one
+// becomes an anchor and the later ones are acked as they arrive (see
+// orderedEntry), so that one account's flood, however long, holds a few
+// of the ingest consumer's ack window (4,096) instead of all of it.
+const heldPerAccount = 32
+
 // queuedProgressEvery is how often the submissions waiting in an ordered
 // queue tell the server they are in progress: well within the ingest
 // consumer's AckWait (30s), so that a long queue is not redelivered
@@ -20,28 +27,49 @@ const maxQueuedBytes = 16 << 20
 const queuedProgressEvery = 10 * time.Second
 
 // orderedQueue holds the ordered submissions waiting for one ordered
-// loop, in the order they arrived. It replaces a channel of a few dozen:
-// one that filled up made route wait, and so held up every account's
-// intake on this replica behind one account flooding ordered submissions.
-// The queue takes what the consumer's ack window lets this replica have,
-// up to maxQueuedBytes, so other accounts' submissions keep flowing past
-// a flood that fits in it.
+// loop: each account's in the order they arrived, the accounts served in
+// turn. One account's flood therefore neither holds up the intake
+// consumer (route never waits for the loop unless the queue is full by
+// bytes, and an account past heldPerAccount holds no more) nor the other
+// accounts of its loop, which take their turns between its anchor's
+// chunks.
 type orderedQueue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond // signalled on every push, pop and close
-	msgs   []queued
-	bytes  int
-	closed bool
+	mu       sync.Mutex
+	cond     *sync.Cond // signalled on every push, pop and close
+	accounts map[string][]*orderedEntry
+	turn     []string // the accounts with entries, in the order they are served
+	bytes    int
+	closed   bool
+	delegate bool // acks past heldPerAccount: only where INTAKE is trimmed, not a work queue whose ack deletes
 }
 
-// queued is a waiting message and what it counts against maxQueuedBytes.
-type queued struct {
-	m    jetstream.Msg
-	size int
+// orderedEntry is one ordered submission waiting for its loop. An anchor
+// also stands for its account's later ordered submissions up to the
+// INTAKE sequence through, which were acked as they arrived: the loop
+// accepts the anchor, then reads those from INTAKE in chunks, and acks
+// the anchor last. Unacked, the anchor holds INTAKE's trim floor below
+// them, so none is trimmed before it is accepted. An anchor's message
+// delivered again (its ingest died) reads everything of its account after
+// it in INTAKE, since nothing else says how far it reached (drain).
+type orderedEntry struct {
+	m       jetstream.Msg
+	account string
+	seq     uint64 // m's INTAKE sequence; 0 when its metadata could not be read
+	size    int    // what it counts against maxQueuedBytes
+
+	// redelivered: m was delivered before, maybe as an anchor whose ingest
+	// died, so it drains its account to INTAKE's end (only where anchors
+	// are made).
+	redelivered bool
+
+	through  uint64       // an anchor's last acked submission; 0 for a plain entry
+	accepted bool         // m itself is accepted (settled but for its ack)
+	next     uint64       // the INTAKE sequence an anchor's drain reads from next
+	settle   func() error // m's ack or termination, made once an anchor's drain is done
 }
 
-func newOrderedQueue() *orderedQueue {
-	q := &orderedQueue{}
+func newOrderedQueue(delegate bool) *orderedQueue {
+	q := &orderedQueue{accounts: map[string][]*orderedEntry{}, delegate: delegate}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -58,37 +86,80 @@ func queuedSize(m jetstream.Msg) int {
 	return n
 }
 
-// push queues m, waiting while the queue holds maxQueuedBytes (a message
-// larger than that still goes into an empty queue).
-func (q *orderedQueue) push(m jetstream.Msg) {
+// push queues account's m, waiting while the queue holds maxQueuedBytes
+// (a message larger than that still goes into an empty queue). It reports
+// true when an anchor of the account now stands for m: the caller acks m.
+func (q *orderedQueue) push(account string, m jetstream.Msg) (anchored bool) {
+	var seq uint64
+	var redelivered bool
+	if meta, err := m.Metadata(); err == nil {
+		seq, redelivered = meta.Sequence.Stream, q.delegate && meta.NumDelivered > 1
+	}
 	n := queuedSize(m)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.delegate && seq > 0 {
+		if held := q.accounts[account]; len(held) >= heldPerAccount {
+			if last := held[len(held)-1]; last.seq > 0 && last.seq < seq {
+				if last.through == 0 {
+					last.next = last.seq + 1
+				}
+				last.through = max(last.through, seq)
+				return true
+			}
+		}
+	}
 	for q.bytes > 0 && q.bytes+n > maxQueuedBytes && !q.closed {
 		q.cond.Wait()
 	}
-	q.msgs = append(q.msgs, queued{m, n})
+	if len(q.accounts[account]) == 0 {
+		q.turn = append(q.turn, account)
+	}
+	q.accounts[account] = append(q.accounts[account], &orderedEntry{m: m, account: account, seq: seq, size: n, redelivered: redelivered && seq > 0})
 	q.bytes += n
 	q.cond.Broadcast()
+	return false
 }
 
-// pop takes the oldest message, waiting for one; false once the queue is
-// closed and empty.
-func (q *orderedQueue) pop() (jetstream.Msg, bool) {
+// pop takes the oldest entry of the account whose turn it is, waiting for
+// one; false once the queue is closed and empty.
+func (q *orderedQueue) pop() (*orderedEntry, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.msgs) == 0 && !q.closed {
+	for len(q.turn) == 0 && !q.closed {
 		q.cond.Wait()
 	}
-	if len(q.msgs) == 0 {
+	if len(q.turn) == 0 {
 		return nil, false
 	}
-	w := q.msgs[0]
-	q.msgs[0] = queued{}
-	q.msgs = q.msgs[1:]
-	q.bytes -= w.size
+	account := q.turn[0]
+	q.turn = q.turn[1:]
+	held := q.accounts[account]
+	e := held[0]
+	held[0] = nil
+	if held = held[1:]; len(held) > 0 {
+		q.accounts[account] = held
+		q.turn = append(q.turn, account)
+	} else {
+		delete(q.accounts, account)
+	}
+	q.bytes -= e.size
 	q.cond.Broadcast()
-	return w.m, true
+	return e, true
+}
+
+// putBack returns an anchor whose drain has more to read to the head of
+// its account's entries; its account takes its next turn after the others.
+func (q *orderedQueue) putBack(e *orderedEntry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	held := q.accounts[e.account]
+	if len(held) == 0 {
+		q.turn = append(q.turn, e.account)
+	}
+	q.accounts[e.account] = append([]*orderedEntry{e}, held...)
+	q.bytes += e.size
+	q.cond.Broadcast()
 }
 
 // close lets pop drain what is queued and then report the end.
@@ -102,9 +173,14 @@ func (q *orderedQueue) close() {
 // progress tells the server that every queued message is in progress.
 func (q *orderedQueue) progress() {
 	q.mu.Lock()
-	waiting := append([]queued(nil), q.msgs...)
+	var waiting []jetstream.Msg
+	for _, held := range q.accounts {
+		for _, e := range held {
+			waiting = append(waiting, e.m)
+		}
+	}
 	q.mu.Unlock()
-	for _, w := range waiting {
-		_ = w.m.InProgress()
+	for _, m := range waiting {
+		_ = m.InProgress()
 	}
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,13 +25,13 @@ func TestOrderedQueueKeepsWaitingMessagesInProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := newOrderedQueue()
+	q := newOrderedQueue(false)
 	for range 3 {
 		m := next(5 * time.Second)
 		if m == nil {
 			t.Fatal("want the message published")
 		}
-		q.push(m)
+		q.push("acme", m)
 	}
 	// Three AckWaits, with progress sent as the loop's ticker would (at a
 	// scaled-down period), and a pull waiting all along for a redelivery.
@@ -41,9 +42,9 @@ func TestOrderedQueueKeepsWaitingMessagesInProgress(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		m, ok := q.pop()
-		if !ok || m.Subject() != fmt.Sprintf("queued.%d", i) {
-			t.Fatalf("pop %d: want queued.%d, got %v", i, i, m)
+		e, ok := q.pop()
+		if !ok || e.m.Subject() != fmt.Sprintf("queued.%d", i) {
+			t.Fatalf("pop %d: want queued.%d, got %v", i, i, e)
 		}
 	}
 	q.close()
@@ -61,17 +62,20 @@ type bigMsg struct {
 func (m bigMsg) Data() []byte         { return m.data }
 func (m bigMsg) Subject() string      { return "big" }
 func (m bigMsg) Headers() nats.Header { return nil }
+func (m bigMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: 1}}, nil
+}
 
 // A queue holding maxQueuedBytes makes the next push wait for a pop; a
 // message larger than the bound still goes into an empty queue.
 func TestOrderedQueueBoundsItsBytes(t *testing.T) {
 	t.Parallel()
-	q := newOrderedQueue()
+	q := newOrderedQueue(false)
 	half := bigMsg{data: make([]byte, maxQueuedBytes/2-8)} // with its subject, two fit
-	q.push(half)
-	q.push(half)
+	q.push("acme", half)
+	q.push("acme", half)
 	pushed := make(chan struct{})
-	go func() { q.push(half); close(pushed) }()
+	go func() { q.push("acme", half); close(pushed) }()
 	select {
 	case <-pushed:
 		t.Fatal("want a push past maxQueuedBytes to wait")
@@ -89,10 +93,87 @@ func TestOrderedQueueBoundsItsBytes(t *testing.T) {
 		q.pop()
 	}
 	done := make(chan struct{})
-	go func() { q.push(bigMsg{data: make([]byte, 2*maxQueuedBytes)}); close(done) }()
+	go func() { q.push("acme", bigMsg{data: make([]byte, 2*maxQueuedBytes)}); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("want a message over the bound to go into an empty queue")
+	}
+}
+
+// seqMsg is a message value at an INTAKE sequence.
+type seqMsg struct {
+	jetstream.Msg
+	seq uint64
+}
+
+func (m seqMsg) Data() []byte         { return nil }
+func (m seqMsg) Subject() string      { return fmt.Sprint(m.seq) }
+func (m seqMsg) Headers() nats.Header { return nil }
+func (m seqMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.seq}, NumDelivered: 1}, nil
+}
+
+// An account holds heldPerAccount submissions in a queue; its newest held
+// one then anchors the later ones, which the queue does not hold (push
+// tells route to ack them). Accounts take turns, and an anchor put back
+// keeps its place at the head of its account's. A queue of a work-queue
+// INTAKE (whose acks delete) holds everything.
+func TestOrderedQueueAnchorsAFloodAndServesAccountsInTurn(t *testing.T) {
+	t.Parallel()
+	q := newOrderedQueue(true)
+	seq := uint64(0)
+	push := func(account string) bool { seq++; return q.push(account, seqMsg{seq: seq}) }
+	for i := range heldPerAccount {
+		if push("flood") {
+			t.Fatalf("submission %d: want it held, got it anchored", i+1)
+		}
+	}
+	for range 100 {
+		if !push("flood") {
+			t.Fatalf("submission %d: want it anchored past %d held, got it held", seq, heldPerAccount)
+		}
+	}
+	for range 2 {
+		if push("calm") {
+			t.Fatal("want another account's submissions held")
+		}
+	}
+	var got []string
+	var anchor *orderedEntry
+	for range 4 {
+		e, ok := q.pop()
+		if !ok {
+			t.Fatal("want an entry")
+		}
+		got = append(got, e.account+":"+e.m.Subject())
+		if e.through != 0 {
+			anchor = e
+		}
+	}
+	if want := "flood:1 calm:133 flood:2 calm:134"; strings.Join(got, " ") != want {
+		t.Fatalf("want the accounts served in turn, %s; got %s", want, strings.Join(got, " "))
+	}
+	for range heldPerAccount - 3 {
+		q.pop()
+	}
+	e, _ := q.pop()
+	if e.seq != heldPerAccount || e.through != heldPerAccount+100 || e.next != heldPerAccount+1 || anchor != nil {
+		t.Fatalf("want the newest held submission anchoring %d..%d, got seq %d through %d next %d",
+			heldPerAccount+1, heldPerAccount+100, e.seq, e.through, e.next)
+	}
+	if push("flood") {
+		t.Fatal("want a submission held while its account's anchor is out of the queue")
+	}
+	q.putBack(e)
+	if e2, _ := q.pop(); e2 != e {
+		t.Fatalf("want the anchor put back before its account's later submission, got %s", e2.m.Subject())
+	}
+
+	work := newOrderedQueue(false)
+	for i := range heldPerAccount + 10 {
+		if work.push("flood", seqMsg{seq: uint64(i + 1)}) {
+			t.Fatal("want nothing anchored on a work queue")
+		}
 	}
 }

@@ -41,7 +41,9 @@ kinds:
   order.create: {target: erp, entity: order_id}
 `, hash, rate, burst)
 	srv := natstest.Start(t)
-	apis := []string{startIngestProc(t, srv.ClientURL(), yaml, "i1"), startIngestProc(t, srv.ClientURL(), yaml, "i2")}
+	api1, _ := startIngestProc(t, srv.ClientURL(), yaml, "i1")
+	api2, _ := startIngestProc(t, srv.ClientURL(), yaml, "i2")
+	apis := []string{api1, api2}
 
 	const sends, every = 180, time.Second / 30 // 3 × the rate, for 6 s
 	type answer struct {
@@ -98,9 +100,10 @@ kinds:
 func ingestBinary(t *testing.T) string { return natstest.Binary(t, "./cmd/tenaz-ingest") }
 
 // startIngestProc runs tenaz-ingest with config yaml against natsURL and
-// returns its HTTP API's base URL (read from its "running" log line); it
-// is stopped (SIGTERM) when the test ends.
-func startIngestProc(t *testing.T, natsURL, yaml, name string) string {
+// returns its HTTP API's base URL (read from its "running" log line) and
+// its process, for a test to kill; it is stopped (SIGTERM) when the test
+// ends.
+func startIngestProc(t *testing.T, natsURL, yaml, name string) (api string, proc *os.Process) {
 	t.Helper()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tenaz.yaml")
@@ -140,7 +143,7 @@ func startIngestProc(t *testing.T, natsURL, yaml, name string) string {
 		addr = runningAddr(logPath)
 		return addr != ""
 	}, "want tenaz-ingest %s running (its log line with the HTTP address)", name)
-	return "http://" + addr
+	return "http://" + addr, cmd.Process
 }
 
 // runningAddr is the HTTP address of a binary's "<name> running" log line,

@@ -70,6 +70,8 @@ type setupOptions struct {
 	server       []natstest.Option
 	replyTimeout time.Duration // the ingest services' ReplyTimeout
 	early        int           // the ingest services' EarlyWebhooks
+	batchers     int           // the ingest services' Batchers (and ordered loops)
+	timeout      time.Duration // bounds the test's context; 0 is servicetest's minute
 }
 
 type option func(*setupOptions)
@@ -84,6 +86,13 @@ func withReplyTimeout(d time.Duration) option { return func(o *setupOptions) { o
 
 // withEarlyWebhooks sets the ingest services' EarlyWebhooks.
 func withEarlyWebhooks(n int) option { return func(o *setupOptions) { o.early = n } }
+
+// withBatchers sets the ingest services' Batchers, which is also their
+// count of ordered loops.
+func withBatchers(n int) option { return func(o *setupOptions) { o.batchers = n } }
+
+// withTimeout bounds the test's context (h.Ctx) by d.
+func withTimeout(d time.Duration) option { return func(o *setupOptions) { o.timeout = d } }
 
 // withLog sends the ingest services' logs to w.
 func withLog(w io.Writer) option {
@@ -106,7 +115,7 @@ func setup(t *testing.T, yaml string, opts ...option) *harness {
 	for _, f := range opts {
 		f(&o)
 	}
-	h := &harness{t: t, o: o, Env: servicetest.Start(t, servicetest.Options{Server: o.server})}
+	h := &harness{t: t, o: o, Env: servicetest.Start(t, servicetest.Options{Server: o.server, Timeout: o.timeout})}
 	h.prov = provider.New(o.faults, o.provOpts...)
 	h.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.arrived.Add(1)
@@ -148,7 +157,7 @@ func (h *harness) startIngestConfig(cfg *config.Config, hooks *ingest.Hooks) *in
 		}
 	}
 	svc, err := ingest.New(ingest.Options{Conn: nc, Config: cfg, Hooks: hooks, Logger: h.o.log, Metrics: h.o.metrics, Auth: a,
-		ReplyTimeout: h.o.replyTimeout, EarlyWebhooks: h.o.early})
+		ReplyTimeout: h.o.replyTimeout, EarlyWebhooks: h.o.early, Batchers: h.o.batchers})
 	if err != nil {
 		h.t.Fatalf("ingest.New: %v", err)
 	}

@@ -1,0 +1,314 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
+)
+
+// drainChunk is how many of an anchor's submissions its loop accepts
+// before the other accounts of the loop take their turn.
+const drainChunk = 16
+
+// orderedLoop accepts one queue's ordered submissions, each account's in
+// order, the accounts in turn.
+func (s *Service) orderedLoop(ctx context.Context, in *orderedQueue) {
+	defer s.wg.Done()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(queuedProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				in.progress()
+			}
+		}
+	}()
+	for {
+		e, ok := in.pop()
+		if !ok {
+			return
+		}
+		if !s.take(ctx, e) {
+			in.putBack(e)
+		}
+	}
+}
+
+// take accepts an entry, or the next chunk of an anchor's drain, and
+// reports whether the entry is done; an anchor with more to read is not.
+func (s *Service) take(ctx context.Context, e *orderedEntry) (done bool) {
+	if !e.accepted {
+		m := &heldMsg{Msg: e.m}
+		s.acceptOrdered(ctx, m, true)
+		if m.handedBack {
+			return true // delivered again, it drains its account
+		}
+		e.accepted, e.settle = true, m.settle
+		if e.redelivered {
+			// Maybe an anchor whose ingest died: nothing says how far it
+			// reached, so read what INTAKE holds of the account after it.
+			e.through = max(e.through, s.intakeEnd(ctx))
+			e.next = max(e.next, e.seq+1)
+		}
+	}
+	if e.through > 0 && e.next <= e.through {
+		if !s.drain(ctx, e) {
+			return true // handed back: delivered again, it drains its account
+		}
+		if e.next <= e.through {
+			return false
+		}
+	}
+	if e.settle != nil {
+		_ = e.settle()
+	}
+	return true
+}
+
+// intakeEnd is INTAKE's last sequence, or the largest there is when it
+// cannot be read (a drain then ends at the account's last message).
+func (s *Service) intakeEnd(ctx context.Context) uint64 {
+	info, err := s.intake.Info(ctx)
+	if err != nil {
+		return ^uint64(0)
+	}
+	return info.State.LastSeq
+}
+
+// drain accepts, in order, the next chunk of the account's submissions an
+// anchor stands for, read from INTAKE; false when it handed the anchor
+// back instead (the service stops).
+func (s *Service) drain(ctx context.Context, e *orderedEntry) bool {
+	filter := s.subj.Prefix + ".intake." + e.account + ".>"
+	s.scanMu.Lock()
+	e.next = max(e.next, s.scanned[e.account]+1) // accepted already, by an earlier drain or acceptOlder
+	s.scanMu.Unlock()
+	wait := 100 * time.Millisecond
+	for n := 0; n < drainChunk && e.next <= e.through; {
+		raw, err := s.intake.GetMsg(ctx, e.next, jetstream.WithGetMsgSubject(filter))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && raw.Sequence > e.through:
+			e.through = e.next - 1 // nothing more of the account up to through
+			continue
+		case err != nil:
+			if !s.retryAnchor(ctx, e, &wait, err) {
+				return false
+			}
+			continue
+		}
+		if !s.settled(ctx, raw) {
+			for {
+				m := &storedMsg{raw: raw, anchor: e.m}
+				s.acceptOrdered(ctx, m, false)
+				if !m.handedBack {
+					break
+				}
+				if !s.retryAnchor(ctx, e, &wait, errors.New("handed back")) {
+					return false
+				}
+			}
+			n++
+		}
+		e.next = raw.Sequence + 1
+	}
+	s.scanMu.Lock()
+	s.scanned[e.account] = max(s.scanned[e.account], e.next-1)
+	s.scanMu.Unlock()
+	return true
+}
+
+// settled reports whether a submission in an anchor's range is another
+// path's to settle: not ordered (a batch loop's), and already accepted.
+// One that is not ordered under the config of now but has no record may
+// have been acked for the anchor under the config before a reload, so it
+// is accepted here; should the batch loop have it too, the accept is
+// idempotent.
+func (s *Service) settled(ctx context.Context, raw *jetstream.RawStreamMsg) bool {
+	if _, ordered := s.orderedSubmission(raw.Subject, raw.Header); ordered {
+		return false
+	}
+	f, serr := s.fieldsOf(raw.Subject, raw.Header)
+	if serr != nil {
+		return false
+	}
+	env, serr := s.build(f, raw.Data, raw.Time)
+	if serr != nil {
+		return false
+	}
+	_, _, err := s.st.Get(ctx, env.Account, env.ID)
+	return err == nil
+}
+
+// retryAnchor waits before an anchor's drain tries again, keeping the
+// anchor in progress; false when the service stops, after handing the
+// anchor back.
+func (s *Service) retryAnchor(ctx context.Context, e *orderedEntry, wait *time.Duration, err error) bool {
+	if ctx.Err() != nil {
+		_ = e.m.Nak()
+		return false
+	}
+	s.log.Warn().Err(err).Str("account", e.account).Uint64("intake_seq", e.next).Msg("an ordered submission behind an anchor failed; retrying in place")
+	_ = e.m.InProgress()
+	select {
+	case <-ctx.Done():
+	case <-time.After(*wait):
+	}
+	*wait = min(2**wait, 5*time.Second)
+	return true
+}
+
+// acceptOrdered accepts one ordered submission, after the older ones of
+// its account still waiting in INTAKE when older is set. A failure is
+// retried in place (with progress sent, so the message is not redelivered
+// meanwhile) rather than handed back, which would let the next submission
+// overtake it.
+func (s *Service) acceptOrdered(ctx context.Context, m jetstream.Msg, older bool) {
+	env, ok := s.parseIntake(ctx, m)
+	if !ok {
+		return
+	}
+	wait := 100 * time.Millisecond
+	for {
+		var err error
+		if older {
+			err = s.acceptOlder(ctx, m, env)
+		}
+		var rec state.Record
+		var created bool
+		if err == nil {
+			rec, created, err = s.accept(ctx, env)
+		}
+		if serr := (*submitError)(nil); err == nil || ctx.Err() != nil || errors.As(err, &serr) {
+			s.settle(ctx, m, env, rec, created, err) // a refusal is final: it is not retried in place
+			return
+		}
+		s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accepting an ordered event failed; retrying in place")
+		_ = m.InProgress()
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// heldMsg is an entry's own message while it is accepted: its ack or
+// termination is kept for the entry's settle (an anchor's waits for its
+// drain), and a hand-back goes at once.
+type heldMsg struct {
+	jetstream.Msg
+	settle     func() error
+	handedBack bool
+}
+
+func (h *heldMsg) Ack() error  { h.settle = h.Msg.Ack; return nil }
+func (h *heldMsg) Term() error { h.settle = h.Msg.Term; return nil }
+func (h *heldMsg) TermWithReason(reason string) error {
+	h.settle = func() error { return h.Msg.TermWithReason(reason) }
+	return nil
+}
+func (h *heldMsg) DoubleAck(context.Context) error { return h.Ack() }
+func (h *heldMsg) Nak() error                      { h.handedBack = true; return h.Msg.Nak() }
+func (h *heldMsg) NakWithDelay(d time.Duration) error {
+	h.handedBack = true
+	return h.Msg.NakWithDelay(d)
+}
+
+// storedMsg is a submission an anchor stands for, read back from INTAKE.
+// It was acked when it arrived, so its settling is a no-op; a hand-back is
+// noted for the drain to retry it, and progress is the anchor's.
+type storedMsg struct {
+	raw        *jetstream.RawStreamMsg
+	anchor     jetstream.Msg
+	handedBack bool
+}
+
+var _ jetstream.Msg = (*storedMsg)(nil)
+
+func (m *storedMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.raw.Sequence}, NumDelivered: 1, Timestamp: m.raw.Time}, nil
+}
+func (m *storedMsg) Data() []byte                     { return m.raw.Data }
+func (m *storedMsg) Headers() nats.Header             { return m.raw.Header }
+func (m *storedMsg) Subject() string                  { return m.raw.Subject }
+func (m *storedMsg) Reply() string                    { return "" }
+func (m *storedMsg) Ack() error                       { return nil }
+func (m *storedMsg) DoubleAck(context.Context) error  { return nil }
+func (m *storedMsg) Term() error                      { return nil }
+func (m *storedMsg) TermWithReason(string) error      { return nil }
+func (m *storedMsg) InProgress() error                { return m.anchor.InProgress() }
+func (m *storedMsg) Nak() error                       { m.handedBack = true; return nil }
+func (m *storedMsg) NakWithDelay(time.Duration) error { m.handedBack = true; return nil }
+
+// acceptOlder accepts, before an ordered submission, the older ordered
+// submissions of its account that are still in INTAKE and not accepted
+// yet: taken by an ingest that died (they come back only after the
+// consumer's AckWait, 30s) or by another replica that has not got to them.
+// Without it a lane's later submission overtakes them and they join the
+// lane at its tail (docs/chaos.md, bug 3). What INTAKE still holds of the
+// account below this submission and above the trimmed floor is what may
+// not be settled (a work queue holds only that; a trimmed INTAKE also what
+// was settled since the last trim, which the record lookup skips); the
+// next scan of the account starts where this one ended.
+func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.Envelope) error {
+	meta, err := m.Metadata()
+	if err != nil {
+		return nil
+	}
+	seq := meta.Sequence.Stream
+	s.scanMu.Lock()
+	from := max(s.scanned[env.Account], s.trim.Floor()) + 1
+	s.scanMu.Unlock()
+	filter := s.subj.Prefix + ".intake." + env.Account + ".>"
+	for from < seq {
+		raw, err := s.intake.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if raw.Sequence >= seq {
+			break
+		}
+		from = raw.Sequence + 1
+		f, serr := s.fieldsOf(raw.Subject, raw.Header)
+		var older event.Envelope
+		if serr == nil {
+			older, serr = s.build(f, raw.Data, raw.Time)
+		}
+		if serr != nil || older.OrderingKey == "" {
+			continue // not ordered, or refused: its own delivery settles it
+		}
+		if _, _, err := s.st.Get(ctx, older.Account, older.ID); err == nil {
+			continue
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if _, _, err := s.accept(ctx, older); errors.As(err, new(*submitError)) {
+			continue // refused (its key names another submission): its own delivery settles it
+		} else if err != nil {
+			return err
+		}
+		s.log.Info().Str("event_id", older.ID).Uint64("intake_seq", raw.Sequence).Str("before", env.ID).
+			Msg("accepted an older ordered submission still waiting in INTAKE first")
+	}
+	s.scanMu.Lock()
+	if s.scanned[env.Account] < seq-1 {
+		s.scanned[env.Account] = seq - 1
+	}
+	s.scanMu.Unlock()
+	return nil
+}
