@@ -178,6 +178,34 @@ func Meta(m *nats.Msg) (subject string, seq uint64, at time.Time, err error) {
 	return lastHeader(m.Header, jetstream.SubjectHeader), seq, at, nil
 }
 
+// appended are the headers a direct get appends to those a message was
+// stored with.
+var appended = []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
+	jetstream.TimeStampHeaer, "Nats-Num-Pending", lastSequenceHeader, "Nats-UpTo-Sequence"}
+
+// Stored is an answer as it was stored: its subject, sequence and time,
+// and its headers less what the direct get appended to them.
+func Stored(m *nats.Msg) (*jetstream.RawStreamMsg, error) {
+	subject, seq, at, err := Meta(m)
+	if err != nil {
+		return nil, err
+	}
+	h := nats.Header{}
+	for k, vs := range m.Header {
+		h[k] = append([]string(nil), vs...)
+	}
+	for _, k := range appended {
+		if vs := h.Values(k); len(vs) > 0 {
+			if vs = vs[:len(vs)-1]; len(vs) > 0 {
+				h[k] = vs
+			} else {
+				h.Del(k)
+			}
+		}
+	}
+	return &jetstream.RawStreamMsg{Subject: subject, Sequence: seq, Header: h, Data: m.Data, Time: at}, nil
+}
+
 // lastHeader is h's last value of key: the server appends what a direct
 // get says of the message (its sequence, subject, time) to the headers
 // it was stored with, which may hold such a header of their own.

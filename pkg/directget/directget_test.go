@@ -216,3 +216,32 @@ func TestGetRefusesABatchWithAnAnswerMissing(t *testing.T) {
 		}
 	}
 }
+
+// Stored gives an answer back as it was stored: its own headers, even
+// one named as a header the direct get appends, without the appended ones.
+func TestStoredDropsWhatTheDirectGetAppended(t *testing.T) {
+	t.Parallel()
+	js, g, ctx := setup(t, true)
+	m := nats.NewMsg("s.c.h")
+	m.Data = []byte("body")
+	m.Header.Set("Idempotency-Key", "k-1")
+	m.Header.Set("Nats-Msg-Id", "id-1")
+	m.Header.Set(jetstream.SubjectHeader, "its-own")
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, err := g.Get(ctx, "S", directget.Request{Seq: 1, NextFor: "s.c.>", Batch: 4})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("want the one message, got %d (%v)", len(msgs), err)
+	}
+	raw, err := directget.Stored(msgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nats.Header{"Idempotency-Key": {"k-1"}, "Nats-Msg-Id": {"id-1"}, jetstream.SubjectHeader: {"its-own"}}
+	if raw.Subject != "s.c.h" || raw.Sequence != ack.Sequence || string(raw.Data) != "body" || raw.Time.IsZero() || fmt.Sprint(raw.Header) != fmt.Sprint(want) {
+		t.Fatalf("want s.c.h at %d with body and headers %v, got %s at %d (%s, %s) with %v",
+			ack.Sequence, want, raw.Subject, raw.Sequence, raw.Data, raw.Time, raw.Header)
+	}
+}

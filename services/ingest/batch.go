@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +28,13 @@ const maxBatch = 128
 // error) takes the one-at-a-time path.
 func (s *Service) batchLoop(ctx context.Context) {
 	defer s.wg.Done()
-	queue.Batches(s.in, maxBatch, func(batch []jetstream.Msg) { s.acceptBatch(ctx, batch) })
+	queue.Batches(s.in, maxBatch, func(batch []jetstream.Msg) {
+		s.acceptBatch(ctx, batch)
+		for _, m := range batch {
+			account, _, _ := s.subj.ParseIntake(m.Subject())
+			s.live.add(account, -1)
+		}
+	})
 }
 
 type item struct {
@@ -105,8 +112,10 @@ func (s *Service) acceptBatch(ctx context.Context, msgs []jetstream.Msg) {
 // route sends an intake message to the batch loops, or — if it may belong
 // to an ordered lane — to the ordered loop of its account, which accepts
 // one message at a time in stream order, so that a lane's events are
-// appended in the order they were submitted. A message an anchor of its
-// account now stands for is acked here (orderedEntry).
+// appended in the order they were submitted. An account that fills the
+// batch loops waits in its ordered loop's queue too, behind an anchor
+// (orderedEntry), so that route goes on to the next account's
+// submissions. A message an anchor now stands for is acked here.
 func (s *Service) route(m jetstream.Msg) {
 	if h := s.o.Hooks; h != nil && h.BeforeIntake != nil {
 		f, _ := s.fieldsOf(m.Subject(), m.Headers())
@@ -116,15 +125,70 @@ func (s *Service) route(m jetstream.Msg) {
 		}
 	}
 	account, ordered := s.orderedSubmission(m.Subject(), m.Headers())
-	if !ordered {
+	h := fnv.New32a()
+	h.Write([]byte(account))
+	q := s.ordered[h.Sum32()%uint32(len(s.ordered))]
+	var anchored bool
+	switch {
+	case ordered:
+		anchored = q.push(account, m)
+	case q.extend(account, m):
+		anchored = true
+	case q.delegate && redelivered(m):
+		anchored = q.hold(account, m) // maybe an anchor whose ingest died: its drain reads what INTAKE holds after it
+	default:
+		s.live.add(account, 1)
+		select {
+		case s.in <- m:
+			return
+		default:
+		}
+		if q.delegate && s.live.add(account, 0) > floodShare {
+			s.live.add(account, -1)
+			anchored = q.hold(account, m)
+			break
+		}
 		s.in <- m
 		return
 	}
-	h := fnv.New32a()
-	h.Write([]byte(account))
-	if s.ordered[h.Sum32()%uint32(len(s.ordered))].push(account, m) {
+	if anchored {
 		_ = m.Ack()
 	}
+}
+
+// floodShare is how many of one account's submissions the batch loops
+// may have (queued or being accepted) when they are full, before the
+// account's next ones wait behind an anchor: a few batches, a fraction of
+// what they hold (Workers, 256, queued and four batches of maxBatch).
+const floodShare = 2 * maxBatch
+
+// redelivered reports whether m was delivered before.
+func redelivered(m jetstream.Msg) bool {
+	_, again := sequence(m)
+	return again
+}
+
+// liveCounts counts each account's submissions in the batch loops' hands,
+// queued for them or being accepted.
+type liveCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// add adds d to account's count and returns it.
+func (c *liveCounts) add(account string, d int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	v := c.n[account] + d
+	if v <= 0 {
+		delete(c.n, account)
+		return 0
+	}
+	c.n[account] = v
+	return v
 }
 
 // orderedSubmission reports an intake message's account and whether it

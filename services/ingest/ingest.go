@@ -17,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/keeper"
 	"github.com/tenaz/tenaz/pkg/lane"
@@ -112,8 +113,10 @@ type Service struct {
 	cc      jetstream.ConsumeContext
 	micro   micro.Service
 	in      chan jetstream.Msg
+	live    liveCounts // each account's submissions in s.in or a batch
 	ordered []*orderedQueue
 	intake  jetstream.Stream
+	gets    *directget.Mux // reads INTAKE back for anchors' drains
 	trim    *queue.Trimmer // nil when INTAKE is a work queue (a store from before)
 
 	deadlines *deadlines // purges the deadlines of applied callbacks
@@ -125,6 +128,7 @@ type Service struct {
 
 	scanMu  sync.Mutex
 	scanned map[string]uint64 // account → INTAKE sequence up to which its ordered submissions are accepted
+	drained map[string]uint64 // account → INTAKE sequence up to which a drain to INTAKE's end settled all of its submissions
 	wg      sync.WaitGroup
 	bg      sync.WaitGroup
 	cancel  context.CancelCauseFunc
@@ -213,6 +217,10 @@ func (s *Service) start(ctx context.Context) error {
 	if s.intake, err = s.js.Stream(ctx, subj.Stream(names.StreamIntake)); err != nil {
 		return fmt.Errorf("ingest: intake stream: %w", err)
 	}
+	if s.gets, err = directget.New(s.nc); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	s.Defer(func(context.Context) { s.gets.Close() })
 	if s.micro, err = s.registerMicro(); err != nil {
 		return fmt.Errorf("ingest: micro: %w", err)
 	}
@@ -225,6 +233,7 @@ func (s *Service) start(ctx context.Context) error {
 	s.deadlines = newDeadlines(s.q, s.log)
 	s.Defer(func(context.Context) { s.deadlines.close() })
 	s.scanned = map[string]uint64{}
+	s.drained = map[string]uint64{}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	s.cancel = cancel
 	s.Defer(func(context.Context) { cancel(ErrStopped); s.bg.Wait() })

@@ -8,17 +8,23 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 )
 
-// drainChunk is how many of an anchor's submissions its loop accepts
-// before the other accounts of the loop take their turn.
-const drainChunk = 16
+// drainBudget is how much of an anchor's drain its loop does before the
+// other accounts of the loop take their turn: a batch of unordered
+// submissions (accepted together), or orderedCost's worth of ordered ones
+// (each several round trips one after another).
+const (
+	drainBudget = maxBatch
+	orderedCost = maxBatch / 4
+)
 
-// orderedLoop accepts one queue's ordered submissions, each account's in
-// order, the accounts in turn.
+// orderedLoop accepts one queue's submissions, each account's in order,
+// the accounts in turn.
 func (s *Service) orderedLoop(ctx context.Context, in *orderedQueue) {
 	defer s.wg.Done()
 	done := make(chan struct{})
@@ -51,7 +57,7 @@ func (s *Service) orderedLoop(ctx context.Context, in *orderedQueue) {
 func (s *Service) take(ctx context.Context, e *orderedEntry) (done bool) {
 	if !e.accepted {
 		m := &heldMsg{Msg: e.m}
-		s.acceptOrdered(ctx, m, true)
+		s.acceptOrdered(ctx, m, e.ordered)
 		if m.handedBack {
 			return true // delivered again, it drains its account
 		}
@@ -59,17 +65,24 @@ func (s *Service) take(ctx context.Context, e *orderedEntry) (done bool) {
 		if e.redelivered {
 			// Maybe an anchor whose ingest died: nothing says how far it
 			// reached, so read what INTAKE holds of the account after it.
+			s.scanMu.Lock()
+			e.next = max(e.seq, s.drained[e.account]) + 1 // read already by a drain like this one
+			s.scanMu.Unlock()
 			e.through = max(e.through, s.intakeEnd(ctx))
-			e.next = max(e.next, e.seq+1)
 		}
 	}
-	if e.through > 0 && e.next <= e.through {
+	if e.draining() {
 		if !s.drain(ctx, e) {
 			return true // handed back: delivered again, it drains its account
 		}
-		if e.next <= e.through {
+		if e.draining() {
 			return false
 		}
+	}
+	if e.redelivered {
+		s.scanMu.Lock()
+		s.drained[e.account] = max(s.drained[e.account], e.through)
+		s.scanMu.Unlock()
 	}
 	if e.settle != nil {
 		_ = e.settle()
@@ -87,53 +100,111 @@ func (s *Service) intakeEnd(ctx context.Context) uint64 {
 	return info.State.LastSeq
 }
 
-// drain accepts, in order, the next chunk of the account's submissions an
-// anchor stands for, read from INTAKE; false when it handed the anchor
-// back instead (the service stops).
+// drain accepts the next chunk of the submissions an anchor stands for,
+// read from INTAKE by its account's subjects: those delegated to it, or,
+// for a message delivered again, every one not settled yet. Ordered ones
+// are accepted one at a time (after the older ones of their account still
+// in INTAKE, as any), the others together as a batch. False when it
+// handed the anchor back instead (the service stops).
 func (s *Service) drain(ctx context.Context, e *orderedEntry) bool {
 	filter := s.subj.Prefix + ".intake." + e.account + ".>"
-	s.scanMu.Lock()
-	e.next = max(e.next, s.scanned[e.account]+1) // accepted already, by an earlier drain or acceptOlder
-	s.scanMu.Unlock()
 	wait := 100 * time.Millisecond
-	for n := 0; n < drainChunk && e.next <= e.through; {
-		raw, err := s.intake.GetMsg(ctx, e.next, jetstream.WithGetMsgSubject(filter))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && raw.Sequence > e.through:
-			e.through = e.next - 1 // nothing more of the account up to through
-			continue
-		case err != nil:
-			if !s.retryAnchor(ctx, e, &wait, err) {
-				return false
-			}
-			continue
-		}
-		if !s.settled(ctx, raw) {
-			for {
-				m := &storedMsg{raw: raw, anchor: e.m}
-				s.acceptOrdered(ctx, m, false)
-				if !m.handedBack {
-					break
-				}
-				if !s.retryAnchor(ctx, e, &wait, errors.New("handed back")) {
+	var batch []jetstream.Msg
+	for budget := drainBudget; budget > 0 && e.draining(); {
+		if len(e.ahead) == 0 {
+			msgs, err := s.readBack(ctx, filter, e.next, maxBatch)
+			if err != nil {
+				if !s.retryAnchor(ctx, e, &wait, err) {
 					return false
 				}
+				continue
 			}
-			n++
+			e.next = e.through + 1 // nothing more of the account up to through, unless read
+			for _, raw := range msgs {
+				if raw.Sequence > e.through {
+					break
+				}
+				e.ahead = append(e.ahead, raw)
+				e.next = raw.Sequence + 1
+			}
+			continue
 		}
-		e.next = raw.Sequence + 1
+		raw := e.ahead[0]
+		e.ahead[0] = nil
+		e.ahead = e.ahead[1:]
+		if _, mine := e.delegated[raw.Sequence]; !mine && (!e.redelivered || s.settled(ctx, raw)) {
+			continue // another's: a replica's or a batch loop's that has it unacked
+		}
+		if _, ordered := s.orderedSubmission(raw.Subject, raw.Header); !ordered {
+			batch = append(batch, &storedMsg{raw: raw, anchor: e.m})
+			budget--
+			continue
+		}
+		budget -= orderedCost
+		if !s.acceptStored(ctx, e, &storedMsg{raw: raw, anchor: e.m}) {
+			return false
+		}
 	}
-	s.scanMu.Lock()
-	s.scanned[e.account] = max(s.scanned[e.account], e.next-1)
-	s.scanMu.Unlock()
+	s.acceptBatch(ctx, batch)
+	for _, m := range batch {
+		if m := m.(*storedMsg); m.handedBack && !s.acceptStored(ctx, e, &storedMsg{raw: m.raw, anchor: e.m}) {
+			return false
+		}
+	}
 	return true
 }
 
-// settled reports whether a submission in an anchor's range is another
-// path's to settle: not ordered (a batch loop's), and already accepted.
-// One that is not ordered under the config of now but has no record may
-// have been acked for the anchor under the config before a reload, so it
-// is accepted here; should the batch loop have it too, the accept is
+// readBack reads up to n of INTAKE's messages on filter from sequence
+// from, in one direct get (one at a time from a store whose INTAKE
+// answers none: applied before it did).
+func (s *Service) readBack(ctx context.Context, filter string, from uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+	msgs, _, err := s.gets.Get(ctx, s.intake.CachedInfo().Config.Name, directget.Request{Seq: from, NextFor: filter, Batch: n})
+	if errors.Is(err, directget.ErrNoDirect) {
+		raw, err := s.intake.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []*jetstream.RawStreamMsg{raw}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*jetstream.RawStreamMsg, 0, len(msgs))
+	for _, m := range msgs {
+		raw, err := directget.Stored(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, raw)
+	}
+	return out, nil
+}
+
+// acceptStored accepts a submission an anchor stands for, retrying in
+// place what is handed back; false when the service stops, after handing
+// the anchor back.
+func (s *Service) acceptStored(ctx context.Context, e *orderedEntry, m *storedMsg) bool {
+	wait := 100 * time.Millisecond
+	for {
+		s.acceptOrdered(ctx, m, true)
+		if !m.handedBack {
+			return true
+		}
+		if !s.retryAnchor(ctx, e, &wait, errors.New("handed back")) {
+			return false
+		}
+		m.handedBack = false
+	}
+}
+
+// settled reports whether a submission behind a message delivered again
+// is already accepted and not ordered, so the batch loops settled it. One
+// that is not ordered under the config of now but has no record may have
+// been delegated (or ordered under the config before a reload), so it is
+// accepted here; should a batch loop have it too, the accept is
 // idempotent.
 func (s *Service) settled(ctx context.Context, raw *jetstream.RawStreamMsg) bool {
 	if _, ordered := s.orderedSubmission(raw.Subject, raw.Header); ordered {
@@ -159,7 +230,7 @@ func (s *Service) retryAnchor(ctx context.Context, e *orderedEntry, wait *time.D
 		_ = e.m.Nak()
 		return false
 	}
-	s.log.Warn().Err(err).Str("account", e.account).Uint64("intake_seq", e.next).Msg("an ordered submission behind an anchor failed; retrying in place")
+	s.log.Warn().Err(err).Str("account", e.account).Uint64("intake_seq", e.next).Msg("a submission behind an anchor failed; retrying in place")
 	_ = e.m.InProgress()
 	select {
 	case <-ctx.Done():

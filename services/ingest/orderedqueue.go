@@ -43,29 +43,47 @@ type orderedQueue struct {
 	delegate bool // acks past heldPerAccount: only where INTAKE is trimmed, not a work queue whose ack deletes
 }
 
-// orderedEntry is one ordered submission waiting for its loop. An anchor
-// also stands for its account's later ordered submissions up to the
-// INTAKE sequence through, which were acked as they arrived: the loop
-// accepts the anchor, then reads those from INTAKE in chunks, and acks
-// the anchor last. Unacked, the anchor holds INTAKE's trim floor below
-// them, so none is trimmed before it is accepted. An anchor's message
-// delivered again (its ingest died) reads everything of its account after
-// it in INTAKE, since nothing else says how far it reached (drain).
+// orderedEntry is one submission waiting for its loop. An anchor also
+// stands for later submissions of its account, up to the INTAKE sequence
+// through, which were acked as they arrived (delegated): the loop accepts
+// the anchor, then reads those back from INTAKE in chunks and accepts
+// them, and acks the anchor last. Unacked, the anchor holds INTAKE's trim
+// floor below them, so none is trimmed before it is accepted. A message
+// delivered again (maybe an anchor whose ingest died) reads everything of
+// its account after it in INTAKE, since nothing else says how far it
+// reached (drain).
 type orderedEntry struct {
 	m       jetstream.Msg
 	account string
 	seq     uint64 // m's INTAKE sequence; 0 when its metadata could not be read
 	size    int    // what it counts against maxQueuedBytes
+	ordered bool   // m may belong to an ordered lane; else it waits here behind its account's flood
 
-	// redelivered: m was delivered before, maybe as an anchor whose ingest
-	// died, so it drains its account to INTAKE's end (only where anchors
-	// are made).
+	// redelivered: m was delivered before, so it drains its account to
+	// INTAKE's end (only where anchors are made).
 	redelivered bool
 
-	through  uint64       // an anchor's last acked submission; 0 for a plain entry
-	accepted bool         // m itself is accepted (settled but for its ack)
-	next     uint64       // the INTAKE sequence an anchor's drain reads from next
-	settle   func() error // m's ack or termination, made once an anchor's drain is done
+	through   uint64                    // an anchor's last delegated submission; 0 for a plain entry
+	delegated map[uint64]struct{}       // the INTAKE sequences acked for the anchor
+	accepted  bool                      // m itself is accepted (settled but for its ack)
+	next      uint64                    // the INTAKE sequence an anchor's drain reads from next
+	ahead     []*jetstream.RawStreamMsg // read back by the drain, not taken yet
+	settle    func() error              // m's ack or termination, made once an anchor's drain is done
+}
+
+// draining reports whether e is an anchor with submissions left to take.
+func (e *orderedEntry) draining() bool {
+	return e.through > 0 && (e.next <= e.through || len(e.ahead) > 0)
+}
+
+// delegate makes e an anchor standing for seq as well.
+func (e *orderedEntry) delegate(seq uint64) {
+	if e.through == 0 {
+		e.next = e.seq + 1
+		e.delegated = map[uint64]struct{}{}
+	}
+	e.delegated[seq] = struct{}{}
+	e.through = max(e.through, seq)
 }
 
 func newOrderedQueue(delegate bool) *orderedQueue {
@@ -86,25 +104,53 @@ func queuedSize(m jetstream.Msg) int {
 	return n
 }
 
-// push queues account's m, waiting while the queue holds maxQueuedBytes
-// (a message larger than that still goes into an empty queue). It reports
-// true when an anchor of the account now stands for m: the caller acks m.
+// push queues account's ordered m, waiting while the queue holds
+// maxQueuedBytes (a message larger than that still goes into an empty
+// queue). It reports true when an anchor of the account now stands for
+// m: the caller acks m.
 func (q *orderedQueue) push(account string, m jetstream.Msg) (anchored bool) {
-	var seq uint64
-	var redelivered bool
-	if meta, err := m.Metadata(); err == nil {
-		seq, redelivered = meta.Sequence.Stream, q.delegate && meta.NumDelivered > 1
+	return q.add(account, m, true, false)
+}
+
+// extend makes the account's newest waiting entry, when it is an anchor,
+// stand for m as well, and reports whether it does: the caller acks m.
+// An account flooding unordered submissions keeps them behind its anchor
+// while it has one.
+func (q *orderedQueue) extend(account string, m jetstream.Msg) bool {
+	seq, redelivered := sequence(m)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	held := q.accounts[account]
+	if !q.delegate || seq == 0 || redelivered || len(held) == 0 {
+		return false
 	}
+	if last := held[len(held)-1]; last.through > 0 && last.seq < seq {
+		last.delegate(seq)
+		return true
+	}
+	return false
+}
+
+// hold queues account's unordered m, as an anchor for the account's next
+// submissions: the account fills the batch loops, and the others'
+// submissions behind it in INTAKE must not wait for them. Reports true
+// when an anchor already waiting stands for m instead: the caller acks m.
+func (q *orderedQueue) hold(account string, m jetstream.Msg) (anchored bool) {
+	return q.add(account, m, false, true)
+}
+
+// add queues m, or delegates it to the account's newest entry: an ordered
+// m once the account holds heldPerAccount, an unordered one (anchor set)
+// whenever that entry is older.
+func (q *orderedQueue) add(account string, m jetstream.Msg, ordered, anchor bool) (anchored bool) {
+	seq, redelivered := sequence(m)
 	n := queuedSize(m)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.delegate && seq > 0 {
-		if held := q.accounts[account]; len(held) >= heldPerAccount {
+	if q.delegate && seq > 0 && !redelivered { // one delivered again drains behind itself (maybe a dead ingest's anchor)
+		if held := q.accounts[account]; len(held) >= heldPerAccount || anchor && len(held) > 0 {
 			if last := held[len(held)-1]; last.seq > 0 && last.seq < seq {
-				if last.through == 0 {
-					last.next = last.seq + 1
-				}
-				last.through = max(last.through, seq)
+				last.delegate(seq)
 				return true
 			}
 		}
@@ -115,10 +161,25 @@ func (q *orderedQueue) push(account string, m jetstream.Msg) (anchored bool) {
 	if len(q.accounts[account]) == 0 {
 		q.turn = append(q.turn, account)
 	}
-	q.accounts[account] = append(q.accounts[account], &orderedEntry{m: m, account: account, seq: seq, size: n, redelivered: redelivered && seq > 0})
+	e := &orderedEntry{m: m, account: account, seq: seq, size: n, ordered: ordered,
+		redelivered: q.delegate && redelivered && seq > 0}
+	if anchor && q.delegate && seq > 0 {
+		e.through, e.next, e.delegated = seq, seq+1, map[uint64]struct{}{}
+	}
+	q.accounts[account] = append(q.accounts[account], e)
 	q.bytes += n
 	q.cond.Broadcast()
 	return false
+}
+
+// sequence is m's INTAKE sequence (0 when its metadata cannot be read)
+// and whether it was delivered before.
+func sequence(m jetstream.Msg) (uint64, bool) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return 0, false
+	}
+	return meta.Sequence.Stream, meta.NumDelivered > 1
 }
 
 // pop takes the oldest entry of the account whose turn it is, waiting for
