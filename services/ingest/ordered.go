@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -90,12 +91,13 @@ func (s *Service) take(ctx context.Context, e *orderedEntry) (done bool) {
 	return true
 }
 
-// intakeEnd is INTAKE's last sequence, or the largest there is when it
-// cannot be read (a drain then ends at the account's last message).
+// intakeEnd is INTAKE's last sequence, or, when it cannot be read, one
+// past any there will be (a drain then ends at the account's last
+// message; the one past it still fits a sequence).
 func (s *Service) intakeEnd(ctx context.Context) uint64 {
 	info, err := s.intake.Info(ctx)
 	if err != nil {
-		return ^uint64(0)
+		return math.MaxUint64 / 2
 	}
 	return info.State.LastSeq
 }
