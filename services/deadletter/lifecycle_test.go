@@ -43,13 +43,32 @@ func (e *env) items(req ops.ListRequest) []ops.Item {
 	return rep.Items
 }
 
-// intakeLeft counts the submissions INTAKE holds unsettled: not taken by
-// ingest yet, or taken and not acknowledged. (Settled ones after the first
-// unsettled one stay in the stream until the trimmer passes it.)
+// intakeLeft counts the submissions INTAKE holds for ingest and DEAD does
+// not keep: not taken by ingest yet, or taken and waiting. (Settled ones
+// after the first unsettled one stay in the stream until the trimmer
+// passes it.)
 func (e *env) intakeLeft() uint64 {
 	e.t.Helper()
+	// Kept: DEAD's entries name the INTAKE message they keep
+	// (Nats-Msg-Id intake-<seq>).
+	kept := map[string]bool{}
+	dst, st := e.deadStream()
+	for seq := st.FirstSeq; st.Msgs > 0 && seq <= st.LastSeq; seq++ {
+		if m, err := dst.GetMsg(context.Background(), seq); err == nil {
+			kept[m.Header.Get(jetstream.MsgIDHeader)] = true
+		}
+	}
+	// Waiting: above the ack floor (unacked, or acked for the anchor that
+	// holds the floor and waits with them, as a refusal DEAD has no room
+	// for does) and not kept.
 	ci := e.ConsumerInfo(names.StreamIntake, "ingest")
-	return ci.NumPending + uint64(ci.NumAckPending)
+	left := ci.NumPending
+	for seq := ci.AckFloor.Stream + 1; seq <= ci.Delivered.Stream; seq++ {
+		if !kept[fmt.Sprintf("intake-%d", seq)] {
+			left++
+		}
+	}
+	return left
 }
 
 // Discard, resolve and replay end an entry's stay in DEAD: its message,

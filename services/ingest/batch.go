@@ -125,9 +125,7 @@ func (s *Service) route(m jetstream.Msg) {
 		}
 	}
 	account, ordered := s.orderedSubmission(m.Subject(), m.Headers())
-	h := fnv.New32a()
-	h.Write([]byte(account))
-	q := s.ordered[h.Sum32()%uint32(len(s.ordered))]
+	q := s.orderedQueueOf(account)
 	var anchored bool
 	switch {
 	case ordered:
@@ -154,6 +152,36 @@ func (s *Service) route(m jetstream.Msg) {
 	if anchored {
 		_ = m.Ack()
 	}
+}
+
+// orderedQueueOf is the queue of account's ordered loop.
+func (s *Service) orderedQueueOf(account string) *orderedQueue {
+	h := fnv.New32a()
+	h.Write([]byte(account))
+	return s.ordered[h.Sum32()%uint32(len(s.ordered))]
+}
+
+// holdRefusal hands a refused submission DEAD has no room for to its
+// account's ordered loop, which keeps it in INTAKE until DEAD has room,
+// the account's next such refusals behind it as its anchor. Handed back
+// to the server instead, each would hold its slot of the ack window while
+// it waits, and one producer's refusals would fill the window and stop
+// every account's intake. False where nothing is anchored (a work-queue
+// INTAKE), and for a message its loop already holds.
+func (s *Service) holdRefusal(m jetstream.Msg) bool {
+	switch m.(type) {
+	case *storedMsg, *heldMsg:
+		return false
+	}
+	account, _, _ := s.subj.ParseIntake(m.Subject())
+	q := s.orderedQueueOf(account)
+	if !q.delegate {
+		return false
+	}
+	if q.hold(account, m) {
+		_ = m.Ack()
+	}
+	return true
 }
 
 // floodShare is how many of one account's submissions the batch loops

@@ -326,7 +326,9 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Msg("keeping a rejected submission failed; will retry")
-		_ = m.NakWithDelay(retryDelay(m, err))
+		if !store.IsFull(err) || !s.holdRefusal(m) {
+			_ = m.NakWithDelay(retryDelay(m, err))
+		}
 		return
 	}
 	s.metrics.Rejected(serr.Code) // after the write: a retried one counts once

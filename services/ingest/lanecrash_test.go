@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,5 +333,72 @@ func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	}
 	if floodFirst > flood/2 {
 		t.Fatalf("want calm's submissions accepted while most of the flood waits, got %d of the flood's %d accepted first", floodFirst, flood)
+	}
+}
+
+// A producer's refusals that a full DEAD cannot take do not stop the
+// other accounts' intake. Each waits in INTAKE until DEAD has room; NAKed
+// back with a delay, as they were, each held its slot of the ingest
+// consumer's ack window (4,096) meanwhile, so 10,000 of them stopped
+// calm's submissions behind them. Now the first waits in its account's
+// ordered loop as an anchor, and the rest are acked for it. Once DEAD has
+// room (here: its bound is lifted, as an operator's discard or a larger
+// bound would), every refusal is kept, none lost.
+func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
+	t.Parallel()
+	const refused, calm = 10000, 20
+	h := setup(t, baseYAML+"deadletter: {max_bytes: 4194304}\n", withTimeout(3*time.Minute))
+	servicetest.Stop(t, h.ing)
+	p := &publisher{h: h}
+	pad := strings.Repeat("x", 1000)
+	for i := range refused {
+		m := nats.NewMsg("tenaz.intake.noisy.no.such.kind")
+		m.Data = []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad))
+		m.Header.Set("Idempotency-Key", fmt.Sprintf("r-%05d", i))
+		p.publish(m)
+	}
+	for i := range calm {
+		m := nats.NewMsg("tenaz.intake.calm.order.create")
+		m.Data = []byte(fmt.Sprintf(`{"order_id":"c-%02d"}`, i))
+		m.Header.Set("Idempotency-Key", fmt.Sprintf("c-%02d", i))
+		p.publish(m)
+	}
+	last := p.wait()
+
+	h.startIngest(nil)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		for i := range calm {
+			if _, ok := h.Lookup(event.ID("calm", fmt.Sprintf("c-%02d", i))); !ok {
+				return false
+			}
+		}
+		return true
+	}, "want calm's %d submissions accepted while DEAD is full", calm)
+	deadInfo := func() *jetstream.StreamInfo {
+		st, err := h.JS.Stream(h.Ctx(), names.StreamDead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(h.Ctx())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	info := deadInfo()
+	if info.State.Msgs >= refused {
+		t.Fatalf("want DEAD full before it took all %d refusals, got %d", refused, info.State.Msgs)
+	}
+	t.Logf("DEAD full at %d of the %d refusals; calm's accepted", info.State.Msgs, refused)
+
+	cfg := info.Config
+	cfg.MaxBytes = -1
+	if _, err := h.JS.UpdateStream(h.Ctx(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 90*time.Second, func() bool { return h.intakeSettled(last) },
+		"want every INTAKE message settled once DEAD has room")
+	if n := deadInfo().State.Msgs; n != refused {
+		t.Fatalf("want all %d refusals kept in DEAD, got %d", refused, n)
 	}
 }

@@ -1,9 +1,11 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,7 +49,11 @@ func (s *Service) orderedLoop(ctx context.Context, in *orderedQueue) {
 		if !ok {
 			return
 		}
-		if !s.take(ctx, e) {
+		switch {
+		case s.take(ctx, e):
+		case in.closing() && !e.notBefore.IsZero():
+			_ = e.m.Nak() // stopping: what waits goes to another replica, which drains behind it
+		default:
 			in.putBack(e)
 		}
 	}
@@ -60,8 +66,14 @@ func (s *Service) take(ctx context.Context, e *orderedEntry) (done bool) {
 		m := &heldMsg{Msg: e.m}
 		s.acceptOrdered(ctx, m, e.ordered)
 		if m.handedBack {
-			return true // delivered again, it drains its account
+			if ctx.Err() != nil {
+				_ = e.m.Nak() // stopping: delivered again, it drains its account
+				return true
+			}
+			e.later() // kept here rather than handed back, which would hold its slot in the ack window all the same
+			return false
 		}
+		e.wait, e.notBefore = 0, time.Time{}
 		e.accepted, e.settle = true, m.settle
 		if e.redelivered {
 			// Maybe an anchor whose ingest died: nothing says how far it
@@ -74,7 +86,8 @@ func (s *Service) take(ctx context.Context, e *orderedEntry) (done bool) {
 	}
 	if e.draining() {
 		if !s.drain(ctx, e) {
-			return true // handed back: delivered again, it drains its account
+			_ = e.m.Nak() // stopping: delivered again, it drains its account
+			return true
 		}
 		if e.draining() {
 			return false
@@ -106,19 +119,24 @@ func (s *Service) intakeEnd(ctx context.Context) uint64 {
 // read from INTAKE by its account's subjects: those delegated to it, or,
 // for a message delivered again, every one not settled yet. Ordered ones
 // are accepted one at a time (after the older ones of their account still
-// in INTAKE, as any), the others together as a batch. False when it
-// handed the anchor back instead (the service stops).
+// in INTAKE, as any), the others together as a batch. What fails (a
+// read, a refusal DEAD has no room for) waits at the head of the anchor's
+// submissions, and the anchor waits (later). False when the service
+// stops.
 func (s *Service) drain(ctx context.Context, e *orderedEntry) bool {
 	filter := s.subj.Prefix + ".intake." + e.account + ".>"
-	wait := 100 * time.Millisecond
 	var batch []jetstream.Msg
-	for budget := drainBudget; budget > 0 && e.draining(); {
+	var again []*jetstream.RawStreamMsg // handed back, taken again after a wait
+	failed := false                     // a read failed
+	for budget := drainBudget; budget > 0 && e.draining() && len(again) == 0 && !failed; {
 		if len(e.ahead) == 0 {
 			msgs, err := s.readBack(ctx, filter, e.next, maxBatch)
 			if err != nil {
-				if !s.retryAnchor(ctx, e, &wait, err) {
+				if ctx.Err() != nil {
 					return false
 				}
+				s.log.Warn().Err(err).Str("account", e.account).Msg("reading submissions behind an anchor failed; will retry")
+				failed = true
 				continue
 			}
 			e.next = e.through + 1 // nothing more of the account up to through, unless read
@@ -137,22 +155,33 @@ func (s *Service) drain(ctx context.Context, e *orderedEntry) bool {
 		if _, mine := e.delegated[raw.Sequence]; !mine && (!e.redelivered || s.settled(ctx, raw)) {
 			continue // another's: a replica's or a batch loop's that has it unacked
 		}
+		m := &storedMsg{raw: raw, anchor: e.m}
 		if _, ordered := s.orderedSubmission(raw.Subject, raw.Header); !ordered {
-			batch = append(batch, &storedMsg{raw: raw, anchor: e.m})
+			batch = append(batch, m)
 			budget--
 			continue
 		}
 		budget -= orderedCost
-		if !s.acceptStored(ctx, e, &storedMsg{raw: raw, anchor: e.m}) {
-			return false
+		if s.acceptOrdered(ctx, m, true); m.handedBack {
+			again = append(again, raw)
 		}
 	}
 	s.acceptBatch(ctx, batch)
 	for _, m := range batch {
-		if m := m.(*storedMsg); m.handedBack && !s.acceptStored(ctx, e, &storedMsg{raw: m.raw, anchor: e.m}) {
-			return false
+		if m := m.(*storedMsg); m.handedBack {
+			again = append(again, m.raw)
 		}
 	}
+	if len(again) > 0 && ctx.Err() != nil {
+		return false
+	}
+	if len(again) == 0 && !failed {
+		e.wait, e.notBefore = 0, time.Time{}
+		return true
+	}
+	slices.SortFunc(again, func(a, b *jetstream.RawStreamMsg) int { return cmp.Compare(a.Sequence, b.Sequence) })
+	e.ahead = append(again, e.ahead...)
+	e.later()
 	return true
 }
 
@@ -185,23 +214,6 @@ func (s *Service) readBack(ctx context.Context, filter string, from uint64, n in
 	return out, nil
 }
 
-// acceptStored accepts a submission an anchor stands for, retrying in
-// place what is handed back; false when the service stops, after handing
-// the anchor back.
-func (s *Service) acceptStored(ctx context.Context, e *orderedEntry, m *storedMsg) bool {
-	wait := 100 * time.Millisecond
-	for {
-		s.acceptOrdered(ctx, m, true)
-		if !m.handedBack {
-			return true
-		}
-		if !s.retryAnchor(ctx, e, &wait, errors.New("handed back")) {
-			return false
-		}
-		m.handedBack = false
-	}
-}
-
 // settled reports whether a submission behind a message delivered again
 // is already accepted and not ordered, so the batch loops settled it. One
 // that is not ordered under the config of now but has no record may have
@@ -222,24 +234,6 @@ func (s *Service) settled(ctx context.Context, raw *jetstream.RawStreamMsg) bool
 	}
 	_, _, err := s.st.Get(ctx, env.Account, env.ID)
 	return err == nil
-}
-
-// retryAnchor waits before an anchor's drain tries again, keeping the
-// anchor in progress; false when the service stops, after handing the
-// anchor back.
-func (s *Service) retryAnchor(ctx context.Context, e *orderedEntry, wait *time.Duration, err error) bool {
-	if ctx.Err() != nil {
-		_ = e.m.Nak()
-		return false
-	}
-	s.log.Warn().Err(err).Str("account", e.account).Uint64("intake_seq", e.next).Msg("a submission behind an anchor failed; retrying in place")
-	_ = e.m.InProgress()
-	select {
-	case <-ctx.Done():
-	case <-time.After(*wait):
-	}
-	*wait = min(2**wait, 5*time.Second)
-	return true
 }
 
 // acceptOrdered accepts one ordered submission, after the older ones of
@@ -279,7 +273,8 @@ func (s *Service) acceptOrdered(ctx context.Context, m jetstream.Msg, older bool
 
 // heldMsg is an entry's own message while it is accepted: its ack or
 // termination is kept for the entry's settle (an anchor's waits for its
-// drain), and a hand-back goes at once.
+// drain), and a hand-back is noted for the entry to be taken again later
+// (take), not made.
 type heldMsg struct {
 	jetstream.Msg
 	settle     func() error
@@ -292,12 +287,9 @@ func (h *heldMsg) TermWithReason(reason string) error {
 	h.settle = func() error { return h.Msg.TermWithReason(reason) }
 	return nil
 }
-func (h *heldMsg) DoubleAck(context.Context) error { return h.Ack() }
-func (h *heldMsg) Nak() error                      { h.handedBack = true; return h.Msg.Nak() }
-func (h *heldMsg) NakWithDelay(d time.Duration) error {
-	h.handedBack = true
-	return h.Msg.NakWithDelay(d)
-}
+func (h *heldMsg) DoubleAck(context.Context) error  { return h.Ack() }
+func (h *heldMsg) Nak() error                       { h.handedBack = true; return nil }
+func (h *heldMsg) NakWithDelay(time.Duration) error { h.handedBack = true; return nil }
 
 // storedMsg is a submission an anchor stands for, read back from INTAKE.
 // It was acked when it arrived, so its settling is a no-op; a hand-back is

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -69,6 +70,19 @@ type orderedEntry struct {
 	next      uint64                    // the INTAKE sequence an anchor's drain reads from next
 	ahead     []*jetstream.RawStreamMsg // read back by the drain, not taken yet
 	settle    func() error              // m's ack or termination, made once an anchor's drain is done
+
+	// notBefore: the entry waits until then before it is taken again (a
+	// refusal DEAD had no room for, or a read that failed); wait is how
+	// long it waited last, doubled on each failure in a row.
+	notBefore time.Time
+	wait      time.Duration
+}
+
+// later has e wait before it is taken again, twice as long as the last
+// time in a row, from a second up to 30 s.
+func (e *orderedEntry) later() {
+	e.wait = min(max(2*e.wait, time.Second), 30*time.Second)
+	e.notBefore = time.Now().Add(e.wait)
 }
 
 // draining reports whether e is an anchor with submissions left to take.
@@ -182,35 +196,57 @@ func sequence(m jetstream.Msg) (uint64, bool) {
 	return meta.Sequence.Stream, meta.NumDelivered > 1
 }
 
-// pop takes the oldest entry of the account whose turn it is, waiting for
-// one; false once the queue is closed and empty.
+// pop takes the oldest entry of the account whose turn it is, passing
+// over an account whose oldest entry waits (notBefore), and waits for
+// one; false once the queue is closed and empty. A closed queue waits for
+// no entry.
 func (q *orderedQueue) pop() (*orderedEntry, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.turn) == 0 && !q.closed {
+	for {
+		if len(q.turn) == 0 {
+			if q.closed {
+				return nil, false
+			}
+			q.cond.Wait()
+			continue
+		}
+		now := time.Now()
+		var soonest time.Time
+		for i, account := range q.turn {
+			held := q.accounts[account]
+			e := held[0]
+			if !q.closed && e.notBefore.After(now) {
+				if soonest.IsZero() || e.notBefore.Before(soonest) {
+					soonest = e.notBefore
+				}
+				continue
+			}
+			q.turn = slices.Delete(q.turn, i, i+1)
+			held[0] = nil
+			if held = held[1:]; len(held) > 0 {
+				q.accounts[account] = held
+				q.turn = append(q.turn, account)
+			} else {
+				delete(q.accounts, account)
+			}
+			q.bytes -= e.size
+			q.cond.Broadcast()
+			return e, true
+		}
+		wake := time.AfterFunc(soonest.Sub(now), func() {
+			q.mu.Lock()
+			q.cond.Broadcast()
+			q.mu.Unlock()
+		})
 		q.cond.Wait()
+		wake.Stop()
 	}
-	if len(q.turn) == 0 {
-		return nil, false
-	}
-	account := q.turn[0]
-	q.turn = q.turn[1:]
-	held := q.accounts[account]
-	e := held[0]
-	held[0] = nil
-	if held = held[1:]; len(held) > 0 {
-		q.accounts[account] = held
-		q.turn = append(q.turn, account)
-	} else {
-		delete(q.accounts, account)
-	}
-	q.bytes -= e.size
-	q.cond.Broadcast()
-	return e, true
 }
 
-// putBack returns an anchor whose drain has more to read to the head of
-// its account's entries; its account takes its next turn after the others.
+// putBack returns an entry that is not done (an anchor with more to
+// read, or one waiting until its notBefore) to the head of its account's
+// entries; its account takes its next turn after the others.
 func (q *orderedQueue) putBack(e *orderedEntry) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -221,6 +257,13 @@ func (q *orderedQueue) putBack(e *orderedEntry) {
 	q.accounts[e.account] = append([]*orderedEntry{e}, held...)
 	q.bytes += e.size
 	q.cond.Broadcast()
+}
+
+// closing reports whether the queue is closed: the service stops.
+func (q *orderedQueue) closing() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
 }
 
 // close lets pop drain what is queued and then report the end.

@@ -177,3 +177,28 @@ func TestOrderedQueueAnchorsAFloodAndServesAccountsInTurn(t *testing.T) {
 		}
 	}
 }
+
+// An entry that waits (notBefore) is passed over for the other accounts'
+// entries, and taken once its time comes; a closed queue waits for none.
+func TestOrderedQueuePassesOverAWaitingEntry(t *testing.T) {
+	t.Parallel()
+	q := newOrderedQueue(true)
+	q.push("full", seqMsg{seq: 1})
+	waiting, _ := q.pop()
+	waiting.notBefore = time.Now().Add(300 * time.Millisecond)
+	q.putBack(waiting)
+	q.push("calm", seqMsg{seq: 2})
+	if e, _ := q.pop(); e.account != "calm" {
+		t.Fatalf("want calm's entry while full's waits, got %s's", e.account)
+	}
+	e, _ := q.pop() // waits for full's entry's time
+	if e != waiting || time.Now().Before(waiting.notBefore) {
+		t.Fatalf("want full's entry once its time came, got %s's at %s (not before %s)", e.account, time.Now(), waiting.notBefore)
+	}
+	waiting.notBefore = time.Now().Add(time.Hour)
+	q.putBack(waiting)
+	q.close()
+	if e, ok := q.pop(); !ok || e != waiting {
+		t.Fatal("want a closed queue to give a waiting entry at once")
+	}
+}
