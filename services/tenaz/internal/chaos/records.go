@@ -131,9 +131,11 @@ func reconcile(nc *nats.Conn) (reconcileReport, error) {
 	return rep, errors.Join(errors.New("reconcile: no answer"), last)
 }
 
-// intakeBacklog is how many submissions wait in INTAKE for ingest (its
-// consumer's pending and unacknowledged messages; the stream also holds
-// keeper messages that nobody consumes).
+// intakeBacklog is how many submissions wait in INTAKE for ingest, at
+// most: its consumer's pending messages, and those above its ack floor
+// (unacknowledged, or acked for an anchor that holds the floor and waits
+// with them; docs/architecture.md). The stream also holds keeper messages
+// that nobody consumes.
 func intakeBacklog(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -145,5 +147,5 @@ func intakeBacklog(ctx context.Context, js jetstream.JetStream) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
-	return info.NumPending + uint64(info.NumAckPending), nil
+	return info.NumPending + info.Delivered.Stream - info.AckFloor.Stream, nil
 }
