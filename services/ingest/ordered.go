@@ -215,12 +215,16 @@ func (s *Service) readBack(ctx context.Context, filter string, from uint64, n in
 }
 
 // settled reports whether a submission behind a message delivered again
-// is already accepted and not ordered, so the batch loops settled it. One
-// that is not ordered under the config of now but has no record may have
-// been delegated (or ordered under the config before a reload), so it is
-// accepted here; should a batch loop have it too, the accept is
-// idempotent.
+// is another path's to settle: one an HTTP handler may wait for (never
+// delegated, see answered), or one not ordered that is accepted already
+// (a batch loop's). One that is not ordered under the config of now but
+// has no record may have been delegated (or ordered under the config
+// before a reload), so it is accepted here; should a batch loop have it
+// too, the accept is idempotent.
 func (s *Service) settled(ctx context.Context, raw *jetstream.RawStreamMsg) bool {
+	if raw.Header.Get(headerReply) != "" {
+		return true // never delegated: its own delivery settles it (answered)
+	}
 	if _, ordered := s.orderedSubmission(raw.Subject, raw.Header); ordered {
 		return false
 	}
