@@ -78,6 +78,7 @@ const (
 const (
 	NameAccepted     = "tenaz_events_accepted_total"
 	NameRejected     = "tenaz_events_rejected_total"
+	NameAnchored     = "tenaz_intake_anchored_total"
 	NameWait         = "tenaz_wait_seconds"
 	NameDelivery     = "tenaz_delivery_duration_seconds"
 	NameAttempts     = "tenaz_attempts_total"
@@ -137,6 +138,8 @@ var Catalog = []Info{
 		Help: "Events accepted (created; duplicates not counted)."},
 	{Name: NameRejected, Type: Counter, Labels: []string{"reason"}, Emitter: "ingest",
 		Help: "Submissions refused, by error code (malformed, too_large, unknown_kind, schema_violation, ...)."},
+	{Name: NameAnchored, Type: Counter, Labels: []string{"account"}, Emitter: "ingest",
+		Help: "Submissions acked for their account's anchor as they arrived, to be read back from INTAKE and accepted in turns: the account filled its share of ingest (a flood), or DEAD had no room for its refusals."},
 	{Name: NameWait, Type: Histogram, Labels: []string{"account", "kind"}, Emitter: "dispatcher",
 		Help:    "Seconds from when an event became due (accepted, or its not_before) to the start of its first attempt.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}},

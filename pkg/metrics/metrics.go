@@ -44,6 +44,7 @@ type core struct {
 	places *places
 
 	accepted, rejected, attempts, retries, outcomes    *prometheus.CounterVec
+	anchored                                           *prometheus.CounterVec
 	dead, review, repairs, callbacks, polls, throttled *prometheus.CounterVec
 	trimFailures                                       *prometheus.CounterVec
 	wait, delivery                                     *prometheus.HistogramVec
@@ -210,6 +211,7 @@ func (s *Set) newCore(o Options) *core {
 	}
 	c.accepted = counter(NameAccepted)
 	c.rejected = counter(NameRejected)
+	c.anchored = counter(NameAnchored)
 	c.wait = histogram(NameWait)
 	c.delivery = histogram(NameDelivery)
 	c.attempts = counter(NameAttempts)
@@ -233,12 +235,12 @@ func (s *Set) newCore(o Options) *core {
 
 // byAccount is every vector with an account label.
 func (c *core) byAccount() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{c.accepted.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
+	return []*prometheus.MetricVec{c.accepted.MetricVec, c.anchored.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
 		c.retries.MetricVec, c.outcomes.MetricVec, c.dead.MetricVec, c.review.MetricVec}
 }
 
 func (c *core) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.accepted, c.rejected, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
+	return []prometheus.Collector{c.accepted, c.rejected, c.anchored, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
 		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled, c.trimFailures}
 }
 
@@ -345,6 +347,13 @@ func stateLabel(s state.State) string {
 func (s *Set) Accepted(account, kind string) {
 	c := s.core()
 	c.accepted.WithLabelValues(c.places.record(account), kindLabel(kind)).Inc()
+}
+
+// Anchored counts a submission acked for its account's anchor
+// (services/ingest: a flood, or refusals DEAD has no room for).
+func (s *Set) Anchored(account string) {
+	c := s.core()
+	c.anchored.WithLabelValues(c.places.record(account)).Inc()
 }
 
 // Rejected counts a submission refused by ingest, by its error code.

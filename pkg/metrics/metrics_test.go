@@ -285,6 +285,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s, reg := setup(t)
 	s.Accepted("a", "k")
 	s.Rejected("r")
+	s.Anchored("a")
 	s.WaitTime("a", "k", time.Second)
 	s.DeliveryLatency("a", "k", "t", time.Second)
 	s.Attempt("a", "k", outcome.ClassSuccess)

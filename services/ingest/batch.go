@@ -150,6 +150,7 @@ func (s *Service) route(m jetstream.Msg) {
 		return
 	}
 	if anchored {
+		s.metrics.Anchored(account)
 		_ = m.Ack()
 	}
 }
@@ -182,6 +183,7 @@ func (s *Service) holdRefusal(m jetstream.Msg) bool {
 		return false
 	}
 	if q.hold(account, m) {
+		s.metrics.Anchored(account)
 		_ = m.Ack()
 	}
 	return true

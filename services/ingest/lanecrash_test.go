@@ -10,8 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -284,7 +286,12 @@ func (p *publisher) wait() uint64 {
 func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	t.Parallel()
 	const flood, calm = 3000, 20
-	h := setup(t, baseYAML)
+	reg := prometheus.NewRegistry()
+	set, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := setup(t, baseYAML, withMetrics(set))
 	servicetest.Stop(t, h.ing)
 	p := &publisher{h: h}
 	publish := func(account, key string) {
@@ -334,6 +341,24 @@ func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	if floodFirst > flood/2 {
 		t.Fatalf("want calm's submissions accepted while most of the flood waits, got %d of the flood's %d accepted first", floodFirst, flood)
 	}
+	// The operators see who floods: flood's submissions acked for its
+	// anchor are counted under its name, calm has none.
+	anchored := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == metrics.NameAnchored {
+			for _, m := range mf.GetMetric() {
+				anchored[m.GetLabel()[0].GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if anchored["flood"] == 0 || anchored["calm"] != 0 {
+		t.Fatalf("%s: want flood's submissions counted and none of calm's, got %v", metrics.NameAnchored, anchored)
+	}
+	t.Logf("%s: %v", metrics.NameAnchored, anchored)
 }
 
 // A producer's refusals that a full DEAD cannot take do not stop the
