@@ -226,6 +226,9 @@ func (s Subjects) Intake(account, kind string) (string, error) {
 // IntakeAll is the INTAKE stream's subject filter.
 func (s Subjects) IntakeAll() string { return s.Prefix + ".intake.>" }
 
+// IntakeOf is the subject filter of one account's submissions in INTAKE.
+func (s Subjects) IntakeOf(account string) string { return s.Prefix + ".intake." + account + ".>" }
+
 // ParseIntake splits an intake subject into account and kind, validating both.
 func (s Subjects) ParseIntake(subject string) (account, kind string, err error) {
 	rest, ok := strings.CutPrefix(subject, s.Prefix+".intake.")

@@ -124,7 +124,7 @@ func (s *Service) intakeEnd(ctx context.Context) uint64 {
 // submissions, and the anchor waits (later). False when the service
 // stops.
 func (s *Service) drain(ctx context.Context, e *orderedEntry) bool {
-	filter := s.subj.Prefix + ".intake." + e.account + ".>"
+	filter := s.subj.IntakeOf(e.account)
 	var batch []jetstream.Msg
 	var again []*jetstream.RawStreamMsg // handed back, taken again after a wait
 	failed := false                     // a read failed
@@ -222,8 +222,8 @@ func (s *Service) readBack(ctx context.Context, filter string, from uint64, n in
 // before a reload), so it is accepted here; should a batch loop have it
 // too, the accept is idempotent.
 func (s *Service) settled(ctx context.Context, raw *jetstream.RawStreamMsg) bool {
-	if raw.Header.Get(headerReply) != "" {
-		return true // never delegated: its own delivery settles it (answered)
+	if answered(raw.Header) {
+		return true // never delegated: its own delivery settles it
 	}
 	if _, ordered := s.orderedSubmission(raw.Subject, raw.Header); ordered {
 		return false
@@ -263,6 +263,13 @@ func (s *Service) acceptOrdered(ctx context.Context, m jetstream.Msg, older bool
 		}
 		if serr := (*submitError)(nil); err == nil || ctx.Err() != nil || errors.As(err, &serr) {
 			s.settle(ctx, m, env, rec, created, err) // a refusal is final: it is not retried in place
+			if err == nil && older {
+				// It and every older one are accepted: the next scan
+				// starts after it, not at it again.
+				if meta, merr := m.Metadata(); merr == nil {
+					s.scannedTo(env.Account, meta.Sequence.Stream)
+				}
+			}
 			return
 		}
 		s.log.Warn().Err(err).Str("event_id", env.ID).Msg("accepting an ordered event failed; retrying in place")
@@ -340,7 +347,7 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 	s.scanMu.Lock()
 	from := max(s.scanned[env.Account], s.trim.Floor()) + 1
 	s.scanMu.Unlock()
-	filter := s.subj.Prefix + ".intake." + env.Account + ".>"
+	filter := s.subj.IntakeOf(env.Account)
 	for from < seq {
 		raw, err := s.intake.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -374,10 +381,14 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 		s.log.Info().Str("event_id", older.ID).Uint64("intake_seq", raw.Sequence).Str("before", env.ID).
 			Msg("accepted an older ordered submission still waiting in INTAKE first")
 	}
-	s.scanMu.Lock()
-	if s.scanned[env.Account] < seq-1 {
-		s.scanned[env.Account] = seq - 1
-	}
-	s.scanMu.Unlock()
+	s.scannedTo(env.Account, seq-1)
 	return nil
+}
+
+// scannedTo records that account's ordered submissions up to INTAKE
+// sequence seq are accepted (acceptOlder's next scan starts after it).
+func (s *Service) scannedTo(account string, seq uint64) {
+	s.scanMu.Lock()
+	s.scanned[account] = max(s.scanned[account], seq)
+	s.scanMu.Unlock()
 }

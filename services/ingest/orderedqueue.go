@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -135,7 +136,7 @@ func (q *orderedQueue) extend(account string, m jetstream.Msg) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	held := q.accounts[account]
-	if !q.delegate || seq == 0 || redelivered || answered(m) || len(held) == 0 {
+	if !q.delegable(m, seq, redelivered) || len(held) == 0 {
 		return false
 	}
 	if last := held[len(held)-1]; last.through > 0 && last.seq < seq {
@@ -161,7 +162,7 @@ func (q *orderedQueue) add(account string, m jetstream.Msg, ordered, anchor bool
 	n := queuedSize(m)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.delegate && seq > 0 && !redelivered && !answered(m) { // one delivered again drains behind itself (maybe a dead ingest's anchor)
+	if q.delegable(m, seq, redelivered) {
 		if held := q.accounts[account]; len(held) >= heldPerAccount || anchor && len(held) > 0 {
 			if last := held[len(held)-1]; last.seq > 0 && last.seq < seq {
 				last.delegate(seq)
@@ -186,13 +187,21 @@ func (q *orderedQueue) add(account string, m jetstream.Msg, ordered, anchor bool
 	return false
 }
 
-// answered reports whether an HTTP handler may wait for m's outcome (its
-// reply header). Such a submission is never delegated: its refusal is
-// told to the handler or kept as its event by its own delivery alone, and
-// a drain reading it back passes it over (a handler told by one and an
-// event kept by the other would disagree). HTTP producers are held by
-// their keys' rates.
-func answered(m jetstream.Msg) bool { return m.Headers().Get(headerReply) != "" }
+// delegable reports whether m, at INTAKE sequence seq, may be acked for
+// an anchor: only where INTAKE is trimmed, and never one delivered again
+// (it drains behind itself: maybe a dead ingest's anchor) nor one an HTTP
+// handler may wait for (answered).
+func (q *orderedQueue) delegable(m jetstream.Msg, seq uint64, redelivered bool) bool {
+	return q.delegate && seq > 0 && !redelivered && !answered(m.Headers())
+}
+
+// answered reports whether an HTTP handler may wait for a submission's
+// outcome (its reply header in h). Such a submission is never delegated:
+// its refusal is told to the handler or kept as its event by its own
+// delivery alone, and a drain reading it back passes it over (a handler
+// told by one and an event kept by the other would disagree). HTTP
+// producers are held by their keys' rates.
+func answered(h nats.Header) bool { return h.Get(headerReply) != "" }
 
 // sequence is m's INTAKE sequence (0 when its metadata cannot be read)
 // and whether it was delivered before.
