@@ -33,6 +33,13 @@ type Deadletter struct {
 	// 4 × http.max_body_bytes. Defaults to 0 (bounded by the server's
 	// storage only).
 	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxPerAccount bounds how many entries one account keeps in DEAD.
+	// An account at its bound waits for room as for a full DEAD (its
+	// refused submissions in INTAKE, its dying events where they are),
+	// while every other account's entries are still kept: one account's
+	// failures cannot fill DEAD for the others. Defaults to 0 (no bound
+	// of its own).
+	MaxPerAccount int64 `yaml:"max_per_account"`
 }
 
 // Digest configures the digest: a server-side JetStream message schedule
@@ -98,6 +105,9 @@ func (v *validator) deadletter() {
 	v.positive("deadletter.retention", d.Retention)
 	if min := 4 * v.c.HTTP.MaxBodyBytes; d.MaxBytes < 0 || d.MaxBytes > 0 && d.MaxBytes < min {
 		v.add("deadletter.max_bytes", "must be 0 (no bound) or at least 4 × http.max_body_bytes (%d), room for a few of the largest entries; got %d", min, d.MaxBytes)
+	}
+	if d.MaxPerAccount < 0 {
+		v.add("deadletter.max_per_account", "must be 0 (no bound) or a number of entries, got %d", d.MaxPerAccount)
 	}
 	if r := d.ReplayRate; !(r > 0 && r <= MaxReplayRate) {
 		v.add("deadletter.replay_rate", "must be a number of events per second in (0, %g], got %g", MaxReplayRate, r)

@@ -16,8 +16,8 @@ func TestDeadletterDefaultsAndCron(t *testing.T) {
 	if d.CountsEvery.D().String() != "30s" || d.ReplayRate != 100 || d.Digest.Timezone != "UTC" || d.Retention.D() != 720*time.Hour || d.MaxBytes != 0 {
 		t.Fatalf("defaults: want counts_every 30s, replay_rate 100, timezone UTC, retention 720h, max_bytes 0, got %+v", d)
 	}
-	set := mustParse(t, `{http: {max_body_bytes: 1024}, deadletter: {retention: 168h, max_bytes: 4096}}`, nil)
-	if set.Deadletter.Retention.D() != 168*time.Hour || set.Deadletter.MaxBytes != 4096 {
+	set := mustParse(t, `{http: {max_body_bytes: 1024}, deadletter: {retention: 168h, max_bytes: 4096, max_per_account: 500}}`, nil)
+	if set.Deadletter.Retention.D() != 168*time.Hour || set.Deadletter.MaxBytes != 4096 || set.Deadletter.MaxPerAccount != 500 {
 		t.Fatalf("set: want retention 168h and max_bytes 4096, got %+v", set.Deadletter)
 	}
 	if !d.Digest.Enabled() || d.Digest.Cron() != "0 30 6 * * *" {
@@ -51,6 +51,7 @@ func TestDeadletterInvalid(t *testing.T) {
 		{`deadletter: {retention: -1h}`, "deadletter.retention"},
 		{`deadletter: {max_bytes: -1}`, "deadletter.max_bytes"},
 		{`{http: {max_body_bytes: 1024}, deadletter: {max_bytes: 4095}}`, "deadletter.max_bytes"},
+		{`deadletter: {max_per_account: -1}`, "deadletter.max_per_account"},
 	} {
 		_, err := config.Parse([]byte(tc.doc), func(string) (string, bool) { return "", false })
 		var ke *config.KeyError

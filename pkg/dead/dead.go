@@ -2,7 +2,8 @@
 // for an event that failed for good (or a submission that could not be
 // accepted), with its payload, the reason, and its history.
 //
-//	err := dead.Publish(ctx, js, subj, dead.Entry{Event: env, Record: &rec, Reason: "permanent", ...})
+//	w := &dead.Writer{JS: js, Subj: subj, MaxPerAccount: cfg.Deadletter.MaxPerAccount}
+//	err := w.Publish(ctx, dead.Entry{Event: env, Record: &rec, Reason: "permanent", ...}, msgID)
 package dead
 
 import (
@@ -11,6 +12,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +23,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/size"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // Reasons an entry is in DEAD.
@@ -63,14 +67,41 @@ type Entry struct {
 	RawBytes int `json:"raw_bytes,omitempty"`
 }
 
+// Writer keeps entries in DEAD, each account's under MaxPerAccount.
+type Writer struct {
+	JS   jetstream.JetStream
+	Subj names.Subjects
+	// MaxPerAccount is how many entries one account may keep (0: no
+	// bound of its own): deadletter.max_per_account.
+	MaxPerAccount int64
+	// Full, if set, is told of each entry refused for room (the account
+	// at its bound, or DEAD full): tenaz_dead_full_total.
+	Full func(account string)
+
+	locks  sync.Map                         // account → *sync.Mutex: its count and write, one at a time
+	stream atomic.Pointer[jetstream.Stream] // DEAD, once looked up
+}
+
+// ErrAccountFull refuses an entry of an account that holds
+// deadletter.max_per_account entries. It wraps store.ErrFull: its writers
+// wait for room as for a full DEAD, and every other account's entries
+// are still kept.
+var ErrAccountFull = fmt.Errorf("%w: the account's entries in DEAD are at deadletter.max_per_account", store.ErrFull)
+
 // Publish stores e in DEAD under <p>.dead.<account>.<kind>; msgID dedups
 // re-sends (a crash between this and the state write). The payload is
 // stored once: in Event, and in Record only when there is no Event. Error
 // is cut to state.MaxDetail, and Raw to what fits in a DEAD message (a
 // submission's body can be as large as the server's max_payload, and Raw
 // grows by a third as base64). An entry NATS still refuses for its size
-// is an error wrapping size.ErrTooLarge.
-func Publish(ctx context.Context, js jetstream.JetStream, s names.Subjects, e Entry, msgID string) error {
+// is an error wrapping size.ErrTooLarge; one of an account at its bound
+// is ErrAccountFull.
+//
+// A Writer counts and writes one account's entries one at a time, so
+// the bound holds within a process; writers in other processes (each
+// replica of each service) racing for an account's last room can take it
+// past its bound by one entry each.
+func (w *Writer) Publish(ctx context.Context, e Entry, msgID string) error {
 	acct, kind := e.Account, e.Kind
 	if names.ValidateAccount(acct) != nil {
 		acct = InvalidToken
@@ -78,7 +109,55 @@ func Publish(ctx context.Context, js jetstream.JetStream, s names.Subjects, e En
 	if names.ValidateKind(kind) != nil {
 		kind = InvalidToken
 	}
-	subj, _ := s.Dead(acct, kind)
+	err := w.write(ctx, acct, kind, e, msgID)
+	if w.Full != nil && store.IsFull(err) {
+		w.Full(acct)
+	}
+	return err
+}
+
+// write checks the account's room and writes, one at a time per account.
+func (w *Writer) write(ctx context.Context, acct, kind string, e Entry, msgID string) error {
+	if w.MaxPerAccount > 0 {
+		mu, _ := w.locks.LoadOrStore(acct, new(sync.Mutex))
+		mu.(*sync.Mutex).Lock()
+		defer mu.(*sync.Mutex).Unlock()
+		if err := w.room(ctx, acct); err != nil {
+			return err
+		}
+	}
+	return w.publish(ctx, acct, kind, e, msgID)
+}
+
+// room checks that acct holds fewer entries than its bound: the server
+// counts them from its subject index, one request.
+func (w *Writer) room(ctx context.Context, acct string) error {
+	st := w.stream.Load()
+	if st == nil {
+		s, err := w.JS.Stream(ctx, w.Subj.Stream(names.StreamDead))
+		if err != nil {
+			return fmt.Errorf("dead: counting %s's entries: %w", acct, err)
+		}
+		st = &s
+		w.stream.Store(st)
+	}
+	info, err := (*st).Info(ctx, jetstream.WithSubjectFilter(w.Subj.DeadOf(acct)))
+	if err != nil {
+		return fmt.Errorf("dead: counting %s's entries: %w", acct, err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	if n >= uint64(w.MaxPerAccount) {
+		return fmt.Errorf("dead: %w (%d of %s)", ErrAccountFull, n, acct)
+	}
+	return nil
+}
+
+func (w *Writer) publish(ctx context.Context, acct, kind string, e Entry, msgID string) error {
+	js := w.JS
+	subj, _ := w.Subj.Dead(acct, kind)
 	if e.Record != nil && e.Event != nil && len(e.Event.Payload) > 0 {
 		r := *e.Record
 		r.Payload = nil

@@ -3,6 +3,8 @@ package dead_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -49,7 +52,7 @@ func TestPublishStoresThePayloadOnce(t *testing.T) {
 	}
 	rec := queue.Initial(env)
 	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonPermanent, Error: "422", At: time.Now(), Event: &env, Record: &rec}
-	if err := dead.Publish(ctx, js, names.NewSubjects(""), e, env.ID+"/dead/1"); err != nil {
+	if err := (&dead.Writer{JS: js, Subj: names.NewSubjects("")}).Publish(ctx, e, env.ID+"/dead/1"); err != nil {
 		t.Fatal(err)
 	}
 	m := stored(t, ctx, js)
@@ -84,7 +87,7 @@ func TestPublishKeepsTheFirstPartOfARawBodyTooLargeForDEAD(t *testing.T) {
 	raw := []byte(`{"pad":"` + strings.Repeat("y", maxPayload-200) + `"}`)
 	e := dead.Entry{Account: "acme", Kind: "order.create", Reason: dead.ReasonRejected, Class: "too_large", Error: "payload too large",
 		At: time.Now(), Raw: raw, RawSubject: "tenaz.intake.acme.order.create"}
-	if err := dead.Publish(ctx, js, names.NewSubjects(""), e, "intake-1"); err != nil {
+	if err := (&dead.Writer{JS: js, Subj: names.NewSubjects("")}).Publish(ctx, e, "intake-1"); err != nil {
 		t.Fatalf("want the rejection kept, got %v", err)
 	}
 	var got dead.Entry
@@ -93,5 +96,49 @@ func TestPublishKeepsTheFirstPartOfARawBodyTooLargeForDEAD(t *testing.T) {
 	}
 	if got.RawBytes != len(raw) || len(got.Raw) == 0 || len(got.Raw) >= len(raw) || string(got.Raw) != string(raw[:len(got.Raw)]) {
 		t.Errorf("want the first part of the %d-byte body and its size, got %d bytes, raw_bytes %d", len(raw), len(got.Raw), got.RawBytes)
+	}
+}
+
+// A Writer keeps each account within MaxPerAccount, exactly, however many
+// of its goroutines write at once; an account at its bound is refused
+// with an error its writers take for a full store, and another account's
+// entries are still kept.
+func TestWriterKeepsEachAccountWithinItsBound(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const bound, writers = 5, 16
+	w := &dead.Writer{JS: js, Subj: names.NewSubjects(""), MaxPerAccount: bound}
+	entry := func(account string, i int) (dead.Entry, string) {
+		return dead.Entry{Account: account, Kind: "order.create", Reason: dead.ReasonRejected, Error: "unknown kind", At: time.Now()},
+			fmt.Sprintf("%s-%d", account, i)
+	}
+	errs := make(chan error, writers)
+	for i := range writers {
+		go func() {
+			e, id := entry("noisy", i)
+			errs <- w.Publish(ctx, e, id)
+		}()
+	}
+	kept, refused := 0, 0
+	for range writers {
+		switch err := <-errs; {
+		case err == nil:
+			kept++
+		case errors.Is(err, dead.ErrAccountFull) && store.IsFull(err):
+			refused++
+		default:
+			t.Fatalf("want kept or refused as full, got %v", err)
+		}
+	}
+	if kept != bound || refused != writers-bound {
+		t.Fatalf("want %d kept and %d refused, got %d and %d", bound, writers-bound, kept, refused)
+	}
+	if e, id := entry("calm", 0); true {
+		if err := w.Publish(ctx, e, id); err != nil {
+			t.Fatalf("want another account's entry kept, got %v", err)
+		}
 	}
 }

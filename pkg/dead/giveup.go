@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/lane"
@@ -28,7 +27,7 @@ import (
 // consumer's ack floor, and EVENTS is trimmed to that floor, so it could
 // be purged before anyone had kept it.
 type GiveUp struct {
-	JS    jetstream.JetStream
+	Dead  *Writer
 	Conn  *nats.Conn
 	Subj  names.Subjects
 	Store *store.Store
@@ -64,7 +63,7 @@ func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, wh
 		}
 		e := Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: class,
 			Error: why, At: next.UpdatedAt, Event: &env, Record: &next}
-		if err := Publish(ctx, g.JS, g.Subj, e, msgID); err != nil {
+		if err := g.Dead.Publish(ctx, e, msgID); err != nil {
 			return false, err
 		}
 		if _, err := g.Store.Write(ctx, next, rev); errors.Is(err, store.ErrConflict) {

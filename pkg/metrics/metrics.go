@@ -44,7 +44,7 @@ type core struct {
 	places *places
 
 	accepted, rejected, attempts, retries, outcomes    *prometheus.CounterVec
-	anchored                                           *prometheus.CounterVec
+	anchored, deadFull                                 *prometheus.CounterVec
 	dead, review, repairs, callbacks, polls, throttled *prometheus.CounterVec
 	trimFailures                                       *prometheus.CounterVec
 	wait, delivery                                     *prometheus.HistogramVec
@@ -212,6 +212,7 @@ func (s *Set) newCore(o Options) *core {
 	c.accepted = counter(NameAccepted)
 	c.rejected = counter(NameRejected)
 	c.anchored = counter(NameAnchored)
+	c.deadFull = counter(NameDeadFull)
 	c.wait = histogram(NameWait)
 	c.delivery = histogram(NameDelivery)
 	c.attempts = counter(NameAttempts)
@@ -235,12 +236,12 @@ func (s *Set) newCore(o Options) *core {
 
 // byAccount is every vector with an account label.
 func (c *core) byAccount() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{c.accepted.MetricVec, c.anchored.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
+	return []*prometheus.MetricVec{c.accepted.MetricVec, c.anchored.MetricVec, c.deadFull.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
 		c.retries.MetricVec, c.outcomes.MetricVec, c.dead.MetricVec, c.review.MetricVec}
 }
 
 func (c *core) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.accepted, c.rejected, c.anchored, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
+	return []prometheus.Collector{c.accepted, c.rejected, c.anchored, c.deadFull, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
 		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled, c.trimFailures}
 }
 
@@ -354,6 +355,13 @@ func (s *Set) Accepted(account, kind string) {
 func (s *Set) Anchored(account string) {
 	c := s.core()
 	c.anchored.WithLabelValues(c.places.record(account)).Inc()
+}
+
+// DeadFull counts a try to keep an account's entry in DEAD refused for
+// room (pkg/dead: the account at its bound, or DEAD full).
+func (s *Set) DeadFull(account string) {
+	c := s.core()
+	c.deadFull.WithLabelValues(c.places.record(account)).Inc()
 }
 
 // Rejected counts a submission refused by ingest, by its error code.

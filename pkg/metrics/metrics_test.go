@@ -286,6 +286,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.Accepted("a", "k")
 	s.Rejected("r")
 	s.Anchored("a")
+	s.DeadFull("a")
 	s.WaitTime("a", "k", time.Second)
 	s.DeliveryLatency("a", "k", "t", time.Second)
 	s.Attempt("a", "k", outcome.ClassSuccess)

@@ -291,6 +291,9 @@ func (s Subjects) Dead(account, kind string) (string, error) {
 	return s.checked("dead", account, kind)
 }
 
+// DeadOf is the filter of one account's entries in DEAD.
+func (s Subjects) DeadOf(account string) string { return s.Prefix + ".dead." + account + ".>" }
+
 // DeadAll is the DEAD stream's subject filter.
 func (s Subjects) DeadAll() string { return s.Prefix + ".dead.>" }
 

@@ -263,6 +263,24 @@ func (e *Env) Lookup(id string) (rec state.Record, ok bool) {
 	return rec, true
 }
 
+// DeadKept is how many entries account keeps in DEAD.
+func (e *Env) DeadKept(account string) int {
+	e.T.Helper()
+	st, err := e.JS.Stream(e.c, names.StreamDead)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	info, err := st.Info(e.c, jetstream.WithSubjectFilter(e.Subj.DeadOf(account)))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n
+}
+
 // Record reads an event's record and fails the test if there is none.
 func (e *Env) Record(id string) state.Record {
 	e.T.Helper()

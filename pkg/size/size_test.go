@@ -117,7 +117,7 @@ func TestOverheadBoundsEveryMessage(t *testing.T) {
 
 	e := dead.Entry{ID: id, Account: account, Kind: kind, Reason: dead.ReasonTooLarge, Class: worst(2 * state.MaxName),
 		Error: worst(2 * state.MaxDetail), Status: 599, At: far, Event: &env, Record: &rec}
-	if err := dead.Publish(ctx, js, names.NewSubjects(""), e, id+"/dead/1"); err != nil {
+	if err := (&dead.Writer{JS: js, Subj: names.NewSubjects("")}).Publish(ctx, e, id+"/dead/1"); err != nil {
 		t.Fatalf("want the largest DEAD entry stored, got %v", err)
 	}
 	stream, err := js.Stream(ctx, names.StreamDead)

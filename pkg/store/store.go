@@ -54,10 +54,18 @@ const (
 	jsErrStreamStoreFailed     = 10077
 )
 
+// ErrFull is wrapped by the errors of writes tenaz refuses itself for a
+// bound of its own (pkg/dead's per-account bound), so that their writers
+// wait as for a full stream.
+var ErrFull = errors.New("full")
+
 // IsFull reports whether err is a JetStream write refused because the
 // storage (the server's, the account's or the stream's) is full: nothing
 // was stored, and only freeing room (an operator, retention) helps.
 func IsFull(err error) bool {
+	if errors.Is(err, ErrFull) {
+		return true
+	}
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false

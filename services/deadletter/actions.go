@@ -84,7 +84,7 @@ func notParked(id string, st state.State) error {
 
 // entry reads the DEAD entry of an item.
 func (s *Service) entry(ctx context.Context, it ops.Item) (dead.Entry, error) {
-	raw, err := s.dead.GetMsg(ctx, it.Seq)
+	raw, err := s.deadSt.GetMsg(ctx, it.Seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		// Expired (deadletter.retention): what the index keeps is left; an
 		// event's record still has its payload for a replay.
@@ -284,7 +284,7 @@ func (s *Service) dropEntry(ctx context.Context, it ops.Item) {
 	var err error
 tries:
 	for i := range 3 {
-		if err = deleteMsg(ctx, s.dead, it.Seq); err == nil {
+		if err = deleteMsg(ctx, s.deadSt, it.Seq); err == nil {
 			return
 		}
 		select {
@@ -303,7 +303,7 @@ func (s *Service) discardSeq(ctx context.Context, seq uint64, actor, why string)
 	if _, _, ok := s.x.Get(key); !ok {
 		return fail(http.StatusNotFound, "not_found", "no listed DEAD entry without an event at sequence %d", seq)
 	}
-	if err := deleteMsg(ctx, s.dead, seq); err != nil {
+	if err := deleteMsg(ctx, s.deadSt, seq); err != nil {
 		return fmt.Errorf("deleting DEAD entry %d: %w", seq, err)
 	}
 	s.forget(ctx, key)

@@ -20,10 +20,12 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	liveconfig "github.com/tenaz/tenaz/pkg/live"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -98,6 +100,7 @@ type Service struct {
 	// events' writes are not queued behind them.
 	follow jetstream.JetStream
 	subj   names.Subjects
+	dead   *dead.Writer
 	now    func() time.Time
 
 	st     *store.Store
@@ -106,7 +109,7 @@ type Service struct {
 	pauses *accounts.Pauses
 	kvIdx  jetstream.KeyValue
 	kvOps  jetstream.KeyValue
-	dead   jetstream.Stream
+	deadSt jetstream.Stream // DEAD
 	x      *index.Index
 	brk    *breaker.Registry
 	ui     *ui
@@ -169,6 +172,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, follow: follow, subj: names.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.Init("deadletter", o.Conn)
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, MaxPerAccount: o.Config.Deadletter.MaxPerAccount, Full: metrics.Default.DeadFull}
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
 	if s.live = o.Live; s.live == nil {
 		s.live = liveconfig.Static(o.Config)
@@ -217,7 +221,7 @@ func (s *Service) start(ctx context.Context) (err error) {
 	if s.pauses, err = accounts.OpenPauses(ctx, s.js, s.subj); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
-	if s.dead, err = s.js.Stream(ctx, s.subj.Stream(names.StreamDead)); err != nil {
+	if s.deadSt, err = s.js.Stream(ctx, s.subj.Stream(names.StreamDead)); err != nil {
 		return fmt.Errorf("deadletter: stream %s: %w", s.subj.Stream(names.StreamDead), err)
 	}
 	if err := s.startView(ctx); err != nil {

@@ -168,7 +168,7 @@ func (s *Service) handleTick(ctx context.Context, m jetstream.Msg) {
 // until, and returns the last sequence counted.
 func (s *Service) countDead(ctx context.Context, after uint64, until time.Time) (ops.Digest, uint64, error) {
 	d := ops.Digest{ByAccount: map[string]int{}, ByKind: map[string]int{}, ByReason: map[string]int{}, Rows: []ops.DigestRow{}}
-	info, err := s.dead.Info(ctx)
+	info, err := s.deadSt.Info(ctx)
 	if err != nil {
 		return d, after, err
 	}

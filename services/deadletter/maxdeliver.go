@@ -94,12 +94,12 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 		if acct, kind, err := s.subj.ParseIntake(raw.Subject); err == nil {
 			e.Account, e.Kind = acct, kind
 		}
-		if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
+		if err := s.dead.Publish(ctx, e, msgID); err != nil {
 			return err
 		}
 		return deleteMsg(ctx, st, a.StreamSeq)
 	}
-	g := dead.GiveUp{JS: s.js, Conn: s.o.Conn, Subj: s.subj, Store: s.st, Actor: "deadletter", Order: s.order}
+	g := dead.GiveUp{Dead: s.dead, Conn: s.o.Conn, Subj: s.subj, Store: s.st, Actor: "deadletter", Order: s.order}
 	moved, err := g.Maxed(ctx, env, reason, class, why, msgID)
 	if err != nil {
 		return err

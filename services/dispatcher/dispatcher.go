@@ -22,6 +22,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
@@ -115,6 +116,7 @@ type Service struct {
 	cfg   *config.Config // as started: what cannot change live
 	live  *live.Config   // the accounts, targets and their limits in force (conf)
 	subj  names.Subjects
+	dead  *dead.Writer
 	log   zerolog.Logger
 	st    *store.Store
 	q     *queue.Queue
@@ -209,6 +211,7 @@ func New(o Options) (*Service, error) {
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, pacers: map[string]*pacer{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, MaxPerAccount: o.Config.Deadletter.MaxPerAccount, Full: o.Metrics.DeadFull}
 	if s.live = o.Live; s.live == nil {
 		s.live = live.Static(o.Config)
 	}

@@ -88,7 +88,7 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 	meta, _ := m.Metadata()
 	e := dead.Entry{Reason: dead.ReasonRejected, Class: "malformed_message", Error: cause.Error(),
 		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
-	if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("events-%d", meta.Sequence.Stream)); err != nil {
+	if err := s.dead.Publish(ctx, e, fmt.Sprintf("events-%d", meta.Sequence.Stream)); err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
@@ -106,7 +106,7 @@ const maxDeliveries = 10
 // giveUp keeps in DEAD the event of a message delivered more than
 // maxDeliveries times, and settles the message.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelope, meta *jetstream.MsgMetadata) {
-	g := dead.GiveUp{JS: s.js, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
+	g := dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
 	moved, err := g.Crash(ctx, env, meta.Stream, meta.Sequence.Stream, meta.NumDelivered-1)
 	if err != nil {
 		s.retryLater(ctx, m, err)
@@ -314,6 +314,32 @@ func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("store unavailable; message will be redelivered")
 		_ = m.NakWithDelay(2 * time.Second)
 	}
+}
+
+// keepDead stores e, a dying event's entry, in DEAD. While DEAD has no
+// room for it (full, or its account at deadletter.max_per_account) the
+// run waits where it is, its message kept in progress: handed back, the
+// message would count deliveries until the event was given up as a crash
+// (max_deliveries) instead of dying for its own reason. It looks again
+// every few seconds (at most 5: room an operator frees is taken soon).
+// Other errors are returned at once.
+func (s *Service) keepDead(ctx context.Context, m jetstream.Msg, e dead.Entry, msgID string) error {
+	err := s.dead.Publish(ctx, e, msgID)
+	if !store.IsFull(err) {
+		return err
+	}
+	zerolog.Ctx(ctx).Warn().Err(err).Msg("DEAD has no room for this event's entry: it waits, running, until there is some")
+	stop := s.keepAlive(m)
+	defer stop()
+	for wait := time.Second; store.IsFull(err); wait = min(2*wait, 5*time.Second) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		err = s.dead.Publish(ctx, e, msgID)
+	}
+	return err
 }
 
 // deliver is a run's call: it calls the target (or handler) of the run's
@@ -539,7 +565,7 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 	if dying {
 		e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: errInfo.Class,
 			Error: errInfo.Message, Status: errInfo.HTTPStatus, At: now.UTC(), Event: &env, Record: &next}
-		if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/dead/%d", env.ID, rec.Step())); err != nil {
+		if err := s.keepDead(ctx, m, e, fmt.Sprintf("%s/dead/%d", env.ID, rec.Step())); err != nil {
 			if errors.Is(err, size.ErrTooLarge) {
 				s.tooLarge(ctx, m, env, rec, rev, err)
 				return
@@ -669,14 +695,14 @@ func (s *Service) tooLarge(ctx context.Context, m jetstream.Msg, env event.Envel
 	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonTooLarge, Class: errInfo.Class,
 		Error: errInfo.Message, At: now.UTC(), Event: &env, Record: &next}
 	msgID := fmt.Sprintf("%s/dead/%d", env.ID, rec.Step())
-	err = dead.Publish(ctx, s.js, s.subj, e, msgID)
+	err = s.keepDead(ctx, m, e, msgID)
 	if errors.Is(err, size.ErrTooLarge) {
 		// Not even DEAD takes it: the entry without the payload, which
 		// stays in the record if that fits.
 		bare := env
 		bare.Payload = nil
 		e.Event, e.Error = &bare, e.Error+fmt.Sprintf("; the payload (%d bytes) is not in this entry", len(env.Payload))
-		err = dead.Publish(ctx, s.js, s.subj, e, msgID)
+		err = s.keepDead(ctx, m, e, msgID)
 	}
 	if err != nil {
 		s.retryLater(ctx, m, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/directget"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/keeper"
@@ -96,6 +97,7 @@ type Service struct {
 	js      jetstream.JetStream
 	cfg     *config.Config
 	subj    names.Subjects
+	dead    *dead.Writer
 	log     zerolog.Logger
 	st      *store.Store
 	q       *queue.Queue
@@ -169,6 +171,7 @@ func New(o Options) (*Service, error) {
 	if s.metrics == nil {
 		s.metrics = metrics.Default
 	}
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, MaxPerAccount: o.Config.Deadletter.MaxPerAccount, Full: s.metrics.DeadFull}
 	return s, nil
 }
 

@@ -322,7 +322,7 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	if err == nil && !kept {
 		e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 			Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
-		err = dead.Publish(ctx, s.js, s.subj, e, msgID)
+		err = s.dead.Publish(ctx, e, msgID)
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Msg("keeping a rejected submission failed; will retry")
@@ -369,7 +369,7 @@ func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *s
 	}
 	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 		Error: serr.Error(), Status: serr.Status, At: rec.CreatedAt, Event: &env, Record: &rec}
-	if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
+	if err := s.dead.Publish(ctx, e, msgID); err != nil {
 		return false, err
 	}
 	dead.Advise(s.nc, s.subj, rec)

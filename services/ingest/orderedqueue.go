@@ -80,9 +80,10 @@ type orderedEntry struct {
 }
 
 // later has e wait before it is taken again, twice as long as the last
-// time in a row, from a second up to 30 s.
+// time in a row, from a second up to 5 s: room an operator frees in DEAD
+// is taken within seconds, at one try per waiting account.
 func (e *orderedEntry) later() {
-	e.wait = min(max(2*e.wait, time.Second), 30*time.Second)
+	e.wait = min(max(2*e.wait, time.Second), 5*time.Second)
 	e.notBefore = time.Now().Add(e.wait)
 }
 

@@ -42,7 +42,7 @@ func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, meta *jetstream.M
 		e.Account, e.Kind = acct, kind
 	}
 	msgID := fmt.Sprintf("maxdeliver/%s/%d", meta.Stream, meta.Sequence.Stream)
-	if err := dead.Publish(ctx, s.js, s.subj, e, msgID); err != nil {
+	if err := s.dead.Publish(ctx, e, msgID); err != nil {
 		s.log.Warn().Err(err).Msg("keeping an undeliverable submission failed; will retry")
 		_ = m.NakWithDelay(retryDelay(m, err))
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
@@ -71,6 +72,7 @@ type Service struct {
 	js    jetstream.JetStream
 	cfg   *config.Config
 	subj  names.Subjects
+	dead  *dead.Writer
 	st    *store.Store
 	q     *queue.Queue
 	order lane.Order // wakes what waits behind an event the poller finished
@@ -109,6 +111,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix),
 		actor: "poller/" + o.Instance, live: o.Live}
 	s.Init("poller", o.Conn)
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, MaxPerAccount: o.Config.Deadletter.MaxPerAccount, Full: o.Metrics.DeadFull}
 	if s.live == nil {
 		s.live = live.Static(o.Config)
 	}

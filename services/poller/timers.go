@@ -203,7 +203,7 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 	if next.LastError != nil {
 		e.Class, e.Status = next.LastError.Class, next.LastError.HTTPStatus
 	}
-	if err := dead.Publish(ctx, s.js, s.subj, e, fmt.Sprintf("%s/review/%d", env.ID, next.Step())); err != nil {
+	if err := s.dead.Publish(ctx, e, fmt.Sprintf("%s/review/%d", env.ID, next.Step())); err != nil {
 		return err
 	}
 	if _, err := s.write(ctx, next, rev); err != nil {

@@ -24,7 +24,7 @@ const trimEvery = 500 * time.Millisecond
 // giveUp keeps in DEAD the event of a timer delivered more than
 // maxDeliveries times, and settles the timer.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelope, md *jetstream.MsgMetadata) {
-	g := dead.GiveUp{JS: s.js, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
+	g := dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
 	moved, err := g.Crash(ctx, env, md.Stream, md.Sequence.Stream, md.NumDelivered-1)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -1,0 +1,96 @@
+package dispatcher_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
+	"github.com/tenaz/tenaz/pkg/state"
+)
+
+// An account at deadletter.max_per_account waits alone: its events that
+// die beyond the bound wait, running, while another account's die and
+// are kept at once. Once an operator frees room, the waiting ones are
+// kept for their own reason (permanent), each called once: a wait
+// counted in deliveries would have given them up as crashes
+// (max_deliveries) after ten AckWaits.
+func TestAccountAtItsDeadBoundWaitsAlone(t *testing.T) {
+	t.Parallel()
+	const bound, noisy, calm = 3, 8, 3
+	h := setup(t, yamlFor(8, "attempts: 3")+"deadletter: {max_per_account: 3}\n", provider.Faults{})
+	h.dispatcher("d1", nil)
+	reject := func(key string) string { return `{"order_id":"` + key + `","reject":true}` }
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	noisyIDs := h.Submit("noisy", "order.create", keys("n", noisy), reject)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.prov.CallCount() == noisy },
+		"want each of noisy's %d events called", noisy)
+	calmIDs := h.Submit("calm", "order.create", keys("c", calm), reject)
+	h.waitAll(calmIDs, state.Dead, servicetest.WaitFor)
+	if n := h.DeadKept("calm"); n != calm {
+		t.Fatalf("want calm's %d dead events kept in DEAD, got %d", calm, n)
+	}
+	if n := h.DeadKept("noisy"); n != bound {
+		t.Fatalf("want noisy's entries at its bound (%d), got %d", bound, n)
+	}
+	waiting := 0
+	for _, id := range noisyIDs {
+		if h.Record(id).Status == state.Running {
+			waiting++
+		}
+	}
+	if waiting != noisy-bound {
+		t.Fatalf("want noisy's %d events beyond its bound waiting, running; got %d", noisy-bound, waiting)
+	}
+
+	// Ten AckWaits (1s here) pass: a message handed back while it waited
+	// would reach the dispatcher's delivery limit and be given up.
+	<-time.After(11 * time.Second)
+	// The operator discards noisy's entries as they come, room for three
+	// at a time.
+	natstest.Eventually(t, 3*servicetest.WaitFor, func() bool {
+		if h.DeadKept("noisy") == bound {
+			if err := ds.Purge(h.Ctx(), jetstream.WithPurgeSubject(h.Subj.DeadOf("noisy"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range noisyIDs {
+			if h.Record(id).Status != state.Dead {
+				return false
+			}
+		}
+		return true
+	}, "want noisy's waiting events dead once there is room")
+	recs := h.waitAll(noisyIDs, state.Dead, servicetest.WaitFor)
+	for _, id := range noisyIDs {
+		if calls := h.prov.CallsFor(id); len(calls) != 1 {
+			t.Errorf("%s: want one call, got %d", id, len(calls))
+		}
+		wantHistory(t, recs[id], state.Accept, state.Claim, state.Fail)
+	}
+	info, err := ds.Info(h.Ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != noisy+calm {
+		t.Fatalf("want one DEAD entry written per dead event (%d), got %d", noisy+calm, info.State.LastSeq)
+	}
+	raw, err := ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.noisy.order.create")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e dead.Entry
+	if err := json.Unmarshal(raw.Data, &e); err != nil || e.Reason != dead.ReasonPermanent {
+		t.Fatalf("want the entry of one that waited kept as %s, got %s (%v)", dead.ReasonPermanent, raw.Data, err)
+	}
+}
