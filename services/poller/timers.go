@@ -15,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -66,6 +67,18 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		}
 		err = nil // looked at often enough: dropped, as for any event that moved on
 	}
+	if store.IsFull(err) && ctx.Err() == nil {
+		// DEAD has no room for the event's review entry (its account at
+		// deadletter.max_per_account, or DEAD full). NAKed, the timer
+		// would hold a slot of the poller's ack window, which every
+		// account's timers share, for as long as that lasts, and be given
+		// up as a crash after its deliveries: it is set again instead.
+		if err := s.q.Timer(ctx, env, time.Now().Add(roomWait), m.Headers().Get(names.HeaderTimer), ""); err == nil {
+			log.Warn().Msg("DEAD has no room for this event's entry: its timer is set again")
+			_ = m.Ack()
+			return
+		}
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn().Err(err).Msg("timer not handled; it will be redelivered")
@@ -75,6 +88,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	_ = m.Ack()
 }
+
+// roomWait is how long a timer whose event DEAD has no room for waits
+// before it is looked at again.
+const roomWait = 5 * time.Second
 
 // errRunInFlight: the event is running, claimed for a message stored
 // before this timer: the timer may be that run's own next step, fired
