@@ -24,6 +24,16 @@ func (c *Config) Account(name string) Account {
 	return mergeAccount(c.Accounts[name], star)
 }
 
+// DeadLettersOf is how many entries account may keep in DEAD (0: no
+// bound): its own dead_letters, inherited from "*", else
+// deadletter.max_per_account.
+func (c *Config) DeadLettersOf(account string) int64 {
+	if n := c.Account(account).DeadLetters; n > 0 {
+		return n
+	}
+	return c.Deadletter.MaxPerAccount
+}
+
 // MaxConcurrency is the most calls to the account's targets one
 // dispatcher replica makes at once: Concurrency, or under "auto" its
 // ConcurrencyMax.
@@ -44,6 +54,9 @@ func mergeAccount(over, under Account) Account {
 	}
 	if out.ConcurrencyMax == 0 {
 		out.ConcurrencyMax = under.ConcurrencyMax
+	}
+	if out.DeadLetters == 0 {
+		out.DeadLetters = under.DeadLetters
 	}
 	if out.Rate.IsZero() {
 		out.Rate = under.Rate

@@ -190,6 +190,10 @@ type Account struct {
 	Breaker Breaker `yaml:"breaker"`
 	// Targets overrides target settings for this account (credentials).
 	Targets map[string]TargetOverride `yaml:"targets"`
+	// DeadLetters is how many entries the account may keep in DEAD: an
+	// account at its bound waits for room alone, while the others'
+	// entries are still kept. Defaults to deadletter.max_per_account.
+	DeadLetters int64 `yaml:"dead_letters"`
 	// Repeats are the account's repeating events, by name (see Repeat).
 	// Not inherited: the "*" entry may have none. Defaults to none.
 	Repeats map[string]Repeat `yaml:"repeats"`

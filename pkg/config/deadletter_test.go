@@ -52,11 +52,35 @@ func TestDeadletterInvalid(t *testing.T) {
 		{`deadletter: {max_bytes: -1}`, "deadletter.max_bytes"},
 		{`{http: {max_body_bytes: 1024}, deadletter: {max_bytes: 4095}}`, "deadletter.max_bytes"},
 		{`deadletter: {max_per_account: -1}`, "deadletter.max_per_account"},
+		{`accounts: {acme: {dead_letters: -1}}`, "accounts.acme.dead_letters"},
 	} {
 		_, err := config.Parse([]byte(tc.doc), func(string) (string, bool) { return "", false })
 		var ke *config.KeyError
 		if !errors.As(err, &ke) || !errors.Is(err, config.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.key+":") {
 			t.Errorf("%s: want an error naming %s, got %v", tc.doc, tc.key, err)
 		}
+	}
+}
+
+// An account's bound in DEAD is its own dead_letters, else the "*"
+// entry's, else deadletter.max_per_account; 0 everywhere is no bound.
+func TestDeadLettersOf(t *testing.T) {
+	cfg := mustParse(t, `
+deadletter: {max_per_account: 1000}
+accounts:
+  "*": {dead_letters: 50}
+  acme: {dead_letters: 5}
+  other: {rate: 10/s}
+`, nil)
+	for account, want := range map[string]int64{"acme": 5, "other": 50, "unlisted": 50} {
+		if got := cfg.DeadLettersOf(account); got != want {
+			t.Errorf("%s: want %d, got %d", account, want, got)
+		}
+	}
+	if got := mustParse(t, `deadletter: {max_per_account: 1000}`, nil).DeadLettersOf("acme"); got != 1000 {
+		t.Errorf("without dead_letters: want deadletter.max_per_account (1000), got %d", got)
+	}
+	if got := mustParse(t, `{}`, nil).DeadLettersOf("acme"); got != 0 {
+		t.Errorf("unset: want 0 (no bound), got %d", got)
 	}
 }

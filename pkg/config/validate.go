@@ -252,6 +252,9 @@ func (v *validator) accounts() {
 		if math.IsNaN(a.Rate.PerSecond) || math.IsInf(a.Rate.PerSecond, 0) || a.Rate.PerSecond < 0 {
 			v.add(join(key, "rate"), "must be unlimited or a positive rate, got %v", a.Rate.PerSecond)
 		}
+		if a.DeadLetters < 0 {
+			v.add(join(key, "dead_letters"), "must be a number of entries (0: deadletter.max_per_account), got %d", a.DeadLetters)
+		}
 		if a.Breaker.Failures < 0 || star && a.Breaker.Failures == 0 {
 			v.add(join(key, "breaker.failures"), "must be at least 1, got %d", a.Breaker.Failures)
 		}

@@ -2,7 +2,7 @@
 // for an event that failed for good (or a submission that could not be
 // accepted), with its payload, the reason, and its history.
 //
-//	w := &dead.Writer{JS: js, Subj: subj, MaxPerAccount: cfg.Deadletter.MaxPerAccount}
+//	w := &dead.Writer{JS: js, Subj: subj, Bound: cfg.DeadLettersOf}
 //	err := w.Publish(ctx, dead.Entry{Event: env, Record: &rec, Reason: "permanent", ...}, msgID)
 package dead
 
@@ -67,13 +67,14 @@ type Entry struct {
 	RawBytes int `json:"raw_bytes,omitempty"`
 }
 
-// Writer keeps entries in DEAD, each account's under MaxPerAccount.
+// Writer keeps entries in DEAD, each account's under its Bound.
 type Writer struct {
 	JS   jetstream.JetStream
 	Subj names.Subjects
-	// MaxPerAccount is how many entries one account may keep (0: no
-	// bound of its own): deadletter.max_per_account.
-	MaxPerAccount int64
+	// Bound, if set, is how many entries an account may keep (0: no
+	// bound of its own): config.DeadLettersOf of the config in force,
+	// asked at each write so that a reload applies.
+	Bound func(account string) int64
 	// Full, if set, is told of each entry refused for room (the account
 	// at its bound, or DEAD full): tenaz_dead_full_total.
 	Full func(account string)
@@ -82,11 +83,11 @@ type Writer struct {
 	stream atomic.Pointer[jetstream.Stream] // DEAD, once looked up
 }
 
-// ErrAccountFull refuses an entry of an account that holds
-// deadletter.max_per_account entries. It wraps store.ErrFull: its writers
+// ErrAccountFull refuses an entry of an account at its bound
+// (accounts.<account>.dead_letters, deadletter.max_per_account). It wraps store.ErrFull: its writers
 // wait for room as for a full DEAD, and every other account's entries
 // are still kept.
-var ErrAccountFull = fmt.Errorf("%w: the account's entries in DEAD are at deadletter.max_per_account", store.ErrFull)
+var ErrAccountFull = fmt.Errorf("%w: the account's entries in DEAD are at its bound (dead_letters)", store.ErrFull)
 
 // Publish stores e in DEAD under <p>.dead.<account>.<kind>; msgID dedups
 // re-sends (a crash between this and the state write). The payload is
@@ -118,20 +119,27 @@ func (w *Writer) Publish(ctx context.Context, e Entry, msgID string) error {
 
 // write checks the account's room and writes, one at a time per account.
 func (w *Writer) write(ctx context.Context, acct, kind string, e Entry, msgID string) error {
-	if w.MaxPerAccount > 0 {
+	if bound := w.bound(acct); bound > 0 {
 		mu, _ := w.locks.LoadOrStore(acct, new(sync.Mutex))
 		mu.(*sync.Mutex).Lock()
 		defer mu.(*sync.Mutex).Unlock()
-		if err := w.room(ctx, acct); err != nil {
+		if err := w.room(ctx, acct, bound); err != nil {
 			return err
 		}
 	}
 	return w.publish(ctx, acct, kind, e, msgID)
 }
 
-// room checks that acct holds fewer entries than its bound: the server
+func (w *Writer) bound(acct string) int64 {
+	if w.Bound == nil {
+		return 0
+	}
+	return w.Bound(acct)
+}
+
+// room checks that acct holds fewer entries than bound: the server
 // counts them from its subject index, one request.
-func (w *Writer) room(ctx context.Context, acct string) error {
+func (w *Writer) room(ctx context.Context, acct string, bound int64) error {
 	st := w.stream.Load()
 	if st == nil {
 		s, err := w.JS.Stream(ctx, w.Subj.Stream(names.StreamDead))
@@ -149,7 +157,7 @@ func (w *Writer) room(ctx context.Context, acct string) error {
 	for _, c := range info.State.Subjects {
 		n += c
 	}
-	if n >= uint64(w.MaxPerAccount) {
+	if n >= uint64(bound) {
 		return fmt.Errorf("dead: %w (%d of %s)", ErrAccountFull, n, acct)
 	}
 	return nil

@@ -99,7 +99,7 @@ func TestPublishKeepsTheFirstPartOfARawBodyTooLargeForDEAD(t *testing.T) {
 	}
 }
 
-// A Writer keeps each account within MaxPerAccount, exactly, however many
+// A Writer keeps each account within its bound, exactly, however many
 // of its goroutines write at once; an account at its bound is refused
 // with an error its writers take for a full store, and another account's
 // entries are still kept.
@@ -110,7 +110,7 @@ func TestWriterKeepsEachAccountWithinItsBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const bound, writers = 5, 16
-	w := &dead.Writer{JS: js, Subj: names.NewSubjects(""), MaxPerAccount: bound}
+	w := &dead.Writer{JS: js, Subj: names.NewSubjects(""), Bound: func(string) int64 { return bound }}
 	entry := func(account string, i int) (dead.Entry, string) {
 		return dead.Entry{Account: account, Kind: "order.create", Reason: dead.ReasonRejected, Error: "unknown kind", At: time.Now()},
 			fmt.Sprintf("%s-%d", account, i)

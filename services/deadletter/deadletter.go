@@ -172,7 +172,7 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, follow: follow, subj: names.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.Init("deadletter", o.Conn)
-	s.dead = &dead.Writer{JS: js, Subj: s.subj, MaxPerAccount: o.Config.Deadletter.MaxPerAccount, Full: metrics.Default.DeadFull}
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.live.Load().DeadLettersOf(a) }, Full: metrics.Default.DeadFull}
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
 	if s.live = o.Live; s.live == nil {
 		s.live = liveconfig.Static(o.Config)

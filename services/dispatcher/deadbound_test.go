@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
-// An account at deadletter.max_per_account waits alone: its events that
+// An account at its bound in DEAD (its dead_letters) waits alone: its events that
 // die beyond the bound wait, running, while another account's die and
 // are kept at once. Once an operator frees room, the waiting ones are
 // kept for their own reason (permanent), each called once: a wait
@@ -24,7 +25,9 @@ import (
 func TestAccountAtItsDeadBoundWaitsAlone(t *testing.T) {
 	t.Parallel()
 	const bound, noisy, calm = 3, 8, 3
-	h := setup(t, yamlFor(8, "attempts: 3")+"deadletter: {max_per_account: 3}\n", provider.Faults{})
+	// noisy's own bound, under everyone's (100).
+	yaml := strings.Replace(yamlFor(8, "attempts: 3"), "accounts:\n", "accounts:\n  noisy: {dead_letters: 3}\n", 1)
+	h := setup(t, yaml+"deadletter: {max_per_account: 100}\n", provider.Faults{})
 	h.dispatcher("d1", nil)
 	reject := func(key string) string { return `{"order_id":"` + key + `","reject":true}` }
 	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)

@@ -211,7 +211,7 @@ func New(o Options) (*Service, error) {
 		guards: map[string]*guard{}, targetAuto: map[string]*autoLimit{}, pacers: map[string]*pacer{},
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 	}
-	s.dead = &dead.Writer{JS: js, Subj: s.subj, MaxPerAccount: o.Config.Deadletter.MaxPerAccount, Full: o.Metrics.DeadFull}
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: o.Metrics.DeadFull}
 	if s.live = o.Live; s.live == nil {
 		s.live = live.Static(o.Config)
 	}

@@ -317,7 +317,7 @@ func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
 }
 
 // keepDead stores e, a dying event's entry, in DEAD. While DEAD has no
-// room for it (full, or its account at deadletter.max_per_account) the
+// room for it (full, or its account at its bound: dead.ErrAccountFull) the
 // run waits where it is, its message kept in progress: handed back, the
 // message would count deliveries until the event was given up as a crash
 // (max_deliveries) instead of dying for its own reason. It looks again

@@ -111,7 +111,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{o: o, log: log, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix),
 		actor: "poller/" + o.Instance, live: o.Live}
 	s.Init("poller", o.Conn)
-	s.dead = &dead.Writer{JS: js, Subj: s.subj, MaxPerAccount: o.Config.Deadletter.MaxPerAccount, Full: o.Metrics.DeadFull}
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.live.Load().DeadLettersOf(a) }, Full: o.Metrics.DeadFull}
 	if s.live == nil {
 		s.live = live.Static(o.Config)
 	}

@@ -69,7 +69,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	if store.IsFull(err) && ctx.Err() == nil {
 		// DEAD has no room for the event's review entry (its account at
-		// deadletter.max_per_account, or DEAD full). NAKed, the timer
+		// its bound, dead.ErrAccountFull, or DEAD full). NAKed, the timer
 		// would hold a slot of the poller's ack window, which every
 		// account's timers share, for as long as that lasts, and be given
 		// up as a crash after its deliveries: it is set again instead.
