@@ -51,6 +51,7 @@ type limitsRow struct {
 	Rate        string // as configured, or "unlimited"
 	Failures    int
 	Cooldown    string
+	DeadLetters int64 // the entries it may keep in DEAD (0: no bound of its own)
 }
 
 type accountRow struct {
@@ -83,8 +84,11 @@ type breakerCell struct {
 	Target, State string
 }
 
-func limitsOf(a config.Account) limitsRow {
-	r := limitsRow{Concurrency: strconv.Itoa(a.MaxConcurrency()), Rate: "unlimited", Failures: a.Breaker.Failures, Cooldown: a.Breaker.Cooldown.D().String()}
+// limitsOf is the limits of account under cfg.
+func limitsOf(cfg *config.Config, account string) limitsRow {
+	a := cfg.Account(account)
+	r := limitsRow{Concurrency: strconv.Itoa(a.MaxConcurrency()), Rate: "unlimited", Failures: a.Breaker.Failures, Cooldown: a.Breaker.Cooldown.D().String(),
+		DeadLetters: cfg.DeadLettersOf(account)}
 	switch {
 	case a.Concurrency.Auto():
 		r.Concurrency = fmt.Sprintf("auto (%d–%d)", a.ConcurrencyMin, a.ConcurrencyMax)
@@ -104,7 +108,7 @@ func limitsOf(a config.Account) limitsRow {
 // config, the leases and the breakers.
 func (s *Service) accounts(ctx context.Context) accountsData {
 	cfg := s.live.Load() // the limits in force, reloads and the accounts bucket included
-	d := accountsData{Default: limitsOf(cfg.Account(config.DefaultAccountName)), Config: s.live.Status()}
+	d := accountsData{Default: limitsOf(cfg, config.DefaultAccountName), Config: s.live.Status()}
 	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
 	defer cancel()
 	v, err := owner.Read(rctx, s.js, s.cfg.Prefix, 0)
@@ -159,7 +163,7 @@ func (s *Service) accounts(ctx context.Context) accountsData {
 		cells := brk[a]
 		slices.SortFunc(cells, func(x, y breakerCell) int { return strings.Compare(x.Target, y.Target) })
 		d.Accounts = append(d.Accounts, accountRow{Account: a, Owner: v.Leases[a], OwnerLive: live[v.Leases[a]], Configured: configured, Learned: v.Learned[a],
-			Limits: limitsOf(cfg.Account(a)), Breakers: cells, Paused: held.Paused, HeldUntil: held.HeldUntil})
+			Limits: limitsOf(cfg, a), Breakers: cells, Paused: held.Paused, HeldUntil: held.HeldUntil})
 	}
 	slices.SortFunc(d.Accounts, func(x, y accountRow) int { return strings.Compare(x.Account, y.Account) })
 	for name, t := range cfg.Targets {

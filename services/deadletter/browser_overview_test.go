@@ -78,7 +78,7 @@ func (b *browser) num(expr string) float64 {
 // while the page is open show up on it without a reload.
 func TestOverviewInChromium(t *testing.T) {
 	t.Parallel()
-	e := setup(t, "deadletter: {counts_every: 1s}\naccounts:\n  acme: {concurrency: 3, rate: 20/s}")
+	e := setup(t, "deadletter: {counts_every: 1s}\naccounts:\n  acme: {concurrency: 3, rate: 20/s, dead_letters: 50}")
 	startIngest(t, e)
 	e.startDispatcher(nil)
 	acmeRetries := e.past("acme", "order.create", 300, 25*time.Minute, 5)
@@ -112,6 +112,9 @@ func TestOverviewInChromium(t *testing.T) {
 	}
 	if s := b.eval(`document.querySelector('#account-state').textContent`); !strings.Contains(s, "running") || !strings.Contains(s, "20/s") || !strings.Contains(s, "all closed") {
 		t.Fatalf("acme's dispatch, rate and breakers: got %q", s)
+	}
+	if s := b.eval(`document.querySelector('#dead-letters').textContent`); s != "0 kept of 50" {
+		t.Fatalf("acme's dead letters: want its none kept against its bound, got %q", s)
 	}
 	if pts := b.eval(`document.querySelector('#chart-throughput polyline[data-series="done"]').getAttribute('points').split(' ').length + ''`); pts != "30" {
 		t.Fatalf("the throughput chart: want a point a minute for 30 minutes, got %s", pts)

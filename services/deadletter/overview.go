@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/owner"
@@ -75,8 +77,12 @@ type overviewData struct {
 	// The charts.
 	ThroughputSVG, RetriesSVG, WaitSVG, BacklogSVG template.HTML
 	// The account's breakers, pause and limits (Account set).
-	Breakers  []ops.BreakerItem
-	Limits    limitsRow
+	Breakers []ops.BreakerItem
+	Limits   limitsRow
+	// DeadKept is how many entries the account keeps in DEAD (-1: not
+	// read), against Limits.DeadLetters.
+	DeadKept  int
+	DeadFull  bool   // at its bound: its refusals and dying events wait
 	Owner     string // the dispatcher replica holding its lease ("": none)
 	Learned   int    // under "auto": the concurrency its owner last learned
 	Paused    *ops.AccountPause
@@ -242,7 +248,9 @@ func (s *Service) overview(ctx context.Context, account string) overviewData {
 		return d
 	}
 	d.Breakers = s.breakers(account).Items
-	d.Limits = limitsOf(s.cfg.Account(account))
+	d.Limits = limitsOf(s.live.Load(), account)
+	d.DeadKept = s.deadKept(ctx, account)
+	d.DeadFull = d.Limits.DeadLetters > 0 && int64(d.DeadKept) >= d.Limits.DeadLetters
 	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
 	defer cancel()
 	if v, err := owner.Read(rctx, s.js, s.cfg.Prefix, 0); err == nil {
@@ -252,6 +260,19 @@ func (s *Service) overview(ctx context.Context, account string) overviewData {
 		d.Paused, d.HeldUntil = st.Paused, st.HeldUntil
 	}
 	return d
+}
+
+// deadKept is how many entries account keeps in DEAD (-1: not read).
+func (s *Service) deadKept(ctx context.Context, account string) int {
+	info, err := s.deadSt.Info(ctx, jetstream.WithSubjectFilter(s.subj.DeadOf(account)))
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n
 }
 
 func (u *ui) overview(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,3 +98,32 @@ func TestOverviewSamplesABusyFeed(t *testing.T) {
 		t.Fatal("the page must say the figures are a sample")
 	}
 }
+
+// An account's overview says how many entries it keeps in DEAD against
+// its bound, and when it is at it: its failures then wait for an
+// operator.
+func TestOverviewShowsAnAccountAtItsBoundInDead(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "accounts:\n  acme: {dead_letters: 1}")
+	startIngest(t, e)
+	e.startDispatcher(nil)
+	if page := e.overviewPage("acme"); !strings.Contains(page, `<dd id="dead-letters">0 kept of 1</dd>`) {
+		t.Fatalf("before: want 0 kept of 1, got %s", deadLettersOf(page))
+	}
+	id := submit(t, e, "acme", "order.create", "o-1", `{"order_id":"o-1","reject":true}`)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		r, _, err := e.St.Get(context.Background(), "", id)
+		return err == nil && r.Status == state.Dead
+	}, "the rejected event to be dead")
+	if got := deadLettersOf(e.overviewPage("acme")); !strings.Contains(got, "1 kept of 1") || !strings.Contains(got, "full: its failures wait") {
+		t.Fatalf("at its bound: want 1 kept of 1, full, got %s", got)
+	}
+	if got := deadLettersOf(e.overviewPage("globex")); !strings.Contains(got, "0 kept, no bound of its own") {
+		t.Fatalf("another account: want none kept and no bound, got %s", got)
+	}
+}
+
+var deadLetters = regexp.MustCompile(`<dd id="dead-letters">.*?</dd>`)
+
+// deadLettersOf is the dead-letters line of an overview page.
+func deadLettersOf(page string) string { return deadLetters.FindString(page) }
