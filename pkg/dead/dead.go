@@ -158,7 +158,7 @@ func (w *Writer) room(ctx context.Context, acct string, bound int64) error {
 		n += c
 	}
 	if n >= uint64(bound) {
-		return fmt.Errorf("dead: %w (%d of %s)", ErrAccountFull, n, acct)
+		return fmt.Errorf("dead: %w: %s keeps %d of %d", ErrAccountFull, acct, n, bound)
 	}
 	return nil
 }
