@@ -97,3 +97,84 @@ func TestAccountAtItsDeadBoundWaitsAlone(t *testing.T) {
 		t.Fatalf("want the entry of one that waited kept as %s, got %s (%v)", dead.ReasonPermanent, raw.Data, err)
 	}
 }
+
+// The bound holds with three dispatcher replicas, each its own process,
+// and the owner of the bounded account killed (SIGKILL) while its dying
+// events wait: the other account's events are dead and kept, the bounded
+// account never holds more than its bound (one owner writes its entries
+// at a time), and once room is freed every event is dead and kept once.
+// A run killed while it waited is claimed again by the new owner and
+// calls the target once more (its outcome was not stored), no more.
+func TestDeadBoundHoldsAcrossReplicaProcesses(t *testing.T) {
+	t.Parallel()
+	const bound, noisy, calm = 3, 8, 3
+	yaml := strings.Replace(replicasYAML, "accounts:\n", "accounts:\n  noisy: {concurrency: 4, dead_letters: 3, breaker: {failures: 100}}\n", 1)
+	yaml = strings.Replace(yaml, "attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}", "attempts: 3", 1)
+	h := setup(t, yaml, provider.Faults{})
+	procs := startReplicas(t, h, 3, h.target.URL)
+	reject := func(key string) string { return `{"order_id":"` + key + `","reject":true}` }
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	noisyKept := func() int {
+		n := h.DeadKept("noisy")
+		most = max(most, n)
+		return n
+	}
+
+	noisyIDs := h.Submit("noisy", "order.create", keys("n", noisy), reject)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return noisyKept() == bound && h.prov.CallCount() == noisy },
+		"want noisy at its bound with each of its events called")
+	holder := h.leaseHolder("noisy")
+	var victim *replicaProc
+	for _, p := range procs {
+		if p.holds(holder) {
+			victim = p
+		}
+	}
+	if victim == nil {
+		t.Fatalf("want noisy's lease held by one of the replicas, held by %q", holder)
+	}
+	victim.kill(t)
+	calmIDs := h.Submit("calm", "order.create", keys("c", calm), reject)
+	h.WaitAll(calmIDs, state.Dead, 3*servicetest.WaitFor)
+	if n := h.DeadKept("calm"); n != calm {
+		t.Fatalf("want calm's %d dead events kept, got %d", calm, n)
+	}
+	natstest.Eventually(t, 3*servicetest.WaitFor, func() bool {
+		if noisyKept() >= bound {
+			if err := ds.Purge(h.Ctx(), jetstream.WithPurgeSubject(h.Subj.DeadOf("noisy"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range noisyIDs {
+			if h.Record(id).Status != state.Dead {
+				return false
+			}
+		}
+		return true
+	}, "want noisy's events dead once there is room")
+	if most > bound {
+		t.Fatalf("want noisy at most at its bound (%d), got %d", bound, most)
+	}
+	again := 0
+	for _, id := range noisyIDs {
+		n := len(h.prov.CallsFor(id))
+		if n < 1 || n > 2 {
+			t.Errorf("%s: want one call, two if its run was killed while it waited; got %d", id, n)
+		}
+		if n == 2 {
+			again++
+		}
+	}
+	t.Logf("noisy held at most %d entries; %d of its runs killed while they waited were called again", most, again)
+	info, err := ds.Info(h.Ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != noisy+calm {
+		t.Fatalf("want one DEAD entry written per dead event (%d), got %d", noisy+calm, info.State.LastSeq)
+	}
+}
