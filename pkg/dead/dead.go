@@ -149,18 +149,28 @@ func (w *Writer) room(ctx context.Context, acct string, bound int64) error {
 		st = &s
 		w.stream.Store(st)
 	}
-	info, err := (*st).Info(ctx, jetstream.WithSubjectFilter(w.Subj.DeadOf(acct)))
+	n, err := Kept(ctx, *st, w.Subj, acct)
 	if err != nil {
 		return fmt.Errorf("dead: counting %s's entries: %w", acct, err)
 	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	if n >= uint64(bound) {
+	if int64(n) >= bound {
 		return fmt.Errorf("dead: %w: %s keeps %d of %d", ErrAccountFull, acct, n, bound)
 	}
 	return nil
+}
+
+// Kept is how many entries account keeps in st, the DEAD stream: the
+// server counts them from its subject index.
+func Kept(ctx context.Context, st jetstream.Stream, s names.Subjects, account string) (int, error) {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.DeadOf(account)))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
 }
 
 func (w *Writer) publish(ctx context.Context, acct, kind string, e Entry, msgID string) error {

@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -270,15 +271,24 @@ func (e *Env) DeadKept(account string) int {
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	info, err := st.Info(e.c, jetstream.WithSubjectFilter(e.Subj.DeadOf(account)))
+	n, err := dead.Kept(e.c, st, e.Subj, account)
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
-	}
 	return n
+}
+
+// DiscardDead purges account's entries from DEAD, as an operator's
+// discards free its room.
+func (e *Env) DiscardDead(account string) {
+	e.T.Helper()
+	st, err := e.JS.Stream(e.c, names.StreamDead)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if err := st.Purge(e.c, jetstream.WithPurgeSubject(e.Subj.DeadOf(account))); err != nil {
+		e.T.Fatal(err)
+	}
 }
 
 // Record reads an event's record and fails the test if there is none.

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -264,13 +263,9 @@ func (s *Service) overview(ctx context.Context, account string) overviewData {
 
 // deadKept is how many entries account keeps in DEAD (-1: not read).
 func (s *Service) deadKept(ctx context.Context, account string) int {
-	info, err := s.deadSt.Info(ctx, jetstream.WithSubjectFilter(s.subj.DeadOf(account)))
+	n, err := dead.Kept(ctx, s.deadSt, s.subj, account)
 	if err != nil {
 		return -1
-	}
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
 	}
 	return n
 }

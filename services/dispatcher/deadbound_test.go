@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -61,19 +59,7 @@ func TestAccountAtItsDeadBoundWaitsAlone(t *testing.T) {
 	<-time.After(11 * time.Second)
 	// The operator discards noisy's entries as they come, room for three
 	// at a time.
-	natstest.Eventually(t, 3*servicetest.WaitFor, func() bool {
-		if h.DeadKept("noisy") == bound {
-			if err := ds.Purge(h.Ctx(), jetstream.WithPurgeSubject(h.Subj.DeadOf("noisy"))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, id := range noisyIDs {
-			if h.Record(id).Status != state.Dead {
-				return false
-			}
-		}
-		return true
-	}, "want noisy's waiting events dead once there is room")
+	h.discardUntilDead("noisy", bound, noisyIDs, func() int { return h.DeadKept("noisy") })
 	recs := h.waitAll(noisyIDs, state.Dead, servicetest.WaitFor)
 	for _, id := range noisyIDs {
 		if calls := h.prov.CallsFor(id); len(calls) != 1 {
@@ -127,35 +113,13 @@ func TestDeadBoundHoldsAcrossReplicaProcesses(t *testing.T) {
 	noisyIDs := h.Submit("noisy", "order.create", keys("n", noisy), reject)
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return noisyKept() == bound && h.prov.CallCount() == noisy },
 		"want noisy at its bound with each of its events called")
-	holder := h.leaseHolder("noisy")
-	var victim *replicaProc
-	for _, p := range procs {
-		if p.holds(holder) {
-			victim = p
-		}
-	}
-	if victim == nil {
-		t.Fatalf("want noisy's lease held by one of the replicas, held by %q", holder)
-	}
-	victim.kill(t)
+	ownerOf(t, h, procs, "noisy").kill(t)
 	calmIDs := h.Submit("calm", "order.create", keys("c", calm), reject)
 	h.WaitAll(calmIDs, state.Dead, 3*servicetest.WaitFor)
 	if n := h.DeadKept("calm"); n != calm {
 		t.Fatalf("want calm's %d dead events kept, got %d", calm, n)
 	}
-	natstest.Eventually(t, 3*servicetest.WaitFor, func() bool {
-		if noisyKept() >= bound {
-			if err := ds.Purge(h.Ctx(), jetstream.WithPurgeSubject(h.Subj.DeadOf("noisy"))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, id := range noisyIDs {
-			if h.Record(id).Status != state.Dead {
-				return false
-			}
-		}
-		return true
-	}, "want noisy's events dead once there is room")
+	h.discardUntilDead("noisy", bound, noisyIDs, noisyKept)
 	if most > bound {
 		t.Fatalf("want noisy at most at its bound (%d), got %d", bound, most)
 	}
@@ -177,4 +141,21 @@ func TestDeadBoundHoldsAcrossReplicaProcesses(t *testing.T) {
 	if info.State.LastSeq != noisy+calm {
 		t.Fatalf("want one DEAD entry written per dead event (%d), got %d", noisy+calm, info.State.LastSeq)
 	}
+}
+
+// discardUntilDead discards account's entries whenever kept says it is
+// at its bound, as an operator would, until every one of ids is dead.
+func (h *harness) discardUntilDead(account string, bound int, ids []string, kept func() int) {
+	h.t.Helper()
+	natstest.Eventually(h.t, 3*servicetest.WaitFor, func() bool {
+		if kept() >= bound {
+			h.DiscardDead(account)
+		}
+		for _, id := range ids {
+			if h.Record(id).Status != state.Dead {
+				return false
+			}
+		}
+		return true
+	}, "want %s's waiting events dead once there is room", account)
 }

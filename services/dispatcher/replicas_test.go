@@ -81,16 +81,7 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 	var killedAt time.Time
 	if kill {
 		<-time.After(6 * time.Second) // mid-run: the point of the kill, not a wait for an outcome
-		holder := h.leaseHolder("rated")
-		var victim *replicaProc
-		for _, p := range procs {
-			if p.holds(holder) {
-				victim = p
-			}
-		}
-		if victim == nil {
-			t.Fatalf("want the rated account's lease held by one of the replicas, held by %q", holder)
-		}
+		victim := ownerOf(t, h, procs, "rated")
 		killedAt = time.Now()
 		victim.kill(t)
 		natstest.Eventually(t, handoverBound, func() bool {
@@ -312,6 +303,19 @@ func (p *replicaProc) holds(holder string) bool {
 		}
 	}
 	return strings.HasPrefix(holder, string(b))
+}
+
+// ownerOf is the replica among procs that holds account's lease.
+func ownerOf(t *testing.T, h *harness, procs []*replicaProc, account string) *replicaProc {
+	t.Helper()
+	holder := h.leaseHolder(account)
+	for _, p := range procs {
+		if p.holds(holder) {
+			return p
+		}
+	}
+	t.Fatalf("want %s's lease held by one of the replicas, held by %q", account, holder)
+	return nil
 }
 
 func (p *replicaProc) kill(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -77,9 +76,7 @@ kinds:
 	// The operator discards noisy's entries whenever it is at its bound.
 	natstest.Eventually(t, 2*time.Minute, func() bool {
 		if noisyKept() >= bound {
-			if err := ds.Purge(h.Ctx(), jetstream.WithPurgeSubject(h.Subj.DeadOf("noisy"))); err != nil {
-				t.Fatal(err)
-			}
+			h.DiscardDead("noisy")
 		}
 		return h.intakeSettled(last)
 	}, "want every refusal settled once noisy's entries are discarded")

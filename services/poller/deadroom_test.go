@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -56,9 +54,7 @@ func TestReviewDEADHasNoRoomForWaitsWithItsTimerSetAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ds.Purge(w.Ctx(), jetstream.WithPurgeSubject(w.Subj.DeadOf("acme"))); err != nil {
-		t.Fatal(err)
-	}
+	w.DiscardDead("acme")
 	w.WaitStatus(second, state.ManualReview, 20*time.Second)
 	dm, err := ds.GetLastMsgForSubject(w.Ctx(), "tenaz.dead.acme.credit.evaluate")
 	if err != nil {
