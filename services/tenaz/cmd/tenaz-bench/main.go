@@ -36,7 +36,7 @@ func run() error {
 	conc := flag.Int("concurrency", 64, "tenaz account concurrency for the bench account")
 	out := flag.String("out", "", "write the markdown report here (not with BENCH_QUICK): a run of every phase writes it whole, one phase merges its figures into it")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, tenaz, load) to this file")
-	phase := flag.String("phase", envOr("BENCH_PHASE", "all"), "which runs (default $BENCH_PHASE, else all): all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied), capacity (concurrency: auto against a provider whose capacity halves), tracing (throughput with tracing off and on), partitions (fsync always over 16 accounts on 1, 4 and 8 partitions; also part of fsync), cluster (a 3-node R3 cluster, 1 partition against 6), search (1,000,000 events indexed, each filter queried), audit (the audit archive's cost per event)")
+	phase := flag.String("phase", envOr("BENCH_PHASE", "all"), "which runs (default $BENCH_PHASE, else all): all, default (server's default sync), fsync (sync always), noisy (noisy neighbour), accounts (many accounts), delayed (delayed events held and a burst due at once, callbacks applied), callbacks (the callbacks alone), capacity (concurrency: auto against a provider whose capacity halves), tracing (throughput with tracing off and on), partitions (fsync always over 16 accounts on 1, 4 and 8 partitions; also part of fsync), cluster (a 3-node R3 cluster, 1 partition against 6), search (1,000,000 events indexed, each filter queried), audit (the audit archive's cost per event)")
 	partitions := flag.Int("partitions", 0, "streams.partitions of the many-accounts run (default: a new store's); a set count adds _partitions_<count> to its figures' names")
 	accounts := flag.Int("accounts", 0, "accounts of the many-accounts run (default 10000, 2000 with BENCH_QUICK); a set count names its figures accounts_<count>_*")
 	flag.Parse()
@@ -61,7 +61,7 @@ func run() error {
 	var figs []bench.Fig
 	r := bench.Report{W: os.Stdout, Figures: &figs}
 	switch *phase {
-	case "all", "default", "fsync", "noisy", "accounts", "delayed", "capacity", "tracing", "partitions", "cluster", "search", "audit":
+	case "all", "default", "fsync", "noisy", "accounts", "delayed", "callbacks", "capacity", "tracing", "partitions", "cluster", "search", "audit":
 	default:
 		return fmt.Errorf("unknown -phase %q", *phase)
 	}
@@ -75,7 +75,7 @@ func run() error {
 			return err
 		}
 	}
-	if *phase != "accounts" && *phase != "delayed" && *phase != "capacity" && *phase != "tracing" && *phase != "partitions" && *phase != "cluster" && *phase != "search" && *phase != "audit" {
+	if *phase != "accounts" && *phase != "delayed" && *phase != "callbacks" && *phase != "capacity" && *phase != "tracing" && *phase != "partitions" && *phase != "cluster" && *phase != "search" && *phase != "audit" {
 		if err := bench.Run(ctx, sz, r, *conc, bench.Phases{Default: *phase == "all" || *phase == "default", Fsync: *phase == "all" || *phase == "fsync", Noisy: *phase == "all" || *phase == "noisy"}); err != nil {
 			return err
 		}
@@ -96,6 +96,8 @@ func run() error {
 		if err := bench.Delayed(ctx, sz, r, *conc); err != nil {
 			return err
 		}
+	}
+	if *phase == "all" || *phase == "delayed" || *phase == "callbacks" {
 		if err := bench.Callbacks(ctx, sz, r, *conc); err != nil {
 			return err
 		}

@@ -573,6 +573,9 @@ var fullRunFigures = map[string]struct {
 			"e2e_followers_behind_ms", "naive_cpu_us_per_event", "p50_ms_at_500", "p99_ms_at_500"}, n)
 	}},
 	"fsync": {"*_fsync_always", func(n string) bool { return strings.HasSuffix(n, "_fsync_always") }},
+	"callbacks": {"*callbacks_*", func(n string) bool {
+		return strings.HasPrefix(n, "callbacks_") || strings.HasPrefix(n, "naive_callbacks_")
+	}},
 	"delayed": {"delayed_*`, `naive_burst_*` and `*callbacks_*", func(n string) bool {
 		return strings.HasPrefix(n, "delayed_") || strings.HasPrefix(n, "naive_burst_") || strings.HasPrefix(n, "callbacks_") || strings.HasPrefix(n, "naive_callbacks_")
 	}},
