@@ -43,6 +43,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/daemon"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsconn"
@@ -1198,6 +1199,31 @@ func TestNATSUsers(t *testing.T) {
 			}, "the idle account retired: its reader stopped (readers %v), its lease released (owner %q), its messages trimmed (%d left); permission violations: %v",
 				lazy(func() string { return fmt.Sprint(w.disp.Accounts()) }), lazy(func() string { return w.disp.Owner("acme") }),
 				lazy(func() string { return fmt.Sprint(left) }), lazy(func() string { return fmt.Sprint(w.allViolations()) }))
+		}
+	})
+
+	t.Run("a refusal waiting for room in DEAD", func(t *testing.T) {
+		// Ingest parks an entry DEAD has no room for in TENAZ_DEAD_WAITING
+		// and moves it into DEAD once there is room (dead.Waiting), as its
+		// own user: here one parked by hand, moved by whichever mover
+		// comes first, the running ingest's or this one.
+		_, js := w.jetstream(t, serviceUser("ingest"))
+		subj := names.NewSubjects(names.DefaultPrefix)
+		room := &dead.Waiting{JS: js, Subj: subj, Dead: &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return 1000 }}}
+		e := dead.Entry{Account: "acme", Kind: "no.such.kind", Reason: dead.ReasonRejected, Error: "unknown kind",
+			At: time.Now().UTC(), Raw: []byte(`{"n":1}`)}
+		if err := room.Park(w.ctx, e, "natsauth-waiting-1"); err != nil {
+			t.Fatalf("park as %s: %v; violations: %v", serviceUser("ingest"), err, w.log.violations(serviceUser("ingest")))
+		}
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			if _, err := room.Move(w.ctx); err != nil {
+				t.Fatalf("move as %s: %v; violations: %v", serviceUser("ingest"), err, w.log.violations(serviceUser("ingest")))
+			}
+			n, err := room.WaitingOf(w.ctx, "acme")
+			return err == nil && n == 0
+		}, "the parked entry moved into DEAD")
+		if v := w.log.violations(serviceUser("ingest")); len(v) > 0 {
+			t.Fatalf("ingest's permission violations: %v", v)
 		}
 	})
 

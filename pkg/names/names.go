@@ -27,11 +27,14 @@ const (
 	StreamIntake = streams.StreamIntake
 	// StreamEvents and BucketState are partition 0's names; every
 	// partition has its own (Subjects.EventsStreamOf, Subjects.StateBucketOf).
-	StreamEvents   = streams.StreamEvents
-	StreamDead     = "DEAD"
-	BucketState    = streams.BucketState
-	BucketBreakers = "tenaz_breakers"
-	BucketEffects  = "tenaz_effects"
+	StreamEvents = streams.StreamEvents
+	StreamDead   = "DEAD"
+	// StreamDeadWaiting holds the entries DEAD has no room for yet
+	// (dead.Waiting).
+	StreamDeadWaiting = "TENAZ_DEAD_WAITING"
+	BucketState       = streams.BucketState
+	BucketBreakers    = "tenaz_breakers"
+	BucketEffects     = "tenaz_effects"
 	// BucketCallbacks maps provider references to events and remembers
 	// webhook-ids (replay protection).
 	BucketCallbacks = "tenaz_callbacks"
@@ -293,6 +296,12 @@ func (s Subjects) Dead(account, kind string) (string, error) {
 
 // DeadOf is the filter of one account's entries in DEAD.
 func (s Subjects) DeadOf(account string) string { return s.Prefix + ".dead." + account + ".>" }
+
+// DeadWaiting is the subject of account's entries waiting for room in
+// DEAD (dead.Waiting), and DeadWaitingAll the filter of every account's.
+func (s Subjects) DeadWaiting(account string) string { return s.Prefix + ".deadwait." + account }
+
+func (s Subjects) DeadWaitingAll() string { return s.Prefix + ".deadwait.>" }
 
 // DeadAll is the DEAD stream's subject filter.
 func (s Subjects) DeadAll() string { return s.Prefix + ".dead.>" }

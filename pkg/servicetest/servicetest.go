@@ -278,6 +278,17 @@ func (e *Env) DeadKept(account string) int {
 	return n
 }
 
+// DeadWaiting is how many of account's entries wait for room in DEAD
+// (dead.Waiting).
+func (e *Env) DeadWaiting(account string) int {
+	e.T.Helper()
+	n, err := (&dead.Waiting{JS: e.JS, Subj: e.Subj}).WaitingOf(e.c, account)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return n
+}
+
 // DiscardDead purges account's entries from DEAD, as an operator's
 // discards free its room.
 func (e *Env) DiscardDead(account string) {

@@ -80,12 +80,15 @@ type overviewData struct {
 	Limits   limitsRow
 	// DeadKept is how many entries the account keeps in DEAD (-1: not
 	// read), against Limits.DeadLetters.
-	DeadKept  int
-	DeadFull  bool   // at its bound: its refusals and dying events wait
-	Owner     string // the dispatcher replica holding its lease ("": none)
-	Learned   int    // under "auto": the concurrency its owner last learned
-	Paused    *ops.AccountPause
-	HeldUntil *time.Time
+	DeadKept int
+	DeadFull bool // at its bound: its refusals and dying events wait
+	// DeadWaiting is how many of its refused submissions wait for room in
+	// DEAD (dead.Waiting; -1: not read).
+	DeadWaiting int
+	Owner       string // the dispatcher replica holding its lease ("": none)
+	Learned     int    // under "auto": the concurrency its owner last learned
+	Paused      *ops.AccountPause
+	HeldUntil   *time.Time
 }
 
 // sum adds up the last k points.
@@ -250,6 +253,7 @@ func (s *Service) overview(ctx context.Context, account string) overviewData {
 	d.Limits = limitsOf(s.live.Load(), account)
 	d.DeadKept = s.deadKept(ctx, account)
 	d.DeadFull = d.Limits.DeadLetters > 0 && int64(d.DeadKept) >= d.Limits.DeadLetters
+	d.DeadWaiting = s.deadWaiting(ctx, account)
 	rctx, cancel := context.WithTimeout(ctx, ownersTimeout)
 	defer cancel()
 	if v, err := owner.Read(rctx, s.js, s.cfg.Prefix, 0); err == nil {
@@ -264,6 +268,16 @@ func (s *Service) overview(ctx context.Context, account string) overviewData {
 // deadKept is how many entries account keeps in DEAD (-1: not read).
 func (s *Service) deadKept(ctx context.Context, account string) int {
 	n, err := dead.Kept(ctx, s.deadSt, s.subj, account)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// deadWaiting is how many of account's entries wait for room in DEAD
+// (-1: not read).
+func (s *Service) deadWaiting(ctx context.Context, account string) int {
+	n, err := s.waiting.WaitingOf(ctx, account)
 	if err != nil {
 		return -1
 	}

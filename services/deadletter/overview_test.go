@@ -118,6 +118,13 @@ func TestOverviewShowsAnAccountAtItsBoundInDead(t *testing.T) {
 	if got := deadLettersOf(e.overviewPage("acme")); !strings.Contains(got, "1 kept of 1") || !strings.Contains(got, "full: its failures wait") {
 		t.Fatalf("at its bound: want 1 kept of 1, full, got %s", got)
 	}
+	// A NATS submission refused at intake waits for room, and says so.
+	if _, err := e.JS.Publish(context.Background(), "tenaz.intake.acme.no.such.kind", []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(deadLettersOf(e.overviewPage("acme")), "1 waiting for room")
+	}, "want the overview to show acme's refusal waiting for room")
 	if got := deadLettersOf(e.overviewPage("globex")); !strings.Contains(got, "0 kept, no bound of its own") {
 		t.Fatalf("another account: want none kept and no bound, got %s", got)
 	}

@@ -162,8 +162,9 @@ func (s *Service) orderedQueueOf(account string) *orderedQueue {
 	return s.ordered[h.Sum32()%uint32(len(s.ordered))]
 }
 
-// holdRefusal hands a refused submission DEAD has no room for to its
-// account's ordered loop, which keeps it in INTAKE until DEAD has room,
+// holdRefusal hands a refused submission that neither DEAD nor its
+// waiting room has room for (keep) to its account's ordered loop, which
+// keeps it in INTAKE until there is room,
 // the account's next such refusals behind it as its anchor. Handed back
 // to the server instead, each would hold its slot of the ack window while
 // it waits, and one producer's refusals would fill the window and stop

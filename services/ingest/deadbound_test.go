@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,9 +16,10 @@ import (
 // An account at deadletter.max_per_account cannot keep another account's
 // refusals out of DEAD, with three tenaz-ingest processes sharing the
 // work and one of them killed mid-run: the calm account's refusals are
-// all kept while the noisy one's wait; the noisy one never holds more
-// than its bound and one entry per process; and once an operator frees
-// room, every refusal is kept, each once.
+// all kept while the noisy one's wait, and INTAKE is trimmed behind
+// them; the noisy one never holds more than its bound and one entry per
+// process; and once an operator frees room, every refusal is kept, each
+// once.
 func TestAccountAtItsDeadBoundDoesNotKeepOutAnothersRefusals(t *testing.T) {
 	t.Parallel()
 	const bound, noisy, calm, procs = 40, 200, 20, 3
@@ -69,6 +71,10 @@ kinds:
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool { return h.DeadKept("calm") == calm && noisyKept() >= bound },
 		"want calm's %d refusals kept while noisy's wait at its bound (%d)", calm, bound)
+	// Noisy's waiting refusals hold nothing of INTAKE: it is trimmed past
+	// every submission, noisy's included.
+	natstest.Eventually(t, 30*time.Second, func() bool { return h.intakeTrimmed(last) && h.DeadWaiting("noisy") > 0 },
+		"want INTAKE trimmed past its %d submissions while noisy's refusals wait for room", last)
 	if err := first.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +84,8 @@ kinds:
 		if noisyKept() >= bound {
 			h.DiscardDead("noisy")
 		}
-		return h.intakeSettled(last)
-	}, "want every refusal settled once noisy's entries are discarded")
+		return h.intakeSettled(last) && h.DeadWaiting("noisy") == 0
+	}, "want every refusal kept once noisy's entries are discarded")
 	if most > bound+procs {
 		t.Fatalf("want noisy at most at its bound (%d) and one entry per process, got %d", bound, most)
 	}
@@ -91,4 +97,50 @@ kinds:
 		t.Fatalf("want each of the %d refusals kept once, got %d entries written", noisy+calm, info.State.LastSeq)
 	}
 	t.Logf("noisy held at most %d entries (bound %d, %d processes)", most, bound, procs)
+}
+
+// A refusal that its account's bound keeps out of DEAD waits in the
+// waiting room, not in INTAKE: INTAKE is trimmed past it and past every
+// account's later submissions, which it held below its floor (stored
+// until an operator freed room, whatever the account). Once room is
+// freed, the waiting refusals are kept in DEAD, each once.
+func TestRefusalsWaitingForRoomDoNotHoldIntake(t *testing.T) {
+	t.Parallel()
+	const bound, noisy, calm = 2, 10, 20
+	h := setup(t, baseYAML+fmt.Sprintf("deadletter: {max_per_account: %d}\n", bound))
+	p := &publisher{h: h}
+	for i := range noisy {
+		m := nats.NewMsg("tenaz.intake.noisy.no.such.kind")
+		m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		m.Header.Set("Idempotency-Key", fmt.Sprintf("n-%02d", i))
+		p.publish(m)
+	}
+	p.orders("calm", calm)
+	last := p.wait()
+
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return h.intakeTrimmed(last) && h.DeadKept("noisy") == bound && h.DeadWaiting("noisy") == noisy-bound
+	}, "want INTAKE trimmed past its %d submissions, noisy keeping %d and %d waiting", last, bound, noisy-bound)
+	if !h.ordersAccepted("calm", calm) {
+		t.Fatal("want calm's submissions accepted")
+	}
+
+	// The operator frees noisy's room, a bound's worth at a time.
+	var order []string // noisy's refusals, as DEAD kept them
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		if h.DeadKept("noisy") >= bound {
+			order = append(order, h.deadRaws("noisy")...)
+			h.DiscardDead("noisy")
+		}
+		return h.DeadWaiting("noisy") == 0 && h.DeadKept("noisy") == noisy-len(order)
+	}, "want every waiting refusal kept once room is freed")
+	order = append(order, h.deadRaws("noisy")...)
+	want := make([]string, noisy)
+	for i := range want {
+		want[i] = fmt.Sprintf(`{"n":%d}`, i)
+	}
+	slices.Sort(want)
+	if slices.Sort(order); !slices.Equal(order, want) {
+		t.Fatalf("want each of noisy's refusals kept once: %v, got %v", want, order)
+	}
 }

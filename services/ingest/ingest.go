@@ -98,6 +98,7 @@ type Service struct {
 	cfg     *config.Config
 	subj    names.Subjects
 	dead    *dead.Writer
+	waiting *dead.Waiting // the entries DEAD has no room for yet, moved into it by moveWaiting
 	log     zerolog.Logger
 	st      *store.Store
 	q       *queue.Queue
@@ -172,6 +173,7 @@ func New(o Options) (*Service, error) {
 		s.metrics = metrics.Default
 	}
 	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: s.metrics.DeadFull}
+	s.waiting = &dead.Waiting{JS: js, Subj: s.subj, Dead: s.dead}
 	return s, nil
 }
 
@@ -290,6 +292,8 @@ func (s *Service) start(ctx context.Context) error {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.trim.Run(runCtx, trimEvery, s.log) }()
 	}
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); s.moveWaiting(runCtx) }()
 	if err := s.startRepeats(ctx, runCtx); err != nil {
 		return fmt.Errorf("ingest: repeats: %w", err)
 	}

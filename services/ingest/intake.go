@@ -314,15 +314,15 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	if meta, err := m.Metadata(); err == nil {
 		msgID = fmt.Sprintf("intake-%d", meta.Sequence.Stream)
 	}
-	kept := false
+	kept, waiting := false, false
 	var err error
 	if reply != "" && env.ID != "" && serr.Code != codeKeyReused {
-		kept, err = s.keepDeadEvent(ctx, env, serr, msgID)
+		kept, waiting, err = s.keepDeadEvent(ctx, env, serr, msgID)
 	}
 	if err == nil && !kept {
 		e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 			Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
-		err = s.dead.Publish(ctx, e, msgID)
+		waiting, err = s.keep(ctx, e, msgID)
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Msg("keeping a rejected submission failed; will retry")
@@ -334,46 +334,72 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	s.metrics.Rejected(serr.Code) // after the write: a retried one counts once
 	log := tracing.Log(s.log, env.Traceparent)
 	l := log.Warn().Str("subject", m.Subject()).Str("code", serr.Code).Str("reason", serr.Error())
-	if kept {
-		l.Str("event_id", env.ID).Msg("submission rejected after it was answered; kept as a dead event")
-	} else {
+	switch {
+	case kept:
+		l = l.Str("event_id", env.ID)
+		if waiting {
+			l.Msg("submission rejected after it was answered; dead, its entry waits for room in DEAD")
+		} else {
+			l.Msg("submission rejected after it was answered; kept as a dead event")
+		}
+	case waiting:
+		l.Msg("submission rejected; it waits for room in DEAD")
+	default:
 		l.Msg("submission rejected; kept in DEAD")
 	}
 	_ = m.TermWithReason(serr.Code)
 }
 
+// keep writes e to DEAD, or, when DEAD has no room for it (its account at
+// its bound, or DEAD full), parks it in the waiting room, from which the
+// mover takes it into DEAD once there is room (waiting is true then).
+// Either way what e stands for can be settled, and INTAKE is trimmed past
+// it. Only when it can be neither written nor parked is the full error
+// returned: the caller then waits, as it does for any store outage.
+func (s *Service) keep(ctx context.Context, e dead.Entry, msgID string) (waiting bool, err error) {
+	err = s.dead.Publish(ctx, e, msgID)
+	if !store.IsFull(err) {
+		return false, err
+	}
+	if perr := s.waiting.Park(ctx, e, msgID); perr != nil {
+		s.log.Warn().Err(perr).Str("account", e.Account).Msg("an entry DEAD has no room for could not wait for it either")
+		return false, err
+	}
+	return true, nil
+}
+
 // keepDeadEvent creates env's record, dead with the refusal, and its DEAD
 // entry (listed by event id, replayable once the config accepts it).
 // kept is false when the id holds another event: the refusal is then kept
-// as a refused submission.
-func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *submitError, msgID string) (kept bool, err error) {
+// as a refused submission. waiting: the entry waits for room (keep).
+func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *submitError, msgID string) (kept, waiting bool, err error) {
 	base := queue.Initial(env) // New replaces its status and history
 	detail := dead.ReasonRejected + ": " + serr.Error()
 	rec, _, err := state.New(base, state.Action{Name: state.Reject, Actor: queue.ActorIngest, Detail: detail,
 		Error: &state.ErrorInfo{Class: serr.Code, Message: serr.Error()}}, env.CreatedAt)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if _, err := s.st.Create(ctx, rec); errors.Is(err, store.ErrExists) {
 		// A redelivery finds its own record; any other is another event.
 		cur, _, gerr := s.st.Get(ctx, env.Account, env.ID)
 		if gerr != nil {
-			return false, gerr
+			return false, false, gerr
 		}
 		if len(cur.History) == 0 || cur.History[0].Action != state.Reject || !samePayload(cur, env.Payload) {
-			return false, nil
+			return false, false, nil
 		}
 		rec = cur
 	} else if err != nil {
-		return false, err
+		return false, false, err
 	}
 	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 		Error: serr.Error(), Status: serr.Status, At: rec.CreatedAt, Event: &env, Record: &rec}
-	if err := s.dead.Publish(ctx, e, msgID); err != nil {
-		return false, err
+	if waiting, err = s.keep(ctx, e, msgID); err != nil {
+		return false, false, err
 	}
 	dead.Advise(s.nc, s.subj, rec)
-	return true, nil
+	return true, waiting, nil
 }
 
 // accept makes env an event exactly once: create the record (the

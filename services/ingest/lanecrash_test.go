@@ -256,6 +256,28 @@ func (p *publisher) publish(m *nats.Msg) {
 	}
 }
 
+// orders publishes n submissions of order.create for account, with the
+// idempotency keys c-00, c-01, …
+func (p *publisher) orders(account string, n int) {
+	for i := range n {
+		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
+		m.Data = []byte(fmt.Sprintf(`{"order_id":"c-%02d"}`, i))
+		m.Header.Set("Idempotency-Key", fmt.Sprintf("c-%02d", i))
+		p.publish(m)
+	}
+}
+
+// ordersAccepted reports whether the n submissions publisher.orders
+// published for account are each an event.
+func (h *harness) ordersAccepted(account string, n int) bool {
+	for i := range n {
+		if _, ok := h.Lookup(event.ID(account, fmt.Sprintf("c-%02d", i))); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // wait waits for every publish to be stored and returns the last one's
 // INTAKE sequence.
 func (p *publisher) wait() uint64 {
@@ -362,13 +384,15 @@ func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 }
 
 // A producer's refusals that a full DEAD cannot take do not stop the
-// other accounts' intake. Each waits in INTAKE until DEAD has room; NAKed
-// back with a delay, as they were, each held its slot of the ingest
-// consumer's ack window (4,096) meanwhile, so 10,000 of them stopped
-// calm's submissions behind them. Now the first waits in its account's
-// ordered loop as an anchor, and the rest are acked for it. Once DEAD has
-// room (here: its bound is lifted, as an operator's discard or a larger
-// bound would), every refusal is kept, none lost.
+// other accounts' intake, even once the waiting room cannot take them
+// either (here: its stream bounded, as the server's storage would be).
+// Those wait in INTAKE until DEAD has room; NAKed back with a delay, as
+// they were, each held its slot of the ingest consumer's ack window
+// (4,096) meanwhile, so 10,000 of them stopped calm's submissions behind
+// them. Now the first waits in its account's ordered loop as an anchor,
+// and the rest are acked for it. Once DEAD has room (here: its bound is
+// lifted, as an operator's discard or a larger bound would), every
+// refusal is kept, none lost, those that waited in the waiting room too.
 func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
 	t.Parallel()
 	const refused, calm = 10000, 20
@@ -382,23 +406,29 @@ func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
 		m.Header.Set("Idempotency-Key", fmt.Sprintf("r-%05d", i))
 		p.publish(m)
 	}
-	for i := range calm {
-		m := nats.NewMsg("tenaz.intake.calm.order.create")
-		m.Data = []byte(fmt.Sprintf(`{"order_id":"c-%02d"}`, i))
-		m.Header.Set("Idempotency-Key", fmt.Sprintf("c-%02d", i))
-		p.publish(m)
-	}
+	p.orders("calm", calm)
 	last := p.wait()
 
-	h.startIngest(nil)
-	natstest.Eventually(t, 30*time.Second, func() bool {
-		for i := range calm {
-			if _, ok := h.Lookup(event.ID("calm", fmt.Sprintf("c-%02d", i))); !ok {
-				return false
+	// The waiting room is bounded once ingest has applied the layout (as
+	// each service does at start), before it takes the first submission.
+	var bounded sync.Once
+	h.startIngest(&ingest.Hooks{BeforeIntake: func(string) error {
+		bounded.Do(func() {
+			ws, err := h.JS.Stream(h.Ctx(), names.StreamDeadWaiting)
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}
-		return true
-	}, "want calm's %d submissions accepted while DEAD is full", calm)
+			c := ws.CachedInfo().Config
+			c.MaxBytes = 1 << 20
+			if _, err := h.JS.UpdateStream(h.Ctx(), c); err != nil {
+				t.Error(err)
+			}
+		})
+		return nil
+	}})
+	natstest.Eventually(t, 30*time.Second, func() bool { return h.ordersAccepted("calm", calm) },
+		"want calm's %d submissions accepted while DEAD is full", calm)
 	deadInfo := func() *jetstream.StreamInfo {
 		st, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 		if err != nil {
@@ -415,14 +445,19 @@ func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
 		t.Fatalf("want DEAD full before it took all %d refusals, got %d", refused, info.State.Msgs)
 	}
 	t.Logf("DEAD full at %d of the %d refusals; calm's accepted", info.State.Msgs, refused)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		// Full: no room for another entry (each about 1.2 KB).
+		return h.StreamState(names.StreamDeadWaiting).Bytes > 1<<20-4096 && h.ConsumerInfo(names.StreamIntake, "ingest").NumAckPending > 0
+	}, "want the waiting room full and the rest waiting in INTAKE")
+	t.Logf("%d waiting for room, the rest in INTAKE", h.DeadWaiting("noisy"))
 
 	cfg := info.Config
 	cfg.MaxBytes = -1
 	if _, err := h.JS.UpdateStream(h.Ctx(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 90*time.Second, func() bool { return h.intakeSettled(last) },
-		"want every INTAKE message settled once DEAD has room")
+	natstest.Eventually(t, 90*time.Second, func() bool { return h.intakeSettled(last) && h.DeadWaiting("noisy") == 0 },
+		"want every INTAKE message settled and nothing waiting once DEAD has room")
 	if n := deadInfo().State.Msgs; n != refused {
 		t.Fatalf("want all %d refusals kept in DEAD, got %d", refused, n)
 	}

@@ -273,6 +273,34 @@ func (h *harness) publishIntake(subject string, body []byte, headers ...string) 
 
 // intakeSettled reports whether the ingest consumer has taken every INTAKE
 // message up to seq and settled it (nothing pending, nothing unacked).
+// intakeTrimmed reports whether INTAKE holds nothing up to seq: every
+// submission up to it settled and purged.
+func (h *harness) intakeTrimmed(seq uint64) bool {
+	h.t.Helper()
+	st, err := h.JS.Stream(h.Ctx(), names.StreamIntake)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(h.Ctx())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.FirstSeq > seq
+}
+
+// deadRaws are the bodies of the refused submissions account keeps in
+// DEAD, in the order they were written.
+func (h *harness) deadRaws(account string) []string {
+	h.t.Helper()
+	var out []string
+	for _, e := range h.deadEntries() {
+		if e.Account == account {
+			out = append(out, string(e.Raw))
+		}
+	}
+	return out
+}
+
 func (h *harness) intakeSettled(seq uint64) bool {
 	info := h.ConsumerInfo(names.StreamIntake, "ingest")
 	return info.Delivered.Stream >= seq && info.NumPending == 0 && info.NumAckPending == 0
