@@ -1202,24 +1202,30 @@ func TestNATSUsers(t *testing.T) {
 		}
 	})
 
-	t.Run("a refusal waiting for room in DEAD", func(t *testing.T) {
+	t.Run("an entry waiting for room in DEAD", func(t *testing.T) {
 		// Ingest parks an entry DEAD has no room for in TENAZ_DEAD_WAITING
-		// and moves it into DEAD once there is room (dead.Waiting), as its
-		// own user: here one parked by hand, moved by whichever mover
-		// comes first, the running ingest's or this one.
+		// and moves it into DEAD once there is room (dead.Writer), as its
+		// own user: here one parked while its account is at a bound of 1,
+		// moved by whichever mover comes first, the running ingest's or
+		// this one once the bound is lifted.
 		_, js := w.jetstream(t, serviceUser("ingest"))
 		subj := names.NewSubjects(names.DefaultPrefix)
-		room := &dead.Waiting{JS: js, Subj: subj, Dead: &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return 1000 }}}
-		e := dead.Entry{Account: "acme", Kind: "no.such.kind", Reason: dead.ReasonRejected, Error: "unknown kind",
-			At: time.Now().UTC(), Raw: []byte(`{"n":1}`)}
-		if err := room.Park(w.ctx, e, "natsauth-waiting-1"); err != nil {
-			t.Fatalf("park as %s: %v; violations: %v", serviceUser("ingest"), err, w.log.violations(serviceUser("ingest")))
+		var bound atomic.Int64
+		bound.Store(1)
+		d := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return bound.Load() }}
+		for i, want := range []bool{false, true} {
+			e := dead.Entry{Account: "waitroom", Kind: "no.such.kind", Reason: dead.ReasonRejected, Error: "unknown kind",
+				At: time.Now().UTC(), Raw: []byte(`{"n":1}`)}
+			if waiting, err := d.Keep(w.ctx, e, fmt.Sprintf("natsauth-waiting-%d", i)); err != nil || waiting != want {
+				t.Fatalf("keep #%d as %s: want waiting %v, got %v, %v; violations: %v", i, serviceUser("ingest"), want, waiting, err, w.log.violations(serviceUser("ingest")))
+			}
 		}
+		bound.Store(0)
 		natstest.Eventually(t, 30*time.Second, func() bool {
-			if _, err := room.Move(w.ctx); err != nil {
+			if _, err := d.Move(w.ctx); err != nil {
 				t.Fatalf("move as %s: %v; violations: %v", serviceUser("ingest"), err, w.log.violations(serviceUser("ingest")))
 			}
-			n, err := room.WaitingOf(w.ctx, "acme")
+			n, err := d.WaitingOf(w.ctx, "waitroom")
 			return err == nil && n == 0
 		}, "the parked entry moved into DEAD")
 		if v := w.log.violations(serviceUser("ingest")); len(v) > 0 {

@@ -67,7 +67,9 @@ type Entry struct {
 	RawBytes int `json:"raw_bytes,omitempty"`
 }
 
-// Writer keeps entries in DEAD, each account's under its Bound.
+// Writer keeps entries in DEAD, each account's under its Bound, and
+// those DEAD has no room for in the waiting room until there is (Keep,
+// Move).
 type Writer struct {
 	JS   jetstream.JetStream
 	Subj names.Subjects
@@ -79,8 +81,9 @@ type Writer struct {
 	// at its bound, or DEAD full): tenaz_dead_full_total.
 	Full func(account string)
 
-	locks  sync.Map                         // account → *sync.Mutex: its count and write, one at a time
-	stream atomic.Pointer[jetstream.Stream] // DEAD, once looked up
+	locks   sync.Map                         // account → *sync.Mutex: its count and write, one at a time
+	stream  atomic.Pointer[jetstream.Stream] // DEAD, once looked up
+	waiting atomic.Pointer[jetstream.Stream] // TENAZ_DEAD_WAITING, once looked up
 }
 
 // ErrAccountFull refuses an entry of an account at its bound

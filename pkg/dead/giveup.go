@@ -63,7 +63,7 @@ func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, wh
 		}
 		e := Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: reason, Class: class,
 			Error: why, At: next.UpdatedAt, Event: &env, Record: &next}
-		if err := g.Dead.Publish(ctx, e, msgID); err != nil {
+		if _, err := g.Dead.Keep(ctx, e, msgID); err != nil {
 			return false, err
 		}
 		if _, err := g.Store.Write(ctx, next, rev); errors.Is(err, store.ErrConflict) {

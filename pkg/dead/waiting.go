@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,22 +16,15 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 )
 
-// Waiting is where an entry waits that DEAD has no room for (its account
-// at its bound, or DEAD full): TENAZ_DEAD_WAITING, one subject per
-// account. A writer that parks an entry there has settled what it stands
-// for, so nothing upstream waits with it: a refused submission parked
-// here no longer holds INTAKE's trim floor, below which every account's
-// later submissions would stay stored until an operator freed room.
-// Move takes the entries into DEAD, each account's oldest first, once
-// its account has room.
-type Waiting struct {
-	JS   jetstream.JetStream
-	Subj names.Subjects
-	// Dead writes the entries Move takes: its bounds decide the room.
-	Dead *Writer
-
-	stream atomic.Pointer[jetstream.Stream] // TENAZ_DEAD_WAITING, once looked up
-}
+// The waiting room is where an entry waits that DEAD has no room for (its
+// account at its bound, or DEAD full): TENAZ_DEAD_WAITING, one subject
+// per account. A writer whose entry Keep parks there has settled what it
+// stands for, so nothing upstream waits with it: a refused submission
+// parked there no longer holds INTAKE's trim floor (below which every
+// account's later submissions would stay stored until an operator freed
+// room), and a dying event is dead, its account's other events
+// dispatched. Move takes the entries into DEAD, each account's oldest
+// first, once its account has room.
 
 // headerMsgID carries a parked entry's DEAD message id, which dedups its
 // move into DEAD should a mover die between the write and the delete.
@@ -42,11 +34,28 @@ const headerMsgID = "Tenaz-Dead-Msg-Id"
 // that one account's long wait does not keep the others' waiting.
 const moveBatch = 64
 
-// Park keeps e, which DEAD refused for room, until Move takes it into
-// DEAD under msgID. A re-park of the same msgID (a redelivery of what e
-// stands for, after a crash between the park and its settle) is
-// deduplicated within the stream's window.
-func (w *Waiting) Park(ctx context.Context, e Entry, msgID string) error {
+// Keep stores e in DEAD, as Publish does, or, when DEAD has no room for it
+// (its account at its bound, or DEAD full), in the waiting room, from
+// which Move takes it into DEAD under msgID once there is room: waiting
+// is true then. Either way e is kept and what it stands for may be
+// settled. Only when e can be stored in neither is the error returned,
+// Publish's (store.IsFull): the caller then waits, as for any outage.
+func (w *Writer) Keep(ctx context.Context, e Entry, msgID string) (waiting bool, err error) {
+	err = w.Publish(ctx, e, msgID)
+	if !store.IsFull(err) {
+		return false, err
+	}
+	if perr := w.park(ctx, e, msgID); perr != nil {
+		return false, fmt.Errorf("%w (and %w)", err, perr)
+	}
+	return true, nil
+}
+
+// park keeps e until Move takes it into DEAD under msgID. A re-park of
+// the same msgID (a redelivery of what e stands for, after a crash
+// between the park and its settle) is deduplicated within the stream's
+// window.
+func (w *Writer) park(ctx context.Context, e Entry, msgID string) error {
 	acct := e.Account
 	if names.ValidateAccount(acct) != nil {
 		acct = InvalidToken
@@ -72,7 +81,7 @@ func (w *Waiting) Park(ctx context.Context, e Entry, msgID string) error {
 // request when nothing waits. It returns how many it moved. Movers in
 // several processes may run at once: an entry written twice is
 // deduplicated by DEAD (its message id), and deleted once.
-func (w *Waiting) Move(ctx context.Context) (int, error) {
+func (w *Writer) Move(ctx context.Context) (int, error) {
 	st, err := w.waitingStream(ctx)
 	if err != nil {
 		return 0, err
@@ -94,7 +103,7 @@ func (w *Waiting) Move(ctx context.Context) (int, error) {
 
 // moveAccount moves the entries waiting on subj, oldest first, until one
 // is refused for room.
-func (w *Waiting) moveAccount(ctx context.Context, st jetstream.Stream, subj string) (int, error) {
+func (w *Writer) moveAccount(ctx context.Context, st jetstream.Stream, subj string) (int, error) {
 	moved := 0
 	for seq := uint64(1); moved < moveBatch; {
 		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
@@ -108,7 +117,7 @@ func (w *Waiting) moveAccount(ctx context.Context, st jetstream.Stream, subj str
 		if err := json.Unmarshal(raw.Data, &e); err != nil {
 			return moved, fmt.Errorf("dead: waiting entry %d: %w", raw.Sequence, err)
 		}
-		if err := w.Dead.Publish(ctx, e, raw.Header.Get(headerMsgID)); err != nil {
+		if err := w.Publish(ctx, e, raw.Header.Get(headerMsgID)); err != nil {
 			if store.IsFull(err) {
 				return moved, nil // still no room: it waits, and the account's later ones behind it
 			}
@@ -124,7 +133,7 @@ func (w *Waiting) moveAccount(ctx context.Context, st jetstream.Stream, subj str
 }
 
 // WaitingOf is how many of account's entries wait for room in DEAD.
-func (w *Waiting) WaitingOf(ctx context.Context, account string) (int, error) {
+func (w *Writer) WaitingOf(ctx context.Context, account string) (int, error) {
 	st, err := w.waitingStream(ctx)
 	if err != nil {
 		return 0, err
@@ -140,14 +149,14 @@ func (w *Waiting) WaitingOf(ctx context.Context, account string) (int, error) {
 	return n, nil
 }
 
-func (w *Waiting) waitingStream(ctx context.Context) (jetstream.Stream, error) {
-	if st := w.stream.Load(); st != nil {
+func (w *Writer) waitingStream(ctx context.Context) (jetstream.Stream, error) {
+	if st := w.waiting.Load(); st != nil {
 		return *st, nil
 	}
 	st, err := w.JS.Stream(ctx, w.Subj.Stream(names.StreamDeadWaiting))
 	if err != nil {
 		return nil, fmt.Errorf("dead: %s: %w", w.Subj.Stream(names.StreamDeadWaiting), err)
 	}
-	w.stream.Store(&st)
+	w.waiting.Store(&st)
 	return st, nil
 }

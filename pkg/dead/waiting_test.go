@@ -15,7 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 )
 
-// Entries DEAD has no room for wait, and move into DEAD once their
+// Entries DEAD has no room for wait (Keep), and move into DEAD once their
 // account has room, each once: a re-park of the same message id (a
 // redelivery after a crash) is one entry, two movers racing write it
 // once, and one account's wait does not keep another's entries waiting.
@@ -28,29 +28,39 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	defer cancel()
 	subj := names.NewSubjects("")
 	w := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return 1 }}
-	room := &dead.Waiting{JS: js, Subj: subj, Dead: w}
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	entry := func(account, body string) dead.Entry {
 		return dead.Entry{Account: account, Kind: "order.create", Reason: dead.ReasonRejected, Class: "unknown_kind",
 			Error: "unknown kind", At: at, Raw: []byte(body),
 			RawSubject: "tenaz.intake." + account + ".order.create", RawHeader: map[string][]string{"Idempotency-Key": {body}}}
 	}
-	if err := w.Publish(ctx, entry("noisy", "n-0"), "n-0"); err != nil {
-		t.Fatal(err)
+	keep := func(account, id string, want bool) {
+		t.Helper()
+		if waiting, err := w.Keep(ctx, entry(account, id), id); err != nil || waiting != want {
+			t.Fatalf("keep %s's %s: want waiting %v, got %v, %v", account, id, want, waiting, err)
+		}
 	}
+	keep("noisy", "n-0", false)
 	if err := w.Publish(ctx, entry("noisy", "n-1"), "n-1"); !store.IsFull(err) {
 		t.Fatalf("want noisy at its bound, got %v", err)
 	}
 	for _, id := range []string{"n-1", "n-2", "n-1"} {
-		if err := room.Park(ctx, entry("noisy", id), id); err != nil {
+		keep("noisy", id, true)
+	}
+	keep("calm", "c-0", false)
+	keep("calm", "c-1", true)
+	ds, err := js.Stream(ctx, names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	discard := func(account string) {
+		if err := ds.Purge(ctx, jetstream.WithPurgeSubject(subj.DeadOf(account))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := room.Park(ctx, entry("calm", "c-0"), "c-0"); err != nil {
-		t.Fatal(err)
-	}
+	discard("calm")
 	waiting := func(account string) int {
-		n, err := room.WaitingOf(ctx, account)
+		n, err := w.WaitingOf(ctx, account)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,27 +69,17 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	if n := waiting("noisy"); n != 2 {
 		t.Fatalf("want noisy's 2 entries waiting (n-1 parked twice is one), got %d", n)
 	}
-	if n, err := room.Move(ctx); err != nil || n != 1 {
+	if n, err := w.Move(ctx); err != nil || n != 1 {
 		t.Fatalf("want calm's entry moved while noisy has no room, got %d, %v", n, err)
 	}
 	if n := waiting("calm"); n != 0 {
 		t.Fatalf("want calm's entry moved, %d wait", n)
 	}
-
-	ds, err := js.Stream(ctx, names.StreamDead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	discard := func() {
-		if err := ds.Purge(ctx, jetstream.WithPurgeSubject(subj.DeadOf("noisy"))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	discard()
+	discard("noisy")
 	moved := make(chan int, 2)
 	for range 2 { // two movers, as two ingest replicas
 		go func() {
-			n, err := room.Move(ctx)
+			n, err := w.Move(ctx)
 			if err != nil {
 				t.Error(err)
 			}
@@ -91,8 +91,8 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	if n := waiting("noisy"); n != 1 {
 		t.Fatalf("want one of noisy's entries moved into its one room, %d wait", n)
 	}
-	discard()
-	if _, err := room.Move(ctx); err != nil {
+	discard("noisy")
+	if _, err := w.Move(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := waiting("noisy"); n != 0 {
@@ -102,8 +102,8 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.LastSeq != 4 { // n-0, c-0, n-1, n-2
-		t.Fatalf("want 4 entries written to DEAD, each once, got %d", info.State.LastSeq)
+	if info.State.LastSeq != 5 { // n-0, c-0, c-1, n-1, n-2
+		t.Fatalf("want 5 entries written to DEAD, each once, got %d", info.State.LastSeq)
 	}
 	raw, err := ds.GetLastMsgForSubject(ctx, subj.DeadOf("noisy"))
 	if err != nil {

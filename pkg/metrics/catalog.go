@@ -142,7 +142,7 @@ var Catalog = []Info{
 	{Name: NameAnchored, Type: Counter, Labels: []string{"account"}, Emitter: "ingest",
 		Help: "Submissions acked for their account's anchor as they arrived, to be read back from INTAKE and accepted in turns: the account filled its share of ingest (a flood), or DEAD had no room for its refusals."},
 	{Name: NameDeadFull, Type: Counter, Labels: []string{"account"}, Emitter: "ingest, dispatcher, poller, deadletter",
-		Help: "Tries to keep an account's entry in DEAD refused for room: the account is at its bound (its dead_letters, or deadletter.max_per_account), or DEAD is full. Its writer waits and tries again; a steady rise names the account whose failures wait for an operator."},
+		Help: "Tries to keep an account's entry in DEAD refused for room: the account is at its bound (its dead_letters, or deadletter.max_per_account), or DEAD is full. The entry waits in TENAZ_DEAD_WAITING until ingest moves it in (each refused move counts too); a steady rise names the account whose failures wait for an operator."},
 	{Name: NameWait, Type: Histogram, Labels: []string{"account", "kind"}, Emitter: "dispatcher",
 		Help:    "Seconds from when an event became due (accepted, or its not_before) to the start of its first attempt.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}},

@@ -30,7 +30,7 @@ const (
 	StreamEvents = streams.StreamEvents
 	StreamDead   = "DEAD"
 	// StreamDeadWaiting holds the entries DEAD has no room for yet
-	// (dead.Waiting).
+	// (dead.Writer.Keep).
 	StreamDeadWaiting = "TENAZ_DEAD_WAITING"
 	BucketState       = streams.BucketState
 	BucketBreakers    = "tenaz_breakers"
@@ -298,7 +298,7 @@ func (s Subjects) Dead(account, kind string) (string, error) {
 func (s Subjects) DeadOf(account string) string { return s.Prefix + ".dead." + account + ".>" }
 
 // DeadWaiting is the subject of account's entries waiting for room in
-// DEAD (dead.Waiting), and DeadWaitingAll the filter of every account's.
+// DEAD (dead.Writer.Keep), and DeadWaitingAll the filter of every account's.
 func (s Subjects) DeadWaiting(account string) string { return s.Prefix + ".deadwait." + account }
 
 func (s Subjects) DeadWaitingAll() string { return s.Prefix + ".deadwait.>" }

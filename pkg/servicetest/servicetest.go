@@ -279,10 +279,10 @@ func (e *Env) DeadKept(account string) int {
 }
 
 // DeadWaiting is how many of account's entries wait for room in DEAD
-// (dead.Waiting).
+// (dead.Writer.Keep).
 func (e *Env) DeadWaiting(account string) int {
 	e.T.Helper()
-	n, err := (&dead.Waiting{JS: e.JS, Subj: e.Subj}).WaitingOf(e.c, account)
+	n, err := (&dead.Writer{JS: e.JS, Subj: e.Subj}).WaitingOf(e.c, account)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -72,6 +72,8 @@ func (s *Service) lookup(ctx context.Context, id string) (ops.Item, error) {
 		return ops.Item{}, fail(http.StatusNotFound, "not_found", "event %s not found", id)
 	case err != nil:
 		return ops.Item{}, err
+	case rec.Status.Parked() && s.deadWaiting(ctx, rec.Account) > 0:
+		return ops.Item{}, fail(http.StatusConflict, "waiting_for_room", "event %s is %s but its DEAD entry may still wait for room (%s has entries waiting: it is at its dead_letters bound, or DEAD is full); replay, resolve or discard some of its entries first, and it is kept within seconds", id, rec.Status, rec.Account)
 	case rec.Status.Parked():
 		return ops.Item{}, fail(http.StatusConflict, "not_indexed", "event %s is %s but its DEAD entry is not indexed yet; try again in a moment", id, rec.Status)
 	}

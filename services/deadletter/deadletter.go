@@ -98,11 +98,10 @@ type Service struct {
 	// in flight are bounded (followWindow), so that a batch's hundreds of
 	// index and archive writes reach the server a window at a time and
 	// events' writes are not queued behind them.
-	follow  jetstream.JetStream
-	subj    names.Subjects
-	dead    *dead.Writer
-	waiting *dead.Waiting // the entries DEAD has no room for yet (their count on the overview)
-	now     func() time.Time
+	follow jetstream.JetStream
+	subj   names.Subjects
+	dead   *dead.Writer
+	now    func() time.Time
 
 	st     *store.Store
 	q      *queue.Queue
@@ -174,7 +173,6 @@ func New(o Options) (*Service, error) {
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, follow: follow, subj: names.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.Init("deadletter", o.Conn)
 	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.live.Load().DeadLettersOf(a) }, Full: metrics.Default.DeadFull}
-	s.waiting = &dead.Waiting{JS: js, Subj: s.subj, Dead: s.dead}
 	s.tabs = &tabCounts{every: o.Config.Deadletter.CountsEvery.D()}
 	if s.live = o.Live; s.live == nil {
 		s.live = liveconfig.Static(o.Config)

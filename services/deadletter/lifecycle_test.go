@@ -115,8 +115,8 @@ func TestSettledEntriesLeaveDead(t *testing.T) {
 }
 
 // A full DEAD (deadletter.max_bytes) loses nothing: a refused submission
-// it cannot take waits in INTAKE, and is kept as soon as discarding
-// entries frees room.
+// it cannot take waits in TENAZ_DEAD_WAITING, INTAKE trimmed past it,
+// and is kept as soon as discarding entries frees room.
 func TestFullDeadKeepsRefusalsUntilRoomIsFreed(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "http: {max_body_bytes: 65536}\ndeadletter: {max_bytes: 262144}")
@@ -128,12 +128,12 @@ func TestFullDeadKeepsRefusalsUntilRoomIsFreed(t *testing.T) {
 	}
 	var first []ops.Item
 	natstest.Eventually(t, time.Minute, func() bool {
-		// Settled: every entry in DEAD is listed, and every submission is
-		// in exactly one of DEAD and INTAKE.
+		// Settled: every entry in DEAD is listed, every submission is in
+		// exactly one of DEAD and the waiting room, and INTAKE holds none.
 		first = e.items(ops.ListRequest{Reason: dead.ReasonRejected})
 		_, st := e.deadStream()
-		return len(first) > 0 && st.Msgs == uint64(len(first)) && uint64(len(first))+e.intakeLeft() == n
-	}, "a full DEAD: want what it could not take waiting in INTAKE")
+		return len(first) > 0 && st.Msgs == uint64(len(first)) && len(first)+e.DeadWaiting("acme") == n && e.intakeLeft() == 0
+	}, "a full DEAD: want what it could not take waiting for room")
 	if len(first) == n {
 		t.Fatalf("DEAD of 256 KiB: want it full before it took all %d entries of ~70 KiB, got them all", n)
 	}
@@ -145,12 +145,9 @@ func TestFullDeadKeepsRefusalsUntilRoomIsFreed(t *testing.T) {
 	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{Seqs: seqs, Reason: "load test"}, &rep); err != nil || rep.Done != len(seqs) {
 		t.Fatalf("discard %d: %+v %v", len(seqs), rep, err)
 	}
-	// A refusal DEAD could not take comes back after a backoff of up to
-	// 30 s (ingest's retryDelay), and one that came back just before the
-	// discard waits that long again.
-	natstest.Eventually(t, 2*time.Minute, func() bool {
-		return e.intakeLeft() == 0 && len(e.items(ops.ListRequest{Reason: dead.ReasonRejected})) == n-len(first)
-	}, "after the discard: want the %d waiting refusals kept in DEAD and INTAKE empty", n-len(first))
+	natstest.Eventually(t, time.Minute, func() bool {
+		return e.DeadWaiting("acme") == 0 && len(e.items(ops.ListRequest{Reason: dead.ReasonRejected})) == n-len(first)
+	}, "after the discard: want the %d waiting refusals kept in DEAD", n-len(first))
 }
 
 // deadletter.retention is DEAD's max_age. When an entry expires, a

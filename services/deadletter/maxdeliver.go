@@ -94,7 +94,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 		if acct, kind, err := s.subj.ParseIntake(raw.Subject); err == nil {
 			e.Account, e.Kind = acct, kind
 		}
-		if err := s.dead.Publish(ctx, e, msgID); err != nil {
+		if _, err := s.dead.Keep(ctx, e, msgID); err != nil {
 			return err
 		}
 		return deleteMsg(ctx, st, a.StreamSeq)

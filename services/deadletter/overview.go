@@ -82,8 +82,8 @@ type overviewData struct {
 	// read), against Limits.DeadLetters.
 	DeadKept int
 	DeadFull bool // at its bound: its refusals and dying events wait
-	// DeadWaiting is how many of its refused submissions wait for room in
-	// DEAD (dead.Waiting; -1: not read).
+	// DeadWaiting is how many of its entries wait for room in DEAD
+	// (dead.Writer.Keep; -1: not read).
 	DeadWaiting int
 	Owner       string // the dispatcher replica holding its lease ("": none)
 	Learned     int    // under "auto": the concurrency its owner last learned
@@ -277,7 +277,7 @@ func (s *Service) deadKept(ctx context.Context, account string) int {
 // deadWaiting is how many of account's entries wait for room in DEAD
 // (-1: not read).
 func (s *Service) deadWaiting(ctx context.Context, account string) int {
-	n, err := s.waiting.WaitingOf(ctx, account)
+	n, err := s.dead.WaitingOf(ctx, account)
 	if err != nil {
 		return -1
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -125,6 +126,16 @@ func TestOverviewShowsAnAccountAtItsBoundInDead(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		return strings.Contains(deadLettersOf(e.overviewPage("acme")), "1 waiting for room")
 	}, "want the overview to show acme's refusal waiting for room")
+	// So does a dying event's entry, and an operator acting on the event
+	// is told why it cannot yet.
+	waiting := submit(t, e, "acme", "order.create", "o-2", `{"order_id":"o-2","reject":true}`)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(deadLettersOf(e.overviewPage("acme")), "2 waiting for room")
+	}, "want the overview to show acme's dying event waiting for room too")
+	err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{waiting}, Reason: "retry"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "waiting_for_room") {
+		t.Fatalf("replaying an event whose entry waits: want it refused, saying why, got %v", err)
+	}
 	if got := deadLettersOf(e.overviewPage("globex")); !strings.Contains(got, "0 kept, no bound of its own") {
 		t.Fatalf("another account: want none kept and no bound, got %s", got)
 	}

@@ -88,7 +88,7 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 	meta, _ := m.Metadata()
 	e := dead.Entry{Reason: dead.ReasonRejected, Class: "malformed_message", Error: cause.Error(),
 		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
-	if err := s.dead.Publish(ctx, e, fmt.Sprintf("events-%d", meta.Sequence.Stream)); err != nil {
+	if _, err := s.dead.Keep(ctx, e, fmt.Sprintf("events-%d", meta.Sequence.Stream)); err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
@@ -316,19 +316,25 @@ func (s *Service) retryLater(ctx context.Context, m jetstream.Msg, err error) {
 	}
 }
 
-// keepDead stores e, a dying event's entry, in DEAD. While DEAD has no
-// room for it (full, or its account at its bound: dead.ErrAccountFull) the
-// run waits where it is, its message kept in progress: handed back, the
-// message would count deliveries until the event was given up as a crash
-// (max_deliveries) instead of dying for its own reason. It looks again
-// every few seconds (at most 5: room an operator frees is taken soon).
-// Other errors are returned at once.
+// keepDead stores e, a dying event's entry, in DEAD, or, while DEAD has no
+// room for it (full, or its account at its bound: dead.ErrAccountFull),
+// in the waiting room, from which ingest moves it into DEAD once there is
+// room (dead.Writer.Keep): the event dies and its account's other events
+// go on. Only when neither can take it does the run wait where it is, its
+// message kept in progress: handed back, the message would count
+// deliveries until the event was given up as a crash (max_deliveries)
+// instead of dying for its own reason. It looks again every few seconds
+// (at most 5: room an operator frees is taken soon). Other errors are
+// returned at once.
 func (s *Service) keepDead(ctx context.Context, m jetstream.Msg, e dead.Entry, msgID string) error {
-	err := s.dead.Publish(ctx, e, msgID)
+	waiting, err := s.dead.Keep(ctx, e, msgID)
+	if waiting {
+		zerolog.Ctx(ctx).Warn().Msg("DEAD has no room for this event's entry: it waits for room")
+	}
 	if !store.IsFull(err) {
 		return err
 	}
-	zerolog.Ctx(ctx).Warn().Err(err).Msg("DEAD has no room for this event's entry: it waits, running, until there is some")
+	zerolog.Ctx(ctx).Warn().Err(err).Msg("neither DEAD nor its waiting room has room for this event's entry: it waits, running, until there is some")
 	stop := s.keepAlive(m)
 	defer stop()
 	for wait := time.Second; store.IsFull(err); wait = min(2*wait, 5*time.Second) {
@@ -337,7 +343,7 @@ func (s *Service) keepDead(ctx context.Context, m jetstream.Msg, e dead.Entry, m
 			return ctx.Err()
 		case <-time.After(wait):
 		}
-		err = s.dead.Publish(ctx, e, msgID)
+		_, err = s.dead.Keep(ctx, e, msgID)
 	}
 	return err
 }

@@ -163,7 +163,7 @@ func (s *Service) orderedQueueOf(account string) *orderedQueue {
 }
 
 // holdRefusal hands a refused submission that neither DEAD nor its
-// waiting room has room for (keep) to its account's ordered loop, which
+// waiting room has room for (dead.Writer.Keep) to its account's ordered loop, which
 // keeps it in INTAKE until there is room,
 // the account's next such refusals behind it as its anchor. Handed back
 // to the server instead, each would hold its slot of the ack window while

@@ -98,7 +98,6 @@ type Service struct {
 	cfg     *config.Config
 	subj    names.Subjects
 	dead    *dead.Writer
-	waiting *dead.Waiting // the entries DEAD has no room for yet, moved into it by moveWaiting
 	log     zerolog.Logger
 	st      *store.Store
 	q       *queue.Queue
@@ -173,7 +172,6 @@ func New(o Options) (*Service, error) {
 		s.metrics = metrics.Default
 	}
 	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: s.metrics.DeadFull}
-	s.waiting = &dead.Waiting{JS: js, Subj: s.subj, Dead: s.dead}
 	return s, nil
 }
 

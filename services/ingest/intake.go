@@ -322,7 +322,7 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	if err == nil && !kept {
 		e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 			Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
-		waiting, err = s.keep(ctx, e, msgID)
+		waiting, err = s.dead.Keep(ctx, e, msgID)
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Msg("keeping a rejected submission failed; will retry")
@@ -350,28 +350,11 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	_ = m.TermWithReason(serr.Code)
 }
 
-// keep writes e to DEAD, or, when DEAD has no room for it (its account at
-// its bound, or DEAD full), parks it in the waiting room, from which the
-// mover takes it into DEAD once there is room (waiting is true then).
-// Either way what e stands for can be settled, and INTAKE is trimmed past
-// it. Only when it can be neither written nor parked is the full error
-// returned: the caller then waits, as it does for any store outage.
-func (s *Service) keep(ctx context.Context, e dead.Entry, msgID string) (waiting bool, err error) {
-	err = s.dead.Publish(ctx, e, msgID)
-	if !store.IsFull(err) {
-		return false, err
-	}
-	if perr := s.waiting.Park(ctx, e, msgID); perr != nil {
-		s.log.Warn().Err(perr).Str("account", e.Account).Msg("an entry DEAD has no room for could not wait for it either")
-		return false, err
-	}
-	return true, nil
-}
-
 // keepDeadEvent creates env's record, dead with the refusal, and its DEAD
 // entry (listed by event id, replayable once the config accepts it).
 // kept is false when the id holds another event: the refusal is then kept
-// as a refused submission. waiting: the entry waits for room (keep).
+// as a refused submission. waiting: the entry waits for room
+// (dead.Writer.Keep).
 func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *submitError, msgID string) (kept, waiting bool, err error) {
 	base := queue.Initial(env) // New replaces its status and history
 	detail := dead.ReasonRejected + ": " + serr.Error()
@@ -395,7 +378,7 @@ func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *s
 	}
 	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 		Error: serr.Error(), Status: serr.Status, At: rec.CreatedAt, Event: &env, Record: &rec}
-	if waiting, err = s.keep(ctx, e, msgID); err != nil {
+	if waiting, err = s.dead.Keep(ctx, e, msgID); err != nil {
 		return false, false, err
 	}
 	dead.Advise(s.nc, s.subj, rec)

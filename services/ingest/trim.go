@@ -43,7 +43,7 @@ func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, meta *jetstream.M
 		e.Account, e.Kind = acct, kind
 	}
 	msgID := fmt.Sprintf("maxdeliver/%s/%d", meta.Stream, meta.Sequence.Stream)
-	waiting, err := s.keep(ctx, e, msgID)
+	waiting, err := s.dead.Keep(ctx, e, msgID)
 	if err != nil {
 		s.log.Warn().Err(err).Msg("keeping an undeliverable submission failed; will retry")
 		_ = m.NakWithDelay(retryDelay(m, err))
@@ -59,7 +59,7 @@ func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, meta *jetstream.M
 }
 
 // moveEvery is how often ingest takes the entries waiting for room into
-// DEAD (dead.Waiting): room an operator frees is taken within seconds,
+// DEAD (dead.Writer.Move: every service's, which only ingest runs): room an operator frees is taken within seconds,
 // at one request per replica when nothing waits.
 const moveEvery = 2 * time.Second
 
@@ -78,7 +78,7 @@ func (s *Service) moveWaiting(ctx context.Context) {
 		case <-t.C:
 		}
 		mctx, cancel := context.WithTimeout(ctx, moveTimeout)
-		n, err := s.waiting.Move(mctx)
+		n, err := s.dead.Move(mctx)
 		cancel()
 		if n > 0 {
 			s.log.Info().Int("entries", n).Msg("entries that waited for room kept in DEAD")

@@ -220,7 +220,7 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 	if next.LastError != nil {
 		e.Class, e.Status = next.LastError.Class, next.LastError.HTTPStatus
 	}
-	if err := s.dead.Publish(ctx, e, fmt.Sprintf("%s/review/%d", env.ID, next.Step())); err != nil {
+	if _, err := s.dead.Keep(ctx, e, fmt.Sprintf("%s/review/%d", env.ID, next.Step())); err != nil {
 		return err
 	}
 	if _, err := s.write(ctx, next, rev); err != nil {
