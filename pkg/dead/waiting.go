@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,7 +79,8 @@ func (w *Writer) park(ctx context.Context, e Entry, msgID string) error {
 
 // Move takes waiting entries into DEAD, each account's in the order they
 // were parked, until its account has no room (or moveBatch of them): one
-// request when nothing waits. It returns how many it moved. Movers in
+// request when nothing waits, one per account at its bound. It returns
+// how many it moved. Movers in
 // several processes may run at once: an entry written twice is
 // deduplicated by DEAD (its message id), and deleted once.
 func (w *Writer) Move(ctx context.Context) (int, error) {
@@ -94,6 +96,9 @@ func (w *Writer) Move(ctx context.Context) (int, error) {
 	for _, subj := range slices.Sorted(maps.Keys(info.State.Subjects)) {
 		n, err := w.moveAccount(ctx, st, subj)
 		moved += n
+		if errors.Is(err, errDeadFull) {
+			return moved, nil // full for every account: the next pass looks again
+		}
 		if err != nil {
 			return moved, err
 		}
@@ -101,9 +106,23 @@ func (w *Writer) Move(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
+// errDeadFull ends a pass of Move: DEAD itself is full, not only one
+// account at its bound.
+var errDeadFull = errors.New("dead: DEAD is full")
+
 // moveAccount moves the entries waiting on subj, oldest first, until one
-// is refused for room.
+// is refused for room. An account at its bound costs one request: its
+// room is counted before anything is read.
 func (w *Writer) moveAccount(ctx context.Context, st jetstream.Stream, subj string) (int, error) {
+	acct := subj[strings.LastIndexByte(subj, '.')+1:]
+	if bound := w.bound(acct); bound > 0 {
+		if err := w.room(ctx, acct, bound); store.IsFull(err) {
+			if w.Full != nil {
+				w.Full(acct)
+			}
+			return 0, nil
+		}
+	}
 	moved := 0
 	for seq := uint64(1); moved < moveBatch; {
 		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
@@ -118,8 +137,11 @@ func (w *Writer) moveAccount(ctx context.Context, st jetstream.Stream, subj stri
 			return moved, fmt.Errorf("dead: waiting entry %d: %w", raw.Sequence, err)
 		}
 		if err := w.Publish(ctx, e, raw.Header.Get(headerMsgID)); err != nil {
-			if store.IsFull(err) {
+			switch {
+			case errors.Is(err, ErrAccountFull):
 				return moved, nil // still no room: it waits, and the account's later ones behind it
+			case store.IsFull(err):
+				return moved, errDeadFull
 			}
 			return moved, err
 		}
