@@ -179,12 +179,7 @@ func Kept(ctx context.Context, st jetstream.Stream, s names.Subjects, account st
 func (w *Writer) publish(ctx context.Context, acct, kind string, e Entry, msgID string) error {
 	js := w.JS
 	subj, _ := w.Subj.Dead(acct, kind)
-	if e.Record != nil && e.Event != nil && len(e.Event.Payload) > 0 {
-		r := *e.Record
-		r.Payload = nil
-		e.Record = &r
-	}
-	e.Error = state.Clip(e.Error, state.MaxDetail)
+	e = stored(e)
 	m := nats.NewMsg(subj)
 	if e.ID != "" {
 		m.Header.Set(names.HeaderEventID, e.ID)
@@ -204,6 +199,18 @@ func (w *Writer) publish(ctx context.Context, acct, kind string, e Entry, msgID 
 		return fmt.Errorf("dead: publish: %w", err)
 	}
 	return nil
+}
+
+// stored is e as a message keeps it: the payload once, in Event (and in
+// Record only when there is no Event), and Error cut to state.MaxDetail.
+func stored(e Entry) Entry {
+	if e.Record != nil && e.Event != nil && len(e.Event.Payload) > 0 {
+		r := *e.Record
+		r.Payload = nil
+		e.Record = &r
+	}
+	e.Error = state.Clip(e.Error, state.MaxDetail)
+	return e
 }
 
 // headerRoom is kept for a DEAD message's headers (event id, message id).

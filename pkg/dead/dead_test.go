@@ -44,24 +44,13 @@ func TestPublishStoresThePayloadOnce(t *testing.T) {
 	_, js := srv.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const marker = "payload-marker-7f3a"
-	payload := json.RawMessage(`{"order_id":"o-1","note":"` + marker + strings.Repeat("x", 200<<10) + `"}`)
-	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k-1"}, payload, "", "", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := queue.Initial(env)
-	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonPermanent, Error: "422", At: time.Now(), Event: &env, Record: &rec}
+	e, payload := bigEntry(t)
+	env, rec := e.Event, e.Record
 	if err := (&dead.Writer{JS: js, Subj: names.NewSubjects("")}).Publish(ctx, e, env.ID+"/dead/1"); err != nil {
 		t.Fatal(err)
 	}
 	m := stored(t, ctx, js)
-	if n := strings.Count(string(m.Data), marker); n != 1 {
-		t.Errorf("want the payload stored once, found it %d times", n)
-	}
-	if extra := len(m.Data) - len(payload); extra > 4<<10 {
-		t.Errorf("want the DEAD message at most 4 KiB beyond its %d-byte payload, got %d bytes", len(payload), len(m.Data))
-	}
+	wantPayloadOnce(t, m.Data, payload)
 	var got dead.Entry
 	if err := json.Unmarshal(m.Data, &got); err != nil {
 		t.Fatal(err)
@@ -71,6 +60,34 @@ func TestPublishStoresThePayloadOnce(t *testing.T) {
 	}
 	if rec.Payload == nil {
 		t.Error("Publish must not change the caller's record")
+	}
+}
+
+// payloadMarker marks bigEntry's payload.
+const payloadMarker = "payload-marker-7f3a"
+
+// bigEntry is a dying event's entry whose event and record both hold its
+// payload of 200 KiB.
+func bigEntry(t *testing.T) (dead.Entry, json.RawMessage) {
+	t.Helper()
+	payload := json.RawMessage(`{"order_id":"o-1","note":"` + payloadMarker + strings.Repeat("x", 200<<10) + `"}`)
+	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k-1"}, payload, "", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := queue.Initial(env)
+	return dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonPermanent, Error: "422", At: time.Now(), Event: &env, Record: &rec}, payload
+}
+
+// wantPayloadOnce fails the test unless data, a stored entry, holds
+// payload once and barely more.
+func wantPayloadOnce(t *testing.T, data []byte, payload json.RawMessage) {
+	t.Helper()
+	if n := strings.Count(string(data), payloadMarker); n != 1 {
+		t.Errorf("want the payload stored once, found it %d times", n)
+	}
+	if extra := len(data) - len(payload); extra > 4<<10 {
+		t.Errorf("want the message at most 4 KiB beyond its %d-byte payload, got %d bytes", len(payload), len(data))
 	}
 }
 

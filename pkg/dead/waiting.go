@@ -61,7 +61,7 @@ func (w *Writer) park(ctx context.Context, e Entry, msgID string) error {
 	if names.ValidateAccount(acct) != nil {
 		acct = InvalidToken
 	}
-	b, err := encode(e, size.Room(w.JS.Conn(), names.StreamDead)-headerRoom)
+	b, err := encode(stored(e), size.Room(w.JS.Conn(), names.StreamDead)-headerRoom)
 	if err != nil {
 		return err
 	}

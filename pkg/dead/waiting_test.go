@@ -119,3 +119,30 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 		t.Fatalf("want the entry as parked, %+v, got %+v", want, got)
 	}
 }
+
+// A parked entry holds its event's payload once, as DEAD's does.
+func TestKeepParksThePayloadOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subj := names.NewSubjects("")
+	w := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return 1 }}
+	if err := w.Publish(ctx, dead.Entry{Account: "acme", Kind: "order.create", Reason: dead.ReasonPermanent, At: time.Now()}, "first"); err != nil {
+		t.Fatal(err)
+	}
+	e, payload := bigEntry(t)
+	if waiting, err := w.Keep(ctx, e, e.ID+"/dead/1"); err != nil || !waiting {
+		t.Fatalf("want the entry waiting for room, got %v, %v", waiting, err)
+	}
+	ws, err := js.Stream(ctx, names.StreamDeadWaiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ws.GetLastMsgForSubject(ctx, subj.DeadWaiting("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPayloadOnce(t, m.Data, payload)
+}
