@@ -73,6 +73,12 @@ kinds:
 	if err != nil {
 		return err
 	}
+	// The followers take the setup's revisions (accept, claim, await for
+	// every event) before the first run, which they would otherwise
+	// follow during it: that is the setup's cost, not the callbacks'.
+	if err := tz.waitFollowed(ctx, 5*time.Minute); err != nil {
+		return err
+	}
 	url := "http://" + tz.t.HTTPAddr() + "/v1/callbacks/bureau"
 	// fire sends a webhook for each of ids to url and counts the CPU they
 	// cost.

@@ -121,8 +121,8 @@ does not rewrite this file).
   better).
 - **Callbacks** (`+"`callbacks_per_s`"+` vs `+"`naive_callbacks_per_s`"+`): %d
   events of a kind with `+"`completion: callback`"+` delivered to a provider
-  that does not call back; once all are `+"`awaiting_callback`"+`, %d
-  goroutines POST one signed webhook each (Standard Webhooks,
+  that does not call back; once all are `+"`awaiting_callback`"+` and the
+  change-feed followers have taken their revisions, %d goroutines POST one signed webhook each (Standard Webhooks,
   `+"`pkg/webhook`"+`) to `+"`/v1/callbacks/<target>`"+` over keep-alive
   connections, until every one is answered `+"`applied`"+`; first send to
   last answer. tenaz verifies the signature, checks the webhook-id was
