@@ -130,7 +130,7 @@ func TestAlertsPresent(t *testing.T) {
 	}
 	for _, name := range []string{
 		"TenazRetryRateHigh", "TenazBacklogGrowing", "TenazDeadLetterGrowing", "TenazBreakerOpen",
-		"TenazReconcilerRepairs", "TenazWaitTimeOverObjective", "TenazBacklogUnreadable",
+		"TenazReconcilerRepairs", "TenazWaitTimeOverObjective", "TenazBacklogUnreadable", "TenazDeadEntriesWaiting",
 	} {
 		r, ok := got[name]
 		if !ok {
