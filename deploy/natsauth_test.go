@@ -1202,34 +1202,44 @@ func TestNATSUsers(t *testing.T) {
 		}
 	})
 
-	t.Run("an entry waiting for room in DEAD", func(t *testing.T) {
-		// Ingest parks an entry DEAD has no room for in TENAZ_DEAD_WAITING
-		// and moves it into DEAD once there is room (dead.Writer), as its
-		// own user: here one parked while its account is at a bound of 1,
-		// moved by whichever mover comes first, the running ingest's or
-		// this one once the bound is lifted.
-		_, js := w.jetstream(t, serviceUser("ingest"))
+	t.Run("entries waiting for room in DEAD", func(t *testing.T) {
+		// Every service parks an entry DEAD has no room for in
+		// TENAZ_DEAD_WAITING (dead.Writer.Keep), as its own user; ingest
+		// moves them into DEAD once there is room. Here each parks one
+		// while the account is at a bound of 1, and whichever mover comes
+		// first, the running ingest's or this one, moves them once the
+		// bound is lifted.
 		subj := names.NewSubjects(names.DefaultPrefix)
 		var bound atomic.Int64
 		bound.Store(1)
-		d := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return bound.Load() }}
-		for i, want := range []bool{false, true} {
+		writer := func(svc string) *dead.Writer {
+			_, js := w.jetstream(t, serviceUser(svc))
+			return &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return bound.Load() }}
+		}
+		keep := func(d *dead.Writer, svc string, n int, want bool) {
 			e := dead.Entry{Account: "waitroom", Kind: "no.such.kind", Reason: dead.ReasonRejected, Error: "unknown kind",
 				At: time.Now().UTC(), Raw: []byte(`{"n":1}`)}
-			if waiting, err := d.Keep(w.ctx, e, fmt.Sprintf("natsauth-waiting-%d", i)); err != nil || waiting != want {
-				t.Fatalf("keep #%d as %s: want waiting %v, got %v, %v; violations: %v", i, serviceUser("ingest"), want, waiting, err, w.log.violations(serviceUser("ingest")))
+			if waiting, err := d.Keep(w.ctx, e, fmt.Sprintf("natsauth-waiting-%s-%d", svc, n)); err != nil || waiting != want {
+				t.Fatalf("keep #%d as %s: want waiting %v, got %v, %v; violations: %v", n, serviceUser(svc), want, waiting, err, w.log.violations(serviceUser(svc)))
 			}
+		}
+		ing := writer("ingest")
+		keep(ing, "ingest", 0, false)
+		for _, svc := range []string{"ingest", "dispatcher", "poller", "deadletter"} {
+			keep(writer(svc), svc, 1, true)
 		}
 		bound.Store(0)
 		natstest.Eventually(t, 30*time.Second, func() bool {
-			if _, err := d.Move(w.ctx); err != nil {
+			if _, err := ing.Move(w.ctx); err != nil {
 				t.Fatalf("move as %s: %v; violations: %v", serviceUser("ingest"), err, w.log.violations(serviceUser("ingest")))
 			}
-			n, err := d.WaitingOf(w.ctx, "waitroom")
+			n, err := ing.WaitingOf(w.ctx, "waitroom")
 			return err == nil && n == 0
-		}, "the parked entry moved into DEAD")
-		if v := w.log.violations(serviceUser("ingest")); len(v) > 0 {
-			t.Fatalf("ingest's permission violations: %v", v)
+		}, "the parked entries moved into DEAD")
+		for _, svc := range []string{"ingest", "dispatcher", "poller", "deadletter"} {
+			if v := w.log.violations(serviceUser(svc)); len(v) > 0 {
+				t.Fatalf("%s's permission violations: %v", svc, v)
+			}
 		}
 	})
 
