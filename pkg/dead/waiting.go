@@ -80,9 +80,10 @@ func (w *Writer) park(ctx context.Context, e Entry, msgID string) error {
 // Move takes waiting entries into DEAD, each account's in the order they
 // were parked, until its account has no room (or moveBatch of them): one
 // request when nothing waits, one per account at its bound. It returns
-// how many it moved. Movers in
-// several processes may run at once: an entry written twice is
-// deduplicated by DEAD (its message id), and deleted once.
+// how many it moved, and what failed: one account's failure does not keep
+// the others' entries waiting. Movers in several processes may run at
+// once: an entry written twice is deduplicated by DEAD (its message id),
+// and deleted once.
 func (w *Writer) Move(ctx context.Context) (int, error) {
 	st, err := w.waitingStream(ctx)
 	if err != nil {
@@ -92,18 +93,18 @@ func (w *Writer) Move(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("dead: waiting entries: %w", err)
 	}
-	moved := 0
+	moved, failed := 0, []error(nil)
 	for _, subj := range slices.Sorted(maps.Keys(info.State.Subjects)) {
 		n, err := w.moveAccount(ctx, st, subj)
 		moved += n
-		if errors.Is(err, errDeadFull) {
-			return moved, nil // full for every account: the next pass looks again
+		if errors.Is(err, errDeadFull) || ctx.Err() != nil {
+			break // full for every account, or out of time: the next pass looks again
 		}
 		if err != nil {
-			return moved, err
+			failed = append(failed, fmt.Errorf("%s: %w", subj, err))
 		}
 	}
-	return moved, nil
+	return moved, errors.Join(failed...)
 }
 
 // errDeadFull ends a pass of Move: DEAD itself is full, not only one

@@ -3,7 +3,9 @@ package dead_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,4 +147,32 @@ func TestKeepParksThePayloadOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantPayloadOnce(t, m.Data, payload)
+}
+
+// An entry that cannot be moved (here one that is not an entry at all)
+// fails its own account's moves, not the others': the accounts after it
+// are still moved, and the failure is reported.
+func TestMoveGoesOnPastAnAccountThatFails(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subj := names.NewSubjects("")
+	bound := int64(1)
+	w := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return bound }}
+	if _, err := js.Publish(ctx, subj.DeadWaiting("aaa"), []byte("not an entry")); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, true} {
+		e := dead.Entry{Account: "zzz", Kind: "order.create", Reason: dead.ReasonRejected, At: time.Now()}
+		if waiting, err := w.Keep(ctx, e, fmt.Sprint("z-", i)); err != nil || waiting != want {
+			t.Fatalf("keep #%d: want waiting %v, got %v, %v", i, want, waiting, err)
+		}
+	}
+	bound = 2
+	n, err := w.Move(ctx)
+	if n != 1 || err == nil || !strings.Contains(err.Error(), subj.DeadWaiting("aaa")) {
+		t.Fatalf("want zzz's entry moved and aaa's failure reported, got %d moved, %v", n, err)
+	}
 }
