@@ -68,13 +68,14 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		err = nil // looked at often enough: dropped, as for any event that moved on
 	}
 	if store.IsFull(err) && ctx.Err() == nil {
-		// DEAD has no room for the event's review entry (its account at
-		// its bound, dead.ErrAccountFull, or DEAD full). NAKed, the timer
-		// would hold a slot of the poller's ack window, which every
-		// account's timers share, for as long as that lasts, and be given
-		// up as a crash after its deliveries: it is set again instead.
+		// Neither DEAD nor its waiting room has room for the event's
+		// review entry (dead.Writer.Keep: the server's storage is full).
+		// NAKed, the timer would hold a slot of the poller's ack window,
+		// which every account's timers share, for as long as that lasts,
+		// and be given up as a crash after its deliveries: it is set
+		// again instead.
 		if err := s.q.Timer(ctx, env, time.Now().Add(roomWait), m.Headers().Get(names.HeaderTimer), ""); err == nil {
-			log.Warn().Msg("DEAD has no room for this event's entry: its timer is set again")
+			log.Warn().Msg("neither DEAD nor its waiting room has room for this event's entry: its timer is set again")
 			_ = m.Ack()
 			return
 		}
@@ -89,8 +90,8 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
-// roomWait is how long a timer whose event DEAD has no room for waits
-// before it is looked at again.
+// roomWait is how long a timer whose event's entry nothing has room for
+// waits before it is looked at again.
 const roomWait = 5 * time.Second
 
 // errRunInFlight: the event is running, claimed for a message stored
