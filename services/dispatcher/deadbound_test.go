@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/names"
@@ -50,28 +53,7 @@ func TestAccountAtItsDeadBoundGoesOn(t *testing.T) {
 	// The operator discards noisy's entries as they come, room for three
 	// at a time.
 	h.discardUntilDead("noisy", bound, noisyIDs, func() int { return h.DeadKept("noisy") })
-	recs := h.waitAll(noisyIDs, state.Dead, servicetest.WaitFor)
-	for _, id := range noisyIDs {
-		if calls := h.prov.CallsFor(id); len(calls) != 1 {
-			t.Errorf("%s: want one call, got %d", id, len(calls))
-		}
-		wantHistory(t, recs[id], state.Accept, state.Claim, state.Fail)
-	}
-	info, err := ds.Info(h.Ctx())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.LastSeq != noisy+calm {
-		t.Fatalf("want one DEAD entry written per dead event (%d), got %d", noisy+calm, info.State.LastSeq)
-	}
-	raw, err := ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.noisy.order.create")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e dead.Entry
-	if err := json.Unmarshal(raw.Data, &e); err != nil || e.Reason != dead.ReasonPermanent {
-		t.Fatalf("want the entry of one that waited kept as %s, got %s (%v)", dead.ReasonPermanent, raw.Data, err)
-	}
+	h.wantDiedOnceEach(ds, noisyIDs, noisy+calm)
 }
 
 // The bound holds with three dispatcher replicas, each its own process,
@@ -132,6 +114,102 @@ func TestDeadBoundHoldsAcrossReplicaProcesses(t *testing.T) {
 	}
 	if n := int(info.State.LastSeq); n < noisy+calm || n > noisy+calm+again {
 		t.Fatalf("want one DEAD entry written per dead event (%d), and one per run called again (%d), got %d", noisy+calm, again, n)
+	}
+}
+
+// Dying events that neither DEAD nor its waiting room has room for
+// (here the waiting room bounded, as the server's storage would be) wait,
+// running, while another account's die and are kept at once. Once an
+// operator frees room, the waiting ones are kept for their own reason
+// (permanent), each called once: a wait counted in deliveries would have
+// given them up as crashes (max_deliveries) after ten AckWaits.
+func TestDyingEventsNothingHasRoomForWaitRunning(t *testing.T) {
+	t.Parallel()
+	const bound, noisy, calm = 3, 8, 3
+	// noisy's own bound, under everyone's (100).
+	yaml := strings.Replace(yamlFor(8, "attempts: 3"), "accounts:\n", "accounts:\n  noisy: {dead_letters: 3}\n", 1)
+	h := setup(t, yaml+"deadletter: {max_per_account: 100}\n", provider.Faults{})
+	h.dispatcher("d1", nil)
+	h.boundWaitingRoom()
+	reject := func(key string) string { return `{"order_id":"` + key + `","reject":true}` }
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	noisyIDs := h.Submit("noisy", "order.create", keys("n", noisy), reject)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.prov.CallCount() == noisy },
+		"want each of noisy's %d events called", noisy)
+	calmIDs := h.Submit("calm", "order.create", keys("c", calm), reject)
+	h.waitAll(calmIDs, state.Dead, servicetest.WaitFor)
+	if n := h.DeadKept("calm"); n != calm {
+		t.Fatalf("want calm's %d dead events kept in DEAD, got %d", calm, n)
+	}
+	if n := h.DeadKept("noisy"); n != bound {
+		t.Fatalf("want noisy's entries at its bound (%d), got %d", bound, n)
+	}
+	waiting := 0
+	for _, id := range noisyIDs {
+		if h.Record(id).Status == state.Running {
+			waiting++
+		}
+	}
+	if waiting != noisy-bound {
+		t.Fatalf("want noisy's %d events beyond its bound waiting, running; got %d", noisy-bound, waiting)
+	}
+
+	// Ten AckWaits (1s here) pass: a message handed back while it waited
+	// would reach the dispatcher's delivery limit and be given up.
+	<-time.After(11 * time.Second)
+	// The operator discards noisy's entries as they come, room for three
+	// at a time.
+	h.discardUntilDead("noisy", bound, noisyIDs, func() int { return h.DeadKept("noisy") })
+	h.wantDiedOnceEach(ds, noisyIDs, noisy+calm)
+}
+
+// wantDiedOnceEach fails the test unless each of noisy's ids is dead
+// after one call (accept, claim, fail), DEAD had written entries in all
+// (one per dead event), and its last of noisy's is kept as permanent:
+// for its own reason, not given up as a crash.
+func (h *harness) wantDiedOnceEach(ds jetstream.Stream, ids []string, written int) {
+	t := h.t
+	t.Helper()
+	recs := h.waitAll(ids, state.Dead, servicetest.WaitFor)
+	for _, id := range ids {
+		if calls := h.prov.CallsFor(id); len(calls) != 1 {
+			t.Errorf("%s: want one call, got %d", id, len(calls))
+		}
+		wantHistory(t, recs[id], state.Accept, state.Claim, state.Fail)
+	}
+	info, err := ds.Info(h.Ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != uint64(written) {
+		t.Fatalf("want one DEAD entry written per dead event (%d), got %d", written, info.State.LastSeq)
+	}
+	raw, err := ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.noisy.order.create")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e dead.Entry
+	if err := json.Unmarshal(raw.Data, &e); err != nil || e.Reason != dead.ReasonPermanent {
+		t.Fatalf("want the entry of one that waited kept as %s, got %s (%v)", dead.ReasonPermanent, raw.Data, err)
+	}
+}
+
+// boundWaitingRoom leaves TENAZ_DEAD_WAITING no room for an entry, as a
+// full server would: the services applied the layout at start.
+func (h *harness) boundWaitingRoom() {
+	h.t.Helper()
+	ws, err := h.JS.Stream(h.Ctx(), names.StreamDeadWaiting)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c := ws.CachedInfo().Config
+	c.MaxBytes = 64
+	if _, err := h.JS.UpdateStream(h.Ctx(), c); err != nil {
+		h.t.Fatal(err)
 	}
 }
 
