@@ -143,16 +143,11 @@ func (w *Writer) bound(acct string) int64 {
 // room checks that acct holds fewer entries than bound: the server
 // counts them from its subject index, one request.
 func (w *Writer) room(ctx context.Context, acct string, bound int64) error {
-	st := w.stream.Load()
-	if st == nil {
-		s, err := w.JS.Stream(ctx, w.Subj.Stream(names.StreamDead))
-		if err != nil {
-			return fmt.Errorf("dead: counting %s's entries: %w", acct, err)
-		}
-		st = &s
-		w.stream.Store(st)
+	st, err := w.lookup(ctx, &w.stream, names.StreamDead)
+	if err != nil {
+		return fmt.Errorf("dead: counting %s's entries: %w", acct, err)
 	}
-	n, err := Kept(ctx, *st, w.Subj, acct)
+	n, err := Kept(ctx, st, w.Subj, acct)
 	if err != nil {
 		return fmt.Errorf("dead: counting %s's entries: %w", acct, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -173,13 +174,19 @@ func (w *Writer) WaitingOf(ctx context.Context, account string) (int, error) {
 }
 
 func (w *Writer) waitingStream(ctx context.Context) (jetstream.Stream, error) {
-	if st := w.waiting.Load(); st != nil {
+	return w.lookup(ctx, &w.waiting, names.StreamDeadWaiting)
+}
+
+// lookup is the stream the default prefix calls base, looked up once and
+// kept in cache.
+func (w *Writer) lookup(ctx context.Context, cache *atomic.Pointer[jetstream.Stream], base string) (jetstream.Stream, error) {
+	if st := cache.Load(); st != nil {
 		return *st, nil
 	}
-	st, err := w.JS.Stream(ctx, w.Subj.Stream(names.StreamDeadWaiting))
+	st, err := w.JS.Stream(ctx, w.Subj.Stream(base))
 	if err != nil {
-		return nil, fmt.Errorf("dead: %s: %w", w.Subj.Stream(names.StreamDeadWaiting), err)
+		return nil, fmt.Errorf("dead: %s: %w", w.Subj.Stream(base), err)
 	}
-	w.waiting.Store(&st)
+	cache.Store(&st)
 	return st, nil
 }

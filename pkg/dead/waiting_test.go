@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,20 @@ import (
 	"github.com/tenaz/tenaz/pkg/store"
 )
 
+// newBounded starts a server and a Writer whose bound is every account's,
+// bound, 1 until changed.
+func newBounded(t *testing.T) (context.Context, jetstream.JetStream, names.Subjects, *dead.Writer, *atomic.Int64) {
+	t.Helper()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	subj := names.NewSubjects("")
+	bound := new(atomic.Int64)
+	bound.Store(1)
+	return ctx, js, subj, &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return bound.Load() }}, bound
+}
+
 // Entries DEAD has no room for wait (Keep), and move into DEAD once their
 // account has room, each once: a re-park of the same message id (a
 // redelivery after a crash) is one entry, two movers racing write it
@@ -24,12 +39,7 @@ import (
 // What moves is the entry as parked, raw submission and headers too.
 func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	subj := names.NewSubjects("")
-	w := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return 1 }}
+	ctx, js, subj, w, _ := newBounded(t)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	entry := func(account, body string) dead.Entry {
 		return dead.Entry{Account: account, Kind: "order.create", Reason: dead.ReasonRejected, Class: "unknown_kind",
@@ -125,12 +135,7 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 // A parked entry holds its event's payload once, as DEAD's does.
 func TestKeepParksThePayloadOnce(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	subj := names.NewSubjects("")
-	w := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return 1 }}
+	ctx, js, subj, w, _ := newBounded(t)
 	if err := w.Publish(ctx, dead.Entry{Account: "acme", Kind: "order.create", Reason: dead.ReasonPermanent, At: time.Now()}, "first"); err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +159,7 @@ func TestKeepParksThePayloadOnce(t *testing.T) {
 // are still moved, and the failure is reported.
 func TestMoveGoesOnPastAnAccountThatFails(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	subj := names.NewSubjects("")
-	bound := int64(1)
-	w := &dead.Writer{JS: js, Subj: subj, Bound: func(string) int64 { return bound }}
+	ctx, js, subj, w, bound := newBounded(t)
 	if _, err := js.Publish(ctx, subj.DeadWaiting("aaa"), []byte("not an entry")); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +169,7 @@ func TestMoveGoesOnPastAnAccountThatFails(t *testing.T) {
 			t.Fatalf("keep #%d: want waiting %v, got %v, %v", i, want, waiting, err)
 		}
 	}
-	bound = 2
+	bound.Store(2)
 	n, err := w.Move(ctx)
 	if n != 1 || err == nil || !strings.Contains(err.Error(), subj.DeadWaiting("aaa")) {
 		t.Fatalf("want zzz's entry moved and aaa's failure reported, got %d moved, %v", n, err)
