@@ -446,7 +446,10 @@ func parseMarshaled(b []byte) (Envelope, bool) {
 		}
 	}
 	payload := rest[:end]
-	if string(payload) == "null" || !json.Valid(payload) {
+	// Marshal writes no whitespace around the payload; encoding/json,
+	// which takes any other input, keeps none of it in a RawMessage.
+	if len(payload) == 0 || isSpace(payload[0]) || isSpace(payload[len(payload)-1]) ||
+		string(payload) == "null" || !json.Valid(payload) {
 		return e, false
 	}
 	e.Payload = json.RawMessage(bytes.Clone(payload))
@@ -498,3 +501,6 @@ func (p *parser) time(t *time.Time) bool {
 	}
 	return t.UnmarshalJSON(p.b[start:p.i]) == nil
 }
+
+// isSpace reports whether c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
