@@ -224,7 +224,7 @@ type TargetOverride struct {
 // Target is an external API.
 type Target struct {
 	// URL is a Go text/template over the event: {{.Kind}}, {{.Account}},
-	// {{.ID}}, {{.EntityID}}, {{.Reference}}. Required.
+	// {{.ID}}, {{.EntityID}}, {{.Reference}}, {{.Replay}}. Required.
 	URL string `yaml:"url"`
 	// Method is the HTTP method. Defaults to "POST".
 	Method string `yaml:"method"`
@@ -296,6 +296,11 @@ type Callback struct {
 	// provider's reference, used when the event id is absent. Defaults
 	// to "reference".
 	ReferenceField string `yaml:"reference_field"`
+	// ReplayField, when set, is the JSON field of a callback echoing the
+	// replay count the call carried (Tenaz-Replay, {{.Replay}}). A
+	// webhook whose count is not the event's answers a call made before
+	// an operator's replay, and completes nothing. Defaults to unset.
+	ReplayField string `yaml:"replay_field"`
 	// DoneWhen, when set, says which callbacks carry the result; others
 	// (e.g. "processing") are recorded in the history and change nothing.
 	// Defaults to unset: every verified callback carries the result.

@@ -400,6 +400,7 @@ accounts:
 		{name: "external nats with tls", doc: minimal + "nats: {url: 'nats://a:4222,nats://b:4222', tls: {ca: ca.pem, cert: c.pem, key: k.pem}}"},
 		{name: "console log", doc: minimal + "log: {format: console, level: debug}"},
 		{name: "demo", doc: minimal + "demo: {provider: '127.0.0.1:9000', failure_rate: 1}"},
+		{name: "replay field", doc: "targets: {erp: {url: 'http://x/?tag={{.Replay}}', callback: {replay_field: tenaz_replay}}}"},
 		{name: "tolerance of an hour", doc: "targets: {erp: {url: 'http://x/', callback: {tolerance: 1h}}}"},
 		{name: "timeout at the drain's limit", doc: "targets: {erp: {url: 'http://x/', timeout: 15s}}"},
 		{name: "long timeout with a raised drain", doc: "stop_timeout: 2m\ntargets: {erp: {url: 'http://x/', timeout: 115s}}"},
@@ -581,6 +582,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "failure rate above 1", doc: minimal + "demo: {failure_rate: 1.5}", want: []string{"demo.failure_rate: must be between 0 and 1, got 1.5"}},
 		{name: "bad demo provider", doc: minimal + "demo: {provider: nowhere}", want: []string{"demo.provider: must be host:port"}},
 		// replay window and drain
+		{name: "replay field that is the event field", doc: "targets: {erp: {url: 'http://x/', callback: {replay_field: event_id}}}", want: []string{`targets.erp.callback.replay_field: must differ from event_field and reference_field, got "event_id"`}},
 		{name: "tolerance above an hour", doc: "targets: {erp: {url: 'http://x/', callback: {tolerance: 61m}}}", want: []string{"targets.erp.callback.tolerance: must be at most 1h (Standard Webhooks recommends 5m), got 1h1m"}},
 		{name: "timeout longer than the drain", doc: "targets: {erp: {url: 'http://x/', timeout: 16s}}", want: []string{"targets.erp.timeout: 16s does not fit in the drain on stop: at most stop_timeout (20s) minus 5s, so 15s"}},
 		{name: "timeout of a poll target longer than the drain", doc: "targets: {b: {url: 'http://x/', timeout: 1m, poll: {url: 'http://x/{{.Reference}}', done_when: {field: s, in: [d]}}}}", want: []string{"targets.b.timeout: 1m does not fit in the drain on stop"}},

@@ -12,13 +12,14 @@ import (
 
 // URLVars is what a target's URL template (Target.URL, Poll.URL,
 // TargetOverride.URL) is executed over: {{.Kind}}, {{.Account}}, {{.ID}},
-// {{.EntityID}}, {{.Reference}}.
+// {{.EntityID}}, {{.Reference}}, {{.Replay}}.
 type URLVars struct {
 	Kind      string // event kind, "order.create"
 	Account   string // account, "acme"
 	ID        string // tenaz event id, "ev_…"
 	EntityID  string // entity id, may be ""
 	Reference string // the provider's job id (callback and poll modes), may be ""
+	Replay    string // how many times operators replayed the event, "0" before any
 }
 
 // sampleVars is what Validate executes every URL template with.
@@ -28,6 +29,7 @@ var sampleVars = URLVars{
 	ID:        "ev_01hzy3k5m8q2r4t6v8w0x2y4z6",
 	EntityID:  "entity-1",
 	Reference: "ref-1",
+	Replay:    "0",
 }
 
 // maxURLLen bounds the output of a URL template.
@@ -58,6 +60,7 @@ var urlFields = map[string]func(URLVars) string{
 	"ID":        func(v URLVars) string { return v.ID },
 	"EntityID":  func(v URLVars) string { return v.EntityID },
 	"Reference": func(v URLVars) string { return v.Reference },
+	"Replay":    func(v URLVars) string { return v.Replay },
 }
 
 // textAndFields returns root as parts, or nil if it holds anything but

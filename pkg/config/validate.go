@@ -420,6 +420,9 @@ func (v *validator) targets() {
 		if t.Callback.EventField == "" && t.Callback.ReferenceField == "" {
 			v.add(ckey, "event_field or reference_field is required")
 		}
+		if f := t.Callback.ReplayField; f != "" && (f == t.Callback.EventField || f == t.Callback.ReferenceField) {
+			v.add(join(ckey, "replay_field"), "must differ from event_field and reference_field, got %q", f)
+		}
 		if dw := t.Callback.DoneWhen; (dw.Field == "") != (len(dw.In) == 0) {
 			v.add(join(ckey, "done_when"), "needs both field and in")
 		}

@@ -16,6 +16,7 @@ const (
 	HeaderNotBefore      = "Tenaz-Not-Before"   // NATS intake: RFC 3339 time before which nothing runs
 	HeaderEventID        = "Tenaz-Event-Id"     // outbound call and internal messages: the event id
 	HeaderAttempt        = "Tenaz-Attempt"      // outbound call: 1-based attempt number
+	HeaderReplay         = "Tenaz-Replay"       // outbound call: operators' replays of the event so far
 	HeaderIdempotencyKey = "Idempotency-Key"    // HTTP ingest and outbound call
 )
 

@@ -119,6 +119,9 @@ func (d *decoder) record() (Record, bool) {
 		case "attempts":
 			n = 8
 			r.Attempts, ok = d.int()
+		case "replays":
+			n = 25
+			r.Replays, ok = d.int()
 		case "last_error":
 			n = 9
 			r.LastError, ok = d.errorInfo()

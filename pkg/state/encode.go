@@ -52,6 +52,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, `,"deadline":`...)
 		b = appendTime(b, *r.Deadline)
 	}
+	if r.Replays != 0 {
+		b = append(b, `,"replays":`...)
+		b = strconv.AppendInt(b, int64(r.Replays), 10)
+	}
 	if r.Polls != 0 {
 		b = append(b, `,"polls":`...)
 		b = strconv.AppendInt(b, int64(r.Polls), 10)

@@ -32,7 +32,7 @@ func genRecord(t *rapid.T) Record {
 		ID: genString(t, "id"), IdempotencyKey: genString(t, "key"), Account: genString(t, "acct"),
 		Kind: genString(t, "kind"), EntityID: genString(t, "entity"), OrderingKey: genString(t, "ok"),
 		Status: State(genString(t, "status")), Stage: genString(t, "stage"),
-		Attempts: rapid.IntRange(-3, 1000).Draw(t, "attempts"), Reference: genString(t, "ref"),
+		Attempts: rapid.IntRange(-3, 1000).Draw(t, "attempts"), Replays: rapid.IntRange(-1, 1000).Draw(t, "replays"), Reference: genString(t, "ref"),
 		CreatedAt: genTime(t, "created"), UpdatedAt: genTime(t, "updated"),
 		RunSeq: rapid.Uint64().Draw(t, "runseq"), Truncated: rapid.IntRange(0, 50).Draw(t, "trunc"),
 		After: genString(t, "after"), Next: genString(t, "next"), Traceparent: genString(t, "traceparent"),

@@ -138,6 +138,14 @@ func TestApplyProperties(t *testing.T) {
 			if next.Attempts != wantAttempts {
 				t.Fatalf("%s: want attempts %d -> %d, got %d", a.Name, before.Attempts, wantAttempts, next.Attempts)
 			}
+			// Replays: only a replay counts, and it never goes back.
+			wantReplays := before.Replays
+			if a.Name == state.Replay {
+				wantReplays++
+			}
+			if next.Replays != wantReplays {
+				t.Fatalf("%s: want replays %d -> %d, got %d", a.Name, before.Replays, wantReplays, next.Replays)
+			}
 			// Clock: UpdatedAt is the given now, in UTC; CreatedAt never moves.
 			if !next.UpdatedAt.Equal(given) || next.UpdatedAt.Location() != time.UTC {
 				t.Fatalf("%s: want updated_at %v in UTC, got %v", a.Name, given, next.UpdatedAt)

@@ -83,6 +83,10 @@ type Record struct {
 	// polling (poll SLA); NextRunAt is the next step (the next poll, or the
 	// deadline itself while a callback is awaited).
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// Replays counts operators' replays of the event. A target's request
+	// carries it (Tenaz-Replay, {{.Replay}}), so a webhook that echoes it
+	// is told apart from one answering a call made before a replay.
+	Replays int `json:"replays,omitempty"`
 	// Polls counts the polls of the current polling stage.
 	Polls     int             `json:"polls,omitempty"`
 	Reference string          `json:"reference,omitempty"`
@@ -302,6 +306,7 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 		n.Reference = ""
 		n.Polls = 0
 	case Replay:
+		n.Replays++
 		n.Attempts = 0
 		n.NextRunAt, n.Deadline = nil, nil
 		n.RunSeq = 0

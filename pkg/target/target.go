@@ -140,6 +140,10 @@ type Request struct {
 	Event     event.Envelope
 	Attempt   int
 	Reference string // provider's job id, for poll URLs
+	// Replay is how many times operators replayed the event
+	// (state.Record.Replays): a provider that echoes it in its webhooks
+	// lets a call made before a replay be told apart.
+	Replay int
 }
 
 // Response is a target's answer to a call that reached it.
@@ -151,7 +155,7 @@ type Response struct {
 
 func vars(r Request) config.URLVars {
 	return config.URLVars{ID: r.Event.ID, Account: r.Event.Account, Kind: r.Event.Kind,
-		EntityID: r.Event.EntityID, Reference: r.Reference}
+		EntityID: r.Event.EntityID, Reference: r.Reference, Replay: strconv.Itoa(r.Replay)}
 }
 
 // URL renders the target URL for r. The template escapes every value for
@@ -233,6 +237,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	req.Header.Set(names.HeaderIdempotencyKey, t.IdempotencyKey(r))
 	req.Header.Set(names.HeaderEventID, r.Event.ID)
 	req.Header.Set(names.HeaderAttempt, strconv.Itoa(r.Attempt))
+	req.Header.Set(names.HeaderReplay, strconv.Itoa(r.Replay))
 	tracing.Inject(ctx, req.Header, r.Event.Traceparent)
 	if t.signing != "" {
 		for k, v := range webhook.Headers(t.signing, r.Event.ID, time.Now(), body) {

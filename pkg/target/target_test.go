@@ -125,6 +125,7 @@ func TestCallSendsRequest(t *testing.T) {
 		"Idempotency-Key": env.ID, // the event id, unique across accounts
 		"Tenaz-Event-Id":  env.ID,
 		"Tenaz-Attempt":   "3",
+		"Tenaz-Replay":    "0", // no replay yet
 		"Content-Type":    "application/json",
 		"Authorization":   "Bearer s3cret",
 		"X-Tenant":        "acme-eu",
@@ -155,13 +156,13 @@ func TestCallDefaultsToPost(t *testing.T) {
 func TestConfiguredHeadersCannotReplaceTenazHeaders(t *testing.T) {
 	t.Parallel()
 	tg, got := setup(t, config.Target{Headers: map[string]config.Secret{
-		"Idempotency-Key": "forged", "Content-Type": "text/plain", "Tenaz-Attempt": "99",
+		"Idempotency-Key": "forged", "Content-Type": "text/plain", "Tenaz-Attempt": "99", "Tenaz-Replay": "7",
 	}}, answer(200, `{}`))
 	if _, err := call(t, tg, 1); err != nil {
 		t.Fatal(err)
 	}
 	r := received(t, got)
-	for name, want := range map[string]string{"Idempotency-Key": envelope(t).ID, "Content-Type": "application/json", "Tenaz-Attempt": "1"} {
+	for name, want := range map[string]string{"Idempotency-Key": envelope(t).ID, "Content-Type": "application/json", "Tenaz-Attempt": "1", "Tenaz-Replay": "0"} {
 		if v := r.header.Values(name); len(v) != 1 || v[0] != want {
 			t.Errorf("header %s: want [%s], got %v", name, want, v)
 		}
@@ -179,13 +180,14 @@ func TestURLTemplate(t *testing.T) {
 		{"https://erp.example.com/orders/{{.EntityID}}?ref={{.Reference}}", "https://erp.example.com/orders/o-1?ref=ref_7"},
 		{"https://erp.example.com/q?k={{.Kind | urlquery}}", "https://erp.example.com/q?k=order.create"},
 		{"https://erp.example.com/static", "https://erp.example.com/static"},
+		{"https://erp.example.com/checks?client_ref={{.ID}}&client_tag={{.Replay}}", "https://erp.example.com/checks?client_ref=" + env.ID + "&client_tag=2"},
 	}
 	for _, tt := range tests {
 		tg, err := target.New("erp", config.Target{URL: tt.tpl}, nil)
 		if err != nil {
 			t.Fatalf("New(%q): %v", tt.tpl, err)
 		}
-		got, err := tg.URL(target.Request{Event: env, Reference: "ref_7"})
+		got, err := tg.URL(target.Request{Event: env, Reference: "ref_7", Replay: 2})
 		if err != nil || got != tt.want {
 			t.Errorf("URL(%q): want %q, got %q (%v)", tt.tpl, tt.want, got, err)
 		}

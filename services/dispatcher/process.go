@@ -380,7 +380,7 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 			s.finish(ctx, r, outcome.Permanent(err), target.Response{})
 			return
 		}
-		req := target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference}
+		req := target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference, Replay: rec.Replays}
 		call = func(ctx context.Context) (target.Response, error) { return tgt.Call(ctx, req) }
 	}
 	mx := s.o.Metrics

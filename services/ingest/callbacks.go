@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -123,6 +124,10 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, err := s.ApplyCallback(tracing.Remote(r.Context(), r.Header.Get), account, name, sig.ID, doc, body)
+	if errors.Is(err, ErrMalformedCallback) {
+		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
+		return
+	}
 	if err != nil {
 		s.log.Error().Err(err).Str("target", name).Msg("callback not applied: store unavailable")
 		httpapi.Error(w, http.StatusServiceUnavailable, "unavailable", "the callback could not be stored; send it again")
@@ -179,6 +184,10 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	}
 	id, _ := doc[t.Callback.EventField].(string)
 	ref := event.Scalar(doc[t.Callback.ReferenceField])
+	replay, echoed, err := replayOf(doc, t.Callback.ReplayField)
+	if err != nil {
+		return CallbackReply{}, err
+	}
 	byRef := names.ValidateEventID(id) != nil && ref != ""
 	if byRef {
 		id, err = s.refs.Lookup(ctx, account, target, ref)
@@ -242,6 +251,11 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			// by reference while the event retries (its last attempt got
 			// no answer, so recorded none).
 			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it names the reference of an earlier run, not the one the event waits on", webhookID, target))
+		case echoed && replay != cur.Replays:
+			// The provider echoes the replay count its call carried: this
+			// webhook answers a call made before (or for none of) the
+			// event's replays, maybe for a payload the replay changed.
+			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: its %s is %d, the event has been replayed %d times since its first call", webhookID, target, t.Callback.ReplayField, replay, cur.Replays))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}
@@ -384,6 +398,29 @@ func (s *Service) advanceLane(ctx context.Context, log zerolog.Logger, rec state
 // errOtherAccount ends the update of an event that is not the webhook's
 // account's: to the webhook, it does not exist.
 var errOtherAccount = errors.New("ingest: the event belongs to another account")
+
+// ErrMalformedCallback is ApplyCallback's error for a webhook that cannot
+// be applied as sent (answered 400): the provider must fix it, not retry.
+var ErrMalformedCallback = errors.New("malformed callback")
+
+// replayOf reads the replay count a webhook echoes in field (the
+// target's callback.replay_field): echoed is false when the field is
+// unset or absent. A value that is not a count is an error, rather than
+// a webhook let through as if it had echoed nothing.
+func replayOf(doc map[string]any, field string) (n int, echoed bool, err error) {
+	if field == "" {
+		return 0, false, nil
+	}
+	v, ok := doc[field]
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	n, err = strconv.Atoi(event.Scalar(v))
+	if err != nil || n < 0 {
+		return 0, false, fmt.Errorf("%w: its %q must be the replay count the call carried (Tenaz-Replay), a whole number, got %.40q", ErrMalformedCallback, field, event.Scalar(v))
+	}
+	return n, true, nil
+}
 
 // noted reports whether r's history already holds detail from actor: a
 // copy of a webhook that was recorded as a no-op is not recorded again, so

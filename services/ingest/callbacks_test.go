@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -651,6 +652,70 @@ func TestCallbackOfARunBeforeAReplayIsLate(t *testing.T) {
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_new", `{"reference":"job-2","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
 		t.Fatalf("callback of the replayed run: want applied to %s, got %+v", id, got)
 	}
+}
+
+// TestCallbackOfACallBeforeAReplayIsLate: a provider that gives no
+// reference and names the event by its id, and echoes the replay count
+// its call carried (Tenaz-Replay) in its webhook. After an operator
+// replays the event with a corrected payload, the webhook answering the
+// call made before the replay completes nothing; the one answering the
+// replayed call does. A count that is not one is refused, 400.
+func TestCallbackOfACallBeforeAReplayIsLate(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var replays []string
+	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		replays = append(replays, r.Header.Get("Tenaz-Replay"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(bureau.Close)
+	h := setup(t, strings.Replace(callbackYAML(bureau.URL), "callback: {", "callback: {replay_field: tenaz_replay, ", 1))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "edited-1")
+	h.awaiting("", id)
+
+	for _, a := range []state.Action{{Name: state.Escalate, Actor: "test"}, {Name: state.Replay, Actor: "operator:alice", Payload: json.RawMessage(`{"app_id":"edited-1","income":5000}`)}} {
+		if _, _, _, err := h.St.Transition(h.Ctx(), "acme", id, a); err != nil {
+			t.Fatalf("%s: %v", a.Name, err)
+		}
+	}
+	env, err := h.St.Envelope(h.Record(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.New(h.JS, h.Subj).Enqueue(h.Ctx(), env, id+"/replay"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		rec := h.Record(id)
+		return rec.Status == state.AwaitingCallback && rec.Attempts == 1 && rec.Replays == 1
+	}, "the replayed call: want awaiting_callback at replay 1")
+	mu.Lock()
+	got := slices.Clone(replays)
+	mu.Unlock()
+	if !slices.Equal(got, []string{"0", "1"}) {
+		t.Fatalf("Tenaz-Replay of the calls: want [0 1], got %q", got)
+	}
+
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_old", `{"event_id":"`+id+`","tenaz_replay":"0","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackLate || got.ID != id {
+		t.Fatalf("callback of the call before the replay: want %q for %s, got %+v", ingest.CallbackLate, id, got)
+	}
+	for _, bad := range []string{`"one"`, `-1`, `1.5`, `true`, `{"n":1}`} {
+		r := h.webhook("/v1/callbacks/bureau/acme", "msg_bad", `{"event_id":"`+id+`","tenaz_replay":`+bad+`,"status":"approved"}`)
+		if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "tenaz_replay") {
+			t.Fatalf("webhook echoing %s as its replay count: want 400 naming the field, got %d %s", bad, r.Status, r.Body)
+		}
+	}
+	if rec := h.Record(id); rec.Status != state.AwaitingCallback {
+		t.Fatalf("event %s after the earlier call's callback: want awaiting_callback, got %s", id, rec.Status)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_new", `{"event_id":"`+id+`","tenaz_replay":1,"status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+		t.Fatalf("callback of the replayed call: want applied to %s, got %+v", id, got)
+	}
+	h.WaitStatus(id, state.Done, servicetest.WaitFor)
 }
 
 // TestWebhookWithNumericReferenceAndBooleanStatus: a provider whose job

@@ -250,7 +250,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	ctx, span := tracing.Poll(ctx, env, rec.Polls+1, rec.Stage, stage.Target)
 	defer span.End()
 	began := time.Now()
-	ans, perr := tgt.Poll(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference})
+	ans, perr := tgt.Poll(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference, Replay: rec.Replays})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
