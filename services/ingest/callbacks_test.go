@@ -604,6 +604,25 @@ kinds:
 	}
 }
 
+// replay does what an operator's replay does (services/deadletter): the
+// event, sent to review, back to pending (with payload, when not nil)
+// and on its way again.
+func (h *harness) replay(account, id string, payload json.RawMessage) {
+	h.t.Helper()
+	for _, a := range []state.Action{{Name: state.Escalate, Actor: "test"}, {Name: state.Replay, Actor: "operator:alice", Payload: payload}} {
+		if _, _, _, err := h.St.Transition(h.Ctx(), account, id, a); err != nil {
+			h.t.Fatalf("%s: %v", a.Name, err)
+		}
+	}
+	env, err := h.St.Envelope(h.Record(id))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := queue.New(h.JS, h.Subj).Enqueue(h.Ctx(), env, id+"/replay"); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // TestCallbackOfARunBeforeAReplayIsLate: the provider gives each call its
 // own reference. After an operator replays the event, a callback naming
 // only the reference of the run before the replay finds the event through
@@ -624,20 +643,7 @@ func TestCallbackOfARunBeforeAReplayIsLate(t *testing.T) {
 	id := h.submitCredit("acme", "replayed-1")
 	h.awaiting("job-1", id)
 
-	// What an operator's replay does (services/deadletter): the event,
-	// sent to review, back to pending and on its way again.
-	for _, a := range []state.Action{{Name: state.Escalate, Actor: "test"}, {Name: state.Replay, Actor: "operator:alice"}} {
-		if _, _, _, err := h.St.Transition(h.Ctx(), "acme", id, a); err != nil {
-			t.Fatalf("%s: %v", a.Name, err)
-		}
-	}
-	env, err := h.St.Envelope(h.Record(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := queue.New(h.JS, h.Subj).Enqueue(h.Ctx(), env, id+"/replay"); err != nil {
-		t.Fatal(err)
-	}
+	h.replay("acme", id, nil)
 	h.awaiting("job-2", id)
 
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_old", `{"reference":"job-1","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackLate || got.ID != id {
@@ -677,18 +683,7 @@ func TestCallbackOfACallBeforeAReplayIsLate(t *testing.T) {
 	id := h.submitCredit("acme", "edited-1")
 	h.awaiting("", id)
 
-	for _, a := range []state.Action{{Name: state.Escalate, Actor: "test"}, {Name: state.Replay, Actor: "operator:alice", Payload: json.RawMessage(`{"app_id":"edited-1","income":5000}`)}} {
-		if _, _, _, err := h.St.Transition(h.Ctx(), "acme", id, a); err != nil {
-			t.Fatalf("%s: %v", a.Name, err)
-		}
-	}
-	env, err := h.St.Envelope(h.Record(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := queue.New(h.JS, h.Subj).Enqueue(h.Ctx(), env, id+"/replay"); err != nil {
-		t.Fatal(err)
-	}
+	h.replay("acme", id, json.RawMessage(`{"app_id":"edited-1","income":5000}`))
 	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		rec := h.Record(id)
 		return rec.Status == state.AwaitingCallback && rec.Attempts == 1 && rec.Replays == 1
