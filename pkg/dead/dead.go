@@ -80,6 +80,10 @@ type Writer struct {
 	// Full, if set, is told of each entry refused for room (the account
 	// at its bound, or DEAD full): tenaz_dead_full_total.
 	Full func(account string)
+	// Waiting, if set, is told after each pass of Move how many entries
+	// each account still has waiting for room (accounts with none left
+	// out): tenaz_dead_waiting_entries.
+	Waiting func(counts map[string]int)
 
 	locks   sync.Map                         // account → *sync.Mutex: its count and write, one at a time
 	stream  atomic.Pointer[jetstream.Stream] // DEAD, once looked up

@@ -95,9 +95,17 @@ func (w *Writer) Move(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("dead: waiting entries: %w", err)
 	}
 	moved, failed := 0, []error(nil)
+	left := make(map[string]int, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		left[accountOf(subj)] = int(n)
+	}
 	for _, subj := range slices.Sorted(maps.Keys(info.State.Subjects)) {
+		acct := accountOf(subj)
 		n, err := w.moveAccount(ctx, st, subj)
 		moved += n
+		if left[acct] -= n; left[acct] <= 0 {
+			delete(left, acct)
+		}
 		if errors.Is(err, errDeadFull) || ctx.Err() != nil {
 			break // full for every account, or out of time: the next pass looks again
 		}
@@ -105,8 +113,14 @@ func (w *Writer) Move(ctx context.Context) (int, error) {
 			failed = append(failed, fmt.Errorf("%s: %w", subj, err))
 		}
 	}
+	if w.Waiting != nil {
+		w.Waiting(left)
+	}
 	return moved, errors.Join(failed...)
 }
+
+// accountOf is the account of a waiting room's subject.
+func accountOf(subj string) string { return subj[strings.LastIndexByte(subj, '.')+1:] }
 
 // errDeadFull ends a pass of Move: DEAD itself is full, not only one
 // account at its bound.
@@ -116,7 +130,7 @@ var errDeadFull = errors.New("dead: DEAD is full")
 // is refused for room. An account at its bound costs one request: its
 // room is counted before anything is read.
 func (w *Writer) moveAccount(ctx context.Context, st jetstream.Stream, subj string) (int, error) {
-	acct := subj[strings.LastIndexByte(subj, '.')+1:]
+	acct := accountOf(subj)
 	if bound := w.bound(acct); bound > 0 {
 		if err := w.room(ctx, acct, bound); store.IsFull(err) {
 			if w.Full != nil {

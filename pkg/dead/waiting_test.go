@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,8 +83,23 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	if n := waiting("noisy"); n != 2 {
 		t.Fatalf("want noisy's 2 entries waiting (n-1 parked twice is one), got %d", n)
 	}
+	var reportMu sync.Mutex
+	var report map[string]int // what Move told Waiting last
+	w.Waiting = func(counts map[string]int) {
+		reportMu.Lock()
+		defer reportMu.Unlock()
+		report = counts
+	}
+	reported := func() map[string]int {
+		reportMu.Lock()
+		defer reportMu.Unlock()
+		return report
+	}
 	if n, err := w.Move(ctx); err != nil || n != 1 {
 		t.Fatalf("want calm's entry moved while noisy has no room, got %d, %v", n, err)
+	}
+	if got := reported(); !maps.Equal(got, map[string]int{"noisy": 2}) {
+		t.Fatalf("after calm's entry moved: want reported waiting noisy 2 and no calm, got %v", got)
 	}
 	if n := waiting("calm"); n != 0 {
 		t.Fatalf("want calm's entry moved, %d wait", n)
@@ -109,6 +126,9 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	}
 	if n := waiting("noisy"); n != 0 {
 		t.Fatalf("want noisy's last entry moved, %d wait", n)
+	}
+	if got := reported(); got == nil || len(got) != 0 {
+		t.Fatalf("once nothing waits: want reported an empty count, got %v", got)
 	}
 	info, err := ds.Info(ctx)
 	if err != nil {

@@ -80,6 +80,7 @@ const (
 	NameRejected     = "tenaz_events_rejected_total"
 	NameAnchored     = "tenaz_intake_anchored_total"
 	NameDeadFull     = "tenaz_dead_full_total"
+	NameDeadWaiting  = "tenaz_dead_waiting_entries"
 	NameWait         = "tenaz_wait_seconds"
 	NameDelivery     = "tenaz_delivery_duration_seconds"
 	NameAttempts     = "tenaz_attempts_total"
@@ -143,6 +144,8 @@ var Catalog = []Info{
 		Help: "Submissions acked for their account's anchor as they arrived, to be read back from INTAKE and accepted in turns: the account filled its share of ingest (a flood), or DEAD had no room for its refusals."},
 	{Name: NameDeadFull, Type: Counter, Labels: []string{"account"}, Emitter: "ingest, dispatcher, poller, deadletter",
 		Help: "Tries to keep an account's entry in DEAD refused for room: the account is at its bound (its dead_letters, or deadletter.max_per_account), or DEAD is full. The entry waits in TENAZ_DEAD_WAITING until ingest moves it in (each refused move counts too); a steady rise names the account whose failures wait for an operator."},
+	{Name: NameDeadWaiting, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (the waiting room's mover)",
+		Help: "Entries of an account waiting in TENAZ_DEAD_WAITING for room in DEAD, as ingest's mover left them at its last pass (every 2 s). Every ingest replica exports it: read it with max by (account)."},
 	{Name: NameWait, Type: Histogram, Labels: []string{"account", "kind"}, Emitter: "dispatcher",
 		Help:    "Seconds from when an event became due (accepted, or its not_before) to the start of its first attempt.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}},

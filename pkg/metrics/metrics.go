@@ -26,6 +26,7 @@ type Set struct {
 	mu       sync.Mutex // serialises Configure
 	breakers *breakers
 	events   *table
+	waiting  *table // tenaz_dead_waiting_entries
 	backlog  *backlog
 	accounts *accounts
 	targets  *targets
@@ -119,6 +120,7 @@ func newSet(reg prometheus.Registerer, now func() time.Time) (*Set, error) {
 	label := func(account string) string { return s.core().places.gauge(account) }
 	s.breakers = newBreakers(label)
 	s.events = newTable(NameEvents)
+	s.waiting = newTable(NameDeadWaiting)
 	s.backlog = newBacklog(label)
 	s.accounts = newAccounts(label)
 	s.targets = newTargets()
@@ -246,7 +248,7 @@ func (c *core) collectors() []prometheus.Collector {
 }
 
 func (s *Set) collectors() []prometheus.Collector {
-	return append(s.core().collectors(), s.breakers, s.events, s.backlog, s.accounts, s.targets, s.audit, s.search, s.reload)
+	return append(s.core().collectors(), s.breakers, s.events, s.waiting, s.backlog, s.accounts, s.targets, s.audit, s.search, s.reload)
 }
 
 // Describe implements prometheus.Collector.
@@ -499,14 +501,22 @@ func (s *Set) SetEventsByState(counts map[EventsKey]int) {
 	places := s.core().places
 	rows := make(map[string]row, len(counts))
 	for k, n := range counts {
-		lv := []string{stateLabel(k.State), places.gauge(k.Account), kindLabel(k.Kind)}
-		key := joinKey(lv)
-		r := rows[key] // accounts folded into other or invalid add up
-		r.labels = lv
-		r.v += float64(n)
-		rows[key] = r
+		addRow(rows, []string{stateLabel(k.State), places.gauge(k.Account), kindLabel(k.Kind)}, float64(n))
 	}
 	s.events.replace(rows)
+}
+
+// SetDeadWaiting replaces every series of tenaz_dead_waiting_entries
+// with counts (entries waiting for room in DEAD, by account), in one step
+// as SetEventsByState does: an account absent from counts waits for
+// nothing.
+func (s *Set) SetDeadWaiting(counts map[string]int) {
+	places := s.core().places
+	rows := make(map[string]row, len(counts))
+	for account, n := range counts {
+		addRow(rows, []string{places.gauge(account)}, float64(n))
+	}
+	s.waiting.replace(rows)
 }
 
 // ConsumerBacklog sets account's backlog from counts the caller already

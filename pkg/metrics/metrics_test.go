@@ -262,6 +262,24 @@ func TestEventsByStateReplaces(t *testing.T) {
 	}
 }
 
+func TestDeadWaitingReplaces(t *testing.T) {
+	s, reg := setup(t)
+	s.SetDeadWaiting(map[string]int{"noisy": 8, "calm": 1})
+	compare(t, reg, `
+		tenaz_dead_waiting_entries{account="calm"} 1
+		tenaz_dead_waiting_entries{account="noisy"} 8
+	`, metrics.NameDeadWaiting)
+	// The mover's next pass moved calm's: its series is gone.
+	s.SetDeadWaiting(map[string]int{"noisy": 5})
+	compare(t, reg, `
+		tenaz_dead_waiting_entries{account="noisy"} 5
+	`, metrics.NameDeadWaiting)
+	s.SetDeadWaiting(map[string]int{})
+	if n := testutil.CollectAndCount(reg, metrics.NameDeadWaiting); n != 0 {
+		t.Errorf("once nothing waits: %d series of %s, want 0", n, metrics.NameDeadWaiting)
+	}
+}
+
 func TestConsumerBacklogPushed(t *testing.T) {
 	s, reg := setup(t)
 	s.ConsumerBacklog("acme", 12, 3)
@@ -309,6 +327,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.ConfigReloaded(true, time.Unix(1, 0))
 	s.ConfigReloaded(false, time.Time{})
 	s.ConfigStored(1, 0)
+	s.SetDeadWaiting(map[string]int{"a": 1})
 	defer s.WatchAccounts(func() []metrics.AccountLoad {
 		return []metrics.AccountLoad{{Account: "a", Instance: "d1", Concurrency: 2, Rate: 10, InFlight: 1}}
 	})()

@@ -36,6 +36,16 @@ func (t *table) replace(rows map[string]row) {
 	t.mu.Unlock()
 }
 
+// addRow adds v to the row of label values lv: accounts folded into
+// other (or invalid ones) add up.
+func addRow(rows map[string]row, lv []string, v float64) {
+	key := joinKey(lv)
+	r := rows[key]
+	r.labels = lv
+	r.v += v
+	rows[key] = r
+}
+
 // sumBy adds up the series by the value of label i.
 func (t *table) sumBy(i int) map[string]float64 {
 	t.mu.RLock()

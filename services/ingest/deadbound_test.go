@@ -2,12 +2,15 @@ package ingest_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -107,7 +110,12 @@ kinds:
 func TestRefusalsWaitingForRoomDoNotHoldIntake(t *testing.T) {
 	t.Parallel()
 	const bound, noisy, calm = 2, 10, 20
-	h := setup(t, baseYAML+fmt.Sprintf("deadletter: {max_per_account: %d}\n", bound))
+	reg := prometheus.NewRegistry()
+	set, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := setup(t, baseYAML+fmt.Sprintf("deadletter: {max_per_account: %d}\n", bound), withMetrics(set))
 	p := &publisher{h: h}
 	for i := range noisy {
 		m := nats.NewMsg("tenaz.intake.noisy.no.such.kind")
@@ -124,6 +132,9 @@ func TestRefusalsWaitingForRoomDoNotHoldIntake(t *testing.T) {
 	if !h.ordersAccepted("calm", calm) {
 		t.Fatal("want calm's submissions accepted")
 	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return maps.Equal(byAccount(t, reg, metrics.NameDeadWaiting), map[string]float64{"noisy": noisy - bound})
+	}, "want %s to show noisy's %d entries waiting, and no calm", metrics.NameDeadWaiting, noisy-bound)
 
 	// The operator frees noisy's room, a bound's worth at a time.
 	var order []string // noisy's refusals, as DEAD kept them
@@ -135,6 +146,8 @@ func TestRefusalsWaitingForRoomDoNotHoldIntake(t *testing.T) {
 		return h.DeadWaiting("noisy") == 0 && h.DeadKept("noisy") == noisy-len(order)
 	}, "want every waiting refusal kept once room is freed")
 	order = append(order, h.deadRaws("noisy")...)
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(byAccount(t, reg, metrics.NameDeadWaiting)) == 0 },
+		"want %s to show nothing waiting", metrics.NameDeadWaiting)
 	want := make([]string, noisy)
 	for i := range want {
 		want[i] = fmt.Sprintf(`{"n":%d}`, i)
@@ -143,4 +156,23 @@ func TestRefusalsWaitingForRoomDoNotHoldIntake(t *testing.T) {
 	if slices.Sort(order); !slices.Equal(order, want) {
 		t.Fatalf("want each of noisy's refusals kept once: %v, got %v", want, order)
 	}
+}
+
+// byAccount is the metric name on reg, a counter or a gauge, by its
+// account label.
+func byAccount(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				out[m.GetLabel()[0].GetValue()] += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
 }

@@ -171,7 +171,7 @@ func New(o Options) (*Service, error) {
 	if s.metrics == nil {
 		s.metrics = metrics.Default
 	}
-	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: s.metrics.DeadFull}
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: s.metrics.DeadFull, Waiting: s.metrics.SetDeadWaiting}
 	return s, nil
 }
 

@@ -365,18 +365,7 @@ func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	}
 	// The operators see who floods: flood's submissions acked for its
 	// anchor are counted under its name, calm has none.
-	anchored := map[string]float64{}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == metrics.NameAnchored {
-			for _, m := range mf.GetMetric() {
-				anchored[m.GetLabel()[0].GetValue()] += m.GetCounter().GetValue()
-			}
-		}
-	}
+	anchored := byAccount(t, reg, metrics.NameAnchored)
 	if anchored["flood"] == 0 || anchored["calm"] != 0 {
 		t.Fatalf("%s: want flood's submissions counted and none of calm's, got %v", metrics.NameAnchored, anchored)
 	}
