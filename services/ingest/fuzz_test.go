@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/webhook"
@@ -20,7 +22,8 @@ const fuzzSecret = "whsec_dGVuYXotZnV6ei1jYWxsYmFjay1zZWNyZXQ="
 // FuzzCallback sends any body to POST /v1/callbacks/bureau_a, signed with
 // the target's secret or not at all. An unsigned one is refused with 401
 // (429 past the target's refusal budget); a signed one is answered 200
-// with a known outcome, or 400 when it is not a JSON object; nothing else
+// with a known outcome, or 400 when it is not a JSON object or echoes a
+// replay count (callback.replay_field) that is not one; nothing else
 // (no 5xx, no panic), whatever the body names. The target's call timeout
 // is 1ms: a webhook naming a reference nobody recorded is held that long
 // (awaitRef), not the default 10 s the fuzzer would take for a hang.
@@ -31,6 +34,9 @@ func FuzzCallback(f *testing.F) {
 		`{"event_id":"ev_","status":"processing"}`,
 		`{"event_id":{"nested":true},"reference":7}`,
 		`[]`, `null`, `"approved"`, `{}`, ``, `{"event_id":"ev_00000000000000000000000000"`,
+		`{"event_id":"ev_00000000000000000000000000","tenaz_replay":"2","status":"approved"}`,
+		`{"event_id":"ev_00000000000000000000000000","tenaz_replay":-1}`,
+		`{"reference":"ref_1","tenaz_replay":1e400}`, `{"tenaz_replay":null}`, `{"tenaz_replay":[0]}`,
 	} {
 		f.Add([]byte(s), true)
 	}
@@ -38,7 +44,7 @@ func FuzzCallback(f *testing.F) {
 	mux := fuzzIngest(f, `
 targets:
   bureau_a: {url: "http://127.0.0.1:1/proposals", timeout: 1ms, callback_secret: "`+fuzzSecret+`",
-             callback: {done_when: {field: status, in: [approved, rejected]}}}
+             callback: {replay_field: tenaz_replay, done_when: {field: status, in: [approved, rejected]}}}
 kinds:
   credit.evaluate: {target: bureau_a, completion: callback}
 `, 0)
@@ -69,14 +75,33 @@ kinds:
 				t.Fatalf("callback %q applied, but no event waits for one", body)
 			}
 		case w.Code == http.StatusBadRequest:
-			var doc map[string]any
-			if json.Unmarshal(body, &doc) == nil && doc != nil {
-				t.Fatalf("callback %q is a JSON object but was answered 400: %s", body, w.Body)
+			if doc, err := event.DecodeObject(body); err == nil && isReplayCount(doc["tenaz_replay"]) {
+				t.Fatalf("callback %q is a JSON object with no bad replay count but was answered 400: %s", body, w.Body)
 			}
 		default:
 			t.Fatalf("signed callback %q: want 200 or 400, got %d %s", body, w.Code, w.Body)
 		}
 	})
+}
+
+// isReplayCount reports whether v, a webhook's replay_field, may be
+// applied: absent or null, or a whole number of replays (a string or a
+// JSON number).
+func isReplayCount(v any) bool {
+	if v == nil {
+		return true
+	}
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case json.Number:
+		s = x.String()
+	default:
+		return false
+	}
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0
 }
 
 // fuzzIngest starts a real nats-server and an ingest with the config yaml
