@@ -110,10 +110,7 @@ var ErrAccountFull = fmt.Errorf("%w: the account's entries in DEAD are at its bo
 // replica of each service) racing for an account's last room can take it
 // past its bound by one entry each.
 func (w *Writer) Publish(ctx context.Context, e Entry, msgID string) error {
-	acct, kind := e.Account, e.Kind
-	if names.ValidateAccount(acct) != nil {
-		acct = InvalidToken
-	}
+	acct, kind := accountToken(e.Account), e.Kind
 	if names.ValidateKind(kind) != nil {
 		kind = InvalidToken
 	}

@@ -58,10 +58,7 @@ func (w *Writer) Keep(ctx context.Context, e Entry, msgID string) (waiting bool,
 // between the park and its settle) is deduplicated within the stream's
 // window.
 func (w *Writer) park(ctx context.Context, e Entry, msgID string) error {
-	acct := e.Account
-	if names.ValidateAccount(acct) != nil {
-		acct = InvalidToken
-	}
+	acct := accountToken(e.Account)
 	b, err := encode(stored(e), size.Room(w.JS.Conn(), names.StreamDead)-headerRoom)
 	if err != nil {
 		return err
@@ -119,6 +116,38 @@ func (w *Writer) Move(ctx context.Context) (int, error) {
 	return moved, errors.Join(failed...)
 }
 
+// waitingEntry is the entry raw holds, waiting on acct's subject, and its
+// DEAD message id. What is not an entry of acct (only a NATS user allowed
+// to park could have written it) is kept as it is, as a malformed one of
+// acct, as the dispatcher keeps an undecodable message: left waiting, it
+// would fail acct's moves on every pass, and its later entries wait
+// behind it.
+func waitingEntry(raw *jetstream.RawStreamMsg, acct string) (Entry, string) {
+	msgID := raw.Header.Get(headerMsgID)
+	if msgID == "" {
+		msgID = fmt.Sprintf("waiting-%d", raw.Sequence)
+	}
+	var e Entry
+	err := json.Unmarshal(raw.Data, &e)
+	if err == nil && accountToken(e.Account) != acct {
+		err = fmt.Errorf("it names account %q", e.Account)
+	}
+	if err == nil {
+		return e, msgID
+	}
+	return Entry{Account: acct, Reason: ReasonRejected, Class: "malformed_entry",
+		Error: fmt.Sprintf("an entry waiting for room in DEAD as %s's could not be read: %v", acct, err),
+		At:    raw.Time.UTC(), Raw: raw.Data, RawSubject: raw.Subject, RawHeader: raw.Header}, msgID
+}
+
+// accountToken is account as the token of a waiting room's subject.
+func accountToken(account string) string {
+	if names.ValidateAccount(account) != nil {
+		return InvalidToken
+	}
+	return account
+}
+
 // accountOf is the account of a waiting room's subject.
 func accountOf(subj string) string { return subj[strings.LastIndexByte(subj, '.')+1:] }
 
@@ -148,11 +177,8 @@ func (w *Writer) moveAccount(ctx context.Context, st jetstream.Stream, subj stri
 		if err != nil {
 			return moved, fmt.Errorf("dead: read a waiting entry: %w", err)
 		}
-		var e Entry
-		if err := json.Unmarshal(raw.Data, &e); err != nil {
-			return moved, fmt.Errorf("dead: waiting entry %d: %w", raw.Sequence, err)
-		}
-		if err := w.Publish(ctx, e, raw.Header.Get(headerMsgID)); err != nil {
+		e, msgID := waitingEntry(raw, acct)
+		if err := w.Publish(ctx, e, msgID); err != nil {
 			switch {
 			case errors.Is(err, ErrAccountFull):
 				return moved, nil // still no room: it waits, and the account's later ones behind it

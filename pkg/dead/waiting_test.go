@@ -3,6 +3,7 @@ package dead_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -174,24 +175,97 @@ func TestKeepParksThePayloadOnce(t *testing.T) {
 	wantPayloadOnce(t, m.Data, payload)
 }
 
-// An entry that cannot be moved (here one that is not an entry at all)
-// fails its own account's moves, not the others': the accounts after it
-// are still moved, and the failure is reported.
+// An entry that cannot be moved (here one DEAD refuses for its size, as
+// a DEAD whose max_msg_size was lowered would) fails its own account's
+// moves, not the others': the accounts after it are still moved, and the
+// failure is reported.
 func TestMoveGoesOnPastAnAccountThatFails(t *testing.T) {
 	t.Parallel()
 	ctx, js, subj, w, bound := newBounded(t)
-	if _, err := js.Publish(ctx, subj.DeadWaiting("aaa"), []byte("not an entry")); err != nil {
-		t.Fatal(err)
-	}
 	for i, want := range []bool{false, true} {
 		e := dead.Entry{Account: "zzz", Kind: "order.create", Reason: dead.ReasonRejected, At: time.Now()}
 		if waiting, err := w.Keep(ctx, e, fmt.Sprint("z-", i)); err != nil || waiting != want {
 			t.Fatalf("keep #%d: want waiting %v, got %v, %v", i, want, waiting, err)
 		}
 	}
+	ds, err := js.Stream(ctx, names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ds.CachedInfo().Config
+	cfg.MaxMsgSize = 4096
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	big, err := json.Marshal(dead.Entry{Account: "aaa", Kind: "order.create", Reason: dead.ReasonRejected, At: time.Now(), Raw: []byte(strings.Repeat("x", 8192))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, subj.DeadWaiting("aaa"), big); err != nil {
+		t.Fatal(err)
+	}
 	bound.Store(2)
 	n, err := w.Move(ctx)
 	if n != 1 || err == nil || !strings.Contains(err.Error(), subj.DeadWaiting("aaa")) {
 		t.Fatalf("want zzz's entry moved and aaa's failure reported, got %d moved, %v", n, err)
+	}
+}
+
+// What waits on an account's subject but is not that account's entry
+// (not an entry at all, or one naming another account: only a NATS user
+// allowed to park could write it) is kept in DEAD as it is, as a
+// malformed entry of the account it waited as: it does not keep the
+// account's later entries waiting behind it, nor reach another account.
+func TestMoveKeepsWhatIsNotAnEntryAsMalformed(t *testing.T) {
+	t.Parallel()
+	ctx, js, subj, w, bound := newBounded(t)
+	other, err := json.Marshal(dead.Entry{Account: "bbb", Kind: "order.create", Reason: dead.ReasonPermanent, At: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{[]byte("not an entry"), other} {
+		if _, err := js.Publish(ctx, subj.DeadWaiting("aaa"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []bool{false, true} { // the second waits behind the two
+		e := dead.Entry{Account: "aaa", Kind: "order.create", Reason: dead.ReasonPermanent, At: time.Now()}
+		if waiting, err := w.Keep(ctx, e, fmt.Sprint("a-", i)); err != nil || waiting != want {
+			t.Fatalf("keep #%d: want waiting %v, got %v, %v", i, want, waiting, err)
+		}
+	}
+	bound.Store(10)
+	if n, err := w.Move(ctx); n != 3 || err != nil {
+		t.Fatalf("want all 3 of aaa's waiting moved, got %d, %v", n, err)
+	}
+	if n, err := w.WaitingOf(ctx, "aaa"); n != 0 || err != nil {
+		t.Fatalf("want nothing of aaa's waiting, got %d, %v", n, err)
+	}
+	ds, err := js.Stream(ctx, names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []dead.Entry
+	for seq := uint64(1); ; seq++ {
+		m, err := ds.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(m.Subject, strings.TrimSuffix(subj.DeadOf("aaa"), ">")) {
+			t.Fatalf("want every entry kept as aaa's, one on %s", m.Subject)
+		}
+		var e dead.Entry
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	if len(got) != 4 || got[1].Class != "malformed_entry" || string(got[1].Raw) != "not an entry" ||
+		got[2].Class != "malformed_entry" || string(got[2].Raw) != string(other) || !strings.Contains(got[2].Error, `"bbb"`) ||
+		got[3].Class != "" || got[3].Account != "aaa" {
+		t.Fatalf("want aaa's first entry, the two malformed ones kept as received, then aaa's waiting one, got %+v", got)
 	}
 }
