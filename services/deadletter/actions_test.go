@@ -86,7 +86,15 @@ func TestReplayWithEditedPayloadReachesDone(t *testing.T) {
 	if !strings.Contains(string(last.Body), "fixed by ops") || last.Status != http.StatusOK {
 		t.Fatalf("the target must get the edited payload and answer 200, got %d %s", last.Status, last.Body)
 	}
+	// Each call says how many replays came before it, for a webhook to
+	// echo (callback.replay_field).
+	if first, got := calls[0].Header.Get("Tenaz-Replay"), last.Header.Get("Tenaz-Replay"); first != "0" || got != "1" {
+		t.Fatalf("Tenaz-Replay: want 0 on the first call and 1 on the replayed one, got %q and %q", first, got)
+	}
 	r := e.Record(id)
+	if r.Replays != 1 {
+		t.Fatalf("want the record's replays at 1, got %d", r.Replays)
+	}
 	var replay *state.Entry
 	for i := range r.History {
 		if r.History[i].Action == state.Replay {

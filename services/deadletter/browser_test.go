@@ -176,6 +176,9 @@ func TestScreenInChromium(t *testing.T) {
 	if r := e.Record(id); !strings.Contains(fmt.Sprint(r.History), "operator:alice") {
 		t.Fatalf("the history must name operator:alice, got %+v", r.History)
 	}
+	// Its page counts the replay, which its calls carry from then on.
+	b.do("the replayed event's page", chromedp.Navigate(e.http.URL+"/ui/events/"+id), chromedp.WaitVisible(chromedp.CSS("#status")))
+	b.wait("one replay shown", `!!document.querySelector('#replays') && document.querySelector('#replays').textContent.includes('Tenaz-Replay: 1')`)
 
 	// Who owns which account: the dispatcher that delivered the replay
 	// is the one live replica, and it owns acme.
