@@ -255,7 +255,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			// The provider echoes the replay count its call carried: this
 			// webhook answers a call made before (or for none of) the
 			// event's replays, maybe for a payload the replay changed.
-			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: its %s is %d, the event has been replayed %d times since its first call", webhookID, target, t.Callback.ReplayField, replay, cur.Replays))
+			return note(CallbackLate, fmt.Sprintf("late callback %s from %s ignored: it answers a call of replay %d (its %s), the event is at replay %d", webhookID, target, replay, t.Callback.ReplayField, cur.Replays))
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}

@@ -706,6 +706,10 @@ func TestCallbackOfACallBeforeAReplayIsLate(t *testing.T) {
 	}
 	if rec := h.Record(id); rec.Status != state.AwaitingCallback {
 		t.Fatalf("event %s after the earlier call's callback: want awaiting_callback, got %s", id, rec.Status)
+	} else if !slices.ContainsFunc(rec.History, func(e state.Entry) bool {
+		return e.Action == state.Note && strings.Contains(e.Detail, "msg_old") && strings.Contains(e.Detail, "call of replay 0") && strings.Contains(e.Detail, "at replay 1")
+	}) {
+		t.Fatalf("event %s: want the late callback noted with both replay counts, got %+v", id, rec.History)
 	}
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_new", `{"event_id":"`+id+`","tenaz_replay":1,"status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
 		t.Fatalf("callback of the replayed call: want applied to %s, got %+v", id, got)
