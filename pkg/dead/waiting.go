@@ -37,12 +37,16 @@ const headerMsgID = "Tenaz-Dead-Msg-Id"
 const moveBatch = 64
 
 // Keep stores e in DEAD, as Publish does, or, when DEAD has no room for it
-// (its account at its bound, or DEAD full), in the waiting room, from
+// (its account at its bound, or DEAD full) or its account's older entries
+// wait for room (behind), in the waiting room, from
 // which Move takes it into DEAD under msgID once there is room: waiting
 // is true then. Either way e is kept and what it stands for may be
 // settled. Only when e can be stored in neither is the error returned,
 // Publish's (store.IsFull): the caller then waits, as for any outage.
 func (w *Writer) Keep(ctx context.Context, e Entry, msgID string) (waiting bool, err error) {
+	if w.behind(ctx, e.Account) && w.park(ctx, e, msgID) == nil {
+		return true, nil
+	}
 	err = w.Publish(ctx, e, msgID)
 	if !store.IsFull(err) {
 		return false, err
@@ -51,6 +55,16 @@ func (w *Writer) Keep(ctx context.Context, e Entry, msgID string) (waiting bool,
 		return false, fmt.Errorf("%w (and %w)", err, perr)
 	}
 	return true, nil
+}
+
+// behind reports whether account has entries waiting for room: a new
+// one then waits behind them, so that the room an operator frees goes to
+// the oldest. Written straight into DEAD, a steady stream of the
+// account's failures would take each freed room before the mover's next
+// pass, and the entries that wait would wait for as long as it lasts.
+func (w *Writer) behind(ctx context.Context, account string) bool {
+	n, err := w.WaitingOf(ctx, accountToken(account))
+	return err == nil && n > 0
 }
 
 // park keeps e until Move takes it into DEAD under msgID. A re-park of

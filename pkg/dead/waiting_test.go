@@ -153,6 +153,48 @@ func TestWaitingEntriesMoveOnceThereIsRoom(t *testing.T) {
 	}
 }
 
+// While an account's entries wait for room, its new ones wait behind
+// them: the room an operator frees goes to the oldest, which a steady
+// stream of new failures would otherwise take first, every time.
+func TestNewEntriesWaitBehindTheOlderOnes(t *testing.T) {
+	t.Parallel()
+	ctx, js, subj, w, _ := newBounded(t)
+	keep := func(id string, want bool) {
+		t.Helper()
+		e := dead.Entry{Account: "noisy", Kind: "order.create", Reason: dead.ReasonPermanent, Error: id, At: time.Now()}
+		if waiting, err := w.Keep(ctx, e, id); err != nil || waiting != want {
+			t.Fatalf("keep %s: want waiting %v, got %v, %v", id, want, waiting, err)
+		}
+	}
+	keep("n-0", false)
+	keep("n-1", true)
+	ds, err := js.Stream(ctx, names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.Purge(ctx, jetstream.WithPurgeSubject(subj.DeadOf("noisy"))); err != nil { // the operator frees the room
+		t.Fatal(err)
+	}
+	keep("n-2", true) // room, but n-1 was first
+	if n, err := w.Move(ctx); n != 1 || err != nil {
+		t.Fatalf("want one entry moved into the one room, got %d, %v", n, err)
+	}
+	m, err := ds.GetLastMsgForSubject(ctx, subj.DeadOf("noisy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got dead.Entry
+	if err := json.Unmarshal(m.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Error != "n-1" {
+		t.Fatalf("want the oldest waiting entry, n-1, in the freed room, got %s", got.Error)
+	}
+	if n, err := w.WaitingOf(ctx, "noisy"); n != 1 || err != nil {
+		t.Fatalf("want n-2 still waiting, got %d, %v", n, err)
+	}
+}
+
 // A parked entry holds its event's payload once, as DEAD's does.
 func TestKeepParksThePayloadOnce(t *testing.T) {
 	t.Parallel()
@@ -228,11 +270,9 @@ func TestMoveKeepsWhatIsNotAnEntryAsMalformed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i, want := range []bool{false, true} { // the second waits behind the two
-		e := dead.Entry{Account: "aaa", Kind: "order.create", Reason: dead.ReasonPermanent, At: time.Now()}
-		if waiting, err := w.Keep(ctx, e, fmt.Sprint("a-", i)); err != nil || waiting != want {
-			t.Fatalf("keep #%d: want waiting %v, got %v, %v", i, want, waiting, err)
-		}
+	e := dead.Entry{Account: "aaa", Kind: "order.create", Reason: dead.ReasonPermanent, At: time.Now()}
+	if waiting, err := w.Keep(ctx, e, "a-0"); err != nil || !waiting { // behind the two
+		t.Fatalf("keep aaa's entry: want it waiting, got %v, %v", waiting, err)
 	}
 	bound.Store(10)
 	if n, err := w.Move(ctx); n != 3 || err != nil {
@@ -263,9 +303,9 @@ func TestMoveKeepsWhatIsNotAnEntryAsMalformed(t *testing.T) {
 		}
 		got = append(got, e)
 	}
-	if len(got) != 4 || got[1].Class != "malformed_entry" || string(got[1].Raw) != "not an entry" ||
-		got[2].Class != "malformed_entry" || string(got[2].Raw) != string(other) || !strings.Contains(got[2].Error, `"bbb"`) ||
-		got[3].Class != "" || got[3].Account != "aaa" {
-		t.Fatalf("want aaa's first entry, the two malformed ones kept as received, then aaa's waiting one, got %+v", got)
+	if len(got) != 3 || got[0].Class != "malformed_entry" || string(got[0].Raw) != "not an entry" ||
+		got[1].Class != "malformed_entry" || string(got[1].Raw) != string(other) || !strings.Contains(got[1].Error, `"bbb"`) ||
+		got[2].Class != "" || got[2].Account != "aaa" {
+		t.Fatalf("want the two malformed entries kept as received, then aaa's own, got %+v", got)
 	}
 }
