@@ -21,6 +21,7 @@ type View struct {
 	OrderingKey    string           `json:"ordering_key,omitempty"`
 	Stage          string           `json:"stage,omitempty"`
 	Attempts       int              `json:"attempts"`
+	Replays        int              `json:"replays,omitempty"`
 	LastError      *state.ErrorInfo `json:"last_error,omitempty"`
 	NextRunAt      *time.Time       `json:"next_run_at,omitempty"`
 	Deadline       *time.Time       `json:"deadline,omitempty"`

@@ -694,6 +694,10 @@ func TestCallbackOfACallBeforeAReplayIsLate(t *testing.T) {
 	if !slices.Equal(got, []string{"0", "1"}) {
 		t.Fatalf("Tenaz-Replay of the calls: want [0 1], got %q", got)
 	}
+	var view ingest.View
+	if h.do(http.MethodGet, "/v1/events/"+id, "").json(t, &view); view.Replays != 1 {
+		t.Fatalf("the event's status: want replays 1, got %+v", view)
+	}
 
 	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_old", `{"event_id":"`+id+`","tenaz_replay":"0","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackLate || got.ID != id {
 		t.Fatalf("callback of the call before the replay: want %q for %s, got %+v", ingest.CallbackLate, id, got)

@@ -33,7 +33,7 @@ func statusURL(r *http.Request, id string) string {
 func viewOf(rec state.Record, url string) View {
 	v := View{ID: rec.ID, Status: rec.Status, IdempotencyKey: rec.IdempotencyKey, StatusURL: url,
 		Account: rec.Account, Kind: rec.Kind, EntityID: rec.EntityID, OrderingKey: rec.OrderingKey,
-		Stage: rec.Stage, Attempts: rec.Attempts, LastError: rec.LastError, NextRunAt: rec.NextRunAt,
+		Stage: rec.Stage, Attempts: rec.Attempts, Replays: rec.Replays, LastError: rec.LastError, NextRunAt: rec.NextRunAt,
 		Deadline: rec.Deadline, Polls: rec.Polls,
 		Reference: rec.Reference, Result: rec.Result}
 	if !rec.CreatedAt.IsZero() {

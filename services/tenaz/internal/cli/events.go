@@ -151,6 +151,9 @@ func printEvent(w io.Writer, v event.View) {
 	row(w, "IDEMPOTENCY KEY", v.IdempotencyKey)
 	row(w, "STAGE", v.Stage)
 	row(w, "ATTEMPTS", v.Attempts)
+	if v.Replays > 0 {
+		row(w, "REPLAYS", v.Replays)
+	}
 	if v.LastError != nil {
 		e := v.LastError.Class
 		if v.LastError.HTTPStatus != 0 {
