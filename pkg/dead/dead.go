@@ -88,6 +88,7 @@ type Writer struct {
 	locks   sync.Map                         // account → *sync.Mutex: its count and write, one at a time
 	stream  atomic.Pointer[jetstream.Stream] // DEAD, once looked up
 	waiting atomic.Pointer[jetstream.Stream] // TENAZ_DEAD_WAITING, once looked up
+	passes  atomic.Uint64                    // Move's passes: where the next one starts
 }
 
 // ErrAccountFull refuses an entry of an account at its bound

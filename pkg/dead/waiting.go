@@ -90,8 +90,9 @@ func (w *Writer) park(ctx context.Context, e Entry, msgID string) error {
 }
 
 // Move takes waiting entries into DEAD, each account's in the order they
-// were parked, until its account has no room (or moveBatch of them): one
-// request when nothing waits, one per account at its bound. It returns
+// were parked, until its account has no room (or moveBatch of them),
+// each pass starting at the next account: one request when nothing
+// waits, one per account at its bound. It returns
 // how many it moved, and what failed: one account's failure does not keep
 // the others' entries waiting. Movers in several processes may run at
 // once: an entry written twice is deduplicated by DEAD (its message id),
@@ -110,7 +111,15 @@ func (w *Writer) Move(ctx context.Context) (int, error) {
 	for subj, n := range info.State.Subjects {
 		left[accountOf(subj)] = int(n)
 	}
-	for _, subj := range slices.Sorted(maps.Keys(info.State.Subjects)) {
+	subjects := slices.Sorted(maps.Keys(info.State.Subjects))
+	if n := len(subjects); n > 1 {
+		// Each pass starts at the next account: while DEAD itself is
+		// full, the room freed between passes goes to the accounts in
+		// turn, not always to the first in order.
+		k := int(w.passes.Add(1) % uint64(n))
+		subjects = slices.Concat(subjects[k:], subjects[:k])
+	}
+	for _, subj := range subjects {
 		acct := accountOf(subj)
 		n, err := w.moveAccount(ctx, st, subj)
 		moved += n

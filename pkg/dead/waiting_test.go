@@ -195,6 +195,62 @@ func TestNewEntriesWaitBehindTheOlderOnes(t *testing.T) {
 	}
 }
 
+// While DEAD itself is full, the room freed between the mover's passes
+// goes to the waiting accounts in turn: a pass that always started at the
+// first account in order would give it every room as long as it had
+// entries waiting.
+func TestMoveServesTheAccountsInTurnWhileDEADIsFull(t *testing.T) {
+	t.Parallel()
+	ctx, js, _, w, bound := newBounded(t)
+	bound.Store(0)
+	keep := func(account, id string, want bool) {
+		t.Helper()
+		e := dead.Entry{Account: account, Kind: "order.create", Reason: dead.ReasonPermanent, Error: id, At: time.Now()}
+		if waiting, err := w.Keep(ctx, e, id); err != nil || waiting != want {
+			t.Fatalf("keep %s: want waiting %v, got %v, %v", id, want, waiting, err)
+		}
+	}
+	keep("mmm", "m-0", false)
+	ds, err := js.Stream(ctx, names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ds.CachedInfo().Config
+	cfg.MaxMsgs, cfg.Discard = 1, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		keep("aaa", fmt.Sprint("a-", i), true)
+		keep("zzz", fmt.Sprint("z-", i), true)
+	}
+	var got []string
+	for range 4 { // the operator frees one room at a time
+		if err := ds.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := w.Move(ctx); n != 1 || err != nil {
+			t.Fatalf("want one entry moved into the one room, got %d, %v", n, err)
+		}
+		info, err := ds.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := ds.GetMsg(ctx, info.State.LastSeq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e dead.Entry
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e.Error)
+	}
+	if slices.Sort(got); !slices.Equal(got, []string{"a-0", "a-1", "z-0", "z-1"}) {
+		t.Fatalf("want each account's two oldest in the four rooms freed, got %v", got)
+	}
+}
+
 // A parked entry holds its event's payload once, as DEAD's does.
 func TestKeepParksThePayloadOnce(t *testing.T) {
 	t.Parallel()
