@@ -44,6 +44,24 @@ const (
 // InvalidToken stands in for an account or kind that cannot be a subject token.
 const InvalidToken = "_invalid"
 
+// Tokens are account and kind as the tokens of their subjects (DEAD's,
+// the waiting room's, the dead advisories'): InvalidToken for either when
+// it cannot be one.
+func Tokens(account, kind string) (acct, knd string) {
+	if names.ValidateKind(kind) != nil {
+		kind = InvalidToken
+	}
+	return accountToken(account), kind
+}
+
+// accountToken is account as a subject token (Tokens).
+func accountToken(account string) string {
+	if names.ValidateAccount(account) != nil {
+		return InvalidToken
+	}
+	return account
+}
+
 // Entry is one dead letter.
 type Entry struct {
 	ID      string          `json:"id,omitempty"`
@@ -111,10 +129,7 @@ var ErrAccountFull = fmt.Errorf("%w: the account's entries in DEAD are at its bo
 // replica of each service) racing for an account's last room can take it
 // past its bound by one entry each.
 func (w *Writer) Publish(ctx context.Context, e Entry, msgID string) error {
-	acct, kind := accountToken(e.Account), e.Kind
-	if names.ValidateKind(kind) != nil {
-		kind = InvalidToken
-	}
+	acct, kind := Tokens(e.Account, e.Kind)
 	err := w.write(ctx, acct, kind, e, msgID)
 	if w.Full != nil && store.IsFull(err) {
 		w.Full(acct)

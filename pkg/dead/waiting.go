@@ -163,14 +163,6 @@ func waitingEntry(raw *jetstream.RawStreamMsg, acct string) (Entry, string) {
 		At:    raw.Time.UTC(), Raw: raw.Data, RawSubject: raw.Subject, RawHeader: raw.Header}, msgID
 }
 
-// accountToken is account as the token of a waiting room's subject.
-func accountToken(account string) string {
-	if names.ValidateAccount(account) != nil {
-		return InvalidToken
-	}
-	return account
-}
-
 // accountOf is the account of a waiting room's subject.
 func accountOf(subj string) string { return subj[strings.LastIndexByte(subj, '.')+1:] }
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/metrics"
-	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -284,13 +283,7 @@ func (s *Service) parseDead(subject string) (string, string, bool) {
 
 // adviseRaw publishes the dead advisory of an entry without an event.
 func (s *Service) adviseRaw(it ops.Item) {
-	acct, kind := it.Account, it.Kind
-	if names.ValidateAccount(acct) != nil {
-		acct = dead.InvalidToken
-	}
-	if names.ValidateKind(kind) != nil {
-		kind = dead.InvalidToken
-	}
+	acct, kind := dead.Tokens(it.Account, it.Kind)
 	b, _ := json.Marshal(dead.Advisory{Account: it.Account, Kind: it.Kind, Reason: it.Reason, Class: it.Class,
 		Error: it.Error, HTTPStatus: it.HTTPStatus, At: it.At})
 	_ = s.o.Conn.Publish(s.subj.AdvisoryDead(acct, kind), b)
