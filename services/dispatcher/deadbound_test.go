@@ -27,15 +27,7 @@ import (
 func TestAccountAtItsDeadBoundGoesOn(t *testing.T) {
 	t.Parallel()
 	const bound, noisy, calm = 3, 8, 3
-	// noisy's own bound, under everyone's (100).
-	yaml := strings.Replace(yamlFor(8, "attempts: 3"), "accounts:\n", "accounts:\n  noisy: {dead_letters: 3}\n", 1)
-	h := setup(t, yaml+"deadletter: {max_per_account: 100}\n", provider.Faults{})
-	h.dispatcher("d1", nil)
-	reject := func(key string) string { return `{"order_id":"` + key + `","reject":true}` }
-	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, ds := setupNoisyBound(t)
 
 	noisyIDs := h.Submit("noisy", "order.create", keys("n", noisy), reject)
 	h.waitAll(noisyIDs, state.Dead, servicetest.WaitFor)
@@ -72,7 +64,6 @@ func TestDeadBoundHoldsAcrossReplicaProcesses(t *testing.T) {
 	yaml = strings.Replace(yaml, "attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}", "attempts: 3", 1)
 	h := setup(t, yaml, provider.Faults{})
 	procs := startReplicas(t, h, 3, h.target.URL)
-	reject := func(key string) string { return `{"order_id":"` + key + `","reject":true}` }
 	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
 	if err != nil {
 		t.Fatal(err)
@@ -126,16 +117,8 @@ func TestDeadBoundHoldsAcrossReplicaProcesses(t *testing.T) {
 func TestDyingEventsNothingHasRoomForWaitRunning(t *testing.T) {
 	t.Parallel()
 	const bound, noisy, calm = 3, 8, 3
-	// noisy's own bound, under everyone's (100).
-	yaml := strings.Replace(yamlFor(8, "attempts: 3"), "accounts:\n", "accounts:\n  noisy: {dead_letters: 3}\n", 1)
-	h := setup(t, yaml+"deadletter: {max_per_account: 100}\n", provider.Faults{})
-	h.dispatcher("d1", nil)
+	h, ds := setupNoisyBound(t)
 	h.boundWaitingRoom()
-	reject := func(key string) string { return `{"order_id":"` + key + `","reject":true}` }
-	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	noisyIDs := h.Submit("noisy", "order.create", keys("n", noisy), reject)
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.prov.CallCount() == noisy },
@@ -166,6 +149,23 @@ func TestDyingEventsNothingHasRoomForWaitRunning(t *testing.T) {
 	h.discardUntilDead("noisy", bound, noisyIDs, func() int { return h.DeadKept("noisy") })
 	h.wantDiedOnceEach(ds, noisyIDs, noisy+calm)
 }
+
+// setupNoisyBound is one dispatcher, d1, with noisy's own bound of 3
+// entries in DEAD, under everyone's (100), and DEAD.
+func setupNoisyBound(t *testing.T) (*harness, jetstream.Stream) {
+	t.Helper()
+	yaml := strings.Replace(yamlFor(8, "attempts: 3"), "accounts:\n", "accounts:\n  noisy: {dead_letters: 3}\n", 1)
+	h := setup(t, yaml+"deadletter: {max_per_account: 100}\n", provider.Faults{})
+	h.dispatcher("d1", nil)
+	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, ds
+}
+
+// reject is the payload of key that the test provider answers 422.
+func reject(key string) string { return `{"order_id":"` + key + `","reject":true}` }
 
 // wantDiedOnceEach fails the test unless each of noisy's ids is dead
 // after one call (accept, claim, fail), DEAD had written entries in all
