@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"runtime"
@@ -131,12 +133,19 @@ func run() error {
 		fmt.Printf("# updated the %s figures of %s\n", *phase, *out)
 	}
 	if *out != "" && *phase == "all" && os.Getenv("BENCH_QUICK") == "" {
+		// The analysis written by hand in the report this run replaces
+		// is kept: only the figures and how they are measured are made
+		// anew.
+		prev, err := os.ReadFile(*out)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		f, err := os.Create(*out)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		bench.Markdown(f, figs, sz, *conc, time.Since(start))
+		bench.Markdown(f, figs, sz, *conc, time.Since(start), bench.Analysis(prev))
 		fmt.Println("# wrote", *out)
 	}
 	return nil

@@ -750,8 +750,8 @@ func partitionOf(ctx context.Context, js jetstream.JetStream, account string) in
 }
 
 // partitionAccounts is how many accounts share the load of a partition
-// run: a partition holds whole accounts, so one account's events are
-// one partition's writes whatever the count.
+// run: a partition's EVENTS holds whole accounts, so the load of one
+// account would give every other partition's EVENTS nothing to write.
 const partitionAccounts = 16
 
 // partitionCounts are the streams.partitions compared.

@@ -15,7 +15,7 @@ func TestGoalsInReport(t *testing.T) {
 		{Name: "e2e_events_per_s", Unit: "events/s", Value: 1},
 	}
 	var b bytes.Buffer
-	Markdown(&b, figs, Full, 64, 11*time.Minute)
+	Markdown(&b, figs, Full, 64, 11*time.Minute, "")
 	out := b.String()
 	for _, want := range []string{
 		"| `delayed_1m_service_rss_mb` | < 200 (issue 4) | 150.00 | yes |",
@@ -57,7 +57,7 @@ func TestMergeMarkdownReplacesOnePhase(t *testing.T) {
 		{Name: "e2e_events_per_s", Unit: "events/s", Value: 7000},
 		{Name: "capacity_goodput_ratio", Unit: "ratio", Value: 0.5},
 		{Name: "noisy_neighbour_p99_ratio", Unit: "ratio", Value: 1},
-	}, Full, 64, time.Minute)
+	}, Full, 64, time.Minute, "## Where the time goes\n\nAnalysis.\n")
 	path := t.TempDir() + "/performance.md"
 	// A report from an older version: another entry of the phase.
 	before := strings.Replace(b.String(), capacityBullet(Full), "- **Capacity** (`capacity_*`): as it was\n  written before.\n", 1)
@@ -107,7 +107,7 @@ func TestMergeMarkdownTracingPhase(t *testing.T) {
 	Markdown(&b, []Fig{
 		{Name: "e2e_events_per_s", Unit: "events/s", Value: 7000},
 		{Name: "capacity_goodput_ratio", Unit: "ratio", Value: 0.95},
-	}, Full, 64, time.Minute)
+	}, Full, 64, time.Minute, "")
 	path := t.TempDir() + "/performance.md"
 	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestMergeMarkdownTracingPhase(t *testing.T) {
 // after it in the list stay.
 func TestMergeMarkdownKeepsTheNextEntry(t *testing.T) {
 	var full bytes.Buffer
-	Markdown(&full, []Fig{{Name: "e2e_events_per_s", Unit: "events/s", Value: 1}}, Full, 64, time.Minute)
+	Markdown(&full, []Fig{{Name: "e2e_events_per_s", Unit: "events/s", Value: 1}}, Full, 64, time.Minute, "## Where the time goes\n\nAnalysis.\n")
 	text := strings.Replace(full.String(), "\n\n## Where the time goes", "\n- **Other** (`other_*`): stays.\n\n## Where the time goes", 1)
 	path := t.TempDir() + "/performance.md"
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -159,7 +159,8 @@ func TestMergeMarkdownKeepsTheNextEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := string(b); !strings.Contains(out, "- **Other** (`other_*`): stays.") || strings.Count(out, "- **Search** (") != 1 {
+	if out := string(b); !strings.Contains(out, "- **Other** (`other_*`): stays.") || strings.Count(out, "- **Search** (") != 1 ||
+		!strings.HasSuffix(out, "\n\n## Where the time goes\n\nAnalysis.\n") {
 		t.Fatalf("want the other entry kept and one search entry, got:\n%s", out[strings.Index(out, "## What is measured"):])
 	}
 }
@@ -173,7 +174,7 @@ func TestMergeMarkdownDefaultPhase(t *testing.T) {
 		{Name: "e2e_ratio_vs_naive", Unit: "ratio", Value: 0.4},
 		{Name: "e2e_ratio_vs_naive_fsync_always", Unit: "ratio", Value: 0.5},
 		{Name: "callbacks_per_s", Unit: "callbacks/s", Value: 7000},
-	}, Full, 64, time.Minute)
+	}, Full, 64, time.Minute, "")
 	path := t.TempDir() + "/performance.md"
 	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
@@ -192,5 +193,48 @@ func TestMergeMarkdownDefaultPhase(t *testing.T) {
 	}
 	if strings.Contains(out, "| 0.40 |") {
 		t.Errorf("the old default row is still there:\n%s", out)
+	}
+}
+
+// A full run makes the figures and "What is measured" anew and keeps the
+// analysis of the report it replaces, every section written by hand,
+// however often it runs; the notes on runs of one phase alone go.
+func TestFullRunKeepsTheAnalysis(t *testing.T) {
+	analysis := "## Where the time goes\n\n- **Server work.** Written by hand.\n\n## Durable writes per event\n\n| path | writes |\n|---|---:|\n| sync | 5 |\n"
+	var b bytes.Buffer
+	Markdown(&b, []Fig{{Name: "e2e_ratio_vs_naive", Unit: "ratio", Value: 0.4}}, Full, 64, time.Minute, analysis)
+	prev := strings.Replace(b.String(), "\n## Figures\n", "\nThe `e2e_*` figures are from a run alone.\n\n## Figures\n", 1)
+	for range 2 {
+		var next bytes.Buffer
+		Markdown(&next, []Fig{{Name: "e2e_ratio_vs_naive", Unit: "ratio", Value: 0.7}}, Full, 64, time.Minute, Analysis([]byte(prev)))
+		prev = next.String()
+	}
+	if !strings.HasSuffix(prev, "\n\n"+analysis) || strings.Count(prev, "Written by hand") != 1 {
+		t.Errorf("want the analysis kept once at the end, got:\n%s", prev)
+	}
+	if strings.Contains(prev, "from a run alone") || !strings.Contains(prev, "| `e2e_ratio_vs_naive` | 0.70 | ratio |") ||
+		strings.Count(prev, "## What is measured") != 1 || strings.Count(prev, "- **Partitions** (") != 1 {
+		t.Errorf("want this run's figures and entries only, got:\n%s", prev)
+	}
+	if got := Analysis([]byte(prev[:strings.Index(prev, "## Where the time goes")])); got != "" {
+		t.Errorf("a report without analysis has %q", got)
+	}
+}
+
+// The analysis of docs/performance.md as it stands is what a full run
+// would keep: every section after the generated ones.
+func TestFullRunKeepsThePerformanceDocsAnalysis(t *testing.T) {
+	doc, err := os.ReadFile("../../../../docs/performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Analysis(doc)
+	for _, h := range []string{"## Where the time goes\n", "\n## Durable writes per event\n"} {
+		if !strings.Contains(got, h) {
+			t.Errorf("the analysis kept lacks %q", h)
+		}
+	}
+	if !strings.HasPrefix(got, "## ") || !strings.HasSuffix(string(doc), got) || strings.Contains(got, "## What is measured") {
+		t.Errorf("want the doc's sections after the generated ones, got %d bytes starting %.80q", len(got), got)
 	}
 }
