@@ -171,6 +171,9 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 	if err := checkJSONText(payload); err != nil {
 		return Envelope{}, err
 	}
+	if err := CheckPayload(payload); err != nil {
+		return Envelope{}, err // null: no payload, refused as every way in refuses it
+	}
 	env := Envelope{
 		Account:     f.Account,
 		Kind:        f.Kind,

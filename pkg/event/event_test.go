@@ -99,6 +99,7 @@ func TestNewValidation(t *testing.T) {
 		{"payload not JSON", fields(nil), `{"a":`, event.ErrMalformed},
 		{"payload with trailing data", fields(nil), `{"a":1}}`, event.ErrMalformed},
 		{"empty payload", fields(nil), ``, event.ErrMalformed},
+		{"null payload", fields(nil), ` null `, event.ErrInvalid},
 		// Latin-1 é and ü: decoded, both would be U+FFFD and derive one key.
 		{"payload not UTF-8", fields(nil), "{\"name\":\"Jos\xe9\"}", event.ErrMalformed},
 		{"payload not UTF-8 either", fields(nil), "{\"name\":\"Jos\xfc\"}", event.ErrMalformed},

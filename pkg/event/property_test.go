@@ -47,6 +47,16 @@ func genValue(t *rapid.T, depth int) any {
 	return m
 }
 
+// genPayload is a generated payload: any JSON value but a bare null,
+// which every way in refuses (event.CheckPayload).
+func genPayload(t *rapid.T, depth int) any {
+	for {
+		if v := genValue(t, depth); v != nil {
+			return v
+		}
+	}
+}
+
 // encode writes v as JSON, drawing the object key order, the whitespace
 // and how each character of each string is escaped, so two calls give two
 // different encodings of the same value.
@@ -147,7 +157,7 @@ func newDerived(t *rapid.T, kind, entity, payload string) event.Envelope {
 func TestDerivedKeyIgnoresEncoding(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
-		v := genValue(t, 3)
+		v := genPayload(t, 3)
 		a, b := genEncoding(t, v), genEncoding(t, v)
 		if !json.Valid([]byte(a)) || !json.Valid([]byte(b)) {
 			t.Fatalf("generator bug: invalid JSON %q / %q", a, b)
@@ -174,7 +184,7 @@ func TestDerivedKeyIgnoresEncoding(t *testing.T) {
 func TestDerivedKeySeparates(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
-		v1, v2 := genValue(t, 2), genValue(t, 2)
+		v1, v2 := genPayload(t, 2), genPayload(t, 2)
 		kind1 := rapid.SampledFrom([]string{"order.create", "order.update"}).Draw(t, "kind1")
 		kind2 := rapid.SampledFrom([]string{"order.create", "order.update"}).Draw(t, "kind2")
 		ent1 := rapid.SampledFrom([]string{"", "o-1", "o-2"}).Draw(t, "entity1")
