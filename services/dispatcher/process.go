@@ -665,7 +665,10 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 	}
 	switch {
 	case dying:
-		log.Warn().Int("attempt", rec.Attempts).Str("class", errInfo.Class).Str("reason", reason).Str("error", errInfo.Message).Msg("dead-lettered")
+		// The error's message is the target's answer, which a log never
+		// carries (docs/security.md): its class and status say enough,
+		// and the record and DEAD keep the rest.
+		log.Warn().Int("attempt", rec.Attempts).Str("class", errInfo.Class).Int("http_status", errInfo.HTTPStatus).Str("reason", reason).Msg("dead-lettered")
 		s.adviseDead(next)
 	case d.Verdict == outcome.VerdictDone:
 		log.Debug().Int("attempt", rec.Attempts).Msg("delivered")

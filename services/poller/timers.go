@@ -182,7 +182,7 @@ func (s *Service) deadlinePassed(ctx context.Context, env event.Envelope, rec st
 	if kind.OnCallbackTimeout == config.OnCallbackTimeoutFallback && rec.Stage == state.StagePrimary && kind.Fallback != nil {
 		return s.toFallback(ctx, env, rec, rev, now, why+": moving to the fallback stage")
 	}
-	return s.escalate(ctx, env, rec, rev, now, why, nil)
+	return s.escalate(ctx, env, rec, rev, now, why, "", nil)
 }
 
 func (s *Service) toFallback(ctx context.Context, env event.Envelope, rec state.Record, rev uint64, now time.Time, why string) error {
@@ -206,8 +206,13 @@ func (s *Service) toFallback(ctx context.Context, env event.Envelope, rec state.
 }
 
 // escalate moves the event to manual_review, keeps it in DEAD (the
-// operators' feed, with payload and history) and advises.
-func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Record, rev uint64, now time.Time, why string, errInfo *state.ErrorInfo) error {
+// operators' feed, with payload and history) and advises. The history,
+// DEAD and the advisory say why and what the target answered; the log
+// says why alone, since a log never carries a target's answer
+// (docs/security.md).
+func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Record, rev uint64, now time.Time, why, answered string, errInfo *state.ErrorInfo) error {
+	logged := why
+	why += answered
 	a := state.Action{Name: state.Escalate, Actor: s.actor, Detail: why}
 	next, _, err := state.Apply(rec, a, now)
 	if err != nil {
@@ -229,7 +234,11 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 	}
 	dead.AdviseReview(s.nc, s.subj, next, why)
 	s.o.Metrics.Outcome(env.Account, env.Kind, next.Status)
-	zerolog.Ctx(ctx).Warn().Str("why", why).Msg("moved to manual review")
+	l := zerolog.Ctx(ctx).Warn().Str("why", logged)
+	if errInfo != nil {
+		l = l.Str("class", errInfo.Class).Int("http_status", errInfo.HTTPStatus)
+	}
+	l.Msg("moved to manual review")
 	// Failed, the timer comes back and finds the event finished (step).
 	return s.order.Advance(ctx, next)
 }
@@ -240,12 +249,12 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record, rev uint64) error {
 	kind, ok := s.cfg.Kind(rec.Kind)
 	if !ok {
-		return s.escalate(ctx, env, rec, rev, s.st.Now(), fmt.Sprintf("kind %q is no longer configured", rec.Kind), nil)
+		return s.escalate(ctx, env, rec, rev, s.st.Now(), fmt.Sprintf("kind %q is no longer configured", rec.Kind), "", nil)
 	}
 	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
 	tgt, err := s.target(env.Account, stage.Target)
 	if err != nil {
-		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), nil)
+		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), "", nil)
 	}
 	ctx, span := tracing.Poll(ctx, env, rec.Polls+1, rec.Stage, stage.Target)
 	defer span.End()
@@ -293,7 +302,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		errInfo = &state.ErrorInfo{Class: string(cls), Message: perr.Error(), HTTPStatus: outcome.StatusOf(perr)}
 		answer = "error: " + perr.Error()
 		if cls == outcome.ClassPermanent {
-			return s.escalate(ctx, env, rec, rev, now, fmt.Sprintf("poll %d refused: %s", n, perr), errInfo)
+			return s.escalate(ctx, env, rec, rev, now, fmt.Sprintf("poll %d refused", n), ": "+perr.Error(), errInfo)
 		}
 	case ans.Value != "":
 		answer = fmt.Sprintf("%s is %q", tgt.DoneField(), ans.Value)
@@ -302,7 +311,7 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		mx.Poll(stage.Target, metrics.PollExpired)
 		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollExpired})
 		return s.escalate(ctx, env, rec, rev, now,
-			fmt.Sprintf("poll SLA passed (%s) after %d polls; last answer: %s", rec.Deadline.Format(time.RFC3339), n, answer), errInfo)
+			fmt.Sprintf("poll SLA passed (%s) after %d polls", rec.Deadline.Format(time.RFC3339), n), "; last answer: "+answer, errInfo)
 	}
 	every := 30 * time.Second
 	if t := s.live.Load().TargetFor(env.Account, stage.Target); t.Poll != nil {

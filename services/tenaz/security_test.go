@@ -228,20 +228,36 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 }
 
 // Nothing secret reaches the logs of any service at debug level: not the
-// API key, not the payload, not a target's answer that echoes the payload,
-// not the NATS password, not the target's credential header, not the
-// signing secret.
+// API key, not the payload, not a target's answer (one that echoes the
+// payload, to a call that is retried, to one that dies and to a poll
+// that sends the event to review), not the NATS password, not the
+// target's credential header, not the signing secret.
 func TestNoSecretsInLogs(t *testing.T) {
 	t.Parallel()
 	const (
-		cardSecret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
-		natsPW     = "n4ts-pw-4567-secret"
-		headerKey  = "erp-api-key-89abcdef"
-		signing    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		cardSecret   = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+		answerSecret = "acct_no_7731-0042-secret" // only ever in the target's answers
+		natsPW       = "n4ts-pw-4567-secret"
+		headerKey    = "erp-api-key-89abcdef"
+		signing      = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	)
 	var calls atomic.Int64
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/api/order.reject": // a refusal that echoes what it got
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			fmt.Fprintf(w, `{"error":"cannot process %s for %s"}`, body, answerSecret)
+			return
+		case "/api/credit.poll":
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, `{"id":"ref-poll-1"}`)
+			return
+		case "/poll/ref-poll-1": // the poll's answer refuses
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			fmt.Fprintf(w, `{"error":"no evaluation for %s"}`, answerSecret)
+			return
+		}
 		if calls.Add(1) == 1 { // a failure that echoes what it got
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, `{"error":"cannot process %s with key %s"}`, body, r.Header.Get("X-Api-Key"))
@@ -251,7 +267,10 @@ func TestNoSecretsInLogs(t *testing.T) {
 		fmt.Fprintf(w, `{"id":"ref-1","echo":%s}`, body)
 	}))
 	t.Cleanup(target.Close)
-	yaml := securedConfig(t.TempDir(), target.URL, "")
+	yaml := securedConfig(t.TempDir(), target.URL, `  order.reject: {target: erp, attempts: 1}
+  credit.poll: {target: bureau, completion: poll, attempts: 1, poll_sla: 1m}
+`)
+	yaml = strings.Replace(yaml, "targets:\n", "targets:\n  bureau: {url: \""+target.URL+"/api/credit.poll\", poll: {url: \""+target.URL+"/poll/{{.Reference}}\", interval: 1s, done_when: {field: status, in: [approved]}}}\n", 1)
 	yaml = strings.Replace(yaml, "nats:\n", "nats:\n  user: tenaz\n  password: "+natsPW+"\n", 1)
 	yaml = strings.Replace(yaml, "log: {level: warn}", "log: {level: debug}", 1)
 	yaml = strings.Replace(yaml, "erp: {url: ", `erp: {headers: {X-Api-Key: "`+headerKey+`"}, signing_secret: "`+signing+`", url: `, 1)
@@ -279,6 +298,22 @@ func TestNoSecretsInLogs(t *testing.T) {
 	if got.Status != "done" || calls.Load() < 2 {
 		t.Fatalf("want the event done after a failed and a good call, got %q after %d calls", got.Status, calls.Load())
 	}
+	// A call refused for good, and a poll refused for good: the target's
+	// answers are in the records, not in the logs.
+	for kind, want := range map[string]string{"order.reject": "dead", "credit.poll": "manual_review"} {
+		a := send(t, "POST", base+"/v1/events", acme, `{"account":"acme","kind":"`+kind+`","payload":{"card":"`+cardSecret+`"}}`)
+		var ev view
+		if err := json.Unmarshal(a.body, &ev); err != nil || a.status != http.StatusAccepted {
+			t.Fatalf("%s: submit: want 202, got %d %s", kind, a.status, a.body)
+		}
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			_ = json.Unmarshal(send(t, "GET", base+"/v1/events/"+ev.ID, acme, "").body, &ev)
+			return ev.Status == want
+		}, "the %s event to be %s (last seen %+v)", kind, want, &ev)
+		if h := send(t, "GET", base+"/v1/events/"+ev.ID+"/history", acme, ""); !strings.Contains(string(h.body), answerSecret) {
+			t.Errorf("%s: want the target's answer in the event's history, got %s", kind, h.body)
+		}
+	}
 	// The refusal paths too.
 	send(t, "POST", base+"/v1/events", acme, `{"account":"globex","kind":"order.create","payload":{"card":"`+cardSecret+`"}}`)
 	send(t, "POST", base+"/v1/events", acme, `{"account":"acme","kind":"nope","payload":{"card":"`+cardSecret+`"}}`)
@@ -290,7 +325,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	if !strings.Contains(out, `"level":"debug"`) && !strings.Contains(out, `"level":"info"`) {
 		t.Fatalf("want the services' logs in the buffer, got %q", out)
 	}
-	for name, s := range map[string]string{"payload secret": cardSecret, "API key": secAcmeKey, "operator key": secAliceKey,
+	for name, s := range map[string]string{"payload secret": cardSecret, "target's answer": answerSecret, "API key": secAcmeKey, "operator key": secAliceKey,
 		"NATS password": natsPW, "target header": headerKey, "signing secret": signing, "key hash": secAcmeHash[len("sha256:"):]} {
 		if strings.Contains(out, s) {
 			i := strings.Index(out, s)
