@@ -64,6 +64,11 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "reading body: "+err.Error())
 		return
 	}
+	if name := givenTwice(r.Header); name != "" {
+		s.metrics.Rejected("malformed")
+		httpapi.Error(w, http.StatusBadRequest, "malformed", "the "+name+" header is given twice, with different values: send one")
+		return
+	}
 	if s.postCloudEvent(w, r, body) {
 		return
 	}

@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -228,5 +229,55 @@ func TestDerivedKeyOfALongEntity(t *testing.T) {
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE not settled")
 	if n := h.EventMsgs(); n != 1 {
 		t.Fatalf("EVENTS after the same submission over NATS: want 1 message (one event), got %d", n)
+	}
+}
+
+// A field's header given twice with different values (an Idempotency-Key
+// a client and a proxy each set, say) is refused, as a JSON member given
+// twice is, and leaves no trace; the same value twice is one value.
+func TestHTTPHeaderGivenTwice(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	post := func(headers ...string) response {
+		req, err := http.NewRequestWithContext(h.Ctx(), http.MethodPost, h.api.URL+"/v1/events",
+			strings.NewReader(`{"account":"acme","kind":"order.create","payload":{"order_id":"o-twice"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Add(headers[i], headers[i+1])
+		}
+		resp, err := h.api.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return response{Status: resp.StatusCode, Body: b}
+	}
+	before := h.footprint()
+	for _, hs := range [][]string{
+		{"Idempotency-Key", "twice-a", "Idempotency-Key", "twice-b"},
+		{"Idempotency-Key", "twice-a", "idempotency-key", "twice-b"},
+		{"Idempotency-Key", "twice-a", "Tenaz-Not-Before", "2030-01-01T00:00:00Z", "Tenaz-Not-Before", "2030-01-02T00:00:00Z"},
+	} {
+		r := post(hs...)
+		if r.Status != http.StatusBadRequest || r.errorCode(t) != "malformed" || !strings.Contains(string(r.Body), "given twice") {
+			t.Fatalf("%q: want 400 malformed, saying the header is given twice, got %d %s", hs, r.Status, r.Body)
+		}
+	}
+	for _, key := range []string{"twice-a", "twice-b"} {
+		if rec, ok := h.Lookup(event.ID("acme", key)); ok {
+			t.Fatalf("want no event, got record %+v", rec)
+		}
+	}
+	if got := h.footprint(); got != before {
+		t.Fatalf("want INTAKE, EVENTS, DEAD and the state bucket untouched %+v, got %+v", before, got)
+	}
+	if r := post("Idempotency-Key", "twice-a", "Idempotency-Key", "twice-a"); r.Status != http.StatusAccepted {
+		t.Fatalf("the same key twice: want 202, got %d %s", r.Status, r.Body)
+	}
+	if _, ok := h.Lookup(event.ID("acme", "twice-a")); !ok {
+		t.Fatal("the same key twice: want its event")
 	}
 }

@@ -132,6 +132,9 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 	if err != nil {
 		return event.Fields{}, refuse(http.StatusBadRequest, "invalid_subject", "%v", err)
 	}
+	if name := givenTwice(h); name != "" {
+		return event.Fields{Account: account, Kind: kind}, refuse(http.StatusBadRequest, "malformed", "the %s header is given twice, with different values: send one", name)
+	}
 	// The idempotency key: Idempotency-Key, else (for publishers written
 	// before it was advised against) Nats-Msg-Id, less an "<account>:"
 	// prefix. The server dedups Nats-Msg-Id over every account's INTAKE
@@ -146,6 +149,32 @@ func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submit
 		EntityID: get(names.HeaderEntityID), OrderingKey: get(names.HeaderOrderingKey),
 		NotBefore: get(names.HeaderNotBefore), Traceparent: tracing.From(get),
 	}, h)
+}
+
+// fieldHeaders are the headers that give a submission's fields.
+var fieldHeaders = []string{names.HeaderIdempotencyKey, names.HeaderEntityID, names.HeaderOrderingKey, names.HeaderNotBefore}
+
+// givenTwice is the first of fieldHeaders that h gives two different
+// values of, in one spelling of its name or several, or "". Such a
+// submission is refused, as a JSON member given twice is: its key (or
+// entity, order, delay) would be the first value to tenaz, and maybe the
+// other to a proxy or a reviewer that read another.
+func givenTwice(h map[string][]string) string {
+	for _, name := range fieldHeaders {
+		first, seen := "", false
+		for k, vs := range h {
+			if !strings.EqualFold(k, name) {
+				continue
+			}
+			for _, v := range vs {
+				if seen && v != first {
+					return name
+				}
+				first, seen = v, true
+			}
+		}
+	}
+	return ""
 }
 
 // headerOf is h's value of name, whatever the case its publisher wrote

@@ -120,6 +120,10 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 		{"not JSON", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", "not valid JSON", []byte(`order o-1, total 1990`), nil},
 		// JSON, but no payload: refused as every other way in refuses it.
 		{"null", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", "payload is required", []byte(` null `), nil},
+		// The key in two spellings, with two values: which one it meant
+		// cannot be told.
+		{"key given twice", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", "Idempotency-Key header is given twice",
+			[]byte(`{"order_id":"o-1"}`), []string{"idempotency-key", "bad-2"}},
 		// The header by which the HTTP handler waits for its answer, set
 		// by a publisher: nobody takes the refusal, so it is kept.
 		{"unknown kind, a reply header of nobody", "tenaz.intake.acme.order.nope", "tenaz.dead.acme.order.nope", "unknown_kind", "is not configured",
