@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -220,7 +221,7 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 			return Envelope{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 		key = DerivedKey(f.Kind, env.EntityID, canon)
-	} else if err := names.ValidateKey("idempotency key", key); err != nil {
+	} else if err := CheckKey("idempotency key", key); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	env.IdempotencyKey = key
@@ -296,6 +297,33 @@ func Canonical(payload []byte) ([]byte, error) {
 func DerivedKey(kind, entity string, canonical []byte) string {
 	sum := sha256.Sum256(canonical)
 	return "d:" + kind + ":" + entity + ":" + hex.EncodeToString(sum[:])
+}
+
+// CheckKey checks an idempotency key a caller gives: its own
+// (names.ValidateKey: 1 to 255 bytes), or one tenaz derived (DerivedKey)
+// and answered, which is longer when the kind and the entity id are: the
+// caller may send it again, or search by it, as it was answered.
+func CheckKey(field, key string) error {
+	if len(key) > names.MaxKeyLen && isDerived(key) {
+		return nil
+	}
+	return names.ValidateKey(field, key)
+}
+
+// isDerived reports whether key has DerivedKey's form with a valid kind
+// and entity id: d:<kind>:<entity>:<SHA-256 in lower-case hex>.
+func isDerived(key string) bool {
+	rest, ok := strings.CutPrefix(key, "d:")
+	kind, rest, ok2 := strings.Cut(rest, ":")
+	i := strings.LastIndexByte(rest, ':')
+	if !ok || !ok2 || i < 0 {
+		return false
+	}
+	entity, sum := rest[:i], rest[i+1:]
+	if b, err := hex.DecodeString(sum); err != nil || len(b) != sha256.Size || strings.ToLower(sum) != sum {
+		return false
+	}
+	return names.ValidateKind(kind) == nil && names.ValidateKey("entity", entity) == nil
 }
 
 // PayloadSHA256 is the hex SHA-256 of a payload's bytes, as an event's

@@ -218,3 +218,37 @@ func TestIDProperties(t *testing.T) {
 		}
 	})
 }
+
+// Every key tenaz derives is a key a caller may give back (to send the
+// submission again, or to search by it), however long its kind and
+// entity id make it; a caller's own key longer than 255 bytes is not.
+func TestDerivedKeysAreKeysToGiveBack(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		kind := rapid.StringMatching(`[a-z0-9_-]{1,40}(\.[a-z0-9_-]{1,40}){0,2}`).Draw(t, "kind")
+		entity := rapid.StringMatching(`[!-~]{150,255}`).Draw(t, "entity") // long: the keys past 255 bytes
+		key := event.DerivedKey(kind, entity, []byte(rapid.String().Draw(t, "payload")))
+		if err := event.CheckKey("idempotency key", key); err != nil {
+			t.Fatalf("derived key %q (%d bytes): want it taken, got %v", key, len(key), err)
+		}
+		env, err := event.New(event.Fields{Account: "acme", Kind: kind, IdempotencyKey: key}, []byte(`{"a":1}`), "", "", now)
+		if err != nil || env.IdempotencyKey != key {
+			t.Fatalf("New with the derived key %q: want it kept, got %q, %v", key, env.IdempotencyKey, err)
+		}
+	})
+	long := strings.Repeat("k", names.MaxKeyLen+1)
+	sum := strings.Repeat("ab", 32)
+	for _, key := range []string{
+		long,
+		"d:order.create:" + long + ":" + sum, // an entity longer than one may be
+		"d:order.create:" + long[:250] + ":" + strings.ToUpper(sum), // not DerivedKey's hex
+		"d:order.create:" + long[:250] + ":" + sum[:62],             // not a SHA-256
+		"d:order..create:" + long[:250] + ":" + sum,                 // not a kind
+		"x:order.create:" + long[:250] + ":" + sum,
+		"d:order.create:" + long[:249] + " :" + sum, // a space
+	} {
+		if err := event.CheckKey("idempotency key", key); err == nil {
+			t.Errorf("%.40q… (%d bytes): want it refused", key, len(key))
+		}
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/ops"
 )
 
@@ -70,4 +72,17 @@ func FuzzParseQueryAcceptsOnlyValidQueries(f *testing.F) {
 			t.Fatalf("ParseQuery(%q): limit %d outside 1..%d", raw, q.Limit, ops.MaxLimit)
 		}
 	})
+}
+
+// A search by idempotency key takes a key tenaz derived, as the 202
+// answered it, however long; not a caller's key past 255 bytes.
+func TestParseQueryTakesADerivedKey(t *testing.T) {
+	derived := event.DerivedKey("order.create", strings.Repeat("e", 255), []byte(`{"a":1}`))
+	q, err := ParseQuery(url.Values{"account": {"acme"}, "idempotency_key": {derived}})
+	if err != nil || q.IdempotencyKey != derived {
+		t.Fatalf("a derived key of %d bytes: want it taken, got %+v, %v", len(derived), q, err)
+	}
+	if _, err := ParseQuery(url.Values{"account": {"acme"}, "idempotency_key": {strings.Repeat("k", 256)}}); err == nil {
+		t.Fatal("a caller's key of 256 bytes: want it refused")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -95,7 +96,11 @@ func Validate(q ops.FindRequest) error {
 			}
 			continue
 		}
-		if err := names.ValidateKey(k.param, k.v); err != nil {
+		check := names.ValidateKey
+		if k.param == "idempotency_key" {
+			check = event.CheckKey // a derived key too, as the 202 answered it
+		}
+		if err := check(k.param, k.v); err != nil {
 			return bad(k.param, "want 1-%d characters of printable ASCII without spaces", names.MaxKeyLen)
 		}
 	}

@@ -67,7 +67,11 @@ func cloudFields(ev cloudevent.Event, account string) (event.Fields, *submitErro
 		if c.v == "" && c.attr != "id" {
 			continue
 		}
-		if err := names.ValidateKey(c.attr, c.v); err != nil {
+		check := names.ValidateKey
+		if c.attr == "id" {
+			check = event.CheckKey // the id is the idempotency key
+		}
+		if err := check(c.attr, c.v); err != nil {
 			return event.Fields{}, ceBad(c.attr, "%v", err)
 		}
 	}

@@ -202,7 +202,8 @@ func TestHTTPRefusals(t *testing.T) {
 
 // A submission without a key whose entity id is long (up to the 255
 // bytes an entity may have) is taken over HTTP as over NATS: its derived
-// key, longer than a caller's key may be, is the same on both ways in.
+// key, longer than a caller's key may be, is the same on both ways in,
+// and the caller may give it back as its Idempotency-Key.
 func TestDerivedKeyOfALongEntity(t *testing.T) {
 	t.Parallel()
 	h := setup(t, baseYAML)
@@ -229,6 +230,15 @@ func TestDerivedKeyOfALongEntity(t *testing.T) {
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.intakeSettled(ack.Sequence) }, "INTAKE not settled")
 	if n := h.EventMsgs(); n != 1 {
 		t.Fatalf("EVENTS after the same submission over NATS: want 1 message (one event), got %d", n)
+	}
+	// The key as answered, given back: the same event.
+	r = h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":`+payload+`}`, "Idempotency-Key", key)
+	var again view
+	if r.Status != http.StatusOK {
+		t.Fatalf("POST again with the derived key as Idempotency-Key: want 200, got %d %s", r.Status, r.Body)
+	}
+	if r.json(t, &again); again.ID != v.ID {
+		t.Fatalf("POST again with the derived key: want event %s, got %s", v.ID, again.ID)
 	}
 }
 
