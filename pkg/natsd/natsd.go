@@ -133,12 +133,75 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsd: %w", err)
 	}
+	// nats-server reports a failure to start (a busy port, a store it
+	// cannot open) only by logging it with Fatalf, which would exit the
+	// process of a standalone server; embedded, it just never becomes
+	// ready. So the first such line ends the wait at once.
+	log := &startLog{fatal: make(chan error, 1)}
+	srv.SetLoggerV2(log, false, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return nil, errors.New("natsd: server not ready within 10s")
+	deadline := time.Now().Add(10 * time.Second)
+	for !srv.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case err := <-log.fatal:
+			Shutdown(srv)
+			return nil, err
+		default:
+		}
+		if time.Now().After(deadline) {
+			Shutdown(srv)
+			return nil, errors.New("natsd: server not ready within 10s")
+		}
 	}
 	return srv, nil
+}
+
+// ListenError is a listener the server could not open, such as a port
+// another process holds.
+type ListenError struct {
+	Addr string // host:port
+	// Err is why: syscall.EADDRINUSE for a port in use.
+	Err error
+}
+
+func (e *ListenError) Error() string { return "natsd: listen " + e.Addr + ": " + e.Err.Error() }
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// startLog is the server's logger: it keeps the first Fatalf as the
+// error Start returns and drops everything else (the embedded server
+// logged nothing before it existed, either).
+type startLog struct{ fatal chan error }
+
+func (l *startLog) Fatalf(format string, v ...any) {
+	select {
+	case l.fatal <- fatalError(format, v):
+	default: // Start has one already, or is done waiting
+	}
+}
+
+func (*startLog) Noticef(string, ...any) {}
+func (*startLog) Warnf(string, ...any)   {}
+func (*startLog) Errorf(string, ...any)  {}
+func (*startLog) Debugf(string, ...any)  {}
+func (*startLog) Tracef(string, ...any)  {}
+
+// fatalError is a ListenError when the line carries a listen error
+// (every listener's but monitoring's, which the server flattens to text)
+// and the line itself otherwise.
+func fatalError(format string, v []any) error {
+	for _, a := range v {
+		var op *net.OpError
+		if err, ok := a.(error); ok && errors.As(err, &op) && op.Op == "listen" && op.Addr != nil {
+			cause := op.Err
+			var se *os.SyscallError
+			if errors.As(cause, &se) { // "bind: address already in use" → "address already in use"
+				cause = se.Err
+			}
+			return &ListenError{Addr: op.Addr.String(), Err: cause}
+		}
+	}
+	return fmt.Errorf("natsd: %s", fmt.Sprintf(format, v...))
 }
 
 // Shutdown stops the server and waits for it to finish.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +201,24 @@ func TestEmbeddedNATSNeedsCredentials(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A busy nats.embedded.listen port refuses the start at once with an
+// error naming the key and the address, not a readiness timeout.
+func TestEmbeddedNATSPortInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	yaml := strings.Replace(testConfig(t.TempDir(), "http://127.0.0.1:1", ""), `listen: "127.0.0.1:-1"`, `listen: "`+ln.Addr().String()+`"`, 1)
+	err = refused(t, servicetest.Config(t, yaml, nil))
+	if want := "nats.embedded.listen: " + ln.Addr().String() + ": address already in use"; err.Error() != want {
+		t.Errorf("want the error %q, got %q", want, err)
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("want an error wrapping EADDRINUSE, got %#v", err)
 	}
 }

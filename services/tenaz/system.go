@@ -131,6 +131,10 @@ func (t *System) Start(ctx context.Context) (err error) {
 		}
 		t.srv, err = natsd.Start(natsd.Options{StoreDir: cfg.NATS.Embedded.StoreDir, Listen: cfg.NATS.Embedded.Listen,
 			SyncAlways: always, SyncInterval: every, Auth: na})
+		var le *natsd.ListenError
+		if errors.As(err, &le) { // the client port is the only listener it opens
+			return fmt.Errorf("nats.embedded.listen: %s: %w", le.Addr, le.Err)
+		}
 		if err != nil {
 			return err
 		}
