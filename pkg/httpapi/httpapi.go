@@ -121,3 +121,48 @@ func (m *Mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Reque
 
 // Patterns lists the registered patterns in the order they were registered.
 func (m *Mux) Patterns() []string { return slices.Clone(m.patterns) }
+
+// ServeHTTP serves r as http.ServeMux does, except that under /v1/ the
+// mux's own plain-text 404 and 405 become coded errors, not_found and
+// method_not_allowed (with the mux's Allow header): an API client reads
+// every error the same way. The screen under /ui/ keeps the mux's pages.
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
+		m.ServeMux.ServeHTTP(w, r)
+		return
+	}
+	if _, pattern := m.ServeMux.Handler(r); pattern != "" { // a route's own 404 (no such event) stands
+		m.ServeMux.ServeHTTP(w, r)
+		return
+	}
+	m.ServeMux.ServeHTTP(&codedMiss{ResponseWriter: w, r: r}, r)
+}
+
+// codedMiss carries the mux's answer to a request no route takes: it
+// writes a 404 or 405 as a coded error and drops the mux's text.
+type codedMiss struct {
+	http.ResponseWriter
+	r     *http.Request
+	coded bool
+}
+
+func (w *codedMiss) WriteHeader(status int) {
+	switch status {
+	case http.StatusNotFound:
+		Error(w.ResponseWriter, status, "not_found", "no route "+w.r.URL.Path)
+	case http.StatusMethodNotAllowed:
+		Error(w.ResponseWriter, status, "method_not_allowed",
+			w.r.Method+" is not allowed on "+w.r.URL.Path+"; allowed: "+w.Header().Get("Allow"))
+	default: // a redirect to the cleaned path
+		w.ResponseWriter.WriteHeader(status)
+		return
+	}
+	w.coded = true
+}
+
+func (w *codedMiss) Write(b []byte) (int, error) {
+	if w.coded {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
