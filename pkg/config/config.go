@@ -128,6 +128,12 @@ type HTTP struct {
 	// IdleTimeout bounds how long a kept-alive connection may wait for its
 	// next request. Defaults to 120s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// PublicURL is where clients reach the API: scheme, host and any path
+	// a proxy puts before /v1 ("https://tenaz.example.com"). Each
+	// answer's status_url starts with it. Empty: an HTTP answer's starts
+	// with the scheme and Host the request came with, and one over NATS
+	// (which has neither) is the path alone.
+	PublicURL string `yaml:"public_url"`
 }
 
 // Log selects logging.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -196,6 +197,12 @@ func (v *validator) top() {
 	}
 	v.hostPort("nats.embedded.listen", c.NATS.Embedded.Listen)
 	v.hostPort("http.addr", c.HTTP.Addr)
+	if p := c.HTTP.PublicURL; p != "" {
+		// The URL is not quoted: it may be an internal name.
+		if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(p, "?") || strings.HasSuffix(p, "#") {
+			v.add("http.public_url", "must be an http or https URL with a host and no user, query or fragment (as https://tenaz.example.com)")
+		}
+	}
 	if c.HTTP.MaxBodyBytes <= 0 {
 		v.add("http.max_body_bytes", "must be positive, got %d", c.HTTP.MaxBodyBytes)
 	}

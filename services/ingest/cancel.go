@@ -31,7 +31,7 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, errBody.status, errBody.Code, errBody.Message)
 		return
 	}
-	httpapi.JSON(w, http.StatusOK, viewOf(next, statusURL(r, next.ID)))
+	httpapi.JSON(w, http.StatusOK, viewOf(next, s.statusURL(r, next.ID)))
 }
 
 // cancelError is a refused cancel: the HTTP status and the coded error.

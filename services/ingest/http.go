@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,12 +23,23 @@ import (
 // View is an event as the API shows it (see event.View).
 type View = event.View
 
-func statusURL(r *http.Request, id string) string {
+// statusURL is where the event's status is read: under http.public_url
+// when it is set, else at the scheme and Host the request came with (a
+// client's own Host, which it may set as it likes), or the path alone for
+// a request over NATS, which has no Host.
+func (s *Service) statusURL(r *http.Request, id string) string {
+	path := "/v1/events/" + id
+	if base := s.conf().HTTP.PublicURL; base != "" {
+		return strings.TrimSuffix(base, "/") + path
+	}
+	if r.Host == "" {
+		return path
+	}
 	scheme := "http"
 	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
 		scheme = "https"
 	}
-	return scheme + "://" + r.Host + "/v1/events/" + id
+	return scheme + "://" + r.Host + path
 }
 
 func viewOf(rec state.Record, url string) View {
@@ -115,7 +127,7 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 			m.Header.Set(h, v)
 		}
 	}
-	url := statusURL(r, env.ID)
+	url := s.statusURL(r, env.ID)
 	ctx := r.Context()
 	_, err := s.js.PublishMsg(ctx, m)
 	if store.IsFull(err) {
@@ -185,7 +197,7 @@ func (s *Service) lookup(w http.ResponseWriter, r *http.Request) (state.Record, 
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	if rec, ok := s.lookup(w, r); ok {
-		httpapi.JSON(w, http.StatusOK, viewOf(rec, statusURL(r, rec.ID)))
+		httpapi.JSON(w, http.StatusOK, viewOf(rec, s.statusURL(r, rec.ID)))
 	}
 }
 

@@ -56,6 +56,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		h := ep.h
 		if err := add(ep.name, func(req micro.Request) {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Host = ""
 			r.SetPathValue("id", string(req.Data()))
 			rec := httptest.NewRecorder()
 			h(rec, r)
@@ -100,7 +101,7 @@ func (s *Service) microSubmit(req micro.Request, account string) {
 	f := event.Fields{Account: ms.Account, Kind: ms.Kind, EntityID: ms.EntityID, OrderingKey: ms.OrderingKey, NotBefore: ms.NotBefore, IdempotencyKey: ms.IdempotencyKey,
 		Traceparent: tracing.From(req.Headers().Get)}
 	r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)
-	r.Host = "nats"
+	r.Host = "" // over NATS: status_url is the path alone, or under http.public_url
 	status, v := s.submit(r, f, ms.Payload)
 	respond(req, status, v)
 }
@@ -134,7 +135,7 @@ func (s *Service) microCancel(req micro.Request) {
 		cr.Reason = "cancelled by caller"
 	}
 	r := httptest.NewRequest(http.MethodDelete, "/", nil)
-	r.Host = "nats"
+	r.Host = "" // over NATS: status_url is the path alone, or under http.public_url
 	r.SetPathValue("id", cr.ID)
 	w := httptest.NewRecorder()
 	rec, ok := s.lookup(w, r)
@@ -147,7 +148,7 @@ func (s *Service) microCancel(req micro.Request) {
 		respond(req, cerr.status, httpapi.ErrorBody{Error: cerr.ErrorDetail})
 		return
 	}
-	respond(req, http.StatusOK, viewOf(next, statusURL(r, next.ID)))
+	respond(req, http.StatusOK, viewOf(next, s.statusURL(r, next.ID)))
 }
 
 // respond answers req with v as JSON (see reply).

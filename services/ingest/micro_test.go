@@ -289,3 +289,44 @@ func TestMicroSubmitOfAnAccount(t *testing.T) {
 		}
 	}
 }
+
+// status_url is the event's status at http.public_url when it is set,
+// whatever Host a client sent; without it, an HTTP answer's is at the
+// request's own Host, and one over NATS, which has none, is the path.
+func TestStatusURL(t *testing.T) {
+	t.Parallel()
+	submit := func(h *harness, key string) (fromHTTP, fromNATS string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(h.Ctx(), http.MethodPost, h.api.URL+"/v1/events",
+			strings.NewReader(`{"account":"acme","kind":"order.create","payload":{"order_id":"`+key+`"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "evil.example"
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := h.api.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v, w view
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST: want 202, got %d (%v)", resp.StatusCode, err)
+		}
+		ans, err := h.NC.Request("tenaz.api.ingest.submit", []byte(`{"account":"acme","kind":"order.create","payload":{"order_id":"`+key+`"},"idempotency_key":"`+key+`-n"}`), 5*time.Second)
+		if err != nil || json.Unmarshal(ans.Data, &w) != nil || ans.Header.Get("Tenaz-Status") != "202" {
+			t.Fatalf("submit over NATS: want 202, got %v %s", err, ans.Data)
+		}
+		return v.StatusURL, w.StatusURL
+	}
+	h := setup(t, baseYAML)
+	fromHTTP, fromNATS := submit(h, "su-1")
+	if fromHTTP != "http://evil.example/v1/events/"+event.ID("acme", "su-1") || fromNATS != "/v1/events/"+event.ID("acme", "su-1-n") {
+		t.Errorf("without http.public_url: want the request's Host over HTTP and the path over NATS, got %q and %q", fromHTTP, fromNATS)
+	}
+	h = setup(t, strings.Replace(baseYAML, "http: {max_body_bytes: 4096}", `http: {max_body_bytes: 4096, public_url: "https://tenaz.example.com/api/"}`, 1))
+	fromHTTP, fromNATS = submit(h, "su-2")
+	if fromHTTP != "https://tenaz.example.com/api/v1/events/"+event.ID("acme", "su-2") || fromNATS != "https://tenaz.example.com/api/v1/events/"+event.ID("acme", "su-2-n") {
+		t.Errorf("with http.public_url: want both under it, got %q and %q", fromHTTP, fromNATS)
+	}
+}
