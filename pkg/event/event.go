@@ -239,13 +239,16 @@ func atEOF(dec *json.Decoder) bool {
 
 // DecodeObject decodes a JSON object (a payload, a provider's answer or
 // webhook) with its numbers kept as written, for Scalar. Nothing but
-// whitespace may follow it; "null" is a nil map.
+// whitespace may follow it, and null is no object.
 func DecodeObject(b []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var obj map[string]any
 	if err := dec.Decode(&obj); err != nil {
 		return nil, err
+	}
+	if obj == nil {
+		return nil, errors.New("null is not a JSON object")
 	}
 	if !atEOF(dec) {
 		return nil, errors.New("trailing data after the JSON value")

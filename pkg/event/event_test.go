@@ -460,7 +460,7 @@ func TestUnmarshalChecksNames(t *testing.T) {
 // json.Unmarshal does; Scalar reads its values as the sender wrote them.
 func TestDecodeObjectAndScalar(t *testing.T) {
 	t.Parallel()
-	for body, ok := range map[string]bool{`{"v":1}`: true, ` {"v":"a"} `: true, `null`: true, `{"v":1} {"v":2}`: false, `{"v":1} x`: false, `{"v":1}}`: false, `[1]`: false, `{`: false} {
+	for body, ok := range map[string]bool{`{"v":1}`: true, ` {"v":"a"} `: true, `null`: false, `{"v":1} {"v":2}`: false, `{"v":1} x`: false, `{"v":1}}`: false, `[1]`: false, `{`: false} {
 		if _, err := event.DecodeObject([]byte(body)); (err == nil) != ok {
 			t.Errorf("DecodeObject(%s): want ok=%v, got %v", body, ok, err)
 		}

@@ -74,6 +74,10 @@ kinds:
 			if ans.Outcome == ingest.CallbackApplied {
 				t.Fatalf("callback %q applied, but no event waits for one", body)
 			}
+			var obj map[string]json.RawMessage // null unmarshals into a nil map: no object
+			if json.Unmarshal(body, &obj) != nil || obj == nil {
+				t.Fatalf("callback %q is not a JSON object but was answered 200: %s", body, w.Body)
+			}
 		case w.Code == http.StatusBadRequest:
 			if doc, err := event.DecodeObject(body); err == nil && isReplayCount(doc["tenaz_replay"]) {
 				t.Fatalf("callback %q is a JSON object with no bad replay count but was answered 400: %s", body, w.Body)
