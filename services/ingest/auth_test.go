@@ -159,6 +159,29 @@ func TestAuthRefusals(t *testing.T) {
 	}
 }
 
+// A key's submission that names no account is its account's, as a
+// CloudEvent without tenazaccount is; without auth an account is needed.
+func TestKeySubmitsForItsOwnAccount(t *testing.T) {
+	t.Parallel()
+	h := setup(t, authYAML)
+	api := secureAPI(t, h, nil)
+	r := h.call(api, "POST", "/v1/events", keyGlobex, `{"kind":"order.create","payload":{"order_id":"o-own"}}`)
+	var v view
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("globex's key, no account: want 202, got %d %s", r.Status, r.Body)
+	}
+	if r.json(t, &v); v.Account != "globex" {
+		t.Fatalf("globex's key, no account: want globex's event, got %+v", v)
+	}
+	if r := h.call(api, "POST", "/v1/events", keyAlice, `{"kind":"order.create","payload":{"order_id":"o-op"}}`); r.Status != http.StatusForbidden {
+		t.Errorf("an operator, no account: want 403 (operators do not submit), got %d %s", r.Status, r.Body)
+	}
+	open := setup(t, baseYAML)
+	if r := open.do(http.MethodPost, "/v1/events", `{"kind":"order.create","payload":{"order_id":"o-none"}}`); r.Status != http.StatusBadRequest || r.errorCode(t) != "invalid_account" {
+		t.Errorf("no auth, no account: want 400 invalid_account, got %d %s", r.Status, r.Body)
+	}
+}
+
 // Submissions over a key's rate are answered 429 with Retry-After and
 // are not accepted; another key of the same account is not slowed.
 func TestAuthRateLimit(t *testing.T) {

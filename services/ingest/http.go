@@ -90,7 +90,11 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
 		return
 	}
-	if p, ok := auth.From(r.Context()); ok && !p.MayAccess(sub.Account) {
+	p, authed := auth.From(r.Context())
+	if authed && sub.Account == "" && !p.Operator && !p.Anonymous {
+		sub.Account = p.Account // a key submits for its own account, named or not, as in a CloudEvent
+	}
+	if authed && !p.MayAccess(sub.Account) {
 		httpapi.Error(w, http.StatusForbidden, "forbidden", p.String()+" may not submit for account "+strconv.Quote(sub.Account))
 		return
 	}
