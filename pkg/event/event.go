@@ -125,7 +125,7 @@ func parseStrict(body []byte, v any, s *Submission) error {
 		return fmt.Errorf("%w: %q is given twice", ErrMalformed, dup)
 	}
 	if len(s.Payload) == 0 || string(s.Payload) == "null" {
-		return fmt.Errorf("%w: payload is required", ErrInvalid)
+		return errNoPayload
 	}
 	return nil
 }
@@ -133,11 +133,16 @@ func parseStrict(body []byte, v any, s *Submission) error {
 // CheckPayload is what every way in asks of a payload, a submission's or
 // an operator's edit: present (not null) and one JSON document in UTF-8.
 func CheckPayload(p []byte) error {
-	if t := bytes.TrimSpace(p); len(t) == 0 || string(t) == "null" {
-		return fmt.Errorf("%w: payload is required", ErrInvalid)
+	if len(bytes.TrimSpace(p)) == 0 || isNull(p) {
+		return errNoPayload
 	}
 	return checkJSONText(p)
 }
+
+var errNoPayload = fmt.Errorf("%w: payload is required", ErrInvalid)
+
+// isNull reports whether p is the JSON null, whitespace aside.
+func isNull(p []byte) bool { return string(bytes.TrimSpace(p)) == "null" }
 
 // checkJSONText requires one JSON document in UTF-8. JSON text is UTF-8
 // (RFC 8259); decoding would turn each invalid byte into U+FFFD, so two
@@ -172,8 +177,8 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 	if err := checkJSONText(payload); err != nil {
 		return Envelope{}, err
 	}
-	if err := CheckPayload(payload); err != nil {
-		return Envelope{}, err // null: no payload, refused as every way in refuses it
+	if isNull(payload) {
+		return Envelope{}, errNoPayload // refused as every way in refuses it
 	}
 	env := Envelope{
 		Account:     f.Account,

@@ -385,7 +385,7 @@ func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
 	t.Parallel()
 	const refused, calm = 10000, 20
-	h := setup(t, baseYAML+"deadletter: {max_bytes: 4194304}\n", withTimeout(3*time.Minute))
+	h := setup(t, baseYAML+"deadletter: {max_bytes: 4194304}\n", withTimeout(4*time.Minute))
 	servicetest.Stop(t, h.ing)
 	p := &publisher{h: h}
 	pad := strings.Repeat("x", 1000)
@@ -445,7 +445,7 @@ func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
 	if _, err := h.JS.UpdateStream(h.Ctx(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 90*time.Second, func() bool { return h.intakeSettled(last) && h.DeadWaiting("noisy") == 0 },
+	natstest.Eventually(t, 2*time.Minute, func() bool { return h.intakeSettled(last) && h.DeadWaiting("noisy") == 0 },
 		"want every INTAKE message settled and nothing waiting once DEAD has room")
 	if n := deadInfo().State.Msgs; n != refused {
 		t.Fatalf("want all %d refusals kept in DEAD, got %d", refused, n)
