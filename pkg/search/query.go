@@ -65,7 +65,7 @@ func ParseQuery(v url.Values) (ops.FindRequest, error) {
 	}
 	if raw := v.Get("limit"); raw != "" {
 		n, err := strconv.Atoi(raw)
-		if err != nil {
+		if err != nil || n == 0 { // 0 is the default of a request over NATS, not a page size to ask for
 			return q, bad("limit", "want 1..%d, got %q", ops.MaxLimit, raw)
 		}
 		q.Limit = n

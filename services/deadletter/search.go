@@ -72,7 +72,13 @@ func (s *Service) findEvents(ctx context.Context, req ops.FindRequest) (ops.Find
 // idempotency_key provider_ref since until cursor limit).
 func (s *Service) searchRoutes(mux readyMux) {
 	mux.Handle("GET /v1/events", s.o.Auth.Require(auth.Read, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := search.ParseQuery(r.URL.Query())
+		v := r.URL.Query()
+		if p, ok := auth.From(r.Context()); ok && !p.Operator && !p.Anonymous && !v.Has("account") {
+			// A key searches its own account, named or not: its
+			// idempotency keys too, which ParseQuery wants an account for.
+			v.Set("account", p.Account)
+		}
+		req, err := search.ParseQuery(v)
 		var pe *search.ParamError
 		if errors.As(err, &pe) {
 			s.answer(w, 0, nil, fail(http.StatusBadRequest, "invalid_"+pe.Param, "%v", pe))

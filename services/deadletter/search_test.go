@@ -113,6 +113,7 @@ func TestSearchOverHTTP(t *testing.T) {
 		"state=asleep":         "state",
 		"account=acme.x":       "account",
 		"limit=9999":           "limit",
+		"limit=0":              "limit",
 		"cursor=c1zzzz":        "cursor",
 		"since=last+tuesday":   "since",
 		"idempotency_key=a-1":  "idempotency_key",
@@ -126,8 +127,8 @@ func TestSearchOverHTTP(t *testing.T) {
 }
 
 // An API key finds only its own account's events, over HTTP and NATS:
-// naming another account is 403, naming none searches its own; a key
-// without the read scope is refused.
+// naming another account is 403, naming none searches its own (by
+// idempotency key too); a key without the read scope is refused.
 func TestSearchKeepsAKeyToItsAccount(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
@@ -141,7 +142,9 @@ func TestSearchKeepsAKeyToItsAccount(t *testing.T) {
 	}{{acmeReadKey, "acme", "globex", acme}, {globexReadKey, "globex", "acme", globex}} {
 		e.searched(c.key, "", c.want)
 		e.searched(c.key, "account="+c.own, c.want)
-		e.searched(c.key, "entity=E-"+c.other[:1], nil) // the other account's entity: nothing of its own
+		e.searched(c.key, "entity=E-"+c.other[:1], nil)                   // the other account's entity: nothing of its own
+		e.searched(c.key, "idempotency_key="+c.own[:1]+"-1", c.want[1:2]) // a key's idempotency keys are its account's
+		e.searched(c.key, "idempotency_key="+c.other[:1]+"-1", nil)
 		if _, st, body := e.search(c.key, "account="+c.other); st != http.StatusForbidden {
 			t.Errorf("%s's key searching %s over HTTP: want 403, got %d %s", c.own, c.other, st, body)
 		}
