@@ -144,7 +144,9 @@ type ListRequest struct {
 // Item is one line of a list: an entry of DEAD whose event is still dead
 // (or in manual review).
 type Item struct {
-	// ID is the event id ("" for a rejected submission that never became an event).
+	// ID is the event id, or, for a rejected submission that never became
+	// an event, seq_<n> (n its DEAD sequence) as the API names it ("" on
+	// the screen).
 	ID      string `json:"id"`
 	Account string `json:"account"`
 	Kind    string `json:"kind"`

@@ -60,6 +60,15 @@ func actorOf(ctx context.Context) string {
 
 // lookup returns the indexed item of an event, or why it cannot be acted on.
 func (s *Service) lookup(ctx context.Context, id string) (ops.Item, error) {
+	if seq, ok, err := seqOf(id); ok {
+		if err != nil {
+			return ops.Item{}, err
+		}
+		if _, _, listed := s.x.Get(seqKey(seq)); !listed {
+			return ops.Item{}, fail(http.StatusNotFound, "not_found", "no listed DEAD entry without an event at sequence %d", seq)
+		}
+		return ops.Item{}, fail(http.StatusConflict, "no_envelope", "%s is a refused submission: it never became an event, so there is nothing to replay or resolve; discard it", id)
+	}
 	if err := names.ValidateEventID(id); err != nil {
 		return ops.Item{}, fail(http.StatusBadRequest, "invalid_id", "%v", err)
 	}
@@ -102,8 +111,15 @@ func (s *Service) entry(ctx context.Context, it ops.Item) (dead.Entry, error) {
 	return e, nil
 }
 
-// show returns an entry in full: the event as it died and its current record.
+// show returns an entry in full: the event as it died and its current
+// record. req.ID may be seq_<n>, as the API names an entry without an event.
 func (s *Service) show(ctx context.Context, req ops.ShowRequest) (ops.ShowReply, error) {
+	if seq, ok, err := seqOf(req.ID); ok {
+		if err != nil {
+			return ops.ShowReply{}, err
+		}
+		req = ops.ShowRequest{Seq: seq}
+	}
 	var it ops.Item
 	switch {
 	case req.ID != "":
@@ -242,8 +258,15 @@ func (s *Service) enqueue(ctx context.Context, env event.Envelope, rec state.Rec
 	return err
 }
 
-// discard cancels a dead or reviewed event.
+// discard cancels a dead or reviewed event, or drops an entry without an
+// event named seq_<n>.
 func (s *Service) discard(ctx context.Context, id, actor, why string) error {
+	if seq, ok, err := seqOf(id); ok {
+		if err != nil {
+			return err
+		}
+		return s.discardSeq(ctx, seq, actor, why)
+	}
 	it, err := s.lookup(ctx, id)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -300,8 +301,8 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 	var list ops.ListReply
 	_ = e.call(ops.DeadList, ops.ListRequest{Reason: dead.ReasonRejected}, &list)
 	it := list.Items[0]
-	if it.ID != "" || it.Seq == 0 || it.Account != "acme" {
-		t.Fatalf("want an event-less item with its sequence, got %+v", it)
+	if it.Seq == 0 || it.ID != fmt.Sprintf("seq_%d", it.Seq) || it.Account != "acme" {
+		t.Fatalf("want an event-less item named seq_<its sequence>, got %+v", it)
 	}
 	select {
 	case a := <-adv:

@@ -179,35 +179,65 @@ func (s *Service) apiList(st state.State) http.HandlerFunc {
 			s.answer(w, 0, nil, err)
 			return
 		}
-		rep, err := s.list(st, q)
+		rep, err := s.listNamed(st, q)
 		s.answer(w, http.StatusOK, rep, err)
 	}
 }
 
 func (s *Service) apiShow(w http.ResponseWriter, r *http.Request) {
-	req, err := showRequest(r.PathValue("id"))
-	if err != nil {
-		s.answer(w, 0, nil, err)
-		return
-	}
-	rep, err := s.show(r.Context(), req)
+	rep, err := s.showNamed(r.Context(), ops.ShowRequest{ID: r.PathValue("id")})
 	s.answer(w, http.StatusOK, rep, err)
 }
 
-// showRequest reads an id, or seq_<n> for an entry without an event.
-func showRequest(id string) (ops.ShowRequest, error) {
-	if n, ok := strings.CutPrefix(id, "seq_"); ok {
-		seq, err := strconv.ParseUint(n, 10, 64)
-		if err != nil || seq == 0 {
-			return ops.ShowRequest{}, fail(http.StatusBadRequest, "invalid_id", "invalid entry %q: want seq_<sequence>", id)
-		}
-		return ops.ShowRequest{Seq: seq}, nil
+// An entry's id, as the API (HTTP and NATS) lists it and takes it back
+// in show, replay and discard, is its event id, or seq_<n> (its index key,
+// n its DEAD sequence) for an entry without an event: a refused
+// submission. The screen keeps such items' ID "" (its templates tell the
+// two apart by it), so only the API's answers are named.
+
+// named is it with its id as the API gives it.
+func named(it ops.Item) ops.Item {
+	it.ID = keyOf(it)
+	return it
+}
+
+// listNamed is list with every item named.
+func (s *Service) listNamed(st state.State, q ops.ListRequest) (ops.ListReply, error) {
+	rep, err := s.list(st, q)
+	for i := range rep.Items {
+		rep.Items[i] = named(rep.Items[i])
 	}
-	return ops.ShowRequest{ID: id}, nil
+	return rep, err
+}
+
+// showNamed is show with its item named.
+func (s *Service) showNamed(ctx context.Context, req ops.ShowRequest) (ops.ShowReply, error) {
+	rep, err := s.show(ctx, req)
+	if err == nil {
+		rep.Item = named(rep.Item)
+	}
+	return rep, err
+}
+
+// seqOf reads an entry id of the form seq_<n>: ok says it has that form,
+// and err that n is not a DEAD sequence.
+func seqOf(id string) (seq uint64, ok bool, err error) {
+	n, ok := strings.CutPrefix(id, "seq_")
+	if !ok {
+		return 0, false, nil
+	}
+	seq, perr := strconv.ParseUint(n, 10, 64)
+	if perr != nil || seq == 0 {
+		return 0, true, fail(http.StatusBadRequest, "invalid_id", "invalid entry %q: want seq_<sequence>", id)
+	}
+	return seq, true, nil
 }
 
 // list serves one page of a list.
 func (s *Service) list(st state.State, q ops.ListRequest) (ops.ListReply, error) {
+	if err := checkListRequest(q); err != nil {
+		return ops.ListReply{}, err
+	}
 	rep, err := s.x.List(st, q)
 	if errors.Is(err, index.ErrBadCursor) {
 		return rep, fail(http.StatusBadRequest, "invalid_cursor", "%v", err)
@@ -216,6 +246,20 @@ func (s *Service) list(st state.State, q ops.ListRequest) (ops.ListReply, error)
 		return rep, fail(http.StatusBadRequest, "bad_request", "%v", err)
 	}
 	return rep, nil
+}
+
+// checkListRequest refuses what GET /v1/events (pkg/search) refuses of the
+// same parameters, with the same code and message: a time range that
+// holds no instant, and a limit out of range (0 is the default for a
+// request over NATS; the query string's limit=0 is refused by listQuery).
+func checkListRequest(q ops.ListRequest) error {
+	if q.Since != nil && q.Until != nil && !q.Since.Before(*q.Until) {
+		return fail(http.StatusBadRequest, "invalid_until", "until: %s is not after since %s", q.Until.UTC().Format(time.RFC3339), q.Since.UTC().Format(time.RFC3339))
+	}
+	if q.Limit < 0 || q.Limit > ops.MaxLimit {
+		return fail(http.StatusBadRequest, "invalid_limit", "limit: want 1..%d, got %d", ops.MaxLimit, q.Limit)
+	}
+	return nil
 }
 
 // listParams are the parameters listQuery reads.

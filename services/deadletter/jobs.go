@@ -61,6 +61,9 @@ func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor
 		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_rate", "rate_per_second must be in (0, %g], got %g", config.MaxReplayRate, rate)
 	}
 	f.Cursor, f.Limit = "", 0
+	if err := checkListRequest(f); err != nil {
+		return ops.JobReply{}, err
+	}
 	first, err := s.x.List(state.Dead, ops.ListRequest{Account: f.Account, Kind: f.Kind, Class: f.Class, Reason: f.Reason, Since: f.Since, Until: f.Until, Limit: 1})
 	if err != nil {
 		return ops.JobReply{}, fail(http.StatusBadRequest, "bad_filter", "%v", err)

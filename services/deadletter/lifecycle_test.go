@@ -82,8 +82,12 @@ func TestSettledEntriesLeaveDead(t *testing.T) {
 	submit(t, e, "acme", "no.such.kind", "k1", `{"secret":"card 4111"}`)
 	e.waitListed(state.Dead, url.Values{}, 4)
 	seqs := map[string]uint64{}
+	var refused uint64
 	for _, it := range e.items(ops.ListRequest{}) {
-		seqs[it.ID] = it.Seq // the refused submission under ""
+		seqs[it.ID] = it.Seq // the refused submission under seq_<n>
+		if it.Reason == dead.ReasonRejected {
+			refused = it.Seq
+		}
 	}
 	ds, st := e.deadStream()
 	if st.Msgs != 4 {
@@ -99,7 +103,7 @@ func TestSettledEntriesLeaveDead(t *testing.T) {
 	act("discard", e.call(ops.DeadDiscard, ops.DiscardRequest{IDs: ids[:1], Reason: "duplicate order"}, &rep))
 	act("resolve", e.call(ops.ReviewResolve, ops.ResolveRequest{ID: ids[1], Outcome: ops.OutcomeDone, Reason: "done by hand"}, nil))
 	act("replay", e.call(ops.DeadReplay, ops.ReplayRequest{IDs: ids[2:], Reason: "target fixed"}, nil))
-	act("discard by seq", e.call(ops.DeadDiscard, ops.DiscardRequest{Seqs: []uint64{seqs[""]}, Reason: "test traffic"}, &rep))
+	act("discard by seq", e.call(ops.DeadDiscard, ops.DiscardRequest{Seqs: []uint64{refused}, Reason: "test traffic"}, &rep))
 	for key, seq := range seqs {
 		if _, err := ds.GetMsg(context.Background(), seq); !errors.Is(err, jetstream.ErrMsgNotFound) {
 			t.Fatalf("DEAD entry %d (%q): want it deleted once settled, got %v", seq, key, err)

@@ -51,7 +51,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 			if err := strict(data, &req); err != nil {
 				return nil, err
 			}
-			return s.show(ctx, req)
+			return s.showNamed(ctx, req)
 		}},
 		{ops.DeadReplay, func(ctx context.Context, data []byte) (any, error) {
 			var req ops.ReplayRequest
@@ -197,7 +197,7 @@ func listEndpoint(s *Service, st state.State) func(context.Context, []byte) (any
 		if err := strict(data, &req); err != nil {
 			return nil, err
 		}
-		return s.list(st, req)
+		return s.listNamed(st, req)
 	}
 }
 

@@ -231,30 +231,45 @@ func (x *Index) MaxSeq() uint64 {
 // filter is a ListRequest without its paging.
 type filter struct {
 	account, kind, class, reason string
-	since, until                 int64 // unix nanos; 0 and MaxInt64 when open
+	since, until                 int64 // unix nanos (see nanos); MinInt64 and MaxInt64 when open
 }
 
 func filterOf(q ops.ListRequest) filter {
-	f := filter{account: q.Account, kind: q.Kind, class: q.Class, reason: q.Reason, until: math.MaxInt64}
+	f := filter{account: q.Account, kind: q.Kind, class: q.Class, reason: q.Reason, since: math.MinInt64, until: math.MaxInt64}
 	if q.Since != nil {
-		f.since = q.Since.UnixNano()
+		f.since = nanos(*q.Since)
 	}
 	if q.Until != nil {
-		f.until = q.Until.UnixNano()
+		f.until = nanos(*q.Until)
 	}
 	return f
 }
+
+// nanos is t in unix nanoseconds, held to the int64 range: UnixNano wraps
+// outside 1677-2262, and a bound like since=1600-01-01 must still mean
+// "from the start", as it does to /v1/events, which compares times.
+func nanos(t time.Time) int64 {
+	switch {
+	case t.Before(minTime):
+		return math.MinInt64
+	case t.After(maxTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var minTime, maxTime = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
 
 func (f filter) match(it ops.Item) bool {
 	if f.account != "" && it.Account != f.account || f.kind != "" && it.Kind != f.kind ||
 		f.class != "" && it.Class != f.class || f.reason != "" && it.Reason != f.reason {
 		return false
 	}
-	at := it.At.UnixNano()
-	return at >= f.since && at < f.until
+	at := nanos(it.At)
+	return at >= f.since && (at < f.until || f.until == math.MaxInt64)
 }
 
-func (f filter) timed() bool { return f.since != 0 || f.until != math.MaxInt64 }
+func (f filter) timed() bool { return f.since != math.MinInt64 || f.until != math.MaxInt64 }
 
 // smallest is the shortest posting list the filter names, and whether it
 // alone decides membership (no other field filters).
@@ -293,11 +308,11 @@ func (x *Index) smallest(s state.State, f filter) (*posting, bool) {
 // filter's time range (arrival times grow with the DEAD sequence).
 func span(p *posting, f filter) (int, int) {
 	lo, hi := 0, len(p.es)
-	if f.since != 0 {
-		lo = sort.Search(len(p.es), func(i int) bool { return p.es[i].item.At.UnixNano() >= f.since })
+	if f.since != math.MinInt64 {
+		lo = sort.Search(len(p.es), func(i int) bool { return nanos(p.es[i].item.At) >= f.since })
 	}
 	if f.until != math.MaxInt64 {
-		hi = sort.Search(len(p.es), func(i int) bool { return p.es[i].item.At.UnixNano() >= f.until })
+		hi = sort.Search(len(p.es), func(i int) bool { return nanos(p.es[i].item.At) >= f.until })
 	}
 	return lo, max(lo, hi)
 }

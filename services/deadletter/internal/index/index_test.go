@@ -297,3 +297,49 @@ func TestDeleteAt(t *testing.T) {
 		t.Fatal("the purged value must go")
 	}
 }
+
+// Bounds outside the years UnixNano holds (1677-2262) are still times: a
+// since before them is the start, an until after them the end, and one
+// far beyond the entries on the other side leaves nothing.
+func TestListFarTimes(t *testing.T) {
+	t.Parallel()
+	x := index.New()
+	it := ops.Item{ID: "ev_1", Account: "acme", Status: state.Dead, Seq: 1, At: t0}
+	x.Put(it.ID, 1, it)
+	day := func(s string) *time.Time {
+		d, err := time.Parse(time.DateOnly, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &d
+	}
+	for _, c := range []struct {
+		name         string
+		since, until string
+		want         int
+	}{
+		{"since 1600", "1600-01-01", "", 1},
+		{"since 1677-09-20", "1677-09-20", "", 1},
+		{"since year 1", "0001-01-01", "", 1},
+		{"until 9999", "", "9999-12-31", 1},
+		{"until 2262-04-12", "", "2262-04-12", 1},
+		{"since 1600 until 9999", "1600-01-01", "9999-12-31", 1},
+		{"since 9999", "9999-12-31", "", 0},
+		{"until 1600", "", "1600-01-01", 0},
+	} {
+		q := ops.ListRequest{}
+		if c.since != "" {
+			q.Since = day(c.since)
+		}
+		if c.until != "" {
+			q.Until = day(c.until)
+		}
+		rep, err := x.List(state.Dead, q)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if rep.Total != c.want || len(rep.Items) != c.want {
+			t.Errorf("%s: want %d item(s) and total %d, got %d and total %d", c.name, c.want, c.want, len(rep.Items), rep.Total)
+		}
+	}
+}

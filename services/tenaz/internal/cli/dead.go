@@ -126,10 +126,7 @@ func list(cl *Connection, env *Env, fetch func(*client.Client, context.Context, 
 	return s.emit(out, func(w io.Writer) {
 		row(w, "ID", "ACCOUNT", "KIND", "STATUS", "REASON", "CLASS", "HTTP", "ATTEMPTS", "STAGE", "AT", "ERROR")
 		for _, it := range out.Items {
-			id := it.ID
-			if id == "" {
-				id = "seq:" + strconv.FormatUint(it.Seq, 10)
-			}
+			id := entryID(it)
 			httpStatus := ""
 			if it.HTTPStatus > 0 {
 				httpStatus = strconv.Itoa(it.HTTPStatus)
@@ -144,13 +141,30 @@ func list(cl *Connection, env *Env, fetch func(*client.Client, context.Context, 
 	})
 }
 
-// parseRef reads a dead letter's reference as `dead ls` prints it: an
-// event id, or seq:N for an entry without an event (a rejected submission).
+// A dead letter's id is the API's (GET /v1/dead lists it, and the
+// OpenAPI document names it so): the event id, or seq_N for an entry
+// without an event (a refused submission), N its DEAD stream sequence.
+
+// entryID is the id of it as the API gives it; a deadletter older than the
+// seq_N ids lists an entry without an event with no id.
+func entryID(it ops.Item) string {
+	if it.ID == "" {
+		return "seq_" + strconv.FormatUint(it.Seq, 10)
+	}
+	return it.ID
+}
+
+// parseRef reads a dead letter's id as `dead ls` prints it, or seq:N,
+// the form it printed before, which scripts may still use.
 func parseRef(ref string) (id string, seq uint64, err error) {
-	if n, ok := strings.CutPrefix(ref, "seq:"); ok {
+	n, ok := strings.CutPrefix(ref, "seq_")
+	if !ok {
+		n, ok = strings.CutPrefix(ref, "seq:")
+	}
+	if ok {
 		seq, err := strconv.ParseUint(n, 10, 64)
 		if err != nil || seq == 0 {
-			return "", 0, failf(ErrUsage, "%q: want seq:N with N a DEAD stream sequence", ref)
+			return "", 0, failf(ErrUsage, "%q: want seq_N with N a DEAD stream sequence", ref)
 		}
 		return "", seq, nil
 	}
@@ -159,7 +173,7 @@ func parseRef(ref string) (id string, seq uint64, err error) {
 
 // DeadShowCmd is `tenaz dead show <id>`.
 type DeadShowCmd struct {
-	Ref string `arg:"" name:"id" help:"Event id (ev_…), or seq:N for an entry without an event (as dead ls prints it)."`
+	Ref string `arg:"" name:"id" help:"Event id (ev_…), or seq_N for an entry without an event (as dead ls prints it)."`
 }
 
 // Run shows one dead letter.
@@ -175,7 +189,7 @@ func (c *DeadShowCmd) Run(cl *Connection, env *Env) error {
 
 func printShow(w io.Writer, rep ops.ShowReply) {
 	it := rep.Item
-	row(w, "ID", it.ID)
+	row(w, "ID", entryID(it))
 	row(w, "STATUS", it.Status)
 	row(w, "ACCOUNT", it.Account)
 	row(w, "KIND", it.Kind)
@@ -229,7 +243,7 @@ func compactJSON(b []byte) string {
 
 // DeadReplayCmd is `tenaz dead replay`.
 type DeadReplayCmd struct {
-	IDs     []string `arg:"" optional:"" name:"id" help:"Event ids to replay now (up to ${max_selection})."`
+	IDs     []string `arg:"" optional:"" name:"id" help:"Event ids to replay now (up to ${max_selection}); a refused submission (seq_N) has no event to replay."`
 	All     bool     `help:"Replay every dead letter matching the filter flags, as a background job (rate limited, resumable); the command follows its progress."`
 	Filter  `embed:""`
 	Payload string        `placeholder:"JSON|@FILE|-" help:"Replace the payload (one id only): inline JSON, @file, or - for stdin."`
@@ -256,9 +270,13 @@ func (c *DeadReplayCmd) Run(cl *Connection, env *Env) error {
 	case c.Rate < 0:
 		return failf(ErrUsage, "--rate %g: want 0 or more", c.Rate)
 	}
-	for _, id := range c.IDs {
-		if err := checkID(id); err != nil {
+	for i, id := range c.IDs {
+		_, seq, err := parseRef(id)
+		if err != nil {
 			return err
+		}
+		if seq != 0 { // the service says why it has nothing to replay
+			c.IDs[i] = entryID(ops.Item{Seq: seq})
 		}
 	}
 	req := ops.ReplayRequest{IDs: c.IDs, Stage: c.Stage, Reason: c.Message, RatePerSecond: c.Rate}
@@ -363,7 +381,7 @@ func countsError(verb string, done, skipped int, errs []ops.ItemError) error {
 
 // DeadDiscardCmd is `tenaz dead discard`.
 type DeadDiscardCmd struct {
-	Refs    []string `arg:"" name:"id" help:"Event ids to discard, or seq:N for entries without an event (up to ${max_selection})."`
+	Refs    []string `arg:"" name:"id" help:"Event ids to discard, or seq_N for entries without an event (up to ${max_selection})."`
 	Message string   `short:"m" required:"" help:"Why, recorded in each event's history (required)."`
 }
 

@@ -1,0 +1,163 @@
+package deadletter_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/servicetest"
+	"github.com/tenaz/tenaz/pkg/state"
+)
+
+// errorOf reads a JSON error answer ({error: {code, message}}).
+func errorOf(t *testing.T, what string, r servicetest.Response) ops.ErrorDetail {
+	t.Helper()
+	var b ops.ErrorBody
+	if err := json.Unmarshal(r.Body, &b); err != nil || b.Error.Code == "" {
+		t.Fatalf("%s: want an error body {error: {code, message}}, got %d %s", what, r.Status, r.Body)
+	}
+	return b.Error
+}
+
+// Times past the years UnixNano holds (1677-2262) are times all the same:
+// since=1600-01-01 and until=9999-12-31 hold every entry, in the list
+// (HTTP and NATS) and in a replay job's filter, as they do in /v1/events.
+func TestDeadListFarTimes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	id := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })[0]
+	e.waitListed(state.Dead, url.Values{}, 1)
+
+	for _, q := range []string{
+		"since=1600-01-01", "since=1677-09-20", "since=0001-01-01T00:00:00Z",
+		"until=9999-12-31", "until=2262-04-12", "since=1600-01-01&until=9999-12-31",
+	} {
+		var rep ops.ListReply
+		if st := e.get("/v1/dead?"+q, &rep); st != http.StatusOK || rep.Total != 1 || len(rep.Items) != 1 || rep.Items[0].ID != id {
+			t.Errorf("GET /v1/dead?%s: want 200 with %s, got %d %+v", q, id, st, rep)
+		}
+	}
+	for _, q := range []string{"since=9999-12-31", "until=1600-01-01"} {
+		var rep ops.ListReply
+		if st := e.get("/v1/dead?"+q, &rep); st != http.StatusOK || rep.Total != 0 {
+			t.Errorf("GET /v1/dead?%s: want 200 and nothing, got %d %+v", q, st, rep)
+		}
+	}
+	since, until := time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	var rep ops.ListReply
+	if err := e.call(ops.DeadList, ops.ListRequest{Since: &since, Until: &until}, &rep); err != nil || rep.Total != 1 {
+		t.Errorf("dead.list since 1600 until 9999: want the entry, got %+v %v", rep, err)
+	}
+	var job ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Since: &since}, Reason: "r"}, &job); err != nil || job.JobID == "" {
+		t.Fatalf("replay job since 1600: %+v %v", job, err)
+	}
+	var j ops.JobReply
+	if err := e.call(ops.DeadJob, ops.JobRequest{JobID: job.JobID}, &j); err != nil || j.Total != 1 {
+		t.Fatalf("replay job since 1600: want a total of 1 entry, got %+v %v", j, err)
+	}
+}
+
+// /v1/dead and /v1/review judge since and until as /v1/events does: a
+// range that holds no instant is 400 invalid_until with the same message,
+// over HTTP and NATS alike; limit=0 stays 400 invalid_limit, as the three
+// routes document (1..500).
+func TestDeadListParamsAsSearch(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
+	e.waitListed(state.Dead, url.Values{}, 1)
+	send := func(path string) servicetest.Response {
+		return servicetest.Send(t, e.Ctx(), http.DefaultClient, http.MethodGet, e.http.URL+path, "", "")
+	}
+	for _, q := range []string{
+		"since=2026-03-02T00:00:00Z&until=2026-03-01T00:00:00Z", // after
+		"since=2026-03-01T00:00:00Z&until=2026-03-01T00:00:00Z", // equal: empty
+	} {
+		ev := send("/v1/events?" + q)
+		if ev.Status != http.StatusBadRequest {
+			t.Fatalf("GET /v1/events?%s: want 400, got %d %s", q, ev.Status, ev.Body)
+		}
+		want := errorOf(t, "/v1/events", ev)
+		for _, list := range []string{"/v1/dead", "/v1/review"} {
+			r := send(list + "?" + q)
+			if got := errorOf(t, list, r); r.Status != http.StatusBadRequest || got != want {
+				t.Errorf("GET %s?%s: want 400 %+v as /v1/events answers, got %d %+v", list, q, want, r.Status, got)
+			}
+		}
+	}
+	since, until := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	var rep ops.ListReply
+	var oe *ops.Error
+	if err := e.call(ops.DeadList, ops.ListRequest{Since: &since, Until: &until}, &rep); !errors.As(err, &oe) || oe.Status != 400 || oe.Code != "invalid_until" {
+		t.Errorf("dead.list since after until: want 400 invalid_until, got %+v %v", rep, err)
+	}
+	var job ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Since: &since, Until: &until}, Reason: "r"}, &job); !errors.As(err, &oe) || oe.Code != "invalid_until" {
+		t.Errorf("dead.replay with a filter since after until: want 400 invalid_until, got %+v %v", job, err)
+	}
+	for _, list := range []string{"/v1/dead", "/v1/review"} {
+		r := send(list + "?limit=0")
+		if got := errorOf(t, list, r); r.Status != http.StatusBadRequest || got.Code != "invalid_limit" {
+			t.Errorf("GET %s?limit=0: want 400 invalid_limit, got %d %+v", list, r.Status, got)
+		}
+	}
+}
+
+// A refused submission is listed as seq_<n>, and that id is what show,
+// replay and discard take, over HTTP and NATS: shown with its raw body,
+// refused a replay (409 no_envelope: there is no event), and discarded.
+func TestRefusedSubmissionByListedID(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	startIngest(t, e)
+	submit(t, e, "acme", "no.such.kind", "k1", `{"x":1}`)
+	e.waitListed(state.Dead, url.Values{"reason": {dead.ReasonRejected}}, 1)
+
+	var list ops.ListReply
+	if st := e.get("/v1/dead?reason="+dead.ReasonRejected, &list); st != http.StatusOK || len(list.Items) != 1 {
+		t.Fatalf("GET /v1/dead: want the refused submission, got %d %+v", st, list)
+	}
+	it := list.Items[0]
+	id := it.ID
+	if id != fmt.Sprintf("seq_%d", it.Seq) {
+		t.Fatalf("GET /v1/dead: want the refused submission's id seq_%d, got %q", it.Seq, id)
+	}
+	var nlist ops.ListReply
+	if err := e.call(ops.DeadList, ops.ListRequest{Reason: dead.ReasonRejected}, &nlist); err != nil || len(nlist.Items) != 1 || nlist.Items[0].ID != id {
+		t.Fatalf("dead.list: want the id HTTP lists, %s, got %+v %v", id, nlist, err)
+	}
+
+	var show ops.ShowReply
+	if st := e.get("/v1/dead/"+id, &show); st != http.StatusOK || show.Item.ID != id || string(show.Raw) != `{"x":1}` {
+		t.Fatalf("GET /v1/dead/%s: want it with its raw body, got %d %+v", id, st, show)
+	}
+	show = ops.ShowReply{}
+	if err := e.call(ops.DeadShow, ops.ShowRequest{ID: id}, &show); err != nil || show.Item.ID != id || string(show.Raw) != `{"x":1}` {
+		t.Fatalf("dead.show %s: want it with its raw body, got %+v %v", id, show, err)
+	}
+	if st, body := e.post("/v1/dead/"+id+"/replay", map[string]string{"reason": "r"}, nil); st != http.StatusConflict {
+		t.Fatalf("POST /v1/dead/%s/replay: want 409 (no event to replay), got %d %s", id, st, body)
+	}
+	if st, body := e.post("/v1/dead/replay", ops.ReplayRequest{IDs: []string{id}, Reason: "r"}, nil); st != http.StatusConflict {
+		t.Fatalf("POST /v1/dead/replay {ids: [%s]}: want 409, got %d %s", id, st, body)
+	}
+
+	var act ops.ActionReply
+	if st, body := e.post("/v1/dead/discard", ops.DiscardRequest{IDs: []string{id}, Reason: "test traffic"}, &act); st != http.StatusOK || act.Done != 1 {
+		t.Fatalf("POST /v1/dead/discard {ids: [%s]}: want 1 done, got %d %s", id, st, body)
+	}
+	e.waitListed(state.Dead, url.Values{}, 0)
+	if st := e.get("/v1/dead/"+id, nil); st != http.StatusNotFound {
+		t.Fatalf("GET /v1/dead/%s after the discard: want 404, got %d", id, st)
+	}
+	if st := e.get("/v1/dead/seq:1", nil); st != http.StatusBadRequest {
+		t.Fatalf("GET /v1/dead/seq:1: want 400 (not an id), got %d", st)
+	}
+}
