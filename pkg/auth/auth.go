@@ -40,6 +40,16 @@ var (
 	ErrNotOperator = errors.New("auth: not an operator")
 )
 
+// ScopeError is a valid key without the scope a request needs.
+type ScopeError struct {
+	Principal Principal
+	Scope     Scope
+}
+
+func (e *ScopeError) Error() string {
+	return fmt.Sprintf("%s does not have the %s scope", e.Principal, e.Scope)
+}
+
 // ErrNotConfigured is returned by New for a config with no keys and no
 // operators whose auth.disabled is not true.
 var ErrNotConfigured = errors.New(`auth.keys: no API keys or operators are configured; add them (docs/security.md) or set auth.disabled: true to serve the HTTP API without authentication`)
@@ -275,10 +285,25 @@ func (a *Authenticator) RequireOperator(authorization string) (Principal, error)
 	return p, nil
 }
 
-// Refusal is how to answer an error of Authenticate or RequireOperator:
-// its HTTP status (401 or 403), machine code and message.
+// RequireScope authenticates an Authorization header value, as a micro
+// endpoint gets it, and requires the scope s (an operator and anonymous
+// have every scope): a *ScopeError for a key without it.
+func (a *Authenticator) RequireScope(authorization string, s Scope) (Principal, error) {
+	p, err := a.AuthenticateHeader(authorization)
+	if err == nil && !p.Has(s) {
+		return Principal{}, &ScopeError{Principal: p, Scope: s}
+	}
+	return p, err
+}
+
+// Refusal is how to answer an error of Authenticate, RequireOperator or
+// RequireScope: its HTTP status (401 or 403), machine code and message,
+// the same as over HTTP.
 func Refusal(err error) (status int, code, msg string) {
+	var se *ScopeError
 	switch {
+	case errors.As(err, &se):
+		return http.StatusForbidden, "forbidden", se.Error()
 	case errors.Is(err, ErrNotOperator):
 		return http.StatusForbidden, "forbidden", "this needs an operator credential, not an API key"
 	case errors.Is(err, ErrBadCredentials):
@@ -312,7 +337,7 @@ func (a *Authenticator) Require(s Scope, h http.Handler) http.Handler {
 			return
 		}
 		if !p.Has(s) {
-			httpapi.Error(w, http.StatusForbidden, "forbidden", fmt.Sprintf("%s does not have the %s scope", p, s))
+			httpapi.Error(w, http.StatusForbidden, "forbidden", (&ScopeError{Principal: p, Scope: s}).Error())
 			return
 		}
 		if s == Submit {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -110,11 +109,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 	// The timeline also answers an API key with the read scope (for its
 	// own account: timeline checks it).
 	reader := func(authorization string) (auth.Principal, error) {
-		p, err := s.o.Auth.AuthenticateHeader(authorization)
-		if err == nil && !p.Has(auth.Read) {
-			err = fmt.Errorf("%w: %s has no read scope", auth.ErrNotOperator, p)
-		}
-		return p, err
+		return s.o.Auth.RequireScope(authorization, auth.Read)
 	}
 	eps = append(eps, struct {
 		name string

@@ -169,8 +169,8 @@ func TestSearchKeepsAKeyToItsAccount(t *testing.T) {
 	}
 	err := e.callWith(acmeSubmitKey, ops.EventsFind, ops.FindRequest{Account: "acme"}, nil)
 	var oe *ops.Error
-	if !errors.As(err, &oe) || oe.Status != http.StatusForbidden {
-		t.Errorf("a key without the read scope over NATS: want 403, got %v", err)
+	if !errors.As(err, &oe) || oe.Status != http.StatusForbidden || !strings.Contains(oe.Message, "does not have the read scope") {
+		t.Errorf("a key without the read scope over NATS: want 403 saying so, as over HTTP, got %v", err)
 	}
 	// An operator searches every account, over NATS too.
 	var rep ops.FindReply
