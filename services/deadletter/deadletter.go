@@ -377,9 +377,10 @@ func (m readyMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.R
 }
 
 // Handler is the service's HTTP routes alone (for mounting behind
-// authentication).
+// authentication), answering a /v1 request no route takes as every
+// tenaz listener does (httpapi.Mux).
 func (s *Service) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := httpapi.NewMux()
 	s.Routes(mux)
 	return mux
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -18,9 +19,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter"
 )
@@ -282,5 +285,19 @@ func TestAnswerOverMaxPayloadIsAnError(t *testing.T) {
 	}
 	if err := e.call(ops.DeadList, ops.ListRequest{Account: account, Limit: 10}, &list); err != nil || len(list.Items) != 10 {
 		t.Fatalf("a page of 10: want 10 items, got %d, %v", len(list.Items), err)
+	}
+}
+
+// The service's routes alone, as an embedding program mounts them, answer
+// a /v1 path no route takes as every tenaz listener does: coded JSON.
+func TestHandlerCodesAPIMisses(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	srv := httptest.NewServer(e.dl.Handler())
+	t.Cleanup(srv.Close)
+	r := servicetest.Send(t, e.Ctx(), srv.Client(), http.MethodGet, srv.URL+"/v1/nope", "", "")
+	var body httpapi.ErrorBody
+	if r.Status != http.StatusNotFound || json.Unmarshal(r.Body, &body) != nil || body.Error.Code != "not_found" {
+		t.Fatalf("GET /v1/nope: want 404 not_found as JSON, got %d %s", r.Status, r.Body)
 	}
 }
