@@ -85,6 +85,11 @@ type Options struct {
 	// that passes through several states within it is read and written
 	// once. Defaults to search.DefaultSettle.
 	Settle time.Duration
+	// JobLease is how long a replica's claim on a replay job lasts unless
+	// it renews it, which it does three times a lease while it runs the
+	// job: once it lapses, another replica takes the job over. Defaults
+	// to 30s.
+	JobLease time.Duration
 }
 
 // Service is the deadletter service.
@@ -166,6 +171,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.JobLease <= 0 {
+		o.JobLease = 30 * time.Second
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}

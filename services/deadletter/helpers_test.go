@@ -146,8 +146,16 @@ func signedIn(name string, h http.Handler) http.Handler {
 // startDeadletter starts a deadletter replica on its own connection.
 func (e *env) startDeadletter(instance string) *deadletter.Service {
 	e.t.Helper()
+	return e.startDeadletterWith(deadletter.Options{Instance: instance})
+}
+
+// startDeadletterWith starts a deadletter replica with o on its own
+// connection, the env's config and authenticator.
+func (e *env) startDeadletterWith(o deadletter.Options) *deadletter.Service {
+	e.t.Helper()
 	nc, _ := e.Srv.Conn(e.t)
-	dl, err := deadletter.New(deadletter.Options{Conn: nc, Config: e.cfg, Instance: instance, Auth: e.auth})
+	o.Conn, o.Config, o.Auth = nc, e.cfg, e.auth
+	dl, err := deadletter.New(o)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -24,16 +24,21 @@ import (
 // at a bounded rate. It lives in the tenaz_ops bucket (key job.<id>) with
 // its cursor and counts, written after every page, so a restart (or
 // another replica, once the lease lapses) carries on where it stopped.
-// An event replayed just before a crash and met again is not dead any
-// more: the compare-and-set refuses it and it counts as skipped, so
-// nothing runs twice; the counts can miss at most the page in flight.
+// The runner renews its lease while a page runs, however slow its rate:
+// a lease that lapsed under a live runner would have a second replica
+// replay the same page beside it, at twice the rate, and replay again an
+// event that had failed back into DEAD meanwhile. An event replayed just
+// before a crash and met again is not dead any more: the compare-and-set
+// refuses it and it counts as skipped; the counts can miss at most the
+// page in flight. A replica runs up to jobsAtOnce jobs at once, so a slow
+// job does not hold the others up.
 
 // Tuning of replay jobs.
 const (
-	jobLease    = 30 * time.Second // a runner's claim on a job, renewed every page
-	jobPage     = 100              // events per page (and per progress write)
-	jobWorkers  = 16               // replays in flight per job
-	jobPoll     = time.Second      // how often idle runners look for work
+	jobPage     = 100         // events per page (and per progress write)
+	jobWorkers  = 16          // replays in flight per job
+	jobsAtOnce  = 4           // jobs one replica runs at once
+	jobPoll     = time.Second // how often idle runners look for work
 	maxJobError = 20
 )
 
@@ -60,9 +65,23 @@ func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor
 	if !(rate > 0 && rate <= config.MaxReplayRate) {
 		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_rate", "rate_per_second must be in (0, %g], got %g", config.MaxReplayRate, rate)
 	}
-	f.Cursor, f.Limit = "", 0
+	// The job pages through every match itself: a page's cursor or size
+	// in its filter would be ignored, so it is refused, as the list
+	// refuses a bad one.
+	if f.Cursor != "" {
+		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_cursor", "cursor: a replay job's filter takes none (the job goes through every match)")
+	}
+	if f.Limit != 0 {
+		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_limit", "limit: a replay job's filter takes none (the job goes through every match)")
+	}
 	if err := checkListRequest(f); err != nil {
 		return ops.JobReply{}, err
+	}
+	if stage == state.StageFallback && f.Kind != "" {
+		// What a single replay refuses, refused up front for the whole job.
+		if k, ok := s.cfg.Kind(f.Kind); !ok || k.Fallback == nil {
+			return ops.JobReply{}, fail(http.StatusBadRequest, "no_fallback", "kind %q has no fallback stage", f.Kind)
+		}
 	}
 	first, err := s.x.List(state.Dead, ops.ListRequest{Account: f.Account, Kind: f.Kind, Class: f.Class, Reason: f.Reason, Since: f.Since, Until: f.Until, Limit: 1})
 	if err != nil {
@@ -107,16 +126,17 @@ func (s *Service) getJob(ctx context.Context, id string) (ops.JobReply, error) {
 	return j.JobReply, nil
 }
 
-// runJobs is the runner: it takes any running job whose lease is free and
-// works it to the end, one job at a time.
+// runJobs is the runner: it takes each running job whose lease is free,
+// up to jobsAtOnce at a time, and works each to the end.
 func (s *Service) runJobs() {
 	defer s.bg.Done()
 	ctx := s.runCtx
 	t := time.NewTicker(jobPoll)
 	defer t.Stop()
+	running := map[string]bool{} // the jobs this replica runs
+	var mu sync.Mutex
 	for {
-		for s.claimAndRun(ctx) {
-		}
+		s.claimJobs(ctx, &mu, running)
 		select {
 		case <-ctx.Done():
 			return
@@ -126,17 +146,26 @@ func (s *Service) runJobs() {
 	}
 }
 
-// claimAndRun runs one claimable job; false when there was none.
-func (s *Service) claimAndRun(ctx context.Context) bool {
+// claimJobs starts each claimable job it has room for, each on its own.
+func (s *Service) claimJobs(ctx context.Context, mu *sync.Mutex, running map[string]bool) {
 	kl, err := s.kvOps.ListKeysFiltered(ctx, "job.*")
 	if err != nil {
-		return false
+		return
 	}
 	var keys []string
 	for k := range kl.Keys() {
 		keys = append(keys, k)
 	}
 	for _, k := range keys {
+		mu.Lock()
+		full, mine := len(running) >= jobsAtOnce, running[k]
+		mu.Unlock()
+		if full {
+			return
+		}
+		if mine {
+			continue
+		}
 		e, err := s.kvOps.Get(ctx, k)
 		if err != nil {
 			continue
@@ -149,16 +178,28 @@ func (s *Service) claimAndRun(ctx context.Context) bool {
 		if j.Owner != "" && j.Owner != s.o.Instance && now.Before(j.LeaseUntil) {
 			continue
 		}
-		j.Owner, j.LeaseUntil = s.o.Instance, now.Add(jobLease)
+		j.Owner, j.LeaseUntil = s.o.Instance, now.Add(s.o.JobLease)
 		val, _ := json.Marshal(j)
 		rev, err := s.kvOps.Update(ctx, k, val, e.Revision())
 		if err != nil {
 			continue // another replica took it
 		}
-		s.runJob(ctx, j, rev)
-		return ctx.Err() == nil
+		mu.Lock()
+		running[k] = true
+		mu.Unlock()
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.runJob(ctx, j, rev)
+			mu.Lock()
+			delete(running, k)
+			mu.Unlock()
+			select {
+			case s.jobKick <- struct{}{}: // room for a job that waits
+			default:
+			}
+		}()
 	}
-	return false
 }
 
 // runJob replays the job's events page by page until none is left, the
@@ -166,9 +207,12 @@ func (s *Service) claimAndRun(ctx context.Context) bool {
 func (s *Service) runJob(ctx context.Context, j job, rev uint64) {
 	log := s.log.With().Str("job", j.JobID).Logger()
 	rl := ratelimiter.NewSmoothWithMaxRate[any](time.Duration(float64(time.Second) / j.RatePerSecond))
+	var mu sync.Mutex // j and rev, which the page's workers and its lease renewals write
+	// save writes j (renewing the lease, or releasing it) with mu held;
+	// false when the job was taken over or could not be saved.
 	save := func(release bool) bool {
 		j.UpdatedAt = s.now().UTC()
-		j.LeaseUntil = s.now().Add(jobLease)
+		j.LeaseUntil = s.now().Add(s.o.JobLease)
 		if release {
 			j.Owner, j.LeaseUntil = "", time.Time{}
 		}
@@ -203,12 +247,13 @@ func (s *Service) runJob(ctx context.Context, j job, rev uint64) {
 			}
 			return
 		}
-		var mu sync.Mutex
+		pageCtx, stopPage := context.WithCancel(ctx)
+		renewed := s.renewLease(pageCtx, stopPage, &mu, save)
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, jobWorkers)
 		for _, it := range page.Items {
-			if err := rl.AcquirePermit(ctx); err != nil {
-				break
+			if err := rl.AcquirePermit(pageCtx); err != nil {
+				break // stopping, or taken over
 			}
 			sem <- struct{}{}
 			wg.Add(1)
@@ -242,6 +287,10 @@ func (s *Service) runJob(ctx context.Context, j job, rev uint64) {
 			}()
 		}
 		wg.Wait()
+		stopPage()
+		if !<-renewed {
+			return // taken over: the other replica has the job
+		}
 		if ctx.Err() != nil {
 			save(true) // the cursor stays: this page is looked at again
 			return
@@ -251,4 +300,34 @@ func (s *Service) runJob(ctx context.Context, j job, rev uint64) {
 			return
 		}
 	}
+}
+
+// renewLease saves the job (its counts so far, its lease renewed) three
+// times a lease until ctx ends, so that no other replica takes over a
+// page that runs longer than a lease. If a save fails (the job was taken
+// over after all) it stops the page. Its channel says, once ctx has
+// ended, whether the lease held.
+func (s *Service) renewLease(ctx context.Context, stopPage func(), mu *sync.Mutex, save func(release bool) bool) <-chan bool {
+	held := make(chan bool, 1)
+	go func() {
+		t := time.NewTicker(s.o.JobLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				held <- true
+				return
+			case <-t.C:
+			}
+			mu.Lock()
+			ok := save(false)
+			mu.Unlock()
+			if !ok {
+				stopPage()
+				held <- false
+				return
+			}
+		}
+	}()
+	return held
 }

@@ -1,7 +1,9 @@
 package deadletter_test
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/services/deadletter"
 )
 
 // Replaying everything matching a filter: 10,000 dead events of one
@@ -75,5 +78,112 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 0)
 	if got := e.listed(state.Dead, url.Values{"account": {"globex"}}); got != 300 {
 		t.Fatalf("the other account's dead events must stay: want 300, got %d", got)
+	}
+}
+
+// A job slower than its lease keeps it: two replicas whose leases last a
+// second each, a job of 8 events at 2 a second (4 s, one page). The
+// replica running it renews its lease as it goes, so the other never
+// takes the page over beside it: each event is replayed once (its replay
+// fails back into DEAD, where a second runner would find it again), the
+// target is called once per event, and the job counts all 8. Renewed only
+// with each page's progress, as it was, the lease lapsed after a second.
+func TestSlowReplayJobKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	e := setup(t, "")
+	if err := e.dl.Stop(servicetest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lease-a", "lease-b"} {
+		e.startDeadletterWith(deadletter.Options{Instance: name, JobLease: time.Second})
+	}
+	e.startDispatcher(nil)
+	ids := e.seed(n, "acme", "order.create", dead.ReasonPermanent, "permanent", func(i int) string { return fmt.Sprintf(`{"n":%d,"reject":true}`, i) })
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, n)
+
+	var rep ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme"}, Reason: "slow", RatePerSecond: 2}, &rep); err != nil || rep.JobID == "" {
+		t.Fatalf("want a job, got %+v %v", rep, err)
+	}
+	var job ops.JobReply
+	natstest.Eventually(t, time.Minute, func() bool {
+		return e.call(ops.DeadJob, ops.JobRequest{JobID: rep.JobID}, &job) == nil && job.State != ops.JobRunning
+	}, "the job to end (last %+v)", &job)
+	if job.State != ops.JobDone || job.Done != n || job.Skipped != 0 || job.Failed != 0 {
+		t.Errorf("job: want done with %d replayed, got %+v", n, job)
+	}
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, n) // each failed back
+	for _, id := range ids {
+		replays := 0
+		if rec, ok := e.Lookup(id); ok {
+			for _, h := range rec.History {
+				if h.Action == state.Replay {
+					replays++
+				}
+			}
+		}
+		if calls := len(e.p.CallsFor(id)); replays != 1 || calls != 1 {
+			t.Errorf("%s: want 1 replay and 1 call, got %d and %d", id, replays, calls)
+		}
+	}
+}
+
+// A slow job does not hold up the next one on its replica: with one
+// replica, a job at one replay every 1,000 s is running when another
+// account's job at the full rate is created, and the second ends while
+// the first still runs. Run one at a time, as they were, the second
+// waited for the first to end, here for hours.
+func TestSlowReplayJobDoesNotHoldUpAnother(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.seed(5, "acme", "order.create", dead.ReasonPermanent, "permanent", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
+	e.seed(3, "globex", "order.create", dead.ReasonPermanent, "permanent", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 5)
+	e.waitListed(state.Dead, url.Values{"account": {"globex"}}, 3)
+	var slow, fast ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme"}, Reason: "slow", RatePerSecond: 0.001}, &slow); err != nil {
+		t.Fatal(err)
+	}
+	var job ops.JobReply
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return e.call(ops.DeadJob, ops.JobRequest{JobID: slow.JobID}, &job) == nil && job.Done == 1
+	}, "the slow job to replay its first event (last %+v)", &job)
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "globex"}, Reason: "fast", RatePerSecond: 100}, &fast); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return e.call(ops.DeadJob, ops.JobRequest{JobID: fast.JobID}, &job) == nil && job.State == ops.JobDone
+	}, "the fast job to end beside the slow one (last %+v)", &job)
+	if job.Done != 3 {
+		t.Errorf("fast job: want 3 replayed, got %+v", job)
+	}
+	if err := e.call(ops.DeadJob, ops.JobRequest{JobID: slow.JobID}, &job); err != nil || job.State != ops.JobRunning {
+		t.Errorf("slow job: want it still running, got %+v %v", job, err)
+	}
+}
+
+// A job's filter is checked as the list and a single replay check it,
+// before the job is made: a page's cursor or size (the job pages itself)
+// and the fallback stage of a kind that has none are refused, not
+// ignored or failed event by event.
+func TestReplayJobFilterIsChecked(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	for _, c := range []struct {
+		name string
+		req  ops.ReplayRequest
+		code string
+	}{
+		{"cursor", ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme", Cursor: "garbage"}, Reason: "x"}, "invalid_cursor"},
+		{"limit", ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme", Limit: -5}, Reason: "x"}, "invalid_limit"},
+		{"no fallback", ops.ReplayRequest{Filter: &ops.ListRequest{Kind: "order.create"}, Stage: state.StageFallback, Reason: "x"}, "no_fallback"},
+	} {
+		var rep ops.ReplayReply
+		err := e.call(ops.DeadReplay, c.req, &rep)
+		var oe *ops.Error
+		if !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != c.code || rep.JobID != "" {
+			t.Errorf("%s: want 400 %s and no job, got %v %+v", c.name, c.code, err, rep)
+		}
 	}
 }
