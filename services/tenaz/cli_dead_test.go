@@ -99,3 +99,60 @@ func TestCLIDeadRefusedSubmission(t *testing.T) {
 	}, "dead ls after the discard: want nothing, got %+v", &list)
 	op.must(cli.ExitNotFound, "dead", "show", id)
 }
+
+// A refused submission's header and body are the tenant's bytes: dead
+// show prints their control characters escaped (the terminal would clear
+// the screen, retitle the window, erase text), and the JSON keeps them
+// whole.
+func TestCLIDeadShowEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	_, tz, _ := running(t)
+	op := newOperator(t, tz.NATSURL())
+	nc, err := nats.Connect(tz.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	const body = "\x1b]0;BODYPWN\x07\x1b[31mnot json\x08\x08"
+	m := nats.NewMsg("tenaz.intake.acme.order.create")
+	m.Header.Set("X-Evil", "\x1b[2Jzz")
+	m.Data = []byte(body)
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+
+	var list ops.ListReply
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		op.must(cli.ExitOK, "dead", "ls", "--json").decode(t, &list)
+		return list.Total == 1
+	}, "dead ls: want the refused submission, got %+v", &list)
+	id := list.Items[0].ID
+	var show ops.ShowReply
+	if op.must(cli.ExitOK, "dead", "show", id, "--json").decode(t, &show); string(show.Raw) != body {
+		t.Fatalf("dead show %s --json: want the body as sent, got %q", id, show.Raw)
+	}
+	r := op.must(cli.ExitOK, "dead", "show", id)
+	if strings.ContainsAny(r.stdout, "\x1b\x07\x08") {
+		t.Fatalf("dead show %s: want no control character printed raw, got %q", id, r.stdout)
+	}
+	for _, want := range []string{`X-Evil: \x1b[2Jzz`, `\x1b]0;BODYPWN\a\x1b[31mnot json\b\b`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("dead show %s: want %q, got\n%s", id, want, r.stdout)
+		}
+	}
+}
+
+// An empty --payload is a mistake (a variable that expanded to nothing),
+// not a request to replay the payload as it was: it is a usage error (2)
+// naming the flag, refused before any connection, as @ an empty file is.
+func TestCLIDeadReplayEmptyPayload(t *testing.T) {
+	t.Parallel()
+	op := newOperator(t, "nats://127.0.0.1:1") // nothing listens: a refusal must come first
+	const id = "ev_01234567890123456789012345"
+	for _, args := range [][]string{{"--payload", ""}, {"--payload="}} {
+		r := op.must(cli.ExitUsage, append([]string{"dead", "replay", id}, args...)...)
+		if !strings.Contains(r.stderr, "--payload") {
+			t.Errorf("dead replay %v: want the flag named, got\n%s", args, r)
+		}
+	}
+}

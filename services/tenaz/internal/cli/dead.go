@@ -246,7 +246,7 @@ type DeadReplayCmd struct {
 	IDs     []string `arg:"" optional:"" name:"id" help:"Event ids to replay now (up to ${max_selection}); a refused submission (seq_N) has no event to replay."`
 	All     bool     `help:"Replay every dead letter matching the filter flags, as a background job (rate limited, resumable); the command follows its progress."`
 	Filter  `embed:""`
-	Payload string        `placeholder:"JSON|@FILE|-" help:"Replace the payload (one id only): inline JSON, @file, or - for stdin."`
+	Payload *string       `placeholder:"JSON|@FILE|-" help:"Replace the payload (one id only): inline JSON, @file, or - for stdin."` // nil: not given, told apart from an empty one
 	Stage   string        `enum:",primary,fallback" default:"" help:"Stage to replay at: primary or fallback (default: the stage it died in)."`
 	Message string        `short:"m" help:"Why, recorded in each event's history." default:"replayed by operator"`
 	Rate    float64       `help:"Replays per second of a --all job (0: the service's default, ${default_rate})."`
@@ -265,7 +265,9 @@ func (c *DeadReplayCmd) Run(cl *Connection, env *Env) error {
 		return failf(ErrUsage, "filter flags select what --all replays; add --all, or give ids only")
 	case len(c.IDs) > ops.MaxSelection:
 		return failf(ErrUsage, "%d ids: at most %d per call (use --all with a filter)", len(c.IDs), ops.MaxSelection)
-	case c.Payload != "" && len(c.IDs) != 1:
+	case c.Payload != nil && *c.Payload == "": // else the original payload would be replayed as if no edit was asked for
+		return failf(ErrUsage, "--payload is empty: give the JSON, @file or - for stdin, or leave --payload out to replay the payload as it was")
+	case c.Payload != nil && len(c.IDs) != 1:
 		return failf(ErrUsage, "--payload replaces one event's payload: give exactly one id")
 	case c.Rate < 0:
 		return failf(ErrUsage, "--rate %g: want 0 or more", c.Rate)
@@ -280,8 +282,8 @@ func (c *DeadReplayCmd) Run(cl *Connection, env *Env) error {
 		}
 	}
 	req := ops.ReplayRequest{IDs: c.IDs, Stage: c.Stage, Reason: c.Message, RatePerSecond: c.Rate}
-	if c.Payload != "" {
-		p, err := readPayload(c.Payload, env)
+	if c.Payload != nil {
+		p, err := readPayload(*c.Payload, env)
 		if err != nil {
 			return err
 		}

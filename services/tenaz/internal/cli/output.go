@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/jsm.go/natscontext"
 	"github.com/nats-io/nats.go"
@@ -128,15 +130,37 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
-// clean keeps a cell on one line and out of the next column.
+// clean keeps a cell on one line and out of the next column, and shows
+// every other control character as its Go escape (\x1b, \r, \u009b), as
+// are bytes that are not UTF-8: a cell holds tenant data (headers,
+// bodies, a target's errors), and a terminal acts on ESC, BEL or BS
+// (clears the screen, retitles the window, overwrites text) instead of
+// showing them. Valid text, accents and CJK included, is left as it is.
 func clean(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\t' || r == '\n' || r == '\r' {
-			return ' '
+	if !strings.ContainsFunc(s, unsafeRune) && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\t':
+			b.WriteByte(' ')
+		case unsafeRune(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
 		}
-		return r
-	}, s)
+		i += n
+	}
+	return b.String()
 }
+
+// unsafeRune is a C0 or C1 control character, or DEL.
+func unsafeRune(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) }
 
 // short shortens a long cell for a table (the JSON keeps it whole).
 func short(s string, n int) string {
