@@ -45,7 +45,7 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 	keys := members["keys"]
 	delete(members, "keys")
 	if _, ok := members["repeats"]; ok {
-		return StoredAccount{}, &KeyError{Key: join(join("accounts", name), "repeats"), Msg: "is not taken from the accounts bucket: declare repeats in tenaz.yaml or with POST /v1/accounts/{account}/repeats"}
+		return StoredAccount{}, &KeyError{Key: join(join("accounts", name), "repeats"), Msg: "is not taken from the accounts bucket: declare repeats in tenaz.yaml or with PUT /v1/repeats/{account}/{name}"}
 	}
 	acct, _ := json.Marshal(members)
 	if len(keys) == 0 {

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,4 +88,20 @@ func TestAccountAddedWithoutRestart(t *testing.T) {
 		t.Fatalf("a removed account's key: want 401, got %d", a.status)
 	}
 	op.must(cli.ExitNotFound, "accounts", "rm", "newco", "-m", "again", "--yes")
+}
+
+// A stored definition with repeats is refused 422, and the route the
+// message sends the operator to instead is one that `tenaz run` serves.
+func TestStoredRepeatsRefusalNamesAServedRoute(t *testing.T) {
+	t.Parallel()
+	_, tz, base := running(t)
+	a := send(t, http.MethodPut, base+"/v1/config/accounts/newco", "", `{"definition":{"repeats":{}},"reason":"r"}`)
+	var eb ops.ErrorBody
+	if err := json.Unmarshal(a.body, &eb); a.status != http.StatusUnprocessableEntity || err != nil || !strings.Contains(eb.Error.Message, "accounts.newco.repeats") {
+		t.Fatalf("repeats in a stored account: want 422 naming accounts.newco.repeats, got %d %s", a.status, a.body)
+	}
+	route := regexp.MustCompile(`(GET|PUT|POST|DELETE) /v1/\S+`).FindString(eb.Error.Message)
+	if route == "" || !slices.Contains(tz.Patterns(), route) {
+		t.Fatalf("the 422 names route %q, which is not among the routes served:\n%s\nmessage: %s", route, strings.Join(tz.Patterns(), "\n"), eb.Error.Message)
+	}
 }
