@@ -64,6 +64,7 @@ var routes = map[string]Class{
 	"GET /v1/dead":                               OperatorOnly,
 	"GET /v1/dead/{id}":                          OperatorOnly,
 	"GET /v1/dead/jobs/{job}":                    OperatorOnly,
+	"POST /v1/dead/jobs/{job}/cancel":            OperatorOnly,
 	"POST /v1/dead/replay":                       OperatorOnly,
 	"POST /v1/dead/{id}/replay":                  OperatorOnly,
 	"POST /v1/dead/discard":                      OperatorOnly,

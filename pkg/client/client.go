@@ -237,6 +237,16 @@ func (c *Client) ReplayJob(ctx context.Context, jobID string) (ops.JobReply, err
 	return rep, err
 }
 
+// CancelReplayJob stops a running replay job, saying why: its runner
+// leaves it within a third of its lease; what it replayed stays replayed.
+func (c *Client) CancelReplayJob(ctx context.Context, jobID, reason string) (ops.JobReply, error) {
+	var rep ops.JobReply
+	req := ops.JobCancelRequest{JobID: jobID, Reason: reason}
+	_, err := c.t.do(ctx, call{endpoint: ops.DeadJobCancel, natsBody: req,
+		method: http.MethodPost, path: "/v1/dead/jobs/" + url.PathEscape(jobID) + "/cancel", body: req, operator: true}, &rep)
+	return rep, err
+}
+
 // Discard discards dead or reviewed events with a reason: they become
 // cancelled.
 func (c *Client) Discard(ctx context.Context, req ops.DiscardRequest) (ops.ActionReply, error) {

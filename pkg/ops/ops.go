@@ -82,6 +82,7 @@ const (
 	DeadReplay    = "dead.replay"
 	DeadDiscard   = "dead.discard"
 	DeadJob       = "dead.job"
+	DeadJobCancel = "dead.job.cancel"
 	ReviewList    = "review.list"
 	ReviewResolve = "review.resolve"
 	BreakersList  = "breakers.list"
@@ -239,11 +240,19 @@ type JobRequest struct {
 	JobID string `json:"job_id"`
 }
 
+// JobCancelRequest stops a running replay job.
+type JobCancelRequest struct {
+	JobID string `json:"job_id"`
+	// Reason is why (required), kept in the job.
+	Reason string `json:"reason"`
+}
+
 // Job states.
 const (
-	JobRunning = "running"
-	JobDone    = "done"
-	JobFailed  = "failed"
+	JobRunning   = "running"
+	JobDone      = "done"
+	JobFailed    = "failed"
+	JobCancelled = "cancelled"
 )
 
 // JobReply is a replay job's progress, kept durably (a restart resumes it).
@@ -258,6 +267,10 @@ type JobReply struct {
 	State   string `json:"state"`
 	// Error is why a failed job stopped.
 	Error string `json:"error,omitempty"`
+	// CancelledBy and CancelReason are who cancelled a cancelled job
+	// (from the credential) and why.
+	CancelledBy  string `json:"cancelled_by,omitempty"`
+	CancelReason string `json:"cancel_reason,omitempty"`
 	// LastErrors are the latest per-event failures (up to 20).
 	LastErrors []ItemError `json:"last_errors,omitempty"`
 	Filter     ListRequest `json:"filter"`
@@ -302,7 +315,8 @@ type ResolveRequest struct {
 	Outcome string `json:"outcome"`
 	// Result is stored as the event's result with OutcomeDone (optional JSON).
 	Result json.RawMessage `json:"result,omitempty"`
-	// Reason is why, recorded in the event's history.
+	// Reason is why, recorded in the event's history; required with
+	// OutcomeDiscard, as DiscardRequest's (400 reason_required).
 	Reason string `json:"reason,omitempty"`
 }
 

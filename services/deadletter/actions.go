@@ -350,6 +350,9 @@ func (s *Service) resolve(ctx context.Context, req ops.ResolveRequest) error {
 		}
 		return s.settle(ctx, it, state.Action{Name: state.Resolve, Actor: actor, Detail: req.Reason, Result: req.Result})
 	case ops.OutcomeDiscard:
+		if err := discardReason(req.Reason); err != nil {
+			return err
+		}
 		return s.discard(ctx, req.ID, actor, req.Reason)
 	case ops.OutcomeRequeuePrimary:
 		return s.replay(ctx, req.ID, nil, state.StagePrimary, actor, req.Reason)
@@ -427,11 +430,21 @@ func (s *Service) replayRequest(ctx context.Context, req ops.ReplayRequest) (ops
 	return ops.ReplayReply{Replayed: done, Skipped: skipped, Errors: errs}, nil
 }
 
+// discardReason refuses a discard without a reason, whichever route asks
+// for it (dead discard, or a review resolved by discarding): it cancels
+// the event for good, and the reason is all its history keeps of why.
+func discardReason(why string) error {
+	if strings.TrimSpace(why) == "" {
+		return fail(http.StatusBadRequest, "reason_required", "say why: a discard needs a reason")
+	}
+	return nil
+}
+
 // discardRequest discards ids and event-less entries.
 func (s *Service) discardRequest(ctx context.Context, req ops.DiscardRequest) (ops.ActionReply, error) {
 	actor := actorOf(ctx)
-	if strings.TrimSpace(req.Reason) == "" {
-		return ops.ActionReply{}, fail(http.StatusBadRequest, "reason_required", "say why: a discard needs a reason")
+	if err := discardReason(req.Reason); err != nil {
+		return ops.ActionReply{}, err
 	}
 	if err := checkSelection(len(req.IDs) + len(req.Seqs)); err != nil {
 		return ops.ActionReply{}, err

@@ -347,3 +347,91 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 	}
 	e.waitListed(state.Dead, url.Values{}, 0)
 }
+
+// A review resolved by discarding needs a reason, as dead discard does:
+// without one (or with only spaces) it is refused 400 reason_required over
+// HTTP and NATS and stays in review; with one it is cancelled and its
+// history says why.
+func TestResolveDiscardNeedsReason(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ids := e.seed(1, "globex", "credit.evaluate", dead.ReasonReview, "timeout", func(int) string { return `{"applicant":"a"}` })
+	e.waitListed(state.ManualReview, url.Values{}, 1)
+	for _, why := range []string{"", "  "} {
+		body := map[string]any{"outcome": "discard"}
+		if why != "" {
+			body["reason"] = why
+		}
+		code, text := e.post("/v1/review/"+ids[0]+"/resolve", body, nil)
+		var eb ops.ErrorBody
+		if err := json.Unmarshal([]byte(text), &eb); code != http.StatusBadRequest || err != nil || eb.Error.Code != "reason_required" || eb.Error.Message == "" {
+			t.Errorf("POST resolve %v: want 400 reason_required with a message, got %d %s", body, code, text)
+		}
+		err := e.call(ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: ops.OutcomeDiscard, Reason: why}, nil)
+		var oe *ops.Error
+		if !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != "reason_required" {
+			t.Errorf("NATS %s with reason %q: want 400 reason_required, got %v", ops.ReviewResolve, why, err)
+		}
+	}
+	if r := e.Record(ids[0]); r.Status != state.ManualReview {
+		t.Fatalf("refused resolves must change nothing, got %s %+v", r.Status, lastEntry(r))
+	}
+	if err := e.call(ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: ops.OutcomeDiscard, Reason: "applicant withdrew"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Record(ids[0]); r.Status != state.Cancelled || lastEntry(r).Detail != "applicant withdrew" {
+		t.Fatalf("discarded with a reason: want cancelled saying why, got %s %+v", r.Status, lastEntry(r))
+	}
+}
+
+// An account or kind filter that cannot be a name is refused 400
+// invalid_account / invalid_kind naming the parameter, as GET /v1/events
+// refuses it, over HTTP and NATS: an empty list would say that nothing
+// matched. A good name still lists.
+func TestListFiltersRefuseBadNames(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
+	e.waitListed(state.Dead, url.Values{}, 1)
+	for _, tc := range []struct{ query, code string }{
+		{"/v1/dead?account=bad%20acct", "invalid_account"},
+		{"/v1/dead?kind=bad%20kind", "invalid_kind"},
+		{"/v1/review?account=..%2F", "invalid_account"},
+		{"/v1/review?kind=a..b", "invalid_kind"},
+		{"/v1/breakers?account=bad%20acct", "invalid_account"},
+		{"/v1/config/accounts?account=bad.name", "invalid_account"},
+		{"/v1/events?account=bad%20acct", "invalid_account"}, // the reference
+	} {
+		r := servicetest.Send(t, e.Ctx(), http.DefaultClient, http.MethodGet, e.http.URL+tc.query, "", "")
+		var eb ops.ErrorBody
+		param := strings.TrimPrefix(tc.code, "invalid_")
+		if err := json.Unmarshal(r.Body, &eb); r.Status != http.StatusBadRequest || err != nil || eb.Error.Code != tc.code || !strings.HasPrefix(eb.Error.Message, param+": ") {
+			t.Errorf("GET %s: want 400 %s with a message naming %s, got %d %s", tc.query, tc.code, param, r.Status, r.Body)
+		}
+	}
+	for _, tc := range []struct {
+		ep   string
+		req  any
+		code string
+	}{
+		{ops.DeadList, ops.ListRequest{Account: "bad acct"}, "invalid_account"},
+		{ops.DeadList, ops.ListRequest{Kind: "bad kind"}, "invalid_kind"},
+		{ops.ReviewList, ops.ListRequest{Account: "../"}, "invalid_account"},
+		{ops.BreakersList, ops.BreakersRequest{Account: "bad acct"}, "invalid_account"},
+		{ops.StoredList, ops.StoredListRequest{Account: "bad.name"}, "invalid_account"},
+	} {
+		err := e.call(tc.ep, tc.req, nil)
+		var oe *ops.Error
+		if !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != tc.code || oe.Message == "" {
+			t.Errorf("NATS %s %+v: want 400 %s, got %v", tc.ep, tc.req, tc.code, err)
+		}
+	}
+	var list ops.ListReply
+	if code := e.get("/v1/dead?account=acme&kind=invoice.send", &list); code != http.StatusOK || list.Total != 1 {
+		t.Errorf("GET /v1/dead of acme's invoice.send: want its one entry, got %d %+v", code, list)
+	}
+	var brk ops.BreakersReply
+	if code := e.get("/v1/breakers?account=acme", &brk); code != http.StatusOK {
+		t.Errorf("GET /v1/breakers?account=acme: want 200, got %d", code)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
 )
@@ -29,6 +30,7 @@ import (
 //	POST /v1/dead/{id}/replay           {payload?, stage?, reason} → ReplayReply
 //	POST /v1/dead/discard               DiscardRequest → ActionReply
 //	GET  /v1/dead/jobs/{job}            JobReply
+//	POST /v1/dead/jobs/{job}/cancel     {reason} → JobReply (409 once it is not running)
 //	GET  /v1/review                     list of manual reviews
 //	GET  /v1/review/{id}                show
 //	POST /v1/review/{id}/resolve        {outcome, result?, reason} → ActionReply
@@ -75,13 +77,15 @@ func (s *Service) apiRoutes(mux readyMux) {
 		rep, err := s.getJob(r.Context(), r.PathValue("job"))
 		s.answer(w, http.StatusOK, rep, err)
 	})
+	mux.HandleFunc("POST /v1/dead/jobs/{job}/cancel", decoded(s, func(r *http.Request, req *ops.JobCancelRequest) { req.JobID = r.PathValue("job") }, s.cancelJob))
 	mux.HandleFunc("POST /v1/review/{id}/resolve", decoded(s, func(r *http.Request, req *ops.ResolveRequest) { req.ID = r.PathValue("id") },
 		func(ctx context.Context, req ops.ResolveRequest) (ops.ActionReply, error) {
 			return ops.ActionReply{Done: 1}, s.resolve(ctx, req)
 		}))
 	mux.HandleFunc("GET /v1/breakers", func(w http.ResponseWriter, r *http.Request) {
 		if q, ok := s.query(w, r, "account"); ok {
-			httpapi.JSON(w, http.StatusOK, s.breakers(q.Get("account")))
+			rep, err := s.breakersList(r.Context(), ops.BreakersRequest{Account: q.Get("account")})
+			s.answer(w, http.StatusOK, rep, err)
 		}
 	})
 	mux.HandleFunc("POST /v1/breakers/{account}/{target}/close", decoded(s, func(r *http.Request, req *ops.CloseBreakerRequest) {
@@ -249,17 +253,20 @@ func (s *Service) list(st state.State, q ops.ListRequest) (ops.ListReply, error)
 }
 
 // checkListRequest refuses what GET /v1/events (pkg/search) refuses of the
-// same parameters, with the same code and message: a time range that
-// holds no instant, and a limit out of range (0 is the default for a
-// request over NATS; the query string's limit=0 is refused by listQuery).
+// same parameters, with the same code and message: an account or a kind
+// that cannot be a name (it matches nothing, and an empty list would say
+// that nothing is dead), a time range that holds no instant, and a limit
+// out of range (0 is the default for a request over NATS; the query
+// string's limit=0 is refused by listQuery). Every list filter goes
+// through it: the dead and review lists, a replay job's filter, and the
+// account of the breakers and stored accounts lists.
 func checkListRequest(q ops.ListRequest) error {
-	if q.Since != nil && q.Until != nil && !q.Since.Before(*q.Until) {
-		return fail(http.StatusBadRequest, "invalid_until", "until: %s is not after since %s", q.Until.UTC().Format(time.RFC3339), q.Since.UTC().Format(time.RFC3339))
+	err := search.Validate(ops.FindRequest{Account: q.Account, Kind: q.Kind, Since: q.Since, Until: q.Until, Limit: q.Limit})
+	var pe *search.ParamError
+	if errors.As(err, &pe) {
+		return fail(http.StatusBadRequest, "invalid_"+pe.Param, "%v", pe)
 	}
-	if q.Limit < 0 || q.Limit > ops.MaxLimit {
-		return fail(http.StatusBadRequest, "invalid_limit", "limit: want 1..%d, got %d", ops.MaxLimit, q.Limit)
-	}
-	return nil
+	return err
 }
 
 // listParams are the parameters listQuery reads.
@@ -300,6 +307,15 @@ func parseTime(raw string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, errors.New("bad time")
+}
+
+// breakersList answers a request for the breakers (of one account when
+// given): a bad account name is refused, not an empty list.
+func (s *Service) breakersList(_ context.Context, req ops.BreakersRequest) (ops.BreakersReply, error) {
+	if err := checkListRequest(ops.ListRequest{Account: req.Account}); err != nil {
+		return ops.BreakersReply{}, err
+	}
+	return s.breakers(req.Account), nil
 }
 
 // breakers lists the breakers (of one account when given).

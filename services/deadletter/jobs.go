@@ -126,6 +126,44 @@ func (s *Service) getJob(ctx context.Context, id string) (ops.JobReply, error) {
 	return j.JobReply, nil
 }
 
+// cancelJob stops a running job: it is marked cancelled, with who and
+// why, by compare-and-set, so its runner's next save (its lease renewal,
+// within a third of a lease, or its page's end) fails and it leaves the
+// job; no runner takes a job that is not running. A replay in flight
+// then finishes.
+func (s *Service) cancelJob(ctx context.Context, req ops.JobCancelRequest) (ops.JobReply, error) {
+	why, err := needReason(req.Reason)
+	if err != nil {
+		return ops.JobReply{}, err
+	}
+	if _, err := s.getJob(ctx, req.JobID); err != nil {
+		return ops.JobReply{}, err
+	}
+	for {
+		e, err := s.kvOps.Get(ctx, jobKey(req.JobID))
+		if err != nil {
+			return ops.JobReply{}, err
+		}
+		var j job
+		if err := json.Unmarshal(e.Value(), &j); err != nil {
+			return ops.JobReply{}, err
+		}
+		if j.State != ops.JobRunning {
+			return j.JobReply, fail(http.StatusConflict, "not_running", "job %s is %s, not running", j.JobID, j.State)
+		}
+		j.State, j.CancelledBy, j.CancelReason = ops.JobCancelled, actorOf(ctx), why
+		j.Owner, j.LeaseUntil, j.UpdatedAt = "", time.Time{}, s.now().UTC()
+		val, _ := json.Marshal(j)
+		if _, err := s.kvOps.Update(ctx, jobKey(j.JobID), val, e.Revision()); err == nil {
+			s.log.Info().Str("job", j.JobID).Str("actor", j.CancelledBy).Int("done", j.Done).Msg("replay job cancelled")
+			return j.JobReply, nil
+		} else if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return ops.JobReply{}, err
+		}
+		// The runner saved its progress meanwhile: read it again.
+	}
+}
+
 // runJobs is the runner: it takes each running job whose lease is free,
 // up to jobsAtOnce at a time, and works each to the end.
 func (s *Service) runJobs() {

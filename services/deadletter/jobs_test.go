@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -185,5 +188,61 @@ func TestReplayJobFilterIsChecked(t *testing.T) {
 		if !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != c.code || rep.JobID != "" {
 			t.Errorf("%s: want 400 %s and no job, got %v %+v", c.name, c.code, err, rep)
 		}
+	}
+}
+
+// An operator stops a running job: the answer says it is cancelled, by
+// whom and why; its runner's next lease renewal fails, so it leaves the
+// job (saying so) without writing over the cancel; no runner takes it up
+// again, and what it replayed stays replayed. A second cancel is 409, a
+// cancel without a reason 400, an unknown job 404.
+func TestCancelReplayJob(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	if err := e.dl.Stop(servicetest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	var logs servicetest.LogBuffer
+	log := zerolog.New(&logs)
+	e.startDeadletterWith(deadletter.Options{Instance: "runner", JobLease: time.Second, Logger: &log})
+	e.seed(6, "acme", "order.create", dead.ReasonPermanent, "permanent", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 6)
+	var rep ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme"}, Reason: "wrong filter", RatePerSecond: 0.2}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var job ops.JobReply
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return e.call(ops.DeadJob, ops.JobRequest{JobID: rep.JobID}, &job) == nil && job.Done >= 1
+	}, "the job to replay its first event (last %+v)", &job)
+
+	var refused ops.JobReply
+	err := e.call(ops.DeadJobCancel, ops.JobCancelRequest{JobID: rep.JobID}, &refused)
+	var oe *ops.Error
+	if !errors.As(err, &oe) || oe.Code != "reason_required" {
+		t.Fatalf("a cancel without a reason: want 400 reason_required, got %v", err)
+	}
+	var cancelled ops.JobReply
+	if err := e.call(ops.DeadJobCancel, ops.JobCancelRequest{JobID: rep.JobID, Reason: "wrong account"}, &cancelled); err != nil {
+		t.Fatal(err)
+	}
+	if cancelled.State != ops.JobCancelled || cancelled.CancelledBy != "operator:alice" || cancelled.CancelReason != "wrong account" {
+		t.Fatalf("want the job cancelled by operator:alice for \"wrong account\", got %+v", cancelled)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "leaving it") },
+		"the runner to leave the cancelled job")
+	if err := e.call(ops.DeadJob, ops.JobRequest{JobID: rep.JobID}, &job); err != nil || job.State != ops.JobCancelled || job.CancelledBy != "operator:alice" {
+		t.Fatalf("once its runner left: want the job still cancelled, got %+v %v", job, err)
+	}
+	if left := e.listed(state.Dead, url.Values{"account": {"acme"}}); left < 6-job.Done-1 || left == 0 {
+		t.Errorf("want the job stopped with most events still dead, got %d of 6 dead after %d replayed", left, job.Done)
+	}
+	err = e.call(ops.DeadJobCancel, ops.JobCancelRequest{JobID: rep.JobID, Reason: "again"}, &refused)
+	if !errors.As(err, &oe) || oe.Status != http.StatusConflict || oe.Code != "not_running" {
+		t.Errorf("a second cancel: want 409 not_running, got %v", err)
+	}
+	err = e.call(ops.DeadJobCancel, ops.JobCancelRequest{JobID: "job_0000000000000000", Reason: "x"}, &refused)
+	if !errors.As(err, &oe) || oe.Status != http.StatusNotFound {
+		t.Errorf("an unknown job: want 404, got %v", err)
 	}
 }

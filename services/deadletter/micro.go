@@ -73,6 +73,13 @@ func (s *Service) registerMicro() (micro.Service, error) {
 			}
 			return s.getJob(ctx, req.JobID)
 		}},
+		{ops.DeadJobCancel, func(ctx context.Context, data []byte) (any, error) {
+			var req ops.JobCancelRequest
+			if err := strict(data, &req); err != nil {
+				return nil, err
+			}
+			return s.cancelJob(ctx, req)
+		}},
 		{ops.ReviewResolve, func(ctx context.Context, data []byte) (any, error) {
 			var req ops.ResolveRequest
 			if err := strict(data, &req); err != nil {
@@ -83,13 +90,7 @@ func (s *Service) registerMicro() (micro.Service, error) {
 			}
 			return ops.ActionReply{Done: 1}, nil
 		}},
-		{ops.BreakersList, func(ctx context.Context, data []byte) (any, error) {
-			var req ops.BreakersRequest
-			if err := strict(data, &req); err != nil {
-				return nil, err
-			}
-			return s.breakers(req.Account), nil
-		}},
+		{ops.BreakersList, endpoint(s.breakersList)},
 		{ops.BreakersClose, func(ctx context.Context, data []byte) (any, error) {
 			var req ops.CloseBreakerRequest
 			if err := strict(data, &req); err != nil {

@@ -125,6 +125,14 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	if code, body := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}, "reason": {strings.Repeat("x", ops.MaxReason+1)}}), "same-origin"); code != http.StatusBadRequest || !strings.Contains(body, "at most 1024") {
 		t.Fatalf("a reason too long: want 400 saying the limit, got %d", code)
 	}
+	// Resolving by discarding needs a reason as discarding does: refused
+	// before the confirmation, and on a confirmed post too.
+	for _, confirm := range []string{"", "yes"} {
+		resolve := url.Values{"csrf": {token}, "action": {"resolve"}, "id": {ids[0]}, "outcome": {"discard"}, "reason": {" "}, "confirm": {confirm}, "back": {"/ui/dead"}}
+		if code, body := post(resolve, "same-origin"); code != http.StatusBadRequest || !strings.Contains(body, "say why") {
+			t.Fatalf("resolve by discarding without a reason (confirm %q): want 400 asking why, got %d", confirm, code)
+		}
+	}
 	code, body := post(form(url.Values{"csrf": {token}}), "same-origin")
 	if code != http.StatusOK || !strings.Contains(body, "Discard 1 entr") || !strings.Contains(body, `name="confirm" value="yes"`) {
 		t.Fatalf("first post: want the confirmation page, got %d", code)

@@ -49,7 +49,7 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	operatorRoutes := []struct{ method, path string }{
 		{"GET", "/v1/dead"}, {"GET", "/v1/review"}, {"GET", "/v1/dead/" + deadIDs[0]}, {"GET", "/v1/review/" + reviews[0]},
 		{"POST", "/v1/dead/replay"}, {"POST", "/v1/dead/" + deadIDs[0] + "/replay"}, {"POST", "/v1/dead/discard"},
-		{"GET", "/v1/dead/jobs/j"}, {"POST", "/v1/review/" + reviews[0] + "/resolve"}, {"GET", "/v1/breakers"},
+		{"GET", "/v1/dead/jobs/j"}, {"POST", "/v1/dead/jobs/j/cancel"}, {"POST", "/v1/review/" + reviews[0] + "/resolve"}, {"GET", "/v1/breakers"},
 		{"POST", "/v1/breakers/acme/erp/close"},
 	}
 	for _, r := range operatorRoutes {
@@ -98,6 +98,17 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	want(200, "GET", "/v1/dead/jobs/"+job.JobID, alice, "", "a job")
 	want(400, "GET", "/v1/dead/jobs/a.b", alice, "", "a bad job id")
 	want(404, "GET", "/v1/dead/jobs/nope", alice, "", "an unknown job")
+	slow := e.seed(2, "slowjob", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
+	e.waitListed(state.Dead, url.Values{"account": {"slowjob"}}, len(slow))
+	if st, _ := e.postWith(alice, "/v1/dead/replay", map[string]any{"filter": map[string]string{"account": "slowjob"}, "reason": "r", "rate_per_second": 0.001}, &job); st != 202 || job.JobID == "" {
+		t.Fatalf("a slow replay job: want 202 with its id, got %d", st)
+	}
+	cancel := "/v1/dead/jobs/" + job.JobID + "/cancel"
+	want(400, "POST", cancel, alice, `{}`, "no reason")
+	want(200, "POST", cancel, alice, `{"reason":"wrong filter"}`, "cancel a running job")
+	want(409, "POST", cancel, alice, `{"reason":"again"}`, "a job not running")
+	want(404, "POST", "/v1/dead/jobs/nope/cancel", alice, `{"reason":"x"}`, "an unknown job")
+	want(413, "POST", cancel, alice, huge, "a body over the limit")
 
 	want(200, "POST", "/v1/review/"+reviews[0]+"/resolve", alice, `{"outcome":"done","result":{"ok":true},"reason":"checked"}`, "resolve")
 	want(400, "POST", "/v1/review/"+reviews[1]+"/resolve", alice, `{"outcome":"maybe"}`, "a bad outcome")
@@ -107,6 +118,7 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	want(422, "POST", "/v1/review/"+retired[1]+"/resolve", alice, `{"outcome":"requeue_primary","reason":"r"}`, "a kind no longer configured")
 
 	want(200, "GET", "/v1/breakers?account=acme", alice, "", "the breakers")
+	want(400, "GET", "/v1/breakers?account=ac.me", alice, "", "a bad account")
 	want(400, "POST", "/v1/breakers/ac.me/erp/close", alice, "", "a bad account")
 	want(404, "POST", "/v1/breakers/acme/erp/close", alice, "", "no such breaker")
 
@@ -126,7 +138,7 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 		"POST /v1/breakers/{account}/{target}/close 200": "needs an open breaker, which needs a failing dispatcher: services/tenaz TestBreakersAreOperatorOnly closes one",
 	}
 	for _, op := range []string{"GET /v1/dead/{id}", "GET /v1/review/{id}", "POST /v1/dead/replay", "POST /v1/dead/{id}/replay",
-		"POST /v1/dead/discard", "GET /v1/dead/jobs/{job}", "POST /v1/review/{id}/resolve", "POST /v1/breakers/{account}/{target}/close"} {
+		"POST /v1/dead/discard", "GET /v1/dead/jobs/{job}", "POST /v1/dead/jobs/{job}/cancel", "POST /v1/review/{id}/resolve", "POST /v1/breakers/{account}/{target}/close"} {
 		unseen[op+" 500"] = internal
 	}
 	// Opening a breaker is an operator action: TestOpenAPIContractOperatorActions.

@@ -57,6 +57,9 @@ func (s *Service) storedEndpoints() []struct {
 func (s *Service) configStatus() ops.ConfigStatus { return s.live.Status() }
 
 func (s *Service) storedList(_ context.Context, req ops.StoredListRequest) (ops.StoredListReply, error) {
+	if err := checkListRequest(ops.ListRequest{Account: req.Account}); err != nil {
+		return ops.StoredListReply{}, err // not an empty list: no account has that name
+	}
 	rep, err := s.live.List(req.Account)
 	return rep, storedError(err)
 }

@@ -72,6 +72,7 @@ func TestOpenAPIContractConfig(t *testing.T) {
 	want(413, "PUT", "/v1/config/accounts/newco", alice, huge, "a body over the limit")
 	want(422, "PUT", "/v1/config/accounts/newco", alice, `{"definition":{"rate":"fast"},"reason":"r"}`, "a bad rate")
 	want(200, "GET", "/v1/config/accounts", alice, "", "the list")
+	want(400, "GET", "/v1/config/accounts?account=bad.name", alice, "", "a bad account")
 	want(200, "DELETE", "/v1/config/accounts/newco", alice, `{"reason":"gone"}`, "remove")
 	want(404, "DELETE", "/v1/config/accounts/newco", alice, `{"reason":"gone"}`, "remove again")
 	want(400, "DELETE", "/v1/config/accounts/newco", alice, `{}`, "no reason")

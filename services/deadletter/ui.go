@@ -536,6 +536,10 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		case ops.OutcomeDone:
 			summary = "Resolve as done (the operator did the work)"
 		case ops.OutcomeDiscard:
+			if err := discardReason(why0(f)); err != nil { // refused before the confirmation, not after
+				u.fail(w, r, err)
+				return
+			}
 			summary, danger = "Resolve by discarding the event", true
 		case ops.OutcomeRequeuePrimary:
 			summary = "Requeue to the primary stage: a fresh attempt cycle there"

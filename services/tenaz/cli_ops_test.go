@@ -121,7 +121,10 @@ func TestCLIDeadLetters(t *testing.T) {
 	if !hasEntry(h.History, state.Resolve, "anonymous", "booked by phone") {
 		t.Fatalf("history: want a resolve by anonymous saying why, got %+v", h.History)
 	}
-	op.must(cli.ExitConflict, "review", "resolve", hand, "--outcome", "discard")
+	op.must(cli.ExitConflict, "review", "resolve", hand, "--outcome", "discard", "-m", "again")
+	if r := op.must(cli.ExitUsage, "review", "resolve", hand, "--outcome", "discard"); !strings.Contains(r.stderr, "--message") {
+		t.Fatalf("review resolve --outcome discard without a reason: want the flag named, got\n%s", r)
+	}
 	op.must(cli.ExitUsage, "review", "resolve", hand, "--outcome", "maybe")
 
 	op.must(cli.ExitOK, "dead", "ls", "--json").decode(t, &list)
@@ -197,12 +200,14 @@ func TestCLIBulkReplay(t *testing.T) {
 
 	ids := submitN(t, base, "bulk", n)
 	_, other := post(t, base, "other-kind", `{"account":"globex","kind":"order.create","payload":{"order_id":"other-kind"}}`)
+	_, other2 := post(t, base, "other-kind-2", `{"account":"globex","kind":"order.create","payload":{"order_id":"other-kind-2"}}`)
 	var list ops.ListReply
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		op.must(cli.ExitOK, "dead", "ls", "--account", "acme", "--limit", "1", "--json").decode(t, &list)
 		return list.Total == n
 	}, "want %d dead events of acme, got %v", n, servicetest.Lazy(func() string { return fmt.Sprint(list.Total) }))
 	waitStatus(t, base, other.ID, "dead")
+	waitStatus(t, base, other2.ID, "dead")
 
 	p.SetFaults(provider.Faults{})
 	var out, errb bytes.Buffer
@@ -244,6 +249,20 @@ func TestCLIBulkReplay(t *testing.T) {
 		t.Fatalf("dead job --no-wait: want the finished job, got %+v", again)
 	}
 	op.must(cli.ExitNotFound, "dead", "job", "nosuchjob")
+
+	// A job started by mistake is cancelled, with a reason (this one
+	// replays the first of globex's two at once, the second in 1,000 s);
+	// a finished one is a conflict (4), --cancel without -m a usage error
+	// (2).
+	var slow ops.ReplayReply
+	op.must(cli.ExitOK, "dead", "replay", "--all", "--account", "globex", "--rate", "0.001", "--no-wait", "--json").decode(t, &slow)
+	op.must(cli.ExitUsage, "dead", "job", slow.JobID, "--cancel")
+	var cancelled ops.JobReply
+	op.must(cli.ExitOK, "dead", "job", slow.JobID, "--cancel", "-m", "wrong account", "--json").decode(t, &cancelled)
+	if cancelled.State != ops.JobCancelled || cancelled.CancelReason != "wrong account" || cancelled.CancelledBy != "anonymous" {
+		t.Fatalf("dead job --cancel: want the job cancelled for \"wrong account\" by anonymous, got %+v", cancelled)
+	}
+	op.must(cli.ExitConflict, "dead", "job", job.JobID, "--cancel", "-m", "too late")
 }
 
 // review ls lists the events whose callback never came; review resolve

@@ -218,7 +218,7 @@ func TestClient(t *testing.T) {
 			if mustStatus(t, "wait on the resolved event", v, err, state.Done); string(v.Result) != `{"ref":"by-phone"}` {
 				t.Fatalf("resolved event: want the operator's result, got %s", v.Result)
 			}
-			_, err = tz.Resolve(callCtx(t, 10*time.Second), ops.ResolveRequest{ID: hand, Outcome: ops.OutcomeDiscard})
+			_, err = tz.Resolve(callCtx(t, 10*time.Second), ops.ResolveRequest{ID: hand, Outcome: ops.OutcomeDiscard, Reason: "again"})
 			wantCode(t, "resolve a done event", err, client.ErrNotParked, http.StatusConflict)
 
 			// The review queue: a callback that never comes.

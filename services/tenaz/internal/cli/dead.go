@@ -424,18 +424,32 @@ func (c *DeadDiscardCmd) Run(cl *Connection, env *Env) error {
 
 // DeadJobCmd is `tenaz dead job <job-id>`.
 type DeadJobCmd struct {
-	JobID  string        `arg:"" name:"job-id" help:"The replay job's id."`
-	NoWait bool          `help:"Print the job's progress once instead of following it."`
-	Poll   time.Duration `default:"500ms" hidden:"" help:"How often to poll."`
+	JobID   string        `arg:"" name:"job-id" help:"The replay job's id."`
+	NoWait  bool          `help:"Print the job's progress once instead of following it."`
+	Cancel  bool          `help:"Cancel the running job, with -m: it stops within 10 s; what it replayed stays replayed."`
+	Message string        `short:"m" help:"Why (required with --cancel), kept in the job."`
+	Poll    time.Duration `default:"500ms" hidden:"" help:"How often to poll."`
 }
 
-// Run follows a job.
+// Run follows a job, or cancels it.
 func (c *DeadJobCmd) Run(cl *Connection, env *Env) error {
+	if c.Cancel && strings.TrimSpace(c.Message) == "" {
+		return failf(ErrUsage, "--cancel needs -m: say why, it is kept in the job")
+	}
 	s, err := cl.open(env)
 	if err != nil {
 		return err
 	}
 	defer s.close()
+	if c.Cancel {
+		j, err := do(s, func(ctx context.Context, tz *client.Client) (ops.JobReply, error) {
+			return tz.CancelReplayJob(ctx, c.JobID, c.Message)
+		})
+		if err != nil {
+			return err
+		}
+		return s.emit(j, func(w io.Writer) { printJob(w, j) })
+	}
 	if c.NoWait {
 		j, err := do(s, func(ctx context.Context, tz *client.Client) (ops.JobReply, error) { return tz.ReplayJob(ctx, c.JobID) })
 		if err != nil {

@@ -52,6 +52,8 @@ func follow(s *session, jobID string, poll time.Duration) error {
 	switch {
 	case j.State == ops.JobFailed:
 		return fmt.Errorf("replay job %s failed: %s", j.JobID, j.Error)
+	case j.State == ops.JobCancelled:
+		return fmt.Errorf("replay job %s was cancelled by %s: %s", j.JobID, j.CancelledBy, j.CancelReason)
 	case j.Failed > 0:
 		return fmt.Errorf("replay job %s: %d of %d replays failed", j.JobID, j.Failed, j.Total)
 	}
@@ -67,6 +69,10 @@ func printJob(w io.Writer, j ops.JobReply) {
 	row(w, "FAILED", j.Failed)
 	if j.Error != "" {
 		row(w, "ERROR", j.Error)
+	}
+	if j.State == ops.JobCancelled {
+		row(w, "CANCELLED BY", j.CancelledBy)
+		row(w, "WHY", j.CancelReason)
 	}
 	row(w, "FILTER", describeFilter(j.Filter))
 	row(w, "RATE", fmt.Sprintf("%g/s", j.RatePerSecond))

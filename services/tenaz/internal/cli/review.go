@@ -36,13 +36,19 @@ type ReviewResolveCmd struct {
 	ID      string `arg:"" help:"Event id (ev_…)."`
 	Outcome string `required:"" enum:"done,discard,requeue_primary,requeue_fallback" help:"done (the operator completed it; --result is stored), discard (cancelled), requeue_primary or requeue_fallback (a fresh attempt cycle at that stage)."`
 	Result  string `placeholder:"JSON|@FILE|-" help:"With --outcome done: the result to store, as JSON (inline, @file or - for stdin)."`
-	Message string `short:"m" help:"Why, recorded in the event's history." default:"resolved by operator"`
+	Message string `short:"m" help:"Why, recorded in the event's history (required with --outcome discard; else \"resolved by operator\")."`
 }
 
 // Run resolves a review.
 func (c *ReviewResolveCmd) Run(cl *Connection, env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return err
+	}
+	if strings.TrimSpace(c.Message) == "" {
+		if c.Outcome == ops.OutcomeDiscard { // as dead discard: the reason is all the history keeps of why
+			return failf(ErrUsage, "--outcome discard needs -m/--message saying why")
+		}
+		c.Message = "resolved by operator"
 	}
 	req := ops.ResolveRequest{ID: c.ID, Outcome: c.Outcome, Reason: c.Message}
 	if c.Result != "" {
