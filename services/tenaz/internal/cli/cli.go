@@ -108,7 +108,7 @@ func Main(root any, args []string, env *Env, opts ...kong.Option) (code int) {
 		b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": errorCode(err), "message": err.Error(), "exit": code}})
 		fmt.Fprintln(env.Stderr, string(b))
 	} else {
-		fmt.Fprintln(env.Stderr, "tenaz:", err)
+		fmt.Fprintln(env.Stderr, "tenaz:", clean(err.Error())) // a service's message may quote a tenant's bytes
 	}
 	return code
 }
