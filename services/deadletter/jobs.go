@@ -109,21 +109,28 @@ func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor
 
 // getJob reads a job's progress.
 func (s *Service) getJob(ctx context.Context, id string) (ops.JobReply, error) {
+	j, _, err := s.readJob(ctx, id)
+	return j.JobReply, err
+}
+
+// readJob reads the job id and its revision: 400 for an id that cannot
+// be a key, 404 for none.
+func (s *Service) readJob(ctx context.Context, id string) (job, uint64, error) {
 	if id == "" || strings.ContainsAny(id, ".*> ") {
-		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_job", "invalid job id %q", id)
+		return job{}, 0, fail(http.StatusBadRequest, "invalid_job", "invalid job id %q", id)
 	}
 	e, err := s.kvOps.Get(ctx, jobKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return ops.JobReply{}, fail(http.StatusNotFound, "not_found", "job %s not found", id)
+		return job{}, 0, fail(http.StatusNotFound, "not_found", "job %s not found", id)
 	}
 	if err != nil {
-		return ops.JobReply{}, err
+		return job{}, 0, err
 	}
 	var j job
 	if err := json.Unmarshal(e.Value(), &j); err != nil {
-		return ops.JobReply{}, err
+		return job{}, 0, err
 	}
-	return j.JobReply, nil
+	return j, e.Revision(), nil
 }
 
 // cancelJob stops a running job: it is marked cancelled, with who and
@@ -136,16 +143,9 @@ func (s *Service) cancelJob(ctx context.Context, req ops.JobCancelRequest) (ops.
 	if err != nil {
 		return ops.JobReply{}, err
 	}
-	if _, err := s.getJob(ctx, req.JobID); err != nil {
-		return ops.JobReply{}, err
-	}
 	for {
-		e, err := s.kvOps.Get(ctx, jobKey(req.JobID))
+		j, rev, err := s.readJob(ctx, req.JobID)
 		if err != nil {
-			return ops.JobReply{}, err
-		}
-		var j job
-		if err := json.Unmarshal(e.Value(), &j); err != nil {
 			return ops.JobReply{}, err
 		}
 		if j.State != ops.JobRunning {
@@ -154,10 +154,12 @@ func (s *Service) cancelJob(ctx context.Context, req ops.JobCancelRequest) (ops.
 		j.State, j.CancelledBy, j.CancelReason = ops.JobCancelled, actorOf(ctx), why
 		j.Owner, j.LeaseUntil, j.UpdatedAt = "", time.Time{}, s.now().UTC()
 		val, _ := json.Marshal(j)
-		if _, err := s.kvOps.Update(ctx, jobKey(j.JobID), val, e.Revision()); err == nil {
+		_, err = s.kvOps.Update(ctx, jobKey(j.JobID), val, rev)
+		if err == nil {
 			s.log.Info().Str("job", j.JobID).Str("actor", j.CancelledBy).Int("done", j.Done).Msg("replay job cancelled")
 			return j.JobReply, nil
-		} else if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return ops.JobReply{}, err
 		}
 		// The runner saved its progress meanwhile: read it again.

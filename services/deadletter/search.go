@@ -49,15 +49,25 @@ func (s *Service) stopSearch(ctx context.Context) error {
 	return err
 }
 
+// keyAccount is the account an API key in ctx is held to: "" for an
+// operator, anonymous, or no principal.
+func keyAccount(ctx context.Context) string {
+	if p, ok := auth.From(ctx); ok && !p.Operator && !p.Anonymous {
+		return p.Account
+	}
+	return ""
+}
+
 // findEvents answers one page of a search, held to the principal's account.
 func (s *Service) findEvents(ctx context.Context, req ops.FindRequest) (ops.FindReply, error) {
-	if p, ok := auth.From(ctx); ok && !p.Operator && !p.Anonymous {
+	if own := keyAccount(ctx); own != "" {
 		switch req.Account {
 		case "":
-			req.Account = p.Account
-		case p.Account:
+			req.Account = own
+		case own:
 		default:
-			return ops.FindReply{}, fail(http.StatusForbidden, "forbidden", "%s may search only account %q, not %q", p, p.Account, req.Account)
+			p, _ := auth.From(ctx)
+			return ops.FindReply{}, fail(http.StatusForbidden, "forbidden", "%s may search only account %q, not %q", p, own, req.Account)
 		}
 	}
 	rep, err := s.search.Find(ctx, req)
@@ -73,10 +83,10 @@ func (s *Service) findEvents(ctx context.Context, req ops.FindRequest) (ops.Find
 func (s *Service) searchRoutes(mux readyMux) {
 	mux.Handle("GET /v1/events", s.o.Auth.Require(auth.Read, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v := r.URL.Query()
-		if p, ok := auth.From(r.Context()); ok && !p.Operator && !p.Anonymous && !v.Has("account") {
+		if own := keyAccount(r.Context()); own != "" && !v.Has("account") {
 			// A key searches its own account, named or not: its
 			// idempotency keys too, which ParseQuery wants an account for.
-			v.Set("account", p.Account)
+			v.Set("account", own)
 		}
 		req, err := search.ParseQuery(v)
 		var pe *search.ParamError
