@@ -1,8 +1,11 @@
 package names
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/tenaz/tenaz/streams"
@@ -54,6 +57,18 @@ const (
 	// HeaderTimer says what a timer message is for ("deadline" or "poll").
 	HeaderTimer = "Tenaz-Timer"
 )
+
+// Instance names a replica among its peers (in leases, owners and the
+// history's actors): its host, its pid and a random suffix. Host and pid
+// are not enough alone (one process running two replicas, or containers on
+// the host's network each with pid 1): two replicas with one name would
+// both hold every lease.
+func Instance() string {
+	h, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
+}
 
 // DefaultPrefix is the subject prefix unless configured otherwise.
 const DefaultPrefix = "tenaz"

@@ -2,12 +2,9 @@ package deadletter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -73,7 +70,7 @@ type Options struct {
 	// the actor there.
 	Auth *auth.Authenticator
 	// Instance names this replica in job leases and breaker records.
-	// Defaults to "<hostname>-<random>".
+	// Defaults to names.Instance().
 	Instance string
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -164,10 +161,7 @@ func New(o Options) (*Service, error) {
 		return nil, err
 	}
 	if o.Instance == "" {
-		host, _ := os.Hostname()
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		o.Instance = host + "-" + hex.EncodeToString(b[:])
+		o.Instance = names.Instance()
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -78,7 +78,7 @@ func TestDeadBoundHoldsAcrossReplicaProcesses(t *testing.T) {
 	noisyIDs := h.Submit("noisy", "order.create", keys("n", noisy), reject)
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return noisyKept() == bound && h.prov.CallCount() == noisy },
 		"want noisy at its bound with each of its events called")
-	ownerOf(t, h, procs, "noisy").kill(t)
+	ownerOf(t, h, procs, "noisy").Kill(t)
 	calmIDs := h.Submit("calm", "order.create", keys("c", calm), reject)
 	h.WaitAll(calmIDs, state.Dead, 3*servicetest.WaitFor)
 	if n := h.DeadKept("calm"); n != calm {

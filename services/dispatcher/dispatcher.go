@@ -2,8 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -61,7 +59,7 @@ type Options struct {
 	Logger *zerolog.Logger
 	// Instance names this replica in history entries and among the
 	// owners of accounts: it must differ between replicas. Defaults to
-	// host-pid-<random>.
+	// names.Instance().
 	Instance string
 	// HTTPClient makes the target calls. Defaults to target.DefaultClient.
 	HTTPClient *http.Client
@@ -188,14 +186,7 @@ func New(o Options) (*Service, error) {
 		o.IdleAfter = 10 * time.Minute
 	}
 	if o.Instance == "" {
-		// The name is the replica's identity among the owners: two
-		// replicas with one name would both hold every lease. Host and pid
-		// are not enough (one process running two, or containers on the
-		// host's network each with pid 1), hence the random suffix.
-		h, _ := os.Hostname()
-		var b [4]byte
-		_, _ = crand.Read(b[:])
-		o.Instance = fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
+		o.Instance = names.Instance()
 	}
 	log := zerolog.Nop()
 	if o.Logger != nil {

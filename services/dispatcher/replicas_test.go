@@ -6,12 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,10 +79,10 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 		<-time.After(6 * time.Second) // mid-run: the point of the kill, not a wait for an outcome
 		victim := ownerOf(t, h, procs, "rated")
 		killedAt = time.Now()
-		victim.kill(t)
+		victim.Kill(t)
 		natstest.Eventually(t, handoverBound, func() bool {
 			h := h.leaseHolder("rated")
-			return h != "" && !victim.holds(h)
+			return h != "" && !holds(victim, h)
 		}, "want the rated account owned by a live replica within %s of the kill", handoverBound)
 	}
 	natstest.Eventually(t, window+10*time.Second, func() bool { return time.Since(start) > window },
@@ -231,20 +227,11 @@ func (m *meter) maxInFlight(account string) int {
 // replicaBinary is the real tenaz-dispatcher, built once per test run.
 func replicaBinary(t *testing.T) string { return natstest.Binary(t, "./cmd/tenaz-dispatcher") }
 
-// replicaProc is a tenaz-dispatcher process.
-type replicaProc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// startReplica runs tenaz-dispatcher named name against h's server, with
-// h's config; it is stopped (SIGTERM) when the test ends.
 // startReplicas starts n replicas (r1, r2, …) and waits until every one
 // heartbeats.
-func startReplicas(t *testing.T, h *harness, n int, targetURL string) []*replicaProc {
+func startReplicas(t *testing.T, h *harness, n int, targetURL string) []*natstest.Proc {
 	t.Helper()
-	procs := make([]*replicaProc, n)
+	procs := make([]*natstest.Proc, n)
 	for i := range procs {
 		procs[i] = startReplica(t, h, fmt.Sprintf("r%d", i+1), targetURL)
 	}
@@ -253,50 +240,19 @@ func startReplicas(t *testing.T, h *harness, n int, targetURL string) []*replica
 	return procs
 }
 
-func startReplica(t *testing.T, h *harness, name, targetURL string) *replicaProc {
+// startReplica runs tenaz-dispatcher named name against h's server, with
+// h's config.
+func startReplica(t *testing.T, h *harness, name, targetURL string) *natstest.Proc {
 	t.Helper()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "tenaz.yaml")
-	if err := os.WriteFile(cfgPath, []byte(h.yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(replicaBinary(t), "--config", cfgPath)
-	cmd.Env = append(os.Environ(), "NATS_URL="+h.Srv.ClientURL(), "TARGET="+targetURL,
-		"LOG_LEVEL=warn", "LOG_FORMAT=json")
-	logf, err := os.Create(filepath.Join(dir, "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &replicaProc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(logf.Name()); err == nil {
-				t.Logf("replica %s (pid %s) log:\n%s", name, strconv.Itoa(cmd.Process.Pid), tail(b, 4000))
-			}
-		}
-	})
-	return p
+	return natstest.StartProc(t, name, replicaBinary(t), h.yaml,
+		"NATS_URL="+h.Srv.ClientURL(), "TARGET="+targetURL, "LOG_LEVEL=warn", "LOG_FORMAT=json")
 }
 
-// holds reports whether holder, a name in the owners bucket, is this
-// replica's: the dispatcher's default, host-pid-<random>, as one key
-// token.
-func (p *replicaProc) holds(holder string) bool {
+// holds reports whether holder, a name in the owners bucket, is replica
+// p's: names.Instance() of its pid, as one key token.
+func holds(p *natstest.Proc, holder string) bool {
 	host, _ := os.Hostname()
-	b := []byte(fmt.Sprintf("%s-%d-", host, p.cmd.Process.Pid))
+	b := []byte(fmt.Sprintf("%s-%d-", host, p.Pid()))
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 			b[i] = '_'
@@ -306,24 +262,16 @@ func (p *replicaProc) holds(holder string) bool {
 }
 
 // ownerOf is the replica among procs that holds account's lease.
-func ownerOf(t *testing.T, h *harness, procs []*replicaProc, account string) *replicaProc {
+func ownerOf(t *testing.T, h *harness, procs []*natstest.Proc, account string) *natstest.Proc {
 	t.Helper()
 	holder := h.leaseHolder(account)
 	for _, p := range procs {
-		if p.holds(holder) {
+		if holds(p, holder) {
 			return p
 		}
 	}
 	t.Fatalf("want %s's lease held by one of the replicas, held by %q", account, holder)
 	return nil
-}
-
-func (p *replicaProc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.done
 }
 
 // liveReplicas counts the replicas heartbeating in the owners bucket.
@@ -358,11 +306,4 @@ func (h *harness) leaseHolder(account string) string {
 		return ""
 	}
 	return string(e.Value())
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }

@@ -74,7 +74,7 @@ func targetLimitAcrossReplicas(t *testing.T, kill bool) {
 	window := 15 * time.Second
 	if kill {
 		<-time.After(5 * time.Second) // mid-run: the point of the kill, not a wait for an outcome
-		procs[1].kill(t)
+		procs[1].Kill(t)
 	}
 	natstest.Eventually(t, window+10*time.Second, func() bool { return time.Since(start) > window },
 		"the measuring window")
@@ -218,7 +218,7 @@ kinds:
 	from := time.Now()
 	window := 12 * time.Second
 	natstest.Eventually(t, window, func() bool { return time.Since(from) > window/3 }, "a third of the window")
-	procs[0].kill(t)
+	procs[0].Kill(t)
 	natstest.Eventually(t, window+5*time.Second, func() bool { return time.Since(from) > window }, "the window")
 	count := func(ts []time.Time) int {
 		n := 0
@@ -282,7 +282,7 @@ kinds:
 	start := time.Now()
 	steady, window := 4*time.Second, 10*time.Second
 	<-time.After(steady) // mid-run: the point of the kill, not a wait for an outcome
-	procs[1].kill(t)
+	procs[1].Kill(t)
 	natstest.Eventually(t, window+5*time.Second, func() bool { return time.Since(start) > window }, "the measuring window")
 	count := func(endpoint string, d time.Duration) int {
 		n := 0

@@ -65,7 +65,7 @@ targets:
 kinds:
   order.create: {target: erp, entity: order_id}
 `, bound, h.target.URL)
-	var first interface{ Kill() error }
+	var first *natstest.Proc
 	for i := range procs {
 		_, proc := startIngestProc(t, h.Srv.ClientURL(), yaml, fmt.Sprint("i", i+1))
 		if i == 0 {
@@ -78,9 +78,7 @@ kinds:
 	// every submission, noisy's included.
 	natstest.Eventually(t, 30*time.Second, func() bool { return h.intakeTrimmed(last) && h.DeadWaiting("noisy") > 0 },
 		"want INTAKE trimmed past its %d submissions while noisy's refusals wait for room", last)
-	if err := first.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	first.Kill(t)
 
 	// The operator discards noisy's entries whenever it is at its bound.
 	natstest.Eventually(t, 2*time.Minute, func() bool {

@@ -216,9 +216,7 @@ kinds:
 	_, first := startIngestProc(t, h.Srv.ClientURL(), yaml, "i1")
 	// A lane is accepted in order: f-0300 accepted means the 300 before it are.
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return accepted(300) }, "want i1 draining the flood")
-	if err := first.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	first.Kill(t)
 	if accepted(flood - 1) {
 		t.Fatal("want i1 killed before it accepted the whole flood")
 	}

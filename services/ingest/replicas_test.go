@@ -2,16 +2,13 @@ package ingest_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -101,60 +98,22 @@ func ingestBinary(t *testing.T) string { return natstest.Binary(t, "./cmd/tenaz-
 
 // startIngestProc runs tenaz-ingest with config yaml against natsURL and
 // returns its HTTP API's base URL (read from its "running" log line) and
-// its process, for a test to kill; it is stopped (SIGTERM) when the test
-// ends.
-func startIngestProc(t *testing.T, natsURL, yaml, name string) (api string, proc *os.Process) {
+// its process, for a test to kill.
+func startIngestProc(t *testing.T, natsURL, yaml, name string) (api string, proc *natstest.Proc) {
 	t.Helper()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "tenaz.yaml")
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(ingestBinary(t), "--config", cfgPath)
-	cmd.Env = append(os.Environ(), "NATS_URL="+natsURL)
-	logPath := filepath.Join(dir, "log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				t.Logf("ingest %s log:\n%s", name, b)
-			}
-		}
-	})
+	proc = natstest.StartProc(t, name, ingestBinary(t), yaml, "NATS_URL="+natsURL)
 	var addr string
 	natstest.Eventually(t, 30*time.Second, func() bool {
-		addr = runningAddr(logPath)
+		addr = runningAddr(proc.Log())
 		return addr != ""
 	}, "want tenaz-ingest %s running (its log line with the HTTP address)", name)
-	return "http://" + addr, cmd.Process
+	return "http://" + addr, proc
 }
 
 // runningAddr is the HTTP address of a binary's "<name> running" log line,
 // or "" before it.
-func runningAddr(logPath string) string {
-	f, err := os.Open(logPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+func runningAddr(log []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(log))
 	for sc.Scan() {
 		var l struct {
 			HTTP    string `json:"http"`
