@@ -41,6 +41,7 @@ type env struct {
 	p    *provider.Provider
 	cfg  *config.Config
 	auth *auth.Authenticator
+	yaml string // cfg's source, for a replica run as a process
 	dl   *deadletter.Service
 	http *httptest.Server
 }
@@ -118,7 +119,8 @@ func setupWith(t *testing.T, extraYAML string, server ...natstest.Option) *env {
 	e := &env{t: t, Env: servicetest.Start(t, servicetest.Options{Timeout: 10 * time.Minute, Server: server})}
 	var target *httptest.Server
 	e.p, target = servicetest.Provider(t, provider.Faults{})
-	cfg := servicetest.Config(t, fmt.Sprintf(baseYAML, target.URL, extraYAML, authYAML), nil)
+	e.yaml = fmt.Sprintf(baseYAML, target.URL, extraYAML, authYAML)
+	cfg := servicetest.Config(t, e.yaml, nil)
 	e.cfg = cfg
 	var err error
 	if e.auth, err = auth.New(cfg); err != nil {

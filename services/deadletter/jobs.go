@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,16 +23,18 @@ import (
 
 // A replay job replays every dead event matching a filter, newest first,
 // at a bounded rate. It lives in the tenaz_ops bucket (key job.<id>) with
-// its cursor and counts, written after every page, so a restart (or
-// another replica, once the lease lapses) carries on where it stopped.
-// The runner renews its lease while a page runs, however slow its rate:
-// a lease that lapsed under a live runner would have a second replica
-// replay the same page beside it, at twice the rate, and replay again an
-// event that had failed back into DEAD meanwhile. An event replayed just
-// before a crash and met again is not dead any more: the compare-and-set
-// refuses it and it counts as skipped; the counts can miss at most the
-// page in flight. A replica runs up to jobsAtOnce jobs at once, so a slow
-// job does not hold the others up.
+// its cursor, its counts and the page in flight (the entries of the page
+// it has not counted yet), so a restart, or another replica once the lease
+// lapses, carries on where it stopped. The page is saved before its first
+// replay, and its counts as it goes: a replica taking the job over after
+// a crash finds each entry its predecessor replayed since its last save
+// still pending, sees the job's mark in the event's history (jobMark),
+// and counts it without replaying it again, even if it failed back into
+// DEAD meanwhile. The runner renews its lease while a page runs, however
+// slow its rate: a lease that lapsed under a live runner would have a
+// second replica run the same page beside it, at twice the rate. A
+// replica runs up to jobsAtOnce jobs at once, so a slow job does not hold
+// the others up.
 
 // Tuning of replay jobs.
 const (
@@ -45,12 +48,43 @@ const (
 type job struct {
 	ops.JobReply
 	// Cursor is the next page: matching items below this DEAD sequence.
-	Cursor     string    `json:"cursor"`
-	Owner      string    `json:"owner,omitempty"`
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	Cursor string `json:"cursor"`
+	// Pending is the page in flight: its entries not counted yet.
+	Pending    []pendingEntry `json:"pending,omitempty"`
+	Owner      string         `json:"owner,omitempty"`
+	LeaseUntil time.Time      `json:"lease_until,omitzero"`
+}
+
+// pendingEntry is a DEAD entry of the page in flight.
+type pendingEntry struct {
+	Seq     uint64 `json:"seq"`
+	ID      string `json:"id,omitempty"` // "" for an entry without an event
+	Account string `json:"account,omitempty"`
 }
 
 func jobKey(id string) string { return "job." + id }
+
+// jobMark ends the detail of each replay a job makes: its history names
+// the job, and a replica that takes the job over knows the replays made
+// before it.
+func jobMark(id string) string { return "(" + id + ")" }
+
+// replayedBy reports whether job id replayed the entry's event already.
+func (s *Service) replayedBy(ctx context.Context, e pendingEntry, id string) bool {
+	if e.ID == "" {
+		return false
+	}
+	rec, _, err := s.st.Get(ctx, e.Account, e.ID)
+	if err != nil {
+		return false
+	}
+	for _, h := range rec.History {
+		if h.Action == state.Replay && strings.HasSuffix(h.Detail, jobMark(id)) {
+			return true
+		}
+	}
+	return false
+}
 
 // createJob stores a new replay job for filter f and wakes the runner.
 func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor, why string, rate float64) (ops.JobReply, error) {
@@ -218,12 +252,20 @@ func (s *Service) claimJobs(ctx context.Context, mu *sync.Mutex, running map[str
 		if j.Owner != "" && j.Owner != s.o.Instance && now.Before(j.LeaseUntil) {
 			continue
 		}
+		from := j.Owner
 		j.Owner, j.LeaseUntil = s.o.Instance, now.Add(s.o.JobLease)
 		val, _ := json.Marshal(j)
 		rev, err := s.kvOps.Update(ctx, k, val, e.Revision())
 		if err != nil {
 			continue // another replica took it
 		}
+		// Which replica runs a job, and whose lapsed lease it took: an
+		// operator asking why a job paused for a lease finds it here.
+		l := s.log.Info().Str("job", j.JobID).Str("instance", s.o.Instance).Int("done", j.Done)
+		if from != "" {
+			l = l.Str("from", from)
+		}
+		l.Msg("replay job taken")
 		mu.Lock()
 		running[k] = true
 		mu.Unlock()
@@ -267,79 +309,106 @@ func (s *Service) runJob(ctx context.Context, j job, rev uint64) {
 		rev = nrev
 		return true
 	}
+	// A page pending when the job is taken is another runner's: some of
+	// its entries may be replayed already.
+	inherited := len(j.Pending) > 0
 	f := j.Filter
 	for {
 		if ctx.Err() != nil {
 			save(true)
 			return
 		}
-		f.Cursor, f.Limit = j.Cursor, jobPage
-		page, err := s.x.List(state.Dead, f)
-		if err != nil {
-			j.State, j.Error = ops.JobFailed, err.Error()
-			save(true)
-			return
-		}
-		if len(page.Items) == 0 {
-			j.State = ops.JobDone
-			if save(true) {
-				log.Info().Int("done", j.Done).Int("skipped", j.Skipped).Int("failed", j.Failed).Msg("replay job finished")
+		if len(j.Pending) == 0 {
+			f.Cursor, f.Limit = j.Cursor, jobPage
+			page, err := s.x.List(state.Dead, f)
+			if err != nil {
+				j.State, j.Error = ops.JobFailed, err.Error()
+				save(true)
+				return
 			}
-			return
-		}
-		pageCtx, stopPage := context.WithCancel(ctx)
-		renewed := s.renewLease(pageCtx, stopPage, &mu, save)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, jobWorkers)
-		for _, it := range page.Items {
-			if err := rl.AcquirePermit(pageCtx); err != nil {
-				break // stopping, or taken over
+			if len(page.Items) == 0 {
+				j.State = ops.JobDone
+				if save(true) {
+					log.Info().Int("done", j.Done).Int("skipped", j.Skipped).Int("failed", j.Failed).Msg("replay job finished")
+				}
+				return
 			}
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				var err error
-				if it.ID == "" {
-					err = fail(http.StatusConflict, "not_parked", "entry %d has no event to replay", it.Seq)
-				} else {
-					err = s.replay(ctx, it.ID, nil, j.Stage, j.Actor, j.Reason)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if err == nil {
-					j.Done++
-					return
-				}
-				status, code, msg := statusOf(err)
-				if code == "not_parked" || code == "not_found" {
-					j.Skipped++
-					return
-				}
-				if ctx.Err() != nil {
-					return // stopping: the page is done again after the restart
-				}
-				j.Failed++
-				j.LastErrors = append(j.LastErrors, ops.ItemError{ID: it.ID, Code: status, Message: msg})
-				if len(j.LastErrors) > maxJobError {
-					j.LastErrors = j.LastErrors[len(j.LastErrors)-maxJobError:]
-				}
-			}()
+			for _, it := range page.Items {
+				j.Pending = append(j.Pending, pendingEntry{Seq: it.Seq, ID: it.ID, Account: it.Account})
+			}
+			j.Cursor = strconv.FormatUint(page.Items[len(page.Items)-1].Seq, 10)
+			if !save(false) {
+				return
+			}
 		}
-		wg.Wait()
-		stopPage()
-		if !<-renewed {
+		if !s.runPage(ctx, &j, inherited, rl, &mu, save) {
 			return // taken over: the other replica has the job
 		}
+		inherited = false
 		if ctx.Err() != nil {
-			save(true) // the cursor stays: this page is looked at again
+			save(true) // what is left pending is run after the restart
 			return
 		}
-		j.Cursor = strconv.FormatUint(page.Items[len(page.Items)-1].Seq, 10)
 		if !save(false) {
 			return
 		}
 	}
+}
+
+// runPage replays the job's pending entries, each counted (and no longer
+// pending) once its replay ends, and reports whether the lease held. An
+// inherited page's entries that the job replayed already count as done
+// without another replay.
+func (s *Service) runPage(ctx context.Context, j *job, inherited bool, rl ratelimiter.RateLimiter[any], mu *sync.Mutex, save func(release bool) bool) bool {
+	pageCtx, stopPage := context.WithCancel(ctx)
+	renewed := s.renewLease(pageCtx, stopPage, mu, save)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, jobWorkers)
+	for _, e := range slices.Clone(j.Pending) {
+		if err := rl.AcquirePermit(pageCtx); err != nil {
+			break // stopping, or taken over
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			again := inherited && s.replayedBy(ctx, e, j.JobID)
+			var err error
+			switch {
+			case again:
+				// Its entry may be left if the predecessor died before
+				// dropping it.
+				s.dropEntry(ctx, ops.Item{ID: e.ID, Seq: e.Seq})
+			case e.ID == "":
+				err = fail(http.StatusConflict, "not_parked", "entry %d has no event to replay", e.Seq)
+			default:
+				err = s.replay(ctx, e.ID, nil, j.Stage, j.Actor, strings.TrimSpace(j.Reason+" "+jobMark(j.JobID)))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && ctx.Err() != nil {
+				return // stopping: the entry stays pending
+			}
+			j.Pending = slices.DeleteFunc(j.Pending, func(p pendingEntry) bool { return p.Seq == e.Seq })
+			if err == nil {
+				j.Done++
+				return
+			}
+			status, code, msg := statusOf(err)
+			if code == "not_parked" || code == "not_found" {
+				j.Skipped++
+				return
+			}
+			j.Failed++
+			j.LastErrors = append(j.LastErrors, ops.ItemError{ID: e.ID, Code: status, Message: msg})
+			if len(j.LastErrors) > maxJobError {
+				j.LastErrors = j.LastErrors[len(j.LastErrors)-maxJobError:]
+			}
+		}()
+	}
+	wg.Wait()
+	stopPage()
+	return <-renewed
 }
 
 // renewLease saves the job (its counts so far, its lease renewed) three

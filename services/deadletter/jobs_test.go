@@ -1,16 +1,19 @@
 package deadletter_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -82,6 +85,125 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 	if got := e.listed(state.Dead, url.Values{"account": {"globex"}}); got != 300 {
 		t.Fatalf("the other account's dead events must stay: want 300, got %d", got)
 	}
+}
+
+// A replay job outlives the replica running it: two deadletter replicas,
+// each its own process, and the one that took a job of 1,000 dead events
+// (at 100 a second; every fifth is refused again by the target and goes
+// back to DEAD) is killed with SIGKILL a third of the way in, in the
+// middle of a page. The other takes the job over once the dead replica's
+// lease lapses. The job ends done with each event counted once as
+// replayed: those the dead replica replayed after its last save are
+// counted without a second replay, even the ones back in DEAD already.
+// The provider applies each accepted effect once, and another account's
+// dead events stay.
+func TestReplayJobSurvivesItsReplicaKilled(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	e := setup(t, "")
+	if err := e.dl.Stop(servicetest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	bin := natstest.Binary(t, "./cmd/tenaz-deadletter")
+	yaml := e.yaml + "\nhttp: {addr: \"127.0.0.1:0\"}\n"
+	procs := []*natstest.Proc{
+		natstest.StartProc(t, "dl-1", bin, yaml, "NATS_URL="+e.Srv.ClientURL(), "LOG_FORMAT=json"),
+		natstest.StartProc(t, "dl-2", bin, yaml, "NATS_URL="+e.Srv.ClientURL(), "LOG_FORMAT=json"),
+	}
+	e.startDispatcher(nil)
+	refused := func(i int) bool { return i%5 == 0 }
+	ids := e.seed(n, "acme", "order.create", dead.ReasonExhausted, "transient", func(i int) string { return fmt.Sprintf(`{"n":%d,"reject":%t}`, i, refused(i)) })
+	e.seed(50, "globex", "order.create", dead.ReasonExhausted, "transient", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, n)
+
+	var rep ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme"}, Reason: "erp fixed", RatePerSecond: 100}, &rep); err != nil || rep.JobID == "" {
+		t.Fatalf("want a job, got %+v %v", rep, err)
+	}
+	// The replica's name, names.Instance(), starts with its host and pid.
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := func(p *natstest.Proc, j storedJob) bool {
+		return strings.HasPrefix(j.Owner, fmt.Sprintf("%s-%d-", host, p.Pid()))
+	}
+	// Mid-page: the target has had calls the job's last save does not count.
+	var saved storedJob
+	natstest.Eventually(t, time.Minute, func() bool {
+		saved = e.storedJob(rep.JobID)
+		return saved.Done >= n/3 && e.p.CallCount() >= saved.Done+30
+	}, "a third of the job replayed, into a page (last %+v)", &saved)
+	victim := procs[0]
+	if !runs(victim, saved) {
+		victim = procs[1]
+	}
+	if !runs(victim, saved) {
+		t.Fatalf("want the job held by one of the replicas, held by %q", saved.Owner)
+	}
+	victim.Kill(t)
+	killed, atKill, callsAtKill := time.Now(), e.storedJob(rep.JobID), e.p.CallCount()
+
+	// deadletter.Options.JobLease's default, and the survivor's poll.
+	const lease = 30 * time.Second
+	var took time.Duration
+	var job ops.JobReply
+	natstest.Eventually(t, lease+30*time.Second, func() bool {
+		if j := e.storedJob(rep.JobID); took == 0 && j.Owner != "" && !runs(victim, j) {
+			took = time.Since(killed)
+		}
+		return e.call(ops.DeadJob, ops.JobRequest{JobID: rep.JobID}, &job) == nil && job.State != ops.JobRunning
+	}, "the job to end after its replica was killed (last %+v)", &job)
+	t.Logf("killed %s with %d replayed as saved, %d of its page pending, %d calls made; taken over after %v", victim.Name, atKill.Done, len(atKill.Pending), callsAtKill, took)
+	if took == 0 || took > lease+5*time.Second {
+		t.Errorf("want the job taken over by the other replica within its lease (%v) and a poll, took %v", lease, took)
+	}
+	if job.State != ops.JobDone || job.Done != n || job.Skipped != 0 || job.Failed != 0 {
+		t.Fatalf("job: want done with each of %d events replayed, got %+v", n, job)
+	}
+	accepted := 0
+	for i, id := range ids {
+		rec, _ := e.Lookup(id)
+		replays := 0
+		for _, h := range rec.History {
+			if h.Action == state.Replay {
+				replays++
+			}
+		}
+		if replays != 1 {
+			t.Fatalf("%s (%d): want it replayed once, got %d replays", id, i, replays)
+		}
+		if !refused(i) {
+			accepted++
+		}
+	}
+	natstest.Eventually(t, time.Minute, func() bool { return e.p.Applied() >= accepted }, "every accepted replay delivered (applied %d of %d)", e.p.Applied(), accepted)
+	if d := e.p.DuplicateEffects(); len(d) > 0 || e.p.Applied() != accepted {
+		t.Fatalf("want each of %d effects applied once, got %d applied, duplicated: %v", accepted, e.p.Applied(), d)
+	}
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, n-accepted) // each refused back once
+	if got := e.listed(state.Dead, url.Values{"account": {"globex"}}); got != 50 {
+		t.Fatalf("the other account's dead events must stay: want 50, got %d", got)
+	}
+}
+
+// storedJob is a replay job as stored, with its page in flight and owner.
+type storedJob struct {
+	ops.JobReply
+	Pending []json.RawMessage `json:"pending"`
+	Owner   string            `json:"owner"`
+}
+
+// storedJob reads job id from the bucket (zero when it cannot).
+func (e *env) storedJob(id string) (j storedJob) {
+	kv, err := e.JS.KeyValue(e.Ctx(), accounts.BucketOps)
+	if err != nil {
+		return j
+	}
+	if en, err := kv.Get(e.Ctx(), "job."+id); err == nil {
+		_ = json.Unmarshal(en.Value(), &j)
+	}
+	return j
 }
 
 // A job slower than its lease keeps it: two replicas whose leases last a
