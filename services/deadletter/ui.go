@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/indent"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
@@ -79,7 +80,7 @@ var uiFuncs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02T15:04")
 	},
-	"pretty": pretty,
+	"pretty": func(b []byte) string { return string(indent.JSON(b)) },
 	"short": func(s string, n int) string {
 		if len(s) <= n {
 			return s
@@ -345,7 +346,7 @@ func (u *ui) detail(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Back = backTo(r.URL.Query().Get("back"), d.Back)
 	if sh.Event != nil {
-		d.Payload = pretty(sh.Event.Payload)
+		d.Payload = string(indent.JSON(sh.Event.Payload))
 	}
 	if sh.Record != nil {
 		d.History = slices.Clone(sh.Record.History)
@@ -629,64 +630,4 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 	q.Set("flash", flash)
 	to.RawQuery = q.Encode()
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
-}
-
-// prettyMax bounds the indented form of a payload or result on the
-// screen, over what the value itself takes. Indenting costs two spaces a
-// level on each line, so a value nested deep grows with the square of
-// its depth (18 KB of nested arrays indent to 160 MB): anyone who may
-// submit could make each operator who opens the event's page build and
-// download that. Past the bound the value is shown as it is stored.
-const prettyMax = 256 << 10
-
-// pretty is b indented for reading, or b as it is when it is not JSON or
-// its indented form would take more than prettyMax beyond b.
-func pretty(b []byte) string {
-	if indentedLen(b, len(b)+prettyMax) > len(b)+prettyMax {
-		return string(b)
-	}
-	var out bytes.Buffer
-	if json.Indent(&out, b, "", "  ") != nil {
-		return string(b)
-	}
-	return out.String()
-}
-
-// indentedLen is about how long b is once indented (json.Indent, two
-// spaces: a newline and the indentation after each opening bracket and
-// comma and before each closing bracket, a space after each colon), at
-// least: it stops counting past limit.
-func indentedLen(b []byte, limit int) int {
-	n, depth := len(b), 0
-	inString, escaped := false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-			n += 1 + 2*depth
-		case c == '}' || c == ']':
-			depth--
-			n += 1 + 2*max(depth, 0)
-		case c == ',':
-			n += 1 + 2*depth
-		case c == ':':
-			n++
-		}
-		if n > limit {
-			return n
-		}
-	}
-	return n
 }

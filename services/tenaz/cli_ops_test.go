@@ -335,3 +335,18 @@ func TestCLIReview(t *testing.T) {
 		t.Fatalf("resolved by hand: want no second call to the target, got %d", len(p.CallsFor(byHand.ID)))
 	}
 }
+
+// An empty --result is a mistake (a variable that expanded to nothing),
+// not a resolve with no result: it is a usage error (2) naming the flag,
+// refused before any connection, as an empty --payload of dead replay is.
+func TestCLIReviewResolveEmptyResult(t *testing.T) {
+	t.Parallel()
+	op := newOperator(t, "nats://127.0.0.1:1") // nothing listens: a refusal must come first
+	const id = "ev_01234567890123456789012345"
+	for _, args := range [][]string{{"--result", ""}, {"--result="}} {
+		r := op.must(cli.ExitUsage, append([]string{"review", "resolve", id, "--outcome", "done"}, args...)...)
+		if !strings.Contains(r.stderr, "--result") {
+			t.Errorf("review resolve %v: want the flag named, got\n%s", args, r)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/client"
+	"github.com/tenaz/tenaz/pkg/indent"
 )
 
 // session is one command's connection, client and output.
@@ -88,12 +90,19 @@ func (s *session) emit(v any, human func(w io.Writer)) error {
 	return emit(s.c, s.env, v, human)
 }
 
+// emit's JSON is indented within indent.Max: a payload nested deep
+// (tenant data) would otherwise print megabytes of spaces.
 func emit(c *Connection, env *Env, v any, human func(w io.Writer)) error {
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
-		return enc.Encode(v)
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		out := indent.JSON(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		_, err := env.Stdout.Write(append(out, '\n'))
+		return err
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	human(tw)

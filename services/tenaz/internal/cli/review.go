@@ -33,10 +33,10 @@ func (c *ReviewLsCmd) Run(cl *Connection, env *Env) error {
 
 // ReviewResolveCmd is `tenaz review resolve <id>`.
 type ReviewResolveCmd struct {
-	ID      string `arg:"" help:"Event id (ev_…)."`
-	Outcome string `required:"" enum:"done,discard,requeue_primary,requeue_fallback" help:"done (the operator completed it; --result is stored), discard (cancelled), requeue_primary or requeue_fallback (a fresh attempt cycle at that stage)."`
-	Result  string `placeholder:"JSON|@FILE|-" help:"With --outcome done: the result to store, as JSON (inline, @file or - for stdin)."`
-	Message string `short:"m" help:"Why, recorded in the event's history (required with --outcome discard; else \"resolved by operator\")."`
+	ID      string  `arg:"" help:"Event id (ev_…)."`
+	Outcome string  `required:"" enum:"done,discard,requeue_primary,requeue_fallback" help:"done (the operator completed it; --result is stored), discard (cancelled), requeue_primary or requeue_fallback (a fresh attempt cycle at that stage)."`
+	Result  *string `placeholder:"JSON|@FILE|-" help:"With --outcome done: the result to store, as JSON (inline, @file or - for stdin)."` // nil: not given, told apart from an empty one
+	Message string  `short:"m" help:"Why, recorded in the event's history (required with --outcome discard; else \"resolved by operator\")."`
 }
 
 // Run resolves a review.
@@ -51,11 +51,14 @@ func (c *ReviewResolveCmd) Run(cl *Connection, env *Env) error {
 		c.Message = "resolved by operator"
 	}
 	req := ops.ResolveRequest{ID: c.ID, Outcome: c.Outcome, Reason: c.Message}
-	if c.Result != "" {
-		if c.Outcome != ops.OutcomeDone {
+	if c.Result != nil {
+		switch {
+		case *c.Result == "": // else the event would be done with no result, as if none was given
+			return failf(ErrUsage, "--result is empty: give the JSON, @file or - for stdin, or leave --result out to store no result")
+		case c.Outcome != ops.OutcomeDone:
 			return failf(ErrUsage, "--result goes with --outcome done")
 		}
-		r, err := readPayload(c.Result, env)
+		r, err := readPayload(*c.Result, env)
 		if err != nil {
 			return failf(ErrUsage, "%s", strings.Replace(err.Error(), "--payload", "--result", 1))
 		}
