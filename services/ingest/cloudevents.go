@@ -170,7 +170,7 @@ func (s *Service) microCloudEvent(req micro.Request, account string) bool {
 	default:
 		f.Traceparent = tracing.From(req.Headers().Get)
 		r := httptest.NewRequest(http.MethodPost, "/v1/events", nil)
-		r.Host = "nats"
+		r.Host = "" // over NATS: status_url is the path alone, or under http.public_url
 		status, v := s.submit(r, f, payload)
 		respond(req, status, v)
 	}

@@ -292,10 +292,11 @@ func TestMicroSubmitOfAnAccount(t *testing.T) {
 
 // status_url is the event's status at http.public_url when it is set,
 // whatever Host a client sent; without it, an HTTP answer's is at the
-// request's own Host, and one over NATS, which has none, is the path.
+// request's own Host, and one over NATS, which has none, is the path,
+// for a CloudEvent as for the tenaz form.
 func TestStatusURL(t *testing.T) {
 	t.Parallel()
-	submit := func(h *harness, key string) (fromHTTP, fromNATS string) {
+	submit := func(h *harness, key string) (fromHTTP, fromNATS, fromCE string) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(h.Ctx(), http.MethodPost, h.api.URL+"/v1/events",
 			strings.NewReader(`{"account":"acme","kind":"order.create","payload":{"order_id":"`+key+`"}}`))
@@ -317,16 +318,24 @@ func TestStatusURL(t *testing.T) {
 		if err != nil || json.Unmarshal(ans.Data, &w) != nil || ans.Header.Get("Tenaz-Status") != "202" {
 			t.Fatalf("submit over NATS: want 202, got %v %s", err, ans.Data)
 		}
-		return v.StatusURL, w.StatusURL
+		var c view
+		ce := nats.NewMsg("tenaz.api.ingest.submit")
+		ce.Header.Set("Content-Type", "application/cloudevents+json")
+		ce.Data = []byte(`{"specversion":"1.0","type":"order.create","source":"/erp","id":"` + key + `-c","tenazaccount":"acme","data":{"order_id":"` + key + `"}}`)
+		ans, err = h.NC.RequestMsg(ce, 5*time.Second)
+		if err != nil || json.Unmarshal(ans.Data, &c) != nil || ans.Header.Get("Tenaz-Status") != "202" {
+			t.Fatalf("a CloudEvent over NATS: want 202, got %v %s", err, ans.Data)
+		}
+		return v.StatusURL, w.StatusURL, c.StatusURL
 	}
 	h := setup(t, baseYAML)
-	fromHTTP, fromNATS := submit(h, "su-1")
-	if fromHTTP != "http://evil.example/v1/events/"+event.ID("acme", "su-1") || fromNATS != "/v1/events/"+event.ID("acme", "su-1-n") {
-		t.Errorf("without http.public_url: want the request's Host over HTTP and the path over NATS, got %q and %q", fromHTTP, fromNATS)
+	fromHTTP, fromNATS, fromCE := submit(h, "su-1")
+	if fromHTTP != "http://evil.example/v1/events/"+event.ID("acme", "su-1") || fromNATS != "/v1/events/"+event.ID("acme", "su-1-n") || fromCE != "/v1/events/"+event.ID("acme", "su-1-c") {
+		t.Errorf("without http.public_url: want the request's Host over HTTP and the path over NATS, got %q, %q and %q", fromHTTP, fromNATS, fromCE)
 	}
 	h = setup(t, strings.Replace(baseYAML, "http: {max_body_bytes: 4096}", `http: {max_body_bytes: 4096, public_url: "https://tenaz.example.com/api/"}`, 1))
-	fromHTTP, fromNATS = submit(h, "su-2")
-	if fromHTTP != "https://tenaz.example.com/api/v1/events/"+event.ID("acme", "su-2") || fromNATS != "https://tenaz.example.com/api/v1/events/"+event.ID("acme", "su-2-n") {
-		t.Errorf("with http.public_url: want both under it, got %q and %q", fromHTTP, fromNATS)
+	fromHTTP, fromNATS, fromCE = submit(h, "su-2")
+	if want := "https://tenaz.example.com/api/v1/events/"; fromHTTP != want+event.ID("acme", "su-2") || fromNATS != want+event.ID("acme", "su-2-n") || fromCE != want+event.ID("acme", "su-2-c") {
+		t.Errorf("with http.public_url: want all under it, got %q, %q and %q", fromHTTP, fromNATS, fromCE)
 	}
 }
