@@ -70,6 +70,9 @@ func TestRunRefusesUnsafeConfig(t *testing.T) {
 		{name: "target timeout longer than the drain", edit: func(y string) string {
 			return strings.Replace(y, "timeout: 5s}", "timeout: 30s}", 1)
 		}, want: []string{"targets.erp.timeout: 30s does not fit in the drain on stop: at most stop_timeout (20s) minus 5s"}},
+		{name: "two problems, one per line", edit: func(y string) string {
+			return strings.Replace(strings.Replace(y, "timeout: 5s}", "timeout: 30s}", 1), "erp: {url: ", `erp: {callback: {tolerance: 2h}, url: `, 1)
+		}, want: []string{"targets.erp.callback.tolerance: must be at most 1h", "\ntargets.erp.timeout: 30s does not fit"}},
 		{name: "embedded NATS beyond loopback without credentials", edit: func(y string) string {
 			return strings.Replace(y, `listen: "127.0.0.1:-1"`, `listen: "0.0.0.0:-1"`, 1)
 		}, want: []string{`nats.embedded.listen: "0.0.0.0:-1" is beyond loopback`, "nats.user and nats.password, nats.token or nats.nkey_seed_file"}},
@@ -97,6 +100,9 @@ func TestRunRefusesUnsafeConfig(t *testing.T) {
 				if !strings.Contains(out, w) {
 					t.Errorf("want the output to contain %q, got:\n%s", w, out)
 				}
+			}
+			if strings.Contains(out, `\n`) {
+				t.Errorf("want the problems one per line, got them escaped onto one:\n%s", out)
 			}
 			if tc.notShown != "" && strings.Contains(out, tc.notShown) {
 				t.Errorf("the output shows the secret:\n%s", out)

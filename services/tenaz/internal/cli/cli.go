@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/alecthomas/kong"
 
@@ -108,7 +109,13 @@ func Main(root any, args []string, env *Env, opts ...kong.Option) (code int) {
 		b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": errorCode(err), "message": err.Error(), "exit": code}})
 		fmt.Fprintln(env.Stderr, string(b))
 	} else {
-		fmt.Fprintln(env.Stderr, "tenaz:", clean(err.Error())) // a service's message may quote a tenant's bytes
+		// A service's message may quote a tenant's bytes; a config's
+		// lists its problems one per line.
+		lines := strings.Split(err.Error(), "\n")
+		for i, l := range lines {
+			lines[i] = clean(l)
+		}
+		fmt.Fprintln(env.Stderr, "tenaz:", strings.Join(lines, "\n"))
 	}
 	return code
 }
