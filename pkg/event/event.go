@@ -116,6 +116,11 @@ func parseStrict(body []byte, v any, s *Submission) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if d := state.Depth(body); d > MaxDepth+1 {
+			// Past encoding/json's 10,000 levels its error says only
+			// "exceeded max depth"; the limit is much lower.
+			return fmt.Errorf("%w: the submission nests %d levels deep; a payload may nest at most %d", ErrMalformed, d, MaxDepth)
+		}
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if !atEOF(dec) {
@@ -131,7 +136,8 @@ func parseStrict(body []byte, v any, s *Submission) error {
 }
 
 // CheckPayload is what every way in asks of a payload, a submission's or
-// an operator's edit: present (not null) and one JSON document in UTF-8.
+// an operator's edit: present (not null) and one JSON document in UTF-8
+// that nests at most MaxDepth levels.
 func CheckPayload(p []byte) error {
 	if len(bytes.TrimSpace(p)) == 0 || isNull(p) {
 		return errNoPayload
@@ -144,10 +150,30 @@ var errNoPayload = fmt.Errorf("%w: payload is required", ErrInvalid)
 // isNull reports whether p is the JSON null, whitespace aside.
 func isNull(p []byte) bool { return string(bytes.TrimSpace(p)) == "null" }
 
-// checkJSONText requires one JSON document in UTF-8. JSON text is UTF-8
-// (RFC 8259); decoding would turn each invalid byte into U+FFFD, so two
-// different payloads would derive one key.
+// MaxDepth is how deep a payload may nest (state.MaxDepth, which says
+// why): a deeper one is refused as malformed on every way in.
+const MaxDepth = state.MaxDepth
+
+// CheckDepth refuses a JSON value (what names it: "payload", "result")
+// that nests deeper than MaxDepth, with an error wrapping ErrMalformed
+// that names the limit. It is one pass over the bytes, no decode.
+func CheckDepth(what string, p []byte) error {
+	if d := state.Depth(p); d > MaxDepth {
+		return fmt.Errorf("%w: %s nests %d levels deep; the limit is %d", ErrMalformed, what, d, MaxDepth)
+	}
+	return nil
+}
+
+// checkJSONText requires one JSON document in UTF-8 that nests at most
+// MaxDepth levels. JSON text is UTF-8 (RFC 8259); decoding would turn
+// each invalid byte into U+FFFD, so two different payloads would derive
+// one key. The depth is counted first (a pass over the bytes, cheaper
+// than json.Valid's): a payload nested past encoding/json's own limit is
+// told the limit too, not "not valid JSON".
 func checkJSONText(p []byte) error {
+	if err := CheckDepth("payload", p); err != nil {
+		return err
+	}
 	if !json.Valid(p) {
 		return fmt.Errorf("%w: payload is not valid JSON", ErrMalformed)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 func FuzzParseSubmission(f *testing.F) {
@@ -43,6 +44,7 @@ func FuzzNew(f *testing.F) {
 	f.Add("acme", "k", "", "", "2099-01-01T00:00:00Z", "", []byte(`{"n":12345678901234567890}`), "n", "n")
 	f.Add("acme", "k", "", "", "", "", []byte(`[1,2]`), "n", "")
 	f.Add("acme", "k", "", "", "", "", []byte("{\"n\":\"Jos\xe9\"}"), "n", "")
+	f.Add("acme", "k", "", "", "", "", deep(event.MaxDepth+1), "", "")
 	f.Fuzz(func(t *testing.T, account, kind, entity, ordering, notBefore, key string, payload []byte, entityField, orderField string) {
 		checkNew(t, event.Fields{Account: account, Kind: kind, EntityID: entity, OrderingKey: ordering, NotBefore: notBefore, IdempotencyKey: key},
 			payload, entityField, orderField, now)
@@ -86,6 +88,9 @@ func checkNew(t *testing.T, f event.Fields, payload []byte, entityField, orderFi
 	}
 	if !json.Valid(env.Payload) || !utf8.Valid(env.Payload) {
 		t.Fatalf("accepted invalid payload %q", env.Payload)
+	}
+	if d := state.Depth(env.Payload); d > event.MaxDepth {
+		t.Fatalf("accepted a payload nested %d levels, deeper than %d", d, event.MaxDepth)
 	}
 	if nb := env.NotBefore; nb != nil && (!nb.After(now) || nb.After(now.Add(event.MaxNotBefore))) {
 		t.Fatalf("not_before %v outside (now, now+%s]", nb, event.MaxNotBefore)

@@ -30,7 +30,8 @@ const (
 	MaxHistory      = 200
 	MaxHistoryBytes = 64 << 10
 	// MaxResult bounds the result kept (a target's answer, a poll's, a
-	// callback's, an operator's); a larger one is dropped with a note.
+	// callback's, an operator's); a larger one, or one nested deeper than
+	// MaxDepth, is dropped with a note.
 	MaxResult = 4096
 	// MaxReference bounds the provider's job id kept; a longer one is
 	// dropped with a note.
@@ -357,8 +358,9 @@ func Apply(r Record, a Action, now time.Time) (Record, []EffectKind, error) {
 }
 
 // bounded is a with its texts cut to MaxDetail and MaxName, and a result
-// or reference over MaxResult or MaxReference left out, with a note in
-// the detail: a target, a provider or an operator can hand over anything.
+// over MaxResult or nested deeper than MaxDepth, or a reference over
+// MaxReference, left out, with a note in the detail: a target, a
+// provider or an operator can hand over anything.
 func (a Action) bounded() Action {
 	a.Actor = Clip(a.Actor, MaxName)
 	if e := a.Error; e != nil && (len(e.Class) > MaxName || len(e.Message) > MaxDetail) {
@@ -369,6 +371,9 @@ func (a Action) bounded() Action {
 	var notes []string
 	if len(a.Result) > MaxResult {
 		notes = append(notes, fmt.Sprintf("result of %d bytes not kept (at most %d)", len(a.Result), MaxResult))
+		a.Result = nil
+	} else if d := Depth(a.Result); d > MaxDepth {
+		notes = append(notes, fmt.Sprintf("result nested %d levels deep not kept (at most %d)", d, MaxDepth))
 		a.Result = nil
 	}
 	if len(a.Reference) > MaxReference {

@@ -341,6 +341,9 @@ func (s *Service) resolve(ctx context.Context, req ops.ResolveRequest) error {
 	actor := actorOf(ctx)
 	switch req.Outcome {
 	case ops.OutcomeDone:
+		if err := event.CheckDepth("result", req.Result); err != nil { // first: json.Valid says only "not JSON" past its own depth
+			return fail(http.StatusBadRequest, "malformed", "%v", err)
+		}
 		if req.Result != nil && !json.Valid(req.Result) {
 			return fail(http.StatusBadRequest, "malformed", "result is not JSON")
 		}

@@ -24,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/state"
 )
 
 // Media types of the JSON event format.
@@ -122,6 +123,9 @@ func Structured(body []byte) (Event, error) {
 		return Event{}, bad(dup, "given twice")
 	}
 	if err != nil {
+		if d := state.Depth(body); d > event.MaxDepth+1 { // past encoding/json's limit: say the one that binds
+			return Event{}, bad("data", "the event nests %d levels deep; its data may nest at most %d", d, event.MaxDepth)
+		}
 		return Event{}, bad("", "the body is not a JSON object (the JSON event format): %v", err)
 	}
 	str := map[string]string{}
@@ -313,12 +317,16 @@ func build(str, ext map[string]string) (Event, error) {
 	return ev, nil
 }
 
-// jsonData checks the data: present, one JSON document, not null.
+// jsonData checks the data: present, one JSON document, not null. How
+// deep it nests is event.New's to check, as for any payload.
 func jsonData(b []byte) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(b)) == 0 || string(bytes.TrimSpace(b)) == "null" {
 		return nil, bad("data", "missing: tenaz delivers the data as the event's payload")
 	}
 	if !json.Valid(b) {
+		if d := state.Depth(b); d > event.MaxDepth { // past encoding/json's limit: say the one that binds
+			return nil, bad("data", "nests %d levels deep; the limit is %d", d, event.MaxDepth)
+		}
 		return nil, bad("data", "not a JSON document")
 	}
 	return json.RawMessage(b), nil
