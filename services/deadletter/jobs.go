@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/config"
@@ -30,11 +28,12 @@ import (
 // a crash finds each entry its predecessor replayed since its last save
 // still pending, sees the job's mark in the event's history (jobMark),
 // and counts it without replaying it again, even if it failed back into
-// DEAD meanwhile. The runner renews its lease while a page runs, however
-// slow its rate: a lease that lapsed under a live runner would have a
-// second replica run the same page beside it, at twice the rate. A
-// replica runs up to jobsAtOnce jobs at once, so a slow job does not hold
-// the others up.
+// DEAD meanwhile. The runner (jobRun) renews its lease while a page
+// runs, however slow its rate: a lease that lapsed under a live runner
+// would have a second replica run the same page beside it, at twice the
+// rate. It watches the job, so a cancel stops it at once. A replica runs
+// up to jobsAtOnce jobs at once, so a slow job does not hold the others
+// up.
 
 // Tuning of replay jobs.
 const (
@@ -68,23 +67,6 @@ func jobKey(id string) string { return "job." + id }
 // the job, and a replica that takes the job over knows the replays made
 // before it.
 func jobMark(id string) string { return "(" + id + ")" }
-
-// replayedBy reports whether job id replayed the entry's event already.
-func (s *Service) replayedBy(ctx context.Context, e pendingEntry, id string) bool {
-	if e.ID == "" {
-		return false
-	}
-	rec, _, err := s.st.Get(ctx, e.Account, e.ID)
-	if err != nil {
-		return false
-	}
-	for _, h := range rec.History {
-		if h.Action == state.Replay && strings.HasSuffix(h.Detail, jobMark(id)) {
-			return true
-		}
-	}
-	return false
-}
 
 // createJob stores a new replay job for filter f and wakes the runner.
 func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor, why string, rate float64) (ops.JobReply, error) {
@@ -168,10 +150,10 @@ func (s *Service) readJob(ctx context.Context, id string) (job, uint64, error) {
 }
 
 // cancelJob stops a running job: it is marked cancelled, with who and
-// why, by compare-and-set, so its runner's next save (its lease renewal,
-// within a third of a lease, or its page's end) fails and it leaves the
-// job; no runner takes a job that is not running. A replay in flight
-// then finishes.
+// why, by compare-and-set. Its runner, which watches the job, stops
+// taking entries at once and leaves the job without writing it again (a
+// save of its would fail too); no runner takes a job that is not
+// running. A replay in flight finishes.
 func (s *Service) cancelJob(ctx context.Context, req ops.JobCancelRequest) (ops.JobReply, error) {
 	why, err := needReason(req.Reason)
 	if err != nil {
@@ -282,161 +264,4 @@ func (s *Service) claimJobs(ctx context.Context, mu *sync.Mutex, running map[str
 			}
 		}()
 	}
-}
-
-// runJob replays the job's events page by page until none is left, the
-// service stops, or another replica takes the job over.
-func (s *Service) runJob(ctx context.Context, j job, rev uint64) {
-	log := s.log.With().Str("job", j.JobID).Logger()
-	rl := ratelimiter.NewSmoothWithMaxRate[any](time.Duration(float64(time.Second) / j.RatePerSecond))
-	var mu sync.Mutex // j and rev, which the page's workers and its lease renewals write
-	// save writes j (renewing the lease, or releasing it) with mu held;
-	// false when the job was taken over or could not be saved.
-	save := func(release bool) bool {
-		j.UpdatedAt = s.now().UTC()
-		j.LeaseUntil = s.now().Add(s.o.JobLease)
-		if release {
-			j.Owner, j.LeaseUntil = "", time.Time{}
-		}
-		val, _ := json.Marshal(j)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		nrev, err := s.kvOps.Update(sctx, jobKey(j.JobID), val, rev)
-		if err != nil {
-			log.Warn().Err(err).Msg("replay job taken over or not saved; leaving it")
-			return false
-		}
-		rev = nrev
-		return true
-	}
-	// A page pending when the job is taken is another runner's: some of
-	// its entries may be replayed already.
-	inherited := len(j.Pending) > 0
-	f := j.Filter
-	for {
-		if ctx.Err() != nil {
-			save(true)
-			return
-		}
-		if len(j.Pending) == 0 {
-			f.Cursor, f.Limit = j.Cursor, jobPage
-			page, err := s.x.List(state.Dead, f)
-			if err != nil {
-				j.State, j.Error = ops.JobFailed, err.Error()
-				save(true)
-				return
-			}
-			if len(page.Items) == 0 {
-				j.State = ops.JobDone
-				if save(true) {
-					log.Info().Int("done", j.Done).Int("skipped", j.Skipped).Int("failed", j.Failed).Msg("replay job finished")
-				}
-				return
-			}
-			for _, it := range page.Items {
-				j.Pending = append(j.Pending, pendingEntry{Seq: it.Seq, ID: it.ID, Account: it.Account})
-			}
-			j.Cursor = strconv.FormatUint(page.Items[len(page.Items)-1].Seq, 10)
-			if !save(false) {
-				return
-			}
-		}
-		if !s.runPage(ctx, &j, inherited, rl, &mu, save) {
-			return // taken over: the other replica has the job
-		}
-		inherited = false
-		if ctx.Err() != nil {
-			save(true) // what is left pending is run after the restart
-			return
-		}
-		if !save(false) {
-			return
-		}
-	}
-}
-
-// runPage replays the job's pending entries, each counted (and no longer
-// pending) once its replay ends, and reports whether the lease held. An
-// inherited page's entries that the job replayed already count as done
-// without another replay.
-func (s *Service) runPage(ctx context.Context, j *job, inherited bool, rl ratelimiter.RateLimiter[any], mu *sync.Mutex, save func(release bool) bool) bool {
-	pageCtx, stopPage := context.WithCancel(ctx)
-	renewed := s.renewLease(pageCtx, stopPage, mu, save)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, jobWorkers)
-	for _, e := range slices.Clone(j.Pending) {
-		if err := rl.AcquirePermit(pageCtx); err != nil {
-			break // stopping, or taken over
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			again := inherited && s.replayedBy(ctx, e, j.JobID)
-			var err error
-			switch {
-			case again:
-				// Its entry may be left if the predecessor died before
-				// dropping it.
-				s.dropEntry(ctx, ops.Item{ID: e.ID, Seq: e.Seq})
-			case e.ID == "":
-				err = fail(http.StatusConflict, "not_parked", "entry %d has no event to replay", e.Seq)
-			default:
-				err = s.replay(ctx, e.ID, nil, j.Stage, j.Actor, strings.TrimSpace(j.Reason+" "+jobMark(j.JobID)))
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && ctx.Err() != nil {
-				return // stopping: the entry stays pending
-			}
-			j.Pending = slices.DeleteFunc(j.Pending, func(p pendingEntry) bool { return p.Seq == e.Seq })
-			if err == nil {
-				j.Done++
-				return
-			}
-			status, code, msg := statusOf(err)
-			if code == "not_parked" || code == "not_found" {
-				j.Skipped++
-				return
-			}
-			j.Failed++
-			j.LastErrors = append(j.LastErrors, ops.ItemError{ID: e.ID, Code: status, Message: msg})
-			if len(j.LastErrors) > maxJobError {
-				j.LastErrors = j.LastErrors[len(j.LastErrors)-maxJobError:]
-			}
-		}()
-	}
-	wg.Wait()
-	stopPage()
-	return <-renewed
-}
-
-// renewLease saves the job (its counts so far, its lease renewed) three
-// times a lease until ctx ends, so that no other replica takes over a
-// page that runs longer than a lease. If a save fails (the job was taken
-// over after all) it stops the page. Its channel says, once ctx has
-// ended, whether the lease held.
-func (s *Service) renewLease(ctx context.Context, stopPage func(), mu *sync.Mutex, save func(release bool) bool) <-chan bool {
-	held := make(chan bool, 1)
-	go func() {
-		t := time.NewTicker(s.o.JobLease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				held <- true
-				return
-			case <-t.C:
-			}
-			mu.Lock()
-			ok := save(false)
-			mu.Unlock()
-			if !ok {
-				stopPage()
-				held <- false
-				return
-			}
-		}
-	}()
-	return held
 }
