@@ -471,6 +471,11 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	checked, slow := 0, 0
 	var waits []time.Duration
 	longestPair := ""
+	// The longest wait outside its account's outage and the breaker's
+	// cooldown after it: an open breaker holds the next event up too, and
+	// the longest wait of all is usually that.
+	var longestFree time.Duration
+	longestFreePair := ""
 	for _, j := range jobs {
 		for i := 1; i < len(j); i++ {
 			a, b := j[i-1], j[i]
@@ -490,6 +495,10 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 				longestPair = fmt.Sprintf("%s after %s", b.id, a.id)
 			}
 			waits = append(waits, wait)
+			w, down := outages[b.account]
+			if held := down && firstB.After(w.from) && finished.Before(w.to.Add(o.Cooldown)); !held && wait > longestFree {
+				longestFree, longestFreePair = wait, fmt.Sprintf("%s after %s", b.id, a.id)
+			}
 			if wait >= laneSafetyNet {
 				slow++
 			}
@@ -501,8 +510,9 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		// next event up too: the figure is for the parking schedule's safety
 		// net (5 minutes), which shows when nobody woke it.
 		slices.Sort(waits)
-		r.figure("wait of a lane's next event after its predecessor finished: median; longest (pair)",
-			fmt.Sprintf("%s; %s (%s)", waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond), longestPair))
+		r.figure("wait of a lane's next event after its predecessor finished: median; longest (pair); longest outside its account's outage and cooldown (pair)",
+			fmt.Sprintf("%s; %s (%s); %s (%s)", waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond), longestPair,
+				longestFree.Round(time.Millisecond), longestFreePair))
 	}
 	r.invariant("lanes whose next event waited 5 minutes (the parking schedule's safety net) or more", slow)
 	r.invariant("ordered events called before their predecessor finished", len(outOfOrder), outOfOrder...)
