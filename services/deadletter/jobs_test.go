@@ -89,9 +89,10 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 
 // A replay job outlives the replica running it: two deadletter replicas,
 // each its own process, and the one that took a job of 300 dead events
-// (at 20 a second, pages of 100; every fifth is refused again by the
-// target and goes back to DEAD) is killed with SIGKILL in the middle of
-// its second page. The other takes the job over once the dead replica's
+// (at 20 a second, pages of 100) is killed with SIGKILL in the middle of
+// its second page. Only then does a dispatcher start: every fifth event
+// is refused again by the target and goes back to DEAD before the
+// takeover. The other takes the job over once the dead replica's
 // lease lapses. The job ends done with each event counted once as
 // replayed: those the dead replica replayed after its last save are
 // counted without a second replay, even the ones back in DEAD already.
@@ -110,11 +111,11 @@ func TestReplayJobSurvivesItsReplicaKilled(t *testing.T) {
 		natstest.StartProc(t, "dl-1", bin, yaml, "NATS_URL="+e.Srv.ClientURL(), "LOG_FORMAT=json"),
 		natstest.StartProc(t, "dl-2", bin, yaml, "NATS_URL="+e.Srv.ClientURL(), "LOG_FORMAT=json"),
 	}
-	e.startDispatcher(nil)
 	refused := func(i int) bool { return i%5 == 0 }
 	ids := e.seed(n, "acme", "order.create", dead.ReasonExhausted, "transient", func(i int) string { return fmt.Sprintf(`{"n":%d,"reject":%t}`, i, refused(i)) })
 	e.seed(50, "globex", "order.create", dead.ReasonExhausted, "transient", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
 	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, n)
+	enqueued := e.EventMsgs() // each replay adds one, which no dispatcher takes yet
 
 	var rep ops.ReplayReply
 	if err := e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Account: "acme"}, Reason: "erp fixed", RatePerSecond: 20}, &rep); err != nil || rep.JobID == "" {
@@ -128,12 +129,13 @@ func TestReplayJobSurvivesItsReplicaKilled(t *testing.T) {
 	runs := func(p *natstest.Proc, j storedJob) bool {
 		return strings.HasPrefix(j.Owner, fmt.Sprintf("%s-%d-", host, p.Pid()))
 	}
-	// Mid-page: the target has had calls the job's last save does not
-	// count; the page has seconds left to run.
+	// Mid-page: replays the job's last save does not count; the page has
+	// seconds left to run.
 	var saved storedJob
+	replayed := func() int { return int(e.EventMsgs() - enqueued) }
 	natstest.Eventually(t, time.Minute, func() bool {
 		saved = e.storedJob(rep.JobID)
-		return saved.Done >= 100 && e.p.CallCount() >= saved.Done+20
+		return saved.Done >= 100 && replayed() >= saved.Done+20
 	}, "the first page replayed and the second begun (last %+v)", &saved)
 	victim := procs[0]
 	if !runs(victim, saved) {
@@ -143,10 +145,11 @@ func TestReplayJobSurvivesItsReplicaKilled(t *testing.T) {
 		t.Fatalf("want the job held by one of the replicas, held by %q", saved.Owner)
 	}
 	victim.Kill(t)
-	killed, atKill, callsAtKill := time.Now(), e.storedJob(rep.JobID), e.p.CallCount()
+	killed, atKill, replayedAtKill := time.Now(), e.storedJob(rep.JobID), replayed()
 	if atKill.State != ops.JobRunning {
 		t.Fatalf("the job ended before its replica was killed (%+v): this machine was too slow for the test's timing", atKill.JobReply)
 	}
+	e.startDispatcher(nil)
 
 	// deadletter.Options.JobLease's default, and the survivor's poll.
 	const lease = 30 * time.Second
@@ -158,7 +161,7 @@ func TestReplayJobSurvivesItsReplicaKilled(t *testing.T) {
 		}
 		return e.call(ops.DeadJob, ops.JobRequest{JobID: rep.JobID}, &job) == nil && job.State != ops.JobRunning
 	}, "the job to end after its replica was killed (last %+v)", &job)
-	t.Logf("killed %s with %d replayed as saved, %d of its page pending, %d calls made; taken over after %v", victim.Name, atKill.Done, len(atKill.Pending), callsAtKill, took)
+	t.Logf("killed %s with %d replayed as saved, %d of its page pending, %d replays made; taken over after %v", victim.Name, atKill.Done, len(atKill.Pending), replayedAtKill, took)
 	if took == 0 || took > lease+5*time.Second {
 		t.Errorf("want the job taken over by the other replica within its lease (%v) and a poll, took %v", lease, took)
 	}

@@ -7,17 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/indent"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
 )
 
-// --json indents what it prints within indent.Max: the payload of a dead
-// letter nested 9000 deep (18 KB; the intake's JSON decoder stops at
-// 10000 levels) would indent to 160 MB, so dead show prints it compact,
-// one valid document with the payload as submitted. A shallow one still
-// prints indented.
+// --json indents what it prints within indent.Max: a dead letter whose
+// payload holds four values nested as deep as the intake takes
+// (event.MaxDepth; 4 KB in all) would indent to megabytes, each level
+// costing two spaces on each of its lines, so dead show prints it
+// compact, one valid document with the payload as submitted. A shallow
+// one still prints indented.
 func TestCLIJSONBoundsIndentation(t *testing.T) {
 	t.Parallel()
 	_, tz, base := running(t)
@@ -31,11 +33,11 @@ func TestCLIJSONBoundsIndentation(t *testing.T) {
 		return r
 	}
 
-	const depth = 9000
-	deep := `{"order_id":"deep-1","reject":true,"d":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`
+	nest := strings.Repeat("[", event.MaxDepth-2) + strings.Repeat("]", event.MaxDepth-2) // within the object and d's list
+	deep := `{"order_id":"deep-1","reject":true,"d":[` + strings.Repeat(nest+",", 3) + nest + `]}`
 	code, v := post(t, base, "deep-1", `{"account":"acme","kind":"order.create","payload":`+deep+`}`)
 	if code/100 != 2 || v.ID == "" {
-		t.Fatalf("submit a payload nested %d deep: want it accepted, got %d %+v", depth, code, v)
+		t.Fatalf("submit a payload nested %d deep: want it accepted, got %d %+v", event.MaxDepth, code, v)
 	}
 	r := show(v.ID)
 	var compact bytes.Buffer
