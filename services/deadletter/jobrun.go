@@ -20,10 +20,10 @@ import (
 
 // jobRun is one replica's run of a replay job, from taking it to leaving
 // it. Its steps: next lists a page and saves it as pending; page replays
-// what is pending, settle each entry; save writes the progress and the
-// lease; renew keeps the lease while a page runs; watch ends the run at
-// once when the job stops being this replica's (an operator cancelled
-// it, or another replica took it over).
+// what is pending, and settle replays and counts one entry; save writes
+// the progress and the lease; renew keeps the lease while a page runs;
+// watch ends the run at once when the job stops being this replica's (an
+// operator cancelled it, or another replica took it over).
 type jobRun struct {
 	s   *Service
 	log zerolog.Logger
