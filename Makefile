@@ -41,6 +41,10 @@ run: build tools ## Start tenaz on :8080: embedded NATS, demo config, demo provi
 	$(BIN)/tenaz run $(if $(CONFIG),--config $(CONFIG))
 
 .PHONY: test
+# Tests built only without the race detector (a file with `//go:build
+# !race` says why), run after the rest.
+NORACE_TESTS = ^TestClusterCompareAndSet$$
+
 # One go test over every module: it runs two packages at a time (one a
 # core), so a module whose tests are one long package no longer leaves a
 # core idle for minutes. Every package runs even after one fails, and the
@@ -48,6 +52,7 @@ run: build tools ## Start tenaz on :8080: embedded NATS, demo config, demo provi
 test: test-deps ## Unit, property and integration tests of every module, with the race detector
 	@out=$$(mktemp); \
 	$(GO) test -race -count=1 -timeout 15m $(PACKAGES) 2>&1 | tee $$out; rc=$${PIPESTATUS[0]}; \
+	$(GO) test -count=1 -timeout 5m -run '$(NORACE_TESTS)' ./pkg/natstest/ 2>&1 | tee -a $$out; [ $${PIPESTATUS[0]} -eq 0 ] || rc=1; \
 	failed=$$(awk '$$1 == "FAIL" && NF >= 2 {print $$2}' $$out | sort -u | xargs); rm -f $$out; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED in: $${failed:-nothing named (a build or setup error, above)}"; exit 1; fi; \
 	echo "make test: every package passed"
