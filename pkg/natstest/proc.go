@@ -76,6 +76,15 @@ func (p *Proc) Kill(tb testing.TB) {
 	<-p.done
 }
 
+// Signal sends sig to the process: SIGSTOP and SIGCONT stall it and
+// wake it, as a long pause of the machine or the runtime would.
+func (p *Proc) Signal(tb testing.TB, sig syscall.Signal) {
+	tb.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // Log is what the process has written so far.
 func (p *Proc) Log() []byte {
 	b, _ := os.ReadFile(p.logPath)

@@ -79,6 +79,7 @@ type Group struct {
 	seen   map[string]heard // replica → its last heartbeat heard
 	cut    bool             // this replica's last heartbeat failed: it hears nobody
 	sent   time.Time        // when the last heartbeat that got through was sent
+	lapses uint64           // how often it stopped being Current and became so again
 	since  time.Time        // when this replica's heartbeats got through again
 	live   []string         // sorted, self included
 	leases map[string]lease // account → its holder as last known
@@ -181,7 +182,31 @@ func (g *Group) Holder(account string) string {
 func (g *Group) Current() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return time.Since(g.sent) < g.o.Expiry-g.o.Heartbeat/2
+	return g.currentLocked(time.Now())
+}
+
+func (g *Group) currentLocked(now time.Time) bool {
+	return now.Sub(g.sent) < g.o.Expiry-g.o.Heartbeat/2
+}
+
+// Lapses counts the times this replica stopped being Current and became
+// so again (a stall, heartbeats that did not get through). Being current
+// again says nothing of the leases meanwhile: another replica may have
+// taken them, and this one hears so only later. So a step begun under
+// one count, a call that waited for its rate through a SIGSTOP, must not
+// act under another (CurrentSince).
+func (g *Group) Lapses() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lapses
+}
+
+// CurrentSince reports whether this replica is Current and has been
+// since Lapses read lapses.
+func (g *Group) CurrentSince(lapses uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.currentLocked(time.Now()) && g.lapses == lapses
 }
 
 // Holds reports whether this replica holds account's lease.
@@ -348,6 +373,9 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 			err := g.beat(bctx)
 			if err == nil {
 				g.mu.Lock()
+				if !g.currentLocked(now) {
+					g.lapses++ // taken for dead, maybe, until now (Lapses)
+				}
 				g.sent = now
 				g.mu.Unlock()
 				g.confirm(bctx, now)

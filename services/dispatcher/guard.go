@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -128,10 +129,33 @@ type targetLimit struct {
 	local *autoLimit // under "auto": this replica's latency-learned share; nil otherwise
 }
 
-// errNotCalled is the outcome of a call that waited for its target's
-// limit until the stop left no time to make it (see Stop): it was not
-// made, and its message comes back.
-var errNotCalled = errors.New("stopping: the call was not made")
+// errNotCalled is the outcome of a call that was not made: it waited for
+// its target's limit until the stop left no time to make it (see Stop),
+// or its account may have gone to another replica meanwhile
+// (errNotOwner). Its message comes back.
+var errNotCalled = errors.New("the call was not made")
+
+// errNotOwner is errNotCalled for a call whose replica lapsed (stalled,
+// or its heartbeats failed) since it took the message, or lost the
+// account's lease: see owned.
+var errNotOwner = fmt.Errorf("%w: the account may be another replica's", errNotCalled)
+
+// owned makes r's call only if this replica holds r's account and has
+// been current, with no lapse, since it took r's message
+// (owner.Group.CurrentSince). A call waits for its rate, its account's
+// slot and its target's limit after the claim: a replica stopped meanwhile
+// (SIGSTOP, a long pause) longer than the owners' expiry may wake after
+// another one took the account over, and its call would go out beside the
+// new owner's, past the account's limits, for an event the new owner may
+// have finished. It is the last step before the call.
+func (s *Service) owned(r *run, call func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
+	return func(ctx context.Context) (target.Response, error) {
+		if !s.owners.CurrentSince(r.lapses) || !s.owners.Holds(r.env.Account) {
+			return target.Response{}, errNotOwner
+		}
+		return call(ctx)
+	}
+}
 
 // pacerLocked returns the account's pacer (shared by its targets), or
 // nil when the account's rate is unlimited. Callers hold s.mu.
@@ -234,8 +258,9 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 	default:
 	}
 	resp, err := local.timed(fn)(ctx)
-	local.done(err, ctx.Err() == nil)
-	release(answerOf(err, ctx.Err() == nil))
+	made := ctx.Err() == nil && !errors.Is(err, errNotCalled)
+	local.done(err, made)
+	release(answerOf(err, made))
 	return resp, err
 }
 

@@ -26,7 +26,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
-func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) {
+func (s *Service) process(ctx context.Context, m jetstream.Msg, lapses uint64, release func()) {
 	meta, err := m.Metadata()
 	if err != nil {
 		_ = m.Term()
@@ -48,6 +48,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, release func()) 
 	if !ok {
 		return
 	}
+	r.lapses = lapses
 	s.runs.add(env.ID, r.rec.RunSeq, s.nc.Stats().Reconnects)
 	defer s.runs.done(env.ID)
 	if h := s.o.Hooks; h != nil && h.AfterClaim != nil {
@@ -77,6 +78,9 @@ type run struct {
 	rec state.Record
 	rev uint64 // the fencing token
 	adm admission
+	// lapses is the owners' count when the message was handed out: the
+	// call is made only if this replica stayed current since (owned).
+	lapses uint64
 	// stage is what the run calls (set by deliver), and hasFallback
 	// whether a fallback stage follows it.
 	stage       config.Stage
@@ -412,6 +416,7 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 		s.finish(ctx, r, outcome.RetryAfter(time.Until(until), errBreakerOpened), target.Response{})
 		return
 	}
+	call = s.owned(r, call)
 	call = s.metered(env.Account, call)
 	call = slot.timed(call)
 	began := time.Now()
@@ -419,7 +424,12 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 	slot.done(callErr, ctx.Err() == nil && !errors.Is(callErr, errNotCalled))
 	if errors.Is(callErr, errNotCalled) {
 		release()
-		return // stopping: the call waited for its target's limit and was not made; the message comes back
+		if errors.Is(callErr, errNotOwner) {
+			// The tail hands it out again once this replica is sure of
+			// the account, or the handover stops the tail.
+			_ = r.m.Nak()
+		}
+		return // not made: stopping, or the account may be another replica's; the message comes back
 	}
 	took := time.Since(began)
 	if ctx.Err() == nil {

@@ -111,7 +111,8 @@ func (s *Service) drain(l *reader) {
 			}
 			continue
 		}
-		if !s.owners.Current() || !s.owners.Holds(l.account) {
+		lapses := s.owners.Lapses()
+		if !s.owners.CurrentSince(lapses) || !s.owners.Holds(l.account) {
 			// Its lease may be another replica's by now (owners.go):
 			// the tail hands these out again once it is sure.
 			for _, h := range batch {
@@ -119,6 +120,9 @@ func (s *Service) drain(l *reader) {
 				_ = h.m.Nak()
 			}
 		} else {
+			for i := range batch {
+				batch[i].lapses = lapses
+			}
 			s.claimBatch(l, batch)
 		}
 		clear(batch) // hold no message while waiting
@@ -138,6 +142,9 @@ type held struct {
 	m    jetstream.Msg
 	meta *jetstream.MsgMetadata // nil when m has none
 	stop func()
+	// lapses is the owners' count when the reader handed the message out
+	// (owner.Group.Lapses): its call is made only if none came since.
+	lapses uint64
 }
 
 type claimed struct {
@@ -197,7 +204,7 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 					return // as if the process died here
 				}
 			}
-			s.deliver(ctx, &run{m: c.h.m, env: c.env, rec: c.next, rev: rev, adm: c.adm}, release)
+			s.deliver(ctx, &run{m: c.h.m, env: c.env, rec: c.next, rev: rev, adm: c.adm, lapses: c.h.lapses}, release)
 		})
 	}
 }
@@ -225,7 +232,7 @@ func (s *Service) spawn(l *reader, h held, fn func(ctx context.Context, release 
 	default:
 	}
 	if fn == nil {
-		fn = func(ctx context.Context, release func()) { s.process(ctx, h.m, release) }
+		fn = func(ctx context.Context, release func()) { s.process(ctx, h.m, h.lapses, release) }
 	}
 	l.wg.Add(1)
 	s.pool.Go(func() {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,6 +136,65 @@ func limitsAcrossReplicas(t *testing.T, kill bool) {
 			t.Errorf("broken event %s: want it waiting behind the open breaker, got %s", id, st)
 		}
 	}
+}
+
+// A replica stopped (SIGSTOP) for longer than the owners' expiry is taken
+// for dead, and its accounts go to another replica; on waking (SIGCONT)
+// it makes none of the calls that were waiting in it for a slot or a
+// permit, beside its successor's: narrow (concurrency 2, 300 ms calls)
+// never has more than 2 calls in flight at the target, and no more than
+// the 2 calls in flight at the stall end in an outcome that came after
+// the successor's (late outcome ignored). If the stalled replica owned
+// rated (10/s) too, no second of it holds more than 11 calls. Every event
+// ends done.
+func TestStalledOwnerMakesNoCallBesideItsSuccessor(t *testing.T) {
+	t.Parallel()
+	m := newMeter(map[string]time.Duration{"narrow": 300 * time.Millisecond})
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	h := setup(t, replicasYAML, provider.Faults{})
+	procs := startReplicas(t, h, 2, target.URL)
+	narrow := h.Submit("narrow", "order.create", keys("narrow", 60), orderPayload)
+	rated := h.Submit("rated", "order.create", keys("rated", 150), orderPayload)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(m.callsOf("narrow")) >= 4 && len(m.callsOf("rated")) >= 10 },
+		"want both accounts served")
+	victim := ownerOf(t, h, procs, "narrow")
+	ratedToo := holds(victim, h.leaseHolder("rated"))
+	victim.Signal(t, syscall.SIGSTOP)
+	natstest.Eventually(t, handoverBound, func() bool {
+		h := h.leaseHolder("narrow")
+		return h != "" && !holds(victim, h)
+	}, "want narrow taken over while its owner is stopped")
+	victim.Signal(t, syscall.SIGCONT)
+	h.waitAll(append(narrow, rated...), state.Done, 2*time.Minute)
+
+	if got := m.maxInFlight("narrow"); got > 2 {
+		t.Errorf("narrow (concurrency 2): want at most 2 calls in flight at the target, saw %d", got)
+	}
+	late := 0
+	for _, id := range narrow {
+		for _, e := range h.Record(id).History {
+			if e.Action == state.Note && strings.HasPrefix(e.Detail, "late outcome ignored") {
+				late++
+			}
+		}
+	}
+	if late > 2 {
+		t.Errorf("narrow: want at most the 2 calls in flight at the stall to end late, got %d late outcomes", late)
+	}
+	if ratedToo {
+		calls := m.callsOf("rated")
+		for i := range calls {
+			n := 0
+			for j := i; j < len(calls) && calls[j].Sub(calls[i]) < time.Second; j++ {
+				n++
+			}
+			if n > 11 {
+				t.Fatalf("rated (10/s): want at most 11 calls in any second, got %d from %s", n, calls[i].Format("15:04:05.000"))
+			}
+		}
+	}
+	t.Logf("stalled the owner of narrow (and of rated: %v); %d late outcomes of narrow", ratedToo, late)
 }
 
 // meter is a target that counts, per account (the URL's path), when each
