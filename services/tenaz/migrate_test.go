@@ -390,7 +390,7 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 func TestStreamsMigrateKilledResumes(t *testing.T) {
 	t.Parallel()
 	srv, js := legacyStore(t, false)
-	ctx := servicetest.Context(t, 3*time.Minute)
+	ctx := servicetest.Context(t, 6*time.Minute) // the resumed migrate alone took 158 s under -race beside a loaded machine
 	one := names.NewSubjects("")
 	st, err := store.Open(ctx, js, store.Options{Layout: streams.Layout{Partitions: 1}})
 	if err != nil {
