@@ -137,21 +137,33 @@ var errNotCalled = errors.New("the call was not made")
 
 // errNotOwner is errNotCalled for a call whose replica lapsed (stalled,
 // or its heartbeats failed) since it took the message, or lost the
-// account's lease: see owned.
+// account's lease: see cleared.
 var errNotOwner = fmt.Errorf("%w: the account may be another replica's", errNotCalled)
 
-// owned makes r's call only if this replica holds r's account and has
-// been current, with no lapse, since it took r's message
-// (owner.Group.CurrentSince). A call waits for its rate, its account's
-// slot and its target's limit after the claim: a replica stopped meanwhile
-// (SIGSTOP, a long pause) longer than the owners' expiry may wake after
-// another one took the account over, and its call would go out beside the
-// new owner's, past the account's limits, for an event the new owner may
-// have finished. It is the last step before the call.
-func (s *Service) owned(r *run, call func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
+// errPaused is errNotCalled for a call whose account an operator paused
+// while it waited: see cleared.
+var errPaused = fmt.Errorf("%w: the account was paused", errNotCalled)
+
+// cleared makes r's call only if it may still go out, the last step
+// before it: a claimed run waits for its account's slot, its rate and its
+// target's limit, and meanwhile
+//   - this replica may have lost the account: it makes the call only if
+//     it holds the lease and has been current, with no lapse, since it
+//     took r's message (owner.Group.CurrentSince). A replica stopped
+//     (SIGSTOP, a long pause) longer than the owners' expiry may wake
+//     after another one took the account over, and its call would go out
+//     beside the new owner's, past the account's limits, for an event the
+//     new owner may have finished;
+//   - an operator may have paused the account: the pause stops the
+//     account's reads, and this stops what they had handed out, so only
+//     the calls already made when it is known finish.
+func (s *Service) cleared(r *run, call func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
 	return func(ctx context.Context) (target.Response, error) {
 		if !s.owners.CurrentSince(r.lapses) || !s.owners.Holds(r.env.Account) {
 			return target.Response{}, errNotOwner
+		}
+		if !s.pausedUntil(r.env.Account).IsZero() {
+			return target.Response{}, errPaused
 		}
 		return call(ctx)
 	}

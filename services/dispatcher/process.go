@@ -416,12 +416,19 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 		s.finish(ctx, r, outcome.RetryAfter(time.Until(until), errBreakerOpened), target.Response{})
 		return
 	}
-	call = s.owned(r, call)
+	call = s.cleared(r, call)
 	call = s.metered(env.Account, call)
 	call = slot.timed(call)
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
 	slot.done(callErr, ctx.Err() == nil && !errors.Is(callErr, errNotCalled))
+	if errors.Is(callErr, errPaused) {
+		// Given back, as for a breaker that opened: the attempt was not
+		// made, and the event waits in EVENTS until the resume.
+		release()
+		s.finish(ctx, r, callErr, target.Response{})
+		return
+	}
 	if errors.Is(callErr, errNotCalled) {
 		release()
 		if errors.Is(callErr, errNotOwner) {
@@ -513,9 +520,13 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 	b := outcome.Backoff{Initial: stage.Backoff.Initial.D(), Max: stage.Backoff.Max.D(), Multiplier: stage.Backoff.Multiplier,
 		Jitter: stage.Backoff.Jitter, MaxRetryAfter: stage.Backoff.MaxRetryAfter.D()}
 	d := outcome.Decide(callErr, rec.Attempts, stage.Attempts, hasFallback, b, s.jitter())
-	yield := errors.Is(callErr, errBreakerOpened)
-	if yield { // no call was made: whatever the attempts left, it waits for the cooldown
+	paused := errors.Is(callErr, errPaused)
+	yield := paused || errors.Is(callErr, errBreakerOpened)
+	if yield { // no call was made: whatever the attempts left, it waits for the cooldown, or the resume
 		d = outcome.Decision{Verdict: outcome.VerdictRetry, Class: outcome.ClassTransient, Delay: b.Delay(rec.Attempts, callErr, s.jitter())}
+		if paused {
+			d.Delay = time.Second // fired into EVENTS, where the paused account's events wait
+		}
 	}
 	log := zerolog.Ctx(ctx)
 	var errInfo *state.ErrorInfo
@@ -562,6 +573,9 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 		a = state.Action{Name: state.Retry, Actor: s.actor, Error: errInfo, NextRunAt: &at}
 		if yield {
 			a = state.Action{Name: state.Yield, Actor: s.actor, NextRunAt: &at, Detail: errBreakerOpened.Error()}
+			if paused {
+				a.Detail = errPaused.Error()
+			}
 		}
 	case outcome.VerdictFallback:
 		a = state.Action{Name: state.Fallback, Actor: s.actor, Error: errInfo, Detail: fmt.Sprintf("primary failed %d times: %s", rec.Attempts, errInfo.Message)}
