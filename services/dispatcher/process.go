@@ -79,7 +79,7 @@ type run struct {
 	rev uint64 // the fencing token
 	adm admission
 	// lapses is the owners' count when the message was handed out: the
-	// call is made only if this replica stayed current since (owned).
+	// call is made only if this replica stayed current since (cleared).
 	lapses uint64
 	// stage is what the run calls (set by deliver), and hasFallback
 	// whether a fallback stage follows it.
