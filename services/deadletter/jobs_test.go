@@ -194,6 +194,69 @@ func TestReplayJobSurvivesItsReplicaKilled(t *testing.T) {
 	}
 }
 
+// A runner that died between a replay's transition and its EVENTS
+// message (a SIGKILL can land there) left the event pending with nothing
+// to deliver it. The replica that takes the job over finds the job's mark
+// in its history, counts it as replayed, and publishes its message: it is
+// delivered without waiting for the reconciler (none runs here).
+func TestReplayJobTakenOverPublishesWhatItsPredecessorLeft(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ids := e.seed(3, "acme", "order.create", dead.ReasonExhausted, "transient", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 3)
+	var list ops.ListReply
+	if st := e.get("/v1/dead?account=acme", &list); st != http.StatusOK || len(list.Items) != 3 {
+		t.Fatalf("want acme's 3 dead events listed, got %d %+v", st, list)
+	}
+	if err := e.dl.Stop(servicetest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// The dead runner's half-made replay of the first event: the record
+	// says replayed, with the job's mark; no EVENTS message, entry kept.
+	const jobID = "job_00000000000000aa"
+	rec, rev, err := e.St.Get(e.Ctx(), "acme", ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := state.Apply(rec, state.Action{Name: state.Replay, Actor: "operator:alice", Detail: "erp fixed (" + jobID + ")"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.St.Write(e.Ctx(), next, rev); err != nil {
+		t.Fatal(err)
+	}
+	var pending []map[string]any
+	lowest := list.Items[0].Seq
+	for _, it := range list.Items {
+		pending = append(pending, map[string]any{"seq": it.Seq, "id": it.ID, "account": it.Account})
+		lowest = min(lowest, it.Seq)
+	}
+	j, _ := json.Marshal(map[string]any{"job_id": jobID, "total": 3, "state": ops.JobRunning, "filter": map[string]string{"account": "acme"},
+		"actor": "operator:alice", "reason": "erp fixed", "rate_per_second": 100, "created_at": time.Now().UTC(), "updated_at": time.Now().UTC(),
+		"cursor": fmt.Sprint(lowest), "pending": pending, "owner": "dead-replica", "lease_until": time.Now().Add(-time.Second).UTC()})
+	kv, err := e.JS.KeyValue(e.Ctx(), accounts.BucketOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(e.Ctx(), "job."+jobID, j); err != nil {
+		t.Fatal(err)
+	}
+
+	e.startDispatcher(nil)
+	e.startDeadletterWith(deadletter.Options{Instance: "successor"})
+	var job ops.JobReply
+	natstest.Eventually(t, time.Minute, func() bool {
+		return e.call(ops.DeadJob, ops.JobRequest{JobID: jobID}, &job) == nil && job.State != ops.JobRunning
+	}, "the job to end (last %+v)", &job)
+	if job.State != ops.JobDone || job.Done != 3 || job.Skipped != 0 {
+		t.Fatalf("job: want done with 3 replayed, got %+v", job)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.p.Applied() >= 3 }, "all 3 delivered (applied %d)", e.p.Applied())
+	if d := e.p.DuplicateEffects(); len(d) > 0 || e.p.Applied() != 3 {
+		t.Fatalf("want each of 3 effects applied once, got %d, duplicated: %v", e.p.Applied(), d)
+	}
+}
+
 // storedJob is a replay job as stored, with its page in flight and owner.
 type storedJob struct {
 	ops.JobReply
