@@ -522,7 +522,7 @@ const submitSubject = names.DefaultPrefix + ".api.ingest.submit.>"
 // `tenaz outbox relay` running as a process.
 type outboxDB struct {
 	db    *pgx.Conn
-	relay lazy // the relay's output so far
+	relay natstest.Lazy // the relay's output so far
 }
 
 // startOutbox sets up a producer's outbox as docs/producers.md does: a
@@ -562,7 +562,7 @@ func (w *world) startOutbox(t *testing.T, bin string) *outboxDB {
 	}
 
 	logFile := filepath.Join(dir, "relay.log")
-	o := &outboxDB{db: db, relay: func() string { b, _ := os.ReadFile(logFile); return string(b) }}
+	o := &outboxDB{db: db, relay: func() any { b, _ := os.ReadFile(logFile); return string(b) }}
 	f, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -596,7 +596,7 @@ func (w *world) startOutbox(t *testing.T, bin string) *outboxDB {
 			t.Fatalf("the relay exited before running: %v\n%s", exitErr, o.relay)
 		default:
 		}
-		return strings.Contains(o.relay(), `"message":"outbox relay running"`)
+		return strings.Contains(o.relay.String(), `"message":"outbox relay running"`)
 	}, "the relay to run; its output:\n%s", o.relay)
 	running = true
 	return o
@@ -645,7 +645,7 @@ func (o *outboxDB) waitSent(t *testing.T, id string) string {
 	natstest.Eventually(t, 60*time.Second, func() bool {
 		err := o.db.QueryRow(t.Context(), "SELECT status, coalesce(event_id, ''), coalesce(error, '') FROM "+config.DefaultOutboxTable+" WHERE id = $1", id).Scan(&status, &ev, &why)
 		return err == nil && status == "sent"
-	}, "outbox row %s to be sent (it is %s, error %q); relay output:\n%s", id, lazy(func() string { return status }), lazy(func() string { return why }), o.relay)
+	}, "outbox row %s to be sent (it is %s, error %q); relay output:\n%s", id, natstest.Lazy(func() any { return status }), natstest.Lazy(func() any { return why }), o.relay)
 	return ev
 }
 
@@ -707,7 +707,7 @@ func (w *world) waitStatus(t *testing.T, key, id string, want state.State) {
 	t.Helper()
 	last := ""
 	natstest.Eventually(t, 60*time.Second, func() bool { last = w.status(t, key, id); return last == string(want) },
-		"event %s to be %s (it is %q); permission violations: %v", id, want, lazy(func() string { return last }), lazy(func() string { return fmt.Sprint(w.allViolations()) }))
+		"event %s to be %s (it is %q); permission violations: %v", id, want, natstest.Lazy(func() any { return last }), natstest.Lazy(func() any { return w.allViolations() }))
 }
 
 // cancel cancels an event over HTTP as the operator alice.
@@ -765,11 +765,6 @@ func (w *world) webhook(t *testing.T, path, body string) string {
 	}
 	return out.Outcome
 }
-
-// lazy is formatted when the message is: the state at the failure.
-type lazy func() string
-
-func (l lazy) String() string { return l() }
 
 // allViolations lists the permission violations of the service users.
 func (w *world) allViolations() []string {
@@ -1125,7 +1120,7 @@ func TestNATSUsers(t *testing.T) {
 				}
 			}
 			return false
-		}, "an occurrence of rep's repeat to be done; permission violations: %v", lazy(func() string { return fmt.Sprint(w.allViolations()) }))
+		}, "an occurrence of rep's repeat to be done; permission violations: %v", natstest.Lazy(func() any { return w.allViolations() }))
 	})
 
 	t.Run("the screen shows each account's owner", func(t *testing.T) {
@@ -1144,7 +1139,7 @@ func TestNATSUsers(t *testing.T) {
 			page = string(b)
 			return resp.StatusCode == http.StatusOK && regexp.MustCompile(`(?s)<tr data-account="acme">.*?<td class="owner">d1`).MatchString(page)
 		}, "the accounts page to show d1 owning acme; permission violations: %v; page: %v",
-			lazy(func() string { return fmt.Sprint(w.log.violations(serviceUser("deadletter"))) }), lazy(func() string { return page }))
+			natstest.Lazy(func() any { return w.log.violations(serviceUser("deadletter")) }), natstest.Lazy(func() any { return page }))
 		if strings.Contains(page, `id="owners-error"`) {
 			t.Fatalf("the deadletter could not read tenaz_owners: %s", page)
 		}
@@ -1166,7 +1161,7 @@ func TestNATSUsers(t *testing.T) {
 			m := regexp.MustCompile(`data-series="done" data-last="[^"]*" data-total="([0-9.]+)"`).FindStringSubmatch(page)
 			return resp.StatusCode == http.StatusOK && m != nil && m[1] != "0"
 		}, "the overview to chart acme's done events; permission violations: %v; page: %v",
-			lazy(func() string { return fmt.Sprint(w.log.violations(serviceUser("deadletter"))) }), lazy(func() string { return page }))
+			natstest.Lazy(func() any { return w.log.violations(serviceUser("deadletter")) }), natstest.Lazy(func() any { return page }))
 		if strings.Contains(page, "could not be read") || strings.Contains(page, "The last scan failed") {
 			t.Fatalf("the deadletter could not read the state buckets: %s", page)
 		}
@@ -1197,8 +1192,8 @@ func TestNATSUsers(t *testing.T) {
 				left = waiting()
 				return !slices.Contains(w.disp.Accounts(), "acme") && w.disp.Owner("acme") == "" && left == 0
 			}, "the idle account retired: its reader stopped (readers %v), its lease released (owner %q), its messages trimmed (%d left); permission violations: %v",
-				lazy(func() string { return fmt.Sprint(w.disp.Accounts()) }), lazy(func() string { return w.disp.Owner("acme") }),
-				lazy(func() string { return fmt.Sprint(left) }), lazy(func() string { return fmt.Sprint(w.allViolations()) }))
+				natstest.Lazy(func() any { return w.disp.Accounts() }), natstest.Lazy(func() any { return w.disp.Owner("acme") }),
+				natstest.Lazy(func() any { return left }), natstest.Lazy(func() any { return w.allViolations() }))
 		}
 	})
 
@@ -1252,8 +1247,8 @@ func TestNATSUsers(t *testing.T) {
 		// user is refused a batch (refusals).
 		subj := names.NewSubjects(names.DefaultPrefix).WithPartitions(streams.DefaultPartitions)
 		stream := subj.EventsStream("acme")
-		violations := func(svc string) lazy {
-			return func() string { return fmt.Sprint(w.log.violations(serviceUser(svc))) }
+		violations := func(svc string) natstest.Lazy {
+			return func() any { return fmt.Sprint(w.log.violations(serviceUser(svc))) }
 		}
 		nc, _ := w.client(t, serviceUser("dispatcher"))
 		req := fmt.Sprintf(`{"seq":1,"next_by_subj":%q,"batch":8}`, subj.EventsOf("acme"))

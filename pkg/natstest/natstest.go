@@ -88,7 +88,8 @@ func (s *Server) Conn(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
 }
 
 // Eventually waits until cond returns true, checking every 10ms, and fails
-// the test with msg after timeout.
+// the test with msg after timeout. Arguments are evaluated when Eventually
+// is called: give a value that changes as a Lazy to show it at the failure.
 func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
@@ -101,6 +102,12 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg stri
 		<-tick.C
 	}
 }
+
+// Lazy formats as the result of calling it, so that a failure message
+// given to Eventually shows the value at the time of the failure.
+type Lazy func() any
+
+func (l Lazy) String() string { return fmt.Sprint(l()) }
 
 // Inbox creates a stream of the test's own, name, on subjects
 // "<lowercase name>.>", with a durable consumer of explicit acks, ackWait

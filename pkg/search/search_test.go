@@ -360,7 +360,7 @@ func TestIndexerCatchesUpAfterRestart(t *testing.T) {
 	e.startIndexer(t)
 	e.eventually(t, ops.FindRequest{State: state.Done}, ids)
 	e.eventually(t, ops.FindRequest{State: state.Pending}, later)
-	natstest.Eventually(t, 10*time.Second, func() bool { return e.x.Lag() == 0 }, "lag should come back to 0, is %d", e.x.Lag())
+	natstest.Eventually(t, 10*time.Second, func() bool { return e.x.Lag() == 0 }, "lag should come back to 0, is %v", natstest.Lazy(func() any { return e.x.Lag() }))
 	// No pending entry is left of the events that went on to done.
 	kv, err := e.js.KeyValue(ctx(t), e.subj.Bucket(search.Bucket))
 	if err != nil {
@@ -988,7 +988,7 @@ func TestFeedOfAnEarlierVersionIsReplacedFromItsAckFloor(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, func() bool {
 		return followed.all(after...)
 	}, "every event created after the old feed's ack floor should be followed")
-	natstest.Eventually(t, 10*time.Second, func() bool { return x.Lag() == 0 }, "the feed should be caught up, lag %d", x.Lag())
+	natstest.Eventually(t, 10*time.Second, func() bool { return x.Lag() == 0 }, "the feed should be caught up, lag %v", natstest.Lazy(func() any { return x.Lag() }))
 	for _, id := range before {
 		if followed.of(id) != 0 {
 			t.Errorf("%s was followed by the earlier version and again", id)

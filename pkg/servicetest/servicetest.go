@@ -320,7 +320,7 @@ func (e *Env) WaitStatus(id string, want state.State, within time.Duration) stat
 	natstest.Eventually(e.T, within, func() bool {
 		rec, ok = e.Lookup(id)
 		return ok && rec.Status == want
-	}, "event %s: want status %s, got %v", id, want, Lazy(func() string {
+	}, "event %s: want status %s, got %v", id, want, natstest.Lazy(func() any {
 		if !ok {
 			return "no record"
 		}
@@ -576,12 +576,6 @@ func Metric(tb testing.TB, g prometheus.Gatherer, name string, labels ...string)
 	}
 	return math.NaN()
 }
-
-// Lazy formats as the result of calling it, so that a failure message
-// given to natstest.Eventually shows the value at the time of the failure.
-type Lazy func() string
-
-func (l Lazy) String() string { return l() }
 
 // Lifecycled is a service with a readiness check.
 type Lifecycled interface {

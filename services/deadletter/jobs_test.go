@@ -74,7 +74,7 @@ func TestBulkReplayOf10000WithProgressAndNoDuplicates(t *testing.T) {
 	if len(seen) < 3 {
 		t.Fatalf("want progress reported along the way, saw only %v", seen)
 	}
-	natstest.Eventually(t, 5*time.Minute, func() bool { return e.p.Applied() >= n }, "every replayed event to be delivered (applied %d)", e.p.Applied())
+	natstest.Eventually(t, 5*time.Minute, func() bool { return e.p.Applied() >= n }, "every replayed event to be delivered (applied %v)", natstest.Lazy(func() any { return e.p.Applied() }))
 	if d := e.p.DuplicateEffects(); len(d) > 0 {
 		t.Fatalf("effects applied more than once: %d keys, e.g. %v", len(d), d)
 	}
@@ -184,7 +184,7 @@ func TestReplayJobSurvivesItsReplicaKilled(t *testing.T) {
 			accepted++
 		}
 	}
-	natstest.Eventually(t, time.Minute, func() bool { return e.p.Applied() >= accepted }, "every accepted replay delivered (applied %d of %d)", e.p.Applied(), accepted)
+	natstest.Eventually(t, time.Minute, func() bool { return e.p.Applied() >= accepted }, "every accepted replay delivered (applied %v of %d)", natstest.Lazy(func() any { return e.p.Applied() }), accepted)
 	if d := e.p.DuplicateEffects(); len(d) > 0 || e.p.Applied() != accepted {
 		t.Fatalf("want each of %d effects applied once, got %d applied, duplicated: %v", accepted, e.p.Applied(), d)
 	}
@@ -251,7 +251,7 @@ func TestReplayJobTakenOverPublishesWhatItsPredecessorLeft(t *testing.T) {
 	if job.State != ops.JobDone || job.Done != 3 || job.Skipped != 0 {
 		t.Fatalf("job: want done with 3 replayed, got %+v", job)
 	}
-	natstest.Eventually(t, 30*time.Second, func() bool { return e.p.Applied() >= 3 }, "all 3 delivered (applied %d)", e.p.Applied())
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.p.Applied() >= 3 }, "all 3 delivered (applied %v)", natstest.Lazy(func() any { return e.p.Applied() }))
 	if d := e.p.DuplicateEffects(); len(d) > 0 || e.p.Applied() != 3 {
 		t.Fatalf("want each of 3 effects applied once, got %d, duplicated: %v", e.p.Applied(), d)
 	}

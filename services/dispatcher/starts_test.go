@@ -64,7 +64,7 @@ func TestFailedReleaseTriedAgain(t *testing.T) {
 	h.waitAll(ids, state.Done, servicetest.WaitFor)
 	h.dispatcher("d2", nil)
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.leaseHolder(account) == "d2" },
-		"%s's lease to move to d2 (releases tried by d1: %v)", account, servicetest.Lazy(func() string { return fmt.Sprint(releases.Load()) }))
+		"%s's lease to move to d2 (releases tried by d1: %v)", account, natstest.Lazy(func() any { return releases.Load() }))
 	if n := releases.Load(); n != 4 {
 		t.Fatalf("d1's releases of %s's lease: want 4 (3 failed, then 1), got %d", account, n)
 	}

@@ -53,7 +53,7 @@ kinds:
 		}
 		last := rec.History[len(rec.History)-1]
 		return rec.Status == state.Done && last.Action == state.Note && strings.Contains(last.Detail, "late outcome ignored: await_callback")
-	}, "event %s done by the webhook and the run's outcome noted as late, got %v", id, servicetest.Lazy(func() string { return servicetest.Actions(rec) }))
+	}, "event %s done by the webhook and the run's outcome noted as late, got %v", id, natstest.Lazy(func() any { return servicetest.Actions(rec) }))
 	natstest.Eventually(t, 5*time.Second, func() bool { return len(h.scheduled(id)) == 0 },
-		"no deadline left for the done event %s, got a schedule %v", id, servicetest.Lazy(func() string { return h.scheduled(id).Get("Nats-Schedule") }))
+		"no deadline left for the done event %s, got a schedule %v", id, natstest.Lazy(func() any { return h.scheduled(id).Get("Nats-Schedule") }))
 }

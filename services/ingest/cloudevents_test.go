@@ -2,7 +2,6 @@ package ingest_test
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -169,7 +168,7 @@ func TestCloudEventBinaryNATS(t *testing.T) {
 	h.publishIntake("tenaz.intake.acme.order.create", []byte(bad[2].body), "Content-Type", "application/cloudevents+json")
 	var entries []dead.Entry
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { entries = h.deadEntries(); return len(entries) == len(bad) },
-		"DEAD: want the %d bad CloudEvents kept, got %v", len(bad), servicetest.Lazy(func() string { return fmt.Sprint(len(entries)) }))
+		"DEAD: want the %d bad CloudEvents kept, got %v", len(bad), natstest.Lazy(func() any { return len(entries) }))
 	for _, b := range bad {
 		found := false
 		for _, e := range entries {

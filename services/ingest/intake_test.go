@@ -143,7 +143,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			natstest.Eventually(t, servicetest.WaitFor, func() bool {
 				raw, err = ds.GetLastMsgForSubject(h.Ctx(), c.deadSubject)
 				return err == nil
-			}, "DEAD: want an entry on %s, last error %v", c.deadSubject, servicetest.Lazy(func() string { return errString(err) }))
+			}, "DEAD: want an entry on %s, last error %v", c.deadSubject, natstest.Lazy(func() any { return errString(err) }))
 			var e dead.Entry
 			if err := json.Unmarshal(raw.Data, &e); err != nil {
 				t.Fatalf("DEAD entry: want JSON, got %q: %v", raw.Data, err)
@@ -167,7 +167,7 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 			natstest.Eventually(t, servicetest.WaitFor, func() bool {
 				_, err = is.GetMsg(h.Ctx(), ack.Sequence)
 				return errors.Is(err, jetstream.ErrMsgNotFound)
-			}, "INTAKE seq %d: want it gone (settled and trimmed), got %v", ack.Sequence, servicetest.Lazy(func() string { return errString(err) }))
+			}, "INTAKE seq %d: want it gone (settled and trimmed), got %v", ack.Sequence, natstest.Lazy(func() any { return errString(err) }))
 			if info := h.ConsumerInfo(names.StreamIntake, "ingest"); info.NumRedelivered != 0 {
 				t.Fatalf("ingest consumer: want the rejection settled at once, got %d redeliveries", info.NumRedelivered)
 			}
@@ -216,7 +216,7 @@ func TestSubmissionIngestFailsOnIsKeptInDead(t *testing.T) {
 		raw, err = ds.GetLastMsgForSubject(h.Ctx(), "tenaz.dead.acme.order.create")
 		return err == nil
 	}, "DEAD: want the submission kept after %d failed deliveries (%s so far), last error %v", maxDeliveries,
-		servicetest.Lazy(func() string { return fmt.Sprint(tries.Load()) }), servicetest.Lazy(func() string { return errString(err) }))
+		natstest.Lazy(func() any { return tries.Load() }), natstest.Lazy(func() any { return errString(err) }))
 	var e dead.Entry
 	if err := json.Unmarshal(raw.Data, &e); err != nil {
 		t.Fatalf("DEAD entry: want JSON, got %q: %v", raw.Data, err)

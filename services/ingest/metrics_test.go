@@ -162,10 +162,10 @@ func TestMetricsOfSubmissions(t *testing.T) {
 	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		return h.value(metrics.NamePending, "account", "acme") == 3 && h.value(metrics.NamePending, "account", "beta") == 1 &&
 			h.value(metrics.NameBacklogUp) == 1
-	}, "backlog: want acme 3, beta 1, up 1; got %v, %v, %v", servicetest.Lazy(func() string {
+	}, "backlog: want acme 3, beta 1, up 1; got %v, %v, %v", natstest.Lazy(func() any {
 		return fmt.Sprint(h.value(metrics.NamePending, "account", "acme"))
-	}), servicetest.Lazy(func() string { return fmt.Sprint(h.value(metrics.NamePending, "account", "beta")) }),
-		servicetest.Lazy(func() string { return fmt.Sprint(h.value(metrics.NameBacklogUp)) }))
+	}), natstest.Lazy(func() any { return h.value(metrics.NamePending, "account", "beta") }),
+		natstest.Lazy(func() any { return h.value(metrics.NameBacklogUp) }))
 	if got := h.value(metrics.NameRunnable); got != 4 {
 		t.Errorf("runnable backlog with no pause: %v, want 4", got)
 	}
@@ -182,7 +182,7 @@ func TestMetricsOfSubmissions(t *testing.T) {
 	natstest.Eventually(t, servicetest.WaitFor, func() bool {
 		return h.value(metrics.NamePaused, "account", "beta") == 1 && h.value(metrics.NamePaused, "account", "acme") == 0 &&
 			h.value(metrics.NameRunnable) == 3 && h.value(metrics.NamePending, "account", "beta") == 1
-	}, "beta paused: want paused beta 1, acme 0, runnable 3; got %v", servicetest.Lazy(func() string {
+	}, "beta paused: want paused beta 1, acme 0, runnable 3; got %v", natstest.Lazy(func() any {
 		return fmt.Sprint(h.value(metrics.NamePaused, "account", "beta"), h.value(metrics.NamePaused, "account", "acme"), h.value(metrics.NameRunnable))
 	}))
 	if err := pauses.Clear(h.Ctx(), "beta"); err != nil {

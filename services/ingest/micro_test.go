@@ -239,7 +239,7 @@ func TestMicroErrorsCounted(t *testing.T) {
 			}
 		}
 		return maps.Equal(got, want)
-	}, "the endpoints' stats: want %+v, got %+v", want, servicetest.Lazy(func() string { return fmt.Sprintf("%+v", got) }))
+	}, "the endpoints' stats: want %+v, got %+v", want, natstest.Lazy(func() any { return fmt.Sprintf("%+v", got) }))
 	for _, ep := range stats.Endpoints {
 		if ep.Name == "submit" && !strings.Contains(ep.LastError, "422") {
 			t.Errorf("stats of submit: want the last error to be the 422, got %q", ep.LastError)

@@ -185,7 +185,7 @@ func TestNATSIdempotencyKeyReusedKeptInDead(t *testing.T) {
 	}
 	var got []dead.Entry
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { got = h.deadEntries(); return len(got) == len(sends) },
-		"DEAD: want %d entries, got %v", len(sends), servicetest.Lazy(func() string { return fmt.Sprint(len(got)) }))
+		"DEAD: want %d entries, got %v", len(sends), natstest.Lazy(func() any { return len(got) }))
 	for _, s := range sends {
 		found := false
 		for _, e := range got {

@@ -95,7 +95,7 @@ func TestRepeatFiresOneEventPerOccurrence(t *testing.T) {
 		t.Fatalf("want 2 schedules (tick and other), got %d", n)
 	}
 
-	shown := servicetest.Lazy(func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(deliveries) })
+	shown := natstest.Lazy(func() any { mu.Lock(); defer mu.Unlock(); return fmt.Sprint(deliveries) })
 	twice := func() (keys []string, all bool) {
 		mu.Lock()
 		defer mu.Unlock()

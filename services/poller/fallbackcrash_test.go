@@ -8,7 +8,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/queue"
-	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -83,5 +82,5 @@ func TestScheduleReplacedByATimerIsSetAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { return kind() == "dispatch" && w.Record(id).Status == state.Retrying },
-		"want the retry schedule set again after the timer fired (now %s)", servicetest.Lazy(kind))
+		"want the retry schedule set again after the timer fired (now %s)", natstest.Lazy(func() any { return kind() }))
 }

@@ -205,7 +205,7 @@ func TestCLIBulkReplay(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		op.must(cli.ExitOK, "dead", "ls", "--account", "acme", "--limit", "1", "--json").decode(t, &list)
 		return list.Total == n
-	}, "want %d dead events of acme, got %v", n, servicetest.Lazy(func() string { return fmt.Sprint(list.Total) }))
+	}, "want %d dead events of acme, got %v", n, natstest.Lazy(func() any { return list.Total }))
 	waitStatus(t, base, other.ID, "dead")
 	waitStatus(t, base, other2.ID, "dead")
 

@@ -18,7 +18,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsd"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
 	"github.com/tenaz/tenaz/services/tenaz/internal/cli"
@@ -262,7 +261,7 @@ func TestCLIStreamsWithContext(t *testing.T) {
 			}
 		}
 		return intake.Messages == 1 && pending == 1
-	}, "want INTAKE with 1 message and the ingest consumer with 1 pending, got %v", servicetest.Lazy(func() string {
+	}, "want INTAKE with 1 message and the ingest consumer with 1 pending, got %v", natstest.Lazy(func() any {
 		return fmt.Sprintf("%d messages and %d pending", intake.Messages, pending)
 	}))
 	r = op.must(cli.ExitOK, "streams", "status")

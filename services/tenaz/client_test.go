@@ -20,7 +20,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/provider"
-	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
@@ -181,7 +180,7 @@ func TestClient(t *testing.T) {
 			natstest.Eventually(t, 10*time.Second, func() bool {
 				list, err = tz.ListDead(callCtx(t, 5*time.Second), ops.ListRequest{Account: "acme", Kind: "order.create", Limit: ops.MaxLimit})
 				return err == nil && len(itemIDs(list, dead...)) == 3
-			}, "list dead: want %v listed, got %v", dead, servicetest.Lazy(func() string { return fmt.Sprint(list, err) }))
+			}, "list dead: want %v listed, got %v", dead, natstest.Lazy(func() any { return fmt.Sprint(list, err) }))
 			for _, it := range list.Items {
 				if slices.Contains(dead, it.ID) && (it.Reason != "permanent" || it.HTTPStatus != http.StatusUnprocessableEntity || it.Status != state.Dead) {
 					t.Fatalf("list dead: want reason permanent and HTTP 422, got %+v", it)
@@ -231,7 +230,7 @@ func TestClient(t *testing.T) {
 			natstest.Eventually(t, 10*time.Second, func() bool {
 				list, err = tz.ListReview(callCtx(t, 5*time.Second), ops.ListRequest{Kind: "credit.check"})
 				return err == nil && len(itemIDs(list, rv.ID)) == 1
-			}, "list review: want %s, got %v", rv.ID, servicetest.Lazy(func() string { return fmt.Sprint(list, err) }))
+			}, "list review: want %s, got %v", rv.ID, natstest.Lazy(func() any { return fmt.Sprint(list, err) }))
 			if act, err = tz.Resolve(callCtx(t, 10*time.Second), ops.ResolveRequest{ID: rv.ID, Outcome: ops.OutcomeDiscard, Reason: "withdrawn"}); err != nil || act.Done != 1 {
 				t.Fatalf("resolve the review: want 1 done, got %+v (%v)", act, err)
 			}
@@ -274,7 +273,7 @@ func TestClient(t *testing.T) {
 		natstest.Eventually(t, 20*time.Second, func() bool {
 			br, err = c.nats.ListBreakers(callCtx(t, 5*time.Second), "acme")
 			return err == nil && slices.ContainsFunc(br.Items, func(b ops.BreakerItem) bool { return b.Target == "flaky" && b.State == "open" })
-		}, "list breakers: want acme/flaky open, got %v", servicetest.Lazy(func() string { return fmt.Sprint(br, err) }))
+		}, "list breakers: want acme/flaky open, got %v", natstest.Lazy(func() any { return fmt.Sprint(br, err) }))
 		if br, err = c.http.ListBreakers(callCtx(t, 5*time.Second), "acme"); err != nil || !slices.ContainsFunc(br.Items, func(b ops.BreakerItem) bool { return b.Target == "flaky" && b.State == "open" }) {
 			t.Fatalf("list breakers over HTTP: want acme/flaky open, got %+v (%v)", br, err)
 		}
@@ -426,7 +425,7 @@ func TestClient(t *testing.T) {
 		natstest.Eventually(t, 20*time.Second, func() bool {
 			j, err = c.http.ReplayJob(callCtx(t, 5*time.Second), rep.JobID)
 			return err == nil && j.State != ops.JobRunning
-		}, "the job to end, got %v", servicetest.Lazy(func() string { return fmt.Sprint(j, err) }))
+		}, "the job to end, got %v", natstest.Lazy(func() any { return fmt.Sprint(j, err) }))
 		if j.State != ops.JobDone || j.Total != 3 || j.Done != 3 || j.Actor != "operator:alice" {
 			t.Fatalf("job: want done with 3 of 3 replayed by operator:alice, got %+v", j)
 		}

@@ -169,7 +169,7 @@ func TestClusterFailover(t *testing.T) {
 			recs[key] = r
 		}
 		return true
-	}, "every accepted event done (%v of %d so far)", servicetest.Lazy(func() string {
+	}, "every accepted event done (%v of %d so far)", natstest.Lazy(func() any {
 		// Name a few of the others, with where they stopped.
 		var b strings.Builder
 		fmt.Fprint(&b, len(recs))

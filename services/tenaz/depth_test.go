@@ -89,8 +89,8 @@ func TestPayloadDepthLimitOnEveryWay(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		r = send(http.MethodGet, "/v1/dead/"+id, "")
 		return r.Status == http.StatusOK && json.Unmarshal(r.Body, &show) == nil
-	}, "GET /v1/dead/%s: want the dead event shown, last answer %s %.300s", id, servicetest.Lazy(func() string { return fmt.Sprint(r.Status) }),
-		servicetest.Lazy(func() string { return string(r.Body) }))
+	}, "GET /v1/dead/%s: want the dead event shown, last answer %s %.300s", id, natstest.Lazy(func() any { return r.Status }),
+		natstest.Lazy(func() any { return string(r.Body) }))
 	if show.Item.ID != id || show.Item.Status != state.Dead || show.Item.Reason != dead.ReasonPermanent || show.Event == nil || string(show.Event.Payload) != at {
 		t.Fatalf("GET /v1/dead/%s: want it dead (permanent) with its payload as sent, got item %+v, event %v", id, show.Item, show.Event != nil)
 	}
@@ -165,7 +165,7 @@ func TestPayloadDepthLimitOnEveryWay(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		r = send(http.MethodGet, "/v1/dead?reason="+dead.ReasonRejected, "")
 		return r.Status == http.StatusOK && json.Unmarshal(r.Body, &list) == nil && list.Total == 1
-	}, "GET /v1/dead?reason=%s: want the refused submission listed, last answer %.300s", dead.ReasonRejected, servicetest.Lazy(func() string { return string(r.Body) }))
+	}, "GET /v1/dead?reason=%s: want the refused submission listed, last answer %.300s", dead.ReasonRejected, natstest.Lazy(func() any { return string(r.Body) }))
 	refusedItem := list.Items[0]
 	if refusedItem.Class != "malformed" || !strings.Contains(refusedItem.Error, tooDeep("payload", event.MaxDepth+1)) {
 		t.Errorf("the intake submission in DEAD: want class malformed and an error saying %q, got %+v", tooDeep("payload", event.MaxDepth+1), refusedItem)

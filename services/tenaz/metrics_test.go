@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/servicetest"
 )
 
 // `tenaz run` applies the config's metrics section to what /metrics
@@ -50,7 +49,7 @@ func TestMetricsSectionApplied(t *testing.T) {
 		// One at a time, so that beta is seen before gamma.
 		natstest.Eventually(t, 10*time.Second, func() bool {
 			return strings.Count(scrape(), "tenaz_events_accepted_total{") == i+1
-		}, "the accepted event of %s never showed on /metrics:\n%s", account, servicetest.Lazy(func() string { return grep(scrape(), "tenaz_events_accepted_total") }))
+		}, "the accepted event of %s never showed on /metrics:\n%s", account, natstest.Lazy(func() any { return grep(scrape(), "tenaz_events_accepted_total") }))
 	}
 	out := scrape()
 	for _, want := range []string{

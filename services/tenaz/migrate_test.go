@@ -348,7 +348,7 @@ func migrateOnePartitionStore(t *testing.T, trimmed bool) {
 	}
 	for _, e := range evs {
 		natstest.Eventually(t, 40*time.Second, func() bool { return get(t, base+"/v1/events/"+e.id).Status == e.want },
-			"%s %s (%s) to be %s: %s", e.account, e.kind, e.id, e.want, servicetest.Lazy(func() string { return get(t, base+"/v1/events/"+e.id).Status }))
+			"%s %s (%s) to be %s: %s", e.account, e.kind, e.id, e.want, natstest.Lazy(func() any { return get(t, base+"/v1/events/"+e.id).Status }))
 		rec, _, err := st.Get(ctx, e.account, e.id)
 		if err != nil {
 			t.Errorf("%s in its event's partition %d: %v", e.id, streams.PartitionOf(e.id, 4), err)

@@ -450,5 +450,5 @@ func settled(t *testing.T, e *servicetest.Env) {
 		return ""
 	}
 	var why string
-	natstest.Eventually(t, 30*time.Second, func() bool { why = left(); return why == "" }, "everything settled; left: %v", servicetest.Lazy(func() string { return why }))
+	natstest.Eventually(t, 30*time.Second, func() bool { why = left(); return why == "" }, "everything settled; left: %v", natstest.Lazy(func() any { return why }))
 }

@@ -157,7 +157,7 @@ func (h *harness) count(status string) int {
 func (h *harness) waitSettled() {
 	h.t.Helper()
 	natstest.Eventually(h.t, waitFor, func() bool { return h.count(outbox.StatusPending) == 0 },
-		"every row settled (pending %v, sent %v)", lazy(func() int { return h.count(outbox.StatusPending) }), lazy(func() int { return h.count(outbox.StatusSent) }))
+		"every row settled (pending %v, sent %v)", natstest.Lazy(func() any { return h.count(outbox.StatusPending) }), natstest.Lazy(func() any { return h.count(outbox.StatusSent) }))
 }
 
 // assertAllSentOnce checks the end state: every row sent and carrying its
@@ -232,7 +232,7 @@ func (tg *target) total() int {
 
 func (tg *target) waitCalls(t *testing.T, n int) {
 	t.Helper()
-	natstest.Eventually(t, waitFor, func() bool { return tg.total() >= n }, "target: %d calls (got %v)", n, lazy(tg.total))
+	natstest.Eventually(t, waitFor, func() bool { return tg.total() >= n }, "target: %d calls (got %v)", n, natstest.Lazy(func() any { return tg.total() }))
 }
 
 func (tg *target) assertOnceInOrder(t *testing.T) {
@@ -330,10 +330,6 @@ func (r *relay) kill(t *testing.T) {
 	r.done <- err // for Cleanup
 }
 
-type lazy func() int
-
-func (l lazy) String() string { return fmt.Sprint(l()) }
-
 // keys lists n ordering keys cycling over k keys ("o0".."o<k-1>"), or n
 // empty keys for k == 0.
 func keys(n, k int) []string {
@@ -359,7 +355,7 @@ func TestRelayKilledMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 	// the other, so the batch lasts long enough to be killed inside.
 	ids := h.insert(keys(n, 3), 0)
 	r := h.startRelay(", batch: 300")
-	natstest.Eventually(t, waitFor, func() bool { return h.accepted.Load() >= 30 }, "tenaz to accept 30 rows of the batch (got %v)", lazy(func() int { return int(h.accepted.Load()) }))
+	natstest.Eventually(t, waitFor, func() bool { return h.accepted.Load() >= 30 }, "tenaz to accept 30 rows of the batch (got %v)", natstest.Lazy(func() any { return int(h.accepted.Load()) }))
 	r.kill(t)
 	before := h.accepted.Load()
 	if sent := h.count(outbox.StatusSent); sent != 0 || before >= n {
@@ -394,7 +390,7 @@ func TestTwoRelaysSendEachRowOnce(t *testing.T) {
 		t.Fatalf("want no row submitted twice but after a refusal, got %d duplicates answered, %d refusals", d, r)
 	}
 	natstest.Eventually(t, waitFor, func() bool { return a.sent.Load()+b.sent.Load() == int64(len(ids)) },
-		"the relays' batch logs to add up to %d rows (a %v, b %v)", len(ids), lazy(func() int { return int(a.sent.Load()) }), lazy(func() int { return int(b.sent.Load()) }))
+		"the relays' batch logs to add up to %d rows (a %v, b %v)", len(ids), natstest.Lazy(func() any { return int(a.sent.Load()) }), natstest.Lazy(func() any { return int(b.sent.Load()) }))
 	if a.sent.Load() == 0 || b.sent.Load() == 0 {
 		t.Fatalf("want both relays to send rows, got %d and %d", a.sent.Load(), b.sent.Load())
 	}
