@@ -10,7 +10,6 @@ import (
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
 	"github.com/tenaz/tenaz/pkg/config"
-	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/target"
 )
@@ -21,7 +20,7 @@ import (
 // every other account and replica (see limit). Retrying is not one of
 // them: that is JetStream's job.
 type guard struct {
-	pace  *pacer       // nil: the account's rate is unlimited
+	pace  *pacer       // the account's, shared by its targets
 	limit *targetLimit // nil: the target has no provider-wide limit
 }
 
@@ -37,55 +36,101 @@ type guard struct {
 //     second holds at most rate + 1 calls' starts (one at each end), and
 //     a call that went late, after all its permits, cannot pair up with
 //     the next one on time.
+//
+// A change of rate (setRate) holds for the calls already waiting too:
+// they wait again at the new rate, and the gap to the last call is the
+// new interval. Waiters left on the old limiter went out beside the new
+// one's calls, past either rate, for as long as the old permits lasted.
 type pacer struct {
-	rl       ratelimiter.RateLimiter[target.Response]
-	interval time.Duration
-	// until sleeps until t, or ctx ends; tests stall it.
-	until  func(ctx context.Context, t time.Time) error
+	// until sleeps until t, or until ctx ends or changed closes (with
+	// errRateChanged); tests stall it.
+	until  func(ctx context.Context, t time.Time, changed <-chan struct{}) error
 	repace int // the permits a late call takes again, at most
 
-	mu   sync.Mutex
-	went time.Time // the last call's go
+	mu        sync.Mutex
+	perSecond float64                                  // 0: unlimited
+	rl        ratelimiter.RateLimiter[target.Response] // nil: unlimited
+	interval  time.Duration
+	changed   chan struct{} // closed and replaced by setRate
+	went      time.Time     // the last call's go
 }
 
+// errRateChanged ends a wait whose account's rate changed meanwhile: the
+// call waits again at the new rate.
+var errRateChanged = errors.New("the account's rate changed")
+
+// newPacer paces at perSecond; 0 lets every call go at once.
 func newPacer(perSecond float64) *pacer {
-	// Config refuses rates outside these bounds; held here too, since past
-	// them the interval overflows or rounds to zero and the pacer panics.
-	perSecond = min(max(perSecond, config.MinRate), config.MaxRate)
-	interval := time.Duration(float64(time.Second) / perSecond)
-	return &pacer{
+	p := &pacer{until: sleepUntil, repace: 3}
+	p.setRate(perSecond)
+	return p
+}
+
+// setRate puts perSecond in force for the calls to come and those
+// waiting. The same rate again changes nothing: a limiter made afresh
+// has no memory of the calls just made.
+func (p *pacer) setRate(perSecond float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed != nil && perSecond == p.perSecond {
+		return
+	}
+	p.perSecond, p.rl, p.interval = perSecond, nil, 0
+	if perSecond > 0 {
+		// Config refuses rates outside these bounds; held here too, since
+		// past them the interval overflows or rounds to zero and the
+		// limiter panics.
+		perSecond = min(max(perSecond, config.MinRate), config.MaxRate)
+		p.interval = time.Duration(float64(time.Second) / perSecond)
 		// Smooth: one call every 1/rate, waiting (within the account's own
 		// concurrency slots, so no other account waits) rather than failing.
-		rl:       ratelimiter.NewSmoothBuilderWithMaxRate[target.Response](interval).WithMaxWaitTime(24 * time.Hour).Build(),
-		interval: interval,
-		until:    sleepUntil,
-		repace:   3,
+		p.rl = ratelimiter.NewSmoothBuilderWithMaxRate[target.Response](p.interval).WithMaxWaitTime(24 * time.Hour).Build()
 	}
+	if p.changed != nil {
+		close(p.changed)
+	}
+	p.changed = make(chan struct{})
 }
 
 // lateAfter is how late a call may wake for its permit and still go: a
-// quarter of the interval, and never under the few milliseconds timers
-// are late by on a busy machine (at a high rate, a call taking its permit
+// quarter of interval, and never under the few milliseconds timers are
+// late by on a busy machine (at a high rate, a call taking its permit
 // again for that would cut the rate, not hold it).
-func (p *pacer) lateAfter() time.Duration { return max(p.interval/4, 10*time.Millisecond) }
+func lateAfter(interval time.Duration) time.Duration { return max(interval/4, 10*time.Millisecond) }
 
 // wait returns when the call may go, or with ctx's error.
 func (p *pacer) wait(ctx context.Context) error {
-	for i := 0; ; i++ {
-		due := time.Now().Add(p.rl.ReservePermit())
-		if err := p.until(ctx, due); err != nil {
+	for {
+		if err := p.waitOnce(ctx); !errors.Is(err, errRateChanged) {
 			return err
 		}
-		if i == p.repace || time.Since(due) <= p.lateAfter() {
+	}
+}
+
+// waitOnce is wait at the rate in force when it starts, ended by
+// errRateChanged when the rate changes before the call may go.
+func (p *pacer) waitOnce(ctx context.Context) error {
+	p.mu.Lock()
+	rl, interval, changed := p.rl, p.interval, p.changed
+	p.mu.Unlock()
+	if rl == nil {
+		return nil
+	}
+	for i := 0; ; i++ {
+		due := time.Now().Add(rl.ReservePermit())
+		if err := p.until(ctx, due, changed); err != nil {
+			return err
+		}
+		if i == p.repace || time.Since(due) <= lateAfter(interval) {
 			break
 		}
 	}
 	for {
-		free := p.take(time.Now())
-		if free.IsZero() {
-			return nil
+		free, err := p.take(time.Now(), changed)
+		if err != nil || free.IsZero() {
+			return err
 		}
-		if err := p.until(ctx, free); err != nil {
+		if err := p.until(ctx, free, changed); err != nil {
 			return err
 		}
 	}
@@ -93,22 +138,37 @@ func (p *pacer) wait(ctx context.Context) error {
 
 // take records a call going at now and returns the zero time, or, when
 // the last call went less than an interval before now, the time it may.
-func (p *pacer) take(now time.Time) time.Time {
+// It returns errRateChanged if the rate is no longer the one of changed.
+func (p *pacer) take(now time.Time, changed chan struct{}) (time.Time, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if changed != p.changed {
+		return time.Time{}, errRateChanged
+	}
 	if free := p.went.Add(p.interval); now.Before(free) {
-		return free
+		return free, nil
 	}
 	p.went = now
-	return time.Time{}
+	return time.Time{}, nil
 }
 
-// sleepUntil sleeps until t, or until ctx ends (with its error).
-func sleepUntil(ctx context.Context, t time.Time) error {
-	if queue.SleepUntil(ctx, t) {
-		return nil
+// sleepUntil sleeps until t, or until ctx ends (with its error) or
+// changed closes (errRateChanged).
+func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
 	}
-	return ctx.Err()
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-changed:
+		return errRateChanged
+	}
 }
 
 // targetLimit is a target's provider-wide rate and concurrency
@@ -169,17 +229,14 @@ func (s *Service) cleared(r *run, call func(context.Context) (target.Response, e
 	}
 }
 
-// pacerLocked returns the account's pacer (shared by its targets), or
-// nil when the account's rate is unlimited. Callers hold s.mu.
+// pacerLocked returns the account's pacer, shared by its targets.
+// Callers hold s.mu.
 func (s *Service) pacerLocked(account string) *pacer {
-	if p, ok := s.pacers[account]; ok {
-		return p
+	p, ok := s.pacers[account]
+	if !ok {
+		p = newPacer(s.conf().Account(account).Rate.PerSecond)
+		s.pacers[account] = p
 	}
-	var p *pacer
-	if r := s.conf().Account(account).Rate; r.PerSecond > 0 {
-		p = newPacer(r.PerSecond)
-	}
-	s.pacers[account] = p
 	return p
 }
 
@@ -209,10 +266,8 @@ func (s *Service) guardFor(account, name string) *guard {
 
 // run calls fn at the account's pace, the target's limit innermost.
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
-	if g.pace != nil {
-		if err := g.pace.wait(ctx); err != nil {
-			return target.Response{}, err
-		}
+	if err := g.pace.wait(ctx); err != nil {
+		return target.Response{}, err
 	}
 	if g.limit != nil {
 		return g.limit.around(ctx, fn)

@@ -13,9 +13,10 @@ import (
 // streams, …) is read from s.cfg.
 func (s *Service) conf() *config.Config { return s.live.Load() }
 
-// configChanged drops what was built from a config whose inputs changed:
-// an account's rate limiter when its rate changed, a guard (the account's
-// limiter, its target's provider-wide limit) when either changed. Targets
+// configChanged puts cfg in force in what was built from the config
+// before: an account's pacer takes its new rate at once, for the calls
+// waiting in it too; a guard whose target's provider-wide limit changed
+// is dropped (the one built at the next call takes the new limit). Targets
 // (URLs, headers, secrets) are built again from cfg on their next call. A
 // call already under way ends with what it has. An account whose
 // concurrency changed has its reader stopped and started again: its calls
@@ -25,7 +26,9 @@ func (s *Service) conf() *config.Config { return s.live.Load() }
 // What did not change is kept: a limiter made afresh has no memory of
 // the calls just made, so dropping it at every reload (a watch of the
 // accounts bucket delivers its values again after a reconnect) let an
-// account's calls through at twice its rate for a moment.
+// account's calls through at twice its rate for a moment. A pacer is kept
+// even when its rate changes: the calls waiting in it wait again at the
+// new rate (setRate), where a new pacer beside them let both go.
 func (s *Service) configChanged(cfg *config.Config) {
 	s.mu.Lock()
 	old := s.built
@@ -34,20 +37,14 @@ func (s *Service) configChanged(cfg *config.Config) {
 		s.guards = map[string]*guard{}
 		s.pacers = map[string]*pacer{}
 	}
-	rateChanged := func(account string) bool {
-		return old.Account(account).Rate.PerSecond != cfg.Account(account).Rate.PerSecond
-	}
 	for key := range s.guards {
 		account, name, _ := strings.Cut(key, "\x00")
-		if rateChanged(account) || !reflect.DeepEqual(old.Targets[name], cfg.Targets[name]) ||
-			old.OwnTarget(account, name) != cfg.OwnTarget(account, name) {
+		if !reflect.DeepEqual(old.Targets[name], cfg.Targets[name]) || old.OwnTarget(account, name) != cfg.OwnTarget(account, name) {
 			delete(s.guards, key)
 		}
 	}
-	for account := range s.pacers {
-		if rateChanged(account) {
-			delete(s.pacers, account)
-		}
+	for account, p := range s.pacers {
+		p.setRate(cfg.Account(account).Rate.PerSecond)
 	}
 	if old != nil {
 		for account, l := range s.readers {

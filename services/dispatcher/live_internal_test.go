@@ -5,16 +5,21 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/target"
 )
 
 // A reload keeps the rate limiter of an account whose rate did not
 // change, and only that: a limiter made afresh forgets the calls just
 // made, so one dropped at every reload let the account through at twice
-// its rate for a moment. An account whose rate changed gets a new one.
+// its rate for a moment. An account whose rate changed keeps its pacer,
+// which takes the new rate (the calls waiting in it with it).
 func TestReloadKeepsTheLimitersOfUnchangedRates(t *testing.T) {
 	t.Parallel()
 	const base = `
@@ -43,10 +48,13 @@ accounts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	limiter := func(account string) *pacer {
+	limiter := func(account string) ratelimiter.RateLimiter[target.Response] {
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.pacerLocked(account)
+		p := s.pacerLocked(account)
+		s.mu.Unlock()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.rl
 	}
 	acme, globex := limiter("acme"), limiter("globex")
 	if acme == nil || globex == nil {
@@ -70,5 +78,11 @@ accounts:
 	}
 	if limiter("globex") == globex {
 		t.Fatal("globex's rate changed: want a new limiter for it")
+	}
+	s.mu.Lock()
+	p := s.pacerLocked("globex")
+	s.mu.Unlock()
+	if p.interval != 50*time.Millisecond {
+		t.Fatalf("globex's rate changed to 20/s: want its pacer at 50ms, got %s", p.interval)
 	}
 }

@@ -5,8 +5,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tenaz/tenaz/pkg/natstest"
 )
 
 // Calls whose permits pass while the process stalls take new permits
@@ -17,10 +20,10 @@ func TestPacerSpacesCallsThatWokeLate(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	p := newPacer(float64(time.Second / interval))
 	stallEnd := time.Now().Add(470 * time.Millisecond)
-	p.until = func(ctx context.Context, t time.Time) error {
+	p.until = func(ctx context.Context, t time.Time, changed <-chan struct{}) error {
 		// The process stalls until stallEnd: every sleep due before it
 		// ends then.
-		return sleepUntil(ctx, later(t, stallEnd))
+		return sleepUntil(ctx, later(t, stallEnd), changed)
 	}
 	went := goTimes(t, p, 5) // permits due at 0, 100, 200, 300 and 400 ms
 	for i := 1; i < len(went); i++ {
@@ -41,11 +44,11 @@ func TestPacerHoldsTheRateWhenCallsGoLate(t *testing.T) {
 	p.repace = 0
 	var rmu sync.Mutex
 	rnd := rand.New(rand.NewPCG(1, 2))
-	p.until = func(ctx context.Context, t time.Time) error {
+	p.until = func(ctx context.Context, t time.Time, changed <-chan struct{}) error {
 		rmu.Lock()
 		late := time.Duration(rnd.Int64N(int64(10 * p.interval)))
 		rmu.Unlock()
-		return sleepUntil(ctx, t.Add(late))
+		return sleepUntil(ctx, t.Add(late), changed)
 	}
 	went := goTimes(t, p, calls)
 	// went is stamped after wait returned, a little after the pacer's own
@@ -106,5 +109,41 @@ func TestPacerClampsRatesPastTheBounds(t *testing.T) {
 			t.Fatalf("newPacer(%g): first call: %v", perSecond, err)
 		}
 		cancel()
+	}
+}
+
+// A call waiting for its permit when the rate changes waits again at the
+// new rate: at 1/s the second call would wait a second; raised to 100/s,
+// it goes at once, and made unlimited, every waiter does.
+func TestPacerWaitersTakeTheNewRate(t *testing.T) {
+	t.Parallel()
+	for _, to := range []float64{100, 0} {
+		p := newPacer(1)
+		var sleeping atomic.Int32
+		p.until = func(ctx context.Context, t time.Time, changed <-chan struct{}) error {
+			sleeping.Add(1)
+			defer sleeping.Add(-1)
+			return sleepUntil(ctx, t, changed)
+		}
+		if err := p.wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		went := make(chan time.Time, 3)
+		for range 3 {
+			go func() {
+				if err := p.wait(t.Context()); err != nil {
+					t.Error(err)
+				}
+				went <- time.Now()
+			}()
+		}
+		natstest.Eventually(t, 5*time.Second, func() bool { return sleeping.Load() == 3 }, "the three calls waiting at 1/s")
+		changed := time.Now()
+		p.setRate(to)
+		for range 3 {
+			if d := (<-went).Sub(changed); d > 500*time.Millisecond {
+				t.Fatalf("rate 1/s → %g/s: a waiting call went %s after the change, want at once", to, d)
+			}
+		}
 	}
 }

@@ -2,8 +2,11 @@ package dispatcher_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,9 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
 // An account's rate limit spaces its calls, and only its own: another
@@ -67,5 +72,88 @@ kinds:
 	}
 	if slowSpan := at[len(at)-1].Sub(start); fastDone > slowSpan/2 {
 		t.Fatalf("the unlimited account took %s, more than half of the limited one's %s: it was slowed down", fastDone, slowSpan)
+	}
+}
+
+// A change of an account's rate holds for the calls already waiting for a
+// permit, not only for those that come after it: raised 5 → 20/s, then
+// lowered 20 → 5/s by a reload, with 8 calls waiting each time, no second
+// that starts after the reload holds more than the new rate + 1 calls.
+// Before, the waiters kept the old limiter's permits and went out beside
+// the new one's calls: 23 in a second at 20/s, 9 at 5/s.
+func TestRateChangeHoldsForTheCallsWaiting(t *testing.T) {
+	t.Parallel()
+	const yaml = `
+auth: {disabled: true}
+accounts:
+  acme: {concurrency: 8, rate: %s}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp}
+`
+	h := setup(t, fmt.Sprintf(yaml, "5/s"), provider.Faults{Latency: 20 * time.Millisecond})
+	path := filepath.Join(t.TempDir(), "tenaz.yaml")
+	write := func(rate string) {
+		y := strings.ReplaceAll(fmt.Sprintf(yaml, rate), "${TARGET}", h.target.URL)
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("5/s")
+	lc := live.New(h.cfg, live.Options{Path: path})
+	h.dispatcher("d1", nil, func(o *dispatcher.Options) { o.Live = lc })
+	for _, key := range keys("o", 80) {
+		m := nats.NewMsg("tenaz.intake.acme.order.create")
+		m.Data = []byte(orderPayload(key))
+		m.Header.Set(names.HeaderIdempotencyKey, key)
+		if _, err := h.JS.PublishMsg(h.Ctx(), m, jetstream.WithExpectStream(names.StreamIntake)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// reload puts rate in force once the calls have passed n, and returns
+	// when it did.
+	reload := func(rate string, n int) time.Time {
+		h.waitArrivals(n, 30*time.Second)
+		write(rate)
+		if err := lc.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	raised := reload("20/s", 6)
+	lowered := reload("5/s", h.arrivals()+40)
+	h.waitArrivals(h.arrivals()+10, 30*time.Second)
+
+	var at []time.Time
+	for _, c := range h.prov.Calls() {
+		at = append(at, c.At)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	// most is the most calls in one second starting from a call at or
+	// after from and ending before until.
+	most := func(from, until time.Time) (n int, when time.Time) {
+		for i, a := range at {
+			if a.Before(from) || !a.Before(until) {
+				continue
+			}
+			k := 0
+			for _, b := range at[i:] {
+				if b.Sub(a) >= time.Second || !b.Before(until) {
+					break
+				}
+				k++
+			}
+			if k > n {
+				n, when = k, a
+			}
+		}
+		return n, when
+	}
+	if n, when := most(raised, lowered); n > 21 {
+		t.Errorf("at 20/s: %d calls in the second from %s after the change, want at most 21", n, when.Sub(raised))
+	}
+	if n, when := most(lowered, time.Now()); n > 6 {
+		t.Errorf("at 5/s: %d calls in the second from %s after the change, want at most 6", n, when.Sub(lowered))
 	}
 }
