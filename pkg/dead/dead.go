@@ -39,6 +39,10 @@ const (
 	// ReasonTooLarge marks an event whose record NATS refused for its size
 	// (pkg/size): every retry would fail the same way.
 	ReasonTooLarge = "too_large"
+	// ReasonUndecodable marks an event whose stored record does not
+	// decode (store.ErrUndecodable): its record was made again from its
+	// message so that an operator sees it and can replay it.
+	ReasonUndecodable = "undecodable_record"
 )
 
 // InvalidToken stands in for an account or kind that cannot be a subject token.

@@ -11,6 +11,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 )
@@ -38,14 +39,17 @@ type GiveUp struct {
 
 // Maxed moves env's event to dead with reason, class and why, reporting
 // whether it did (false: the event had moved on, or its record is gone);
-// msgID dedups the DEAD entry of a retried call.
+// msgID dedups the DEAD entry of a retried call. A record that does not
+// decode is made again from env (see Undecodable).
 func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, why, msgID string) (bool, error) {
 	for range 16 {
 		rec, rev, err := g.Store.Get(ctx, env.Account, env.ID)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrUndecodable) {
+			rec = queue.Initial(env)
+			why += "; " + err.Error() + ", so it was made again from the event's message"
+		} else if errors.Is(err, store.ErrNotFound) {
 			return false, nil
-		}
-		if err != nil {
+		} else if err != nil {
 			return false, err
 		}
 		if !state.Can(rec.Status, state.DeliveriesMaxed) {
@@ -77,6 +81,17 @@ func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, wh
 		return true, g.Order.Advance(ctx, next)
 	}
 	return false, fmt.Errorf("dead: %s kept changing while being given up", env.ID)
+}
+
+// Undecodable moves env's event to dead when its stored record does not
+// decode (store.ErrUndecodable): read again, it never would, and
+// the event would wait unseen for ever. The record is made again from
+// env, the message the event was dispatched from: accepted, then dead
+// with reason undecodable_record. It replaces the one that does not
+// decode by compare-and-set, the DEAD entry keeps env's payload, and an
+// operator can replay it.
+func (g GiveUp) Undecodable(ctx context.Context, env event.Envelope, msgID string) (bool, error) {
+	return g.Maxed(ctx, env, ReasonUndecodable, ReasonUndecodable, "its history is lost", msgID)
 }
 
 // Crash gives env's event up after deliveries failed deliveries of its

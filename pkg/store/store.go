@@ -31,6 +31,11 @@ var (
 	ErrNotFound = errors.New("event not found")
 	ErrExists   = errors.New("event already exists")
 	ErrConflict = errors.New("revision conflict")
+	// ErrUndecodable is a record whose stored value does not decode: put
+	// by hand (`nats kv put`), or by another version. Reading it again
+	// never helps, so it is not an outage; Get returns its revision with
+	// it, so that it can be replaced by compare-and-set.
+	ErrUndecodable = errors.New("the event's stored record does not decode")
 )
 
 // The server's err_codes for a failed last-sequence expectation: 10071 on a
@@ -163,7 +168,7 @@ func (s *Store) Bucket(account, id string) string {
 }
 
 // Get returns the record of account's event id and its revision, or
-// ErrNotFound. Records placed by event id are found by it alone; in a
+// ErrNotFound, or ErrUndecodable with the revision. Records placed by event id are found by it alone; in a
 // store from before, an account of "" (a caller who knows only the id: an
 // operator, a callback without its account) looks in every partition.
 func (s *Store) Get(ctx context.Context, account, id string) (state.Record, uint64, error) {
@@ -185,18 +190,18 @@ func (s *Store) Get(ctx context.Context, account, id string) (state.Record, uint
 			res <- found{r, rev, err}
 		}()
 	}
-	var failed error
+	var failed found
 	for range s.parts {
 		f := <-res
 		switch {
 		case f.err == nil:
 			return f.r, f.rev, nil
 		case !errors.Is(f.err, ErrNotFound):
-			failed = f.err
+			failed = f
 		}
 	}
-	if failed != nil {
-		return state.Record{}, 0, failed
+	if failed.err != nil {
+		return state.Record{}, failed.rev, failed.err
 	}
 	return state.Record{}, 0, ErrNotFound
 }
@@ -211,7 +216,7 @@ func get(ctx context.Context, kv jetstream.KeyValue, id string) (state.Record, u
 	}
 	var r state.Record
 	if err := state.DecodeJSON(e.Value(), &r); err != nil {
-		return state.Record{}, 0, fmt.Errorf("store: decode %s: %w", id, err)
+		return state.Record{}, e.Revision(), fmt.Errorf("%w: %s: %v", ErrUndecodable, id, err)
 	}
 	return r, e.Revision(), nil
 }

@@ -222,7 +222,7 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	// EVENTS message would wait for the reconciler.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	rec, effects, err := s.transitionParked(ctx, env.Account, id, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
+	rec, effects, err := s.transitionParked(ctx, it, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
 	if err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func (s *Service) discard(ctx context.Context, id, actor, why string) error {
 // settle applies a transition that ends a dead or reviewed event's stay,
 // and deletes its DEAD entry.
 func (s *Service) settle(ctx context.Context, it ops.Item, a state.Action) error {
-	if _, _, err := s.transitionParked(ctx, it.Account, it.ID, a); err != nil {
+	if _, _, err := s.transitionParked(ctx, it, a); err != nil {
 		return err
 	}
 	s.dropEntry(ctx, it)
@@ -285,21 +285,57 @@ func (s *Service) settle(ctx context.Context, it ops.Item, a state.Action) error
 	return nil
 }
 
-// transitionParked applies a to the parked event id; the index forgets
-// the event once it is no longer parked.
-func (s *Service) transitionParked(ctx context.Context, account, id string, a state.Action) (state.Record, []state.EffectKind, error) {
-	rec, _, effects, err := s.st.Transition(ctx, account, id, a)
+// transitionParked applies a to the parked event of it; the index forgets
+// the event once it has left its parked state. A record that does not
+// decode (store.ErrUndecodable) is made again from the copy its DEAD
+// entry keeps, so that an operator can still replay, resolve or discard
+// the event.
+func (s *Service) transitionParked(ctx context.Context, it ops.Item, a state.Action) (state.Record, []state.EffectKind, error) {
+	rec, _, effects, err := s.st.Transition(ctx, it.Account, it.ID, a)
+	if errors.Is(err, store.ErrUndecodable) {
+		rec, effects, err = s.transitionCopy(ctx, it, a, err)
+	}
 	if errors.Is(err, state.ErrInvalidTransition) {
 		if !rec.Status.Parked() {
-			s.forget(ctx, id)
+			s.forget(ctx, it.ID)
 		}
-		return rec, nil, notParked(id, rec.Status)
+		return rec, nil, notParked(it.ID, rec.Status)
 	}
 	if err != nil {
 		return rec, nil, err
 	}
-	s.forget(ctx, id)
+	s.forget(ctx, it.ID)
 	return rec, effects, nil
+}
+
+// transitionCopy applies a to the record kept in it's DEAD entry and
+// writes the result over the stored record that does not decode (cause),
+// by compare-and-set on its revision.
+func (s *Service) transitionCopy(ctx context.Context, it ops.Item, a state.Action, cause error) (state.Record, []state.EffectKind, error) {
+	e, err := s.entry(ctx, it)
+	if err != nil {
+		return state.Record{}, nil, err
+	}
+	if e.Record == nil {
+		return state.Record{}, nil, fail(http.StatusConflict, "undecodable_record", "%v, and its DEAD entry keeps no copy of it", cause)
+	}
+	_, rev, err := s.st.Get(ctx, it.Account, it.ID)
+	if err == nil { // put right meanwhile
+		err = store.ErrConflict
+	}
+	if !errors.Is(err, store.ErrUndecodable) {
+		return state.Record{}, nil, fmt.Errorf("the record of %s changed while it was made again: %w", it.ID, err)
+	}
+	a.Detail = strings.TrimSpace(a.Detail + " (its stored record did not decode: made again from its DEAD entry)")
+	next, effects, err := state.Apply(*e.Record, a, s.st.Now())
+	if err != nil {
+		return *e.Record, nil, err
+	}
+	if _, err := s.st.Write(ctx, next, rev); err != nil {
+		return state.Record{}, nil, err
+	}
+	s.log.Warn().Err(cause).Str("event_id", it.ID).Str("action", string(a.Name)).Msg("a record that did not decode was made again from its DEAD entry")
+	return next, effects, nil
 }
 
 // dropEntry deletes an item's DEAD message, and with it the payload it

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/services/deadletter"
 )
 
 // errorOf reads a JSON error answer ({error: {code, message}}).
@@ -159,5 +162,48 @@ func TestRefusedSubmissionByListedID(t *testing.T) {
 	}
 	if st := e.get("/v1/dead/seq:1", nil); st != http.StatusBadRequest {
 		t.Fatalf("GET /v1/dead/seq:1: want 400 (not an id), got %d", st)
+	}
+}
+
+// A dead event whose stored record does not decode (put by hand, or by
+// another version) is listed from its DEAD entry's copy, its error saying
+// why, and can be replayed: its record is made again from that copy.
+// Before, the entry was handed back every second for ever, listed
+// nowhere, holding one of the feed's slots.
+func TestDeadEntryListedWhenItsRecordDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	if err := e.dl.Stop(servicetest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.seed(2, "acme", "order.create", dead.ReasonPermanent, "permanent", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
+	kv, err := e.JS.KeyValue(e.Ctx(), e.St.Bucket("acme", ids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(e.Ctx(), ids[0], []byte(`{"id": "`+ids[0]+`", "status": 17`)); err != nil {
+		t.Fatal(err)
+	}
+	e.startDeadletterWith(deadletter.Options{Instance: "next"})
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 2)
+	var list ops.ListReply
+	if err := e.call(ops.DeadList, ops.ListRequest{Account: "acme", Limit: 10}, &list); err != nil || len(list.Items) != 2 {
+		t.Fatalf("list: want 2 items, got %v %+v", err, list)
+	}
+	for _, it := range list.Items {
+		if it.ID == ids[0] && (it.Reason != dead.ReasonPermanent || !strings.Contains(it.Error, "does not decode") || it.Attempts != 1) {
+			t.Fatalf("want %s listed from its entry, saying its record does not decode, got %+v", ids[0], it)
+		}
+	}
+	e.startDispatcher(nil)
+	var rep ops.ReplayReply
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{ids[0]}, Reason: "record put right"}, &rep); err != nil || rep.Replayed != 1 {
+		t.Fatalf("replay: want 1 replayed, got %v %+v", err, rep)
+	}
+	rec := e.WaitStatus(ids[0], state.Done, 30*time.Second)
+	if rec.Attempts != 1 || !slices.ContainsFunc(rec.History, func(h state.Entry) bool {
+		return h.Action == state.Replay && strings.Contains(h.Detail, "made again from its DEAD entry")
+	}) {
+		t.Fatalf("want the replay from the entry's copy in the history, then done, got %+v", rec.History)
 	}
 }

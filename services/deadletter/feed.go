@@ -153,6 +153,11 @@ func (s *Service) handleArrival(ctx context.Context, m jetstream.Msg) {
 	case errors.Is(err, store.ErrNotFound):
 		_ = m.Ack() // the record is gone (expired after it was resolved)
 		return
+	case errors.Is(err, store.ErrUndecodable) && e.Record != nil:
+		// Read again it never would: listed from the entry's copy, so
+		// that an operator sees it, its error saying why.
+		it.Error = err.Error() + "; listed from its DEAD entry: " + it.Error
+		rec = *e.Record
 	case err != nil:
 		_ = m.NakWithDelay(time.Second)
 		return

@@ -340,5 +340,5 @@ func (e *env) listed(status state.State, q url.Values) int {
 // waitListed waits until the list holds n items for the filter.
 func (e *env) waitListed(status state.State, q url.Values, n int) {
 	e.t.Helper()
-	natstest.Eventually(e.t, 3*time.Minute, func() bool { return e.listed(status, q) == n }, "%d %s items for %v (have %d)", n, status, q, e.listed(status, q))
+	natstest.Eventually(e.t, 3*time.Minute, func() bool { return e.listed(status, q) == n }, "%d %s items for %v (have %v)", n, status, q, natstest.Lazy(func() any { return e.listed(status, q) }))
 }

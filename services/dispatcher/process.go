@@ -122,6 +122,23 @@ func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelop
 	_ = m.Ack()
 }
 
+// undecodable keeps in DEAD the event whose stored record does not
+// decode (cause), made again from its message m (dead.GiveUp.Undecodable),
+// and settles m: handed back, it would come back to the same record for
+// ever, the event unseen.
+func (s *Service) undecodable(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64, cause error) {
+	g := dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
+	moved, err := g.Undecodable(ctx, env, fmt.Sprintf("undecodable/%s/%d", env.ID, seq))
+	if err != nil {
+		s.retryLater(ctx, m, err)
+		return
+	}
+	if moved {
+		zerolog.Ctx(ctx).Error().Err(cause).Msg("the event's stored record does not decode: made again from its message and kept in DEAD")
+	}
+	_ = m.Ack()
+}
+
 // claim moves the event to running for this message, by compare-and-set,
 // reading the record and deciding from its state. (Fresh events are
 // claimed without a read, in batches, by claimBatch; this is the path for
@@ -154,6 +171,10 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		if errors.Is(err, store.ErrNotFound) {
 			zerolog.Ctx(ctx).Warn().Msg("no record for this event (expired or removed); dropping the message")
 			_ = m.Ack()
+			return nil, false
+		}
+		if errors.Is(err, store.ErrUndecodable) {
+			s.undecodable(ctx, m, env, seq, err)
 			return nil, false
 		}
 		if err != nil {

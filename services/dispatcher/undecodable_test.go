@@ -1,0 +1,54 @@
+package dispatcher_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+)
+
+// An event whose stored record does not decode (put by hand with `nats kv
+// put`, or by another version) ends dead, seen, with its payload: its
+// record is made again from its message, its target is not called. Before,
+// the dispatcher handed the message back every 2 s for ever, logging
+// "store unavailable", and no list showed the event.
+func TestUndecodableRecordEndsDeadWithItsPayload(t *testing.T) {
+	t.Parallel()
+	yaml := `
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp}
+`
+	h := setup(t, yaml, provider.Faults{})
+	ids := h.Submit("acme", "order.create", []string{"bad", "good"}, orderPayload)
+	h.WaitStatus(ids[0], state.Pending, 10*time.Second)
+	kv, err := h.JS.KeyValue(h.Ctx(), h.St.Bucket("acme", ids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(h.Ctx(), ids[0], []byte(`{"id": "`+ids[0]+`", "status": 17`)); err != nil {
+		t.Fatal(err)
+	}
+	h.dispatcher("d1", nil)
+
+	h.WaitStatus(ids[1], state.Done, 10*time.Second)
+	rec := h.WaitStatus(ids[0], state.Dead, 10*time.Second)
+	last := rec.History[len(rec.History)-1]
+	if rec.History[0].Action != state.Accept || !strings.HasPrefix(last.Detail, dead.ReasonUndecodable+": ") || !strings.Contains(last.Detail, "does not decode") {
+		t.Fatalf("want the record made again, accepted then dead with reason %s, got %+v", dead.ReasonUndecodable, rec.History)
+	}
+	if string(rec.Payload) != orderPayload("bad") {
+		t.Fatalf("want the payload from the event's message, got %s", rec.Payload)
+	}
+	if n := h.DeadKept("acme"); n != 1 {
+		t.Fatalf("want its entry in DEAD, got %d entries", n)
+	}
+	h.quiesce()
+	if c := h.calls("bad"); len(c) != 0 {
+		t.Fatalf("want no call for the event whose record does not decode, got %d", len(c))
+	}
+}
