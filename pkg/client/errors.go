@@ -58,8 +58,14 @@ const (
 	ErrStoreFull Code = "store_full"
 	// ErrUnavailable: tenaz could not do it now (503), or nothing answered
 	// in time: a transport failure wraps it too, so errors.Is(err,
-	// ErrUnavailable) means "try again later".
+	// ErrUnavailable) means "try again later". It matches
+	// ErrOutcomeUnknown as well.
 	ErrUnavailable Code = "unavailable"
+	// ErrOutcomeUnknown: the submission went to NATS but its
+	// acknowledgement did not come back (503): it may have been taken.
+	// Submit it again with the same idempotency key: if it was taken, the
+	// answer is its event (Receipt.Duplicate), never a second one.
+	ErrOutcomeUnknown Code = "outcome_unknown"
 )
 
 // Error is an error answer of tenaz: the HTTP status (over NATS, the
@@ -89,10 +95,12 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.Op, msg)
 }
 
-// Is matches a Code: errors.Is(err, client.ErrNotFound).
+// Is matches a Code: errors.Is(err, client.ErrNotFound). An
+// ErrOutcomeUnknown answer is ErrUnavailable too: trying again is right
+// for both (with the same idempotency key).
 func (e *Error) Is(target error) bool {
 	c, ok := target.(Code)
-	return ok && c == e.Code
+	return ok && (c == e.Code || c == ErrUnavailable && e.Code == ErrOutcomeUnknown)
 }
 
 // transportError is a call that got no answer: nothing listens, the

@@ -61,7 +61,9 @@ func viewOf(rec state.Record, url string) View {
 // accepted by the intake consumer, whose outcome decides 202 (new) or 200
 // (a duplicate: the existing event). If the outcome takes longer than
 // ReplyTimeout the answer is 202 with status "accepted": the submission is
-// safe in INTAKE.
+// safe in INTAKE. A write to INTAKE that fails is 503: "unavailable" or
+// "store_full" when it was certainly not stored, "outcome_unknown" when
+// its acknowledgement was lost and it may have been (publishIntake).
 func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 	max := s.cfg.HTTP.MaxBodyBytes
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max+64*1024))
@@ -132,18 +134,32 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 		}
 	}
 	url := s.statusURL(r, env.ID)
+	accepted := View{ID: env.ID, Status: "accepted", IdempotencyKey: env.IdempotencyKey, StatusURL: url, Account: env.Account, Kind: env.Kind}
 	ctx := r.Context()
-	_, err := s.js.PublishMsg(ctx, m)
-	if store.IsFull(err) {
+	unknown, err := publishIntake(ctx, s.nc, s.js, m)
+	switch {
+	case store.IsFull(err):
 		s.metrics.Rejected("store_full")
 		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "store_full",
 			Message: "the submission was not taken: tenaz's storage is full; try again later"}}
-	}
-	if err != nil {
+	case unknown && !forget():
+		// Only the acknowledgement was lost: the submission was stored,
+		// and its outcome came (or is coming) all the same.
+		return answer(<-ch, accepted, url)
+	case unknown:
+		// The write went out (or waits in the connection's buffer to) and
+		// no answer came back: the submission may be in INTAKE, and then
+		// becomes its event. The event's id is the account's and key's,
+		// so a resend is the same event.
+		s.metrics.Rejected(codeOutcomeUnknown)
+		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: codeOutcomeUnknown,
+			Message: "the submission may have been taken, as event " + env.ID + ": it went to NATS but no acknowledgement came back (" + err.Error() + "). " +
+				"Send it again with the same idempotency key (with none, the same body): if it was taken, the answer is that event, never a second one"}}
+	case err != nil:
 		s.metrics.Rejected("unavailable")
-		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "unavailable", Message: "could not persist the submission: " + err.Error()}}
+		return http.StatusServiceUnavailable, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "unavailable",
+			Message: "the submission was not taken: " + err.Error() + "; try again later"}}
 	}
-	accepted := View{ID: env.ID, Status: "accepted", IdempotencyKey: env.IdempotencyKey, StatusURL: url, Account: env.Account, Kind: env.Kind}
 	t := time.NewTimer(s.o.ReplyTimeout)
 	defer t.Stop()
 	select {
