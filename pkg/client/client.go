@@ -279,11 +279,12 @@ func (c *Client) ListBreakers(ctx context.Context, account string) (ops.Breakers
 }
 
 // CloseBreaker closes account+target's breaker for every dispatcher
-// replica (the target is back).
-func (c *Client) CloseBreaker(ctx context.Context, account, target string) (ops.BreakerItem, error) {
+// replica (the target is back); reason, why, is recorded in the audit.
+func (c *Client) CloseBreaker(ctx context.Context, account, target, reason string) (ops.BreakerItem, error) {
+	req := ops.CloseBreakerRequest{Account: account, Target: target, Reason: reason}
 	var rep ops.BreakerItem
-	_, err := c.t.do(ctx, call{endpoint: ops.BreakersClose, natsBody: ops.CloseBreakerRequest{Account: account, Target: target},
-		method: http.MethodPost, path: "/v1/breakers/" + url.PathEscape(account) + "/" + url.PathEscape(target) + "/close", operator: true}, &rep)
+	_, err := c.t.do(ctx, call{endpoint: ops.BreakersClose, natsBody: req,
+		method: http.MethodPost, path: "/v1/breakers/" + url.PathEscape(account) + "/" + url.PathEscape(target) + "/close", body: req, operator: true}, &rep)
 	return rep, err
 }
 

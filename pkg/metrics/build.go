@@ -3,6 +3,7 @@ package metrics
 import (
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,6 +54,25 @@ func Build() BuildInfo {
 		b.Revision += "-dirty"
 	}
 	return b
+}
+
+// SemVer is the build's version as semantic versioning, as every tenaz
+// NATS micro service reports it (`nats micro ls`): Version without its
+// "v" ("v0.4.0" is "0.4.0", a pseudo-version keeps its pre-release). A
+// build without a module version ("(devel)": a checkout built in the
+// workspace) is "0.0.0-devel", with its revision's first 12 characters as
+// build metadata when known ("0.0.0-devel+eabbc24b1f8b").
+func (b BuildInfo) SemVer() string {
+	if v, ok := strings.CutPrefix(b.Version, "v"); ok && v != "" && v[0] >= '0' && v[0] <= '9' {
+		return v
+	}
+	rev := strings.TrimSuffix(b.Revision, "-dirty")
+	if rev == "" || rev == "unknown" || strings.ContainsFunc(rev, func(r rune) bool {
+		return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		return "0.0.0-devel"
+	}
+	return "0.0.0-devel+" + rev[:min(len(rev), 12)]
 }
 
 // buildMetric is tenaz_build_info's one series.

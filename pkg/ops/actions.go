@@ -70,9 +70,19 @@ type AccountReply struct {
 	Paused *AccountPause `json:"paused,omitempty"`
 	// HeldUntil is when the account's consumer delivers again: the end of
 	// the operator's pause or of its open breakers' cooldown, whichever is
-	// later (2999-01-01 for a pause until resumed); absent while it runs.
+	// later; absent while it runs, and while a pause without an end holds
+	// it (UntilResumed).
 	HeldUntil *time.Time `json:"held_until,omitempty"`
+	// UntilResumed is true while an operator's pause without an end holds
+	// the account: it runs again only once resumed (and its open
+	// breakers, if any, have ended their cooldown). HeldUntil is then
+	// absent.
+	UntilResumed bool `json:"until_resumed,omitempty"`
 }
+
+// Held reports whether the account's dispatch is held, by an operator's
+// pause or an open breaker.
+func (a AccountReply) Held() bool { return a.HeldUntil != nil || a.UntilResumed }
 
 // PausesReply lists accounts' dispatch state, sorted by account.
 type PausesReply struct {

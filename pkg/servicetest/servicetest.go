@@ -36,6 +36,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -586,7 +587,8 @@ type Lifecycled interface {
 // CheckLifecycle checks what every service promises, on the one newSvc
 // makes with a connection to a new embedded server and an empty config:
 // Stop before Start is no error, it is ready only between Start and Stop,
-// it answers as the NATS micro service micro, and Stop twice is no error.
+// it answers as the NATS micro service micro at the build's version (the
+// one every tenaz service reports), and Stop twice is no error.
 func CheckLifecycle[S Lifecycled](t *testing.T, micro string, newSvc func(*nats.Conn, *config.Config) (S, error)) {
 	t.Helper()
 	nc, _ := natstest.Start(t).Conn(t)
@@ -606,8 +608,13 @@ func CheckLifecycle[S Lifecycled](t *testing.T, micro string, newSvc func(*nats.
 	if err := svc.Ready(); err != nil {
 		t.Fatalf("want ready after Start, got %v", err)
 	}
-	if _, err := nc.Request("$SRV.PING."+micro, nil, 2*time.Second); err != nil {
+	m, err := nc.Request("$SRV.PING."+micro, nil, 2*time.Second)
+	if err != nil {
 		t.Fatalf("micro ping: %v", err)
+	}
+	var ping struct{ Version string }
+	if err := json.Unmarshal(m.Data, &ping); err != nil || ping.Version != metrics.Build().SemVer() {
+		t.Fatalf("micro ping: want version %s (the build's), got %s (%v)", metrics.Build().SemVer(), m.Data, err)
 	}
 	for i := range 2 {
 		if err := svc.Stop(context.Background()); err != nil {

@@ -32,8 +32,9 @@ import (
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
 )
 
-// Version is reported by the micro service.
-const Version = "0.2.0"
+// Version is reported by the micro service: the build's version, the
+// same for every tenaz service (metrics.BuildInfo.SemVer).
+var Version = metrics.Build().SemVer()
 
 // Buckets and stream of the deadletter service (see streams/data).
 const (

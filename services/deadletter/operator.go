@@ -203,7 +203,12 @@ func (s *Service) accountReply(account string, p accounts.Pause, ok bool) ops.Ac
 			rep.Paused.Until = &u
 		}
 	}
-	if held := accounts.Want(p, ok, s.brk.OpenUntil(account), now); !held.IsZero() {
+	switch held := accounts.Want(p, ok, s.brk.OpenUntil(account), now); {
+	case rep.Paused != nil && rep.Paused.Until == nil:
+		// Held until an operator resumes it: no time to show (the
+		// dispatchers hold it until accounts.PauseForever).
+		rep.UntilResumed = true
+	case !held.IsZero():
 		rep.HeldUntil = &held
 	}
 	return rep
@@ -237,7 +242,7 @@ func (s *Service) pausesList(ctx context.Context, req ops.PausesRequest) (ops.Pa
 	out := ops.PausesReply{Items: []ops.AccountReply{}}
 	for a := range names {
 		p, ok := byAccount[a]
-		if r := s.accountReply(a, p, ok); r.HeldUntil != nil {
+		if r := s.accountReply(a, p, ok); r.Held() {
 			out.Items = append(out.Items, r)
 		}
 	}

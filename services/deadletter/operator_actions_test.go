@@ -88,6 +88,8 @@ func TestOpenAPIContractOperatorActions(t *testing.T) {
 	want(200, "GET", "/v1/pauses", alice, "", "the pauses")
 	want(200, "GET", "/v1/pauses?account=globex", alice, "", "one account's")
 	want(400, "GET", "/v1/pauses?account=ac.me", alice, "", "a bad account")
+	want(200, "POST", "/v1/accounts/acme/pause", alice, `{"reason":"until further notice"}`, "pause until resumed (until_resumed)")
+	want(200, "GET", "/v1/pauses", alice, "", "the pauses, one until resumed")
 	want(200, "POST", "/v1/accounts/acme/resume", alice, `{"reason":"migrated"}`, "resume")
 	want(409, "POST", "/v1/accounts/acme/resume", alice, `{"reason":"again"}`, "resume what is not paused")
 	want(400, "POST", "/v1/accounts/acme/resume", alice, `{}`, "no reason")

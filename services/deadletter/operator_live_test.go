@@ -102,12 +102,18 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 	e.waitDone(submit(t, e, "acme", "order.create", "a-0", `{"n":0}`), submit(t, e, "globex", "order.create", "g-0", `{"n":0}`))
 
 	var rep ops.AccountReply
-	if st, body := e.post("/v1/accounts/acme/pause", map[string]string{"reason": "erp migration"}, &rep); st != http.StatusOK {
+	st, body := e.post("/v1/accounts/acme/pause", map[string]string{"reason": "erp migration"}, &rep)
+	if st != http.StatusOK {
 		t.Fatalf("pause: want 200, got %d %s", st, body)
 	}
 	if rep.Paused == nil || rep.Paused.Actor != "operator:alice" || rep.Paused.Reason != "erp migration" || rep.Paused.Until != nil ||
-		rep.HeldUntil == nil || !rep.HeldUntil.Equal(accounts.PauseForever) {
+		!rep.UntilResumed || rep.HeldUntil != nil {
 		t.Fatalf("pause: want alice's pause until resumed, got %+v", rep)
+	}
+	// A pause without an end shows no end: no held_until (the stored
+	// 2999-01-01 is the dispatchers' business), until_resumed instead.
+	if strings.Contains(body, "held_until") || strings.Contains(body, "2999") || !strings.Contains(body, `"until_resumed":true`) {
+		t.Fatalf("pause: want until_resumed and no held_until in the answer, got %s", body)
 	}
 	if p, _ := e.recordedPause("acme"); !p {
 		t.Fatal("acme: want its pause recorded once the pause is answered")
@@ -133,8 +139,9 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 		}
 	}
 	var pauses ops.PausesReply
-	if st := e.get("/v1/pauses", &pauses); st != http.StatusOK || len(pauses.Items) != 1 || pauses.Items[0].Account != "acme" {
-		t.Fatalf("GET /v1/pauses: want acme alone, got %d %+v", st, pauses)
+	if st := e.get("/v1/pauses", &pauses); st != http.StatusOK || len(pauses.Items) != 1 || pauses.Items[0].Account != "acme" ||
+		!pauses.Items[0].UntilResumed || pauses.Items[0].HeldUntil != nil {
+		t.Fatalf("GET /v1/pauses: want acme alone, held until resumed, got %d %+v", st, pauses)
 	}
 
 	// Resumed over NATS, by bob: the backlog drains.
@@ -142,7 +149,7 @@ func TestPausedAccountGetsNoCallsUntilResumed(t *testing.T) {
 	if err := e.callWith(operatorKeys["bob"], ops.AccountsResume, ops.ResumeRequest{Account: "acme", Reason: "migration done"}, &rep); err != nil {
 		t.Fatalf("accounts.resume: %v", err)
 	}
-	if rep.Paused != nil || rep.HeldUntil != nil {
+	if rep.Paused != nil || rep.HeldUntil != nil || rep.UntilResumed {
 		t.Fatalf("resume: want acme running, got %+v", rep)
 	}
 	e.waitDone(acme...)

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/tenaz/tenaz/pkg/metrics"
 )
 
-// Version is reported by the micro service.
-const Version = "0.1.0"
+// Version is reported by the micro service: the build's version, the
+// same for every tenaz service (metrics.BuildInfo.SemVer).
+var Version = metrics.Build().SemVer()
 
 // registerMicro registers tenaz-dispatcher with an "accounts" endpoint
 // listing the accounts this replica consumes.

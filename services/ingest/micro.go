@@ -14,12 +14,14 @@ import (
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
-// Version is reported by the micro service.
-const Version = "0.1.0"
+// Version is reported by the micro service: the build's version, the
+// same for every tenaz service (metrics.BuildInfo.SemVer).
+var Version = metrics.Build().SemVer()
 
 // registerMicro registers tenaz-ingest with endpoints submit, get, history,
 // cancel and the repeats' (repeat.go) under <prefix>.api.ingest. Each answers what the HTTP API answers

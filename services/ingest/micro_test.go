@@ -14,12 +14,14 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
-// tenaz-ingest answers get on NATS with the record, and answers pings.
+// tenaz-ingest answers get on NATS with the record, and answers pings
+// with the build's version.
 func TestMicroService(t *testing.T) {
 	t.Parallel()
 	h := setup(t, baseYAML)
@@ -57,8 +59,9 @@ func TestMicroService(t *testing.T) {
 		t.Fatalf("$SRV.PING.tenaz-ingest: want an answer, got %v", err)
 	}
 	var ping struct{ Name, Type, ID, Version string }
-	if err := json.Unmarshal(m.Data, &ping); err != nil || ping.Name != "tenaz-ingest" || ping.Type != "io.nats.micro.v1.ping_response" || ping.ID == "" {
-		t.Fatalf("ping: want {name tenaz-ingest, type io.nats.micro.v1.ping_response, id}, got %s (%v)", m.Data, err)
+	if err := json.Unmarshal(m.Data, &ping); err != nil || ping.Name != "tenaz-ingest" || ping.Type != "io.nats.micro.v1.ping_response" || ping.ID == "" ||
+		ping.Version != metrics.Build().SemVer() {
+		t.Fatalf("ping: want {name tenaz-ingest, type io.nats.micro.v1.ping_response, id, version %s (the build's)}, got %s (%v)", metrics.Build().SemVer(), m.Data, err)
 	}
 }
 

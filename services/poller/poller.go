@@ -27,8 +27,9 @@ import (
 	"github.com/tenaz/tenaz/pkg/target"
 )
 
-// Version is reported by the micro service.
-const Version = "0.2.0"
+// Version is reported by the micro service: the build's version, the
+// same for every tenaz service (metrics.BuildInfo.SemVer).
+var Version = metrics.Build().SemVer()
 
 // Options configure the service.
 type Options struct {

@@ -13,7 +13,8 @@ import (
 // it acts (a "no" does nothing, --yes skips the question), a paused
 // account's event waits while another account's is delivered and is
 // delivered on resume, a delayed event is retried now, a breaker is opened
-// until a time and closed, and the audit lists who did what, newest first.
+// until a time and closed, and the audit lists who did what and why,
+// newest first.
 // Acting where it is not legal is 4, without a reason 2.
 func TestCLIOperatorActions(t *testing.T) {
 	t.Parallel()
@@ -40,8 +41,13 @@ func TestCLIOperatorActions(t *testing.T) {
 	if v := get(t, base+"/v1/events/"+a.ID); v.Status != "pending" {
 		t.Fatalf("paused acme's event: want pending, got %s", v.Status)
 	}
-	if op.must(cli.ExitOK, "accounts", "paused", "--json").decode(t, &held); len(held.Items) != 1 || held.Items[0].Account != "acme" || held.Items[0].Paused == nil {
-		t.Fatalf("accounts paused: want acme, got %+v", held)
+	if op.must(cli.ExitOK, "accounts", "paused", "--json").decode(t, &held); len(held.Items) != 1 || held.Items[0].Account != "acme" || held.Items[0].Paused == nil ||
+		!held.Items[0].UntilResumed || held.Items[0].HeldUntil != nil {
+		t.Fatalf("accounts paused: want acme, held until resumed (no held_until), got %+v", held)
+	}
+	// A pause without an end reads as one, not as the year 2999.
+	if r = op.must(cli.ExitOK, "accounts", "paused"); !strings.Contains(r.stdout, "until resumed") || strings.Contains(r.stdout, "2999") {
+		t.Fatalf("accounts paused: want acme's pause shown until resumed, got\n%s", r)
 	}
 	op.must(cli.ExitOK, "accounts", "resume", "acme", "-m", "migration done", "--yes")
 	waitStatus(t, base, a.ID, "done")
@@ -64,19 +70,22 @@ func TestCLIOperatorActions(t *testing.T) {
 	if b.State != "open" || b.OpenUntil == nil || time.Until(*b.OpenUntil) < 55*time.Minute {
 		t.Fatalf("breakers open: want acme/erp open for an hour, got %+v", b)
 	}
-	op.must(cli.ExitOK, "breakers", "close", "acme", "erp")
+	op.must(cli.ExitUsage, "breakers", "close", "acme", "erp") // no reason
+	op.must(cli.ExitOK, "breakers", "close", "acme", "erp", "-m", "erp is back")
 
 	var acts ops.ActionsReply
 	op.must(cli.ExitOK, "accounts", "actions", "--account", "acme", "--json").decode(t, &acts)
 	var got []string
 	for _, x := range acts.Items {
-		got = append(got, x.Action+" by "+x.Actor)
+		got = append(got, x.Action+" by "+x.Actor+": "+x.Reason)
 	}
-	want := []string{"close_breaker by anonymous", "open_breaker by anonymous", "resume by anonymous", "pause by anonymous"}
+	want := []string{"close_breaker by anonymous: erp is back", "open_breaker by anonymous: erp maintenance",
+		"resume by anonymous: migration done", "pause by anonymous: erp migration"}
 	if strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Fatalf("accounts actions: want %v, got %v", want, got)
 	}
-	if r = op.must(cli.ExitOK, "accounts", "actions"); !strings.Contains(r.stdout, "erp maintenance") || !strings.Contains(r.stdout, "migration done") {
-		t.Fatalf("accounts actions: want a table with the reasons, got\n%s", r)
+	if r = op.must(cli.ExitOK, "accounts", "actions"); !strings.Contains(r.stdout, "erp maintenance") || !strings.Contains(r.stdout, "migration done") ||
+		!strings.Contains(r.stdout, "erp is back") || !strings.Contains(r.stdout, "until resumed") {
+		t.Fatalf("accounts actions: want a table with the reasons and the pause until resumed, got\n%s", r)
 	}
 }

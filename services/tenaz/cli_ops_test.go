@@ -178,13 +178,13 @@ func TestCLIBreakers(t *testing.T) {
 
 	p.SetDown(false)
 	var closed ops.BreakerItem
-	op.must(cli.ExitOK, "breakers", "close", "acme", "erp", "--json").decode(t, &closed)
+	op.must(cli.ExitOK, "breakers", "close", "acme", "erp", "-m", "the target is back", "--json").decode(t, &closed)
 	if closed.Account != "acme" || closed.Target != "erp" || closed.State != "closed" || !strings.Contains(closed.Reason, "anonymous") {
 		t.Fatalf("breakers close: want acme/erp closed, saying by anonymous, got %+v", closed)
 	}
 	waitStatus(t, base, v.ID, "done")
-	op.must(cli.ExitNotFound, "breakers", "close", "nosuch", "erp")
-	op.must(cli.ExitUsage, "breakers", "close", "bad.account", "erp")
+	op.must(cli.ExitNotFound, "breakers", "close", "nosuch", "erp", "-m", "x")
+	op.must(cli.ExitUsage, "breakers", "close", "bad.account", "erp", "-m", "x")
 }
 
 // dead replay --all replays every match as a job and follows it with a

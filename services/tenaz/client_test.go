@@ -278,13 +278,19 @@ func TestClient(t *testing.T) {
 			t.Fatalf("list breakers over HTTP: want acme/flaky open, got %+v (%v)", br, err)
 		}
 		c.flaky.SetDown(false)
-		b, err := c.nats.CloseBreaker(callCtx(t, 5*time.Second), "acme", "flaky")
+		b, err := c.nats.CloseBreaker(callCtx(t, 5*time.Second), "acme", "flaky", "flaky is back")
 		if err != nil || b.State != "closed" || !strings.Contains(b.Reason, "alice") {
 			t.Fatalf("close breaker: want acme/flaky closed by alice, got %+v (%v)", b, err)
 		}
+		acts, err := c.nats.Actions(callCtx(t, 5*time.Second), ops.ActionsRequest{Account: "acme", Limit: 10})
+		if err != nil || !slices.ContainsFunc(acts.Items, func(a ops.Action) bool {
+			return a.Action == ops.ActionCloseBreaker && a.Target == "flaky" && a.Reason == "flaky is back"
+		}) {
+			t.Fatalf("actions: want the close of acme/flaky with its reason, got %+v (%v)", acts.Items, err)
+		}
 		v, err := c.http.Wait(callCtx(t, 20*time.Second), r.ID)
 		mustStatus(t, "wait on the event behind the breaker", v, err, state.Done)
-		_, err = c.http.CloseBreaker(callCtx(t, 5*time.Second), "acme", "nosuch")
+		_, err = c.http.CloseBreaker(callCtx(t, 5*time.Second), "acme", "nosuch", "no such target")
 		wantCode(t, "close an unknown breaker", err, client.ErrNotFound, http.StatusNotFound)
 	})
 
@@ -346,7 +352,7 @@ func TestClient(t *testing.T) {
 		if err != nil || b.State != "open" || b.OpenUntil == nil || !b.OpenUntil.Equal(until) || !strings.Contains(b.Reason, "erp maintenance") {
 			t.Fatalf("open breaker: want pz/erp open until %v with the reason, got %+v (%v)", until, b, err)
 		}
-		if b, err = c.nats.CloseBreaker(callCtx(t, 5*time.Second), "pz", "erp"); err != nil || b.State != "closed" {
+		if b, err = c.http.CloseBreaker(callCtx(t, 5*time.Second), "pz", "erp", "maintenance over"); err != nil || b.State != "closed" {
 			t.Fatalf("close breaker: want pz/erp closed, got %+v (%v)", b, err)
 		}
 		for _, tz := range []*client.Client{c.nats, c.http} {
@@ -357,6 +363,9 @@ func TestClient(t *testing.T) {
 			}
 			if want := []string{ops.ActionCloseBreaker, ops.ActionOpenBreaker, ops.ActionResume, ops.ActionPause}; err != nil || !slices.Equal(names, want) {
 				t.Fatalf("actions: want %v (newest first), got %v (%v)", want, names, err)
+			}
+			if r := acts.Items[0].Reason; r != "maintenance over" {
+				t.Fatalf("actions: want the close's reason %q (sent over HTTP), got %q", "maintenance over", r)
 			}
 		}
 	})

@@ -88,13 +88,24 @@ func printAccounts(w io.Writer, items ...ops.AccountReply) {
 	for _, a := range items {
 		switch {
 		case a.Paused != nil:
-			row(w, a.Account, "paused", a.HeldUntil, a.Paused.Actor, a.Paused.At, short(a.Paused.Reason, 60))
+			row(w, a.Account, "paused", heldUntil(a), a.Paused.Actor, a.Paused.At, short(a.Paused.Reason, 60))
 		case a.HeldUntil != nil:
 			row(w, a.Account, "held by a breaker", a.HeldUntil, "", "", "")
 		default:
 			row(w, a.Account, "running", "", "", "", "")
 		}
 	}
+}
+
+// untilResumed is what an end of a pause without one shows.
+const untilResumed = "until resumed"
+
+// heldUntil is the HELD UNTIL cell of a: a time, or untilResumed.
+func heldUntil(a ops.AccountReply) any {
+	if a.UntilResumed {
+		return untilResumed
+	}
+	return a.HeldUntil
 }
 
 // AccountsActionsCmd is `tenaz accounts actions`.
@@ -110,7 +121,11 @@ func (c *AccountsActionsCmd) Run(cl *Connection, env *Env) error {
 	}, func(w io.Writer, rep ops.ActionsReply) {
 		row(w, "AT", "ACTION", "ACCOUNT", "TARGET", "UNTIL", "ACTOR", "REASON")
 		for _, a := range rep.Items {
-			row(w, a.At, a.Action, a.Account, a.Target, a.Until, a.Actor, short(a.Reason, 60))
+			var until any = a.Until
+			if a.Action == ops.ActionPause && a.Until == nil {
+				until = untilResumed
+			}
+			row(w, a.At, a.Action, a.Account, a.Target, until, a.Actor, short(a.Reason, 60))
 		}
 	})
 }

@@ -75,10 +75,11 @@ func (c *BreakersLsCmd) Run(cl *Connection, env *Env) error {
 	})
 }
 
-// BreakersCloseCmd is `tenaz breakers close <account> <target>`.
+// BreakersCloseCmd is `tenaz breakers close <account> <target> -m why`.
 type BreakersCloseCmd struct {
 	Account string `arg:"" help:"Account."`
 	Target  string `arg:"" help:"Target name (as in the config's targets)."`
+	Message string `short:"m" required:"" help:"Why, recorded in the audit (required)."`
 }
 
 // Run closes a breaker.
@@ -87,7 +88,7 @@ func (c *BreakersCloseCmd) Run(cl *Connection, env *Env) error {
 		return failf(ErrUsage, "%v", err)
 	}
 	return call(cl, env, func(ctx context.Context, tz *client.Client) (ops.BreakerItem, error) {
-		return tz.CloseBreaker(ctx, c.Account, c.Target)
+		return tz.CloseBreaker(ctx, c.Account, c.Target, c.Message)
 	}, func(w io.Writer, b ops.BreakerItem) {
 		row(w, "ACCOUNT", "TARGET", "STATE", "FAILURES", "BY", "AT")
 		row(w, b.Account, b.Target, b.State, b.Failures, b.By, b.At)
