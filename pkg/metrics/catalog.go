@@ -161,7 +161,7 @@ var Catalog = []Info{
 	{Name: NameBreakerState, Type: Gauge, Labels: []string{"account", "target", "state"}, Emitter: "pkg/breaker (dispatcher)",
 		Help: "Circuit breaker state per account and target as this replica sees it: 1 on the series of its state (closed, half_open, open), 0 on the others; under account=\"other\", the number of breakers in each state."},
 	{Name: NameDead, Type: Counter, Labels: []string{"account", "kind", "reason"}, Emitter: "deadletter",
-		Help: "Entries arrived in DEAD, by reason (permanent, attempts_exhausted, max_deliveries, rejected_at_intake)."},
+		Help: "Entries arrived in DEAD, by reason (permanent, attempts_exhausted, max_deliveries, rejected_at_intake, too_large, undecodable_record)."},
 	{Name: NameReview, Type: Counter, Labels: []string{"account", "kind"}, Emitter: "deadletter",
 		Help: "Events moved to manual_review."},
 	{Name: NameRepairs, Type: Counter, Labels: []string{"repair"}, Emitter: "poller (reconciler)",

@@ -33,7 +33,7 @@ type Filter struct {
 	Account string `help:"Only this account."`
 	Kind    string `help:"Only this kind."`
 	Class   string `help:"Only this error class (permanent, transient, timeout, crash, …)."`
-	Reason  string `help:"Only this reason (permanent, attempts_exhausted, max_deliveries, terminated, rejected_at_intake, manual_review)."`
+	Reason  string `help:"Only this reason (permanent, attempts_exhausted, max_deliveries, terminated, rejected_at_intake, manual_review, too_large, undecodable_record)."`
 	Since   string `placeholder:"TIME" help:"Only entries that arrived at or after TIME: RFC 3339 (2026-11-30T08:00:00Z), a date (2026-11-30) or a duration ago (24h)."`
 	Until   string `placeholder:"TIME" help:"Only entries that arrived before TIME (same forms as --since)."`
 }
