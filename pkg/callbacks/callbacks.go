@@ -5,9 +5,11 @@
 // event that records it: another event naming the same reference is a
 // conflict, never a re-point, and no account's reference resolves to
 // another account's event. Every key carries a per-key TTL, so the bucket
-// never grows past the events that can still be answered. (Which
+// never grows past the events that can still be answered. Which
 // webhook-ids were applied is in each event's own history, written with
-// the result.)
+// the result; the bucket also holds which event each was applied to, for
+// as long as its signature can be replayed, so that a copy sent to
+// another account's URL is known (HoldWebhook).
 //
 //	x, _ := callbacks.Open(ctx, js)
 //	err := x.PutRef(ctx, "acme", "bureau_a", "ref_7", rec.ID, sla+retention)
@@ -97,29 +99,56 @@ func (x *Index) PutRef(ctx context.Context, account, target, ref, id string, ttl
 	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("callbacks: record reference of %s: %w", id, err)
 	}
-	k := refKey(account, target, ref)
+	holder, err := x.hold(ctx, refKey(account, target, ref), id, ttl)
+	if err != nil {
+		return fmt.Errorf("callbacks: record reference of %s: %w", id, err)
+	}
+	if holder != "" {
+		return &ConflictError{Holder: holder}
+	}
+	return nil
+}
+
+// HoldWebhook records that target's webhook webhookID was applied to
+// event id, for ttl (at least as long as its signature stays valid), and
+// returns "", or the other event it was applied to before, left as it is.
+// A webhook-id names one message (Standard Webhooks: the same only when
+// the same message is sent again), so one applied to another event is a
+// copy sent to another URL: the account in /v1/callbacks/{target}/{account}
+// is not signed.
+func (x *Index) HoldWebhook(ctx context.Context, target, webhookID, id string, ttl time.Duration) (string, error) {
+	holder, err := x.hold(ctx, "wh."+target+"."+hash(webhookID), id, ttl)
+	if err != nil {
+		return "", fmt.Errorf("callbacks: record webhook %s of %s: %w", webhookID, id, err)
+	}
+	return holder, nil
+}
+
+// hold creates key with value id for ttl, and returns "", or the other
+// value key holds.
+func (x *Index) hold(ctx context.Context, key, id string, ttl time.Duration) (string, error) {
 	// Two tries: the holder's key may expire between the Create and the Get.
 	for range 2 {
-		_, err := x.kv.Create(ctx, k, []byte(id), jetstream.KeyTTL(max(ttl, minTTL)))
+		_, err := x.kv.Create(ctx, key, []byte(id), jetstream.KeyTTL(max(ttl, minTTL)))
 		if err == nil {
-			return nil
+			return "", nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("callbacks: record reference of %s: %w", id, err)
+			return "", err
 		}
-		e, err := x.kv.Get(ctx, k)
+		e, err := x.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("callbacks: record reference of %s: %w", id, err)
+			return "", err
 		}
 		if string(e.Value()) == id {
-			return nil
+			return "", nil
 		}
-		return &ConflictError{Holder: string(e.Value())}
+		return string(e.Value()), nil
 	}
-	return fmt.Errorf("callbacks: record reference of %s: the key changed twice while it was written", id)
+	return "", errors.New("the key changed twice while it was written")
 }
 
 // Lookup returns the event id that holds account's reference ref at

@@ -225,11 +225,14 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		held, err := s.refs.Lookup(ctx, cur.Account, target, ref)
 		return err == nil && held == id
 	}
-	outcome := ""
+	outcome, heldBy := "", ""
 	now := s.st.Now()
 	rec, _, err := s.st.Update(ctx, account, id, func(cur state.Record) (state.Record, error) {
 		if account != "" && cur.Account != account {
 			return cur, errOtherAccount
+		}
+		if !s.calledBack(cur, target) {
+			return cur, errNotThisTarget
 		}
 		note := func(o, detail string) (state.Record, error) {
 			outcome = o
@@ -259,6 +262,16 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}
+		if webhookID != "" {
+			other, err := s.refs.HoldWebhook(ctx, target, webhookID, cur.ID, webhookHold(t.Callback.Tolerance.D()))
+			if err != nil {
+				return cur, err
+			}
+			if other != "" {
+				heldBy = other
+				return cur, errWebhookElsewhere
+			}
+		}
 		outcome = CallbackApplied
 		a := state.Action{Name: state.Complete, Actor: actor, Detail: appliedDetail(webhookID), Reference: ref}
 		if len(body) <= state.MaxResult && json.Valid(body) {
@@ -269,9 +282,15 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	})
 	tp = rec.Traceparent
 	log = tracing.Log(log, tp)
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, errOtherAccount) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, errOtherAccount) || errors.Is(err, errNotThisTarget) {
 		log.Warn().Str("event_id", id).AnErr("why", err).Msg("callback for an unknown event")
 		return CallbackReply{Outcome: CallbackUnknown}, nil
+	}
+	if errors.Is(err, errWebhookElsewhere) {
+		// Answered as a copy, without the other event's id (another
+		// account's, maybe), and written nowhere.
+		log.Warn().Str("event_id", id).Str("applied_to", heldBy).Msg("callback not applied: its webhook-id was applied to another event; a copy sent to another URL")
+		return CallbackReply{Outcome: CallbackDuplicate}, nil
 	}
 	if errors.Is(err, errUnchanged) {
 		if outcome == CallbackDuplicate {
@@ -399,6 +418,22 @@ func (s *Service) advanceLane(ctx context.Context, log zerolog.Logger, rec state
 // account's: to the webhook, it does not exist.
 var errOtherAccount = errors.New("ingest: the event belongs to another account")
 
+// errNotThisTarget ends the update of an event none of whose stages is
+// answered by the webhook's target: to the webhook, it does not exist,
+// and nothing is written to it (a provider could otherwise learn which
+// ids exist, and fill any event's history with notes).
+var errNotThisTarget = errors.New("ingest: no stage of the event is answered by this target")
+
+// errWebhookElsewhere ends the update of an event a webhook would
+// complete when its webhook-id was applied to another event
+// (callbacks.Index.HoldWebhook).
+var errWebhookElsewhere = errors.New("ingest: the webhook-id was applied to another event")
+
+// webhookHold is how long an applied webhook-id is held: as long as a
+// copy of it can pass the signature check, whose timestamp may be up to
+// tolerance either side of now, and a minute for the clocks.
+func webhookHold(tolerance time.Duration) time.Duration { return 2*tolerance + time.Minute }
+
 // ErrMalformedCallback is ApplyCallback's error for a webhook that cannot
 // be applied as sent (answered 400): the provider must fix it, not retry.
 var ErrMalformedCallback = errors.New("malformed callback")
@@ -442,6 +477,21 @@ func (s *Service) awaits(rec state.Record, target string) bool {
 	}
 	st, ok := k.StageFor(rec.Stage == state.StageFallback)
 	return ok && st.Target == target && st.Completion == config.CompletionCallback
+}
+
+// calledBack reports whether any stage of rec's kind is answered by
+// target's webhooks.
+func (s *Service) calledBack(rec state.Record, target string) bool {
+	k, ok := s.cfg.Kind(rec.Kind)
+	if !ok {
+		return false
+	}
+	for _, fallback := range []bool{false, true} {
+		if st, ok := k.StageFor(fallback); ok && st.Target == target && st.Completion == config.CompletionCallback {
+			return true
+		}
+	}
+	return false
 }
 
 // appliedDetail is the history detail of an applied callback; applied

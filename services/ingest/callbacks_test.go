@@ -195,6 +195,70 @@ func TestCallbackReferencesArePerAccount(t *testing.T) {
 	}
 }
 
+// TestCapturedWebhookSentToAnotherAccountsURL: the account in
+// /v1/callbacks/{target}/{account} is not signed, so a webhook captured
+// on its way to one account's URL can be sent, signature and all, to
+// another's within the timestamp's tolerance. Two accounts whose provider
+// hands out the same reference: the copy completes nothing and writes
+// nothing in the other account's event, whose own webhook still applies.
+// Before, the copy completed globex's event with acme's result.
+func TestCapturedWebhookSentToAnotherAccountsURL(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	acme, globex := h.submitCredit("acme", "a-1"), h.submitCredit("globex", "g-1")
+	h.awaiting("ref_1", acme, globex)
+
+	body := `{"reference":"ref_1","status":"approved","by":"acme"}`
+	captured := signed("msg_captured", time.Now(), body)
+	if got := h.do(http.MethodPost, "/v1/callbacks/bureau/acme", body, captured...).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != acme {
+		t.Fatalf("acme's webhook: want applied to %s, got %+v", acme, got)
+	}
+	before, _ := h.Lookup(globex)
+	if got := h.do(http.MethodPost, "/v1/callbacks/bureau/globex", body, captured...).outcome(t); got.Outcome != ingest.CallbackDuplicate || got.ID != "" {
+		t.Fatalf("acme's webhook copied to globex's URL: want %q without an id, got %+v", ingest.CallbackDuplicate, got)
+	}
+	if after, _ := h.Lookup(globex); after.Status != state.AwaitingCallback || len(after.History) != len(before.History) {
+		t.Fatalf("globex's event after the copy: want it untouched (awaiting_callback, %d history entries), got %s with %d %s",
+			len(before.History), after.Status, len(after.History), after.Result)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_g", `{"reference":"ref_1","status":"approved","by":"globex"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != globex {
+		t.Fatalf("globex's own webhook: want applied to %s, got %+v", globex, got)
+	}
+	// The copy sent again to acme's own URL is the duplicate it always was.
+	if got := h.do(http.MethodPost, "/v1/callbacks/bureau/acme", body, captured...).outcome(t); got.Outcome != ingest.CallbackDuplicate || got.ID != acme {
+		t.Fatalf("acme's webhook again: want %q of %s, got %+v", ingest.CallbackDuplicate, acme, got)
+	}
+}
+
+// TestWebhookNamingAnEventItNeverAnswers: a target's webhook that names
+// an event none of whose stages that target answers (here a sync event)
+// finds no event, as for an id that does not exist, and writes nothing
+// to it. Before, it answered "late" with the id, telling a provider which
+// ids exist, and wrote a note each time: 200 of them pushed the event's
+// own notes out of its history.
+func TestWebhookNamingAnEventItNeverAnswers(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL)+`
+  order.create: {target: bureau}
+`)
+	h.startDispatcher("d1")
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"n":1}}`, "Idempotency-Key", "o-1")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.Status, r.Body)
+	}
+	id := event.ID("acme", "o-1")
+	before := h.WaitStatus(id, state.Done, servicetest.WaitFor)
+	for i := range 3 {
+		if got := h.webhook("/v1/callbacks/bureau", fmt.Sprintf("msg_%d", i), `{"event_id":"`+id+`","status":"approved"}`).outcome(t); got.Outcome != ingest.CallbackUnknown || got.ID != "" {
+			t.Fatalf("webhook naming a sync event: want %q without an id, got %+v", ingest.CallbackUnknown, got)
+		}
+	}
+	if after, _ := h.Lookup(id); len(after.History) != len(before.History) {
+		t.Fatalf("want nothing written to the sync event, got %d history entries, had %d", len(after.History), len(before.History))
+	}
+}
+
 // TestCallbackReferenceConflict: a second event of the account gets a
 // reference the first holds. The mapping stays with the first (a webhook
 // naming the reference completes it), the second's history records the
