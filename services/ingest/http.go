@@ -3,6 +3,7 @@ package ingest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -92,6 +93,11 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
 		return
 	}
+	if msg := fieldsFromHeaders(r.Header, &sub); msg != "" {
+		s.metrics.Rejected("malformed")
+		httpapi.Error(w, http.StatusBadRequest, "malformed", msg)
+		return
+	}
 	p, authed := auth.From(r.Context())
 	if authed && sub.Account == "" && !p.Operator && !p.Anonymous {
 		sub.Account = p.Account // a key submits for its own account, named or not, as in a CloudEvent
@@ -174,6 +180,32 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	// An outcome was taken for this handler as the wait ended; a refusal
 	// taken is not kept anywhere else, so it must be the answer.
 	return answer(<-ch, accepted, url)
+}
+
+// fieldsFromHeaders reads the fields a submission over NATS gives as
+// headers (Tenaz-Entity-Id, Tenaz-Ordering-Key, Tenaz-Not-Before) into sub
+// when its body leaves them out, so that a producer moving from NATS to
+// HTTP keeps them; ignored, a delay or an order would be lost without a
+// word. A header and a body field that disagree are refused: the message
+// says which.
+func fieldsFromHeaders(h http.Header, sub *event.Submission) string {
+	for _, f := range []struct {
+		header, field string
+		v             *string
+	}{
+		{names.HeaderEntityID, "entity_id", &sub.EntityID},
+		{names.HeaderOrderingKey, "ordering_key", &sub.OrderingKey},
+		{names.HeaderNotBefore, "not_before", &sub.NotBefore},
+	} {
+		switch v := h.Get(f.header); {
+		case v == "" || v == *f.v:
+		case *f.v == "":
+			*f.v = v
+		default:
+			return fmt.Sprintf("the %s header (%q) and the body's %s (%q) differ: send one", f.header, v, f.field, *f.v)
+		}
+	}
+	return ""
 }
 
 // answer is the HTTP answer of an intake outcome.

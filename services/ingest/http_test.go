@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
@@ -289,5 +290,43 @@ func TestHTTPHeaderGivenTwice(t *testing.T) {
 	}
 	if _, ok := h.Lookup(event.ID("acme", "twice-a")); !ok {
 		t.Fatal("the same key twice: want its event")
+	}
+}
+
+// The headers a submission over NATS gives its fields in are read over
+// HTTP too, where the body leaves the field out: a producer moving from
+// NATS to HTTP keeps its delay, entity and order. A header and a body
+// field that disagree are refused, naming both. Before, the headers were
+// ignored: a Tenaz-Not-Before a month ahead ran at once.
+func TestHTTPFieldHeaders(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	post := func(key, body string, headers ...string) response {
+		return h.do(http.MethodPost, "/v1/events", body, append([]string{"Idempotency-Key", key}, headers...)...)
+	}
+	at := time.Now().Add(30 * 24 * time.Hour).UTC().Truncate(time.Second)
+	later := at.Format(time.RFC3339)
+	r := post("hdr-1", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-h1"}}`,
+		"Tenaz-Not-Before", later, "Tenaz-Ordering-Key", "cust-7", "Tenaz-Entity-Id", "o-h1")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("fields as headers: want 202, got %d %s", r.Status, r.Body)
+	}
+	rec := h.WaitStatus(event.ID("acme", "hdr-1"), state.Scheduled, servicetest.WaitFor)
+	if rec.NextRunAt == nil || rec.NextRunAt.Sub(at).Abs() > time.Second || rec.OrderingKey != "cust-7" || rec.EntityID != "o-h1" {
+		t.Fatalf("want the headers' not_before, ordering_key and entity_id, got next_run_at %v, %q, %q", rec.NextRunAt, rec.OrderingKey, rec.EntityID)
+	}
+	if r := post("hdr-2", `{"account":"acme","kind":"order.create","not_before":"`+later+`","payload":{"order_id":"o-h2"}}`, "Tenaz-Not-Before", later); r.Status != http.StatusAccepted {
+		t.Fatalf("a header that agrees with the body: want 202, got %d %s", r.Status, r.Body)
+	}
+	before := h.footprint()
+	r = post("hdr-3", `{"account":"acme","kind":"order.create","ordering_key":"cust-8","payload":{"order_id":"o-h3"}}`, "Tenaz-Ordering-Key", "cust-9")
+	if r.Status != http.StatusBadRequest || r.errorCode(t) != "malformed" || !strings.Contains(string(r.Body), "Tenaz-Ordering-Key") || !strings.Contains(string(r.Body), "ordering_key") {
+		t.Fatalf("a header that disagrees with the body: want 400 malformed naming both, got %d %s", r.Status, r.Body)
+	}
+	if r := post("hdr-4", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-h4"}}`, "Tenaz-Not-Before", "soon"); r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "not_before") {
+		t.Fatalf("a header that is not a time: want 400 naming not_before, got %d %s", r.Status, r.Body)
+	}
+	if got := h.footprint(); got != before {
+		t.Fatalf("refused: want INTAKE, EVENTS, DEAD and the state bucket untouched %+v, got %+v", before, got)
 	}
 }
