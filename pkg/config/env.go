@@ -33,7 +33,9 @@ var envFallbacks = map[string]string{
 // expandEnv replaces every ${NAME} in s with the value of NAME; "$${"
 // writes a literal "${" and any other "$" is kept as is. NAME is a letter
 // or underscore followed by letters, digits or underscores. An unset
-// variable is an error (a variable set to "" is not).
+// variable is an error (a variable set to "" is not), and so is any
+// ${NAME} when getenv is nil: a value that is never taken from the
+// environment (a stored account's).
 func expandEnv(s string, getenv func(string) (string, bool)) (out string, changed bool, err error) {
 	if !strings.Contains(s, "${") {
 		return s, false, nil
@@ -55,6 +57,9 @@ func expandEnv(s string, getenv func(string) (string, bool)) (out string, change
 					name = name[:40] + "…"
 				}
 				return "", false, fmt.Errorf(`${%s}: invalid variable name (write "$${" for a literal "${")`, name)
+			}
+			if getenv == nil {
+				return "", false, fmt.Errorf(`${%s}: a stored account's values are stored as they are, never read from the environment (write "$${" for a literal "${")`, name)
 			}
 			v, ok := getenv(name)
 			if !ok {

@@ -54,8 +54,10 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 	quoted, _ := json.Marshal(name)
 	doc := `{"accounts":{` + string(quoted) + `:` + string(acct) + `},"auth":{"keys":` + string(keys) + `}}`
 	cfg := Config{explicitZero: map[string]bool{}}
-	noEnv := func(string) (string, bool) { return "", false }
-	if err := decodeInto(&cfg, []byte(doc), noEnv); err != nil {
+	if err := decodeInto(&cfg, []byte(doc), nil); err != nil {
+		// The lines are the document's this builds around the definition,
+		// not the sender's: one line.
+		forEachKeyError(err, func(ke *KeyError) { ke.Line = 0 })
 		return StoredAccount{}, err
 	}
 	n := name
@@ -73,6 +75,18 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 		}
 	}
 	return sa, joinSorted(errs)
+}
+
+// forEachKeyError calls f with every *KeyError err is or joins.
+func forEachKeyError(err error, f func(*KeyError)) {
+	if ke, ok := err.(*KeyError); ok {
+		f(ke)
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			forEachKeyError(e, f)
+		}
+	}
 }
 
 // ValidateAccountName checks the name of an account entry (not "*").

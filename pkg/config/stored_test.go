@@ -95,6 +95,24 @@ func TestStoredAccountRefusesRepeatsAndTrailingData(t *testing.T) {
 	}
 }
 
+// A stored account's errors name the key and say what is wrong in its
+// own terms: no line (the definition is JSON the sender may have written
+// on many lines, and the line counted was of a document built around
+// it), and a ${NAME} is refused because a stored value is never read from
+// the environment, not because NAME "is not set" (it may well be).
+func TestStoredAccountErrorsSpeakOfTheDefinition(t *testing.T) {
+	t.Setenv("TENAZ_TEST_SET", "x")
+	for def, want := range map[string]string{
+		`{"rate":"${TENAZ_TEST_SET}"}`: "accounts.newco.rate: ${TENAZ_TEST_SET}: a stored account's values are stored as they are, never read from the environment",
+		"{\n\"rate\": \"fast\"\n}":  `accounts.newco.rate: invalid rate "fast"`,
+	} {
+		_, err := config.ParseStoredAccount("newco", []byte(def))
+		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "(line") {
+			t.Errorf("%s: want %q, without a line, got %v", def, want, err)
+		}
+	}
+}
+
 // BenchmarkWith merges 1,000 stored accounts, each with a key and a
 // header, into a config: what every process does on each change of the
 // accounts bucket.
