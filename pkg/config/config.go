@@ -114,7 +114,8 @@ type HTTP struct {
 	// MaxBodyBytes bounds a submitted event (body of POST /v1/events and an
 	// intake message). With its history and the rest of its record, it
 	// must fit the NATS server's max_payload, checked at start-up
-	// (pkg/size). Defaults to 786432 (768 KiB).
+	// (pkg/size); past MaxPayloadCeiling it never can. Defaults to 786432
+	// (768 KiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadHeaderTimeout bounds how long a client may take to send a
 	// request's headers; a slower one is cut off. Defaults to 5s.

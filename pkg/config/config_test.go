@@ -574,6 +574,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "negative retention", doc: minimal + "streams: {retention: -1h}", want: []string{"streams.retention: must be a positive duration"}},
 		{name: "empty tag", doc: minimal + "streams: {tags: [a, '']}", want: []string{"streams.tags[1]: must not be empty"}},
 		{name: "negative max body", doc: minimal + "http: {max_body_bytes: -1}", want: []string{"http.max_body_bytes: must be positive, got -1"}},
+		{name: "max body past any server", doc: minimal + "http: {max_body_bytes: 99999999999}", want: []string{"http.max_body_bytes: must be at most 67108864, the largest max_payload a NATS server takes"}},
 		{name: "bad http addr", doc: minimal + "http: {addr: '8080'}", want: []string{"http.addr: must be host:port"}},
 		{name: "negative read timeout", doc: minimal + "http: {read_timeout: -1s}", want: []string{"http.read_timeout: must be a positive duration"}},
 		{name: "header timeout over read timeout", doc: minimal + "http: {read_header_timeout: 10s, read_timeout: 5s}", want: []string{"http.read_header_timeout: must not exceed http.read_timeout"}},

@@ -104,7 +104,7 @@ func TestStoredAccountErrorsSpeakOfTheDefinition(t *testing.T) {
 	t.Setenv("TENAZ_TEST_SET", "x")
 	for def, want := range map[string]string{
 		`{"rate":"${TENAZ_TEST_SET}"}`: "accounts.newco.rate: ${TENAZ_TEST_SET}: a stored account's values are stored as they are, never read from the environment",
-		"{\n\"rate\": \"fast\"\n}":  `accounts.newco.rate: invalid rate "fast"`,
+		"{\n\"rate\": \"fast\"\n}":     `accounts.newco.rate: invalid rate "fast"`,
 	} {
 		_, err := config.ParseStoredAccount("newco", []byte(def))
 		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "(line") {

@@ -17,6 +17,10 @@ import (
 	"github.com/tenaz/tenaz/streams"
 )
 
+// MaxPayloadCeiling is the largest max_payload nats-server accepts (64
+// MiB): an http.max_body_bytes above it fits no server.
+const MaxPayloadCeiling = 64 << 20
+
 // Classes a target's classify map may give a status.
 const (
 	ClassSuccess   = "success"
@@ -203,8 +207,13 @@ func (v *validator) top() {
 			v.add("http.public_url", "must be an http or https URL with a host and no user, query or fragment (as https://tenaz.example.com)")
 		}
 	}
-	if c.HTTP.MaxBodyBytes <= 0 {
+	switch {
+	case c.HTTP.MaxBodyBytes <= 0:
 		v.add("http.max_body_bytes", "must be positive, got %d", c.HTTP.MaxBodyBytes)
+	case c.HTTP.MaxBodyBytes > MaxPayloadCeiling:
+		// Checked here so that `tenaz config` says so too; below it, the
+		// server's own max_payload decides, checked at start.
+		v.add("http.max_body_bytes", "must be at most %d, the largest max_payload a NATS server takes (an event's messages add a little to its payload, and the server's own max_payload is checked at start), got %d", MaxPayloadCeiling, c.HTTP.MaxBodyBytes)
 	}
 	v.positive("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
 	v.positive("http.read_timeout", c.HTTP.ReadTimeout)

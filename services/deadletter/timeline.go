@@ -154,7 +154,7 @@ func (s *Service) export(ctx context.Context, req ops.ExportRequest, w func(ops.
 		}
 		filter = audit.EventFilter(s.cfg.Prefix, req.EventID)
 	case req.Since == nil:
-		return fail(http.StatusBadRequest, "since_required", "since: give the time the export starts at (RFC 3339), or an event id")
+		return fail(http.StatusBadRequest, "since_required", "give since, the time the export starts at (RFC 3339), or one event's entries with event (event_id over NATS)")
 	}
 	if req.Since != nil {
 		// Every entry is archived after it happened: none at or after
