@@ -58,8 +58,11 @@ func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func
 	var once sync.Once
 	return func(a Answer) {
 		once.Do(func() {
+			ln.mu.Lock()
+			learns := ln.lim.Learn != nil
+			ln.mu.Unlock()
 			var live []string
-			if ln.lim.Learn != nil {
+			if learns {
 				live = ln.q.live()
 			}
 			ln.mu.Lock()
@@ -175,6 +178,7 @@ func (q *Quotas) line(key string, l Limit) (*line, error) {
 		return nil, ErrClosed
 	}
 	if ln, ok := q.lines[key]; ok {
+		ln.limit(l)
 		return ln, nil
 	}
 	if (l.Concurrency > 0 || l.Learn != nil) && q.o.Instance == "" {
@@ -184,6 +188,34 @@ func (q *Quotas) line(key string, l Limit) (*line, error) {
 	q.lines[key] = ln
 	go ln.run(q.ctx)
 	return ln, nil
+}
+
+// SetLimit puts l in force for the callers of key waiting in this
+// replica, as the next Acquire with l would: a reload that changes a
+// limit need not wait for a call to carry it.
+func (q *Quotas) SetLimit(key string, l Limit) {
+	q.mu.Lock()
+	ln := q.lines[key]
+	q.mu.Unlock()
+	if ln != nil {
+		ln.limit(l)
+	}
+}
+
+// limit puts l in force on the line, for the callers waiting in it too:
+// a reload that changes a target's rate or concurrency passes the new
+// one with its next call, and the line, made with the first, kept that
+// one until a restart.
+func (ln *line) limit(l Limit) {
+	ln.mu.Lock()
+	same := ln.lim.equal(l)
+	if !same {
+		ln.lim = l
+	}
+	ln.mu.Unlock()
+	if !same {
+		ln.poke()
+	}
 }
 
 func (ln *line) poke() {

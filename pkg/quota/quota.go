@@ -238,6 +238,9 @@ type Usage struct {
 	Concurrency int
 	// InFlight is the calls in flight over the live replicas.
 	InFlight int
+	// Waiting is this replica's callers waiting for a token or a slot
+	// (Usage only; Read does not know them).
+	Waiting int
 }
 
 func usageOf(r record, l Limit, live []string) Usage {
@@ -256,7 +259,9 @@ func (q *Quotas) Usage(key string) (Usage, bool) {
 	live := q.live()
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	return usageOf(ln.rec, ln.lim, live), true
+	u := usageOf(ln.rec, ln.lim, live)
+	u.Waiting = len(ln.waiting)
+	return u, true
 }
 
 // Read reads key's limit l in the installation of prefix as it stands,

@@ -479,3 +479,51 @@ func TestLearnedConcurrencyAcrossReplicas(t *testing.T) {
 	stop()
 	wg.Wait()
 }
+
+// A limit that changes (a reload of targets.<t>.rate) holds from the next
+// Acquire on, for the callers already waiting too: at one token every 10
+// s three callers wait; a caller with 50/s lets them all through within
+// a second. Then back at 1/s, three more take about two seconds. Before,
+// the key's line kept the limit it was made with until a restart.
+func TestAcquireTakesANewLimit(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a")
+	q := open(t, srv, c, "a")
+	ctx := ctxFor(t, time.Minute)
+	key := quota.TargetKey("erp")
+	acquire := func(l quota.Limit) time.Time {
+		release, _, err := q.Acquire(ctx, key, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release(quota.Answer{})
+		return time.Now()
+	}
+	slow := quota.Smooth(0.1, 0)
+	acquire(slow) // the bucket's one token
+	went := make(chan time.Time, 3)
+	for range 3 {
+		go func() { went <- acquire(slow) }()
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		u, ok := q.Usage(key)
+		return ok && u.Waiting == 3
+	}, "three callers waiting at one token every 10s")
+	changed := time.Now()
+	acquire(quota.Smooth(50, 0))
+	for range 3 {
+		if d := (<-went).Sub(changed); d > time.Second {
+			t.Fatalf("a caller waiting at 0.1/s went %s after the limit became 50/s, want within a second", d)
+		}
+	}
+	first := acquire(quota.Smooth(1, 0))
+	var last time.Time
+	for range 3 {
+		last = acquire(quota.Smooth(1, 0))
+	}
+	if span := last.Sub(first); span < 3*time.Second-quota.Lateness-100*time.Millisecond {
+		t.Fatalf("back at 1/s: want 4 calls to span about 3s, they spanned %s", span)
+	}
+}

@@ -39,6 +39,14 @@ type Learn struct {
 	Min, Max, Start int
 }
 
+// equal reports whether l and o limit alike (Learn compared by value).
+func (l Limit) equal(o Limit) bool {
+	if (l.Learn == nil) != (o.Learn == nil) || l.Learn != nil && *l.Learn != *o.Learn {
+		return false
+	}
+	return l.Rate == o.Rate && l.Burst == o.Burst && l.Concurrency == o.Concurrency
+}
+
 // concurrency is the calls l allows in flight, given the stored record.
 func (l Limit) concurrency(r record) int {
 	if l.Learn == nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/quota"
 )
 
 // conf is the config in force: the accounts' limits and target overrides
@@ -15,8 +16,9 @@ func (s *Service) conf() *config.Config { return s.live.Load() }
 
 // configChanged puts cfg in force in what was built from the config
 // before: an account's pacer takes its new rate at once, for the calls
-// waiting in it too; a guard whose target's provider-wide limit changed
-// is dropped (the one built at the next call takes the new limit). Targets
+// waiting in it too; a guard whose target changed is dropped (the one
+// built at the next call takes the new target), and the calls waiting
+// for the target's provider-wide limit take its new one. Targets
 // (URLs, headers, secrets) are built again from cfg on their next call. A
 // call already under way ends with what it has. An account whose
 // concurrency changed has its reader stopped and started again: its calls
@@ -37,10 +39,19 @@ func (s *Service) configChanged(cfg *config.Config) {
 		s.guards = map[string]*guard{}
 		s.pacers = map[string]*pacer{}
 	}
-	for key := range s.guards {
+	for key, g := range s.guards {
 		account, name, _ := strings.Cut(key, "\x00")
 		if !reflect.DeepEqual(old.Targets[name], cfg.Targets[name]) || old.OwnTarget(account, name) != cfg.OwnTarget(account, name) {
 			delete(s.guards, key)
+			if g.limit != nil && old.OwnTarget(account, name) == cfg.OwnTarget(account, name) {
+				// The calls waiting for the target's token or slot take
+				// its new limit now (none: they all go).
+				var l quota.Limit
+				if t, ok := cfg.Targets[name]; ok && t.Limited() {
+					l = quota.OfTarget(t)
+				}
+				s.quotas.SetLimit(g.limit.key, l)
+			}
 		}
 	}
 	for account, p := range s.pacers {

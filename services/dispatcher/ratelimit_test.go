@@ -157,3 +157,42 @@ kinds:
 		t.Errorf("at 5/s: %d calls in the second from %s after the change, want at most 6", n, when.Sub(lowered))
 	}
 }
+
+// A reload of a target's provider-wide rate holds for the calls already
+// waiting for its token: at 12/m, calls wait five seconds each; raised to
+// 50/s, the ones waiting go at once. Before, the target's limit stayed as
+// it was made until a restart.
+func TestTargetRateChangeHoldsForTheCallsWaiting(t *testing.T) {
+	t.Parallel()
+	const yaml = `
+auth: {disabled: true}
+accounts:
+  acme: {concurrency: 8}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s, rate: %s}
+kinds:
+  order.create: {target: erp}
+`
+	h := setup(t, fmt.Sprintf(yaml, "12/m"), provider.Faults{})
+	path := filepath.Join(t.TempDir(), "tenaz.yaml")
+	write := func(rate string) {
+		y := strings.ReplaceAll(fmt.Sprintf(yaml, rate), "${TARGET}", h.target.URL)
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("12/m")
+	lc := live.New(h.cfg, live.Options{Path: path})
+	h.dispatcher("d1", nil, func(o *dispatcher.Options) { o.Live = lc })
+	ids := h.Submit("acme", "order.create", keys("o", 8), orderPayload)
+	h.waitArrivals(1, 30*time.Second)
+	write("50/s")
+	if err := lc.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	h.waitAll(ids, state.Done, 30*time.Second)
+	if took := time.Since(changed); took > 2*time.Second {
+		t.Fatalf("after the target's rate went from 12/m to 50/s: want the 7 waiting calls made at once, took %s", took)
+	}
+}
