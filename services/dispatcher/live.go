@@ -23,7 +23,8 @@ func (s *Service) conf() *config.Config { return s.live.Load() }
 // call already under way ends with what it has. An account whose
 // concurrency changed has its reader stopped and started again: its calls
 // under way finish under the old limit, then its consumer and its slots
-// take the new one. Breaker settings apply to breakers made from then on.
+// take the new one. Breaker settings apply at each breaker's next call
+// (breaker.Registry.For takes them with every call).
 //
 // What did not change is kept: a limiter made afresh has no memory of
 // the calls just made, so dropping it at every reload (a watch of the
