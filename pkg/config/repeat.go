@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -230,6 +231,10 @@ func (v *validator) repeatPayload(key string, r Repeat, k Kind, kindOK bool) {
 		return
 	}
 	if err := event.CheckPayload(p); err != nil {
+		if json.Valid(p) { // JSON, but no payload every way in takes (a member given twice, ...)
+			v.add(key, "is refused as a submission's would be: %v", err)
+			return
+		}
 		v.add(key, "must be JSON (a mapping or list in the file is written as JSON): %v", err)
 		return
 	}

@@ -80,6 +80,8 @@ func TestRepeatsRefused(t *testing.T) {
 		{"schema", `{kind: order.create, every: 1h, payload: {total: 1}}`, "accounts.acme.repeats.r.payload", "schema"},
 		{"schema, a number past 2^53", `{kind: order.create, every: 1h, payload: {order_id: o, total: 9007199254740993}}`, "accounts.acme.repeats.r.payload", "at most 9007199254740992"},
 		{"null", `{kind: report.daily, every: 1h, payload: "null"}`, "accounts.acme.repeats.r.payload", "payload is required"},
+		{"a member given twice", `{kind: report.daily, every: 1h, payload: '{"scope":"all","scope":"one"}'}`, "accounts.acme.repeats.r.payload", `gives the member "scope" twice`},
+		{"a lone surrogate escape", `{kind: report.daily, every: 1h, payload: '{"note":"\ud800"}'}`, "accounts.acme.repeats.r.payload", "lone UTF-16 surrogate escape"},
 		{"too large", `{kind: report.daily, every: 1h, payload: {x: "` + strings.Repeat("x", 300) + `"}}`, "accounts.acme.repeats.r.payload", "max_body_bytes"},
 		{"entity", `{kind: report.daily, every: 1h, entity_id: "a b"}`, "accounts.acme.repeats.r.entity_id", "printable"},
 		{"unknown key", `{kind: report.daily, every: 1h, time_zone: UTC}`, "accounts.acme.repeats.r.time_zone", "unknown key"},

@@ -137,7 +137,9 @@ func parseStrict(body []byte, v any, s *Submission) error {
 
 // CheckPayload is what every way in asks of a payload, a submission's or
 // an operator's edit: present (not null) and one JSON document in UTF-8
-// that nests at most MaxDepth levels.
+// that nests at most MaxDepth levels and that decoders cannot read two
+// ways: no escape of a lone UTF-16 surrogate ("\ud800") and no member
+// given twice in an object (see scanPayload).
 func CheckPayload(p []byte) error {
 	if len(bytes.TrimSpace(p)) == 0 || isNull(p) {
 		return errNoPayload
@@ -165,14 +167,18 @@ func CheckDepth(what string, p []byte) error {
 }
 
 // checkJSONText requires one JSON document in UTF-8 that nests at most
-// MaxDepth levels. JSON text is UTF-8 (RFC 8259); decoding would turn
-// each invalid byte into U+FFFD, so two different payloads would derive
-// one key. The depth is counted first (a pass over the bytes, cheaper
-// than json.Valid's): a payload nested past encoding/json's own limit is
-// told the limit too, not "not valid JSON".
+// MaxDepth levels, with no lone surrogate escape and no member given
+// twice. JSON text is UTF-8 (RFC 8259); decoding would turn each invalid
+// byte, as each lone surrogate escape, into U+FFFD, so two different
+// payloads would derive one key (and a member given twice is read two
+// ways). One pass over the bytes (scanPayload, cheaper than json.Valid's)
+// finds the depth and those; the depth is reported first: a payload
+// nested past encoding/json's own limit is told the limit too, not "not
+// valid JSON".
 func checkJSONText(p []byte) error {
-	if err := CheckDepth("payload", p); err != nil {
-		return err
+	depth, ambiguous := scanPayload(p)
+	if depth > MaxDepth {
+		return fmt.Errorf("%w: payload nests %d levels deep; the limit is %d", ErrMalformed, depth, MaxDepth)
 	}
 	if !json.Valid(p) {
 		return fmt.Errorf("%w: payload is not valid JSON", ErrMalformed)
@@ -180,7 +186,7 @@ func checkJSONText(p []byte) error {
 	if !utf8.Valid(p) {
 		return fmt.Errorf("%w: payload is not valid UTF-8, as JSON text must be: send text as UTF-8, bytes as base64", ErrMalformed)
 	}
-	return nil
+	return ambiguous
 }
 
 // Fields are the submission's parts that are not the payload.
@@ -306,7 +312,10 @@ func Scalar(v any) string {
 
 // Canonical re-encodes a JSON document with object keys sorted and no
 // insignificant whitespace, numbers kept as written, so that two encodings
-// of the same payload hash alike.
+// of the same payload hash alike. Only on text CheckPayload accepts are
+// two payloads' canonical forms equal just when they are the same value:
+// decoding turns a lone surrogate escape into U+FFFD and keeps the last
+// of a member given twice, which every way in therefore refuses.
 func Canonical(payload []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()

@@ -19,6 +19,8 @@ func FuzzParseSubmission(f *testing.F) {
 	f.Add([]byte(`{"account":"acme","kind":"k","not_before":"2026-03-02T00:00:00Z","entity_id":"e","ordering_key":"o","payload":[1]}`))
 	f.Add([]byte(`{"payload":{}} {}`))
 	f.Add([]byte(``))
+	f.Add([]byte(`{"account":"acme","kind":"k","payload":{"amount":100,"amount":5}}`))
+	f.Add([]byte(`{"account":"acme","kind":"k","payload":{"note":"A\ud800"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		s, err := event.ParseSubmission(body)
 		if err != nil {
@@ -45,6 +47,10 @@ func FuzzNew(f *testing.F) {
 	f.Add("acme", "k", "", "", "", "", []byte(`[1,2]`), "n", "")
 	f.Add("acme", "k", "", "", "", "", []byte("{\"n\":\"Jos\xe9\"}"), "n", "")
 	f.Add("acme", "k", "", "", "", "", deep(event.MaxDepth+1), "", "")
+	f.Add("acme", "k", "", "", "", "", []byte(`{"n":"A\ud800"}`), "n", "")
+	f.Add("acme", "k", "", "", "", "k-1", []byte(`{"n":"\ud83d\ude00","m":"\\ud800"}`), "n", "")
+	f.Add("acme", "k", "", "", "", "", []byte(`{"order_id":5,"order_id":"o-1"}`), "order_id", "")
+	f.Add("acme", "k", "", "", "", "k-1", []byte(`[{"a":1},{"a":{"a":1,"\u0061":2}}]`), "", "")
 	f.Fuzz(func(t *testing.T, account, kind, entity, ordering, notBefore, key string, payload []byte, entityField, orderField string) {
 		checkNew(t, event.Fields{Account: account, Kind: kind, EntityID: entity, OrderingKey: ordering, NotBefore: notBefore, IdempotencyKey: key},
 			payload, entityField, orderField, now)
@@ -91,6 +97,12 @@ func checkNew(t *testing.T, f event.Fields, payload []byte, entityField, orderFi
 	}
 	if d := state.Depth(env.Payload); d > event.MaxDepth {
 		t.Fatalf("accepted a payload nested %d levels, deeper than %d", d, event.MaxDepth)
+	}
+	// Nothing in it that decoders may read two ways (refRead, on
+	// encoding/json's Token API): what tenaz hashes and checks is what
+	// the target reads.
+	if problem, _, err := refRead(env.Payload); problem != "" || err != nil {
+		t.Fatalf("accepted payload %q, which has %s (%v)", env.Payload, problem, err)
 	}
 	if nb := env.NotBefore; nb != nil && (!nb.After(now) || nb.After(now.Add(event.MaxNotBefore))) {
 		t.Fatalf("not_before %v outside (now, now+%s]", nb, event.MaxNotBefore)

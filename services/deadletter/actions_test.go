@@ -207,6 +207,10 @@ func TestRequestErrors(t *testing.T) {
 		{"payload against the schema", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`{"x":1}`)}, 422, "schema_violation"},
 		{"payload null", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`null`)}, 400, "malformed"},
 		{"payload not UTF-8", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage("{\"n\":\"caf\xe9\"}")}, 400, "malformed"},
+		// Read two ways by decoders: the target could get other than the
+		// schema check saw (event.CheckPayload).
+		{"payload with a member given twice", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`{"n":"x","n":1}`)}, 400, "malformed"},
+		{"payload with a lone surrogate escape", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`{"n":1,"note":"\udc00"}`)}, 400, "malformed"},
 		{"payload with two ids", ops.DeadReplay, ops.ReplayRequest{IDs: []string{ids[0], ids[0]}, Payload: json.RawMessage(`{"n":2}`)}, 400, "bad_request"},
 		{"discard without reason", ops.DeadDiscard, ops.DiscardRequest{IDs: ids}, 400, "reason_required"},
 		{"discard with a reason too long", ops.DeadDiscard, ops.DiscardRequest{IDs: ids, Reason: long}, 400, "reason_too_long"},

@@ -120,6 +120,13 @@ func TestNATSRejectedSubmissionKeptInDead(t *testing.T) {
 		{"not JSON", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", "not valid JSON", []byte(`order o-1, total 1990`), nil},
 		// JSON, but no payload: refused as every other way in refuses it.
 		{"null", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", "payload is required", []byte(` null `), nil},
+		// JSON that decoders read two ways: refused as every way in
+		// refuses it (event.CheckPayload), not made an event whose hash
+		// or schema check saw other than its target will.
+		{"a member given twice", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", `gives the member "order_id" twice`,
+			[]byte(`{"order_id":"o-1","order_id":"o-2"}`), nil},
+		{"a lone surrogate escape", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", "lone UTF-16 surrogate escape",
+			[]byte(`{"order_id":"o-1","note":"\ud800"}`), nil},
 		// The key in two spellings, with two values: which one it meant
 		// cannot be told.
 		{"key given twice", intakeOrderCreate, "tenaz.dead.acme.order.create", "malformed", "Idempotency-Key header is given twice",

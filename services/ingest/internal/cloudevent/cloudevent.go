@@ -318,7 +318,9 @@ func build(str, ext map[string]string) (Event, error) {
 }
 
 // jsonData checks the data: present, one JSON document, not null. How
-// deep it nests is event.New's to check, as for any payload.
+// deep it nests, and that decoders read it one way only (no lone
+// surrogate escape, no member given twice), is event.New's to check, as
+// for any payload: refused as malformed.
 func jsonData(b []byte) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(b)) == 0 || string(bytes.TrimSpace(b)) == "null" {
 		return nil, bad("data", "missing: tenaz delivers the data as the event's payload")
