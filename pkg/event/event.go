@@ -186,7 +186,21 @@ func checkJSONText(p []byte) error {
 	if !utf8.Valid(p) {
 		return fmt.Errorf("%w: payload is not valid UTF-8, as JSON text must be: send text as UTF-8, bytes as base64", ErrMalformed)
 	}
-	return ambiguous
+	if ambiguous != nil {
+		return fmt.Errorf("%w: payload %v", ErrMalformed, ambiguous)
+	}
+	return nil
+}
+
+// CheckUnambiguous refuses JSON text b (what names it: "body") that
+// decoders may read two ways, as a payload is (a member given twice, a
+// lone surrogate escape), with an error wrapping ErrMalformed. b is
+// valid JSON: this is not a grammar check.
+func CheckUnambiguous(what string, b []byte) error {
+	if _, ambiguous := scanPayload(b); ambiguous != nil {
+		return fmt.Errorf("%w: %s %v", ErrMalformed, what, ambiguous)
+	}
+	return nil
 }
 
 // Fields are the submission's parts that are not the payload.

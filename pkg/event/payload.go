@@ -46,7 +46,8 @@ type scanFrame struct {
 
 // scanPayload reads JSON text p once and returns how deep it nests (as
 // state.Depth counts it) and the first thing in it that decoders may read
-// two ways (see above), as an error wrapping ErrMalformed, or nil. On
+// two ways (see above), as an error its caller prefixes with what p is
+// ("payload gives the member …"), or nil. On
 // text that is not JSON its answers mean nothing: json.Valid says so.
 // Past MaxDepth it stops looking for anything but the depth. Its stacks
 // start on the goroutine's stack: the usual payload costs no allocation.
@@ -148,9 +149,9 @@ func addName(frames []scanFrame, names [][]byte, lit []byte, escaped bool) ([][]
 }
 
 func duplicate(frames []scanFrame, names [][]byte, name []byte) error {
-	return fmt.Errorf("%w: payload gives the member %q twice in the object at %s: "+
+	return fmt.Errorf("gives the member %q twice in the object at %s: "+
 		"decoders differ on which one counts (tenaz would check and hash the last, the target may read the first); send each member once",
-		ErrMalformed, name, pointer(frames[:len(frames)-1], names))
+		name, pointer(frames[:len(frames)-1], names))
 }
 
 // loneSurrogate is the refusal of the escape esc at byte at, in a string
@@ -160,10 +161,10 @@ func loneSurrogate(frames []scanFrame, names [][]byte, esc string, at int, key b
 	if key {
 		what = "a member name in the object at " + pointer(frames[:len(frames)-1], names)
 	}
-	return fmt.Errorf("%w: payload has %s at byte %d, in %s: a lone UTF-16 surrogate escape names no character "+
-		"(decoders read U+FFFD for it or refuse it, so two different payloads would be one); "+
+	return fmt.Errorf("has %s at byte %d, in %s: a lone UTF-16 surrogate escape names no character "+
+		"(decoders read U+FFFD for it or refuse it, so two different values would be one); "+
 		"send the character as UTF-8 or as a surrogate pair (\\ud83d\\ude00)",
-		ErrMalformed, esc, at, what)
+		esc, at, what)
 }
 
 // pointer is the JSON Pointer (RFC 6901) of the value frames lead to,

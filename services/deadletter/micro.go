@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -197,8 +199,9 @@ func listEndpoint(s *Service, st state.State) func(context.Context, []byte) (any
 	}
 }
 
-// strict decodes a request body (empty means all defaults), refusing
-// unknown fields so a typo is not silently ignored.
+// strict decodes a request body (empty means all defaults) as decode
+// does an HTTP one: an unknown field (a typo is not silently ignored),
+// anything after the object and a member given twice are refused.
 func strict(data []byte, v any) error {
 	if len(data) == 0 {
 		return nil
@@ -207,6 +210,12 @@ func strict(data []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fail(http.StatusBadRequest, "malformed", "request body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fail(http.StatusBadRequest, "malformed", "request body: something follows the JSON object; send one")
+	}
+	if err := event.CheckUnambiguous("request body", data); err != nil {
+		return fail(http.StatusBadRequest, "malformed", "%v", err)
 	}
 	return checkReasonIn(data)
 }

@@ -126,6 +126,37 @@ func TestStoredAccountRefusedWithItsKeys(t *testing.T) {
 	}
 }
 
+// A request body decoders may read two ways is refused, over HTTP and
+// over NATS, and nothing is stored: a member given twice at any depth
+// (the definition's rate would be stored as the last, while a reviewer of
+// the request reads the first), or anything after the object. Before,
+// {"rate":"1/s","rate":"1000/s"} was stored at 1000/s and a reason given
+// twice was audited as the second.
+func TestStoredAccountBodyReadTwoWaysRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, sealingYAML)
+	for _, body := range []string{
+		`{"definition":{"rate":"1/s","rate":"1000/s"},"reason":"r"}`,
+		`{"definition":{"rate":"1/s"},"reason":"a","reason":"b"}`,
+		`{"definition":{"rate":"1/s"},"definition":{"rate":"1000/s"},"reason":"r"}`,
+		`{"definition":{"rate":"1/s"},"reason":"r"} {"definition":{"rate":"1000/s"}}`,
+	} {
+		if status, answer := e.do("PUT", "/v1/config/accounts/dupco", body); status != http.StatusBadRequest || !strings.Contains(answer, "malformed") {
+			t.Errorf("HTTP %s: want 400 malformed, got %d %s", body, status, answer)
+		}
+		if !json.Valid([]byte(body)) {
+			continue // the client sends no such request over NATS
+		}
+		err := e.call(ops.StoredSet, json.RawMessage(strings.Replace(body, `{"definition"`, `{"account":"dupco","definition"`, 1)), nil)
+		if err == nil || !strings.Contains(err.Error(), "malformed") {
+			t.Errorf("NATS %s: want malformed, got %v", body, err)
+		}
+	}
+	if _, list := e.do("GET", "/v1/config/accounts", ""); strings.Contains(list, "dupco") {
+		t.Fatalf("a refused definition was stored: %s", list)
+	}
+}
+
 // A header value of a stored account is never readable back in clear:
 // not from the API (redacted), not from the bucket (sealed), not in the
 // audit; it is still the one in force, kept by a "[redacted]" resend.
