@@ -235,17 +235,22 @@ func New(f Fields, payload []byte, entityField, orderField string, now time.Time
 		Payload:     json.RawMessage(payload),
 		Traceparent: f.Traceparent,
 	}
+	// What a value was read from, for its error: the caller sent no
+	// entity_id when it comes from the payload's field.
+	entityFrom, orderFrom := "entity_id", "ordering_key"
 	if (env.EntityID == "" && entityField != "") || (env.OrderingKey == "" && orderField != "") {
 		if obj, _ := DecodeObject(payload); obj != nil {
 			if env.EntityID == "" && entityField != "" {
 				env.EntityID = Scalar(obj[entityField])
+				entityFrom = fmt.Sprintf("entity_id (the payload's %q, the kind's entity field)", entityField)
 			}
 			if env.OrderingKey == "" && orderField != "" {
 				env.OrderingKey = Scalar(obj[orderField])
+				orderFrom = fmt.Sprintf("ordering_key (the payload's %q, the kind's ordering field)", orderField)
 			}
 		}
 	}
-	for _, kv := range [][2]string{{"entity_id", env.EntityID}, {"ordering_key", env.OrderingKey}} {
+	for _, kv := range [][2]string{{entityFrom, env.EntityID}, {orderFrom, env.OrderingKey}} {
 		if kv[1] != "" {
 			if err := names.ValidateKey(kv[0], kv[1]); err != nil {
 				return Envelope{}, fmt.Errorf("%w: %v", ErrInvalid, err)

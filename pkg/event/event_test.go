@@ -479,3 +479,24 @@ func TestDecodeObjectAndScalar(t *testing.T) {
 		}
 	}
 }
+
+// An entity id or ordering key read from the payload's field that is not
+// a valid key is refused naming that field: the caller sent no
+// entity_id, and an error about one would send them looking for it.
+func TestDerivedKeysRefusedNamingTheirField(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, c := range []struct{ payload, entity, order, want string }{
+		{`{"order_id":"o 1"}`, "order_id", "", `entity_id (the payload's "order_id", the kind's entity field) must be printable ASCII`},
+		{`{"customer":"c\u0000"}`, "", "customer", `ordering_key (the payload's "customer", the kind's ordering field) must be printable ASCII`},
+	} {
+		_, err := event.New(event.Fields{Account: "acme", Kind: "order.create"}, []byte(c.payload), c.entity, c.order, now)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want an error saying %q, got %v", c.payload, c.want, err)
+		}
+	}
+	_, err := event.New(event.Fields{Account: "acme", Kind: "order.create", EntityID: "o 1"}, []byte(`{}`), "order_id", "", now)
+	if err == nil || !strings.Contains(err.Error(), "entity_id must be printable ASCII") {
+		t.Errorf("a caller's entity_id: want the error to name entity_id, got %v", err)
+	}
+}
