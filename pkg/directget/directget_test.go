@@ -183,7 +183,10 @@ func TestGetRefusesABatchWithAnAnswerMissing(t *testing.T) {
 		}
 		m.Header.Set("Nats-Num-Pending", "0")
 		m.Header.Set("Nats-Last-Sequence", fmt.Sprint(last))
-		if err := nc.PublishMsg(m); err != nil {
+		// A Get that saw its gap returns before the rest of its answers
+		// are sent; those of the last one may meet the connection closed
+		// by the test's end.
+		if err := nc.PublishMsg(m); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			t.Error(err)
 		}
 	}
