@@ -43,6 +43,7 @@ type GiveUp struct {
 // decode is made again from env (see Undecodable).
 func (g GiveUp) Maxed(ctx context.Context, env event.Envelope, reason, class, why, msgID string) (bool, error) {
 	for range 16 {
+		why := why
 		rec, rev, err := g.Store.Get(ctx, env.Account, env.ID)
 		if errors.Is(err, store.ErrUndecodable) {
 			rec = queue.Initial(env)
