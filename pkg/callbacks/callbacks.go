@@ -109,17 +109,19 @@ func (x *Index) PutRef(ctx context.Context, account, target, ref, id string, ttl
 	return nil
 }
 
-// HoldWebhook records that target's webhook webhookID was applied to
-// event id, for ttl (at least as long as its signature stays valid), and
-// returns "", or the other event it was applied to before, left as it is.
-// A webhook-id names one message (Standard Webhooks: the same only when
-// the same message is sent again), so one applied to another event is a
-// copy sent to another URL: the account in /v1/callbacks/{target}/{account}
-// is not signed.
-func (x *Index) HoldWebhook(ctx context.Context, target, webhookID, id string, ttl time.Duration) (string, error) {
-	holder, err := x.hold(ctx, "wh."+target+"."+hash(webhookID), id, ttl)
+// HoldWebhook records that target's webhook whose signed content is
+// signed (its id, timestamp and body, as Standard Webhooks signs them)
+// was applied to event id, for ttl (at least as long as its signature
+// stays valid), and returns "", or the other event it was applied to
+// before, left as it is. Only a copy of the message has the same signed
+// content, so one applied to another event is a copy sent to another
+// URL: the account in /v1/callbacks/{target}/{account} is not signed. Not
+// the webhook-id alone: a provider that numbers its messages per tenant
+// would send two accounts' different messages under one id.
+func (x *Index) HoldWebhook(ctx context.Context, target, signed, id string, ttl time.Duration) (string, error) {
+	holder, err := x.hold(ctx, "wh."+target+"."+hash(signed), id, ttl)
 	if err != nil {
-		return "", fmt.Errorf("callbacks: record webhook %s of %s: %w", webhookID, id, err)
+		return "", fmt.Errorf("callbacks: record webhook of %s: %w", id, err)
 	}
 	return holder, nil
 }

@@ -123,7 +123,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "a callback body must be a JSON object: "+err.Error())
 		return
 	}
-	reply, err := s.ApplyCallback(tracing.Remote(r.Context(), r.Header.Get), account, name, sig.ID, doc, body)
+	reply, err := s.ApplyCallback(tracing.Remote(r.Context(), r.Header.Get), account, name, sig.ID, sig.Timestamp, doc, body)
 	if errors.Is(err, ErrMalformedCallback) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
 		return
@@ -169,8 +169,10 @@ func (s *Service) refuse(w http.ResponseWriter, target string, err error) {
 // other case is a recorded no-op, recorded once per webhook-id and
 // outcome. With account set, the reference is looked up in that account
 // only, and an event of another account is unknown (and left untouched).
-// It is safe to call concurrently with copies of the same callback.
-func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, doc map[string]any, body []byte) (reply CallbackReply, err error) {
+// A message (webhookID, signedAt and body, as signed) is applied to one
+// event at most, whichever URL it came to. It is safe to call
+// concurrently with copies of the same callback.
+func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, signedAt time.Time, doc map[string]any, body []byte) (reply CallbackReply, err error) {
 	began, tp := time.Now(), ""
 	defer func() {
 		if err == nil {
@@ -263,7 +265,8 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}
 		if webhookID != "" {
-			other, err := s.refs.HoldWebhook(ctx, target, webhookID, cur.ID, webhookHold(t.Callback.Tolerance.D()))
+			signed := webhookID + "." + strconv.FormatInt(signedAt.Unix(), 10) + "." + string(body)
+			other, err := s.refs.HoldWebhook(ctx, target, signed, cur.ID, webhookHold(t.Callback.Tolerance.D()))
 			if err != nil {
 				return cur, err
 			}
@@ -289,7 +292,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	if errors.Is(err, errWebhookElsewhere) {
 		// Answered as a copy, without the other event's id (another
 		// account's, maybe), and written nowhere.
-		log.Warn().Str("event_id", id).Str("applied_to", heldBy).Msg("callback not applied: its webhook-id was applied to another event; a copy sent to another URL")
+		log.Warn().Str("event_id", id).Str("applied_to", heldBy).Msg("callback not applied: the same signed webhook was applied to another event; a copy sent to another URL")
 		return CallbackReply{Outcome: CallbackDuplicate}, nil
 	}
 	if errors.Is(err, errUnchanged) {
@@ -425,9 +428,9 @@ var errOtherAccount = errors.New("ingest: the event belongs to another account")
 var errNotThisTarget = errors.New("ingest: no stage of the event is answered by this target")
 
 // errWebhookElsewhere ends the update of an event a webhook would
-// complete when its webhook-id was applied to another event
+// complete when the same signed message was applied to another event
 // (callbacks.Index.HoldWebhook).
-var errWebhookElsewhere = errors.New("ingest: the webhook-id was applied to another event")
+var errWebhookElsewhere = errors.New("ingest: the same signed webhook was applied to another event")
 
 // webhookHold is how long an applied webhook-id is held: as long as a
 // copy of it can pass the signature check, whose timestamp may be up to

@@ -200,8 +200,9 @@ func TestCallbackReferencesArePerAccount(t *testing.T) {
 // on its way to one account's URL can be sent, signature and all, to
 // another's within the timestamp's tolerance. Two accounts whose provider
 // hands out the same reference: the copy completes nothing and writes
-// nothing in the other account's event, whose own webhook still applies.
-// Before, the copy completed globex's event with acme's result.
+// nothing in the other account's event, whose own webhook still applies,
+// even under the same webhook-id. Before, the copy completed globex's
+// event with acme's result.
 func TestCapturedWebhookSentToAnotherAccountsURL(t *testing.T) {
 	t.Parallel()
 	h := setup(t, callbackYAML(tenants(t).URL))
@@ -222,8 +223,10 @@ func TestCapturedWebhookSentToAnotherAccountsURL(t *testing.T) {
 		t.Fatalf("globex's event after the copy: want it untouched (awaiting_callback, %d history entries), got %s with %d %s",
 			len(before.History), after.Status, len(after.History), after.Result)
 	}
-	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_g", `{"reference":"ref_1","status":"approved","by":"globex"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != globex {
-		t.Fatalf("globex's own webhook: want applied to %s, got %+v", globex, got)
+	// globex's own webhook, under the same webhook-id (a provider that
+	// numbers its messages per tenant): another message, applied.
+	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_captured", `{"reference":"ref_1","status":"approved","by":"globex"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != globex {
+		t.Fatalf("globex's own webhook, under the same webhook-id: want applied to %s, got %+v", globex, got)
 	}
 	// The copy sent again to acme's own URL is the duplicate it always was.
 	if got := h.do(http.MethodPost, "/v1/callbacks/bureau/acme", body, captured...).outcome(t); got.Outcome != ingest.CallbackDuplicate || got.ID != acme {
