@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 )
@@ -36,7 +37,13 @@ kinds:
 	h.dispatcher("d1", nil)
 
 	h.WaitStatus(ids[1], state.Done, 10*time.Second)
-	rec := h.WaitStatus(ids[0], state.Dead, 10*time.Second)
+	// Until the dispatcher reaches it, the record does not decode.
+	var rec state.Record
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		r, _, err := h.St.Get(h.Ctx(), "acme", ids[0])
+		rec = r
+		return err == nil && r.Status == state.Dead
+	}, "want the event dead, got %v", natstest.Lazy(func() any { return rec.Status }))
 	last := rec.History[len(rec.History)-1]
 	if rec.History[0].Action != state.Accept || !strings.HasPrefix(last.Detail, dead.ReasonUndecodable+": ") || !strings.Contains(last.Detail, "does not decode") {
 		t.Fatalf("want the record made again, accepted then dead with reason %s, got %+v", dead.ReasonUndecodable, rec.History)
