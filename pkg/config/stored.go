@@ -57,7 +57,11 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 	if err := decodeInto(&cfg, []byte(doc), nil); err != nil {
 		// The lines are the document's this builds around the definition,
 		// not the sender's: one line.
-		forEachKeyError(err, func(ke *KeyError) { ke.Line = 0 })
+		for _, e := range unjoin(err) {
+			if ke, ok := e.(*KeyError); ok {
+				ke.Line = 0
+			}
+		}
 		return StoredAccount{}, err
 	}
 	n := name
@@ -75,18 +79,6 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 		}
 	}
 	return sa, joinSorted(errs)
-}
-
-// forEachKeyError calls f with every *KeyError err is or joins.
-func forEachKeyError(err error, f func(*KeyError)) {
-	if ke, ok := err.(*KeyError); ok {
-		f(ke)
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() {
-			forEachKeyError(e, f)
-		}
-	}
 }
 
 // ValidateAccountName checks the name of an account entry (not "*").

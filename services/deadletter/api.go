@@ -1,8 +1,8 @@
 package deadletter
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
-	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -149,10 +148,11 @@ func (s *Service) query(w http.ResponseWriter, r *http.Request, known ...string)
 	return v, true
 }
 
-// decode reads a JSON body into v, strictly: a field v does not have
-// (such as "actor"), anything after the object, and a body decoders may
-// read two ways (a member given twice: {"rate":"1/s","rate":"1000/s"}
-// would be stored as the last, read by a reviewer as the first) are 400.
+// decode reads a JSON body into v as strict does a NATS request's: a
+// field v does not have (such as "actor"), anything after the object, and
+// a body decoders may read two ways (a member given twice:
+// {"rate":"1/s","rate":"1000/s"} would be stored as the last, read by a
+// reviewer as the first) are 400.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	limit := s.cfg.HTTP.MaxBodyBytes + 64<<10
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
@@ -160,25 +160,9 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		httpapi.Error(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body over %d bytes", limit))
 		return false
 	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(v); err != nil {
-			httpapi.Error(w, http.StatusBadRequest, "malformed", "body: "+err.Error())
-			return false
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			httpapi.Error(w, http.StatusBadRequest, "malformed", "body: something follows the JSON object; send one")
-			return false
-		}
-		if err := event.CheckUnambiguous("body", body); err != nil {
-			httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
-			return false
-		}
-		if err := checkReasonIn(body); err != nil {
-			s.answer(w, 0, nil, err)
-			return false
-		}
+	if err := strict(bytes.TrimSpace(body), v); err != nil {
+		s.answer(w, 0, nil, err)
+		return false
 	}
 	return true
 }

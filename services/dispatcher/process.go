@@ -107,11 +107,15 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 // gives it up itself (pkg/dead, GiveUp).
 const maxDeliveries = 10
 
+// giveUps is how this replica gives events up to DEAD.
+func (s *Service) giveUps() dead.GiveUp {
+	return dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
+}
+
 // giveUp keeps in DEAD the event of a message delivered more than
 // maxDeliveries times, and settles the message.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelope, meta *jetstream.MsgMetadata) {
-	g := dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
-	moved, err := g.Crash(ctx, env, meta.Stream, meta.Sequence.Stream, meta.NumDelivered-1)
+	moved, err := s.giveUps().Crash(ctx, env, meta.Stream, meta.Sequence.Stream, meta.NumDelivered-1)
 	if err != nil {
 		s.retryLater(ctx, m, err)
 		return
@@ -127,8 +131,7 @@ func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelop
 // and settles m: handed back, it would come back to the same record for
 // ever, the event unseen.
 func (s *Service) undecodable(ctx context.Context, m jetstream.Msg, env event.Envelope, seq uint64, cause error) {
-	g := dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
-	moved, err := g.Undecodable(ctx, env, fmt.Sprintf("undecodable/%s/%d", env.ID, seq))
+	moved, err := s.giveUps().Undecodable(ctx, env, fmt.Sprintf("undecodable/%s/%d", env.ID, seq))
 	if err != nil {
 		s.retryLater(ctx, m, err)
 		return

@@ -2,11 +2,8 @@ package dispatcher_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,11 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
-	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
 // An account's rate limit spaces its calls, and only its own: another
@@ -93,16 +88,7 @@ kinds:
   order.create: {target: erp}
 `
 	h := setup(t, fmt.Sprintf(yaml, "5/s"), provider.Faults{Latency: 20 * time.Millisecond})
-	path := filepath.Join(t.TempDir(), "tenaz.yaml")
-	write := func(rate string) {
-		y := strings.ReplaceAll(fmt.Sprintf(yaml, rate), "${TARGET}", h.target.URL)
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("5/s")
-	lc := live.New(h.cfg, live.Options{Path: path})
-	h.dispatcher("d1", nil, func(o *dispatcher.Options) { o.Live = lc })
+	set := h.reloadable("d1", yaml, "5/s")
 	for _, key := range keys("o", 80) {
 		m := nats.NewMsg("tenaz.intake.acme.order.create")
 		m.Data = []byte(orderPayload(key))
@@ -115,10 +101,7 @@ kinds:
 	// when it did.
 	reload := func(rate string, n int) time.Time {
 		h.waitArrivals(n, 30*time.Second)
-		write(rate)
-		if err := lc.Reload(); err != nil {
-			t.Fatal(err)
-		}
+		set(rate)
 		return time.Now()
 	}
 	raised := reload("20/s", 6)
@@ -174,22 +157,10 @@ kinds:
   order.create: {target: erp}
 `
 	h := setup(t, fmt.Sprintf(yaml, "12/m"), provider.Faults{})
-	path := filepath.Join(t.TempDir(), "tenaz.yaml")
-	write := func(rate string) {
-		y := strings.ReplaceAll(fmt.Sprintf(yaml, rate), "${TARGET}", h.target.URL)
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("12/m")
-	lc := live.New(h.cfg, live.Options{Path: path})
-	h.dispatcher("d1", nil, func(o *dispatcher.Options) { o.Live = lc })
+	set := h.reloadable("d1", yaml, "12/m")
 	ids := h.Submit("acme", "order.create", keys("o", 8), orderPayload)
 	h.waitArrivals(1, 30*time.Second)
-	write("50/s")
-	if err := lc.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	set("50/s")
 	changed := time.Now()
 	h.waitAll(ids, state.Done, 30*time.Second)
 	if took := time.Since(changed); took > 2*time.Second {

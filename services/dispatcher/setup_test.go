@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -121,6 +124,31 @@ func (h *harness) dispatcher(instance string, hooks *dispatcher.Hooks, opts ...f
 	h.stops = append(h.stops, stop)
 	h.t.Cleanup(stop)
 	return d
+}
+
+// reloadable starts a dispatcher named instance whose config is reloaded
+// from a file, as SIGHUP does: format with value in its one %s (the
+// config setup was given), ${TARGET} the provider's URL. set writes the
+// file with another value and reloads it, returning once it is in force.
+func (h *harness) reloadable(instance, format, value string) (set func(value string)) {
+	h.t.Helper()
+	path := filepath.Join(h.t.TempDir(), "tenaz.yaml")
+	write := func(value string) {
+		y := strings.ReplaceAll(fmt.Sprintf(format, value), "${TARGET}", h.target.URL)
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	write(value)
+	lc := live.New(h.cfg, live.Options{Path: path})
+	h.dispatcher(instance, nil, func(o *dispatcher.Options) { o.Live = lc })
+	return func(value string) {
+		h.t.Helper()
+		write(value)
+		if err := lc.Reload(); err != nil {
+			h.t.Fatal(err)
+		}
+	}
 }
 
 // orderPayload is a plain order for key.

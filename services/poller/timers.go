@@ -58,9 +58,8 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	if errors.Is(err, store.ErrUndecodable) {
 		// Read again it never would: the event goes to DEAD, its record
 		// made again from the timer's envelope, as the dispatcher does.
-		g := dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
 		var moved bool
-		if moved, err = g.Undecodable(ctx, env, fmt.Sprintf("undecodable/%s/%d", env.ID, seq)); moved {
+		if moved, err = s.giveUps().Undecodable(ctx, env, fmt.Sprintf("undecodable/%s/%d", env.ID, seq)); moved {
 			log.Error().Msg("the event's stored record does not decode: made again from its timer and kept in DEAD")
 		}
 	}

@@ -21,11 +21,15 @@ const maxDeliveries = 20
 // replica trims: a purge to a floor already passed removes nothing.
 const trimEvery = 500 * time.Millisecond
 
+// giveUps is how this replica gives events up to DEAD.
+func (s *Service) giveUps() dead.GiveUp {
+	return dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
+}
+
 // giveUp keeps in DEAD the event of a timer delivered more than
 // maxDeliveries times, and settles the timer.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelope, md *jetstream.MsgMetadata) {
-	g := dead.GiveUp{Dead: s.dead, Conn: s.nc, Subj: s.subj, Store: s.st, Actor: s.actor, Order: s.order}
-	moved, err := g.Crash(ctx, env, md.Stream, md.Sequence.Stream, md.NumDelivered-1)
+	moved, err := s.giveUps().Crash(ctx, env, md.Stream, md.Sequence.Stream, md.NumDelivered-1)
 	if err != nil {
 		if ctx.Err() == nil {
 			_ = m.NakWithDelay(2 * time.Second)
