@@ -266,6 +266,19 @@ func (s *Service) forget(ctx context.Context, key string) {
 	s.purge(ctx, key, rev)
 }
 
+// forgetEntry removes an event's item if it still lists its DEAD entry at
+// seq: a newer death of the event, listed under the same key, stays.
+func (s *Service) forgetEntry(ctx context.Context, id string, seq uint64) {
+	cur, err := s.kvIdx.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	var it ops.Item
+	if json.Unmarshal(cur.Value(), &it) == nil && it.Seq == seq {
+		s.purge(ctx, id, cur.Revision())
+	}
+}
+
 // purge removes key if its revision is still rev.
 func (s *Service) purge(ctx context.Context, key string, rev uint64) {
 	if err := s.kvIdx.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(rev)); err != nil {

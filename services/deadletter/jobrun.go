@@ -164,7 +164,8 @@ func (r *jobRun) settle(ctx context.Context, e pendingEntry) {
 // replay left it (pending, the replay its last step), its EVENTS message
 // is published again under the replay's message id, so the server drops
 // it if the predecessor's got there; otherwise the record would wait for
-// the reconciler's sweep. Then the DEAD entry goes, if it is still there.
+// the reconciler's sweep. Then the DEAD entry goes, if it is still there,
+// and its item, which the predecessor may have died before removing.
 func (r *jobRun) finishReplay(ctx context.Context, e pendingEntry) {
 	rec, _, err := r.s.st.Get(ctx, e.Account, e.ID)
 	if n := len(rec.History); err == nil && rec.Status == state.Pending && n > 0 && rec.History[n-1].Action == state.Replay {
@@ -175,6 +176,7 @@ func (r *jobRun) finishReplay(ctx context.Context, e pendingEntry) {
 		}
 	}
 	r.s.dropEntry(ctx, ops.Item{ID: e.ID, Seq: e.Seq})
+	r.s.forgetEntry(ctx, e.ID, e.Seq)
 }
 
 // replayedBy reports whether the job replayed the entry's event already:

@@ -255,6 +255,9 @@ func TestReplayJobTakenOverPublishesWhatItsPredecessorLeft(t *testing.T) {
 	if d := e.p.DuplicateEffects(); len(d) > 0 || e.p.Applied() != 3 {
 		t.Fatalf("want each of 3 effects applied once, got %d, duplicated: %v", e.p.Applied(), d)
 	}
+	// The dead runner left the first event's item too: the list must not
+	// show an event that was delivered as dead.
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 0)
 }
 
 // storedJob is a replay job as stored, with its page in flight and owner.
