@@ -251,8 +251,9 @@ func (s *Service) start(ctx context.Context) (err error) {
 	if err := s.startSearch(ctx); err != nil {
 		return err
 	}
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.runJobs()
+	go s.checkView()
 	if s.micro, err = s.registerMicro(); err != nil {
 		return fmt.Errorf("deadletter: micro: %w", err)
 	}

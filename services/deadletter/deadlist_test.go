@@ -207,3 +207,43 @@ func TestDeadEntryListedWhenItsRecordDoesNotDecode(t *testing.T) {
 		t.Fatalf("want the replay from the entry's copy in the history, then done, got %+v", rec.History)
 	}
 }
+
+// A replica that died between an action's transition and the purge of
+// the event's item left the event listed where it no longer is. The
+// replica that starts next removes such items: one whose record was
+// replayed (pending now) and one whose record is gone; a dead event
+// stays listed.
+func TestListedEventNoLongerDeadRemovedAtStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ids := e.seed(3, "acme", "order.create", dead.ReasonPermanent, "permanent", func(i int) string { return fmt.Sprintf(`{"n":%d}`, i) })
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 3)
+	if err := e.dl.Stop(servicetest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	rec, rev, err := e.St.Get(e.Ctx(), "acme", ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := state.Apply(rec, state.Action{Name: state.Replay, Actor: "operator:alice", Detail: "erp fixed"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.St.Write(e.Ctx(), next, rev); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := e.JS.KeyValue(e.Ctx(), e.St.Bucket("acme", ids[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(e.Ctx(), ids[1]); err != nil {
+		t.Fatal(err)
+	}
+
+	e.startDeadletterWith(deadletter.Options{Instance: "next"})
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 1)
+	var list ops.ListReply
+	if err := e.call(ops.DeadList, ops.ListRequest{Account: "acme", Limit: 10}, &list); err != nil || len(list.Items) != 1 || list.Items[0].ID != ids[2] {
+		t.Fatalf("want only %s listed, got %v %+v", ids[2], err, list)
+	}
+}

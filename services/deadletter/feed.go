@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/dead"
@@ -279,14 +280,64 @@ func (s *Service) forgetEntry(ctx context.Context, id string, seq uint64) {
 	}
 }
 
-// purge removes key if its revision is still rev.
-func (s *Service) purge(ctx context.Context, key string, rev uint64) {
+// checkRate bounds the reads of checkView, per second.
+const checkRate = 200
+
+// checkView removes the items whose event is no longer dead or in review,
+// once, when the replica starts. An action stores its transition, then
+// purges the item: a replica that died between the two (a deploy, an
+// OOM kill) left the event listed where it is not, and the replica that
+// replaces it is the one to look. An item is purged only at the revision
+// read before its record, so a newer death of the event, which rewrites
+// the item, stays listed.
+func (s *Service) checkView() {
+	defer s.bg.Done()
+	ctx := s.runCtx
+	rl := ratelimiter.NewSmoothWithMaxRate[any](time.Second / checkRate)
+	purged := 0
+	for _, st := range []state.State{state.Dead, state.ManualReview} {
+		q := ops.ListRequest{Limit: ops.MaxLimit}
+		for {
+			page, err := s.x.List(st, q)
+			if err != nil {
+				return
+			}
+			for _, it := range page.Items {
+				if it.ID == "" {
+					continue // a refused submission: its entry is all there is
+				}
+				if rl.AcquirePermit(ctx) != nil {
+					return
+				}
+				_, rev, ok := s.x.Get(it.ID)
+				if !ok {
+					continue
+				}
+				rec, _, err := s.st.Get(ctx, it.Account, it.ID)
+				if errors.Is(err, store.ErrNotFound) || err == nil && !rec.Status.Parked() {
+					if s.purge(ctx, it.ID, rev) {
+						purged++
+					}
+				}
+			}
+			if q.Cursor = page.NextCursor; q.Cursor == "" {
+				break
+			}
+		}
+	}
+	if purged > 0 {
+		s.log.Info().Int("items", purged).Msg("removed listed events that were no longer dead or in review")
+	}
+}
+
+// purge removes key if its revision is still rev, and reports whether it did.
+func (s *Service) purge(ctx context.Context, key string, rev uint64) bool {
 	if err := s.kvIdx.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(rev)); err != nil {
 		s.log.Debug().Err(err).Str("key", key).Msg("index purge skipped (rewritten meanwhile)")
-		return
+		return false
 	}
 	s.x.DeleteAt(key, rev) // this replica's lists change at once; the watch confirms
-
+	return true
 }
 
 // parseDead splits <prefix>.dead.<account>.<kind>.
