@@ -13,8 +13,9 @@ import (
 
 // FuzzFieldsOfTakesTheSubjectAndHeaders checks how an intake message's
 // subject and headers become a submission's fields: it never panics; a
-// refusal is a 400, invalid_subject exactly when the subject does not
-// parse, else invalid_cloudevent; what it accepts is the subject's
+// refusal is a 400: invalid_subject exactly when the subject does not
+// parse, else malformed exactly when a field's header has two values,
+// else invalid_cloudevent; what it accepts is the subject's
 // account and kind (both valid), a tenaz header given is never
 // overridden (a CloudEvent attribute must agree with it), the key is
 // otherwise Nats-Msg-Id less "<account>:", and a CloudEvent's id is a
@@ -33,6 +34,7 @@ func FuzzFieldsOfTakesTheSubjectAndHeaders(f *testing.F) {
 		{subject, "content-type: application/json\nce-specversion: 0.3\nce-type: order.create\nce-source: /erp\nce-id: ce-b2"},
 		{subject, "Content-Type: application/cloudevents+json"}, {subject, "ce-id: x"},
 		{subject, "ce-specversion: 1.0\nce-type: order.create\nce-source: s\nce-id: a%20b\nce-tenazaccount: globex"},
+		{subject, "Tenaz-Not-Before: 0\ntenaz-not-before: 1"}, {subject, "Tenaz-Entity-Id: e\nTenaz-Entity-Id: "},
 		{"tenaz.intake.acme", ""}, {"tenaz.intake.a.b..c", ""}, {"other.intake.acme.k", ""}, {"tenaz.intake.*.k", ""}, {"tenaz.intake.acme.order.>", ""},
 	} {
 		f.Add(s[0], s[1])
@@ -46,12 +48,25 @@ func FuzzFieldsOfTakesTheSubjectAndHeaders(f *testing.F) {
 		}
 		got, serr := s.fieldsOf(subject, h)
 		_, _, subjErr := s.subj.ParseIntake(subject)
+		twice := false
+		for _, name := range []string{names.HeaderIdempotencyKey, names.HeaderEntityID, names.HeaderOrderingKey, names.HeaderNotBefore} {
+			twice = twice || len(valuesOf(h, name)) > 1
+		}
 		if serr != nil {
-			if serr.Status != http.StatusBadRequest || (serr.Code == "invalid_subject") != (subjErr != nil) ||
-				subjErr == nil && serr.Code != codeInvalidCloudEvent {
-				t.Fatalf("fieldsOf(%q, %q): want a 400, invalid_subject exactly for a bad subject, got %d %s: %v", subject, h, serr.Status, serr.Code, serr)
+			want := codeInvalidCloudEvent
+			switch {
+			case subjErr != nil:
+				want = "invalid_subject"
+			case twice:
+				want = "malformed"
+			}
+			if serr.Status != http.StatusBadRequest || serr.Code != want {
+				t.Fatalf("fieldsOf(%q, %q): want a 400 %s, got %d %s: %v", subject, h, want, serr.Status, serr.Code, serr)
 			}
 			return
+		}
+		if subjErr != nil || twice {
+			t.Fatalf("fieldsOf(%q, %q): took it (bad subject: %v, a field's header given two values: %t)", subject, h, subjErr, twice)
 		}
 		if names.ValidateAccount(got.Account) != nil || names.ValidateKind(got.Kind) != nil || subject != "tenaz.intake."+got.Account+"."+got.Kind {
 			t.Fatalf("fieldsOf(%q, %q): account %q, kind %q: want the subject's, valid", subject, h, got.Account, got.Kind)
@@ -74,6 +89,19 @@ func FuzzFieldsOfTakesTheSubjectAndHeaders(f *testing.F) {
 			t.Fatalf("fieldsOf(%q, %q): took a CloudEvent whose key %q is not valid", subject, h, got.IdempotencyKey)
 		}
 	})
+}
+
+// valuesOf is the distinct values h gives name, in every spelling.
+func valuesOf(h nats.Header, name string) map[string]bool {
+	vs := map[string]bool{}
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			for _, x := range v {
+				vs[x] = true
+			}
+		}
+	}
+	return vs
 }
 
 // header is what headerOf reads of name in h, when that does not depend
