@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/indent"
@@ -84,6 +85,9 @@ var uiFuncs = template.FuncMap{
 	"short": func(s string, n int) string {
 		if len(s) <= n {
 			return s
+		}
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // cut before a character, not inside one: half of it would show as U+FFFD
 		}
 		return s[:n] + "…"
 	},
