@@ -37,7 +37,7 @@ func targetOf(kind, stage string) string {
 }
 
 // check prints the figures of the run and checks every invariant.
-func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, jobs []job, bl *breakerLog, st settled, o Options) {
+func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, jobs []job, bl *breakerLog, op *operator, st settled, o Options) {
 	recs, err := records(ctx, c.js)
 	if err != nil {
 		r.section("records")
@@ -282,7 +282,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	r.invariant("done events whose effect is not applied once at the provider", len(noEffect), noEffect...)
 
 	// --- reasons
-	r.section("invariants: every dead or reviewed event says why")
+	r.section("invariants: every dead or reviewed event says why, and is listed")
 	var noReason []string
 	reasons := map[string]int{}
 	for id, rec := range recs {
@@ -311,6 +311,10 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	}
 	r.figure("by reason", counts(reasons))
 	r.invariant("dead or manual_review events without a reason", len(noReason), noReason...)
+	r.figure("operator replays during the faults: asked / replayed / unanswered requests",
+		fmt.Sprintf("%d / %d / %d", op.asked.Load(), op.replayed.Load(), op.unanswered.Load()))
+	diff := listsAgree(ctx, c.nc, recs, time.Minute)
+	r.invariant("events the dead or review lists show in another state than their record's (after a minute)", len(diff), diff...)
 
 	// --- callbacks
 	r.section("invariants: every webhook applied at most once; forged ones refused")

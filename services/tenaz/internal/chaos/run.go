@@ -85,6 +85,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	go func() { monkey(loadCtx, c, o.KillEvery, o.NATSEvery, rngs(4), chaosLog); close(mdone) }()
 	pdone := make(chan struct{})
 	go func() { progress(loadCtx, out, c, l, start); close(pdone) }()
+	op := &operator{}
+	odone := make(chan struct{})
+	go func() { op.run(loadCtx, c.nc, c.fleet.outages, rngs(5), time.Second); close(odone) }()
 
 	l.run(ctx, giveUp, jobs, o.Load, 64)
 	submitted := time.Since(start)
@@ -93,6 +96,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	<-sdone
 	<-wdone
 	<-pdone
+	<-odone
 	fmt.Fprintf(out, "# load and faults over after %s (submissions done after %s); every process up again…\n",
 		time.Since(start).Round(time.Second), submitted.Round(time.Second))
 	if err := c.waitReady(ctx, 2*time.Minute); err != nil {
@@ -108,7 +112,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (err error) {
 	<-bdone
 
 	r := &report{w: out}
-	check(ctx, r, c, l, evs, jobs, bl, st, o)
+	check(ctx, r, c, l, evs, jobs, bl, op, st, o)
 	fmt.Fprintf(out, "\n# %s run took %s\n", o.Name, time.Since(began).Round(time.Second))
 	if len(r.violations) > 0 {
 		if err := dump(dir, c.fleet); err != nil {
