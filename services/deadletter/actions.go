@@ -244,15 +244,29 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 // it by reading it (a read-free claim would overwrite its history).
 func (s *Service) enqueue(ctx context.Context, env event.Envelope, rec state.Record) error {
 	msgID := fmt.Sprintf("%s/replay/%d", env.ID, rec.Truncated+len(rec.History))
+	return thrice(ctx, func() error {
+		_, err := s.q.Enqueue(ctx, env, msgID)
+		return err
+	}, nil)
+}
+
+// thrice runs op up to three times, 200 and 400 ms apart, until it
+// succeeds, ctx ends, or final says of its error that another try cannot
+// help (nil: any error may pass). It returns op's last error. An
+// operator's action is stored before its follow-up steps; those are
+// tried again across a server restart rather than left undone.
+func thrice(ctx context.Context, op func() error, final func(error) bool) error {
 	var err error
 	for i := range 3 {
-		if _, err = s.q.Enqueue(ctx, env, msgID); err == nil {
-			return nil
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(i) * 200 * time.Millisecond):
+			}
 		}
-		select {
-		case <-ctx.Done():
+		if err = op(); err == nil || final != nil && final(err) {
 			return err
-		case <-time.After(time.Duration(i+1) * 200 * time.Millisecond):
 		}
 	}
 	return err
@@ -342,19 +356,9 @@ func (s *Service) transitionCopy(ctx context.Context, it ops.Item, a state.Actio
 // keeps, once the operator's action is stored. A failure is logged, not
 // returned: the action stands, and deadletter.retention removes the entry.
 func (s *Service) dropEntry(ctx context.Context, it ops.Item) {
-	var err error
-tries:
-	for i := range 3 {
-		if err = deleteMsg(ctx, s.deadSt, it.Seq); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			break tries
-		case <-time.After(time.Duration(i+1) * 200 * time.Millisecond):
-		}
+	if err := thrice(ctx, func() error { return deleteMsg(ctx, s.deadSt, it.Seq) }, nil); err != nil {
+		s.log.Warn().Err(err).Str("event_id", it.ID).Uint64("seq", it.Seq).Msg("deleting a settled DEAD entry failed; retention removes it")
 	}
-	s.log.Warn().Err(err).Str("event_id", it.ID).Uint64("seq", it.Seq).Msg("deleting a settled DEAD entry failed; retention removes it")
 }
 
 // discardSeq drops an entry without an event: its DEAD message (the

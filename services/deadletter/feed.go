@@ -330,14 +330,24 @@ func (s *Service) checkView() {
 	}
 }
 
-// purge removes key if its revision is still rev, and reports whether it did.
+// purge removes key if its revision is still rev, and reports whether it
+// did. A purge that fails for another reason than a rewrite (the server
+// restarting, a timeout) is tried again: an item left behind lists its
+// event where it no longer is until a replica starts (checkView).
 func (s *Service) purge(ctx context.Context, key string, rev uint64) bool {
-	if err := s.kvIdx.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(rev)); err != nil {
+	err := thrice(ctx, func() error {
+		return s.kvIdx.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(rev))
+	}, isWrongLast)
+	switch {
+	case err == nil:
+		s.x.DeleteAt(key, rev) // this replica's lists change at once; the watch confirms
+		return true
+	case isWrongLast(err):
 		s.log.Debug().Err(err).Str("key", key).Msg("index purge skipped (rewritten meanwhile)")
-		return false
+	default:
+		s.log.Warn().Err(err).Str("key", key).Msg("removing a settled event's list item failed; the next replica to start removes it")
 	}
-	s.x.DeleteAt(key, rev) // this replica's lists change at once; the watch confirms
-	return true
+	return false
 }
 
 // parseDead splits <prefix>.dead.<account>.<kind>.
