@@ -251,10 +251,11 @@ func (s *Service) enqueue(ctx context.Context, env event.Envelope, rec state.Rec
 }
 
 // thrice runs op up to three times, 200 and 400 ms apart, until it
-// succeeds, ctx ends, or final says of its error that another try cannot
-// help (nil: any error may pass). It returns op's last error. An
-// operator's action is stored before its follow-up steps; those are
-// tried again across a server restart rather than left undone.
+// succeeds, ctx ends, or final (when not nil) says of its error that
+// another try cannot help; it returns op's last error. It serves the
+// steps that follow a stored change (a replay's publish, a DEAD entry's
+// removal, a list item's purge), so that a server restart does not leave
+// them undone.
 func thrice(ctx context.Context, op func() error, final func(error) bool) error {
 	var err error
 	for i := range 3 {
