@@ -192,7 +192,8 @@ type targetLimit struct {
 // errNotCalled is the outcome of a call that was not made: it waited for
 // its target's limit until the stop left no time to make it (see Stop),
 // or its account may have gone to another replica meanwhile
-// (errNotOwner). Its message comes back.
+// (errNotOwner). Its message comes back, and its claim is given back
+// (giveAttemptBack).
 var errNotCalled = errors.New("the call was not made")
 
 // errNotOwner is errNotCalled for a call whose replica lapsed (stalled,

@@ -428,6 +428,9 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 	slot, ok := s.autoSlot(ctx, env.Account) // concurrency: auto
 	if !ok {
 		release()
+		if ctx.Err() == nil {
+			s.giveAttemptBack(ctx, r, errNotCalled)
+		}
 		return // stopping: no slot of the learned limit came free in time; the message comes back
 	}
 	if until, opened := adm.openedSince(); opened {
@@ -455,6 +458,7 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 	}
 	if errors.Is(callErr, errNotCalled) {
 		release()
+		s.giveAttemptBack(ctx, r, callErr)
 		if errors.Is(callErr, errNotOwner) {
 			// The tail hands it out again once this replica is sure of
 			// the account, or the handover stops the tail.
@@ -484,6 +488,26 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 		}
 	}
 	s.finish(ctx, r, callErr, resp)
+}
+
+// giveAttemptBack stores r's claim as not made (yield), by
+// compare-and-set on the claim's revision, for a call that was not made
+// and whose message comes back (see errNotCalled): taken up again, here
+// or by another replica, the run counts only the calls made, where a
+// reclaim counts one for each claim, as it must after a crash (the lost
+// run may have called). A write refused because the record moved on
+// (another replica's reclaim of the message) or not answered changes
+// nothing: the reclaim counts the attempt.
+func (s *Service) giveAttemptBack(ctx context.Context, r *run, why error) {
+	now := s.st.Now()
+	at := queue.DueTime(now)
+	next, _, err := state.Apply(r.rec, state.Action{Name: state.Yield, Actor: s.actor, NextRunAt: &at, Detail: why.Error()}, now)
+	if err == nil {
+		_, err = s.st.Write(ctx, next, r.rev)
+	}
+	if err != nil {
+		zerolog.Ctx(ctx).Debug().Err(err).Msg("the attempt not made was not given back: its next claim counts it")
+	}
 }
 
 // keepAlive tells the server the message is still being worked on while

@@ -168,7 +168,7 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 		if !revOK || meta == nil || eerr != nil || meta.NumDelivered > 1 {
 			// A redelivery is no fresh event: its run may have been
 			// claimed and lost. The one-message path reads the record.
-			s.spawn(l, h, nil)
+			s.spawn(l, h, nil, nil)
 			continue
 		}
 		adm, _, ok := s.ask(ctx, env, false)
@@ -176,7 +176,7 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 			// The breaker refuses: the one-message path asks again and,
 			// knowing the record, puts the event on its schedule to wait
 			// (never replacing a schedule this message does not own).
-			s.spawn(l, h, nil)
+			s.spawn(l, h, nil, nil)
 			continue
 		}
 		c := &claimed{h: h, env: env, adm: adm}
@@ -192,10 +192,11 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 			rev, c.err = c.p.Wait(ctx)
 		}
 		if c.err != nil {
-			s.spawn(l, c.h, nil) // conflict or error: decide from the stored record
+			s.spawn(l, c.h, nil, nil) // conflict or error: decide from the stored record
 			continue
 		}
 		s.runs.add(c.env.ID, c.next.RunSeq, s.nc.Stats().Reconnects)
+		r := &run{m: c.h.m, env: c.env, rec: c.next, rev: rev, adm: c.adm, lapses: c.h.lapses}
 		s.spawn(l, c.h, func(ctx context.Context, release func()) {
 			defer s.runs.done(c.env.ID)
 			ctx = s.eventCtx(ctx, c.env)
@@ -204,7 +205,10 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 					return // as if the process died here
 				}
 			}
-			s.deliver(ctx, &run{m: c.h.m, env: c.env, rec: c.next, rev: rev, adm: c.adm, lapses: c.h.lapses}, release)
+			s.deliver(ctx, r, release)
+		}, func() {
+			defer s.runs.done(c.env.ID)
+			s.giveAttemptBack(s.eventCtx(s.runCtx, c.env), r, errNotCalled)
 		})
 	}
 }
@@ -212,22 +216,30 @@ func (s *Service) claimBatch(l *reader, msgs []held) {
 // spawn runs fn (or the full one-message path) for h's message in a
 // goroutine once a concurrency slot is free. release, which fn calls as
 // soon as its call returns, frees the slot and ends h's keepAlive; both
-// happen at the latest when fn returns.
-func (s *Service) spawn(l *reader, h held, fn func(ctx context.Context, release func())) {
+// happen at the latest when fn returns. notRun, if any, is called
+// instead of fn when the stop leaves no time for fn's call: fn's claim
+// is already stored.
+func (s *Service) spawn(l *reader, h held, fn func(ctx context.Context, release func()), notRun func()) {
 	s.noteSlotWait(l)
+	stopping := func() {
+		h.stop()
+		if notRun != nil {
+			notRun()
+		}
+	}
 	select {
 	case l.sem <- struct{}{}:
 	case <-s.runCtx.Done():
 		h.stop()
 		return // stopping hard: leave it unacked for redelivery
 	case <-s.noCalls:
-		h.stop()
+		stopping()
 		return // stopping: a call could not end in time (see Stop); left unacked for redelivery
 	}
 	select {
 	case <-s.noCalls: // the select above may take a free slot over a closed noCalls
 		<-l.sem
-		h.stop()
+		stopping()
 		return
 	default:
 	}

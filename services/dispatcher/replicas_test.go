@@ -197,6 +197,66 @@ func TestStalledOwnerMakesNoCallBesideItsSuccessor(t *testing.T) {
 	t.Logf("stalled the owner of narrow (and of rated: %v); %d late outcomes of narrow", ratedToo, late)
 }
 
+// A replica stalled (SIGSTOP) past the owners' expiry, with no other to
+// take its accounts, makes none of the calls that waited in it for a
+// slot (as above), and takes them up again itself once current. Each
+// event counts only the call made for it: the claims of the calls not
+// made were given back, so a stall costs no event one of its attempts.
+func TestStallCostsNoAttempt(t *testing.T) {
+	t.Parallel()
+	m := newMeter(map[string]time.Duration{"narrow": 300 * time.Millisecond})
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	h := setup(t, replicasYAML, provider.Faults{})
+	replica := startReplicas(t, h, 1, target.URL)[0]
+	narrow := h.Submit("narrow", "order.create", keys("narrow", 40), orderPayload)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(m.callsOf("narrow")) >= 4 }, "want narrow served")
+	replica.Signal(t, syscall.SIGSTOP)
+	natstest.Eventually(t, 10*time.Second, func() bool { return h.sinceBeat(t, replica) > ownersExpiry },
+		"want the replica's last heartbeat older than the owners' expiry")
+	replica.Signal(t, syscall.SIGCONT)
+	recs := h.waitAll(narrow, state.Done, 2*time.Minute)
+
+	if n := len(m.callsOf("narrow")); n != len(narrow) {
+		t.Fatalf("want each of the %d events called once, got %d calls", len(narrow), n)
+	}
+	yielded := 0
+	for id, r := range recs {
+		if r.Attempts != 1 {
+			t.Errorf("event %s: called once, want 1 attempt, got %d (%s)", id, r.Attempts, servicetest.Actions(r))
+		}
+		for _, e := range r.History {
+			if e.Action == state.Yield {
+				yielded++
+			}
+		}
+	}
+	if yielded == 0 {
+		t.Fatal("want the stall to catch calls waiting for a slot, given back on waking; none was")
+	}
+	t.Logf("%d claims of calls not made given back", yielded)
+}
+
+// ownersExpiry is how long a replica may go unheard before the others
+// take its accounts (owner.Options.Expiry at the default heartbeat).
+const ownersExpiry = 3 * time.Second
+
+// sinceBeat is how long ago p's last heartbeat was sent, by the time it
+// wrote in the owners bucket (0 when none is found).
+func (h *harness) sinceBeat(t *testing.T, p *natstest.Proc) time.Duration {
+	t.Helper()
+	for m, v := range h.beats() {
+		if holds(p, m) {
+			at, err := time.Parse(time.RFC3339Nano, string(v))
+			if err != nil {
+				t.Fatalf("heartbeat of %s: %v", m, err)
+			}
+			return time.Since(at)
+		}
+	}
+	return 0
+}
+
 // meter is a target that counts, per account (the URL's path), when each
 // call came and how many were in flight at once. A path of two segments,
 // <target>/<account>, counts under each: the whole path and the target.
@@ -335,22 +395,28 @@ func ownerOf(t *testing.T, h *harness, procs []*natstest.Proc, account string) *
 }
 
 // liveReplicas counts the replicas heartbeating in the owners bucket.
-func (h *harness) liveReplicas() int {
+func (h *harness) liveReplicas() int { return len(h.beats()) }
+
+// beats is each replica's last heartbeat in the owners bucket, by
+// replica: the time it wrote. Nil when the bucket cannot be read.
+func (h *harness) beats() map[string][]byte {
 	kv, err := h.JS.KeyValue(h.Ctx(), names.BucketOwners)
 	if err != nil {
-		return 0
+		return nil
 	}
 	ks, err := kv.ListKeys(h.Ctx())
 	if err != nil {
-		return 0
+		return nil
 	}
-	n := 0
+	out := map[string][]byte{}
 	for k := range ks.Keys() {
-		if strings.HasPrefix(k, "m.") {
-			n++
+		if m, ok := strings.CutPrefix(k, "m."); ok {
+			if e, err := kv.Get(h.Ctx(), k); err == nil {
+				out[m] = e.Value()
+			}
 		}
 	}
-	return n
+	return out
 }
 
 // leaseHolder is the replica holding account's lease ("" when none).

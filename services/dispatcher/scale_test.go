@@ -138,8 +138,9 @@ func TestStopDrainsInFlight(t *testing.T) {
 // A stop never starts a call that its deadline could cut: with concurrency
 // 1 and a 3s call in flight, the message taken behind it is not called by
 // a Stop due in 5s (its target's timeout is 4s, and a call must end
-// config.StopMargin before the deadline). Left unacked, it is called once
-// by the next dispatcher. Called at 3s, it would have been cut at 5s and
+// config.StopMargin before the deadline). Left unacked, with its claim
+// given back, it is called once by the next dispatcher, at its first
+// attempt. Called at 3s, it would have been cut at 5s and
 // made again.
 func TestStopStartsNoCallItsDeadlineCouldCut(t *testing.T) {
 	t.Parallel()
@@ -177,6 +178,18 @@ func TestStopStartsNoCallItsDeadlineCouldCut(t *testing.T) {
 	}
 	if len(byKey) != len(ids) || h.prov.CallCount() != len(ids) || len(h.prov.DuplicateEffects()) != 0 {
 		t.Fatalf("want each event called once, got %s", describeCalls(h.prov.Calls()))
+	}
+	wantOneAttemptEach(t, h, ids)
+}
+
+// wantOneAttemptEach fails unless each of ids counts one attempt: the
+// claim of a call that a stop did not make was given back.
+func wantOneAttemptEach(t *testing.T, h *harness, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		if r := h.Record(id); r.Attempts != 1 {
+			t.Errorf("event %s: called once, want 1 attempt, got %d (%s)", id, r.Attempts, servicetest.Actions(r))
+		}
 	}
 }
 

@@ -121,8 +121,9 @@ func targetLimitAcrossReplicas(t *testing.T, kill bool) {
 // A stop never makes a call that waited for its target's limit once the
 // deadline could cut it: with the target's one slot held by a 3s call, the
 // event waiting for it (in its account's slot) is not called by a Stop due
-// in 5s, and nothing is recorded against it (no failed attempt, no retry).
-// Left unacked, it is called once by the next dispatcher.
+// in 5s, and nothing is recorded against it (no failed attempt): its
+// claim is given back. Left unacked, it is called once by the next
+// dispatcher, at its first attempt.
 func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 	t.Parallel()
 	yaml := strings.Replace(yamlFor(4, "attempts: 3, backoff: {initial: 1s, multiplier: 1, jitter: 0}"), "timeout: 5s", "timeout: 4s, concurrency: 1", 1)
@@ -145,10 +146,21 @@ func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 	if n := h.prov.CallCount(); n != 1 {
 		t.Fatalf("want only the call that held the target's slot made by the stopping dispatcher, got %d calls", n)
 	}
+	yielded := 0
 	for _, id := range ids {
-		if r := h.Record(id); r.LastError != nil || r.Status == state.Retrying {
+		r := h.Record(id)
+		if r.LastError != nil || (r.Status != state.Done && r.Status != state.Retrying) {
 			t.Fatalf("event %s: want nothing recorded for the call that was not made, got %s with %+v (%s)", id, r.Status, r.LastError, servicetest.Actions(r))
 		}
+		if last := r.History[len(r.History)-1]; r.Status == state.Retrying {
+			if last.Action != state.Yield || r.Attempts != 0 {
+				t.Fatalf("event %s: want the claim of the call not made given back, got %d attempts (%s)", id, r.Attempts, servicetest.Actions(r))
+			}
+			yielded++
+		}
+	}
+	if yielded != 1 {
+		t.Fatalf("want the event that waited for the target's slot given back, %d were", yielded)
 	}
 
 	h.dispatcher("d2", nil)
@@ -161,6 +173,7 @@ func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 	if len(byKey) != len(ids) || h.prov.CallCount() != len(ids) {
 		t.Fatalf("want each event called once, got %s", describeCalls(h.prov.Calls()))
 	}
+	wantOneAttemptEach(t, h, ids)
 }
 
 // A target's "concurrency: auto" is learned over three dispatcher

@@ -249,6 +249,31 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		}
 	}
 	r.invariant("calls of an event with another Idempotency-Key", len(wrongKey), wrongKey...)
+	// Every call is an attempt its history counts: a claim or a reclaim,
+	// less the yields that gave back the claim of a call not made. A run
+	// taken over counts its call whether it was made or not, so an event
+	// may count more attempts than calls, never fewer: fewer would be a
+	// yield after a call, or a call made without a claim, and a kind's
+	// attempts would no longer bound its calls.
+	var uncounted []string
+	for id, rec := range recs {
+		if rec.Truncated > 0 {
+			continue // its oldest entries are gone: its claims cannot be counted
+		}
+		counted := 0
+		for _, h := range rec.History {
+			switch h.Action {
+			case state.Claim, state.Reclaim:
+				counted++
+			case state.Yield:
+				counted--
+			}
+		}
+		if n := len(callsOf[id]); n > counted {
+			uncounted = append(uncounted, fmt.Sprintf("%s %s: %d calls, %d attempts counted", id, rec.Kind, n, counted))
+		}
+	}
+	r.invariant("events with more calls than attempts counted", len(uncounted), uncounted...)
 	reclaims, live := 0, 0
 	for _, rec := range recs {
 		r, l := takeovers(rec)
