@@ -307,6 +307,7 @@ targets:
   bureau_b:
     url: "${B}/evaluations"
     timeout: 3s
+    rate: 1000/s # its polls take tokens in tenaz_quotas too
     poll: {url: "${B}/evaluations/{{.Reference}}", interval: 1s, done_when: {field: status, in: [approved, rejected]}}
   bureau_c: {url: "${C}/proposals", timeout: 3s, callback_secret: "` + cbSecret + `"}
 kinds:

@@ -2,7 +2,9 @@ package provider
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
+	"strconv"
 )
 
 // PollAnswer is the JSON body of a poll answer.
@@ -26,6 +28,9 @@ func (p *Provider) servePoll(w http.ResponseWriter, r *http.Request, ref string)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if down {
+		if f.PollRetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(f.PollRetryAfter.Seconds()))))
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": "service unavailable: down"})
 		return

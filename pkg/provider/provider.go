@@ -102,6 +102,9 @@ type Faults struct {
 	// PollAfter is the number of polls of a reference answered
 	// "processing" before the final status. Defaults to 0 (final at once).
 	PollAfter int
+	// PollRetryAfter, if set, is sent in Retry-After (whole seconds,
+	// rounded up) with the 503 of a poll while the provider is down.
+	PollRetryAfter time.Duration
 }
 
 func (f Faults) withDefaults() Faults {

@@ -434,7 +434,11 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	case outcome.ClassPermanent:
 		return a, outcome.Permanent(t.httpError(resp.StatusCode, body))
 	default:
-		return a, t.httpError(resp.StatusCode, body)
+		herr := t.httpError(resp.StatusCode, body)
+		if d, ok := outcome.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return a, outcome.RetryAfter(d, herr) // the next poll waits at least this long
+		}
+		return a, herr
 	}
 	a.Value = reference(body, t.doneWhen.Field)
 	a.Done = a.Value != "" && slices.Contains(t.doneWhen.In, a.Value)

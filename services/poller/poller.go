@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/lane"
@@ -23,6 +24,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
 )
@@ -84,8 +86,10 @@ type Service struct {
 	targets *target.Cache
 	live    *live.Config // the targets and account overrides in force
 	sem     chan struct{}
-	wg      sync.WaitGroup // timers in flight
-	bg      sync.WaitGroup // reconciler and trim loops
+	pace    *pacer             // the targets' provider-wide rates, which polls take too
+	paused  accounts.PauseBook // the operators' pauses, which hold polls too
+	wg      sync.WaitGroup     // timers in flight
+	bg      sync.WaitGroup     // reconciler and trim loops
 	runCtx  context.Context
 	cancel  context.CancelFunc
 }
@@ -137,10 +141,27 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("poller: %w", err)
 	}
 	s.order = lane.Order{Lanes: lanes, Records: st, Queue: s.q}
+	quotas, err := quota.Open(ctx, s.js, quota.Options{Logger: &s.log, Prefix: s.cfg.Prefix})
+	if err != nil {
+		return fmt.Errorf("poller: %w", err)
+	}
+	s.pace = newPacer(quotas)
+	pauses, err := accounts.OpenPauses(ctx, s.js, subj)
+	if err != nil {
+		return fmt.Errorf("poller: %w", err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, accounts.FollowWait)
+	stopFollowing, err := pauses.Follow(fctx, &s.paused, nil)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("poller: the operators' pauses: %w", err)
+	}
+	s.Defer(func(context.Context) { stopFollowing() })
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
-	s.Defer(func(context.Context) {
+	s.Defer(func(ctx context.Context) {
 		s.cancel()
 		s.bg.Wait()
+		quotas.Close(ctx)
 		s.log.Info().Msg("poller stopped")
 	})
 	n := s.cfg.Poller.Concurrency

@@ -34,9 +34,9 @@ const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 
 // flowWith is the credit-evaluation config of these tests: bureau_a answers
 // by callback, bureau_b must be polled. kind is the rest of the
-// credit.evaluate mapping; bureauA adds more keys to bureau A's target
-// mapping.
-func flowWith(kind, bureauA string) string {
+// credit.evaluate mapping; bureauA and bureauB add more keys to bureau A's
+// and bureau B's target mappings.
+func flowWith(kind, bureauA, bureauB string) string {
 	return `
 streams: {ack_wait: 2s, trim_after: 100ms}
 poller: {grace: 1s, reconcile_every: 1h}
@@ -52,6 +52,7 @@ targets:
     url: "${B}/evaluations"
     timeout: 3s
     poll: {url: "${B}/evaluations/{{.Reference}}", interval: 1s, done_when: {field: status, in: [approved, rejected]}}
+` + bureauB + `
 kinds:
   credit.evaluate: {target: bureau_a, completion: callback, ` + kind + `}
 `
@@ -64,6 +65,8 @@ type world struct {
 	*servicetest.Env
 	t     *testing.T
 	cfg   *config.Config
+	yaml  string   // cfg's text, before ${A} and ${B} are put in
+	urls  []string // A=… and B=…: the providers' addresses, for a process's environment
 	a, b  *provider.Provider
 	api   *httptest.Server
 	ing   *ingest.Service
@@ -83,6 +86,7 @@ type worldOpts struct {
 	reconciler  bool
 	extraConfig string
 	bureauA     string // more keys of bureau A's target, indented 4
+	bureauB     string // more keys of bureau B's target, indented 4
 	hooks       *dispatcher.Hooks
 	log         *zerolog.Logger // the services log here
 }
@@ -115,7 +119,8 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Cleanup(sb.Close)
 	t.Cleanup(func() { _ = w.a.Close(); _ = w.b.Close() })
 
-	w.cfg = servicetest.Config(t, flowWith(kind, o.bureauA)+o.extraConfig, map[string]string{"A": sa.URL, "B": sb.URL})
+	w.yaml, w.urls = flowWith(kind, o.bureauA, o.bureauB)+o.extraConfig, []string{"A=" + sa.URL, "B=" + sb.URL}
+	w.cfg = servicetest.Config(t, w.yaml, map[string]string{"A": sa.URL, "B": sb.URL})
 	nc, _ := w.Srv.Conn(t)
 	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: w.cfg, Metrics: w.mx, Logger: w.log}); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -264,6 +265,14 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if err != nil {
 		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), "", nil)
 	}
+	every := 30 * time.Second
+	if t := s.live.Load().TargetFor(env.Account, stage.Target); t.Poll != nil {
+		every = t.Poll.Interval.D()
+	}
+	if off, err := s.putOff(ctx, env, rec, stage.Target, every); off || err != nil {
+		return err
+	}
+	mx := s.o.Metrics
 	ctx, span := tracing.Poll(ctx, env, rec.Polls+1, rec.Stage, stage.Target)
 	defer span.End()
 	began := time.Now()
@@ -271,7 +280,6 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	mx := s.o.Metrics
 	mx.DeliveryLatency(env.Account, env.Kind, stage.Target, time.Since(began), ctx)
 	switch {
 	case perr != nil:
@@ -321,9 +329,9 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		return s.escalate(ctx, env, rec, rev, now,
 			fmt.Sprintf("poll SLA passed (%s) after %d polls", rec.Deadline.Format(time.RFC3339), n), "; last answer: "+answer, errInfo)
 	}
-	every := 30 * time.Second
-	if t := s.live.Load().TargetFor(env.Account, stage.Target); t.Poll != nil {
-		every = t.Poll.Interval.D()
+	var ra *outcome.RetryAfterError
+	if errors.As(perr, &ra) && ra.After > every {
+		every = ra.After // the provider asked for a longer wait (a 429's or 503's Retry-After)
 	}
 	at := queue.DueTime(now.Add(every))
 	if rec.Deadline != nil && at.After(*rec.Deadline) {
@@ -339,6 +347,55 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	}
 	_, err = s.write(ctx, next, rev)
 	return err
+}
+
+// putOff keeps a poll that may not go now from going: its account is
+// paused, or its target's rate has no token for it soon (it waits for
+// one meanwhile). The poll's timer is set again for when it may, and
+// the record stays as it is: no poll was made. off reports that it was
+// put off.
+func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Record, tgt string, every time.Duration) (off bool, err error) {
+	until, why := s.heldUntil(env.Account, every), "its account is paused"
+	if until.IsZero() {
+		if until, err = s.paced(ctx, env.Account, tgt); err != nil || until.IsZero() {
+			return false, err
+		}
+		why = "its target's rate is in use"
+	}
+	zerolog.Ctx(ctx).Debug().Time("until", until).Msg("poll put off: " + why)
+	msgID := fmt.Sprintf("%s/poll/%d/%d/off/%d", env.ID, rec.Step(), rec.Polls+1, until.Unix())
+	return true, s.q.Timer(ctx, env, queue.DueTime(until), queue.TimerPoll, msgID)
+}
+
+// heldUntil is when a poll of account, paused by an operator, is looked
+// at again: the pause's end, or the next poll's time if sooner (a
+// resume is heard, not waited for). Zero: the account is not paused.
+// A pause stops an account's calls, and a poll is one.
+func (s *Service) heldUntil(account string, every time.Duration) time.Time {
+	p, ok := s.paused.Get(account)
+	now := time.Now()
+	if !ok || !p.Holds(now) {
+		return time.Time{}
+	}
+	if next := now.Add(every); next.Before(p.End()) {
+		return next
+	}
+	return p.End()
+}
+
+// paced returns once a poll of account's target may go, by the target's
+// provider-wide rate (see pacer), or the time the poll is put off to.
+func (s *Service) paced(ctx context.Context, account, name string) (time.Time, error) {
+	cfg := s.live.Load()
+	t, ok := cfg.Targets[name]
+	if !ok || t.Rate.Unlimited() {
+		return time.Time{}, nil
+	}
+	key := quota.TargetKey(name)
+	if cfg.OwnTarget(account, name) {
+		key = quota.AccountTargetKey(name, account)
+	}
+	return s.pace.wait(ctx, key, quota.OfTarget(t), func() { s.o.Metrics.TargetThrottled(name) })
 }
 
 // write stores next by compare-and-set; a conflict is errConflict.

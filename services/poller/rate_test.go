@@ -1,0 +1,145 @@
+package poller_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/state"
+)
+
+// Polls keep to their target's provider-wide rate together with the
+// dispatcher's calls, over two poller replicas, each its own process, one
+// killed mid-run: bureau B (rate: 10/s), polled every second for 30
+// events, sees at most 11 requests, calls and polls together, in any
+// second (the quota's bound: rate × 1 s + 1 + rate × 20 ms), where its
+// polls alone would come at about 30 a second. Every event completes.
+func TestPollsKeepToTheTargetRateAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "attempts: 3", worldOpts{
+		b: provider.Faults{PollAfter: 3}, noPoller: true,
+		bureauB: "    rate: 10/s",
+		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5m}\n" +
+			"http: {addr: \"127.0.0.1:0\"}\nauth: {disabled: true}\n",
+	})
+	bin := natstest.Binary(t, "./cmd/tenaz-poller")
+	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
+	victim := natstest.StartProc(t, "p1", bin, w.yaml, env...)
+	natstest.StartProc(t, "p2", bin, w.yaml, env...)
+
+	keys := make([]string, 30)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("r-%d", i)
+	}
+	ids := w.Submit("acme", "report.fetch", keys, func(string) string { return `{"applicant":"a-1","decision":"approved"}` })
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(w.b.PollCalls()) >= 20 }, "want the events polled")
+	victim.Kill(t)
+	recs := w.WaitAll(ids, state.Done, 2*time.Minute)
+
+	var at []time.Time
+	for _, c := range w.b.Calls() {
+		at = append(at, c.At)
+	}
+	polls := w.b.PollCalls()
+	for _, c := range polls {
+		at = append(at, c.At)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i := range at {
+		n := 0
+		for j := i; j < len(at) && at[j].Sub(at[i]) < time.Second; j++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	if most > 11 {
+		t.Errorf("bureau B (rate 10/s): want at most 11 requests in any second, calls and polls together, got %d", most)
+	}
+	if len(polls) < 3*len(ids) {
+		t.Errorf("want each event polled until its answer is final (3 answers processing), got %d polls of %d events", len(polls), len(ids))
+	}
+	for id, r := range recs {
+		if r.Status != state.Done {
+			t.Errorf("event %s: want done, got %s (%v)", id, r.Status, actions(r))
+		}
+	}
+	t.Logf("%d calls and %d polls; at most %d in one second", len(w.b.Calls()), len(polls), most)
+}
+
+// A poll refused with Retry-After (a 503 while the bureau is down) waits
+// that long for the next, not the target's poll interval (1s), and
+// polling goes on to done once the bureau is back.
+func TestPollWaitsTheRetryAfterItIsAsked(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "attempts: 3", worldOpts{
+		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5m}\n",
+	})
+	down := provider.Faults{Down: true, PollRetryAfter: 4 * time.Second}
+	id := w.Submit("acme", "report.fetch", []string{"r-1"}, func(string) string { return `{"applicant":"a-1","decision":"approved"}` })[0]
+	w.WaitStatus(id, state.Polling, 10*time.Second)
+	w.b.SetFaults(down) // the first poll comes a second after the call
+	var refused state.Entry
+	var next *time.Time
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		r := w.Record(id)
+		for _, e := range r.History {
+			if e.Action == state.Repoll && strings.Contains(e.Detail, "503") {
+				refused, next = e, r.NextRunAt
+				return true
+			}
+		}
+		return false
+	}, "want a poll refused with 503")
+	if next == nil || next.Sub(refused.At) < 3*time.Second {
+		t.Fatalf("want the next poll at least the Retry-After (4s) after the refused one at %s, due %v (%s)", refused.At, next, refused.Detail)
+	}
+	w.b.SetFaults(provider.Faults{})
+	if r := w.WaitStatus(id, state.Done, 30*time.Second); r.Status != state.Done {
+		t.Fatalf("want done once the bureau is back, got %s", r.Status)
+	}
+}
+
+// An operator's pause holds an account's polls too, as it holds its
+// calls: while acme is paused bureau B is not polled for it; once it is
+// resumed its events are polled to done.
+func TestPauseHoldsPolls(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "attempts: 3", worldOpts{
+		b:           provider.Faults{PollAfter: 1000},
+		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5m}\n",
+	})
+	pauses, err := accounts.OpenPauses(w.Ctx(), w.JS, w.Subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := w.Submit("acme", "report.fetch", []string{"r-1", "r-2"}, func(string) string { return `{"applicant":"a-1","decision":"approved"}` })
+	natstest.Eventually(t, 20*time.Second, func() bool { return len(w.b.PollCalls()) >= 4 }, "want acme's events polled")
+	if err := pauses.Set(w.Ctx(), accounts.Pause{Account: "acme", Actor: "operator:test", Reason: "bureau B asked us to stop", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	// The poller hears the pause within milliseconds; a poll already
+	// under way when it did may still arrive.
+	heard := time.Now().Add(500 * time.Millisecond)
+	<-time.After(4 * time.Second) // the window the pause must hold polls in: several poll intervals (1s)
+	for _, c := range w.b.PollCalls() {
+		if c.At.After(heard) {
+			t.Fatalf("want no poll of a paused account, got one at %s (paused at %s)", c.At.Format("15:04:05.000"), heard.Add(-500*time.Millisecond).Format("15:04:05.000"))
+		}
+	}
+	for _, id := range ids {
+		if st := w.Record(id).Status; st != state.Polling {
+			t.Fatalf("event %s: want it still polling while paused, got %s", id, st)
+		}
+	}
+	w.b.SetFaults(provider.Faults{})
+	if err := pauses.Clear(w.Ctx(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	w.WaitAll(ids, state.Done, 30*time.Second)
+}
