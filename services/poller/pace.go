@@ -100,3 +100,71 @@ func (p *pacer) putOffLocked(key string, every time.Duration, earliest time.Time
 	p.next[key] = at.Add(every)
 	return at
 }
+
+// shares counts each account's polls in flight on this replica. A poll
+// that finds its account's share taken waits for one to end, up to
+// waitMax, when no other poll of the account waits already: the polls
+// of an account that fire together go without waiting an interval, and
+// those of an account whose provider is slow hold no more than one
+// worker waiting.
+type shares struct {
+	mu      sync.Mutex
+	n       map[string]int
+	waiting map[string]bool
+	freed   map[string]chan struct{} // closed when a poll of the account ends
+}
+
+func newShares() *shares {
+	return &shares{n: map[string]int{}, waiting: map[string]bool{}, freed: map[string]chan struct{}{}}
+}
+
+// take counts one more poll of account in flight if fewer than share
+// are, waiting as said above, and reports whether it did.
+func (c *shares) take(ctx context.Context, account string, share int) bool {
+	var deadline <-chan time.Time
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.n[account] >= share {
+		if deadline == nil {
+			if c.waiting[account] {
+				return false
+			}
+			c.waiting[account] = true
+			defer delete(c.waiting, account)
+			t := time.NewTimer(waitMax)
+			defer t.Stop()
+			deadline = t.C
+		}
+		freed, ok := c.freed[account]
+		if !ok {
+			freed = make(chan struct{})
+			c.freed[account] = freed
+		}
+		c.mu.Unlock()
+		select {
+		case <-freed:
+			c.mu.Lock()
+		case <-deadline:
+			c.mu.Lock()
+			return false
+		case <-ctx.Done():
+			c.mu.Lock()
+			return false
+		}
+	}
+	c.n[account]++
+	return true
+}
+
+// done counts one poll of account fewer in flight.
+func (c *shares) done(account string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[account]--; c.n[account] <= 0 {
+		delete(c.n, account)
+	}
+	if freed, ok := c.freed[account]; ok {
+		close(freed)
+		delete(c.freed, account)
+	}
+}
