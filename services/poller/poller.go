@@ -88,7 +88,6 @@ type Service struct {
 	sem     chan struct{}
 	pace    *pacer             // the targets' provider-wide rates, which polls take too
 	paused  accounts.PauseBook // the operators' pauses, which hold polls too
-	shares  *shares            // each account's polls in flight here
 	wg      sync.WaitGroup     // timers in flight
 	bg      sync.WaitGroup     // reconciler and trim loops
 	runCtx  context.Context
@@ -146,7 +145,7 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
 	}
-	s.pace, s.shares = newPacer(quotas), newShares()
+	s.pace = newPacer(quotas)
 	pauses, err := accounts.OpenPauses(ctx, s.js, subj)
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)

@@ -2,7 +2,6 @@ package poller_test
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -143,56 +142,4 @@ func TestPauseHoldsPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.WaitAll(ids, state.Done, 30*time.Second)
-}
-
-// One account's polls of a slow provider (2s an answer) hold at most its
-// share of a poller replica's workers (a quarter of 8), so another
-// account's polls are made on time: acme's events, polled every second
-// and final at their second poll, complete within seconds while tardy's
-// 40 events wait on their provider (tardy's timers are in acme's
-// partition, ahead of acme's in the poller's consumer; old code: 20s).
-func TestSlowAccountsPollsLeaveTheOthersTheirs(t *testing.T) {
-	t.Parallel()
-	slowB := provider.New(provider.Faults{Latency: 2 * time.Second, PollAfter: 1000}, provider.WithIdempotent())
-	srv := httptest.NewServer(slowB)
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { _ = slowB.Close() })
-	w := newWorld(t, "attempts: 3", worldOpts{
-		b: provider.Faults{PollAfter: 1}, noPoller: true,
-		targets: `  bureau_slow:
-    url: "` + srv.URL + `/evaluations"
-    timeout: 5s
-    poll: {url: "` + srv.URL + `/evaluations/{{.Reference}}", interval: 1s, done_when: {field: status, in: [approved, rejected]}}`,
-		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5m}\n" +
-			"  slow.fetch: {target: bureau_slow, completion: poll, attempts: 3, poll_sla: 5m}\n",
-	})
-	if w.Subj.PartitionOf("tardy") != w.Subj.PartitionOf("acme") {
-		t.Fatal("want tardy's timers in acme's partition, ahead of acme's in one consumer")
-	}
-	w.cfg.Poller.Concurrency = 8
-	w.poller(false)
-	payload := func(string) string { return `{"applicant":"a-1","decision":"approved"}` }
-	slowKeys := make([]string, 40)
-	for i := range slowKeys {
-		slowKeys[i] = fmt.Sprintf("s-%d", i)
-	}
-	slow := w.Submit("tardy", "slow.fetch", slowKeys, payload)
-	natstest.Eventually(t, time.Minute, func() bool {
-		n := 0
-		for _, id := range slow {
-			if r, _, err := w.St.Get(w.Ctx(), "", id); err == nil && r.Status == state.Polling {
-				n++
-			}
-		}
-		return n == len(slow)
-	}, "want all of tardy's events polling")
-
-	start := time.Now()
-	acme := w.Submit("acme", "report.fetch", []string{"a-1", "a-2", "a-3"}, payload)
-	w.WaitAll(acme, state.Done, time.Minute)
-	took := time.Since(start)
-	if took > 8*time.Second {
-		t.Fatalf("want acme's events polled to done within 8s beside tardy's slow polls, took %s", took.Round(time.Millisecond))
-	}
-	t.Logf("acme's events done in %s; %d polls of tardy's", took.Round(time.Millisecond), len(slowB.PollCalls()))
 }

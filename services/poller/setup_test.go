@@ -35,8 +35,8 @@ const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 // flowWith is the credit-evaluation config of these tests: bureau_a answers
 // by callback, bureau_b must be polled. kind is the rest of the
 // credit.evaluate mapping; bureauA and bureauB add more keys to bureau A's
-// and bureau B's target mappings, and targets more targets.
-func flowWith(kind, bureauA, bureauB, targets string) string {
+// and bureau B's target mappings.
+func flowWith(kind, bureauA, bureauB string) string {
 	return `
 streams: {ack_wait: 2s, trim_after: 100ms}
 poller: {grace: 1s, reconcile_every: 1h}
@@ -53,7 +53,6 @@ targets:
     timeout: 3s
     poll: {url: "${B}/evaluations/{{.Reference}}", interval: 1s, done_when: {field: status, in: [approved, rejected]}}
 ` + bureauB + `
-` + targets + `
 kinds:
   credit.evaluate: {target: bureau_a, completion: callback, ` + kind + `}
 `
@@ -88,7 +87,6 @@ type worldOpts struct {
 	extraConfig string
 	bureauA     string // more keys of bureau A's target, indented 4
 	bureauB     string // more keys of bureau B's target, indented 4
-	targets     string // more targets, indented 2
 	hooks       *dispatcher.Hooks
 	log         *zerolog.Logger // the services log here
 }
@@ -121,7 +119,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Cleanup(sb.Close)
 	t.Cleanup(func() { _ = w.a.Close(); _ = w.b.Close() })
 
-	w.yaml, w.urls = flowWith(kind, o.bureauA, o.bureauB, o.targets)+o.extraConfig, []string{"A=" + sa.URL, "B=" + sb.URL}
+	w.yaml, w.urls = flowWith(kind, o.bureauA, o.bureauB)+o.extraConfig, []string{"A=" + sa.URL, "B=" + sb.URL}
 	w.cfg = servicetest.Config(t, w.yaml, map[string]string{"A": sa.URL, "B": sb.URL})
 	nc, _ := w.Srv.Conn(t)
 	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: w.cfg, Metrics: w.mx, Logger: w.log}); err != nil {

@@ -269,11 +269,9 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if t := s.live.Load().TargetFor(env.Account, stage.Target); t.Poll != nil {
 		every = t.Poll.Interval.D()
 	}
-	done, off, err := s.mayPoll(ctx, env, rec, stage.Target, every)
-	if off || err != nil {
+	if off, err := s.putOff(ctx, env, rec, stage.Target, every); off || err != nil {
 		return err
 	}
-	defer done()
 	mx := s.o.Metrics
 	ctx, span := tracing.Poll(ctx, env, rec.Polls+1, rec.Stage, stage.Target)
 	defer span.End()
@@ -351,45 +349,22 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	return err
 }
 
-// mayPoll keeps a poll that may not go now from going: its account is
-// paused, its account's polls in flight hold its share of this
-// replica's workers (the poll is then made at the next interval), or
-// its target's rate has no token for it soon (it waits for one
-// meanwhile). Such a poll's timer is set again for when it may go, and
-// the record stays as it is: no poll was made; off reports it. A poll
-// that goes holds one of its account's shares until done is called.
-func (s *Service) mayPoll(ctx context.Context, env event.Envelope, rec state.Record, tgt string, every time.Duration) (done func(), off bool, err error) {
+// putOff keeps a poll that may not go now from going: its account is
+// paused, or its target's rate has no token for it soon (it waits for
+// one meanwhile). The poll's timer is set again for when it may, and
+// the record stays as it is: no poll was made. off reports that it was
+// put off.
+func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Record, tgt string, every time.Duration) (off bool, err error) {
 	until, why := s.heldUntil(env.Account, every), "its account is paused"
-	if until.IsZero() && !s.shares.take(ctx, env.Account, s.shareOf(env.Account)) {
-		until, why = time.Now().Add(every), "its account's polls in flight hold its share of the workers"
-	}
 	if until.IsZero() {
 		if until, err = s.paced(ctx, env.Account, tgt); err != nil || until.IsZero() {
-			if err != nil {
-				s.shares.done(env.Account)
-				return nil, false, err
-			}
-			return func() { s.shares.done(env.Account) }, false, nil
+			return false, err
 		}
-		s.shares.done(env.Account)
 		why = "its target's rate is in use"
 	}
 	zerolog.Ctx(ctx).Debug().Time("until", until).Msg("poll put off: " + why)
 	msgID := fmt.Sprintf("%s/poll/%d/%d/off/%d", env.ID, rec.Step(), rec.Polls+1, until.Unix())
-	return nil, true, s.q.Timer(ctx, env, queue.DueTime(until), queue.TimerPoll, msgID)
-}
-
-// shareOf is how many polls of account one replica makes at once: its
-// concurrency (its most, under "auto"), and at most a quarter of the
-// replica's workers, so that a slow provider's polls of one account
-// leave the workers to the others' polls and deadlines.
-func (s *Service) shareOf(account string) int {
-	a := s.live.Load().Account(account)
-	n := int(a.Concurrency)
-	if a.Concurrency.Auto() {
-		n = a.ConcurrencyMax
-	}
-	return max(1, min(n, s.cfg.Poller.Concurrency/4))
+	return true, s.q.Timer(ctx, env, queue.DueTime(until), queue.TimerPoll, msgID)
 }
 
 // heldUntil is when a poll of account, paused by an operator, is looked
