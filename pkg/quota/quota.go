@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/names"
 )
 
@@ -29,6 +30,17 @@ func TargetKey(target string) string { return targetPrefix + target }
 // and account names hold no dot, so it never names another record.
 func AccountTargetKey(target, account string) string {
 	return targetPrefix + target + "." + account
+}
+
+// KeyOf is the record that account's calls of target take their limit
+// from under c: the account's own (AccountTargetKey) when it calls the
+// target with an endpoint or credentials of its own (config.OwnTarget),
+// else the target's, shared by every account.
+func KeyOf(c *config.Config, account, target string) string {
+	if c.OwnTarget(account, target) {
+		return AccountTargetKey(target, account)
+	}
+	return TargetKey(target)
 }
 
 // APIKey is the record of an API key's submission rate (by key id).

@@ -252,10 +252,7 @@ func (s *Service) guardFor(account, name string) *guard {
 	g := &guard{}
 	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
-		key := quota.TargetKey(name)
-		if s.conf().OwnTarget(account, name) {
-			key = quota.AccountTargetKey(name, account)
-		}
+		key := quota.KeyOf(s.conf(), account, name)
 		g.limit = &targetLimit{s: s, name: name, key: key, lim: quota.OfTarget(t)}
 		if l := g.limit.lim.Learn; l != nil {
 			g.limit.local = s.targetAutoLocked(key, l)

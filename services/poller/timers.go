@@ -391,11 +391,7 @@ func (s *Service) paced(ctx context.Context, account, name string) (time.Time, e
 	if !ok || t.Rate.Unlimited() {
 		return time.Time{}, nil
 	}
-	key := quota.TargetKey(name)
-	if cfg.OwnTarget(account, name) {
-		key = quota.AccountTargetKey(name, account)
-	}
-	return s.pace.wait(ctx, key, quota.OfTarget(t), func() { s.o.Metrics.TargetThrottled(name) })
+	return s.pace.wait(ctx, quota.KeyOf(cfg, account, name), quota.OfTarget(t), func() { s.o.Metrics.TargetThrottled(name) })
 }
 
 // write stores next by compare-and-set; a conflict is errConflict.
