@@ -39,7 +39,7 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 		t.Fatal(err)
 	}
 	timer := next(5 * time.Second)
-	s.handle(ctx, timer)
+	s.handle(ctx, timer, env)
 	// The run stores what the timer is for: the callback awaited until a
 	// deadline that has passed by the time the timer is looked at again.
 	deadline := time.Now()
@@ -57,7 +57,7 @@ kinds: {credit.check: {target: bureau_a, completion: callback, callback_sla: 1s,
 	if md, _ := again.Metadata(); md.NumDelivered != 2 {
 		t.Fatalf("want the timer delivered a second time, got %d", md.NumDelivered)
 	}
-	s.handle(ctx, again)
+	s.handle(ctx, again, env)
 	got, _, err := s.st.Get(ctx, "", env.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
 	if _, err := s.st.Create(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	s.handle(ctx, next(5*time.Second))
+	s.handle(ctx, next(5*time.Second), env)
 	stream, err := s.js.Stream(ctx, s.subj.EventsStream(env.Account))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/lifecycle"
 	"github.com/tenaz/tenaz/pkg/live"
@@ -84,8 +85,8 @@ type Service struct {
 	lifecycle.Base
 	cc      []jetstream.ConsumeContext // one per partition
 	targets *target.Cache
-	live    *live.Config // the targets and account overrides in force
-	sem     chan struct{}
+	live    *live.Config       // the targets and account overrides in force
+	turns   *turns             // each account's timers waiting for a worker
 	pace    *pacer             // the targets' provider-wide rates, which polls take too
 	paused  accounts.PauseBook // the operators' pauses, which hold polls too
 	wg      sync.WaitGroup     // timers in flight
@@ -165,14 +166,22 @@ func (s *Service) start(ctx context.Context) error {
 		s.log.Info().Msg("poller stopped")
 	})
 	n := s.cfg.Poller.Concurrency
-	s.sem = make(chan struct{}, n)
-	// Stop takes no more timers and lets those in flight finish (bounded
+	s.turns = newTurns(n)
+	for range n {
+		s.wg.Add(1)
+		go s.work()
+	}
+	// Stop takes no more timers, gives those waiting back (another
+	// replica takes them at once) and lets those running finish (bounded
 	// by its context).
 	s.Defer(func(ctx context.Context) {
 		for _, cc := range s.cc {
 			cc.Drain()
 		}
 		s.cc = nil
+		for _, m := range s.turns.close() {
+			_ = m.Nak()
+		}
 		done := make(chan struct{})
 		go func() { s.wg.Wait(); close(done) }()
 		select {
@@ -180,12 +189,16 @@ func (s *Service) start(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	})
-	// One consumer per partition's EVENTS, the workers shared: a timer
-	// waits for a free worker whatever its partition.
+	// One consumer per partition's EVENTS, the workers shared through
+	// the accounts' turns.
+	ackWait := time.Duration(0)
 	for p := range subj.Parts() {
 		cons, err := s.js.Consumer(ctx, subj.EventsStreamOf(p), names.ConsumerPoller)
 		if err != nil {
 			return fmt.Errorf("poller: timers consumer: %w", err)
+		}
+		if w := cons.CachedInfo().Config.AckWait; ackWait == 0 || w < ackWait {
+			ackWait = w
 		}
 		cc, err := cons.Consume(s.receive, jetstream.PullMaxMessages(n))
 		if err != nil {
@@ -203,6 +216,8 @@ func (s *Service) start(ctx context.Context) error {
 			go func() { defer s.bg.Done(); t.Run(s.runCtx, trimEvery, s.log) }()
 		}
 	}
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); s.keepWaiting(ackWait) }()
 	m, err := s.addMicro()
 	if err != nil {
 		return err
@@ -216,19 +231,55 @@ func (s *Service) start(ctx context.Context) error {
 	return nil
 }
 
-// receive hands a timer to a worker, waiting for a free one (backpressure
-// on the consumer).
+// receive puts a fired timer in its account's line, where it waits for
+// a worker (turns); an account holding all the timers it may here has
+// the timer put off.
 func (s *Service) receive(m jetstream.Msg) {
-	select {
-	case s.sem <- struct{}{}:
-	case <-s.runCtx.Done():
-		return // stopping: the message is redelivered to another replica
+	env, err := event.Unmarshal(m.Data())
+	if err != nil {
+		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable timer dropped")
+		_ = m.TermWithReason("malformed timer")
+		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer func() { <-s.sem; s.wg.Done() }()
-		s.handle(s.runCtx, m)
-	}()
+	switch err := s.turns.add(fired{m: m, env: env, kept: time.Now()}); {
+	case errors.Is(err, errStopping):
+		_ = m.Nak() // another replica takes it
+	case errors.Is(err, errCrowded):
+		s.crowded(m, env)
+	}
+}
+
+// work is one worker: it handles the timers of each account in turn
+// until the replica stops.
+func (s *Service) work() {
+	defer s.wg.Done()
+	for {
+		f, ok := s.turns.next()
+		if !ok {
+			return
+		}
+		s.handle(s.runCtx, f.m, f.env)
+		s.turns.done(f.env.Account)
+	}
+}
+
+// keepWaiting keeps the timers waiting in the accounts' lines from being
+// redelivered: each is marked in progress once it has waited a third of
+// the consumer's ack wait.
+func (s *Service) keepWaiting(ackWait time.Duration) {
+	every := max(ackWait/3, time.Second)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.runCtx.Done():
+			return
+		case <-tick.C:
+			for _, m := range s.turns.stale(time.Now().Add(-every)) {
+				_ = m.InProgress()
+			}
+		}
+	}
 }
 
 func (s *Service) addMicro() (micro.Service, error) {

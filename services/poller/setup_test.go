@@ -35,11 +35,12 @@ const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 // flowWith is the credit-evaluation config of these tests: bureau_a answers
 // by callback, bureau_b must be polled. kind is the rest of the
 // credit.evaluate mapping; bureauA and bureauB add more keys to bureau A's
-// and bureau B's target mappings.
-func flowWith(kind, bureauA, bureauB string) string {
+// and bureau B's target mappings, and o's poller, targets and
+// extraConfig more keys to the poller's, more targets and more config.
+func flowWith(kind string, o worldOpts) string {
 	return `
 streams: {ack_wait: 2s, trim_after: 100ms}
-poller: {grace: 1s, reconcile_every: 1h}
+poller: {grace: 1s, reconcile_every: 1h` + o.poller + `}
 accounts:
   "*": {concurrency: 4, breaker: {failures: 100}}
 targets:
@@ -47,15 +48,16 @@ targets:
     url: "${A}/proposals"
     timeout: 3s
     callback_secret: "` + cbSecret + `"
-` + bureauA + `
+` + o.bureauA + `
   bureau_b:
     url: "${B}/evaluations"
     timeout: 3s
     poll: {url: "${B}/evaluations/{{.Reference}}", interval: 1s, done_when: {field: status, in: [approved, rejected]}}
-` + bureauB + `
+` + o.bureauB + `
+` + o.targets + `
 kinds:
   credit.evaluate: {target: bureau_a, completion: callback, ` + kind + `}
-`
+` + o.extraConfig
 }
 
 // world is one test's system: a real nats-server, real providers behind
@@ -87,6 +89,8 @@ type worldOpts struct {
 	extraConfig string
 	bureauA     string // more keys of bureau A's target, indented 4
 	bureauB     string // more keys of bureau B's target, indented 4
+	targets     string // more targets, indented 2
+	poller      string // more keys of the poller's mapping, each after ", "
 	hooks       *dispatcher.Hooks
 	log         *zerolog.Logger // the services log here
 }
@@ -119,7 +123,7 @@ func newWorld(t *testing.T, kind string, o worldOpts) *world {
 	t.Cleanup(sb.Close)
 	t.Cleanup(func() { _ = w.a.Close(); _ = w.b.Close() })
 
-	w.yaml, w.urls = flowWith(kind, o.bureauA, o.bureauB)+o.extraConfig, []string{"A=" + sa.URL, "B=" + sb.URL}
+	w.yaml, w.urls = flowWith(kind, o), []string{"A=" + sa.URL, "B=" + sb.URL}
 	w.cfg = servicetest.Config(t, w.yaml, map[string]string{"A": sa.URL, "B": sb.URL})
 	nc, _ := w.Srv.Conn(t)
 	if w.ing, err = ingest.New(ingest.Options{Conn: nc, Config: w.cfg, Metrics: w.mx, Logger: w.log}); err != nil {

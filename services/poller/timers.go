@@ -33,13 +33,7 @@ var errConflict = errors.New("record changed meanwhile")
 // timer for an event that moved on (a callback arrived, an operator
 // acted) is dropped. The message is acked only once the next step is
 // durable (the next poll's schedule, the fallback's message, the review).
-func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
-	env, err := event.Unmarshal(m.Data())
-	if err != nil {
-		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable timer dropped")
-		_ = m.TermWithReason("malformed timer")
-		return
-	}
+func (s *Service) handle(ctx context.Context, m jetstream.Msg, env event.Envelope) {
 	log := tracing.Log(s.log.With().Str("event_id", env.ID).Str("account", env.Account).Str("kind", env.Kind).Logger(), env.Traceparent)
 	ctx = log.WithContext(ctx)
 	var seq uint64
@@ -50,6 +44,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		}
 		seq = md.Sequence.Stream
 	}
+	var err error
 	for range 8 {
 		err = s.step(ctx, env, seq)
 		if !errors.Is(err, errConflict) {
@@ -365,6 +360,34 @@ func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Reco
 	zerolog.Ctx(ctx).Debug().Time("until", until).Msg("poll put off: " + why)
 	msgID := fmt.Sprintf("%s/poll/%d/%d/off/%d", env.ID, rec.Step(), rec.Polls+1, until.Unix())
 	return true, s.q.Timer(ctx, env, queue.DueTime(until), queue.TimerPoll, msgID)
+}
+
+// crowded puts off a timer whose account holds all the timers it may
+// on this replica (turns): it is set again one poll interval of the
+// kind's target later (roomWait for a kind that does not poll) and
+// acked. The record decides when it fires again, as for any timer.
+func (s *Service) crowded(m jetstream.Msg, env event.Envelope) {
+	wait := roomWait
+	cfg := s.live.Load()
+	if kind, ok := cfg.Kind(env.Kind); ok {
+		if t := cfg.TargetFor(env.Account, kind.Target); t.Poll != nil {
+			wait = t.Poll.Interval.D()
+		}
+	}
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	at := queue.DueTime(time.Now().Add(wait))
+	msgID := fmt.Sprintf("%s/crowded/%d/%d", env.ID, seq, at.Unix())
+	if err := s.q.Timer(s.runCtx, env, at, m.Headers().Get(names.HeaderTimer), msgID); err != nil {
+		s.log.Warn().Err(err).Str("event_id", env.ID).Msg("timer of a crowded account not put off; it will be redelivered")
+		_ = m.NakWithDelay(wait)
+		return
+	}
+	s.log.Debug().Str("event_id", env.ID).Str("account", env.Account).Time("until", at).
+		Msg("timer put off: its account holds all the timers it may on this replica")
+	_ = m.Ack()
 }
 
 // heldUntil is when a poll of account, paused by an operator, is looked

@@ -1,0 +1,124 @@
+package poller
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenaz/tenaz/pkg/event"
+)
+
+func timerOf(account string, kept time.Time) fired {
+	return fired{env: event.Envelope{Account: account}, kept: kept}
+}
+
+// The workers take the accounts in turn, whatever order their timers
+// came in, and an account runs at most its share (3 of 4 workers) until
+// one of its timers is done.
+func TestTurnsTakeAccountsInTurn(t *testing.T) {
+	tu := newTurns(4)
+	now := time.Now()
+	for _, a := range []string{"a", "a", "a", "a", "a", "b", "b", "c"} {
+		if err := tu.add(timerOf(a, now)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for range 6 {
+		f, ok := tu.next()
+		if !ok {
+			t.Fatal("turns closed")
+		}
+		got = append(got, f.env.Account)
+	}
+	if s := strings.Join(got, ""); s != "abcaba" {
+		t.Fatalf("want the accounts in turn, a at most 3 at once (abcaba), got %s", s)
+	}
+	if len(tu.ready) != 0 {
+		t.Fatalf("want a (3 running, its share) to have no turn until one is done, got turns %v", tu.ready)
+	}
+	tu.done("a")
+	if f, ok := tu.next(); !ok || f.env.Account != "a" {
+		t.Fatalf("want a's turn once one of its timers is done, got %q", f.env.Account)
+	}
+	for _, a := range []string{"a", "a", "a", "b", "b", "c"} {
+		tu.done(a)
+	}
+	if len(tu.lines) != 1 || len(tu.lines["a"].waiting) != 1 {
+		t.Fatalf("want only a's last timer left, got %d lines", len(tu.lines))
+	}
+}
+
+// An account holds at most 8 timers per worker on a replica, waiting or
+// running; the others are not crowded by it.
+func TestTurnsHoldAnAccountsTimersUpToItsShare(t *testing.T) {
+	tu := newTurns(2)
+	now := time.Now()
+	for i := range 16 {
+		if err := tu.add(timerOf("a", now)); err != nil {
+			t.Fatalf("timer %d: %v", i, err)
+		}
+	}
+	if err := tu.add(timerOf("a", now)); !errors.Is(err, errCrowded) {
+		t.Fatalf("want a's 17th timer crowded, got %v", err)
+	}
+	if f, _ := tu.next(); f.env.Account != "a" {
+		t.Fatal("want a's first timer")
+	}
+	if err := tu.add(timerOf("a", now)); !errors.Is(err, errCrowded) {
+		t.Fatalf("want a running timer still held, got %v", err)
+	}
+	if err := tu.add(timerOf("b", now)); err != nil {
+		t.Fatalf("want b's timer taken beside a's, got %v", err)
+	}
+	tu.done("a")
+	if err := tu.add(timerOf("a", now)); err != nil {
+		t.Fatalf("want a's timer taken once one is done, got %v", err)
+	}
+}
+
+// Waiting timers are kept alive once each time they have waited long
+// enough; running ones are not the keeper's.
+func TestTurnsKeepWaitingTimers(t *testing.T) {
+	tu := newTurns(1)
+	old, now := time.Now().Add(-time.Minute), time.Now()
+	for _, f := range []fired{timerOf("a", old), timerOf("a", old), timerOf("b", now)} {
+		if err := tu.add(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := tu.next(); !ok { // a's first runs
+		t.Fatal("turns closed")
+	}
+	if n := len(tu.stale(now.Add(-time.Second))); n != 1 {
+		t.Fatalf("want a's waiting timer kept alive, got %d", n)
+	}
+	if n := len(tu.stale(now.Add(-time.Second))); n != 0 {
+		t.Fatalf("want none kept again so soon, got %d", n)
+	}
+}
+
+// Closed, turns give the waiting timers back and take no more, and the
+// workers' waits end.
+func TestTurnsClose(t *testing.T) {
+	tu := newTurns(1)
+	for _, a := range []string{"a", "a", "b"} {
+		if err := tu.add(timerOf(a, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := tu.next(); !ok {
+		t.Fatal("turns closed")
+	}
+	if n := len(tu.close()); n != 2 {
+		t.Fatalf("want the 2 waiting timers given back, got %d", n)
+	}
+	if _, ok := tu.next(); ok {
+		t.Fatal("want no turn once closed")
+	}
+	if err := tu.add(timerOf("a", time.Now())); !errors.Is(err, errStopping) {
+		t.Fatalf("want errStopping once closed, got %v", err)
+	}
+	tu.done("a")
+}
