@@ -1585,8 +1585,9 @@ func TestNATSUsersShape(t *testing.T) {
 			}
 		}
 	}
-	// The dispatcher (its tails) and ingest (its backlog) read the pauses.
-	for _, svc := range []string{"dispatcher", "ingest"} {
+	// The dispatcher (its tails), ingest (its backlog) and the poller (its
+	// polls) read the pauses.
+	for _, svc := range []string{"dispatcher", "ingest", "poller"} {
 		for subject, want := range map[string]bool{
 			"$JS.API.CONSUMER.CREATE.KV_tenaz_ops." + watch + ".$KV.tenaz_ops.pause.*": true,
 			"$JS.API.CONSUMER.DELETE.KV_tenaz_ops." + watch:                            true,
@@ -1596,6 +1597,17 @@ func TestNATSUsersShape(t *testing.T) {
 			if byName[serviceUser(svc)].Permissions.Publish.allowed(subject) != want {
 				t.Errorf("%s may publish %s: %v, want %v (it reads the operators' pauses, nothing else of tenaz_ops)", serviceUser(svc), subject, !want, want)
 			}
+		}
+	}
+	// The poller watches the breakers (an open one holds polls) and never
+	// writes one: a breaker is the dispatchers' and the operators'.
+	for subject, want := range map[string]bool{
+		"$JS.API.CONSUMER.CREATE.KV_tenaz_breakers." + watch + ".$KV.tenaz_breakers.>": true,
+		"$JS.API.CONSUMER.DELETE.KV_tenaz_breakers." + watch:                           true,
+		"$KV.tenaz_breakers.acme.erp":                                                  false,
+	} {
+		if byName[serviceUser("poller")].Permissions.Publish.allowed(subject) != want {
+			t.Errorf("%s may publish %s: %v, want %v (it watches the breakers and writes none)", serviceUser("poller"), subject, !want, want)
 		}
 	}
 	for _, name := range []string{userProducer, userOutbox} {

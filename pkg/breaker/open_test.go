@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/natstest"
 )
 
 // An operator opens a closed breaker by hand until a time: every replica
@@ -78,5 +79,37 @@ func TestOperatorOpenUntilATime(t *testing.T) {
 	}
 	if err := e.reps[0].reg.Open(ctx(t), "ac.me", target, until, "operator:bob", "x"); !errors.Is(err, breaker.ErrInvalidName) {
 		t.Fatalf("Open of a bad account: want ErrInvalidName, got %v", err)
+	}
+}
+
+// A replica that only reads the breakers (the poller) learns from its
+// watch how long an account's breaker for a target holds it, without
+// making or writing one: until the cooldown's end while it is open, and
+// nothing for another account or target, nor once the time has passed.
+func TestReaderHeldUntil(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2)
+	reader := e.reps[1].reg
+	if got := reader.HeldUntil(account, target); !got.IsZero() {
+		t.Fatalf("before any breaker: want zero, got %v", got)
+	}
+	until := e.clk.Now().Add(time.Hour)
+	if err := e.reps[0].reg.Open(ctx(t), account, target, until, "operator:alice", "provider maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return reader.HeldUntil(account, target).Equal(until) },
+		"want the reader to hold acme's calls to erp until the operator's time")
+	if got := reader.HeldUntil("globex", target); !got.IsZero() {
+		t.Fatalf("globex: want zero, got %v", got)
+	}
+	if got := reader.HeldUntil(account, "crm"); !got.IsZero() {
+		t.Fatalf("another target: want zero, got %v", got)
+	}
+	e.clk.Advance(time.Hour)
+	if got := reader.HeldUntil(account, target); !got.IsZero() {
+		t.Fatalf("after the time: want zero (one probe decides, a call's), got %v", got)
+	}
+	if n := e.writes(t); n != 1 {
+		t.Fatalf("want the operator's one write, got %d", n)
 	}
 }

@@ -273,6 +273,26 @@ func (r *Registry) OpenUntil(account string) time.Time {
 	return until
 }
 
+// HeldUntil is the end of the cooldown of account and target's breaker
+// while the shared record, as this replica last watched it, is open and
+// the cooldown has not ended; zero otherwise. It writes nothing and
+// makes no breaker: a replica that only reads the breakers (the poller,
+// whose polls an open breaker holds as it holds calls) asks with it.
+func (r *Registry) HeldUntil(account, target string) time.Time {
+	r.mu.Lock()
+	b, ok := r.breakers[account+"."+target]
+	r.mu.Unlock()
+	if !ok {
+		return time.Time{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.state() == Open && b.rec.OpenUntil.After(r.now()) {
+		return b.rec.OpenUntil
+	}
+	return time.Time{}
+}
+
 func (r *Registry) publish(c Change) {
 	if r.pub == nil {
 		return

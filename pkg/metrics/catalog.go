@@ -158,7 +158,7 @@ var Catalog = []Info{
 		Help: "Attempts whose outcome scheduled another attempt, by the class that caused it."},
 	{Name: NameOutcomes, Type: Counter, Labels: []string{"account", "kind", "state"}, Emitter: "dispatcher, poller",
 		Help: "Attempts and polls by the state the event moved to (done, retrying, awaiting_callback, polling, dead, manual_review, ...)."},
-	{Name: NameBreakerState, Type: Gauge, Labels: []string{"account", "target", "state"}, Emitter: "pkg/breaker (dispatcher)",
+	{Name: NameBreakerState, Type: Gauge, Labels: []string{"account", "target", "state"}, Emitter: "pkg/breaker (dispatcher, poller)",
 		Help: "Circuit breaker state per account and target as this replica sees it: 1 on the series of its state (closed, half_open, open), 0 on the others; under account=\"other\", the number of breakers in each state."},
 	{Name: NameDead, Type: Counter, Labels: []string{"account", "kind", "reason"}, Emitter: "deadletter",
 		Help: "Entries arrived in DEAD, by reason (permanent, attempts_exhausted, max_deliveries, rejected_at_intake, too_large, undecodable_record)."},

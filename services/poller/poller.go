@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
@@ -89,6 +90,7 @@ type Service struct {
 	turns   *turns             // each account's timers waiting for a worker
 	pace    *pacer             // the targets' provider-wide rates, which polls take too
 	paused  accounts.PauseBook // the operators' pauses, which hold polls too
+	breaker *breaker.Registry  // the dispatchers' breakers, watched: an open one holds polls too
 	wg      sync.WaitGroup     // timers in flight
 	bg      sync.WaitGroup     // reconciler and trim loops
 	runCtx  context.Context
@@ -158,6 +160,11 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("poller: the operators' pauses: %w", err)
 	}
 	s.Defer(func(context.Context) { stopFollowing() })
+	log := s.log
+	if s.breaker, err = breaker.New(ctx, s.js, breaker.Options{Instance: s.actor, Prefix: s.cfg.Prefix, Logger: &log, Metrics: s.o.Metrics}); err != nil {
+		return fmt.Errorf("poller: the breakers: %w", err)
+	}
+	s.Defer(func(context.Context) { s.breaker.Stop() })
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 	s.Defer(func(ctx context.Context) {
 		s.cancel()

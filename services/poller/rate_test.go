@@ -1,6 +1,7 @@
 package poller_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -142,4 +144,65 @@ func TestPauseHoldsPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.WaitAll(ids, state.Done, 30*time.Second)
+}
+
+// An account's open breaker for a target holds its polls of that target,
+// as it holds its calls, and no other account's: acme's calls to bureau
+// B fail until its breaker opens (2 failures, 6s of cooldown); while it
+// is open bureau B is not polled for acme's events, and globex's events
+// go on being polled. After the cooldown acme's events are polled to
+// done.
+func TestOpenBreakerHoldsPolls(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "attempts: 3", worldOpts{
+		b:           provider.Faults{PollAfter: 1000},
+		accounts:    "  acme: {breaker: {failures: 2, cooldown: 6s}}",
+		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 5, poll_sla: 5m}\n",
+	})
+	acme := w.Submit("acme", "report.fetch", []string{"r-1", "r-2"}, approved)
+	globex := w.Submit("globex", "report.fetch", []string{"g-1"}, approved)
+	w.WaitAll(append(slices.Clone(acme), globex...), state.Polling, 20*time.Second)
+	pathOf := func(id string) string { return "/evaluations/" + w.Record(id).Reference }
+	acmePaths := map[string]bool{pathOf(acme[0]): true, pathOf(acme[1]): true}
+	globexPath := pathOf(globex[0])
+
+	// bureau B refuses calls (polls still answer), and acme's next calls
+	// open its breaker.
+	w.b.SetFaults(provider.Faults{PollAfter: 1000, ErrorRate: 1})
+	w.Submit("acme", "report.fetch", []string{"r-3", "r-4"}, approved)
+	kv, err := w.JS.KeyValue(w.Ctx(), w.Subj.Bucket(names.BucketBreakers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open struct {
+		State     string    `json:"state"`
+		OpenUntil time.Time `json:"open_until"`
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		e, err := kv.Get(w.Ctx(), "acme.bureau_b")
+		return err == nil && json.Unmarshal(e.Value(), &open) == nil && open.State == "open"
+	}, "want acme's breaker for bureau B open")
+	// The poller hears the breaker within milliseconds; a poll already
+	// under way when it did may still arrive.
+	heard := time.Now().Add(500 * time.Millisecond)
+	if time.Until(open.OpenUntil) < 3*time.Second {
+		t.Fatalf("want most of the 6s cooldown ahead, open until %s", open.OpenUntil)
+	}
+	<-time.After(time.Until(open.OpenUntil)) // the window the open breaker must hold acme's polls in
+	globexPolls := 0
+	for _, c := range w.b.PollCalls() {
+		if c.At.After(heard) && c.At.Before(open.OpenUntil) {
+			if acmePaths[c.Path] {
+				t.Fatalf("want no poll of acme's events while its breaker is open (until %s), got one at %s", open.OpenUntil.Format("15:04:05.000"), c.At.Format("15:04:05.000"))
+			}
+			if c.Path == globexPath {
+				globexPolls++
+			}
+		}
+	}
+	if globexPolls < 2 {
+		t.Fatalf("want globex's event polled on while acme's breaker is open (a poll a second), got %d polls", globexPolls)
+	}
+	w.b.SetFaults(provider.Faults{PollAfter: 1})
+	w.WaitAll(acme, state.Done, 30*time.Second)
 }

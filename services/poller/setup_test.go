@@ -35,14 +35,16 @@ const cbSecret = "whsec_dGVuYXotdGVzdC1jYWxsYmFjay1zZWNyZXQ="
 // flowWith is the credit-evaluation config of these tests: bureau_a answers
 // by callback, bureau_b must be polled. kind is the rest of the
 // credit.evaluate mapping; bureauA and bureauB add more keys to bureau A's
-// and bureau B's target mappings, and o's poller, targets and
-// extraConfig more keys to the poller's, more targets and more config.
+// and bureau B's target mappings, and o's poller, accounts, targets and
+// extraConfig more keys to the poller's, more accounts, more targets and
+// more config.
 func flowWith(kind string, o worldOpts) string {
 	return `
 streams: {ack_wait: 2s, trim_after: 100ms}
 poller: {grace: 1s, reconcile_every: 1h` + o.poller + `}
 accounts:
   "*": {concurrency: 4, breaker: {failures: 100}}
+` + o.accounts + `
 targets:
   bureau_a:
     url: "${A}/proposals"
@@ -90,6 +92,7 @@ type worldOpts struct {
 	bureauA     string // more keys of bureau A's target, indented 4
 	bureauB     string // more keys of bureau B's target, indented 4
 	targets     string // more targets, indented 2
+	accounts    string // more accounts, indented 2
 	poller      string // more keys of the poller's mapping, each after ", "
 	hooks       *dispatcher.Hooks
 	log         *zerolog.Logger // the services log here

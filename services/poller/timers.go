@@ -345,12 +345,12 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 }
 
 // putOff keeps a poll that may not go now from going: its account is
-// paused, or its target's rate has no token for it soon (it waits for
-// one meanwhile). The poll's timer is set again for when it may, and
-// the record stays as it is: no poll was made. off reports that it was
-// put off.
+// paused, its breaker for the target is open, or the target's rate has
+// no token for it soon (it waits for one meanwhile). The poll's timer is
+// set again for when it may, and the record stays as it is: no poll was
+// made. off reports that it was put off.
 func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Record, tgt string, every time.Duration) (off bool, err error) {
-	until, why := s.heldUntil(env.Account, every), "its account is paused"
+	until, why := s.heldUntil(env.Account, tgt, every)
 	if until.IsZero() {
 		if until, err = s.paced(ctx, env.Account, tgt); err != nil || until.IsZero() {
 			return false, err
@@ -390,20 +390,27 @@ func (s *Service) crowded(m jetstream.Msg, env event.Envelope) {
 	_ = m.Ack()
 }
 
-// heldUntil is when a poll of account, paused by an operator, is looked
-// at again: the pause's end, or the next poll's time if sooner (a
-// resume is heard, not waited for). Zero: the account is not paused.
-// A pause stops an account's calls, and a poll is one.
-func (s *Service) heldUntil(account string, every time.Duration) time.Time {
-	p, ok := s.paused.Get(account)
+// heldUntil is when a poll of account's target, held by an operator's
+// pause of the account or by the account's open breaker for the target,
+// is looked at again: the pause's or the cooldown's end, or the next
+// poll's time if sooner (a resume, or a breaker closed by an operator,
+// is heard, not waited for). Zero: nothing holds it. A pause and an open
+// breaker stop an account's calls, and a poll is one.
+func (s *Service) heldUntil(account, tgt string, every time.Duration) (time.Time, string) {
 	now := time.Now()
-	if !ok || !p.Holds(now) {
-		return time.Time{}
+	var end time.Time
+	why := ""
+	if p, ok := s.paused.Get(account); ok && p.Holds(now) {
+		end, why = p.End(), "its account is paused"
+	} else if end = s.breaker.HeldUntil(account, tgt); !end.IsZero() {
+		why = "its account's breaker for the target is open"
+	} else {
+		return time.Time{}, ""
 	}
-	if next := now.Add(every); next.Before(p.End()) {
-		return next
+	if next := now.Add(every); next.Before(end) {
+		return next, why
 	}
-	return p.End()
+	return end, why
 }
 
 // paced returns once a poll of account's target may go, by the target's
