@@ -197,8 +197,18 @@ func checkJSONText(p []byte) error {
 // lone surrogate escape), with an error wrapping ErrMalformed. b is
 // valid JSON: this is not a grammar check.
 func CheckUnambiguous(what string, b []byte) error {
+	if err := ReadsTwoWays(what, b); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return nil
+}
+
+// ReadsTwoWays is CheckUnambiguous's finding alone, for JSON text that
+// is not a submission (a provider's answer or webhook): "<what> gives
+// the member … twice …", or nil.
+func ReadsTwoWays(what string, b []byte) error {
 	if _, ambiguous := scanPayload(b); ambiguous != nil {
-		return fmt.Errorf("%w: %s %v", ErrMalformed, what, ambiguous)
+		return fmt.Errorf("%s %w", what, ambiguous)
 	}
 	return nil
 }

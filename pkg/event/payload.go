@@ -150,7 +150,7 @@ func addName(frames []scanFrame, names [][]byte, lit []byte, escaped bool) ([][]
 
 func duplicate(frames []scanFrame, names [][]byte, name []byte) error {
 	return fmt.Errorf("gives the member %q twice in the object at %s: "+
-		"decoders differ on which one counts (tenaz would check and hash the last, the target may read the first); send each member once",
+		"decoders differ on which one counts (tenaz reads the last, others may read the first); send each member once",
 		name, pointer(frames[:len(frames)-1], names))
 }
 

@@ -151,6 +151,10 @@ type Response struct {
 	Status    int
 	Body      []byte
 	Reference string // the reference field of a JSON answer, if any
+	// Unclear says why Reference was not read from a JSON object answer
+	// that reads two ways (a member given twice, a lone surrogate
+	// escape): which of its values the provider meant cannot be told.
+	Unclear error
 }
 
 func vars(r Request) config.URLVars {
@@ -264,7 +268,7 @@ func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	out := Response{Status: resp.StatusCode, Body: b}
 	switch t.Classify(resp.StatusCode) {
 	case outcome.ClassSuccess:
-		out.Reference = reference(b, t.refField)
+		out.Reference, out.Unclear = answerField(b, t.refField)
 		return out, nil
 	case outcome.ClassPermanent:
 		return out, outcome.Permanent(t.httpError(resp.StatusCode, b))
@@ -355,11 +359,19 @@ func scrub(msg, rawURL string) string {
 	return msg
 }
 
-// reference is the provider's job id in field of a JSON object answer
-// (event.Scalar); "" for any other answer.
-func reference(b []byte, field string) string {
-	obj, _ := event.DecodeObject(b)
-	return event.Scalar(obj[field])
+// answerField is field of a JSON object answer as text (event.Scalar),
+// "" for any other answer, and an error for an object that reads two
+// ways (a member given twice, a lone surrogate escape): encoding/json
+// would read its last value, and the provider may have meant the first.
+func answerField(b []byte, field string) (string, error) {
+	obj, err := event.DecodeObject(b)
+	if err != nil {
+		return "", nil
+	}
+	if err := event.ReadsTwoWays("answer", b); err != nil {
+		return "", err
+	}
+	return event.Scalar(obj[field]), nil
 }
 
 func excerpt(b []byte) string {
@@ -440,7 +452,10 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 		}
 		return a, herr
 	}
-	a.Value = reference(body, t.doneWhen.Field)
+	if a.Value, err = answerField(body, t.doneWhen.Field); err != nil {
+		// Whether the job is done cannot be told: a person decides.
+		return a, outcome.Permanent(fmt.Errorf("target %s: poll %w", t.Name, err))
+	}
 	a.Done = a.Value != "" && slices.Contains(t.doneWhen.In, a.Value)
 	return a, nil
 }

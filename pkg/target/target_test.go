@@ -539,3 +539,35 @@ func TestPollDoneWhenValues(t *testing.T) {
 		}
 	}
 }
+
+// A 2xx answer that is a JSON object read two ways (a member given twice,
+// at any depth, or a lone surrogate escape) is not read: a poll answering
+// {"status":"processing","status":"approved"} may mean either, so it is a
+// permanent error naming the member (a person decides), and a call's
+// answer gives no reference and says why. An answer that is not a JSON
+// object is read as before: no value, no error.
+func TestAnswerThatReadsTwoWaysIsNotRead(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"status":"processing","status":"approved"}`,
+		`{"status":"approved","detail":{"score":1,"score":2}}`,
+		`{"status":"approved","note":"\udc00"}`,
+	} {
+		tg, _ := setup(t, config.Target{Poll: &config.Poll{URL: "{{.URL}}/jobs/{{.Reference}}", DoneWhen: config.DoneWhen{Field: "status", In: []string{"approved"}}}}, answer(200, body))
+		a, err := tg.Poll(t.Context(), target.Request{Event: envelope(t), Reference: "r1"})
+		if !outcome.IsPermanent(err) || a.Done || !strings.Contains(err.Error(), "poll answer") {
+			t.Errorf("poll answering %s: want a permanent error about the answer and not done, got done %v, %v", body, a.Done, err)
+		}
+		tg, _ = setup(t, config.Target{}, answer(202, strings.Replace(body, `"status"`, `"id"`, 2)))
+		resp, err := tg.Call(t.Context(), target.Request{Event: envelope(t)})
+		if err != nil || resp.Reference != "" || resp.Unclear == nil {
+			t.Errorf("call answering %s: want success, no reference, and why, got %q, %v (%v)", body, resp.Reference, resp.Unclear, err)
+		}
+	}
+	for _, body := range []string{`approved`, `["approved","approved"]`, `{"id":"j1","status":"approved"}`} {
+		tg, _ := setup(t, config.Target{}, answer(202, body))
+		if resp, err := tg.Call(t.Context(), target.Request{Event: envelope(t)}); err != nil || resp.Unclear != nil {
+			t.Errorf("call answering %s: want it read as before, got %v (%v)", body, resp.Unclear, err)
+		}
+	}
+}

@@ -869,6 +869,9 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 		return state.Action{Name: state.Succeed, Actor: s.actor, Detail: "handler " + stage.Handler + " succeeded", Result: result(resp), Reference: resp.Reference}, "", nil
 	case stage.Completion == config.CompletionCallback:
 		deadline := queue.DueTime(now.Add(stage.CallbackSLA.D()))
+		if resp.Unclear != nil {
+			detail += "; its reference is not read (" + resp.Unclear.Error() + "), so this event completes only by a webhook naming its event id"
+		}
 		if resp.Reference != "" {
 			ttl := stage.CallbackSLA.D() + s.cfg.Streams.Retention.D()
 			err := s.refs.PutRef(ctx, env.Account, stage.Target, resp.Reference, env.ID, ttl)
@@ -898,6 +901,9 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 			// wrongly, until the poll SLA.
 			if tgt, err := s.target(env.Account, stage.Target); err == nil && tgt.PollNeedsReference() {
 				msg := fmt.Sprintf("%s without a reference in its field %q (targets.%s.reference_field), which the poll url needs, so the event cannot be polled", detail, tgt.RefField(), stage.Target)
+				if resp.Unclear != nil {
+					msg = fmt.Sprintf("%s: its reference field %q (targets.%s.reference_field), which the poll url needs, is not read: %v; so the event cannot be polled", detail, tgt.RefField(), stage.Target, resp.Unclear)
+				}
 				return s.cannotWait(dead.ReasonPermanent, msg, resp), dead.ReasonPermanent, nil
 			}
 		}

@@ -307,3 +307,33 @@ func TestDeadEntryHoldsThePayloadOnce(t *testing.T) {
 		t.Errorf("want the DEAD message at most 8 KiB beyond its %d-byte payload, got %d bytes", len(payload), n)
 	}
 }
+
+// A poll stage whose 2xx answer gives its reference field twice
+// ({"id":"j-1","id":"j-2"}: which job to poll cannot be told) ends at
+// once, dead with reason permanent, the reason naming the member given
+// twice: a poll of either job could complete the event with another's
+// result.
+func TestPollAnswerWhoseReferenceReadsTwoWays(t *testing.T) {
+	t.Parallel()
+	big := newBigTarget(t, `{"id":"j-1","status":"queued","id":"j-2"}`)
+	h := setup(t, fmt.Sprintf(`
+accounts:
+  "*": {concurrency: 4, breaker: {failures: 100}}
+targets:
+  big: {url: "%[1]s/{{.Kind}}", timeout: 5s, poll: {url: "%[1]s/status/{{.Reference}}", interval: 1m, done_when: {field: status, in: [done]}}}
+kinds:
+  answer.poll: {target: big, completion: poll, attempts: 3}
+`, big.URL), provider.Faults{})
+	h.dispatcher("d1", nil)
+
+	rec := h.waitFinal(h.submitKind("answer.poll", "k-poll", `{"n":1}`))
+	if rec.Status != state.Dead || rec.LastError == nil || !strings.Contains(rec.LastError.Message, `answer gives the member "id" twice`) {
+		t.Fatalf("want dead naming the member given twice, got %s, %+v", rec.Status, rec.LastError)
+	}
+	if e, _ := h.lastDead(rec); e.Reason != dead.ReasonPermanent {
+		t.Errorf("want a DEAD entry with reason %s, got %q", dead.ReasonPermanent, e.Reason)
+	}
+	if n := big.callsTo("/answer.poll"); n != 1 {
+		t.Errorf("want exactly one call, got %d", n)
+	}
+}

@@ -123,6 +123,12 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "a callback body must be a JSON object: "+err.Error())
 		return
 	}
+	// Read two ways, the body's status or reference would be one value
+	// to tenaz and maybe another to whoever reads the stored result.
+	if err := event.ReadsTwoWays("callback body", body); err != nil {
+		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
+		return
+	}
 	reply, err := s.ApplyCallback(tracing.Remote(r.Context(), r.Header.Get), account, name, sig.ID, sig.Timestamp, doc, body)
 	if errors.Is(err, ErrMalformedCallback) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())

@@ -795,13 +795,7 @@ func TestCallbackOfACallBeforeAReplayIsLate(t *testing.T) {
 func TestWebhookWithNumericReferenceAndBooleanStatus(t *testing.T) {
 	t.Parallel()
 	const job = "12345678901234567890"
-	bureau := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"id":`+job+`}`)
-	}))
-	t.Cleanup(bureau.Close)
+	bureau := accepting(t, `{"id":`+job+`}`)
 	h := setup(t, strings.Replace(callbackYAML(bureau.URL), "{field: status, in: [approved, rejected]}", `{field: approved, in: ["true"]}`, 1))
 	h.startDispatcher("d1")
 	id := h.submitCredit("acme", "n-1")
@@ -830,4 +824,52 @@ func TestWebhookWithTheEventIDAndAReferenceItNeverHad(t *testing.T) {
 		t.Fatalf("webhook with the event id and a reference the event never had: want applied to %s, got %+v", id, got)
 	}
 	h.WaitStatus(id, state.Done, servicetest.WaitFor)
+}
+
+// A signed webhook whose body gives a member twice, at any depth, is
+// refused as malformed, naming the member, and changes nothing: tenaz
+// would read the last "status" (rejected) where the provider, or a reader
+// of the stored result, may read the first (approved). The event still
+// waits, and the provider's webhook sent again, each member once, applies.
+func TestWebhookGivingAMemberTwiceIsRefused(t *testing.T) {
+	t.Parallel()
+	const job = "job_dup"
+	bureau := accepting(t, `{"id":"`+job+`"}`)
+	h := setup(t, callbackYAML(bureau.URL))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "d-1")
+	h.awaiting(job, id)
+
+	for _, body := range []string{
+		`{"reference":"` + job + `","status":"approved","status":"rejected"}`,
+		`{"reference":"` + job + `","status":"approved","detail":{"score":700,"score":300}}`,
+	} {
+		r := h.webhook("/v1/callbacks/bureau/acme", "msg_dup", body)
+		if r.Status != http.StatusBadRequest {
+			t.Fatalf("webhook %s: want 400, got %d %s", body, r.Status, r.Body)
+		}
+		if code := r.errorCode(t); code != "malformed" || !strings.Contains(string(r.Body), "twice") {
+			t.Fatalf("webhook %s: want malformed naming the member given twice, got %s %s", body, code, r.Body)
+		}
+		if st := h.Record(id).Status; st != state.AwaitingCallback {
+			t.Fatalf("after a refused webhook: want the event still awaiting its callback, got %s", st)
+		}
+	}
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_dup", `{"reference":"`+job+`","status":"approved","detail":{"score":700}}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+		t.Fatalf("the webhook sent again with each member once: want applied to %s, got %+v", id, got)
+	}
+	h.WaitStatus(id, state.Done, servicetest.WaitFor)
+}
+
+// accepting is a provider that answers every call 202 with answer.
+func accepting(t *testing.T, answer string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, answer)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -22,7 +22,8 @@ const fuzzSecret = "whsec_dGVuYXotZnV6ei1jYWxsYmFjay1zZWNyZXQ="
 // FuzzCallback sends any body to POST /v1/callbacks/bureau_a, signed with
 // the target's secret or not at all. An unsigned one is refused with 401
 // (429 past the target's refusal budget); a signed one is answered 200
-// with a known outcome, or 400 when it is not a JSON object or echoes a
+// with a known outcome, or 400 when it is not a JSON object, reads two
+// ways (a member given twice, a lone surrogate escape) or echoes a
 // replay count (callback.replay_field) that is not one; nothing else
 // (no 5xx, no panic), whatever the body names. The target's call timeout
 // is 1ms: a webhook naming a reference nobody recorded is held that long
@@ -37,6 +38,7 @@ func FuzzCallback(f *testing.F) {
 		`{"event_id":"ev_00000000000000000000000000","tenaz_replay":"2","status":"approved"}`,
 		`{"event_id":"ev_00000000000000000000000000","tenaz_replay":-1}`,
 		`{"reference":"ref_1","tenaz_replay":1e400}`, `{"tenaz_replay":null}`, `{"tenaz_replay":[0]}`,
+		`{"reference":"ref_1","status":"approved","status":"rejected"}`, `{"reference":"ref_1","status":"a\ud800"}`,
 	} {
 		f.Add([]byte(s), true)
 	}
@@ -78,9 +80,12 @@ kinds:
 			if json.Unmarshal(body, &obj) != nil || obj == nil {
 				t.Fatalf("callback %q is not a JSON object but was answered 200: %s", body, w.Body)
 			}
+			if err := event.CheckUnambiguous("callback", body); err != nil {
+				t.Fatalf("callback %q reads two ways (%v) but was answered 200: %s", body, err, w.Body)
+			}
 		case w.Code == http.StatusBadRequest:
-			if doc, err := event.DecodeObject(body); err == nil && isReplayCount(doc["tenaz_replay"]) {
-				t.Fatalf("callback %q is a JSON object with no bad replay count but was answered 400: %s", body, w.Body)
+			if doc, err := event.DecodeObject(body); err == nil && event.CheckUnambiguous("callback", body) == nil && isReplayCount(doc["tenaz_replay"]) {
+				t.Fatalf("callback %q is a JSON object that reads one way, with no bad replay count, but was answered 400: %s", body, w.Body)
 			}
 		default:
 			t.Fatalf("signed callback %q: want 200 or 400, got %d %s", body, w.Code, w.Body)
