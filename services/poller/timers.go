@@ -2,7 +2,6 @@ package poller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,14 +13,11 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
-	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
-	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -245,103 +241,6 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 	l.Msg("moved to manual review")
 	// Failed, the timer comes back and finds the event finished (step).
 	return s.order.Advance(ctx, next)
-}
-
-// poll asks the target once and moves the event: done on a final answer,
-// manual review past the poll SLA or on a permanent refusal, else the
-// next poll.
-func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record, rev uint64) error {
-	kind, ok := s.cfg.Kind(rec.Kind)
-	if !ok {
-		return s.escalate(ctx, env, rec, rev, s.st.Now(), fmt.Sprintf("kind %q is no longer configured", rec.Kind), "", nil)
-	}
-	stage, _ := kind.StageFor(rec.Stage == state.StageFallback)
-	tgt, err := s.target(env.Account, stage.Target)
-	if err != nil {
-		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), "", nil)
-	}
-	every := 30 * time.Second
-	if t := s.live.Load().TargetFor(env.Account, stage.Target); t.Poll != nil {
-		every = t.Poll.Interval.D()
-	}
-	if off, err := s.putOff(ctx, env, rec, stage.Target, every); off || err != nil {
-		return err
-	}
-	mx := s.o.Metrics
-	ctx, span := tracing.Poll(ctx, env, rec.Polls+1, rec.Stage, stage.Target)
-	defer span.End()
-	began := time.Now()
-	ans, perr := tgt.Poll(ctx, target.Request{Event: env, Attempt: rec.Attempts, Reference: rec.Reference, Replay: rec.Replays})
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	mx.DeliveryLatency(env.Account, env.Kind, stage.Target, time.Since(began), ctx)
-	switch {
-	case perr != nil:
-		mx.Poll(stage.Target, metrics.PollError)
-		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollError, Class: string(outcome.ClassOf(perr)), HTTPStatus: outcome.StatusOf(perr), Error: perr.Error()})
-	case ans.Done:
-		mx.Poll(stage.Target, metrics.PollDone)
-		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollDone, Class: string(outcome.ClassSuccess)})
-	default:
-		mx.Poll(stage.Target, metrics.PollPending)
-		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollPending, Class: string(outcome.ClassSuccess)})
-	}
-	now := s.st.Now()
-	n := rec.Polls + 1
-	if perr == nil && ans.Done {
-		a := state.Action{Name: state.Complete, Actor: s.actor, Detail: fmt.Sprintf("poll %d: %s", n, ans.Value)}
-		if len(ans.Body) <= state.MaxResult && json.Valid(ans.Body) {
-			a.Result = json.RawMessage(ans.Body)
-		}
-		next, _, err := state.Apply(rec, a, now)
-		if err != nil {
-			return err
-		}
-		if _, err := s.write(ctx, next, rev); err != nil {
-			return err
-		}
-		mx.Outcome(env.Account, env.Kind, next.Status)
-		zerolog.Ctx(ctx).Debug().Int("polls", n).Msg("poll brought the result")
-		return s.order.Advance(ctx, next)
-	}
-	answer := "not final"
-	var errInfo *state.ErrorInfo
-	switch {
-	case perr != nil:
-		cls := outcome.ClassOf(perr)
-		errInfo = &state.ErrorInfo{Class: string(cls), Message: perr.Error(), HTTPStatus: outcome.StatusOf(perr)}
-		answer = "error: " + perr.Error()
-		if cls == outcome.ClassPermanent {
-			return s.escalate(ctx, env, rec, rev, now, fmt.Sprintf("poll %d refused", n), ": "+perr.Error(), errInfo)
-		}
-	case ans.Value != "":
-		answer = fmt.Sprintf("%s is %q", tgt.DoneField(), ans.Value)
-	}
-	if rec.Deadline != nil && !now.Before(*rec.Deadline) {
-		mx.Poll(stage.Target, metrics.PollExpired)
-		tracing.Record(ctx, tracing.Result{Outcome: metrics.PollExpired})
-		return s.escalate(ctx, env, rec, rev, now,
-			fmt.Sprintf("poll SLA passed (%s) after %d polls", rec.Deadline.Format(time.RFC3339), n), "; last answer: "+answer, errInfo)
-	}
-	var ra *outcome.RetryAfterError
-	if errors.As(perr, &ra) && ra.After > every {
-		every = ra.After // the provider asked for a longer wait (a 429's or 503's Retry-After)
-	}
-	at := queue.DueTime(now.Add(every))
-	if rec.Deadline != nil && at.After(*rec.Deadline) {
-		at = queue.DueTime(*rec.Deadline) // one last poll at the SLA
-	}
-	if err := s.q.Timer(ctx, env, at, queue.TimerPoll, fmt.Sprintf("%s/poll/%d/%d", env.ID, rec.Step(), n)); err != nil {
-		return err
-	}
-	next, _, err := state.Apply(rec, state.Action{Name: state.Repoll, Actor: s.actor, NextRunAt: &at,
-		Detail: fmt.Sprintf("poll %d: %s; next at %s", n, answer, at.Format(time.RFC3339))}, now)
-	if err != nil {
-		return err
-	}
-	_, err = s.write(ctx, next, rev)
-	return err
 }
 
 // putOff keeps a poll that may not go now from going: its account is
