@@ -74,6 +74,15 @@ const (
 	PollExpired = "expired" // poll_sla passed: moved to manual review
 )
 
+// Reasons of tenaz_poller_put_off_total: why a fired timer was set again
+// for later instead of handled now.
+const (
+	PutOffPaused  = "paused"  // the account is paused: its polls wait
+	PutOffBreaker = "breaker" // the account's breaker for the target is open: its polls wait
+	PutOffRate    = "rate"    // the target's provider-wide rate has no token for the poll soon
+	PutOffCrowded = "crowded" // the account holds all the timers it may on the replica
+)
+
 // The metric names.
 const (
 	NameAccepted     = "tenaz_events_accepted_total"
@@ -99,6 +108,7 @@ const (
 	NameRunnable     = "tenaz_backlog_runnable_messages"
 	NameCallbacks    = "tenaz_callbacks_total"
 	NamePolls        = "tenaz_polls_total"
+	NamePutOff       = "tenaz_poller_put_off_total"
 	// NameTargetThrottled counts calls held back by a target's limit.
 	NameTargetThrottled = "tenaz_target_throttled_total"
 	// NameTargetConcurrency and NameTargetInFlight are a target's
@@ -184,6 +194,8 @@ var Catalog = []Info{
 		Help: "Provider callbacks received, by result (applied, noop, unknown, forged); their sum is every callback received."},
 	{Name: NamePolls, Type: Counter, Labels: []string{"target", "result"}, Emitter: "poller",
 		Help: "Polls of providers, by result (done, pending, error, expired)."},
+	{Name: NamePutOff, Type: Counter, Labels: []string{"account", "reason"}, Emitter: "poller",
+		Help: "Timers set again for later instead of handled now, by reason: a poll of a paused account (paused), of an account whose breaker for the target is open (breaker), or that its target's rate cannot take soon (rate); a timer of an account that holds all the timers it may on the replica (crowded)."},
 	{Name: NameTargetThrottled, Type: Counter, Labels: []string{"target"}, Emitter: "dispatcher, poller",
 		Help: "Calls held back by their target's provider-wide rate or concurrency (targets.<t>.rate, .concurrency) until it let them go, over every account, and polls held back or put off by its rate; each replica counts its own."},
 	{Name: NameTargetConcurrency, Type: Gauge, Labels: []string{"target"}, Emitter: "dispatcher (replicas calling the target)",

@@ -45,7 +45,7 @@ type core struct {
 	places *places
 
 	accepted, rejected, attempts, retries, outcomes    *prometheus.CounterVec
-	anchored, deadFull                                 *prometheus.CounterVec
+	anchored, deadFull, putOff                         *prometheus.CounterVec
 	dead, review, repairs, callbacks, polls, throttled *prometheus.CounterVec
 	trimFailures                                       *prometheus.CounterVec
 	wait, delivery                                     *prometheus.HistogramVec
@@ -227,6 +227,7 @@ func (s *Set) newCore(o Options) *core {
 	c.callbacks = counter(NameCallbacks)
 	c.polls = counter(NamePolls)
 	c.throttled = counter(NameTargetThrottled)
+	c.putOff = counter(NamePutOff)
 	c.places = newPlaces(o.Accounts, s.now, func(account string) {
 		match := prometheus.Labels{"account": account}
 		for _, v := range c.byAccount() {
@@ -239,12 +240,12 @@ func (s *Set) newCore(o Options) *core {
 // byAccount is every vector with an account label.
 func (c *core) byAccount() []*prometheus.MetricVec {
 	return []*prometheus.MetricVec{c.accepted.MetricVec, c.anchored.MetricVec, c.deadFull.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
-		c.retries.MetricVec, c.outcomes.MetricVec, c.dead.MetricVec, c.review.MetricVec}
+		c.retries.MetricVec, c.outcomes.MetricVec, c.dead.MetricVec, c.review.MetricVec, c.putOff.MetricVec}
 }
 
 func (c *core) collectors() []prometheus.Collector {
 	return []prometheus.Collector{c.accepted, c.rejected, c.anchored, c.deadFull, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
-		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled, c.trimFailures}
+		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled, c.putOff, c.trimFailures}
 }
 
 func (s *Set) collectors() []prometheus.Collector {
@@ -478,6 +479,14 @@ func (s *Set) Callback(target, result string) {
 // PollError, PollExpired).
 func (s *Set) Poll(target, result string) {
 	s.core().polls.WithLabelValues(targetLabel(target), code(result)).Inc()
+}
+
+// PutOff counts a timer of account set again for later instead of
+// handled now, by reason (PutOffPaused, PutOffBreaker, PutOffRate,
+// PutOffCrowded).
+func (s *Set) PutOff(account, reason string) {
+	c := s.core()
+	c.putOff.WithLabelValues(c.places.record(account), code(reason)).Inc()
 }
 
 // TargetThrottled counts a call held back by its target's provider-wide

@@ -316,6 +316,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.ReconcilerRepair("requeued")
 	s.Callback("t", metrics.CallbackApplied)
 	s.Poll("t", metrics.PollDone)
+	s.PutOff("a", metrics.PutOffCrowded)
 	s.TargetThrottled("t")
 	s.SetEventsByState(map[metrics.EventsKey]int{{state.Pending, "a", "k"}: 1})
 	s.ConsumerBacklog("a", 1, 1)

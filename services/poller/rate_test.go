@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -139,6 +140,9 @@ func TestPauseHoldsPolls(t *testing.T) {
 			t.Fatalf("event %s: want it still polling while paused, got %s", id, st)
 		}
 	}
+	if n := w.putOff("acme", metrics.PutOffPaused); n < 2 {
+		t.Fatalf("want acme's polls counted as put off for its pause, got %v", n)
+	}
 	w.b.SetFaults(provider.Faults{})
 	if err := pauses.Clear(w.Ctx(), "acme"); err != nil {
 		t.Fatal(err)
@@ -202,6 +206,9 @@ func TestOpenBreakerHoldsPolls(t *testing.T) {
 	}
 	if globexPolls < 2 {
 		t.Fatalf("want globex's event polled on while acme's breaker is open (a poll a second), got %d polls", globexPolls)
+	}
+	if acme, globex := w.putOff("acme", metrics.PutOffBreaker), w.putOff("globex", metrics.PutOffBreaker); acme < 2 || globex != 0 {
+		t.Fatalf("want acme's polls counted as put off for its breaker, globex's not: got %v and %v", acme, globex)
 	}
 	w.b.SetFaults(provider.Faults{PollAfter: 1})
 	w.WaitAll(acme, state.Done, 30*time.Second)

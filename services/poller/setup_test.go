@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -261,6 +262,16 @@ func notes(r state.Record, s string) int {
 		}
 	}
 	return n
+}
+
+// putOff is how many of account's timers this world's poller put off
+// for reason (tenaz_poller_put_off_total; 0 when it has no series).
+func (w *world) putOff(account, reason string) float64 {
+	w.t.Helper()
+	if n := servicetest.Metric(w.t, w.reg, metrics.NamePutOff, "account", account, "reason", reason); !math.IsNaN(n) {
+		return n
+	}
+	return 0
 }
 
 func (w *world) wantMetric(name string, labels map[string]string, want float64) {

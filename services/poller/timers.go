@@ -13,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
@@ -254,9 +255,10 @@ func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Reco
 		if until, err = s.paced(ctx, env.Account, tgt); err != nil || until.IsZero() {
 			return false, err
 		}
-		why = "its target's rate is in use"
+		why = metrics.PutOffRate
 	}
-	zerolog.Ctx(ctx).Debug().Time("until", until).Msg("poll put off: " + why)
+	s.o.Metrics.PutOff(env.Account, why)
+	zerolog.Ctx(ctx).Debug().Time("until", until).Str("reason", why).Msg("poll put off")
 	msgID := fmt.Sprintf("%s/poll/%d/%d/off/%d", env.ID, rec.Step(), rec.Polls+1, until.Unix())
 	return true, s.q.Timer(ctx, env, queue.DueTime(until), queue.TimerPoll, msgID)
 }
@@ -284,6 +286,7 @@ func (s *Service) crowded(m jetstream.Msg, env event.Envelope) {
 		_ = m.NakWithDelay(wait)
 		return
 	}
+	s.o.Metrics.PutOff(env.Account, metrics.PutOffCrowded)
 	s.log.Debug().Str("event_id", env.ID).Str("account", env.Account).Time("until", at).
 		Msg("timer put off: its account holds all the timers it may on this replica")
 	_ = m.Ack()
@@ -293,16 +296,17 @@ func (s *Service) crowded(m jetstream.Msg, env event.Envelope) {
 // pause of the account or by the account's open breaker for the target,
 // is looked at again: the pause's or the cooldown's end, or the next
 // poll's time if sooner (a resume, or a breaker closed by an operator,
-// is heard, not waited for). Zero: nothing holds it. A pause and an open
-// breaker stop an account's calls, and a poll is one.
+// is heard, not waited for), and why (metrics.PutOffPaused or
+// PutOffBreaker). Zero: nothing holds it. A pause and an open breaker
+// stop an account's calls, and a poll is one.
 func (s *Service) heldUntil(account, tgt string, every time.Duration) (time.Time, string) {
 	now := time.Now()
 	var end time.Time
 	why := ""
 	if p, ok := s.paused.Get(account); ok && p.Holds(now) {
-		end, why = p.End(), "its account is paused"
+		end, why = p.End(), metrics.PutOffPaused
 	} else if end = s.breaker.HeldUntil(account, tgt); !end.IsZero() {
-		why = "its account's breaker for the target is open"
+		why = metrics.PutOffBreaker
 	} else {
 		return time.Time{}, ""
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
@@ -138,6 +139,9 @@ func TestCrowdedAccountLeavesTheAckWindowToOthers(t *testing.T) {
 		if st := w.Record(id).Status; st != state.Polling {
 			t.Fatalf("tardy's event %s: want it polling still, got %s", id, st)
 		}
+	}
+	if tardy, acme := w.putOff("tardy", metrics.PutOffCrowded), w.putOff("acme", metrics.PutOffCrowded); tardy < 1 || acme != 0 {
+		t.Fatalf("want tardy's timers counted as put off for its crowd, acme's not: got %v and %v", tardy, acme)
 	}
 	t.Logf("acme's events done in %s", took.Round(time.Millisecond))
 }
