@@ -131,7 +131,7 @@ func TestAlertsPresent(t *testing.T) {
 	for _, name := range []string{
 		"TenazRetryRateHigh", "TenazBacklogGrowing", "TenazDeadLetterGrowing", "TenazBreakerOpen",
 		"TenazReconcilerRepairs", "TenazWaitTimeOverObjective", "TenazBacklogUnreadable", "TenazDeadEntriesWaiting",
-		"TenazTrimFailing",
+		"TenazTrimFailing", "TenazPollerCrowded",
 	} {
 		if _, ok := got[name]; !ok {
 			t.Errorf("alert %s is missing from %s", name, rulesFile)
