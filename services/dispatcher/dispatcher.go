@@ -97,6 +97,9 @@ type Hooks struct {
 	// lane advances and the message is acked; an error abandons the
 	// message unacked, as a crash would.
 	AfterStore func(id string, status state.State) error
+	// LaneRead runs before an ordered event reads its predecessor in its
+	// lane; an error stands for that read failing (a server restart).
+	LaneRead func(id string) error
 	// BeforeStart runs once this replica took an account's lease, before
 	// its reader starts; an error fails the start, as a failed server
 	// call would (a stream or its consumer changing leader).

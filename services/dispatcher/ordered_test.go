@@ -1,13 +1,16 @@
 package dispatcher_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/services/dispatcher"
 )
 
 // Events with one ordering key are delivered one at a time in submission
@@ -120,5 +123,40 @@ func TestOrderedLaneMovesOnPastDead(t *testing.T) {
 		if n := h.effects(k); n != 1 {
 			t.Fatalf("%s: want one effect, got %d", k, n)
 		}
+	}
+}
+
+// Reads of its predecessor that fail (a nats-server restart, here the
+// LaneRead hook) do not park an ordered event for the lane's safety
+// net: its predecessor's finisher has woken it already and will not
+// again. a-1's next two reads fail right after a-0 finished (the check
+// and the re-check after parking, as a restart makes them); a-1 is done
+// within seconds (old code: parked for 5 minutes, the crash suite's
+// "lanes whose next event waited 5 minutes").
+func TestFailedLaneReadDoesNotParkForTheSafetyNet(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(8, `ordered_by: lane, attempts: 2`), provider.Faults{})
+	ids := h.Submit("acme", "order.create", []string{"a-0", "a-1"}, func(k string) string {
+		return fmt.Sprintf(`{"order_id":%q,"lane":"A"}`, k)
+	})
+	var finished atomic.Bool
+	var failed atomic.Int32
+	h.dispatcher("d1", &dispatcher.Hooks{
+		AfterStore: func(id string, st state.State) error {
+			if id == ids[0] && state.Finished(st) {
+				finished.Store(true)
+			}
+			return nil
+		},
+		LaneRead: func(id string) error {
+			if id == ids[1] && finished.Load() && failed.Add(1) <= 2 {
+				return errors.New("nats: connection closed")
+			}
+			return nil
+		},
+	})
+	h.waitAll(ids, state.Done, 15*time.Second)
+	if failed.Load() < 2 {
+		t.Fatalf("want a-1's reads of its predecessor to have failed twice after a-0 finished, got %d reads", failed.Load())
 	}
 }
