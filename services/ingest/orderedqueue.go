@@ -92,10 +92,14 @@ func (e *orderedEntry) draining() bool {
 	return e.through > 0 && (e.next <= e.through || len(e.ahead) > 0)
 }
 
-// delegate makes e an anchor standing for seq as well.
+// delegate makes e an anchor standing for seq as well. A redelivered
+// entry may already drain (through set to INTAKE's end when it was
+// accepted) with no delegated submission yet.
 func (e *orderedEntry) delegate(seq uint64) {
 	if e.through == 0 {
 		e.next = e.seq + 1
+	}
+	if e.delegated == nil {
 		e.delegated = map[uint64]struct{}{}
 	}
 	e.delegated[seq] = struct{}{}

@@ -202,3 +202,31 @@ func TestOrderedQueuePassesOverAWaitingEntry(t *testing.T) {
 		t.Fatal("want a closed queue to give a waiting entry at once")
 	}
 }
+
+// againMsg is a seqMsg delivered a second time.
+type againMsg struct{ seqMsg }
+
+func (m againMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.seq}, NumDelivered: 2}, nil
+}
+
+// A redelivered ordered entry, accepted and draining its account to INTAKE's end
+// (the loop sets its through), then put back, takes a later submission
+// of its account as an anchor does. It had no delegated set, and the
+// crash suite's ingest panicked on it (assignment to entry in nil map).
+func TestOrderedQueueRedeliveredAnchorTakesALaterSubmission(t *testing.T) {
+	t.Parallel()
+	q := newOrderedQueue(true)
+	if q.push("flood", againMsg{seqMsg{seq: 10}}) {
+		t.Fatal("want the redelivered submission held")
+	}
+	e, _ := q.pop()
+	e.accepted, e.next, e.through = true, e.seq+1, 20 // as the loop does for a redelivered entry
+	q.putBack(e)
+	if !q.extend("flood", seqMsg{seq: 21}) {
+		t.Fatal("want the draining entry to stand for the later submission")
+	}
+	if _, ok := e.delegated[21]; !ok || e.through != 21 {
+		t.Fatalf("want submission 21 delegated and the drain through it, got %v through %d", e.delegated, e.through)
+	}
+}
