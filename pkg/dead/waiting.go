@@ -202,7 +202,7 @@ func (w *Writer) moveAccount(ctx context.Context, st jetstream.Stream, subj stri
 			}
 			return moved, err
 		}
-		if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !store.IsGone(err) {
 			return moved, fmt.Errorf("dead: remove a moved entry: %w", err)
 		}
 		moved++

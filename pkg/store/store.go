@@ -79,6 +79,16 @@ func IsFull(err error) bool {
 		apiErr.ErrorCode == jsErrStreamStoreFailed && strings.HasPrefix(apiErr.Description, "maximum ")
 }
 
+// IsGone reports whether err is a message delete refused because the
+// message is not there: another deleted it first (two movers, a purge),
+// which for the deleter is as good as its own. nats.go puts the server's
+// answer (err_code 10057, "no message found") in the text of
+// ErrMsgDeleteUnsuccessful, not as an APIError, so the text decides.
+func IsGone(err error) bool {
+	return errors.Is(err, jetstream.ErrMsgNotFound) ||
+		errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "no message found")
+}
+
 // Options of a Store.
 type Options struct {
 	// Retention is how long a done or cancelled record stays (per-key TTL).

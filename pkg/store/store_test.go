@@ -531,3 +531,30 @@ func TestRecordsPlacedByEvent(t *testing.T) {
 		t.Fatalf("by account, Get by id alone (every partition): %v", err)
 	}
 }
+
+// A message deleted twice (two movers, a mover and a purge) is gone for
+// the second deleter: IsGone says so of the server's refusal, which
+// nats.go gives as text, not as ErrMsgNotFound. Any other error is not.
+func TestIsGone(t *testing.T) {
+	t.Parallel()
+	s := natstest.Start(t)
+	_, js := s.Conn(t)
+	st, err := js.CreateStream(ctx(t), jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(ctx(t), "gone.x", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx(t), ack.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	err = st.DeleteMsg(ctx(t), ack.Sequence)
+	if err == nil || !store.IsGone(err) {
+		t.Fatalf("a second delete: want an error IsGone takes, got %v", err)
+	}
+	if store.IsGone(errors.New("nats: timeout")) || store.IsGone(nil) {
+		t.Fatal("want IsGone false for other errors and nil")
+	}
+}

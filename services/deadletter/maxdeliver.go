@@ -14,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // maxDeliveries is the server's advisory that a consumer gave up on a
@@ -111,7 +112,7 @@ func (s *Service) moveToDead(ctx context.Context, a maxDeliveries) error {
 }
 
 func deleteMsg(ctx context.Context, st jetstream.Stream, seq uint64) error {
-	if err := st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := st.DeleteMsg(ctx, seq); err != nil && !store.IsGone(err) {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
 			return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -589,7 +590,7 @@ func (m *migration) copyMessages(ctx context.Context, p int) (time.Time, error) 
 				}
 			}
 		}
-		if err := m.events[p].DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := m.events[p].DeleteMsg(ctx, msg.Sequence); err != nil && !store.IsGone(err) {
 			return err
 		}
 		return nil
