@@ -145,6 +145,7 @@ func DemoFaults() Faults {
 // answered (or abandoned by the client).
 type Call struct {
 	At             time.Time // when the call arrived
+	Answered       time.Time // when it was answered (or the client left)
 	Method         string
 	Path           string
 	IdempotencyKey string // Idempotency-Key, or Tenaz-Event-Id when absent
@@ -156,6 +157,22 @@ type Call struct {
 	Applied        bool   // this call applied the side effect
 	Replayed       bool   // an idempotent provider replayed a stored answer
 	Reference      string // the provider reference of a 2xx answer
+}
+
+// MostInFlight is the most of calls that were in flight at once: the
+// concurrency a caller held against the provider.
+func MostInFlight(calls []Call) int {
+	most := 0
+	for _, c := range calls {
+		n := 0
+		for _, o := range calls {
+			if !o.At.After(c.At) && o.Answered.After(c.At) {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
 }
 
 // CallbackRecord is one callback the provider sent or dropped.
@@ -551,6 +568,7 @@ func (p *Provider) answer(w http.ResponseWriter, c *Call, status int, msg string
 // record appends the answered call to the log and wakes waiters.
 func (p *Provider) record(c *Call, status int) {
 	c.Status = status
+	c.Answered = p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.total++

@@ -433,3 +433,29 @@ func BenchmarkServeHTTP(b *testing.B) {
 		}
 	})
 }
+
+// MostInFlight counts the calls that overlapped: three sent at once
+// against a 200 ms latency were three in flight; sent one after another,
+// one.
+func TestMostInFlight(t *testing.T) {
+	t.Parallel()
+	p, srv := setup(t, provider.Faults{Latency: 200 * time.Millisecond})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			if _, err := send(t, srv.Client(), http.MethodPost, srv.URL+"/orders", `{}`, "Idempotency-Key", keyN(i)); err != nil {
+				t.Errorf("call %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := provider.MostInFlight(p.Calls()); n != 3 {
+		t.Fatalf("want 3 calls sent at once counted in flight together, got %d", n)
+	}
+	for i := range 2 {
+		deliver(t, srv, keyN(10+i), `{}`)
+	}
+	if n := provider.MostInFlight(p.Calls()[3:]); n != 1 {
+		t.Fatalf("want calls sent one after another counted one at a time, got %d", n)
+	}
+}
