@@ -265,8 +265,9 @@ func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Reco
 
 // crowded puts off a timer whose account holds all the timers it may
 // on this replica (turns): it is set again one poll interval of the
-// kind's target later (roomWait for a kind that does not poll) and
-// acked. The record decides when it fires again, as for any timer.
+// kind's target later (roomWait for a kind that does not poll), or
+// later still behind the rest of the account's crowd (turns.backAt),
+// and acked. The record decides when it fires again, as for any timer.
 func (s *Service) crowded(m jetstream.Msg, env event.Envelope) {
 	wait := roomWait
 	cfg := s.live.Load()
@@ -279,7 +280,7 @@ func (s *Service) crowded(m jetstream.Msg, env event.Envelope) {
 	if md, err := m.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	at := queue.DueTime(time.Now().Add(wait))
+	at := queue.DueTime(s.turns.backAt(env.Account, time.Now().Add(wait), wait))
 	msgID := fmt.Sprintf("%s/crowded/%d/%d", env.ID, seq, at.Unix())
 	if err := s.q.Timer(s.runCtx, env, at, m.Headers().Get(names.HeaderTimer), msgID); err != nil {
 		s.log.Warn().Err(err).Str("event_id", env.ID).Msg("timer of a crowded account not put off; it will be redelivered")

@@ -24,6 +24,9 @@ import (
 //     running. Beyond that its timers are put off (set again for later
 //     and acked): unacked, they would fill the consumer's ack window
 //     (max_ack_pending), which every account of the partition shares.
+//     At most hold of them come back in one poll interval (backAt), so
+//     that a crowd costs a write per hold timers an interval, not one
+//     per timer beyond the hold.
 //   - A timer waiting in its line is kept alive (InProgress) so that it
 //     is not redelivered, nor counted as one more delivery.
 //
@@ -53,6 +56,11 @@ type line struct {
 	waiting []fired
 	running int
 	ready   bool // in turns.ready
+
+	// The account's timers put off for its crowd come back from back
+	// on; backs of them come back in the interval that starts there.
+	back  time.Time
+	backs int
 }
 
 // fired is a timer the consumer delivered, with its decoded envelope.
@@ -128,6 +136,28 @@ func (t *turns) done(account string) {
 		return
 	}
 	t.readyLocked(account, l)
+}
+
+// backAt is when a timer of account put off for its crowd comes back:
+// at earliest, or in a later interval (every) if hold of its timers come
+// back in earliest's already. Each put-off timer goes to the end of the
+// account's crowd, which comes back at hold an interval, whatever its
+// size.
+func (t *turns) backAt(account string, earliest time.Time, every time.Duration) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.lines[account]
+	if !ok { // the crowd went meanwhile
+		return earliest
+	}
+	switch {
+	case l.back.Before(earliest):
+		l.back, l.backs = earliest, 0
+	case l.backs >= t.hold:
+		l.back, l.backs = l.back.Add(every), 0
+	}
+	l.backs++
+	return l.back
 }
 
 // readyLocked gives account a turn if it has a timer waiting and a

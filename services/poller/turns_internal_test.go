@@ -2,6 +2,7 @@ package poller
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,36 @@ func TestTurnsHoldAnAccountsTimersUpToItsShare(t *testing.T) {
 	tu.done("a")
 	if err := tu.add(timerOf("a", now)); err != nil {
 		t.Fatalf("want a's timer taken once one is done, got %v", err)
+	}
+}
+
+// A crowd's timers come back at most hold (16 at 2 workers) an interval,
+// each behind those put off before it, however many there are; once
+// the crowd has come back, a timer put off again comes back an interval
+// on.
+func TestTurnsBringACrowdBackAtHoldAnInterval(t *testing.T) {
+	tu := newTurns(2)
+	now := time.Now()
+	for range 16 {
+		if err := tu.add(timerOf("a", now)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := map[time.Duration]int{}
+	for range 40 {
+		if err := tu.add(timerOf("a", now)); !errors.Is(err, errCrowded) {
+			t.Fatalf("want a crowded, got %v", err)
+		}
+		back[tu.backAt("a", now.Add(time.Second), time.Second).Sub(now)]++
+	}
+	if want := map[time.Duration]int{time.Second: 16, 2 * time.Second: 16, 3 * time.Second: 8}; !maps.Equal(back, want) {
+		t.Fatalf("want a's 40 put-off timers back 16 an interval, got %v", back)
+	}
+	if at := tu.backAt("a", now.Add(5*time.Second), time.Second); !at.Equal(now.Add(5 * time.Second)) {
+		t.Fatalf("want a timer put off once the crowd is back to come back an interval on, got %s", at.Sub(now))
+	}
+	if at := tu.backAt("b", now.Add(time.Second), time.Second); !at.Equal(now.Add(time.Second)) {
+		t.Fatalf("want an account with no crowd's timer back an interval on, got %s", at.Sub(now))
 	}
 }
 
