@@ -177,6 +177,16 @@ func (k Kind) StageFor(fallback bool) (Stage, bool) {
 	return *k.Fallback, true
 }
 
+// PollEvery is how often the target is polled: its poll.interval, or
+// the default one for a target that no longer polls (a reload took its
+// poll away while events of it were polling).
+func (t Target) PollEvery() Duration {
+	if t.Poll == nil {
+		return defaultPollInterval
+	}
+	return t.Poll.Interval
+}
+
 // SyncInterval reads Sync: always is true for "always" (and for "" or an
 // invalid value, the safe choice); otherwise every is the fsync interval.
 func (e Embedded) SyncInterval() (always bool, every time.Duration) {

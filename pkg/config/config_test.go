@@ -225,6 +225,8 @@ kinds:
 	eq(t, "targets.erp.reference_field", tg.ReferenceField, "id")
 	eq(t, "targets.erp.signing_secret", tg.SigningSecret, config.Secret(""))
 	eq(t, "targets.erp.poll.interval", tg.Poll.Interval.D(), 30*time.Second)
+	eq(t, "targets.erp PollEvery", tg.PollEvery().D(), 30*time.Second)
+	eq(t, "PollEvery of a target without poll", config.Target{}.PollEvery().D(), 30*time.Second)
 
 	k, _ := cfg.Kind("order.create")
 	eq(t, "on_callback_timeout", k.OnCallbackTimeout, "manual_review")

@@ -914,10 +914,7 @@ func (s *Service) accepted(ctx context.Context, env event.Envelope, rec state.Re
 			msg := fmt.Sprintf("%s; the provider's reference is %d bytes, over the %d a record keeps, so the event cannot be polled", detail, n, state.MaxReference)
 			return s.cannotWait(dead.ReasonTooLarge, msg, resp), dead.ReasonTooLarge, nil
 		}
-		every := config.Duration(30 * time.Second)
-		if t := s.conf().TargetFor(env.Account, stage.Target); t.Poll != nil {
-			every = t.Poll.Interval
-		}
+		every := s.conf().TargetFor(env.Account, stage.Target).PollEvery()
 		next := queue.DueTime(now.Add(every.D()))
 		deadline := now.Add(stage.PollSLA.D()).UTC()
 		if err := s.q.Timer(ctx, env, next, queue.TimerPoll, fmt.Sprintf("%s/poll/%d/0", env.ID, rec.Step())); err != nil {

@@ -44,16 +44,14 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 	if !ok {
 		return s.escalate(ctx, env, rec, rev, s.st.Now(), fmt.Sprintf("kind %q is no longer configured", rec.Kind), "", nil)
 	}
-	p := &pollRun{env: env, rec: rec, rev: rev, every: 30 * time.Second, n: rec.Polls + 1}
+	p := &pollRun{env: env, rec: rec, rev: rev, n: rec.Polls + 1}
 	p.stage, _ = kind.StageFor(rec.Stage == state.StageFallback)
+	p.every = s.live.Load().TargetFor(env.Account, p.stage.Target).PollEvery().D()
 	tgt, err := s.target(env.Account, p.stage.Target)
 	if err != nil {
 		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), "", nil)
 	}
 	p.tgt = tgt
-	if t := s.live.Load().TargetFor(env.Account, p.stage.Target); t.Poll != nil {
-		p.every = t.Poll.Interval.D()
-	}
 	if off, err := s.putOff(ctx, env, rec, p.stage.Target, p.every); off || err != nil {
 		return err
 	}
