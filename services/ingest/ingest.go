@@ -264,11 +264,11 @@ func (s *Service) start(ctx context.Context) error {
 			<-done
 		}
 	})
-	s.cc, err = cons.Consume(s.route, jetstream.PullMaxMessages(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	s.cc, err = cons.Consume(s.route, append(queue.Pull(s.o.Workers), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			s.log.Debug().Err(err).Msg("intake consume")
 		}
-	}))
+	}))...)
 	if err != nil {
 		return fmt.Errorf("ingest: consume: %w", err)
 	}

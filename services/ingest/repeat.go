@@ -23,6 +23,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -138,12 +139,12 @@ func (s *Service) startRepeats(ctx, runCtx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", cc.Durable, err)
 	}
-	s.repeatCC, err = cons.Consume(func(m jetstream.Msg) { s.handleFire(runCtx, m) }, jetstream.PullMaxMessages(64),
+	s.repeatCC, err = cons.Consume(func(m jetstream.Msg) { s.handleFire(runCtx, m) }, append(queue.Pull(64),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				s.log.Debug().Err(err).Msg("repeat consume")
 			}
-		}))
+		}))...)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cc.Durable, err)
 	}

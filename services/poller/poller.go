@@ -207,7 +207,7 @@ func (s *Service) start(ctx context.Context) error {
 		if w := cons.CachedInfo().Config.AckWait; ackWait == 0 || w < ackWait {
 			ackWait = w
 		}
-		cc, err := cons.Consume(s.receive, jetstream.PullMaxMessages(n))
+		cc, err := cons.Consume(s.receive, queue.Pull(n)...)
 		if err != nil {
 			return fmt.Errorf("poller: consume timers: %w", err)
 		}

@@ -58,7 +58,8 @@ type line struct {
 	ready   bool // in turns.ready
 
 	// The account's timers put off for its crowd come back from back
-	// on; backs of them come back in the interval that starts there.
+	// on; backs of them come back in the interval that starts there
+	// (none before its own earliest).
 	back  time.Time
 	backs int
 }
@@ -151,12 +152,15 @@ func (t *turns) backAt(account string, earliest time.Time, every time.Duration) 
 		return earliest
 	}
 	switch {
-	case l.back.Before(earliest):
+	case earliest.Sub(l.back) >= every: // the crowd's last interval is past
 		l.back, l.backs = earliest, 0
 	case l.backs >= t.hold:
 		l.back, l.backs = l.back.Add(every), 0
 	}
 	l.backs++
+	if l.back.Before(earliest) {
+		return earliest
+	}
 	return l.back
 }
 

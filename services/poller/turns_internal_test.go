@@ -92,11 +92,18 @@ func TestTurnsBringACrowdBackAtHoldAnInterval(t *testing.T) {
 		}
 	}
 	back := map[time.Duration]int{}
-	for range 40 {
+	for i := range 40 {
 		if err := tu.add(timerOf("a", now)); !errors.Is(err, errCrowded) {
 			t.Fatalf("want a crowded, got %v", err)
 		}
-		back[tu.backAt("a", now.Add(time.Second), time.Second).Sub(now)]++
+		// Put off a millisecond apart, as they come: each interval
+		// counted from the first of its timers.
+		earliest := now.Add(time.Second + time.Duration(i)*time.Millisecond)
+		at := tu.backAt("a", earliest, time.Second)
+		if at.Before(earliest) {
+			t.Fatalf("timer %d back at %s, before its earliest %s", i, at.Sub(now), earliest.Sub(now))
+		}
+		back[at.Sub(now).Truncate(time.Second)]++
 	}
 	if want := map[time.Duration]int{time.Second: 16, 2 * time.Second: 16, 3 * time.Second: 8}; !maps.Equal(back, want) {
 		t.Fatalf("want a's 40 put-off timers back 16 an interval, got %v", back)

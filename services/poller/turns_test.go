@@ -143,10 +143,11 @@ func TestCrowdedAccountLeavesTheAckWindowToOthers(t *testing.T) {
 			t.Fatalf("tardy's event %s: want it polling still, got %s", id, st)
 		}
 	}
-	// 16 back an interval, a second's worth more for the window's ends,
-	// and one for each poll that ended and set its next timer.
+	// 16 back an interval, two intervals' worth more for the window's
+	// ends and for timers fired late into it (a loaded server), and one
+	// for each poll that ended and set its next timer.
 	off, secs := w.putOff("tardy", metrics.PutOffCrowded)-offBefore, time.Since(since).Seconds()
-	if bound := 16*(secs+1) + secs; off > bound {
+	if bound := 16*(secs+2) + secs; off > bound {
 		t.Fatalf("want tardy's crowd back at most 16 a second, got %.0f put off in %.1fs (bound %.0f)", off, secs, bound)
 	}
 	if acme := w.putOff("acme", metrics.PutOffCrowded); off < 1 || acme != 0 {
