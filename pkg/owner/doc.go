@@ -11,7 +11,9 @@
 // it when it is free or its holder is dead, and gives it back (Release)
 // only after its last call for the account returned. Two replicas never
 // hold one account at a time, even while their views of who is alive
-// differ for a heartbeat or two.
+// differ for a heartbeat or two. A guest (a poller: Options.Guest) says
+// it is alive and holds no account, so that what it holds of a shared
+// limit (pkg/quota) counts while it lives.
 //
 //	g, err := owner.Join(ctx, js, owner.Options{Instance: "d-1", OnChange: reconcile}) // reconcile(owner.Change)
 //	if g.Assigned(acct) { ok, err := g.Acquire(ctx, acct) … }

@@ -29,9 +29,11 @@ const (
 // the bucket.
 const forgetAfter = 20
 
-// Key prefixes in the bucket.
+// Key prefixes in the bucket: a member's heartbeat, a guest's, an
+// account's lease.
 const (
 	memberPrefix = "m."
+	guestPrefix  = "g."
 	leasePrefix  = "a."
 )
 
@@ -55,6 +57,13 @@ type Options struct {
 	// Prefix is the installation's subject prefix, which its bucket names
 	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
+	// Guest joins a replica that holds no account (a poller, whose polls
+	// take slots of the targets' concurrency beside the dispatchers'
+	// calls): every replica hears it (Present), none assigns it an
+	// account (Live, Assigned), and it takes no lease. Its heartbeat has
+	// a key of its own (g.<instance>), so that its NATS user may write
+	// that one and no member's heartbeat or lease.
+	Guest bool
 }
 
 // Change is what changed since the last OnChange.
@@ -76,12 +85,13 @@ type Group struct {
 	log    zerolog.Logger
 
 	mu     sync.Mutex
-	seen   map[string]heard // replica → its last heartbeat heard
+	seen   map[string]heard // replica → its last heartbeat heard, guests' too
 	cut    bool             // this replica's last heartbeat failed: it hears nobody
 	sent   time.Time        // when the last heartbeat that got through was sent
 	lapses uint64           // how often it stopped being Current and became so again
 	since  time.Time        // when this replica's heartbeats got through again
-	live   []string         // sorted, self included
+	live   []string         // the live members, sorted, self included unless a guest
+	here   []string         // the live members and guests, sorted, self included
 	leases map[string]lease // account → its holder as last known
 	// pending is what changed since the last OnChange. With many accounts
 	// a caller cannot look at every one on each lease change: the leases
@@ -136,7 +146,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 		g.apply(e, e.Created())
 	}
 	g.mu.Lock()
-	g.seen[g.self] = heard{at: time.Now()}
+	g.seen[g.self] = heard{at: time.Now(), guest: o.Guest}
 	g.refreshLocked(time.Now())
 	g.mu.Unlock()
 	g.status = g.nc.StatusChanged(nats.CONNECTED)
@@ -151,11 +161,20 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 // Self is this replica's name in the bucket.
 func (g *Group) Self() string { return g.self }
 
-// Live returns the live replicas, sorted.
+// Live returns the live members, sorted: the replicas accounts are
+// assigned to.
 func (g *Group) Live() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Clone(g.live)
+}
+
+// Present returns the live replicas, members and guests, sorted: those
+// whose slots of a shared limit count (pkg/quota's Options.Live).
+func (g *Group) Present() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.here)
 }
 
 // Assigned reports whether account belongs to this replica among the live
@@ -217,6 +236,9 @@ func (g *Group) Holds(account string) bool { return g.Holder(account) == g.self 
 // replica holds it (it gives it back once its last call returned) or
 // another replica took it first.
 func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error) {
+	if g.o.Guest {
+		return false, errors.New("owner: a guest holds no account")
+	}
 	key := leasePrefix + account
 	e, err := g.kv.Get(ctx, key)
 	var rev uint64
@@ -326,7 +348,7 @@ func (g *Group) Leave(ctx context.Context) {
 	g.mu.Unlock()
 	g.stop()
 	g.done.Wait()
-	if err := g.kv.Delete(ctx, memberPrefix+g.self); err != nil {
+	if err := g.kv.Delete(ctx, heartbeatKey(g.self, g.o.Guest)); err != nil {
 		g.log.Debug().Err(err).Msg("owner: removing the heartbeat")
 	}
 }
@@ -389,7 +411,7 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 				g.since = now
 			}
 			g.cut = err != nil
-			g.seen[g.self] = heard{at: now}
+			g.seen[g.self] = heard{at: now, guest: g.o.Guest}
 			changed := g.refreshLocked(now)
 			g.mu.Unlock()
 			if changed {
@@ -420,8 +442,16 @@ func (g *Group) signal() {
 }
 
 func (g *Group) beat(ctx context.Context) error {
-	_, err := g.kv.Put(ctx, memberPrefix+g.self, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	_, err := g.kv.Put(ctx, heartbeatKey(g.self, g.o.Guest), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 	return err
+}
+
+// heartbeatKey is the key of replica m's heartbeat.
+func heartbeatKey(m string, guest bool) string {
+	if guest {
+		return guestPrefix + m
+	}
+	return memberPrefix + m
 }
 
 // apply takes one bucket entry in, heard at when; it reports whether the
@@ -429,14 +459,15 @@ func (g *Group) beat(ctx context.Context) error {
 func (g *Group) apply(e jetstream.KeyValueEntry, at time.Time) bool {
 	gone := e.Operation() != jetstream.KeyValuePut
 	switch k := e.Key(); {
-	case strings.HasPrefix(k, memberPrefix):
-		m := strings.TrimPrefix(k, memberPrefix)
+	case strings.HasPrefix(k, memberPrefix), strings.HasPrefix(k, guestPrefix):
+		guest := strings.HasPrefix(k, guestPrefix)
+		m := k[len(memberPrefix):]
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if gone {
 			delete(g.seen, m)
 		} else if h := g.seen[m]; e.Revision() > h.rev {
-			g.seen[m] = heard{at: at, rev: e.Revision()}
+			g.seen[m] = heard{at: at, rev: e.Revision(), guest: guest}
 		}
 		return g.refreshLocked(time.Now())
 	case strings.HasPrefix(k, leasePrefix):
@@ -452,8 +483,9 @@ func (g *Group) apply(e jetstream.KeyValueEntry, at time.Time) bool {
 // heard is a replica's last heartbeat: when this replica heard it, and its
 // revision in the bucket.
 type heard struct {
-	at  time.Time
-	rev uint64
+	at    time.Time
+	rev   uint64
+	guest bool
 }
 
 // confirm reads the heartbeat of every replica about to be taken for dead
@@ -462,15 +494,15 @@ type heard struct {
 // means the replica lives.
 func (g *Group) confirm(ctx context.Context, now time.Time) {
 	g.mu.Lock()
-	var stale []string
+	stale := map[string]bool{} // replica → a guest
 	for m, h := range g.seen {
 		if m != g.self && now.Sub(h.at) >= g.o.Expiry/2 {
-			stale = append(stale, m)
+			stale[m] = h.guest
 		}
 	}
 	g.mu.Unlock()
-	for _, m := range stale {
-		e, err := g.kv.Get(ctx, memberPrefix+m)
+	for m, guest := range stale {
+		e, err := g.kv.Get(ctx, heartbeatKey(m, guest))
 		var forget uint64 // the revision of a long-dead heartbeat to remove
 		g.mu.Lock()
 		switch h, ok := g.seen[m]; {
@@ -478,16 +510,17 @@ func (g *Group) confirm(ctx context.Context, now time.Time) {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			delete(g.seen, m)
 		case err == nil && e.Revision() > h.rev:
-			g.seen[m] = heard{at: now, rev: e.Revision()}
+			g.seen[m] = heard{at: now, rev: e.Revision(), guest: guest}
 		case err == nil && now.Sub(h.at) > forgetAfter*g.o.Expiry:
 			delete(g.seen, m)
 			forget = h.rev
 		}
 		g.mu.Unlock()
-		if forget != 0 {
+		if forget != 0 && !g.o.Guest {
 			// Long dead (every restarted pod has a new name): its key
-			// goes, unless it came back meanwhile.
-			_ = g.kv.Delete(ctx, memberPrefix+m, jetstream.LastRevision(forget))
+			// goes, unless it came back meanwhile. A member removes it; a
+			// guest may write only its own.
+			_ = g.kv.Delete(ctx, heartbeatKey(m, guest), jetstream.LastRevision(forget))
 		}
 	}
 }
@@ -515,7 +548,8 @@ func (g *Group) alive(ctx context.Context, m string) bool {
 	return true
 }
 
-// refreshLocked recomputes the live replicas at now; it reports a change.
+// refreshLocked recomputes the live replicas at now; it reports a change
+// of the live members (a guest's coming or going moves no account).
 // A replica that cannot reach NATS hears nobody, and nobody hears it: it
 // takes no one for dead until its own heartbeats have got through for an
 // Expiry, so an outage of NATS moves no account when it ends.
@@ -523,17 +557,22 @@ func (g *Group) refreshLocked(now time.Time) bool {
 	if g.cut {
 		return false
 	}
-	live := make([]string, 0, len(g.seen))
+	live, here := make([]string, 0, len(g.seen)), make([]string, 0, len(g.seen))
 	for m, h := range g.seen {
 		at := h.at
 		if at.Before(g.since) {
 			at = g.since
 		}
 		if m == g.self || now.Sub(at) < g.o.Expiry {
-			live = append(live, m)
+			here = append(here, m)
+			if !h.guest {
+				live = append(live, m)
+			}
 		}
 	}
 	slices.Sort(live)
+	slices.Sort(here)
+	g.here = here
 	if slices.Equal(live, g.live) {
 		return false
 	}

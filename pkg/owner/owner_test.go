@@ -40,10 +40,15 @@ func setup(t *testing.T) *natstest.Server {
 
 // join starts a replica on its own connection, as a separate process has.
 func join(t *testing.T, srv *natstest.Server, name string) *replica {
+	return joinAs(t, srv, name, false)
+}
+
+// joinAs starts a member, or a guest.
+func joinAs(t *testing.T, srv *natstest.Server, name string, guest bool) *replica {
 	t.Helper()
 	nc, js := srv.Conn(t)
 	r := &replica{nc: nc}
-	g, err := owner.Join(context.Background(), js, owner.Options{Instance: name, Heartbeat: beat,
+	g, err := owner.Join(context.Background(), js, owner.Options{Instance: name, Heartbeat: beat, Guest: guest,
 		OnChange: func(owner.Change) { r.changes.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +197,55 @@ func TestLeaseHasOneHolder(t *testing.T) {
 	}
 	if e, err := kv.Get(ctx, "a.acme"); err != nil || string(e.Value()) != "d3" {
 		t.Fatalf("after d1's release of a lease d3 took: want d3's, got %v %v", e, err)
+	}
+}
+
+// A guest (a poller) is present to every replica, members and guests,
+// from its heartbeat under its own key, and gone when it dies; it is
+// never assigned an account nor takes a lease, and its coming and going
+// moves no account (no OnChange of the members').
+func TestGuestIsPresentAndHoldsNothing(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	d1 := join(t, srv, "d1")
+	p1 := joinAs(t, srv, "p1", true)
+	p2 := joinAs(t, srv, "p2", true)
+	for _, r := range []*replica{d1, p1, p2} {
+		natstest.Eventually(t, 5*time.Second, func() bool { return slices.Equal(r.g.Present(), []string{"d1", "p1", "p2"}) },
+			"%s: want d1, p1 and p2 present, got %v", r.g.Self(), r.g.Present())
+		if live := r.g.Live(); !slices.Equal(live, []string{"d1"}) {
+			t.Fatalf("%s: want only the member d1 live for accounts, got %v", r.g.Self(), live)
+		}
+	}
+	for _, a := range accounts(50) {
+		if p1.g.Assigned(a) || !d1.g.Assigned(a) {
+			t.Fatalf("want every account assigned to the member d1, not the guest p1: %s", a)
+		}
+	}
+	if ok, err := p1.g.Acquire(context.Background(), "acme"); ok || err == nil {
+		t.Fatalf("want a guest refused a lease, got %v %v", ok, err)
+	}
+	_, js := srv.Conn(t)
+	kv, err := js.KeyValue(context.Background(), names.NewSubjects("").Bucket(names.BucketOwners))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(context.Background(), "g.p1"); err != nil {
+		t.Fatalf("want the guest's heartbeat under g.p1: %v", err)
+	}
+	if _, err := kv.Get(context.Background(), "m.p1"); err == nil {
+		t.Fatal("want no member heartbeat of the guest p1")
+	}
+
+	changes := d1.changes.Load()
+	p2.nc.Close()
+	natstest.Eventually(t, 5*time.Second, func() bool { return slices.Equal(d1.g.Present(), []string{"d1", "p1"}) },
+		"d1: want p2 gone once its heartbeats stopped, present %v", d1.g.Present())
+	p1.g.Leave(context.Background())
+	natstest.Eventually(t, 5*time.Second, func() bool { return slices.Equal(d1.g.Present(), []string{"d1"}) },
+		"d1: want p1 gone once it left, present %v", d1.g.Present())
+	if n := d1.changes.Load(); n != changes {
+		t.Fatalf("want no OnChange for guests coming and going, got %d", n-changes)
 	}
 }
 
