@@ -307,7 +307,8 @@ targets:
   bureau_b:
     url: "${B}/evaluations"
     timeout: 3s
-    rate: 1000/s # its polls take tokens in tenaz_quotas too
+    rate: 1000/s # its polls take tokens and slots in tenaz_quotas too
+    concurrency: 16
     poll: {url: "${B}/evaluations/{{.Reference}}", interval: 1s, done_when: {field: status, in: [approved, rejected]}}
   bureau_c: {url: "${C}/proposals", timeout: 3s, callback_secret: "` + cbSecret + `"}
 kinds:
@@ -1608,6 +1609,21 @@ func TestNATSUsersShape(t *testing.T) {
 	} {
 		if byName[serviceUser("poller")].Permissions.Publish.allowed(subject) != want {
 			t.Errorf("%s may publish %s: %v, want %v (it watches the breakers and writes none)", serviceUser("poller"), subject, !want, want)
+		}
+	}
+	// The poller's polls hold slots of the targets' concurrency as a guest
+	// of the dispatchers' replicas: it writes its own heartbeat, and no
+	// member's nor an account's lease.
+	for subject, want := range map[string]bool{
+		"$KV.tenaz_owners.g.poller_p-1": true,
+		"$KV.tenaz_owners.m.d-1":        false,
+		"$KV.tenaz_owners.a.acme":       false,
+		"$JS.API.CONSUMER.CREATE.KV_tenaz_owners." + watch + ".$KV.tenaz_owners.>":        true,
+		"$JS.API.CONSUMER.CREATE.KV_tenaz_quotas." + watch + ".$KV.tenaz_quotas.t.bureau": true,
+		"$KV.tenaz_quotas.k.key-1": false,
+	} {
+		if byName[serviceUser("poller")].Permissions.Publish.allowed(subject) != want {
+			t.Errorf("%s may publish %s: %v, want %v (a guest of the owners, with slots of the targets' limits)", serviceUser("poller"), subject, !want, want)
 		}
 	}
 	for _, name := range []string{userProducer, userOutbox} {

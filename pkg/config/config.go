@@ -274,8 +274,9 @@ type Target struct {
 	// its account's rate and this one. Defaults to "" (unlimited).
 	Rate Rate `yaml:"rate"`
 	// Concurrency is how many calls to this target may be in flight at
-	// once over every account and every dispatcher replica. A call needs a
-	// slot of its account and one of the target. "auto" learns it from the
+	// once over every account and every dispatcher replica, polls of it
+	// over every poller replica included. A call needs a slot of its
+	// account and one of the target. "auto" learns it from the
 	// target's answers (latency, 429 and 503, Retry-After), over every
 	// replica, between ConcurrencyMin and ConcurrencyMax. Defaults to 0
 	// (unlimited).

@@ -77,10 +77,11 @@ const (
 // Reasons of tenaz_poller_put_off_total: why a fired timer was set again
 // for later instead of handled now.
 const (
-	PutOffPaused  = "paused"  // the account is paused: its polls wait
-	PutOffBreaker = "breaker" // the account's breaker for the target is open: its polls wait
-	PutOffRate    = "rate"    // the target's provider-wide rate has no token for the poll soon
-	PutOffCrowded = "crowded" // the account holds all the timers it may on the replica
+	PutOffPaused      = "paused"      // the account is paused: its polls wait
+	PutOffBreaker     = "breaker"     // the account's breaker for the target is open: its polls wait
+	PutOffRate        = "rate"        // the target's provider-wide rate has no token for the poll soon
+	PutOffConcurrency = "concurrency" // the target's provider-wide concurrency has no slot for the poll soon
+	PutOffCrowded     = "crowded"     // the account holds all the timers it may on the replica
 )
 
 // The metric names.

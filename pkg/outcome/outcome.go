@@ -97,6 +97,20 @@ func ClassOf(err error) Class {
 	return ClassTransient
 }
 
+// Overloaded reports whether err is the target refusing for load: 429
+// or 503, any answer that asked for a pause (Retry-After), or a timeout;
+// and how long it asked to wait.
+func Overloaded(err error) (bool, time.Duration) {
+	if err == nil {
+		return false, 0
+	}
+	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
+		return true, ra.After
+	}
+	s := StatusOf(err)
+	return s == 429 || s == 503 || ClassOf(err) == ClassTimeout, 0
+}
+
 // StatusOf returns the HTTP status carried by err, or 0.
 func StatusOf(err error) int {
 	var h *HTTPError

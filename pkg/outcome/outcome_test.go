@@ -271,3 +271,28 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 	})
 }
+
+// Overloaded tells the answers that say the target has no room (429,
+// 503, a Retry-After, a timeout) from those that say nothing of it.
+func TestOverloaded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		err   error
+		want  bool
+		after time.Duration
+	}{
+		{"success", nil, false, 0},
+		{"429", &outcome.HTTPError{Status: 429}, true, 0},
+		{"503", fmt.Errorf("call: %w", &outcome.HTTPError{Status: 503}), true, 0},
+		{"retry-after", outcome.RetryAfter(7*time.Second, &outcome.HTTPError{Status: 500}), true, 7 * time.Second},
+		{"timeout", fmt.Errorf("call: %w", outcome.ErrTimeout), true, 0},
+		{"500", &outcome.HTTPError{Status: 500}, false, 0},
+		{"permanent 400", outcome.Permanent(&outcome.HTTPError{Status: 400}), false, 0},
+		{"connection refused", errors.New("dial tcp: connection refused"), false, 0},
+	} {
+		got, after := outcome.Overloaded(tc.err)
+		if got != tc.want || after != tc.after {
+			t.Errorf("%s: want %v %s, got %v %s", tc.name, tc.want, tc.after, got, after)
+		}
+	}
+}

@@ -21,6 +21,7 @@ func (p *Provider) servePoll(w http.ResponseWriter, r *http.Request, ref string)
 	p.mu.Lock()
 	f := p.faults.withDefaults()
 	down := f.Down || p.inOutageLocked()
+	arrived := p.now()
 	p.mu.Unlock()
 
 	if !p.wait(r.Context(), f.Latency) {
@@ -37,7 +38,7 @@ func (p *Provider) servePoll(w http.ResponseWriter, r *http.Request, ref string)
 	}
 
 	p.mu.Lock()
-	p.polled = append(p.polled, Call{At: p.now(), Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()})
+	p.polled = append(p.polled, Call{At: arrived, Answered: p.now(), Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()})
 	st, ok := p.refs[ref]
 	ans := PollAnswer{ID: ref, Status: "processing"}
 	if ok {

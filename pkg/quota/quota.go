@@ -67,7 +67,7 @@ type Options struct {
 	// Instance names this replica among those that hold slots of a
 	// concurrency limit (owner.Group.Self). Required for Acquire.
 	Instance string
-	// Live returns the live replicas, sorted (owner.Group.Live): the calls
+	// Live returns the live replicas, sorted (owner.Group.Present): the calls
 	// in flight of any other are not counted, and it is forgotten. nil
 	// counts every replica that ever held a slot.
 	Live func() []string

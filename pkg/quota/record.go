@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/outcome"
 )
 
 // Lateness is how early a call of a Smooth limit may come. A replica that
@@ -70,6 +71,15 @@ type Answer struct {
 	RetryAfter time.Duration
 	// OK: the call succeeded.
 	OK bool
+}
+
+// AnswerOf is what the outcome of a call (or a poll) that was made says
+// of its target's capacity.
+func AnswerOf(err error) Answer {
+	if refused, after := outcome.Overloaded(err); refused {
+		return Answer{Refused: true, RetryAfter: after}
+	}
+	return Answer{OK: err == nil}
 }
 
 // A learned concurrency moves as the account-level "auto" does

@@ -187,7 +187,7 @@ func (p *autoPermit) done(err error, made bool) {
 		return
 	}
 	a := p.a
-	refused, retryAfter := overloaded(err)
+	refused, retryAfter := outcome.Overloaded(err)
 	if p.p != nil {
 		if made && !refused && answered(err) {
 			p.p.Record()
@@ -257,21 +257,6 @@ func (a *autoLimit) flush() {
 	if save {
 		a.save(limit)
 	}
-}
-
-// overloaded reports whether err is the target refusing for load: 429 or
-// 503, any answer that asked for a pause (Retry-After), or a timeout; and
-// how long it asked to wait.
-func overloaded(err error) (bool, time.Duration) {
-	if err == nil {
-		return false, 0
-	}
-	var ra *outcome.RetryAfterError
-	if errors.As(err, &ra) {
-		return true, ra.After
-	}
-	s := outcome.StatusOf(err)
-	return s == 429 || s == 503 || outcome.ClassOf(err) == outcome.ClassTimeout, 0
 }
 
 // answered reports whether the target answered (a success or a status):

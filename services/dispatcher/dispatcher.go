@@ -274,7 +274,7 @@ func (s *Service) start(ctx context.Context) error {
 	// Opened whether or not a target has a provider-wide limit now: a
 	// reload may give one a limit (opening costs a bucket lookup; nothing
 	// is read or written until a limited target is called).
-	if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Live, Logger: &log, Prefix: s.cfg.Prefix}); err != nil {
+	if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Present, Logger: &log, Prefix: s.cfg.Prefix}); err != nil {
 		s.owners.Leave(ctx)
 		s.breakers.Stop()
 		s.cancel(ErrStopped)

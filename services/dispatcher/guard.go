@@ -334,10 +334,7 @@ func answerOf(err error, made bool) quota.Answer {
 	if !made {
 		return quota.Answer{}
 	}
-	if refused, after := overloaded(err); refused {
-		return quota.Answer{Refused: true, RetryAfter: after}
-	}
-	return quota.Answer{OK: err == nil}
+	return quota.AnswerOf(err)
 }
 
 // targetAutoLocked is this replica's latency-learned share of the "auto"

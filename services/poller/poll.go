@@ -52,12 +52,14 @@ func (s *Service) poll(ctx context.Context, env event.Envelope, rec state.Record
 		return s.escalate(ctx, env, rec, rev, s.st.Now(), err.Error(), "", nil)
 	}
 	p.tgt = tgt
-	if off, err := s.putOff(ctx, env, rec, p.stage.Target, p.every); off || err != nil {
+	release, off, err := s.putOff(ctx, env, rec, p.stage.Target, p.every)
+	if off || err != nil {
 		return err
 	}
 	ctx, span := tracing.Poll(ctx, env, p.n, rec.Stage, p.stage.Target)
 	defer span.End()
 	ans, perr := s.ask(ctx, p)
+	release(perr)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsconn"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/store"
@@ -52,8 +52,11 @@ type Options struct {
 	SkipStreams bool
 	// HTTPClient polls targets. Defaults to target.DefaultClient.
 	HTTPClient *http.Client
-	// Instance names this replica in history entries ("poller/<Instance>").
-	// Defaults to the host name.
+	// Instance names this replica in history entries ("poller/<Instance>")
+	// and among the replicas holding slots of the targets' limits. Defaults
+	// to names.Instance(): two replicas on one host (or each pid 1 in its
+	// container) must not share one name, or their slots would be counted
+	// as one replica's.
 	Instance string
 	// NoReconciler leaves the periodic sweep off (Reconcile can still be
 	// called, e.g. by the micro endpoint).
@@ -88,7 +91,7 @@ type Service struct {
 	targets *target.Cache
 	live    *live.Config       // the targets and account overrides in force
 	turns   *turns             // each account's timers waiting for a worker
-	pace    *pacer             // the targets' provider-wide rates, which polls take too
+	pace    *pacer             // the targets' provider-wide rates and concurrency, which polls take too
 	paused  accounts.PauseBook // the operators' pauses, which hold polls too
 	breaker *breaker.Registry  // the dispatchers' breakers, watched: an open one holds polls too
 	wg      sync.WaitGroup     // timers in flight
@@ -110,7 +113,7 @@ func New(o Options) (*Service, error) {
 		o.Metrics = metrics.Default
 	}
 	if o.Instance == "" {
-		o.Instance, _ = os.Hostname()
+		o.Instance = names.Instance()
 	}
 	js, err := natsconn.JetStream(o.Conn)
 	if err != nil {
@@ -144,7 +147,14 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("poller: %w", err)
 	}
 	s.order = lane.Order{Lanes: lanes, Records: st, Queue: s.q}
-	quotas, err := quota.Open(ctx, s.js, quota.Options{Logger: &s.log, Prefix: s.cfg.Prefix})
+	// A guest of the dispatchers' replicas: its heartbeat keeps the
+	// slots of the targets' concurrency its polls hold counted (pacer).
+	guests, err := owner.Join(ctx, s.js, owner.Options{Instance: s.actor, Guest: true, Prefix: s.cfg.Prefix, Logger: &s.log})
+	if err != nil {
+		return fmt.Errorf("poller: %w", err)
+	}
+	s.Defer(func(ctx context.Context) { guests.Leave(ctx) })
+	quotas, err := quota.Open(ctx, s.js, quota.Options{Instance: guests.Self(), Live: guests.Present, Logger: &s.log, Prefix: s.cfg.Prefix})
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
 	}

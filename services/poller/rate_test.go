@@ -24,24 +24,7 @@ import (
 // polls alone would come at about 30 a second. Every event completes.
 func TestPollsKeepToTheTargetRateAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, "attempts: 3", worldOpts{
-		b: provider.Faults{PollAfter: 3}, noPoller: true,
-		bureauB: "    rate: 10/s",
-		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5m}\n" +
-			"http: {addr: \"127.0.0.1:0\"}\nauth: {disabled: true}\n",
-	})
-	bin := natstest.Binary(t, "./cmd/tenaz-poller")
-	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
-	victim := natstest.StartProc(t, "p1", bin, w.yaml, env...)
-	natstest.StartProc(t, "p2", bin, w.yaml, env...)
-
-	keys := make([]string, 30)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("r-%d", i)
-	}
-	ids := w.Submit("acme", "report.fetch", keys, func(string) string { return `{"applicant":"a-1","decision":"approved"}` })
-	natstest.Eventually(t, 30*time.Second, func() bool { return len(w.b.PollCalls()) >= 20 }, "want the events polled")
-	victim.Kill(t)
+	w, ids := pollsOfTwoReplicas(t, provider.Faults{PollAfter: 3}, "    rate: 10/s", 30)
 	recs := w.WaitAll(ids, state.Done, 2*time.Minute)
 
 	var at []time.Time
@@ -64,15 +47,72 @@ func TestPollsKeepToTheTargetRateAcrossReplicas(t *testing.T) {
 	if most > 11 {
 		t.Errorf("bureau B (rate 10/s): want at most 11 requests in any second, calls and polls together, got %d", most)
 	}
-	if len(polls) < 3*len(ids) {
-		t.Errorf("want each event polled until its answer is final (3 answers processing), got %d polls of %d events", len(polls), len(ids))
+	wantPolledToDone(t, recs, len(polls), 4)
+	t.Logf("%d calls and %d polls; at most %d in one second", len(w.b.Calls()), len(polls), most)
+}
+
+// Polls keep to their target's provider-wide concurrency together with
+// the dispatcher's calls, over two poller replicas, each its own process,
+// one killed mid-run: bureau B (concurrency: 3, 300 ms an answer), polled
+// every second for 20 events, never has more than 3 requests in flight,
+// calls and polls together, where its polls alone would be 20 at once.
+// Every event completes.
+func TestPollsKeepToTheTargetConcurrencyAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	w, ids := pollsOfTwoReplicas(t, provider.Faults{PollAfter: 2, Latency: 300 * time.Millisecond}, "    concurrency: 3", 20)
+	recs := w.WaitAll(ids, state.Done, 2*time.Minute)
+
+	all := append(w.b.Calls(), w.b.PollCalls()...)
+	if most := provider.MostInFlight(all); most > 3 {
+		t.Errorf("bureau B (concurrency 3): want at most 3 requests in flight, calls and polls together, got %d", most)
+	}
+	polls := w.b.PollCalls()
+	if most := provider.MostInFlight(polls); most < 2 {
+		t.Errorf("want polls to use the target's slots, got at most %d in flight", most)
+	}
+	wantPolledToDone(t, recs, len(polls), 3)
+	t.Logf("%d calls and %d polls; at most %d in flight", len(w.b.Calls()), len(polls), provider.MostInFlight(all))
+}
+
+// pollsOfTwoReplicas runs two tenaz-poller processes against bureau B
+// (faults b, more target keys limits), submits n of acme's report.fetch
+// events, polled every second, and kills one poller once half of them
+// were polled: the events are the world's to wait for.
+func pollsOfTwoReplicas(t *testing.T, b provider.Faults, limits string, n int) (*world, []string) {
+	t.Helper()
+	w := newWorld(t, "attempts: 3", worldOpts{
+		b: b, noPoller: true, bureauB: limits,
+		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5m}\n" +
+			"http: {addr: \"127.0.0.1:0\"}\nauth: {disabled: true}\n",
+	})
+	bin := natstest.Binary(t, "./cmd/tenaz-poller")
+	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
+	victim := natstest.StartProc(t, "p1", bin, w.yaml, env...)
+	natstest.StartProc(t, "p2", bin, w.yaml, env...)
+
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("r-%d", i)
+	}
+	ids := w.Submit("acme", "report.fetch", keys, func(string) string { return `{"applicant":"a-1","decision":"approved"}` })
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(w.b.PollCalls()) >= n/2 }, "want the events polled")
+	victim.Kill(t)
+	return w, ids
+}
+
+// wantPolledToDone checks that every event is done, polled until its
+// answer was final: perEvent polls each (the answers processing, then
+// the final one), polls in all.
+func wantPolledToDone(t *testing.T, recs map[string]state.Record, polls, perEvent int) {
+	t.Helper()
+	if polls < perEvent*len(recs) {
+		t.Errorf("want each event polled until its answer is final (%d polls), got %d polls of %d events", perEvent, polls, len(recs))
 	}
 	for id, r := range recs {
 		if r.Status != state.Done {
 			t.Errorf("event %s: want done, got %s (%v)", id, r.Status, actions(r))
 		}
 	}
-	t.Logf("%d calls and %d polls; at most %d in one second", len(w.b.Calls()), len(polls), most)
 }
 
 // A poll refused with Retry-After (a 503 while the bureau is down) waits

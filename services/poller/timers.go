@@ -245,22 +245,25 @@ func (s *Service) escalate(ctx context.Context, env event.Envelope, rec state.Re
 }
 
 // putOff keeps a poll that may not go now from going: its account is
-// paused, its breaker for the target is open, or the target's rate has
-// no token for it soon (it waits for one meanwhile). The poll's timer is
-// set again for when it may, and the record stays as it is: no poll was
-// made. off reports that it was put off.
-func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Record, tgt string, every time.Duration) (off bool, err error) {
+// paused, its breaker for the target is open, or the target's rate or
+// concurrency has no token or slot for it soon (it waits for one
+// meanwhile). The poll's timer is set again for when it may, and the
+// record stays as it is: no poll was made. off reports that it was put
+// off; otherwise release gives back what the poll took of the target's
+// limits, with its outcome.
+func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Record, tgt string, every time.Duration) (release func(error), off bool, err error) {
 	until, why := s.heldUntil(env.Account, tgt, every)
 	if until.IsZero() {
-		if until, err = s.paced(ctx, env.Account, tgt); err != nil || until.IsZero() {
-			return false, err
+		g, err := s.paced(ctx, env.Account, tgt, every)
+		if err != nil || g.until.IsZero() {
+			return g.release, false, err
 		}
-		why = metrics.PutOffRate
+		until, why = g.until, g.why
 	}
 	s.o.Metrics.PutOff(env.Account, why)
 	zerolog.Ctx(ctx).Debug().Time("until", until).Str("reason", why).Msg("poll put off")
 	msgID := fmt.Sprintf("%s/poll/%d/%d/off/%d", env.ID, rec.Step(), rec.Polls+1, until.Unix())
-	return true, s.q.Timer(ctx, env, queue.DueTime(until), queue.TimerPoll, msgID)
+	return nil, true, s.q.Timer(ctx, env, queue.DueTime(until), queue.TimerPoll, msgID)
 }
 
 // crowded puts off a timer whose account holds all the timers it may
@@ -317,15 +320,16 @@ func (s *Service) heldUntil(account, tgt string, every time.Duration) (time.Time
 	return end, why
 }
 
-// paced returns once a poll of account's target may go, by the target's
-// provider-wide rate (see pacer), or the time the poll is put off to.
-func (s *Service) paced(ctx context.Context, account, name string) (time.Time, error) {
+// paced returns once a poll of account's target may go by the target's
+// provider-wide rate and concurrency (see pacer), or the time the poll is
+// put off to; every is the target's poll interval.
+func (s *Service) paced(ctx context.Context, account, name string, every time.Duration) (gate, error) {
 	cfg := s.live.Load()
 	t, ok := cfg.Targets[name]
-	if !ok || t.Rate.Unlimited() {
-		return time.Time{}, nil
+	if !ok || !t.Limited() {
+		return gate{release: noSlot}, nil
 	}
-	return s.pace.wait(ctx, quota.KeyOf(cfg, account, name), quota.OfTarget(t), func() { s.o.Metrics.TargetThrottled(name) })
+	return s.pace.wait(ctx, quota.KeyOf(cfg, account, name), quota.OfTarget(t), every, func() { s.o.Metrics.TargetThrottled(name) })
 }
 
 // write stores next by compare-and-set; a conflict is errConflict.
