@@ -234,7 +234,7 @@ func (s *Service) start(ctx context.Context) error {
 		}
 	}
 	s.bg.Add(1)
-	go func() { defer s.bg.Done(); s.keepWaiting(ackWait) }()
+	go func() { defer s.bg.Done(); s.keepAlive(ackWait) }()
 	m, err := s.addMicro()
 	if err != nil {
 		return err
@@ -276,15 +276,16 @@ func (s *Service) work() {
 			return
 		}
 		s.handle(s.runCtx, f.m, f.env)
-		s.turns.done(f.env.Account)
+		s.turns.done(f)
 	}
 }
 
-// keepWaiting keeps the timers waiting in the accounts' lines from being
-// redelivered: each is marked in progress once it has waited a third of
-// the consumer's ack wait.
-func (s *Service) keepWaiting(ackWait time.Duration) {
-	every := max(ackWait/3, time.Second)
+// keepAlive keeps the timers this replica holds, waiting in the accounts'
+// lines or running, from being redelivered: each is marked in progress
+// once it has been held a quarter of the consumer's ack wait, so at most
+// half of it passes between two marks.
+func (s *Service) keepAlive(ackWait time.Duration) {
+	every := max(ackWait/4, time.Second)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {

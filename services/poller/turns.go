@@ -2,6 +2,7 @@ package poller
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,8 +28,10 @@ import (
 //     At most hold of them come back in one poll interval (backAt), so
 //     that a crowd costs a write per hold timers an interval, not one
 //     per timer beyond the hold.
-//   - A timer waiting in its line is kept alive (InProgress) so that it
-//     is not redelivered, nor counted as one more delivery.
+//   - A timer held, waiting in its line or running, is kept alive
+//     (InProgress) so that it is not redelivered, nor counted as one
+//     more delivery, however long it waits; the consumer's ack wait can
+//     then be short, and a killed replica's timers come back soon.
 //
 // Turns cost no write: only a timer put off for its account's hold
 // writes (its timer again), and only while the account has more timers
@@ -54,7 +57,7 @@ type turns struct {
 // line is one account's timers on this replica.
 type line struct {
 	waiting []fired
-	running int
+	running []fired
 	ready   bool // in turns.ready
 
 	// The account's timers put off for its crowd come back from back
@@ -95,7 +98,7 @@ func (t *turns) add(f fired) error {
 		l = &line{}
 		t.lines[f.env.Account] = l
 	}
-	if len(l.waiting)+l.running >= t.hold {
+	if len(l.waiting)+len(l.running) >= t.hold {
 		return errCrowded
 	}
 	l.waiting = append(l.waiting, f)
@@ -121,18 +124,21 @@ func (t *turns) next() (fired, bool) {
 	f := l.waiting[0]
 	l.waiting[0] = fired{}
 	l.waiting = l.waiting[1:]
-	l.running++
+	l.running = append(l.running, f)
 	t.readyLocked(account, l) // to the back of the turn order
 	return f, true
 }
 
-// done counts one timer of account no longer running.
-func (t *turns) done(account string) {
+// done takes f, one of its account's running timers, out of turns.
+func (t *turns) done(f fired) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	account := f.env.Account
 	l := t.lines[account]
-	l.running--
-	if l.running == 0 && len(l.waiting) == 0 {
+	if i := slices.IndexFunc(l.running, func(r fired) bool { return r.m == f.m }); i >= 0 {
+		l.running = slices.Delete(l.running, i, i+1)
+	}
+	if len(l.running) == 0 && len(l.waiting) == 0 {
 		delete(t.lines, account)
 		return
 	}
@@ -167,7 +173,7 @@ func (t *turns) backAt(account string, earliest time.Time, every time.Duration) 
 // readyLocked gives account a turn if it has a timer waiting and a
 // worker to spare.
 func (t *turns) readyLocked(account string, l *line) {
-	if l.ready || len(l.waiting) == 0 || l.running >= t.share {
+	if l.ready || len(l.waiting) == 0 || len(l.running) >= t.share {
 		return
 	}
 	l.ready = true
@@ -175,17 +181,20 @@ func (t *turns) readyLocked(account string, l *line) {
 	t.more.Signal()
 }
 
-// stale returns the timers waiting since before, marked kept now.
+// stale returns the timers held (waiting or running) and last kept
+// alive before before, marked kept now.
 func (t *turns) stale(before time.Time) []jetstream.Msg {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var ms []jetstream.Msg
 	now := time.Now()
 	for _, l := range t.lines {
-		for i := range l.waiting {
-			if l.waiting[i].kept.Before(before) {
-				l.waiting[i].kept = now
-				ms = append(ms, l.waiting[i].m)
+		for _, held := range [][]fired{l.waiting, l.running} {
+			for i := range held {
+				if held[i].kept.Before(before) {
+					held[i].kept = now
+					ms = append(ms, held[i].m)
+				}
 			}
 		}
 	}

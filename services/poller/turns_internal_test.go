@@ -39,12 +39,12 @@ func TestTurnsTakeAccountsInTurn(t *testing.T) {
 	if len(tu.ready) != 0 {
 		t.Fatalf("want a (3 running, its share) to have no turn until one is done, got turns %v", tu.ready)
 	}
-	tu.done("a")
+	tu.done(timerOf("a", time.Now()))
 	if f, ok := tu.next(); !ok || f.env.Account != "a" {
 		t.Fatalf("want a's turn once one of its timers is done, got %q", f.env.Account)
 	}
 	for _, a := range []string{"a", "a", "a", "b", "b", "c"} {
-		tu.done(a)
+		tu.done(timerOf(a, time.Now()))
 	}
 	if len(tu.lines) != 1 || len(tu.lines["a"].waiting) != 1 {
 		t.Fatalf("want only a's last timer left, got %d lines", len(tu.lines))
@@ -73,7 +73,7 @@ func TestTurnsHoldAnAccountsTimersUpToItsShare(t *testing.T) {
 	if err := tu.add(timerOf("b", now)); err != nil {
 		t.Fatalf("want b's timer taken beside a's, got %v", err)
 	}
-	tu.done("a")
+	tu.done(timerOf("a", time.Now()))
 	if err := tu.add(timerOf("a", now)); err != nil {
 		t.Fatalf("want a's timer taken once one is done, got %v", err)
 	}
@@ -116,9 +116,9 @@ func TestTurnsBringACrowdBackAtHoldAnInterval(t *testing.T) {
 	}
 }
 
-// Waiting timers are kept alive once each time they have waited long
-// enough; running ones are not the keeper's.
-func TestTurnsKeepWaitingTimers(t *testing.T) {
+// Held timers, waiting or running, are kept alive once each time they
+// have been held long enough; a timer done is no longer held.
+func TestTurnsKeepHeldTimers(t *testing.T) {
 	tu := newTurns(1)
 	old, now := time.Now().Add(-time.Minute), time.Now()
 	for _, f := range []fired{timerOf("a", old), timerOf("a", old), timerOf("b", now)} {
@@ -126,14 +126,19 @@ func TestTurnsKeepWaitingTimers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, ok := tu.next(); !ok { // a's first runs
+	running, ok := tu.next() // a's first runs
+	if !ok {
 		t.Fatal("turns closed")
 	}
-	if n := len(tu.stale(now.Add(-time.Second))); n != 1 {
-		t.Fatalf("want a's waiting timer kept alive, got %d", n)
+	if n := len(tu.stale(now.Add(-time.Second))); n != 2 {
+		t.Fatalf("want a's running and waiting timers kept alive, got %d", n)
 	}
 	if n := len(tu.stale(now.Add(-time.Second))); n != 0 {
 		t.Fatalf("want none kept again so soon, got %d", n)
+	}
+	tu.done(running)
+	if n := len(tu.stale(now.Add(time.Minute))); n != 2 {
+		t.Fatalf("want a's waiting timer and b's held once a's first is done, got %d", n)
 	}
 }
 
@@ -158,5 +163,5 @@ func TestTurnsClose(t *testing.T) {
 	if err := tu.add(timerOf("a", time.Now())); !errors.Is(err, errStopping) {
 		t.Fatalf("want errStopping once closed, got %v", err)
 	}
-	tu.done("a")
+	tu.done(timerOf("a", time.Now()))
 }

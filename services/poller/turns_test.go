@@ -155,3 +155,44 @@ func TestCrowdedAccountLeavesTheAckWindowToOthers(t *testing.T) {
 	}
 	t.Logf("acme's events done in %s; tardy's crowd: %.0f put off in %.1fs", took.Round(time.Millisecond), off, secs)
 }
+
+// A killed poller replica's timers, waiting in its lines or running, come
+// back to the others within the consumer's ack wait (15 s): they are kept
+// alive while held, so the ack wait need not cover the longest wait or
+// poll. Two poller processes share tardy's 30 slow events (1 s an
+// answer, more than their workers take); once p1 is killed, every one
+// of the events is polled again within 35 s (old code: an ack wait of
+// 60 s, and the killed replica's timers waited all of it).
+func TestKilledPollersTimersComeBackSoon(t *testing.T) {
+	t.Parallel()
+	w, slow := slowWorld(t, worldOpts{poller: ", concurrency: 4",
+		extraConfig: "http: {addr: \"127.0.0.1:0\"}\nauth: {disabled: true}\n"})
+	bin := natstest.Binary(t, "./cmd/tenaz-poller")
+	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
+	victim := natstest.StartProc(t, "p1", bin, w.yaml, env...)
+	natstest.StartProc(t, "p2", bin, w.yaml, env...)
+
+	keys := make([]string, 30)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k-%d", i)
+	}
+	w.WaitAll(w.Submit("tardy", "slow.fetch", keys, approved), state.Polling, time.Minute)
+	slow.SetFaults(provider.Faults{PollAfter: 1000, Latency: time.Second})
+	polled := len(slow.PollCalls())
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(slow.PollCalls()) >= polled+12 }, "want both replicas polling")
+	victim.Kill(t)
+	killed := time.Now()
+
+	again := func() int {
+		paths := map[string]bool{}
+		for _, c := range slow.PollCalls() {
+			if c.At.After(killed) {
+				paths[c.Path] = true
+			}
+		}
+		return len(paths)
+	}
+	natstest.Eventually(t, 35*time.Second, func() bool { return again() == len(keys) },
+		"want each of tardy's %d events polled again within 35 s of the kill, got %v", len(keys), natstest.Lazy(func() any { return again() }))
+	t.Logf("every event polled again %s after the kill", time.Since(killed).Round(time.Second))
+}
