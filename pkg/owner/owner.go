@@ -84,15 +84,15 @@ type Group struct {
 	self   string
 	log    zerolog.Logger
 
-	mu     sync.Mutex
-	seen   map[string]heard // replica → its last heartbeat heard, guests' too
-	cut    bool             // this replica's last heartbeat failed: it hears nobody
-	sent   time.Time        // when the last heartbeat that got through was sent
-	lapses uint64           // how often it stopped being Current and became so again
-	since  time.Time        // when this replica's heartbeats got through again
-	live   []string         // the live members, sorted, self included unless a guest
-	here   []string         // the live members and guests, sorted, self included
-	leases map[string]lease // account → its holder as last known
+	mu      sync.Mutex
+	seen    map[string]heard // replica → its last heartbeat heard, guests' too
+	cut     bool             // this replica's last heartbeat failed: it hears nobody
+	sent    time.Time        // when the last heartbeat that got through was sent
+	lapses  uint64           // how often it stopped being Current and became so again
+	since   time.Time        // when this replica's heartbeats got through again
+	live    []string         // the live members, sorted, self included unless a guest
+	present []string         // the live members and guests, sorted, self included
+	leases  map[string]lease // account → its holder as last known
 	// pending is what changed since the last OnChange. With many accounts
 	// a caller cannot look at every one on each lease change: the leases
 	// of new accounts change thousands of times a second.
@@ -174,7 +174,7 @@ func (g *Group) Live() []string {
 func (g *Group) Present() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.Clone(g.here)
+	return slices.Clone(g.present)
 }
 
 // Assigned reports whether account belongs to this replica among the live
@@ -454,14 +454,22 @@ func heartbeatKey(m string, guest bool) string {
 	return memberPrefix + m
 }
 
+// heartbeatOf reads key as a heartbeat's (heartbeatKey): its replica,
+// and whether a guest's; ok is false for any other key.
+func heartbeatOf(key string) (m string, guest, ok bool) {
+	if m, ok := strings.CutPrefix(key, guestPrefix); ok {
+		return m, true, true
+	}
+	m, ok = strings.CutPrefix(key, memberPrefix)
+	return m, false, ok
+}
+
 // apply takes one bucket entry in, heard at when; it reports whether the
 // live replicas or a lease changed.
 func (g *Group) apply(e jetstream.KeyValueEntry, at time.Time) bool {
 	gone := e.Operation() != jetstream.KeyValuePut
-	switch k := e.Key(); {
-	case strings.HasPrefix(k, memberPrefix), strings.HasPrefix(k, guestPrefix):
-		guest := strings.HasPrefix(k, guestPrefix)
-		m := k[len(memberPrefix):]
+	k := e.Key()
+	if m, guest, ok := heartbeatOf(k); ok {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if gone {
@@ -470,14 +478,16 @@ func (g *Group) apply(e jetstream.KeyValueEntry, at time.Time) bool {
 			g.seen[m] = heard{at: at, rev: e.Revision(), guest: guest}
 		}
 		return g.refreshLocked(time.Now())
-	case strings.HasPrefix(k, leasePrefix):
-		l := lease{rev: e.Revision()}
-		if !gone {
-			l.holder = string(e.Value())
-		}
-		return g.learn(strings.TrimPrefix(k, leasePrefix), l)
 	}
-	return false
+	account, ok := strings.CutPrefix(k, leasePrefix)
+	if !ok {
+		return false
+	}
+	l := lease{rev: e.Revision()}
+	if !gone {
+		l.holder = string(e.Value())
+	}
+	return g.learn(account, l)
 }
 
 // heard is a replica's last heartbeat: when this replica heard it, and its
@@ -557,22 +567,22 @@ func (g *Group) refreshLocked(now time.Time) bool {
 	if g.cut {
 		return false
 	}
-	live, here := make([]string, 0, len(g.seen)), make([]string, 0, len(g.seen))
+	live, present := make([]string, 0, len(g.seen)), make([]string, 0, len(g.seen))
 	for m, h := range g.seen {
 		at := h.at
 		if at.Before(g.since) {
 			at = g.since
 		}
 		if m == g.self || now.Sub(at) < g.o.Expiry {
-			here = append(here, m)
+			present = append(present, m)
 			if !h.guest {
 				live = append(live, m)
 			}
 		}
 	}
 	slices.Sort(live)
-	slices.Sort(here)
-	g.here = here
+	slices.Sort(present)
+	g.present = present
 	if slices.Equal(live, g.live) {
 		return false
 	}

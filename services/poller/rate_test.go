@@ -85,10 +85,7 @@ func pollsOfTwoReplicas(t *testing.T, b provider.Faults, limits string, n int) (
 		extraConfig: "  report.fetch: {target: bureau_b, completion: poll, attempts: 3, poll_sla: 5m}\n" +
 			"http: {addr: \"127.0.0.1:0\"}\nauth: {disabled: true}\n",
 	})
-	bin := natstest.Binary(t, "./cmd/tenaz-poller")
-	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
-	victim := natstest.StartProc(t, "p1", bin, w.yaml, env...)
-	natstest.StartProc(t, "p2", bin, w.yaml, env...)
+	victim := w.twoPollers()
 
 	keys := make([]string, n)
 	for i := range keys {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -283,4 +284,15 @@ func (w *world) wantMetric(name string, labels map[string]string, want float64) 
 	if got := servicetest.Metric(w.t, w.reg, name, pairs...); got != want {
 		w.t.Errorf("%s%v: want %v, got %v", name, labels, want, got)
 	}
+}
+
+// twoPollers starts two tenaz-poller processes on the world's config (p1
+// and p2) and returns p1, the one a test kills.
+func (w *world) twoPollers() *natstest.Proc {
+	w.t.Helper()
+	bin := natstest.Binary(w.t, "./cmd/tenaz-poller")
+	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
+	victim := natstest.StartProc(w.t, "p1", bin, w.yaml, env...)
+	natstest.StartProc(w.t, "p2", bin, w.yaml, env...)
+	return victim
 }

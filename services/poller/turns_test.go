@@ -74,10 +74,7 @@ func TestSlowAccountsPollsLeaveTheOthersTheirs(t *testing.T) {
 	t.Parallel()
 	w, slow := slowWorld(t, worldOpts{poller: ", concurrency: 8",
 		extraConfig: "http: {addr: \"127.0.0.1:0\"}\nauth: {disabled: true}\n"})
-	bin := natstest.Binary(t, "./cmd/tenaz-poller")
-	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
-	victim := natstest.StartProc(t, "p1", bin, w.yaml, env...)
-	natstest.StartProc(t, "p2", bin, w.yaml, env...)
+	victim := w.twoPollers()
 
 	w.submitSlow(slow, 60)
 	polled := len(slow.PollCalls())
@@ -167,10 +164,7 @@ func TestKilledPollersTimersComeBackSoon(t *testing.T) {
 	t.Parallel()
 	w, slow := slowWorld(t, worldOpts{poller: ", concurrency: 4",
 		extraConfig: "http: {addr: \"127.0.0.1:0\"}\nauth: {disabled: true}\n"})
-	bin := natstest.Binary(t, "./cmd/tenaz-poller")
-	env := append([]string{"NATS_URL=" + w.Srv.ClientURL(), "LOG_LEVEL=warn", "LOG_FORMAT=json"}, w.urls...)
-	victim := natstest.StartProc(t, "p1", bin, w.yaml, env...)
-	natstest.StartProc(t, "p2", bin, w.yaml, env...)
+	victim := w.twoPollers()
 
 	keys := make([]string, 30)
 	for i := range keys {
