@@ -132,6 +132,12 @@ func TestOverviewShowsAnAccountAtItsBoundInDead(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		return strings.Contains(deadLettersOf(e.overviewPage("acme")), "2 waiting for room")
 	}, "want the overview to show acme's dying event waiting for room too")
+	// The dispatcher keeps the entry before it writes the event dead: till
+	// then the event is running, and an operator is told just that.
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		r, _, err := e.St.Get(context.Background(), "", waiting)
+		return err == nil && r.Status == state.Dead
+	}, "the waiting event to be dead")
 	err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{waiting}, Reason: "retry"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "waiting_for_room") {
 		t.Fatalf("replaying an event whose entry waits: want it refused, saying why, got %v", err)
