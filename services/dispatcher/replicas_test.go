@@ -211,6 +211,11 @@ func TestStallCostsNoAttempt(t *testing.T) {
 	replica := startReplicas(t, h, 1, target.URL)[0]
 	narrow := h.Submit("narrow", "order.create", keys("narrow", 40), orderPayload)
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(m.callsOf("narrow")) >= 4 }, "want narrow served")
+	// Stopped with none claimed beyond the calls in flight, the stall
+	// would have nothing to catch.
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		return h.running(narrow) > m.inFlightOf("narrow")
+	}, "want a claimed call of narrow waiting for a slot")
 	replica.Signal(t, syscall.SIGSTOP)
 	natstest.Eventually(t, 10*time.Second, func() bool { return h.sinceBeat(t, replica) > ownersExpiry },
 		"want the replica's last heartbeat older than the owners' expiry")
@@ -235,6 +240,17 @@ func TestStallCostsNoAttempt(t *testing.T) {
 		t.Fatal("want the stall to catch calls waiting for a slot, given back on waking; none was")
 	}
 	t.Logf("%d claims of calls not made given back", yielded)
+}
+
+// running is how many of ids are claimed (running), read one by one.
+func (h *harness) running(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if r, _, err := h.St.Get(context.Background(), "", id); err == nil && r.Status == state.Running {
+			n++
+		}
+	}
+	return n
 }
 
 // ownersExpiry is how long a replica may go unheard before the others
@@ -336,6 +352,12 @@ func (m *meter) refusedOf(account string) []time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]time.Time(nil), m.refused[account]...)
+}
+
+func (m *meter) inFlightOf(account string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inFlight[account]
 }
 
 func (m *meter) maxInFlight(account string) int {
