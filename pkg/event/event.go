@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -111,7 +112,8 @@ func Members(data []byte) (members map[string]json.RawMessage, dup string, err e
 }
 
 // parseStrict decodes body into v, refusing unknown fields, a member given
-// twice and trailing data, and checks s, the submission v holds.
+// twice or spelled otherwise than its field (see CheckSpelling) and
+// trailing data, and checks s, the submission v holds.
 func parseStrict(body []byte, v any, s *Submission) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -126,8 +128,12 @@ func parseStrict(body []byte, v any, s *Submission) error {
 	if !atEOF(dec) {
 		return fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
 	}
-	if _, dup, _ := Members(body); dup != "" {
+	members, dup, _ := Members(body)
+	if dup != "" {
 		return fmt.Errorf("%w: %q is given twice", ErrMalformed, dup)
+	}
+	if given, want := misspelledIn(members, reflect.TypeOf(v).Elem()); given != "" {
+		return fmt.Errorf("%w: the member %q is spelled %q: spell it exactly", ErrMalformed, want, given)
 	}
 	if len(s.Payload) == 0 || string(s.Payload) == "null" {
 		return errNoPayload

@@ -42,6 +42,12 @@ func TestParseSubmission(t *testing.T) {
 		{"wrong field type", `{"account":5,"kind":"k","payload":{}}`, event.ErrMalformed},
 		{"truncated", `{"account":"acme","kind":"k","payload":{`, event.ErrMalformed},
 		{"invalid json", `{account:acme}`, event.ErrMalformed},
+		// encoding/json matches names regardless of case: the second
+		// spelling would win, while a reader of "account" sees acme.
+		{"a member in two spellings", `{"account":"acme","Account":"globex","kind":"k","payload":{}}`, event.ErrMalformed},
+		{"a member spelled otherwise alone", `{"ACCOUNT":"acme","kind":"k","payload":{}}`, event.ErrMalformed},
+		{"a member spelled with the Kelvin sign", `{"account":"acme","Kind":"k","payload":{}}`, event.ErrMalformed},
+		{"payload members differing in case", `{"account":"acme","kind":"k","payload":{"id":1,"ID":2}}`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -498,5 +504,46 @@ func TestDerivedKeysRefusedNamingTheirField(t *testing.T) {
 	_, err := event.New(event.Fields{Account: "acme", Kind: "order.create", EntityID: "o 1"}, []byte(`{}`), "order_id", "", now)
 	if err == nil || !strings.Contains(err.Error(), "entity_id must be printable ASCII") {
 		t.Errorf("a caller's entity_id: want the error to name entity_id, got %v", err)
+	}
+}
+
+// DecodeStrict refuses a name spelled otherwise than its field's at any
+// depth (a struct in a slice, a map or behind a pointer, an embedded
+// struct's field), and says which; the members of a raw value are the
+// caller's.
+func TestDecodeStrictSpelling(t *testing.T) {
+	t.Parallel()
+	type item struct {
+		ID string `json:"id"`
+	}
+	type inner struct {
+		Note string `json:"note"`
+	}
+	type req struct {
+		inner
+		Items []item            `json:"items"`
+		ByKey map[string]*item  `json:"by_key"`
+		Raw   json.RawMessage   `json:"raw"`
+		Tags  map[string]string `json:"tags"`
+	}
+	for _, c := range []struct{ body, want string }{
+		{`{"note":"a","items":[{"id":"1"}],"by_key":{"k":{"id":"2"}},"raw":{"ID":1,"id":2},"tags":{"A":"1","a":"2"}}`, ""},
+		{`{"Note":"a"}`, `names the member "note" as "Note"`},
+		{`{"items":[{"id":"1"},{"Id":"2"}]}`, `names the member "id" as "Id"`},
+		{`{"by_key":{"k":{"iD":"2"}}}`, `names the member "id" as "iD"`},
+		{`{"note":"a","note":"b"}`, `gives the member "note" twice`},
+		{`{"note":"a"} {}`, "something follows the JSON object"},
+	} {
+		var r req
+		err := event.DecodeStrict("request body", []byte(c.body), &r)
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%s: want it taken, got %v", c.body, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want an error saying %q, got %v", c.body, c.want, err)
+		}
 	}
 }

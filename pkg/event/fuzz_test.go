@@ -3,6 +3,7 @@ package event_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -180,6 +181,52 @@ func FuzzMembers(f *testing.F) {
 			for k, v := range want {
 				if string(members[k]) != string(v) {
 					t.Fatalf("Members(%q)[%q] = %s, json reads %s", data, k, members[k], v)
+				}
+			}
+		}
+	})
+}
+
+// FuzzDecodeStrict checks the reader of request bodies: it never panics,
+// and what it takes names each member once, exactly as a field does, at
+// the top and inside the items: what encoding/json read is what a reader
+// of the exact names sees.
+func FuzzDecodeStrict(f *testing.F) {
+	f.Add([]byte(`{"account":"acme","items":[{"id":"1"}]}`))
+	f.Add([]byte(`{"account":"acme","Account":"globex"}`))
+	f.Add([]byte(`{"items":[{"ID":"1"}]}`))
+	f.Add([]byte(`{"\u212account":"a"}`))
+	f.Add([]byte(`{"account":"a"} x`))
+	type item struct {
+		ID string `json:"id"`
+	}
+	type req struct {
+		Account string `json:"account"`
+		Items   []item `json:"items"`
+	}
+	exact := func(t *testing.T, data []byte, names ...string) {
+		members, dup, err := event.Members(data)
+		if err != nil || dup != "" {
+			t.Fatalf("DecodeStrict took %q: Members says %q twice (%v)", data, dup, err)
+		}
+		for k := range members {
+			if !slices.Contains(names, k) {
+				t.Fatalf("DecodeStrict took %q, naming %q", data, k)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r req
+		if event.DecodeStrict("body", data, &r) != nil {
+			return
+		}
+		exact(t, data, "account", "items")
+		members, _, _ := event.Members(data)
+		var items []json.RawMessage
+		if json.Unmarshal(members["items"], &items) == nil {
+			for _, it := range items {
+				if string(it) != "null" {
+					exact(t, it, "id")
 				}
 			}
 		}

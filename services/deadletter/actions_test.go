@@ -220,6 +220,8 @@ func TestRequestErrors(t *testing.T) {
 		{"breaker opened for two years", ops.BreakersOpen, ops.OpenBreakerRequest{Account: "acme", Target: "erp", Until: &twoYears, Reason: "maintenance"}, 400, "invalid_until"},
 		{"bad cursor", ops.DeadList, ops.ListRequest{Cursor: "zzz"}, 400, "invalid_cursor"},
 		{"unknown field", ops.DeadList, map[string]any{"acount": "acme"}, 400, "malformed"},
+		// Decoded regardless of case, "IDS" would win over "ids".
+		{"ids in two spellings", ops.DeadReplay, map[string]any{"ids": ids, "IDS": ids, "reason": "retry"}, 400, "malformed"},
 		{"bad outcome", ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: "maybe"}, 400, "invalid_outcome"},
 		{"unknown job", ops.DeadJob, ops.JobRequest{JobID: "job_nope"}, 404, "not_found"},
 		{"unknown breaker", ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp"}, 404, "not_found"},

@@ -1,10 +1,8 @@
 package deadletter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -200,21 +198,13 @@ func listEndpoint(s *Service, st state.State) func(context.Context, []byte) (any
 }
 
 // strict decodes a request body (empty means all defaults) as decode
-// does an HTTP one: an unknown field (a typo is not silently ignored),
-// anything after the object and a member given twice are refused.
+// does an HTTP one: event.DecodeStrict, and a reason that says nothing
+// is refused.
 func strict(data []byte, v any) error {
 	if len(data) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fail(http.StatusBadRequest, "malformed", "request body: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fail(http.StatusBadRequest, "malformed", "request body: something follows the JSON object; send one")
-	}
-	if err := event.CheckUnambiguous("request body", data); err != nil {
+	if err := event.DecodeStrict("request body", data, v); err != nil {
 		return fail(http.StatusBadRequest, "malformed", "%v", err)
 	}
 	return checkReasonIn(data)

@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -19,6 +18,10 @@ import (
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
+// Name is ingest's name: its process's, its NATS connection's (whose
+// replies come under natsconn.InboxPrefix(Name)) and its micro service's.
+const Name = "tenaz-ingest"
+
 // Version is reported by the micro service: the build's version, the
 // same for every tenaz service (metrics.BuildInfo.SemVer).
 var Version = metrics.Build().SemVer()
@@ -29,9 +32,9 @@ var Version = metrics.Build().SemVer()
 // 400 or more is also a micro error (see reply).
 func (s *Service) registerMicro() (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
-		Name: "tenaz-ingest", Version: Version,
+		Name: Name, Version: Version,
 		Description: "Accepts events and answers their status",
-		QueueGroup:  "tenaz-ingest",
+		QueueGroup:  Name,
 		// Every endpoint's stats carry the same essentials as /metrics.
 		StatsHandler: s.metrics.StatsHandler,
 	})
@@ -126,9 +129,8 @@ func (s *Service) microCancel(req micro.Request) {
 	cr := CancelRequest{ID: string(req.Data())}
 	if d := req.Data(); len(d) > 0 && d[0] == '{' {
 		cr = CancelRequest{}
-		dec := json.NewDecoder(bytes.NewReader(d))
-		dec.DisallowUnknownFields() // an "actor" field is refused, not silently ignored
-		if err := dec.Decode(&cr); err != nil {
+		// An "actor" field is refused, not silently ignored.
+		if err := event.DecodeStrict("request", d, &cr); err != nil {
 			respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "want an event id or {id, reason?}: " + err.Error()}})
 			return
 		}

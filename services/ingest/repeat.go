@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/config"
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
@@ -453,9 +453,11 @@ func (s *Service) repeatRoutes(mux httpapi.Router) {
 	})
 	mux.HandleFunc("PUT /v1/repeats/{account}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var req RepeatRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 2*max(s.cfg.HTTP.MaxBodyBytes, 1<<16)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*max(s.cfg.HTTP.MaxBodyBytes, 1<<16)))
+		if err == nil {
+			err = event.DecodeStrict("request body", body, &req)
+		}
+		if err != nil {
 			httpapi.Error(w, http.StatusBadRequest, "malformed", "want {kind, cron | every, timezone?, payload?, entity_id?}: "+err.Error())
 			return
 		}
@@ -576,28 +578,30 @@ const microTimeout = 10 * time.Second
 // operator's other endpoints, need the operator credential in the
 // request's Authorization header.
 func (s *Service) addRepeatEndpoints(add func(string, micro.HandlerFunc) error) error {
-	type handler func(ctx context.Context, dec *json.Decoder, by string) (int, any)
+	type handler func(ctx context.Context, data []byte, by string) (int, any)
 	eps := []struct {
 		name string
 		h    handler
 	}{
-		{"repeats", func(ctx context.Context, dec *json.Decoder, _ string) (int, any) {
+		{"repeats", func(ctx context.Context, data []byte, _ string) (int, any) {
 			var req RepeatsRequest
-			if err := decodeOptional(dec, &req); err != nil {
-				return http.StatusBadRequest, errorBody("malformed", "want {account?}: %v", err)
+			if len(data) > 0 { // empty: every account's
+				if err := event.DecodeStrict("request", data, &req); err != nil {
+					return http.StatusBadRequest, errorBody("malformed", "want {account?}: %v", err)
+				}
 			}
 			return s.listRepeatsAPI(ctx, req.Account)
 		}},
-		{"repeat-set", func(ctx context.Context, dec *json.Decoder, by string) (int, any) {
+		{"repeat-set", func(ctx context.Context, data []byte, by string) (int, any) {
 			var req RepeatSetRequest
-			if err := dec.Decode(&req); err != nil {
+			if err := event.DecodeStrict("request", data, &req); err != nil {
 				return http.StatusBadRequest, errorBody("malformed", "want {account, name, kind, cron | every, timezone?, payload?, entity_id?}: %v", err)
 			}
 			return s.setRepeatAPI(ctx, req.Account, req.Name, req.RepeatRequest, by)
 		}},
-		{"repeat-delete", func(ctx context.Context, dec *json.Decoder, _ string) (int, any) {
+		{"repeat-delete", func(ctx context.Context, data []byte, _ string) (int, any) {
 			var req RepeatDeleteRequest
-			if err := dec.Decode(&req); err != nil {
+			if err := event.DecodeStrict("request", data, &req); err != nil {
 				return http.StatusBadRequest, errorBody("malformed", "want {account, name}: %v", err)
 			}
 			return s.deleteRepeatAPI(ctx, req.Account, req.Name)
@@ -614,21 +618,11 @@ func (s *Service) addRepeatEndpoints(add func(string, micro.HandlerFunc) error) 
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), microTimeout)
 			defer cancel()
-			dec := json.NewDecoder(bytes.NewReader(req.Data()))
-			dec.DisallowUnknownFields()
-			status, v := h(ctx, dec, p.String())
+			status, v := h(ctx, req.Data(), p.String())
 			respond(req, status, v)
 		}); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// decodeOptional decodes into v, an empty request leaving it zero.
-func decodeOptional(dec *json.Decoder, v any) error {
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return err
 	}
 	return nil
 }
