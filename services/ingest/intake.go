@@ -245,7 +245,7 @@ func (s *Service) handleIntake(ctx context.Context, m jetstream.Msg) {
 // settle acks (and answers a waiting HTTP handler), rejects a submission
 // accept refused, or hands the message back for redelivery.
 func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, created bool, err error) {
-	reply := m.Headers().Get(headerReply)
+	reply := s.inboxes.replyOf(m.Headers())
 	log := tracing.Log(s.log, cmp.Or(rec.Traceparent, env.Traceparent))
 	if serr := (*submitError)(nil); errors.As(err, &serr) {
 		s.reject(ctx, m, event.Fields{Account: env.Account, Kind: env.Kind}, env, serr)
@@ -271,7 +271,7 @@ func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelop
 }
 
 func (s *Service) publishReply(reply string, o outcomeMsg) {
-	if !isInbox(reply) {
+	if reply == "" {
 		return
 	}
 	if o.Record != nil {
@@ -285,11 +285,6 @@ func (s *Service) publishReply(reply string, o outcomeMsg) {
 	b, _ := json.Marshal(o)
 	_ = s.nc.Publish(reply, b)
 }
-
-// isInbox: outcomes go only to reply inboxes. The header comes with the
-// message, and anything else would have ingest publish where a publisher
-// points.
-func isInbox(subject string) bool { return strings.HasPrefix(subject, "_INBOX.") }
 
 // retryDelay is how long an intake message that could not be settled
 // waits before its redelivery: 1s, or, when the storage is full (which
@@ -330,10 +325,7 @@ func (s *Service) tell(ctx context.Context, reply string, serr *submitError) boo
 // the answering one took), else in DEAD as a refused submission. The
 // message is terminated only once it is kept.
 func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, env event.Envelope, serr *submitError) {
-	reply := m.Headers().Get(headerReply)
-	if !isInbox(reply) {
-		reply = "" // not an HTTP handler's: a NATS publisher's header
-	}
+	reply := s.inboxes.replyOf(m.Headers())
 	if reply != "" && s.tell(ctx, reply, serr) {
 		s.metrics.Rejected(serr.Code)
 		_ = m.Term()

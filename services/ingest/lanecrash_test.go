@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"sync"
@@ -302,9 +303,23 @@ func (p *publisher) wait() uint64 {
 // order, and calm's submissions waited for the whole flood. The store
 // takes 2 ms for each of the flood's records here (as a loaded one
 // might), so that what calm waits for is the flood's accepts, not how
-// the host shares its CPU between them and the intake consumer.
+// the host shares its CPU between them and the intake consumer. The
+// flood holds calm up no more when it sets the reply header of HTTP
+// submissions (see TestForgedReplyHeaderHoldsUpNoAccount): a submission
+// with that header was never acked for an anchor.
 func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	t.Parallel()
+	for _, reply := range []string{"", "_INBOX.tenaz-producer.sink"} {
+		t.Run("reply header "+cmp.Or(reply, "none"), func(t *testing.T) {
+			t.Parallel()
+			unorderedFlood(t, reply)
+		})
+	}
+}
+
+// unorderedFlood is TestUnorderedFloodDoesNotHoldUpAnotherAccount, the
+// flood's submissions carrying reply as their reply header.
+func unorderedFlood(t *testing.T, reply string) {
 	const flood, calm = 3000, 20
 	reg := prometheus.NewRegistry()
 	set, err := metrics.New(reg)
@@ -314,18 +329,21 @@ func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	h := setup(t, baseYAML, withMetrics(set))
 	servicetest.Stop(t, h.ing)
 	p := &publisher{h: h}
-	publish := func(account, key string) {
+	publish := func(account, key, reply string) {
 		m := nats.NewMsg("tenaz.intake." + account + ".order.create")
 		m.Data = []byte(`{"order_id":"` + key + `"}`)
 		m.Header.Set("Idempotency-Key", key)
+		if reply != "" {
+			m.Header.Set("Tenaz-Reply", reply)
+		}
 		p.publish(m)
 	}
 	for i := range flood {
-		publish("flood", fmt.Sprintf("f-%05d", i))
+		publish("flood", fmt.Sprintf("f-%05d", i), reply)
 	}
 	calmIDs := map[string]bool{}
 	for i := range calm {
-		publish("calm", fmt.Sprintf("c-%02d", i))
+		publish("calm", fmt.Sprintf("c-%02d", i), "")
 		calmIDs[event.ID("calm", fmt.Sprintf("c-%02d", i))] = true
 	}
 	last := p.wait()
@@ -368,6 +386,46 @@ func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 		t.Fatalf("%s: want flood's submissions counted and none of calm's, got %v", metrics.NameAnchored, anchored)
 	}
 	t.Logf("%s: %v", metrics.NameAnchored, anchored)
+}
+
+// A NATS producer that sets the reply header of HTTP submissions, naming
+// an inbox it reads and never answers, holds up no other account. Ingest
+// answers only its own inboxes (natsconn.InboxPrefix(ingest.Name), which
+// no other NATS user may read), so the producer's refusals are kept in
+// DEAD as they come. Before, each was offered to the "handler" for up to
+// 2 s, one after another in each batch loop, and calm's submissions
+// waited minutes behind 300 of them.
+func TestForgedReplyHeaderHoldsUpNoAccount(t *testing.T) {
+	t.Parallel()
+	const refused, calm, sink = 300, 20, "_INBOX.tenaz-producer.sink"
+	h := setup(t, baseYAML)
+	servicetest.Stop(t, h.ing)
+	nc, _ := h.Srv.Conn(t)
+	var heard atomic.Int64
+	if _, err := nc.Subscribe(sink, func(*nats.Msg) { heard.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p := &publisher{h: h}
+	for i := range refused {
+		m := nats.NewMsg("tenaz.intake.noisy.no.such.kind")
+		m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		m.Header.Set("Idempotency-Key", fmt.Sprintf("r-%05d", i))
+		m.Header.Set("Tenaz-Reply", sink)
+		p.publish(m)
+	}
+	p.orders("calm", calm)
+	p.wait()
+	h.startIngest(nil)
+	natstest.Eventually(t, 30*time.Second, func() bool { return h.ordersAccepted("calm", calm) },
+		"want calm's %d submissions accepted behind noisy's %d refusals", calm, refused)
+	natstest.Eventually(t, 30*time.Second, func() bool { return len(h.deadRaws("noisy")) == refused },
+		"want each of noisy's %d refusals kept in DEAD", refused)
+	if n := heard.Load(); n != 0 {
+		t.Fatalf("want nothing sent to the inbox a producer named, got %d messages", n)
+	}
 }
 
 // A producer's refusals that a full DEAD cannot take do not stop the

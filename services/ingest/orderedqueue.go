@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -43,6 +42,7 @@ type orderedQueue struct {
 	bytes    int
 	closed   bool
 	delegate bool // acks past heldPerAccount: only where INTAKE is trimmed, not a work queue whose ack deletes
+	inboxes  inboxes
 }
 
 // orderedEntry is one submission waiting for its loop. An anchor also
@@ -106,8 +106,8 @@ func (e *orderedEntry) delegate(seq uint64) {
 	e.through = max(e.through, seq)
 }
 
-func newOrderedQueue(delegate bool) *orderedQueue {
-	q := &orderedQueue{accounts: map[string][]*orderedEntry{}, delegate: delegate}
+func newOrderedQueue(delegate bool, in inboxes) *orderedQueue {
+	q := &orderedQueue{accounts: map[string][]*orderedEntry{}, delegate: delegate, inboxes: in}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -197,16 +197,8 @@ func (q *orderedQueue) add(account string, m jetstream.Msg, ordered, anchor bool
 // (it drains behind itself: maybe a dead ingest's anchor) nor one an HTTP
 // handler may wait for (answered).
 func (q *orderedQueue) delegable(m jetstream.Msg, seq uint64, redelivered bool) bool {
-	return q.delegate && seq > 0 && !redelivered && !answered(m.Headers())
+	return q.delegate && seq > 0 && !redelivered && !q.inboxes.answered(m.Headers())
 }
-
-// answered reports whether an HTTP handler may wait for a submission's
-// outcome (its reply header in h). Such a submission is never delegated:
-// its refusal is told to the handler or kept as its event by its own
-// delivery alone, and a drain reading it back passes it over (a handler
-// told by one and an event kept by the other would disagree). HTTP
-// producers are held by their keys' rates.
-func answered(h nats.Header) bool { return h.Get(headerReply) != "" }
 
 // sequence is m's INTAKE sequence (0 when its metadata cannot be read)
 // and whether it was delivered before.

@@ -1,11 +1,45 @@
 package ingest
 
 import (
+	"cmp"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 )
+
+// inboxes is the prefix of ingest's own reply subjects, with its dot
+// ("_INBOX.tenaz-ingest."): under deploy/nats/values.yaml no other NATS
+// user may read them. A submission's reply header counts only under it.
+// Any NATS publisher can set the header, and one trusted elsewhere would
+// have ingest wait on a handler that is not one for each of its
+// refusals, and keep each of its submissions from an anchor (see
+// answered): one producer could stall every account's intake.
+type inboxes string
+
+// inboxesOf is the prefix of nc's reply subjects (nats.go's "_INBOX."
+// on a connection without one of its own: then any inbox counts).
+func inboxesOf(nc *nats.Conn) inboxes {
+	return inboxes(cmp.Or(nc.Opts.InboxPrefix, strings.TrimSuffix(nats.InboxPrefix, ".")) + ".")
+}
+
+// replyOf is the reply subject h names, or "" when it names none of
+// ingest's own.
+func (in inboxes) replyOf(h nats.Header) string {
+	if r := h.Get(headerReply); strings.HasPrefix(r, string(in)) {
+		return r
+	}
+	return ""
+}
+
+// answered reports whether an HTTP handler may wait for a submission's
+// outcome (its reply header in h). Such a submission is never delegated:
+// its refusal is told to the handler or kept as its event by its own
+// delivery alone, and a drain reading it back passes it over (a handler
+// told by one and an event kept by the other would disagree). HTTP
+// producers are held by their keys' rates.
+func (in inboxes) answered(h nats.Header) bool { return in.replyOf(h) != "" }
 
 // replies multiplexes the outcomes of HTTP submissions over one
 // subscription, as nats.go's request mux does for requests.

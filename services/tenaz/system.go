@@ -176,7 +176,7 @@ func (t *System) Start(ctx context.Context) (err error) {
 	// Ingest and the dispatcher get their own connections, as they would as
 	// separate processes: the server reads each connection on one goroutine,
 	// so one shared connection would serialise their traffic on one core.
-	inc, err := t.connect(cfg, url, "tenaz-ingest")
+	inc, err := t.connect(cfg, url, ingest.Name)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 func main() {
-	daemon.Main("tenaz-ingest", func(p daemon.Process) (daemon.Component, error) {
+	daemon.Main(ingest.Name, func(p daemon.Process) (daemon.Component, error) {
 		return ingest.New(ingest.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger, Auth: p.Auth})
 	})
 }
