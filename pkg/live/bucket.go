@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -195,18 +197,34 @@ func (c *Config) Set(ctx context.Context, account string, definition json.RawMes
 }
 
 // check refuses a definition that does not fit the file and the bucket's
-// other accounts.
+// other accounts, or that would leave one of those out. With settles a
+// clash of key ids or hashes in name order, blaming the account whose
+// name or key id sorts later; taken, a newcomer that sorts first would
+// evict an account in force, and whoever holds the shared key would
+// authenticate as the newcomer.
 func (c *Config) check(account string, sa config.StoredAccount) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	all := map[string]config.StoredAccount{account: sa}
+	others := map[string]config.StoredAccount{}
 	for name, e := range c.stored {
 		if name != account && e.err == nil {
-			all[name] = e.sa
+			others[name] = e.sa
 		}
 	}
-	_, bad := liveOf(c.start, c.file).With(all)
-	return bad[account]
+	base := liveOf(c.start, c.file)
+	_, before := base.With(others)
+	all := maps.Clone(others)
+	all[account] = sa
+	_, bad := base.With(all)
+	if err := bad[account]; err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(bad)) {
+		if before[name] == nil {
+			return &config.KeyError{Key: "accounts." + account, Msg: fmt.Sprintf("would leave the stored account %s out, which is in force: %v", name, bad[name])}
+		}
+	}
+	return nil
 }
 
 // Remove deletes account from the accounts bucket: its keys stop working

@@ -240,6 +240,50 @@ func TestBucketSharedAndSealed(t *testing.T) {
 	}
 }
 
+// A definition whose key clashes with a stored account in force, by id
+// or by hash, is refused, whichever name or key id sorts first: taken, it
+// would leave the other out (With blames the later), and whoever holds
+// the shared key would authenticate as the newcomer.
+func TestBucketRefusesADefinitionThatLeavesAnotherOut(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	cfg, _ := load(t, strings.Replace(fileYAML("10/s", ":8080"), "auth: {disabled: true}", `auth:
+  keys:
+    acme-main: {account: acme, scopes: [submit], hash: "sha256:`+strings.Repeat("a", 64)+`"}`, 1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lv := live.New(cfg, live.Options{})
+	if err := lv.Watch(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	key := func(id, hexDigit string) json.RawMessage {
+		return json.RawMessage(`{"keys":{"` + id + `":{"scopes":["submit","read"],"hash":"sha256:` + strings.Repeat(hexDigit, 64) + `"}}}`)
+	}
+	if _, err := lv.Set(ctx, "zzz", key("k1", "b")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		def  json.RawMessage
+		want string
+	}{
+		{"zzz's hash under an id that sorts first", key("0key", "b"), "auth.keys.k1.hash: is the same as auth.keys.0key.hash"},
+		{"zzz's key id", key("k1", "c"), "auth.keys.k1: is already a key id of the stored account aaa"},
+	} {
+		_, err := lv.Set(ctx, "aaa", c.def)
+		if err == nil || !errors.Is(err, config.ErrInvalidConfig) || !strings.Contains(err.Error(), "would leave the stored account zzz out") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want it refused, saying it would leave zzz out (%s), got %v", c.name, c.want, err)
+		}
+		if k, ok := lv.Load().Auth.Keys["k1"]; !ok || k.Account != "zzz" || lv.Status().StoredErrors["zzz"] != "" {
+			t.Fatalf("%s: want zzz's key k1 still in force, got %+v (%v)", c.name, k, lv.Status().StoredErrors)
+		}
+	}
+	if _, err := lv.Set(ctx, "aaa", key("k2", "c")); err != nil {
+		t.Fatalf("a key of its own: want it taken, got %v", err)
+	}
+}
+
 // Without sealing_key the bucket takes no header values: setting one is
 // refused naming sealing_key, and nothing is stored; limits and keys
 // alone are taken.
