@@ -71,11 +71,8 @@ func (c *Client) ExportAudit(ctx context.Context, req ops.ExportRequest, fn func
 // stream sends a GET whose good answer is JSON Lines and calls fn with
 // each line; an error answer is an *Error, as for do.
 func (t *httpTransport) stream(ctx context.Context, c call, fn func([]byte) error) error {
-	u := *t.base
-	u.Path += c.path
-	u.RawQuery = c.query.Encode()
 	op := c.method + " " + c.path
-	req, err := http.NewRequestWithContext(ctx, c.method, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, c.method, t.urlOf(c), nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}

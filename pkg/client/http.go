@@ -25,10 +25,22 @@ type httpTransport struct {
 	o    options
 }
 
-func (t *httpTransport) do(ctx context.Context, c call, out any) (int, error) {
+// urlOf is c's URL under base. c.path is escaped already (url.PathEscape
+// of each free-form segment), so it is the URL's raw path: set as its
+// path, it would be escaped again, and an entity "o/1" asked for as
+// "o%252F1".
+func (t *httpTransport) urlOf(c call) string {
 	u := *t.base
-	u.Path += c.path
+	p, err := url.PathUnescape(c.path)
+	if err != nil {
+		p = c.path // not escaped by us: sent as written
+	}
+	u.Path, u.RawPath = t.base.Path+p, t.base.EscapedPath()+c.path
 	u.RawQuery = c.query.Encode()
+	return u.String()
+}
+
+func (t *httpTransport) do(ctx context.Context, c call, out any) (int, error) {
 	op := c.method + " " + c.path
 	var body io.Reader
 	if c.body != nil {
@@ -38,7 +50,7 @@ func (t *httpTransport) do(ctx context.Context, c call, out any) (int, error) {
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, c.method, u.String(), body)
+	req, err := http.NewRequestWithContext(ctx, c.method, t.urlOf(c), body)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
