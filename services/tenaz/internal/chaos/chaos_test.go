@@ -3,6 +3,7 @@ package chaos
 import (
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,13 +29,17 @@ func TestConfigIsValid(t *testing.T) {
 		if err := o.validate(); err != nil {
 			t.Errorf("%s: %v", o.Name, err)
 		}
-		lim, err := accountLimits(y, []string{ratedAccount, narrowAccount, "acct-03"})
+		run, err := runConfig(y)
 		if err != nil {
 			t.Fatal(err)
 		}
+		lim := accountLimits(run, []string{ratedAccount, narrowAccount, "acct-03"})
 		want := map[string]limits{ratedAccount: {accountConcurrency, ratedPerSecond}, narrowAccount: {narrowConcurrency, 0}, "acct-03": {accountConcurrency, 0}}
 		if !maps.Equal(lim, want) {
 			t.Errorf("%s: want the limits %v, got %v", o.Name, want, lim)
+		}
+		if got, want := targetConcurrency(run), map[string]int{targetBureauB: bureauBConcurrency}; !maps.Equal(got, want) {
+			t.Errorf("%s: want the target limits %v, got %v", o.Name, want, got)
 		}
 	}
 }
@@ -167,6 +172,35 @@ func TestCheckLimits(t *testing.T) {
 		if w := want[f.account]; f.peakFlight != w[0] || f.peakSecond != w[1] || f.peakTen != w[2] {
 			t.Errorf("%s: want most in flight, in 1 s, in 10 s %v, got %d, %d, %d", f.account, w, f.peakFlight, f.peakSecond, f.peakTen)
 		}
+	}
+}
+
+// checkTargets: a target's calls and polls count together, over every
+// account and process, against its concurrency; an unlimited target is
+// not checked.
+func TestCheckTargets(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	rec := func(acct, target, sender string, from, to float64, poll bool) callRec {
+		return callRec{at: at(from), end: at(to), account: acct, target: target, sender: sender, poll: poll}
+	}
+	calls := []callRec{
+		rec("a", targetBureauB, "d1", 0, 1, false),
+		rec("b", targetBureauB, "d2", 0.2, 1, false),
+		rec("a", targetERP, "d1", 0.3, 1, false), // erp is not limited
+		rec("a", targetBureauB, "d1", 5, 6, false),
+	}
+	polls := []callRec{
+		rec("c", targetBureauB, "p1", 0.5, 0.6, true), // the third in flight: over
+		rec("c", targetBureauB, "p1", 1, 1.5, true),   // starts as two end: not over
+		rec("a", targetBureauB, "p2", 5.5, 7, true),
+	}
+	r := checkTargets(calls, polls, map[string]int{targetBureauB: 2}, at(60))
+	if r.overConcurrency != 1 || len(r.details) != 1 || !strings.Contains(r.details[0], "target bureau_b: 3 calls in flight") {
+		t.Fatalf("want 1 over bureau_b's concurrency, described; got %+v", r)
+	}
+	if want := []targetFigure{{target: targetBureauB, concurrency: 2, calls: 3, polls: 3, peakFlight: 3}}; !slices.Equal(r.targets, want) {
+		t.Fatalf("want the figures %+v, got %+v", want, r.targets)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/ingest"
@@ -44,7 +45,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		r.invariant("the state bucket could be read (error: "+err.Error()+")", 1)
 		return
 	}
-	calls, cbs, downPolls := c.fleet.snapshot()
+	calls, polls, cbs, downPolls := c.fleet.snapshot()
 	callsOf := map[string][]callRec{}
 	for _, cl := range calls {
 		callsOf[cl.eventID] = append(callsOf[cl.eventID], cl)
@@ -392,9 +393,14 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	}
 	c.fleet.mu.Unlock()
 	var lim map[string]limits
+	var targetLim map[string]int
 	yaml, err := os.ReadFile(filepath.Join(c.o.dir, "tenaz.yaml"))
+	var cfg *config.Config
 	if err == nil {
-		lim, err = accountLimits(string(yaml), slices.Collect(maps.Keys(outages)))
+		cfg, err = runConfig(string(yaml))
+	}
+	if err == nil {
+		lim, targetLim = accountLimits(cfg, slices.Collect(maps.Keys(outages))), targetConcurrency(cfg)
 	}
 	if err != nil {
 		r.section("invariants: limits")
@@ -432,6 +438,14 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	r.figure("calls made while another dispatcher had one of the account in flight", lr.overlapping)
 	r.invariant("calls beyond the account's concurrency in flight (no handover slack)", lr.overConcurrency, lr.concurrencyDetails...)
 	r.invariant(fmt.Sprintf("calls beyond the account's rate in any 1 s (slack: %d + 1 per change of caller)", rateJitter), lr.overRate, lr.rateDetails...)
+
+	r.section(fmt.Sprintf("invariants: target limits over all %d dispatchers and %d pollers", o.DispatcherReplicas, o.PollerReplicas))
+	tr := checkTargets(calls, polls, targetLim, time.Now())
+	for _, f := range tr.targets {
+		r.figure(fmt.Sprintf("%s (concurrency %d): calls, polls, most in flight", f.target, f.concurrency),
+			fmt.Sprintf("%d, %d, %d", f.calls, f.polls, f.peakFlight))
+	}
+	r.invariant("calls and polls beyond the target's concurrency in flight", tr.overConcurrency, tr.details...)
 
 	// --- breakers
 	r.section("invariants: breakers")

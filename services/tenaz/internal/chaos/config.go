@@ -62,6 +62,11 @@ const (
 	narrowConcurrency = 4
 )
 
+// bureauBConcurrency is bureau_b's concurrency, over every account: its
+// calls (report.fetch, credit fallbacks) and its polls share it, over
+// every dispatcher and poller.
+const bureauBConcurrency = 12
+
 // breakerFailures opens a breaker: with 30 % 5xx and 10 % timeouts a run
 // of ten failures is rare outside an outage or a 429 burst.
 const breakerFailures = 10
@@ -115,6 +120,7 @@ targets:
   bureau_b:
     url: "%[1]s/{{.Account}}/bureau_b/evaluations"
     timeout: %[9]s
+    concurrency: %[16]d
     headers: {`+headerInstance+`: "${`+envInstance+`}"}
     poll:
       url: "%[1]s/{{.Account}}/bureau_b/evaluations/{{.Reference}}"
@@ -150,7 +156,7 @@ kinds:
     ordered_by: lane
 `, p.providers, secs(p.cooldown), secs(p.callbackSLA), secs(p.pollSLA), backoff, secs(ackWait), p.logLevel,
 		breakerFailures, secs(callTimeout), callbackSecret, accountConcurrency,
-		ratedAccount, ratedPerSecond, narrowAccount, narrowConcurrency)
+		ratedAccount, ratedPerSecond, narrowAccount, narrowConcurrency, bureauBConcurrency)
 }
 
 func writeConfig(path string, p configParams) error {

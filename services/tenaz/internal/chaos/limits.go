@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -15,20 +16,36 @@ type limits struct {
 	rate        float64 // calls per second; 0: unlimited
 }
 
-// accountLimits reads every account's limits from the run's config, the
-// way the dispatcher does (an account inherits what it does not set from
-// "*").
-func accountLimits(yaml string, accounts []string) (map[string]limits, error) {
+// runConfig parses the run's config, as the services do.
+func runConfig(yaml string) (*config.Config, error) {
 	cfg, err := config.Parse([]byte(yaml), func(k string) (string, bool) { return "chaos", k == envInstance })
 	if err != nil {
 		return nil, fmt.Errorf("chaos: the run's config: %w", err)
 	}
+	return cfg, nil
+}
+
+// accountLimits is every account's limits in cfg, read the way the
+// dispatcher does (an account inherits what it does not set from "*").
+func accountLimits(cfg *config.Config, accounts []string) map[string]limits {
 	out := make(map[string]limits, len(accounts))
 	for _, a := range accounts {
 		acct := cfg.Account(a)
 		out[a] = limits{concurrency: acct.MaxConcurrency(), rate: acct.Rate.PerSecond}
 	}
-	return out, nil
+	return out
+}
+
+// targetConcurrency is the concurrency of every target in cfg that sets
+// a fixed one.
+func targetConcurrency(cfg *config.Config) map[string]int {
+	out := map[string]int{}
+	for name, t := range cfg.Targets {
+		if t.Concurrency > 0 {
+			out[name] = int(t.Concurrency)
+		}
+	}
+	return out
 }
 
 // goneSlack is how much earlier than the provider saw it a call that ended
@@ -93,7 +110,7 @@ func checkLimits(calls []callRec, lim map[string]limits, now time.Time) limitRep
 		slices.SortStableFunc(cs, func(x, y callRec) int { return x.at.Compare(y.at) })
 		f := accountFigure{account: a, lim: lim[a], calls: len(cs)}
 		var over int
-		f.peakFlight, f.overlapping, over = inFlight(cs, lim[a].concurrency, now, &rep.concurrencyDetails)
+		f.peakFlight, f.overlapping, over = inFlight(cs, a, lim[a].concurrency, now, &rep.concurrencyDetails)
 		rep.overlapping += f.overlapping
 		rep.overConcurrency += over
 		f.peakSecond, over = perWindow(cs, time.Second, lim[a].rate, &rep.rateDetails)
@@ -113,10 +130,10 @@ func checkLimits(calls []callRec, lim map[string]limits, now time.Time) limitRep
 }
 
 // inFlight returns the most calls of cs (sorted by arrival) in flight at
-// once, how many calls arrived while another process had a call of the
-// account in flight, and how many arrived while concurrency others were in
-// flight (the first of them described in details).
-func inFlight(cs []callRec, concurrency int, now time.Time, details *[]string) (peak, overlapping, over int) {
+// once, how many calls arrived while another process had one of cs in
+// flight, and how many arrived while concurrency others were in flight
+// (the first of them described in details, under name).
+func inFlight(cs []callRec, name string, concurrency int, now time.Time, details *[]string) (peak, overlapping, over int) {
 	type edge struct {
 		at    time.Time
 		start bool
@@ -181,11 +198,56 @@ func inFlight(cs []callRec, concurrency int, now time.Time, details *[]string) (
 					o.at.Format("15:04:05.000"), o.end.Format("15:04:05.000")))
 			}
 			slices.Sort(who)
-			*details = append(*details, fmt.Sprintf("%s: %d calls in flight at %s, concurrency %d: %v", c.account, len(open),
+			*details = append(*details, fmt.Sprintf("%s: %d calls in flight at %s, concurrency %d: %v", name, len(open),
 				e.at.Format("15:04:05.000"), concurrency, who))
 		}
 	}
 	return peak, overlapping, over
+}
+
+// targetFigure is what the limit checks measured for one target.
+type targetFigure struct {
+	target       string
+	concurrency  int
+	calls, polls int
+	peakFlight   int // most calls and polls in flight at once
+}
+
+// targetReport is what the target limit check found.
+type targetReport struct {
+	targets         []targetFigure // sorted by target
+	overConcurrency int            // calls and polls that arrived while the target's concurrency was taken: must be 0
+	details         []string
+}
+
+// checkTargets measures, at the providers, every limited target's calls
+// and polls in flight together against its concurrency, over every
+// account, dispatcher and poller. A replica's slots count until it is
+// taken for dead, and a killed one's calls end at once, so this has no
+// handover slack either.
+func checkTargets(calls, polls []callRec, concurrency map[string]int, now time.Time) targetReport {
+	byTarget := map[string][]callRec{}
+	for _, c := range slices.Concat(calls, polls) {
+		byTarget[c.target] = append(byTarget[c.target], c)
+	}
+	var rep targetReport
+	for _, t := range slices.Sorted(maps.Keys(concurrency)) {
+		cs := byTarget[t]
+		slices.SortStableFunc(cs, func(x, y callRec) int { return x.at.Compare(y.at) })
+		f := targetFigure{target: t, concurrency: concurrency[t]}
+		for _, c := range cs {
+			if c.poll {
+				f.polls++
+			} else {
+				f.calls++
+			}
+		}
+		var over int
+		f.peakFlight, _, over = inFlight(cs, "target "+t, concurrency[t], now, &rep.details)
+		rep.overConcurrency += over
+		rep.targets = append(rep.targets, f)
+	}
+	return rep
 }
 
 // perWindow returns the most calls of cs (sorted by arrival) that arrived

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,7 @@ type callRec struct {
 	eventID string
 	key     string
 	down    bool   // answered 503 by the gate: the account was in its outage
+	poll    bool   // a poll (GET of a reference), not a delivery
 	sender  string // the calling process's lifetime (headerInstance)
 }
 
@@ -93,6 +95,7 @@ type fleet struct {
 	mu       sync.Mutex
 	outages  map[string]window
 	calls    []callRec
+	polls    []callRec // poll.eventID is empty: a poll names only its reference
 	refs     []acceptedRef
 	cbs      []cbRec
 	downPoll int // polls answered 503 by the gate
@@ -170,10 +173,15 @@ func (f *fleet) gate(w http.ResponseWriter, r *http.Request) {
 	down := f.down(account, now)
 	poll := r.Method == http.MethodGet && strings.HasPrefix(parts[2][strings.LastIndexByte(parts[2], '/')+1:], provider.RefPrefix)
 	if poll {
+		f.mu.Lock()
+		i := len(f.polls)
+		f.polls = append(f.polls, callRec{at: now, account: account, target: target, down: down, poll: true, sender: r.Header.Get(headerInstance)})
 		if down {
-			f.mu.Lock()
 			f.downPoll++
-			f.mu.Unlock()
+		}
+		f.mu.Unlock()
+		defer f.ended(&f.polls, i, r)
+		if down {
 			unavailable(w)
 			return
 		}
@@ -186,14 +194,7 @@ func (f *fleet) gate(w http.ResponseWriter, r *http.Request) {
 	i := len(f.calls)
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
-	// The call's end, for the check of calls in flight: when the provider
-	// answered, or when the caller went away (a hang ends then).
-	defer func() {
-		end, gone := time.Now(), r.Context().Err() != nil
-		f.mu.Lock()
-		f.calls[i].end, f.calls[i].gone = end, gone
-		f.mu.Unlock()
-	}()
+	defer f.ended(&f.calls, i, r)
 	if down {
 		_, _ = io.Copy(io.Discard, r.Body)
 		unavailable(w)
@@ -342,11 +343,21 @@ func (f *fleet) shape(ctx context.Context, rng *rand.Rand, cb provider.CallbackF
 	}
 }
 
+// ended records the end of (*recs)[i], for the checks of calls in
+// flight: when the provider answered, or when the caller went away (a
+// hang ends then).
+func (f *fleet) ended(recs *[]callRec, i int, r *http.Request) {
+	end, gone := time.Now(), r.Context().Err() != nil
+	f.mu.Lock()
+	(*recs)[i].end, (*recs)[i].gone = end, gone
+	f.mu.Unlock()
+}
+
 // snapshot copies what the checks read.
-func (f *fleet) snapshot() (calls []callRec, cbs []cbRec, downPoll int) {
+func (f *fleet) snapshot() (calls, polls []callRec, cbs []cbRec, downPoll int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]callRec(nil), f.calls...), append([]cbRec(nil), f.cbs...), f.downPoll
+	return slices.Clone(f.calls), slices.Clone(f.polls), slices.Clone(f.cbs), f.downPoll
 }
 
 // recentRefs returns up to n of the latest bureau_a acceptances.

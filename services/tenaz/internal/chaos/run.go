@@ -156,7 +156,7 @@ func progress(ctx context.Context, out io.Writer, c *cluster, l *loader, start t
 			kills += p.kills + p.terms
 			p.mu.Unlock()
 		}
-		calls, cbs, _ := c.fleet.snapshot()
+		calls, _, cbs, _ := c.fleet.snapshot()
 		fmt.Fprintf(out, "  %4ds accepted %6d (tries http %d nats %d), provider deliveries %d, webhooks %d, kills and restarts %d\n",
 			int(time.Since(start).Seconds()), l.submitted.Load(), l.httpTries.Load(), l.natsTries.Load(), len(calls), len(cbs), kills)
 	}
@@ -326,7 +326,7 @@ func printStuck(ctx context.Context, out io.Writer, c *cluster, stuck map[string
 		fmt.Fprintf(out, "  (records unreadable: %v)\n", err)
 		return
 	}
-	calls, _, _ := c.fleet.snapshot()
+	calls, _, _, _ := c.fleet.snapshot()
 	for i, id := range ids {
 		if i == 15 {
 			break
@@ -363,7 +363,7 @@ func printStuck(ctx context.Context, out io.Writer, c *cluster, stuck map[string
 // dump writes every delivery and webhook of the run to the work
 // directory, for a failed run's post-mortem.
 func dump(dir string, f *fleet) error {
-	calls, cbs, _ := f.snapshot()
+	calls, _, cbs, _ := f.snapshot()
 	var b strings.Builder
 	b.WriteString("at\tend\tgone\taccount\ttarget\tevent\tkey\tdown\tsender\n")
 	for _, c := range calls {
