@@ -72,11 +72,10 @@ func Start(tb testing.TB, opts ...Option) *Server {
 // Stop shuts the server down (idempotent).
 func (s *Server) Stop() { natsd.Shutdown(s.Server) }
 
-// Conn connects to the server, with opts; the connection closes when the
-// test ends.
-func (s *Server) Conn(tb testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+// Conn connects to the server; the connection closes when the test ends.
+func (s *Server) Conn(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
 	tb.Helper()
-	nc, err := nats.Connect(s.ClientURL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		tb.Fatalf("natstest: connect: %v", err)
 	}

@@ -94,7 +94,6 @@ type Hooks struct {
 type Service struct {
 	o       Options
 	nc      *nats.Conn
-	inboxes inboxes // ingest's own reply subjects: only they are answered
 	js      jetstream.JetStream
 	cfg     *config.Config
 	subj    names.Subjects
@@ -210,7 +209,6 @@ func (s *Service) start(ctx context.Context) error {
 		s.o.Auth.ShareRates(s.quotas)
 		s.Defer(func(ctx context.Context) { s.quotas.Close(ctx); s.quotas = nil })
 	}
-	s.inboxes = inboxesOf(s.nc)
 	if s.replies, err = newReplies(s.nc); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -249,7 +247,7 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.ordered = make([]*orderedQueue, s.o.Batchers)
 	for i := range s.ordered {
-		s.ordered[i] = newOrderedQueue(queue.Trims(s.intake), s.inboxes)
+		s.ordered[i] = newOrderedQueue(queue.Trims(s.intake))
 		s.wg.Add(1)
 		go s.orderedLoop(runCtx, s.ordered[i])
 	}

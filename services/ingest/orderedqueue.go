@@ -42,7 +42,6 @@ type orderedQueue struct {
 	bytes    int
 	closed   bool
 	delegate bool // acks past heldPerAccount: only where INTAKE is trimmed, not a work queue whose ack deletes
-	inboxes  inboxes
 }
 
 // orderedEntry is one submission waiting for its loop. An anchor also
@@ -106,8 +105,8 @@ func (e *orderedEntry) delegate(seq uint64) {
 	e.through = max(e.through, seq)
 }
 
-func newOrderedQueue(delegate bool, in inboxes) *orderedQueue {
-	q := &orderedQueue{accounts: map[string][]*orderedEntry{}, delegate: delegate, inboxes: in}
+func newOrderedQueue(delegate bool) *orderedQueue {
+	q := &orderedQueue{accounts: map[string][]*orderedEntry{}, delegate: delegate}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -197,7 +196,7 @@ func (q *orderedQueue) add(account string, m jetstream.Msg, ordered, anchor bool
 // (it drains behind itself: maybe a dead ingest's anchor) nor one an HTTP
 // handler may wait for (answered).
 func (q *orderedQueue) delegable(m jetstream.Msg, seq uint64, redelivered bool) bool {
-	return q.delegate && seq > 0 && !redelivered && !q.inboxes.answered(m.Headers())
+	return q.delegate && seq > 0 && !redelivered && !answered(m.Headers())
 }
 
 // sequence is m's INTAKE sequence (0 when its metadata cannot be read)

@@ -1,33 +1,29 @@
 package ingest
 
 import (
-	"cmp"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tenaz/tenaz/pkg/natsconn"
 )
 
-// inboxes is the prefix of ingest's own reply subjects, with its dot
-// ("_INBOX.tenaz-ingest."): under deploy/nats/values.yaml no other NATS
-// user may read them. A submission's reply header counts only under it.
-// Any NATS publisher can set the header, and one trusted elsewhere would
-// have ingest wait on a handler that is not one for each of its
-// refusals, and keep each of its submissions from an anchor (see
-// answered): one producer could stall every account's intake.
-type inboxes string
+// replyInboxes prefixes the subjects on which HTTP handlers wait for
+// their submissions' outcomes ("_INBOX.tenaz-ingest."), whatever inbox
+// prefix ingest's connection has: under deploy/nats/values.yaml no NATS
+// user but ingest's may read them. A submission's reply header counts
+// only under it. Any NATS publisher can set the header, and one trusted
+// elsewhere would have ingest wait on a handler that is not one for each
+// of its refusals (tell), and keep each of its submissions from an
+// anchor (answered): one producer could stall every account's intake.
+var replyInboxes = natsconn.InboxPrefix(Name) + "."
 
-// inboxesOf is the prefix of nc's reply subjects (nats.go's "_INBOX."
-// on a connection without one of its own: then any inbox counts).
-func inboxesOf(nc *nats.Conn) inboxes {
-	return inboxes(cmp.Or(nc.Opts.InboxPrefix, strings.TrimSuffix(nats.InboxPrefix, ".")) + ".")
-}
-
-// replyOf is the reply subject h names, or "" when it names none of
-// ingest's own.
-func (in inboxes) replyOf(h nats.Header) string {
-	if r := h.Get(headerReply); strings.HasPrefix(r, string(in)) {
+// replyOf is the reply subject h names, or "" when it names none under
+// replyInboxes.
+func replyOf(h nats.Header) string {
+	if r := h.Get(headerReply); strings.HasPrefix(r, replyInboxes) {
 		return r
 	}
 	return ""
@@ -39,7 +35,7 @@ func (in inboxes) replyOf(h nats.Header) string {
 // delivery alone, and a drain reading it back passes it over (a handler
 // told by one and an event kept by the other would disagree). HTTP
 // producers are held by their keys' rates.
-func (in inboxes) answered(h nats.Header) bool { return in.replyOf(h) != "" }
+func answered(h nats.Header) bool { return replyOf(h) != "" }
 
 // replies multiplexes the outcomes of HTTP submissions over one
 // subscription, as nats.go's request mux does for requests.
@@ -52,7 +48,7 @@ type replies struct {
 }
 
 func newReplies(nc *nats.Conn) (*replies, error) {
-	r := &replies{prefix: nc.NewRespInbox() + ".", wait: map[string]chan []byte{}}
+	r := &replies{prefix: replyInboxes + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix) + ".", wait: map[string]chan []byte{}}
 	sub, err := nc.Subscribe(r.prefix+"*", func(m *nats.Msg) {
 		r.mu.Lock()
 		ch, ok := r.wait[m.Subject]

@@ -20,7 +20,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
-	"github.com/tenaz/tenaz/pkg/natsconn"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -149,7 +148,7 @@ func (h *harness) startIngest(hooks *ingest.Hooks) *ingest.Service {
 // startIngestConfig is startIngest for a replica running config cfg.
 func (h *harness) startIngestConfig(cfg *config.Config, hooks *ingest.Hooks) *ingest.Service {
 	h.t.Helper()
-	nc, _ := h.Srv.Conn(h.t, nats.CustomInboxPrefix(natsconn.InboxPrefix(ingest.Name)))
+	nc, _ := h.Srv.Conn(h.t)
 	var a *auth.Authenticator
 	if h.o.auth {
 		var err error
