@@ -112,7 +112,7 @@ func Members(data []byte) (members map[string]json.RawMessage, dup string, err e
 }
 
 // parseStrict decodes body into v, refusing unknown fields, a member given
-// twice or spelled otherwise than its field (see CheckSpelling) and
+// twice or spelled otherwise than its field (see checkSpelling) and
 // trailing data, and checks s, the submission v holds.
 func parseStrict(body []byte, v any, s *Submission) error {
 	dec := json.NewDecoder(bytes.NewReader(body))

@@ -12,7 +12,7 @@ import (
 // DecodeStrict decodes data, one JSON object, into v (a pointer to a
 // struct) as a request body is read: a member no field names (a typo is
 // not silently lost), one given twice (see CheckUnambiguous) or spelled
-// otherwise than its field (see CheckSpelling), and anything after the
+// otherwise than its field (see checkSpelling), and anything after the
 // object are refused, the error saying so under what ("request body").
 func DecodeStrict(what string, data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -26,10 +26,10 @@ func DecodeStrict(what string, data []byte, v any) error {
 	if err := CheckUnambiguous(what, data); err != nil {
 		return err
 	}
-	return CheckSpelling(what, data, v)
+	return checkSpelling(what, data, v)
 }
 
-// CheckSpelling refuses a request body (what it is: "request body") that
+// checkSpelling refuses a request body (what it is: "request body") that
 // names a member otherwise than the field of v (a pointer to the struct
 // it was decoded into) it fills, say "Account" for "account", at any
 // depth. encoding/json matches names regardless of case, so
@@ -37,7 +37,7 @@ func DecodeStrict(what string, data []byte, v any) error {
 // a log reader or a reviewer reading "account" sees acme. Members no
 // field names are left to DisallowUnknownFields; data must have decoded
 // into v.
-func CheckSpelling(what string, data []byte, v any) error {
+func checkSpelling(what string, data []byte, v any) error {
 	if given, want := misspelled(data, reflect.TypeOf(v)); given != "" {
 		return fmt.Errorf("%s names the member %q as %q: spell it exactly", what, want, given)
 	}
