@@ -17,8 +17,9 @@ import (
 // guard is the in-process protection around every call of one account to
 // one target (or handler): the account's rate (pace), then, innermost and
 // right before the call, the target's provider-wide limit, shared with
-// every other account and replica (see limit). Retrying is not one of
-// them: that is JetStream's job.
+// every other account and replica (see limit), with the account's rate
+// checked again once the target has room (see run). Retrying is not one
+// of them: that is JetStream's job.
 type guard struct {
 	pace  *pacer       // the account's, shared by its targets
 	limit *targetLimit // nil: the target has no provider-wide limit
@@ -98,18 +99,27 @@ func (p *pacer) setRate(perSecond float64) {
 // again for that would cut the rate, not hold it).
 func lateAfter(interval time.Duration) time.Duration { return max(interval/4, 10*time.Millisecond) }
 
-// wait returns when the call may go, or with ctx's error.
-func (p *pacer) wait(ctx context.Context) error {
+// wait returns when the call may go, counted as gone, or with ctx's
+// error.
+func (p *pacer) wait(ctx context.Context) error { return p.await(ctx, true) }
+
+// ready returns when a call could go, or with ctx's error, without
+// counting it: a call that waits for something else next (its target's
+// slot) counts itself once that is done, with claim.
+func (p *pacer) ready(ctx context.Context) error { return p.await(ctx, false) }
+
+// await is wait (count) or ready.
+func (p *pacer) await(ctx context.Context, count bool) error {
 	for {
-		if err := p.waitOnce(ctx); !errors.Is(err, errRateChanged) {
+		if err := p.waitOnce(ctx, count); !errors.Is(err, errRateChanged) {
 			return err
 		}
 	}
 }
 
-// waitOnce is wait at the rate in force when it starts, ended by
+// waitOnce is await at the rate in force when it starts, ended by
 // errRateChanged when the rate changes before the call may go.
-func (p *pacer) waitOnce(ctx context.Context) error {
+func (p *pacer) waitOnce(ctx context.Context, count bool) error {
 	p.mu.Lock()
 	rl, interval, changed := p.rl, p.interval, p.changed
 	p.mu.Unlock()
@@ -126,7 +136,7 @@ func (p *pacer) waitOnce(ctx context.Context) error {
 		}
 	}
 	for {
-		free, err := p.take(time.Now(), changed)
+		free, err := p.take(time.Now(), changed, count)
 		if err != nil || free.IsZero() {
 			return err
 		}
@@ -136,19 +146,30 @@ func (p *pacer) waitOnce(ctx context.Context) error {
 	}
 }
 
-// take records a call going at now and returns the zero time, or, when
-// the last call went less than an interval before now, the time it may.
-// It returns errRateChanged if the rate is no longer the one of changed.
-func (p *pacer) take(now time.Time, changed chan struct{}) (time.Time, error) {
+// claim counts a call going at now, at the rate in force, and returns
+// the zero time; or, when the account's last call went less than an
+// interval before now, the time this one may go.
+func (p *pacer) claim(now time.Time) time.Time {
+	free, _ := p.take(now, nil, true)
+	return free
+}
+
+// take returns the zero time, having counted a call going at now if
+// count, or, when the last call went less than an interval before now,
+// the time it may. It returns errRateChanged if the rate is no longer the
+// one of changed (nil: whichever is in force).
+func (p *pacer) take(now time.Time, changed chan struct{}, count bool) (time.Time, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if changed != p.changed {
+	if changed != nil && changed != p.changed {
 		return time.Time{}, errRateChanged
 	}
 	if free := p.went.Add(p.interval); now.Before(free) {
 		return free, nil
 	}
-	p.went = now
+	if count {
+		p.went = now
+	}
 	return time.Time{}, nil
 }
 
@@ -263,14 +284,60 @@ func (s *Service) guardFor(account, name string) *guard {
 }
 
 // run calls fn at the account's pace, the target's limit innermost.
+//
+// A call that waits for its target's slot goes at the account's pace
+// when it has one, not when its permit passed: permits that pass while
+// the target is busy would otherwise let the account's calls out together
+// once it has room, past the account's rate at the provider. So it is
+// counted as gone (claim) only with the slot in hand; if another of the
+// account's calls went meanwhile, it waits for the gap holding the slot
+// only if that is short (holdFor), else it gives the slot back, not
+// having called, and waits for a permit again (errOutpaced).
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
-	if err := g.pace.wait(ctx); err != nil {
-		return target.Response{}, err
+	if g.limit == nil {
+		if err := g.pace.wait(ctx); err != nil {
+			return target.Response{}, err
+		}
+		return fn(ctx)
 	}
-	if g.limit != nil {
-		return g.limit.around(ctx, fn)
+	for {
+		if err := g.pace.ready(ctx); err != nil {
+			return target.Response{}, err
+		}
+		resp, err := g.limit.around(ctx, g.inPace(fn))
+		if !errors.Is(err, errOutpaced) {
+			return resp, err
+		}
 	}
-	return fn(ctx)
+}
+
+// holdFor is how long a call that holds its target's slot waits for its
+// account's pace before it gives the slot back: about how late timers
+// are on a busy machine, short against a target's call.
+const holdFor = 10 * time.Millisecond
+
+// errOutpaced is errNotCalled for a call that got its target's slot
+// after another call of its account went, too shortly before for it to
+// go too: it waits for a permit again (see run).
+var errOutpaced = fmt.Errorf("%w: another call of the account went meanwhile", errNotCalled)
+
+// inPace makes fn's call once the account's pace lets it go, waiting at
+// most holdFor for it, or returns errOutpaced.
+func (g *guard) inPace(fn func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
+	return func(ctx context.Context) (target.Response, error) {
+		for {
+			free := g.pace.claim(time.Now())
+			if free.IsZero() {
+				return fn(ctx)
+			}
+			if time.Until(free) > holdFor {
+				return target.Response{}, errOutpaced
+			}
+			if err := g.pace.until(ctx, free, nil); err != nil {
+				return target.Response{}, err
+			}
+		}
+	}
 }
 
 // around makes fn's call once the target has a token and a free slot for

@@ -93,11 +93,7 @@ func targetLimitAcrossReplicas(t *testing.T, kill bool) {
 	if least := int(8 * window.Seconds()); in < least {
 		t.Errorf("bureau: want the target served, at least %d calls in %s, got %d", least, window, in)
 	}
-	busiest := 0
-	for i := range calls {
-		j, _ := slices.BinarySearchFunc(calls, calls[i].Add(time.Second), func(a, b time.Time) int { return a.Compare(b) })
-		busiest = max(busiest, j-i)
-	}
+	busiest := busiestSecond(calls)
 	if busiest > 22 {
 		t.Errorf("bureau (20/s): want at most 22 calls in any one second, saw %d", busiest)
 	}
@@ -319,4 +315,67 @@ kinds:
 		}
 	}
 	h.waitAll(ids, state.Done, 2*time.Minute)
+}
+
+// An account's rate holds at the provider while its calls wait for their
+// target's slots. hog holds the bureau's one slot with a 2s call while 10
+// calls of paced (5/s) pass their permits; when the slot comes free, they
+// go one after another, as fast as the bureau answers. No second may hold
+// more than 6 of paced's calls (its rate + 1), over two dispatcher
+// processes. Before, a call took its permit before it waited for the
+// slot, and paced's calls went out 10 in a second.
+func TestAccountRateHoldsWhileItsCallsWaitForTheTarget(t *testing.T) {
+	t.Parallel()
+	m := newMeter(map[string]time.Duration{"bureau/hog": 2 * time.Second, "bureau/paced": 10 * time.Millisecond})
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	h := setup(t, `
+streams: {ack_wait: 10s}
+http: {addr: "127.0.0.1:0"}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 10}
+  paced: {concurrency: 10, rate: 5/s}
+targets:
+  bureau: {url: "${TARGET}/bureau/{{.Account}}", timeout: 5s, concurrency: 1}
+kinds:
+  order.create: {target: bureau, entity: order_id}
+`, provider.Faults{})
+	startReplicas(t, h, 2, target.URL)
+
+	hog := h.Submit("hog", "order.create", keys("hog", 1), orderPayload)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return m.inFlightOf("bureau/hog") == 1 }, "want hog's call holding the bureau's slot")
+	paced := h.Submit("paced", "order.create", keys("paced", 10), orderPayload)
+	h.waitAll(append(hog, paced...), state.Done, time.Minute)
+
+	calls := m.callsOf("bureau/paced")
+	slices.SortFunc(calls, func(a, b time.Time) int { return a.Compare(b) })
+	if len(calls) != len(paced) {
+		t.Fatalf("want one call per event of paced, got %d", len(calls))
+	}
+	busiest := busiestSecond(calls)
+	hogDone := m.callsOf("bureau/hog")[0].Add(2 * time.Second)
+	waited := 0
+	for _, at := range calls {
+		if !at.Before(hogDone) {
+			waited++
+		}
+	}
+	t.Logf("paced (5/s): %d calls, %d after hog's slot came free, at most %d in one second", len(calls), waited, busiest)
+	if waited < 5 {
+		t.Errorf("want most of paced's calls to have waited for hog's slot, %d did", waited)
+	}
+	if busiest > 6 {
+		t.Errorf("paced (5/s): want at most 6 calls in any one second at the bureau, saw %d", busiest)
+	}
+}
+
+// busiestSecond is the most of calls (sorted) in any one second.
+func busiestSecond(calls []time.Time) int {
+	most := 0
+	for i := range calls {
+		j, _ := slices.BinarySearchFunc(calls, calls[i].Add(time.Second), func(a, b time.Time) int { return a.Compare(b) })
+		most = max(most, j-i)
+	}
+	return most
 }
