@@ -222,7 +222,7 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	// EVENTS message would wait for the reconciler.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	rec, effects, err := s.transitionParked(ctx, it, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
+	rec, effects, err := s.transition(ctx, it, state.Action{Name: state.Replay, Actor: actor, Detail: detail, Stage: stage, Payload: payload})
 	if err != nil {
 		return err
 	}
@@ -231,10 +231,14 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 			continue
 		}
 		if err := s.enqueue(ctx, env, rec); err != nil {
-			return fmt.Errorf("event %s is pending but its message could not be published (the reconciler will put it back on its path): %w", id, err)
+			return fmt.Errorf("event %s is pending but its message could not be published (the next replica to start, or the reconciler, will put it back on its path): %w", id, err)
 		}
 	}
-	s.dropEntry(ctx, it) // only now: until the event is on its way, the entry may be all that has its payload
+	// Only now, the event on its way: a replica killed before leaves the
+	// item listed, and the next one to start finishes the replay from it
+	// (checkView); and the entry may be all that has the payload.
+	s.forget(ctx, it.ID)
+	s.dropEntry(ctx, it)
 	s.log.Info().Str("event_id", id).Str("actor", actor).Str("stage", rec.Stage).Bool("edited", payload != nil).Msg("replayed")
 	return nil
 }
@@ -301,26 +305,64 @@ func (s *Service) settle(ctx context.Context, it ops.Item, a state.Action) error
 }
 
 // transitionParked applies a to the parked event of it; the index forgets
-// the event once it has left its parked state. A record that does not
-// decode (store.ErrUndecodable) is made again from the copy its DEAD
-// entry keeps, so that an operator can still replay, resolve or discard
-// the event.
+// the event once it has left its parked state.
 func (s *Service) transitionParked(ctx context.Context, it ops.Item, a state.Action) (state.Record, []state.EffectKind, error) {
+	rec, effects, err := s.transition(ctx, it, a)
+	if err == nil {
+		s.forget(ctx, it.ID)
+	}
+	return rec, effects, err
+}
+
+// transition applies a to the parked event of it, leaving its item
+// listed. A record that does not decode (store.ErrUndecodable) is made
+// again from the copy its DEAD entry keeps, so that an operator can still
+// replay, resolve or discard the event. An event no longer parked is
+// refused (notParked) and forgotten; a replay of it that was cut short
+// is finished (finishReplay).
+func (s *Service) transition(ctx context.Context, it ops.Item, a state.Action) (state.Record, []state.EffectKind, error) {
 	rec, _, effects, err := s.st.Transition(ctx, it.Account, it.ID, a)
 	if errors.Is(err, store.ErrUndecodable) {
 		rec, effects, err = s.transitionCopy(ctx, it, a, err)
 	}
 	if errors.Is(err, state.ErrInvalidTransition) {
-		if !rec.Status.Parked() {
+		switch {
+		case unfinishedReplay(rec):
+			s.finishReplay(ctx, it.Account, it.ID, it.Seq)
+		case !rec.Status.Parked():
 			s.forget(ctx, it.ID)
 		}
 		return rec, nil, notParked(it.ID, rec.Status)
 	}
-	if err != nil {
-		return rec, nil, err
+	return rec, effects, err
+}
+
+// unfinishedReplay reports whether rec waits as a replay left it:
+// pending, the replay its last step. A replica killed during the replay
+// may not have published its EVENTS message.
+func unfinishedReplay(rec state.Record) bool {
+	n := len(rec.History)
+	return rec.Status == state.Pending && n > 0 && rec.History[n-1].Action == state.Replay
+}
+
+// finishReplay does what a replay of event id (its DEAD entry at seq)
+// cut short by a kill may have left undone. While the record still waits
+// as the replay left it, its EVENTS message is published again under the
+// replay's message id, so the server drops it if the first got there;
+// otherwise the event would wait for the reconciler's sweep. Then the
+// DEAD entry goes, if it is still there, and the event's item if it
+// still lists that entry.
+func (s *Service) finishReplay(ctx context.Context, account, id string, seq uint64) {
+	rec, _, err := s.st.Get(ctx, account, id)
+	if err == nil && unfinishedReplay(rec) {
+		if env, err := s.st.Envelope(rec); err == nil {
+			if err := s.enqueue(ctx, env, rec); err != nil {
+				s.log.Warn().Err(err).Str("event_id", id).Msg("publishing a replayed event again failed; the reconciler puts it back on its path")
+			}
+		}
 	}
-	s.forget(ctx, it.ID)
-	return rec, effects, nil
+	s.dropEntry(ctx, ops.Item{ID: id, Seq: seq})
+	s.forgetEntry(ctx, id, seq)
 }
 
 // transitionCopy applies a to the record kept in it's DEAD entry and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/dead"
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -246,4 +247,65 @@ func TestListedEventNoLongerDeadRemovedAtStart(t *testing.T) {
 	if err := e.call(ops.DeadList, ops.ListRequest{Account: "acme", Limit: 10}, &list); err != nil || len(list.Items) != 1 || list.Items[0].ID != ids[2] {
 		t.Fatalf("want only %s listed, got %v %+v", ids[2], err, list)
 	}
+}
+
+// A replay whose EVENTS message the server refuses leaves the event
+// pending with nothing on its way to deliver it, as a replica killed
+// between the replay's transition and its message does. The event stays
+// listed, and the replica that starts next finishes the replay: the
+// event is delivered once and leaves the list. Before, the item went
+// with the transition, and the event waited for the reconciler (none
+// runs here).
+func TestReplayCutShortIsFinishedByTheNextReplica(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	ids := e.seed(1, "acme", "order.create", dead.ReasonExhausted, "transient", func(int) string { return `{"order_id":"o-1"}` })
+	acme := url.Values{"account": {"acme"}}
+	e.waitListed(state.Dead, acme, 1)
+
+	// EVENTS refuses every message, for its size.
+	stream, err := e.JS.Stream(e.Ctx(), e.Subj.EventsStream("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := stream.CachedInfo().Config
+	refusing := was
+	refusing.MaxMsgSize = 1
+	if _, err := e.JS.UpdateStream(e.Ctx(), refusing); err != nil {
+		t.Fatal(err)
+	}
+	var rep ops.ReplayReply
+	err = e.call(ops.DeadReplay, ops.ReplayRequest{IDs: ids, Reason: "erp fixed"}, &rep)
+	if err == nil && len(rep.Errors) == 0 || !strings.Contains(fmt.Sprint(err, rep.Errors), "could not be published") {
+		t.Fatalf("replay: want the refused message reported, got %+v, %v", rep, err)
+	}
+	if r := e.Record(ids[0]); !unfinished(r) {
+		t.Fatalf("want the event pending, replayed, got %s (%s)", r.Status, servicetest.Actions(r))
+	}
+	if got := e.listed(state.Dead, acme); got != 1 {
+		t.Fatalf("want the event whose replay was cut short still listed, got %d listed", got)
+	}
+
+	if _, err := e.JS.UpdateStream(e.Ctx(), was); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.dl.Stop(servicetest.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	e.startDispatcher(nil)
+	e.startDeadletterWith(deadletter.Options{Instance: "next"})
+	natstest.Eventually(t, 30*time.Second, func() bool { return e.Record(ids[0]).Status == state.Done },
+		"the event to be delivered (%s)", natstest.Lazy(func() any { return servicetest.Actions(e.Record(ids[0])) }))
+	if e.p.Applied() != 1 || len(e.p.DuplicateEffects()) > 0 {
+		t.Fatalf("want the event applied once, got %d, duplicated %v", e.p.Applied(), e.p.DuplicateEffects())
+	}
+	e.waitListed(state.Dead, acme, 0)
+	if n := e.DeadKept("acme"); n != 0 {
+		t.Fatalf("want its DEAD entry gone, %d left", n)
+	}
+}
+
+// unfinished reports whether r waits as a replay left it.
+func unfinished(r state.Record) bool {
+	return r.Status == state.Pending && len(r.History) > 0 && r.History[len(r.History)-1].Action == state.Replay
 }

@@ -289,12 +289,14 @@ const checkRate = 200
 // OOM kill) left the event listed where it is not, and the replica that
 // replaces it is the one to look. An item is purged only at the revision
 // read before its record, so a newer death of the event, which rewrites
-// the item, stays listed.
+// the item, stays listed. A replay purges the item only once its EVENTS
+// message is published: an item whose replay was cut short before is
+// finished here (finishReplay).
 func (s *Service) checkView() {
 	defer s.bg.Done()
 	ctx := s.runCtx
 	rl := ratelimiter.NewSmoothWithMaxRate[any](time.Second / checkRate)
-	purged := 0
+	purged, finished := 0, 0
 	for _, st := range []state.State{state.Dead, state.ManualReview} {
 		q := ops.ListRequest{Limit: ops.MaxLimit}
 		for {
@@ -314,7 +316,11 @@ func (s *Service) checkView() {
 					continue
 				}
 				rec, _, err := s.st.Get(ctx, it.Account, it.ID)
-				if errors.Is(err, store.ErrNotFound) || err == nil && !rec.Status.Parked() {
+				switch {
+				case err == nil && unfinishedReplay(rec):
+					s.finishReplay(ctx, it.Account, it.ID, it.Seq)
+					finished++
+				case errors.Is(err, store.ErrNotFound) || err == nil && !rec.Status.Parked():
 					if s.purge(ctx, it.ID, rev) {
 						purged++
 					}
@@ -327,6 +333,9 @@ func (s *Service) checkView() {
 	}
 	if purged > 0 {
 		s.log.Info().Int("items", purged).Msg("removed listed events that were no longer dead or in review")
+	}
+	if finished > 0 {
+		s.log.Info().Int("events", finished).Msg("finished replays that a stopped replica had left undone")
 	}
 }
 

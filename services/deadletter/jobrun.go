@@ -131,7 +131,7 @@ func (r *jobRun) settle(ctx context.Context, e pendingEntry) {
 	var err error
 	switch {
 	case again:
-		r.finishReplay(ctx, e)
+		r.s.finishReplay(ctx, e.Account, e.ID, e.Seq)
 	case e.ID == "":
 		err = fail(http.StatusConflict, "not_parked", "entry %d has no event to replay", e.Seq)
 	default:
@@ -157,26 +157,6 @@ func (r *jobRun) settle(ctx context.Context, e pendingEntry) {
 	if len(j.LastErrors) > maxJobError {
 		j.LastErrors = j.LastErrors[len(j.LastErrors)-maxJobError:]
 	}
-}
-
-// finishReplay does what a predecessor that died during its replay of
-// e's event may have left undone. While the record still waits as the
-// replay left it (pending, the replay its last step), its EVENTS message
-// is published again under the replay's message id, so the server drops
-// it if the predecessor's got there; otherwise the record would wait for
-// the reconciler's sweep. Then the DEAD entry goes, if it is still there,
-// and its item, which the predecessor may have died before removing.
-func (r *jobRun) finishReplay(ctx context.Context, e pendingEntry) {
-	rec, _, err := r.s.st.Get(ctx, e.Account, e.ID)
-	if n := len(rec.History); err == nil && rec.Status == state.Pending && n > 0 && rec.History[n-1].Action == state.Replay {
-		if env, err := r.s.st.Envelope(rec); err == nil {
-			if err := r.s.enqueue(ctx, env, rec); err != nil {
-				r.log.Warn().Err(err).Str("event_id", e.ID).Msg("publishing a replayed event again failed; the reconciler puts it back on its path")
-			}
-		}
-	}
-	r.s.dropEntry(ctx, ops.Item{ID: e.ID, Seq: e.Seq})
-	r.s.forgetEntry(ctx, e.ID, e.Seq)
 }
 
 // replayedBy reports whether the job replayed the entry's event already:
