@@ -14,8 +14,11 @@ import (
 )
 
 // A delayed event survives a full restart of tenaz run (the embedded
-// nats-server and every service stop while it waits) and fires within a
-// second of its due time.
+// nats-server and every service stop while it waits) and fires from its
+// schedule at its due time: never before it, and long before the
+// reconciler would take it for late (poller.grace, two minutes). The
+// bound leaves a loaded machine room (a bound of one second was once
+// missed by 1.35 s under CI); how late it fires is logged.
 func TestDelaySurvivesFullRestartAndFiresOnTime(t *testing.T) {
 	t.Parallel()
 	p, target := servicetest.Provider(t, provider.Faults{})
@@ -51,8 +54,8 @@ func TestDelaySurvivesFullRestartAndFiresOnTime(t *testing.T) {
 		t.Fatalf("want one delivery after the restart, got %d", len(calls))
 	}
 	late := calls[0].At.Sub(due)
-	if late < 0 || late > time.Second {
-		t.Fatalf("delivered %s after its due time; want within [0, 1s]", late)
+	if late < 0 || late > 15*time.Second {
+		t.Fatalf("delivered %s after its due time; want within [0, 15s], from its schedule", late)
 	}
 	t.Logf("delivered %s after due, across a full restart", late)
 }
