@@ -126,6 +126,16 @@ func (c *Config) Target(name string) (Target, bool) {
 	return t, ok
 }
 
+// LongestCall is the longest timeout of a target's call or poll: how
+// long a call begun may still be in flight.
+func (c *Config) LongestCall() time.Duration {
+	var d time.Duration
+	for _, t := range c.Targets {
+		d = max(d, t.Timeout.D())
+	}
+	return d
+}
+
 // OwnTarget reports whether account calls target with a url or headers
 // of its own (accounts.<account>.targets.<target>, not "*"'s): its own
 // endpoint or credentials, which the provider limits apart from every

@@ -57,6 +57,14 @@ type Options struct {
 	// Prefix is the installation's subject prefix, which its bucket names
 	// carry (config prefix). Defaults to names.DefaultPrefix.
 	Prefix string
+	// Linger is how long a replica taken for dead may still have calls in
+	// flight: those it began before it knew (it stops beginning them once
+	// it is no longer Current), bounded by their timeout. Until it has
+	// been unheard for Expiry + Linger, its leases are not taken (Acquire)
+	// and its slots of shared limits still count (Counted), so that a
+	// replica cut off from NATS, whose calls go on at the provider, is not
+	// called beside. The longest call's timeout; 0 takes the dead at once.
+	Linger time.Duration
 	// Guest joins a replica that holds no account (a poller, whose polls
 	// take slots of the targets' concurrency beside the dispatchers'
 	// calls): every replica hears it (Present), none assigns it an
@@ -93,6 +101,10 @@ type Group struct {
 	live    []string         // the live members, sorted, self included unless a guest
 	present []string         // the live members and guests, sorted, self included
 	leases  map[string]lease // account → its holder as last known
+	// lingering are the accounts whose lease a dead replica holds while
+	// its calls may still run (Linger), and when they may be taken: each
+	// is then reported as changed, for the caller to Acquire it again.
+	lingering map[string]time.Time
 	// pending is what changed since the last OnChange. With many accounts
 	// a caller cannot look at every one on each lease change: the leases
 	// of new accounts change thousands of times a second.
@@ -126,7 +138,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 		log = *o.Logger
 	}
 	g := &Group{o: o, kv: kv, nc: js.Conn(), self: token(o.Instance), log: log,
-		seen: map[string]heard{}, leases: map[string]lease{}, changed: make(chan struct{}, 1), sent: time.Now()}
+		seen: map[string]heard{}, leases: map[string]lease{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
@@ -170,11 +182,40 @@ func (g *Group) Live() []string {
 }
 
 // Present returns the live replicas, members and guests, sorted: those
-// whose slots of a shared limit count (pkg/quota's Options.Live).
+// that take turns for a shared limit's slots (pkg/quota's Options.Live).
 func (g *Group) Present() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Clone(g.present)
+}
+
+// Counted returns the replicas whose slots of a shared limit count
+// (pkg/quota's Options.Counted), sorted: the Present ones, and those
+// taken for dead less than Linger ago, whose calls may still run.
+func (g *Group) Counted() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.o.Linger <= 0 || g.cut {
+		return slices.Clone(g.present)
+	}
+	now := time.Now()
+	counted := make([]string, 0, len(g.seen))
+	for m, h := range g.seen {
+		if m == g.self || now.Sub(g.heardLocked(h)) < g.o.Expiry+g.o.Linger {
+			counted = append(counted, m)
+		}
+	}
+	slices.Sort(counted)
+	return counted
+}
+
+// heardLocked is when h was heard, at the earliest when this replica's own
+// heartbeats got through again (since): cut off, it heard nobody.
+func (g *Group) heardLocked(h heard) time.Time {
+	if h.at.Before(g.since) {
+		return g.since
+	}
+	return h.at
 }
 
 // Assigned reports whether account belongs to this replica among the live
@@ -232,9 +273,11 @@ func (g *Group) CurrentSince(lapses uint64) bool {
 func (g *Group) Holds(account string) bool { return g.Holder(account) == g.self }
 
 // Acquire takes account's lease when it is free, already this replica's,
-// or held by a replica that is no longer alive. ok is false when a live
-// replica holds it (it gives it back once its last call returned) or
-// another replica took it first.
+// or held by a replica that is no longer alive and has been unheard for
+// Expiry + Linger. ok is false when a live replica holds it (it gives it
+// back once its last call returned), when a dead one's calls may still
+// run (the account is reported changed once they cannot: OnChange), or
+// when another replica took it first.
 func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error) {
 	if g.o.Guest {
 		return false, errors.New("owner: a guest holds no account")
@@ -253,7 +296,17 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error
 			rev = e.Revision()
 			break
 		}
-		if g.isLive(holder) || g.alive(ctx, holder) {
+		if g.isLive(holder) {
+			return false, nil
+		}
+		alive, last := g.alive(ctx, holder)
+		if alive {
+			return false, nil
+		}
+		if free := last.Add(g.o.Expiry + g.o.Linger); g.o.Linger > 0 && time.Now().Before(free) {
+			g.mu.Lock()
+			g.lingering[account] = free
+			g.mu.Unlock()
 			return false, nil
 		}
 		rev, err = g.kv.Update(ctx, key, []byte(g.self), e.Revision())
@@ -413,6 +466,7 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 			g.cut = err != nil
 			g.seen[g.self] = heard{at: now, guest: g.o.Guest}
 			changed := g.refreshLocked(now)
+			changed = g.dueLocked(now) || changed
 			g.mu.Unlock()
 			if changed {
 				g.signal()
@@ -521,7 +575,7 @@ func (g *Group) confirm(ctx context.Context, now time.Time) {
 			delete(g.seen, m)
 		case err == nil && e.Revision() > h.rev:
 			g.seen[m] = heard{at: now, rev: e.Revision(), guest: guest}
-		case err == nil && now.Sub(h.at) > forgetAfter*g.o.Expiry:
+		case err == nil && now.Sub(h.at) > forgetAfter*g.o.Expiry+g.o.Linger:
 			delete(g.seen, m)
 			forget = h.rev
 		}
@@ -539,23 +593,51 @@ func (g *Group) confirm(ctx context.Context, now time.Time) {
 // heartbeat newer than the last one heard, or stamped by the server within
 // Expiry, means m lives though this replica did not hear it (its watch
 // fell behind, or m joined while it was blind). m is then heard now.
-func (g *Group) alive(ctx context.Context, m string) bool {
+// Otherwise last is when m was last heard, by this replica or the server
+// (zero when neither knows it).
+func (g *Group) alive(ctx context.Context, m string) (alive bool, last time.Time) {
 	e, err := g.kv.Get(ctx, memberPrefix+m)
-	if err != nil {
-		return false
-	}
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h, known := g.seen[m]
+	if known {
+		last = g.heardLocked(h)
+	}
+	if err != nil {
+		return false, last
+	}
 	if !(known && e.Revision() > h.rev) && now.Sub(e.Created()) >= g.o.Expiry {
-		return false
+		return false, laterOf(last, e.Created())
 	}
 	g.seen[m] = heard{at: now, rev: e.Revision()}
 	if g.refreshLocked(now) {
 		g.signal()
 	}
-	return true
+	return true, now
+}
+
+// laterOf is the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// dueLocked reports the accounts whose dead holder's calls can no longer
+// run at now as changed (Acquire may take them); it reports whether any
+// was.
+func (g *Group) dueLocked(now time.Time) bool {
+	due := false
+	for account, free := range g.lingering {
+		if !now.Before(free) {
+			delete(g.lingering, account)
+			g.pending.Leases = append(g.pending.Leases, account)
+			due = true
+		}
+	}
+	return due
 }
 
 // refreshLocked recomputes the live replicas at now; it reports a change

@@ -46,10 +46,24 @@ func join(t *testing.T, srv *natstest.Server, name string) *replica {
 // joinAs starts a member, or a guest.
 func joinAs(t *testing.T, srv *natstest.Server, name string, guest bool) *replica {
 	t.Helper()
+	return joinWith(t, srv, owner.Options{Instance: name, Guest: guest})
+}
+
+// joinWith starts a replica with o, its heartbeat beat, counting its
+// changes (o.OnChange is called too).
+func joinWith(t *testing.T, srv *natstest.Server, o owner.Options) *replica {
+	t.Helper()
 	nc, js := srv.Conn(t)
 	r := &replica{nc: nc}
-	g, err := owner.Join(context.Background(), js, owner.Options{Instance: name, Heartbeat: beat, Guest: guest,
-		OnChange: func(owner.Change) { r.changes.Add(1) }})
+	o.Heartbeat = beat
+	onChange := o.OnChange
+	o.OnChange = func(c owner.Change) {
+		r.changes.Add(1)
+		if onChange != nil {
+			onChange(c)
+		}
+	}
+	g, err := owner.Join(context.Background(), js, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +211,50 @@ func TestLeaseHasOneHolder(t *testing.T) {
 	}
 	if e, err := kv.Get(ctx, "a.acme"); err != nil || string(e.Value()) != "d3" {
 		t.Fatalf("after d1's release of a lease d3 took: want d3's, got %v %v", e, err)
+	}
+}
+
+// A replica taken for dead may still have calls in flight, begun before
+// it stopped being current (cut off from NATS, its calls to the provider
+// go on). For Linger after it is taken for dead, its lease is not taken
+// and its slots still count (Counted); then the account is reported
+// changed, and the lease is taken. With Linger 0 it would be taken as
+// soon as the holder is dead.
+func TestDeadHoldersLeaseWaitsOutItsCalls(t *testing.T) {
+	t.Parallel()
+	const linger = time.Second
+	srv := setup(t)
+	var mu sync.Mutex
+	var named []string
+	d1 := joinWith(t, srv, owner.Options{Instance: "d1", Linger: linger, OnChange: func(c owner.Change) {
+		mu.Lock()
+		defer mu.Unlock()
+		named = append(named, c.Leases...)
+	}})
+	d2 := joinWith(t, srv, owner.Options{Instance: "d2", Linger: linger})
+	waitLive(t, map[string]*replica{"d1": d1, "d2": d2}, []string{"d1", "d2"})
+	mustAcquire(t, d2, "acme", true)
+	natstest.Eventually(t, 5*time.Second, func() bool { return d1.g.Holder("acme") == "d2" }, "d1: want d2 seen as acme's holder")
+
+	d2.nc.Close()
+	died := time.Now()
+	natstest.Eventually(t, 5*time.Second, func() bool { return slices.Equal(d1.g.Live(), []string{"d1"}) },
+		"d1: want d2 dead after its heartbeats stopped, live %v", natstest.Lazy(func() any { return d1.g.Live() }))
+	if got := d1.g.Counted(); !slices.Equal(got, []string{"d1", "d2"}) {
+		t.Fatalf("d1: want d2's slots counted while its calls may run, counted %v", got)
+	}
+	mu.Lock()
+	named = nil
+	mu.Unlock()
+	mustAcquire(t, d1, "acme", false)
+	natstest.Eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(named, "acme") },
+		"d1: want acme named once d2's calls can no longer run")
+	mustAcquire(t, d1, "acme", true)
+	if took := time.Since(died); took < linger {
+		t.Fatalf("d1 took acme %s after d2 died, before its calls could have ended (linger %s)", took, linger)
+	}
+	if got := d1.g.Counted(); !slices.Equal(got, []string{"d1"}) {
+		t.Fatalf("d1: want d2 no longer counted, counted %v", got)
 	}
 }
 

@@ -61,12 +61,12 @@ func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func
 			ln.mu.Lock()
 			learns := ln.lim.Learn != nil
 			ln.mu.Unlock()
-			var live []string
+			var counted []string
 			if learns {
-				live = ln.q.live()
+				counted = ln.q.counted()
 			}
 			ln.mu.Lock()
-			ln.heard(a, w.inFlight, live)
+			ln.heard(a, w.inFlight, counted)
 			ln.freed++
 			ln.mu.Unlock()
 			ln.poke()
@@ -78,11 +78,11 @@ func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func
 // is taken at the calls in flight over every replica when it was served,
 // or when it was answered if more: a call served early in a burst is
 // refused for the calls that came after it.
-func (ln *line) heard(a Answer, served int, live []string) {
+func (ln *line) heard(a Answer, served int, counted []string) {
 	if ln.lim.Learn == nil {
 		return
 	}
-	inFlight := max(served, ln.rec.othersHeld(live, ln.q.o.Instance)+ln.held-ln.freed)
+	inFlight := max(served, ln.rec.othersHeld(counted, ln.q.o.Instance)+ln.held-ln.freed)
 	switch {
 	case a.Refused:
 		if ln.refusedAt == 0 || inFlight < ln.refusedAt {
@@ -318,14 +318,14 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 		}
 		ln.fresh, ln.readAt = true, time.Now()
 	}
-	live := ln.q.live()
+	live, counted := ln.q.live(), ln.q.counted()
 	now := time.Now()
 	r := ln.rec.clone()
 	r.refill(ln.lim, now)
 	mine := ln.held - ln.freed
 	n := len(ln.waiting)
 	turn := r.turn(live, self)
-	inFlight := r.othersHeld(live, self) + mine
+	inFlight := r.othersHeld(counted, self) + mine
 	serve := 0
 	if n > 0 && turn {
 		serve = n
@@ -343,7 +343,7 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 		r.Tokens -= float64(serve)
 	}
 	r.setHeld(self, mine+serve)
-	r.prune(live, self)
+	r.prune(live, counted, self)
 	place, queued := ln.rec.Queue[self]
 	switch {
 	case n == serve:

@@ -8,14 +8,14 @@
 //
 // Acquire waits, in the caller's goroutine and bounded by its context,
 // until the key has a token and a free slot; one compare-and-set takes
-// both, one gives the slot back. The calls in flight of a replica that is
-// no longer live (Options.Live: pkg/owner's view of its members and
-// guests, the dispatchers and the pollers) are not counted, so a killed
-// replica's slots come back once it is taken for dead. Replicas
+// both, one gives the slot back. A replica's calls in flight count while
+// pkg/owner's view of the dispatchers and pollers has it live, or dead for
+// less than its calls' timeout (Options.Counted), so a killed replica's
+// slots come back once its calls can no longer run. Replicas
 // that wait take turns, in the order they began to wait, so one busy
 // replica cannot keep a scarce limit to itself.
 //
-//	q, err := quota.Open(ctx, js, quota.Options{Instance: g.Self(), Live: g.Present})
+//	q, err := quota.Open(ctx, js, quota.Options{Instance: g.Self(), Live: g.Present, Counted: g.Counted})
 //	release, waited, err := q.Acquire(ctx, "t.erp", quota.Smooth(20, 3))
 //	defer release()
 //	defer q.Close(ctx)

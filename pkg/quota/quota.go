@@ -67,10 +67,14 @@ type Options struct {
 	// Instance names this replica among those that hold slots of a
 	// concurrency limit (owner.Group.Self). Required for Acquire.
 	Instance string
-	// Live returns the live replicas, sorted (owner.Group.Present): the calls
-	// in flight of any other are not counted, and it is forgotten. nil
-	// counts every replica that ever held a slot.
+	// Live returns the live replicas, sorted (owner.Group.Present): those
+	// that take turns; any other is taken out of the line. nil counts every
+	// replica that ever held a slot.
 	Live func() []string
+	// Counted returns the replicas whose calls in flight count, sorted
+	// (owner.Group.Counted): the live ones, and those taken for dead whose
+	// calls may still run. Any other's slots are forgotten. nil: Live's.
+	Counted func() []string
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
 	// Prefix is the installation's subject prefix, which its bucket names
@@ -226,16 +230,27 @@ func (q *Quotas) put(ctx context.Context, key string, r record, rev uint64) (uin
 }
 
 // live is the live replicas, sorted; nil counts everyone.
-func (q *Quotas) live() []string {
-	if q.o.Live == nil {
+func (q *Quotas) live() []string { return sortedOf(q.o.Live) }
+
+// counted is the replicas whose slots count, sorted; nil counts everyone.
+func (q *Quotas) counted() []string {
+	if q.o.Counted == nil {
+		return q.live()
+	}
+	return sortedOf(q.o.Counted)
+}
+
+// sortedOf is what f returns, sorted; nil when f is.
+func sortedOf(f func() []string) []string {
+	if f == nil {
 		return nil
 	}
-	live := q.o.Live()
-	if live == nil {
-		live = []string{}
+	out := f()
+	if out == nil {
+		out = []string{}
 	}
-	slices.Sort(live)
-	return live
+	slices.Sort(out)
+	return out
 }
 
 // isConflict reports a compare-and-set that lost.
@@ -248,7 +263,7 @@ type Usage struct {
 	// Concurrency is the calls it allows in flight now: learned, or as
 	// configured (0: none).
 	Concurrency int
-	// InFlight is the calls in flight over the live replicas.
+	// InFlight is the calls in flight over the counted replicas.
 	InFlight int
 	// Waiting is this replica's callers waiting for a token or a slot
 	// (Usage only; Read does not know them).
@@ -268,10 +283,10 @@ func (q *Quotas) Usage(key string) (Usage, bool) {
 	if ln == nil {
 		return Usage{}, false
 	}
-	live := q.live()
+	counted := q.counted()
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	u := usageOf(ln.rec, ln.lim, live)
+	u := usageOf(ln.rec, ln.lim, counted)
 	u.Waiting = len(ln.waiting)
 	return u, true
 }

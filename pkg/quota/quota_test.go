@@ -20,10 +20,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// cluster is the live replicas as a test decides them.
+// cluster is the live replicas as a test decides them, and those taken
+// for dead whose calls may still run (lingering).
 type cluster struct {
-	mu   sync.Mutex
-	live []string
+	mu        sync.Mutex
+	live      []string
+	lingering []string
 }
 
 func (c *cluster) Live() []string {
@@ -32,10 +34,24 @@ func (c *cluster) Live() []string {
 	return slices.Clone(c.live)
 }
 
+func (c *cluster) Counted() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(slices.Clone(c.live), c.lingering...)
+}
+
 func (c *cluster) set(live ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.live = slices.Sorted(slices.Values(live))
+	c.live, c.lingering = slices.Sorted(slices.Values(live)), nil
+}
+
+// dying takes m for dead, its calls still counted until set.
+func (c *cluster) dying(m string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live = slices.DeleteFunc(c.live, func(l string) bool { return l == m })
+	c.lingering = append(c.lingering, m)
 }
 
 // open is replica name's Quotas on its own connection, as a separate
@@ -43,7 +59,7 @@ func (c *cluster) set(live ...string) {
 func open(t *testing.T, srv *natstest.Server, c *cluster, name string) *quota.Quotas {
 	t.Helper()
 	_, js := srv.Conn(t)
-	q, err := quota.Open(context.Background(), js, quota.Options{Instance: name, Live: c.Live})
+	q, err := quota.Open(context.Background(), js, quota.Options{Instance: name, Live: c.Live, Counted: c.Counted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +184,8 @@ func TestAcquireRateAcrossReplicas(t *testing.T) {
 }
 
 // A replica killed while it held every slot holds them until it is taken
-// for dead; then the others get them.
+// for dead and its calls can no longer run (Counted); then the others get
+// them.
 func TestAcquireDeadReplicaSlotsReclaimed(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -186,6 +203,11 @@ func TestAcquireDeadReplicaSlotsReclaimed(t *testing.T) {
 	if _, _, err := b.Acquire(early, quota.TargetKey("erp"), lim); err == nil {
 		t.Fatalf("want b held back while live a holds both slots, it got one")
 	}
+	c.dying("a") // taken for dead, its calls may still run
+	lingering := ctxFor(t, 1500*time.Millisecond)
+	if _, _, err := b.Acquire(lingering, quota.TargetKey("erp"), lim); err == nil {
+		t.Fatalf("want b held back while dead a's calls may still run, it got a slot")
+	}
 	done := make(chan error, 1)
 	go func() {
 		release, _, err := b.Acquire(ctxFor(t, 10*time.Second), quota.TargetKey("erp"), lim)
@@ -194,7 +216,7 @@ func TestAcquireDeadReplicaSlotsReclaimed(t *testing.T) {
 		}
 		done <- err
 	}()
-	c.set("b") // a is taken for dead
+	c.set("b") // a's calls can no longer run
 	if err := <-done; err != nil {
 		t.Fatalf("want b served once a was taken for dead, got %v", err)
 	}

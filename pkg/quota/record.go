@@ -179,12 +179,12 @@ func (r record) due(l Limit) time.Duration {
 	return d.Truncate(time.Microsecond) + time.Microsecond
 }
 
-// othersHeld is the calls in flight of the live replicas other than self
-// (every replica's when live is nil).
-func (r record) othersHeld(live []string, self string) int {
+// othersHeld is the calls in flight of the counted replicas other than
+// self (every replica's when counted is nil).
+func (r record) othersHeld(counted []string, self string) int {
 	n := 0
 	for m, h := range r.Held {
-		if m != self && isLive(live, m) {
+		if m != self && in(counted, m) {
 			n += h
 		}
 	}
@@ -196,7 +196,7 @@ func (r record) othersHeld(live []string, self string) int {
 func (r record) turn(live []string, self string) bool {
 	mine, queued := r.Queue[self]
 	for m, p := range r.Queue {
-		if m != self && isLive(live, m) && (!queued || p < mine) {
+		if m != self && in(live, m) && (!queued || p < mine) {
 			return false
 		}
 	}
@@ -223,29 +223,32 @@ func (r *record) line(self string) {
 	r.Queue[self] = r.Seq
 }
 
-// prune forgets the replicas that are not live (none when live is nil).
-func (r *record) prune(live []string, self string) {
-	if live == nil {
-		return
-	}
-	for m := range r.Held {
-		if m != self && !isLive(live, m) {
-			delete(r.Held, m)
+// prune forgets the slots of the replicas not counted, and the places in
+// line of those not live (none when the list is nil): a replica taken for
+// dead gives up its turn at once, and its slots once its calls cannot
+// run.
+func (r *record) prune(live, counted []string, self string) {
+	if counted != nil {
+		for m := range r.Held {
+			if m != self && !in(counted, m) {
+				delete(r.Held, m)
+			}
 		}
 	}
-	for m := range r.Queue {
-		if m != self && !isLive(live, m) {
-			delete(r.Queue, m)
+	if live != nil {
+		for m := range r.Queue {
+			if m != self && !in(live, m) {
+				delete(r.Queue, m)
+			}
 		}
 	}
 }
 
-// isLive reports whether m is in live (sorted); a nil live counts
-// everyone.
-func isLive(live []string, m string) bool {
-	if live == nil {
+// in reports whether m is in list (sorted); a nil list holds everyone.
+func in(list []string, m string) bool {
+	if list == nil {
 		return true
 	}
-	_, ok := slices.BinarySearch(live, m)
+	_, ok := slices.BinarySearch(list, m)
 	return ok
 }

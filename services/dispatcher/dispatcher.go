@@ -266,7 +266,7 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: breakers: %w", err)
 	}
 	if s.owners, err = owner.Join(ctx, s.js, owner.Options{Instance: s.o.Instance, Heartbeat: s.o.Heartbeat, Prefix: s.cfg.Prefix,
-		OnChange: s.ownersChanged, Logger: &log}); err != nil {
+		Linger: s.cfg.LongestCall(), OnChange: s.ownersChanged, Logger: &log}); err != nil {
 		s.breakers.Stop()
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: owners: %w", err)
@@ -274,7 +274,7 @@ func (s *Service) start(ctx context.Context) error {
 	// Opened whether or not a target has a provider-wide limit now: a
 	// reload may give one a limit (opening costs a bucket lookup; nothing
 	// is read or written until a limited target is called).
-	if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Present, Logger: &log, Prefix: s.cfg.Prefix}); err != nil {
+	if s.quotas, err = quota.Open(ctx, s.js, quota.Options{Instance: s.owners.Self(), Live: s.owners.Present, Counted: s.owners.Counted, Logger: &log, Prefix: s.cfg.Prefix}); err != nil {
 		s.owners.Leave(ctx)
 		s.breakers.Stop()
 		s.cancel(ErrStopped)
@@ -411,7 +411,7 @@ func (s *Service) stop(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
-		last := time.AfterFunc(time.Until(dl)-s.longestCall()-config.StopMargin.D(), func() { close(s.noCalls) })
+		last := time.AfterFunc(time.Until(dl)-s.cfg.LongestCall()-config.StopMargin.D(), func() { close(s.noCalls) })
 		defer last.Stop()
 	}
 	done := make(chan struct{})
@@ -467,15 +467,6 @@ func (s *Service) giveBackAll(readers map[string]*reader) {
 
 // releasesAtOnce is how many leases a stopping replica gives back at once.
 const releasesAtOnce = 256
-
-// longestCall is the longest timeout of a target call.
-func (s *Service) longestCall() time.Duration {
-	var d time.Duration
-	for _, t := range s.cfg.Targets {
-		d = max(d, t.Timeout.D())
-	}
-	return d
-}
 
 // Accounts returns the accounts this replica owns and consumes.
 func (s *Service) Accounts() []string {

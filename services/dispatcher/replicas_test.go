@@ -39,9 +39,11 @@ func TestLimitsHoldAcrossReplicaProcesses(t *testing.T) {
 
 // handoverBound is how soon a killed replica's accounts are served by
 // another: its heartbeat is missed for owner's Expiry (3 s at the default
-// 1 s beat), then the consumer's pin lapses (priority_timeout, 3 s), and
-// the new owner pulls; the rest is margin for a loaded machine.
-const handoverBound = 10 * time.Second
+// 1 s beat), then for the longest call's timeout (5 s here: the calls it
+// began may still run, owner.Options.Linger) while the consumer's pin
+// lapses (priority_timeout, 3 s), and the new owner pulls; the rest is
+// margin for a loaded machine.
+const handoverBound = 15 * time.Second
 
 const replicasYAML = `
 streams: {ack_wait: 2s}

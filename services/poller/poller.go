@@ -149,12 +149,12 @@ func (s *Service) start(ctx context.Context) error {
 	s.order = lane.Order{Lanes: lanes, Records: st, Queue: s.q}
 	// A guest of the dispatchers' replicas: its heartbeat keeps the
 	// slots of the targets' concurrency its polls hold counted (pacer).
-	guests, err := owner.Join(ctx, s.js, owner.Options{Instance: s.actor, Guest: true, Prefix: s.cfg.Prefix, Logger: &s.log})
+	guests, err := owner.Join(ctx, s.js, owner.Options{Instance: s.actor, Guest: true, Linger: s.cfg.LongestCall(), Prefix: s.cfg.Prefix, Logger: &s.log})
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
 	}
 	s.Defer(func(ctx context.Context) { guests.Leave(ctx) })
-	quotas, err := quota.Open(ctx, s.js, quota.Options{Instance: guests.Self(), Live: guests.Present, Logger: &s.log, Prefix: s.cfg.Prefix})
+	quotas, err := quota.Open(ctx, s.js, quota.Options{Instance: guests.Self(), Live: guests.Present, Counted: guests.Counted, Logger: &s.log, Prefix: s.cfg.Prefix})
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
 	}
