@@ -196,10 +196,31 @@ func (q *Queue) schedule(ctx context.Context, env event.Envelope, at time.Time, 
 	if parked {
 		m.Header.Set(HeaderParked, "lane")
 	}
-	if _, err := q.js.PublishMsg(ctx, m); err != nil {
+	if err := q.arm(ctx, env, m); err != nil {
 		return fmt.Errorf("queue: schedule %s: %w", env.ID, err)
 	}
 	return nil
+}
+
+// arm publishes m, a schedule on env's schedule subject. The server drops
+// a message whose id it has seen within the stream's duplicate window,
+// even when the schedule first published under that id has fired or was
+// purged since (a fired schedule purges its subject; another copy of the
+// same timer, fired meanwhile, does too): the event would wait for a step
+// that nothing fires. So a duplicate that leaves the subject without a
+// schedule is published again, without its id. One still there, this
+// decision's or a newer one's, stands.
+func (q *Queue) arm(ctx context.Context, env event.Envelope, m *nats.Msg) error {
+	ack, err := q.js.PublishMsg(ctx, m)
+	if err != nil || !ack.Duplicate {
+		return err
+	}
+	if has, err := q.HasSchedule(ctx, env.Account, env.ID); err != nil || has {
+		return err
+	}
+	m.Header.Del(jetstream.MsgIDHeader)
+	_, err = q.js.PublishMsg(ctx, m)
+	return err
 }
 
 // Timer kinds (the value of names.HeaderTimer).
@@ -221,7 +242,7 @@ func (q *Queue) Timer(ctx context.Context, env event.Envelope, at time.Time, wha
 	m.Header.Set("Nats-Schedule-Target", target)
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(names.HeaderTimer, what)
-	if _, err := q.js.PublishMsg(ctx, m); err != nil {
+	if err := q.arm(ctx, env, m); err != nil {
 		return fmt.Errorf("queue: timer %s: %w", env.ID, err)
 	}
 	return nil

@@ -19,14 +19,8 @@ import (
 // retry schedule that replaced a fired parking one: events stuck retrying.)
 func TestWakeLeavesRetryScheduleAlone(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, js := natstest.Start(t).Conn(t)
-	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, q := start(t)
 	subj := names.NewSubjects("")
-	q := queue.New(js, subj)
 	env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -75,4 +69,17 @@ func TestWakeLeavesRetryScheduleAlone(t *testing.T) {
 	if n := events(); n != 1 {
 		t.Fatalf("Wake must publish the parked event once, got %d event messages", n)
 	}
+}
+
+// start runs a nats-server with tenaz's streams, and a Queue on it; ctx
+// ends with the test, 30 s at most.
+func start(t *testing.T) (context.Context, jetstream.JetStream, *queue.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	_, js := natstest.Start(t).Conn(t)
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, js, queue.New(js, names.NewSubjects(""))
 }
