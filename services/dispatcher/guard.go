@@ -146,22 +146,30 @@ func (p *pacer) waitOnce(ctx context.Context, count bool) error {
 	}
 }
 
-// claim counts a call going at now, at the rate in force, and returns
-// the zero time; or, when the account's last call went less than an
-// interval before now, the time this one may go.
-func (p *pacer) claim(now time.Time) time.Time {
-	free, _ := p.take(now, nil, true)
-	return free
+// claim books the account's next call for a call that holds its
+// target's slot, at the rate in force: at now if the account's last call
+// went an interval ago or more, else an interval after it; the account's
+// other calls then go after it. It returns when the call may go, or
+// false when another call is booked after now already: it would hold its
+// slot through more than an interval.
+func (p *pacer) claim(now time.Time) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.went.After(now) {
+		return time.Time{}, false
+	}
+	p.went = laterOf(now, p.went.Add(p.interval))
+	return p.went, true
 }
 
 // take returns the zero time, having counted a call going at now if
-// count, or, when the last call went less than an interval before now,
-// the time it may. It returns errRateChanged if the rate is no longer the
-// one of changed (nil: whichever is in force).
+// count, or, when the last call went (or is booked) less than an
+// interval before now, the time it may. It returns errRateChanged if the
+// rate is no longer the one of changed.
 func (p *pacer) take(now time.Time, changed chan struct{}, count bool) (time.Time, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if changed != nil && changed != p.changed {
+	if changed != p.changed {
 		return time.Time{}, errRateChanged
 	}
 	if free := p.went.Add(p.interval); now.Before(free) {
@@ -288,11 +296,13 @@ func (s *Service) guardFor(account, name string) *guard {
 // A call that waits for its target's slot goes at the account's pace
 // when it has one, not when its permit passed: permits that pass while
 // the target is busy would otherwise let the account's calls out together
-// once it has room, past the account's rate at the provider. So it is
-// counted as gone (claim) only with the slot in hand; if another of the
-// account's calls went meanwhile, it waits for the gap holding the slot
-// only if that is short (holdFor), else it gives the slot back, not
-// having called, and waits for a permit again (errOutpaced).
+// once it has room, past the account's rate at the provider. So it books
+// its go only with the slot in hand (claim): if another of the account's
+// calls went less than an interval before, it waits out the gap holding
+// the slot (at most an interval, and the account's other calls wait for
+// it, so it is not outpaced again). If another call is booked already,
+// it gives the slot back, not having called, and waits for a permit
+// again (errOutpaced): a slot is never held through more than one gap.
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
 	if g.limit == nil {
 		if err := g.pace.wait(ctx); err != nil {
@@ -311,32 +321,23 @@ func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Respon
 	}
 }
 
-// holdFor is how long a call that holds its target's slot waits for its
-// account's pace before it gives the slot back: about how late timers
-// are on a busy machine, short against a target's call.
-const holdFor = 10 * time.Millisecond
-
 // errOutpaced is errNotCalled for a call that got its target's slot
-// after another call of its account went, too shortly before for it to
-// go too: it waits for a permit again (see run).
-var errOutpaced = fmt.Errorf("%w: another call of the account went meanwhile", errNotCalled)
+// while another call of its account was booked to go: it waits for a
+// permit again (see run).
+var errOutpaced = fmt.Errorf("%w: another call of the account is booked to go first", errNotCalled)
 
-// inPace makes fn's call once the account's pace lets it go, waiting at
-// most holdFor for it, or returns errOutpaced.
+// inPace makes fn's call once the account's pace lets it go (claim), or
+// returns errOutpaced.
 func (g *guard) inPace(fn func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
 	return func(ctx context.Context) (target.Response, error) {
-		for {
-			free := g.pace.claim(time.Now())
-			if free.IsZero() {
-				return fn(ctx)
-			}
-			if time.Until(free) > holdFor {
-				return target.Response{}, errOutpaced
-			}
-			if err := g.pace.until(ctx, free, nil); err != nil {
-				return target.Response{}, err
-			}
+		at, ok := g.pace.claim(time.Now())
+		if !ok {
+			return target.Response{}, errOutpaced
 		}
+		if err := g.pace.until(ctx, at, nil); err != nil {
+			return target.Response{}, err
+		}
+		return fn(ctx)
 	}
 }
 

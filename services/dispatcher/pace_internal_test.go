@@ -23,7 +23,7 @@ func TestPacerSpacesCallsThatWokeLate(t *testing.T) {
 	p.until = func(ctx context.Context, t time.Time, changed <-chan struct{}) error {
 		// The process stalls until stallEnd: every sleep due before it
 		// ends then.
-		return sleepUntil(ctx, later(t, stallEnd), changed)
+		return sleepUntil(ctx, laterOf(t, stallEnd), changed)
 	}
 	went := goTimes(t, p, 5) // permits due at 0, 100, 200, 300 and 400 ms
 	for i := 1; i < len(went); i++ {
@@ -87,13 +87,6 @@ func goTimes(t *testing.T, p *pacer, n int) []time.Time {
 	return went
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // A rate past the config's bounds (one stored before the bounds, say)
 // still builds a pacer that paces: too fast a rate would round the
 // interval to zero and panic the limiter, too slow a one overflow it.
@@ -145,5 +138,46 @@ func TestPacerWaitersTakeTheNewRate(t *testing.T) {
 				t.Fatalf("rate 1/s → %g/s: a waiting call went %s after the change, want at once", to, d)
 			}
 		}
+	}
+}
+
+// A call that waited for its target's slot is not outpaced by its
+// account's calls to another target, which go at the account's full rate
+// meanwhile: with the slot in hand it books the next gap (claim) and goes
+// within an interval, every time. Before, it went only if the gap was
+// under 10 ms, and was sent back for a permit again almost every time.
+func TestPacerClaimIsNotOutpacedByTheAccountsOtherCalls(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	p := newPacer(float64(time.Second / interval))
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel, which ends the other calls
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var others atomic.Int64
+	wg.Go(func() { // the calls to another target, one after another
+		for p.wait(ctx) == nil {
+			others.Add(1)
+		}
+	})
+	for i := range 5 {
+		if err := p.ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(2*interval + interval/2) // the wait for the target's slot
+		now := time.Now()
+		at, ok := p.claim(now)
+		if !ok {
+			t.Fatalf("call %d: outpaced by the account's other calls", i+1)
+		}
+		if wait := at.Sub(now); wait > interval {
+			t.Fatalf("call %d: booked %s on, want at most an interval (%s)", i+1, wait, interval)
+		}
+		if err := p.until(ctx, at, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := others.Load(); n < 5 {
+		t.Fatalf("want the account's other calls going meanwhile, %d went", n)
 	}
 }
