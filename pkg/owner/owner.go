@@ -63,8 +63,9 @@ type Options struct {
 	// been unheard for Expiry + Linger, its leases are not taken (Acquire)
 	// and its slots of shared limits still count (Counted), so that a
 	// replica cut off from NATS, whose calls go on at the provider, is not
-	// called beside. The longest call's timeout; 0 takes the dead at once.
-	Linger time.Duration
+	// called beside. The longest call's timeout, read when needed (a
+	// reload may change it); nil takes the dead at once.
+	Linger func() time.Duration
 	// Guest joins a replica that holds no account (a poller, whose polls
 	// take slots of the targets' concurrency beside the dispatchers'
 	// calls): every replica hears it (Present), none assigns it an
@@ -129,6 +130,9 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	if o.Expiry <= 0 {
 		o.Expiry = expiryBeats * o.Heartbeat
 	}
+	if o.Linger == nil {
+		o.Linger = func() time.Duration { return 0 }
+	}
 	kv, err := js.KeyValue(ctx, names.NewSubjects(o.Prefix).Bucket(names.BucketOwners))
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
@@ -192,16 +196,21 @@ func (g *Group) Present() []string {
 // Counted returns the replicas whose slots of a shared limit count
 // (pkg/quota's Options.Counted), sorted: the Present ones, and those
 // taken for dead less than Linger ago, whose calls may still run.
+//
+// A replica whose last heartbeat failed counts every replica it knows of:
+// it cannot tell who is alive, and counting too many only holds calls
+// back, while a slot forgotten is one called beside.
 func (g *Group) Counted() []string {
+	linger := g.o.Linger()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.o.Linger <= 0 || g.cut {
+	if linger <= 0 && !g.cut {
 		return slices.Clone(g.present)
 	}
 	now := time.Now()
 	counted := make([]string, 0, len(g.seen))
 	for m, h := range g.seen {
-		if m == g.self || now.Sub(g.heardLocked(h)) < g.o.Expiry+g.o.Linger {
+		if m == g.self || g.cut || now.Sub(g.heardLocked(h)) < g.o.Expiry+linger {
 			counted = append(counted, m)
 		}
 	}
@@ -303,7 +312,7 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error
 		if alive {
 			return false, nil
 		}
-		if free := last.Add(g.o.Expiry + g.o.Linger); g.o.Linger > 0 && time.Now().Before(free) {
+		if free := last.Add(g.o.Expiry + g.o.Linger()); time.Now().Before(free) {
 			g.mu.Lock()
 			g.lingering[account] = free
 			g.mu.Unlock()
@@ -557,6 +566,7 @@ type heard struct {
 // is blind until its consumer is made again), and a newer heartbeat there
 // means the replica lives.
 func (g *Group) confirm(ctx context.Context, now time.Time) {
+	linger := g.o.Linger()
 	g.mu.Lock()
 	stale := map[string]bool{} // replica → a guest
 	for m, h := range g.seen {
@@ -575,7 +585,7 @@ func (g *Group) confirm(ctx context.Context, now time.Time) {
 			delete(g.seen, m)
 		case err == nil && e.Revision() > h.rev:
 			g.seen[m] = heard{at: now, rev: e.Revision(), guest: guest}
-		case err == nil && now.Sub(h.at) > forgetAfter*g.o.Expiry+g.o.Linger:
+		case err == nil && now.Sub(h.at) > forgetAfter*g.o.Expiry+linger:
 			delete(g.seen, m)
 			forget = h.rev
 		}

@@ -266,7 +266,7 @@ func (s *Service) start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: breakers: %w", err)
 	}
 	if s.owners, err = owner.Join(ctx, s.js, owner.Options{Instance: s.o.Instance, Heartbeat: s.o.Heartbeat, Prefix: s.cfg.Prefix,
-		Linger: s.cfg.LongestCall(), OnChange: s.ownersChanged, Logger: &log}); err != nil {
+		Linger: func() time.Duration { return s.conf().LongestCall() }, OnChange: s.ownersChanged, Logger: &log}); err != nil {
 		s.breakers.Stop()
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: owners: %w", err)

@@ -149,7 +149,7 @@ func (s *Service) start(ctx context.Context) error {
 	s.order = lane.Order{Lanes: lanes, Records: st, Queue: s.q}
 	// A guest of the dispatchers' replicas: its heartbeat keeps the
 	// slots of the targets' concurrency its polls hold counted (pacer).
-	guests, err := owner.Join(ctx, s.js, owner.Options{Instance: s.actor, Guest: true, Linger: s.cfg.LongestCall(), Prefix: s.cfg.Prefix, Logger: &s.log})
+	guests, err := owner.Join(ctx, s.js, owner.Options{Instance: s.actor, Guest: true, Linger: func() time.Duration { return s.live.Load().LongestCall() }, Prefix: s.cfg.Prefix, Logger: &s.log})
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
 	}
