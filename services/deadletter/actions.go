@@ -236,8 +236,10 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	}
 	// Only now, the event on its way: a replica killed before leaves the
 	// item listed, and the next one to start finishes the replay from it
-	// (checkView); and the entry may be all that has the payload.
-	s.forget(ctx, it.ID)
+	// (checkView); and the entry may be all that has the payload. The
+	// item goes only if it still lists this entry: the replayed event may
+	// have died again meanwhile.
+	s.forgetEntry(ctx, it.ID, it.Seq)
 	s.dropEntry(ctx, it)
 	s.log.Info().Str("event_id", id).Str("actor", actor).Str("stage", rec.Stage).Bool("edited", payload != nil).Msg("replayed")
 	return nil
