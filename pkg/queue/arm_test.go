@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/queue"
 )
@@ -20,7 +21,8 @@ import (
 // holds for a dispatch schedule.
 func TestScheduleSetAgainUnderAFiredOnesID(t *testing.T) {
 	t.Parallel()
-	ctx, _, q := start(t)
+	ctx, js, q := start(t)
+	subj := names.NewSubjects("")
 	for i, set := range map[string]func(env event.Envelope, at time.Time, id string) error{
 		"timer": func(env event.Envelope, at time.Time, id string) error {
 			return q.Timer(ctx, env, at, queue.TimerPoll, id)
@@ -43,15 +45,27 @@ func TestScheduleSetAgainUnderAFiredOnesID(t *testing.T) {
 			t.Fatal(err)
 		}
 		natstest.Eventually(t, 5*time.Second, func() bool { return !has() }, "%s: want the first to fire", i)
-		if err := set(env, time.Now().Add(time.Hour), id); err != nil {
+		hour := time.Now().Add(time.Hour)
+		if err := set(env, hour, id); err != nil {
 			t.Fatal(err)
 		}
 		if !has() {
 			t.Fatalf("%s: set again under the fired one's id, it was dropped: nothing waits", i)
 		}
 		// A duplicate while the first still waits changes nothing.
-		if err := set(env, time.Now().Add(2*time.Hour), id); err != nil || !has() {
-			t.Fatalf("%s: a duplicate of a waiting schedule: %v, scheduled %v", i, err, has())
+		if err := set(env, time.Now().Add(2*time.Hour), id); err != nil {
+			t.Fatal(err)
+		}
+		stream, err := js.Stream(ctx, subj.EventsStream(env.Account))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := stream.GetLastMsgForSubject(ctx, subj.Schedule(env.Account, env.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := m.Header.Get("Nats-Schedule"), "@at "+queue.DueTime(hour).Format(time.RFC3339); got != want {
+			t.Fatalf("%s: a duplicate of a waiting schedule replaced it: %q, want %q", i, got, want)
 		}
 	}
 }
