@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/state"
 )
@@ -28,11 +29,9 @@ import (
 // alone, and the bureau had up to 8 calls in flight.
 func TestCutOffReplicaIsNotCalledBeside(t *testing.T) {
 	t.Parallel()
-	accounts := make([]string, 6)
 	latency := map[string]time.Duration{}
-	for i := range accounts {
-		accounts[i] = fmt.Sprintf("acct-%d", i)
-		latency["bureau/"+accounts[i]] = 4500 * time.Millisecond
+	for i := range 64 {
+		latency[fmt.Sprintf("bureau/acct-%d", i)] = 4500 * time.Millisecond
 	}
 	m := newMeter(latency)
 	target := httptest.NewServer(m)
@@ -53,6 +52,7 @@ kinds:
 		"NATS_URL="+link.url(), "TARGET="+target.URL, "LOG_LEVEL=warn", "LOG_FORMAT=json")
 	startReplica(t, h, "r2", target.URL)
 	natstest.Eventually(t, 20*time.Second, func() bool { return h.liveReplicas() == 2 }, "want both replicas heartbeating")
+	accounts := threeEach(t, h, r1)
 
 	var ids []string
 	for _, a := range accounts {
@@ -81,6 +81,29 @@ kinds:
 			t.Errorf("%s (concurrency 2): saw %d calls in flight, with r1's beside r2's", a, got)
 		}
 	}
+}
+
+// threeEach picks six accounts, three assigned to r1 and three to the
+// other live replica.
+func threeEach(t *testing.T, h *harness, r1 *natstest.Proc) []string {
+	t.Helper()
+	var live []string
+	for m := range h.beats() {
+		live = append(live, m)
+	}
+	var ofR1, ofOther []string
+	for i := 0; i < 64 && (len(ofR1) < 3 || len(ofOther) < 3); i++ {
+		a := fmt.Sprintf("acct-%d", i)
+		if holds(r1, owner.Assign(live, a)) {
+			ofR1 = append(ofR1, a)
+		} else {
+			ofOther = append(ofOther, a)
+		}
+	}
+	if len(ofR1) < 3 || len(ofOther) < 3 {
+		t.Fatalf("want three accounts for each of %v, got %v and %v", live, ofR1, ofOther)
+	}
+	return append(ofR1[:3], ofOther[:3]...)
 }
 
 // cutter is a TCP link between a replica and nats-server that can be cut:
