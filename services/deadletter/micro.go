@@ -156,6 +156,11 @@ func (s *Service) registerMicro() (micro.Service, error) {
 			return nil, err
 		}
 	}
+	// Once Start returns, the server routes requests to the endpoints.
+	if err := s.o.Conn.Flush(); err != nil {
+		_ = m.Stop()
+		return nil, err
+	}
 	return m, nil
 }
 

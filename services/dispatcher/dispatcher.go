@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/callbacks"
 	"github.com/tenaz/tenaz/pkg/config"
@@ -57,6 +58,9 @@ type Options struct {
 	Live *live.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// Auth checks the operator credential of the micro endpoints (accounts).
+	// Nil serves them without (tests, embedded use); binaries set it.
+	Auth *auth.Authenticator
 	// Instance names this replica in history entries and among the
 	// owners of accounts: it must differ between replicas. Defaults to
 	// names.Instance().

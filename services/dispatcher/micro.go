@@ -26,10 +26,17 @@ func (s *Service) registerMicro() (micro.Service, error) {
 		return nil, err
 	}
 	g := svc.AddGroup(s.cfg.Prefix + ".api.dispatcher")
-	if err := g.AddEndpoint("accounts", micro.HandlerFunc(func(req micro.Request) {
+	// Every account's name: an operator's.
+	if err := g.AddEndpoint("accounts", s.o.Auth.OperatorOnly(micro.HandlerFunc(func(req micro.Request) {
 		b, _ := json.Marshal(s.Accounts())
 		_ = req.Respond(b)
-	})); err != nil {
+	}))); err != nil {
+		_ = svc.Stop()
+		return nil, err
+	}
+	// Once Start returns, the server routes requests to the endpoints.
+	if err := s.nc.Flush(); err != nil {
+		_ = svc.Stop()
 		return nil, err
 	}
 	return svc, nil

@@ -76,6 +76,11 @@ func (s *Service) registerMicro() (micro.Service, error) {
 	if err := s.addRepeatEndpoints(add); err != nil {
 		return nil, err
 	}
+	// Once Start returns, the server routes requests to the endpoints.
+	if err := s.nc.Flush(); err != nil {
+		_ = svc.Stop()
+		return nil, err
+	}
 	return svc, nil
 }
 

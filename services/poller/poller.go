@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/auth"
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/dead"
@@ -47,6 +48,9 @@ type Options struct {
 	Live *live.Config
 	// Logger defaults to a disabled logger.
 	Logger *zerolog.Logger
+	// Auth checks the operator credential of the micro endpoints (reconcile).
+	// Nil serves them without (tests, embedded use); binaries set it.
+	Auth *auth.Authenticator
 	// SkipStreams does not apply the stream layout at start (tenaz run
 	// applies it once for every service).
 	SkipStreams bool
@@ -312,8 +316,9 @@ func (s *Service) addMicro() (micro.Service, error) {
 		_ = m.Stop()
 		return nil, err
 	}
-	// reconcile runs one sweep now and answers its report.
-	if err := g.AddEndpoint("reconcile", micro.HandlerFunc(func(r micro.Request) {
+	// reconcile runs one sweep now and answers its report: an operator's
+	// (a sweep of every record, and every account's census).
+	if err := g.AddEndpoint("reconcile", s.o.Auth.OperatorOnly(micro.HandlerFunc(func(r micro.Request) {
 		ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Minute)
 		defer cancel()
 		rep, err := s.Reconcile(ctx)
@@ -322,7 +327,12 @@ func (s *Service) addMicro() (micro.Service, error) {
 			return
 		}
 		_ = r.RespondJSON(rep)
-	})); err != nil {
+	}))); err != nil {
+		_ = m.Stop()
+		return nil, err
+	}
+	// Once Start returns, the server routes requests to the endpoints.
+	if err := s.nc.Flush(); err != nil {
 		_ = m.Stop()
 		return nil, err
 	}

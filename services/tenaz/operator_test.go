@@ -214,3 +214,35 @@ func TestCLIOperatorKey(t *testing.T) {
 		t.Fatalf("dead ls after the discard: want none, got %+v", list)
 	}
 }
+
+// The dispatcher's and the poller's NATS endpoints are an operator's, as
+// the other services' are: the reconciler's sweep reads every record
+// and answers every account's census, the dispatcher's list names every
+// account. Under `tenaz run` every NATS client has the same rights, so
+// NATS permissions alone could not keep a producer from them.
+func TestServiceEndpointsAreOperatorOnly(t *testing.T) {
+	t.Parallel()
+	_, target := servicetest.Provider(t, provider.Faults{}, provider.WithIdempotent())
+	tz := startWith(t, operatorConfig(t.TempDir(), target.URL), tenaz.Options{})
+	nc, err := nats.Connect(tz.NATSURL(), nats.UserInfo(opsNATSUser, opsNATSPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	for _, ep := range []string{"poller.reconcile", "dispatcher.accounts"} {
+		for _, c := range []struct {
+			name, key string
+			status    int
+		}{{"no credential", "", 401}, {"acme's submit key", secAcmeSubmitKey, 403}, {"alice's operator key", secAliceKey, 0}} {
+			var rep json.RawMessage
+			err := ops.Call(t.Context(), nc, ops.Subject("tenaz", ep), nil, &rep, ops.WithOperatorKey(c.key))
+			var oe *ops.Error
+			switch {
+			case c.status == 0 && (err != nil || len(rep) == 0):
+				t.Errorf("%s with %s: want its answer, got %v %s", ep, c.name, err, rep)
+			case c.status != 0 && (!errors.As(err, &oe) || oe.Status != c.status):
+				t.Errorf("%s with %s: want %d, got %v", ep, c.name, c.status, err)
+			}
+		}
+	}
+}

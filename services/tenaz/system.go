@@ -187,10 +187,10 @@ func (t *System) Start(ctx context.Context) (err error) {
 	if t.Ingest, err = ingest.New(ingest.Options{Conn: inc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true, Auth: t.auth}); err != nil {
 		return err
 	}
-	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: dnc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true}); err != nil {
+	if t.Disp, err = dispatcher.New(dispatcher.Options{Conn: dnc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true, Auth: t.auth}); err != nil {
 		return err
 	}
-	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true})
+	pl, err := poller.New(poller.Options{Conn: t.nc, Config: cfg, Live: t.live, Logger: &log, SkipStreams: true, Auth: t.auth})
 	if err != nil {
 		return err
 	}

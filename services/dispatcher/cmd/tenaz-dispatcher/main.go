@@ -9,6 +9,6 @@ import (
 
 func main() {
 	daemon.Main("tenaz-dispatcher", func(p daemon.Process) (daemon.Component, error) {
-		return dispatcher.New(dispatcher.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger})
+		return dispatcher.New(dispatcher.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger, Auth: p.Auth})
 	})
 }

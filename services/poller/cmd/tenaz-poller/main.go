@@ -9,6 +9,6 @@ import (
 
 func main() {
 	daemon.Main("tenaz-poller", func(p daemon.Process) (daemon.Component, error) {
-		return poller.New(poller.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger})
+		return poller.New(poller.Options{Conn: p.Conn, Config: p.Config, Live: p.Live, Logger: p.Logger, Auth: p.Auth})
 	})
 }
