@@ -108,7 +108,7 @@ func TestOverheadBoundsEveryMessage(t *testing.T) {
 	subj, _ := names.NewSubjects("").Intake(account, kind)
 	m = nats.NewMsg(subj)
 	m.Data = payload
-	for _, h := range []string{names.HeaderIdempotencyKey, names.HeaderEntityID, names.HeaderOrderingKey, names.HeaderMsgID, "Tenaz-Reply"} {
+	for _, h := range []string{names.HeaderIdempotencyKey, names.HeaderEntityID, names.HeaderOrderingKey, names.HeaderMsgID, "Tenaz-Reply", "Tenaz-Reply-Seal"} {
 		m.Header.Set(h, key)
 	}
 	if _, err := js.PublishMsg(ctx, m); err != nil {

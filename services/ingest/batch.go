@@ -175,7 +175,7 @@ func (s *Service) holdRefusal(m jetstream.Msg) bool {
 	case *storedMsg, *heldMsg:
 		return false
 	}
-	if answered(m.Headers()) {
+	if s.replies.answered(m.Headers()) {
 		return false // never delegated: handed back, it waits with its slot, as an HTTP producer's rate allows
 	}
 	account, _, _ := s.subj.ParseIntake(m.Subject())

@@ -134,6 +134,7 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	// account's producer could publish this one's id first and have the
 	// server drop this submission. A copy is the same event at accept.
 	m.Header.Set(headerReply, reply)
+	m.Header.Set(headerReplySeal, s.replies.seal(reply))
 	for h, v := range map[string]string{names.HeaderEntityID: f.EntityID, names.HeaderOrderingKey: f.OrderingKey, names.HeaderNotBefore: f.NotBefore, tracing.Header: f.Traceparent} {
 		if v != "" {
 			m.Header.Set(h, v)

@@ -209,7 +209,16 @@ func (s *Service) start(ctx context.Context) error {
 		s.o.Auth.ShareRates(s.quotas)
 		s.Defer(func(ctx context.Context) { s.quotas.Close(ctx); s.quotas = nil })
 	}
-	if s.replies, err = newReplies(s.nc); err != nil {
+	// Every replica must seal and check with the one key: one on a key of
+	// its own would take its peers' HTTP submissions for NATS ones and
+	// ack them for an anchor, which a peer's drain then passes over as
+	// answered, and loses if the first dies. So a replica that cannot
+	// read the key does not start (a rollout then stops at it).
+	key, err := openReplyKey(ctx, s.js, subj)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	if s.replies, err = newReplies(s.nc, key); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	s.Defer(func(context.Context) { s.replies.close() })
@@ -247,7 +256,7 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.ordered = make([]*orderedQueue, s.o.Batchers)
 	for i := range s.ordered {
-		s.ordered[i] = newOrderedQueue(queue.Trims(s.intake))
+		s.ordered[i] = newOrderedQueue(queue.Trims(s.intake), s.replies.answered)
 		s.wg.Add(1)
 		go s.orderedLoop(runCtx, s.ordered[i])
 	}

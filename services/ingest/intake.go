@@ -245,7 +245,7 @@ func (s *Service) handleIntake(ctx context.Context, m jetstream.Msg) {
 // settle acks (and answers a waiting HTTP handler), rejects a submission
 // accept refused, or hands the message back for redelivery.
 func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelope, rec state.Record, created bool, err error) {
-	reply := replyOf(m.Headers())
+	reply := s.replies.of(m.Headers())
 	log := tracing.Log(s.log, cmp.Or(rec.Traceparent, env.Traceparent))
 	if serr := (*submitError)(nil); errors.As(err, &serr) {
 		s.reject(ctx, m, event.Fields{Account: env.Account, Kind: env.Kind}, env, serr)
@@ -325,7 +325,7 @@ func (s *Service) tell(ctx context.Context, reply string, serr *submitError) boo
 // the answering one took), else in DEAD as a refused submission. The
 // message is terminated only once it is kept.
 func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, env event.Envelope, serr *submitError) {
-	reply := replyOf(m.Headers())
+	reply := s.replies.of(m.Headers())
 	if reply != "" && s.tell(ctx, reply, serr) {
 		s.metrics.Rejected(serr.Code)
 		_ = m.Term()

@@ -305,11 +305,12 @@ func (p *publisher) wait() uint64 {
 // might), so that what calm waits for is the flood's accepts, not how
 // the host shares its CPU between them and the intake consumer. The
 // flood holds calm up no more when it sets the reply header of HTTP
-// submissions (see TestForgedReplyHeaderHoldsUpNoAccount): a submission
-// with that header was never acked for an anchor.
+// submissions (see TestForgedReplyHeaderHoldsUpNoAccount), even naming
+// one of ingest's own inboxes: a submission with that header was never
+// acked for an anchor, and only a sealed one (headerReplySeal) counts.
 func TestUnorderedFloodDoesNotHoldUpAnotherAccount(t *testing.T) {
 	t.Parallel()
-	for _, reply := range []string{"", "_INBOX.tenaz-producer.sink"} {
+	for _, reply := range []string{"", "_INBOX.tenaz-producer.sink", "_INBOX.tenaz-ingest.forged.1"} {
 		t.Run("reply header "+cmp.Or(reply, "none"), func(t *testing.T) {
 			t.Parallel()
 			unorderedFlood(t, reply)

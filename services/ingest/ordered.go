@@ -222,7 +222,7 @@ func (s *Service) readBack(ctx context.Context, filter string, from uint64, n in
 // before a reload), so it is accepted here; should a batch loop have it
 // too, the accept is idempotent.
 func (s *Service) settled(ctx context.Context, raw *jetstream.RawStreamMsg) bool {
-	if answered(raw.Header) {
+	if s.replies.answered(raw.Header) {
 		return true // never delegated: its own delivery settles it
 	}
 	if _, ordered := s.orderedSubmission(raw.Subject, raw.Header); ordered {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -41,7 +42,8 @@ type orderedQueue struct {
 	turn     []string // the accounts with entries, in the order they are served
 	bytes    int
 	closed   bool
-	delegate bool // acks past heldPerAccount: only where INTAKE is trimmed, not a work queue whose ack deletes
+	delegate bool                   // acks past heldPerAccount: only where INTAKE is trimmed, not a work queue whose ack deletes
+	answered func(nats.Header) bool // replies.answered; nil: none is
 }
 
 // orderedEntry is one submission waiting for its loop. An anchor also
@@ -105,8 +107,8 @@ func (e *orderedEntry) delegate(seq uint64) {
 	e.through = max(e.through, seq)
 }
 
-func newOrderedQueue(delegate bool) *orderedQueue {
-	q := &orderedQueue{accounts: map[string][]*orderedEntry{}, delegate: delegate}
+func newOrderedQueue(delegate bool, answered func(nats.Header) bool) *orderedQueue {
+	q := &orderedQueue{accounts: map[string][]*orderedEntry{}, delegate: delegate, answered: answered}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -196,7 +198,7 @@ func (q *orderedQueue) add(account string, m jetstream.Msg, ordered, anchor bool
 // (it drains behind itself: maybe a dead ingest's anchor) nor one an HTTP
 // handler may wait for (answered).
 func (q *orderedQueue) delegable(m jetstream.Msg, seq uint64, redelivered bool) bool {
-	return q.delegate && seq > 0 && !redelivered && !answered(m.Headers())
+	return q.delegate && seq > 0 && !redelivered && (q.answered == nil || !q.answered(m.Headers()))
 }
 
 // sequence is m's INTAKE sequence (0 when its metadata cannot be read)

@@ -25,7 +25,7 @@ func TestOrderedQueueKeepsWaitingMessagesInProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := newOrderedQueue(false)
+	q := newOrderedQueue(false, nil)
 	for range 3 {
 		m := next(5 * time.Second)
 		if m == nil {
@@ -70,7 +70,7 @@ func (m bigMsg) Metadata() (*jetstream.MsgMetadata, error) {
 // message larger than the bound still goes into an empty queue.
 func TestOrderedQueueBoundsItsBytes(t *testing.T) {
 	t.Parallel()
-	q := newOrderedQueue(false)
+	q := newOrderedQueue(false, nil)
 	half := bigMsg{data: make([]byte, maxQueuedBytes/2-8)} // with its subject, two fit
 	q.push("acme", half)
 	q.push("acme", half)
@@ -121,7 +121,7 @@ func (m seqMsg) Metadata() (*jetstream.MsgMetadata, error) {
 // INTAKE (whose acks delete) holds everything.
 func TestOrderedQueueAnchorsAFloodAndServesAccountsInTurn(t *testing.T) {
 	t.Parallel()
-	q := newOrderedQueue(true)
+	q := newOrderedQueue(true, nil)
 	seq := uint64(0)
 	push := func(account string) bool { seq++; return q.push(account, seqMsg{seq: seq}) }
 	for i := range heldPerAccount {
@@ -170,7 +170,7 @@ func TestOrderedQueueAnchorsAFloodAndServesAccountsInTurn(t *testing.T) {
 		t.Fatalf("want the anchor put back before its account's later submission, got %s", e2.m.Subject())
 	}
 
-	work := newOrderedQueue(false)
+	work := newOrderedQueue(false, nil)
 	for i := range heldPerAccount + 10 {
 		if work.push("flood", seqMsg{seq: uint64(i + 1)}) {
 			t.Fatal("want nothing anchored on a work queue")
@@ -182,7 +182,7 @@ func TestOrderedQueueAnchorsAFloodAndServesAccountsInTurn(t *testing.T) {
 // entries, and taken once its time comes; a closed queue waits for none.
 func TestOrderedQueuePassesOverAWaitingEntry(t *testing.T) {
 	t.Parallel()
-	q := newOrderedQueue(true)
+	q := newOrderedQueue(true, nil)
 	q.push("full", seqMsg{seq: 1})
 	waiting, _ := q.pop()
 	waiting.notBefore = time.Now().Add(300 * time.Millisecond)
@@ -216,7 +216,7 @@ func (m againMsg) Metadata() (*jetstream.MsgMetadata, error) {
 // crash suite's ingest panicked on it (assignment to entry in nil map).
 func TestOrderedQueueRedeliveredAnchorTakesALaterSubmission(t *testing.T) {
 	t.Parallel()
-	q := newOrderedQueue(true)
+	q := newOrderedQueue(true, nil)
 	if q.push("flood", againMsg{seqMsg{seq: 10}}) {
 		t.Fatal("want the redelivered submission held")
 	}

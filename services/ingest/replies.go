@@ -1,45 +1,122 @@
 package ingest
 
 import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsconn"
 )
 
 // replyInboxes prefixes the subjects on which HTTP handlers wait for
 // their submissions' outcomes ("_INBOX.tenaz-ingest."), whatever inbox
 // prefix ingest's connection has: under deploy/nats/values.yaml no NATS
-// user but ingest's may read them. A submission's reply header counts
-// only under it. Any NATS publisher can set the header, and one trusted
-// elsewhere would have ingest wait on a handler that is not one for each
-// of its refusals (tell), and keep each of its submissions from an
-// anchor (answered): one producer could stall every account's intake.
+// user but ingest's may read them.
 var replyInboxes = natsconn.InboxPrefix(Name) + "."
 
-// replyOf is the reply subject h names, or "" when it names none under
-// replyInboxes.
-func replyOf(h nats.Header) string {
-	if r := h.Get(headerReply); strings.HasPrefix(r, replyInboxes) {
-		return r
+// headerReplySeal is set beside headerReply: the reply subject's HMAC
+// under the installation's reply key (replyKeyName). NATS permissions
+// bind a producer's subjects, not its headers: any producer can name one
+// of ingest's inboxes, and a reply header taken for an HTTP handler's
+// would have ingest wait on a handler that is not one for each of its
+// refusals (tell), and keep each of its submissions from an anchor
+// (answered), so one producer could stall every account's intake. No
+// producer's NATS user may read the key (deploy/nats/values.yaml).
+const headerReplySeal = "Tenaz-Reply-Seal"
+
+// replyKeyName is the key of tenaz_ops that holds the reply key: random
+// bytes made by the first ingest replica to start, read by the others,
+// never changed (every replica must seal and check with the same one).
+const replyKeyName = "ingest.reply_key"
+
+const replyKeyBytes = 32
+
+// openReplyKey reads the installation's reply key, making it first if
+// none exists yet. It gives up after 5 s: a publish the NATS user may not
+// make is never answered. The error names the permissions it needs.
+func openReplyKey(ctx context.Context, js jetstream.JetStream, subj names.Subjects) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	bucket := subj.Bucket(accounts.BucketOps)
+	failed := func(err error) ([]byte, error) {
+		return nil, fmt.Errorf("reply key %s in %s (its NATS user needs $KV.%s.ingest.> and $JS.API.DIRECT.GET.KV_%s.$KV.%s.ingest.>, deploy/nats/values.yaml): %w",
+			replyKeyName, bucket, bucket, bucket, bucket, err)
 	}
-	return ""
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return failed(err)
+	}
+	fresh := make([]byte, replyKeyBytes)
+	_, _ = rand.Read(fresh) // never fails (crypto/rand)
+	if _, err := kv.Create(ctx, replyKeyName, fresh); err == nil {
+		return fresh, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return failed(err)
+	}
+	e, err := kv.Get(ctx, replyKeyName)
+	if err != nil {
+		return failed(err)
+	}
+	if len(e.Value()) != replyKeyBytes {
+		return nil, fmt.Errorf("reply key: %s in %s holds %d bytes, want %d: delete it with every ingest replica stopped, and the first to start makes another",
+			replyKeyName, subj.Bucket(accounts.BucketOps), len(e.Value()), replyKeyBytes)
+	}
+	return e.Value(), nil
+}
+
+// seal is reply's headerReplySeal.
+func (r *replies) seal(reply string) string {
+	return base64.RawURLEncoding.EncodeToString(r.mac(reply))
+}
+
+func (r *replies) mac(reply string) []byte {
+	m := hmac.New(sha256.New, r.key)
+	m.Write([]byte(reply))
+	return m.Sum(nil)
+}
+
+// of is the reply subject h names, or "" when it names none under
+// replyInboxes with a valid seal.
+func (r *replies) of(h nats.Header) string {
+	reply := h.Get(headerReply)
+	if !strings.HasPrefix(reply, replyInboxes) {
+		return ""
+	}
+	got, err := base64.RawURLEncoding.DecodeString(h.Get(headerReplySeal))
+	if err != nil {
+		return ""
+	}
+	if !hmac.Equal(got, r.mac(reply)) {
+		return ""
+	}
+	return reply
 }
 
 // answered reports whether an HTTP handler may wait for a submission's
-// outcome (its reply header in h). Such a submission is never delegated:
-// its refusal is told to the handler or kept as its event by its own
-// delivery alone, and a drain reading it back passes it over (a handler
-// told by one and an event kept by the other would disagree). HTTP
-// producers are held by their keys' rates.
-func answered(h nats.Header) bool { return replyOf(h) != "" }
+// outcome (its sealed reply header in h). Such a submission is never
+// delegated: its refusal is told to the handler or kept as its event by
+// its own delivery alone, and a drain reading it back passes it over (a
+// handler told by one and an event kept by the other would disagree).
+// HTTP producers are held by their keys' rates.
+func (r *replies) answered(h nats.Header) bool { return r.of(h) != "" }
 
 // replies multiplexes the outcomes of HTTP submissions over one
 // subscription, as nats.go's request mux does for requests.
 type replies struct {
+	key    []byte // the reply key (openReplyKey)
 	sub    *nats.Subscription
 	prefix string
 	mu     sync.Mutex
@@ -47,8 +124,8 @@ type replies struct {
 	wait   map[string]chan []byte
 }
 
-func newReplies(nc *nats.Conn) (*replies, error) {
-	r := &replies{prefix: replyInboxes + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix) + ".", wait: map[string]chan []byte{}}
+func newReplies(nc *nats.Conn, key []byte) (*replies, error) {
+	r := &replies{key: key, prefix: replyInboxes + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix) + ".", wait: map[string]chan []byte{}}
 	sub, err := nc.Subscribe(r.prefix+"*", func(m *nats.Msg) {
 		r.mu.Lock()
 		ch, ok := r.wait[m.Subject]
