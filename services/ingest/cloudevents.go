@@ -111,8 +111,8 @@ func readCloudEvent(h map[string][]string, body []byte) (ev cloudevent.Event, ok
 
 // cloudSubmission reads a submission of POST /v1/events or of the submit
 // endpoint that is a CloudEvent (ok false when it is not one): its fields
-// for account (the API key's; "" for none) and its payload. An
-// Idempotency-Key header must agree with the id.
+// for account (the API key's; "" for none), with those tenaz's headers
+// give (withFieldHeaders), and its payload.
 func (s *Service) cloudSubmission(h map[string][]string, body []byte, account string) (f event.Fields, payload []byte, ok bool, serr *submitError) {
 	ev, ok, serr := readCloudEvent(h, body)
 	if !ok || serr != nil {
@@ -124,8 +124,8 @@ func (s *Service) cloudSubmission(h map[string][]string, body []byte, account st
 	if serr = s.knownType(f); serr != nil {
 		return f, nil, true, serr
 	}
-	if k := http.Header(h).Get(names.HeaderIdempotencyKey); k != "" && k != f.IdempotencyKey {
-		return f, nil, true, ceBad("id", "%q differs from the Idempotency-Key header %q: send one", f.IdempotencyKey, k)
+	if f, serr = withFieldHeaders(f, h); serr != nil {
+		return f, nil, true, serr
 	}
 	return f, ev.Data, true, nil
 }
@@ -215,21 +215,35 @@ func intakeCloudEvent(f event.Fields, h nats.Header) (event.Fields, *submitError
 	if serr != nil {
 		return f, serr
 	}
+	cf.Traceparent = f.Traceparent
+	if cf, serr = withFieldHeaders(cf, h); serr != nil {
+		return f, serr
+	}
+	return cf, nil // the id wins over a Nats-Msg-Id, which is only the server's dedup id then
+}
+
+// withFieldHeaders gives a CloudEvent's fields f those tenaz's headers in
+// h give, as on any submission: a header fills an attribute the event
+// leaves out (Tenaz-Not-Before has none), and one that differs from its
+// attribute is refused, naming both. Ignored, a delay or an order would
+// be lost without a word.
+func withFieldHeaders(f event.Fields, h nats.Header) (event.Fields, *submitError) {
+	f.NotBefore = headerOf(h, names.HeaderNotBefore)
 	for _, c := range []struct {
-		attr, header, v string
-		dst             *string
+		attr, header string
+		v            *string
 	}{
-		{"id", names.HeaderIdempotencyKey, cf.IdempotencyKey, &f.IdempotencyKey},
-		{"subject", names.HeaderEntityID, cf.EntityID, &f.EntityID},
-		{cePartitionKey, names.HeaderOrderingKey, cf.OrderingKey, &f.OrderingKey},
+		{"id", names.HeaderIdempotencyKey, &f.IdempotencyKey},
+		{"subject", names.HeaderEntityID, &f.EntityID},
+		{cePartitionKey, names.HeaderOrderingKey, &f.OrderingKey},
 	} {
-		if c.v == "" {
-			continue
+		switch hv := headerOf(h, c.header); {
+		case hv == "":
+		case *c.v == "":
+			*c.v = hv
+		case *c.v != hv:
+			return f, ceBad(c.attr, "%q differs from the %s header %q: send one", *c.v, c.header, hv)
 		}
-		if hv := headerOf(h, c.header); hv != "" && hv != c.v {
-			return f, ceBad(c.attr, "%q differs from the %s header %q: send one", c.v, c.header, hv)
-		}
-		*c.dst = c.v // the id wins over a Nats-Msg-Id, which is only the server's dedup id then
 	}
 	return f, nil
 }

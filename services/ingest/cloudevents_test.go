@@ -63,6 +63,27 @@ func TestCloudEventBinaryHTTP(t *testing.T) {
 	}
 }
 
+// tenaz's headers give a CloudEvent over HTTP the fields its attributes
+// leave out, as they do one published to INTAKE: Tenaz-Not-Before delays
+// it (no attribute does), Tenaz-Ordering-Key and Tenaz-Entity-Id stand in
+// for partitionkey and subject. Before, they were dropped without a word:
+// the delayed event ran at once and the ordered one ran out of its lane.
+func TestCloudEventHTTPKeepsTenazHeaders(t *testing.T) {
+	t.Parallel()
+	h := setup(t, ceYAML)
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	r := h.do(http.MethodPost, "/v1/events", `{"order_id":"o-3"}`, "Content-Type", "application/json",
+		"ce-specversion", "1.0", "ce-type", "order.create", "ce-source", "urn:erp", "ce-id", "ce-3", "ce-tenazaccount", "acme",
+		"Tenaz-Not-Before", due.Format(time.RFC3339), "Tenaz-Ordering-Key", "customer-9", "Tenaz-Entity-Id", "o-3")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST a binary CloudEvent with tenaz's headers: want 202, got %d %s", r.Status, r.Body)
+	}
+	rec := h.WaitStatus(event.ID("acme", "ce-3"), state.Scheduled, servicetest.WaitFor)
+	if rec.NextRunAt == nil || !rec.NextRunAt.Equal(due) || rec.OrderingKey != "customer-9" || rec.EntityID != "o-3" {
+		t.Fatalf("want the event scheduled for %s, ordered by customer-9, of entity o-3; got next_run_at %v, %q, %q", due, rec.NextRunAt, rec.OrderingKey, rec.EntityID)
+	}
+}
+
 // A bad CloudEvent is answered 400 invalid_cloudevent naming the attribute
 // at fault (an unconfigured type: 422 unknown_kind naming type), and
 // nothing of it is kept.
@@ -93,6 +114,8 @@ func TestCloudEventRefusalsNameTheAttribute(t *testing.T) {
 		{"no data", structured(`,
 	"datacontenttype":"application/json","data":{"order_id":"o-1"}`, ""), nil, 400, "invalid_cloudevent", "data"},
 		{"a key that differs", ceStructured, []string{"Idempotency-Key", "other"}, 400, "invalid_cloudevent", "id"},
+		{"an entity that differs", ceStructured, []string{"Tenaz-Entity-Id", "o-2"}, 400, "invalid_cloudevent", "subject"},
+		{"an ordering key that differs", ceStructured, []string{"Tenaz-Ordering-Key", "customer-8"}, 400, "invalid_cloudevent", "partitionkey"},
 		{"binary without specversion", `{}`, []string{"Content-Type", "application/json", "ce-id", "x", "ce-type", "order.create", "ce-source", "s", "ce-tenazaccount", "acme"},
 			400, "invalid_cloudevent", "specversion"},
 		{"binary with curl's form type", `{}`, []string{"Content-Type", "application/x-www-form-urlencoded", "ce-specversion", "1.0", "ce-id", "x",

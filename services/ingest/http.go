@@ -93,7 +93,7 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
 		return
 	}
-	if msg := fieldsFromHeaders(r.Header, &sub); msg != "" {
+	if msg := fieldsFromHeaders(r.Header, headerFields(&sub)); msg != "" {
 		s.metrics.Rejected("malformed")
 		httpapi.Error(w, http.StatusBadRequest, "malformed", msg)
 		return
@@ -183,22 +183,31 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 	return answer(<-ch, accepted, url)
 }
 
-// fieldsFromHeaders reads the fields a submission over NATS gives as
-// headers (Tenaz-Entity-Id, Tenaz-Ordering-Key, Tenaz-Not-Before) into sub
-// when its body leaves them out, so that a producer moving from NATS to
-// HTTP keeps them; ignored, a delay or an order would be lost without a
-// word. A header and a body field that disagree are refused: the message
-// says which.
-func fieldsFromHeaders(h http.Header, sub *event.Submission) string {
-	for _, f := range []struct {
-		header, field string
-		v             *string
-	}{
+// headerField is a field of a submission's body that a header may give
+// too (a NATS producer's way).
+type headerField struct {
+	header, field string
+	v             *string
+}
+
+// headerFields are sub's fields that headers may give.
+func headerFields(sub *event.Submission) []headerField {
+	return []headerField{
 		{names.HeaderEntityID, "entity_id", &sub.EntityID},
 		{names.HeaderOrderingKey, "ordering_key", &sub.OrderingKey},
 		{names.HeaderNotBefore, "not_before", &sub.NotBefore},
-	} {
-		switch v := h.Get(f.header); {
+	}
+}
+
+// fieldsFromHeaders reads the fields a submission over NATS gives as
+// headers (Tenaz-Entity-Id, Tenaz-Ordering-Key, Tenaz-Not-Before) into
+// the body's fields fs when the body leaves them out, so that a producer
+// moving from NATS to HTTP or the submit endpoint keeps them; ignored, a
+// delay or an order would be lost without a word. A header and a body
+// field that disagree are refused: the message says which.
+func fieldsFromHeaders(h map[string][]string, fs []headerField) string {
+	for _, f := range fs {
+		switch v := headerOf(h, f.header); {
 		case v == "" || v == *f.v:
 		case *f.v == "":
 			*f.v = v

@@ -14,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
@@ -88,6 +89,11 @@ func (s *Service) registerMicro() (micro.Service, error) {
 // set (the subject's), the submission must be that account's; one that
 // names no account is.
 func (s *Service) microSubmit(req micro.Request, account string) {
+	if name := givenTwice(req.Headers()); name != "" {
+		s.metrics.Rejected("malformed")
+		respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: "the " + name + " header is given twice, with different values: send one"}})
+		return
+	}
 	if s.microCloudEvent(req, account) {
 		return
 	}
@@ -95,6 +101,11 @@ func (s *Service) microSubmit(req micro.Request, account string) {
 	if err != nil {
 		s.metrics.Rejected("malformed")
 		respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: err.Error() + ": want {account, kind, payload, entity_id?, ordering_key?, not_before?, idempotency_key?}"}})
+		return
+	}
+	if msg := fieldsFromHeaders(req.Headers(), append(headerFields(&ms.Submission), headerField{names.HeaderIdempotencyKey, "idempotency_key", &ms.IdempotencyKey})); msg != "" {
+		s.metrics.Rejected("malformed")
+		respond(req, http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed", Message: msg}})
 		return
 	}
 	if account != "" {

@@ -293,6 +293,60 @@ func TestMicroSubmitOfAnAccount(t *testing.T) {
 	}
 }
 
+// The submit endpoint reads tenaz's field headers as POST /v1/events
+// and INTAKE do: Tenaz-Not-Before delays the event, Tenaz-Ordering-Key
+// orders it, Idempotency-Key keys it, each when the body leaves its
+// field out, and a header that differs from its field is refused naming
+// both. Before, the endpoint ignored them without a word: the delayed
+// event ran at once.
+func TestMicroSubmitReadsFieldHeaders(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	submit := func(data string, header nats.Header) (string, []byte) {
+		t.Helper()
+		ans, err := h.NC.RequestMsg(&nats.Msg{Subject: "tenaz.api.ingest.submit.acme", Data: []byte(data), Header: header}, 5*time.Second)
+		if err != nil {
+			t.Fatalf("submit: want an answer, got %v", err)
+		}
+		return ans.Header.Get("Tenaz-Status"), ans.Data
+	}
+	status, body := submit(`{"kind":"order.create","payload":{"order_id":"o-1"}}`,
+		nats.Header{"Tenaz-Not-Before": {due.Format(time.RFC3339)}, "tenaz-ordering-key": {"cust-1"}, "Idempotency-Key": {"mh-1"}})
+	if status != "202" {
+		t.Fatalf("fields as headers: want 202, got %s %s", status, body)
+	}
+	rec := h.WaitStatus(event.ID("acme", "mh-1"), state.Scheduled, servicetest.WaitFor)
+	if rec.NextRunAt == nil || !rec.NextRunAt.Equal(due) || rec.OrderingKey != "cust-1" {
+		t.Fatalf("want the headers' not_before %s and ordering key cust-1, got next_run_at %v, %q", due, rec.NextRunAt, rec.OrderingKey)
+	}
+	before := h.footprint()
+	for _, c := range []struct {
+		name, data string
+		header     nats.Header
+		names      []string
+	}{
+		{"an ordering key that differs", `{"kind":"order.create","ordering_key":"cust-2","payload":{"order_id":"o-2"},"idempotency_key":"mh-2"}`,
+			nats.Header{"Tenaz-Ordering-Key": {"cust-3"}}, []string{"Tenaz-Ordering-Key", "ordering_key"}},
+		{"a key that differs", `{"kind":"order.create","payload":{"order_id":"o-3"},"idempotency_key":"mh-3"}`,
+			nats.Header{"Idempotency-Key": {"mh-4"}}, []string{"Idempotency-Key", "idempotency_key"}},
+		{"a header given twice", `{"kind":"order.create","payload":{"order_id":"o-5"},"idempotency_key":"mh-5"}`,
+			nats.Header{"Tenaz-Not-Before": {due.Format(time.RFC3339)}, "tenaz-not-before": {"soon"}}, []string{"Tenaz-Not-Before"}},
+		{"a header given twice, beside a CloudEvent", `{"specversion":"1.0","id":"mh-6","source":"shop","type":"order.create","data":{"order_id":"o-6"}}`,
+			nats.Header{"Content-Type": {"application/cloudevents+json"}, "Tenaz-Not-Before": {due.Format(time.RFC3339)}, "tenaz-not-before": {"soon"}}, []string{"Tenaz-Not-Before"}},
+	} {
+		status, body := submit(c.data, c.header)
+		for _, n := range c.names {
+			if status != "400" || !strings.Contains(string(body), n) {
+				t.Errorf("%s: want 400 naming %s, got %s %s", c.name, n, status, body)
+			}
+		}
+	}
+	if got := h.footprint(); got != before {
+		t.Fatalf("refused: want nothing kept %+v, got %+v", before, got)
+	}
+}
+
 // status_url is the event's status at http.public_url when it is set,
 // whatever Host a client sent; without it, an HTTP answer's is at the
 // request's own Host, and one over NATS, which has none, is the path,
