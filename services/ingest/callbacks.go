@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,7 +201,8 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	if byRef {
 		id, err = s.refs.Lookup(ctx, account, target, ref)
 		if errors.Is(err, callbacks.ErrNotFound) {
-			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, s.conf().TargetFor(account, target).Timeout.D())
+			msg := sha256.Sum256([]byte(signedMessage(webhookID, signedAt, body)))
+			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, msg, s.conf().TargetFor(account, target).Timeout.D())
 		}
 		switch {
 		case errors.Is(err, callbacks.ErrNotFound):
@@ -271,7 +273,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}
 		if webhookID != "" {
-			signed := webhookID + "." + strconv.FormatInt(signedAt.Unix(), 10) + "." + string(body)
+			signed := signedMessage(webhookID, signedAt, body)
 			other, err := s.refs.HoldWebhook(ctx, target, signed, cur.ID, webhookHold(t.Callback.Tolerance.D()))
 			if err != nil {
 				return cur, err
@@ -326,32 +328,55 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 // answered unknown at once. Per target, so that a provider sending
 // webhooks for work tenaz never gave it (its other customers' jobs, a
 // misconfigured endpoint) fills its own target's slots, not those of
-// every other provider's early webhooks.
+// every other provider's early webhooks. The copies of one signed
+// message share its slot, at most maxCopiesHeld of them at once: the
+// account in the callback URL is not signed, so a captured webhook sent
+// again inside its tolerance to other accounts' URLs would otherwise
+// take a slot for each, and leave the provider's real early webhooks
+// answered unknown.
 type slots struct {
 	size int
 	mu   sync.Mutex
-	by   map[string]chan struct{}
+	by   map[string]map[[sha256.Size]byte]int // target → signed message → copies held
 }
 
-// take holds one of key's slots; ok is false when all are held. release
-// gives it back.
-func (sl *slots) take(key string) (release func(), ok bool) {
+// maxCopiesHeld is how many copies of one signed message awaitRef holds
+// at once; a provider sends a message again only when its first send
+// got no answer.
+const maxCopiesHeld = 4
+
+// take holds a slot of target for the signed message msg, or joins the
+// copies holding one; ok is false when none is left. release gives it
+// back.
+func (sl *slots) take(target string, msg [sha256.Size]byte) (release func(), ok bool) {
 	sl.mu.Lock()
-	c, found := sl.by[key]
-	if !found {
-		if sl.by == nil {
-			sl.by = map[string]chan struct{}{}
-		}
-		c = make(chan struct{}, sl.size)
-		sl.by[key] = c
-	}
-	sl.mu.Unlock()
-	select {
-	case c <- struct{}{}:
-		return func() { <-c }, true
-	default:
+	defer sl.mu.Unlock()
+	held := sl.by[target]
+	switch n, holds := held[msg]; {
+	case holds && n >= maxCopiesHeld, !holds && len(held) >= sl.size:
 		return nil, false
 	}
+	if held == nil {
+		if sl.by == nil {
+			sl.by = map[string]map[[sha256.Size]byte]int{}
+		}
+		held = map[[sha256.Size]byte]int{}
+		sl.by[target] = held
+	}
+	held[msg]++
+	return func() {
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
+		if held[msg]--; held[msg] == 0 {
+			delete(held, msg)
+		}
+	}, true
+}
+
+// signedMessage is what a webhook's signature covers (Standard Webhooks):
+// one message, whichever URL a copy of it came to.
+func signedMessage(webhookID string, signedAt time.Time, body []byte) string {
+	return webhookID + "." + strconv.FormatInt(signedAt.Unix(), 10) + "." + string(body)
 }
 
 // maxEarlyWait bounds how long awaitRef holds a webhook, whatever its
@@ -366,8 +391,8 @@ const maxEarlyWait = 30 * time.Second
 // tenaz (its event retries), so a reference recorded later answers
 // nothing this webhook could complete. Answered unknown at once, the
 // webhook would be lost, and its event left to its deadline.
-func (s *Service) awaitRef(ctx context.Context, account, target, ref string, wait time.Duration) (string, error) {
-	release, ok := s.early.take(target)
+func (s *Service) awaitRef(ctx context.Context, account, target, ref string, msg [sha256.Size]byte, wait time.Duration) (string, error) {
+	release, ok := s.early.take(target, msg)
 	if !ok {
 		return "", callbacks.ErrNotFound
 	}

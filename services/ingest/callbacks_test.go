@@ -623,6 +623,75 @@ kinds:
 	}
 }
 
+// TestCopiesOfAWebhookShareItsHoldSlot: the account in a callback URL
+// is not signed, so a captured webhook naming a reference nobody
+// recorded can be sent again, inside its tolerance, to other accounts'
+// URLs. Its copies share one hold slot (at most 4 held at once, the next
+// answered unknown at once), and the provider's own early webhook still
+// finds a slot. Before, each copy took a slot of its own, and the
+// provider's webhook was answered unknown at once: its event was left
+// to its deadline.
+func TestCopiesOfAWebhookShareItsHoldSlot(t *testing.T) {
+	t.Parallel()
+	const maxCopies = 4 // maxCopiesHeld
+	h := setup(t, `
+targets:
+  bureau: {url: "http://127.0.0.1:1", timeout: 5s, callback_secret: "`+cbSecret+`"}
+kinds:
+  credit.evaluate: {target: bureau, completion: callback}
+`, withEarlyWebhooks(2))
+	send := func(path, msgID, body string, at time.Time) <-chan response {
+		c := make(chan response, 1)
+		go func() {
+			rep, err := h.send(http.MethodPost, path, body, signed(msgID, at, body)...)
+			if err != nil {
+				rep = response{Status: -1, Body: []byte(err.Error())}
+			}
+			c <- rep
+		}()
+		return c
+	}
+	// held waits until n webhooks are held (each watches its reference:
+	// a consumer of the callbacks bucket), failing if one is answered first.
+	var answers []<-chan response
+	held := func(n int) {
+		t.Helper()
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			for _, a := range answers {
+				select {
+				case rep := <-a:
+					t.Fatalf("want every webhook held (%d), one was answered %d %s", n, rep.Status, rep.Body)
+				default:
+				}
+			}
+			s, err := h.JS.Stream(h.Ctx(), "KV_"+names.BucketCallbacks)
+			if err != nil {
+				return false
+			}
+			info, err := s.Info(h.Ctx())
+			return err == nil && info.State.Consumers >= n
+		}, "%d webhooks held", n)
+	}
+	const captured = `{"reference":"job-x","status":"approved"}`
+	at := time.Now()
+	for i := range maxCopies {
+		answers = append(answers, send(fmt.Sprintf("/v1/callbacks/bureau/zz%d", i), "msg_captured", captured, at))
+		held(i + 1)
+	}
+	extra := <-send("/v1/callbacks/bureau/zz9", "msg_captured", captured, at)
+	if got := extra.outcome(t); got.Outcome != ingest.CallbackUnknown {
+		t.Fatalf("a copy past the %d held: want %s at once, got %+v", maxCopies, ingest.CallbackUnknown, got)
+	}
+	const early = `{"reference":"job-y","status":"approved"}`
+	answers = append(answers, send("/v1/callbacks/bureau/acme", "msg_early", early, time.Now()))
+	held(maxCopies + 1)
+	for _, a := range answers {
+		if got := (<-a).outcome(t); got.Outcome != ingest.CallbackUnknown {
+			t.Fatalf("a held webhook whose reference nobody recorded: want %s once its hold ends, got %+v", ingest.CallbackUnknown, got)
+		}
+	}
+}
+
 // TestCallbackOfATimedOutAttemptCompletesTheEvent: the provider took the
 // work but its answer never reached tenaz (the call timed out), then
 // called back. The event is retrying (its next attempt a minute away);
