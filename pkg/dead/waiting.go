@@ -44,8 +44,50 @@ const moveBatch = 64
 // settled. Only when e can be stored in neither is the error returned,
 // Publish's (store.IsFull): the caller then waits, as for any outage.
 func (w *Writer) Keep(ctx context.Context, e Entry, msgID string) (waiting bool, err error) {
-	if w.behind(ctx, e.Account) && w.park(ctx, e, msgID) == nil {
-		return true, nil
+	return w.keep(ctx, e, msgID, false)
+}
+
+// ErrWaitingFull is KeepRefusal's answer for a refused submission not
+// kept: its account has WaitingBound entries waiting for room already.
+// (A redelivery of one parked before, whose settle was lost, is answered
+// so too: it is kept, and its message is settled all the same.)
+var ErrWaitingFull = errors.New("dead: the account's entries waiting for room in DEAD are at their bound (deadletter.max_waiting_per_account)")
+
+// KeepRefusal is Keep for a refused submission that nothing accepted
+// stands for: when its account has WaitingBound entries waiting for room
+// already (of any kind), it is not kept (ErrWaitingFull), so that one
+// account's flood of bad submissions cannot fill the server's storage
+// for every account. A dying event's entry (Keep) always waits. The
+// count is read before the park, not under a lock: writers racing for
+// the last place may each park one past the bound.
+func (w *Writer) KeepRefusal(ctx context.Context, e Entry, msgID string) (waiting bool, err error) {
+	return w.keep(ctx, e, msgID, true)
+}
+
+// keep is Keep, or KeepRefusal when refusal is set.
+//
+// While an account has entries waiting for room, a new one waits behind
+// them, so that the room an operator frees goes to the oldest. Written
+// straight into DEAD, a steady stream of the account's failures would
+// take each freed room before the mover's next pass, and the entries
+// that wait would wait for as long as it lasts.
+func (w *Writer) keep(ctx context.Context, e Entry, msgID string, refusal bool) (waiting bool, err error) {
+	behind, err := w.WaitingOf(ctx, accountToken(e.Account))
+	if err != nil {
+		behind = 0 // unknown: DEAD says whether there is room
+	}
+	full := false
+	if refusal && w.WaitingBound != nil {
+		bound := w.WaitingBound(e.Account)
+		full = bound > 0 && int64(behind) >= bound
+	}
+	if behind > 0 {
+		if full {
+			return false, ErrWaitingFull
+		}
+		if w.park(ctx, e, msgID) == nil {
+			return true, nil
+		}
 	}
 	err = w.Publish(ctx, e, msgID)
 	if !store.IsFull(err) {
@@ -55,16 +97,6 @@ func (w *Writer) Keep(ctx context.Context, e Entry, msgID string) (waiting bool,
 		return false, fmt.Errorf("%w (and %w)", err, perr)
 	}
 	return true, nil
-}
-
-// behind reports whether account has entries waiting for room: a new
-// one then waits behind them, so that the room an operator frees goes to
-// the oldest. Written straight into DEAD, a steady stream of the
-// account's failures would take each freed room before the mover's next
-// pass, and the entries that wait would wait for as long as it lasts.
-func (w *Writer) behind(ctx context.Context, account string) bool {
-	n, err := w.WaitingOf(ctx, accountToken(account))
-	return err == nil && n > 0
 }
 
 // park keeps e until Move takes it into DEAD under msgID. A re-park of

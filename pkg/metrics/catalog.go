@@ -91,6 +91,7 @@ const (
 	NameAnchored     = "tenaz_intake_anchored_total"
 	NameDeadFull     = "tenaz_dead_full_total"
 	NameDeadWaiting  = "tenaz_dead_waiting_entries"
+	NameDeadNotKept  = "tenaz_dead_not_kept_total"
 	NameWait         = "tenaz_wait_seconds"
 	NameDelivery     = "tenaz_delivery_duration_seconds"
 	NameAttempts     = "tenaz_attempts_total"
@@ -155,6 +156,8 @@ var Catalog = []Info{
 		Help: "Submissions acked for their account's anchor as they arrived, to be read back from INTAKE and accepted in turns: the account filled its share of ingest (a flood), or DEAD had no room for its refusals."},
 	{Name: NameDeadFull, Type: Counter, Labels: []string{"account"}, Emitter: "ingest, dispatcher, poller, deadletter",
 		Help: "Tries to keep an account's entry in DEAD refused for room: the account is at its bound (its dead_letters, or deadletter.max_per_account), or DEAD is full. The entry waits in TENAZ_DEAD_WAITING until ingest moves it in (each refused move counts too); a steady rise names the account whose failures wait for an operator."},
+	{Name: NameDeadNotKept, Type: Counter, Labels: []string{"account"}, Emitter: "ingest",
+		Help: "Refused NATS submissions not kept: their account had deadletter.max_waiting_per_account entries waiting for room in DEAD (a flood of bad submissions; nothing accepted stands for them)."},
 	{Name: NameDeadWaiting, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (the waiting room's mover)",
 		Help: "Entries of an account waiting in TENAZ_DEAD_WAITING for room in DEAD, as ingest's mover left them at its last pass (every 2 s). Every ingest replica exports it: read it with max by (account)."},
 	{Name: NameWait, Type: Histogram, Labels: []string{"account", "kind"}, Emitter: "dispatcher",

@@ -45,7 +45,7 @@ type core struct {
 	places *places
 
 	accepted, rejected, attempts, retries, outcomes    *prometheus.CounterVec
-	anchored, deadFull, putOff                         *prometheus.CounterVec
+	anchored, deadFull, deadNotKept, putOff            *prometheus.CounterVec
 	dead, review, repairs, callbacks, polls, throttled *prometheus.CounterVec
 	trimFailures                                       *prometheus.CounterVec
 	wait, delivery                                     *prometheus.HistogramVec
@@ -215,6 +215,7 @@ func (s *Set) newCore(o Options) *core {
 	c.rejected = counter(NameRejected)
 	c.anchored = counter(NameAnchored)
 	c.deadFull = counter(NameDeadFull)
+	c.deadNotKept = counter(NameDeadNotKept)
 	c.wait = histogram(NameWait)
 	c.delivery = histogram(NameDelivery)
 	c.attempts = counter(NameAttempts)
@@ -239,12 +240,12 @@ func (s *Set) newCore(o Options) *core {
 
 // byAccount is every vector with an account label.
 func (c *core) byAccount() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{c.accepted.MetricVec, c.anchored.MetricVec, c.deadFull.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
+	return []*prometheus.MetricVec{c.accepted.MetricVec, c.anchored.MetricVec, c.deadFull.MetricVec, c.deadNotKept.MetricVec, c.wait.MetricVec, c.delivery.MetricVec, c.attempts.MetricVec,
 		c.retries.MetricVec, c.outcomes.MetricVec, c.dead.MetricVec, c.review.MetricVec, c.putOff.MetricVec}
 }
 
 func (c *core) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.accepted, c.rejected, c.anchored, c.deadFull, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
+	return []prometheus.Collector{c.accepted, c.rejected, c.anchored, c.deadFull, c.deadNotKept, c.wait, c.delivery, c.attempts, c.retries, c.outcomes,
 		c.dead, c.review, c.repairs, c.callbacks, c.polls, c.throttled, c.putOff, c.trimFailures}
 }
 
@@ -365,6 +366,13 @@ func (s *Set) Anchored(account string) {
 func (s *Set) DeadFull(account string) {
 	c := s.core()
 	c.deadFull.WithLabelValues(c.places.record(account)).Inc()
+}
+
+// DeadNotKept counts a refused submission not kept: its account's
+// entries waiting for room were at their bound (pkg/dead, KeepRefusal).
+func (s *Set) DeadNotKept(account string) {
+	c := s.core()
+	c.deadNotKept.WithLabelValues(c.places.record(account)).Inc()
 }
 
 // Rejected counts a submission refused by ingest, by its error code.

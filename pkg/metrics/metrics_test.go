@@ -329,6 +329,7 @@ func TestCatalogRegisteredAndLintClean(t *testing.T) {
 	s.ConfigReloaded(false, time.Time{})
 	s.ConfigStored(1, 0)
 	s.SetDeadWaiting(map[string]int{"a": 1})
+	s.DeadNotKept("a")
 	defer s.WatchAccounts(func() []metrics.AccountLoad {
 		return []metrics.AccountLoad{{Account: "a", Instance: "d1", Concurrency: 2, Rate: 10, InFlight: 1}}
 	})()

@@ -29,18 +29,8 @@ func TestAccountAtItsDeadBoundDoesNotKeepOutAnothersRefusals(t *testing.T) {
 	h := setup(t, baseYAML, withTimeout(3*time.Minute))
 	servicetest.Stop(t, h.ing)
 	p := &publisher{h: h}
-	refuse := func(account string, i int) {
-		m := nats.NewMsg("tenaz.intake." + account + ".no.such.kind")
-		m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
-		m.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%04d", account, i))
-		p.publish(m)
-	}
-	for i := range noisy {
-		refuse("noisy", i)
-	}
-	for i := range calm {
-		refuse("calm", i)
-	}
+	p.refusals("noisy", noisy)
+	p.refusals("calm", calm)
 	last := p.wait()
 
 	ds, err := h.JS.Stream(h.Ctx(), names.StreamDead)
@@ -173,4 +163,50 @@ func byAccount(t *testing.T, reg *prometheus.Registry, name string) map[string]f
 		}
 	}
 	return out
+}
+
+// One account's flood of refused submissions cannot fill the server's
+// storage for every account: past its dead_letters bound its refusals
+// wait for room, and past deadletter.max_waiting_per_account they are
+// counted (tenaz_dead_not_kept_total) and not kept. Nothing accepted
+// stands for them. Another account's refusals are all kept meanwhile,
+// and INTAKE is trimmed behind them all. Before, the waiting room had no
+// bound: a producer allowed only its own account's intake subjects could
+// publish unknown kinds until JetStream was full, and then every
+// account's submissions were refused with store_full.
+func TestAFloodOfRefusalsWaitsWithinItsBound(t *testing.T) {
+	t.Parallel()
+	const bound, waiting, noisy, calm, loops = 2, 3, 20, 2, 2
+	reg := prometheus.NewRegistry()
+	set, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := setup(t, baseYAML+fmt.Sprintf("deadletter: {max_per_account: %d, max_waiting_per_account: %d}\n", bound, waiting), withMetrics(set), withBatchers(loops))
+	p := &publisher{h: h}
+	p.refusals("noisy", noisy)
+	p.refusals("calm", calm)
+	last := p.wait()
+	natstest.Eventually(t, 30*time.Second, func() bool { return h.intakeTrimmed(last) }, "want INTAKE trimmed past its %d submissions", last)
+	kept, parked := h.DeadKept("noisy"), h.DeadWaiting("noisy")
+	// ingest's intake loops read the count before they park: each may
+	// park one past the bound.
+	if kept != bound || parked < waiting || parked > waiting+loops || h.DeadKept("calm") != calm {
+		t.Fatalf("want noisy keeping %d and %d to %d waiting, calm keeping its %d; got %d, %d and %d",
+			bound, waiting, waiting+loops, calm, kept, parked, h.DeadKept("calm"))
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return maps.Equal(byAccount(t, reg, metrics.NameDeadNotKept), map[string]float64{"noisy": float64(noisy - kept - parked)})
+	}, "want %s to count the rest of noisy's refusals, %d, and no calm's", metrics.NameDeadNotKept, noisy-kept-parked)
+}
+
+// refusals publishes n submissions of account that ingest refuses (an
+// unknown kind), each with its own key, its number in the body.
+func (p *publisher) refusals(account string, n int) {
+	for i := range n {
+		m := nats.NewMsg("tenaz.intake." + account + ".no.such.kind")
+		m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		m.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%04d", account, i))
+		p.publish(m)
+	}
 }

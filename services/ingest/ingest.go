@@ -92,21 +92,24 @@ type Hooks struct {
 
 // Service is the ingest service.
 type Service struct {
-	o       Options
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	cfg     *config.Config
-	subj    names.Subjects
-	dead    *dead.Writer
-	log     zerolog.Logger
-	st      *store.Store
-	q       *queue.Queue
-	lanes   *lane.Lanes
-	order   lane.Order // wakes what waits behind an event a callback or a cancel finished
-	refs    *callbacks.Index
-	refused map[string]*refusals // by target: refused webhooks' rate and log
-	replies *replies
-	quotas  *quota.Quotas // the API keys' submission rates, shared by every replica; nil when no key has one
+	o    Options
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  *config.Config
+	subj names.Subjects
+	dead *dead.Writer
+	log  zerolog.Logger
+	// floodLog is log for what a flood repeats (a refusal not kept):
+	// a few lines a minute, the rest counted.
+	floodLog zerolog.Logger
+	st       *store.Store
+	q        *queue.Queue
+	lanes    *lane.Lanes
+	order    lane.Order // wakes what waits behind an event a callback or a cancel finished
+	refs     *callbacks.Index
+	refused  map[string]*refusals // by target: refused webhooks' rate and log
+	replies  *replies
+	quotas   *quota.Quotas // the API keys' submission rates, shared by every replica; nil when no key has one
 
 	metrics *metrics.Set
 	paused  accounts.PauseBook // the operators' pauses, for the backlog collector
@@ -163,7 +166,8 @@ func New(o Options) (*Service, error) {
 	}
 	s := &Service{
 		o: o, nc: o.Conn, js: js, cfg: o.Config, subj: names.NewSubjects(o.Config.Prefix), log: log,
-		early: slots{size: o.EarlyWebhooks},
+		floodLog: log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
+		early:    slots{size: o.EarlyWebhooks},
 	}
 	s.Init("ingest", o.Conn)
 	s.refused = newRefusals(o.Config, log)
@@ -171,7 +175,8 @@ func New(o Options) (*Service, error) {
 	if s.metrics == nil {
 		s.metrics = metrics.Default
 	}
-	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: s.metrics.DeadFull, Waiting: s.metrics.SetDeadWaiting}
+	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: s.metrics.DeadFull, Waiting: s.metrics.SetDeadWaiting,
+		WaitingBound: func(string) int64 { return s.cfg.Deadletter.MaxWaitingPerAccount }}
 	return s, nil
 }
 

@@ -343,7 +343,21 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	if err == nil && !kept {
 		e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 			Error: serr.Error(), Status: serr.Status, At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
-		waiting, err = s.dead.Keep(ctx, e, msgID)
+		keep := s.dead.KeepRefusal // from NATS: its publisher was told nothing
+		if reply != "" {
+			keep = s.dead.Keep // its HTTP caller may hold a 202
+		}
+		waiting, err = keep(ctx, e, msgID)
+	}
+	if errors.Is(err, dead.ErrWaitingFull) {
+		// Its account's entries waiting for room are at their bound:
+		// counted, logged (sampled: a flood would flood the log too), not
+		// kept.
+		s.metrics.DeadNotKept(f.Account)
+		s.floodLog.Warn().Str("account", f.Account).Str("subject", m.Subject()).Str("code", serr.Code).
+			Msg("refused submission not kept: its account has deadletter.max_waiting_per_account entries waiting for room in DEAD")
+		_ = m.TermWithReason(dead.ReasonRejected)
+		return
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Msg("keeping a rejected submission failed; will retry")
