@@ -139,8 +139,8 @@ func (v *validator) deadletter() {
 		if g.At != "" {
 			v.add("deadletter.digest.schedule", "set either at or schedule, not both")
 		}
-		if n := len(strings.Fields(g.Schedule)); n != 6 && !strings.HasPrefix(g.Schedule, "@") {
-			v.add("deadletter.digest.schedule", "must be a cron expression of 6 fields (seconds first, e.g. \"0 0 6 * * *\"), got %d fields in %q", n, g.Schedule)
+		if err := digestSchedule(g.Schedule); err != nil {
+			v.add("deadletter.digest.schedule", "%v", err)
 		}
 	}
 	if strings.HasPrefix(g.Schedule, "@every") && g.Timezone != defaultTimezone {
@@ -154,4 +154,27 @@ func (v *validator) deadletter() {
 			v.add("deadletter.digest.webhook", "must be an http(s) URL") // the URL is a secret: never echoed
 		}
 	}
+}
+
+// digestSchedule checks a digest schedule as the server will read it:
+// refused here, naming its key, not by the server when the deadletter
+// starts. A cron expression is checked as a repeat's is.
+func digestSchedule(expr string) error {
+	if strings.TrimSpace(expr) != expr {
+		return fmt.Errorf("has spaces around it: %q", expr)
+	}
+	if d, ok := strings.CutPrefix(expr, "@every "); ok {
+		if every, err := time.ParseDuration(d); err != nil || every < MinRepeatEvery.D() {
+			return fmt.Errorf("an @every schedule takes an interval of %s or more (e.g. \"@every 12h\"), got %q", MinRepeatEvery.D(), expr)
+		}
+		return nil
+	}
+	s, err := Repeat{Cron: expr}.schedule()
+	if err != nil {
+		return err
+	}
+	if s.Next(time.Now()).IsZero() {
+		return fmt.Errorf("%q matches no time within five years", expr)
+	}
+	return nil
 }

@@ -75,7 +75,8 @@ type Options struct {
 	Instance string
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
-	// HTTPClient posts the digest webhook. Defaults to a client with a 10s timeout.
+	// HTTPClient posts the digest webhook. Defaults to a client with a 10s
+	// timeout that follows no redirect.
 	HTTPClient *http.Client
 	// Settle is how old a revision of a state bucket is when its
 	// followers (the search indexer, the audit archiver) read it: the
@@ -171,7 +172,10 @@ func New(o Options) (*Service, error) {
 		o.JobLease = 30 * time.Second
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+		// No redirect is followed, as for a target's call: a 3xx would
+		// send the digest (account names and counts) to the host it names.
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	s := &Service{o: o, cfg: o.Config, log: log, js: js, follow: follow, subj: names.NewSubjects(o.Config.Prefix), now: o.Now, x: index.New()}
 	s.Init("deadletter", o.Conn)

@@ -170,3 +170,32 @@ func TestDigestText(t *testing.T) {
 		t.Errorf("an empty period says so, got %q", empty)
 	}
 }
+
+// The digest's webhook follows no redirect, as a target's call does not:
+// a 307 would send the digest (account names and counts) on to whatever
+// host it names.
+func TestDigestWebhookFollowsNoRedirect(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var redirected, elsewhere int
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		mu.Lock()
+		elsewhere++
+		mu.Unlock()
+	}))
+	t.Cleanup(other.Close)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		redirected++
+		mu.Unlock()
+		http.Redirect(w, r, other.URL+"/collect", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(hook.Close)
+	setup(t, `deadletter: {digest: {schedule: "* * * * * *", webhook: "`+hook.URL+`"}}`)
+	natstest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return redirected >= 2 }, "two digests posted to the webhook")
+	mu.Lock()
+	defer mu.Unlock()
+	if elsewhere != 0 {
+		t.Fatalf("the digest followed the webhook's redirect to another host %d times", elsewhere)
+	}
+}
