@@ -94,14 +94,15 @@ type Group struct {
 	log    zerolog.Logger
 
 	mu      sync.Mutex
-	seen    map[string]heard // replica → its last heartbeat heard, guests' too
-	cut     bool             // this replica's last heartbeat failed: it hears nobody
-	sent    time.Time        // when the last heartbeat that got through was sent
-	lapses  uint64           // how often it stopped being Current and became so again
-	since   time.Time        // when this replica's heartbeats got through again
-	live    []string         // the live members, sorted, self included unless a guest
-	present []string         // the live members and guests, sorted, self included
-	leases  map[string]lease // account → its holder as last known
+	seen    map[string]heard  // replica → its last heartbeat heard, guests' too
+	cut     bool              // this replica's last heartbeat failed: it hears nobody
+	sent    time.Time         // when the last heartbeat that got through was sent
+	lapses  uint64            // how often it stopped being Current and became so again
+	since   time.Time         // when this replica's heartbeats got through again
+	live    []string          // the live members, sorted, self included unless a guest
+	present []string          // the live members and guests, sorted, self included
+	leases  map[string]lease  // account → its holder as last known
+	last    map[string]string // account → the last holder heard of, kept once the lease is given back
 	// lingering are the accounts whose lease a dead replica holds while
 	// its calls may still run (Linger), and when they may be taken: each
 	// is then reported as changed, for the caller to Acquire it again.
@@ -142,7 +143,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 		log = *o.Logger
 	}
 	g := &Group{o: o, kv: kv, nc: js.Conn(), self: token(o.Instance), log: log,
-		seen: map[string]heard{}, leases: map[string]lease{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
+		seen: map[string]heard{}, leases: map[string]lease{}, last: map[string]string{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
@@ -240,6 +241,17 @@ func (g *Group) Holder(account string) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.leases[account].holder
+}
+
+// HeldLast reports whether this replica holds account's lease or was the
+// last to hold it, as far as the watch has heard: a lease it gave back
+// (an idle account retired) and takes again was nobody's meanwhile,
+// unless another replica took it and gave it back faster than the watch
+// told (or while it was being made again after a reconnect).
+func (g *Group) HeldLast(account string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.last[account] == g.self
 }
 
 // Current reports whether no other replica can have taken this one for
@@ -351,12 +363,18 @@ func (g *Group) Release(ctx context.Context, account string) error {
 	}
 	e, err := g.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Given back already (its delete marker is newer than anything
+		// known): known so at once, not only once the watch tells.
+		if ok {
+			g.learn(account, lease{rev: known.rev + 1})
+		}
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if string(e.Value()) != g.self {
+		g.learn(account, lease{holder: string(e.Value()), rev: e.Revision()})
 		return nil
 	}
 	if err := g.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isConflict(err) {
@@ -389,6 +407,7 @@ func (g *Group) learn(account string, l lease) bool {
 		delete(g.leases, account)
 	} else {
 		g.leases[account] = l
+		g.last[account] = l.holder
 	}
 	if before.holder == l.holder {
 		return false

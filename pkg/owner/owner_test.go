@@ -551,3 +551,40 @@ func TestCurrentEndsBeforeOthersMayTakeOver(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, d3.Current, "d3: want it current again once a heartbeat gets through")
 	natstest.Eventually(t, 10*time.Second, d1.g.Current, "d1: want it current again too")
 }
+
+// HeldLast: a replica that gave a lease back and takes it again knows it
+// was nobody else's meanwhile; once another replica held it, it does not.
+func TestHeldLastNamesTheLastHolder(t *testing.T) {
+	t.Parallel()
+	srv := setup(t)
+	a, b := join(t, srv, "a"), join(t, srv, "b")
+	ctx := t.Context()
+	const acct = "acct-held"
+	take := func(r *replica) {
+		t.Helper()
+		if ok, err := r.g.Acquire(ctx, acct); !ok || err != nil {
+			t.Fatalf("Acquire: %v, %v", ok, err)
+		}
+	}
+	give := func(r *replica) {
+		t.Helper()
+		if err := r.g.Release(ctx, acct); err != nil {
+			t.Fatal(err)
+		}
+		natstest.Eventually(t, 5*time.Second, func() bool { return a.g.Holder(acct) == "" && b.g.Holder(acct) == "" }, "want the lease free to both")
+	}
+	if a.g.HeldLast(acct) {
+		t.Fatal("HeldLast before anyone held the lease: want false")
+	}
+	take(a)
+	give(a)
+	if !a.g.HeldLast(acct) || b.g.HeldLast(acct) {
+		t.Fatalf("after a gave the lease back: want HeldLast true for a, false for b; got %v, %v", a.g.HeldLast(acct), b.g.HeldLast(acct))
+	}
+	take(b)
+	natstest.Eventually(t, 5*time.Second, func() bool { return !a.g.HeldLast(acct) }, "want a to hear that b took the lease")
+	give(b)
+	if a.g.HeldLast(acct) || !b.g.HeldLast(acct) {
+		t.Fatalf("after b held the lease: want HeldLast false for a, true for b; got %v, %v", a.g.HeldLast(acct), b.g.HeldLast(acct))
+	}
+}

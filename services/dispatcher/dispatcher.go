@@ -340,7 +340,8 @@ func (s *Service) adoptLoop() {
 	}
 }
 
-// sweepLoop retires the idle readers every Relist.
+// sweepLoop retires the idle readers every Relist, and gives back any
+// lease kept past its reader (releaseStrays).
 func (s *Service) sweepLoop() {
 	defer s.bg.Done()
 	t := time.NewTicker(s.o.Relist)
@@ -358,6 +359,7 @@ func (s *Service) sweepLoop() {
 			}
 			s.mu.Unlock()
 			s.retire(ctx, idle)
+			s.releaseStrays()
 			cancel()
 		}
 	}
@@ -406,6 +408,10 @@ func (s *Service) stop(ctx context.Context) {
 	s.dropStartsLocked()
 	readers := s.readers
 	s.readers = map[string]*reader{}
+	handing := make([]chan struct{}, 0, len(s.handing))
+	for _, done := range s.handing {
+		handing = append(handing, done)
+	}
 	workers := s.pool
 	for _, w := range s.watches {
 		w.Stop()
@@ -414,8 +420,11 @@ func (s *Service) stop(ctx context.Context) {
 		_ = sub.Unsubscribe()
 	}
 	s.mu.Unlock()
+	if len(handing) > 0 {
+		s.log.Info().Int("accounts", len(handing)).Msg("stopping: the accounts being handed over finish their calls first")
+	}
 	if dl, ok := ctx.Deadline(); ok {
-		last := time.AfterFunc(time.Until(dl)-s.cfg.LongestCall()-config.StopMargin.D(), func() { close(s.noCalls) })
+		last := time.AfterFunc(time.Until(dl)-s.conf().LongestCall()-config.StopMargin.D(), func() { close(s.noCalls) })
 		defer last.Stop()
 	}
 	done := make(chan struct{})
@@ -427,6 +436,12 @@ func (s *Service) stop(ctx context.Context) {
 		}
 		wg.Wait()
 		s.starts.Wait() // a reader started meanwhile stops itself (startAccount)
+		// An account being handed over keeps its lease until its calls
+		// returned: leaving before that (Leave) let the next owner take it
+		// at once and call beside them, and the cancel below cut them.
+		for _, h := range handing {
+			<-h
+		}
 		close(done)
 	}()
 	select {
@@ -435,7 +450,8 @@ func (s *Service) stop(ctx context.Context) {
 		s.cancel(ErrStopped)
 		<-done
 	}
-	s.giveBackAll(readers)
+	// The readers' leases, and any kept past its reader.
+	s.giveBackAll(s.owners.Held())
 	if s.quotas != nil { // every call returned: no slot is held
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		s.quotas.Close(qctx)
@@ -453,13 +469,13 @@ func (s *Service) stop(ctx context.Context) {
 	s.log.Info().Msg("dispatcher stopped")
 }
 
-// giveBackAll gives back the accounts of the stopped readers,
+// giveBackAll gives back the accounts of a stopped replica,
 // releasesAtOnce at a time: a release is one small write, and 16 at a
 // time 100,000 accounts took 9 s to stop.
-func (s *Service) giveBackAll(readers map[string]*reader) {
+func (s *Service) giveBackAll(accounts []string) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, releasesAtOnce)
-	for account := range readers {
+	for _, account := range accounts {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()

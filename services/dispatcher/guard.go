@@ -23,6 +23,10 @@ import (
 type guard struct {
 	pace  *pacer       // the account's, shared by its targets
 	limit *targetLimit // nil: the target has no provider-wide limit
+	// noCalls is the Service's: closed once a stop leaves no time for a
+	// call to end. A call waiting for its account's pace is not made
+	// after that (errNotCalled), as one waiting for its target's slot.
+	noCalls <-chan struct{}
 }
 
 // pacer spaces an account's calls at its rate, shared by the account's
@@ -162,6 +166,24 @@ func (p *pacer) claim(now time.Time) (time.Time, bool) {
 	return p.went, true
 }
 
+// limited reports whether the pacer holds calls to a rate.
+func (p *pacer) limited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rl != nil
+}
+
+// takenOver books the account's last call at now, unless one is booked
+// later: a replica taking the account's lease over does not know when
+// the previous owner's last call went (a graceful handover releases the
+// lease as soon as its calls are done), so its first call waits an
+// interval, as if that call had just gone.
+func (p *pacer) takenOver(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.went = laterOf(p.went, now)
+}
+
 // take returns the zero time, having counted a call going at now if
 // count, or, when the last call went (or is booked) less than an
 // interval before now, the time it may. It returns errRateChanged if the
@@ -219,7 +241,8 @@ type targetLimit struct {
 }
 
 // errNotCalled is the outcome of a call that was not made: it waited for
-// its target's limit until the stop left no time to make it (see Stop),
+// its target's limit or its account's pace until the stop left no time to
+// make it (see Stop),
 // or its account may have gone to another replica meanwhile
 // (errNotOwner). Its message comes back, and its claim is given back
 // (giveAttemptBack).
@@ -278,7 +301,7 @@ func (s *Service) guardFor(account, name string) *guard {
 	if g, ok := s.guards[key]; ok {
 		return g
 	}
-	g := &guard{}
+	g := &guard{noCalls: s.noCalls}
 	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		key := quota.KeyOf(s.conf(), account, name)
@@ -305,13 +328,13 @@ func (s *Service) guardFor(account, name string) *guard {
 // again (errOutpaced): a slot is never held through more than one gap.
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
 	if g.limit == nil {
-		if err := g.pace.wait(ctx); err != nil {
+		if err := g.paced(ctx, g.pace.wait); err != nil {
 			return target.Response{}, err
 		}
 		return fn(ctx)
 	}
 	for {
-		if err := g.pace.ready(ctx); err != nil {
+		if err := g.paced(ctx, g.pace.ready); err != nil {
 			return target.Response{}, err
 		}
 		resp, err := g.limit.around(ctx, g.inPace(fn))
@@ -319,6 +342,31 @@ func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Respon
 			return resp, err
 		}
 	}
+}
+
+// paced runs wait, a wait for the account's pace, until ctx ends (its
+// error) or noCalls closes (errNotCalled): at a slow rate the wait may
+// be longer than the stop's time left.
+func (g *guard) paced(ctx context.Context, wait func(context.Context) error) error {
+	if !g.pace.limited() {
+		return wait(ctx) // at once
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-g.noCalls:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	if err := wait(wctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errNotCalled
+	}
+	return nil
 }
 
 // errOutpaced is errNotCalled for a call that got its target's slot
@@ -334,7 +382,7 @@ func (g *guard) inPace(fn func(context.Context) (target.Response, error)) func(c
 		if !ok {
 			return target.Response{}, errOutpaced
 		}
-		if err := g.pace.until(ctx, at, nil); err != nil {
+		if err := g.paced(ctx, func(ctx context.Context) error { return g.pace.until(ctx, at, nil) }); err != nil {
 			return target.Response{}, err
 		}
 		return fn(ctx)

@@ -70,19 +70,51 @@ func (s *Service) reconcileLocked(account string) {
 		s.handOver(account, l, true)
 	case !running:
 		s.ensureReaderLocked(account)
+		s.releaseStrayLocked(account)
 	}
 }
 
-// handOver stops l in the background and, when release is set, gives the
-// account back once its last call returned: it releases the lease, so the
-// next owner starts at once. Callers hold s.mu.
+// releaseStrayLocked gives account back if this replica holds its lease
+// with no reader, none starting or being handed over, and the account is
+// another replica's now: a lease kept past its reader (a reload's
+// restart of the reader, a release that failed) would otherwise keep the
+// next owner out for as long as this replica lives. Callers hold s.mu.
+func (s *Service) releaseStrayLocked(account string) {
+	_, running := s.readers[account]
+	_, handing := s.handing[account]
+	if running || handing || s.starting[account] || !s.owners.Holds(account) || s.owners.Assigned(account) {
+		return
+	}
+	s.handOver(account, nil, true)
+}
+
+// releaseStrays is releaseStrayLocked for every lease this replica
+// holds: the sweep's backstop for an account it no longer knows of (an
+// idle one retired, whose release failed).
+func (s *Service) releaseStrays() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.serving {
+		return
+	}
+	for _, account := range s.owners.Held() {
+		s.releaseStrayLocked(account)
+	}
+}
+
+// handOver stops l (if any) in the background and, when release is set,
+// gives the account back once its last call returned: it releases the
+// lease, so the next owner starts at once. Callers hold s.mu.
 func (s *Service) handOver(account string, l *reader, release bool) {
 	done := make(chan struct{})
 	s.handing[account] = done
+	s.log.Debug().Str("account", account).Bool("release", release).Msg("handing the account over")
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		l.stop()
+		if l != nil {
+			l.stop()
+		}
 		if release {
 			s.giveBackUntilDone(account)
 		}

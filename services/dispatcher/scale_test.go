@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -180,6 +181,57 @@ func TestStopStartsNoCallItsDeadlineCouldCut(t *testing.T) {
 		t.Fatalf("want each event called once, got %s", describeCalls(h.prov.Calls()))
 	}
 	wantOneAttemptEach(t, h, ids)
+}
+
+// A stop never starts a call its account's pace held past the time the
+// stop leaves: at 2/m, the runs a dispatcher claimed wait up to 30 s for
+// their permits. Stop, due in 8 s (a call must end config.StopMargin, 5 s,
+// before it, and the target's timeout is 1 s), gives their claims back
+// uncalled once no call could end in time, and returns. Before, the
+// pace's wait ignored the stop: Stop ran to its deadline, and a permit
+// that came in time would have let a call start that the deadline cut.
+func TestStopStartsNoCallItsPaceHolds(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(yamlFor(4, "attempts: 3"), `{concurrency: 4,`, `{concurrency: 4, rate: 2/m,`, 1)
+	yaml = strings.Replace(yaml, "timeout: 5s", "timeout: 1s", 1)
+	h := setup(t, yaml, provider.Faults{})
+	d1 := h.dispatcher("d1", nil)
+	ids := h.Submit("acme", "order.create", keys("paced", 3), orderPayload)
+	running := func() int {
+		n := 0
+		for _, id := range ids {
+			if r, ok := h.Lookup(id); ok && r.Status == state.Running {
+				n++
+			}
+		}
+		return n
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return running() == len(ids) }, "want the runs claimed, waiting for the account's pace; %v",
+		natstest.Lazy(func() any {
+			var st []string
+			for _, id := range ids {
+				r, _ := h.Lookup(id)
+				st = append(st, string(r.Status))
+			}
+			return st
+		}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	if err := d1.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Stop: want it to return once no call could end in time, it ran to its deadline")
+	}
+	if n := h.prov.CallCount(); n != 0 {
+		t.Fatalf("want no call made by the stopping dispatcher, got %d", n)
+	}
+	for _, id := range ids {
+		if r := h.Record(id); r.Status == state.Running || r.Attempts != 0 {
+			t.Errorf("event %s after Stop: want its claim given back (not running, no attempt), got %s with %d attempts (%s)", id, r.Status, r.Attempts, servicetest.Actions(r))
+		}
+	}
 }
 
 // wantOneAttemptEach fails unless each of ids counts one attempt: the

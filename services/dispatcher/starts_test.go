@@ -75,3 +75,44 @@ func TestFailedReleaseTriedAgain(t *testing.T) {
 		}
 	}
 }
+
+// A lease kept past its reader is given back once the account is another
+// replica's. A reload that changes an account's concurrency restarts its
+// reader once its calls returned, keeping the lease meanwhile; if a
+// replica joins then, to which the account now belongs, the first one
+// found no reader to hand over when the calls returned, and kept the
+// lease, so the new owner waited for it as long as the first one lived.
+func TestLeaseKeptForAReloadMovesToTheNewOwner(t *testing.T) {
+	t.Parallel()
+	const format = `
+streams: {ack_wait: 1s}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: %s, breaker: {failures: 100}}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 10s}
+kinds:
+  order.create: {target: erp, entity: order_id, attempts: 3}
+`
+	h := setup(t, fmt.Sprintf(format, "2"), provider.Faults{Latency: 3 * time.Second})
+	account := ""
+	for i := 0; account == ""; i++ {
+		if a := fmt.Sprintf("acct-%d", i); owner.Assign([]string{"d1", "d2"}, a) == "d2" {
+			account = a
+		}
+	}
+	set := h.reloadable("d1", format, "2")
+	ids := h.Submit(account, "order.create", keys("slow", 1), orderPayload)
+	h.waitArrivals(1, servicetest.WaitFor)
+	set("3")                // d1 restarts the reader once the call returned
+	h.dispatcher("d2", nil) // meanwhile the account becomes d2's
+	h.waitAll(ids, state.Done, servicetest.WaitFor)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.leaseHolder(account) == "d2" },
+		"%s's lease to move to d2, held by %q", account, natstest.Lazy(func() any { return h.leaseHolder(account) }))
+	ids = h.Submit(account, "order.create", keys("after", 2), orderPayload)
+	for _, r := range h.waitAll(ids, state.Done, servicetest.WaitFor) {
+		if r.History[len(r.History)-1].Actor != "dispatcher/d2" {
+			t.Fatalf("%s: want it done by d2, its owner now, got %s", r.ID, servicetest.Actions(r))
+		}
+	}
+}

@@ -437,7 +437,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 		fmt.Sprintf("%d, %d", most.peakFlight, most.peakSecond))
 	r.figure("calls made while another dispatcher had one of the account in flight", lr.overlapping)
 	r.invariant("calls beyond the account's concurrency in flight (no handover slack)", lr.overConcurrency, lr.concurrencyDetails...)
-	r.invariant(fmt.Sprintf("calls beyond the account's rate in any 1 s (slack: %d + 1 per change of caller)", rateJitter), lr.overRate, lr.rateDetails...)
+	r.invariant(fmt.Sprintf("calls beyond the account's rate in any 1 s (slack: %d, handovers included)", rateJitter), lr.overRate, lr.rateDetails...)
 
 	r.section(fmt.Sprintf("invariants: target limits over all %d dispatchers and %d pollers", o.DispatcherReplicas, o.PollerReplicas))
 	tr := checkTargets(calls, polls, targetLim, time.Now())

@@ -39,7 +39,7 @@ const callTimeout = 2 * time.Second
 // (the process's name and its start count), and every target call carries
 // it in headerInstance, so that the limit checks can tell which dispatcher
 // process lifetime made each call: an account served by two of them at once
-// (a handover) shows, and the rate check allows for each handover it sees.
+// (a handover) shows.
 const (
 	envInstance    = "TENAZ_CHAOS_INSTANCE"
 	headerInstance = "X-Chaos-Instance"

@@ -91,9 +91,9 @@ type limitReport struct {
 // delivery of the account to any target, over all dispatchers: one replica
 // owns an account at a time (pkg/owner), and the lease that says so is
 // given to the next only after its owner's last call returned, so the
-// concurrency has no handover slack. The rate has one: a new owner's
-// limiter starts afresh, so a second holding a handover may hold one call
-// more than the rate allows (on top of rateJitter).
+// concurrency has no handover slack. Nor has the rate: a new owner's
+// first call waits an interval after it took the lease (the dispatcher's
+// pacer.takenOver).
 func checkLimits(calls []callRec, lim map[string]limits, now time.Time) limitReport {
 	byAccount := map[string][]callRec{}
 	for _, c := range calls {
@@ -253,8 +253,8 @@ func checkTargets(calls, polls []callRec, concurrency map[string]int, now time.T
 // perWindow returns the most calls of cs (sorted by arrival) that arrived
 // within any window of length d and, with a rate, how many arrived when
 // the window of length d they close holds more than the rate × d (rounded
-// up) + rateJitter + the handovers in it (calls from one more process
-// each); the first of them are described in details.
+// up) + rateJitter, from however many processes; the first of them are
+// described in details.
 func perWindow(cs []callRec, d time.Duration, rate float64, details *[]string) (peak, over int) {
 	j := 0
 	senders := map[string]int{}
@@ -270,7 +270,7 @@ func perWindow(cs []callRec, d time.Duration, rate float64, details *[]string) (
 		}
 		n := i - j + 1
 		peak = max(peak, n)
-		if rate <= 0 || n <= allowed+len(senders)-1 {
+		if rate <= 0 || n <= allowed {
 			continue
 		}
 		over++
