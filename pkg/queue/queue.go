@@ -162,6 +162,13 @@ func Early(now time.Time, at *time.Time) bool {
 // fired early by the event's predecessor.
 const HeaderParked = "Tenaz-Parked"
 
+// FiredParking reports whether a message with headers h was fired by the
+// server from a parking schedule (Park): the safety net, not a wake,
+// which publishes the envelope without the mark.
+func FiredParking(h nats.Header) bool {
+	return h.Get(HeaderParked) != "" && h.Get(jetstream.SchedulerHeader) != ""
+}
+
 // Park is ScheduleAt for an event waiting in its ordered lane: the
 // schedule is the safety net that fires at time at; the predecessor's
 // finisher normally fires it early (queue users check HeaderParked).

@@ -83,3 +83,53 @@ func start(t *testing.T) (context.Context, jetstream.JetStream, *queue.Queue) {
 	}
 	return ctx, js, queue.New(js, names.NewSubjects(""))
 }
+
+// FiredParking tells the safety net of a parking schedule (the server's
+// copy of it, fired at its time) from the copy a wake publishes: only the
+// first counts as a lost wake (the dispatcher logs it; make chaos counts
+// it).
+func TestFiredParkingTellsTheSafetyNetFromAWake(t *testing.T) {
+	t.Parallel()
+	ctx, js, q := start(t)
+	subj := names.NewSubjects("")
+	park := func(key string, at time.Time) event.Envelope {
+		t.Helper()
+		env, err := event.New(event.Fields{Account: "acme", Kind: "order.create", IdempotencyKey: key}, []byte(`{}`), "", "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Park(ctx, env, at); err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	woken := park("woken", time.Now().Add(time.Hour))
+	if scheduled, err := q.Wake(ctx, woken.Account, woken.ID); err != nil || !scheduled {
+		t.Fatalf("Wake = %v, %v; want it fired", scheduled, err)
+	}
+	fired := park("fired", time.Now()) // due at once: the server fires it within a second or two
+
+	stream, err := js.Stream(ctx, subj.EventsStream("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	c, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.EventsOf("acme")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(got) < 2 {
+		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second)) // the schedule fires within a second or two
+		if err != nil {
+			t.Fatalf("reading the dispatch messages: %v (got %v)", err, got)
+		}
+		env, err := event.Unmarshal(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[env.ID] = queue.FiredParking(m.Headers())
+	}
+	if !got[fired.ID] || got[woken.ID] {
+		t.Fatalf("FiredParking: want true for the schedule the server fired, false for the wake's copy; got fired %v, woken %v", got[fired.ID], got[woken.ID])
+	}
+}

@@ -492,6 +492,32 @@ func (r Record) Step() int { return len(r.History) + r.Truncated }
 // state s: it is done, dead, in manual review or cancelled.
 func Finished(s State) bool { return s.Terminal() || s.Parked() }
 
+// FinishedAt is when r first finished (Finished: done, dead, in review or
+// cancelled); ok is false if its history holds no such step.
+func (r Record) FinishedAt() (at time.Time, ok bool) {
+	for _, h := range r.History {
+		if finishes(h) {
+			return h.At, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// LastFinishedAt is when r last finished: after a replay, its second
+// finish, not its first.
+func (r Record) LastFinishedAt() (at time.Time, ok bool) {
+	for i := len(r.History) - 1; i >= 0; i-- {
+		if h := r.History[i]; finishes(h) && (i == 0 || !Finished(r.History[i-1].To)) {
+			return h.At, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// finishes reports whether h entered a finished state (a note keeps the
+// state it was written in).
+func finishes(h Entry) bool { return h.Action != Note && Finished(h.To) }
+
 // Can reports whether action a is legal from state s.
 func Can(s State, a ActionName) bool {
 	rule, ok := Table[a]

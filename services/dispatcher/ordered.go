@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 )
@@ -17,6 +18,56 @@ import (
 // predecessor again by itself: a safety net; normally the predecessor's
 // finisher wakes it at once (lane.Order.Advance).
 const laneRecheck = 5 * time.Minute
+
+// LostWake is logged (warn, with the event's id, "finished", the event
+// whose finish cleared its lane, and when that finished and the net
+// fired) when a parked event's safety net fires well after the event it
+// waited for finished: its finisher did not wake it (it died between the
+// two, or the wake failed). The wait up to the net is a lane held for
+// nothing; the crash suite counts these.
+const LostWake = "woken by its lane's safety net: the event it waited for finished without waking it"
+
+// noteSafetyNet logs LostWake when m is the safety net of rec's parking
+// (queue.FiredParking) and the events rec waited for (rec.After, and the
+// ones before it that were cancelled, which Blocker looks past) had last
+// finished (a replayed one: its second finish) more than queue.DueSlack
+// before it fired. A net that fired while one still ran is no lost wake:
+// its copy waited behind the account's backlog, and the finisher found
+// nothing parked to wake. The slack covers the finish's time, read
+// before its record is written and the wake made, on the finisher's
+// clock against the server's.
+func (s *Service) noteSafetyNet(ctx context.Context, m jetstream.Msg, rec state.Record) {
+	if !queue.FiredParking(m.Headers()) {
+		return
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	var finished time.Time
+	last := ""
+	for id, hops := rec.After, 0; id != "" && hops < 8; hops++ {
+		p, _, err := s.st.Get(ctx, rec.Account, id)
+		if err != nil {
+			return // gone or unreadable: nothing to tell
+		}
+		at, ok := p.LastFinishedAt()
+		if !ok {
+			return
+		}
+		if at.After(finished) {
+			finished, last = at, id
+		}
+		if p.Status != state.Cancelled {
+			break
+		}
+		id = p.After
+	}
+	if last == "" || meta.Timestamp.Sub(finished) <= queue.DueSlack {
+		return
+	}
+	zerolog.Ctx(ctx).Warn().Str("after", rec.After).Str("finished", last).Time("finished_at", finished).Time("fired_at", meta.Timestamp).Msg(LostWake)
+}
 
 // waitInLane holds back an ordered event that must wait in its lane
 // (lane.Order.Blocker): it parks the event on its own server-side
@@ -40,6 +91,7 @@ func (s *Service) waitInLane(ctx context.Context, m jetstream.Msg, env event.Env
 		return true
 	}
 	if blocker == "" {
+		s.noteSafetyNet(ctx, m, rec)
 		return false
 	}
 	if err := s.q.Park(ctx, env, s.st.Now().Add(laneRecheck)); err != nil {

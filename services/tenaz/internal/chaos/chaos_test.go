@@ -256,3 +256,46 @@ func TestTakeovers(t *testing.T) {
 		t.Fatalf("want 2 reclaims, 1 of a live run; got %d, %d", r, l)
 	}
 }
+
+// unexplainedWakes: a lost wake is explained by a stop of its
+// predecessor's finisher (named by its history's actor) or of
+// nats-server within finisherStopSlack after the finish, not by a stop
+// of another process, nor by one long after.
+func TestUnexplainedWakes(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	c := &cluster{nats: &proc{name: "nats-server", stops: []time.Time{at(100)}}}
+	for _, n := range []string{"ingest", "dispatcher-1", "dispatcher-2", "poller-1", "poller-2", "deadletter"} {
+		c.svcs = append(c.svcs, &proc{name: n})
+	}
+	c.svcs[1].stops = []time.Time{at(10.5)} // dispatcher-1
+	c.svcs[1].pids = []int{101, 102}
+	c.svcs[2].pids = []int{201}
+	c.svcs[0].stops = []time.Time{at(20.1)} // ingest
+	c.svcs[3].stops = []time.Time{at(31)}   // poller-1
+	finished := func(actor string, s float64) state.Record {
+		return state.Record{History: []state.Entry{{Action: state.Claim, To: state.Running, At: at(s - 1)}, {Action: state.Succeed, To: state.Done, Actor: actor, At: at(s)}}}
+	}
+	recs := map[string]state.Record{
+		"a1": finished("dispatcher/vm-1-102-ab12", 10), // its finisher (dispatcher-1) killed 0.5 s later: explained
+		"a2": finished("dispatcher/vm-1-201-cd34", 10), // another dispatcher was: not
+		"a3": finished("callback:bureau_a", 20),        // ingest killed 0.1 s later: explained
+		"a4": finished("reconciler", 30),               // a poller killed 1 s later: explained
+		"a5": finished("dispatcher/vm-1-101-ef56", 5),  // its finisher killed 5.5 s later: not
+		"a6": finished("operator:alice", 99.5),         // nats-server restarted 0.5 s later: explained
+		"a7": {},                                       // not finished: not
+	}
+	var lost []lostWake
+	for _, a := range slices.Sorted(maps.Keys(recs)) {
+		lost = append(lost, lostWake{event: "b-" + a, finished: a, log: "dispatcher-1"})
+	}
+	unexplained, stopped := c.unexplainedWakes(lost, recs)
+	if stopped != 4 || len(unexplained) != 3 {
+		t.Fatalf("want 4 explained (a1, a3, a4, a6) and 3 not (a2, a5, a7), got %d and %q", stopped, unexplained)
+	}
+	for i, a := range []string{"a2", "a5", "a7"} {
+		if !strings.Contains(unexplained[i], " "+a+" ") {
+			t.Errorf("unexplained[%d] = %q, want it about %s", i, unexplained[i], a)
+		}
+	}
+}

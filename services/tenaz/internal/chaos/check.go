@@ -527,7 +527,7 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 			}
 			checked++
 			firstB := callsOf[b.id][0].at
-			finished, ok := finishedAt(recs[a.id])
+			finished, ok := recs[a.id].FinishedAt()
 			if !ok || !firstB.After(finished) {
 				outOfOrder = append(outOfOrder, fmt.Sprintf("%s (%s) first called at %s, before its predecessor %s finished (at %s)",
 					b.id, b.lane, firstB.Format("15:04:05.000"), a.id, finished.Format("15:04:05.000")))
@@ -550,14 +550,21 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 	r.figure("ordered pairs checked", checked)
 	if len(waits) > 0 {
 		// An account's outage (its breaker's cooldown) or its rate holds a
-		// next event up too: the figure is for the parking schedule's safety
-		// net (5 minutes), which shows when nobody woke it.
+		// next event up too.
 		slices.Sort(waits)
 		r.figure("wait of a lane's next event after its predecessor finished: median; longest (pair); longest outside its account's outage and cooldown (pair)",
 			fmt.Sprintf("%s; %s (%s); %s (%s)", waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond), longestPair,
 				longestFree.Round(time.Millisecond), longestFreePair))
 	}
-	r.invariant("lanes whose next event waited 5 minutes (the parking schedule's safety net) or more", slow)
+	r.figure("lanes whose next event waited 5 minutes or more (breakers and backlog included)", slow)
+	wakes, err := c.lostWakes()
+	if err != nil {
+		r.invariant("the dispatchers' logs could be read (error: "+err.Error()+")", 1)
+	}
+	unexplained, cut := c.unexplainedWakes(wakes, recs)
+	r.figure("lost wakes (a parked event's safety net fired after its predecessor finished) / of them with their finisher or nats-server stopped right after the finish",
+		fmt.Sprintf("%d / %d", len(wakes), cut))
+	r.invariant("lost wakes whose finisher and nats-server ran on", len(unexplained), unexplained...)
 	r.invariant("ordered events called before their predecessor finished", len(outOfOrder), outOfOrder...)
 
 	// --- processes
@@ -567,20 +574,9 @@ func check(ctx context.Context, r *report, c *cluster, l *loader, evs []*ev, job
 }
 
 // laneSafetyNet is the parking schedule's delay (services/dispatcher,
-// laneRecheck): a lane's next event that waited that long was woken by
-// nobody.
+// laneRecheck). A wait that long is not necessarily a lost wake (see
+// lostWakes).
 const laneSafetyNet = 5 * time.Minute
-
-// finishedAt is when rec first finished (state.Finished): done, dead, in
-// review or cancelled; ok is false if it never did.
-func finishedAt(rec state.Record) (time.Time, bool) {
-	for _, h := range rec.History {
-		if h.Action != state.Note && state.Finished(h.To) { // a note keeps the state it was written in
-			return h.At, true
-		}
-	}
-	return time.Time{}, false
-}
 
 func effectsAt(p *provider.Provider, key string) int {
 	if p == nil {

@@ -42,6 +42,7 @@ type proc struct {
 	kills     int         // SIGKILL by the monkey
 	terms     int         // SIGTERM by the monkey
 	stops     []time.Time // when the monkey killed or stopped it
+	pids      []int       // of each of its lifetimes
 	crashes   []string
 }
 
@@ -67,6 +68,7 @@ func (p *proc) start() error {
 	p.mu.Lock()
 	p.cmd, p.exited, p.expect = cmd, exited, false
 	p.starts++
+	p.pids = append(p.pids, cmd.Process.Pid)
 	p.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
