@@ -88,7 +88,7 @@ func (ln *line) heard(a Answer, served int, counted []string) {
 		if ln.refusedAt == 0 || inFlight < ln.refusedAt {
 			ln.refusedAt = inFlight
 		}
-		ln.holdTill = laterOf(ln.holdTill, time.Now().Add(max(learnHold, a.RetryAfter)))
+		ln.holdTill = laterOf(ln.holdTill, time.Now().Add(min(max(learnHold, a.RetryAfter), learnHoldMax)))
 	case a.OK:
 		ln.answeredOK = true
 	}

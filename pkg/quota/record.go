@@ -87,13 +87,19 @@ func AnswerOf(err error) Answer {
 // cuts it at once to learnCut of the calls in flight, cluster-wide, when
 // the refused call was served; it grows by one (doubling while under half
 // the level last refused) at most every learnGrowEvery, only while it
-// holds calls back, and not before learnHold, or the Retry-After, has
-// passed since a refusal. Each change rides on the compare-and-set that
-// gives the slot back: learning costs no write of its own.
+// holds calls back, and not before learnHold, or the Retry-After (at
+// most learnHoldMax), has passed since a refusal. Each change rides on
+// the compare-and-set that gives the slot back: learning costs no write
+// of its own.
 const (
 	learnCut       = 0.9
 	learnGrowEvery = time.Second
 	learnHold      = time.Second
+	// learnHoldMax bounds the hold of one Retry-After: one answer to one
+	// account's call (a year, say) must not keep every account's share
+	// of a target down for as long. A provider still overloaded after it
+	// refuses again, and cuts the limit again.
+	learnHoldMax = 10 * time.Minute
 )
 
 // Smooth is the limit of a target: at most rate calls a second, one

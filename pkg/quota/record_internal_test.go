@@ -3,6 +3,7 @@ package quota
 import (
 	"maps"
 	"testing"
+	"time"
 )
 
 // A replica taken for dead gives up its place in line at once, so the
@@ -27,5 +28,19 @@ func TestPruneDropsTheDeadsTurnBeforeItsSlots(t *testing.T) {
 	r.prune(live, live, "b")
 	if want := map[string]int{"b": 1}; !maps.Equal(r.Held, want) {
 		t.Fatalf("want a's slots forgotten once it is not counted, held %v", r.Held)
+	}
+}
+
+// A Retry-After holds a learned concurrency from growing back for
+// learnHoldMax at most. Before, one answer to one account's call
+// (Retry-After: a year, the most outcome takes) held a shared target's
+// limit, every account's, down for a year.
+func TestRetryAfterHoldsRegrowthForAWhileOnly(t *testing.T) {
+	ln := &line{q: &Quotas{}, lim: Limit{Learn: &Learn{Min: 1, Max: 10, Start: 10}}}
+	ln.heard(Answer{Refused: true, RetryAfter: 365 * 24 * time.Hour}, 5, nil)
+	var r record
+	ln.learnInto(&r, time.Now())
+	if hold := time.Until(time.Unix(0, r.Hold)); hold > learnHoldMax || hold < learnHoldMax-time.Minute {
+		t.Fatalf("a Retry-After of a year: want regrowth held for %s, got %s", learnHoldMax, hold)
 	}
 }
