@@ -331,8 +331,9 @@ type Poller struct {
 	// late before the reconciler acts. Defaults to 2m.
 	Grace Duration `yaml:"grace"`
 	// RunningGrace is how long an event may stay running before the
-	// reconciler takes the run for lost. Defaults to 1h (longer than the
-	// whole redelivery backoff and any call timeout).
+	// reconciler takes the run for lost, once its message is gone from
+	// EVENTS. Defaults to 1h (longer than the whole redelivery backoff
+	// and any call timeout).
 	RunningGrace Duration `yaml:"running_grace"`
 }
 

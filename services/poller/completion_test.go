@@ -487,3 +487,37 @@ func TestReplayedEventGetsFreshDeadline(t *testing.T) {
 		t.Errorf("want two escalations (before and after the replay), got %v", actions(rec))
 	}
 }
+
+// A run that waits for its account's rate is not lost, however long it
+// waits: its message is still in EVENTS, held by its dispatcher. Before,
+// the reconciler took every run older than running_grace for lost and
+// requeued it: at a slow rate the waiting run still called once its turn
+// came, its outcome was ignored, and the requeued one called again.
+func TestReconcilerLeavesARunWaitingForItsRate(t *testing.T) {
+	w := newWorld(t, "attempts: 3, callback_sla: 1m", worldOpts{noPoller: true, accounts: "  acme: {rate: 12/m, concurrency: 2}"})
+	w.cfg.Poller.RunningGrace = config.Duration(time.Second)
+	ids := []string{w.submit("c-31", `{"applicant":"a-31"}`), w.submit("c-32", `{"applicant":"a-32"}`)}
+	// One is called at once; the other waits 5 s for the account's rate,
+	// running.
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		for _, id := range ids {
+			if r := w.Record(id); r.Status == state.Running && time.Since(r.UpdatedAt) > 1100*time.Millisecond {
+				return true
+			}
+		}
+		return false
+	}, "a run waiting for its rate past the running grace")
+	rep, err := w.poller(false).Reconcile(w.Ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.Repaired["lost_run"]; n != 0 {
+		t.Fatalf("want no lost run, got %d (%+v)", n, rep)
+	}
+	for _, id := range ids {
+		rec := w.WaitStatus(id, state.AwaitingCallback, 15*time.Second)
+		if count(rec, state.Recover) != 0 || w.a.Effects(id) != 1 {
+			t.Errorf("%s: want no recover and one effect, got %v and %d", id, actions(rec), w.a.Effects(id))
+		}
+	}
+}

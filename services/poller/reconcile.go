@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -17,7 +19,7 @@ import (
 // Repairs the reconciler makes (Report.Repaired keys).
 const (
 	RepairRequeued        = "requeued"         // pending/scheduled/retrying with no message on its way: published again
-	RepairLostRun         = "lost_run"         // running far past any call: put back to retrying and requeued
+	RepairLostRun         = "lost_run"         // running far past any call, its message gone: put back to retrying and requeued
 	RepairDeadlineMissed  = "deadline_missed"  // awaiting_callback past its deadline with no timer: deadline handled now
 	RepairPollRescheduled = "poll_rescheduled" // polling past its next poll with no timer: poll scheduled now
 )
@@ -227,6 +229,40 @@ func (c *sweep) accountBacklog(ctx context.Context, account string) int {
 	return n
 }
 
+// runMessageKept reports whether the message rec's run was claimed for
+// is still in EVENTS: then the run is not lost, however long it has been
+// running. Its dispatcher holds it while the call waits for the
+// account's rate or the target's limit (at a slow rate, for longer than
+// running_grace), and if that dispatcher died the server hands the
+// message out again (the consumer never gives a message up). Taking such
+// a run for lost made a second call: the first went out once its turn
+// came, its outcome ignored. A run is lost only once its message is gone
+// (settled, or removed) with the record still running.
+func (c *sweep) runMessageKept(ctx context.Context, rec state.Record) (bool, error) {
+	if rec.RunSeq == 0 {
+		return false, nil
+	}
+	st, err := c.stream(ctx, c.s.subj.EventsStream(rec.Account))
+	if err != nil {
+		return false, err
+	}
+	m, err := st.GetMsg(ctx, rec.RunSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	// The event's own message, not its schedule's (a schedule holds the
+	// same envelope, and a migration maps a run's sequence to the
+	// nearest message it copied).
+	if !strings.HasPrefix(m.Subject, strings.TrimSuffix(c.s.subj.EventsOf(rec.Account), ">")) {
+		return false, nil
+	}
+	env, err := event.Unmarshal(m.Data)
+	return err == nil && env.ID == rec.ID, nil
+}
+
 // stream is the named EVENTS partition, looked up once a sweep: each
 // account's count then costs one round trip, not two.
 func (c *sweep) stream(ctx context.Context, name string) (jetstream.Stream, error) {
@@ -274,6 +310,9 @@ func (c *sweep) repair(ctx context.Context, kind string, h state.Head, due time.
 		_, err := s.q.Enqueue(ctx, env, fmt.Sprintf("%s/reconcile/%d", h.ID, rev))
 		return err == nil, err
 	case RepairLostRun:
+		if held, err := c.runMessageKept(ctx, rec); err != nil || held {
+			return false, err
+		}
 		at := now.UTC()
 		next, _, err := state.Apply(rec, state.Action{Name: state.Recover, Actor: "reconciler", NextRunAt: &at,
 			Detail: fmt.Sprintf("running since %s with no outcome: the run is taken for lost", rec.UpdatedAt.Format(time.RFC3339))}, now)
