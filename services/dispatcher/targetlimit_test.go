@@ -127,6 +127,9 @@ func TestStopMakesNoCallThatWaitedForItsTarget(t *testing.T) {
 	d1 := h.dispatcher("d1", nil)
 	ids := h.Submit("acme", "order.create", keys("wait", 2), orderPayload)
 	h.waitArrivals(1, servicetest.WaitFor)
+	// The second event is fetched and claimed a moment after the first
+	// call leaves; only once it is claimed is it waiting for the slot.
+	h.WaitAll(ids, state.Running, servicetest.WaitFor)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
