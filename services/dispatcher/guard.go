@@ -57,7 +57,20 @@ type pacer struct {
 	rl        ratelimiter.RateLimiter[target.Response] // nil: unlimited
 	interval  time.Duration
 	changed   chan struct{} // closed and replaced by setRate
-	went      time.Time     // the last call's go
+	went      time.Time     // the last call's go, or the booked one's
+	booked    *booking      // the call booked to go next, waiting for its target's slot; nil: none
+}
+
+// booking is the account's next go, held by a call that got its target's
+// slot less than an interval after the account's last call: it gives the
+// slot back, waits for its time without it, and goes as soon as it has a
+// slot again (see guard.run). Until then the account's other calls wait
+// for it, so it is not outpaced, and no second of the target's slots is
+// held for the gap.
+type booking struct {
+	at   time.Time     // when it may go
+	prev time.Time     // went before it was booked, for unbook
+	done chan struct{} // closed once it went or was given up
 }
 
 // errRateChanged ends a wait whose account's rate changed meanwhile: the
@@ -140,9 +153,22 @@ func (p *pacer) waitOnce(ctx context.Context, count bool) error {
 		}
 	}
 	for {
-		free, err := p.take(time.Now(), changed, count)
-		if err != nil || free.IsZero() {
+		free, booked, err := p.take(time.Now(), changed, count)
+		if err != nil {
 			return err
+		}
+		if booked != nil { // another call goes first
+			select {
+			case <-booked:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-changed:
+				return errRateChanged
+			}
+		}
+		if free.IsZero() {
+			return nil
 		}
 		if err := p.until(ctx, free, changed); err != nil {
 			return err
@@ -150,20 +176,55 @@ func (p *pacer) waitOnce(ctx context.Context, count bool) error {
 	}
 }
 
+// slotHoldMax is the longest gap a call waits out holding its target's
+// slot (claim): giving the slot back and taking it again costs two
+// compare-and-sets, about as long.
+const slotHoldMax = 10 * time.Millisecond
+
 // claim books the account's next call for a call that holds its
 // target's slot, at the rate in force: at now if the account's last call
 // went an interval ago or more, else an interval after it; the account's
-// other calls then go after it. It returns when the call may go, or
-// false when another call is booked after now already: it would hold its
-// slot through more than an interval.
-func (p *pacer) claim(now time.Time) (time.Time, bool) {
+// other calls then go after it. It returns when the call may go, and, for
+// a go more than slotHoldMax away, its booking: the caller gives its slot
+// back meanwhile, and ends the booking with gone or unbook. ok is false
+// when another call is booked already.
+func (p *pacer) claim(now time.Time) (at time.Time, b *booking, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.went.After(now) {
-		return time.Time{}, false
+	if p.booked != nil || p.went.After(now) {
+		return time.Time{}, nil, false
 	}
-	p.went = laterOf(now, p.went.Add(p.interval))
-	return p.went, true
+	at = laterOf(now, p.went.Add(p.interval))
+	if at.Sub(now) > slotHoldMax {
+		b = &booking{at: at, prev: p.went, done: make(chan struct{})}
+		p.booked = b
+	}
+	p.went = at
+	return at, b, true
+}
+
+// gone ends booking b: its call goes at now.
+func (p *pacer) gone(b *booking, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.booked == b {
+		p.went, p.booked = laterOf(p.went, now), nil
+		close(b.done)
+	}
+}
+
+// unbook gives booking b up, its call not made: the account's next call
+// is paced by the one before it again. Once b went, it does nothing.
+func (p *pacer) unbook(b *booking) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.booked == b {
+		if p.went.Equal(b.at) {
+			p.went = b.prev
+		}
+		p.booked = nil
+		close(b.done)
+	}
 }
 
 // limited reports whether the pacer holds calls to a rate.
@@ -173,34 +234,39 @@ func (p *pacer) limited() bool {
 	return p.rl != nil
 }
 
-// takenOver books the account's last call at now, unless one is booked
+// takenOver books the account's last call at since, unless one is booked
 // later: a replica taking the account's lease over does not know when
-// the previous owner's last call went (a graceful handover releases the
-// lease as soon as its calls are done), so its first call waits an
-// interval, as if that call had just gone.
-func (p *pacer) takenOver(now time.Time) {
+// the previous owner's last call went, only that none went after since
+// (a graceful handover gives the lease back as soon as its calls are
+// done), so its first call waits an interval after since, as if that
+// call had gone then.
+func (p *pacer) takenOver(since time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.went = laterOf(p.went, now)
+	p.went = laterOf(p.went, since)
 }
 
 // take returns the zero time, having counted a call going at now if
-// count, or, when the last call went (or is booked) less than an
-// interval before now, the time it may. It returns errRateChanged if the
-// rate is no longer the one of changed.
-func (p *pacer) take(now time.Time, changed chan struct{}, count bool) (time.Time, error) {
+// count; or, when the last call went (or is booked) less than an
+// interval before now, the time it may; or, while a call is booked to go
+// next (claim), a channel closed once it went. It returns errRateChanged
+// if the rate is no longer the one of changed.
+func (p *pacer) take(now time.Time, changed chan struct{}, count bool) (time.Time, <-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if changed != p.changed {
-		return time.Time{}, errRateChanged
+		return time.Time{}, nil, errRateChanged
+	}
+	if p.booked != nil {
+		return time.Time{}, p.booked.done, nil
 	}
 	if free := p.went.Add(p.interval); now.Before(free) {
-		return free, nil
+		return free, nil, nil
 	}
 	if count {
 		p.went = now
 	}
-	return time.Time{}, nil
+	return time.Time{}, nil, nil
 }
 
 // sleepUntil sleeps until t, or until ctx ends (with its error) or
@@ -320,12 +386,14 @@ func (s *Service) guardFor(account, name string) *guard {
 // when it has one, not when its permit passed: permits that pass while
 // the target is busy would otherwise let the account's calls out together
 // once it has room, past the account's rate at the provider. So it books
-// its go only with the slot in hand (claim): if another of the account's
-// calls went less than an interval before, it waits out the gap holding
-// the slot (at most an interval, and the account's other calls wait for
-// it, so it is not outpaced again). If another call is booked already,
-// it gives the slot back, not having called, and waits for a permit
-// again (errOutpaced): a slot is never held through more than one gap.
+// its go only with the slot in hand (claim). If another of the account's
+// calls went less than an interval before, it gives the slot back, keeping
+// its booking, waits out the gap without it, and goes once it has a slot
+// again (goBooked): the account's other calls wait for it meanwhile, so
+// it is not outpaced. Held through the gap (up to 30 s at 2/m), a slot of
+// a target that every account shares stood idle while other accounts
+// waited for it. If another call is booked already, it gives the slot
+// back, not having called, and waits for its pace again (errOutpaced).
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
 	if g.limit == nil {
 		if err := g.paced(ctx, g.pace.wait); err != nil {
@@ -337,11 +405,28 @@ func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Respon
 		if err := g.paced(ctx, g.pace.ready); err != nil {
 			return target.Response{}, err
 		}
-		resp, err := g.limit.around(ctx, g.inPace(fn))
+		var b *booking
+		resp, err := g.limit.around(ctx, g.inPace(fn, &b))
+		if errors.Is(err, errBooked) {
+			resp, err = g.goBooked(ctx, b, fn)
+		}
 		if !errors.Is(err, errOutpaced) {
 			return resp, err
 		}
 	}
+}
+
+// goBooked makes the call of booking b: once its time came, it takes its
+// target's slot again and goes at once.
+func (g *guard) goBooked(ctx context.Context, b *booking, fn func(context.Context) (target.Response, error)) (target.Response, error) {
+	defer g.pace.unbook(b) // nothing once it went
+	if err := g.paced(ctx, func(ctx context.Context) error { return g.pace.until(ctx, b.at, nil) }); err != nil {
+		return target.Response{}, err
+	}
+	return g.limit.around(ctx, func(ctx context.Context) (target.Response, error) {
+		g.pace.gone(b, time.Now())
+		return fn(ctx)
+	})
 }
 
 // paced runs wait, a wait for the account's pace, until ctx ends (its
@@ -374,13 +459,22 @@ func (g *guard) paced(ctx context.Context, wait func(context.Context) error) err
 // permit again (see run).
 var errOutpaced = fmt.Errorf("%w: another call of the account is booked to go first", errNotCalled)
 
+// errBooked is errNotCalled for a call that got its target's slot more
+// than slotHoldMax before its account's pace lets it go: it gives the slot
+// back and goes at its booking (see run).
+var errBooked = fmt.Errorf("%w: booked to go later, without holding the target's slot", errNotCalled)
+
 // inPace makes fn's call once the account's pace lets it go (claim), or
-// returns errOutpaced.
-func (g *guard) inPace(fn func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
+// returns errOutpaced, or errBooked with the booking in *b.
+func (g *guard) inPace(fn func(context.Context) (target.Response, error), b **booking) func(context.Context) (target.Response, error) {
 	return func(ctx context.Context) (target.Response, error) {
-		at, ok := g.pace.claim(time.Now())
+		at, booked, ok := g.pace.claim(time.Now())
 		if !ok {
 			return target.Response{}, errOutpaced
+		}
+		if booked != nil {
+			*b = booked
+			return target.Response{}, errBooked
 		}
 		if err := g.paced(ctx, func(ctx context.Context) error { return g.pace.until(ctx, at, nil) }); err != nil {
 			return target.Response{}, err

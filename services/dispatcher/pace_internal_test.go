@@ -166,7 +166,7 @@ func TestPacerClaimIsNotOutpacedByTheAccountsOtherCalls(t *testing.T) {
 		}
 		<-time.After(2*interval + interval/2) // the wait for the target's slot
 		now := time.Now()
-		at, ok := p.claim(now)
+		at, b, ok := p.claim(now)
 		if !ok {
 			t.Fatalf("call %d: outpaced by the account's other calls", i+1)
 		}
@@ -176,8 +176,61 @@ func TestPacerClaimIsNotOutpacedByTheAccountsOtherCalls(t *testing.T) {
 		if err := p.until(ctx, at, nil); err != nil {
 			t.Fatal(err)
 		}
+		if b != nil {
+			p.gone(b, time.Now()) // a slot taken again at once
+		}
 	}
 	if n := others.Load(); n < 5 {
 		t.Fatalf("want the account's other calls going meanwhile, %d went", n)
+	}
+}
+
+// A call booked to go (claim, more than slotHoldMax on) holds the
+// account's next go while it waits without its target's slot: the
+// account's other calls, to any target, wait for it to go, and go an
+// interval after it; given up (unbook), it leaves the pace as it was.
+func TestPacerBookingHoldsTheNextGo(t *testing.T) {
+	t.Parallel()
+	const interval = 200 * time.Millisecond
+	p := newPacer(float64(time.Second / interval))
+	ctx := t.Context()
+	if err := p.wait(ctx); err != nil { // the account's last call
+		t.Fatal(err)
+	}
+	first := time.Now()
+	at, b, ok := p.claim(first)
+	if !ok || b == nil || at.Sub(first) < interval-slotHoldMax {
+		t.Fatalf("claim right after a call: want a booking an interval on, got %v, %v, %v", at.Sub(first), b, ok)
+	}
+	if _, _, ok := p.claim(time.Now()); ok {
+		t.Fatal("a second claim while one is booked: want it outpaced")
+	}
+	went := make(chan time.Time, 1)
+	go func() {
+		if err := p.wait(ctx); err == nil {
+			went <- time.Now()
+		}
+	}()
+	if err := p.until(ctx, at.Add(interval/2), nil); err != nil { // the booked call waits long for its slot
+		t.Fatal(err)
+	}
+	select {
+	case w := <-went:
+		t.Fatalf("another call went %s after the booked time, before the booked call", w.Sub(at))
+	default:
+	}
+	gone := time.Now()
+	p.gone(b, gone)
+	if w := <-went; w.Sub(gone) < interval-lateAfter(interval) {
+		t.Fatalf("the next call went %s after the booked one, want an interval (%s)", w.Sub(gone), interval)
+	}
+
+	_, b, ok = p.claim(time.Now())
+	if !ok || b == nil {
+		t.Fatalf("claim right after a call: want a booking, got %v, %v", b, ok)
+	}
+	p.unbook(b)
+	if _, _, ok := p.claim(time.Now()); !ok {
+		t.Fatal("a claim after a booking was given up: want it booked, not outpaced")
 	}
 }

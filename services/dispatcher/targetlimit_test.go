@@ -382,3 +382,63 @@ func busiestSecond(calls []time.Time) int {
 	}
 	return most
 }
+
+// A slow account's call holds no slot of a target every account shares
+// while it waits for its account's pace. hog holds the bureau's one slot,
+// which every account shares, for 6 s; meanwhile slow (12/m) has two
+// calls waiting for it, both past their permits. When hog's call ends,
+// slow's first call goes and its second may go 5 s later. fast's five
+// events, submitted then, are all done within 2.5 s: slow's second call
+// gives the slot back and waits for its time without it. Before, it took
+// the slot and held it through its 5 s gap, and fast's events waited
+// with it. slow's owner is then killed: the other replica takes slow
+// over, and slow's calls stay 5 s apart across the takeover.
+func TestSlowAccountHoldsNoSharedSlotThroughItsGap(t *testing.T) {
+	t.Parallel()
+	const interval = 5 * time.Second
+	m := newMeter(map[string]time.Duration{"bureau/hog": 6 * time.Second, "bureau/slow": 10 * time.Millisecond, "bureau/fast": 10 * time.Millisecond})
+	target := httptest.NewServer(m)
+	t.Cleanup(target.Close)
+	h := setup(t, `
+streams: {ack_wait: 2s}
+http: {addr: "127.0.0.1:0"}
+auth: {disabled: true}
+accounts:
+  "*": {concurrency: 4}
+  slow: {concurrency: 4, rate: 12/m}
+targets:
+  bureau: {url: "${TARGET}/bureau/{{.Account}}", timeout: 10s, concurrency: 1}
+kinds:
+  order.create: {target: bureau, entity: order_id}
+`, provider.Faults{})
+	procs := startReplicas(t, h, 2, target.URL)
+
+	hog := h.Submit("hog", "order.create", keys("hog", 1), orderPayload)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return m.inFlightOf("bureau/hog") == 1 }, "want hog's call holding the bureau's slot")
+	slow := h.Submit("slow", "order.create", keys("slow", 3), orderPayload)
+	natstest.Eventually(t, 20*time.Second, func() bool { return len(m.callsOf("bureau/slow")) == 1 && m.inFlightOf("bureau/slow") == 0 },
+		"want slow's first call made once hog's call ended")
+
+	submitted := time.Now()
+	fast := h.Submit("fast", "order.create", keys("fast", 5), orderPayload)
+	h.WaitAll(fast, state.Done, 2*interval)
+	if took := time.Since(submitted); took > interval/2 {
+		t.Errorf("fast: want its events done within %s while slow waits for its pace, took %s", interval/2, took)
+	}
+	if n := len(m.callsOf("bureau/slow")); n != 1 {
+		t.Errorf("want slow's second call still waiting for its pace when fast was done, slow made %d calls", n)
+	}
+
+	ownerOf(t, h, procs, "slow").Kill(t)
+	h.waitAll(append(hog, slow...), state.Done, time.Minute)
+	calls := m.callsOf("bureau/slow")
+	slices.SortFunc(calls, func(a, b time.Time) int { return a.Compare(b) })
+	if len(calls) != len(slow) {
+		t.Fatalf("want one call per event of slow, got %d", len(calls))
+	}
+	for i := 1; i < len(calls); i++ {
+		if gap := calls[i].Sub(calls[i-1]); gap < interval-100*time.Millisecond {
+			t.Errorf("slow (12/m): calls %d and %d went %s apart, want %s", i, i+1, gap, interval)
+		}
+	}
+}
