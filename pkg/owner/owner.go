@@ -88,6 +88,7 @@ type Change struct {
 type Group struct {
 	o      Options
 	kv     jetstream.KeyValue
+	kvs    jetstream.Stream // kv's stream: a given-back lease's delete marker
 	nc     *nats.Conn
 	status chan nats.Status // the connection's reconnects: the watch is made again
 	self   string
@@ -138,11 +139,15 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}
+	kvs, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return nil, fmt.Errorf("owner: %w", err)
+	}
 	log := zerolog.Nop()
 	if o.Logger != nil {
 		log = *o.Logger
 	}
-	g := &Group{o: o, kv: kv, nc: js.Conn(), self: token(o.Instance), log: log,
+	g := &Group{o: o, kv: kv, kvs: kvs, nc: js.Conn(), self: token(o.Instance), log: log,
 		seen: map[string]heard{}, leases: map[string]lease{}, last: map[string]string{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
@@ -299,18 +304,28 @@ func (g *Group) Holds(account string) bool { return g.Holder(account) == g.self 
 // back once its last call returned), when a dead one's calls may still
 // run (the account is reported changed once they cannot: OnChange), or
 // when another replica took it first.
-func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error) {
+//
+// since is how late another replica may have called for the account,
+// for the new holder's pace: the time its holder gave the lease back
+// (its delete marker's: its calls had returned), or now when it is taken
+// from a dead replica; the zero time when nobody held it before, or this
+// replica did last (HeldLast), whose own pace knows.
+func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since time.Time, err error) {
 	if g.o.Guest {
-		return false, errors.New("owner: a guest holds no account")
+		return false, time.Time{}, errors.New("owner: a guest holds no account")
 	}
+	mine := g.HeldLast(account)
 	key := leasePrefix + account
 	e, err := g.kv.Get(ctx, key)
 	var rev uint64
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
+		if since, err = g.givenBackAt(ctx, key); err != nil {
+			return false, time.Time{}, err
+		}
 		rev, err = g.kv.Create(ctx, key, []byte(g.self))
 	case err != nil:
-		return false, err
+		return false, time.Time{}, err
 	default:
 		holder := string(e.Value())
 		if holder == g.self {
@@ -318,28 +333,45 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, err error
 			break
 		}
 		if g.isLive(holder) {
-			return false, nil
+			return false, time.Time{}, nil
 		}
 		alive, last := g.alive(ctx, holder)
 		if alive {
-			return false, nil
+			return false, time.Time{}, nil
 		}
 		if free := last.Add(g.o.Expiry + g.o.Linger()); time.Now().Before(free) {
 			g.mu.Lock()
 			g.lingering[account] = free
 			g.mu.Unlock()
-			return false, nil
+			return false, time.Time{}, nil
 		}
+		since = time.Now()
 		rev, err = g.kv.Update(ctx, key, []byte(g.self), e.Revision())
 	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || isConflict(err) {
-			return false, nil
+			return false, time.Time{}, nil
 		}
-		return false, err
+		return false, time.Time{}, err
 	}
 	g.learn(account, lease{holder: g.self, rev: rev})
-	return true, nil
+	if mine {
+		since = time.Time{}
+	}
+	return true, since, nil
+}
+
+// givenBackAt is when key's lease was last given back: its delete
+// marker's time, or the zero time when it was never held.
+func (g *Group) givenBackAt(ctx context.Context, key string) (time.Time, error) {
+	m, err := g.kvs.GetLastMsgForSubject(ctx, "$KV."+g.kv.Bucket()+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return m.Time, nil
 }
 
 // Release gives account's lease back if this replica holds it.

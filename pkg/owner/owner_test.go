@@ -280,7 +280,7 @@ func TestGuestIsPresentAndHoldsNothing(t *testing.T) {
 			t.Fatalf("want every account assigned to the member d1, not the guest p1: %s", a)
 		}
 	}
-	if ok, err := p1.g.Acquire(context.Background(), "acme"); ok || err == nil {
+	if ok, _, err := p1.g.Acquire(context.Background(), "acme"); ok || err == nil {
 		t.Fatalf("want a guest refused a lease, got %v %v", ok, err)
 	}
 	_, js := srv.Conn(t)
@@ -319,7 +319,7 @@ func TestLeaseRaceHasOneWinner(t *testing.T) {
 		for _, r := range rs {
 			go func() {
 				defer func() { done <- struct{}{} }()
-				ok, err := r.g.Acquire(context.Background(), acct)
+				ok, _, err := r.g.Acquire(context.Background(), acct)
 				if err != nil {
 					t.Error(err)
 				}
@@ -339,7 +339,7 @@ func TestLeaseRaceHasOneWinner(t *testing.T) {
 
 func mustAcquire(t *testing.T, r *replica, acct string, want bool) {
 	t.Helper()
-	ok, err := r.g.Acquire(context.Background(), acct)
+	ok, _, err := r.g.Acquire(context.Background(), acct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestReplicaJoiningAfterServerRestartIsSeen(t *testing.T) {
 	defer tick.Stop()
 	for range 40 { // over 10 Expiries
 		<-tick.C
-		if ok, err := d1.g.Acquire(context.Background(), "acme"); err == nil && ok {
+		if ok, _, err := d1.g.Acquire(context.Background(), "acme"); err == nil && ok {
 			t.Fatalf("d1 took acme's lease from the live d3 (d1 sees live %v)", d1.g.Live())
 		}
 	}
@@ -491,7 +491,7 @@ func TestChangeNamesTheLeasesThatMoved(t *testing.T) {
 	natstest.Eventually(t, 5*time.Second, seen(func() bool { return replicas > 0 }), "want a change of the live replicas when d1 joined")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ok, err := d1.g.Acquire(ctx, "acct-a"); err != nil || !ok {
+	if ok, _, err := d1.g.Acquire(ctx, "acct-a"); err != nil || !ok {
 		t.Fatalf("d1 acquiring acct-a: ok %v, err %v", ok, err)
 	}
 	natstest.Eventually(t, 5*time.Second, seen(func() bool { return leases["acct-a"] == 1 }), "want acct-a's lease named once when d1 took it, got %v", leases)
@@ -552,39 +552,53 @@ func TestCurrentEndsBeforeOthersMayTakeOver(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, d1.g.Current, "d1: want it current again too")
 }
 
-// HeldLast: a replica that gave a lease back and takes it again knows it
-// was nobody else's meanwhile; once another replica held it, it does not.
-func TestHeldLastNamesTheLastHolder(t *testing.T) {
+// Acquire's since: nothing for a lease nobody held, the time its holder
+// gave it back for the next replica to take it, nothing for a replica
+// that held it last itself (HeldLast). A replica that gave a lease back and takes it
+// again knows it was nobody else's meanwhile; once another held it, it
+// does not.
+func TestAcquireSaysSinceWhenOthersMayHaveCalled(t *testing.T) {
 	t.Parallel()
 	srv := setup(t)
 	a, b := join(t, srv, "a"), join(t, srv, "b")
 	ctx := t.Context()
 	const acct = "acct-held"
-	take := func(r *replica) {
+	take := func(r *replica) time.Time {
 		t.Helper()
-		if ok, err := r.g.Acquire(ctx, acct); !ok || err != nil {
+		ok, since, err := r.g.Acquire(ctx, acct)
+		if !ok || err != nil {
 			t.Fatalf("Acquire: %v, %v", ok, err)
 		}
+		return since
 	}
-	give := func(r *replica) {
+	give := func(r *replica) time.Time {
 		t.Helper()
 		if err := r.g.Release(ctx, acct); err != nil {
 			t.Fatal(err)
 		}
+		at := time.Now()
 		natstest.Eventually(t, 5*time.Second, func() bool { return a.g.Holder(acct) == "" && b.g.Holder(acct) == "" }, "want the lease free to both")
+		return at
 	}
 	if a.g.HeldLast(acct) {
 		t.Fatal("HeldLast before anyone held the lease: want false")
 	}
-	take(a)
-	give(a)
+	if since := take(a); !since.IsZero() {
+		t.Fatalf("a lease nobody held: want no since, got %v", since)
+	}
+	released := give(a)
 	if !a.g.HeldLast(acct) || b.g.HeldLast(acct) {
 		t.Fatalf("after a gave the lease back: want HeldLast true for a, false for b; got %v, %v", a.g.HeldLast(acct), b.g.HeldLast(acct))
 	}
-	take(b)
+	if since := take(b); since.IsZero() || since.After(released) || released.Sub(since) > time.Second {
+		t.Fatalf("a lease a gave back at %v: want since then, got %v", released, since)
+	}
 	natstest.Eventually(t, 5*time.Second, func() bool { return !a.g.HeldLast(acct) }, "want a to hear that b took the lease")
 	give(b)
 	if a.g.HeldLast(acct) || !b.g.HeldLast(acct) {
 		t.Fatalf("after b held the lease: want HeldLast false for a, true for b; got %v, %v", a.g.HeldLast(acct), b.g.HeldLast(acct))
+	}
+	if since := take(b); !since.IsZero() {
+		t.Fatalf("a lease b gave back and takes again: want no since, got %v", since)
 	}
 }

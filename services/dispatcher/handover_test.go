@@ -314,3 +314,18 @@ func (g *gate) of(account string) (calls, cut int) {
 	defer g.mu.Unlock()
 	return g.calls[account], g.cut[account]
 }
+
+// An account nobody held before has its first call made at once, however
+// slow its rate: a new owner paces its first call only after the last
+// moment another replica may have called for the account
+// (owner.Group.Acquire's since). Before, every lease taken paced the
+// first call an interval on: at 1/h, an account's first event waited an
+// hour.
+func TestNewAccountsFirstCallGoesAtOnce(t *testing.T) {
+	t.Parallel()
+	yaml := strings.Replace(yamlFor(4, "attempts: 3"), `{concurrency: 4,`, `{concurrency: 4, rate: 1/h,`, 1)
+	h := setup(t, yaml, provider.Faults{})
+	h.dispatcher("d1", nil)
+	ids := h.Submit("acme", "order.create", keys("first", 1), orderPayload)
+	h.waitAll(ids, state.Done, servicetest.WaitFor)
+}

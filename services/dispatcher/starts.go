@@ -125,23 +125,24 @@ func (s *Service) startAccount(account string) {
 
 // own reports whether this replica may run account's reader: the account
 // is assigned to it and it holds (or now takes) the lease. One it takes
-// from another replica paces its first call an interval after
-// (pacer.takenOver); one it gave back itself (retired while idle) and
-// nobody held since is paced by its own last call. err is a
-// failed server call: whether it may is then unknown.
+// from another replica paces its first call an interval after that
+// replica's last may have gone (pacer.takenOver: when it gave the lease
+// back, or now when it died); one nobody held before, or that it gave
+// back itself (retired while idle) and nobody held since, is paced by its
+// own last call. err is a failed server call: whether it may is then
+// unknown.
 func (s *Service) own(account string) (bool, error) {
 	if !s.owners.Assigned(account) {
 		return false, nil
 	}
-	mine := s.owners.HeldLast(account)
 	ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
 	defer cancel()
-	ok, err := s.owners.Acquire(ctx, account)
-	if ok && !mine {
+	ok, since, err := s.owners.Acquire(ctx, account)
+	if ok && !since.IsZero() {
 		s.mu.Lock()
 		p := s.pacerLocked(account)
 		s.mu.Unlock()
-		p.takenOver(time.Now())
+		p.takenOver(since)
 	}
 	return ok, err
 }
