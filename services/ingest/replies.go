@@ -66,7 +66,17 @@ func openReplyKey(ctx context.Context, js jetstream.JetStream, subj names.Subjec
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		return failed(err)
 	}
+	// Another replica made it: read it, again while a follower that
+	// answers the direct get has not caught up with the create.
 	e, err := kv.Get(ctx, replyKeyName)
+	for wait := 10 * time.Millisecond; errors.Is(err, jetstream.ErrKeyNotFound); wait = min(2*wait, time.Second) {
+		select {
+		case <-ctx.Done():
+			return failed(err)
+		case <-time.After(wait):
+		}
+		e, err = kv.Get(ctx, replyKeyName)
+	}
 	if err != nil {
 		return failed(err)
 	}
