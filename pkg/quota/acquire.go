@@ -102,6 +102,9 @@ func (ln *line) learnInto(r *record, now time.Time) (grew bool) {
 	if lr == nil {
 		return false
 	}
+	// A hold stored before holds were bounded (a year's Retry-After) is
+	// cut to learnHoldMax; the cut is stored with the record's next write.
+	r.Hold = min(r.Hold, now.Add(learnHoldMax).UnixNano())
 	cur := ln.lim.concurrency(*r)
 	switch {
 	case ln.refusedAt > 0:

@@ -43,4 +43,13 @@ func TestRetryAfterHoldsRegrowthForAWhileOnly(t *testing.T) {
 	if hold := time.Until(time.Unix(0, r.Hold)); hold > learnHoldMax || hold < learnHoldMax-time.Minute {
 		t.Fatalf("a Retry-After of a year: want regrowth held for %s, got %s", learnHoldMax, hold)
 	}
+
+	// A hold of a year stored by a version without the bound is cut too.
+	stored := record{Hold: time.Now().Add(365 * 24 * time.Hour).UnixNano()}
+	ok := &line{q: &Quotas{}, lim: Limit{Learn: &Learn{Min: 1, Max: 10, Start: 10}}}
+	ok.heard(Answer{OK: true}, 1, nil)
+	ok.learnInto(&stored, time.Now())
+	if hold := time.Until(time.Unix(0, stored.Hold)); hold > learnHoldMax {
+		t.Fatalf("a stored hold of a year: want it cut to %s, got %s", learnHoldMax, hold)
+	}
 }
