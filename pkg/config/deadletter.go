@@ -40,14 +40,15 @@ type Deadletter struct {
 	// failures cannot fill DEAD for the others. Defaults to 0 (no bound
 	// of its own).
 	MaxPerAccount int64 `yaml:"max_per_account"`
-	// MaxWaitingPerAccount is how many of one account's entries may wait
-	// in TENAZ_DEAD_WAITING for room in DEAD before its refused NATS
-	// submissions are no longer kept (counted in
+	// MaxRefusalsPerAccount is how many entries one account may keep, in
+	// DEAD and waiting in TENAZ_DEAD_WAITING for room together, before
+	// its refused NATS submissions are no longer kept (counted in
 	// tenaz_dead_not_kept_total): nothing accepted stands for them, and
 	// one account's flood of bad submissions must not fill the server's
-	// storage for every account. An event that dies, and a submission
-	// whose HTTP caller may hold a 202, always wait. Defaults to 10,000.
-	MaxWaitingPerAccount int64 `yaml:"max_waiting_per_account"`
+	// storage for every account, even with DEAD and the account unbounded
+	// (the defaults). An event that dies, and a submission whose HTTP
+	// caller may hold a 202, are always kept. Defaults to 10,000.
+	MaxRefusalsPerAccount int64 `yaml:"max_refusals_per_account"`
 }
 
 // Digest configures the digest: a server-side JetStream message schedule
@@ -78,9 +79,9 @@ const (
 	defaultReplayRate    = 100.0
 	defaultTimezone      = "UTC"
 	defaultDeadRetention = Duration(30 * 24 * time.Hour)
-	// DefaultMaxWaitingPerAccount is deadletter.max_waiting_per_account's
+	// DefaultMaxRefusalsPerAccount is deadletter.max_refusals_per_account's
 	// default.
-	DefaultMaxWaitingPerAccount = 10_000
+	DefaultMaxRefusalsPerAccount = 10_000
 )
 
 func (d *Deadletter) withDefaults() {
@@ -89,8 +90,8 @@ func (d *Deadletter) withDefaults() {
 	if d.ReplayRate == 0 {
 		d.ReplayRate = defaultReplayRate
 	}
-	if d.MaxWaitingPerAccount == 0 {
-		d.MaxWaitingPerAccount = DefaultMaxWaitingPerAccount
+	if d.MaxRefusalsPerAccount == 0 {
+		d.MaxRefusalsPerAccount = DefaultMaxRefusalsPerAccount
 	}
 	setStr(&d.Digest.Timezone, defaultTimezone)
 }
@@ -123,8 +124,8 @@ func (v *validator) deadletter() {
 	if d.MaxPerAccount < 0 {
 		v.add("deadletter.max_per_account", "must be 0 (no bound) or a number of entries, got %d", d.MaxPerAccount)
 	}
-	if d.MaxWaitingPerAccount < 0 {
-		v.add("deadletter.max_waiting_per_account", "must be a number of entries, got %d", d.MaxWaitingPerAccount)
+	if d.MaxRefusalsPerAccount < 0 {
+		v.add("deadletter.max_refusals_per_account", "must be a number of entries, got %d", d.MaxRefusalsPerAccount)
 	}
 	if r := d.ReplayRate; !(r > 0 && r <= MaxReplayRate) {
 		v.add("deadletter.replay_rate", "must be a number of events per second in (0, %g], got %g", MaxReplayRate, r)

@@ -61,7 +61,7 @@ func TestDeadletterInvalid(t *testing.T) {
 		{`deadletter: {max_bytes: -1}`, "deadletter.max_bytes"},
 		{`{http: {max_body_bytes: 1024}, deadletter: {max_bytes: 4095}}`, "deadletter.max_bytes"},
 		{`deadletter: {max_per_account: -1}`, "deadletter.max_per_account"},
-		{`deadletter: {max_waiting_per_account: -1}`, "deadletter.max_waiting_per_account"},
+		{`deadletter: {max_refusals_per_account: -1}`, "deadletter.max_refusals_per_account"},
 		{`accounts: {acme: {dead_letters: -1}}`, "accounts.acme.dead_letters"},
 	} {
 		_, err := config.Parse([]byte(tc.doc), func(string) (string, bool) { return "", false })

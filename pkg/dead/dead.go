@@ -102,10 +102,11 @@ type Writer struct {
 	// Full, if set, is told of each entry refused for room (the account
 	// at its bound, or DEAD full): tenaz_dead_full_total.
 	Full func(account string)
-	// WaitingBound, if set, is how many entries of an account may wait
-	// for room before its refused submissions are no longer kept
-	// (KeepRefusal): the config's deadletter.max_waiting_per_account.
-	WaitingBound func(account string) int64
+	// RefusalBound, if set, is how many entries an account may keep (in
+	// DEAD and waiting for room together) before its refused submissions
+	// are no longer kept (KeepRefusal): the config's
+	// deadletter.max_refusals_per_account.
+	RefusalBound func(account string) int64
 	// Waiting, if set, is told after each pass of Move how many entries
 	// each account still has waiting for room (accounts with none left
 	// out): tenaz_dead_waiting_entries.

@@ -47,21 +47,43 @@ func (w *Writer) Keep(ctx context.Context, e Entry, msgID string) (waiting bool,
 	return w.keep(ctx, e, msgID, false)
 }
 
-// ErrWaitingFull is KeepRefusal's answer for a refused submission not
-// kept: its account has WaitingBound entries waiting for room already.
-// (A redelivery of one parked before, whose settle was lost, is answered
-// so too: it is kept, and its message is settled all the same.)
-var ErrWaitingFull = errors.New("dead: the account's entries waiting for room in DEAD are at their bound (deadletter.max_waiting_per_account)")
+// ErrRefusalsAtBound is KeepRefusal's answer for a refused submission
+// not kept: its account keeps RefusalBound entries already, in DEAD and
+// waiting for room together. (A redelivery of one kept before, whose
+// settle was lost, may be answered so too: it is kept, and its message
+// is settled all the same.)
+var ErrRefusalsAtBound = errors.New("dead: the account keeps as many entries as its refusals may take (deadletter.max_refusals_per_account)")
 
 // KeepRefusal is Keep for a refused submission that nothing accepted
-// stands for: when its account has WaitingBound entries waiting for room
-// already (of any kind), it is not kept (ErrWaitingFull), so that one
-// account's flood of bad submissions cannot fill the server's storage
-// for every account. A dying event's entry (Keep) always waits. The
-// count is read before the park, not under a lock: writers racing for
-// the last place may each park one past the bound.
+// stands for: when its account keeps RefusalBound entries already (of
+// any kind, in DEAD and waiting for room together), it is not kept
+// (ErrRefusalsAtBound), so that one account's flood of bad submissions
+// cannot fill the server's storage for every account, whether or not
+// DEAD and the account have bounds of their own. A dying event's entry
+// (Keep) is always kept. The count is read before the write, not under a
+// lock: writers racing for the last place may each keep one past the
+// bound.
 func (w *Writer) KeepRefusal(ctx context.Context, e Entry, msgID string) (waiting bool, err error) {
 	return w.keep(ctx, e, msgID, true)
+}
+
+// refusalsAtBound reports whether account keeps RefusalBound entries or
+// more, behind of them waiting for room. A count that fails is taken for
+// room: DEAD's own bounds still hold.
+func (w *Writer) refusalsAtBound(ctx context.Context, account string, behind int) bool {
+	if w.RefusalBound == nil {
+		return false
+	}
+	bound := w.RefusalBound(account)
+	if bound <= 0 || int64(behind) >= bound {
+		return bound > 0
+	}
+	st, err := w.lookup(ctx, &w.stream, names.StreamDead)
+	if err != nil {
+		return false
+	}
+	kept, err := Kept(ctx, st, w.Subj, account)
+	return err == nil && int64(behind+kept) >= bound
 }
 
 // keep is Keep, or KeepRefusal when refusal is set.
@@ -72,19 +94,15 @@ func (w *Writer) KeepRefusal(ctx context.Context, e Entry, msgID string) (waitin
 // take each freed room before the mover's next pass, and the entries
 // that wait would wait for as long as it lasts.
 func (w *Writer) keep(ctx context.Context, e Entry, msgID string, refusal bool) (waiting bool, err error) {
-	behind, err := w.WaitingOf(ctx, accountToken(e.Account))
+	acct := accountToken(e.Account)
+	behind, err := w.WaitingOf(ctx, acct)
 	if err != nil {
 		behind = 0 // unknown: DEAD says whether there is room
 	}
-	full := false
-	if refusal && w.WaitingBound != nil {
-		bound := w.WaitingBound(e.Account)
-		full = bound > 0 && int64(behind) >= bound
+	if refusal && w.refusalsAtBound(ctx, acct, behind) {
+		return false, ErrRefusalsAtBound
 	}
 	if behind > 0 {
-		if full {
-			return false, ErrWaitingFull
-		}
 		if w.park(ctx, e, msgID) == nil {
 			return true, nil
 		}

@@ -157,7 +157,7 @@ var Catalog = []Info{
 	{Name: NameDeadFull, Type: Counter, Labels: []string{"account"}, Emitter: "ingest, dispatcher, poller, deadletter",
 		Help: "Tries to keep an account's entry in DEAD refused for room: the account is at its bound (its dead_letters, or deadletter.max_per_account), or DEAD is full. The entry waits in TENAZ_DEAD_WAITING until ingest moves it in (each refused move counts too); a steady rise names the account whose failures wait for an operator."},
 	{Name: NameDeadNotKept, Type: Counter, Labels: []string{"account"}, Emitter: "ingest",
-		Help: "Refused NATS submissions not kept: their account had deadletter.max_waiting_per_account entries waiting for room in DEAD (a flood of bad submissions; nothing accepted stands for them)."},
+		Help: "Refused NATS submissions not kept: their account kept deadletter.max_refusals_per_account entries, in DEAD and waiting for room (a flood of bad submissions; nothing accepted stands for them)."},
 	{Name: NameDeadWaiting, Type: Gauge, Labels: []string{"account"}, Emitter: "ingest (the waiting room's mover)",
 		Help: "Entries of an account waiting in TENAZ_DEAD_WAITING for room in DEAD, as ingest's mover left them at its last pass (every 2 s). Every ingest replica exports it: read it with max by (account)."},
 	{Name: NameWait, Type: Histogram, Labels: []string{"account", "kind"}, Emitter: "dispatcher",

@@ -166,38 +166,52 @@ func byAccount(t *testing.T, reg *prometheus.Registry, name string) map[string]f
 }
 
 // One account's flood of refused submissions cannot fill the server's
-// storage for every account: past its dead_letters bound its refusals
-// wait for room, and past deadletter.max_waiting_per_account they are
-// counted (tenaz_dead_not_kept_total) and not kept. Nothing accepted
-// stands for them. Another account's refusals are all kept meanwhile,
-// and INTAKE is trimmed behind them all. Before, the waiting room had no
-// bound: a producer allowed only its own account's intake subjects could
-// publish unknown kinds until JetStream was full, and then every
-// account's submissions were refused with store_full.
-func TestAFloodOfRefusalsWaitsWithinItsBound(t *testing.T) {
+// storage for every account: once it keeps
+// deadletter.max_refusals_per_account entries, in DEAD and waiting for
+// room together, its refusals are counted (tenaz_dead_not_kept_total)
+// and not kept. Nothing accepted stands for them. Another account's
+// refusals are all kept meanwhile, and INTAKE is trimmed behind them
+// all. So with DEAD unbounded (the default), where noisy's refusals all
+// go to DEAD, and with noisy at its own bound in DEAD, where they wait
+// for room. Before, neither had a bound: a producer allowed only its own
+// account's intake subjects could publish unknown kinds until JetStream
+// was full, and then every account's submissions were refused with
+// store_full.
+func TestAFloodOfRefusalsIsKeptWithinItsBound(t *testing.T) {
 	t.Parallel()
-	const bound, waiting, noisy, calm, loops = 2, 3, 20, 2, 2
-	reg := prometheus.NewRegistry()
-	set, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
+	const refusals, noisy, calm, loops = 5, 20, 2, 2
+	for _, tc := range []struct {
+		name      string
+		deadBound int // noisy's bound in DEAD; 0: none
+	}{{"DEAD unbounded", 0}, {"the account at its bound in DEAD", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			set, err := metrics.New(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := setup(t, baseYAML+fmt.Sprintf("deadletter: {max_per_account: %d, max_refusals_per_account: %d}\n", tc.deadBound, refusals), withMetrics(set), withBatchers(loops))
+			p := &publisher{h: h}
+			p.refusals("noisy", noisy)
+			p.refusals("calm", calm)
+			last := p.wait()
+			natstest.Eventually(t, 30*time.Second, func() bool { return h.intakeTrimmed(last) }, "want INTAKE trimmed past its %d submissions", last)
+			kept, parked := h.DeadKept("noisy"), h.DeadWaiting("noisy")
+			// ingest's intake loops count before they write: each may keep
+			// one past the bound.
+			if kept+parked < refusals || kept+parked > refusals+loops || h.DeadKept("calm") != calm {
+				t.Fatalf("want noisy keeping %d to %d, calm keeping its %d; got noisy %d in DEAD and %d waiting, calm %d",
+					refusals, refusals+loops, calm, kept, parked, h.DeadKept("calm"))
+			}
+			if tc.deadBound > 0 && kept != tc.deadBound {
+				t.Fatalf("want noisy keeping %d in DEAD, its bound, the rest waiting; got %d and %d waiting", tc.deadBound, kept, parked)
+			}
+			natstest.Eventually(t, 10*time.Second, func() bool {
+				return maps.Equal(byAccount(t, reg, metrics.NameDeadNotKept), map[string]float64{"noisy": float64(noisy - kept - parked)})
+			}, "want %s to count the rest of noisy's refusals, %d, and no calm's", metrics.NameDeadNotKept, noisy-kept-parked)
+		})
 	}
-	h := setup(t, baseYAML+fmt.Sprintf("deadletter: {max_per_account: %d, max_waiting_per_account: %d}\n", bound, waiting), withMetrics(set), withBatchers(loops))
-	p := &publisher{h: h}
-	p.refusals("noisy", noisy)
-	p.refusals("calm", calm)
-	last := p.wait()
-	natstest.Eventually(t, 30*time.Second, func() bool { return h.intakeTrimmed(last) }, "want INTAKE trimmed past its %d submissions", last)
-	kept, parked := h.DeadKept("noisy"), h.DeadWaiting("noisy")
-	// ingest's intake loops read the count before they park: each may
-	// park one past the bound.
-	if kept != bound || parked < waiting || parked > waiting+loops || h.DeadKept("calm") != calm {
-		t.Fatalf("want noisy keeping %d and %d to %d waiting, calm keeping its %d; got %d, %d and %d",
-			bound, waiting, waiting+loops, calm, kept, parked, h.DeadKept("calm"))
-	}
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		return maps.Equal(byAccount(t, reg, metrics.NameDeadNotKept), map[string]float64{"noisy": float64(noisy - kept - parked)})
-	}, "want %s to count the rest of noisy's refusals, %d, and no calm's", metrics.NameDeadNotKept, noisy-kept-parked)
 }
 
 // refusals publishes n submissions of account that ingest refuses (an

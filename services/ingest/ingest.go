@@ -176,7 +176,7 @@ func New(o Options) (*Service, error) {
 		s.metrics = metrics.Default
 	}
 	s.dead = &dead.Writer{JS: js, Subj: s.subj, Bound: func(a string) int64 { return s.conf().DeadLettersOf(a) }, Full: s.metrics.DeadFull, Waiting: s.metrics.SetDeadWaiting,
-		WaitingBound: func(string) int64 { return s.cfg.Deadletter.MaxWaitingPerAccount }}
+		RefusalBound: func(string) int64 { return s.cfg.Deadletter.MaxRefusalsPerAccount }}
 	return s, nil
 }
 

@@ -349,13 +349,13 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 		}
 		waiting, err = keep(ctx, e, msgID)
 	}
-	if errors.Is(err, dead.ErrWaitingFull) {
+	if errors.Is(err, dead.ErrRefusalsAtBound) {
 		// Its account's entries waiting for room are at their bound:
 		// counted, logged (sampled: a flood would flood the log too), not
 		// kept.
 		s.metrics.DeadNotKept(f.Account)
 		s.floodLog.Warn().Str("account", f.Account).Str("subject", m.Subject()).Str("code", serr.Code).
-			Msg("refused submission not kept: its account has deadletter.max_waiting_per_account entries waiting for room in DEAD")
+			Msg("refused submission not kept: its account keeps deadletter.max_refusals_per_account entries in DEAD and waiting for room")
 		_ = m.TermWithReason(dead.ReasonRejected)
 		return
 	}
