@@ -64,13 +64,16 @@ type pacer struct {
 // booking is the account's next go, held by a call that got its target's
 // slot less than an interval after the account's last call: it gives the
 // slot back, waits for its time without it, and goes as soon as it has a
-// slot again (see guard.run). Until then the account's other calls wait
-// for it, so it is not outpaced, and no second of the target's slots is
-// held for the gap.
+// slot again (see guard.run). Until then, for an interval at most, the
+// account's other calls wait for it, so it is not outpaced, and no slot
+// of the target is held for the gap. A booking that got no slot by then
+// lapses: the account's other targets are not held up for as long as
+// this one is busy, and the call claims again once it has a slot.
 type booking struct {
-	at   time.Time     // when it may go
-	prev time.Time     // went before it was booked, for unbook
-	done chan struct{} // closed once it went or was given up
+	at    time.Time     // when it may go
+	until time.Time     // when it lapses: at + an interval
+	prev  time.Time     // went before it was booked, for unbook
+	done  chan struct{} // closed once it went, was given up or replaced, or the rate changed
 }
 
 // errRateChanged ends a wait whose account's rate changed meanwhile: the
@@ -108,6 +111,7 @@ func (p *pacer) setRate(perSecond float64) {
 		close(p.changed)
 	}
 	p.changed = make(chan struct{})
+	p.endBookingLocked() // booked at the old rate: its call claims again
 }
 
 // lateAfter is how late a call may wake for its permit and still go: a
@@ -157,15 +161,11 @@ func (p *pacer) waitOnce(ctx context.Context, count bool) error {
 		if err != nil {
 			return err
 		}
-		if booked != nil { // another call goes first
-			select {
-			case <-booked:
-				continue
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-changed:
-				return errRateChanged
+		if booked != nil { // another call goes first, or its booking lapses at free
+			if err := waitBooked(ctx, free, booked, changed); err != nil {
+				return err
 			}
+			continue
 		}
 		if free.IsZero() {
 			return nil
@@ -191,39 +191,66 @@ const slotHoldMax = 10 * time.Millisecond
 func (p *pacer) claim(now time.Time) (at time.Time, b *booking, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.booked != nil || p.went.After(now) {
+	if p.bookedLocked(now) != nil || p.went.After(now) {
 		return time.Time{}, nil, false
 	}
+	p.endBookingLocked() // lapsed
 	at = laterOf(now, p.went.Add(p.interval))
 	if at.Sub(now) > slotHoldMax {
-		b = &booking{at: at, prev: p.went, done: make(chan struct{})}
+		b = &booking{at: at, until: at.Add(p.interval), prev: p.went, done: make(chan struct{})}
 		p.booked = b
 	}
 	p.went = at
 	return at, b, true
 }
 
-// gone ends booking b: its call goes at now.
-func (p *pacer) gone(b *booking, now time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.booked == b {
-		p.went, p.booked = laterOf(p.went, now), nil
-		close(b.done)
+// bookedLocked is the booking in force at now: nil when none is, or it
+// lapsed. Callers hold p.mu.
+func (p *pacer) bookedLocked(now time.Time) *booking {
+	if b := p.booked; b != nil && now.Before(b.until) {
+		return b
 	}
+	return nil
 }
 
-// unbook gives booking b up, its call not made: the account's next call
-// is paced by the one before it again. Once b went, it does nothing.
-func (p *pacer) unbook(b *booking) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.booked == b {
+// endBookingLocked ends the booking, if any, its call not made: the
+// account's next call is paced by the one before it again. Callers hold
+// p.mu.
+func (p *pacer) endBookingLocked() {
+	if b := p.booked; b != nil {
 		if p.went.Equal(b.at) {
 			p.went = b.prev
 		}
 		p.booked = nil
 		close(b.done)
+	}
+}
+
+// gone reports whether booking b's call may go at now, and counts it
+// gone if so: b is still the account's booking, or lapsed with no call
+// gone since it was due. Otherwise it claims again.
+func (p *pacer) gone(b *booking, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.booked != b {
+		return false // replaced, given up, or the rate changed
+	}
+	p.booked = nil
+	close(b.done)
+	if p.went.After(b.at) && now.Before(p.went.Add(p.interval)) {
+		return false // lapsed, and another call went since
+	}
+	p.went = laterOf(p.went, now)
+	return true
+}
+
+// unbook gives booking b up, its call not made. Once b went, lapsed and
+// was replaced, or ended with a change of rate, it does nothing.
+func (p *pacer) unbook(b *booking) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.booked == b {
+		p.endBookingLocked()
 	}
 }
 
@@ -249,16 +276,17 @@ func (p *pacer) takenOver(since time.Time) {
 // take returns the zero time, having counted a call going at now if
 // count; or, when the last call went (or is booked) less than an
 // interval before now, the time it may; or, while a call is booked to go
-// next (claim), a channel closed once it went. It returns errRateChanged
-// if the rate is no longer the one of changed.
+// next (claim), a channel closed once it went, and when its booking
+// lapses. It returns errRateChanged if the rate is no longer the one of
+// changed.
 func (p *pacer) take(now time.Time, changed chan struct{}, count bool) (time.Time, <-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if changed != p.changed {
 		return time.Time{}, nil, errRateChanged
 	}
-	if p.booked != nil {
-		return time.Time{}, p.booked.done, nil
+	if b := p.bookedLocked(now); b != nil {
+		return b.until, b.done, nil
 	}
 	if free := p.went.Add(p.interval); now.Before(free) {
 		return free, nil, nil
@@ -267,6 +295,24 @@ func (p *pacer) take(now time.Time, changed chan struct{}, count bool) (time.Tim
 		p.went = now
 	}
 	return time.Time{}, nil, nil
+}
+
+// waitBooked waits until another call's booking ends (booked closes) or
+// lapses (at t), or until ctx ends (its error) or changed closes
+// (errRateChanged).
+func waitBooked(ctx context.Context, t time.Time, booked, changed <-chan struct{}) error {
+	tm := time.NewTimer(time.Until(t))
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-booked:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-changed:
+		return errRateChanged
+	}
 }
 
 // sleepUntil sleeps until t, or until ctx ends (with its error) or
@@ -417,14 +463,23 @@ func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Respon
 }
 
 // goBooked makes the call of booking b: once its time came, it takes its
-// target's slot again and goes at once.
+// target's slot again and goes at once, or claims again (errOutpaced)
+// when its booking ended meanwhile (a change of rate), or lapsed and
+// another call went.
 func (g *guard) goBooked(ctx context.Context, b *booking, fn func(context.Context) (target.Response, error)) (target.Response, error) {
 	defer g.pace.unbook(b) // nothing once it went
-	if err := g.paced(ctx, func(ctx context.Context) error { return g.pace.until(ctx, b.at, nil) }); err != nil {
-		return target.Response{}, err
+	if err := g.paced(ctx, func(ctx context.Context) error { return g.pace.until(ctx, b.at, b.done) }); err != nil {
+		select {
+		case <-b.done:
+			return target.Response{}, errOutpaced
+		default:
+			return target.Response{}, err
+		}
 	}
 	return g.limit.around(ctx, func(ctx context.Context) (target.Response, error) {
-		g.pace.gone(b, time.Now())
+		if !g.pace.gone(b, time.Now()) {
+			return target.Response{}, errOutpaced
+		}
 		return fn(ctx)
 	})
 }

@@ -234,3 +234,53 @@ func TestPacerBookingHoldsTheNextGo(t *testing.T) {
 		t.Fatal("a claim after a booking was given up: want it booked, not outpaced")
 	}
 }
+
+// A booking whose call got no slot again within an interval of its time
+// lapses: the account's other calls go on, and the booked call, once it
+// has a slot, claims again rather than go beside them. A change of rate
+// ends a booking at once.
+func TestPacerBookingLapses(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	p := newPacer(float64(time.Second / interval))
+	ctx := t.Context()
+	if err := p.wait(ctx); err != nil { // the account's last call
+		t.Fatal(err)
+	}
+	at, b, ok := p.claim(time.Now())
+	if !ok || b == nil {
+		t.Fatalf("claim right after a call: want a booking, got %v, %v", b, ok)
+	}
+	if err := p.wait(ctx); err != nil { // the account's call to another target
+		t.Fatal(err)
+	}
+	if other := time.Now(); other.Before(b.until) {
+		t.Fatalf("another call went %s after the booked time, before the booking lapsed (%s)", other.Sub(at), b.until.Sub(at))
+	}
+	if p.gone(b, time.Now()) {
+		t.Fatal("a lapsed booking's call once another went: want it to claim again, it went")
+	}
+
+	if err := p.until(ctx, time.Now().Add(interval), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, b, ok = p.claim(time.Now())
+	if !ok || b == nil {
+		t.Fatalf("claim right after a call: want a booking, got %v, %v", b, ok)
+	}
+	p.setRate(0)
+	select {
+	case <-b.done:
+	default:
+		t.Fatal("a change of rate: want the booking ended")
+	}
+	if p.gone(b, time.Now()) {
+		t.Fatal("a booking ended by a change of rate: want its call to claim again, it went")
+	}
+	if _, nb, ok := p.claim(time.Now()); !ok || nb != nil {
+		t.Fatalf("unlimited: want a claim to go at once, got %v, %v", nb, ok)
+	}
+}
