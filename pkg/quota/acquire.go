@@ -41,9 +41,10 @@ func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func
 	case <-ctx.Done():
 		ln.mu.Lock()
 		select {
-		case <-w.ready: // served meanwhile: the slot goes back unused
+		case <-w.ready: // served meanwhile: the slot and token go back unused
 			if w.err == nil {
 				ln.freed++
+				ln.unused++
 			}
 		default:
 			w.gone = true
@@ -68,6 +69,9 @@ func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func
 			ln.mu.Lock()
 			ln.heard(a, w.inFlight, counted)
 			ln.freed++
+			if a.NotMade {
+				ln.unused++
+			}
 			ln.mu.Unlock()
 			ln.poke()
 		})
@@ -165,6 +169,7 @@ type line struct {
 	readAt  time.Time // when rec was last known to be the stored one
 	held    int       // this replica's slots in the stored record
 	freed   int       // slots released since, not yet written
+	unused  int       // of them, tokens of calls not made: they go back with the write
 	waiting []*waiter
 
 	// What the answers since the last write taught a learned limit.
@@ -325,6 +330,10 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 	now := time.Now()
 	r := ln.rec.clone()
 	r.refill(ln.lim, now)
+	unused := ln.unused
+	if ln.lim.Rate > 0 {
+		r.Tokens = min(r.Tokens+float64(unused), ln.lim.burst())
+	}
 	mine := ln.held - ln.freed
 	n := len(ln.waiting)
 	turn := r.turn(live, self)
@@ -385,6 +394,7 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 	}
 	ln.held += serve - freed
 	ln.freed -= freed
+	ln.unused -= unused
 	if ln.refusedAt == refusedAt {
 		ln.refusedAt = 0
 		if refusedAt > 0 {

@@ -549,3 +549,39 @@ func TestAcquireTakesANewLimit(t *testing.T) {
 		t.Fatalf("back at 1/s: want 4 calls to span about 3s, they spanned %s", span)
 	}
 }
+
+// A slot given back by a call that was not made (its caller outpaced, or
+// booked to go later) gives its token back too: the next call takes it
+// at once. Before, each such slot cost a token of the target's rate,
+// which every account shares. A call that was made keeps its token
+// spent.
+func TestUnusedTokenGoesBack(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a")
+	q := open(t, srv, c, "a")
+	lim := quota.Smooth(0.5, 0) // a token every 2 s, one in the bucket
+	ctx := ctxFor(t, time.Minute)
+	var lastRelease func(quota.Answer)
+	acquire := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		release, _, err := q.Acquire(ctx, quota.TargetKey("erp"), lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lastRelease = release
+		return time.Since(start)
+	}
+	acquire()
+	lastRelease(quota.Answer{NotMade: true})
+	if took := acquire(); took > 500*time.Millisecond {
+		t.Fatalf("after a call not made gave its token back: want the next served at once, waited %s", took)
+	}
+	lastRelease(quota.Answer{OK: true})
+	if took := acquire(); took < time.Second {
+		t.Fatalf("after a call that was made: want the next to wait for a token (2 s), waited %s", took)
+	}
+	lastRelease(quota.Answer{OK: true})
+}

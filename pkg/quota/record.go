@@ -71,6 +71,9 @@ type Answer struct {
 	RetryAfter time.Duration
 	// OK: the call succeeded.
 	OK bool
+	// NotMade: the call was not made after all (its caller gave its slot
+	// back first): its token goes back too, for another call to take.
+	NotMade bool
 }
 
 // AnswerOf is what the outcome of a call (or a poll) that was made says

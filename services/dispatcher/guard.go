@@ -582,7 +582,7 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 	}
 	select {
 	case <-tl.s.noCalls:
-		release(quota.Answer{})
+		release(quota.Answer{NotMade: true})
 		local.drop()
 		return target.Response{}, errNotCalled
 	default:
@@ -594,10 +594,13 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 	return resp, err
 }
 
-// answerOf is what a call's outcome says of its target's capacity.
+// answerOf is what a call's outcome says of its target's capacity. A
+// call not made (errNotCalled: outpaced, booked for later, its account
+// lost or paused) gives its token back; one a hard stop cut went out,
+// and its token stays spent.
 func answerOf(err error, made bool) quota.Answer {
 	if !made {
-		return quota.Answer{}
+		return quota.Answer{NotMade: errors.Is(err, errNotCalled)}
 	}
 	return quota.AnswerOf(err)
 }
