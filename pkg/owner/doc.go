@@ -16,6 +16,6 @@
 // limit (pkg/quota) counts while it lives.
 //
 //	g, err := owner.Join(ctx, js, owner.Options{Instance: "d-1", OnChange: reconcile}) // reconcile(owner.Change)
-//	if g.Assigned(acct) { ok, err := g.Acquire(ctx, acct) … }
+//	if g.Assigned(acct) { ok, since, err := g.Acquire(ctx, acct) … } // since: for the pace
 //	defer g.Leave(ctx)
 package owner

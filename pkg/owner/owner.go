@@ -87,23 +87,23 @@ type Change struct {
 // Group is a replica's view of the live replicas and the account leases.
 type Group struct {
 	o      Options
+	js     jetstream.JetStream
 	kv     jetstream.KeyValue
-	kvs    jetstream.Stream // kv's stream: a given-back lease's delete marker
+	kvs    jetstream.Stream // kv's stream: a lease's last message, its delete marker once given back
 	nc     *nats.Conn
 	status chan nats.Status // the connection's reconnects: the watch is made again
 	self   string
 	log    zerolog.Logger
 
 	mu      sync.Mutex
-	seen    map[string]heard  // replica → its last heartbeat heard, guests' too
-	cut     bool              // this replica's last heartbeat failed: it hears nobody
-	sent    time.Time         // when the last heartbeat that got through was sent
-	lapses  uint64            // how often it stopped being Current and became so again
-	since   time.Time         // when this replica's heartbeats got through again
-	live    []string          // the live members, sorted, self included unless a guest
-	present []string          // the live members and guests, sorted, self included
-	leases  map[string]lease  // account → its holder as last known
-	last    map[string]string // account → the last holder heard of, kept once the lease is given back
+	seen    map[string]heard // replica → its last heartbeat heard, guests' too
+	cut     bool             // this replica's last heartbeat failed: it hears nobody
+	sent    time.Time        // when the last heartbeat that got through was sent
+	lapses  uint64           // how often it stopped being Current and became so again
+	since   time.Time        // when this replica's heartbeats got through again
+	live    []string         // the live members, sorted, self included unless a guest
+	present []string         // the live members and guests, sorted, self included
+	leases  map[string]lease // account → its holder as last known
 	// lingering are the accounts whose lease a dead replica holds while
 	// its calls may still run (Linger), and when they may be taken: each
 	// is then reported as changed, for the caller to Acquire it again.
@@ -147,8 +147,8 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	if o.Logger != nil {
 		log = *o.Logger
 	}
-	g := &Group{o: o, kv: kv, kvs: kvs, nc: js.Conn(), self: token(o.Instance), log: log,
-		seen: map[string]heard{}, leases: map[string]lease{}, last: map[string]string{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
+	g := &Group{o: o, js: js, kv: kv, kvs: kvs, nc: js.Conn(), self: token(o.Instance), log: log,
+		seen: map[string]heard{}, leases: map[string]lease{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
 	if err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
@@ -248,17 +248,6 @@ func (g *Group) Holder(account string) string {
 	return g.leases[account].holder
 }
 
-// HeldLast reports whether this replica holds account's lease or was the
-// last to hold it, as far as the watch has heard: a lease it gave back
-// (an idle account retired) and takes again was nobody's meanwhile,
-// unless another replica took it and gave it back faster than the watch
-// told (or while it was being made again after a reconnect).
-func (g *Group) HeldLast(account string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.last[account] == g.self
-}
-
 // Current reports whether no other replica can have taken this one for
 // dead yet: its last heartbeat that got through was sent less than an
 // Expiry ago, less half a heartbeat for the margin. It is dated from the
@@ -309,27 +298,31 @@ func (g *Group) Holds(account string) bool { return g.Holder(account) == g.self 
 // for the new holder's pace: the time its holder gave the lease back
 // (its delete marker's: its calls had returned), or now when it is taken
 // from a dead replica; the zero time when nobody held it before, or this
-// replica did last (HeldLast), whose own pace knows.
+// replica gave it back itself and nobody held it since (its own pace
+// knows). The lease is written conditional on the message since is read
+// from, so nobody can hold it in between.
 func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since time.Time, err error) {
 	if g.o.Guest {
 		return false, time.Time{}, errors.New("owner: a guest holds no account")
 	}
-	mine := g.HeldLast(account)
 	key := leasePrefix + account
-	e, err := g.kv.Get(ctx, key)
+	m, err := g.kvs.GetLastMsgForSubject(ctx, g.leaseSubject(key))
 	var rev uint64
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		if since, err = g.givenBackAt(ctx, key); err != nil {
-			return false, time.Time{}, err
-		}
-		rev, err = g.kv.Create(ctx, key, []byte(g.self))
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		// Not kv.Create, which takes a lease given back meanwhile too.
+		rev, err = g.kv.Update(ctx, key, []byte(g.self), 0)
 	case err != nil:
 		return false, time.Time{}, err
+	case m.Header.Get(kvOperation) != "":
+		if m.Header.Get(gaveBackHeader) != g.self {
+			since = m.Time
+		}
+		rev, err = g.kv.Update(ctx, key, []byte(g.self), m.Sequence)
 	default:
-		holder := string(e.Value())
+		holder := string(m.Data)
 		if holder == g.self {
-			rev = e.Revision()
+			rev = m.Sequence
 			break
 		}
 		if g.isLive(holder) {
@@ -346,7 +339,7 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since tim
 			return false, time.Time{}, nil
 		}
 		since = time.Now()
-		rev, err = g.kv.Update(ctx, key, []byte(g.self), e.Revision())
+		rev, err = g.kv.Update(ctx, key, []byte(g.self), m.Sequence)
 	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || isConflict(err) {
@@ -355,23 +348,26 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since tim
 		return false, time.Time{}, err
 	}
 	g.learn(account, lease{holder: g.self, rev: rev})
-	if mine {
-		since = time.Time{}
-	}
 	return true, since, nil
 }
 
-// givenBackAt is when key's lease was last given back: its delete
-// marker's time, or the zero time when it was never held.
-func (g *Group) givenBackAt(ctx context.Context, key string) (time.Time, error) {
-	m, err := g.kvs.GetLastMsgForSubject(ctx, "$KV."+g.kv.Bucket()+"."+key)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, err
-	}
-	return m.Time, nil
+// A lease's delete marker: the KV API's operation header, and who gave
+// the lease back (its holder), for the next Acquire's since.
+const (
+	kvOperation    = "KV-Operation"
+	gaveBackHeader = "Tenaz-Gave-Back"
+)
+
+func (g *Group) leaseSubject(key string) string { return "$KV." + g.kv.Bucket() + "." + key }
+
+// giveBack deletes key's lease if its last revision is rev, with a
+// marker that names this replica.
+func (g *Group) giveBack(ctx context.Context, key string, rev uint64) error {
+	m := nats.NewMsg(g.leaseSubject(key))
+	m.Header.Set(kvOperation, "DEL")
+	m.Header.Set(gaveBackHeader, g.self)
+	_, err := g.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
+	return err
 }
 
 // Release gives account's lease back if this replica holds it.
@@ -384,7 +380,7 @@ func (g *Group) Release(ctx context.Context, account string) error {
 		// One round trip while the lease is still the revision this
 		// replica wrote or last heard (a replica stopping gives back every
 		// lease it holds); a conflict means it changed: read it.
-		err := g.kv.Delete(ctx, key, jetstream.LastRevision(known.rev))
+		err := g.giveBack(ctx, key, known.rev)
 		if err == nil {
 			g.learn(account, lease{rev: known.rev + 1})
 			return nil
@@ -409,7 +405,7 @@ func (g *Group) Release(ctx context.Context, account string) error {
 		g.learn(account, lease{holder: string(e.Value()), rev: e.Revision()})
 		return nil
 	}
-	if err := g.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isConflict(err) {
+	if err := g.giveBack(ctx, key, e.Revision()); err != nil && !isConflict(err) {
 		return err
 	}
 	// The delete marker comes after e: what the watch still brings of e
@@ -439,7 +435,6 @@ func (g *Group) learn(account string, l lease) bool {
 		delete(g.leases, account)
 	} else {
 		g.leases[account] = l
-		g.last[account] = l.holder
 	}
 	if before.holder == l.holder {
 		return false
