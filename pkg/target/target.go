@@ -219,20 +219,31 @@ func (t *Target) Classify(status int) outcome.Class {
 	return outcome.ClassPermanent
 }
 
+// ErrNotSent is in the error of a call or poll whose request could not
+// be made (its URL, the request itself): the provider was not asked, so
+// what it counts against the target's limits goes back.
+var ErrNotSent = errors.New("the request was not sent")
+
+// notSent marks err as ErrNotSent, keeping its message.
+type notSent struct{ error }
+
+func (e notSent) Unwrap() error      { return e.error }
+func (notSent) Is(target error) bool { return target == ErrNotSent }
+
 // Call sends the event and returns the answer and its outcome: nil on
 // success, outcome.Permanent(...) for a permanent rejection, a
 // RetryAfterError when the target asked for a pause, else a transient error.
 func (t *Target) Call(ctx context.Context, r Request) (Response, error) {
 	u, err := t.URL(r)
 	if err != nil {
-		return Response{}, outcome.Permanent(fmt.Errorf("target %s: url: %w", t.Name, err))
+		return Response{}, outcome.Permanent(notSent{fmt.Errorf("target %s: url: %w", t.Name, err)})
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	body := []byte(r.Event.Payload)
 	req, err := http.NewRequestWithContext(ctx, t.method, u, bytes.NewReader(body))
 	if err != nil {
-		return Response{}, outcome.Permanent(fmt.Errorf("target %s: request: %w", t.Name, RedactURL(err, u)))
+		return Response{}, outcome.Permanent(notSent{fmt.Errorf("target %s: request: %w", t.Name, RedactURL(err, u))})
 	}
 	for k, v := range t.headers {
 		req.Header[k] = v
@@ -409,17 +420,17 @@ func (t *Target) RefField() string { return t.refField }
 // is an error classified like a delivery's (transient or permanent).
 func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 	if t.pollURL == nil {
-		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s has no poll url", t.Name))
+		return PollAnswer{}, outcome.Permanent(notSent{fmt.Errorf("target %s has no poll url", t.Name)})
 	}
 	u, err := t.pollURL.Render(vars(r))
 	if err != nil {
-		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll url: %w", t.Name, err))
+		return PollAnswer{}, outcome.Permanent(notSent{fmt.Errorf("target %s: poll url: %w", t.Name, err)})
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return PollAnswer{}, outcome.Permanent(fmt.Errorf("target %s: poll request: %w", t.Name, RedactURL(err, u)))
+		return PollAnswer{}, outcome.Permanent(notSent{fmt.Errorf("target %s: poll request: %w", t.Name, RedactURL(err, u))})
 	}
 	for k, v := range t.headers {
 		req.Header[k] = v

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/webhook"
@@ -569,5 +570,44 @@ func TestAnswerThatReadsTwoWaysIsNotRead(t *testing.T) {
 		if resp, err := tg.Call(t.Context(), target.Request{Event: envelope(t)}); err != nil || resp.Unclear != nil {
 			t.Errorf("call answering %s: want it read as before, got %v (%v)", body, resp.Unclear, err)
 		}
+	}
+}
+
+// A call or poll whose request cannot be made (its URL does not fit) is
+// refused for good as ErrNotSent, and the target sees nothing; one the
+// target answered, however it answered, is not ErrNotSent: what it
+// counts against the target's limits was spent.
+func TestARequestNotMadeIsNotSent(t *testing.T) {
+	t.Parallel()
+	repeat := func(v string) string { return strings.Repeat("{{."+v+"}}", 12) }
+	tg, got := setup(t, config.Target{URL: "{{.URL}}/orders/" + repeat("EntityID"),
+		Poll: &config.Poll{URL: "{{.URL}}/jobs/" + repeat("Reference"), DoneWhen: config.DoneWhen{Field: "status", In: []string{"done"}}}},
+		answer(503, `{"error":"down"}`))
+	long := strings.Repeat("/", names.MaxKeyLen) // 3 bytes each once escaped: 12 of them pass 8 KiB
+	env := envelope(t)
+	env.EntityID = long
+	ctx := context.Background()
+	_, callErr := tg.Call(ctx, target.Request{Event: env, Attempt: 1})
+	_, pollErr := tg.Poll(ctx, target.Request{Event: envelope(t), Reference: long})
+	for what, err := range map[string]error{"call": callErr, "poll": pollErr} {
+		if !errors.Is(err, target.ErrNotSent) || !outcome.IsPermanent(err) || !strings.Contains(err.Error(), "expands to more than") {
+			t.Errorf("%s whose URL does not fit: want a permanent ErrNotSent naming the URL's size, got %v", what, err)
+		}
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("want nothing sent for a URL that does not fit, the target saw %s %s", s.method, s.path)
+	default:
+	}
+	env.EntityID = "o-1"
+	_, callErr = tg.Call(ctx, target.Request{Event: env, Attempt: 1})
+	_, pollErr = tg.Poll(ctx, target.Request{Event: envelope(t), Reference: "r1"})
+	for what, err := range map[string]error{"call": callErr, "poll": pollErr} {
+		if err == nil || errors.Is(err, target.ErrNotSent) {
+			t.Errorf("%s the target refused with a 503: want an error that is not ErrNotSent, got %v", what, err)
+		}
+	}
+	if n := len(got); n != 2 {
+		t.Errorf("want the call and the poll that fit sent, the target saw %d requests", n)
 	}
 }

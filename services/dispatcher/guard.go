@@ -588,19 +588,25 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 	default:
 	}
 	resp, err := local.timed(fn)(ctx)
-	made := ctx.Err() == nil && !errors.Is(err, errNotCalled)
+	made := ctx.Err() == nil && !notMade(err)
 	local.done(err, made)
 	release(answerOf(err, made))
 	return resp, err
 }
 
+// notMade reports a call that did not reach its target: not made
+// (errNotCalled: outpaced, booked for later, its account lost or paused),
+// or its request could not be made (target.ErrNotSent).
+func notMade(err error) bool {
+	return errors.Is(err, errNotCalled) || errors.Is(err, target.ErrNotSent)
+}
+
 // answerOf is what a call's outcome says of its target's capacity. A
-// call not made (errNotCalled: outpaced, booked for later, its account
-// lost or paused) gives its token back; one a hard stop cut went out,
-// and its token stays spent.
+// call that did not reach its target gives its token back; one a hard
+// stop cut went out, and its token stays spent.
 func answerOf(err error, made bool) quota.Answer {
 	if !made {
-		return quota.Answer{NotMade: errors.Is(err, errNotCalled)}
+		return quota.Answer{NotMade: notMade(err)}
 	}
 	return quota.AnswerOf(err)
 }

@@ -448,7 +448,7 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 	call = slot.timed(call)
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
-	slot.done(callErr, ctx.Err() == nil && !errors.Is(callErr, errNotCalled))
+	slot.done(callErr, ctx.Err() == nil && !notMade(callErr))
 	if errors.Is(callErr, errPaused) {
 		// Given back, as for a breaker that opened: the attempt was not
 		// made, and the event waits in EVENTS until the resume.

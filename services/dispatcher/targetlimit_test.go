@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/quota"
@@ -440,5 +441,36 @@ kinds:
 		if gap := calls[i].Sub(calls[i-1]); gap < interval-100*time.Millisecond {
 			t.Errorf("slow (12/m): calls %d and %d went %s apart, want %s", i, i+1, gap, interval)
 		}
+	}
+}
+
+// A call whose request cannot be made gives its target's token back: at
+// 1/m, an event whose URL does not fit (its entity id, escaped and
+// repeated, past the URL's 8 KiB) fails for good without reaching the
+// target, and the next event's call goes at once, not a minute later
+// behind a token nothing used.
+func TestACallNotSentGivesItsTokenBack(t *testing.T) {
+	t.Parallel()
+	url := "${TARGET}/api/" + strings.Repeat("{{.EntityID}}", 12)
+	yaml := `
+accounts:
+  "*": {concurrency: 1}
+targets:
+  erp: {url: "` + url + `", timeout: 5s, rate: 1/m}
+kinds:
+  order.create: {target: erp, entity: order_id, attempts: 1}
+`
+	h := setup(t, yaml, provider.Faults{})
+	h.dispatcher("d1", nil)
+	long := strings.Repeat("/", names.MaxKeyLen) // 3 bytes each once escaped
+	bad := h.Submit("acme", "order.create", []string{"bad"}, func(string) string { return `{"order_id":"` + long + `"}` })
+	good := h.Submit("acme", "order.create", []string{"good"}, orderPayload)
+	dead := h.waitAll(bad, state.Dead, servicetest.WaitFor)[bad[0]]
+	if e := dead.LastError; e == nil || !strings.Contains(e.Message, "expands to more than") {
+		t.Fatalf("want the event whose URL does not fit dead for its URL, got %+v", e)
+	}
+	h.waitAll(good, state.Done, 20*time.Second)
+	if n := len(h.prov.Calls()); n != 1 {
+		t.Fatalf("want one call at the target (the event whose URL fits), got %d", n)
 	}
 }

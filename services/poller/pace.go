@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/quota"
+	"github.com/tenaz/tenaz/pkg/target"
 )
 
 // A poll is a request to its target's provider as a delivery is, and the
@@ -131,11 +132,20 @@ func (p *pacer) slot(ctx context.Context, key string, l quota.Limit, every time.
 	}
 	switch {
 	case err == nil:
-		return gate{release: func(err error) { release(quota.AnswerOf(err)) }}, nil
+		return gate{release: func(err error) { release(answerOf(err)) }}, nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return busy(), nil
 	}
 	return gate{}, err
+}
+
+// answerOf is what a poll's outcome says of its target's capacity: one
+// whose request could not be made gives its token back.
+func answerOf(err error) quota.Answer {
+	if errors.Is(err, target.ErrNotSent) {
+		return quota.Answer{NotMade: true}
+	}
+	return quota.AnswerOf(err)
 }
 
 // enter counts a poll of key waiting here; ahead is how many were
