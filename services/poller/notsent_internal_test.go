@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
@@ -64,3 +65,86 @@ kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
 	release(nil)
 }
 
+// A pause that comes while a poll waits for its target's slot holds the
+// poll too, and the slot it then gets goes back: with bureau A's one slot
+// held, acme's next poll waits for it; acme is paused meanwhile; once the
+// slot is free the poll is put off (paused), not made, and globex's poll
+// takes the slot at once.
+func TestAPauseDuringTheWaitForASlotHoldsThePoll(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	cfg := servicetest.Config(t, `
+targets:
+  bureau_a:
+    url: "http://127.0.0.1:1/x"
+    concurrency: 1
+    poll: {url: "http://127.0.0.1:1/jobs/{{.Reference}}", interval: 1s, done_when: {field: status, in: [done]}}
+kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
+`, nil)
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servicetest.Run(t, ctx, s)
+	envOf := func(account string) event.Envelope {
+		env, err := event.New(event.Fields{Account: account, Kind: "report.fetch", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	acme, globex := envOf("acme"), envOf("globex")
+	var rec state.Record
+	held, off, err := s.putOff(ctx, acme, rec, "bureau_a", time.Second)
+	if off || err != nil {
+		t.Fatalf("acme's first poll: want it to go, got put off %v, %v", off, err)
+	}
+	type put struct {
+		release func(error)
+		off     bool
+		err     error
+	}
+	second := make(chan put, 1)
+	go func() {
+		r, off, err := s.putOff(ctx, acme, rec, "bureau_a", time.Second)
+		second <- put{r, off, err}
+	}()
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		s.pace.mu.Lock()
+		defer s.pace.mu.Unlock()
+		for _, n := range s.pace.waiting {
+			if n > 0 {
+				return true
+			}
+		}
+		return false
+	}, "want acme's second poll waiting for bureau A's slot")
+	pauses, err := accounts.OpenPauses(ctx, js, names.NewSubjects(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pauses.Set(ctx, accounts.Pause{Account: "acme", Actor: "operator:test", Reason: "bureau A asked", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { until, _ := s.heldUntil("acme", "bureau_a", time.Second); return !until.IsZero() }, "want the poller to hear acme's pause")
+	held(nil)
+	got := <-second
+	if got.err != nil || !got.off {
+		if got.release != nil {
+			got.release(nil)
+		}
+		t.Fatalf("acme's poll that waited for the slot through its pause: want it put off, got put off %v, %v", got.off, got.err)
+	}
+	start := time.Now()
+	release, off, err := s.putOff(ctx, globex, rec, "bureau_a", time.Second)
+	if off || err != nil {
+		t.Fatalf("globex's poll: want it to take the slot acme's put-off poll gave back, got put off %v, %v", off, err)
+	}
+	if waited := time.Since(start); waited > 500*time.Millisecond {
+		t.Errorf("globex's poll waited %s for a slot nothing held", waited)
+	}
+	release(nil)
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
+	"github.com/tenaz/tenaz/pkg/target"
 	"github.com/tenaz/tenaz/pkg/tracing"
 )
 
@@ -255,10 +256,20 @@ func (s *Service) putOff(ctx context.Context, env event.Envelope, rec state.Reco
 	until, why := s.heldUntil(env.Account, tgt, every)
 	if until.IsZero() {
 		g, err := s.paced(ctx, env.Account, tgt, every)
-		if err != nil || g.until.IsZero() {
-			return g.release, false, err
+		if err != nil {
+			return nil, false, err
 		}
-		until, why = g.until, g.why
+		if g.until.IsZero() {
+			// The wait for the target took up to waitMax: a pause or an
+			// open breaker that came meanwhile holds the poll too, and
+			// what it took of the target goes back.
+			if until, why = s.heldUntil(env.Account, tgt, every); until.IsZero() {
+				return g.release, false, nil
+			}
+			g.release(target.ErrNotSent)
+		} else {
+			until, why = g.until, g.why
+		}
 	}
 	s.o.Metrics.PutOff(env.Account, why)
 	zerolog.Ctx(ctx).Debug().Time("until", until).Str("reason", why).Msg("poll put off")
