@@ -272,7 +272,13 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		case !final:
 			return note(CallbackProgress, fmt.Sprintf("callback %s: %s is %q, not final; still waiting", webhookID, t.Callback.DoneWhen.Field, status))
 		}
-		if webhookID != "" {
+		if webhookID != "" && byRef {
+			// Found by reference, the event is the one the URL's account
+			// holds the reference in, and that account is not signed: a
+			// copy sent to another account's URL must find this one's
+			// hold. An event id in the body is signed, so a copy names
+			// this event wherever it is sent, and its history's
+			// webhook-id makes it a duplicate: no hold, no round trip.
 			signed := signedMessage(webhookID, signedAt, body)
 			other, err := s.refs.HoldWebhook(ctx, target, signed, cur.ID, webhookHold(t.Callback.Tolerance.D()))
 			if err != nil {
