@@ -67,23 +67,32 @@ func (w *Writer) KeepRefusal(ctx context.Context, e Entry, msgID string) (waitin
 	return w.keep(ctx, e, msgID, true)
 }
 
+// keptInDead is how many entries account keeps in DEAD, for a refusal's
+// bound: 0 without a bound, or when the count fails (taken for room:
+// DEAD's own bounds still hold).
+func (w *Writer) keptInDead(ctx context.Context, account string) int {
+	if w.RefusalBound == nil || w.RefusalBound(account) <= 0 {
+		return 0
+	}
+	st, err := w.lookup(ctx, &w.stream, names.StreamDead)
+	if err != nil {
+		return 0
+	}
+	kept, err := Kept(ctx, st, w.Subj, account)
+	if err != nil {
+		return 0
+	}
+	return kept
+}
+
 // refusalsAtBound reports whether account keeps RefusalBound entries or
-// more, behind of them waiting for room. A count that fails is taken for
-// room: DEAD's own bounds still hold.
-func (w *Writer) refusalsAtBound(ctx context.Context, account string, behind int) bool {
+// more, in DEAD and waiting for room together.
+func (w *Writer) refusalsAtBound(account string, kept int) bool {
 	if w.RefusalBound == nil {
 		return false
 	}
 	bound := w.RefusalBound(account)
-	if bound <= 0 || int64(behind) >= bound {
-		return bound > 0
-	}
-	st, err := w.lookup(ctx, &w.stream, names.StreamDead)
-	if err != nil {
-		return false
-	}
-	kept, err := Kept(ctx, st, w.Subj, account)
-	return err == nil && int64(behind+kept) >= bound
+	return bound > 0 && int64(kept) >= bound
 }
 
 // keep is Keep, or KeepRefusal when refusal is set.
@@ -95,11 +104,20 @@ func (w *Writer) refusalsAtBound(ctx context.Context, account string, behind int
 // that wait would wait for as long as it lasts.
 func (w *Writer) keep(ctx context.Context, e Entry, msgID string, refusal bool) (waiting bool, err error) {
 	acct := accountToken(e.Account)
+	inDead := 0
+	if refusal {
+		// DEAD is counted before the waiting room: an entry moved from
+		// one into the other between the two reads is then counted in
+		// neither, not in both, which would refuse a refusal short of
+		// the bound. (Only a move that straddles both reads, its copy
+		// in DEAD and its original not yet removed, counts twice.)
+		inDead = w.keptInDead(ctx, acct)
+	}
 	behind, err := w.WaitingOf(ctx, acct)
 	if err != nil {
 		behind = 0 // unknown: DEAD says whether there is room
 	}
-	if refusal && w.refusalsAtBound(ctx, acct, behind) {
+	if refusal && w.refusalsAtBound(acct, inDead+behind) {
 		return false, ErrRefusalsAtBound
 	}
 	if behind > 0 {

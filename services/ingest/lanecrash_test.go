@@ -439,10 +439,12 @@ func TestForgedReplyHeaderHoldsUpNoAccount(t *testing.T) {
 // and the rest are acked for it. Once DEAD has room (here: its bound is
 // lifted, as an operator's discard or a larger bound would), every
 // refusal is kept, none lost, those that waited in the waiting room too.
+// The account's bound on refusals kept (10,000 by default) is set above
+// them: TestAFloodOfRefusalsIsKeptWithinItsBound is about that one.
 func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
 	t.Parallel()
 	const refused, calm = 10000, 20
-	h := setup(t, baseYAML+"deadletter: {max_bytes: 4194304}\n", withTimeout(4*time.Minute))
+	h := setup(t, baseYAML+"deadletter: {max_bytes: 4194304, max_refusals_per_account: 20000}\n", withTimeout(4*time.Minute))
 	servicetest.Stop(t, h.ing)
 	p := &publisher{h: h}
 	pad := strings.Repeat("x", 1000)
