@@ -118,16 +118,9 @@ kinds: {report.fetch: {target: bureau_b, completion: poll, poll_sla: 1h}}
 // test to hand to handle as the consumer would: only the test takes it.
 func timerHarness(t *testing.T, yaml, kind string) (*Service, event.Envelope, func(wait time.Duration) jetstream.Msg) {
 	t.Helper()
-	srv := natstest.Start(t)
-	nc, js := srv.Conn(t)
-	cfg := servicetest.Config(t, yaml, nil)
-	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, js := startPoller(t, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	servicetest.Run(t, ctx, s)
 	next := natstest.Inbox(t, js, "LOOK", 30*time.Second, 20)
 	env, err := event.New(event.Fields{Account: "acme", Kind: kind, IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
@@ -137,4 +130,19 @@ func timerHarness(t *testing.T, yaml, kind string) (*Service, event.Envelope, fu
 		t.Fatal(err)
 	}
 	return s, env, next
+}
+
+// startPoller runs a poller (p1) of yaml on a server of its own.
+func startPoller(t *testing.T, yaml string) (*Service, jetstream.JetStream) {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc, js := srv.Conn(t)
+	s, err := New(Options{Conn: nc, Config: servicetest.Config(t, yaml, nil), Instance: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servicetest.Run(t, ctx, s)
+	return s, js
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
-	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/target"
 )
@@ -22,9 +21,7 @@ import (
 // instead of being put off for a minute behind a token nothing used.
 func TestAPollNotSentGivesItsTokenBack(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc, _ := srv.Conn(t)
-	cfg := servicetest.Config(t, `
+	s, _ := startPoller(t, `
 targets:
   bureau_a:
     url: "http://127.0.0.1:1/x"
@@ -32,14 +29,9 @@ targets:
     concurrency: 1
     poll: {url: "http://127.0.0.1:1/jobs/`+strings.Repeat("{{.Reference}}", 12)+`", interval: 1s, done_when: {field: status, in: [done]}}
 kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
-`, nil)
-	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	servicetest.Run(t, ctx, s)
 	env, err := event.New(event.Fields{Account: "acme", Kind: "report.fetch", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -72,23 +64,16 @@ kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
 // takes the slot at once.
 func TestAPauseDuringTheWaitForASlotHoldsThePoll(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc, js := srv.Conn(t)
-	cfg := servicetest.Config(t, `
+	s, js := startPoller(t, `
 targets:
   bureau_a:
     url: "http://127.0.0.1:1/x"
     concurrency: 1
     poll: {url: "http://127.0.0.1:1/jobs/{{.Reference}}", interval: 1s, done_when: {field: status, in: [done]}}
 kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
-`, nil)
-	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	servicetest.Run(t, ctx, s)
 	envOf := func(account string) event.Envelope {
 		env, err := event.New(event.Fields{Account: account, Kind: "report.fetch", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
 		if err != nil {
