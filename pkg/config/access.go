@@ -85,6 +85,9 @@ func applyOverride(base, o TargetOverride) TargetOverride {
 	if o.URL != "" {
 		base.URL = o.URL
 	}
+	if o.CallbackSecret != "" {
+		base.CallbackSecret = o.CallbackSecret
+	}
 	base.Headers = mergeHeaders(base.Headers, o.Headers)
 	return base
 }
@@ -147,6 +150,18 @@ func (c *Config) OwnTarget(account, target string) bool {
 	}
 	o := c.Accounts[account].Targets[target]
 	return o.URL != "" || len(o.Headers) > 0
+}
+
+// CallbackSecret is the key that verifies target's webhooks for
+// account's events: the account's own (own true), else the target's.
+// An account of "" (a webhook that names none) has the target's.
+func (c *Config) CallbackSecret(account, target string) (secret Secret, own bool) {
+	if account != "" && account != DefaultAccountName {
+		if s := c.Accounts[account].Targets[target].CallbackSecret; s != "" {
+			return s, true
+		}
+	}
+	return c.Targets[target].CallbackSecret, false
 }
 
 // TargetFor returns target as the given account calls it: the target with

@@ -226,6 +226,12 @@ type TargetOverride struct {
 	Headers map[string]Secret `yaml:"headers"`
 	// URL replaces the target's URL template. Defaults to "".
 	URL string `yaml:"url"`
+	// CallbackSecret verifies the webhooks sent for this account's events
+	// in place of the target's: a provider tenancy of the account's own
+	// signs with a key of its own. Its webhooks come to
+	// /v1/callbacks/<target>/<account>, and no webhook verified with
+	// another key completes the account's events. Not on "*".
+	CallbackSecret Secret `yaml:"callback_secret"`
 }
 
 // Target is an external API.

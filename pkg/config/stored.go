@@ -67,6 +67,14 @@ func ParseStoredAccount(name string, data []byte) (StoredAccount, error) {
 	n := name
 	sa := StoredAccount{Account: cfg.Accounts[n], Keys: cfg.Auth.Keys}
 	var errs []error
+	for _, t := range sorted(sa.Account.Targets) {
+		if sa.Account.Targets[t].CallbackSecret != "" {
+			// A replica of an earlier version reads the bucket too, and
+			// would leave the whole account out for a key it does not
+			// know: the account's own url and headers with it.
+			errs = append(errs, &KeyError{Key: join(join("accounts", n), "targets."+t+".callback_secret"), Msg: "is set in tenaz.yaml only, not in the accounts bucket"})
+		}
+	}
 	for _, id := range sorted(sa.Keys) {
 		k := sa.Keys[id]
 		switch k.Account {

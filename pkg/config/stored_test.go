@@ -95,6 +95,18 @@ func TestStoredAccountRefusesRepeatsAndTrailingData(t *testing.T) {
 	}
 }
 
+// An account's own callback_secret is tenaz.yaml's only: a replica of an
+// earlier version reads the accounts bucket too, and would leave the
+// whole account out for a key it does not know, and with it the
+// account's own url and headers (its calls would go to the target's).
+func TestStoredAccountRefusesACallbackSecret(t *testing.T) {
+	t.Parallel()
+	_, err := config.ParseStoredAccount("newco", []byte(`{"targets":{"erp":{"url":"https://newco.example/erp","callback_secret":"whsec_bmV3Y28tb3duLWNhbGxiYWNrLXNlY3JldC1rZXktMzI="}}}`))
+	if want := "accounts.newco.targets.erp.callback_secret: is set in tenaz.yaml only"; !errors.Is(err, config.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("want %q, got %v", want, err)
+	}
+}
+
 // A stored account's errors name the key and say what is wrong in its
 // own terms: no line (the definition is JSON the sender may have written
 // on many lines, and the line counted was of a document built around

@@ -286,6 +286,16 @@ func (v *validator) accounts() {
 				v.add(tkey, "unknown target %q", tname)
 			}
 			v.headers(join(tkey, "headers"), o.Headers)
+			if o.CallbackSecret != "" {
+				switch t := c.Targets[tname]; {
+				case star:
+					v.add(join(tkey, "callback_secret"), "is per account; every account's is targets.%s.callback_secret", tname)
+				case t.URL != "" && t.CallbackSecret == "":
+					v.add(join(tkey, "callback_secret"), "needs targets.%s.callback_secret: only a target that receives callbacks verifies them", tname)
+				default:
+					v.secret(join(tkey, "callback_secret"), o.CallbackSecret)
+				}
+			}
 			if o.URL != "" {
 				if err := checkURL(o.URL); err != nil {
 					v.addErr(join(tkey, "url"), err)

@@ -115,7 +115,8 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", "reading body: "+err.Error())
 		return
 	}
-	if err := sig.Verify(t.CallbackSecret.Reveal(), body); err != nil {
+	secret, _ := s.conf().CallbackSecret(account, name)
+	if err := sig.Verify(secret.Reveal(), body); err != nil {
 		s.refuse(w, name, err)
 		return
 	}
@@ -176,7 +177,9 @@ func (s *Service) refuse(w http.ResponseWriter, target string, err error) {
 // other case is a recorded no-op, recorded once per webhook-id and
 // outcome. With account set, the reference is looked up in that account
 // only, and an event of another account is unknown (and left untouched).
-// A message (webhookID, signedAt and body, as signed) is applied to one
+// account is the one whose key verified the webhook: without one (the
+// target's key), an event of an account with a callback secret of its
+// own is unknown too. A message (webhookID, signedAt and body, as signed) is applied to one
 // event at most, whichever URL it came to. It is safe to call
 // concurrently with copies of the same callback.
 func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, signedAt time.Time, doc map[string]any, body []byte) (reply CallbackReply, err error) {
@@ -239,6 +242,12 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	now := s.st.Now()
 	rec, _, err := s.st.Update(ctx, account, id, func(cur state.Record) (state.Record, error) {
 		if account != "" && cur.Account != account {
+			return cur, errOtherAccount
+		}
+		if _, own := s.conf().CallbackSecret(cur.Account, target); own && account == "" {
+			// Verified with the target's key, which the account's
+			// provider tenancy does not sign with: whoever holds it
+			// could complete this account's events.
 			return cur, errOtherAccount
 		}
 		if !s.calledBack(cur, target) {

@@ -942,3 +942,67 @@ func accepting(t *testing.T, answer string) *httptest.Server {
 	t.Cleanup(srv.Close)
 	return srv
 }
+
+// An account whose provider tenancy signs its webhooks with a key of its
+// own (accounts.<a>.targets.<t>.callback_secret) has its events completed
+// only by webhooks verified with that key, sent to its URL. globex holds
+// the target's shared key (its own tenancy signs with it): neither its
+// URL, nor the URL that names no account, nor acme's URL with the shared
+// key completes acme's event, whether by event id or by reference, and
+// nothing is written to it; acme's webhook signed with its own key
+// applies, and the same key does nothing on globex's URL.
+func TestAnAccountsOwnCallbackSecretGuardsItsEvents(t *testing.T) {
+	t.Parallel()
+	const acmeSecret = "whsec_YWNtZS1vd24tY2FsbGJhY2stc2VjcmV0LWtleS0zMg=="
+	h := setup(t, callbackYAML(tenants(t).URL)+`
+accounts:
+  acme: {targets: {bureau: {callback_secret: "`+acmeSecret+`"}}}
+`)
+	h.startDispatcher("d1")
+	acme, globex := h.submitCredit("acme", "a-1"), h.submitCredit("globex", "g-1")
+	h.awaiting("ref_1", acme, globex)
+	withKey := func(key, id, body string) []string {
+		var hs []string
+		for k, v := range webhook.Headers(key, id, time.Now(), []byte(body)) {
+			hs = append(hs, k, v[0])
+		}
+		return hs
+	}
+	before, _ := h.Lookup(acme)
+	byID := `{"event_id":"` + acme + `","status":"approved","by":"forger"}`
+	byRef := `{"reference":"ref_1","status":"approved","by":"forger"}`
+	for _, path := range []string{"/v1/callbacks/bureau", "/v1/callbacks/bureau/globex"} {
+		if got := h.webhook(path, "msg_forged_id", byID).outcome(t); got.Outcome != ingest.CallbackUnknown || got.ID != "" {
+			t.Errorf("acme's event named by id at %s, with the shared key: want %q without an id, got %+v", path, ingest.CallbackUnknown, got)
+		}
+	}
+	if got := h.webhook("/v1/callbacks/bureau", "msg_forged_ref", byRef).outcome(t); got.Outcome == ingest.CallbackApplied && got.ID == acme {
+		t.Errorf("acme's reference at the URL that names no account, with the shared key: applied to acme's event")
+	}
+	for _, body := range []string{byID, byRef} {
+		if got := h.do(http.MethodPost, "/v1/callbacks/bureau/acme", body, signed("msg_shared_key", time.Now(), body)...); got.Status != http.StatusUnauthorized {
+			t.Errorf("acme's URL with the shared key: want 401, got %d %s", got.Status, got.Body)
+		}
+	}
+	if after, _ := h.Lookup(acme); after.Status != state.AwaitingCallback || len(after.History) != len(before.History) {
+		t.Fatalf("acme's event after webhooks not signed with its key: want it untouched (awaiting_callback, %d history entries), got %s with %d",
+			len(before.History), after.Status, len(after.History))
+	}
+	own := `{"reference":"ref_1","status":"approved","by":"acme"}`
+	if got := h.do(http.MethodPost, "/v1/callbacks/bureau/globex", own, withKey(acmeSecret, "msg_acme_key", own)...); got.Status != http.StatusUnauthorized {
+		t.Errorf("globex's URL with acme's key: want 401, got %d %s", got.Status, got.Body)
+	}
+	if got := h.do(http.MethodPost, "/v1/callbacks/bureau/acme", own, withKey(acmeSecret, "msg_acme", own)...).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != acme {
+		t.Fatalf("acme's webhook signed with its own key: want applied to %s, got %+v", acme, got)
+	}
+	if got := h.webhook("/v1/callbacks/bureau/globex", "msg_g", `{"reference":"ref_1","status":"approved","by":"globex"}`).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != globex {
+		t.Fatalf("globex's webhook with the shared key: want applied to %s, got %+v", globex, got)
+	}
+	for id, by := range map[string]string{acme: "acme", globex: "globex"} {
+		rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
+		var res struct{ By string }
+		if err := json.Unmarshal(rec.Result, &res); err != nil || res.By != by {
+			t.Errorf("event %s: want the result of %s's webhook, got %s", id, by, rec.Result)
+		}
+	}
+}
