@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // Conditions callers branch on.
@@ -495,9 +496,7 @@ func (l *Ledger) write(ctx context.Context, r Record, rev uint64) (uint64, error
 	m.Data = b
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(l.o.Retention))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if store.IsWrongSequence(err) {
 			return 0, errConflict
 		}
 		return 0, fmt.Errorf("effect: write: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // Defaults of Options.
@@ -342,7 +343,7 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since tim
 		rev, err = g.kv.Update(ctx, key, []byte(g.self), m.Sequence)
 	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) || isConflict(err) {
+		if isConflict(err) {
 			return false, time.Time{}, nil
 		}
 		return false, time.Time{}, err
@@ -774,11 +775,10 @@ func token(s string) string {
 	return string(b)
 }
 
-// isConflict reports a compare-and-set that lost (wrong last sequence).
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
+// isConflict reports a compare-and-set that lost (wrong last sequence,
+// whichever code the server answers it with: a replicated bucket's is
+// not a single server's).
+func isConflict(err error) bool { return store.IsWrongSequence(err) }
 
 // Heard lists the replicas whose last heartbeat in the bucket was stored
 // less than within ago (by the server's stamp): for a tool that must know

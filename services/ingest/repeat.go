@@ -24,6 +24,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/store"
 	"github.com/tenaz/tenaz/streams"
 )
 
@@ -304,7 +305,7 @@ func (s *Service) putRepeat(ctx context.Context, account, name string, r config.
 		}
 		m.Data = []byte(r.Payload)
 		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(cur.Seq))
-		if isWrongLastSeq(err) {
+		if store.IsWrongSequence(err) {
 			continue // another replica wrote it: compare again
 		}
 		if err != nil {
@@ -313,12 +314,6 @@ func (s *Service) putRepeat(ctx context.Context, account, name string, r config.
 		return storedRepeat{Account: account, Name: name, Repeat: r, Origin: origin, By: by, Stored: time.Now().UTC(), Seq: ack.Sequence}, true, nil
 	}
 	return storedRepeat{}, false, fmt.Errorf("repeat %s of %s keeps changing under this replica", name, account)
-}
-
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // purgeRepeat removes the schedule, which cancels the repeat. A firing
