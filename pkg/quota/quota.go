@@ -187,6 +187,43 @@ func (q *Quotas) Take(ctx context.Context, key string, l Limit) (ok bool, wait t
 	return false, 0, ErrContended
 }
 
+// GiveBack returns a token Take spent for a call that was not made
+// after all (its request could not be built, its account was paused
+// meanwhile), up to the bucket's size. Like a token, it costs one
+// compare-and-set.
+func (q *Quotas) GiveBack(ctx context.Context, key string, l Limit) error {
+	q.mu.Lock()
+	t := q.takers[key]
+	q.mu.Unlock()
+	if t == nil || l.Rate <= 0 {
+		return nil // nothing taken here
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var err error
+	for range maxTries {
+		if t.read.IsZero() {
+			if t.rec, t.rev, err = q.get(ctx, key); err != nil {
+				return err
+			}
+			t.read = time.Now()
+		}
+		r := t.rec.clone()
+		r.refill(l, time.Now())
+		r.Tokens = min(r.Tokens+1, l.burst())
+		rev, err := q.put(ctx, key, r, t.rev)
+		if err == nil {
+			t.rec, t.rev, t.read = r, rev, time.Now()
+			return nil
+		}
+		t.read = time.Time{}
+		if !isConflict(err) {
+			return err
+		}
+	}
+	return ErrContended
+}
+
 // taker is what this replica knows of one key that Take spends.
 type taker struct {
 	mu   sync.Mutex

@@ -585,3 +585,43 @@ func TestUnusedTokenGoesBack(t *testing.T) {
 	}
 	lastRelease(quota.Answer{OK: true})
 }
+
+// A token Take spent for a call not made goes back with GiveBack, and
+// never past the bucket's size: at 1 a minute, one in the bucket, a
+// token given back serves the next Take at once, and two given back to
+// a bucket already full still serve one Take, not two.
+func TestGiveBackReturnsATakenToken(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a")
+	q := open(t, srv, c, "a")
+	lim, key := quota.Smooth(1.0/60, 0), quota.TargetKey("bureau")
+	ctx := ctxFor(t, time.Minute)
+	take := func() bool {
+		t.Helper()
+		ok, _, err := q.Take(ctx, key, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	give := func() {
+		t.Helper()
+		if err := q.GiveBack(ctx, key, lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !take() || take() {
+		t.Fatal("at 1/m with one token in the bucket: want the first Take served and the second refused")
+	}
+	give()
+	if !take() {
+		t.Fatal("after a token given back: want the next Take served at once")
+	}
+	give()
+	give()
+	if !take() || take() {
+		t.Fatal("two tokens given back to a bucket of one: want one Take served, not two")
+	}
+}

@@ -17,18 +17,20 @@ import (
 
 // A poll whose request cannot be made (its URL does not fit: the
 // provider's reference, escaped and repeated, past 8 KiB) gives its
-// target's token back: at 1/m with one slot, the next poll goes at once
-// instead of being put off for a minute behind a token nothing used.
+// target's token back: at 1/m, with one slot (bureau_a) or with the rate
+// alone (bureau_b, whose token a poll takes without a slot), the next
+// poll goes at once instead of being put off for a minute behind a token
+// nothing used.
 func TestAPollNotSentGivesItsTokenBack(t *testing.T) {
 	t.Parallel()
+	poll := `poll: {url: "http://127.0.0.1:1/jobs/` + strings.Repeat("{{.Reference}}", 12) + `", interval: 1s, done_when: {field: status, in: [done]}}`
 	s, _ := startPoller(t, `
 targets:
-  bureau_a:
-    url: "http://127.0.0.1:1/x"
-    rate: 1/m
-    concurrency: 1
-    poll: {url: "http://127.0.0.1:1/jobs/`+strings.Repeat("{{.Reference}}", 12)+`", interval: 1s, done_when: {field: status, in: [done]}}
-kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
+  bureau_a: {url: "http://127.0.0.1:1/x", rate: 1/m, concurrency: 1, `+poll+`}
+  bureau_b: {url: "http://127.0.0.1:1/x", rate: 1/m, `+poll+`}
+kinds:
+  report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}
+  report.other: {target: bureau_b, completion: poll, poll_sla: 1h}
 `)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -36,25 +38,27 @@ kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	tgt, err := s.target(env.Account, "bureau_a")
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"bureau_a", "bureau_b"} {
+		tgt, err := s.target(env.Account, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec state.Record
+		release, off, err := s.putOff(ctx, env, rec, name, time.Second)
+		if off || err != nil {
+			t.Fatalf("%s, the first poll: want it to go, got put off %v, %v", name, off, err)
+		}
+		_, perr := tgt.Poll(ctx, target.Request{Event: env, Reference: strings.Repeat("/", names.MaxKeyLen)})
+		if !errors.Is(perr, target.ErrNotSent) {
+			t.Fatalf("%s, a poll whose URL does not fit: want ErrNotSent, got %v", name, perr)
+		}
+		release(perr)
+		release, off, err = s.putOff(ctx, env, rec, name, time.Second)
+		if off || err != nil {
+			t.Fatalf("%s, the poll after one that was not sent: want it to go at once, got put off %v, %v", name, off, err)
+		}
+		release(nil)
 	}
-	var rec state.Record
-	release, off, err := s.putOff(ctx, env, rec, "bureau_a", time.Second)
-	if off || err != nil {
-		t.Fatalf("the first poll: want it to go, got put off %v, %v", off, err)
-	}
-	_, perr := tgt.Poll(ctx, target.Request{Event: env, Reference: strings.Repeat("/", names.MaxKeyLen)})
-	if !errors.Is(perr, target.ErrNotSent) {
-		t.Fatalf("a poll whose URL does not fit: want ErrNotSent, got %v", perr)
-	}
-	release(perr)
-	release, off, err = s.putOff(ctx, env, rec, "bureau_a", time.Second)
-	if off || err != nil {
-		t.Fatalf("the poll after one that was not sent: want it to go at once, got put off %v, %v", off, err)
-	}
-	release(nil)
 }
 
 // A pause that comes while a poll waits for its target's slot holds the

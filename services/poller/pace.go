@@ -90,8 +90,11 @@ func (p *pacer) token(ctx context.Context, key string, l quota.Limit, throttled 
 	deadline := now.Add(waitMax)
 	for first := true; ; first = false {
 		ok, wait, err := p.q.Take(ctx, key, l)
-		if err != nil || ok {
-			return gate{release: noSlot}, err
+		if err != nil {
+			return gate{}, err
+		}
+		if ok {
+			return gate{release: p.tokenBack(key, l)}, nil
 		}
 		if first {
 			throttled()
@@ -137,6 +140,19 @@ func (p *pacer) slot(ctx context.Context, key string, l quota.Limit, every time.
 		return busy(), nil
 	}
 	return gate{}, err
+}
+
+// tokenBack is the release of a poll that took a token of a rate-only
+// target: one whose request was not sent gives it back.
+func (p *pacer) tokenBack(key string, l quota.Limit) func(error) {
+	return func(err error) {
+		if !errors.Is(err, target.ErrNotSent) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.q.GiveBack(ctx, key, l) // failed: the token stays spent, as for a poll made
+	}
 }
 
 // answerOf is what a poll's outcome says of its target's capacity: one
