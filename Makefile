@@ -43,7 +43,7 @@ run: build tools ## Start tenaz on :8080: embedded NATS, demo config, demo provi
 .PHONY: test
 # Tests built only without the race detector (a file with `//go:build
 # !race` says why), run after the rest.
-NORACE_TESTS = ^(TestClusterCompareAndSet|TestClusterLeaseRace)$$
+NORACE_TESTS = ^(TestClusterCompareAndSet|TestClusterLeaseRace|TestClusterLaneAppendAfterRelease)$$
 
 # One go test over every module: it runs two packages at a time (one a
 # core), so a module whose tests are one long package no longer leaves a

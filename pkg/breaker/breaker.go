@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // State is the shared state of a breaker as stored in the bucket.
@@ -294,7 +295,7 @@ func (b *Breaker) write(ctx context.Context, rec record, rev uint64) (uint64, er
 	} else {
 		nrev, err = b.r.kv.Update(ctx, b.key, data, rev)
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if store.IsKeyTaken(err) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, errConflict
 	}
 	if err != nil {

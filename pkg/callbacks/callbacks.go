@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 var (
@@ -135,7 +136,7 @@ func (x *Index) hold(ctx context.Context, key, id string, ttl time.Duration) (st
 		if err == nil {
 			return "", nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !store.IsKeyTaken(err) {
 			return "", err
 		}
 		e, err := x.kv.Get(ctx, key)

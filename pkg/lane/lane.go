@@ -111,7 +111,7 @@ func (l *Lanes) Append(ctx context.Context, account, orderingKey, id string) (st
 			b, _ := json.Marshal(entry{Tail: id})
 			if _, err := l.kv.Create(ctx, key, b); err == nil {
 				return "", nil
-			} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			} else if !store.IsKeyTaken(err) {
 				return "", fmt.Errorf("lane: append %s: %w", key, err)
 			}
 			continue
@@ -127,7 +127,7 @@ func (l *Lanes) Append(ctx context.Context, account, orderingKey, id string) (st
 		b, _ := json.Marshal(cur.after(id))
 		if _, err := l.kv.Update(ctx, key, b, e.Revision()); err == nil {
 			return cur.Tail, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
+		} else if !store.IsKeyTaken(err) {
 			return "", fmt.Errorf("lane: append %s: %w", key, err)
 		}
 	}
@@ -151,7 +151,7 @@ func (l *Lanes) Release(ctx context.Context, account, orderingKey, id string) er
 	if cur.Tail != id {
 		return nil
 	}
-	if err := l.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isWrongSeq(err) {
+	if err := l.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !store.IsWrongSequence(err) {
 		return fmt.Errorf("lane: release %s: %w", key, err)
 	}
 	return nil
@@ -170,5 +170,3 @@ func (l *Lanes) Tail(ctx context.Context, account, orderingKey string) (string, 
 	_ = json.Unmarshal(e.Value(), &cur)
 	return cur.Tail, nil
 }
-
-func isWrongSeq(err error) bool { return store.IsWrongSequence(err) }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/lane"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/streams"
@@ -74,6 +75,52 @@ func TestClusterLeaseRace(t *testing.T) {
 			if err := race(account, round).Release(ctx, account); err != nil {
 				t.Fatalf("%s, round %d: release: %v", account, round, err)
 			}
+		}
+	}
+}
+
+// Submissions racing to open an ordered lane that was released (its key
+// purged: a purge marker is its last entry) on a replicated bucket: each
+// is appended, none fails. kv.Create writes at the marker's revision
+// there and returns a lost race as the stream's code (10164), which
+// jetstream.ErrKeyExists does not match; read as an error, the
+// submission failed with "lane: append".
+func TestClusterLaneAppendAfterRelease(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t, 3)
+	_, js := c.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a bound on the whole
+	defer cancel()
+	if _, err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	var ls []*lane.Lanes
+	for range 4 {
+		_, js := c.Conn(t)
+		l, err := lane.Open(ctx, js, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	for round := range 20 {
+		var wg sync.WaitGroup
+		errs := make([]error, len(ls))
+		for i, l := range ls {
+			wg.Go(func() { _, errs[i] = l.Append(ctx, "acme", "order-1", fmt.Sprintf("ev-%d-%d", round, i)) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: submission %d to a released lane: %v", round, i, err)
+			}
+		}
+		tail, err := ls[0].Tail(ctx, "acme", "order-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls[0].Release(ctx, "acme", "order-1", tail); err != nil {
+			t.Fatalf("round %d: release: %v", round, err)
 		}
 	}
 }

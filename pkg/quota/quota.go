@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // Key prefixes in the bucket.
@@ -292,7 +293,7 @@ func sortedOf(f func() []string) []string {
 
 // isConflict reports a compare-and-set that lost.
 func isConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+	return store.IsKeyTaken(err) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // Usage is a concurrency limit as it stands.

@@ -51,6 +51,15 @@ func IsWrongSequence(err error) bool {
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrWrongLastSequence || apiErr.ErrorCode == jsErrWrongLastSequenceCluster)
 }
 
+// IsKeyTaken reports whether a KV create found the key taken:
+// jetstream.ErrKeyExists, or a failed compare-and-set, which kv.Create
+// returns as it is when the key's last entry was a delete or purge
+// marker and another writer took the key in between (a replicated
+// bucket answers it with 10164, which ErrKeyExists does not match).
+func IsKeyTaken(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || IsWrongSequence(err)
+}
+
 // The server's err_codes for a write refused for lack of room: 10023
 // (the server's or the account's storage is used up) and 10077 (a
 // stream's own limit, "maximum bytes exceeded", with discard new).

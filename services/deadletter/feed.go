@@ -225,7 +225,7 @@ func (s *Service) putItem(ctx context.Context, it ops.Item) (uint64, error) {
 	for range 16 {
 		// Most arrivals are an event's first: try to create first.
 		rev, err := s.kvIdx.Create(ctx, key, val, ttl)
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !store.IsKeyTaken(err) {
 			return rev, err
 		}
 		if it.ID == "" {

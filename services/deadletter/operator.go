@@ -385,7 +385,7 @@ func (s *Service) audit(ctx context.Context, a ops.Action) error {
 	at := a.At
 	for range 8 {
 		_, err = s.kvOps.Create(ctx, auditKey(a.Account, at), b)
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !store.IsKeyTaken(err) {
 			break
 		}
 		at = at.Add(time.Nanosecond) // two actions of one account at one instant

@@ -19,6 +19,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natsconn"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // replyInboxes prefixes the subjects on which HTTP handlers wait for
@@ -63,7 +64,7 @@ func openReplyKey(ctx context.Context, js jetstream.JetStream, subj names.Subjec
 	_, _ = rand.Read(fresh) // never fails (crypto/rand)
 	if _, err := kv.Create(ctx, replyKeyName, fresh); err == nil {
 		return fresh, nil
-	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+	} else if !store.IsKeyTaken(err) {
 		return failed(err)
 	}
 	// Another replica made it: read it, again while a follower that

@@ -14,6 +14,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/queue"
 	"github.com/tenaz/tenaz/pkg/state"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // Repairs the reconciler makes (Report.Repaired keys).
@@ -91,7 +92,7 @@ func (s *Service) lease(ttl time.Duration) bool {
 		return true // sweeping twice is safe; not sweeping is not
 	}
 	_, err = kv.Create(s.runCtx, "lease.reconciler", []byte(s.actor), jetstream.KeyTTL(max(ttl-time.Second, time.Second)))
-	return !errors.Is(err, jetstream.ErrKeyExists)
+	return !store.IsKeyTaken(err)
 }
 
 // Reconcile sweeps every record once. It counts events by account, kind
