@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -82,6 +83,15 @@ func hash(s string) string {
 // (ref.<target>.*.<hash>) finds every account holding a reference.
 func refKey(account, target, ref string) string {
 	return "ref." + target + "." + account + "." + hash(ref)
+}
+
+// refAccount is the account of a refKey.
+func refAccount(key string) string {
+	parts := strings.Split(key, ".")
+	if len(parts) != 4 {
+		return ""
+	}
+	return parts[2]
 }
 
 // legacyKey is the layout before references were per account,
@@ -156,17 +166,18 @@ func (x *Index) hold(ctx context.Context, key, id string, ttl time.Duration) (st
 
 // Lookup returns the event id that holds account's reference ref at
 // target. With account "" (a webhook that does not say its account) it is
-// the one account's event that holds it, or ErrAmbiguous when several do.
-// A reference recorded in the legacy layout carries no account: its event
-// is returned for any account, and the caller must check the event's
-// account.
-func (x *Index) Lookup(ctx context.Context, account, target, ref string) (string, error) {
+// the one account's event that holds it, or ErrAmbiguous when several do;
+// the accounts apart says are not counted (those such a webhook cannot
+// complete: nil, none). A reference recorded in the legacy layout
+// carries no account: its event is returned for any account, and the
+// caller must check the event's account.
+func (x *Index) Lookup(ctx context.Context, account, target, ref string, apart func(account string) bool) (string, error) {
 	var id string
 	var err error
 	if account != "" {
 		id, err = x.get(ctx, refKey(account, target, ref))
 	} else {
-		id, err = x.only(ctx, "ref."+target+".*."+hash(ref))
+		id, err = x.only(ctx, "ref."+target+".*."+hash(ref), apart)
 	}
 	if errors.Is(err, ErrNotFound) {
 		return x.get(ctx, legacyKey(target, ref))
@@ -176,10 +187,11 @@ func (x *Index) Lookup(ctx context.Context, account, target, ref string) (string
 
 // Await returns once account's reference ref at target is recorded (at
 // once if it is), or with ctx's error; with account "" once any account's
-// is. A provider may call back before its answer to the call reaches
-// tenaz, and so before the dispatcher records the reference the webhook
-// names. Look the reference up again after it.
-func (x *Index) Await(ctx context.Context, account, target, ref string) error {
+// is but those apart says (as for Lookup). A provider may call back
+// before its answer to the call reaches tenaz, and so before the
+// dispatcher records the reference the webhook names. Look the reference
+// up again after it.
+func (x *Index) Await(ctx context.Context, account, target, ref string, apart func(account string) bool) error {
 	filter := refKey(account, target, ref)
 	if account == "" {
 		filter = "ref." + target + ".*." + hash(ref)
@@ -195,7 +207,7 @@ func (x *Index) Await(ctx context.Context, account, target, ref string) error {
 			if !ok {
 				return errors.New("callbacks: await reference: the watch ended")
 			}
-			if e != nil {
+			if e != nil && (account != "" || apart == nil || !apart(refAccount(e.Key()))) {
 				return nil
 			}
 		case <-ctx.Done():
@@ -215,15 +227,18 @@ func (x *Index) get(ctx context.Context, key string) (string, error) {
 	return string(e.Value()), nil
 }
 
-// only returns the value of the one key matching filter.
-func (x *Index) only(ctx context.Context, filter string) (string, error) {
+// only returns the value of the one key matching filter, of the
+// accounts apart does not say (any, when nil).
+func (x *Index) only(ctx context.Context, filter string, apart func(account string) bool) (string, error) {
 	l, err := x.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		return "", fmt.Errorf("callbacks: look up reference: %w", err)
 	}
 	keys := map[string]bool{} // a lister may report a key twice
 	for k := range l.Keys() {
-		keys[k] = true
+		if apart == nil || !apart(refAccount(k)) {
+			keys[k] = true
+		}
 	}
 	_ = l.Stop()
 	switch len(keys) {

@@ -292,6 +292,8 @@ func (v *validator) accounts() {
 					v.add(join(tkey, "callback_secret"), "is per account; every account's is targets.%s.callback_secret", tname)
 				case t.URL != "" && t.CallbackSecret == "":
 					v.add(join(tkey, "callback_secret"), "needs targets.%s.callback_secret: only a target that receives callbacks verifies them", tname)
+				case o.CallbackSecret.Reveal() == t.CallbackSecret.Reveal():
+					v.add(join(tkey, "callback_secret"), "is targets.%s.callback_secret: an account's own key must differ from the one every other account's webhooks are verified with", tname)
 				default:
 					v.secret(join(tkey, "callback_secret"), o.CallbackSecret)
 				}

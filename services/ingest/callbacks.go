@@ -202,7 +202,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	}
 	byRef := names.ValidateEventID(id) != nil && ref != ""
 	if byRef {
-		id, err = s.refs.Lookup(ctx, account, target, ref)
+		id, err = s.refs.Lookup(ctx, account, target, ref, s.ownKey(target))
 		if errors.Is(err, callbacks.ErrNotFound) {
 			msg := sha256.Sum256([]byte(signedMessage(webhookID, signedAt, body)))
 			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, msg, s.conf().TargetFor(account, target).Timeout.D())
@@ -235,7 +235,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		if byRef {
 			return true
 		}
-		held, err := s.refs.Lookup(ctx, cur.Account, target, ref)
+		held, err := s.refs.Lookup(ctx, cur.Account, target, ref, nil)
 		return err == nil && held == id
 	}
 	outcome, heldBy := "", ""
@@ -415,13 +415,24 @@ func (s *Service) awaitRef(ctx context.Context, account, target, ref string, msg
 	zerolog.Ctx(ctx).Debug().Msg("webhook names a reference not recorded yet: waiting for the call's answer")
 	wctx, cancel := context.WithTimeout(ctx, min(wait, maxEarlyWait))
 	defer cancel()
-	if err := s.refs.Await(wctx, account, target, ref); err != nil {
+	if err := s.refs.Await(wctx, account, target, ref, s.ownKey(target)); err != nil {
 		if wctx.Err() != nil { // waited long enough, or the sender hung up
 			return "", callbacks.ErrNotFound
 		}
 		return "", err
 	}
-	return s.refs.Lookup(ctx, account, target, ref)
+	return s.refs.Lookup(ctx, account, target, ref, s.ownKey(target))
+}
+
+// ownKey says the accounts with a callback key of their own for target:
+// a webhook verified with the target's key completes none of their
+// events, so a reference they hold is not one it can name.
+func (s *Service) ownKey(target string) func(account string) bool {
+	cfg := s.conf()
+	return func(account string) bool {
+		_, own := cfg.CallbackSecret(account, target)
+		return own
+	}
 }
 
 // unanswered reports whether rec is retrying after an attempt that got no
