@@ -13,7 +13,7 @@
 //
 //	x, _ := callbacks.Open(ctx, js)
 //	err := x.PutRef(ctx, "acme", "bureau_a", "ref_7", rec.ID, sla+retention)
-//	id, err := x.Lookup(ctx, "acme", "bureau_a", "ref_7")
+//	id, err := x.Lookup(ctx, "acme", "bureau_a", "ref_7", nil)
 package callbacks
 
 import (

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"math"
@@ -292,7 +293,7 @@ func (v *validator) accounts() {
 					v.add(join(tkey, "callback_secret"), "is per account; every account's is targets.%s.callback_secret", tname)
 				case t.URL != "" && t.CallbackSecret == "":
 					v.add(join(tkey, "callback_secret"), "needs targets.%s.callback_secret: only a target that receives callbacks verifies them", tname)
-				case o.CallbackSecret.Reveal() == t.CallbackSecret.Reveal():
+				case sameKey(o.CallbackSecret, t.CallbackSecret):
 					v.add(join(tkey, "callback_secret"), "is targets.%s.callback_secret: an account's own key must differ from the one every other account's webhooks are verified with", tname)
 				default:
 					v.secret(join(tkey, "callback_secret"), o.CallbackSecret)
@@ -368,6 +369,21 @@ func (v *validator) headers(key string, h map[string]Secret) {
 
 // secret checks a Standard Webhooks secret, if set, without ever
 // putting its value in the message.
+// sameKey reports whether a and b are one whsec_ key, however each
+// writes its base64.
+func sameKey(a, b Secret) bool {
+	decode := func(s Secret) []byte {
+		b64, ok := strings.CutPrefix(s.Reveal(), secretPrefix)
+		if !ok {
+			return nil
+		}
+		k, _ := base64.StdEncoding.DecodeString(b64)
+		return k
+	}
+	ka := decode(a)
+	return len(ka) > 0 && bytes.Equal(ka, decode(b))
+}
+
 func (v *validator) secret(key string, s Secret) {
 	if s == "" {
 		return
