@@ -11,8 +11,11 @@ package natstest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -196,23 +199,37 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 	return c
 }
 
-// freePorts returns n distinct free loopback ports.
+// freePorts returns n distinct free loopback ports (FreePort).
 func freePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	var lns []net.Listener
 	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("natstest: free port: %v", err)
+	for len(ports) < n {
+		if p := FreePort(tb); !slices.Contains(ports, p) {
+			ports = append(ports, p)
 		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
 	}
 	return ports
+}
+
+// FreePort returns a loopback port nobody listens on, for a config that
+// must name its port before its listener starts. It is below the
+// ephemeral range (32768-60999 by default), which every ":0" listener and
+// outgoing connection of the tests running beside it draws from: a port
+// picked and released there was taken again before the config's listener
+// bound it ("address already in use").
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	for range 100 {
+		p := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // taken: another
+		}
+		ln.Close()
+		return p
+	}
+	tb.Fatal("natstest: no free port in 20000-31999")
+	return 0
 }
 
 // URLs is the client URLs of every server, comma separated (nats.url).

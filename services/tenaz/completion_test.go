@@ -3,11 +3,12 @@ package tenaz_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/services/tenaz"
@@ -61,16 +62,9 @@ func TestDelaySurvivesFullRestartAndFiresOnTime(t *testing.T) {
 }
 
 // freePort returns a loopback address nobody listens on (for configs that
-// must name a port before the listener starts).
+// must name a port before the listener starts: natstest.FreePort).
 func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return "127.0.0.1:" + strconv.Itoa(natstest.FreePort(t))
 }
 
 // The demo's credit-evaluation flow works out of the box: bureau A calls
