@@ -27,13 +27,7 @@ import (
 // error, the dispatcher logged a failed start and retried it later.
 func TestClusterLeaseRace(t *testing.T) {
 	t.Parallel()
-	c := natstest.StartCluster(t, 3)
-	_, js := c.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a bound on the whole
-	defer cancel()
-	if _, err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
+	c, ctx := replicated(t)
 	var gs []*owner.Group
 	for i := range 4 {
 		_, js := c.Conn(t)
@@ -87,13 +81,7 @@ func TestClusterLeaseRace(t *testing.T) {
 // submission failed with "lane: append".
 func TestClusterLaneAppendAfterRelease(t *testing.T) {
 	t.Parallel()
-	c := natstest.StartCluster(t, 3)
-	_, js := c.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a bound on the whole
-	defer cancel()
-	if _, err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
+	c, ctx := replicated(t)
 	var ls []*lane.Lanes
 	for range 4 {
 		_, js := c.Conn(t)
@@ -123,4 +111,18 @@ func TestClusterLaneAppendAfterRelease(t *testing.T) {
 			t.Fatalf("round %d: release: %v", round, err)
 		}
 	}
+}
+
+// replicated is a 3-node cluster with tenaz's streams and buckets at R3,
+// and a bound on the whole test.
+func replicated(t *testing.T) (*natstest.Cluster, context.Context) {
+	t.Helper()
+	c := natstest.StartCluster(t, 3)
+	_, js := c.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	if _, err := streams.Apply(ctx, js, streams.Options{Replicas: 3}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return c, ctx
 }

@@ -159,33 +159,16 @@ func (q *Quotas) Take(ctx context.Context, key string, l Limit) (ok bool, wait t
 		q.takers[key] = t
 	}
 	q.mu.Unlock()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for range maxTries {
-		if t.read.IsZero() || time.Since(t.read) >= recheck {
-			if t.rec, t.rev, err = q.get(ctx, key); err != nil {
-				t.read = time.Time{}
-				return false, 0, err
-			}
-			t.read = time.Now()
-		}
-		r := t.rec.clone()
-		r.refill(l, time.Now())
+	ok, err = t.change(ctx, q, key, l, func(r *record) bool {
 		if r.whole() < 1 {
-			return false, r.due(l), nil
+			wait = r.due(l)
+			return false
 		}
+		wait = 0
 		r.Tokens--
-		rev, err := q.put(ctx, key, r, t.rev)
-		if err == nil {
-			t.rec, t.rev, t.read = r, rev, time.Now()
-			return true, 0, nil
-		}
-		t.read = time.Time{}
-		if !isConflict(err) {
-			return false, 0, err
-		}
-	}
-	return false, 0, ErrContended
+		return true
+	})
+	return ok, wait, err
 }
 
 // GiveBack returns a token Take spent for a call that was not made
@@ -199,30 +182,44 @@ func (q *Quotas) GiveBack(ctx context.Context, key string, l Limit) error {
 	if t == nil || l.Rate <= 0 {
 		return nil // nothing taken here
 	}
+	_, err := t.change(ctx, q, key, l, func(r *record) bool {
+		r.Tokens = min(r.Tokens+1, l.burst())
+		return true
+	})
+	return err
+}
+
+// change applies f to key's record, refilled to now, and writes it by
+// compare-and-set unless f declines (false); wrote reports the write.
+// The record is read again when it was last read a recheck ago or lost
+// a write.
+func (t *taker) change(ctx context.Context, q *Quotas, key string, l Limit, f func(*record) bool) (wrote bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var err error
 	for range maxTries {
-		if t.read.IsZero() {
+		if t.read.IsZero() || time.Since(t.read) >= recheck {
 			if t.rec, t.rev, err = q.get(ctx, key); err != nil {
-				return err
+				t.read = time.Time{}
+				return false, err
 			}
 			t.read = time.Now()
 		}
 		r := t.rec.clone()
 		r.refill(l, time.Now())
-		r.Tokens = min(r.Tokens+1, l.burst())
+		if !f(&r) {
+			return false, nil
+		}
 		rev, err := q.put(ctx, key, r, t.rev)
 		if err == nil {
 			t.rec, t.rev, t.read = r, rev, time.Now()
-			return nil
+			return true, nil
 		}
 		t.read = time.Time{}
 		if !isConflict(err) {
-			return err
+			return false, err
 		}
 	}
-	return ErrContended
+	return false, ErrContended
 }
 
 // taker is what this replica knows of one key that Take spends.
