@@ -319,7 +319,7 @@ func (s *Service) autoSlot(ctx context.Context, account string) (p *autoPermit, 
 	if a == nil {
 		return nil, true
 	}
-	p, waited, err := a.acquire(ctx, s.noCalls)
+	p, waited, err := a.acquire(ctx, s.calls.Done())
 	if waited {
 		s.loads.of(account).slotWaits.Add(1)
 	}

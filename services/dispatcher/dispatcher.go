@@ -165,7 +165,12 @@ type Service struct {
 	runCtx     context.Context
 	cancel     context.CancelCauseFunc
 	bg         sync.WaitGroup
-	noCalls    chan struct{} // closed by Stop once a call could not end in time
+	// calls is done once Stop leaves no time for a call to end: a call
+	// not made by then is not made (errNotCalled). A context, so that a
+	// call's wait ends with it without a goroutine of its own
+	// (context.AfterFunc).
+	calls    context.Context
+	endCalls context.CancelFunc
 
 	pool  *pool
 	runs  inflight
@@ -259,7 +264,7 @@ func (s *Service) start(ctx context.Context) error {
 		s.cancel(ErrStopped)
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	s.noCalls = make(chan struct{})
+	s.calls, s.endCalls = context.WithCancel(context.Background())
 	s.pool = newPool(poolIdle)
 	log := s.log
 	if s.breakers, err = breaker.New(ctx, s.js, breaker.Options{
@@ -424,7 +429,7 @@ func (s *Service) stop(ctx context.Context) {
 		s.log.Info().Int("accounts", len(handing)).Msg("stopping: the accounts being handed over finish their calls first")
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		last := time.AfterFunc(time.Until(dl)-s.conf().LongestCall()-config.StopMargin.D(), func() { close(s.noCalls) })
+		last := time.AfterFunc(time.Until(dl)-s.conf().LongestCall()-config.StopMargin.D(), s.endCalls)
 		defer last.Stop()
 	}
 	done := make(chan struct{})

@@ -23,10 +23,10 @@ import (
 type guard struct {
 	pace  *pacer       // the account's, shared by its targets
 	limit *targetLimit // nil: the target has no provider-wide limit
-	// noCalls is the Service's: closed once a stop leaves no time for a
+	// calls is the Service's: done once a stop leaves no time for a
 	// call to end. A call waiting for its account's pace is not made
 	// after that (errNotCalled), as one waiting for its target's slot.
-	noCalls <-chan struct{}
+	calls context.Context
 }
 
 // pacer spaces an account's calls at its rate, shared by the account's
@@ -413,7 +413,7 @@ func (s *Service) guardFor(account, name string) *guard {
 	if g, ok := s.guards[key]; ok {
 		return g
 	}
-	g := &guard{noCalls: s.noCalls}
+	g := &guard{calls: s.calls}
 	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		key := quota.KeyOf(s.conf(), account, name)
@@ -485,21 +485,14 @@ func (g *guard) goBooked(ctx context.Context, b *booking, fn func(context.Contex
 }
 
 // paced runs wait, a wait for the account's pace, until ctx ends (its
-// error) or noCalls closes (errNotCalled): at a slow rate the wait may
-// be longer than the stop's time left.
+// error) or the calls end (errNotCalled): at a slow rate the wait may be
+// longer than the stop's time left.
 func (g *guard) paced(ctx context.Context, wait func(context.Context) error) error {
 	if !g.pace.limited() {
 		return wait(ctx) // at once
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := untilCallsEnd(ctx, g.calls)
 	defer cancel()
-	go func() {
-		select {
-		case <-g.noCalls:
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
 	if err := wait(wctx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -507,6 +500,13 @@ func (g *guard) paced(ctx context.Context, wait func(context.Context) error) err
 		return errNotCalled
 	}
 	return nil
+}
+
+// untilCallsEnd is ctx, also cancelled once calls is done.
+func untilCallsEnd(ctx, calls context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(calls, cancel)
+	return wctx, func() { stop(); cancel() }
 }
 
 // errOutpaced is errNotCalled for a call that got its target's slot
@@ -546,18 +546,11 @@ func (g *guard) inPace(fn func(context.Context) (target.Response, error), b **bo
 // and slot are taken right before the call, and the slot is given back
 // as soon as it returns.
 func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := untilCallsEnd(ctx, tl.s.calls)
 	defer cancel()
-	go func() {
-		select {
-		case <-tl.s.noCalls:
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
 	var local *autoPermit
 	if tl.local != nil {
-		p, waited, err := tl.local.acquire(wctx, tl.s.noCalls)
+		p, waited, err := tl.local.acquire(wctx, tl.s.calls.Done())
 		if waited {
 			tl.s.o.Metrics.TargetThrottled(tl.name)
 		}
@@ -581,7 +574,7 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 		return target.Response{}, errNotCalled
 	}
 	select {
-	case <-tl.s.noCalls:
+	case <-tl.s.calls.Done():
 		release(quota.Answer{NotMade: true})
 		local.drop()
 		return target.Response{}, errNotCalled

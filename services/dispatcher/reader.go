@@ -232,12 +232,12 @@ func (s *Service) spawn(l *reader, h held, fn func(ctx context.Context, release 
 	case <-s.runCtx.Done():
 		h.stop()
 		return // stopping hard: leave it unacked for redelivery
-	case <-s.noCalls:
+	case <-s.calls.Done():
 		stopping()
 		return // stopping: a call could not end in time (see Stop); left unacked for redelivery
 	}
 	select {
-	case <-s.noCalls: // the select above may take a free slot over a closed noCalls
+	case <-s.calls.Done(): // the select above may take a free slot over ended calls
 		<-l.sem
 		stopping()
 		return
