@@ -59,6 +59,13 @@ type Config struct {
 	// preStop pause). Defaults to 20s.
 	StopTimeout Duration `yaml:"stop_timeout"`
 
+	// LeftOut names the accounts the accounts bucket holds but whose
+	// definition is not in force (With, and one that cannot be read),
+	// with why. Their events wait, as if paused, until it is fixed: an
+	// account unknown to the config takes "*"'s targets, and their URLs
+	// and credentials are not this account's.
+	LeftOut map[string]string `yaml:"-"`
+
 	dir          string          // directory of the file given to Load; base of relative schema paths
 	explicitZero map[string]bool // key paths explicitly set to 0 where 0 is not "unset" (jitter, failure_rate, metrics.accounts.top)
 	schemas      *schemaCache    // compiled JSON Schemas, see SchemaFor

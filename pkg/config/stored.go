@@ -165,6 +165,23 @@ func (c *Config) With(stored map[string]StoredAccount) (*Config, map[string]erro
 	return c, bad
 }
 
+// Leaving returns c with the stored accounts of bad that the file does
+// not declare left out (LeftOut), with their errors. c is not changed.
+func (c *Config) Leaving(bad map[string]error) *Config {
+	m := *c
+	m.LeftOut = nil
+	for name, err := range bad {
+		if _, inFile := c.Accounts[name]; inFile {
+			continue
+		}
+		if m.LeftOut == nil {
+			m.LeftOut = map[string]string{}
+		}
+		m.LeftOut[name] = err.Error()
+	}
+	return &m
+}
+
 // merged is c with the stored accounts added: a copy whose maps are its
 // own, so that c stays as it is.
 func (c *Config) merged(stored map[string]StoredAccount) *Config {

@@ -103,7 +103,7 @@ func (c *Config) takeLocked(e jetstream.KeyValueEntry) {
 	se := storedEntry{raw: bytes.Clone(e.Value()), rev: e.Revision(), updated: e.Created()}
 	se.sa, se.err = c.decode(name, se.raw)
 	if se.err != nil {
-		c.log.Error().Err(se.err).Str("account", name).Msg("an account of the accounts bucket cannot be read; it is left out")
+		c.log.Error().Err(se.err).Str("account", name).Msg("an account of the accounts bucket cannot be read; it is left out, and its events wait until it is fixed")
 	}
 	c.stored[name] = se
 }

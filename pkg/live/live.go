@@ -186,6 +186,7 @@ func (c *Config) applyLocked() {
 			bad[name] = e.err
 		}
 	}
+	m = m.Leaving(bad)
 	c.status.Stored = nil
 	for name := range stored {
 		if bad[name] == nil {

@@ -82,6 +82,7 @@ const (
 	PutOffRate        = "rate"        // the target's provider-wide rate has no token for the poll soon
 	PutOffConcurrency = "concurrency" // the target's provider-wide concurrency has no slot for the poll soon
 	PutOffCrowded     = "crowded"     // the account holds all the timers it may on the replica
+	PutOffLeftOut     = "left_out"    // the account's stored definition is left out: its polls wait
 )
 
 // The metric names.

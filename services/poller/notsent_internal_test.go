@@ -9,8 +9,10 @@ import (
 
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/target"
 )
@@ -136,4 +138,43 @@ kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
 		t.Errorf("globex's poll waited %s for a slot nothing held", waited)
 	}
 	release(nil)
+}
+
+// A left-out account (its stored definition not in force) polls with
+// nothing: "*"'s poll URL and credentials are not its own. acme's poll
+// is put off, and globex's goes.
+func TestALeftOutAccountsPollsWait(t *testing.T) {
+	t.Parallel()
+	cfg := servicetest.Config(t, `
+targets:
+  bureau_a:
+    url: "http://127.0.0.1:1/x"
+    poll: {url: "http://127.0.0.1:1/jobs/{{.Reference}}", interval: 1s, done_when: {field: status, in: [done]}}
+kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
+`, nil)
+	srv := natstest.Start(t)
+	nc, _ := srv.Conn(t)
+	s, err := New(Options{Conn: nc, Config: cfg, Instance: "p1", Live: live.Static(cfg.Leaving(map[string]error{"acme": errors.New("sealing_key: cannot open")}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servicetest.Run(t, ctx, s)
+	for _, c := range []struct {
+		account string
+		off     bool
+	}{{"acme", true}, {"globex", false}} {
+		env, err := event.New(event.Fields{Account: c.account, Kind: "report.fetch", IdempotencyKey: "k"}, []byte(`{}`), "", "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		release, off, err := s.putOff(ctx, env, state.Record{}, "bureau_a", time.Second)
+		if err != nil || off != c.off {
+			t.Fatalf("%s's poll: want put off %v, got %v, %v", c.account, c.off, off, err)
+		}
+		if !off {
+			release(nil)
+		}
+	}
 }

@@ -308,16 +308,20 @@ func (s *Service) crowded(m jetstream.Msg, env event.Envelope) {
 }
 
 // heldUntil is when a poll of account's target, held by an operator's
-// pause of the account or by the account's open breaker for the target,
-// is looked at again: the pause's or the cooldown's end, or the next
-// poll's time if sooner (a resume, or a breaker closed by an operator,
-// is heard, not waited for), and why (metrics.PutOffPaused or
-// PutOffBreaker). Zero: nothing holds it. A pause and an open breaker
+// pause of the account, by the account's open breaker for the target or
+// by its stored definition left out (config.Config.LeftOut), is looked
+// at again: the pause's or the cooldown's end, or the next poll's time if
+// sooner (a resume, or a breaker closed by an operator, is heard, not
+// waited for), and why (metrics.PutOffPaused, PutOffBreaker or
+// PutOffLeftOut). Zero: nothing holds it. A pause and an open breaker
 // stop an account's calls, and a poll is one.
 func (s *Service) heldUntil(account, tgt string, every time.Duration) (time.Time, string) {
 	now := time.Now()
 	var end time.Time
 	why := ""
+	if _, out := s.live.Load().LeftOut[account]; out {
+		return now.Add(every), metrics.PutOffLeftOut
+	}
 	if p, ok := s.paused.Get(account); ok && p.Holds(now) {
 		end, why = p.End(), metrics.PutOffPaused
 	} else if end = s.breaker.HeldUntil(account, tgt); !end.IsZero() {
