@@ -107,8 +107,13 @@ func (c *Config) With(stored map[string]StoredAccount) (*Config, map[string]erro
 	bad := map[string]error{}
 	ok := map[string]StoredAccount{}
 	owner := map[string]string{}
-	for id := range c.Auth.Keys {
+	hashOf := map[string]string{} // a key's hash → where it is in force
+	for id, k := range c.Auth.Keys {
 		owner[id] = ""
+		hashOf[k.Hash] = "tenaz.yaml's " + join("auth.keys", id)
+	}
+	for name, o := range c.Auth.Operators {
+		hashOf[o.Hash] = "tenaz.yaml's " + join("auth.operators", name)
 	}
 	for _, name := range sorted(stored) {
 		sa := stored[name]
@@ -128,13 +133,20 @@ func (c *Config) With(stored map[string]StoredAccount) (*Config, map[string]erro
 				}
 				errs = append(errs, &KeyError{Key: join("auth.keys", id), Msg: "is already a key id of " + where})
 			}
+			// The same key twice is refused (Validate), and that error
+			// would be tenaz.yaml's when its entry sorts later: every
+			// stored account would be left out for one account's key.
+			if where, taken := hashOf[sa.Keys[id].Hash]; taken {
+				errs = append(errs, &KeyError{Key: join(join("auth.keys", id), "hash"), Msg: "is the same key as " + where + ": each key must be different"})
+			}
 		}
 		if len(errs) > 0 {
 			bad[name] = joinSorted(errs)
 			continue
 		}
-		for id := range sa.Keys {
+		for id, k := range sa.Keys {
 			owner[id] = name
+			hashOf[k.Hash] = "the stored account " + name + "'s " + join("auth.keys", id)
 		}
 		ok[name] = sa
 	}

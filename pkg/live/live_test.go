@@ -146,12 +146,15 @@ func TestReloadRefusesWhatDoesNotFitTheStart(t *testing.T) {
 }
 
 // The file wins over the bucket; a stored account whose key id another
-// has is left out, the others apply.
+// has, or whose key is the file's (a key or an operator's), is left out,
+// and its events wait (LeftOut); the others apply.
 func TestStoredAccountsMerge(t *testing.T) {
 	t.Parallel()
 	cfg, _ := load(t, strings.Replace(fileYAML("10/s", ":8080"), "auth: {disabled: true}", `auth:
   keys:
-    acme-main: {account: acme, scopes: [submit], hash: "sha256:`+strings.Repeat("a", 64)+`"}`, 1))
+    acme-main: {account: acme, scopes: [submit], hash: "sha256:`+strings.Repeat("a", 64)+`"}
+  operators:
+    zed: {hash: "sha256:`+strings.Repeat("d", 64)+`"}`, 1))
 	parse := func(name, def string) config.StoredAccount {
 		sa, err := config.ParseStoredAccount(name, []byte(def))
 		if err != nil {
@@ -164,17 +167,23 @@ func TestStoredAccountsMerge(t *testing.T) {
 		"newco": parse("newco", `{"rate":"2/s","keys":{"newco-main":{"scopes":["submit"],"hash":"sha256:`+strings.Repeat("b", 64)+`"}}}`),
 		"clash": parse("clash", `{"keys":{"acme-main":{"scopes":["submit"],"hash":"sha256:`+strings.Repeat("c", 64)+`"}}}`),
 		"bad":   parse("bad", `{"targets":{"nowhere":{}}}`),
+		"zeds":  parse("zeds", `{"keys":{"zeds-main":{"scopes":["submit"],"hash":"sha256:`+strings.Repeat("d", 64)+`"}}}`),
+		"acmes": parse("acmes", `{"keys":{"zz-acme":{"scopes":["submit"],"hash":"sha256:`+strings.Repeat("a", 64)+`"}}}`),
 	})
 	if m.Account("acme").Rate.PerSecond != 10 || m.Account("newco").Rate.PerSecond != 2 || m.Auth.Keys["newco-main"].Account != "newco" {
 		t.Fatalf("want acme from the file and newco from the bucket, got acme %v newco %v keys %v", m.Account("acme").Rate, m.Account("newco").Rate, m.Auth.Keys)
 	}
-	for name, key := range map[string]string{"acme": "accounts.acme", "clash": "auth.keys.acme-main", "bad": "accounts.bad.targets.nowhere"} {
+	for name, key := range map[string]string{"acme": "accounts.acme", "clash": "auth.keys.acme-main", "bad": "accounts.bad.targets.nowhere", "zeds": "auth.keys.zeds-main.hash", "acmes": "auth.keys.zz-acme.hash"} {
 		if err := bad[name]; err == nil || !errors.Is(err, config.ErrInvalidConfig) || !strings.Contains(err.Error(), key) {
 			t.Errorf("%s: want it left out naming %s, got %v", name, key, err)
 		}
 	}
-	if _, ok := m.Accounts["clash"]; ok || len(bad) != 3 {
-		t.Fatalf("want exactly acme, clash and bad left out, got %v", bad)
+	if _, ok := m.Accounts["clash"]; ok || len(bad) != 5 {
+		t.Fatalf("want exactly acme, clash, bad, zeds and acmes left out, got %v", bad)
+	}
+	out := m.Leaving(bad).LeftOut
+	if len(out) != 4 || out["acme"] != "" || out["clash"] == "" {
+		t.Fatalf("want the left-out accounts the file does not declare to wait, got %v", out)
 	}
 	if _, ok := cfg.Accounts["newco"]; ok {
 		t.Fatal("With changed the config it was called on")
@@ -268,7 +277,7 @@ func TestBucketRefusesADefinitionThatLeavesAnotherOut(t *testing.T) {
 		def  json.RawMessage
 		want string
 	}{
-		{"zzz's hash under an id that sorts first", key("0key", "b"), "auth.keys.k1.hash: is the same as auth.keys.0key.hash"},
+		{"zzz's hash under an id that sorts first", key("0key", "b"), "auth.keys.k1.hash: is the same key as the stored account aaa's auth.keys.0key"},
 		{"zzz's key id", key("k1", "c"), "auth.keys.k1: is already a key id of the stored account aaa"},
 	} {
 		_, err := lv.Set(ctx, "aaa", c.def)
