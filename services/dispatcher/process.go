@@ -282,6 +282,13 @@ func (s *Service) claim(ctx context.Context, m jetstream.Msg, env event.Envelope
 		}
 		nrev, err := s.st.Write(ctx, next, rev)
 		if err == nil {
+			if len(next.Payload) > 0 {
+				// The record's payload is the event's: an operator's
+				// replay may have edited it, and an older message of the
+				// event (not trimmed yet when its owner stopped) may be
+				// the one that claims the replayed event.
+				env.Payload = next.Payload
+			}
 			return &run{m: m, env: env, rec: next, rev: nrev, adm: adm}, true
 		}
 		if errors.Is(err, size.ErrTooLarge) {
