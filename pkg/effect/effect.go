@@ -398,6 +398,10 @@ func (l *Ledger) keepLease(ctx context.Context, c *claim, cancel context.CancelC
 				next.Revision = rev
 				c.rec, c.rev = next, rev
 			case errors.Is(err, errConflict):
+				if cur, ok := l.ours(ctx, c); ok && cur.Status == StatusRunning {
+					c.rec, c.rev = cur, cur.Revision
+					continue
+				}
 				cancel(ErrLeaseLost)
 				return
 			}
@@ -423,6 +427,14 @@ func (l *Ledger) settle(ctx context.Context, c *claim, st Status, result []byte,
 			return now, nil
 		}
 		if errors.Is(err, errConflict) {
+			cur, ok := l.ours(wctx, c)
+			switch {
+			case ok && cur.Status == st:
+				return cur.UpdatedAt, nil
+			case ok && cur.Status == StatusRunning:
+				c.rec, c.rev = cur, cur.Revision
+				continue
+			}
 			return now, fmt.Errorf("%w: recording %s found the record changed", ErrLeaseLost, st)
 		}
 		select {
@@ -432,6 +444,18 @@ func (l *Ledger) settle(ctx context.Context, c *claim, st Status, result []byte,
 			wait = min(2*wait, time.Second)
 		}
 	}
+}
+
+// ours reads c's record again after a conflicting write: the write it
+// conflicted with may be one of this run's own whose answer was lost
+// (stored, but the publish timed out or the connection dropped). ok
+// reports that the record is still this run's claim, as stored now.
+func (l *Ledger) ours(ctx context.Context, c *claim) (Record, bool) {
+	r, _, found, err := l.readAt(ctx, StorageKey(c.rec.Account, c.rec.Key), c.rec.Account, c.rec.Key)
+	if err != nil || !found || r.Owner != c.rec.Owner || r.Runs != c.rec.Runs || !r.CreatedAt.Equal(c.rec.CreatedAt) {
+		return Record{}, false
+	}
+	return r, true
 }
 
 func trimMsg(m string) string {

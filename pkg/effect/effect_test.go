@@ -391,6 +391,49 @@ func TestLostLeaseCancelsFn(t *testing.T) {
 	}
 }
 
+// A write of the run's own whose answer was lost (stored, but the
+// publish timed out or the connection dropped) is not a lost claim: the
+// next renewal, which conflicts with it, finds the record still this
+// run's and goes on, and fn's success is recorded. Taken for a lost
+// claim, fn would run again for the key once the lease ran out.
+func TestARenewalWhoseAnswerWasLostKeepsTheClaim(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const lease = 300 * time.Millisecond
+	a := e.ledger(effect.Options{Owner: "a", Lease: lease})
+	_, js := e.srv.Conn(t)
+	var runs atomic.Int32
+	out, err := a.Do(e.ctx, "acme", "k", func(ctx context.Context) ([]byte, error) {
+		runs.Add(1)
+		// What the renewal's lost answer leaves: the record renewed at a
+		// revision the run has not heard of.
+		r := e.get(a, "k")
+		r.LeaseUntil, r.UpdatedAt = time.Now().Add(lease), time.Now()
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subj := "$KV." + names.NewSubjects("").Bucket(names.BucketEffects) + "." + effect.StorageKey("acme", "k")
+		stored, err := js.Publish(e.ctx, subj, b, jetstream.WithExpectLastSequencePerSubject(r.Revision))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Until the run's next renewal, which comes after that write.
+		natstest.Eventually(t, waitFor, func() bool { return ctx.Err() != nil || e.get(a, "k").Revision > stored.Sequence },
+			"a renewal after the one whose answer was lost")
+		return []byte("credited"), context.Cause(ctx)
+	})
+	if err != nil || !out.Applied {
+		t.Fatalf("want fn's success recorded, got %+v, %v", out, err)
+	}
+	if r := e.get(a, "k"); r.Status != effect.StatusDone {
+		t.Fatalf("want the key done, got %+v", r)
+	}
+	if _, err := a.Do(e.ctx, "acme", "k", returns(&runs, "again")); err != nil || runs.Load() != 1 {
+		t.Fatalf("want fn run once for the key, got %d runs (%v)", runs.Load(), err)
+	}
+}
+
 // Any UTF-8 string up to MaxKeyLen is a key: each gets its own record and
 // none collides with another.
 func TestAnyStringIsAKey(t *testing.T) {
