@@ -46,7 +46,7 @@ const (
 )
 
 // InvalidToken stands in for an account or kind that cannot be a subject token.
-const InvalidToken = "_invalid"
+const InvalidToken = names.InvalidToken
 
 // Tokens are account and kind as the tokens of their subjects (DEAD's,
 // the waiting room's, the dead advisories'): InvalidToken for either when

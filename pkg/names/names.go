@@ -103,8 +103,16 @@ func ValidateAccount(a string) error {
 	if len(a) > MaxAccountLen || !tokenOK(a) {
 		return fmt.Errorf("%w: account %q must be 1-%d characters of [A-Za-z0-9_-]", ErrInvalidName, a, MaxAccountLen)
 	}
+	if a == InvalidToken {
+		return fmt.Errorf("%w: account %q is reserved: it holds what names no valid account", ErrInvalidName, a)
+	}
 	return nil
 }
+
+// InvalidToken stands in, in subjects, for an account or kind that cannot
+// be a subject token (the DEAD entries of submissions that name none). No
+// account may be called so: it would share their bounds.
+const InvalidToken = "_invalid"
 
 // ValidateKind checks that k is 1 to 8 dot-separated tokens of
 // [A-Za-z0-9_-], at most 128 bytes ("order.create").
@@ -248,21 +256,24 @@ func (s Subjects) IntakeAll() string { return s.Prefix + ".intake.>" }
 // IntakeOf is the subject filter of one account's submissions in INTAKE.
 func (s Subjects) IntakeOf(account string) string { return s.Prefix + ".intake." + account + ".>" }
 
-// ParseIntake splits an intake subject into account and kind, validating both.
+// ParseIntake splits an intake subject into account and kind, validating
+// both. A valid account comes back with the error of a kind that is not
+// valid: the refusal is that account's, counted against its bounds, not
+// against every account's.
 func (s Subjects) ParseIntake(subject string) (account, kind string, err error) {
 	rest, ok := strings.CutPrefix(subject, s.Prefix+".intake.")
 	if !ok {
 		return "", "", fmt.Errorf("%w: subject %q is not under %s.intake", ErrInvalidName, subject, s.Prefix)
 	}
 	account, kind, ok = strings.Cut(rest, ".")
-	if !ok {
-		return "", "", fmt.Errorf("%w: subject %q has no kind", ErrInvalidName, subject)
-	}
 	if err := ValidateAccount(account); err != nil {
 		return "", "", err
 	}
+	if !ok {
+		return account, "", fmt.Errorf("%w: subject %q has no kind", ErrInvalidName, subject)
+	}
 	if err := ValidateKind(kind); err != nil {
-		return "", "", err
+		return account, "", err
 	}
 	return account, kind, nil
 }

@@ -224,3 +224,29 @@ func (p *publisher) refusals(account string, n int) {
 		p.publish(m)
 	}
 }
+
+// A submission whose subject names its account but no valid kind is
+// that account's refusal, kept within its account's bound. Filed under a
+// stand-in account, it shared one bound with every account: noisy's
+// flood of them left calm's refusal not kept.
+func TestAnInvalidKindIsItsAccountsRefusal(t *testing.T) {
+	t.Parallel()
+	const refusals, noisy, loops = 3, 10, 2
+	h := setup(t, baseYAML+fmt.Sprintf("deadletter: {max_refusals_per_account: %d}\n", refusals), withBatchers(loops))
+	p := &publisher{h: h}
+	invalid := func(account string, n int) {
+		for i := range n {
+			m := nats.NewMsg("tenaz.intake." + account + ".bad%kind")
+			m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
+			m.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%04d", account, i))
+			p.publish(m)
+		}
+	}
+	invalid("noisy", noisy)
+	invalid("calm", 1)
+	last := p.wait()
+	natstest.Eventually(t, 30*time.Second, func() bool { return h.intakeTrimmed(last) }, "want INTAKE trimmed past its %d submissions", last)
+	if n := h.DeadKept("noisy") + h.DeadWaiting("noisy"); n < refusals || n > refusals+loops || h.DeadKept("calm") != 1 {
+		t.Fatalf("want noisy keeping %d to %d and calm its one; got noisy %d, calm %d", refusals, refusals+loops, n, h.DeadKept("calm"))
+	}
+}

@@ -130,7 +130,7 @@ func samePayload(rec state.Record, p []byte) bool {
 func (s *Service) fieldsOf(subject string, h nats.Header) (event.Fields, *submitError) {
 	account, kind, err := s.subj.ParseIntake(subject)
 	if err != nil {
-		return event.Fields{}, refuse(http.StatusBadRequest, "invalid_subject", "%v", err)
+		return event.Fields{Account: account}, refuse(http.StatusBadRequest, "invalid_subject", "%v", err)
 	}
 	if name := givenTwice(h); name != "" {
 		return event.Fields{Account: account, Kind: kind}, refuse(http.StatusBadRequest, "malformed", "the %s header is given twice, with different values: send one", name)
