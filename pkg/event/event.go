@@ -182,7 +182,7 @@ func CheckDepth(what string, p []byte) error {
 // nested past encoding/json's own limit is told the limit too, not "not
 // valid JSON".
 func checkJSONText(p []byte) error {
-	depth, ambiguous := scanPayload(p)
+	depth, ambiguous, number := scanPayload(p)
 	if depth > MaxDepth {
 		return fmt.Errorf("%w: payload nests %d levels deep; the limit is %d", ErrMalformed, depth, MaxDepth)
 	}
@@ -194,6 +194,9 @@ func checkJSONText(p []byte) error {
 	}
 	if ambiguous != nil {
 		return fmt.Errorf("%w: payload %v", ErrMalformed, ambiguous)
+	}
+	if number != nil {
+		return fmt.Errorf("%w: payload %v", ErrMalformed, number)
 	}
 	return nil
 }
@@ -213,7 +216,7 @@ func CheckUnambiguous(what string, b []byte) error {
 // is not a submission (a provider's answer or webhook): "<what> gives
 // the member … twice …", or nil.
 func ReadsTwoWays(what string, b []byte) error {
-	if _, ambiguous := scanPayload(b); ambiguous != nil {
+	if _, ambiguous, _ := scanPayload(b); ambiguous != nil {
 		return fmt.Errorf("%s %w", what, ambiguous)
 	}
 	return nil

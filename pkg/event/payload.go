@@ -44,25 +44,43 @@ type scanFrame struct {
 	object bool
 }
 
+// A number is read exactly where a kind's JSON Schema checks it (a
+// big.Rat per number): 1e999999 costs a 2-million-bit power of ten, tens
+// of milliseconds, and a payload holds tens of thousands of them. So a
+// payload's numbers are bounded: at most maxNumberDigits digits and an
+// exponent of at most ±maxExponent, far past any quantity's (float64
+// ends at 1e308, decimal128 at 34 digits). A number past them is refused
+// and may be sent as a string.
+const (
+	maxNumberDigits = 256
+	maxExponent     = 1000
+)
+
 // scanPayload reads JSON text p once and returns how deep it nests (as
 // state.Depth counts it) and the first thing in it that decoders may read
 // two ways (see above), as an error its caller prefixes with what p is
-// ("payload gives the member …"), or nil. On
+// ("payload gives the member …"), or nil; and likewise the first number
+// past the bounds above (a payload's, not any JSON text's). On
 // text that is not JSON its answers mean nothing: json.Valid says so.
 // Past MaxDepth it stops looking for anything but the depth. Its stacks
 // start on the goroutine's stack: the usual payload costs no allocation.
-func scanPayload(p []byte) (int, error) {
+func scanPayload(p []byte) (depth int, ambiguous, number error) {
 	var frameBuf [16]scanFrame
 	var nameBuf [32][]byte
 	frames := frameBuf[:0] // the arrays and objects open
 	names := nameBuf[:0]   // the member names of the open objects, decoded
 	wantKey := false       // the next string is a member name
-	depth := 0
 	for i := 0; i < len(p); i++ {
 		switch p[i] {
+		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			end, err := numberEnd(p, i)
+			if err != nil && number == nil {
+				number = fmt.Errorf("has %v at %s: send it as a string", err, pointer(frames, names))
+			}
+			i = end - 1
 		case '{', '[':
 			if len(frames) == MaxDepth {
-				return state.Depth(p), nil // too deep: refused for that
+				return state.Depth(p), nil, nil // too deep: refused for that
 			}
 			object := p[i] == '{'
 			frames = append(frames, scanFrame{start: len(names), at: -1, object: object})
@@ -89,22 +107,54 @@ func scanPayload(p []byte) (int, error) {
 			end, escaped, lone := stringEnd(p, i)
 			key := wantKey && len(frames) > 0
 			if lone >= 0 {
-				return max(depth, state.Depth(p)), loneSurrogate(frames, names, string(p[lone:lone+6]), lone, key)
+				return max(depth, state.Depth(p)), loneSurrogate(frames, names, string(p[lone:lone+6]), lone, key), number
 			}
 			if end == len(p) {
-				return depth, nil // unterminated: not JSON
+				return depth, nil, number // unterminated: not JSON
 			}
 			if key {
 				var err error
 				if names, err = addName(frames, names, p[i:end+1], escaped); err != nil {
-					return max(depth, state.Depth(p)), err
+					return max(depth, state.Depth(p)), err, number
 				}
 				wantKey = false
 			}
 			i = end
 		}
 	}
-	return depth, nil
+	return depth, nil, number
+}
+
+// numberEnd reads the number whose literal starts at p[start] and returns
+// where it ends, with an error if it is past maxNumberDigits or
+// maxExponent. On text that is not JSON its answers mean nothing.
+func numberEnd(p []byte, start int) (int, error) {
+	i, digits := start, 0
+	if i < len(p) && p[i] == '-' {
+		i++
+	}
+	for ; i < len(p) && (p[i] >= '0' && p[i] <= '9' || p[i] == '.'); i++ {
+		if p[i] != '.' {
+			digits++
+		}
+	}
+	exp := 0
+	if i < len(p) && (p[i] == 'e' || p[i] == 'E') {
+		i++
+		if i < len(p) && (p[i] == '+' || p[i] == '-') {
+			i++
+		}
+		for ; i < len(p) && p[i] >= '0' && p[i] <= '9'; i++ {
+			exp = min(exp*10+int(p[i]-'0'), 10*maxExponent) // no overflow, still past the bound
+		}
+	}
+	switch {
+	case digits > maxNumberDigits:
+		return i, fmt.Errorf("a number of %d digits (at most %d are taken)", digits, maxNumberDigits)
+	case exp > maxExponent:
+		return i, fmt.Errorf("a number with an exponent past ±%d", maxExponent)
+	}
+	return i, nil
 }
 
 // addName records the member name lit (a string literal, quotes

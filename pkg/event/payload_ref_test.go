@@ -19,20 +19,43 @@ import (
 // code units (so "\ud800" and "\ufffd" differ), each number as written,
 // each object's members sorted, none dropped.
 func refRead(p []byte) (problem, value string, err error) {
+	problem, value, _, err = refReadNumbers(p)
+	return problem, value, err
+}
+
+// refReadNumbers is refRead, and whether a number is past a payload's
+// bounds (pastBounds).
+func refReadNumbers(p []byte) (problem, value string, bigNumber bool, err error) {
 	r := &refReader{p: p, dec: json.NewDecoder(bytes.NewReader(p))}
 	r.dec.UseNumber()
 	t, lit, err := r.token()
 	if err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	value, err = r.value(t, lit)
-	return r.problem, value, err
+	return r.problem, value, r.bigNumber, err
 }
 
 type refReader struct {
-	p       []byte
-	dec     *json.Decoder
-	problem string
+	p         []byte
+	dec       *json.Decoder
+	problem   string
+	bigNumber bool // a number past 256 digits or an exponent of ±1000
+}
+
+// pastBounds reports a number literal of more than 256 digits, or with
+// an exponent past ±1000.
+func pastBounds(n string) bool {
+	mantissa, exp, _ := strings.Cut(strings.ToLower(n), "e")
+	digits := 0
+	for _, c := range mantissa {
+		if c >= '0' && c <= '9' {
+			digits++
+		}
+	}
+	exp = strings.TrimLeft(strings.TrimLeft(exp, "+-"), "0")
+	e, _ := strconv.Atoi(exp)
+	return digits > 256 || len(exp) > 4 || e > 1000
 }
 
 // token is the next token and, for a string, its literal as written.
@@ -54,6 +77,7 @@ func (r *refReader) value(t json.Token, lit []byte) (string, error) {
 	case string:
 		return "s" + r.units(lit), nil
 	case json.Number:
+		r.bigNumber = r.bigNumber || pastBounds(string(x))
 		return "n" + string(x), nil
 	case bool, nil:
 		return fmt.Sprint(x), nil

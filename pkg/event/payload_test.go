@@ -146,6 +146,9 @@ func FuzzCheckPayloadAgreesWithTokenReference(f *testing.F) {
 		// Past linearNames, where names are looked up in a map.
 		`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":{"q":1},"r":18,"\u0061":19}`,
 		`[{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"r":18},{"a":1,"a":2}]`,
+		// Numbers at and past their bounds.
+		`[1e1000,-1E-1000,1e+0001000]`, `{"n":1e1001}`, `[1.5e-99999999999999999999]`, `{"a":1,"a":1e2000}`, `{"a":1e2000,"a":1}`,
+		`[` + strings.Repeat("9", 256) + `,0.` + strings.Repeat("1", 255) + `]`, `[-` + strings.Repeat("9", 257) + `]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -161,11 +164,15 @@ func FuzzCheckPayloadAgreesWithTokenReference(f *testing.F) {
 			}
 			return
 		}
-		problem, _, rerr := refRead(p)
+		problem, _, bigNumber, rerr := refReadNumbers(p)
 		if rerr != nil {
 			t.Fatalf("refRead(%q): %v (json.Valid takes it)", p, rerr)
 		}
 		switch name, twice := strings.CutPrefix(problem, "twice:"); {
+		case problem == "" && bigNumber:
+			if err == nil || !strings.Contains(err.Error(), "send it as a string") {
+				t.Fatalf("CheckPayload(%q): want a number past the bounds refused, got %v", p, err)
+			}
 		case problem == "":
 			if err != nil {
 				t.Fatalf("CheckPayload(%q) = %v; the reference reads it one way only", p, err)
@@ -218,4 +225,25 @@ func FuzzDerivedKeyOnlyForTheSameValue(f *testing.F) {
 			t.Fatalf("%q and %q are two values (%s / %s), and derive one key %s", p, q, vp, vq, ep.IdempotencyKey)
 		}
 	})
+}
+
+// A number a schema check would read at great cost (1e999999 is a
+// power of ten of two million bits, tens of milliseconds each) is
+// refused, where it is, with how to send it instead; a number of any
+// quantity's size is taken.
+func TestPayloadNumberPastItsBoundsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ payload, say string }{
+		{`{"a":[1,1e999999]}`, `payload has a number with an exponent past ±1000 at "/a/1": send it as a string`},
+		{`{"id":` + strings.Repeat("7", 300) + `}`, `payload has a number of 300 digits (at most 256 are taken) at "/id": send it as a string`},
+	} {
+		if err := event.CheckPayload([]byte(c.payload)); !errors.Is(err, event.ErrMalformed) || !strings.Contains(err.Error(), c.say) {
+			t.Errorf("%.40s: want ErrMalformed saying %q, got %v", c.payload, c.say, err)
+		}
+	}
+	for _, p := range []string{`{"x":1.7976931348623157e308,"y":-4.9e-324,"z":123456789012345678901234567890123456}`, `[1e1000]`} {
+		if err := event.CheckPayload([]byte(p)); err != nil {
+			t.Errorf("%s: want it taken, got %v", p, err)
+		}
+	}
 }
