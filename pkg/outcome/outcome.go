@@ -27,7 +27,7 @@ const (
 	ClassTransient Class = "transient"
 	ClassPermanent Class = "permanent"
 	ClassTimeout   Class = "timeout"
-	ClassCrash     Class = "crash" // the worker died on it (max deliveries)
+	ClassCrash     Class = "crash" // the worker died on it (max deliveries, or its runs lost past its attempts)
 )
 
 type permanent struct{ err error }
@@ -84,6 +84,11 @@ func (h *HTTPError) Error() string {
 // ErrTimeout is wrapped when a call did not answer in time.
 var ErrTimeout = errors.New("target did not answer in time")
 
+// ErrRunLost is wrapped when an event's runs were lost (its worker died
+// on it, or was cut off from NATS) until the stage had no attempt left:
+// class crash.
+var ErrRunLost = errors.New("its runs were lost: the worker died or was cut off during each")
+
 // ClassOf classifies an error (nil is success).
 func ClassOf(err error) Class {
 	switch {
@@ -93,6 +98,8 @@ func ClassOf(err error) Class {
 		return ClassPermanent
 	case errors.Is(err, ErrTimeout):
 		return ClassTimeout
+	case errors.Is(err, ErrRunLost):
+		return ClassCrash
 	}
 	return ClassTransient
 }

@@ -2,11 +2,14 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -122,6 +125,36 @@ func TestCrashStopDuringCall(t *testing.T) {
 	}
 	if n := h.effects("stop-1"); n != 1 {
 		t.Fatalf("want the effect applied once, got %d", n)
+	}
+}
+
+// A worker that dies during the call every time (a handler that kills
+// its process, a payload that makes it run out of memory) never reaches
+// the tail's count of deliveries: each new owner counts afresh. The
+// record's attempts bound it: with attempts 2, the third owner's reclaim
+// calls no more and the event ends dead, class crash, after two calls.
+func TestRunsLostPastTheAttemptsEndTheEvent(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(8, "attempts: 2"), provider.Faults{Latency: 20 * time.Second})
+	ids := h.Submit("acme", "order.create", []string{"lost-1"}, orderPayload)
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { _, _, err := h.St.Get(h.Ctx(), "acme", ids[0]); return err == nil }, "the event accepted")
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 1; h.Record(ids[0]).Status != state.Dead; i++ {
+		if i > 4 {
+			r := h.Record(ids[0])
+			t.Fatalf("after %d owners lost its run, want the event dead; got %s, attempts %d, %d calls (%s)", i-1, r.Status, r.Attempts, h.arrivals(), servicetest.Actions(r))
+		}
+		d := h.dispatcher(fmt.Sprintf("d%d", i), nil)
+		natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.arrivals() >= i || h.Record(ids[0]).Status == state.Dead },
+			"owner %d to call or end the event", i)
+		if err := d.Stop(expired); err != nil { // the call cut: its run lost
+			t.Fatal(err)
+		}
+	}
+	r := h.Record(ids[0])
+	if h.arrivals() != 2 || r.LastError == nil || r.LastError.Class != string(outcome.ClassCrash) {
+		t.Fatalf("want two calls, then dead with class crash; got %d calls, last error %+v", h.arrivals(), r.LastError)
 	}
 }
 

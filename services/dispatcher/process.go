@@ -398,6 +398,14 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 		return
 	}
 	r.stage, r.hasFallback = stage, kind.Fallback != nil && rec.Stage == state.StagePrimary
+	if stage.Attempts > 0 && rec.Attempts > stage.Attempts {
+		// A reclaim past the stage's attempts: every run so far was lost
+		// (a worker that dies on this event, whichever replica takes it
+		// over, never reaches the tail's count of deliveries). No call
+		// beyond what attempts allows: the event moves on as failed.
+		s.finish(ctx, r, fmt.Errorf("%w (attempt %d of %d)", outcome.ErrRunLost, rec.Attempts, stage.Attempts), target.Response{})
+		return
+	}
 	var call func(context.Context) (target.Response, error)
 	guardName := stage.Target
 	if stage.Handler != "" {
