@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/provider"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/dispatcher"
 )
@@ -158,5 +159,32 @@ func TestFailedLaneReadDoesNotParkForTheSafetyNet(t *testing.T) {
 	h.waitAll(ids, state.Done, 15*time.Second)
 	if failed.Load() < 2 {
 		t.Fatalf("want a-1's reads of its predecessor to have failed twice after a-0 finished, got %d reads", failed.Load())
+	}
+}
+
+// A message handed back (NAK) more often than a worker may die on it is
+// no crash: its run never started. a-1's reads of its predecessor fail
+// 12 times (the store did not answer, as through a server outage), each
+// handing its message back for 2 s; then a-1 is delivered. Counted as
+// deliveries its worker died on, it went to DEAD at the 11th, class
+// crash, never having failed.
+func TestAMessageHandedBackOftenIsNoCrash(t *testing.T) {
+	t.Parallel()
+	h := setup(t, yamlFor(8, `ordered_by: lane, attempts: 2`), provider.Faults{})
+	ids := h.Submit("acme", "order.create", []string{"a-0", "a-1"}, func(k string) string {
+		return fmt.Sprintf(`{"order_id":%q,"lane":"A"}`, k)
+	})
+	var failed atomic.Int32
+	h.dispatcher("d1", &dispatcher.Hooks{
+		LaneRead: func(id string) error {
+			if id == ids[1] && failed.Add(1) <= 12 {
+				return errors.New("nats: timeout")
+			}
+			return nil
+		},
+	})
+	recs := h.waitAll(ids, state.Done, 60*time.Second)
+	if failed.Load() <= 12 || recs[ids[1]].Attempts != 1 {
+		t.Fatalf("want a-1 done in one attempt after 12 failed reads, got %d reads, %s", failed.Load(), servicetest.Actions(recs[ids[1]]))
 	}
 }

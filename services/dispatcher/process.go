@@ -38,7 +38,7 @@ func (s *Service) process(ctx context.Context, m jetstream.Msg, lapses uint64, r
 		return
 	}
 	ctx = s.eventCtx(ctx, env)
-	if meta.NumDelivered > maxDeliveries {
+	if lapsed(m, meta) >= maxDeliveries {
 		if _, inFlight := s.runs.get(env.ID); !inFlight {
 			s.giveUp(ctx, m, env, meta)
 			return
@@ -100,11 +100,14 @@ func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
 	_ = m.TermWithReason("malformed message")
 }
 
-// maxDeliveries is how many deliveries of one message the dispatcher
-// makes before it keeps the event in DEAD (reason max_deliveries): a
-// message that kills its worker every time before the claim counts an
-// attempt (a crash in the claim's own path) ends there. Its consumer never
-// gives it up itself (pkg/dead, GiveUp).
+// maxDeliveries is how many deliveries of one message may lapse (their
+// worker died on them, or hung) before the dispatcher keeps the event in
+// DEAD (reason max_deliveries): a message that kills its worker every
+// time before the claim counts an attempt (a crash in the claim's own
+// path) ends there. A delivery handed back (NAK: the store did not
+// answer, the account may be another replica's) is no lapse: an event
+// that waited out an outage never failed. Its consumer never gives it up
+// itself (pkg/dead, GiveUp).
 const maxDeliveries = 10
 
 // giveUps is how this replica gives events up to DEAD.
@@ -115,13 +118,14 @@ func (s *Service) giveUps() dead.GiveUp {
 // giveUp keeps in DEAD the event of a message delivered more than
 // maxDeliveries times, and settles the message.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, env event.Envelope, meta *jetstream.MsgMetadata) {
-	moved, err := s.giveUps().Crash(ctx, env, meta.Stream, meta.Sequence.Stream, meta.NumDelivered-1)
+	n := lapsed(m, meta)
+	moved, err := s.giveUps().Crash(ctx, env, meta.Stream, meta.Sequence.Stream, n)
 	if err != nil {
 		s.retryLater(ctx, m, err)
 		return
 	}
 	if moved {
-		zerolog.Ctx(ctx).Error().Uint64("deliveries", meta.NumDelivered-1).Msg("workers failed on this event's message every time: kept in DEAD")
+		zerolog.Ctx(ctx).Error().Uint64("deliveries", n).Msg("workers failed on this event's message every time: kept in DEAD")
 	}
 	_ = m.Ack()
 }

@@ -27,8 +27,11 @@ import (
 //   - an unsettled message is handed out again after its AckWait (the
 //     consumer's backoff) unless its handler reports progress, and after
 //     a NAK's delay;
-//   - it counts each message's deliveries (NumDelivered), so a message
-//     that kills its worker every time still ends in DEAD;
+//   - it counts each message's deliveries (NumDelivered), and of them
+//     those that lapsed (neither settled nor handed back before their
+//     AckWait: their worker may have died), so a message that kills its
+//     worker every time still ends in DEAD, and one handed back (NAK)
+//     however often, its run not started, does not;
 //   - its floor (the lowest unsettled sequence) is what the account is
 //     trimmed to.
 //
@@ -71,6 +74,8 @@ type tailEntry struct {
 	seq   uint64
 	at    time.Time // stored at
 	n     uint64    // deliveries
+	lapse uint64    // of them, those that lapsed (see expire)
+	back  bool      // the current delivery was handed back (again)
 	cur   *tailMsg  // the current delivery
 	timer *time.Timer
 }
@@ -424,7 +429,8 @@ func (t *tail) handOut(e *tailEntry) bool {
 		return true // settled meanwhile
 	}
 	e.n++
-	d := &tailMsg{t: t, e: e, meta: jetstream.MsgMetadata{
+	e.back = false
+	d := &tailMsg{t: t, e: e, lapsed: e.lapse, meta: jetstream.MsgMetadata{
 		Sequence:     jetstream.SequencePair{Stream: e.seq, Consumer: e.n},
 		NumDelivered: e.n, Stream: t.stream, Consumer: "tail", Timestamp: e.at,
 	}}
@@ -447,6 +453,9 @@ func (t *tail) expire(d *tailMsg) {
 		return
 	}
 	e.cur = nil // a late settlement of d still settles; its progress no longer counts
+	if !e.back {
+		e.lapse++ // its AckWait ran out: the worker may have died on it
+	}
 	t.due = append(t.due, e)
 	t.mu.Unlock()
 	t.poke()
@@ -474,6 +483,7 @@ func (t *tail) again(d *tailMsg, delay time.Duration) {
 		return
 	}
 	e.timer.Stop()
+	e.back = true
 	e.timer = time.AfterFunc(max(delay, 0), func() { t.expire(d) })
 }
 
@@ -491,9 +501,20 @@ func (t *tail) progress(d *tailMsg) {
 // tailMsg is one delivery of a tail's message, settled through the tail
 // as a consumer's message is through the server.
 type tailMsg struct {
-	t    *tail
-	e    *tailEntry
-	meta jetstream.MsgMetadata
+	t      *tail
+	e      *tailEntry
+	meta   jetstream.MsgMetadata
+	lapsed uint64 // the message's deliveries before this one that lapsed
+}
+
+// lapsed is how many of m's deliveries before this one lapsed (their
+// worker may have died on them): a tail's count, else (a consumer's
+// message) all of them.
+func lapsed(m jetstream.Msg, meta *jetstream.MsgMetadata) uint64 {
+	if d, ok := m.(*tailMsg); ok {
+		return d.lapsed
+	}
+	return meta.NumDelivered - 1
 }
 
 var _ jetstream.Msg = (*tailMsg)(nil)
