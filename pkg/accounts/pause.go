@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tenaz/tenaz/pkg/names"
+	"github.com/tenaz/tenaz/pkg/store"
 )
 
 // An operator's pause of an account is a record in the operators' bucket.
@@ -138,9 +139,24 @@ func (ps *Pauses) Set(ctx context.Context, p Pause) error {
 	return nil
 }
 
-// Clear removes account's pause.
-func (ps *Pauses) Clear(ctx context.Context, account string) error {
-	if err := ps.kv.Delete(ctx, pauseKey(account)); err != nil {
+// ErrPauseChanged is Clear's refusal of a pause written (or cleared)
+// since the revision it was given.
+var ErrPauseChanged = errors.New("accounts: the pause changed since it was read")
+
+// Clear removes account's pause. rev, when not 0, is the revision of the
+// pause the caller read (Get): a pause written or cleared since is left
+// as it is and Clear returns ErrPauseChanged, so that a resume never ends
+// a newer pause it did not see.
+func (ps *Pauses) Clear(ctx context.Context, account string, rev uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	err := ps.kv.Delete(ctx, pauseKey(account), opts...)
+	if rev != 0 && (errors.Is(err, jetstream.ErrKeyRevisionMismatch) || store.IsWrongSequence(err)) {
+		return fmt.Errorf("resuming %s: %w", account, ErrPauseChanged)
+	}
+	if err != nil {
 		return fmt.Errorf("accounts: resuming %s: %w", account, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package accounts_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -109,7 +110,7 @@ func TestPausesWatched(t *testing.T) {
 	if h := next(); h.account != "globex" || !h.ok || !h.p.Until.Equal(until) {
 		t.Fatalf("globex paused: want its pause until %v, got %+v", until, h)
 	}
-	if err := ps.Clear(ctx, "acme"); err != nil {
+	if err := ps.Clear(ctx, "acme", 0); err != nil {
 		t.Fatal(err)
 	}
 	if h := next(); h.account != "acme" || h.ok {
@@ -120,6 +121,40 @@ func TestPausesWatched(t *testing.T) {
 	}
 	if _, ok, _, err := ps.Get(ctx, "acme"); ok || err != nil {
 		t.Fatalf("Get(acme) after Clear: want none, got %v %v", ok, err)
+	}
+}
+
+// Clear with the revision a resume read ends only that pause: a pause
+// written since, or a clear since, makes it ErrPauseChanged and leaves
+// the bucket as it is.
+func TestClearOnlyThePauseRead(t *testing.T) {
+	t.Parallel()
+	ctx, ps := openPauses(t)
+	if err := ps.Set(ctx, accounts.Pause{Account: "acme", Actor: "operator:alice", Reason: "erp migration"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, read, err := ps.Get(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.Set(ctx, accounts.Pause{Account: "acme", Actor: "operator:bob", Reason: "erp down again"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.Clear(ctx, "acme", read); !errors.Is(err, accounts.ErrPauseChanged) {
+		t.Fatalf("Clear at the revision read before bob's pause: want ErrPauseChanged, got %v", err)
+	}
+	p, ok, rev, err := ps.Get(ctx, "acme")
+	if err != nil || !ok || p.Actor != "operator:bob" {
+		t.Fatalf("after the stale Clear: want bob's pause kept, got %+v %v %v", p, ok, err)
+	}
+	if err := ps.Clear(ctx, "acme", rev); err != nil {
+		t.Fatalf("Clear at the current revision: %v", err)
+	}
+	if err := ps.Clear(ctx, "acme", rev); !errors.Is(err, accounts.ErrPauseChanged) {
+		t.Fatalf("a second Clear at the same revision: want ErrPauseChanged, got %v", err)
+	}
+	if _, ok, _, err := ps.Get(ctx, "acme"); ok || err != nil {
+		t.Fatalf("after Clear: want no pause, got %v %v", ok, err)
 	}
 }
 
@@ -153,7 +188,7 @@ func TestPauseBookFollowed(t *testing.T) {
 	if got := book.Holding(now.Add(2 * time.Hour)); !slices.Equal(got, []string{"acme"}) {
 		t.Fatalf("Holding in two hours: want [acme], got %v", got)
 	}
-	if err := ps.Clear(ctx, "acme"); err != nil {
+	if err := ps.Clear(ctx, "acme", 0); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { return !slices.Contains(book.Holding(now), "acme") },

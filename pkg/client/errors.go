@@ -34,6 +34,9 @@ const (
 	ErrNotWaiting Code = "not_waiting"
 	// ErrNotPaused: the account has no operator's pause to resume (409).
 	ErrNotPaused Code = "not_paused"
+	// ErrPauseChanged: the account was paused again while a resume ran;
+	// that pause stands (409).
+	ErrPauseChanged Code = "pause_changed"
 	// ErrReasonRequired: an operator action needs a reason (400).
 	ErrReasonRequired Code = "reason_required"
 	// ErrReasonTooLong: the reason is over ops.MaxReason bytes (400).

@@ -37,7 +37,7 @@
 // 409 conflict:
 // the event is not in a state the action is legal from (code
 // "not_parked", "not_waiting") or not indexed yet, the account is not
-// paused ("not_paused"), 413/422 an edited payload refused like
+// paused ("not_paused") or was paused again meanwhile ("pause_changed"), 413/422 an edited payload refused like
 // a submission, 500 internal) and Nats-Service-Error the message — and the
 // body ErrorBody, {"error":{"code":"not_found","message":"..."}}. A request
 // with an unknown field is refused (400 "malformed"). Call does a request

@@ -164,17 +164,21 @@ func (s *Service) resumeAccount(ctx context.Context, req ops.ResumeRequest) (ops
 	if err != nil {
 		return ops.AccountReply{}, err
 	}
-	p, ok, _, err := s.pauses.Get(ctx, req.Account)
+	p, ok, rev, err := s.pauses.Get(ctx, req.Account)
 	if err != nil {
 		return ops.AccountReply{}, err
 	}
 	now := s.now().UTC()
 	if !ok || !p.Holds(now) {
-		return ops.AccountReply{}, fail(http.StatusConflict, "not_paused", "account %s is not paused by an operator", req.Account)
+		return ops.AccountReply{}, notPaused(req.Account)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actionTimeout)
 	defer cancel()
-	if err := s.pauses.Clear(ctx, req.Account); err != nil {
+	// Only the pause read is ended: one written since (another
+	// operator's, which the audit shows as the latest action) stands.
+	if err := s.pauses.Clear(ctx, req.Account, rev); errors.Is(err, accounts.ErrPauseChanged) {
+		return ops.AccountReply{}, s.pauseChanged(ctx, req.Account)
+	} else if err != nil {
 		return ops.AccountReply{}, err
 	}
 	if err := s.audit(ctx, ops.Action{At: now, Action: ops.ActionResume, Account: req.Account, Actor: actor, Reason: why}); err != nil {
@@ -182,6 +186,25 @@ func (s *Service) resumeAccount(ctx context.Context, req ops.ResumeRequest) (ops
 	}
 	s.log.Info().Str("account", req.Account).Str("actor", actor).Msg("account resumed by an operator")
 	return s.accountState(ctx, req.Account)
+}
+
+func notPaused(account string) error {
+	return fail(http.StatusConflict, "not_paused", "account %s is not paused by an operator", account)
+}
+
+// pauseChanged is the refusal of a resume whose pause changed before it
+// was cleared: resumed by someone else (not_paused, as if it came
+// later), or paused again, which the resume did not see.
+func (s *Service) pauseChanged(ctx context.Context, account string) error {
+	p, ok, _, err := s.pauses.Get(ctx, account)
+	switch {
+	case err != nil:
+		return err
+	case !ok || !p.Holds(s.now()):
+		return notPaused(account)
+	}
+	return fail(http.StatusConflict, "pause_changed", "account %s was paused again by %s at %s while this resume ran; that pause stands: resume again to end it",
+		account, p.Actor, p.At.UTC().Format(time.RFC3339))
 }
 
 // accountState is an account's pause and what holds its dispatch.

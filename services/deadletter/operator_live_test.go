@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -438,5 +439,59 @@ func TestOperatorOpensABreakerUntilItsTime(t *testing.T) {
 	if err := e.call(ops.ActionsList, ops.ActionsRequest{Account: "acme"}, &audit); err != nil || len(audit.Items) != 1 ||
 		audit.Items[0].Action != ops.ActionOpenBreaker || audit.Items[0].Target != "erp" || audit.Items[0].Until == nil || !audit.Items[0].Until.Equal(until) {
 		t.Fatalf("acme's audit: want alice's open_breaker of erp until %v, got %+v %v", until, audit, err)
+	}
+}
+
+// Resumes at once end one pause: each clears only the pause it read, so
+// one is answered 200 and the others 409 not_paused, and the audit has
+// one resume. (Each cleared unconditionally before: all of them were
+// answered 200 and audited.)
+func TestConcurrentResumesEndOnePause(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	if st, body := e.post("/v1/accounts/acme/pause", map[string]string{"reason": "erp migration"}, nil); st != http.StatusOK {
+		t.Fatalf("pause: want 200, got %d %s", st, body)
+	}
+	const n = 8
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answers := make(chan answer, n)
+	start := make(chan struct{})
+	for i := range n {
+		go func() {
+			<-start
+			body := fmt.Sprintf(`{"reason":"resume %d"}`, i)
+			resp, err := http.Post(e.http.URL+"/v1/accounts/acme/resume", "application/json", strings.NewReader(body))
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			answers <- answer{status: resp.StatusCode, body: string(b)}
+		}()
+	}
+	close(start)
+	ok := 0
+	for range n {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Fatal(a.err)
+		case a.status == http.StatusOK:
+			ok++
+		case a.status != http.StatusConflict || !strings.Contains(a.body, `"not_paused"`):
+			t.Fatalf("a resume that came second: want 409 not_paused, got %d %s", a.status, a.body)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d resumes at once: want one answered 200, got %d", n, ok)
+	}
+	var audit ops.ActionsReply
+	if st := e.get("/v1/actions?account=acme", &audit); st != http.StatusOK || len(audit.Items) != 2 || audit.Items[0].Action != ops.ActionResume {
+		t.Fatalf("acme's audit: want the pause and one resume, got %d %+v", st, audit.Items)
 	}
 }

@@ -57,7 +57,7 @@ func TestPauseStopsWhatWasHandedOut(t *testing.T) {
 		t.Fatalf("paused acme: want no call made after the pause was known, got %d: %v", len(after), after)
 	}
 
-	if err := pauses.Clear(h.Ctx(), "acme"); err != nil {
+	if err := pauses.Clear(h.Ctx(), "acme", 0); err != nil {
 		t.Fatal(err)
 	}
 	recs := h.waitAll(ids, state.Done, time.Minute)

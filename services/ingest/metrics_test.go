@@ -185,7 +185,7 @@ func TestMetricsOfSubmissions(t *testing.T) {
 	}, "beta paused: want paused beta 1, acme 0, runnable 3; got %v", natstest.Lazy(func() any {
 		return fmt.Sprint(h.value(metrics.NamePaused, "account", "beta"), h.value(metrics.NamePaused, "account", "acme"), h.value(metrics.NameRunnable))
 	}))
-	if err := pauses.Clear(h.Ctx(), "beta"); err != nil {
+	if err := pauses.Clear(h.Ctx(), "beta", 0); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, servicetest.WaitFor, func() bool {

@@ -181,7 +181,7 @@ func TestPauseHoldsPolls(t *testing.T) {
 		t.Fatalf("want acme's polls counted as put off for its pause, got %v", n)
 	}
 	w.b.SetFaults(provider.Faults{})
-	if err := pauses.Clear(w.Ctx(), "acme"); err != nil {
+	if err := pauses.Clear(w.Ctx(), "acme", 0); err != nil {
 		t.Fatal(err)
 	}
 	w.WaitAll(ids, state.Done, 30*time.Second)
