@@ -183,6 +183,12 @@ func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage
 	if err != nil {
 		return err
 	}
+	return s.replayItem(ctx, it, payload, stage, actor, why)
+}
+
+// replayItem replays the event of the listed item it (replay).
+func (s *Service) replayItem(ctx context.Context, it ops.Item, payload json.RawMessage, stage, actor, why string) error {
+	id := it.ID
 	if stage == state.StageFallback {
 		if k, ok := s.cfg.Kind(it.Kind); !ok || k.Fallback == nil {
 			return fail(http.StatusBadRequest, "no_fallback", "kind %q has no fallback stage", it.Kind)

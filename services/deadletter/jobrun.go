@@ -135,7 +135,7 @@ func (r *jobRun) settle(ctx context.Context, e pendingEntry) {
 	case e.ID == "":
 		err = fail(http.StatusConflict, "not_parked", "entry %d has no event to replay", e.Seq)
 	default:
-		err = r.s.replay(ctx, e.ID, nil, j.Stage, j.Actor, strings.TrimSpace(j.Reason+" "+jobMark(j.JobID)))
+		err = r.replayListed(ctx, e)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -157,6 +157,17 @@ func (r *jobRun) settle(ctx context.Context, e pendingEntry) {
 	if len(j.LastErrors) > maxJobError {
 		j.LastErrors = j.LastErrors[len(j.LastErrors)-maxJobError:]
 	}
+}
+
+// replayListed replays the DEAD entry the job listed, and no other: an
+// event replayed by hand since, which died again, has a newer entry that
+// was not in the list when the job started, and is skipped (not_found).
+func (r *jobRun) replayListed(ctx context.Context, e pendingEntry) error {
+	it, _, ok := r.s.x.Get(e.ID)
+	if !ok || it.Seq != e.Seq {
+		return fail(http.StatusNotFound, "not_found", "the DEAD entry %d of event %s the job listed is gone", e.Seq, e.ID)
+	}
+	return r.s.replayItem(ctx, it, nil, r.j.Stage, r.j.Actor, strings.TrimSpace(r.j.Reason+" "+jobMark(r.j.JobID)))
 }
 
 // replayedBy reports whether the job replayed the entry's event already:

@@ -442,3 +442,61 @@ func TestCancelReplayJob(t *testing.T) {
 		t.Errorf("an unknown job: want 404, got %v", err)
 	}
 }
+
+// A job replays the DEAD entries it listed, not an event's later death:
+// its page lists X's entry; X is replayed by hand and dies again (a new
+// entry); the job's turn at X skips it. (The job replayed whatever entry
+// the event had by then, the newer death too.)
+func TestReplayJobSkipsANewerDeath(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.startDispatcher(nil)
+	ids := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1,"reject":true}` })
+	x := ids[0]
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 1)
+	var list ops.ListReply
+	if st := e.get("/v1/dead?account=acme", &list); st != http.StatusOK || len(list.Items) != 1 {
+		t.Fatalf("want X listed, got %d %+v", st, list)
+	}
+	listed := list.Items[0].Seq
+
+	// Replayed by hand, X dies again: a newer entry replaces the one listed.
+	if st, body := e.post("/v1/dead/replay", ops.ReplayRequest{IDs: []string{x}, Reason: "by hand"}, nil); st != http.StatusOK {
+		t.Fatalf("replay by hand: want 200, got %d %s", st, body)
+	}
+	natstest.Eventually(t, time.Minute, func() bool {
+		var l ops.ListReply
+		return e.get("/v1/dead?account=acme", &l) == http.StatusOK && len(l.Items) == 1 && l.Items[0].Seq > listed
+	}, "X dead again in a newer entry than %d", listed)
+
+	// A job whose page listed X's first entry (as a job started before
+	// the replay by hand would have), free for the replica to take.
+	const jobID = "job_00000000000000bb"
+	j, _ := json.Marshal(map[string]any{"job_id": jobID, "total": 1, "state": ops.JobRunning, "filter": map[string]string{"account": "acme"},
+		"actor": "operator:alice", "reason": "erp fixed", "rate_per_second": 100, "created_at": time.Now().UTC(), "updated_at": time.Now().UTC(),
+		"cursor": fmt.Sprint(listed), "pending": []map[string]any{{"seq": listed, "id": x, "account": "acme"}}})
+	kv, err := e.JS.KeyValue(e.Ctx(), accounts.BucketOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(e.Ctx(), "job."+jobID, j); err != nil {
+		t.Fatal(err)
+	}
+	var job ops.JobReply
+	natstest.Eventually(t, time.Minute, func() bool {
+		return e.call(ops.DeadJob, ops.JobRequest{JobID: jobID}, &job) == nil && job.State != ops.JobRunning
+	}, "the job to end (last %+v)", &job)
+	if job.State != ops.JobDone || job.Done != 0 || job.Skipped != 1 || job.Failed != 0 {
+		t.Fatalf("job: want done with X skipped, got %+v", job)
+	}
+	rec, _ := e.Lookup(x)
+	replays := 0
+	for _, h := range rec.History {
+		if h.Action == state.Replay {
+			replays++
+		}
+	}
+	if rec.Status != state.Dead || replays != 1 || len(e.p.CallsFor(x)) != 1 {
+		t.Fatalf("X: want dead, replayed once (by hand) and called once, got %s, %d replays, %d calls", rec.Status, replays, len(e.p.CallsFor(x)))
+	}
+}
