@@ -89,3 +89,20 @@ func TestCLIOperatorActions(t *testing.T) {
 		t.Fatalf("accounts actions: want a table with the reasons and the pause until resumed, got\n%s", r)
 	}
 }
+
+// --for that is not positive is a usage error naming the flag, before
+// anything is asked or sent: sent as no end, `accounts pause --for 0s`
+// paused the account until resumed.
+func TestCLIForMustBePositive(t *testing.T) {
+	t.Parallel()
+	op := newOperator(t, "nats://127.0.0.1:1") // nothing is sent
+	for _, args := range [][]string{
+		{"accounts", "pause", "acme", "-m", "x", "--for", "0s", "--yes"},
+		{"accounts", "pause", "acme", "-m", "x", "--for=-5m", "--yes"},
+		{"breakers", "open", "acme", "erp", "-m", "x", "--for", "0s", "--yes"},
+	} {
+		if r := op.must(cli.ExitUsage, args...); !strings.Contains(r.stderr, "--for") || !strings.Contains(r.stderr, "positive") {
+			t.Fatalf("want a usage error naming --for, got\n%s", r)
+		}
+	}
+}

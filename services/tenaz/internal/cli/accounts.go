@@ -26,11 +26,11 @@ type AccountsCmd struct {
 
 // AccountsPauseCmd is `tenaz accounts pause <account>`.
 type AccountsPauseCmd struct {
-	Account string        `arg:"" help:"Account."`
-	Message string        `short:"m" required:"" help:"Why, recorded in the audit (required)."`
-	For     time.Duration `placeholder:"DURATION" help:"End the pause by itself after this long (30m, 2h)."`
-	Until   string        `placeholder:"TIME" help:"End the pause by itself at TIME (RFC 3339)."`
-	Yes     bool          `short:"y" help:"Do it without asking."`
+	Account string         `arg:"" help:"Account."`
+	Message string         `short:"m" required:"" help:"Why, recorded in the audit (required)."`
+	For     *time.Duration `placeholder:"DURATION" help:"End the pause by itself after this long (30m, 2h)."`
+	Until   string         `placeholder:"TIME" help:"End the pause by itself at TIME (RFC 3339)."`
+	Yes     bool           `short:"y" help:"Do it without asking."`
 }
 
 // Run pauses.

@@ -22,12 +22,12 @@ type BreakersCmd struct {
 
 // BreakersOpenCmd is `tenaz breakers open <account> <target>`.
 type BreakersOpenCmd struct {
-	Account string        `arg:"" help:"Account."`
-	Target  string        `arg:"" help:"Target name (as in the config's targets)."`
-	For     time.Duration `placeholder:"DURATION" help:"Open for this long (30m, 2h)."`
-	Until   string        `placeholder:"TIME" help:"Open until TIME (RFC 3339)."`
-	Message string        `short:"m" required:"" help:"Why, recorded in the breaker and the audit (required)."`
-	Yes     bool          `short:"y" help:"Do it without asking."`
+	Account string         `arg:"" help:"Account."`
+	Target  string         `arg:"" help:"Target name (as in the config's targets)."`
+	For     *time.Duration `placeholder:"DURATION" help:"Open for this long (30m, 2h)."`
+	Until   string         `placeholder:"TIME" help:"Open until TIME (RFC 3339)."`
+	Message string         `short:"m" required:"" help:"Why, recorded in the breaker and the audit (required)."`
+	Yes     bool           `short:"y" help:"Do it without asking."`
 }
 
 // Run opens a breaker.

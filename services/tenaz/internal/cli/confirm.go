@@ -33,11 +33,13 @@ func confirm(env *Env, yes bool, what string) error {
 	return errDeclined
 }
 
-// untilFlags reads --until (RFC 3339) and --for (a duration) into what the
-// requests take; at most one of them.
-func untilFlags(until string, dur time.Duration) (*time.Time, string, error) {
+// untilFlags reads --until (RFC 3339) and --for (a duration; nil when not
+// given) into what the requests take; at most one of them. A --for that
+// is not positive is refused: sent as no end, --for 0s would pause until
+// resumed.
+func untilFlags(until string, dur *time.Duration) (*time.Time, string, error) {
 	switch {
-	case until != "" && dur != 0:
+	case until != "" && dur != nil:
 		return nil, "", failf(ErrUsage, "give --until or --for, not both")
 	case until != "":
 		t, err := time.Parse(time.RFC3339, until)
@@ -45,9 +47,9 @@ func untilFlags(until string, dur time.Duration) (*time.Time, string, error) {
 			return nil, "", failf(ErrUsage, "--until %q: want an RFC 3339 time (2026-11-30T08:00:00Z)", until)
 		}
 		return &t, "", nil
-	case dur < 0:
-		return nil, "", failf(ErrUsage, "--for %s: want a positive duration", dur)
-	case dur > 0:
+	case dur != nil && *dur <= 0:
+		return nil, "", failf(ErrUsage, "--for %s: want a positive duration (30m, 2h)", *dur)
+	case dur != nil:
 		return nil, dur.String(), nil
 	}
 	return nil, "", nil
