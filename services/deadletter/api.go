@@ -8,14 +8,17 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/dead"
 	"github.com/tenaz/tenaz/pkg/httpapi"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/ops"
+	"github.com/tenaz/tenaz/pkg/outcome"
 	"github.com/tenaz/tenaz/pkg/search"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/services/deadletter/internal/index"
@@ -234,7 +237,7 @@ func seqOf(id string) (seq uint64, ok bool, err error) {
 
 // list serves one page of a list.
 func (s *Service) list(st state.State, q ops.ListRequest) (ops.ListReply, error) {
-	if err := checkListRequest(q); err != nil {
+	if err := s.checkFilter(q); err != nil {
 		return ops.ListReply{}, err
 	}
 	rep, err := s.x.List(st, q)
@@ -262,6 +265,54 @@ func checkListRequest(q ops.ListRequest) error {
 		return fail(http.StatusBadRequest, "invalid_"+pe.Param, "%v", pe)
 	}
 	return err
+}
+
+// reasons are the reasons an entry is in DEAD.
+var reasons = []string{dead.ReasonPermanent, dead.ReasonExhausted, dead.ReasonCrash, dead.ReasonRejected,
+	dead.ReasonReview, dead.ReasonTooLarge, dead.ReasonUndecodable, ReasonTerminated}
+
+// classes are the error classes DEAD entries are written with: a
+// delivery's outcome (pkg/outcome), a refused submission's code (ingest's
+// refusals), an entry or message that could not be read, and the classes
+// of the give-ups (an undecodable record, a terminated message).
+var classes = []string{
+	string(outcome.ClassTransient), string(outcome.ClassPermanent), string(outcome.ClassTimeout), string(outcome.ClassCrash),
+	"invalid_account", "invalid_kind", "invalid_subject", "invalid_cloudevent", "malformed", "too_large", "unknown_kind",
+	"schema_unavailable", "schema_violation", "idempotency_key_reused", "malformed_message", "malformed_entry",
+	dead.ReasonUndecodable, ReasonTerminated,
+}
+
+// checkFilter is checkListRequest, and refuses a reason or a class that no
+// entry has: a misspelt one matched nothing, so that the list was empty
+// and a replay job by it replayed nothing, as if nothing were dead.
+func (s *Service) checkFilter(q ops.ListRequest) error {
+	if err := checkListRequest(q); err != nil {
+		return err
+	}
+	if err := s.checkValue("reason", q.Reason, reasons, func(c index.Counts) map[string]int { return c.Reasons }); err != nil {
+		return err
+	}
+	return s.checkValue("class", q.Class, classes, func(c index.Counts) map[string]int { return c.Classes })
+}
+
+// checkValue refuses v for param unless it is known or an entry listed
+// now has it (listed picks it from the index's facets): a class written by
+// a part newer than this list still filters its entries.
+func (s *Service) checkValue(param, v string, known []string, listed func(index.Counts) map[string]int) error {
+	if v == "" || slices.Contains(known, v) {
+		return nil
+	}
+	valid := slices.Clone(known)
+	for _, st := range []state.State{state.Dead, state.ManualReview} {
+		for k := range listed(s.x.Facets(st)) {
+			if k == v {
+				return nil
+			}
+			valid = append(valid, k)
+		}
+	}
+	slices.Sort(valid)
+	return fail(http.StatusBadRequest, "invalid_"+param, "%s: unknown %s %q; want one of %s", param, param, v, strings.Join(slices.Compact(valid), ", "))
 }
 
 // listParams are the parameters listQuery reads.

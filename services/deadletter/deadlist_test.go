@@ -309,3 +309,45 @@ func TestReplayCutShortIsFinishedByTheNextReplica(t *testing.T) {
 func unfinished(r state.Record) bool {
 	return r.Status == state.Pending && len(r.History) > 0 && r.History[len(r.History)-1].Action == state.Replay
 }
+
+// A reason or class filter no entry can have is refused with 400, naming
+// the parameter and the values it takes, on the lists, over NATS and for
+// a replay job: a misspelt one matched nothing and read as "nothing is
+// dead" (a job by it finished with 0 replayed). A known class with no
+// entry now lists none, and a class only an entry listed now has (one
+// written by a newer part) filters as any other.
+func TestListRefusesAnUnknownReasonOrClass(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.seed(1, "acme", "order.create", dead.ReasonPermanent, "bespoke_class", func(int) string { return `{"n":1}` })
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 1)
+	send := func(path string) servicetest.Response {
+		return servicetest.Send(t, e.Ctx(), http.DefaultClient, http.MethodGet, e.http.URL+path, "", "")
+	}
+	for _, c := range []struct{ path, code, names string }{
+		{"/v1/dead?reason=permanant", "invalid_reason", dead.ReasonPermanent},
+		{"/v1/review?reason=permanant", "invalid_reason", dead.ReasonReview},
+		{"/v1/dead?class=transiet", "invalid_class", "transient"},
+		{"/v1/dead?account=acme&class=bespoke", "invalid_class", "bespoke_class"},
+	} {
+		r := send(c.path)
+		if got := errorOf(t, c.path, r); r.Status != http.StatusBadRequest || got.Code != c.code || !strings.Contains(got.Message, c.names) {
+			t.Errorf("GET %s: want 400 %s listing %s, got %d %+v", c.path, c.code, c.names, r.Status, got)
+		}
+	}
+	for path, n := range map[string]int{"/v1/dead?class=timeout": 0, "/v1/dead?class=bespoke_class": 1, "/v1/dead?reason=terminated": 0} {
+		var list ops.ListReply
+		if st := e.get(path, &list); st != http.StatusOK || list.Total != n {
+			t.Errorf("GET %s: want 200 with %d, got %d %+v", path, n, st, list)
+		}
+	}
+	var oe *ops.Error
+	err := e.call(ops.DeadList, ops.ListRequest{Class: "transiet"}, nil)
+	if !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != "invalid_class" {
+		t.Errorf("dead.list with a misspelt class: want 400 invalid_class, got %v", err)
+	}
+	err = e.call(ops.DeadReplay, ops.ReplayRequest{Filter: &ops.ListRequest{Reason: "permanant"}, Reason: "erp fixed"}, nil)
+	if !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != "invalid_reason" {
+		t.Errorf("a replay job with a misspelt reason: want 400 invalid_reason, got %v", err)
+	}
+}

@@ -90,7 +90,7 @@ func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor
 	if f.Limit != 0 {
 		return ops.JobReply{}, fail(http.StatusBadRequest, "invalid_limit", "limit: a replay job's filter takes none (the job goes through every match)")
 	}
-	if err := checkListRequest(f); err != nil {
+	if err := s.checkFilter(f); err != nil {
 		return ops.JobReply{}, err
 	}
 	if stage == state.StageFallback && f.Kind != "" {

@@ -156,3 +156,25 @@ func TestCLIDeadReplayEmptyPayload(t *testing.T) {
 		}
 	}
 }
+
+// A misspelt --reason or --class is the service's 400, a usage error (2)
+// naming the flag's parameter and the values it takes: `dead replay --all`
+// by one started a job that finished with 0 replayed, and `dead ls` by
+// one listed nothing, as if nothing were dead.
+func TestCLIDeadUnknownReasonOrClass(t *testing.T) {
+	t.Parallel()
+	_, tz, _ := running(t)
+	op := newOperator(t, tz.NATSURL())
+	for _, c := range []struct {
+		args  []string
+		names string
+	}{
+		{[]string{"dead", "replay", "--all", "--reason", "permanant", "-m", "erp fixed"}, "attempts_exhausted"},
+		{[]string{"dead", "ls", "--class", "transiet"}, "transient"},
+	} {
+		r := op.must(cli.ExitUsage, c.args...)
+		if !strings.Contains(r.stderr, "unknown") || !strings.Contains(r.stderr, c.names) {
+			t.Errorf("tenaz %v: want the unknown value refused with the valid ones, got\n%s", c.args, r)
+		}
+	}
+}
