@@ -223,7 +223,8 @@ func TestRequestErrors(t *testing.T) {
 		// Decoded regardless of case, "IDS" would win over "ids".
 		{"ids in two spellings", ops.DeadReplay, map[string]any{"ids": ids, "IDS": ids, "reason": "retry"}, 400, "malformed"},
 		{"bad outcome", ops.ReviewResolve, ops.ResolveRequest{ID: ids[0], Outcome: "maybe"}, 400, "invalid_outcome"},
-		{"unknown job", ops.DeadJob, ops.JobRequest{JobID: "job_nope"}, 404, "not_found"},
+		{"unknown job", ops.DeadJob, ops.JobRequest{JobID: "job_0000000000000001"}, 404, "not_found"},
+		{"malformed job id", ops.DeadJob, ops.JobRequest{JobID: "job_nope"}, 400, "invalid_job"},
 		{"unknown breaker", ops.BreakersClose, ops.CloseBreakerRequest{Account: "acme", Target: "erp"}, 404, "not_found"},
 	} {
 		err := e.call(tc.ep, tc.req, nil)

@@ -63,6 +63,32 @@ type pendingEntry struct {
 
 func jobKey(id string) string { return "job." + id }
 
+// jobIDPrefix and jobIDHex make a job's id: job_ and 8 random bytes in hex.
+const (
+	jobIDPrefix = "job_"
+	jobIDHex    = 16
+)
+
+func newJobID() string {
+	var b [jobIDHex / 2]byte
+	_, _ = rand.Read(b[:])
+	return jobIDPrefix + hex.EncodeToString(b[:])
+}
+
+// validJobID reports whether id has the shape newJobID makes.
+func validJobID(id string) bool {
+	h, ok := strings.CutPrefix(id, jobIDPrefix)
+	if !ok || len(h) != jobIDHex {
+		return false
+	}
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // jobMark ends the detail of each replay a job makes: its history names
 // the job, and a replica that takes the job over knows the replays made
 // before it.
@@ -103,11 +129,9 @@ func (s *Service) createJob(ctx context.Context, f ops.ListRequest, stage, actor
 	if err != nil {
 		return ops.JobReply{}, fail(http.StatusBadRequest, "bad_filter", "%v", err)
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	now := s.now().UTC()
 	j := job{
-		JobReply: ops.JobReply{JobID: "job_" + hex.EncodeToString(b[:]), Total: first.Total, State: ops.JobRunning,
+		JobReply: ops.JobReply{JobID: newJobID(), Total: first.Total, State: ops.JobRunning,
 			Filter: f, Stage: stage, Actor: actor, Reason: why, RatePerSecond: rate, CreatedAt: now, UpdatedAt: now},
 		Cursor: strconv.FormatUint(s.x.MaxSeq()+1, 10),
 	}
@@ -129,11 +153,11 @@ func (s *Service) getJob(ctx context.Context, id string) (ops.JobReply, error) {
 	return j.JobReply, err
 }
 
-// readJob reads the job id and its revision: 400 for an id that cannot
-// be a key, 404 for none.
+// readJob reads the job id and its revision: 400 for an id that is not
+// a job's (newJobID), which a key could not hold either, 404 for none.
 func (s *Service) readJob(ctx context.Context, id string) (job, uint64, error) {
-	if id == "" || strings.ContainsAny(id, ".*> ") {
-		return job{}, 0, fail(http.StatusBadRequest, "invalid_job", "invalid job id %q", id)
+	if !validJobID(id) {
+		return job{}, 0, fail(http.StatusBadRequest, "invalid_job", "invalid job id %q: a job's id is job_ and 16 hex digits (job_3f9a0c2b7d1e4a58)", id)
 	}
 	e, err := s.kvOps.Get(ctx, jobKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

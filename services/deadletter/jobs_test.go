@@ -500,3 +500,35 @@ func TestReplayJobSkipsANewerDeath(t *testing.T) {
 		t.Fatalf("X: want dead, replayed once (by hand) and called once, got %s, %d replays, %d calls", rec.Status, replays, len(e.p.CallsFor(x)))
 	}
 }
+
+// A job id that is not a job's (job_ and 16 hex digits) is 400
+// invalid_job on the API, the screen and NATS, an unknown one 404: one a
+// KV key cannot hold (a+b) was answered 500 "invalid key".
+func TestJobIDIsChecked(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	send := func(method, path, body string) servicetest.Response {
+		return servicetest.Send(t, e.Ctx(), http.DefaultClient, method, e.http.URL+path, "", body)
+	}
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"GET", "/v1/dead/jobs/a+b", "", 400},
+		{"GET", "/v1/dead/jobs/job_0123456789ABCDEF", "", 400},
+		{"GET", "/v1/dead/jobs/job_0123456789abcdef0", "", 400},
+		{"POST", "/v1/dead/jobs/a+b/cancel", `{"reason":"x"}`, 400},
+		{"GET", "/ui/jobs/a+b", "", 400},
+		{"GET", "/v1/dead/jobs/job_0123456789abcdef", "", 404},
+		{"GET", "/ui/jobs/job_0123456789abcdef", "", 404},
+	} {
+		r := send(c.method, c.path, c.body)
+		if r.Status != c.status || c.status == 400 && !strings.Contains(string(r.Body), "job_ and 16 hex digits") {
+			t.Errorf("%s %s: want %d saying what a job id is, got %d %.200s", c.method, c.path, c.status, r.Status, r.Body)
+		}
+	}
+	var oe *ops.Error
+	if err := e.call(ops.DeadJob, ops.JobRequest{JobID: "a+b"}, nil); !errors.As(err, &oe) || oe.Status != http.StatusBadRequest || oe.Code != "invalid_job" {
+		t.Errorf("dead.job a+b: want 400 invalid_job, got %v", err)
+	}
+}

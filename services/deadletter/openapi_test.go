@@ -97,7 +97,8 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	}
 	want(200, "GET", "/v1/dead/jobs/"+job.JobID, alice, "", "a job")
 	want(400, "GET", "/v1/dead/jobs/a.b", alice, "", "a bad job id")
-	want(404, "GET", "/v1/dead/jobs/nope", alice, "", "an unknown job")
+	want(400, "GET", "/v1/dead/jobs/nope", alice, "", "an id no job has the shape of")
+	want(404, "GET", "/v1/dead/jobs/job_0000000000000001", alice, "", "an unknown job")
 	slow := e.seed(2, "slowjob", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
 	e.waitListed(state.Dead, url.Values{"account": {"slowjob"}}, len(slow))
 	if st, _ := e.postWith(alice, "/v1/dead/replay", map[string]any{"filter": map[string]string{"account": "slowjob"}, "reason": "r", "rate_per_second": 0.001}, &job); st != 202 || job.JobID == "" {
@@ -107,7 +108,7 @@ func TestOpenAPIContractDeadletter(t *testing.T) {
 	want(400, "POST", cancel, alice, `{}`, "no reason")
 	want(200, "POST", cancel, alice, `{"reason":"wrong filter"}`, "cancel a running job")
 	want(409, "POST", cancel, alice, `{"reason":"again"}`, "a job not running")
-	want(404, "POST", "/v1/dead/jobs/nope/cancel", alice, `{"reason":"x"}`, "an unknown job")
+	want(404, "POST", "/v1/dead/jobs/job_0000000000000001/cancel", alice, `{"reason":"x"}`, "an unknown job")
 	want(413, "POST", cancel, alice, huge, "a body over the limit")
 
 	want(200, "POST", "/v1/review/"+reviews[0]+"/resolve", alice, `{"outcome":"done","result":{"ok":true},"reason":"checked"}`, "resolve")

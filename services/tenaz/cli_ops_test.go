@@ -242,13 +242,14 @@ func TestCLIBulkReplay(t *testing.T) {
 		t.Fatalf("an event outside the filter: want it still dead, got %s", s)
 	}
 
-	// The job can be read again; an unknown job is 3.
+	// The job can be read again; an unknown job is 3, an id no job has 2.
 	var again ops.JobReply
 	op.must(cli.ExitOK, "dead", "job", job.JobID, "--no-wait", "--json").decode(t, &again)
 	if again.JobID != job.JobID || again.State != ops.JobDone || again.Done != n {
 		t.Fatalf("dead job --no-wait: want the finished job, got %+v", again)
 	}
-	op.must(cli.ExitNotFound, "dead", "job", "nosuchjob")
+	op.must(cli.ExitNotFound, "dead", "job", "job_0000000000000001")
+	op.must(cli.ExitUsage, "dead", "job", "nosuchjob") // not a job's id
 
 	// A job started by mistake is cancelled, with a reason (this one
 	// replays the first of globex's two at once, the second in 1,000 s);

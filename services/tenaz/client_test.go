@@ -446,7 +446,7 @@ func TestClient(t *testing.T) {
 		if again, err := c.nats.ReplayJob(callCtx(t, 5*time.Second), rep.JobID); err != nil || again.JobID != j.JobID || again.Done != 3 {
 			t.Fatalf("the job over NATS: want %+v, got %+v (%v)", j, again, err)
 		}
-		_, err = c.nats.ReplayJob(callCtx(t, 5*time.Second), "nosuchjob")
+		_, err = c.nats.ReplayJob(callCtx(t, 5*time.Second), "job_0000000000000001")
 		wantCode(t, "an unknown job", err, client.ErrNotFound, http.StatusNotFound)
 	})
 }
