@@ -125,6 +125,12 @@ func (s *Service) show(ctx context.Context, req ops.ShowRequest) (ops.ShowReply,
 	case req.ID != "":
 		var err error
 		if it, err = s.lookup(ctx, req.ID); err != nil {
+			// A parked event whose entry is not listed yet (it waits for
+			// room, or for the index) is shown from its record: only the
+			// actions on it need the entry.
+			if ae := (*apiError)(nil); errors.As(err, &ae) && (ae.code == "waiting_for_room" || ae.code == "not_indexed") {
+				return s.showLive(ctx, req.ID)
+			}
 			return ops.ShowReply{}, err
 		}
 	case req.Seq != 0:

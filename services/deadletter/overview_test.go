@@ -15,6 +15,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/queue"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/store"
 )
@@ -151,3 +152,39 @@ var deadLetters = regexp.MustCompile(`<dd id="dead-letters">.*?</dd>`)
 
 // deadLettersOf is the dead-letters line of an overview page.
 func deadLettersOf(page string) string { return deadLetters.FindString(page) }
+
+// An event whose DEAD entry waits for room can be viewed, over HTTP, the
+// screen and NATS, from its record: only actions on it wait for the entry
+// (409 waiting_for_room). Viewing it was refused with that 409 too.
+func TestShowAnEventWaitingForRoom(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "deadletter: {max_per_account: 1}")
+	startIngest(t, e)
+	e.startDispatcher(nil)
+	var ids []string
+	for i := 1; i <= 2; i++ {
+		id := submit(t, e, "acme", "order.create", fmt.Sprintf("o-%d", i), fmt.Sprintf(`{"order_id":"o-%d","reject":true}`, i))
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			r, _, err := e.St.Get(context.Background(), "", id)
+			return err == nil && r.Status == state.Dead
+		}, "event %d dead", i)
+		ids = append(ids, id)
+	}
+	waiting := ids[1]
+	if err := e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{waiting}, Reason: "retry"}, nil); err == nil || !strings.Contains(err.Error(), "waiting_for_room") {
+		t.Fatalf("replaying the event whose entry waits: want 409 waiting_for_room, got %v", err)
+	}
+	var sh ops.ShowReply
+	if st := e.get("/v1/dead/"+waiting, &sh); st != http.StatusOK || sh.Item.ID != waiting || sh.Item.Status != state.Dead ||
+		sh.Record == nil || sh.Event == nil || !strings.Contains(string(sh.Event.Payload), `"o-2"`) {
+		t.Fatalf("GET /v1/dead/%s: want the dead event with its record and payload, got %d %+v", waiting, st, sh)
+	}
+	sh = ops.ShowReply{}
+	if err := e.call(ops.DeadShow, ops.ShowRequest{ID: waiting}, &sh); err != nil || sh.Item.ID != waiting || sh.Record == nil {
+		t.Fatalf("dead.show %s: want the event, got %+v %v", waiting, sh, err)
+	}
+	r := servicetest.Send(t, e.Ctx(), http.DefaultClient, http.MethodGet, e.http.URL+"/ui/events/"+waiting, "", "")
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), waiting) {
+		t.Fatalf("GET /ui/events/%s: want its page, got %d %.300s", waiting, r.Status, r.Body)
+	}
+}
