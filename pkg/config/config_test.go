@@ -543,7 +543,7 @@ func TestInvalidConfigs(t *testing.T) {
 		// targets
 		{name: "missing url", doc: "targets: {erp: {method: POST}}", want: []string{"targets.erp.url: required"}},
 		{name: "url template does not parse", doc: "targets: {erp: {url: 'http://x/{{.Kind'}}", want: []string{"targets.erp.url: url:1: unclosed action"}},
-		{name: "url template unknown field", doc: "targets: {erp: {url: 'http://x/{{.Nope}}'}}", want: []string{"targets.erp.url:", "can't evaluate field Nope"}},
+		{name: "url template unknown field", doc: "targets: {erp: {url: 'http://x/{{.Nope}}'}}", want: []string{"targets.erp.url:", "names the field .Nope, which a URL template does not have"}},
 		{name: "url template with range", doc: "targets: {erp: {url: 'http://x/{{range 3}}a{{end}}'}}", want: []string{"targets.erp.url: range is not allowed"}},
 		{name: "url template with define", doc: `targets: {erp: {url: 'http://x/{{define "a"}}b{{end}}'}}`, want: []string{"targets.erp.url: define and block are not allowed"}},
 		{name: "url template with a huge printf width", doc: `targets: {erp: {url: 'http://x/{{printf "%0999999999d" 1}}'}}`, want: []string{"targets.erp.url: printf widths and precisions above 999 are not allowed"}},
@@ -1195,6 +1195,28 @@ func TestParseURLTemplate(t *testing.T) {
 	eq(t, "rendered URL (urlquery in a path escapes for the path)", u, "https://x/acme/order.create/a%20b")
 	if _, err := config.ParseURLTemplate("{{range .Kind}}{{end}}"); err == nil {
 		t.Error("expected range to be refused")
+	}
+	// A field a branch names is checked whichever branch Validate's one
+	// rendering takes: each of these would fail at every call that took
+	// the branch.
+	for text, say := range map[string]string{
+		"https://x/{{if .EntityID}}{{.EntityID}}{{else}}{{.Entity}}{{end}}": "the field .Entity, which",
+		"https://x/{{with .Reference}}{{.ID}}{{end}}":                       "the field .ID of a value",
+		"https://x/{{$k := .Kind}}{{$k.Name}}":                              "the field .Name of a value",
+		"https://x/{{$.Acount}}":                                            "the field .Acount, which",
+		"https://x/{{.Kind.Len}}":                                           "the field .Kind.Len of a value",
+	} {
+		if _, err := config.ParseURLTemplate(text); err == nil || !strings.Contains(err.Error(), say) {
+			t.Errorf("%s: want it refused saying %q, got %v", text, say, err)
+		}
+	}
+	for _, text := range []string{
+		"https://x/{{with .Reference}}{{.}}{{else}}{{.ID}}{{end}}",
+		"https://x/{{if .EntityID}}{{$.Account}}/{{.EntityID}}{{end}}",
+	} {
+		if _, err := config.ParseURLTemplate(text); err != nil {
+			t.Errorf("%s: want it taken, got %v", text, err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strings"
 	"text/template"
 	tparse "text/template/parse"
@@ -121,6 +122,9 @@ func ParseURLTemplate(text string) (*URLTemplate, error) {
 	}
 	if t.Tree != nil {
 		if err := checkTemplateNode(t.Tree.Root); err != nil {
+			return nil, err
+		}
+		if err := checkFields(t.Tree.Root, true); err != nil {
 			return nil, err
 		}
 		escapeActions(t.Tree.Root)
@@ -428,6 +432,71 @@ func checkPrintfArg(a tparse.Node) error {
 		} else {
 			digits = 0
 		}
+	}
+	return nil
+}
+
+// checkFields refuses a field n names that URLVars does not have, or a
+// field of a value (each is a string): Validate renders a template once,
+// every value set, so a branch taken only when one is empty would fail
+// at every call of an event that takes it. dotVars is whether dot is the
+// URLVars there (inside with, it is the value).
+func checkFields(n tparse.Node, dotVars bool) error {
+	switch n := n.(type) {
+	case *tparse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := checkFields(c, dotVars); err != nil {
+				return err
+			}
+		}
+	case *tparse.ActionNode:
+		return checkFields(n.Pipe, dotVars)
+	case *tparse.IfNode:
+		return errors.Join(checkFields(n.Pipe, dotVars), checkFields(n.List, dotVars), checkFields(n.ElseList, dotVars))
+	case *tparse.WithNode:
+		return errors.Join(checkFields(n.Pipe, dotVars), checkFields(n.List, false), checkFields(n.ElseList, dotVars))
+	case *tparse.PipeNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Cmds {
+			if err := checkFields(c, dotVars); err != nil {
+				return err
+			}
+		}
+	case *tparse.CommandNode:
+		for _, a := range n.Args {
+			if err := checkFields(a, dotVars); err != nil {
+				return err
+			}
+		}
+	case *tparse.FieldNode:
+		return urlField(n.Ident, dotVars)
+	case *tparse.VariableNode:
+		if n.Ident[0] == "$" {
+			return urlField(n.Ident[1:], true)
+		}
+		return urlField(n.Ident[1:], false) // a variable holds a value
+	case *tparse.ChainNode:
+		return urlField(n.Field, false)
+	}
+	return nil
+}
+
+// urlField checks the field path of a reference: none, or one field of
+// URLVars where dot (or $) is the URLVars.
+func urlField(path []string, ofVars bool) error {
+	if len(path) == 0 {
+		return nil
+	}
+	if !ofVars || len(path) > 1 {
+		return fmt.Errorf("names the field .%s of a value, a string, which has none", strings.Join(path, "."))
+	}
+	if _, ok := reflect.TypeFor[URLVars]().FieldByName(path[0]); !ok {
+		return fmt.Errorf("names the field .%s, which a URL template does not have: .Kind, .Account, .ID, .EntityID, .Reference or .Replay", path[0])
 	}
 	return nil
 }
