@@ -387,6 +387,13 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 			ln.fresh = false // read again and decide again, at once
 			return 0, nil
 		}
+		// The write may have been stored, its answer lost: the tokens of
+		// calls not made it gave back are not given again (that would
+		// let the target have more than its rate); at worst they are
+		// lost. The rest is written whole again from what this replica
+		// holds, once the record is read again.
+		ln.unused -= unused
+		ln.fresh = false
 		return 0, err
 	}
 	if nrev > ln.rev {
