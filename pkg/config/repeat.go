@@ -238,7 +238,16 @@ func (v *validator) repeatPayload(key string, r Repeat, k Kind, kindOK bool) {
 		v.add(key, "must be JSON (a mapping or list in the file is written as JSON): %v", err)
 		return
 	}
-	if !kindOK || strings.TrimSpace(k.Schema) == "" {
+	if !kindOK {
+		return
+	}
+	// The entity and ordering key the kind reads from the payload are
+	// checked as a submission's: else every firing is refused into DEAD.
+	if _, err := event.New(event.Fields{Account: "repeat", Kind: r.Kind, EntityID: r.EntityID}, p, k.Entity, k.OrderedBy, time.Now()); err != nil {
+		v.add(key, "is refused as a submission's would be: %v", err)
+		return
+	}
+	if strings.TrimSpace(k.Schema) == "" {
 		return
 	}
 	sch, err := v.c.SchemaFor(r.Kind)

@@ -20,6 +20,7 @@ kinds:
   order.create:
     target: erp
     schema: {type: object, required: [order_id], properties: {total: {maximum: 9007199254740992}}}
+  order.sync: {target: erp, entity: order_id, ordered_by: lane}
 `
 
 func noEnv(string) (string, bool) { return "", false }
@@ -84,6 +85,8 @@ func TestRepeatsRefused(t *testing.T) {
 		{"a lone surrogate escape", `{kind: report.daily, every: 1h, payload: '{"note":"\ud800"}'}`, "accounts.acme.repeats.r.payload", "lone UTF-16 surrogate escape"},
 		{"too large", `{kind: report.daily, every: 1h, payload: {x: "` + strings.Repeat("x", 300) + `"}}`, "accounts.acme.repeats.r.payload", "max_body_bytes"},
 		{"entity", `{kind: report.daily, every: 1h, entity_id: "a b"}`, "accounts.acme.repeats.r.entity_id", "printable"},
+		{"the kind's entity field", `{kind: order.sync, every: 1h, payload: {order_id: "a b"}}`, "accounts.acme.repeats.r.payload", `the payload's "order_id", the kind's entity field`},
+		{"the kind's ordering field", `{kind: order.sync, every: 1h, payload: {order_id: o, lane: "x y"}}`, "accounts.acme.repeats.r.payload", `the payload's "lane", the kind's ordering field`},
 		{"unknown key", `{kind: report.daily, every: 1h, time_zone: UTC}`, "accounts.acme.repeats.r.time_zone", "unknown key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
