@@ -539,6 +539,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "initial above max", doc: erpTarget + "kinds: {order.create: {target: erp, backoff: {initial: 2h, max: 1h}}}", want: []string{"kinds.order.create.backoff.initial: 2h is more than backoff.max 1h"}},
 		{name: "negative max_retry_after", doc: erpTarget + "kinds: {order.create: {target: erp, backoff: {max_retry_after: -1s}}}", want: []string{"kinds.order.create.backoff.max_retry_after: must be a positive duration"}},
 		{name: "negative callback_sla", doc: erpTarget + "kinds: {order.create: {target: erp, callback_sla: -5m}}", want: []string{"kinds.order.create.callback_sla: must be a positive duration"}},
+		{name: "callback_sla past ten years", doc: erpTarget + "kinds: {order.create: {target: erp, callback_sla: 1500000h}}", want: []string{"kinds.order.create.callback_sla: must be at most 87600h (ten years)"}},
+		{name: "retention past ten years", doc: "streams: {retention: 1500000h}\n" + erpTarget, want: []string{"streams.retention: must be at most 87600h (ten years)"}},
 		{name: "negative poll_sla", doc: erpTarget + "kinds: {order.create: {target: erp, fallback: {target: erp, poll_sla: -5m}}}", want: []string{"kinds.order.create.fallback.poll_sla: must be a positive duration"}},
 		// targets
 		{name: "missing url", doc: "targets: {erp: {method: POST}}", want: []string{"targets.erp.url: required"}},

@@ -121,10 +121,18 @@ func httpToken(s string) bool {
 }
 
 func (v *validator) positive(key string, d Duration) {
-	if d <= 0 {
+	switch {
+	case d <= 0:
 		v.add(key, "must be a positive duration, got %s", d)
+	case d > MaxDuration:
+		v.add(key, "must be at most %s (ten years), got %s", MaxDuration, d)
 	}
 }
+
+// MaxDuration bounds every duration of the config: tenaz adds some of
+// them (a callback's SLA and the streams' retention make a reference's
+// lifetime), and past 292 years a sum wraps to a negative one.
+const MaxDuration = Duration(10 * 365 * 24 * time.Hour)
 
 func (v *validator) notNegative(key string, d Duration) {
 	if d < 0 {
