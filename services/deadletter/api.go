@@ -159,8 +159,12 @@ func (s *Service) query(w http.ResponseWriter, r *http.Request, known ...string)
 func (s *Service) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	limit := s.cfg.HTTP.MaxBodyBytes + 64<<10
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		httpapi.Error(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body over %d bytes", limit))
+		return false
+	}
+	if err != nil {
+		httpapi.Error(w, http.StatusBadRequest, "malformed", "reading body: "+err.Error())
 		return false
 	}
 	if err := strict(bytes.TrimSpace(body), v); err != nil {

@@ -449,6 +449,10 @@ func (s *Service) repeatRoutes(mux httpapi.Router) {
 	mux.HandleFunc("PUT /v1/repeats/{account}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var req RepeatRequest
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*max(s.cfg.HTTP.MaxBodyBytes, 1<<16)))
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			httpapi.Error(w, http.StatusRequestEntityTooLarge, "too_large", "request body is over the limit")
+			return
+		}
 		if err == nil {
 			err = event.DecodeStrict("request body", body, &req)
 		}

@@ -293,6 +293,11 @@ accounts:
 	want(send("DELETE", "/v1/repeats/acme/declared", "", ""), 401, "no credential")
 	want(send("DELETE", "/v1/repeats/acme/declared", keyAcmeOps, ""), 403, "an API key")
 
+	big := `{"kind":"order.create","every":"1s","payload":{"order_id":"` + strings.Repeat("x", 2<<20) + `"}}`
+	if r := want(send("PUT", "/v1/repeats/acme/big", keyAlice, big), 413, "a body over the limit"); !strings.Contains(string(r.Body), "too_large") {
+		t.Fatalf("a body over the limit: want too_large, got %s", r.Body)
+	}
+
 	var v ingest.RepeatView
 	want(send("PUT", "/v1/repeats/acme/pulse", keyAlice, pulse), 200, "a new repeat").json(t, &v)
 	if v.Origin != "api" || v.By != "operator:alice" || v.Every != "1s" || string(v.Payload) != `{"order_id":"r-p"}` {
