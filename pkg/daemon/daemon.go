@@ -113,13 +113,32 @@ func ConfigureMetrics(cfg *config.Config) error {
 // (the submission's envelope around its payload).
 const BodySlack = 64 << 10
 
+// ScreenForms is the path the operator screen posts its forms to. A
+// replay's form carries the event's payload as its textarea shows it,
+// edited or not: indented (about twice its size at most) and
+// form-encoded (a byte may take three). So its body may be FormLimit.
+const ScreenForms = "/ui/actions"
+
+// FormLimit bounds a body posted to ScreenForms.
+func FormLimit(cfg *config.Config) int64 { return 6*cfg.HTTP.MaxBodyBytes + BodySlack }
+
 // Handler is what a process serves: mux behind a.Guard (each route judged
 // by the class of the pattern it matches: open health, metrics and webhook
 // routes, operator-only screen, dead-letter and breaker routes, a valid
 // credential for the events API; see package auth) with every request
-// body bounded by http.max_body_bytes plus BodySlack, on every route.
+// body bounded by http.max_body_bytes plus BodySlack, on every route but
+// the screen's forms (FormLimit).
 func Handler(cfg *config.Config, a *auth.Authenticator, mux auth.Router) http.Handler {
-	return http.MaxBytesHandler(a.Guard(mux), cfg.HTTP.MaxBodyBytes+BodySlack)
+	h := a.Guard(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit := cfg.HTTP.MaxBodyBytes + BodySlack
+		if r.URL.Path == ScreenForms {
+			limit = FormLimit(cfg)
+		}
+		r2 := *r // as http.MaxBytesHandler does
+		r2.Body = http.MaxBytesReader(w, r.Body, limit)
+		h.ServeHTTP(w, &r2)
+	})
 }
 
 // Server is a running HTTP server.

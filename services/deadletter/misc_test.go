@@ -1,6 +1,7 @@
 package deadletter_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -307,5 +308,59 @@ func TestHandlerCodesAPIMisses(t *testing.T) {
 	var body httpapi.ErrorBody
 	if r.Status != http.StatusNotFound || json.Unmarshal(r.Body, &body) != nil || body.Error.Code != "not_found" {
 		t.Fatalf("GET /v1/nope: want 404 not_found as JSON, got %d %s", r.Status, r.Body)
+	}
+}
+
+// A replay from the event's page posts its payload's textarea, indented
+// and form-encoded (a byte may take three), edited or not: a payload well
+// within max_body_bytes (about 500 KB here) must not make the form too
+// large to read.
+func TestScreenReplaysALargePayload(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range 5000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"line":%d,"sku":"SKU-%06d","qty":1,"note":"a line of the order, as an ERP sends it: \"quoted\" & escaped"}`, i, i)
+	}
+	b.WriteString("]")
+	payload := b.String()
+	ids := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return payload })
+	e.waitListed(state.Dead, url.Values{}, 1)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	judy := "Bearer " + operatorKeys["judy"]
+	page, _ := http.NewRequest(http.MethodGet, e.http.URL+"/ui/dead", nil)
+	page.Header.Set("Authorization", judy)
+	resp, err := c.Do(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := csrfField.FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("want a token on the list page, got %d", resp.StatusCode)
+	}
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, []byte(payload), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	v := url.Values{"csrf": {string(m[1])}, "action": {"replay"}, "id": {ids[0]}, "reason": {"fixed the ERP"}, "payload": {indented.String()}, "confirm": {"yes"}, "back": {"/ui/dead"}}
+	req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/ui/actions", strings.NewReader(v.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", judy)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || e.Record(ids[0]).Status != state.Pending {
+		t.Fatalf("a replay whose form is %d bytes: want it replayed, got %d %s", len(v.Encode()), resp.StatusCode, body)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tenaz/tenaz/pkg/auth"
+	"github.com/tenaz/tenaz/pkg/daemon"
 	"github.com/tenaz/tenaz/pkg/indent"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/state"
@@ -478,8 +479,16 @@ const (
 // confirmation, a second (confirm=yes) acts and redirects back.
 func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 	s := u.s
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.HTTP.MaxBodyBytes+64<<10)
+	// A replay's form carries the event's payload (daemon.FormLimit says
+	// why its limit); the payload itself is held to max_body_bytes when it
+	// is edited.
+	limit := daemon.FormLimit(s.cfg)
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if err := r.ParseForm(); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			u.fail(w, r, fail(http.StatusRequestEntityTooLarge, "too_large", "the form is over %d bytes: its payload is larger than http.max_body_bytes takes", limit))
+			return
+		}
 		u.fail(w, r, fail(http.StatusBadRequest, "malformed", "form: %v", err))
 		return
 	}
