@@ -129,12 +129,18 @@ func (c *Config) Target(name string) (Target, bool) {
 	return t, ok
 }
 
-// LongestCall is the longest timeout of a target's call or poll: how
-// long a call begun may still be in flight.
+// LongestCall is the longest timeout of a target's call or poll, or of
+// a handler stage's call: how long a call begun may still be in flight.
 func (c *Config) LongestCall() time.Duration {
 	var d time.Duration
 	for _, t := range c.Targets {
 		d = max(d, t.Timeout.D())
+	}
+	for _, k := range c.Kinds {
+		d = max(d, k.Timeout.D())
+		if k.Fallback != nil {
+			d = max(d, k.Fallback.Timeout.D())
+		}
 	}
 	return d
 }

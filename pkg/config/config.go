@@ -420,6 +420,12 @@ type Stage struct {
 	CallbackSLA Duration `yaml:"callback_sla"`
 	// PollSLA is how long polling goes on. Defaults to 2h.
 	PollSLA Duration `yaml:"poll_sla"`
+	// Timeout bounds one call of a handler stage, as a target's timeout
+	// bounds its calls (a target stage takes its target's). It must fit in
+	// the drain on stop, and a replica taken for dead keeps its accounts
+	// this long before another takes them (its handlers may still run).
+	// Defaults to 10s for a handler stage.
+	Timeout Duration `yaml:"timeout"`
 }
 
 // Backoff is exponential backoff with jitter.

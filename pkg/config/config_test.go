@@ -599,6 +599,9 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "tolerance above an hour", doc: "targets: {erp: {url: 'http://x/', callback: {tolerance: 61m}}}", want: []string{"targets.erp.callback.tolerance: must be at most 1h (Standard Webhooks recommends 5m), got 1h1m"}},
 		{name: "timeout longer than the drain", doc: "targets: {erp: {url: 'http://x/', timeout: 16s}}", want: []string{"targets.erp.timeout: 16s does not fit in the drain on stop: at most stop_timeout (20s) minus 5s, so 15s"}},
 		{name: "timeout of a poll target longer than the drain", doc: "targets: {b: {url: 'http://x/', timeout: 1m, poll: {url: 'http://x/{{.Reference}}', done_when: {field: s, in: [d]}}}}", want: []string{"targets.b.timeout: 1m does not fit in the drain on stop"}},
+		{name: "handler timeout longer than the drain", doc: "kinds: {reward.credit: {handler: reward, timeout: 16s}}", want: []string{"kinds.reward.credit.timeout: 16s does not fit in the drain on stop"}},
+		{name: "handler timeout not positive", doc: "kinds: {reward.credit: {handler: reward, fallback: {handler: reward, timeout: -1s}}}", want: []string{"kinds.reward.credit.fallback.timeout: must be a positive duration"}},
+		{name: "timeout on a target stage", doc: erpTarget + "kinds: {order.create: {target: erp, timeout: 5s}}", want: []string{"kinds.order.create.timeout: bounds a handler's calls; a target's calls take targets.erp.timeout"}},
 		{name: "timeout longer than a raised drain", doc: "stop_timeout: 1m\ntargets: {erp: {url: 'http://x/', timeout: 56s}}", want: []string{"targets.erp.timeout: 56s does not fit in the drain on stop: at most stop_timeout (1m) minus 5s, so 55s"}},
 		{name: "default timeout longer than a lowered drain", doc: "stop_timeout: 3s\ntargets: {erp: {url: 'http://x/'}}", want: []string{"targets.erp.timeout: 10s does not fit in the drain on stop: at most stop_timeout (3s) minus 5s, so 0s"}},
 		{name: "timeout over a drain lowered by the environment", doc: minimal, env: map[string]string{"TENAZ_STOP_TIMEOUT": "12s"}, want: []string{"targets.erp.timeout: 10s does not fit in the drain on stop: at most stop_timeout (12s) minus 5s, so 7s"}},
@@ -1245,5 +1248,27 @@ func TestSchemaForConcurrent(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("expected the built config to be valid, got %v", err)
+	}
+}
+
+// A call begun may run for the longest of the targets' timeouts and the
+// handler stages' (a replica taken for dead keeps its accounts that long).
+func TestLongestCallCountsHandlers(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`stop_timeout: 1m
+targets: {erp: {url: "http://x/", timeout: 5s}}
+kinds:
+  order.create: {target: erp}
+  reward.credit: {handler: reward, fallback: {handler: reward, timeout: 40s}}
+  reward.other: {handler: reward}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.LongestCall(); d != 40*time.Second {
+		t.Fatalf("want the fallback handler's 40s, got %s", d)
+	}
+	if k, _ := cfg.Kind("reward.other"); k.Timeout.D() != 10*time.Second {
+		t.Fatalf("want a handler stage's timeout to default to 10s, got %s", k.Timeout)
 	}
 }

@@ -186,6 +186,9 @@ func (c *Config) WithDefaults() *Config {
 
 func (c *Config) stageDefaults(s *Stage, path string) {
 	setStr(&s.Completion, defaultCompletion)
+	if s.Handler != "" {
+		setDur(&s.Timeout, defaultTimeout)
+	}
 	if s.Attempts == 0 {
 		s.Attempts = defaultAttempts
 	}

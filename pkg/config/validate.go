@@ -535,6 +535,10 @@ func (v *validator) stage(key string, s Stage) {
 		if s.Completion != CompletionSync {
 			v.add(join(key, "completion"), "a handler stage completes synchronously; got %q", s.Completion)
 		}
+		v.positive(join(key, "timeout"), s.Timeout)
+		v.callTimeout(join(key, "timeout"), s.Timeout)
+	case s.Timeout != 0:
+		v.add(join(key, "timeout"), "bounds a handler's calls; a target's calls take targets.%s.timeout", s.Target)
 	case s.Target == "":
 		v.add(join(key, "target"), "is required")
 	}

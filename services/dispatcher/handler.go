@@ -67,14 +67,12 @@ func (s *Service) checkHandlers() error {
 	return errors.Join(errs...)
 }
 
-// HandlerTimeout bounds one handler call, as a target's timeout bounds an
-// HTTP call: a hung handler is a transient failure, not a slot held forever.
-const HandlerTimeout = 5 * time.Minute
-
-// callHandler runs a registered handler as a delivery attempt. A panic is
-// a transient failure (logged with its stack), never a dead dispatcher.
-func (s *Service) callHandler(ctx context.Context, h Handler, d Delivery) (target.Response, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, HandlerTimeout, outcome.ErrTimeout)
+// callHandler runs a registered handler as a delivery attempt, bounded by
+// its stage's timeout as a target's call is by the target's: a hung
+// handler is a transient failure, not a slot held forever. A panic is a
+// transient failure (logged with its stack), never a dead dispatcher.
+func (s *Service) callHandler(ctx context.Context, h Handler, d Delivery, timeout time.Duration) (target.Response, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, outcome.ErrTimeout)
 	defer cancel()
 	res, err := func() (res Result, err error) {
 		defer func() {
@@ -86,6 +84,9 @@ func (s *Service) callHandler(ctx context.Context, h Handler, d Delivery) (targe
 		return h.Deliver(ctx, d)
 	}()
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), outcome.ErrTimeout) && !errors.Is(err, outcome.ErrTimeout) {
+			err = fmt.Errorf("%w (%s): %w", outcome.ErrTimeout, timeout, err) // the handler returned its context's error
+		}
 		return target.Response{}, err
 	}
 	return target.Response{Status: 200, Body: res.Body, Reference: res.Reference}, nil

@@ -118,6 +118,27 @@ func TestHandlerDelivers(t *testing.T) {
 	}
 }
 
+// A handler's call is bounded by its stage's timeout, as a target's is
+// by the target's: a handler that does not return before it is a timeout,
+// its context cancelled.
+func TestHandlerBoundedByItsTimeout(t *testing.T) {
+	t.Parallel()
+	h := setup(t, strings.Replace(handlerYAML, "reward.credit: {handler: reward,", "reward.credit: {handler: reward, timeout: 1s,", 1), provider.Faults{})
+	cause := make(chan error, 3)
+	h.handlerDispatcher("d1", map[string]dispatcher.Handler{
+		"reward": dispatcher.HandlerFunc(func(ctx context.Context, d dispatcher.Delivery) (dispatcher.Result, error) {
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return dispatcher.Result{}, ctx.Err()
+		}),
+	}, nil)
+	id := h.submitReward("slow-1", `{"order_id":"o-9","customer":"c-7","points":1}`)
+	r := h.waitAll([]string{id}, state.Dead, 20*time.Second)[id]
+	if err := <-cause; !errors.Is(err, outcome.ErrTimeout) || r.LastError == nil || r.LastError.Class != string(outcome.ClassTimeout) {
+		t.Fatalf("want each call cut at its 1s timeout and the event dead on a timeout, got cause %v, last error %+v", err, r.LastError)
+	}
+}
+
 // The handler's error is the outcome, as a target's answer is.
 func TestHandlerOutcomes(t *testing.T) {
 	t.Parallel()

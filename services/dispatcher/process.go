@@ -420,7 +420,7 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 			return
 		}
 		d := Delivery{Event: env, Attempt: rec.Attempts, Stage: rec.Stage, Reference: rec.Reference}
-		call = func(ctx context.Context) (target.Response, error) { return s.callHandler(ctx, h, d) }
+		call = func(ctx context.Context) (target.Response, error) { return s.callHandler(ctx, h, d, stage.Timeout.D()) }
 	} else {
 		tgt, err := s.target(env.Account, stage.Target)
 		if err != nil {
