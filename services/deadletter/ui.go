@@ -391,7 +391,7 @@ type breakersData struct {
 func (u *ui) breakers(w http.ResponseWriter, r *http.Request) {
 	p := u.page(w, r, "/ui/breakers", "Breakers")
 	d := breakersData{Items: u.s.breakers("").Items}
-	for name := range u.s.cfg.Targets {
+	for name := range u.s.live.Load().Targets { // as openBreaker checks them: reloads included
 		d.Targets = append(d.Targets, name)
 	}
 	slices.Sort(d.Targets)
