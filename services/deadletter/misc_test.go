@@ -134,6 +134,14 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 			t.Fatalf("resolve by discarding without a reason (confirm %q): want 400 asking why, got %d", confirm, code)
 		}
 	}
+	// A discard without a reason, and a replay of refused submissions
+	// only (no event to replay), are refused before the confirmation.
+	if code, body := post(form(url.Values{"csrf": {token}, "reason": {" "}}), "same-origin"); code != http.StatusBadRequest || !strings.Contains(body, "say why") {
+		t.Fatalf("discard without a reason: want 400 asking why before the confirmation, got %d", code)
+	}
+	if code, body := post(url.Values{"csrf": {token}, "action": {"replay"}, "seq": {"7"}, "back": {"/ui/dead"}}, "same-origin"); code != http.StatusBadRequest || !strings.Contains(body, "a refused submission has none") {
+		t.Fatalf("replay of a refused submission only: want 400 saying it has no event, got %d", code)
+	}
 	code, body := post(form(url.Values{"csrf": {token}}), "same-origin")
 	if code != http.StatusOK || !strings.Contains(body, "Discard 1 entr") || !strings.Contains(body, `name="confirm" value="yes"`) {
 		t.Fatalf("first post: want the confirmation page, got %d", code)

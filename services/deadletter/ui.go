@@ -516,8 +516,8 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 	n := len(ids) + len(seqs)
 	switch act {
 	case actReplay:
-		if n == 0 {
-			u.fail(w, r, fail(http.StatusBadRequest, "ids_required", "select at least one event to replay"))
+		if len(ids) == 0 { // a refused submission (seq) has no event to replay
+			u.fail(w, r, fail(http.StatusBadRequest, "ids_required", "select at least one event to replay (a refused submission has none: discard it, or submit it again)"))
 			return
 		}
 		summary = fmt.Sprintf("Replay %d event(s): each starts a fresh attempt cycle", len(ids))
@@ -542,6 +542,10 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 	case actDiscard:
 		if n == 0 {
 			u.fail(w, r, fail(http.StatusBadRequest, "ids_required", "select at least one entry to discard"))
+			return
+		}
+		if err := discardReason(why0(f)); err != nil { // refused before the confirmation, not after
+			u.fail(w, r, err)
 			return
 		}
 		summary, danger = fmt.Sprintf("Discard %d entr(ies): they are cancelled and leave the list for good", n), true
