@@ -125,10 +125,12 @@ func (s *Service) show(ctx context.Context, req ops.ShowRequest) (ops.ShowReply,
 	case req.ID != "":
 		var err error
 		if it, err = s.lookup(ctx, req.ID); err != nil {
-			// A parked event whose entry is not listed yet (it waits for
-			// room, or for the index) is shown from its record: only the
-			// actions on it need the entry.
-			if ae := (*apiError)(nil); errors.As(err, &ae) && (ae.code == "waiting_for_room" || ae.code == "not_indexed") {
+			// A parked event whose entry waits for room (it may for long,
+			// while its account's DEAD is full) is shown from its record:
+			// only the actions on it need the entry. One not indexed yet
+			// is a moment away from its entry, which says more (reason,
+			// time): asked again, it is shown from that.
+			if ae := (*apiError)(nil); errors.As(err, &ae) && ae.code == "waiting_for_room" {
 				return s.showLive(ctx, req.ID)
 			}
 			return ops.ShowReply{}, err
