@@ -178,3 +178,23 @@ func TestCLIDeadUnknownReasonOrClass(t *testing.T) {
 		}
 	}
 }
+
+// `dead replay --all` with no filter replays every account's dead
+// letters: it asks first, and a no starts no job. With a filter, or
+// --yes, it does not ask.
+func TestCLIReplayAllWithoutAFilterAsks(t *testing.T) {
+	t.Parallel()
+	_, tz, _ := running(t)
+	op := newOperator(t, tz.NATSURL())
+	op.stdin = "n\n"
+	r := op.must(1, "dead", "replay", "--all", "-m", "erp fixed", "--no-wait")
+	if !strings.Contains(r.stderr, "every dead letter of every account") || !strings.Contains(r.stderr, "not confirmed") || strings.Contains(r.stdout+r.stderr, "job_") {
+		t.Fatalf("replay --all without a filter, answered no: want the question, the refusal and no job, got\n%s", r)
+	}
+	if r = op.must(cli.ExitOK, "dead", "replay", "--all", "-m", "erp fixed", "--no-wait", "--yes"); !strings.Contains(r.stdout, "job_") {
+		t.Fatalf("replay --all --yes: want a job started, got\n%s", r)
+	}
+	if r = op.must(cli.ExitOK, "dead", "replay", "--all", "--account", "acme", "-m", "erp fixed", "--no-wait"); strings.Contains(r.stderr, "Proceed?") {
+		t.Fatalf("replay --all with a filter: want no question, got\n%s", r)
+	}
+}

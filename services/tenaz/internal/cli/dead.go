@@ -251,6 +251,7 @@ type DeadReplayCmd struct {
 	Message string        `short:"m" help:"Why, recorded in each event's history." default:"replayed by operator"`
 	Rate    float64       `help:"Replays per second of a --all job (0: the service's default, ${default_rate})."`
 	NoWait  bool          `help:"With --all: print the job id and return without following it."`
+	Yes     bool          `short:"y" help:"With --all and no filter (every account's dead letters): replay without asking."`
 	Poll    time.Duration `default:"500ms" hidden:"" help:"How often to poll a job's progress."`
 }
 
@@ -295,6 +296,11 @@ func (c *DeadReplayCmd) Run(cl *Connection, env *Env) error {
 			return err
 		}
 		req.Filter = &f
+		if c.Filter.empty() {
+			if err := confirm(env, c.Yes, "Replay every dead letter of every account (no filter given), as a background job"); err != nil {
+				return err
+			}
+		}
 	}
 	s, err := cl.open(env)
 	if err != nil {
