@@ -200,7 +200,7 @@ func TestURLTemplate(t *testing.T) {
 
 func TestURLTemplateErrorIsPermanent(t *testing.T) {
 	t.Parallel()
-	tg, err := target.New("erp", config.Target{URL: "https://erp.example.com/{{.Nope}}"}, nil)
+	tg, err := target.New("erp", config.Target{URL: "https://erp.example.com/{{index .Kind 99}}"}, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
