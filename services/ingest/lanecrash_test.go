@@ -510,3 +510,47 @@ func TestFullDeadRefusalsDoNotHoldUpAnotherAccount(t *testing.T) {
 		t.Fatalf("want all %d refusals kept in DEAD, got %d", refused, n)
 	}
 }
+
+// An anchor's drain reads its account's submissions back by direct get,
+// which a replica behind its stream's leader may answer, with none of the
+// newest. The submissions delegated to the anchor were acked for it: the
+// drain reads again rather than take such an answer for "no more", or
+// they would never become events. Here the first reads behind the flood's
+// anchors come back empty, as from such a replica.
+func TestAStaleReadBehindAnAnchorLosesNothing(t *testing.T) {
+	t.Parallel()
+	const flood = 1000
+	h := setup(t, baseYAML, withBatchers(1), withTimeout(3*time.Minute))
+	servicetest.Stop(t, h.ing)
+	p := &publisher{h: h}
+	for i := range flood {
+		m := nats.NewMsg("tenaz.intake.flood.order.create")
+		key := fmt.Sprintf("f-%04d", i)
+		m.Data = []byte(`{"order_id":"` + key + `"}`)
+		m.Header.Set("Idempotency-Key", key)
+		m.Header.Set("Tenaz-Ordering-Key", "lane")
+		p.publish(m)
+	}
+	last := p.wait()
+	var stale atomic.Int32
+	h.startIngest(&ingest.Hooks{StaleRead: func(account string) bool { return account == "flood" && stale.Add(1) <= 3 }})
+	accepted := func() int {
+		n := 0
+		for i := range flood {
+			if _, ok := h.Lookup(event.ID("flood", fmt.Sprintf("f-%04d", i))); ok {
+				n++
+			}
+		}
+		return n
+	}
+	natstest.Eventually(t, 2*time.Minute, func() bool { return h.intakeSettled(last) }, "want every INTAKE message settled")
+	if n := accepted(); n != flood || stale.Load() < 3 {
+		t.Fatalf("want the flood's %d submissions accepted after %d stale reads, got %d accepted (%d reads)", flood, 3, n, stale.Load())
+	}
+	for i := 1; i < flood; i++ {
+		r, _ := h.Lookup(event.ID("flood", fmt.Sprintf("f-%04d", i)))
+		if want := event.ID("flood", fmt.Sprintf("f-%04d", i-1)); r.After != want {
+			t.Fatalf("f-%04d: want it behind f-%04d in the lane, got after %q", i, i-1, r.After)
+		}
+	}
+}

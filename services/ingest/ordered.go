@@ -131,11 +131,23 @@ func (s *Service) drain(ctx context.Context, e *orderedEntry) bool {
 	for budget := drainBudget; budget > 0 && e.draining() && len(again) == 0 && !failed; {
 		if len(e.ahead) == 0 {
 			msgs, err := s.readBack(ctx, filter, e.next, maxBatch)
+			if h := s.o.Hooks; err == nil && h != nil && h.StaleRead != nil && h.StaleRead(e.account) {
+				msgs = nil
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
 				}
 				s.log.Warn().Err(err).Str("account", e.account).Msg("reading submissions behind an anchor failed; will retry")
+				failed = true
+				continue
+			}
+			if len(msgs) == 0 && e.owes(e.next) {
+				// A submission delegated to the anchor was acked for it and
+				// is still in INTAKE (the anchor holds the ack floor): a
+				// replica behind its stream's leader answered the direct
+				// get. Read again, rather than take it for none.
+				s.log.Debug().Str("account", e.account).Uint64("from", e.next).Msg("a replica behind its leader answered the read behind an anchor; will read again")
 				failed = true
 				continue
 			}

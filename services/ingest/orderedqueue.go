@@ -89,6 +89,17 @@ func (e *orderedEntry) later() {
 }
 
 // draining reports whether e is an anchor with submissions left to take.
+// owes reports whether a submission delegated to anchor e, from INTAKE
+// sequence seq on, is yet to be read back.
+func (e *orderedEntry) owes(seq uint64) bool {
+	for d := range e.delegated {
+		if d >= seq && d <= e.through {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *orderedEntry) draining() bool {
 	return e.through > 0 && (e.next <= e.through || len(e.ahead) > 0)
 }
