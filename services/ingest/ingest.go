@@ -88,10 +88,10 @@ type Hooks struct {
 	// INTAKE, before it is acked; key is the occurrence's idempotency key.
 	// Returning an error leaves the firing unacked, as a crash would.
 	AfterRepeatSubmit func(key string) error
-	// StaleRead runs before an anchor's drain reads its account's
-	// submissions back from INTAKE; true stands for an answer from a
-	// replica behind its stream's leader (a direct get), which has none
-	// of them yet.
+	// StaleRead runs before ingest reads an account's submissions back
+	// from INTAKE (an anchor's drain, the older ones an ordered submission
+	// accepts first); true stands for an answer from a replica behind its
+	// stream's leader (a direct get), which has none of them yet.
 	StaleRead func(account string) bool
 }
 

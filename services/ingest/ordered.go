@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -361,9 +362,17 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 	s.scanMu.Unlock()
 	filter := s.subj.IntakeOf(env.Account)
 	for from < seq {
-		raw, err := s.intake.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+		var raw *jetstream.RawStreamMsg
+		var err error = jetstream.ErrMsgNotFound // as a store behind would answer (StaleRead)
+		if h := s.o.Hooks; h == nil || h.StaleRead == nil || !h.StaleRead(env.Account) {
+			raw, err = s.intake.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+			// This submission (seq) is one of the account's, so a store
+			// that has none from `from` on is a replica behind its
+			// stream's leader (a direct get). Scanned past, the older
+			// ones it did not have would join their lane behind this one.
+			return fmt.Errorf("reading the account's older submissions: a replica behind its leader answered: %w", err)
 		}
 		if err != nil {
 			return err
