@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,12 +132,10 @@ func TestRefusesOldServer(t *testing.T) {
 // down) is checked too: an old one gets its connection closed.
 func TestRefusesOldServerThatComesUpLater(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	// A port outside the ephemeral range: one picked from ":0" and
+	// released was taken by another test's ":0" server, which this
+	// connection then reached instead (TestRefusesOldServer got nil).
+	addr := "127.0.0.1:" + strconv.Itoa(natstest.FreePort(t))
 	nc, err := connect(t, config.NATS{}, "nats://"+addr)
 	if err != nil {
 		t.Fatalf("want Connect to wait for a server that is down, got %v", err)
