@@ -106,7 +106,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, name, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.HTTP.MaxBodyBytes+64*1024)) // as a submission's (docs/security.md)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.HTTP.MaxBodyBytes)) // a provider's body: no envelope around it
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			httpapi.Error(w, http.StatusRequestEntityTooLarge, "too_large", "request body is over the limit")
