@@ -89,6 +89,9 @@ type overviewData struct {
 	Learned     int    // under "auto": the concurrency its owner last learned
 	Paused      *ops.AccountPause
 	HeldUntil   *time.Time
+	// LeftOut says why its stored definition is not in force (config
+	// LeftOut): its events wait until it is fixed. "": it is.
+	LeftOut string
 }
 
 // sum adds up the last k points.
@@ -251,6 +254,7 @@ func (s *Service) overview(ctx context.Context, account string) overviewData {
 	}
 	d.Breakers = s.breakers(account).Items
 	d.Limits = limitsOf(s.live.Load(), account)
+	d.LeftOut = s.live.Load().LeftOut[account]
 	d.DeadKept = s.deadKept(ctx, account)
 	d.DeadFull = d.Limits.DeadLetters > 0 && int64(d.DeadKept) >= d.Limits.DeadLetters
 	d.DeadWaiting = s.deadWaiting(ctx, account)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/event"
+	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/ops"
 	"github.com/tenaz/tenaz/pkg/queue"
@@ -187,4 +188,25 @@ func TestShowAnEventWaitingForRoom(t *testing.T) {
 	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), waiting) {
 		t.Fatalf("GET /ui/events/%s: want its page, got %d %.300s", waiting, r.Status, r.Body)
 	}
+}
+
+// An account whose definition in the accounts bucket cannot be read (a
+// value sealed under another key, or no JSON at all) is left out, and
+// its events wait: its overview says so and why, not "running".
+func TestOverviewSaysALeftOutAccountsEventsWait(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	kv, err := e.JS.KeyValue(e.Ctx(), live.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(e.Ctx(), "zed", []byte("not a definition")); err != nil {
+		t.Fatal(err)
+	}
+	dispatch := regexp.MustCompile(`<dd id="dispatch">.*?</dd>`)
+	var shown string
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		shown = dispatch.FindString(e.overviewPage("zed"))
+		return strings.Contains(shown, "is not in force, and its events wait") && !strings.Contains(shown, "running")
+	}, "zed's overview to say its events wait (last seen %s)", natstest.Lazy(func() any { return shown }))
 }

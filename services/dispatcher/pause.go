@@ -16,7 +16,8 @@ import (
 // left-out account is looked at again every leftOutWait.
 
 // PausedUntil is until when account's dispatch is paused on this replica
-// (zero: it runs), by an operator's pause or an open breaker.
+// (zero: it runs), by an operator's pause, an open breaker or its stored
+// definition left out.
 func (s *Service) PausedUntil(account string) time.Time { return s.pausedUntil(account) }
 
 // pausedUntil is until when account's dispatch is paused (zero: it runs).
