@@ -420,7 +420,9 @@ func TestRequireOperator(t *testing.T) {
 	}
 }
 
-// Disabled auth opens everything and marks nobody.
+// Disabled auth opens everything and marks nobody, but a page on another
+// origin still cannot change anything through the browser of someone who
+// can reach the open API (a demo on localhost, a private network).
 func TestGuardDisabled(t *testing.T) {
 	t.Parallel()
 	a, err := auth.New(parse(t, "auth: {disabled: true}\n"))
@@ -429,8 +431,22 @@ func TestGuardDisabled(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/events", a.Require(auth.Submit, echo))
+	mux.Handle("POST /v1/dead/discard", a.Require(auth.Operate, echo))
+	mux.Handle("POST /v1/callbacks/{target}", echo)
 	do := serve(t, a.Guard(mux))
-	if resp := do("POST", "/v1/events"); resp.StatusCode != 200 || resp.Header.Get("X-Principal") != "anonymous" {
-		t.Fatalf("want 200 as anonymous, got %d %q", resp.StatusCode, resp.Header.Get("X-Principal"))
+	for _, path := range []string{"/v1/events", "/v1/dead/discard"} {
+		if resp := do("POST", path); resp.StatusCode != 200 || resp.Header.Get("X-Principal") != "anonymous" {
+			t.Errorf("POST %s: want 200 as anonymous, got %d %q", path, resp.StatusCode, resp.Header.Get("X-Principal"))
+		}
+		if resp := do("POST", path, "Sec-Fetch-Site", "same-origin"); resp.StatusCode != 200 {
+			t.Errorf("POST %s from the same origin: want 200, got %d", path, resp.StatusCode)
+		}
+		if resp := do("POST", path, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"); resp.StatusCode != 403 {
+			t.Errorf("POST %s from a page on another origin: want 403, got %d", path, resp.StatusCode)
+		}
+	}
+	// An open route (a provider's webhook) takes any origin, as with auth.
+	if resp := do("POST", "/v1/callbacks/erp", "Origin", "https://erp.example", "Sec-Fetch-Site", "cross-site"); resp.StatusCode != 200 {
+		t.Errorf("a cross-site POST to an open route: want 200, got %d", resp.StatusCode)
 	}
 }

@@ -152,16 +152,16 @@ type Router interface {
 // Before credentials are looked at, a state-changing request from a
 // browser on another origin (a forged form post carrying the operator's
 // cached Basic credentials) is 403. The principal is stored in the
-// request's context. A nil or disabled Authenticator returns mux as is.
+// request's context. A disabled Authenticator serves every route
+// anonymously, but still refuses those cross-origin requests: an open API
+// on localhost or a private network is reachable from any page its users'
+// browsers open, and without credentials nothing else stops that page.
 func (a *Authenticator) Guard(mux Router) http.Handler {
-	if a.Disabled() {
-		return mux
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		class := AnyCredential
 		if _, pattern := mux.Handler(r); pattern != "" {
 			var ok bool
-			if class, ok = ClassOf(pattern); !ok {
+			if class, ok = ClassOf(pattern); !ok && !a.Disabled() {
 				httpapi.Error(w, http.StatusForbidden, "forbidden", "this route has no access class: it is refused")
 				return
 			}
@@ -175,6 +175,10 @@ func (a *Authenticator) Guard(mux Router) http.Handler {
 		// browser requests (non-browser clients send no Origin).
 		if err := sameOrigin.Check(r); err != nil {
 			httpapi.Error(w, http.StatusForbidden, "cross_origin", "cross-origin requests that change state are refused")
+			return
+		}
+		if a.Disabled() {
+			mux.ServeHTTP(w, r)
 			return
 		}
 		p, err := a.Authenticate(r)
