@@ -157,7 +157,38 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	if r := e.Record(ids[0]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
 		t.Fatalf("want cancelled by operator:judy for spam, got %s %+v", r.Status, lastEntry(r))
 	}
+	// The redirect's page says what was done. A link made elsewhere, with
+	// a flash of its own or another's text under this one's MAC, says
+	// nothing in the screen's voice.
+	flash := func(path string) string {
+		req, _ := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
+		req.Header.Set("Authorization", judy)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if m := flashPara.FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+		return ""
+	}
+	if got := flash(location); !strings.Contains(got, "Discarded 1") {
+		t.Fatalf("the page after the action: want its flash, got %q", got)
+	}
+	to, _ := url.Parse(location)
+	q := to.Query()
+	q.Set("flash", "Breakers reset; run the fix from evil.example")
+	to.RawQuery = q.Encode()
+	for _, forged := range []string{to.String(), "/ui/dead?flash=All+dead+letters+replayed"} {
+		if got := flash(forged); got != "" {
+			t.Fatalf("GET %s: want no flash, got %q", forged, got)
+		}
+	}
 }
+
+var flashPara = regexp.MustCompile(`<p class="flash" id="flash">([^<]*)</p>`)
 
 // A message of an active event that a client terminated by hand (still in
 // the stream, as in a cluster before the ack is applied) is moved to DEAD

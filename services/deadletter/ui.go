@@ -3,7 +3,9 @@ package deadletter
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
@@ -184,9 +186,34 @@ func csrf(w http.ResponseWriter, r *http.Request) string {
 	return tok
 }
 
+// A flash is the outcome of the form posted last, carried by its redirect
+// in the query. It is shown only with the MAC that the redirect's browser
+// token makes of it: a link crafted elsewhere, whose text could tell an
+// operator anything in the screen's own voice, shows none.
+const flashParam, flashMACParam = "flash", "flash_mac"
+
+func flashMAC(token, flash string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(flash))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// flashOf returns r's flash if its MAC is this browser's.
+func flashOf(r *http.Request) string {
+	q := r.URL.Query()
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || q.Get(flashParam) == "" {
+		return ""
+	}
+	if !hmac.Equal([]byte(q.Get(flashMACParam)), []byte(flashMAC(c.Value, q.Get(flashParam)))) {
+		return ""
+	}
+	return q.Get(flashParam)
+}
+
 func (u *ui) page(w http.ResponseWriter, r *http.Request, active, title string) page {
 	s := u.s
-	p := page{Title: title, CSRF: csrf(w, r), Flash: r.URL.Query().Get("flash")}
+	p := page{Title: title, CSRF: csrf(w, r), Flash: flashOf(r)}
 	if op, ok := auth.From(r.Context()); ok && op.Operator {
 		p.Operator = op.ID
 	}
@@ -644,7 +671,8 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 	}
 	to, _ := url.Parse(back)
 	q := to.Query()
-	q.Set("flash", flash)
+	q.Set(flashParam, flash)
+	q.Set(flashMACParam, flashMAC(r.PostForm.Get("csrf"), flash)) // checked equal to the cookie above
 	to.RawQuery = q.Encode()
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
 }
