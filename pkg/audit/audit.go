@@ -147,7 +147,11 @@ func Decode(subject string, data []byte) ([]ops.AuditEntry, error) {
 		if err := json.Unmarshal(data, &a); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrNotAudit, subject, err)
 		}
-		return []ops.AuditEntry{{At: a.At, Account: a.Account, Action: a.Action, Actor: a.Actor, Target: a.Target, Until: a.Until, Reason: a.Reason}}, nil
+		e := ops.AuditEntry{At: a.At, Account: a.Account, Action: a.Action, Actor: a.Actor, Target: a.Target, Until: a.Until, Reason: a.Reason}
+		if a.Seq != 0 {
+			e.Detail = fmt.Sprintf("DEAD #%d: %s", a.Seq, a.Entry)
+		}
+		return []ops.AuditEntry{e}, nil
 	}
 	var r Revision
 	if err := json.Unmarshal(data, &r); err != nil || r.ID == "" {

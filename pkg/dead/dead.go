@@ -55,11 +55,11 @@ func Tokens(account, kind string) (acct, knd string) {
 	if names.ValidateKind(kind) != nil {
 		kind = InvalidToken
 	}
-	return accountToken(account), kind
+	return AccountToken(account), kind
 }
 
-// accountToken is account as a subject token (Tokens).
-func accountToken(account string) string {
+// AccountToken is account as a subject token (Tokens).
+func AccountToken(account string) string {
 	if names.ValidateAccount(account) != nil {
 		return InvalidToken
 	}

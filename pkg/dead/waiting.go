@@ -103,7 +103,7 @@ func (w *Writer) refusalsAtBound(account string, kept int) bool {
 // take each freed room before the mover's next pass, and the entries
 // that wait would wait for as long as it lasts.
 func (w *Writer) keep(ctx context.Context, e Entry, msgID string, refusal bool) (waiting bool, err error) {
-	acct := accountToken(e.Account)
+	acct := AccountToken(e.Account)
 	inDead := 0
 	if refusal {
 		// DEAD is counted before the waiting room: an entry moved from
@@ -140,7 +140,7 @@ func (w *Writer) keep(ctx context.Context, e Entry, msgID string, refusal bool) 
 // between the park and its settle) is deduplicated within the stream's
 // window.
 func (w *Writer) park(ctx context.Context, e Entry, msgID string) error {
-	acct := accountToken(e.Account)
+	acct := AccountToken(e.Account)
 	b, err := encode(stored(e), size.Room(w.JS.Conn(), names.StreamDead)-headerRoom)
 	if err != nil {
 		return err
@@ -220,7 +220,7 @@ func waitingEntry(raw *jetstream.RawStreamMsg, acct string) (Entry, string) {
 	}
 	var e Entry
 	err := json.Unmarshal(raw.Data, &e)
-	if err == nil && accountToken(e.Account) != acct {
+	if err == nil && AccountToken(e.Account) != acct {
 		err = fmt.Errorf("it names account %q", e.Account)
 	}
 	if err == nil {

@@ -17,14 +17,18 @@ const (
 	ActionsList    = "actions.list"
 )
 
-// Operator actions on accounts and breakers, as the audit (Action.Action)
-// names them. Actions on an event are in its history instead
-// (state.RetryNow, state.CancelWait).
+// Operator actions on accounts and breakers, and on DEAD entries that
+// have no event, as the audit (Action.Action) names them. Actions on an
+// event are in its history instead (state.RetryNow, state.CancelWait,
+// state.Discard).
 const (
 	ActionPause        = "pause"
 	ActionResume       = "resume"
 	ActionOpenBreaker  = "open_breaker"
 	ActionCloseBreaker = "close_breaker"
+	// ActionDiscardEntry drops a refused submission's DEAD entry (Seq),
+	// which has no event whose history could say so.
+	ActionDiscardEntry = "discard_entry"
 )
 
 // PauseRequest pauses an account's dispatch: no call of the account is
@@ -133,10 +137,15 @@ type ActionsRequest struct {
 // <prefix>.advisory.action.<account> carries it.
 type Action struct {
 	At time.Time `json:"at"`
-	// Action is pause, resume, open_breaker or close_breaker.
+	// Action is pause, resume, open_breaker, close_breaker or
+	// discard_entry.
 	Action  string `json:"action"`
 	Account string `json:"account"`
 	Target  string `json:"target,omitempty"`
+	// Seq is the DEAD sequence of a discarded entry, Entry what it said
+	// (its kind, class and error).
+	Seq   uint64 `json:"seq,omitempty"`
+	Entry string `json:"entry,omitempty"`
 	// Until is when a pause or an opened breaker ends by itself.
 	Until *time.Time `json:"until,omitempty"`
 	// Actor is who ("operator:alice", from the credential), Reason why.

@@ -424,7 +424,8 @@ func (s *Service) dropEntry(ctx context.Context, it ops.Item) {
 // refused submission) is deleted, then its item.
 func (s *Service) discardSeq(ctx context.Context, seq uint64, actor, why string) error {
 	key := seqKey(seq)
-	if _, _, ok := s.x.Get(key); !ok {
+	it, _, ok := s.x.Get(key)
+	if !ok {
 		return fail(http.StatusNotFound, "not_found", "no listed DEAD entry without an event at sequence %d", seq)
 	}
 	if err := deleteMsg(ctx, s.deadSt, seq); err != nil {
@@ -432,7 +433,20 @@ func (s *Service) discardSeq(ctx context.Context, seq uint64, actor, why string)
 	}
 	s.forget(ctx, key)
 	s.log.Info().Uint64("seq", seq).Str("actor", actor).Str("reason", why).Msg("DEAD entry discarded")
-	return nil
+	// The entry is gone with what it said; the audit keeps who dropped
+	// what, as an event's history would.
+	return s.audit(ctx, ops.Action{At: time.Now().UTC(), Action: ops.ActionDiscardEntry, Account: dead.AccountToken(it.Account),
+		Seq: seq, Entry: entrySummary(it), Actor: actor, Reason: why})
+}
+
+// entrySummary is what an audit keeps of a discarded entry: its kind, class
+// and error, the error cut to ops.MaxReason bytes.
+func entrySummary(it ops.Item) string {
+	s := fmt.Sprintf("%s %s: %s", it.Kind, it.Class, it.Error)
+	if len(s) > ops.MaxReason {
+		s = strings.ToValidUTF8(s[:ops.MaxReason], "")
+	}
+	return s
 }
 
 // resolve decides a review (or a dead event).

@@ -353,6 +353,15 @@ func TestRejectedSubmissionListedAndDiscarded(t *testing.T) {
 		t.Fatalf("discard by seq: %+v %v", rep, err)
 	}
 	e.waitListed(state.Dead, url.Values{}, 0)
+	// The entry is gone; the audit says who dropped which, and why.
+	var audit ops.ActionsReply
+	if err := e.call(ops.ActionsList, ops.ActionsRequest{Account: "acme"}, &audit); err != nil || len(audit.Items) != 1 {
+		t.Fatalf("audit: want the discard, got %+v %v", audit, err)
+	}
+	if a := audit.Items[0]; a.Action != ops.ActionDiscardEntry || a.Seq != it.Seq || a.Actor != "operator:gina" || a.Reason != "test traffic" ||
+		!strings.Contains(a.Entry, "no.such.kind") || !strings.Contains(a.Entry, it.Class) {
+		t.Fatalf("audit: want discard_entry of seq %d (no.such.kind, %s) by operator:gina for test traffic, got %+v", it.Seq, it.Class, a)
+	}
 }
 
 // A review resolved by discarding needs a reason, as dead discard does:
