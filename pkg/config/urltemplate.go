@@ -121,10 +121,7 @@ func ParseURLTemplate(text string) (*URLTemplate, error) {
 		return nil, errors.New("define and block are not allowed in a URL template")
 	}
 	if t.Tree != nil {
-		if err := checkTemplateNode(t.Tree.Root); err != nil {
-			return nil, err
-		}
-		if err := checkFields(t.Tree.Root, true); err != nil {
+		if err := checkNode(t.Tree.Root, true); err != nil {
 			return nil, err
 		}
 		escapeActions(t.Tree.Root)
@@ -364,55 +361,6 @@ func hostValue(v string) bool {
 	return true
 }
 
-func checkTemplateNode(n tparse.Node) error {
-	switch n := n.(type) {
-	case *tparse.ListNode:
-		if n == nil {
-			return nil
-		}
-		for _, c := range n.Nodes {
-			if err := checkTemplateNode(c); err != nil {
-				return err
-			}
-		}
-	case *tparse.ActionNode:
-		return checkTemplateNode(n.Pipe)
-	case *tparse.IfNode:
-		return checkBranch(&n.BranchNode)
-	case *tparse.WithNode:
-		return checkBranch(&n.BranchNode)
-	case *tparse.RangeNode:
-		return errors.New("range is not allowed in a URL template")
-	case *tparse.TemplateNode:
-		return errors.New("template and block are not allowed in a URL template")
-	case *tparse.PipeNode:
-		if n == nil {
-			return nil
-		}
-		for _, cmd := range n.Cmds {
-			if err := checkTemplateNode(cmd); err != nil {
-				return err
-			}
-		}
-	case *tparse.CommandNode:
-		if len(n.Args) > 0 {
-			if id, ok := n.Args[0].(*tparse.IdentifierNode); ok && id.Ident == "printf" {
-				for _, a := range n.Args[1:] {
-					if err := checkPrintfArg(a); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		for _, a := range n.Args {
-			if err := checkTemplateNode(a); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // checkPrintfArg refuses printf widths and precisions that would build a
 // huge string before the output limit could stop it ("%0999999999d").
 func checkPrintfArg(a tparse.Node) error {
@@ -436,40 +384,55 @@ func checkPrintfArg(a tparse.Node) error {
 	return nil
 }
 
-// checkFields refuses a field n names that URLVars does not have, or a
-// field of a value (each is a string): Validate renders a template once,
-// every value set, so a branch taken only when one is empty would fail
-// at every call of an event that takes it. dotVars is whether dot is the
-// URLVars there (inside with, it is the value).
-func checkFields(n tparse.Node, dotVars bool) error {
+// checkNode refuses what a URL template may not hold: range, template
+// and block; printf widths that would build a huge string; a field that
+// URLVars does not have, or a field of a value (each is a string).
+// Validate renders a template once, every value set, so a branch taken
+// only when one is empty would fail at every call of an event that takes
+// it: every branch is checked here. dotVars is whether dot is the URLVars
+// at n (inside with, it is the value).
+func checkNode(n tparse.Node, dotVars bool) error {
 	switch n := n.(type) {
 	case *tparse.ListNode:
 		if n == nil {
 			return nil
 		}
 		for _, c := range n.Nodes {
-			if err := checkFields(c, dotVars); err != nil {
+			if err := checkNode(c, dotVars); err != nil {
 				return err
 			}
 		}
 	case *tparse.ActionNode:
-		return checkFields(n.Pipe, dotVars)
+		return checkNode(n.Pipe, dotVars)
 	case *tparse.IfNode:
-		return errors.Join(checkFields(n.Pipe, dotVars), checkFields(n.List, dotVars), checkFields(n.ElseList, dotVars))
+		return checkBranch(&n.BranchNode, dotVars, dotVars)
 	case *tparse.WithNode:
-		return errors.Join(checkFields(n.Pipe, dotVars), checkFields(n.List, false), checkFields(n.ElseList, dotVars))
+		return checkBranch(&n.BranchNode, false, dotVars)
+	case *tparse.RangeNode:
+		return errors.New("range is not allowed in a URL template")
+	case *tparse.TemplateNode:
+		return errors.New("template and block are not allowed in a URL template")
 	case *tparse.PipeNode:
 		if n == nil {
 			return nil
 		}
 		for _, c := range n.Cmds {
-			if err := checkFields(c, dotVars); err != nil {
+			if err := checkNode(c, dotVars); err != nil {
 				return err
 			}
 		}
 	case *tparse.CommandNode:
+		if len(n.Args) > 0 {
+			if id, ok := n.Args[0].(*tparse.IdentifierNode); ok && id.Ident == "printf" {
+				for _, a := range n.Args[1:] {
+					if err := checkPrintfArg(a); err != nil {
+						return err
+					}
+				}
+			}
+		}
 		for _, a := range n.Args {
-			if err := checkFields(a, dotVars); err != nil {
+			if err := checkNode(a, dotVars); err != nil {
 				return err
 			}
 		}
@@ -486,6 +449,18 @@ func checkFields(n tparse.Node, dotVars bool) error {
 	return nil
 }
 
+// checkBranch checks an if's or a with's pipeline, its list, where dot
+// is the URLVars if inVars, and its else list.
+func checkBranch(b *tparse.BranchNode, inVars, dotVars bool) error {
+	if err := checkNode(b.Pipe, dotVars); err != nil {
+		return err
+	}
+	if err := checkNode(b.List, inVars); err != nil {
+		return err
+	}
+	return checkNode(b.ElseList, dotVars)
+}
+
 // urlField checks the field path of a reference: none, or one field of
 // URLVars where dot (or $) is the URLVars.
 func urlField(path []string, ofVars bool) error {
@@ -497,19 +472,6 @@ func urlField(path []string, ofVars bool) error {
 	}
 	if _, ok := reflect.TypeFor[URLVars]().FieldByName(path[0]); !ok {
 		return fmt.Errorf("names the field .%s, which a URL template does not have: .Kind, .Account, .ID, .EntityID, .Reference or .Replay", path[0])
-	}
-	return nil
-}
-
-func checkBranch(b *tparse.BranchNode) error {
-	if err := checkTemplateNode(b.Pipe); err != nil {
-		return err
-	}
-	if err := checkTemplateNode(b.List); err != nil {
-		return err
-	}
-	if b.ElseList != nil {
-		return checkTemplateNode(b.ElseList)
 	}
 	return nil
 }
