@@ -447,13 +447,20 @@ func (t *Target) Poll(ctx context.Context, r Request) (PollAnswer, error) {
 		return PollAnswer{}, fmt.Errorf("target %s: poll: %w", t.Name, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
 	if err != nil {
 		return PollAnswer{}, fmt.Errorf("target %s: reading poll answer: %w", t.Name, RedactURL(err, u))
 	}
+	cut := len(body) > MaxResponse
+	body = body[:min(len(body), MaxResponse)]
 	a := PollAnswer{Status: resp.StatusCode, Body: body}
 	switch t.Classify(resp.StatusCode) {
 	case outcome.ClassSuccess:
+		if cut {
+			// Its field may be past the cut: read as "not final", a
+			// final answer would be polled again until the deadline.
+			return a, outcome.Permanent(fmt.Errorf("target %s: poll answer over %d bytes: whether the job is done cannot be told", t.Name, MaxResponse))
+		}
 	case outcome.ClassPermanent:
 		return a, outcome.Permanent(t.httpError(resp.StatusCode, body))
 	default:

@@ -565,6 +565,13 @@ func TestAnswerThatReadsTwoWaysIsNotRead(t *testing.T) {
 			t.Errorf("call answering %s: want success, no reference, and why, got %q, %v (%v)", body, resp.Reference, resp.Unclear, err)
 		}
 	}
+	// A final answer over MaxResponse is cut where its field may be: not
+	// read as "not final" (polled again until the deadline), but refused.
+	big := `{"status":"approved","pad":"` + strings.Repeat("x", target.MaxResponse) + `"}`
+	tg, _ := setup(t, config.Target{Poll: &config.Poll{URL: "{{.URL}}/jobs/{{.Reference}}", DoneWhen: config.DoneWhen{Field: "status", In: []string{"approved"}}}}, answer(200, big))
+	if a, err := tg.Poll(t.Context(), target.Request{Event: envelope(t), Reference: "r1"}); !outcome.IsPermanent(err) || a.Done || !strings.Contains(err.Error(), "poll answer over") {
+		t.Errorf("poll answering %d bytes: want a permanent error naming the size, got done %v, %v", len(big), a.Done, err)
+	}
 	for _, body := range []string{`approved`, `["approved","approved"]`, `{"id":"j1","status":"approved"}`} {
 		tg, _ := setup(t, config.Target{}, answer(202, body))
 		if resp, err := tg.Call(t.Context(), target.Request{Event: envelope(t)}); err != nil || resp.Unclear != nil {

@@ -300,8 +300,8 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 		}
 		outcome = CallbackApplied
 		a := state.Action{Name: state.Complete, Actor: actor, Detail: appliedDetail(webhookID), Reference: ref}
-		if len(body) <= state.MaxResult && json.Valid(body) {
-			a.Result = json.RawMessage(body)
+		if json.Valid(body) {
+			a.Result = json.RawMessage(body) // one too large is dropped with a note (state.Action)
 		}
 		n, _, err := state.Apply(cur, a, now)
 		return n, err

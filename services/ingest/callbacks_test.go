@@ -879,6 +879,26 @@ func TestWebhookWithNumericReferenceAndBooleanStatus(t *testing.T) {
 	h.WaitStatus(id, state.Done, servicetest.WaitFor)
 }
 
+// A final webhook whose body is over state.MaxResult completes the event
+// without it, and its history says a result was given and not kept: a
+// provider's outcome is never dropped without a trace.
+func TestWebhookWithAResultTooLargeToKeepSaysSo(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "big-1")
+	h.awaiting("ref_1", id)
+	body := `{"event_id":"` + id + `","status":"approved","report":"` + strings.Repeat("x", state.MaxResult) + `"}`
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_big", body).outcome(t); got.Outcome != ingest.CallbackApplied || got.ID != id {
+		t.Fatalf("final webhook of %d bytes: want applied to %s, got %+v", len(body), id, got)
+	}
+	rec := h.WaitStatus(id, state.Done, servicetest.WaitFor)
+	last := rec.History[len(rec.History)-1]
+	if rec.Result != nil || !strings.Contains(last.Detail, fmt.Sprintf("result of %d bytes not kept", len(body))) {
+		t.Fatalf("want no result and a note of the %d bytes not kept, got result %d bytes, last entry %+v", len(body), len(rec.Result), last)
+	}
+}
+
 // TestWebhookWithTheEventIDAndAReferenceItNeverHad: a webhook naming the
 // event by its id and, in the reference field, a value the event was
 // never given (a provider whose field is not the job id) is applied: the

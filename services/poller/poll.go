@@ -117,8 +117,8 @@ func (s *Service) ask(ctx context.Context, p *pollRun) (target.PollAnswer, error
 // JSON that fits a record) and wakes what waits behind the event.
 func (s *Service) complete(ctx context.Context, p *pollRun, ans target.PollAnswer, now time.Time) error {
 	a := state.Action{Name: state.Complete, Actor: s.actor, Detail: fmt.Sprintf("poll %d: %s", p.n, ans.Value)}
-	if len(ans.Body) <= state.MaxResult && json.Valid(ans.Body) {
-		a.Result = json.RawMessage(ans.Body)
+	if json.Valid(ans.Body) {
+		a.Result = json.RawMessage(ans.Body) // one too large is dropped with a note (state.Action)
 	}
 	next, _, err := state.Apply(p.rec, a, now)
 	if err != nil {
