@@ -519,8 +519,10 @@ func replayOf(doc map[string]any, field string) (n int, echoed bool, err error) 
 
 // noted reports whether r's history already holds detail from actor: a
 // copy of a webhook that was recorded as a no-op is not recorded again, so
-// a replayed webhook costs no write and cannot crowd the history.
+// a replayed webhook costs no write and cannot crowd the history. Both
+// are compared as the history keeps them, cut.
 func noted(r state.Record, actor, detail string) bool {
+	actor, detail = state.Clip(actor, state.MaxName), state.Clip(detail, state.MaxDetail)
 	for i := len(r.History) - 1; i >= 0; i-- {
 		if e := r.History[i]; e.Action == state.Note && e.Actor == actor && e.Detail == detail {
 			return true

@@ -485,6 +485,28 @@ func TestWebhookReplayCostsBoundedWrites(t *testing.T) {
 	}
 }
 
+// Copies of a progress webhook whose note is cut to state.MaxDetail (a
+// status of 3 KB) are recorded once too: the note they would write is
+// compared as it is stored, cut, not as it was made.
+func TestCopiesOfALongProgressNoteAreRecordedOnce(t *testing.T) {
+	t.Parallel()
+	h := setup(t, callbackYAML(tenants(t).URL))
+	h.startDispatcher("d1")
+	id := h.submitCredit("acme", "long-1")
+	h.awaiting("ref_1", id)
+	body := `{"event_id":"` + id + `","status":"` + strings.Repeat("p", 3000) + `"}`
+	hs := signed("msg_progress", time.Now(), body)
+	before := h.StateSeq()
+	for _, r := range h.flood(30, 3, func(int) (string, string, []string) { return "/v1/callbacks/bureau/acme", body, hs }) {
+		if got := r.outcome(t); got.Outcome != ingest.CallbackProgress {
+			t.Fatalf("a copy of a progress webhook: want %q, got %+v", ingest.CallbackProgress, got)
+		}
+	}
+	if writes := h.StateSeq() - before; writes > 1 {
+		t.Fatalf("30 copies of a progress webhook with a long status: want at most 1 write of the event's record, got %d", writes)
+	}
+}
+
 // TestWebhookBeforeTheCallsAnswerIsApplied: the provider calls back,
 // naming only its own reference, before its answer to the call reaches
 // tenaz, so before the dispatcher records the reference. The webhook is
