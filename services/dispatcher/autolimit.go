@@ -48,6 +48,10 @@ const (
 	autoCut          = 0.9             // the ceiling after a refusal, of the calls in flight then
 	autoGrowEvery    = time.Second     // the ceiling's growth step
 	autoHold         = time.Second     // no growth for this long after a refusal, or its Retry-After
+	// autoHoldMax bounds the hold of one Retry-After: one answer to one
+	// account's call must not keep a target's limit down for every
+	// account this replica calls it for (quota's learnHoldMax, locally).
+	autoHoldMax = 10 * time.Minute
 	autoSaveEvery    = 5 * time.Second // how often the learned limit is stored, at most
 	autoSampleWindow = 500 * time.Millisecond
 	autoSamples      = 50
@@ -207,7 +211,7 @@ func (p *autoPermit) done(err error, made bool) {
 		if c := math.Max(float64(a.min), math.Floor(autoCut*float64(n-1))); c < a.ceiling {
 			a.ceiling = c
 		}
-		a.holdTill = laterOf(a.holdTill, now.Add(max(autoHold, retryAfter)))
+		a.holdTill = laterOf(a.holdTill, now.Add(min(max(autoHold, retryAfter), autoHoldMax)))
 		a.peak, a.grownAt = 0, now
 	} else if made && err == nil && a.ceiling < float64(a.max) && now.After(a.holdTill) &&
 		now.Sub(a.grownAt) >= autoGrowEvery && a.peak >= int(a.ceiling) {
