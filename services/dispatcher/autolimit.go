@@ -45,13 +45,13 @@ import (
 // the account over; the next owner starts from it.
 
 const (
-	autoCut          = 0.9             // the ceiling after a refusal, of the calls in flight then
-	autoGrowEvery    = time.Second     // the ceiling's growth step
-	autoHold         = time.Second     // no growth for this long after a refusal, or its Retry-After
+	autoCut       = 0.9         // the ceiling after a refusal, of the calls in flight then
+	autoGrowEvery = time.Second // the ceiling's growth step
+	autoHold      = time.Second // no growth for this long after a refusal, or its Retry-After
 	// autoHoldMax bounds the hold of one Retry-After: one answer to one
 	// account's call must not keep a target's limit down for every
 	// account this replica calls it for (quota's learnHoldMax, locally).
-	autoHoldMax = 10 * time.Minute
+	autoHoldMax      = 10 * time.Minute
 	autoSaveEvery    = 5 * time.Second // how often the learned limit is stored, at most
 	autoSampleWindow = 500 * time.Millisecond
 	autoSamples      = 50

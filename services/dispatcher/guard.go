@@ -27,6 +27,23 @@ type guard struct {
 	// call to end. A call waiting for its account's pace is not made
 	// after that (errNotCalled), as one waiting for its target's slot.
 	calls context.Context
+	// replaced is closed when a reload changes the target (configChanged):
+	// a call still waiting here for its account's pace goes on through
+	// current(), the guard of the config in force. Through this one it
+	// would go by the old limit (none, or the old one put back in force on
+	// the target's line for every caller).
+	replaced chan struct{}
+	current  func() *guard
+}
+
+// isReplaced reports whether a reload replaced g.
+func (g *guard) isReplaced() bool {
+	select {
+	case <-g.replaced:
+		return true
+	default:
+		return false
+	}
 }
 
 // pacer spaces an account's calls at its rate, shared by the account's
@@ -413,7 +430,7 @@ func (s *Service) guardFor(account, name string) *guard {
 	if g, ok := s.guards[key]; ok {
 		return g
 	}
-	g := &guard{calls: s.calls}
+	g := &guard{calls: s.calls, replaced: make(chan struct{}), current: func() *guard { return s.guardFor(account, name) }}
 	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		key := quota.KeyOf(s.conf(), account, name)
@@ -440,16 +457,28 @@ func (s *Service) guardFor(account, name string) *guard {
 // a target that every account shares stood idle while other accounts
 // waited for it. If another call is booked already, it gives the slot
 // back, not having called, and waits for its pace again (errOutpaced).
+//
+// A call whose guard a reload replaced while it waited for its pace goes
+// on through the new guard, under the limit in force.
 func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Response, error)) (target.Response, error) {
-	if g.limit == nil {
-		if err := g.paced(ctx, g.pace.wait); err != nil {
-			return target.Response{}, err
-		}
-		return fn(ctx)
-	}
 	for {
+		if g.isReplaced() {
+			g = g.current()
+		}
+		if g.limit == nil {
+			if err := g.paced(ctx, g.pace.wait); err != nil {
+				return target.Response{}, err
+			}
+			if g.isReplaced() {
+				continue // the target may have a limit now
+			}
+			return fn(ctx)
+		}
 		if err := g.paced(ctx, g.pace.ready); err != nil {
 			return target.Response{}, err
+		}
+		if g.isReplaced() {
+			continue
 		}
 		var b *booking
 		resp, err := g.limit.around(ctx, g.inPace(fn, &b))
@@ -475,6 +504,9 @@ func (g *guard) goBooked(ctx context.Context, b *booking, fn func(context.Contex
 		default:
 			return target.Response{}, err
 		}
+	}
+	if g.isReplaced() {
+		return target.Response{}, errOutpaced // claims again, through the new guard (run)
 	}
 	return g.limit.around(ctx, func(ctx context.Context) (target.Response, error) {
 		if !g.pace.gone(b, time.Now()) {

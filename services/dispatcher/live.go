@@ -44,6 +44,7 @@ func (s *Service) configChanged(cfg *config.Config) {
 		account, name, _ := strings.Cut(key, "\x00")
 		if !reflect.DeepEqual(old.Targets[name], cfg.Targets[name]) || old.OwnTarget(account, name) != cfg.OwnTarget(account, name) {
 			delete(s.guards, key)
+			close(g.replaced)
 			if g.limit != nil && old.OwnTarget(account, name) == cfg.OwnTarget(account, name) {
 				// The calls waiting for the target's token or slot take
 				// its new limit now (none: they all go).

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/config"
 	"github.com/tenaz/tenaz/pkg/live"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/target"
 )
 
@@ -84,5 +86,91 @@ accounts:
 	s.mu.Unlock()
 	if p.interval != 50*time.Millisecond {
 		t.Fatalf("globex's rate changed to 20/s: want its pacer at 50ms, got %s", p.interval)
+	}
+}
+
+// A call waiting for its account's pace when a reload gives its target a
+// concurrency limit goes by that limit. It went through the guard it
+// started in, made before the reload without a limit, and so past the
+// limit that every other call kept to (a reload that lowered a limit put
+// the old one back in force on the target's line the same way).
+func TestACallWaitingForItsPaceTakesTheReloadedLimit(t *testing.T) {
+	t.Parallel()
+	const base = `
+auth: {disabled: true}
+targets: {erp: {url: "http://127.0.0.1:1/x"%s}}
+kinds: {order.create: {target: erp}}
+accounts:
+  acme: {rate: 1/s}
+`
+	path := filepath.Join(t.TempDir(), "tenaz.yaml")
+	write := func(limit string) {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(base, limit)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.Start(t)
+	nc, _ := srv.Conn(t)
+	lc := live.New(cfg, live.Options{Path: path})
+	s, err := New(Options{Conn: nc, Config: cfg, Live: lc, Instance: "d1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servicetest.Run(t, ctx, s)
+	call := func(enter chan<- struct{}, hold <-chan struct{}) func(context.Context) (target.Response, error) {
+		return func(context.Context) (target.Response, error) {
+			close(enter)
+			<-hold
+			return target.Response{Status: 200}, nil
+		}
+	}
+	none := make(chan struct{})
+	close(none)
+	// acme's first call goes at once; its second waits a second for the
+	// pace, in the guard made without a limit.
+	if _, err := s.guardFor("acme", "erp").run(ctx, call(make(chan struct{}), none)); err != nil {
+		t.Fatal(err)
+	}
+	waiting := s.guardFor("acme", "erp")
+	entered, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := waiting.run(ctx, call(entered, none))
+		done <- err
+	}()
+	write(", concurrency: 1")
+	if err := lc.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	// Another account's call takes the target's only slot and holds it.
+	held, release := make(chan struct{}), make(chan struct{})
+	go func() { _, _ = s.guardFor("globex", "erp").run(ctx, call(held, release)) }()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("globex's call: want it made at once, with the target's free slot")
+	}
+	// acme's pace lets its call go within a second; it must wait for the
+	// slot instead. Nothing is awaited: a call past the limit would be
+	// made the moment the pace let it.
+	select {
+	case <-entered:
+		t.Fatal("acme's call waiting for its pace at the reload: made while the target's only slot was held")
+	case <-time.After(2500 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("acme's call: want it made once the slot was given back")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("acme's call: %v", err)
 	}
 }
