@@ -356,8 +356,10 @@ func (b *Breaker) committed(rec record, rev uint64, from State) {
 // open to half_open: the one caller, across all replicas, whose write wins
 // gets OK with Probe set; every other caller is refused with RetryAt a
 // moment later (at most the claim's expiry). An expired claim is taken over
-// the same way. An error (bucket unreachable, invalid name) comes with a
-// refusal.
+// the same way. An error of its bucket (unreachable, not writable) comes
+// with a refusal, RetryAt set: the breaker refuses, or would let only one
+// probe go, and could not store so. An invalid name's error comes with a
+// zero Permit: there is no breaker to ask.
 func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 	if b.err != nil {
 		return Permit{}, b.err

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tenaz/tenaz/pkg/breaker"
+	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
 	"github.com/tenaz/tenaz/pkg/provider"
 	"github.com/tenaz/tenaz/pkg/servicetest"
@@ -110,6 +111,46 @@ kinds:
 	}
 	if d := h.prov.DuplicateEffects(); len(d) != 0 {
 		t.Fatalf("effects applied more than once: %v", d)
+	}
+}
+
+// A breaker that trips while its bucket cannot be written refuses calls
+// all the same: its open, not yet stored, is written when the bucket
+// takes writes again, and meanwhile the target is not called. Calls used
+// to go on at the account's full pace ("breaker unavailable; calling
+// anyway"), each one uncounted.
+func TestABreakerTrippedWithoutItsBucketRefuses(t *testing.T) {
+	t.Parallel()
+	yaml := `
+streams: {ack_wait: 2s}
+accounts:
+  "*": {concurrency: 1, breaker: {failures: 3, cooldown: 2s}}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: 200ms, multiplier: 1, jitter: 0}}
+`
+	h := setup(t, yaml, provider.Faults{Down: true})
+	h.dispatcher("d1", nil)
+	// The breakers' bucket can be read, not written.
+	st, err := h.JS.Stream(h.Ctx(), "KV_"+names.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Sealed = true
+	if _, err := h.JS.UpdateStream(h.Ctx(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	h.Submit("acme", "order.create", keys("s", 10), orderPayload)
+	natstest.Eventually(t, 20*time.Second, func() bool { return h.prov.CallCount() >= 3 }, "want the breaker's 3 failures")
+	// Nothing is awaited: at a retry every 200 ms, a breaker that lets
+	// calls through makes ten more within these 3 s.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		if n := h.prov.CallCount(); n > 4 {
+			t.Fatalf("the breaker tripped after 3 failures, its bucket sealed: want no call past the one in flight, got %d calls", n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -37,9 +37,18 @@ func (s *Service) ask(ctx context.Context, env event.Envelope, fallback bool) (a
 		Failures: acct.Breaker.Failures, Cooldown: acct.Breaker.Cooldown.D(), ProbeTimeout: t.Timeout.D() + 10*time.Second,
 	})
 	p, err := b.Allow(ctx)
-	if err != nil {
+	switch {
+	case err != nil && p.RetryAt.IsZero():
+		// No breaker to ask (its bucket could not be opened): a missing
+		// breaker must not stop every call.
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("breaker unavailable; calling anyway")
 		return admission{}, time.Time{}, true
+	case err != nil:
+		// It refuses (tripped here, or its cooldown is over) but could
+		// not store so: the refusal holds, and so does one probe per
+		// cooldown, which its bucket decides.
+		zerolog.Ctx(ctx).Warn().Err(err).Time("until", p.RetryAt).Msg("breaker refuses, but its state could not be stored; waiting")
+		return admission{}, p.RetryAt, false
 	}
 	if p.OK {
 		return admission{b: b, p: p}, time.Time{}, true
