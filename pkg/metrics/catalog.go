@@ -83,6 +83,7 @@ const (
 	PutOffConcurrency = "concurrency" // the target's provider-wide concurrency has no slot for the poll soon
 	PutOffCrowded     = "crowded"     // the account holds all the timers it may on the replica
 	PutOffLeftOut     = "left_out"    // the account's stored definition is left out: its polls wait
+	PutOffNotCurrent  = "not_current" // the replica's heartbeat is late: the target's slots it holds may no longer be counted
 )
 
 // The metric names.

@@ -491,7 +491,7 @@ func (s *Set) Poll(target, result string) {
 
 // PutOff counts a timer of account set again for later instead of
 // handled now, by reason (PutOffPaused, PutOffBreaker, PutOffRate,
-// PutOffConcurrency, PutOffCrowded, PutOffLeftOut).
+// PutOffConcurrency, PutOffCrowded, PutOffLeftOut, PutOffNotCurrent).
 func (s *Set) PutOff(account, reason string) {
 	c := s.core()
 	c.putOff.WithLabelValues(c.places.record(account), code(reason)).Inc()

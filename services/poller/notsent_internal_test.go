@@ -10,8 +10,10 @@ import (
 	"github.com/tenaz/tenaz/pkg/accounts"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/live"
+	"github.com/tenaz/tenaz/pkg/metrics"
 	"github.com/tenaz/tenaz/pkg/names"
 	"github.com/tenaz/tenaz/pkg/natstest"
+	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/servicetest"
 	"github.com/tenaz/tenaz/pkg/state"
 	"github.com/tenaz/tenaz/pkg/target"
@@ -176,5 +178,45 @@ kinds: {report.fetch: {target: bureau_a, completion: poll, poll_sla: 1h}}
 		if !off {
 			release(nil)
 		}
+	}
+}
+
+// A poller whose heartbeat is late holds no slot of a target's
+// concurrency: the dispatchers stop counting the slots of a replica they
+// have not heard from, and give them to other calls, so a poll made with
+// one would be past the target's concurrency. The poll is put off
+// (not_current), as a dispatcher makes no call unless current.
+func TestAPollerWhoseHeartbeatIsLateHoldsNoSlot(t *testing.T) {
+	t.Parallel()
+	s, _ := startPoller(t, `
+targets:
+  bureau: {url: "http://127.0.0.1:1/x", concurrency: 1, poll: {url: "http://127.0.0.1:1/jobs/{{.Reference}}", interval: 1s, done_when: {field: status, in: [done]}}}
+kinds:
+  report.fetch: {target: bureau, completion: poll, poll_sla: 1h}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := s.live.Load()
+	key, lim := quota.KeyOf(cfg, "acme", "bureau"), quota.OfTarget(cfg.Targets["bureau"])
+	g, err := s.pace.slot(ctx, key, lim, time.Second, func() {})
+	if err != nil || g.release == nil {
+		t.Fatalf("a current poller: want the slot, got %+v, %v", g, err)
+	}
+	g.release(nil)
+	// Its heartbeats stop getting through: the owners' bucket takes no
+	// writes.
+	st, err := s.js.Stream(ctx, "KV_"+names.BucketOwners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.Sealed = true
+	if _, err := s.js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool { return !s.pace.g.Current() }, "want the poller's heartbeat late")
+	g, err = s.pace.slot(ctx, key, lim, time.Second, func() {})
+	if err != nil || g.release != nil || g.why != metrics.PutOffNotCurrent {
+		t.Fatalf("a poller whose heartbeat is late: want the poll put off (not_current), got %+v, %v", g, err)
 	}
 }

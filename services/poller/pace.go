@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenaz/tenaz/pkg/metrics"
+	"github.com/tenaz/tenaz/pkg/owner"
 	"github.com/tenaz/tenaz/pkg/quota"
 	"github.com/tenaz/tenaz/pkg/target"
 )
@@ -44,19 +45,20 @@ const waitMax = time.Second
 // seconds the rate needs for them.
 type pacer struct {
 	q *quota.Quotas
+	g *owner.Group // the poller's heartbeat among the dispatchers' (a guest)
 
 	mu      sync.Mutex
 	waiting map[string]int
 	next    map[string]time.Time
 }
 
-func newPacer(q *quota.Quotas) *pacer {
-	return &pacer{q: q, waiting: map[string]int{}, next: map[string]time.Time{}}
+func newPacer(q *quota.Quotas, g *owner.Group) *pacer {
+	return &pacer{q: q, g: g, waiting: map[string]int{}, next: map[string]time.Time{}}
 }
 
 // gate is what a poll waited for: go (release, called with the poll's
 // outcome, gives back a slot taken), or the time it is put off to and
-// why (metrics.PutOffRate or PutOffConcurrency).
+// why (metrics.PutOffRate, PutOffConcurrency or PutOffNotCurrent).
 type gate struct {
 	release func(error)
 	until   time.Time
@@ -129,11 +131,19 @@ func (p *pacer) slot(ctx context.Context, key string, l quota.Limit, every time.
 	}
 	wctx, cancel := context.WithTimeout(ctx, waitMax)
 	defer cancel()
+	lapses := p.g.Lapses()
 	release, waited, err := p.q.Acquire(wctx, key, l)
 	if waited {
 		throttled()
 	}
 	switch {
+	case err == nil && !p.g.CurrentSince(lapses):
+		// The other replicas count a slot while its holder's heartbeat
+		// is current; once it is not, they may have stopped counting
+		// this one's and given it to another call. The poll waits, as a
+		// dispatcher's call does (it makes none unless current).
+		release(quota.Answer{NotMade: true})
+		return gate{until: time.Now().Add(every), why: metrics.PutOffNotCurrent}, nil
 	case err == nil:
 		return gate{release: func(err error) { release(answerOf(err)) }}, nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):

@@ -162,7 +162,7 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
 	}
-	s.pace = newPacer(quotas)
+	s.pace = newPacer(quotas, guests)
 	pauses, err := accounts.OpenPauses(ctx, s.js, subj)
 	if err != nil {
 		return fmt.Errorf("poller: %w", err)
