@@ -366,8 +366,10 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 	for _, w := range ln.waiting[serve:] {
 		w.waited = true
 	}
-	if p, inLine := r.Queue[self]; serve == 0 && ln.freed == 0 && p == place && inLine == queued {
+	if p, inLine := r.Queue[self]; serve == 0 && ln.freed == 0 && p == place && inLine == queued && r.Held[self] == ln.rec.Held[self] {
 		// Nothing to write: wait for a turn, a slot, or the next token.
+		// (A record holding other slots of this replica's than it has, a
+		// write stored whose answer was lost, is written.)
 		wait := recheck
 		if turn && ln.lim.Rate > 0 && r.whole() < 1 {
 			wait = min(wait, r.due(ln.lim))
