@@ -120,17 +120,18 @@ func (x *Index) PutRef(ctx context.Context, account, target, ref, id string, ttl
 	return nil
 }
 
-// HoldWebhook records that target's webhook whose signed content is
-// signed (its id, timestamp and body, as Standard Webhooks signs them)
-// was applied to event id, for ttl (at least as long as its signature
-// stays valid), and returns "", or the other event it was applied to
-// before, left as it is. Only a copy of the message has the same signed
-// content, so one applied to another event is a copy sent to another
-// URL: the account in /v1/callbacks/{target}/{account} is not signed. Not
-// the webhook-id alone: a provider that numbers its messages per tenant
-// would send two accounts' different messages under one id.
-func (x *Index) HoldWebhook(ctx context.Context, target, signed, id string, ttl time.Duration) (string, error) {
-	holder, err := x.hold(ctx, "wh."+target+"."+hash(signed), id, ttl)
+// HoldWebhook records that target's webhook whose content is content
+// (its id and body: the same for its copies and the provider's retries,
+// which sign it again with another timestamp) was applied to event id,
+// for ttl (at least as long as its signature stays valid), and returns
+// "", or the other event it was applied to before, left as it is. Only a
+// copy or a retry of the message has the same content, so one applied to
+// another event is one sent to another URL: the account in
+// /v1/callbacks/{target}/{account} is not signed. Not the webhook-id
+// alone: a provider that numbers its messages per tenant would send two
+// accounts' different messages under one id.
+func (x *Index) HoldWebhook(ctx context.Context, target, content, id string, ttl time.Duration) (string, error) {
+	holder, err := x.hold(ctx, "wh."+target+"."+hash(content), id, ttl)
 	if err != nil {
 		return "", fmt.Errorf("callbacks: record webhook of %s: %w", id, err)
 	}

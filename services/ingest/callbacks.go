@@ -131,7 +131,7 @@ func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
 		return
 	}
-	reply, err := s.ApplyCallback(tracing.Remote(r.Context(), r.Header.Get), account, name, sig.ID, sig.Timestamp, doc, body)
+	reply, err := s.ApplyCallback(tracing.Remote(r.Context(), r.Header.Get), account, name, sig.ID, doc, body)
 	if errors.Is(err, ErrMalformedCallback) {
 		httpapi.Error(w, http.StatusBadRequest, "malformed", err.Error())
 		return
@@ -179,10 +179,11 @@ func (s *Service) refuse(w http.ResponseWriter, target string, err error) {
 // only, and an event of another account is unknown (and left untouched).
 // account is the one whose key verified the webhook: without one (the
 // target's key), an event of an account with a callback secret of its
-// own is unknown too. A message (webhookID, signedAt and body, as signed) is applied to one
-// event at most, whichever URL it came to. It is safe to call
-// concurrently with copies of the same callback.
-func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, signedAt time.Time, doc map[string]any, body []byte) (reply CallbackReply, err error) {
+// own is unknown too. A message (webhookID and body: its copies, and the
+// provider's retries of it) is applied to one event at most, whichever
+// URL it came to. It is safe to call concurrently with copies of the
+// same callback.
+func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID string, doc map[string]any, body []byte) (reply CallbackReply, err error) {
 	began, tp := time.Now(), ""
 	defer func() {
 		if err == nil {
@@ -204,7 +205,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 	if byRef {
 		id, err = s.refs.Lookup(ctx, account, target, ref, s.ownKey(target))
 		if errors.Is(err, callbacks.ErrNotFound) {
-			msg := sha256.Sum256([]byte(signedMessage(webhookID, signedAt, body)))
+			msg := sha256.Sum256([]byte(webhookContent(webhookID, body)))
 			id, err = s.awaitRef(log.WithContext(ctx), account, target, ref, msg, s.conf().TargetFor(account, target).Timeout.D())
 		}
 		switch {
@@ -288,8 +289,7 @@ func (s *Service) ApplyCallback(ctx context.Context, account, target, webhookID 
 			// hold. An event id in the body is signed, so a copy names
 			// this event wherever it is sent, and its history's
 			// webhook-id makes it a duplicate: no hold, no round trip.
-			signed := signedMessage(webhookID, signedAt, body)
-			other, err := s.refs.HoldWebhook(ctx, target, signed, cur.ID, webhookHold(t.Callback.Tolerance.D()))
+			other, err := s.refs.HoldWebhook(ctx, target, webhookContent(webhookID, body), cur.ID, webhookHold(t.Callback.Tolerance.D()))
 			if err != nil {
 				return cur, err
 			}
@@ -388,10 +388,12 @@ func (sl *slots) take(target string, msg [sha256.Size]byte) (release func(), ok 
 	}, true
 }
 
-// signedMessage is what a webhook's signature covers (Standard Webhooks):
-// one message, whichever URL a copy of it came to.
-func signedMessage(webhookID string, signedAt time.Time, body []byte) string {
-	return webhookID + "." + strconv.FormatInt(signedAt.Unix(), 10) + "." + string(body)
+// webhookContent is what makes two webhooks one message: its id and its
+// body. The signature also covers the timestamp, which a provider's
+// retry of the message signs anew: a retry is the same message, and a
+// copy of it sent to another account's URL must find its hold too.
+func webhookContent(webhookID string, body []byte) string {
+	return webhookID + "." + string(body)
 }
 
 // maxEarlyWait bounds how long awaitRef holds a webhook, whatever its
