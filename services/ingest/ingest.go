@@ -88,6 +88,10 @@ type Hooks struct {
 	// INTAKE, before it is acked; key is the occurrence's idempotency key.
 	// Returning an error leaves the firing unacked, as a crash would.
 	AfterRepeatSubmit func(key string) error
+	// BeforeRepeatPurge runs when a repeat is about to be removed (deleted
+	// over the API, or no longer in the config), after it was read: what
+	// runs then stands for a change made meanwhile.
+	BeforeRepeatPurge func(account, name string)
 	// StaleRead runs before ingest reads an account's submissions back
 	// from INTAKE (an anchor's drain, the older ones an ordered submission
 	// accepts first); true stands for an answer from a replica behind its

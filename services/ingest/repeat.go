@@ -208,7 +208,7 @@ func (s *Service) applyRepeats(ctx context.Context) error {
 		if h.Origin != originConfig || declared[h.Account+"."+h.Name] {
 			continue
 		}
-		if err := s.purgeRepeat(ctx, h.Account, h.Name); err != nil {
+		if err := s.purgeRepeat(ctx, h.Account, h.Name, h.Seq); err != nil {
 			return fmt.Errorf("removing repeat %s of %s: %w", h.Name, h.Account, err)
 		}
 		s.log.Info().Str("account", h.Account).Str("repeat", h.Name).Msg("repeat removed: no longer in the config")
@@ -318,8 +318,13 @@ func (s *Service) putRepeat(ctx context.Context, account, name string, r config.
 
 // purgeRepeat removes the schedule, which cancels the repeat. A firing
 // already stored is still submitted.
-func (s *Service) purgeRepeat(ctx context.Context, account, name string) error {
-	return s.repeats.Purge(ctx, jetstream.WithPurgeSubject(s.repeatSchedule(account, name)))
+func (s *Service) purgeRepeat(ctx context.Context, account, name string, read uint64) error {
+	if hk := s.o.Hooks; hk != nil && hk.BeforeRepeatPurge != nil {
+		hk.BeforeRepeatPurge(account, name)
+	}
+	// Up to the version read: one stored since (a change made meanwhile,
+	// answered 200) stands.
+	return s.repeats.Purge(ctx, jetstream.WithPurgeSubject(s.repeatSchedule(account, name)), jetstream.WithPurgeSequence(read+1))
 }
 
 // handleFire submits one firing to INTAKE as an ordinary submission, with
@@ -544,8 +549,11 @@ func (s *Service) deleteRepeatAPI(ctx context.Context, account, name string) (in
 	if !found {
 		return http.StatusNotFound, errorBody("not_found", "no repeat %s of %s", name, account)
 	}
-	if err := s.purgeRepeat(ctx, account, name); err != nil {
+	if err := s.purgeRepeat(ctx, account, name, cur.Seq); err != nil {
 		return http.StatusServiceUnavailable, errorBody("unavailable", "%v", err)
+	}
+	if now, found, err := s.getRepeat(ctx, account, name); err == nil && found {
+		return http.StatusConflict, errorBody("repeat_changed", "repeat %s of %s was set again while it was deleted; the new one stands: %s", name, account, now.Repeat.Pattern())
 	}
 	s.log.Info().Str("account", account).Str("repeat", name).Msg("repeat deleted over the API")
 	return http.StatusOK, viewOfRepeat(cur, time.Now())

@@ -370,3 +370,34 @@ accounts:
 	wg.Wait()
 	c.Covered(t, apitest.Under("/v1/repeats"), nil)
 }
+
+// A repeat set again while an operator deletes it (between the delete's
+// read and its purge) stands: the delete purges only the version it read
+// and answers 409 repeat_changed. It purged the whole schedule, the new
+// one too, which its PUT had answered 200.
+func TestARepeatSetWhileItIsDeletedStands(t *testing.T) {
+	t.Parallel()
+	var once sync.Once
+	var meanwhile func()
+	h := setup(t, baseYAML, withHooks(&ingest.Hooks{BeforeRepeatPurge: func(string, string) { once.Do(meanwhile) }}))
+	send := func(method, path, body string) response {
+		t.Helper()
+		return h.do(method, path, body)
+	}
+	if r := send("PUT", "/v1/repeats/acme/pulse", `{"kind":"order.create","every":"1h","payload":{"order_id":"r-1"}}`); r.Status != 200 {
+		t.Fatalf("PUT: want 200, got %d %s", r.Status, r.Body)
+	}
+	meanwhile = func() {
+		if r := send("PUT", "/v1/repeats/acme/pulse", `{"kind":"order.create","every":"2h","payload":{"order_id":"r-2"}}`); r.Status != 200 {
+			t.Errorf("PUT meanwhile: want 200, got %d %s", r.Status, r.Body)
+		}
+	}
+	r := send("DELETE", "/v1/repeats/acme/pulse", "")
+	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "repeat_changed") {
+		t.Fatalf("DELETE of a repeat set again meanwhile: want 409 repeat_changed, got %d %s", r.Status, r.Body)
+	}
+	m := h.schedule("acme", "pulse")
+	if m == nil || !strings.Contains(string(m.Data), "r-2") {
+		t.Fatalf("want the repeat set meanwhile to stand, got %v", m)
+	}
+}
