@@ -114,6 +114,13 @@ func (s *Service) handlePost(w http.ResponseWriter, r *http.Request) {
 
 // submit is the shared path of HTTP and micro submissions.
 func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, any) {
+	if strings.HasPrefix(f.IdempotencyKey, repeatKeyPrefix) {
+		// A key could take an occurrence's event before its repeat fires
+		// (the keys are known in advance), with another time or lane.
+		s.metrics.Rejected("malformed")
+		return http.StatusBadRequest, httpapi.ErrorBody{Error: httpapi.ErrorDetail{Code: "malformed",
+			Message: fmt.Sprintf("idempotency key %q: keys that begin with %q are the repeats' occurrences' own; choose another", f.IdempotencyKey, repeatKeyPrefix)}}
+	}
 	env, serr := s.build(f, payload, time.Now())
 	if serr != nil {
 		s.metrics.Rejected(serr.Code)

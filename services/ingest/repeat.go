@@ -72,8 +72,12 @@ const (
 // RepeatKey is the idempotency key of the occurrence at of the repeat
 // name: "repeat/<name>/<at in UTC, RFC 3339>".
 func RepeatKey(name string, at time.Time) string {
-	return "repeat/" + name + "/" + at.UTC().Format(time.RFC3339)
+	return repeatKeyPrefix + name + "/" + at.UTC().Format(time.RFC3339)
 }
+
+// repeatKeyPrefix begins every occurrence's key: reserved for them, a
+// submission over HTTP or micro may not use it.
+const repeatKeyPrefix = "repeat/"
 
 func (s *Service) repeatSchedule(account, name string) string {
 	return s.cfg.Prefix + ".repeat.sched." + account + "." + name

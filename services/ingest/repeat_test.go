@@ -371,6 +371,23 @@ accounts:
 	c.Covered(t, apitest.Under("/v1/repeats"), nil)
 }
 
+// An occurrence's key is known in advance (repeat/<name>/<time>), so a
+// submission under it would take the occurrence's event before its
+// repeat fires, with another time, entity or lane. HTTP and micro refuse
+// such keys with 400; the occurrence still fires as its repeat says.
+func TestARepeatsKeyIsNotASubmissionsKey(t *testing.T) {
+	t.Parallel()
+	h := setup(t, baseYAML)
+	key := ingest.RepeatKey("pulse", time.Now().Add(time.Hour).Truncate(time.Hour))
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","not_before":"2030-01-01T00:00:00Z","payload":{"order_id":"x"}}`, "Idempotency-Key", key)
+	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "repeats' occurrences' own") {
+		t.Fatalf("a submission under an occurrence's key: want 400 saying the key is a repeat's, got %d %s", r.Status, r.Body)
+	}
+	if n := h.StreamState(names.StreamIntake).Msgs; n != 0 {
+		t.Fatalf("want nothing in INTAKE, got %d", n)
+	}
+}
+
 // A repeat set again while an operator deletes it (between the delete's
 // read and its purge) stands: the delete purges only the version it read
 // and answers 409 repeat_changed. It purged the whole schedule, the new
