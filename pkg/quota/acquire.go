@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -27,11 +28,20 @@ const idle = time.Hour
 // the tokens and slots of every waiter it can serve, and gives back the
 // slots released since.
 func (q *Quotas) Acquire(ctx context.Context, key string, l Limit) (release func(Answer), waited bool, err error) {
+	return q.AcquireFor(ctx, key, "", l)
+}
+
+// AcquireFor is Acquire for caller (an account, of the many that share a
+// target's key): the waiters are served in rounds, the first of every
+// caller in their order of arrival, then the second of each, and so on,
+// so that one caller's many calls waiting do not all go before another's
+// one.
+func (q *Quotas) AcquireFor(ctx context.Context, key, caller string, l Limit) (release func(Answer), waited bool, err error) {
 	ln, err := q.line(key, l)
 	if err != nil {
 		return nil, false, err
 	}
-	w := &waiter{ready: make(chan struct{})}
+	w := &waiter{ready: make(chan struct{}), caller: caller}
 	ln.mu.Lock()
 	ln.waiting = append(ln.waiting, w)
 	ln.mu.Unlock()
@@ -144,6 +154,7 @@ func laterOf(a, b time.Time) time.Time {
 
 // waiter is one Acquire waiting in a line.
 type waiter struct {
+	caller string        // AcquireFor's
 	ready  chan struct{} // closed when served (or failed: err)
 	err    error
 	waited bool // a step of the loop could not serve it at once
@@ -307,7 +318,7 @@ func (ln *line) fail(err error) {
 func (ln *line) step(ctx context.Context) (time.Duration, error) {
 	self := ln.q.o.Instance
 	ln.mu.Lock()
-	ln.waiting = slices.DeleteFunc(ln.waiting, func(w *waiter) bool { return w.gone })
+	ln.waiting = inRounds(slices.DeleteFunc(ln.waiting, func(w *waiter) bool { return w.gone }))
 	// Only this replica puts itself in line or takes itself out (the
 	// others forget it only once it is not live).
 	if _, queued := ln.rec.Queue[self]; len(ln.waiting) == 0 && ln.freed == 0 && ln.fresh && !queued {
@@ -451,4 +462,32 @@ func (ln *line) flush(ctx context.Context) error {
 		}
 	}
 	return ErrContended
+}
+
+// inRounds orders ws, waiters in their order of arrival, in rounds: each
+// caller's first, then each one's second, and so on, each round in order
+// of arrival. A waiter's round only comes down as its caller's earlier
+// ones are served, so none waits for ever.
+func inRounds(ws []*waiter) []*waiter {
+	if len(ws) < 2 {
+		return ws
+	}
+	type placed struct {
+		w     *waiter
+		round int
+	}
+	seen := map[string]int{}
+	ps := make([]placed, len(ws))
+	for i, w := range ws {
+		ps[i] = placed{w, seen[w.caller]}
+		seen[w.caller]++
+	}
+	if len(seen) == 1 {
+		return ws
+	}
+	slices.SortStableFunc(ps, func(a, b placed) int { return cmp.Compare(a.round, b.round) })
+	for i, p := range ps {
+		ws[i] = p.w
+	}
+	return ws
 }

@@ -625,3 +625,47 @@ func TestGiveBackReturnsATakenToken(t *testing.T) {
 		t.Fatal("two tokens given back to a bucket of one: want one Take served, not two")
 	}
 }
+
+// The callers of one key are served in rounds: with one slot, acme's five
+// calls waiting ahead of globex's one, globex's goes second, not sixth.
+// Served in order of arrival, one account with many calls waiting for a
+// shared target held every other account's back behind all of them.
+func TestAcquireServesCallersInRounds(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c := &cluster{}
+	c.set("a")
+	q := open(t, srv, c, "a")
+	lim, key := quota.Limit{Concurrency: 1}, quota.TargetKey("erp")
+	ctx := ctxFor(t, time.Minute)
+	hold, _, err := q.AcquireFor(ctx, key, "acme", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	wait := func(caller string, n int) {
+		wg.Go(func() {
+			release, _, err := q.AcquireFor(ctx, key, caller, lim)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, fmt.Sprintf("%s%d", caller, n))
+			mu.Unlock()
+			release(quota.Answer{OK: true})
+		})
+		natstest.Eventually(t, 10*time.Second, func() bool { u, _ := q.Usage(key); return u.Waiting >= n }, "want %d waiting", n)
+	}
+	for i := range 5 {
+		wait("acme", i+1)
+	}
+	wait("globex", 6)
+	hold(quota.Answer{OK: true})
+	wg.Wait()
+	if len(order) != 6 || order[1] != "globex6" {
+		t.Fatalf("want globex's call served second, after acme's first, got %v", order)
+	}
+}

@@ -362,11 +362,12 @@ func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) error
 // as an account's "auto" does: a provider that slows down is eased off
 // before it refuses. A call needs a slot of both.
 type targetLimit struct {
-	s     *Service
-	name  string
-	key   string // its record: the target's, or an account's own (config.OwnTarget)
-	lim   quota.Limit
-	local *autoLimit // under "auto": this replica's latency-learned share; nil otherwise
+	s       *Service
+	account string // whose calls: the target's line serves its accounts in rounds
+	name    string
+	key     string // its record: the target's, or an account's own (config.OwnTarget)
+	lim     quota.Limit
+	local   *autoLimit // under "auto": this replica's latency-learned share; nil otherwise
 }
 
 // errNotCalled is the outcome of a call that was not made: it waited for
@@ -434,7 +435,7 @@ func (s *Service) guardFor(account, name string) *guard {
 	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		key := quota.KeyOf(s.conf(), account, name)
-		g.limit = &targetLimit{s: s, name: name, key: key, lim: quota.OfTarget(t)}
+		g.limit = &targetLimit{s: s, account: account, name: name, key: key, lim: quota.OfTarget(t)}
 		if l := g.limit.lim.Learn; l != nil {
 			g.limit.local = s.targetAutoLocked(key, l)
 		}
@@ -594,7 +595,7 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 		}
 		local = p
 	}
-	release, waited, err := tl.s.quotas.Acquire(wctx, tl.key, tl.lim)
+	release, waited, err := tl.s.quotas.AcquireFor(wctx, tl.key, tl.account, tl.lim)
 	if waited {
 		tl.s.o.Metrics.TargetThrottled(tl.name)
 	}
