@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,6 +80,25 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 
 	h.startDispatcher("d1")
 	h.assertDeliveredOnce(id, "crash-1")
+}
+
+// An HTTP submission whose first accept dies after its record is written
+// is answered by its redelivery: 202, its first submission, not the 200
+// of a duplicate (its record was made from this very message).
+func TestCrashedAcceptAnswersItsSubmitterAsNew(t *testing.T) {
+	t.Parallel()
+	id := event.ID("acme", "crash-http")
+	var calls atomic.Int32
+	h := setup(t, baseYAML, withHooks(&ingest.Hooks{AfterCreate: func(got string) error {
+		if got == id && calls.Add(1) == 1 {
+			return errCrash
+		}
+		return nil
+	}}))
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"order.create","payload":{"order_id":"o-h"}}`, "Idempotency-Key", "crash-http")
+	if r.Status != http.StatusAccepted || calls.Load() != 2 {
+		t.Fatalf("a submission whose first accept died: want 202 from its redelivery (2 accepts), got %d after %d accepts: %s", r.Status, calls.Load(), r.Body)
+	}
 }
 
 // The ingest process stops right after writing the record (before the

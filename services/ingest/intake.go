@@ -266,7 +266,11 @@ func (s *Service) settle(ctx context.Context, m jetstream.Msg, env event.Envelop
 	}
 	log.Debug().Str("event_id", env.ID).Bool("created", created).Msg("accepted")
 	if reply != "" {
-		s.publishReply(reply, outcomeMsg{Created: created, Record: &rec})
+		// A record made from this very message (by the accept of a newer
+		// ordered submission, or a delivery of it that died after) is its
+		// submitter's first: 202, not a duplicate's 200.
+		first := created || rec.CreatedAt.Equal(env.CreatedAt)
+		s.publishReply(reply, outcomeMsg{Created: first, Record: &rec})
 	}
 }
 

@@ -45,7 +45,12 @@ func TestOrderedSubmissionHeldByADeadIngestKeepsItsPlace(t *testing.T) {
 }
 
 func heldByADeadIngest(t *testing.T, stale int32) {
-	h := setup(t, baseYAML)
+	reg := prometheus.NewRegistry()
+	set, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := setup(t, baseYAML, withMetrics(set))
 	servicetest.Stop(t, h.ing)
 	lane := []string{"Tenaz-Ordering-Key", "lane-1"}
 	h.publishIntake(intakeOrderCreate, []byte(`{"order_id":"o-1"}`), append([]string{"Idempotency-Key", "first"}, lane...)...)
@@ -80,6 +85,11 @@ func heldByADeadIngest(t *testing.T, stale int32) {
 	if !ok || r2.After != first || r1.Next != second {
 		t.Fatalf("want the first submission accepted first and the second behind it; got first exists %v (next %q), second after %q", ok, r1.Next, r2.After)
 	}
+	// Both are counted accepted: the first by the accept of the second,
+	// as its own delivery, later, finds its record and counts nothing.
+	natstest.Eventually(t, servicetest.WaitFor, func() bool {
+		return servicetest.Metric(t, reg, metrics.NameAccepted, "account", "acme", "kind", "order.create") == 2
+	}, "%s: want both submissions counted", metrics.NameAccepted)
 }
 
 // The accept of a lane's first event dies after its record is written and

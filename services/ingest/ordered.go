@@ -394,10 +394,14 @@ func (s *Service) acceptOlder(ctx context.Context, m jetstream.Msg, env event.En
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if _, _, err := s.accept(ctx, older); errors.As(err, new(*submitError)) {
+		_, created, err := s.accept(ctx, older)
+		if errors.As(err, new(*submitError)) {
 			continue // refused (its key names another submission): its own delivery settles it
 		} else if err != nil {
 			return err
+		}
+		if created { // its own delivery finds the record, and counts nothing
+			s.metrics.Accepted(older.Account, older.Kind)
 		}
 		s.log.Info().Str("event_id", older.ID).Uint64("intake_seq", raw.Sequence).Str("before", env.ID).
 			Msg("accepted an older ordered submission still waiting in INTAKE first")
