@@ -115,15 +115,8 @@ type Permit struct {
 	// cooldown while open, or a moment later while another replica probes.
 	RetryAt time.Time
 
-	rev   uint64    // closed: the revision its closed state began at; probe: the claim's revision
-	until time.Time // probe: when its claim lapses (ProbeUntil)
+	rev uint64 // closed: the revision its closed state began at; probe: the claim's revision
 }
-
-// Lapses reports whether p is a probe whose claim lapses before t. A
-// probe's call that could run past its claim is not to be made: once the
-// claim lapses, another caller, here or on another replica, takes it over
-// and probes too.
-func (p Permit) Lapses(t time.Time) bool { return p.Probe && t.After(p.until) }
 
 // record is the JSON value under "<account>.<target>" in tenaz_breakers.
 type record struct {
@@ -459,7 +452,7 @@ func (b *Breaker) claim(ctx context.Context, rev uint64, now time.Time) (Permit,
 	} else {
 		b.committed(next, nrev, cur.state())
 	}
-	return Permit{OK: true, Probe: true, rev: nrev, until: next.ProbeUntil}, nil
+	return Permit{OK: true, Probe: true, rev: nrev}, nil
 }
 
 // Record reports the outcome of a call made with an OK permit: success, or

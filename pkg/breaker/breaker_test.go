@@ -383,10 +383,6 @@ func TestExactlyOneProbeAcrossReplicas(t *testing.T) {
 		}
 
 		p, winner := permits[probes[0]], owners[probes[0]]
-		// The probe's call may be made while it ends within the claim.
-		if p.Lapses(now.Add(cfg.ProbeTimeout)) || !p.Lapses(now.Add(cfg.ProbeTimeout+time.Millisecond)) {
-			t.Fatalf("round %d: want the probe's claim to last until %v and not after", round, now.Add(cfg.ProbeTimeout))
-		}
 		if round == rounds-1 {
 			record(t, winner, p, true)
 			waitState(t, breaker.Closed, time.Time{}, bs...)

@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,14 +11,12 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/outcome"
-	"github.com/tenaz/tenaz/pkg/target"
 )
 
 // admission is a breaker's permission for one call (zero: no breaker).
 type admission struct {
-	b       *breaker.Breaker
-	p       breaker.Permit
-	timeout time.Duration // the target's: how long the call may take
+	b *breaker.Breaker
+	p breaker.Permit
 }
 
 // ask asks the breaker of the event's account + target whether a call may
@@ -54,7 +51,7 @@ func (s *Service) ask(ctx context.Context, env event.Envelope, fallback bool) (a
 		return admission{}, p.RetryAt, false
 	}
 	if p.OK {
-		return admission{b: b, p: p, timeout: t.Timeout.D()}, time.Time{}, true
+		return admission{b: b, p: p}, time.Time{}, true
 	}
 	return admission{}, p.RetryAt, false
 }
@@ -68,27 +65,6 @@ func (s *Service) waitForBreaker(ctx context.Context, m jetstream.Msg, env event
 	}
 	_ = m.Ack()
 	zerolog.Ctx(ctx).Debug().Time("until", retryAt).Msg("breaker open: waiting")
-}
-
-// errProbeLapsed is errNotCalled for a breaker's probe that waited (for
-// its account's pace, its target's slot) until its claim would lapse
-// before the call could end: another caller may probe then, and one probe
-// per cooldown is the breaker's promise. The message comes back, to ask
-// the breaker again.
-var errProbeLapsed = fmt.Errorf("%w: its breaker probe's claim would lapse before the call ends", errNotCalled)
-
-// inClaim makes call, for a probe only while its claim lasts until the
-// call's end (errProbeLapsed). Innermost: the waits come before.
-func (a admission) inClaim(call func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
-	if a.b == nil || !a.p.Probe {
-		return call
-	}
-	return func(ctx context.Context) (target.Response, error) {
-		if a.p.Lapses(time.Now().Add(a.timeout)) {
-			return target.Response{}, errProbeLapsed
-		}
-		return call(ctx)
-	}
 }
 
 // errBreakerOpened is the outcome of a call that was allowed, then waited

@@ -462,7 +462,6 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 		s.finish(ctx, r, outcome.RetryAfter(time.Until(until), errBreakerOpened), target.Response{})
 		return
 	}
-	call = adm.inClaim(call)
 	call = s.cleared(r, call)
 	call = s.metered(env.Account, call)
 	call = slot.timed(call)
@@ -479,7 +478,7 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 	if errors.Is(callErr, errNotCalled) {
 		release()
 		s.giveAttemptBack(ctx, r, callErr)
-		if errors.Is(callErr, errNotOwner) || errors.Is(callErr, errProbeLapsed) {
+		if errors.Is(callErr, errNotOwner) {
 			// The tail hands it out again once this replica is sure of
 			// the account, or the handover stops the tail.
 			_ = r.m.Nak()
