@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -565,10 +566,12 @@ func (s *Service) calledBack(rec state.Record, target string) bool {
 // result, so no crash can separate them).
 func appliedDetail(webhookID string) string { return "callback " + webhookID + " applied" }
 
+// applied reports whether r's history holds webhookID's completion: its
+// detail, or its detail and a note (a result too large to keep).
 func applied(r state.Record, actor, webhookID string) bool {
 	d := appliedDetail(webhookID)
 	for i := len(r.History) - 1; i >= 0; i-- {
-		if e := r.History[i]; e.Action == state.Complete && e.Actor == actor && e.Detail == d {
+		if e := r.History[i]; e.Action == state.Complete && e.Actor == actor && (e.Detail == d || strings.HasPrefix(e.Detail, d+"; ")) {
 			return true
 		}
 	}

@@ -924,6 +924,10 @@ func TestWebhookWithAResultTooLargeToKeepSaysSo(t *testing.T) {
 	if rec.Result != nil || !strings.Contains(last.Detail, fmt.Sprintf("result of %d bytes not kept", len(body))) {
 		t.Fatalf("want no result and a note of the %d bytes not kept, got result %d bytes, last entry %+v", len(body), len(rec.Result), last)
 	}
+	// Its copy is known by its webhook-id all the same: a duplicate.
+	if got := h.webhook("/v1/callbacks/bureau/acme", "msg_big", body).outcome(t); got.Outcome != ingest.CallbackDuplicate {
+		t.Fatalf("a copy of the final webhook: want %q, got %+v", ingest.CallbackDuplicate, got)
+	}
 }
 
 // TestWebhookWithTheEventIDAndAReferenceItNeverHad: a webhook naming the
