@@ -321,7 +321,7 @@ func (ln *line) step(ctx context.Context) (time.Duration, error) {
 	ln.waiting = inRounds(slices.DeleteFunc(ln.waiting, func(w *waiter) bool { return w.gone }))
 	// Only this replica puts itself in line or takes itself out (the
 	// others forget it only once it is not live).
-	if _, queued := ln.rec.Queue[self]; len(ln.waiting) == 0 && ln.freed == 0 && ln.fresh && !queued {
+	if _, queued := ln.rec.Queue[self]; len(ln.waiting) == 0 && ln.freed == 0 && ln.fresh && !queued && ln.rec.Held[self] == ln.held {
 		ln.mu.Unlock()
 		return idle, nil
 	}
