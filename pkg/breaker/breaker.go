@@ -380,7 +380,12 @@ func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 			// Tripped here but the open is not in the bucket yet (its
 			// write failed): write it now, refusing meanwhile.
 			if err := b.trip(ctx); err != nil {
-				return Permit{RetryAt: now.Add(probeWait)}, err
+				// Open here, not stored: refused for a cooldown, as if
+				// it were (not asked again every second per event).
+				b.mu.Lock()
+				cooldown := b.cfg.Cooldown
+				b.mu.Unlock()
+				return Permit{RetryAt: now.Add(max(cooldown, probeWait))}, err
 			}
 			continue
 		case Open:
