@@ -470,8 +470,8 @@ func (g *guard) run(ctx context.Context, fn func(context.Context) (target.Respon
 			if err := g.paced(ctx, g.pace.wait); err != nil {
 				return target.Response{}, err
 			}
-			if g.isReplaced() {
-				continue // the target may have a limit now
+			if g.isReplaced() && g.current().limit != nil {
+				continue // the target has a limit now (the pace was counted: one interval more)
 			}
 			return fn(ctx)
 		}

@@ -101,7 +101,7 @@ auth: {disabled: true}
 targets: {erp: {url: "http://127.0.0.1:1/x"%s}}
 kinds: {order.create: {target: erp}}
 accounts:
-  acme: {rate: 1/s}
+  acme: {rate: 12/m}
 `
 	path := filepath.Join(t.TempDir(), "tenaz.yaml")
 	write := func(limit string) {
@@ -133,11 +133,12 @@ accounts:
 	}
 	none := make(chan struct{})
 	close(none)
-	// acme's first call goes at once; its second waits a second for the
-	// pace, in the guard made without a limit.
+	// acme's first call goes at once; its second waits 5 s for the pace,
+	// in the guard made without a limit.
 	if _, err := s.guardFor("acme", "erp").run(ctx, call(make(chan struct{}), none)); err != nil {
 		t.Fatal(err)
 	}
+	paced := time.Now().Add(5 * time.Second) // when acme's pace lets the second go
 	waiting := s.guardFor("acme", "erp")
 	entered, done := make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -156,13 +157,16 @@ accounts:
 	case <-time.After(10 * time.Second):
 		t.Fatal("globex's call: want it made at once, with the target's free slot")
 	}
-	// acme's pace lets its call go within a second; it must wait for the
-	// slot instead. Nothing is awaited: a call past the limit would be
-	// made the moment the pace let it.
+	// acme's pace lets its call go at paced; it must wait for the slot
+	// instead. Nothing is awaited: a call past the limit would be made
+	// the moment the pace let it.
+	if time.Now().After(paced) {
+		t.Fatal("the reload and globex's call took longer than acme's pace: the test proves nothing")
+	}
 	select {
 	case <-entered:
 		t.Fatal("acme's call waiting for its pace at the reload: made while the target's only slot was held")
-	case <-time.After(2500 * time.Millisecond):
+	case <-time.After(time.Until(paced) + 1500*time.Millisecond):
 	}
 	close(release)
 	select {
