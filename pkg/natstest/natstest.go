@@ -106,6 +106,22 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, msg stri
 	}
 }
 
+// Never fails tb if cond becomes true within d, checking as often as
+// Eventually does: the absence of an outcome that would come at once if
+// the code under test were wrong (a call that must not be made).
+func Never(tb testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if cond() {
+			tb.Fatalf("natstest: condition met within %s: "+msg, append([]any{d}, args...)...)
+		}
+		<-tick.C
+	}
+}
+
 // Lazy formats as the result of calling it, so that a failure message
 // given to Eventually shows the value at the time of the failure.
 type Lazy func() any

@@ -47,6 +47,23 @@ func (k *answerLost) Update(ctx context.Context, key string, v []byte, last uint
 	return k.stored(k.KeyValue.Update(ctx, key, v, last))
 }
 
+// openOn is Quotas with o on a connection of its own to srv, closed when
+// the test ends.
+func openOn(t *testing.T, srv *natstest.Server, o Options) *Quotas {
+	t.Helper()
+	_, js := srv.Conn(t)
+	q, err := Open(context.Background(), js, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		q.Close(ctx)
+	})
+	return q
+}
+
 // A write that served a caller, stored but with its answer lost while
 // the caller gave up, leaves the record holding a slot this replica does
 // not: it is written again as this replica holds it, and the slot is
@@ -55,20 +72,8 @@ func (k *answerLost) Update(ctx context.Context, key string, v []byte, last uint
 // callers waited meanwhile.
 func TestASlotStoredWithItsAnswerLostIsWrittenBack(t *testing.T) {
 	srv := natstest.Start(t)
-	open := func(name string) *Quotas {
-		_, js := srv.Conn(t)
-		q, err := Open(context.Background(), js, Options{Instance: name, Live: func() []string { return []string{"a", "b"} }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			q.Close(ctx)
-		})
-		return q
-	}
-	a, b := open("a"), open("b")
+	live := func() []string { return []string{"a", "b"} }
+	a, b := openOn(t, srv, Options{Instance: "a", Live: live}), openOn(t, srv, Options{Instance: "b", Live: live})
 	kv := &answerLost{KeyValue: a.kv}
 	a.kv = kv
 	lim, key := Limit{Concurrency: 1}, TargetKey("erp")
@@ -98,17 +103,7 @@ func TestASlotStoredWithItsAnswerLostIsWrittenBack(t *testing.T) {
 // write's and again once the record was read, the target got one call
 // past its rate.
 func TestATokenGivenBackWithItsAnswerLostIsGivenOnce(t *testing.T) {
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	q, err := Open(context.Background(), js, Options{Instance: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		q.Close(ctx)
-	})
+	q := openOn(t, natstest.Start(t), Options{Instance: "a"})
 	kv := &answerLost{KeyValue: q.kv}
 	q.kv = kv
 	lim, key := Limit{Rate: 1.0 / 60, Burst: 2}, TargetKey("erp")

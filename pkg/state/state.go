@@ -391,6 +391,13 @@ func (a Action) bounded() Action {
 	return a
 }
 
+// Recorded reports whether stored, an entry's detail as the history keeps
+// it, is detail as an Action carried it: cut to MaxDetail, or followed by
+// the notes of what was not kept (a result, a reference).
+func Recorded(stored, detail string) bool {
+	return stored == Clip(detail, MaxDetail) || strings.HasPrefix(stored, detail+"; ")
+}
+
 // Clip cuts s to at most n bytes of valid UTF-8, ending a cut one with
 // "…".
 func Clip(s string, n int) string {

@@ -74,22 +74,13 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	e := setup(t, "")
 	ids := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
 	e.waitListed(state.Dead, url.Values{}, 1)
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	judy := "Bearer " + operatorKeys["judy"]
-	list, _ := http.NewRequest(http.MethodGet, e.http.URL+"/ui/dead", nil)
-	list.Header.Set("Authorization", judy)
-	resp, err := c.Do(list)
-	if err != nil {
-		t.Fatal(err)
+	judy := newScreenSession(t, e, "judy")
+	code, page := judy.get("/ui/dead")
+	m := csrfField.FindStringSubmatch(page)
+	if code != 200 || m == nil || !strings.Contains(page, ids[0]) {
+		t.Fatalf("the list page must show the event and carry a token, got %d", code)
 	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := csrfField.FindSubmatch(page)
-	if resp.StatusCode != 200 || m == nil || !strings.Contains(string(page), ids[0]) {
-		t.Fatalf("the list page must show the event and carry a token, got %d", resp.StatusCode)
-	}
-	token := string(m[1])
+	token := m[1]
 	form := func(extra url.Values) url.Values {
 		v := url.Values{"action": {"discard"}, "id": {ids[0]}, "actor": {"mallory"}, "reason": {"spam"}, "back": {"/ui/dead"}}
 		for k, x := range extra {
@@ -97,23 +88,7 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 		}
 		return v
 	}
-	var location string // of the last answer
-	post := func(v url.Values, site string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/ui/actions", strings.NewReader(v.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Authorization", judy)
-		if site != "" {
-			req.Header.Set("Sec-Fetch-Site", site)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		location = resp.Header.Get("Location")
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	post := judy.post
 	if code, _ := post(form(nil), "same-origin"); code != http.StatusForbidden {
 		t.Fatalf("no token: want 403, got %d", code)
 	}
@@ -151,8 +126,8 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	}
 	// A back path that is not a URL (a hand-edited form) returns to the
 	// list.
-	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}, "back": {"/ui/%zz"}}), "same-origin"); code != http.StatusSeeOther || !strings.HasPrefix(location, "/ui/dead?flash=") {
-		t.Fatalf("confirmed post: want 303 back to the list, got %d to %q", code, location)
+	if code, _ := post(form(url.Values{"csrf": {token}, "confirm": {"yes"}, "back": {"/ui/%zz"}}), "same-origin"); code != http.StatusSeeOther || !strings.HasPrefix(judy.location, "/ui/dead?flash=") {
+		t.Fatalf("confirmed post: want 303 back to the list, got %d to %q", code, judy.location)
 	}
 	if r := e.Record(ids[0]); r.Status != state.Cancelled || lastEntry(r).Actor != "operator:judy" || lastEntry(r).Detail != "spam" {
 		t.Fatalf("want cancelled by operator:judy for spam, got %s %+v", r.Status, lastEntry(r))
@@ -161,23 +136,16 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 	// a flash of its own or another's text under this one's MAC, says
 	// nothing in the screen's voice.
 	flash := func(path string) string {
-		req, _ := http.NewRequest(http.MethodGet, e.http.URL+path, nil)
-		req.Header.Set("Authorization", judy)
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if m := flashPara.FindSubmatch(b); m != nil {
-			return string(m[1])
+		_, page := judy.get(path)
+		if m := flashPara.FindStringSubmatch(page); m != nil {
+			return m[1]
 		}
 		return ""
 	}
-	if got := flash(location); !strings.Contains(got, "Discarded 1") {
+	if got := flash(judy.location); !strings.Contains(got, "Discarded 1") {
 		t.Fatalf("the page after the action: want its flash, got %q", got)
 	}
-	to, _ := url.Parse(location)
+	to, _ := url.Parse(judy.location)
 	q := to.Query()
 	q.Set("flash", "Breakers reset; run the fix from evil.example")
 	to.RawQuery = q.Encode()
@@ -189,6 +157,53 @@ func TestScreenFormsRequireTokenAndConfirmation(t *testing.T) {
 }
 
 var flashPara = regexp.MustCompile(`<p class="flash" id="flash">([^<]*)</p>`)
+
+// screenSession is an operator's browser on the screen: its cookies (the
+// anti-forgery token's), its credential, and redirects not followed.
+type screenSession struct {
+	t          *testing.T
+	base, auth string
+	c          *http.Client
+	location   string // of the last answer
+}
+
+func newScreenSession(t *testing.T, e *env, operator string) *screenSession {
+	jar, _ := cookiejar.New(nil)
+	return &screenSession{t: t, base: e.http.URL, auth: "Bearer " + operatorKeys[operator],
+		c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// get answers GET path.
+func (s *screenSession) get(path string) (int, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.base+path, nil)
+	return s.do(req)
+}
+
+// post posts form v to the screen's actions, from a page of site
+// (Sec-Fetch-Site; "" sends none).
+func (s *screenSession) post(v url.Values, site string) (int, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/ui/actions", strings.NewReader(v.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if site != "" {
+		req.Header.Set("Sec-Fetch-Site", site)
+	}
+	return s.do(req)
+}
+
+func (s *screenSession) do(req *http.Request) (int, string) {
+	s.t.Helper()
+	req.Header.Set("Authorization", s.auth)
+	resp, err := s.c.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	s.location = resp.Header.Get("Location")
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
 
 // A message of an active event that a client terminated by hand (still in
 // the stream, as in a cluster before the ack is applied) is moved to DEAD
@@ -369,37 +384,18 @@ func TestScreenReplaysALargePayload(t *testing.T) {
 	payload := b.String()
 	ids := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return payload })
 	e.waitListed(state.Dead, url.Values{}, 1)
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	judy := "Bearer " + operatorKeys["judy"]
-	page, _ := http.NewRequest(http.MethodGet, e.http.URL+"/ui/dead", nil)
-	page.Header.Set("Authorization", judy)
-	resp, err := c.Do(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := csrfField.FindSubmatch(body)
+	judy := newScreenSession(t, e, "judy")
+	code, page := judy.get("/ui/dead")
+	m := csrfField.FindStringSubmatch(page)
 	if m == nil {
-		t.Fatalf("want a token on the list page, got %d", resp.StatusCode)
+		t.Fatalf("want a token on the list page, got %d", code)
 	}
 	var indented bytes.Buffer
 	if err := json.Indent(&indented, []byte(payload), "", "  "); err != nil {
 		t.Fatal(err)
 	}
-	v := url.Values{"csrf": {string(m[1])}, "action": {"replay"}, "id": {ids[0]}, "reason": {"fixed the ERP"}, "payload": {indented.String()}, "confirm": {"yes"}, "back": {"/ui/dead"}}
-	req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/ui/actions", strings.NewReader(v.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Authorization", judy)
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	resp, err = c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther || e.Record(ids[0]).Status != state.Pending {
-		t.Fatalf("a replay whose form is %d bytes: want it replayed, got %d %s", len(v.Encode()), resp.StatusCode, body)
+	v := url.Values{"csrf": {m[1]}, "action": {"replay"}, "id": {ids[0]}, "reason": {"fixed the ERP"}, "payload": {indented.String()}, "confirm": {"yes"}, "back": {"/ui/dead"}}
+	if code, body := judy.post(v, "same-origin"); code != http.StatusSeeOther || e.Record(ids[0]).Status != state.Pending {
+		t.Fatalf("a replay whose form is %d bytes: want it replayed, got %d %s", len(v.Encode()), code, body)
 	}
 }

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,18 @@ import (
 	"github.com/tenaz/tenaz/pkg/state"
 )
 
+// breakerYAML opens the breaker after 3 failures for 2 s, its one
+// account's calls one at a time, retried every %s.
+const breakerYAML = `
+streams: {ack_wait: 2s}
+accounts:
+  "*": {concurrency: 1, breaker: {failures: 3, cooldown: 2s}}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: %s, multiplier: 1, jitter: 0}}
+`
+
 // A target down for everyone: the breaker opens after the threshold and is
 // shared by both dispatchers; while open no call leaves and events wait
 // without burning attempts; after each cooldown exactly one probe goes out;
@@ -23,16 +36,7 @@ import (
 // each with attempts equal to the calls it really made.
 func TestBreakerOutage(t *testing.T) {
 	t.Parallel()
-	yaml := `
-streams: {ack_wait: 2s}
-accounts:
-  "*": {concurrency: 1, breaker: {failures: 3, cooldown: 2s}}
-targets:
-  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
-kinds:
-  order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
-`
-	h := setup(t, yaml, provider.Faults{Down: true})
+	h := setup(t, fmt.Sprintf(breakerYAML, "1s"), provider.Faults{Down: true})
 
 	type adv struct {
 		State     string    `json:"state"`
@@ -121,16 +125,7 @@ kinds:
 // anyway"), each one uncounted.
 func TestABreakerTrippedWithoutItsBucketRefuses(t *testing.T) {
 	t.Parallel()
-	yaml := `
-streams: {ack_wait: 2s}
-accounts:
-  "*": {concurrency: 1, breaker: {failures: 3, cooldown: 2s}}
-targets:
-  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
-kinds:
-  order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: 200ms, multiplier: 1, jitter: 0}}
-`
-	h := setup(t, yaml, provider.Faults{Down: true})
+	h := setup(t, fmt.Sprintf(breakerYAML, "200ms"), provider.Faults{Down: true})
 	h.dispatcher("d1", nil)
 	// The breakers' bucket can be read, not written.
 	st, err := h.JS.Stream(h.Ctx(), "KV_"+names.BucketBreakers)
@@ -146,12 +141,8 @@ kinds:
 	natstest.Eventually(t, 20*time.Second, func() bool { return h.prov.CallCount() >= 3 }, "want the breaker's 3 failures")
 	// Nothing is awaited: at a retry every 200 ms, a breaker that lets
 	// calls through makes ten more within these 3 s.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		if n := h.prov.CallCount(); n > 4 {
-			t.Fatalf("the breaker tripped after 3 failures, its bucket sealed: want no call past the one in flight, got %d calls", n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	natstest.Never(t, 3*time.Second, func() bool { return h.prov.CallCount() > 4 },
+		"the breaker tripped after 3 failures, its bucket sealed: want no call past the one in flight, got %v calls", natstest.Lazy(func() any { return h.prov.CallCount() }))
 }
 
 // A breaker already open when a dispatcher starts pauses its account: the

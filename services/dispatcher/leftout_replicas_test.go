@@ -83,12 +83,9 @@ kinds:
 		t.Helper()
 		// Nothing is awaited: a call of newco's would come within
 		// milliseconds of its event being read, as acme's did.
-		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
-			if n, star := len(ownCalls()), len(h.prov.CallsFor(newco)); n+star > 0 {
-				t.Fatalf("%s: newco's event, left out: want no call, got %d at its own URL and %d at \"*\"'s", what, n, star)
-			}
-			<-time.After(50 * time.Millisecond)
-		}
+		natstest.Never(t, 2*time.Second, func() bool { return len(ownCalls())+len(h.prov.CallsFor(newco)) > 0 },
+			"%s: newco's event, left out: want no call, got %v at its own URL and %v at \"*\"'s", what,
+			natstest.Lazy(func() any { return len(ownCalls()) }), natstest.Lazy(func() any { return len(h.prov.CallsFor(newco)) }))
 	}
 	absent("two replicas")
 	killed := ownerOf(t, h, procs, "newco")

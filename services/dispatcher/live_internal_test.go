@@ -17,6 +17,37 @@ import (
 	"github.com/tenaz/tenaz/pkg/target"
 )
 
+// reloadable is a dispatcher (not started) whose config is read from a
+// file made of format with value in its one %s; reload writes value
+// instead and reloads the file, as SIGHUP does.
+func reloadable(t *testing.T, format, value string) (s *Service, reload func(value string)) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tenaz.yaml")
+	write := func(value string) {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(format, value)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(value)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.Start(t)
+	nc, _ := srv.Conn(t)
+	lc := live.New(cfg, live.Options{Path: path})
+	if s, err = New(Options{Conn: nc, Config: cfg, Live: lc, Instance: "d1"}); err != nil {
+		t.Fatal(err)
+	}
+	return s, func(value string) {
+		t.Helper()
+		write(value)
+		if err := lc.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A reload keeps the rate limiter of an account whose rate did not
 // change, and only that: a limiter made afresh forgets the calls just
 // made, so one dropped at every reload let the account through at twice
@@ -32,24 +63,7 @@ accounts:
   acme: {rate: 10/s}
   globex: {rate: %s}
 `
-	path := filepath.Join(t.TempDir(), "tenaz.yaml")
-	write := func(globexRate string) {
-		if err := os.WriteFile(path, []byte(fmt.Sprintf(base, globexRate)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("5/s")
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := natstest.Start(t)
-	nc, _ := srv.Conn(t)
-	lc := live.New(cfg, live.Options{Path: path})
-	s, err := New(Options{Conn: nc, Config: cfg, Live: lc, Instance: "d1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, reload := reloadable(t, base, "5/s")
 	limiter := func(account string) ratelimiter.RateLimiter[target.Response] {
 		s.mu.Lock()
 		p := s.pacerLocked(account)
@@ -63,18 +77,12 @@ accounts:
 		t.Fatal("want a rate limiter for each account")
 	}
 
-	write("5/s") // the same file again
-	if err := lc.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reload("5/s") // the same file again
 	if limiter("acme") != acme || limiter("globex") != globex {
 		t.Fatal("a reload that changed no rate: want both accounts' limiters kept")
 	}
 
-	write("20/s")
-	if err := lc.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reload("20/s")
 	if limiter("acme") != acme {
 		t.Fatal("globex's rate changed: want acme's limiter kept")
 	}
@@ -103,24 +111,7 @@ kinds: {order.create: {target: erp}}
 accounts:
   acme: {rate: 12/m}
 `
-	path := filepath.Join(t.TempDir(), "tenaz.yaml")
-	write := func(limit string) {
-		if err := os.WriteFile(path, []byte(fmt.Sprintf(base, limit)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("")
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := natstest.Start(t)
-	nc, _ := srv.Conn(t)
-	lc := live.New(cfg, live.Options{Path: path})
-	s, err := New(Options{Conn: nc, Config: cfg, Live: lc, Instance: "d1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, reload := reloadable(t, base, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	servicetest.Run(t, ctx, s)
@@ -145,10 +136,7 @@ accounts:
 		_, err := waiting.run(ctx, call(entered, none))
 		done <- err
 	}()
-	write(", concurrency: 1")
-	if err := lc.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reload(", concurrency: 1")
 	// Another account's call takes the target's only slot and holds it.
 	held, release := make(chan struct{}), make(chan struct{})
 	go func() { _, _ = s.guardFor("globex", "erp").run(ctx, call(held, release)) }()

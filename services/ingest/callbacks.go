@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -525,9 +524,9 @@ func replayOf(doc map[string]any, field string) (n int, echoed bool, err error) 
 // a replayed webhook costs no write and cannot crowd the history. Both
 // are compared as the history keeps them, cut.
 func noted(r state.Record, actor, detail string) bool {
-	actor, detail = state.Clip(actor, state.MaxName), state.Clip(detail, state.MaxDetail)
+	actor = state.Clip(actor, state.MaxName)
 	for i := len(r.History) - 1; i >= 0; i-- {
-		if e := r.History[i]; e.Action == state.Note && e.Actor == actor && e.Detail == detail {
+		if e := r.History[i]; e.Action == state.Note && e.Actor == actor && state.Recorded(e.Detail, detail) {
 			return true
 		}
 	}
@@ -566,12 +565,11 @@ func (s *Service) calledBack(rec state.Record, target string) bool {
 // result, so no crash can separate them).
 func appliedDetail(webhookID string) string { return "callback " + webhookID + " applied" }
 
-// applied reports whether r's history holds webhookID's completion: its
-// detail, or its detail and a note (a result too large to keep).
+// applied reports whether r's history holds webhookID's completion.
 func applied(r state.Record, actor, webhookID string) bool {
 	d := appliedDetail(webhookID)
 	for i := len(r.History) - 1; i >= 0; i-- {
-		if e := r.History[i]; e.Action == state.Complete && e.Actor == actor && (e.Detail == d || strings.HasPrefix(e.Detail, d+"; ")) {
+		if e := r.History[i]; e.Action == state.Complete && e.Actor == actor && state.Recorded(e.Detail, d) {
 			return true
 		}
 	}
