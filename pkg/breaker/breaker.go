@@ -55,6 +55,11 @@ var ErrInvalidName = fmt.Errorf("breaker: %w", names.ErrInvalidName)
 // errConflict is a failed compare-and-set.
 var errConflict = errors.New("breaker: revision conflict")
 
+// ErrProbeLost is Claim's answer for a probe whose claim another caller
+// took first, here or on another replica, or whose breaker moved on (an
+// operator closed it): its call must not be made.
+var ErrProbeLost = errors.New("breaker: the probe's claim was taken over")
+
 // Config configures one breaker. Non-positive fields take their defaults.
 type Config struct {
 	// Failures is how many consecutive failures, counted over all
@@ -109,13 +114,16 @@ type Change struct {
 type Permit struct {
 	// OK says the call may be made.
 	OK bool
-	// Probe says the call is the one half-open probe across all replicas.
+	// Probe says the call is to be the half-open probe: Claim takes the
+	// probe for it right before the call, and of the callers given one,
+	// here or on other replicas, only the first to claim makes its call.
 	Probe bool
 	// RetryAt, when OK is false, is when to ask again: the end of the
 	// cooldown while open, or a moment later while another replica probes.
 	RetryAt time.Time
 
-	rev uint64 // closed: the revision its closed state began at; probe: the claim's revision
+	rev     uint64 // closed: the revision its closed state began at; probe: the revision the claim replaces, then the claim's
+	claimed bool   // a probe's claim is taken (Claim)
 }
 
 // record is the JSON value under "<account>.<target>" in tenaz_breakers.
@@ -158,6 +166,14 @@ type Breaker struct {
 	rec   record                             // latest known shared value
 	rev   uint64                             // its revision; 0 = none known
 	epoch uint64                             // the revision at which rec's state began
+
+	// offered is the probe permit Allow gave here and not claimed yet:
+	// other callers here are refused until it is claimed or until, its
+	// caller gone, ProbeTimeout passes.
+	offered struct {
+		rev   uint64
+		until time.Time
+	}
 
 	// What the watcher last reported, so OnChange fires once per transition.
 	seenRev      uint64
@@ -352,19 +368,22 @@ func (b *Breaker) committed(rec record, rev uint64, from State) {
 
 // Allow asks whether a call to the target may be made now. While closed it
 // answers OK without I/O. While open it refuses with RetryAt = open_until.
-// Once open_until has passed it claims the probe by compare-and-set from
-// open to half_open: the one caller, across all replicas, whose write wins
-// gets OK with Probe set; every other caller is refused with RetryAt a
-// moment later (at most the claim's expiry). An expired claim is taken over
-// the same way. An error of its bucket (unreachable, not writable) comes
-// with a refusal, RetryAt set: the breaker refuses, or would let only one
-// probe go, and could not store so. An invalid name's error comes with a
-// zero Permit: there is no breaker to ask.
+// Once open_until has passed it answers OK with Probe set, to one caller
+// here at a time, and refuses the others with RetryAt a moment later: the
+// caller takes the probe with Claim right before its call, and of the
+// callers given a probe permit, here or on other replicas, only the first
+// to claim it calls. So the claim covers the call, not its wait for its
+// turn (a target's slot, its account's pace), which may be longer than
+// any claim: a probe claimed here and waiting went out beside the one of
+// the caller that took its expired claim over. Likewise for a claim that
+// expired (its prober crashed). A tripped breaker whose open cannot be
+// stored refuses for a cooldown, with its bucket's error. An invalid
+// name's error comes with a zero Permit: there is no breaker to ask.
 func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 	if b.err != nil {
 		return Permit{}, b.err
 	}
-	for i := 0; ; i++ {
+	for {
 		now := b.r.now()
 		b.mu.Lock()
 		rec, rev, tripped := b.rec, b.rev, b.cb.IsOpen()
@@ -397,19 +416,45 @@ func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 				return Permit{RetryAt: earliest(rec.ProbeUntil, now.Add(probeWait))}, nil
 			}
 		}
-		if i >= maxAttempts {
-			return Permit{RetryAt: now.Add(probeWait)}, nil
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.rev != rev {
+			return Permit{RetryAt: now.Add(probeWait)}, nil // moved on meanwhile: ask again
 		}
-		p, err := b.claim(ctx, rev, now)
-		if err != nil {
-			return Permit{RetryAt: now.Add(probeWait)}, err
+		if b.offered.rev == rev && now.Before(b.offered.until) {
+			return Permit{RetryAt: earliest(b.offered.until, now.Add(probeWait))}, nil
 		}
-		if p.OK {
-			return p, nil
-		}
-		// Lost the compare-and-set (or the value moved): decide again on
-		// the refreshed value.
+		b.offered.rev, b.offered.until = rev, now.Add(b.cfg.ProbeTimeout)
+		return Permit{OK: true, Probe: true, rev: rev}, nil
 	}
+}
+
+// Claim takes the probe for p, right before its call, by compare-and-set
+// from the record Allow saw: half_open, with this replica as the prober,
+// until ProbeTimeout from now. ErrProbeLost says another caller claimed
+// first, or the breaker moved on: the call must not be made. A bucket
+// error refuses too: the claim cannot be known. Any other permit is
+// returned as it is, without I/O.
+func (b *Breaker) Claim(ctx context.Context, p Permit) (Permit, error) {
+	if !p.OK || !p.Probe || p.claimed {
+		return p, nil
+	}
+	if b.err != nil {
+		return Permit{}, b.err
+	}
+	b.mu.Lock()
+	if b.offered.rev == p.rev {
+		b.offered.rev = 0 // claimed or lost: another caller here may be offered the next one
+	}
+	b.mu.Unlock()
+	claimed, err := b.claim(ctx, p.rev, b.r.now())
+	if err != nil {
+		return Permit{}, err
+	}
+	if !claimed.OK {
+		return Permit{}, ErrProbeLost
+	}
+	return claimed, nil
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -457,7 +502,7 @@ func (b *Breaker) claim(ctx context.Context, rev uint64, now time.Time) (Permit,
 	} else {
 		b.committed(next, nrev, cur.state())
 	}
-	return Permit{OK: true, Probe: true, rev: nrev}, nil
+	return Permit{OK: true, Probe: true, rev: nrev, claimed: true}, nil
 }
 
 // Record reports the outcome of a call made with an OK permit: success, or
@@ -625,6 +670,9 @@ func (b *Breaker) recordProbe(ctx context.Context, p Permit, success bool) error
 	b.mu.Lock()
 	cur, rev, cfg := b.rec, b.rev, b.cfg
 	b.mu.Unlock()
+	if !p.claimed {
+		return nil // not claimed: its call was not made
+	}
 	if rev != p.rev {
 		b.r.log.Debug().Str("account", b.account).Str("target", b.target).
 			Msg("breaker probe outcome ignored: the claim was superseded")

@@ -199,12 +199,17 @@ func call(t *testing.T, b *breaker.Breaker, success bool) {
 	record(t, b, p, success)
 }
 
-// probe takes the probe permit on b; it must be granted.
+// probe takes the probe permit on b and claims it, as right before its
+// call; both must be granted.
 func probe(t *testing.T, b *breaker.Breaker) breaker.Permit {
 	t.Helper()
 	p := allow(t, b)
 	if !p.OK || !p.Probe {
 		t.Fatalf("Allow: want the probe permit, got %+v", p)
+	}
+	p, err := b.Claim(ctx(t), p)
+	if err != nil || !p.OK || !p.Probe {
+		t.Fatalf("Claim: want the probe claimed, got %+v, %v", p, err)
 	}
 	return p
 }
@@ -357,22 +362,52 @@ func TestExactlyOneProbeAcrossReplicas(t *testing.T) {
 		close(start)
 		wg.Wait()
 
-		var probes []int
+		var offered []int
+		perReplica := map[*breaker.Breaker]int{}
 		for i, p := range permits {
 			if errs[i] != nil {
 				t.Fatalf("round %d caller %d: Allow: %v", round, i, errs[i])
 			}
 			switch {
 			case p.OK && p.Probe:
-				probes = append(probes, i)
+				offered = append(offered, i)
+				perReplica[owners[i]]++
 			case p.OK:
 				t.Fatalf("round %d caller %d: an ordinary permit while half-open: %+v", round, i, p)
 			case !p.RetryAt.After(now) || p.RetryAt.After(now.Add(cfg.ProbeTimeout)):
 				t.Fatalf("round %d caller %d: refused with RetryAt %v, want in (%v, %v]", round, i, p.RetryAt, now, now.Add(cfg.ProbeTimeout))
 			}
 		}
+		for b, n := range perReplica {
+			if n != 1 {
+				t.Fatalf("round %d: %d probe permits offered on %v at once, want 1", round, n, b)
+			}
+		}
+		if n := e.writes(t); n != before {
+			t.Fatalf("round %d: offering a probe permit wrote %d times", round, n-before)
+		}
+
+		// Each caller offered one claims it right before its call: one wins.
+		start = make(chan struct{})
+		for _, i := range offered {
+			wg.Go(func() {
+				<-start
+				permits[i], errs[i] = owners[i].Claim(ctx(t), permits[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		var probes []int
+		for _, i := range offered {
+			switch {
+			case errs[i] == nil && permits[i].OK && permits[i].Probe:
+				probes = append(probes, i)
+			case !errors.Is(errs[i], breaker.ErrProbeLost) || permits[i].OK:
+				t.Fatalf("round %d caller %d: a lost claim: want ErrProbeLost, got %+v, %v", round, i, permits[i], errs[i])
+			}
+		}
 		if len(probes) != 1 {
-			t.Fatalf("round %d, %d callers on 2 replicas: want exactly 1 probe permit, got %d (%+v)", round, callers, len(probes), permits)
+			t.Fatalf("round %d, %d callers on 2 replicas: want exactly 1 probe claimed, got %d (%+v)", round, callers, len(probes), permits)
 		}
 		if n := e.writes(t); n != before+1 {
 			t.Fatalf("round %d: the probe claim is one write: want %d writes, got %d", round, before+1, n)
@@ -502,6 +537,63 @@ func TestCrashedProberExpires(t *testing.T) {
 			t.Fatalf("replica %d OnChange: want %v, got %v", i+1, want, got)
 		}
 	}
+}
+
+// A probe is claimed right before its call, not when it is allowed: a
+// caller that waits for its turn (a target's slot, its account's pace)
+// longer than a claim lasts still makes the only probe. Claimed when
+// allowed, its claim expired while it waited, another caller took it
+// over, and both called.
+func TestAProbeIsClaimedRightBeforeItsCall(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2)
+	cfg := breaker.Config{Failures: 1, Cooldown: time.Minute, ProbeTimeout: 45 * time.Second}
+	b1 := e.reps[0].reg.For(account, target, cfg)
+	b2 := e.reps[1].reg.For(account, target, cfg)
+	call(t, b1, false)
+	waitState(t, breaker.Open, time.Time{}, b1, b2)
+	e.clk.Advance(cfg.Cooldown)
+
+	before := e.writes(t)
+	waiting := allow(t, b1)
+	if !waiting.OK || !waiting.Probe {
+		t.Fatalf("after the cooldown: want a probe permit, got %+v", waiting)
+	}
+	if p := allow(t, b1); p.OK {
+		t.Fatalf("a second caller here while the first waits: want refused, got %+v", p)
+	}
+	e.clk.Advance(cfg.ProbeTimeout + time.Second) // the first still waits for its turn
+	later := allow(t, b1)
+	other := allow(t, b2)
+	if !later.Probe || !other.Probe {
+		t.Fatalf("once a permit's time passed: want it offered again here and there, got %+v and %+v", later, other)
+	}
+	if n := e.writes(t); n != before {
+		t.Fatalf("offering probe permits wrote %d times, want none", n-before)
+	}
+
+	claimed, err := b1.Claim(ctx(t), waiting)
+	if err != nil || !claimed.OK || !claimed.Probe {
+		t.Fatalf("the first to claim: want the probe, got %+v, %v", claimed, err)
+	}
+	for i, c := range []struct {
+		b *breaker.Breaker
+		p breaker.Permit
+	}{{b1, later}, {b2, other}} {
+		if p, err := c.b.Claim(ctx(t), c.p); !errors.Is(err, breaker.ErrProbeLost) || p.OK {
+			t.Fatalf("caller %d claims after the probe went: want ErrProbeLost, got %+v, %v", i+1, p, err)
+		}
+	}
+	if v, _ := e.value(t); v["prober"] != "r1" || v["state"] != "half_open" {
+		t.Fatalf("after the claims: want half_open probed by r1, got %v", v)
+	}
+	// A permit never claimed records nothing; the claimed one decides.
+	record(t, b2, other, true)
+	if st, _ := b2.State(); st != breaker.HalfOpen {
+		t.Fatalf("the outcome of an unclaimed permit: want still half_open, got %s", st)
+	}
+	record(t, b1, claimed, true)
+	waitState(t, breaker.Closed, time.Time{}, b1, b2)
 }
 
 func TestNoWriteBackLoop(t *testing.T) {
@@ -686,6 +778,10 @@ func TestRealClockCooldown(t *testing.T) {
 		"after a 300ms cooldown: want the probe permit")
 	if !p.Probe {
 		t.Fatalf("after the cooldown: want the probe permit, got %+v", p)
+	}
+	p, err = b.Claim(ctx(t), p)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
 	}
 	record(t, b, p, true)
 	if st, _ := b.State(); st != breaker.Closed {

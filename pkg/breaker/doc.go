@@ -9,11 +9,12 @@
 // CircuitBreaker without ever writing back; that local breaker also
 // counts on its own while the bucket cannot be written.
 //
-// After the cooldown exactly one call across all replicas is the probe: the
-// replica whose compare-and-set from open to half_open wins makes it, and the
-// others are refused until its outcome closes or re-opens the breaker, or
-// until its claim expires (Config.ProbeTimeout) so that a prober that crashed
-// does not wedge the breaker.
+// After the cooldown exactly one call across all replicas is the probe: of
+// the callers Allow offers it to (one at a time on each replica), the one
+// whose compare-and-set from open to half_open wins (Claim, right before
+// its call) makes it, and the others are refused until its outcome closes
+// or re-opens the breaker, or until its claim expires (Config.ProbeTimeout)
+// so that a prober that crashed does not wedge the breaker.
 //
 //	reg, err := breaker.New(ctx, js, breaker.Options{Instance: host, OnChange: pauseOrResume, Publish: publish})
 //	defer reg.Stop()
@@ -21,6 +22,10 @@
 //	p, err := b.Allow(ctx)
 //	if !p.OK {
 //		return nakUntil(p.RetryAt) // no call leaves while open
+//	}
+//	waitForTurn(ctx) // the target's slot, the account's pace
+//	if p, err = b.Claim(ctx, p); err != nil {
+//		return nakUntil(time.Now().Add(time.Second)) // another caller probes
 //	}
 //	err = callTarget(ctx)
 //	_ = b.Record(ctx, p, !isTransient(err))

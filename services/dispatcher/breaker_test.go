@@ -118,6 +118,75 @@ func TestBreakerOutage(t *testing.T) {
 	}
 }
 
+// A probe that waits for its account's pace longer than a probe's claim
+// lasts (the target's timeout + 10 s) is still the only call while the
+// breaker is half-open. It used to claim the probe when it was allowed:
+// its claim expired while it waited, the account's next event took it
+// over, and both called, the first one's outcome ignored.
+func TestAProbeWaitingForItsPaceIsTheOnlyOne(t *testing.T) {
+	t.Parallel()
+	h := setup(t, `
+streams: {ack_wait: 2s}
+accounts:
+  "*": {concurrency: 2, rate: 4/m, breaker: {failures: 1, cooldown: 1s}}
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 1s}
+kinds:
+  order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
+`, provider.Faults{Down: true})
+	type adv struct {
+		state string
+		calls int
+	}
+	var mu sync.Mutex
+	var advs []adv
+	sub, err := h.NC.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
+		var a struct {
+			State string `json:"state"`
+		}
+		if json.Unmarshal(m.Data, &a) == nil {
+			mu.Lock()
+			advs = append(advs, adv{a.State, h.prov.CallCount()})
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	h.dispatcher("d1", nil)
+	h.dispatcher("d2", nil)
+	h.Submit("acme", "order.create", keys("p", 3), orderPayload)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(advs) > 0
+	}, "want the breaker open after the first call failed")
+	h.prov.SetDown(false) // the probe, 15 s after the failed call (4/m), succeeds
+	opened, closed := -1, -1
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range advs {
+			switch {
+			case a.state == "open" && opened < 0:
+				opened = a.calls
+			case a.state == "closed" && closed < 0:
+				closed = a.calls
+			}
+		}
+		return closed >= 0
+	}, "want the breaker closed by a probe")
+	mu.Lock()
+	defer mu.Unlock()
+	if opened != 1 {
+		t.Fatalf("want open after the first call; advisories: %+v", advs)
+	}
+	if probes := closed - opened; probes != 1 {
+		t.Fatalf("want one probe while the breaker was half-open, got %d calls (advisories: %+v)", probes, advs)
+	}
+}
+
 // A breaker that trips while its bucket cannot be written refuses calls
 // all the same: its open, not yet stored, is written when the bucket
 // takes writes again, and meanwhile the target is not called. Calls used

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,6 +12,7 @@ import (
 	"github.com/tenaz/tenaz/pkg/breaker"
 	"github.com/tenaz/tenaz/pkg/event"
 	"github.com/tenaz/tenaz/pkg/outcome"
+	"github.com/tenaz/tenaz/pkg/target"
 )
 
 // admission is a breaker's permission for one call (zero: no breaker).
@@ -71,6 +73,11 @@ func (s *Service) waitForBreaker(ctx context.Context, m jetstream.Msg, env event
 // for a concurrency slot while the breaker opened: it is not made.
 var errBreakerOpened = errors.New("the breaker opened before the call was made")
 
+// errProbeLost is errBreakerOpened for a call that was to be the
+// breaker's probe, and whose claim another call took first (or the
+// breaker moved on, or its bucket did not answer).
+var errProbeLost = fmt.Errorf("%w: another call probes it", errBreakerOpened)
+
 // openedSince reports whether the breaker opened after the call was
 // allowed, and until when.
 func (a admission) openedSince() (time.Time, bool) {
@@ -78,6 +85,32 @@ func (a admission) openedSince() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return a.b.OpenedSince(a.p)
+}
+
+// admitted makes call check its admission right before it goes, its
+// wait for its turn (the target's slot, the account's pace) over: a call
+// allowed while the breaker was closed is not made once it opened (the
+// cooldown may be over by then, and the probe under way), and a call that
+// is to be the probe claims it (breaker.Claim), so the claim covers the
+// call, not the wait.
+func (a *admission) admitted(call func(context.Context) (target.Response, error)) func(context.Context) (target.Response, error) {
+	if a.b == nil {
+		return call
+	}
+	return func(ctx context.Context) (target.Response, error) {
+		if !a.p.Probe {
+			if until, opened := a.openedSince(); opened {
+				return target.Response{}, outcome.RetryAfter(time.Until(until), errBreakerOpened)
+			}
+			return call(ctx)
+		}
+		p, err := a.b.Claim(ctx, a.p)
+		if err != nil {
+			return target.Response{}, fmt.Errorf("%w: %w", errProbeLost, err)
+		}
+		a.p = p
+		return call(ctx)
+	}
 }
 
 // record tells the breaker how the call went: transient failures and

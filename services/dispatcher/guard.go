@@ -621,10 +621,10 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 }
 
 // notMade reports a call that did not reach its target: not made
-// (errNotCalled: outpaced, booked for later, its account lost or paused),
-// or its request could not be made (target.ErrNotSent).
+// (errNotCalled: outpaced, booked for later, its account lost or paused;
+// errBreakerOpened), or its request could not be made (target.ErrNotSent).
 func notMade(err error) bool {
-	return errors.Is(err, errNotCalled) || errors.Is(err, target.ErrNotSent)
+	return errors.Is(err, errNotCalled) || errors.Is(err, errBreakerOpened) || errors.Is(err, target.ErrNotSent)
 }
 
 // answerOf is what a call's outcome says of its target's capacity. A

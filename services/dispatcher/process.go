@@ -462,15 +462,17 @@ func (s *Service) deliver(ctx context.Context, r *run, release func()) {
 		s.finish(ctx, r, outcome.RetryAfter(time.Until(until), errBreakerOpened), target.Response{})
 		return
 	}
+	call = adm.admitted(call)
 	call = s.cleared(r, call)
 	call = s.metered(env.Account, call)
 	call = slot.timed(call)
 	began := time.Now()
 	resp, callErr := s.guardFor(env.Account, guardName).run(ctx, call)
 	slot.done(callErr, ctx.Err() == nil && !notMade(callErr))
-	if errors.Is(callErr, errPaused) {
-		// Given back, as for a breaker that opened: the attempt was not
-		// made, and the event waits in EVENTS until the resume.
+	if errors.Is(callErr, errPaused) || errors.Is(callErr, errBreakerOpened) {
+		// Given back: the attempt was not made, and the event waits in
+		// EVENTS until the resume, or for the breaker's cooldown or the
+		// probe another call makes.
 		release()
 		s.finish(ctx, r, callErr, target.Response{})
 		return
@@ -639,10 +641,14 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 		}
 		a = state.Action{Name: state.Retry, Actor: s.actor, Error: errInfo, NextRunAt: &at}
 		if yield {
-			a = state.Action{Name: state.Yield, Actor: s.actor, NextRunAt: &at, Detail: errBreakerOpened.Error()}
-			if paused {
-				a.Detail = errPaused.Error()
+			why := errBreakerOpened
+			switch {
+			case paused:
+				why = errPaused
+			case errors.Is(callErr, errProbeLost):
+				why = errProbeLost
 			}
+			a = state.Action{Name: state.Yield, Actor: s.actor, NextRunAt: &at, Detail: why.Error()}
 		}
 	case outcome.VerdictFallback:
 		a = state.Action{Name: state.Fallback, Actor: s.actor, Error: errInfo, Detail: fmt.Sprintf("primary failed %d times: %s", rec.Attempts, errInfo.Message)}
