@@ -96,15 +96,20 @@ type Group struct {
 	self   string
 	log    zerolog.Logger
 
-	mu      sync.Mutex
-	seen    map[string]heard // replica → its last heartbeat heard, guests' too
-	cut     bool             // this replica's last heartbeat failed: it hears nobody
-	sent    time.Time        // when the last heartbeat that got through was sent
-	lapses  uint64           // how often it stopped being Current and became so again
-	since   time.Time        // when this replica's heartbeats got through again
-	live    []string         // the live members, sorted, self included unless a guest
-	present []string         // the live members and guests, sorted, self included
-	leases  map[string]lease // account → its holder as last known
+	mu     sync.Mutex
+	seen   map[string]heard // replica → its last heartbeat heard, guests' too
+	cut    bool             // this replica's last heartbeat failed: it hears nobody
+	sent   time.Time        // when the last heartbeat that got through was sent
+	lapses uint64           // how often it stopped being Current and became so again
+	since  time.Time        // when this replica's heartbeats got through again, or it was current again
+	// fence is the revision of the first heartbeat that got through after
+	// a lapse, and applied the latest revision the watch applied: until
+	// the watch reaches the fence, what it told of the leases may be what
+	// they were before the lapse (Current).
+	fence, applied uint64
+	live           []string         // the live members, sorted, self included unless a guest
+	present        []string         // the live members and guests, sorted, self included
+	leases         map[string]lease // account → its holder as last known
 	// lingering are the accounts whose lease a dead replica holds while
 	// its calls may still run (Linger), and when they may be taken: each
 	// is then reported as changed, for the caller to Acquire it again.
@@ -150,7 +155,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 	}
 	g := &Group{o: o, js: js, kv: kv, kvs: kvs, nc: js.Conn(), self: token(o.Instance), log: log,
 		seen: map[string]heard{}, leases: map[string]lease{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
-	if err := g.beat(ctx); err != nil {
+	if _, err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
 	// The watch outlives ctx: a service's start context is its signal
@@ -204,20 +209,23 @@ func (g *Group) Present() []string {
 // (pkg/quota's Options.Counted), sorted: the Present ones, and those
 // taken for dead less than Linger ago, whose calls may still run.
 //
-// A replica whose last heartbeat failed counts every replica it knows of:
-// it cannot tell who is alive, and counting too many only holds calls
-// back, while a slot forgotten is one called beside.
+// A replica whose last heartbeat failed, or that is not current (it
+// stalled: a SIGSTOP, a paused VM), counts every replica it knows of: it
+// cannot tell who is alive, having heard nobody meanwhile, and counting
+// too many only holds calls back, while a slot forgotten is one called
+// beside.
 func (g *Group) Counted() []string {
 	linger := g.o.Linger()
+	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if linger <= 0 && !g.cut {
+	blind := g.cut || !g.currentLocked(now)
+	if linger <= 0 && !blind {
 		return slices.Clone(g.present)
 	}
-	now := time.Now()
 	counted := make([]string, 0, len(g.seen))
 	for m, h := range g.seen {
-		if m == g.self || g.cut || now.Sub(g.heardLocked(h)) < g.o.Expiry+linger {
+		if m == g.self || blind || now.Sub(g.heardLocked(h)) < g.o.Expiry+linger {
 			counted = append(counted, m)
 		}
 	}
@@ -226,7 +234,8 @@ func (g *Group) Counted() []string {
 }
 
 // heardLocked is when h was heard, at the earliest when this replica's own
-// heartbeats got through again (since): cut off, it heard nobody.
+// heartbeats got through again, or it was current again (since): cut off
+// or stalled, it heard nobody.
 func (g *Group) heardLocked(h heard) time.Time {
 	if h.at.Before(g.since) {
 		return g.since
@@ -255,10 +264,17 @@ func (g *Group) Holder(account string) string {
 // sending, not the answer, so a replica stopped for longer than Expiry
 // (SIGSTOP, a long pause) knows on waking that its leases may be gone
 // before it hears so.
+//
+// After a lapse it is Current again only once its watch has caught up
+// with the bucket as it was when its heartbeats got through again: the
+// leases taken meanwhile (another replica took this one for dead) reach
+// it through the watch, and until they do, Holds would answer from
+// before the lapse, and its tails would read and call beside the new
+// owner's.
 func (g *Group) Current() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.currentLocked(time.Now())
+	return g.currentLocked(time.Now()) && g.applied >= g.fence
 }
 
 func (g *Group) currentLocked(now time.Time) bool {
@@ -282,7 +298,7 @@ func (g *Group) Lapses() uint64 {
 func (g *Group) CurrentSince(lapses uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.currentLocked(time.Now()) && g.lapses == lapses
+	return g.currentLocked(time.Now()) && g.applied >= g.fence && g.lapses == lapses
 }
 
 // Holds reports whether this replica holds account's lease.
@@ -499,13 +515,18 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 			if g.apply(e, at) {
 				g.signal()
 			}
+			g.mu.Lock()
+			g.applied = max(g.applied, e.Revision())
+			g.mu.Unlock()
 		case now := <-t.C:
 			bctx, cancel := context.WithTimeout(ctx, g.o.Heartbeat)
-			err := g.beat(bctx)
+			rev, err := g.beat(bctx)
 			if err == nil {
 				g.mu.Lock()
 				if !g.currentLocked(now) {
-					g.lapses++ // taken for dead, maybe, until now (Lapses)
+					g.lapses++    // taken for dead, maybe, until now (Lapses)
+					g.since = now // and it heard nobody meanwhile (heardLocked)
+					g.fence = rev // nor how the leases went (Current)
 				}
 				g.sent = now
 				g.mu.Unlock()
@@ -551,9 +572,8 @@ func (g *Group) signal() {
 	}
 }
 
-func (g *Group) beat(ctx context.Context) error {
-	_, err := g.kv.Put(ctx, heartbeatKey(g.self, g.o.Guest), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
-	return err
+func (g *Group) beat(ctx context.Context) (rev uint64, err error) {
+	return g.kv.Put(ctx, heartbeatKey(g.self, g.o.Guest), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 }
 
 // heartbeatKey is the key of replica m's heartbeat.
