@@ -165,6 +165,11 @@ func (s *Service) checkPayload(kind string, p json.RawMessage) error {
 	if err := event.CheckPayload(p); err != nil {
 		return fail(http.StatusBadRequest, "malformed", "%v", err)
 	}
+	return s.checkSchema(kind, p)
+}
+
+// checkSchema checks p against kind's schema in the config in force.
+func (s *Service) checkSchema(kind string, p json.RawMessage) error {
 	sch, err := s.cfg.SchemaFor(kind)
 	if err != nil {
 		return fmt.Errorf("schema of %q: %w", kind, err)
@@ -230,6 +235,14 @@ func (s *Service) replayItem(ctx context.Context, it ops.Item, payload json.RawM
 	}
 	if _, ok := s.cfg.Kind(env.Kind); !ok {
 		return fail(http.StatusUnprocessableEntity, "unknown_kind", "kind %q is no longer configured", env.Kind)
+	}
+	if payload == nil {
+		// Replayable once the config accepts it: a submission refused for
+		// its schema (kept dead, by a replica whose config had it) goes
+		// out only once the schema, or an edit, lets it.
+		if err := s.checkSchema(env.Kind, env.Payload); err != nil {
+			return err
+		}
 	}
 	// From the transition on, finish even if the caller goes away (a
 	// stopping job, a closed connection): a replayed record without its

@@ -190,7 +190,8 @@ func TestRequestErrors(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "")
 	ids := e.seed(1, "acme", "invoice.send", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1}` })
-	e.waitListed(state.Dead, url.Values{}, 1)
+	refused := e.seed(1, "acme", "invoice.send", dead.ReasonRejected, "schema_violation", func(int) string { return `{"x":1}` })
+	e.waitListed(state.Dead, url.Values{}, 2)
 	long := strings.Repeat("é", ops.MaxReason/2+1) // kept in the history and the audit: bounded
 	twoYears := time.Now().AddDate(2, 0, 0)
 	for _, tc := range []struct {
@@ -205,6 +206,7 @@ func TestRequestErrors(t *testing.T) {
 		{"bad stage", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Stage: "third"}, 400, "invalid_stage"},
 		{"no fallback", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Stage: "fallback"}, 400, "no_fallback"},
 		{"payload against the schema", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`{"x":1}`)}, 422, "schema_violation"},
+		{"replay of a payload the schema refuses", ops.DeadReplay, ops.ReplayRequest{IDs: refused}, 422, "schema_violation"},
 		{"payload null", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage(`null`)}, 400, "malformed"},
 		{"payload not UTF-8", ops.DeadReplay, ops.ReplayRequest{IDs: ids, Payload: json.RawMessage("{\"n\":\"caf\xe9\"}")}, 400, "malformed"},
 		// Read two ways by decoders: the target could get other than the
