@@ -512,6 +512,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{name: "merge of a scalar", doc: minimal + "http: {<<: x}", want: []string{"http.<<: can only merge"}},
 		// ${ENV}
 		{name: "unset variable", doc: "targets: {erp: {url: 'http://x/', signing_secret: '${ERP_SIGNING_SECRET}'}}", want: []string{"targets.erp.signing_secret: ${ERP_SIGNING_SECRET} is not set"}},
+		{name: "account's callback_secret set but empty", doc: "targets: {bureau: {url: 'http://x/', callback_secret: 'whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTMyYg=='}}\naccounts: {acme: {targets: {bureau: {callback_secret: '${ACME_SECRET}'}}}}", env: map[string]string{"ACME_SECRET": ""}, want: []string{"accounts.acme.targets.bureau.callback_secret: ${ACME_SECRET} is set but empty"}},
+		{name: "signing_secret set but empty", doc: "targets: {erp: {url: 'http://x/', signing_secret: '${ERP_SIGNING_SECRET}'}}", env: map[string]string{"ERP_SIGNING_SECRET": ""}, want: []string{"targets.erp.signing_secret: ${ERP_SIGNING_SECRET} is set but empty"}},
 		{name: "unset variable in a map value", doc: "targets: {erp: {url: 'http://x/', headers: {X-Key: 'k-${KEY}'}}}", want: []string{"targets.erp.headers.X-Key: ${KEY} is not set"}},
 		{name: "unterminated reference", doc: minimal + "prefix: '${A'", want: []string{`prefix: "${" without a closing "}"`}},
 		{name: "bad variable name", doc: minimal + "prefix: '${1A}'", want: []string{"prefix: ${1A}: invalid variable name"}},

@@ -167,11 +167,32 @@ func (s *substituter) walk(n *yaml.Node, path string) {
 			s.failed[n] = true
 			return
 		}
+		if changed && v == "" && emptyWeakens[lastKey(path)] {
+			s.errs = append(s.errs, &KeyError{Key: path, Line: n.Line, Msg: fmt.Sprintf("%s is set but empty: this key cannot be empty (leave it out for none)", n.Value)})
+			s.failed[n] = true
+			return
+		}
 		if changed {
 			n.Value = v
 			s.done[n] = true
 		}
 	}
+}
+
+// emptyWeakens are the keys whose empty value quietly weakens a
+// boundary, where an error would not: an account's callback_secret left
+// empty falls back to the target's, shared by every account; an empty
+// signing_secret signs nothing; an empty sealing_key seals nothing. A
+// reference to a variable set but empty (a Kubernetes Secret's key with
+// no value) is refused for them: left out, on purpose, they say so.
+var emptyWeakens = map[string]bool{"callback_secret": true, "signing_secret": true, "sealing_key": true}
+
+// lastKey is path's last key.
+func lastKey(path string) string {
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		return path[i+1:]
+	}
+	return path
 }
 
 // yfield is one YAML key of a struct type.
