@@ -41,8 +41,10 @@ import (
 //
 // One replica owns an account at a time (see owners.go), so the learned
 // limit is the account's over the cluster. The owner stores it in
-// tenaz_owners (l.<account>) at most every autoSaveEvery and when it hands
-// the account over; the next owner starts from it.
+// tenaz_owners (l.<account>) at once when it is cut, its growth at most
+// every autoSaveEvery, and when it hands the account over; the next
+// owner starts from it. A cut not stored before a kill would have the
+// next owner start from the limit the provider refused.
 
 const (
 	autoCut       = 0.9         // the ceiling after a refusal, of the calls in flight then
@@ -52,7 +54,7 @@ const (
 	// account's call must not keep a target's limit down for every
 	// account this replica calls it for (quota's learnHoldMax, locally).
 	autoHoldMax      = 10 * time.Minute
-	autoSaveEvery    = 5 * time.Second // how often the learned limit is stored, at most
+	autoSaveEvery    = 5 * time.Second // how often the learned limit's growth is stored, at most
 	autoSampleWindow = 500 * time.Millisecond
 	autoSamples      = 50
 	learnedPrefix    = "l."
@@ -225,7 +227,7 @@ func (p *autoPermit) done(err error, made bool) {
 		a.peak, a.grownAt = 0, now
 	}
 	limit := a.learnedLocked()
-	save := a.save != nil && !a.saving && limit != a.saved && now.Sub(a.savedAt) >= autoSaveEvery
+	save := a.save != nil && !a.saving && limit != a.saved && (limit < a.saved || now.Sub(a.savedAt) >= autoSaveEvery)
 	if save {
 		a.saving, a.saved, a.savedAt = true, limit, now
 	}
