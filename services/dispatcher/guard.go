@@ -368,6 +368,9 @@ type targetLimit struct {
 	key     string // its record: the target's, or an account's own (config.OwnTarget)
 	lim     quota.Limit
 	local   *autoLimit // under "auto": this replica's latency-learned share; nil otherwise
+	// replaced is its guard's (guard.replaced): a call that waited for
+	// its local share through a reload goes on through the new guard.
+	replaced <-chan struct{}
 }
 
 // errNotCalled is the outcome of a call that was not made: it waited for
@@ -435,7 +438,7 @@ func (s *Service) guardFor(account, name string) *guard {
 	g.pace = s.pacerLocked(account)
 	if t, ok := s.conf().Targets[name]; ok && t.Limited() && s.quotas != nil {
 		key := quota.KeyOf(s.conf(), account, name)
-		g.limit = &targetLimit{s: s, account: account, name: name, key: key, lim: quota.OfTarget(t)}
+		g.limit = &targetLimit{s: s, account: account, name: name, key: key, lim: quota.OfTarget(t), replaced: g.replaced}
 		if l := g.limit.lim.Learn; l != nil {
 			g.limit.local = s.targetAutoLocked(key, l)
 		}
@@ -594,6 +597,15 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 			return target.Response{}, errNotCalled
 		}
 		local = p
+		select {
+		case <-tl.replaced:
+			// A reload changed the target while the call waited: through
+			// this guard it would put the old limit back in force on the
+			// target's line, for every caller (AcquireFor).
+			local.drop()
+			return target.Response{}, errOutpaced
+		default:
+		}
 	}
 	release, waited, err := tl.s.quotas.AcquireFor(wctx, tl.key, tl.account, tl.lim)
 	if waited {
