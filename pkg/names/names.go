@@ -285,6 +285,27 @@ func (s Subjects) Event(account, kind string) (string, error) {
 	return s.inPartition("events", account, kind)
 }
 
+// ParseEvent splits an event's dispatch subject (Event, in whichever
+// partition) into account and kind, validating both.
+func (s Subjects) ParseEvent(subject string) (account, kind string, err error) {
+	rest, ok := strings.CutPrefix(subject, s.Prefix+".")
+	if part, after, cut := strings.Cut(rest, "."); ok && cut && part != "events" && strings.HasPrefix(part, "p") {
+		rest = after // <prefix>.p<n>.events...
+	}
+	rest, found := strings.CutPrefix(rest, "events.")
+	if !ok || !found {
+		return "", "", fmt.Errorf("%w: subject %q is not an event's", ErrInvalidName, subject)
+	}
+	account, kind, _ = strings.Cut(rest, ".")
+	if err := ValidateAccount(account); err != nil {
+		return "", "", err
+	}
+	if err := ValidateKind(kind); err != nil {
+		return account, "", err
+	}
+	return account, kind, nil
+}
+
 // EventsIn is partition p's filter of every account's events.
 func (s Subjects) EventsIn(p int) string { return s.root(p) + ".events.>" }
 

@@ -87,12 +87,19 @@ type run struct {
 	hasFallback bool
 }
 
-// poison keeps an undecodable message in DEAD and terminates it.
+// poison keeps an undecodable message in DEAD, as its account's, and
+// terminates it. Its entry's message id is the one deadletter gives a
+// terminated message (its stream and sequence: each partition numbers its
+// own), so that a re-send dedups and another partition's does not.
 func (s *Service) poison(ctx context.Context, m jetstream.Msg, cause error) {
-	meta, _ := m.Metadata()
 	e := dead.Entry{Reason: dead.ReasonRejected, Class: "malformed_message", Error: cause.Error(),
 		At: time.Now().UTC(), Raw: m.Data(), RawSubject: m.Subject(), RawHeader: m.Headers()}
-	if _, err := s.dead.Keep(ctx, e, fmt.Sprintf("events-%d", meta.Sequence.Stream)); err != nil {
+	e.Account, e.Kind, _ = s.subj.ParseEvent(m.Subject())
+	var msgID string
+	if meta, err := m.Metadata(); err == nil {
+		msgID = fmt.Sprintf("terminated/%s/%d", meta.Stream, meta.Sequence.Stream)
+	}
+	if _, err := s.dead.Keep(ctx, e, msgID); err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}

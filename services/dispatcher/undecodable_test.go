@@ -1,6 +1,7 @@
 package dispatcher_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +58,48 @@ kinds:
 	h.quiesce()
 	if c := h.calls("bad"); len(c) != 0 {
 		t.Fatalf("want no call for the event whose record does not decode, got %d", len(c))
+	}
+}
+
+// An undecodable message is kept in DEAD as its account's, once for each
+// partition's: each partition's stream numbers its messages from 1, and
+// its entry's message id carried only that number, so a second account's
+// message, in another partition, was taken for a re-send of the first
+// one's and lost, terminated without an entry.
+func TestUndecodableMessagesOfTwoPartitionsAreBothKept(t *testing.T) {
+	t.Parallel()
+	h := setup(t, `
+targets:
+  erp: {url: "${TARGET}/api/{{.Kind}}", timeout: 5s}
+kinds:
+  order.create: {target: erp}
+`, provider.Faults{})
+	accts := []string{"acme"}
+	for i := 0; len(accts) < 2; i++ {
+		if a := fmt.Sprintf("other%d", i); h.Subj.PartitionOf(a) != h.Subj.PartitionOf("acme") {
+			accts = append(accts, a)
+		}
+	}
+	for _, a := range accts {
+		subj, err := h.Subj.Event(a, "order.create")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := h.JS.Publish(h.Ctx(), subj, []byte("{not an event"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.Sequence != 1 {
+			t.Fatalf("want the first message of %s's partition, got sequence %d", a, ack.Sequence)
+		}
+	}
+	h.dispatcher("d1", nil)
+	for _, a := range accts {
+		natstest.Eventually(t, 10*time.Second, func() bool { return h.DeadKept(a) == 1 },
+			"want %s's undecodable message kept in DEAD as its own", a)
+	}
+	h.quiesce()
+	if n := h.prov.CallCount(); n != 0 {
+		t.Fatalf("want no call for undecodable messages, got %d", n)
 	}
 }
