@@ -106,3 +106,34 @@ func FuzzParseIntake(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseEvent checks that a subject that parses names a safe account
+// and kind whose own event subject parses back to them, in whichever
+// partition, and that every event subject Event makes parses back.
+func FuzzParseEvent(f *testing.F) {
+	f.Add("tenaz.events.acme.order.create", "acme", "order.create")
+	f.Add("tenaz.p3.events.acme.order.create", "acme", "x")
+	f.Add("tenaz.p3.acme.events.x", "p3", "events")
+	f.Add("tenaz.events", "events", "events")
+	f.Add("other.events.acme.x", "acme", "x y")
+	f.Fuzz(func(t *testing.T, subject, account, kind string) {
+		for _, s := range []names.Subjects{names.NewSubjects("tenaz"), names.NewSubjects("tenaz").WithPartitions(4)} {
+			if a, k, err := s.ParseEvent(subject); err == nil {
+				subjectSafe(t, "account", a, names.MaxAccountLen, false)
+				subjectSafe(t, "kind", k, names.MaxKindLen, true)
+				back, err := s.Event(a, k)
+				if err != nil {
+					t.Fatalf("Event(ParseEvent(%q)): %v", subject, err)
+				}
+				if a2, k2, err := s.ParseEvent(back); err != nil || a2 != a || k2 != k {
+					t.Fatalf("ParseEvent(Event(%q, %q)) = %q, %q, %v", a, k, a2, k2, err)
+				}
+			}
+			if subj, err := s.Event(account, kind); err == nil {
+				if a, k, err := s.ParseEvent(subj); err != nil || a != account || k != kind {
+					t.Fatalf("ParseEvent(Event(%q, %q) = %q) = %q, %q, %v", account, kind, subj, a, k, err)
+				}
+			}
+		}
+	})
+}
