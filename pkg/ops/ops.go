@@ -217,7 +217,18 @@ type ReplayRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// RatePerSecond bounds a job's replays; 0 means 100.
 	RatePerSecond float64 `json:"rate_per_second,omitempty"`
+	// Entries are the DEAD entries (Item.Seq) the replay was decided on,
+	// by id; see Entries.
+	Entries Entries `json:"entries,omitempty"`
 }
+
+// Entries names, by event id, the DEAD entry (Item.Seq) an operator
+// looked at when deciding an action. An id whose listed entry is another
+// by then (it was replayed by someone else and died again, with another
+// error) is refused 409 entry_changed, not acted on: the decision was
+// about a death the operator did not see. An id not named is acted on
+// whichever entry is listed.
+type Entries map[string]uint64
 
 // ItemError is why one id of a batch was not acted on.
 type ItemError struct {
@@ -291,6 +302,8 @@ type DiscardRequest struct {
 	Seqs []uint64 `json:"seqs,omitempty"`
 	// Reason is why (required), recorded in each event's history.
 	Reason string `json:"reason"`
+	// Entries are the DEAD entries the discard was decided on, by id.
+	Entries Entries `json:"entries,omitempty"`
 }
 
 // ActionReply answers discard and resolve: how many moved, how many were
@@ -318,6 +331,9 @@ type ResolveRequest struct {
 	// Reason is why, recorded in the event's history; required with
 	// OutcomeDiscard, as DiscardRequest's (400 reason_required).
 	Reason string `json:"reason,omitempty"`
+	// Entry is the DEAD entry (Item.Seq) the decision was made on; 0:
+	// whichever is listed (see Entries).
+	Entry uint64 `json:"entry,omitempty"`
 }
 
 // BreakersRequest lists breakers, optionally of one account.

@@ -89,6 +89,17 @@ func (s *Service) lookup(ctx context.Context, id string) (ops.Item, error) {
 	return ops.Item{}, notParked(id, rec.Status)
 }
 
+// lookupEntry is lookup, refused (409 entry_changed) when the event's
+// listed entry is not entry, the one its action was decided on (0: any;
+// see ops.Entries).
+func (s *Service) lookupEntry(ctx context.Context, id string, entry uint64) (ops.Item, error) {
+	it, err := s.lookup(ctx, id)
+	if err != nil || entry == 0 || it.Seq == entry {
+		return it, err
+	}
+	return ops.Item{}, fail(http.StatusConflict, "entry_changed", "%s is listed with another DEAD entry than the one acted on (%d, now %d: it was replayed and died again, %s): look at it again", id, entry, it.Seq, it.Error)
+}
+
 func notParked(id string, st state.State) error {
 	return fail(http.StatusConflict, "not_parked", "event %s is %s: only dead or manual_review events can be acted on", id, st)
 }
@@ -185,14 +196,15 @@ func (s *Service) checkSchema(kind string, p json.RawMessage) error {
 // replay starts a fresh attempt cycle of a dead or reviewed event, in stage
 // ("" keeps its stage), optionally with an edited payload. The transition
 // is a compare-and-set from dead/manual_review, so an event that is
-// already pending or running is refused (409), never run twice.
-func (s *Service) replay(ctx context.Context, id string, payload json.RawMessage, stage, actor, why string) error {
+// already pending or running is refused (409), never run twice; so is
+// one listed with another entry than entry, when not 0 (ops.Entries).
+func (s *Service) replay(ctx context.Context, id string, entry uint64, payload json.RawMessage, stage, actor, why string) error {
 	switch stage {
 	case "", state.StagePrimary, state.StageFallback:
 	default:
 		return fail(http.StatusBadRequest, "invalid_stage", "stage must be primary, fallback or empty, got %q", stage)
 	}
-	it, err := s.lookup(ctx, id)
+	it, err := s.lookupEntry(ctx, id, entry)
 	if err != nil {
 		return err
 	}
@@ -306,16 +318,16 @@ func thrice(ctx context.Context, op func() error, final func(error) bool) error 
 	return err
 }
 
-// discard cancels a dead or reviewed event, or drops an entry without an
-// event named seq_<n>.
-func (s *Service) discard(ctx context.Context, id, actor, why string) error {
+// discard cancels a dead or reviewed event (listed with entry, unless 0),
+// or drops an entry without an event named seq_<n>.
+func (s *Service) discard(ctx context.Context, id string, entry uint64, actor, why string) error {
 	if seq, ok, err := seqOf(id); ok {
 		if err != nil {
 			return err
 		}
 		return s.discardSeq(ctx, seq, actor, why)
 	}
-	it, err := s.lookup(ctx, id)
+	it, err := s.lookupEntry(ctx, id, entry)
 	if err != nil {
 		return err
 	}
@@ -473,7 +485,7 @@ func (s *Service) resolve(ctx context.Context, req ops.ResolveRequest) error {
 		if req.Result != nil && !json.Valid(req.Result) {
 			return fail(http.StatusBadRequest, "malformed", "result is not JSON")
 		}
-		it, err := s.lookup(ctx, req.ID)
+		it, err := s.lookupEntry(ctx, req.ID, req.Entry)
 		if err != nil {
 			return err
 		}
@@ -482,11 +494,11 @@ func (s *Service) resolve(ctx context.Context, req ops.ResolveRequest) error {
 		if err := discardReason(req.Reason); err != nil {
 			return err
 		}
-		return s.discard(ctx, req.ID, actor, req.Reason)
+		return s.discard(ctx, req.ID, req.Entry, actor, req.Reason)
 	case ops.OutcomeRequeuePrimary:
-		return s.replay(ctx, req.ID, nil, state.StagePrimary, actor, req.Reason)
+		return s.replay(ctx, req.ID, req.Entry, nil, state.StagePrimary, actor, req.Reason)
 	case ops.OutcomeRequeueFallback:
-		return s.replay(ctx, req.ID, nil, state.StageFallback, actor, req.Reason)
+		return s.replay(ctx, req.ID, req.Entry, nil, state.StageFallback, actor, req.Reason)
 	}
 	return fail(http.StatusBadRequest, "invalid_outcome", "outcome must be done, discard, requeue_primary or requeue_fallback, got %q", req.Outcome)
 }
@@ -550,12 +562,14 @@ func (s *Service) replayRequest(ctx context.Context, req ops.ReplayRequest) (ops
 		return ops.ReplayReply{}, fail(http.StatusBadRequest, "bad_request", "an edited payload goes with exactly one id, got %d", len(req.IDs))
 	}
 	if len(req.IDs) == 1 { // one id: its error is the answer
-		if err := s.replay(ctx, req.IDs[0], req.Payload, req.Stage, actor, req.Reason); err != nil {
+		if err := s.replay(ctx, req.IDs[0], req.Entries[req.IDs[0]], req.Payload, req.Stage, actor, req.Reason); err != nil {
 			return ops.ReplayReply{}, err
 		}
 		return ops.ReplayReply{Replayed: 1}, nil
 	}
-	done, skipped, errs := forEach(req.IDs, func(id string) error { return s.replay(ctx, id, nil, req.Stage, actor, req.Reason) })
+	done, skipped, errs := forEach(req.IDs, func(id string) error {
+		return s.replay(ctx, id, req.Entries[id], nil, req.Stage, actor, req.Reason)
+	})
 	return ops.ReplayReply{Replayed: done, Skipped: skipped, Errors: errs}, nil
 }
 
@@ -581,7 +595,7 @@ func (s *Service) discardRequest(ctx context.Context, req ops.DiscardRequest) (o
 	if len(req.IDs)+len(req.Seqs) == 1 {
 		var err error
 		if len(req.IDs) == 1 {
-			err = s.discard(ctx, req.IDs[0], actor, req.Reason)
+			err = s.discard(ctx, req.IDs[0], req.Entries[req.IDs[0]], actor, req.Reason)
 		} else {
 			err = s.discardSeq(ctx, req.Seqs[0], actor, req.Reason)
 		}
@@ -590,7 +604,7 @@ func (s *Service) discardRequest(ctx context.Context, req ops.DiscardRequest) (o
 		}
 		return ops.ActionReply{Done: 1}, nil
 	}
-	done, skipped, errs := forEach(req.IDs, func(id string) error { return s.discard(ctx, id, actor, req.Reason) })
+	done, skipped, errs := forEach(req.IDs, func(id string) error { return s.discard(ctx, id, req.Entries[id], actor, req.Reason) })
 	for _, seq := range req.Seqs {
 		if err := s.discardSeq(ctx, seq, actor, req.Reason); err != nil {
 			status, _, msg := statusOf(err)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -451,5 +453,74 @@ func TestListFiltersRefuseBadNames(t *testing.T) {
 	var brk ops.BreakersReply
 	if code := e.get("/v1/breakers?account=acme", &brk); code != http.StatusOK {
 		t.Errorf("GET /v1/breakers?account=acme: want 200, got %d", code)
+	}
+}
+
+// An action decided on one death of an event is not applied to a later
+// one: alice looks at X's entry, bob replays X, which dies again with
+// another entry, and alice's discard, replay or resolve of what she saw
+// is refused 409 entry_changed, over the API and from the screen's
+// page. Each used to act on whatever entry X had by then. Acting on the
+// entry listed now goes through.
+func TestAnActionOnAnEntryThatChangedIsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "")
+	e.startDispatcher(nil)
+	x := e.seed(1, "acme", "order.create", dead.ReasonPermanent, "permanent", func(int) string { return `{"n":1,"reject":true}` })[0]
+	e.waitListed(state.Dead, url.Values{"account": {"acme"}}, 1)
+	alice := newScreenSession(t, e, "alice")
+	code, page := alice.get("/ui/events/" + x)
+	m := csrfField.FindStringSubmatch(page)
+	seen := regexp.MustCompile(`name="entry" value="` + x + `:(\d+)"`).FindStringSubmatch(page)
+	if code != http.StatusOK || m == nil || seen == nil {
+		t.Fatalf("X's page: want its forms with a token and the entry shown, got %d", code)
+	}
+	listed, _ := strconv.ParseUint(seen[1], 10, 64)
+
+	if st, body := e.post("/v1/dead/replay", ops.ReplayRequest{IDs: []string{x}, Reason: "bob's fix"}, nil); st != http.StatusOK {
+		t.Fatalf("bob's replay: want 200, got %d %s", st, body)
+	}
+	var now uint64
+	natstest.Eventually(t, time.Minute, func() bool {
+		var l ops.ListReply
+		if e.get("/v1/dead?account=acme", &l) != http.StatusOK || len(l.Items) != 1 {
+			return false
+		}
+		now = l.Items[0].Seq
+		return now > listed
+	}, "X dead again in a newer entry than %d", listed)
+
+	changed := func(what string, err error) {
+		t.Helper()
+		var oe *ops.Error
+		if !errors.As(err, &oe) || oe.Status != http.StatusConflict || oe.Code != "entry_changed" {
+			t.Fatalf("%s of the entry alice saw: want 409 entry_changed, got %v", what, err)
+		}
+	}
+	seenBy := ops.Entries{x: listed}
+	changed("API discard", e.call(ops.DeadDiscard, ops.DiscardRequest{IDs: []string{x}, Reason: "spam", Entries: seenBy}, nil))
+	changed("API replay", e.call(ops.DeadReplay, ops.ReplayRequest{IDs: []string{x}, Entries: seenBy}, nil))
+	changed("API resolve", e.call(ops.ReviewResolve, ops.ResolveRequest{ID: x, Outcome: ops.OutcomeDone, Entry: listed}, nil))
+	var rep ops.ActionReply
+	if err := e.call(ops.DeadDiscard, ops.DiscardRequest{IDs: []string{x, event.ID("acme", "nope")}, Reason: "spam", Entries: seenBy}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Done != 0 || len(rep.Errors) == 0 || rep.Errors[0].ID != x || rep.Errors[0].Code != http.StatusConflict {
+		t.Fatalf("a batch discard naming the entry alice saw: want X refused 409, got %+v", rep)
+	}
+	form := url.Values{"csrf": {m[1]}, "confirm": {"yes"}, "action": {"discard"}, "id": {x}, "entry": {x + ":" + seen[1]}, "reason": {"spam"}, "back": {"/ui/dead"}}
+	if code, body := alice.post(form, "same-origin"); code != http.StatusConflict || !strings.Contains(body, "another DEAD entry") {
+		t.Fatalf("the screen's discard of the entry alice saw: want 409 saying so, got %d", code)
+	}
+	if r := e.Record(x); r.Status != state.Dead {
+		t.Fatalf("after the refused actions: want X still dead, got %s", r.Status)
+	}
+
+	form.Set("entry", fmt.Sprintf("%s:%d", x, now))
+	if code, _ := alice.post(form, "same-origin"); code != http.StatusSeeOther {
+		t.Fatalf("the screen's discard of the entry listed now: want it done (303), got %d", code)
+	}
+	if r := e.Record(x); r.Status != state.Cancelled {
+		t.Fatalf("discarded: want X cancelled, got %s", r.Status)
 	}
 }

@@ -533,6 +533,7 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 			seqs = append(seqs, n)
 		}
 	}
+	entries := formEntries(f)
 	back := backTo(f.Get("back"), "/ui/dead")
 	if err := checkReason(strings.TrimSpace(f.Get("reason"))); err != nil {
 		u.fail(w, r, err)
@@ -639,7 +640,7 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 			payload = json.RawMessage(f.Get("payload"))
 		}
 		var rep ops.ReplayReply
-		rep, err = s.replayRequest(ctx, ops.ReplayRequest{IDs: ids, Payload: payload, Stage: f.Get("stage"), Reason: why})
+		rep, err = s.replayRequest(ctx, ops.ReplayRequest{IDs: ids, Payload: payload, Stage: f.Get("stage"), Reason: why, Entries: entries})
 		flash = fmt.Sprintf("Replayed %d, skipped %d (no longer dead), failed %d.", rep.Replayed, rep.Skipped, len(rep.Errors))
 	case actReplayMatch:
 		q, _ := formFilter(f)
@@ -650,14 +651,14 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 		}
 	case actDiscard:
 		var rep ops.ActionReply
-		rep, err = s.discardRequest(ctx, ops.DiscardRequest{IDs: ids, Seqs: seqs, Reason: why})
+		rep, err = s.discardRequest(ctx, ops.DiscardRequest{IDs: ids, Seqs: seqs, Reason: why, Entries: entries})
 		flash = fmt.Sprintf("Discarded %d, skipped %d, failed %d.", rep.Done, rep.Skipped, len(rep.Errors))
 	case actResolve:
 		var result json.RawMessage
 		if res := strings.TrimSpace(f.Get("result")); res != "" {
 			result = json.RawMessage(res)
 		}
-		err = s.resolve(ctx, ops.ResolveRequest{ID: f.Get("id"), Outcome: f.Get("outcome"), Result: result, Reason: why})
+		err = s.resolve(ctx, ops.ResolveRequest{ID: f.Get("id"), Outcome: f.Get("outcome"), Result: result, Reason: why, Entry: entries[f.Get("id")]})
 		flash = fmt.Sprintf("%s resolved: %s.", f.Get("id"), f.Get("outcome"))
 	case actCloseBreaker:
 		_, err = s.closeBreaker(ctx, ops.CloseBreakerRequest{Account: f.Get("account"), Target: f.Get("target"), Reason: why})
@@ -675,4 +676,17 @@ func (u *ui) action(w http.ResponseWriter, r *http.Request) {
 	q.Set(flashMACParam, flashMAC(r.PostForm.Get("csrf"), flash)) // checked equal to the cookie above
 	to.RawQuery = q.Encode()
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
+}
+
+// formEntries reads the form's entry fields ("<id>:<seq>", one per event
+// the page listed): the DEAD entries the operator saw (ops.Entries).
+func formEntries(f url.Values) ops.Entries {
+	entries := ops.Entries{}
+	for _, raw := range f["entry"] {
+		id, seq, ok := strings.Cut(raw, ":")
+		if n, err := strconv.ParseUint(seq, 10, 64); ok && err == nil && n > 0 {
+			entries[id] = n
+		}
+	}
+	return entries
 }
