@@ -147,6 +147,8 @@ func (s *Service) submit(r *http.Request, f event.Fields, payload []byte) (int, 
 			m.Header.Set(h, v)
 		}
 	}
+	m.Header.Set(headerPromised, env.ID)
+	m.Header.Set(headerPromisedSeal, s.replies.promise(reply, env.ID))
 	url := s.statusURL(r, env.ID)
 	accepted := View{ID: env.ID, Status: "accepted", IdempotencyKey: env.IdempotencyKey, StatusURL: url, Account: env.Account, Kind: env.Kind}
 	ctx := r.Context()

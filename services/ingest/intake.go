@@ -341,8 +341,13 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	}
 	kept, waiting := false, false
 	var err error
-	if reply != "" && env.ID != "" && serr.Code != codeKeyReused {
-		kept, waiting, err = s.keepDeadEvent(ctx, env, serr, msgID)
+	if reply != "" && serr.Code != codeKeyReused {
+		if id := s.replies.promised(m.Headers(), reply); id != "" && id != env.ID {
+			env = promisedEnvelope(env, f, id, m)
+		}
+		if env.ID != "" {
+			kept, waiting, err = s.keepDeadEvent(ctx, env, serr, msgID)
+		}
 	}
 	if err == nil && !kept {
 		e := dead.Entry{Account: f.Account, Kind: f.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
@@ -388,6 +393,34 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 	}
 	_ = m.TermWithReason(serr.Code)
 }
+
+// promisedEnvelope is env as the event id its HTTP handler promised: this
+// replica's config may have made no envelope of the submission (it is too
+// large here, or a key its entity field gives is not valid here), or
+// another id (a derived key, from another entity field). Without one the
+// envelope is made of the submission's fields, its payload kept when it
+// is JSON of a size this replica takes.
+func promisedEnvelope(env event.Envelope, f event.Fields, id string, m jetstream.Msg) event.Envelope {
+	if env.ID == "" {
+		if names.ValidateAccount(f.Account) != nil || names.ValidateKind(f.Kind) != nil {
+			return env // no event can be made: kept as a refused submission
+		}
+		env = event.Envelope{Account: f.Account, Kind: f.Kind, IdempotencyKey: f.IdempotencyKey, Traceparent: f.Traceparent, CreatedAt: time.Now().UTC()}
+		if meta, err := m.Metadata(); err == nil {
+			env.CreatedAt = meta.Timestamp.UTC()
+		}
+		if p := m.Data(); len(p) <= maxKeptPayload && event.CheckPayload(p) == nil {
+			env.Payload = append(json.RawMessage(nil), p...)
+		}
+	}
+	env.ID = id
+	return env
+}
+
+// maxKeptPayload bounds the payload of a promised event kept dead without
+// an envelope of its own: one refused as too large is kept without it
+// (its DEAD entry keeps the message, cut to fit).
+const maxKeptPayload = 64 << 10
 
 // keepDeadEvent creates env's record, dead with the refusal, and its DEAD
 // entry (listed by event id, replayable once the config accepts it).

@@ -257,3 +257,50 @@ func TestFullStoreRefusesWith503AndKeepsAccepted(t *testing.T) {
 		t.Fatalf("POST after room was freed: want 202, got %d %s", r.Status, r.Body)
 	}
 }
+
+// A submission one replica answered 202 and another's config refuses
+// before it can make an envelope (a lower http.max_body_bytes here) is
+// still kept as the event the 202 promised: dead, with the refusal, at
+// its status URL. It was kept only as a refused submission, with no
+// record, and the status URL answered 404 for good.
+func TestRefusedAfter202WithNoEnvelopeIsKeptAsThePromisedEvent(t *testing.T) {
+	t.Parallel()
+	bigID := event.ID("acme", "big")
+	errHandBack := errors.New("handed back: B takes every submission")
+	h := setup(t, withInvoice, withHooks(&ingest.Hooks{BeforeIntake: func(string) error { return errHandBack }}))
+	release := make(chan struct{})
+	releaseB := sync.OnceFunc(func() { close(release) })
+	b := strings.Replace(withInvoice, "max_body_bytes: 4096", "max_body_bytes: 64", 1)
+	h.startIngestConfig(h.config(b), &ingest.Hooks{BeforeIntake: func(id string) error { // replica B
+		if id == bigID {
+			select {
+			case <-release:
+			case <-h.Ctx().Done():
+			}
+		}
+		return nil
+	}})
+	t.Cleanup(releaseB)
+	payload := `{"n":1,"note":"` + strings.Repeat("x", 100) + `"}`
+
+	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"invoice.send","payload":`+payload+`}`, "Idempotency-Key", "big")
+	var v view
+	r.json(t, &v)
+	if r.Status != http.StatusAccepted || v.ID != bigID || v.StatusURL != h.api.URL+"/v1/events/"+bigID {
+		t.Fatalf("POST big, held by B: want 202 accepted for %s, got %d %s", bigID, r.Status, r.Body)
+	}
+	releaseB()
+	rec := h.WaitStatus(bigID, state.Dead, servicetest.WaitFor)
+	if rec.LastError == nil || rec.LastError.Class != "too_large" || rec.Kind != "invoice.send" || string(rec.Payload) != payload {
+		t.Fatalf("event %s refused by B after the 202: want dead, too_large, its kind and payload kept, got %+v", bigID, rec)
+	}
+	r = h.do(http.MethodGet, "/v1/events/"+bigID, "")
+	r.json(t, &v)
+	if r.Status != http.StatusOK || v.Status != state.Dead {
+		t.Fatalf("GET the status URL of %s: want 200 and status dead, got %d %s", bigID, r.Status, r.Body)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.SubjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
+	if entries := h.deadEntries(); len(entries) != 1 || entries[0].ID != bigID || entries[0].Class != "too_large" {
+		t.Fatalf("DEAD: want one entry, %s's, got %+v", bigID, entries)
+	}
+}

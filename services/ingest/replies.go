@@ -99,6 +99,38 @@ func (r *replies) mac(reply string) []byte {
 	return m.Sum(nil)
 }
 
+// headerPromised is set beside headerReply: the id of the event the HTTP
+// handler answers 202 for if its wait ends first (the status URL's), and
+// headerPromisedSeal its HMAC with the reply subject. A replica whose
+// config refuses the submission (a lower max_body_bytes, an entity field
+// whose value is no key) may have no envelope to keep it as: it keeps it
+// as the promised event, dead, so that the 202's status URL shows why.
+// Sealed, as the reply header is: a producer that named another event's
+// id would have its refusal kept as that event.
+const (
+	headerPromised     = "Tenaz-Promised"
+	headerPromisedSeal = "Tenaz-Promised-Seal"
+)
+
+// promise seals id, the event promised on reply (headerPromised).
+func (r *replies) promise(reply, id string) string {
+	return base64.RawURLEncoding.EncodeToString(r.mac("promised\x00" + reply + "\x00" + id))
+}
+
+// promised is the event id h promised on reply, or "" when it names none
+// with a valid seal.
+func (r *replies) promised(h nats.Header, reply string) string {
+	id := h.Get(headerPromised)
+	if reply == "" || names.ValidateEventID(id) != nil {
+		return ""
+	}
+	got, err := base64.RawURLEncoding.DecodeString(h.Get(headerPromisedSeal))
+	if err != nil || !hmac.Equal(got, r.mac("promised\x00"+reply+"\x00"+id)) {
+		return ""
+	}
+	return id
+}
+
 // of is the reply subject h names, or "" when it names none under
 // replyInboxes with a valid seal.
 func (r *replies) of(h nats.Header) string {
