@@ -114,6 +114,11 @@ type Group struct {
 	// its calls may still run (Linger), and when they may be taken: each
 	// is then reported as changed, for the caller to Acquire it again.
 	lingering map[string]time.Time
+	// taking are the accounts whose lease this replica was writing as
+	// its own, from another holder, with the since of that takeover: a
+	// write whose answer was lost is found done by the next Acquire,
+	// which must say since all the same (Acquire).
+	taking map[string]time.Time
 	// pending is what changed since the last OnChange. With many accounts
 	// a caller cannot look at every one on each lease change: the leases
 	// of new accounts change thousands of times a second.
@@ -154,7 +159,7 @@ func Join(ctx context.Context, js jetstream.JetStream, o Options) (*Group, error
 		log = *o.Logger
 	}
 	g := &Group{o: o, js: js, kv: kv, kvs: kvs, nc: js.Conn(), self: token(o.Instance), log: log,
-		seen: map[string]heard{}, leases: map[string]lease{}, lingering: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
+		seen: map[string]heard{}, leases: map[string]lease{}, lingering: map[string]time.Time{}, taking: map[string]time.Time{}, changed: make(chan struct{}, 1), sent: time.Now()}
 	if _, err := g.beat(ctx); err != nil {
 		return nil, fmt.Errorf("owner: heartbeat: %w", err)
 	}
@@ -335,11 +340,15 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since tim
 		if m.Header.Get(gaveBackHeader) != g.self {
 			since = m.Time
 		}
-		rev, err = g.kv.Update(ctx, key, []byte(g.self), m.Sequence)
+		rev, err = g.update(ctx, account, since, m.Sequence)
 	default:
 		holder := string(m.Data)
 		if holder == g.self {
 			rev = m.Sequence
+			g.mu.Lock()
+			since = g.taking[account] // a takeover of ours whose answer was lost
+			delete(g.taking, account)
+			g.mu.Unlock()
 			break
 		}
 		if g.isLive(holder) {
@@ -356,7 +365,7 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since tim
 			return false, time.Time{}, nil
 		}
 		since = time.Now()
-		rev, err = g.kv.Update(ctx, key, []byte(g.self), m.Sequence)
+		rev, err = g.update(ctx, account, since, m.Sequence)
 	}
 	if err != nil {
 		if isConflict(err) {
@@ -366,6 +375,25 @@ func (g *Group) Acquire(ctx context.Context, account string) (ok bool, since tim
 	}
 	g.learn(account, lease{holder: g.self, rev: rev})
 	return true, since, nil
+}
+
+// update writes account's lease as this replica's, by compare-and-set on
+// last, for a takeover whose since is since: kept in taking until the
+// write's answer comes, so that a write stored whose answer was lost
+// still says since to the Acquire that finds it done.
+func (g *Group) update(ctx context.Context, account string, since time.Time, last uint64) (uint64, error) {
+	if !since.IsZero() {
+		g.mu.Lock()
+		g.taking[account] = since
+		g.mu.Unlock()
+	}
+	rev, err := g.kv.Update(ctx, leasePrefix+account, []byte(g.self), last)
+	if err == nil || isConflict(err) {
+		g.mu.Lock()
+		delete(g.taking, account)
+		g.mu.Unlock()
+	}
+	return rev, err
 }
 
 // A lease's delete marker: the KV API's operation header, and who gave

@@ -126,3 +126,51 @@ func TestCurrentWaitsForTheWatchAfterALapse(t *testing.T) {
 		t.Fatal("CurrentSince: want work begun before the lapse refused, and after it allowed")
 	}
 }
+
+// A takeover whose write was stored but whose answer was lost (a leader
+// change) is found done by the next Acquire, which says the takeover's
+// since all the same: the new holder paces its first call after the last
+// holder's calls. It said nothing (the lease already this replica's),
+// and the account's first call went out at once, seconds after the last
+// holder's.
+func TestATakeoverWhoseAnswerWasLostSaysSince(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Join(ctx, js, Options{Instance: "d1", Heartbeat: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Leave(context.Background()) })
+	if _, err := g.kv.Put(ctx, leasePrefix+"acme", []byte("d2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.kv.Delete(ctx, leasePrefix+"acme"); err != nil { // d2 gave it back
+		t.Fatal(err)
+	}
+	m, err := g.kvs.GetLastMsgForSubject(ctx, g.leaseSubject(leasePrefix+"acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveBack := m.Time
+
+	// d1's takeover is stored; its answer never comes.
+	g.mu.Lock()
+	g.taking["acme"] = gaveBack
+	g.mu.Unlock()
+	if _, err := g.kv.Update(ctx, leasePrefix+"acme", []byte("d1"), m.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	ok, since, err := g.Acquire(ctx, "acme")
+	if err != nil || !ok || !since.Equal(gaveBack) {
+		t.Fatalf("Acquire after a takeover whose answer was lost: want ok with since %s, got %v %s %v", gaveBack, ok, since, err)
+	}
+	if ok, since, err := g.Acquire(ctx, "acme"); err != nil || !ok || !since.IsZero() {
+		t.Fatalf("Acquire again, the lease held: want ok with no since, got %v %s %v", ok, since, err)
+	}
+}
