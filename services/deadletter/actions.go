@@ -236,6 +236,12 @@ func (s *Service) replayItem(ctx context.Context, it ops.Item, payload json.RawM
 		return fail(http.StatusConflict, "no_envelope", "the DEAD entry of %s keeps no event to replay", id)
 	}
 	env := *e.Event
+	if payload == nil && len(env.Payload) == 0 {
+		// A submission refused after its 202 whose payload could not be
+		// kept as its event's (too large, or not JSON, where it was
+		// refused): its entry keeps the message, maybe cut.
+		return fail(http.StatusConflict, "no_payload", "event %s keeps no payload (its DEAD entry keeps the message it came in, cut to fit): replay it with the payload edited", id)
+	}
 	detail := why
 	if payload != nil {
 		if err := s.checkPayload(env.Kind, payload); err != nil {

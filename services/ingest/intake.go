@@ -346,7 +346,7 @@ func (s *Service) reject(ctx context.Context, m jetstream.Msg, f event.Fields, e
 			env = promisedEnvelope(env, f, id, m)
 		}
 		if env.ID != "" {
-			kept, waiting, err = s.keepDeadEvent(ctx, env, serr, msgID)
+			kept, waiting, err = s.keepDeadEvent(ctx, m, env, serr, msgID)
 		}
 	}
 	if err == nil && !kept {
@@ -418,8 +418,9 @@ func promisedEnvelope(env event.Envelope, f event.Fields, id string, m jetstream
 }
 
 // maxKeptPayload bounds the payload of a promised event kept dead without
-// an envelope of its own: one refused as too large is kept without it
-// (its DEAD entry keeps the message, cut to fit).
+// an envelope of its own: a larger one is kept without it, its DEAD entry
+// keeping the message, cut to what DEAD takes (keepDeadEvent); a replay
+// then needs an edited payload.
 const maxKeptPayload = 64 << 10
 
 // keepDeadEvent creates env's record, dead with the refusal, and its DEAD
@@ -427,7 +428,7 @@ const maxKeptPayload = 64 << 10
 // kept is false when the id holds another event: the refusal is then kept
 // as a refused submission. waiting: the entry waits for room
 // (dead.Writer.Keep).
-func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *submitError, msgID string) (kept, waiting bool, err error) {
+func (s *Service) keepDeadEvent(ctx context.Context, m jetstream.Msg, env event.Envelope, serr *submitError, msgID string) (kept, waiting bool, err error) {
 	base := queue.Initial(env) // New replaces its status and history
 	detail := dead.ReasonRejected + ": " + serr.Error()
 	rec, _, err := state.New(base, state.Action{Name: state.Reject, Actor: queue.ActorIngest, Detail: detail,
@@ -450,6 +451,11 @@ func (s *Service) keepDeadEvent(ctx context.Context, env event.Envelope, serr *s
 	}
 	e := dead.Entry{ID: env.ID, Account: env.Account, Kind: env.Kind, Reason: dead.ReasonRejected, Class: serr.Code,
 		Error: serr.Error(), Status: serr.Status, At: rec.CreatedAt, Event: &env, Record: &rec}
+	if len(env.Payload) == 0 {
+		// A promised event whose payload was not kept (promisedEnvelope):
+		// its message is, cut to what DEAD takes.
+		e.Raw, e.RawSubject, e.RawHeader = m.Data(), m.Subject(), m.Headers()
+	}
 	if waiting, err = s.dead.Keep(ctx, e, msgID); err != nil {
 		return false, false, err
 	}

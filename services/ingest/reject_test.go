@@ -265,14 +265,15 @@ func TestFullStoreRefusesWith503AndKeepsAccepted(t *testing.T) {
 // record, and the status URL answered 404 for good.
 func TestRefusedAfter202WithNoEnvelopeIsKeptAsThePromisedEvent(t *testing.T) {
 	t.Parallel()
-	bigID := event.ID("acme", "big")
+	bigID, hugeID := event.ID("acme", "big"), event.ID("acme", "huge")
 	errHandBack := errors.New("handed back: B takes every submission")
-	h := setup(t, withInvoice, withHooks(&ingest.Hooks{BeforeIntake: func(string) error { return errHandBack }}))
+	a := strings.Replace(withInvoice, "max_body_bytes: 4096", "max_body_bytes: 200000", 1)
+	h := setup(t, a, withHooks(&ingest.Hooks{BeforeIntake: func(string) error { return errHandBack }}))
 	release := make(chan struct{})
 	releaseB := sync.OnceFunc(func() { close(release) })
 	b := strings.Replace(withInvoice, "max_body_bytes: 4096", "max_body_bytes: 64", 1)
 	h.startIngestConfig(h.config(b), &ingest.Hooks{BeforeIntake: func(id string) error { // replica B
-		if id == bigID {
+		if id == bigID || id == hugeID {
 			select {
 			case <-release:
 			case <-h.Ctx().Done():
@@ -302,5 +303,27 @@ func TestRefusedAfter202WithNoEnvelopeIsKeptAsThePromisedEvent(t *testing.T) {
 	natstest.Eventually(t, servicetest.WaitFor, func() bool { return h.SubjectMsgs(names.StreamIntake, "tenaz.intake.>") == 0 }, "INTAKE: want every submission settled")
 	if entries := h.deadEntries(); len(entries) != 1 || entries[0].ID != bigID || entries[0].Class != "too_large" {
 		t.Fatalf("DEAD: want one entry, %s's, got %+v", bigID, entries)
+	}
+
+	// One too large to keep as the event's payload (over 64 KiB): the
+	// event is kept without it, its DEAD entry with the message.
+	huge := `{"n":2,"note":"` + strings.Repeat("y", 70<<10) + `"}`
+	release = make(chan struct{})
+	releaseB = sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseB)
+	r = h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"invoice.send","payload":`+huge+`}`, "Idempotency-Key", "huge")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST huge, held by B: want 202, got %d %.200s", r.Status, r.Body)
+	}
+	releaseB()
+	rec = h.WaitStatus(hugeID, state.Dead, servicetest.WaitFor)
+	if rec.LastError == nil || rec.LastError.Class != "too_large" || len(rec.Payload) != 0 {
+		t.Fatalf("event %s: want dead, too_large, no payload kept in the record, got %+v", hugeID, rec.LastError)
+	}
+	natstest.Eventually(t, servicetest.WaitFor, func() bool { return len(h.deadEntries()) == 2 }, "DEAD: want huge's entry too")
+	for _, e := range h.deadEntries() {
+		if e.ID == hugeID && (len(e.Raw) == 0 || !strings.HasPrefix(string(e.Raw), `{"n":2,"note":"yyy`)) {
+			t.Fatalf("huge's DEAD entry: want the message it came in, got %d bytes", len(e.Raw))
+		}
 	}
 }
