@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -68,8 +69,16 @@ type autoLimit struct {
 	save     func(limit int) // stores the learned limit; nil: not stored
 	saveMu   sync.Mutex      // one save at a time, the latest last
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced when a slot frees or the limit moves
+	mu sync.Mutex
+	// waiting are the callers waiting for a slot, by account, each in
+	// arrival order, and turns the accounts with callers waiting, in the
+	// order they are served: one caller of each in turn (serveLocked).
+	// A target's learned share serves every account's calls on this
+	// replica; served to whoever woke first, an account with a backlog
+	// took nearly every slot freed, and another's one call waited behind
+	// all of it.
+	waiting  map[string][]chan *autoPermit
+	turns    []string
 	inFlight int
 	peak     int // the most in flight since the ceiling last grew
 	ceiling  float64
@@ -88,7 +97,7 @@ func newAutoLimit(minimum, maximum, start int, learned bool, save func(int)) *au
 	minimum = max(minimum, 1)
 	maximum = max(maximum, minimum)
 	start = min(max(start, minimum), maximum)
-	a := &autoLimit{min: minimum, max: maximum, save: save, changed: make(chan struct{}),
+	a := &autoLimit{min: minimum, max: maximum, save: save, waiting: map[string][]chan *autoPermit{},
 		ceiling: float64(maximum), saved: start, savedAt: time.Now(), grownAt: time.Now()}
 	if learned {
 		a.ceiling, a.refused = float64(start), start+1
@@ -125,40 +134,90 @@ func (a *autoLimit) learnedLocked() int {
 	return l
 }
 
+// wake serves the callers waiting once the limit moved.
 func (a *autoLimit) wake() {
 	a.mu.Lock()
-	close(a.changed)
-	a.changed = make(chan struct{})
+	a.serveLocked()
 	a.mu.Unlock()
+}
+
+// serveLocked hands the slots free to the callers waiting, one account's
+// at a time in turn. Callers hold a.mu.
+func (a *autoLimit) serveLocked() {
+	for len(a.turns) > 0 && a.inFlight < a.limitLocked() {
+		account := a.turns[0]
+		a.turns = a.turns[1:]
+		q := a.waiting[account]
+		ch := q[0]
+		if q = q[1:]; len(q) > 0 {
+			a.waiting[account] = q
+			a.turns = append(a.turns, account) // its next caller waits for the others' turns
+		} else {
+			delete(a.waiting, account)
+		}
+		ch <- a.grantLocked()
+	}
+}
+
+// grantLocked takes a slot. Callers hold a.mu.
+func (a *autoLimit) grantLocked() *autoPermit {
+	a.inFlight++
+	a.peak = max(a.peak, a.inFlight)
+	return &autoPermit{a: a, n: a.inFlight}
 }
 
 // errNoSlot is acquire's answer when the dispatcher stops before a slot
 // came free: the call is not made.
 var errNoSlot = errors.New("stopping: no slot of the learned limit came free")
 
-// acquire waits for a slot under the limit, until ctx ends or stop is
-// closed; waited says whether it had to.
-func (a *autoLimit) acquire(ctx context.Context, stop <-chan struct{}) (p *autoPermit, waited bool, err error) {
-	for {
-		a.mu.Lock()
-		if a.inFlight < a.limitLocked() {
-			a.inFlight++
-			n := a.inFlight
-			a.peak = max(a.peak, n)
-			a.mu.Unlock()
-			return &autoPermit{a: a, n: n}, waited, nil
-		}
-		ch := a.changed
+// acquire waits for a slot under the limit for a call of account, its
+// turn among the accounts waiting (serveLocked), until ctx ends or stop
+// is closed; waited says whether it had to.
+func (a *autoLimit) acquire(ctx context.Context, stop <-chan struct{}, account string) (p *autoPermit, waited bool, err error) {
+	a.mu.Lock()
+	if len(a.turns) == 0 && a.inFlight < a.limitLocked() {
+		p := a.grantLocked()
 		a.mu.Unlock()
-		waited = true
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, waited, ctx.Err()
-		case <-stop:
-			return nil, waited, errNoSlot
-		}
+		return p, false, nil
 	}
+	ch := make(chan *autoPermit, 1)
+	if len(a.waiting[account]) == 0 {
+		a.turns = append(a.turns, account)
+	}
+	a.waiting[account] = append(a.waiting[account], ch)
+	a.serveLocked()
+	a.mu.Unlock()
+	select {
+	case p := <-ch:
+		return p, true, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-stop:
+		err = errNoSlot
+	}
+	if !a.leave(account, ch) {
+		(<-ch).drop() // served as it gave up
+	}
+	return nil, true, err
+}
+
+// leave takes ch out of account's callers waiting; false when it was
+// served meanwhile.
+func (a *autoLimit) leave(account string, ch chan *autoPermit) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	q := a.waiting[account]
+	i := slices.Index(q, ch)
+	if i < 0 {
+		return false
+	}
+	if q = slices.Delete(q, i, i+1); len(q) > 0 {
+		a.waiting[account] = q
+		return true
+	}
+	delete(a.waiting, account)
+	a.turns = slices.DeleteFunc(a.turns, func(t string) bool { return t == account })
+	return true
 }
 
 // autoPermit is one call's slot. Its methods do nothing on nil (the
@@ -231,23 +290,34 @@ func (p *autoPermit) done(err error, made bool) {
 	if save {
 		a.saving, a.saved, a.savedAt = true, limit, now
 	}
-	close(a.changed)
-	a.changed = make(chan struct{})
+	a.serveLocked()
 	a.mu.Unlock()
 	if save {
-		go func() {
-			a.saveMu.Lock()
-			a.mu.Lock()
-			latest := a.saved == limit // a flush may have stored a later one
+		go a.store(limit)
+	}
+}
+
+// store saves limit, then again each cut that came while it saved
+// (done saves no cut while a save is under way).
+func (a *autoLimit) store(limit int) {
+	for {
+		a.saveMu.Lock()
+		a.mu.Lock()
+		latest := a.saved == limit // a flush may have stored a later one
+		a.mu.Unlock()
+		if latest {
+			a.save(limit)
+		}
+		a.saveMu.Unlock()
+		a.mu.Lock()
+		if l := a.learnedLocked(); l < a.saved {
+			limit, a.saved, a.savedAt = l, l, time.Now()
 			a.mu.Unlock()
-			if latest {
-				a.save(limit)
-			}
-			a.saveMu.Unlock()
-			a.mu.Lock()
-			a.saving = false
-			a.mu.Unlock()
-		}()
+			continue
+		}
+		a.saving = false
+		a.mu.Unlock()
+		return
 	}
 }
 
@@ -325,7 +395,7 @@ func (s *Service) autoSlot(ctx context.Context, account string) (p *autoPermit, 
 	if a == nil {
 		return nil, true
 	}
-	p, waited, err := a.acquire(ctx, s.calls.Done())
+	p, waited, err := a.acquire(ctx, s.calls.Done(), account)
 	if waited {
 		s.loads.of(account).slotWaits.Add(1)
 	}

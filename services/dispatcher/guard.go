@@ -586,7 +586,7 @@ func (tl *targetLimit) around(ctx context.Context, fn func(context.Context) (tar
 	defer cancel()
 	var local *autoPermit
 	if tl.local != nil {
-		p, waited, err := tl.local.acquire(wctx, tl.s.calls.Done())
+		p, waited, err := tl.local.acquire(wctx, tl.s.calls.Done(), tl.account)
 		if waited {
 			tl.s.o.Metrics.TargetThrottled(tl.name)
 		}
