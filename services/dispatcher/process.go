@@ -600,8 +600,11 @@ func (s *Service) finish(ctx context.Context, r *run, callErr error, resp target
 	yield := paused || errors.Is(callErr, errBreakerOpened)
 	if yield { // no call was made: whatever the attempts left, it waits for the cooldown, or the resume
 		d = outcome.Decision{Verdict: outcome.VerdictRetry, Class: outcome.ClassTransient, Delay: b.Delay(rec.Attempts, callErr, s.jitter())}
-		if paused {
+		switch {
+		case paused:
 			d.Delay = time.Second // fired into EVENTS, where the paused account's events wait
+		case errors.Is(callErr, errProbeLost):
+			d.Delay = time.Second // the breaker says, then, how long the other call's probe may take
 		}
 	}
 	log := zerolog.Ctx(ctx)
