@@ -107,6 +107,7 @@ type Group struct {
 	// the watch reaches the fence, what it told of the leases may be what
 	// they were before the lapse (Current).
 	fence, applied uint64
+	fenced         time.Time        // when the fence was set, or the watch last made again to reach it
 	live           []string         // the live members, sorted, self included unless a guest
 	present        []string         // the live members and guests, sorted, self included
 	leases         map[string]lease // account → its holder as last known
@@ -514,6 +515,15 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 	t := time.NewTicker(g.o.Heartbeat)
 	defer t.Stop()
 	replaying := false // the values a new watch starts with: dated by the server's stamp
+	rewatch := func(why string) {
+		nw, err := g.kv.WatchAll(context.WithoutCancel(ctx))
+		if err != nil {
+			g.log.Warn().Err(err).Msg("owner: watching again " + why + " failed")
+			return
+		}
+		_ = w.Stop()
+		w, replaying = nw, true
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -521,13 +531,7 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 		case <-g.status:
 			// After a nats-server restart the watch can stay blind: a
 			// replica that joined meanwhile would never be heard.
-			nw, err := g.kv.WatchAll(context.WithoutCancel(ctx))
-			if err != nil {
-				g.log.Warn().Err(err).Msg("owner: watching again after a reconnect failed")
-				continue
-			}
-			_ = w.Stop()
-			w, replaying = nw, true
+			rewatch("after a reconnect")
 		case e, ok := <-w.Updates():
 			if !ok {
 				return
@@ -552,12 +556,23 @@ func (g *Group) loop(ctx context.Context, w jetstream.KeyWatcher) {
 			if err == nil {
 				g.mu.Lock()
 				if !g.currentLocked(now) {
-					g.lapses++    // taken for dead, maybe, until now (Lapses)
-					g.since = now // and it heard nobody meanwhile (heardLocked)
-					g.fence = rev // nor how the leases went (Current)
+					g.lapses++                   // taken for dead, maybe, until now (Lapses)
+					g.since = now                // and it heard nobody meanwhile (heardLocked)
+					g.fence, g.fenced = rev, now // nor how the leases went (Current)
 				}
 				g.sent = now
+				// A watch that does not reach the fence within a few
+				// heartbeats is blind (one made again after a reconnect
+				// failed): made again, it replays the bucket. Otherwise
+				// the replica would never be Current again.
+				blind := g.applied < g.fence && now.Sub(g.fenced) > 3*g.o.Heartbeat
+				if blind {
+					g.fenced = now
+				}
 				g.mu.Unlock()
+				if blind {
+					rewatch("behind its heartbeat")
+				}
 				g.confirm(bctx, now)
 			}
 			cancel()
