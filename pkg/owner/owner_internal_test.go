@@ -10,6 +10,27 @@ import (
 	"github.com/tenaz/tenaz/streams"
 )
 
+// joinAlone joins d1 alone to a server of its own, with o's other
+// options. Its heartbeat is of an hour: no tick comes during a test,
+// which sets a stall's or a lapse's marks by hand.
+func joinAlone(t *testing.T, o Options) (*Group, context.Context) {
+	t.Helper()
+	srv := natstest.Start(t)
+	_, js := srv.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	o.Instance, o.Heartbeat = "d1", time.Hour
+	g, err := Join(ctx, js, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Leave(context.Background()) })
+	return g, ctx
+}
+
 // A replica that stalled (SIGSTOP, a paused VM) longer than the others'
 // Expiry + Linger has heard nobody meanwhile: until it is current again
 // and has heard from them since, it counts every replica it knows of, so
@@ -19,20 +40,7 @@ import (
 // heartbeat (cut) used to make it count everyone.
 func TestAStalledReplicaCountsEveryoneItKnows(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	// A heartbeat of an hour: no tick comes during the test, which sets
-	// the stall's marks by hand.
-	g, err := Join(ctx, js, Options{Instance: "d1", Heartbeat: time.Hour, Linger: func() time.Duration { return 10 * time.Second }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Leave(context.Background()) })
+	g, _ := joinAlone(t, Options{Linger: func() time.Duration { return 10 * time.Second }})
 	long := g.o.Expiry + 20*time.Second
 	counted := func() []string {
 		t.Helper()
@@ -74,18 +82,7 @@ func TestAStalledReplicaCountsEveryoneItKnows(t *testing.T) {
 // account beside the replica that had taken it over.
 func TestCurrentWaitsForTheWatchAfterALapse(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	g, err := Join(ctx, js, Options{Instance: "d1", Heartbeat: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Leave(context.Background()) })
+	g, ctx := joinAlone(t, Options{})
 	natstest.Eventually(t, 10*time.Second, g.Current, "want d1 current once joined")
 
 	// d2 takes acme while d1 is taken for dead; d1's first heartbeat
@@ -135,18 +132,7 @@ func TestCurrentWaitsForTheWatchAfterALapse(t *testing.T) {
 // holder's.
 func TestATakeoverWhoseAnswerWasLostSaysSince(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := srv.Conn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := streams.Apply(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	g, err := Join(ctx, js, Options{Instance: "d1", Heartbeat: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Leave(context.Background()) })
+	g, ctx := joinAlone(t, Options{})
 	if _, err := g.kv.Put(ctx, leasePrefix+"acme", []byte("d2")); err != nil {
 		t.Fatal(err)
 	}
