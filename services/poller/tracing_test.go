@@ -149,8 +149,11 @@ func TestTraceOfAnEventThatRetriesFallsBackAndCallsBack(t *testing.T) {
 	if rec.Stage != state.StageFallback || count(rec, state.Retry) != 1 || count(rec, state.Fallback) != 1 {
 		t.Fatalf("want a retry, then the fallback stage done by callback; got %s at %s: %v", rec.Status, rec.Stage, actions(rec))
 	}
-	// The callback's span ends after its write: wait for it before the flush.
+	// The callback's span ends after its write, and the last attempt's
+	// after its run's (which the callback may overtake): wait for both
+	// before the flush.
 	waitSpans(t, r, id, tracing.SpanCallback, 1)
+	waitSpans(t, r, id, tracing.SpanAttempt, 3)
 	exemplar := w.exemplar("tenaz_delivery_duration_seconds")
 	flush()
 
