@@ -480,16 +480,23 @@ func TestProbeOutcome(t *testing.T) {
 	waitState(t, breaker.Open, time.Time{}, b1, b2)
 }
 
-func TestCrashedProberExpires(t *testing.T) {
-	t.Parallel()
-	e := setup(t, 2)
-	cfg := breaker.Config{Failures: 1, Cooldown: time.Minute, ProbeTimeout: 45 * time.Second}
-	b1 := e.reps[0].reg.For(account, target, cfg)
-	b2 := e.reps[1].reg.For(account, target, cfg)
-
+// cooledDown is a breaker of one failure on two replicas, opened by r1
+// and its cooldown over: the probe is due.
+func cooledDown(t *testing.T) (e *env, cfg breaker.Config, b1, b2 *breaker.Breaker) {
+	t.Helper()
+	e = setup(t, 2)
+	cfg = breaker.Config{Failures: 1, Cooldown: time.Minute, ProbeTimeout: 45 * time.Second}
+	b1 = e.reps[0].reg.For(account, target, cfg)
+	b2 = e.reps[1].reg.For(account, target, cfg)
 	call(t, b1, false)
 	waitState(t, breaker.Open, time.Time{}, b1, b2)
 	e.clk.Advance(cfg.Cooldown)
+	return e, cfg, b1, b2
+}
+
+func TestCrashedProberExpires(t *testing.T) {
+	t.Parallel()
+	e, cfg, b1, b2 := cooledDown(t)
 	crashed := probe(t, b1) // r1 takes the probe and never records it
 	waitState(t, breaker.HalfOpen, time.Time{}, b1, b2)
 
@@ -546,13 +553,7 @@ func TestCrashedProberExpires(t *testing.T) {
 // over, and both called.
 func TestAProbeIsClaimedRightBeforeItsCall(t *testing.T) {
 	t.Parallel()
-	e := setup(t, 2)
-	cfg := breaker.Config{Failures: 1, Cooldown: time.Minute, ProbeTimeout: 45 * time.Second}
-	b1 := e.reps[0].reg.For(account, target, cfg)
-	b2 := e.reps[1].reg.For(account, target, cfg)
-	call(t, b1, false)
-	waitState(t, breaker.Open, time.Time{}, b1, b2)
-	e.clk.Advance(cfg.Cooldown)
+	e, cfg, b1, b2 := cooledDown(t)
 
 	before := e.writes(t)
 	waiting := allow(t, b1)

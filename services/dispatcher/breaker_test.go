@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -29,24 +30,22 @@ kinds:
   order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: %s, multiplier: 1, jitter: 0}}
 `
 
-// A target down for everyone: the breaker opens after the threshold and is
-// shared by both dispatchers; while open no call leaves and events wait
-// without burning attempts; after each cooldown exactly one probe goes out;
-// when the target is back the probe closes it and every event is done,
-// each with attempts equal to the calls it really made.
-func TestBreakerOutage(t *testing.T) {
-	t.Parallel()
-	h := setup(t, fmt.Sprintf(breakerYAML, "1s"), provider.Faults{Down: true})
+// breakerAdvisory is an advisory of acme → erp's breaker, with the
+// provider's call count when it came.
+type breakerAdvisory struct {
+	State     string    `json:"state"`
+	OpenUntil time.Time `json:"open_until"`
+	calls     int
+}
 
-	type adv struct {
-		State     string    `json:"state"`
-		OpenUntil time.Time `json:"open_until"`
-		calls     int
-	}
+// breakerAdvisories records acme → erp's breaker advisories; the
+// function returns those so far.
+func breakerAdvisories(t *testing.T, h *harness) func() []breakerAdvisory {
+	t.Helper()
 	var mu sync.Mutex
-	var advs []adv
+	var advs []breakerAdvisory
 	sub, err := h.NC.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
-		var a adv
+		var a breakerAdvisory
 		if json.Unmarshal(m.Data, &a) == nil {
 			a.calls = h.prov.CallCount()
 			mu.Lock()
@@ -58,22 +57,37 @@ func TestBreakerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []breakerAdvisory {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(advs)
+	}
+}
+
+// A target down for everyone: the breaker opens after the threshold and is
+// shared by both dispatchers; while open no call leaves and events wait
+// without burning attempts; after each cooldown exactly one probe goes out;
+// when the target is back the probe closes it and every event is done,
+// each with attempts equal to the calls it really made.
+func TestBreakerOutage(t *testing.T) {
+	t.Parallel()
+	h := setup(t, fmt.Sprintf(breakerYAML, "1s"), provider.Faults{Down: true})
+
+	advisories := breakerAdvisories(t, h)
 	h.dispatcher("d1", nil)
 	h.dispatcher("d2", nil)
 	ids := h.Submit("acme", "order.create", keys("b", 10), orderPayload)
 
-	opens := func() []adv {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []adv
-		for _, a := range advs {
+	opens := func() []breakerAdvisory {
+		var out []breakerAdvisory
+		for _, a := range advisories() {
 			if a.State == "open" {
 				out = append(out, a)
 			}
 		}
 		return out
 	}
-	waitOpens := func(n int) []adv {
+	waitOpens := func(n int) []breakerAdvisory {
 		t.Helper()
 		natstest.Eventually(t, 20*time.Second, func() bool { return len(opens()) >= n },
 			"want %d breaker openings (advisories so far: %d)", n, len(opens()))
@@ -95,10 +109,7 @@ func TestBreakerOutage(t *testing.T) {
 	}
 	h.prov.SetDown(false)
 	recs := h.waitAll(ids, state.Done, 30*time.Second)
-	mu.Lock()
-	closed := advs[len(advs)-1].State == "closed"
-	mu.Unlock()
-	if !closed {
+	if advs := advisories(); advs[len(advs)-1].State != "closed" {
 		t.Fatalf("want a closed advisory after recovery, got %+v", advs)
 	}
 	total := 0
@@ -134,51 +145,27 @@ targets:
 kinds:
   order.create: {target: erp, entity: order_id, attempts: 20, backoff: {initial: 1s, multiplier: 1, jitter: 0}}
 `, provider.Faults{Down: true})
-	type adv struct {
-		state string
-		calls int
-	}
-	var mu sync.Mutex
-	var advs []adv
-	sub, err := h.NC.Subscribe("tenaz.advisory.breaker.acme.erp", func(m *nats.Msg) {
-		var a struct {
-			State string `json:"state"`
-		}
-		if json.Unmarshal(m.Data, &a) == nil {
-			mu.Lock()
-			advs = append(advs, adv{a.State, h.prov.CallCount()})
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	advisories := breakerAdvisories(t, h)
 	h.dispatcher("d1", nil)
 	h.dispatcher("d2", nil)
 	h.Submit("acme", "order.create", keys("p", 3), orderPayload)
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(advs) > 0
-	}, "want the breaker open after the first call failed")
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(advisories()) > 0 },
+		"want the breaker open after the first call failed")
 	h.prov.SetDown(false) // the probe, 15 s after the failed call (4/m), succeeds
 	opened, closed := -1, -1
+	var advs []breakerAdvisory
 	natstest.Eventually(t, 60*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
+		advs = advisories()
 		for _, a := range advs {
 			switch {
-			case a.state == "open" && opened < 0:
+			case a.State == "open" && opened < 0:
 				opened = a.calls
-			case a.state == "closed" && closed < 0:
+			case a.State == "closed" && closed < 0:
 				closed = a.calls
 			}
 		}
 		return closed >= 0
 	}, "want the breaker closed by a probe")
-	mu.Lock()
-	defer mu.Unlock()
 	if opened != 1 {
 		t.Fatalf("want open after the first call; advisories: %+v", advs)
 	}

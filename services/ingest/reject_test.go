@@ -50,6 +50,32 @@ func (h *harness) deadEntries() []dead.Entry {
 	return out
 }
 
+// handedToB is replica A (config a), which hands every intake message
+// back, and replica B (config b), which takes each one and holds those of
+// held until release(id): A's handler answers them 202 first.
+func handedToB(t *testing.T, a, b string, held ...string) (h *harness, release func(id string)) {
+	t.Helper()
+	errHandBack := errors.New("handed back: B takes every submission")
+	h = setup(t, a, withHooks(&ingest.Hooks{BeforeIntake: func(string) error { return errHandBack }}))
+	gates := map[string]chan struct{}{}
+	opens := map[string]func(){}
+	for _, id := range held {
+		gate := make(chan struct{})
+		gates[id], opens[id] = gate, sync.OnceFunc(func() { close(gate) })
+		t.Cleanup(opens[id])
+	}
+	h.startIngestConfig(h.config(b), &ingest.Hooks{BeforeIntake: func(id string) error { // replica B
+		if gate, ok := gates[id]; ok {
+			select {
+			case <-gate:
+			case <-h.Ctx().Done():
+			}
+		}
+		return nil
+	}})
+	return h, func(id string) { opens[id]() }
+}
+
 // In a rolling deploy, replica A knows invoice.send and answers its HTTP
 // callers; replica B runs a config without it and takes its share of
 // INTAKE. A submission A answered 202 and B then refused is never lost:
@@ -63,20 +89,7 @@ func (h *harness) deadEntries() []dead.Entry {
 func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
 	t.Parallel()
 	toldID, keptID := event.ID("acme", "told"), event.ID("acme", "kept")
-	errHandBack := errors.New("handed back: B takes every submission")
-	h := setup(t, withInvoice, withHooks(&ingest.Hooks{BeforeIntake: func(string) error { return errHandBack }}))
-	release := make(chan struct{})
-	releaseB := sync.OnceFunc(func() { close(release) })
-	h.startIngestConfig(h.config(baseYAML), &ingest.Hooks{BeforeIntake: func(id string) error { // replica B
-		if id == keptID {
-			select {
-			case <-release:
-			case <-h.Ctx().Done():
-			}
-		}
-		return nil
-	}})
-	t.Cleanup(releaseB)
+	h, release := handedToB(t, withInvoice, baseYAML, keptID)
 	const body = `{"account":"acme","kind":"invoice.send","payload":{"n":1}}`
 
 	r := h.do(http.MethodPost, "/v1/events", body, "Idempotency-Key", "told")
@@ -90,7 +103,7 @@ func TestRefusedAfter202ByAnotherReplicaIsKeptAsDeadEvent(t *testing.T) {
 	if r.Status != http.StatusAccepted || v.ID != keptID || v.Status != "accepted" || v.StatusURL != h.api.URL+"/v1/events/"+keptID {
 		t.Fatalf("POST kept, held by B: want 202 accepted for %s, got %d %s", keptID, r.Status, r.Body)
 	}
-	releaseB()
+	release(keptID)
 	rec := h.WaitStatus(keptID, state.Dead, servicetest.WaitFor)
 	if rec.LastError == nil || rec.LastError.Class != "unknown_kind" || len(rec.History) != 1 || rec.History[0].Action != state.Reject ||
 		!strings.HasPrefix(rec.History[0].Detail, dead.ReasonRejected+":") || string(rec.Payload) != `{"n":1}` {
@@ -266,22 +279,9 @@ func TestFullStoreRefusesWith503AndKeepsAccepted(t *testing.T) {
 func TestRefusedAfter202WithNoEnvelopeIsKeptAsThePromisedEvent(t *testing.T) {
 	t.Parallel()
 	bigID, hugeID := event.ID("acme", "big"), event.ID("acme", "huge")
-	errHandBack := errors.New("handed back: B takes every submission")
-	a := strings.Replace(withInvoice, "max_body_bytes: 4096", "max_body_bytes: 200000", 1)
-	h := setup(t, a, withHooks(&ingest.Hooks{BeforeIntake: func(string) error { return errHandBack }}))
-	release := make(chan struct{})
-	releaseB := sync.OnceFunc(func() { close(release) })
-	b := strings.Replace(withInvoice, "max_body_bytes: 4096", "max_body_bytes: 64", 1)
-	h.startIngestConfig(h.config(b), &ingest.Hooks{BeforeIntake: func(id string) error { // replica B
-		if id == bigID || id == hugeID {
-			select {
-			case <-release:
-			case <-h.Ctx().Done():
-			}
-		}
-		return nil
-	}})
-	t.Cleanup(releaseB)
+	h, release := handedToB(t,
+		strings.Replace(withInvoice, "max_body_bytes: 4096", "max_body_bytes: 200000", 1),
+		strings.Replace(withInvoice, "max_body_bytes: 4096", "max_body_bytes: 64", 1), bigID, hugeID)
 	payload := `{"n":1,"note":"` + strings.Repeat("x", 100) + `"}`
 
 	r := h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"invoice.send","payload":`+payload+`}`, "Idempotency-Key", "big")
@@ -290,7 +290,7 @@ func TestRefusedAfter202WithNoEnvelopeIsKeptAsThePromisedEvent(t *testing.T) {
 	if r.Status != http.StatusAccepted || v.ID != bigID || v.StatusURL != h.api.URL+"/v1/events/"+bigID {
 		t.Fatalf("POST big, held by B: want 202 accepted for %s, got %d %s", bigID, r.Status, r.Body)
 	}
-	releaseB()
+	release(bigID)
 	rec := h.WaitStatus(bigID, state.Dead, servicetest.WaitFor)
 	if rec.LastError == nil || rec.LastError.Class != "too_large" || rec.Kind != "invoice.send" || string(rec.Payload) != payload {
 		t.Fatalf("event %s refused by B after the 202: want dead, too_large, its kind and payload kept, got %+v", bigID, rec)
@@ -308,14 +308,11 @@ func TestRefusedAfter202WithNoEnvelopeIsKeptAsThePromisedEvent(t *testing.T) {
 	// One too large to keep as the event's payload (over 64 KiB): the
 	// event is kept without it, its DEAD entry with the message.
 	huge := `{"n":2,"note":"` + strings.Repeat("y", 70<<10) + `"}`
-	release = make(chan struct{})
-	releaseB = sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseB)
 	r = h.do(http.MethodPost, "/v1/events", `{"account":"acme","kind":"invoice.send","payload":`+huge+`}`, "Idempotency-Key", "huge")
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("POST huge, held by B: want 202, got %d %.200s", r.Status, r.Body)
 	}
-	releaseB()
+	release(hugeID)
 	rec = h.WaitStatus(hugeID, state.Dead, servicetest.WaitFor)
 	if rec.LastError == nil || rec.LastError.Class != "too_large" || len(rec.Payload) != 0 {
 		t.Fatalf("event %s: want dead, too_large, no payload kept in the record, got %+v", hugeID, rec.LastError)
